@@ -1,0 +1,116 @@
+"""The one place that touches cgroupfs: read, write, create and remove cgroup files and dirs.
+
+Every ``OSError`` becomes a :mod:`governor.errors` error that names the full path (and, for
+writes, the value) plus the errno, e.g.::
+
+    failed to write '20000 100000' to /sys/fs/cgroup/g/cpu.max: Invalid argument (EINVAL)
+
+Directories are :class:`pathlib.Path` objects given by the caller, so the same code works on
+the real ``/sys/fs/cgroup`` and on a temporary tree in tests. The drivers also read the few
+``/proc`` files they need (``/proc/self/cgroup``, ``mountinfo``) through :func:`read_file`, so
+those failures are reported the same way.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from governor.errors import CgroupError, CgroupReadError, CgroupWriteError
+
+__all__ = ["read_file", "write_file", "make_dir", "remove_dir", "list_children"]
+
+
+def read_file(directory: Path, name: str) -> str:
+    """Return the whole text of ``directory/name``.
+
+    Raises:
+        CgroupReadError: the file cannot be opened or read (path and errno in the error).
+    """
+    path = directory / name
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read()
+    except OSError as e:
+        raise CgroupReadError(f"failed to read {path}", path=str(path), errno=e.errno) from e
+
+
+def write_file(directory: Path, name: str, value: str) -> None:
+    """Write ``value`` to ``directory/name`` in a single ``write(2)``.
+
+    The file is opened without ``O_CREAT``: on cgroupfs a missing file means the controller is
+    not enabled, and creating a regular file in a fake tree would hide that. One write per
+    call matters because the kernel parses each ``write(2)`` as one setting (one ``io.max``
+    line, one pid for ``cgroup.procs``).
+
+    Raises:
+        CgroupWriteError: open or write failed; carries the path, the value and the errno
+            (``ENOENT`` when the cgroup vanished, ``EINVAL`` for a rejected value,
+            ``EBUSY``/``ENOSPC`` for refused moves...).
+    """
+    path = directory / name
+    data = value.encode("ascii")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+        try:
+            written = os.write(fd, data)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise CgroupWriteError(str(path), value, e.errno) from e
+    if written != len(data):
+        # kernfs accepts a whole page per write; a short write means the value was cut.
+        raise CgroupWriteError(str(path), value, errno.EIO)
+
+
+def make_dir(directory: Path) -> bool:
+    """Create the cgroup ``directory`` (its parent must exist).
+
+    Returns:
+        True if it was created, False if it already existed (creating is idempotent).
+
+    Raises:
+        CgroupError: mkdir failed for another reason (path and errno in the error).
+    """
+    try:
+        os.mkdir(directory)
+    except FileExistsError:
+        return False
+    except OSError as e:
+        raise CgroupError(f"failed to create cgroup {directory}", path=str(directory),
+                          errno=e.errno) from e
+    return True
+
+
+def remove_dir(directory: Path) -> bool:
+    """Remove the leaf cgroup ``directory``.
+
+    Returns:
+        True if it was removed, False if it did not exist.
+
+    Raises:
+        CgroupError: rmdir failed, e.g. ``EBUSY`` while it still holds processes or children.
+    """
+    try:
+        os.rmdir(directory)
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise CgroupError(f"failed to remove cgroup {directory}", path=str(directory),
+                          errno=e.errno) from e
+    return True
+
+
+def list_children(directory: Path) -> list[str]:
+    """Return the names of the child cgroups (sub-directories) of ``directory``, sorted.
+
+    Raises:
+        CgroupReadError: the directory cannot be listed.
+    """
+    try:
+        with os.scandir(directory) as entries:
+            return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+    except OSError as e:
+        raise CgroupReadError(f"failed to list {directory}", path=str(directory),
+                              errno=e.errno) from e

@@ -1,0 +1,270 @@
+"""The data contract between governor's planner and the cgroup drivers, and its file mapping.
+
+:class:`CgroupLimits` says what one cgroup should be limited to; :func:`v2_files` and
+:func:`v1_files` say which kernel files carry it. Both are pure. A field left ``None`` (an empty
+``io_max``) is not written at all: if a driver wrote it before, it writes the file's reset value
+(:func:`v2_reset` / :func:`v1_reset`) instead, so "unset" always ends as "unlimited".
+
+Write order (fixed; one controller after another as runc's ``fs2.Set`` does):
+
+cgroup v2 (:data:`V2_ORDER`)
+    ``cpu.weight``, ``cpu.max``, ``cpuset.cpus``, ``memory.high``, ``memory.max``, ``io.max``
+    (one line per device, in the order given). ``memory.high`` goes before ``memory.max`` so
+    that a shrinking cgroup is first throttled and reclaimed gently; only then can the hard
+    limit OOM-kill, and by then less needs reclaiming.
+
+cgroup v1 (:data:`V1_ORDER`)
+    ``cpu.cfs_period_us``, ``cpu.cfs_quota_us``, ``cpu.shares``, ``cpuset.cpus``,
+    ``memory.soft_limit_in_bytes``, ``memory.limit_in_bytes``,
+    ``blkio.throttle.read_bps_device``, ``blkio.throttle.write_bps_device``. The period goes
+    before the quota because the kernel validates a quota against the period in force (v2
+    writes both at once in ``cpu.max``); the soft limit goes before the hard one for the same
+    reason as on v2.
+
+Keys: every setting is identified by a key so that drivers can diff against what they last
+wrote: ``(file, device)`` on v2 and ``(controller, file, device)`` on v1, where ``device`` is
+the ``MAJ:MIN`` of io/blkio lines and ``""`` otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from cgroups.parse import format_cpu_max, format_max
+
+__all__ = [
+    "CgroupLimits",
+    "IoMax",
+    "V1_ORDER",
+    "V2_ORDER",
+    "diff_writes",
+    "v1_files",
+    "v1_key",
+    "v1_reset",
+    "v2_files",
+    "v2_key",
+    "v2_reset",
+    "weight_to_shares",
+]
+
+DEFAULT_PERIOD_USEC = 100_000
+DEFAULT_CPU_WEIGHT = 100
+DEFAULT_CPU_SHARES = 1024
+# Kernel bounds: CFS period 1 ms .. 1 s, quota >= 1 ms; cgroup v2 weight 1..10000; v1 shares 2..262144.
+_PERIOD_RANGE_USEC = (1_000, 1_000_000)
+_MIN_QUOTA_USEC = 1_000
+_WEIGHT_RANGE = (1, 10_000)
+_SHARES_RANGE = (2, 262_144)
+_DEVICE_RE = re.compile(r"^\d+:\d+$")
+
+V2_ORDER: tuple[str, ...] = ("cpu.weight", "cpu.max", "cpuset.cpus", "memory.high", "memory.max",
+                             "io.max")
+V1_ORDER: tuple[tuple[str, str], ...] = (
+    ("cpu", "cpu.cfs_period_us"),
+    ("cpu", "cpu.cfs_quota_us"),
+    ("cpu", "cpu.shares"),
+    ("cpuset", "cpuset.cpus"),
+    ("memory", "memory.soft_limit_in_bytes"),
+    ("memory", "memory.limit_in_bytes"),
+    ("blkio", "blkio.throttle.read_bps_device"),
+    ("blkio", "blkio.throttle.write_bps_device"),
+)
+
+
+@dataclass(frozen=True)
+class IoMax:
+    """A bandwidth cap on one block device.
+
+    Attributes:
+        device: ``MAJ:MIN`` of a whole disk (the kernel rejects partitions; see
+            :func:`cgroups.devices.whole_disk`).
+        rbps: read limit in bytes/s, None = unlimited.
+        wbps: write limit in bytes/s, None = unlimited.
+
+    Raises:
+        ValueError: device not ``MAJ:MIN``, or a rate that is not positive.
+    """
+
+    device: str
+    rbps: int | None = None
+    wbps: int | None = None
+
+    def __post_init__(self) -> None:
+        if not _DEVICE_RE.match(self.device):
+            raise ValueError(f"io device must be 'MAJ:MIN', got {self.device!r}")
+        for name in ("rbps", "wbps"):
+            rate = getattr(self, name)
+            if rate is not None and rate <= 0:
+                raise ValueError(f"{name} must be > 0 bytes/s or None, got {rate}")
+
+
+@dataclass(frozen=True)
+class CgroupLimits:
+    """Limits for one cgroup; every ``None`` means "not limited".
+
+    Attributes:
+        cpu_quota_usec: CPU time allowed per period, usec (cores × period); None = no quota.
+        cpu_period_usec: the CFS period, usec (1000..1000000); used only with a quota.
+        cpu_weight: proportional CPU weight, 1..10000 with v2 semantics (100 = default);
+            mapped to ``cpu.shares`` on v1.
+        cpuset_cpus: CPU list in kernel syntax (``"0-1,4"``).
+        memory_high_bytes: throttle-and-reclaim threshold, bytes (v1: soft limit).
+        memory_max_bytes: hard limit, bytes; exceeding it ends in the OOM killer.
+        io_max: per-device bandwidth caps, at most one entry per device.
+
+    Raises:
+        ValueError: a value outside the kernel's accepted range, or a device listed twice.
+    """
+
+    cpu_quota_usec: int | None = None
+    cpu_period_usec: int = DEFAULT_PERIOD_USEC
+    cpu_weight: int | None = None
+    cpuset_cpus: str | None = None
+    memory_high_bytes: int | None = None
+    memory_max_bytes: int | None = None
+    io_max: tuple[IoMax, ...] = ()
+
+    def __post_init__(self) -> None:
+        low, high = _PERIOD_RANGE_USEC
+        if not low <= self.cpu_period_usec <= high:
+            raise ValueError(f"cpu_period_usec must be in {low}..{high}, got {self.cpu_period_usec}")
+        if self.cpu_quota_usec is not None and self.cpu_quota_usec < _MIN_QUOTA_USEC:
+            raise ValueError(f"cpu_quota_usec must be >= {_MIN_QUOTA_USEC}, got {self.cpu_quota_usec}")
+        low, high = _WEIGHT_RANGE
+        if self.cpu_weight is not None and not low <= self.cpu_weight <= high:
+            raise ValueError(f"cpu_weight must be in {low}..{high}, got {self.cpu_weight}")
+        for name in ("memory_high_bytes", "memory_max_bytes"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        devices = [io.device for io in self.io_max]
+        if len(set(devices)) != len(devices):
+            raise ValueError(f"io_max lists a device twice: {devices}")
+
+
+def weight_to_shares(weight: int) -> int:
+    """Convert a v2 ``cpu.weight`` (1..10000) to v1 ``cpu.shares`` as systemd does:
+    ``weight * 1024 / 100`` (integer division), clamped to the kernel's 2..262144."""
+    low, high = _SHARES_RANGE
+    return min(max(weight * DEFAULT_CPU_SHARES // DEFAULT_CPU_WEIGHT, low), high)
+
+
+def v2_files(limits: CgroupLimits) -> list[tuple[str, str]]:
+    """Return ``(file, value)`` pairs for cgroup v2 in :data:`V2_ORDER`, set fields only.
+
+    >>> v2_files(CgroupLimits(cpu_quota_usec=30000, memory_max_bytes=1 << 20))
+    [('cpu.max', '30000 100000'), ('memory.max', '1048576')]
+    """
+    files: list[tuple[str, str]] = []
+    if limits.cpu_weight is not None:
+        files.append(("cpu.weight", str(limits.cpu_weight)))
+    if limits.cpu_quota_usec is not None:
+        files.append(("cpu.max", format_cpu_max(limits.cpu_quota_usec, limits.cpu_period_usec)))
+    if limits.cpuset_cpus is not None:
+        files.append(("cpuset.cpus", limits.cpuset_cpus))
+    if limits.memory_high_bytes is not None:
+        files.append(("memory.high", str(limits.memory_high_bytes)))
+    if limits.memory_max_bytes is not None:
+        files.append(("memory.max", str(limits.memory_max_bytes)))
+    for io in limits.io_max:
+        files.append(("io.max", f"{io.device} rbps={format_max(io.rbps)} wbps={format_max(io.wbps)}"))
+    return files
+
+
+def v2_key(file: str, value: str) -> tuple[str, str]:
+    """The diff key of a v2 setting: ``(file, "MAJ:MIN")`` for ``io.max``, else ``(file, "")``."""
+    return (file, value.split(maxsplit=1)[0] if file == "io.max" else "")
+
+
+def v2_reset(file: str, value: str) -> str:
+    """The value that undoes ``value`` in v2 ``file`` (kernel defaults: no limit, weight 100,
+    empty cpuset = the parent's CPUs).
+
+    Raises:
+        ValueError: ``file`` is not one of :data:`V2_ORDER`.
+    """
+    if file == "io.max":
+        return f"{v2_key(file, value)[1]} rbps=max wbps=max"
+    resets = {"cpu.weight": str(DEFAULT_CPU_WEIGHT),
+              "cpu.max": format_cpu_max(None, DEFAULT_PERIOD_USEC),
+              "cpuset.cpus": "", "memory.high": format_max(None), "memory.max": format_max(None)}
+    if file not in resets:
+        raise ValueError(f"not a governed cgroup v2 file: {file!r}")
+    return resets[file]
+
+
+def v1_files(limits: CgroupLimits) -> list[tuple[str, str, str]]:
+    """Return ``(controller, file, value)`` triples for cgroup v1 in :data:`V1_ORDER`.
+
+    ``cpu_weight`` becomes ``cpu.shares`` (:func:`weight_to_shares`); ``memory_high_bytes``
+    becomes ``memory.soft_limit_in_bytes``; an ``IoMax`` side left None writes no blkio rule.
+
+    >>> v1_files(CgroupLimits(cpu_quota_usec=30000, cpu_weight=200))
+    [('cpu', 'cpu.cfs_period_us', '100000'), ('cpu', 'cpu.cfs_quota_us', '30000'), ('cpu', 'cpu.shares', '2048')]
+    """
+    files: list[tuple[str, str, str]] = []
+    if limits.cpu_quota_usec is not None:
+        files.append(("cpu", "cpu.cfs_period_us", str(limits.cpu_period_usec)))
+        files.append(("cpu", "cpu.cfs_quota_us", str(limits.cpu_quota_usec)))
+    if limits.cpu_weight is not None:
+        files.append(("cpu", "cpu.shares", str(weight_to_shares(limits.cpu_weight))))
+    if limits.cpuset_cpus is not None:
+        files.append(("cpuset", "cpuset.cpus", limits.cpuset_cpus))
+    if limits.memory_high_bytes is not None:
+        files.append(("memory", "memory.soft_limit_in_bytes", str(limits.memory_high_bytes)))
+    if limits.memory_max_bytes is not None:
+        files.append(("memory", "memory.limit_in_bytes", str(limits.memory_max_bytes)))
+    for side, file in (("rbps", "blkio.throttle.read_bps_device"),
+                       ("wbps", "blkio.throttle.write_bps_device")):
+        for io in limits.io_max:
+            rate = getattr(io, side)
+            if rate is not None:
+                files.append(("blkio", file, f"{io.device} {rate}"))
+    return files
+
+
+def v1_key(controller: str, file: str, value: str) -> tuple[str, str, str]:
+    """The diff key of a v1 setting: ``(controller, file, "MAJ:MIN")`` for blkio throttle
+    lines, else ``(controller, file, "")``."""
+    device = value.split(maxsplit=1)[0] if file.startswith("blkio.throttle.") else ""
+    return (controller, file, device)
+
+
+def v1_reset(controller: str, file: str, value: str) -> str | None:
+    """The value that undoes ``value`` in v1 ``file``: ``-1`` (unlimited) for quota and memory
+    limits, the defaults for period and shares, ``"MAJ:MIN 0"`` (rule removed) for blkio.
+
+    Returns None for ``cpuset.cpus``: v1 has no "inherit" value, the driver copies the
+    parent's list.
+
+    Raises:
+        ValueError: ``(controller, file)`` is not one of :data:`V1_ORDER`.
+    """
+    if (controller, file) not in V1_ORDER:
+        raise ValueError(f"not a governed cgroup v1 file: {controller}/{file}")
+    if file.startswith("blkio.throttle."):
+        return f"{v1_key(controller, file, value)[2]} 0"
+    return {"cpu.cfs_period_us": str(DEFAULT_PERIOD_USEC), "cpu.cfs_quota_us": "-1",
+            "cpu.shares": str(DEFAULT_CPU_SHARES), "cpuset.cpus": None,
+            "memory.soft_limit_in_bytes": "-1", "memory.limit_in_bytes": "-1"}[file]
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+def diff_writes(desired: Sequence[tuple[K, str]], last: Mapping[K, str],
+                rank: Callable[[K], int]) -> list[tuple[K, str | None]]:
+    """Plan the writes that turn ``last`` (what was written) into ``desired``.
+
+    Returns ``(key, value)`` for every desired setting whose value changed, and
+    ``(key, None)`` ("reset it") for every key written before but no longer desired, sorted
+    by ``rank(key)`` (the position of the key's file in the write order); within one file,
+    desired lines keep their given order and resets follow them.
+    """
+    wanted = dict(desired)
+    writes: list[tuple[K, str | None]] = [(k, v) for k, v in desired if last.get(k) != v]
+    writes += [(k, None) for k in last if k not in wanted]
+    return sorted(writes, key=lambda kv: rank(kv[0]))

@@ -1,0 +1,281 @@
+"""cgroup v1 driver (legacy and hybrid hosts): the v2 driver's interface over the cpu, cpuacct,
+cpuset, memory and blkio hierarchies.
+
+Governor owns one root directory in each hierarchy (e.g. ``/sys/fs/cgroup/cpu/<own>/governor``
+and ``/sys/fs/cgroup/memory/<own>/governor``); a cgroup ``rel`` exists once per hierarchy.
+
+Use of cgroupspy: one :class:`cgroupspy.nodes.Node` tree per hierarchy models the cgroups
+this driver manages, and ``Node.create_cgroup`` / ``Node.delete_cgroup`` create and remove
+the directories (their ``OSError`` is converted here to :class:`CgroupError`, the one place
+besides :mod:`cgroups.files` that touches cgroupfs). Values are *not* read or written through
+cgroupspy's controller properties: those raise bare ``OSError``/``IOError`` without the value,
+parse ``-1``/``max`` differently per file and cannot write one ``blkio`` rule per device, so all
+reads and writes go through :mod:`cgroups.files`, which reports path, value and errno.
+
+Limits are diffed against what this driver last wrote and written in
+:data:`cgroups.limits.V1_ORDER`, like the v2 driver.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from cgroupspy.nodes import Node
+
+from cgroups.files import list_children, read_file, write_file
+from cgroups.limits import CgroupLimits, V1_ORDER, diff_writes, v1_files, v1_key, v1_reset
+from cgroups.parse import parse_blkio_service_bytes, parse_flat_keyed, parse_int, parse_pids
+from cgroups.v2 import CgroupStats, relative_parts
+from governor.errors import CgroupError, CgroupUnsupported, CgroupWriteError
+
+__all__ = ["CgroupV1Driver", "REQUIRED_CONTROLLERS"]
+
+log = logging.getLogger(__name__)
+
+REQUIRED_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
+# cpuset first: a new cpuset cgroup must get CPUs and memory nodes before a task can join it.
+HIERARCHY_ORDER = ("cpuset", "cpu", "cpuacct", "memory", "blkio")
+# v2 controller names that are spelt differently on v1.
+_V1_NAME = {"io": "blkio"}
+NS_PER_USEC = 1_000
+
+
+class CgroupV1Driver:
+    """Manage cgroups below governor's own root in each v1 hierarchy.
+
+    Args:
+        roots: controller → governor's root directory in that controller's hierarchy; co-mounted
+            controllers (``cpu,cpuacct``) map to the same directory. ``cpu``, ``cpuacct``,
+            ``cpuset`` and ``memory`` are required; ``blkio`` is needed only for ``io_max``.
+
+    Raises:
+        CgroupUnsupported: a required controller is missing from ``roots``.
+    """
+
+    def __init__(self, roots: Mapping[str, Path]):
+        missing = [c for c in REQUIRED_CONTROLLERS if c not in roots]
+        if missing:
+            raise CgroupUnsupported(f"cgroup v1 controller(s) {' '.join(missing)} not given",
+                                    path=", ".join(str(p) for p in roots.values()))
+        self.roots = dict(roots)
+        # One Node tree per distinct root, so co-mounted controllers share it. The tree starts
+        # at the root's parent so that the root itself is created by create_cgroup too.
+        self._trees: dict[Path, Node] = {}
+        for controller in HIERARCHY_ORDER:
+            if controller in self.roots:
+                root = self.roots[controller]
+                self._trees.setdefault(root, Node(os.fsencode(root.parent)))
+        self._written: dict[str, dict[tuple[str, str, str], str]] = {}
+
+    def path(self, controller: str, rel: str) -> Path:
+        """Return the directory of cgroup ``rel`` in ``controller``'s hierarchy.
+
+        Raises:
+            CgroupUnsupported: no root was given for ``controller``.
+            ValueError: ``rel`` leaves the root.
+        """
+        if controller not in self.roots:
+            raise CgroupUnsupported(f"cgroup v1 controller {controller} not configured",
+                                    path=str(controller))
+        return self.roots[controller].joinpath(*relative_parts(rel))
+
+    def create(self, rel: str) -> None:
+        """Create cgroup ``rel`` and every missing ancestor, the root included, in every
+        hierarchy (idempotent). New cpuset cgroups get their parent's ``cpuset.cpus`` and
+        ``cpuset.mems``: v1 starts them empty and a task cannot join an empty cpuset
+        (``ENOSPC``).
+
+        Raises:
+            CgroupError: mkdir failed (path and errno in the error).
+            CgroupWriteError: initialising the cpuset failed.
+        """
+        for root, tree in self._trees.items():
+            node = tree
+            for part in (root.name, *relative_parts(rel)):
+                node = self._child(node, part, create=True)
+                if root == self.roots["cpuset"]:
+                    self._init_cpuset(Path(os.fsdecode(node.full_path)))
+
+    def remove(self, rel: str) -> None:
+        """Remove the leaf cgroup ``rel`` (``""`` = the root) from every hierarchy; already
+        gone is not an error.
+
+        Raises:
+            CgroupError: with errno ``EBUSY`` while it holds processes or child cgroups.
+        """
+        for root, tree in reversed(list(self._trees.items())):
+            parts = (root.name, *relative_parts(rel))
+            parent = tree
+            for part in parts[:-1]:
+                parent = self._child(parent, part, create=False)
+            path = Path(os.fsdecode(parent.full_path)) / parts[-1]
+            try:
+                parent.delete_cgroup(parts[-1])
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise CgroupError(f"failed to remove cgroup {path}", path=str(path),
+                                  errno=e.errno) from e
+        gone = relative_parts(rel)
+        for key in [k for k in self._written if relative_parts(k)[:len(gone)] == gone]:
+            del self._written[key]
+
+    def children(self, rel: str = "") -> list[str]:
+        """Return the names of the child cgroups of ``rel`` (from the cpu hierarchy), sorted.
+
+        Raises:
+            CgroupReadError: the cgroup cannot be listed.
+        """
+        return list_children(self.path("cpu", rel))
+
+    def enable_controllers(self, rel: str, controllers: Iterable[str]) -> None:
+        """Nothing to enable on v1 (every hierarchy has its controller everywhere); only checks
+        that each controller (v2 names: ``io`` = ``blkio``) has a configured hierarchy.
+
+        Raises:
+            CgroupUnsupported: a controller has no configured hierarchy.
+        """
+        relative_parts(rel)
+        for controller in controllers:
+            self.path(_V1_NAME.get(controller, controller), "")
+
+    def apply(self, rel: str, limits: CgroupLimits) -> list[str]:
+        """Bring cgroup ``rel`` to ``limits``, writing only changed files, in
+        :data:`~cgroups.limits.V1_ORDER`; a field set before and None now is reset
+        (:func:`~cgroups.limits.v1_reset`; ``cpuset.cpus`` gets the parent's list back).
+
+        Logs a WARNING before lowering ``memory.limit_in_bytes`` below the current usage: the
+        kernel then reclaims, and refuses the write (``EBUSY``) if it cannot.
+
+        Returns:
+            The files written, in write order (blkio files once per device line).
+
+        Raises:
+            CgroupUnsupported: a needed hierarchy (e.g. blkio) is not configured.
+            CgroupWriteError: a write failed (path, value, errno).
+            CgroupReadError: a value needed for the write could not be read.
+        """
+        last = self._written.setdefault("/".join(relative_parts(rel)), {})
+        desired = [(v1_key(c, f, v), v) for c, f, v in v1_files(limits)]
+        written = []
+        for key, value in diff_writes(desired, last, rank=lambda k: V1_ORDER.index(k[:2])):
+            controller, file, _ = key
+            directory = self.path(controller, rel)
+            reset = value is None
+            if value is None:
+                value = v1_reset(controller, file, last[key])
+                if value is None:
+                    value = read_file(directory.parent, file).strip()
+            if file == "memory.limit_in_bytes":
+                self._warn_if_below_usage(directory, int(value))
+            self._write(directory, file, value)
+            if reset:
+                del last[key]
+            else:
+                last[key] = value
+            written.append(file)
+        if written:
+            log.debug("applied %s to %s", ", ".join(written), rel or "<root>")
+        return written
+
+    def move(self, rel: str, pid: int) -> None:
+        """Move process ``pid`` (all its threads) into cgroup ``rel`` in every hierarchy,
+        cpuset first.
+
+        Raises:
+            CgroupWriteError: e.g. ``ESRCH`` (no such process), ``ENOSPC`` (empty cpuset),
+                ``ENOENT`` (``rel`` vanished).
+        """
+        for root in self._trees:
+            self._write(root.joinpath(*relative_parts(rel)), "cgroup.procs", str(pid))
+
+    def pids(self, rel: str) -> list[int]:
+        """Return the pids in cgroup ``rel`` itself, in any hierarchy, sorted.
+
+        Raises:
+            CgroupReadError: the cgroup does not exist.
+        """
+        found: set[int] = set()
+        for root in self._trees:
+            found.update(parse_pids(read_file(root.joinpath(*relative_parts(rel)), "cgroup.procs")))
+        return sorted(found)
+
+    def read_stats(self, rel: str) -> CgroupStats:
+        """Sample cgroup ``rel``: ``cpuacct.usage`` and ``cpu.stat`` (ns → usec),
+        ``memory.usage_in_bytes``, ``memory.failcnt`` (as ``memory_events["max"]``) and
+        ``memory.oom_control``'s ``oom_kill`` (Linux ≥ 4.13), and, with blkio,
+        ``blkio.throttle.io_service_bytes``. ``populated`` is true when the cgroup or a
+        descendant has a process in the cpu hierarchy (v2's meaning).
+
+        Raises:
+            CgroupReadError: a stat file cannot be read (e.g. the cgroup vanished).
+        """
+        cpu = parse_flat_keyed(read_file(self.path("cpu", rel), "cpu.stat"))
+        memory_dir = self.path("memory", rel)
+        memory_events = {"max": parse_int(read_file(memory_dir, "memory.failcnt"))}
+        oom = parse_flat_keyed(read_file(memory_dir, "memory.oom_control"))
+        if "oom_kill" in oom:
+            memory_events["oom_kill"] = oom["oom_kill"]
+        io_stat = {}
+        if "blkio" in self.roots:
+            io_stat = parse_blkio_service_bytes(
+                read_file(self.path("blkio", rel), "blkio.throttle.io_service_bytes"))
+        return CgroupStats(
+            cpu_usage_usec=parse_int(read_file(self.path("cpuacct", rel), "cpuacct.usage"))
+            // NS_PER_USEC,
+            cpu_nr_throttled=cpu.get("nr_throttled", 0),
+            cpu_throttled_usec=cpu.get("throttled_time", 0) // NS_PER_USEC,
+            memory_current_bytes=parse_int(read_file(memory_dir, "memory.usage_in_bytes")),
+            memory_events=memory_events,
+            io_stat=io_stat,
+            populated=self._populated(self.path("cpu", rel)),
+        )
+
+    def _populated(self, directory: Path) -> bool:
+        if parse_pids(read_file(directory, "cgroup.procs")):
+            return True
+        return any(self._populated(directory / child) for child in list_children(directory))
+
+    @staticmethod
+    def _child(node: Node, name: str, create: bool) -> Node:
+        encoded = os.fsencode(name)
+        for child in node.children:
+            if child.name == encoded:
+                return child
+        if not create:
+            # Not created by this driver instance (e.g. before a restart): a detached node
+            # still gives the right path.
+            return Node(encoded, parent=node)
+        try:
+            return node.create_cgroup(encoded)
+        except OSError as e:
+            path = os.fsdecode(os.path.join(node.full_path, encoded))
+            raise CgroupError(f"failed to create cgroup {path}", path=path, errno=e.errno) from e
+
+    @staticmethod
+    def _init_cpuset(directory: Path) -> None:
+        for file in ("cpuset.cpus", "cpuset.mems"):
+            if not read_file(directory, file).strip():
+                write_file(directory, file, read_file(directory.parent, file).strip())
+
+    def _warn_if_below_usage(self, directory: Path, limit_bytes: int) -> None:
+        if limit_bytes < 0:
+            return
+        usage_bytes = parse_int(read_file(directory, "memory.usage_in_bytes"))
+        if limit_bytes < usage_bytes:
+            log.warning("setting %s/memory.limit_in_bytes to %d bytes, below its current usage"
+                        " of %d bytes: the kernel will reclaim or refuse (EBUSY)", directory,
+                        limit_bytes, usage_bytes)
+
+    @staticmethod
+    def _write(directory: Path, file: str, value: str) -> None:
+        try:
+            write_file(directory, file, value)
+        except CgroupWriteError as e:
+            if e.errno == errno.ENOENT:
+                log.debug("%s (cgroup vanished, its task probably exited)", e)
+            raise

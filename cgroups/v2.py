@@ -1,0 +1,282 @@
+"""cgroup v2 driver: create, limit, populate and observe cgroups under a root governor owns.
+
+The driver is the single writer below its root (design §3): it remembers what it last wrote
+to each cgroup and :meth:`CgroupV2Driver.apply` writes only the files whose value changed, in
+the order of :data:`cgroups.limits.V2_ORDER`. All file access goes through
+:mod:`cgroups.files`; cgroups are named by paths relative to the root (``"physics/task-7"``,
+``""`` = the root itself).
+
+Log levels follow systemd: a write that fails with ``ENOENT`` means the cgroup vanished (its
+task exited and it was removed) and is logged at DEBUG; the error is raised either way.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from cgroups.files import list_children, make_dir, read_file, remove_dir, write_file
+from cgroups.limits import CgroupLimits, V2_ORDER, diff_writes, v2_files, v2_key, v2_reset
+from cgroups.parse import (parse_cgroup_events, parse_controllers, parse_flat_keyed, parse_int,
+                           parse_max, parse_nested_keyed, parse_pids)
+from governor.errors import CgroupUnsupported, CgroupWriteError
+
+__all__ = ["CgroupStats", "CgroupV2Driver", "move_self_to_leaf", "relative_parts"]
+
+log = logging.getLogger(__name__)
+
+MEMORY_EVENT_KEYS = ("high", "max", "oom", "oom_kill")
+
+
+@dataclass(frozen=True)
+class CgroupStats:
+    """One sample of a cgroup's counters (cumulative since the cgroup was created).
+
+    Attributes:
+        cpu_usage_usec: CPU time used, usec.
+        cpu_nr_throttled: periods in which the quota ran out.
+        cpu_throttled_usec: time spent throttled, usec.
+        memory_current_bytes: memory charged now, bytes; None when the memory controller is
+            not enabled for the cgroup.
+        memory_events: counts of ``high``, ``max``, ``oom``, ``oom_kill`` events (v1 has only
+            ``max`` (failcnt) and, on recent kernels, ``oom_kill``).
+        io_stat: per ``MAJ:MIN``: ``rbytes``, ``wbytes`` (bytes) and, on v2, ``rios``,
+            ``wios``, ``dbytes``, ``dios``.
+        populated: some process lives in the cgroup or below it.
+    """
+
+    cpu_usage_usec: int
+    cpu_nr_throttled: int
+    cpu_throttled_usec: int
+    memory_current_bytes: int | None
+    memory_events: dict[str, int] = field(default_factory=dict)
+    io_stat: dict[str, dict[str, int]] = field(default_factory=dict)
+    populated: bool = False
+
+
+def relative_parts(rel: str) -> tuple[str, ...]:
+    """Split a cgroup path relative to a driver's root into its components (``""`` → ``()``).
+
+    Raises:
+        ValueError: ``rel`` is absolute or contains ``..``: drivers never leave their root.
+    """
+    path = PurePosixPath(rel)
+    if path.is_absolute() or ".." in path.parts:
+        raise ValueError(f"cgroup path must be relative to the driver's root, got {rel!r}")
+    return tuple(p for p in path.parts if p != ".")
+
+
+def move_self_to_leaf(cgroup_dir: Path, leaf: str = "leaf") -> Path:
+    """Move the calling process into ``cgroup_dir/leaf`` (created if needed) and return it.
+
+    A v2 cgroup whose children have controllers may hold no processes itself (the
+    no-internal-process rule; the root is exempt), so a process must leave its cgroup before
+    enabling controllers there. Only the caller is moved: governor never moves processes it
+    did not start.
+
+    Raises:
+        CgroupError: the leaf cannot be created.
+        CgroupWriteError: the move was refused.
+    """
+    target = cgroup_dir / leaf
+    make_dir(target)
+    write_file(target, "cgroup.procs", str(os.getpid()))
+    return target
+
+
+class CgroupV2Driver:
+    """Manage cgroups below ``root``, a cgroup v2 directory governor owns.
+
+    Args:
+        root: the cgroup directory, e.g. ``/sys/fs/cgroup/governor.service/tasks``.
+    """
+
+    def __init__(self, root: Path):
+        self.root = root
+        # rel → diff key → value last written by this driver.
+        self._written: dict[str, dict[tuple[str, str], str]] = {}
+
+    def path(self, rel: str) -> Path:
+        """Return the directory of cgroup ``rel``.
+
+        Raises:
+            ValueError: ``rel`` leaves the root.
+        """
+        return self.root.joinpath(*relative_parts(rel))
+
+    def create(self, rel: str) -> None:
+        """Create cgroup ``rel`` and every missing ancestor, the root included (idempotent;
+        the root's parent must exist).
+
+        Raises:
+            CgroupError: mkdir failed (path and errno in the error).
+        """
+        directory = self.root.parent
+        for part in (self.root.name, *relative_parts(rel)):
+            directory = directory / part
+            if make_dir(directory):
+                log.debug("created cgroup %s", directory)
+
+    def remove(self, rel: str) -> None:
+        """Remove the leaf cgroup ``rel`` (``""`` = the root); a cgroup already gone is not an
+        error.
+
+        Raises:
+            CgroupError: with errno ``EBUSY`` while it holds processes or child cgroups.
+        """
+        if remove_dir(self.path(rel)):
+            log.debug("removed cgroup %s", self.path(rel))
+        gone = relative_parts(rel)
+        for key in [k for k in self._written if relative_parts(k)[:len(gone)] == gone]:
+            del self._written[key]
+
+    def children(self, rel: str = "") -> list[str]:
+        """Return the names of the child cgroups of ``rel``, sorted.
+
+        Raises:
+            CgroupReadError: the cgroup cannot be listed.
+        """
+        return list_children(self.path(rel))
+
+    def enable_controllers(self, rel: str, controllers: Iterable[str]) -> None:
+        """Make ``controllers`` (``"cpu"``, ``"memory"``...) available in cgroup ``rel`` by
+        writing ``+cpu +memory ...`` to ``cgroup.subtree_control`` of every cgroup from the
+        root down to ``rel``'s parent (only where not enabled yet).
+
+        Each of those cgroups must hold no processes (no-internal-process rule).
+
+        Raises:
+            CgroupUnsupported: a controller is missing from some ``cgroup.controllers`` (the
+                root's parent did not delegate it, or the kernel lacks it).
+            CgroupWriteError: the kernel refused (``EBUSY``: processes in that cgroup).
+        """
+        wanted = list(dict.fromkeys(controllers))
+        parts = relative_parts(rel)
+        directory = self.root
+        for depth in range(len(parts) + 1):
+            if depth:
+                directory = directory / parts[depth - 1]
+            missing = [c for c in wanted if c not in parse_controllers(
+                read_file(directory, "cgroup.controllers"))]
+            if missing:
+                raise CgroupUnsupported(
+                    f"controller(s) {' '.join(missing)} not available in {directory}",
+                    path=str(directory / "cgroup.controllers"))
+            if depth == len(parts):
+                break
+            enabled = parse_controllers(read_file(directory, "cgroup.subtree_control"))
+            to_enable = [c for c in wanted if c not in enabled]
+            if to_enable:
+                self._write(directory, "cgroup.subtree_control",
+                            " ".join(f"+{c}" for c in to_enable))
+
+    def apply(self, rel: str, limits: CgroupLimits) -> list[str]:
+        """Bring cgroup ``rel`` to ``limits``, writing only the files whose value differs from
+        what this driver last wrote there, in :data:`~cgroups.limits.V2_ORDER`. A field that
+        was set before and is None now is reset (see :func:`~cgroups.limits.v2_reset`).
+
+        Logs a WARNING before lowering ``memory.max`` below ``memory.current``: the kernel
+        then reclaims and may OOM-kill.
+
+        Returns:
+            The files written, in write order (``io.max`` once per device line).
+
+        Raises:
+            CgroupWriteError: a write failed (path, value, errno); files written before it
+                stay recorded, so the next apply retries only what is still different.
+            CgroupReadError: ``memory.current`` could not be read.
+        """
+        directory = self.path(rel)
+        last = self._written.setdefault("/".join(relative_parts(rel)), {})
+        desired = [(v2_key(f, v), v) for f, v in v2_files(limits)]
+        written = []
+        for key, value in diff_writes(desired, last, rank=lambda k: V2_ORDER.index(k[0])):
+            file = key[0]
+            reset = value is None
+            value = v2_reset(file, last[key]) if value is None else value
+            if file == "memory.max":
+                self._warn_if_below_usage(directory, value)
+            self._write(directory, file, value)
+            if reset:
+                del last[key]
+            else:
+                last[key] = value
+            written.append(file)
+        if written:
+            log.debug("applied %s to %s", ", ".join(written), directory)
+        return written
+
+    def move(self, rel: str, pid: int) -> None:
+        """Move process ``pid`` (with all its threads) into cgroup ``rel``.
+
+        Raises:
+            CgroupWriteError: e.g. ``ESRCH`` (no such process), ``EBUSY`` (``rel`` has
+                children with controllers), ``ENOENT`` (``rel`` vanished).
+        """
+        self._write(self.path(rel), "cgroup.procs", str(pid))
+
+    def pids(self, rel: str) -> list[int]:
+        """Return the pids (processes, not threads) in cgroup ``rel`` itself.
+
+        Raises:
+            CgroupReadError: the cgroup does not exist.
+        """
+        return parse_pids(read_file(self.path(rel), "cgroup.procs"))
+
+    def events_path(self, rel: str) -> Path:
+        """Return the path of ``rel``'s ``cgroup.events``; it is modified (inotify IN_MODIFY)
+        when ``populated`` or ``frozen`` changes."""
+        return self.path(rel) / "cgroup.events"
+
+    def read_stats(self, rel: str) -> CgroupStats:
+        """Sample the counters of cgroup ``rel``. Memory and io fields are left None/empty when
+        those controllers are not enabled for it.
+
+        Raises:
+            CgroupReadError: a stat file cannot be read (e.g. the cgroup vanished).
+        """
+        directory = self.path(rel)
+        enabled = parse_controllers(read_file(directory, "cgroup.controllers"))
+        cpu = parse_flat_keyed(read_file(directory, "cpu.stat"))
+        memory_current: int | None = None
+        memory_events: dict[str, int] = {}
+        if "memory" in enabled:
+            memory_current = parse_int(read_file(directory, "memory.current"))
+            events = parse_flat_keyed(read_file(directory, "memory.events"))
+            memory_events = {k: events.get(k, 0) for k in MEMORY_EVENT_KEYS}
+        io_stat: dict[str, dict[str, int]] = {}
+        if "io" in enabled:
+            io_stat = {dev: {k: v for k, v in fields.items() if v is not None}
+                       for dev, fields in parse_nested_keyed(read_file(directory, "io.stat")).items()}
+        return CgroupStats(
+            cpu_usage_usec=cpu["usage_usec"],
+            cpu_nr_throttled=cpu.get("nr_throttled", 0),
+            cpu_throttled_usec=cpu.get("throttled_usec", 0),
+            memory_current_bytes=memory_current,
+            memory_events=memory_events,
+            io_stat=io_stat,
+            populated=parse_cgroup_events(read_file(directory, "cgroup.events")).populated,
+        )
+
+    def _warn_if_below_usage(self, directory: Path, value: str) -> None:
+        limit_bytes = parse_max(value)
+        if limit_bytes is None:
+            return
+        current_bytes = parse_int(read_file(directory, "memory.current"))
+        if limit_bytes < current_bytes:
+            log.warning("setting %s/memory.max to %d bytes, below its current usage of %d bytes:"
+                        " the kernel will reclaim and may OOM-kill", directory, limit_bytes,
+                        current_bytes)
+
+    @staticmethod
+    def _write(directory: Path, file: str, value: str) -> None:
+        try:
+            write_file(directory, file, value)
+        except CgroupWriteError as e:
+            if e.errno == errno.ENOENT:
+                log.debug("%s (cgroup vanished, its task probably exited)", e)
+            raise

@@ -1,0 +1,1 @@
+"""The ``governor`` command line: click commands over the pure library, rendered with rich."""

@@ -1,0 +1,49 @@
+"""``governor``: the click command group.
+
+Kept light on purpose: ``governor run`` must start fast, so this module imports only click and
+the error classes, and each command imports what it needs (rich, the allocator, SciPy) inside
+its own function.
+"""
+
+from __future__ import annotations
+
+import click
+
+from cli.simulate import simulate
+from governor.errors import ConfigError, GovernorError
+
+# Exit codes: 2 for input the user must fix (click's code for usage errors), 1 for the rest.
+EXIT_BAD_INPUT = 2
+EXIT_FAILURE = 1
+
+
+class Failure(click.ClickException):
+    """A GovernorError as one line on stderr, ``governor: error: <file>: <key>: <reason>``."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def show(self, file=None) -> None:
+        click.echo(f"governor: error: {self.format_message()}", err=True, file=file)
+
+
+class _Group(click.Group):
+    """Turns the library's errors into :class:`Failure`, so commands just raise them."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except ConfigError as error:
+            raise Failure(str(error), EXIT_BAD_INPUT) from error
+        except GovernorError as error:
+            raise Failure(str(error), EXIT_FAILURE) from error
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="governor", prog_name="governor")
+def main() -> None:
+    """Share one Linux host among user groups with Dominant Resource Fairness."""
+
+
+main.add_command(simulate)

@@ -1,0 +1,198 @@
+"""Views of an :class:`~governor.model.Allocation`: rich tables for people, a dict for ``--json``.
+
+Pure: every function returns a value and prints nothing, so tests render to a string.
+
+Resources whose name starts with ``memory`` or ``io`` are bytes or bytes/s and are shown with
+K/M/G/T suffixes; the rest (``cpu``, ``gpu``…) are plain numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+
+from rich.table import Table
+
+from governor.model import Allocation, Number, TraceRow
+from governor.units import SUFFIXES, format_number, format_size
+
+_POLICY_NAMES = {"drf": "DRF", "asset": "Asset fairness", "ceei": "CEEI"}
+
+# Exact shares are shown as fractions (2/3) only while they stay readable.
+_MAX_DENOMINATOR = 1000
+
+
+def allocation_table(allocation: Allocation) -> Table:
+    """One row per group: weight, tasks, allocation per resource, dominant resource(s) and share, why it stopped."""
+    capacity = ", ".join(f"{r} {_amount(r, v)}" for r, v in allocation.capacity.items())
+    table = Table(title=f"{_POLICY_NAMES[allocation.policy]} allocation ({allocation.mode}) — capacity: {capacity}")
+    table.add_column("group")
+    table.add_column("weight", justify="right")
+    table.add_column("tasks", justify="right")
+    for resource in allocation.capacity:
+        table.add_column(resource, justify="right")
+    table.add_column("dominant")
+    table.add_column("dominant share", justify="right")
+    table.add_column("stopped by")
+    for group in allocation.groups.values():
+        tasks = format_number(group.tasks, precision=2)
+        if group.demanded_tasks is not None:
+            tasks += f" of {group.demanded_tasks}"
+        table.add_row(
+            group.name,
+            format_number(group.weight),
+            tasks,
+            *(_amount(r, group.allocation[r]) for r in allocation.capacity),
+            ", ".join(group.dominant_resources),
+            format_share(group.dominant_share),
+            group.stop.describe(),
+        )
+    return table
+
+
+def trace_table(allocation: Allocation) -> Table:
+    """The filling step by step, like the paper's Table 1.
+
+    Columns: step, event (with the resource that saturated or that a skipped task did not fit
+    in), group, groups frozen at the step, each group's dominant share, and the total allocated
+    of each resource as a fraction of its capacity (``3/9`` for 3 of 9 CPUs, ``4/18`` for 4G of
+    18G). A policy without steps (CEEI) gives an empty table with a caption saying so.
+    """
+    # Two-line headers keep the many share/alloc. columns narrow, so the event text is not cut.
+    table = Table(
+        title=f"{_POLICY_NAMES[allocation.policy]} filling, step by step ({allocation.mode})",
+        caption="share: dominant share; alloc.: total allocated / capacity"
+        if allocation.trace else "no steps: this policy is solved in one go, not by filling",
+    )
+    table.add_column("step", justify="right")
+    table.add_column("event")
+    table.add_column("group")
+    table.add_column("frozen")
+    for group in allocation.groups:
+        table.add_column(f"{group}\nshare", justify="right")
+    for resource in allocation.capacity:
+        table.add_column(f"{resource}\nalloc.", justify="right")
+    fractions = [
+        _fractions_of_capacity(r, [row.allocated[r] for row in allocation.trace], cap)
+        for r, cap in allocation.capacity.items()
+    ]
+    for i, row in enumerate(allocation.trace):
+        table.add_row(
+            str(row.step),
+            _event(row),
+            row.group or "",
+            ", ".join(row.frozen),
+            *(format_share(row.dominant_shares[g], percent=False) for g in allocation.groups),
+            *(column[i] for column in fractions),
+        )
+    return table
+
+
+def allocation_json(allocation: Allocation) -> dict:
+    """The allocation as JSON-ready data, amounts in base units (cores, bytes, bytes/s).
+
+    Shape: ``{"mode", "policy", "capacity": {resource: amount}, "groups": {name: {"weight",
+    "tasks", "demanded_tasks", "allocation": {resource: amount}, "dominant_resources",
+    "dominant_share", "stop"}}, "trace": [{"step", "event", "group", "resource", "frozen",
+    "dominant_shares": {name: share}, "allocated": {resource: amount}}]}``. Numbers are ints when
+    integral, floats otherwise; ``tasks`` is always a float in continuous mode and an int in
+    discrete mode; ``demanded_tasks`` is ``None`` for unbounded.
+    """
+    whole_tasks = allocation.mode == "discrete"
+    return {
+        "mode": allocation.mode,
+        "policy": allocation.policy,
+        "capacity": _vector(allocation.capacity),
+        "groups": {
+            name: {
+                "weight": _json_number(group.weight),
+                "tasks": int(group.tasks) if whole_tasks else float(group.tasks),
+                "demanded_tasks": group.demanded_tasks,
+                "allocation": _vector(group.allocation),
+                "dominant_resources": list(group.dominant_resources),
+                "dominant_share": _json_number(group.dominant_share),
+                "stop": group.stop.describe(),
+            }
+            for name, group in allocation.groups.items()
+        },
+        "trace": [
+            {
+                "step": row.step,
+                "event": row.event,
+                "group": row.group,
+                "resource": row.resource,
+                "frozen": list(row.frozen),
+                "dominant_shares": _vector(row.dominant_shares),
+                "allocated": _vector(row.allocated),
+            }
+            for row in allocation.trace
+        ],
+    }
+
+
+def format_share(value: Number, *, percent: bool = True) -> str:
+    """A share of the host: ``2/3 (66.7%)`` when exact with a small denominator, else ``66.7%``.
+
+    With ``percent=False`` an exact share is just ``2/3``; whole shares are ``0`` and ``1``.
+    """
+    if isinstance(value, (int, Fraction)):
+        share = Fraction(value)
+        if share.denominator == 1:
+            return str(share.numerator)
+        if share.denominator <= _MAX_DENOMINATOR:
+            return f"{share} ({float(share):.1%})" if percent else str(share)
+    return f"{float(value):.1%}"
+
+
+def _event(row: TraceRow) -> str:
+    if row.event == "saturated":
+        return f"{row.resource} saturated"
+    if row.event == "skipped":
+        return f"skipped: {row.resource} full"
+    return row.event.replace("_", " ")
+
+
+def _amount(resource: str, value: Number) -> str:
+    return format_size(value) if _is_size(resource) else format_number(value)
+
+
+def _is_size(resource: str) -> bool:
+    return resource.startswith(("memory", "io"))
+
+
+def _fractions_of_capacity(resource: str, amounts: list[Number], capacity: Number) -> list[str]:
+    """One trace column: each amount as a fraction of ``capacity``.
+
+    Over the capacity in its own unit when that is a small whole number and every amount of the
+    column is whole in it, as the paper writes ``4/18`` (GB) and ``9/9`` (CPUs); otherwise
+    reduced (``5/9``), or a percentage for float or awkward values. Zero is ``0``.
+    """
+    if capacity == 0:
+        return ["—"] * len(amounts)
+    if not all(isinstance(v, (int, Fraction)) for v in (*amounts, capacity)):
+        return [f"{float(amount) / float(capacity):.1%}" for amount in amounts]
+    shares = [Fraction(amount) / Fraction(capacity) for amount in amounts]
+    units = _whole_units(resource, Fraction(capacity))
+    if units is not None and all((share * units).denominator == 1 for share in shares):
+        return [f"{share * units}/{units}" if share else "0" for share in shares]
+    return [format_share(share, percent=False) for share in shares]
+
+
+def _whole_units(resource: str, capacity: Fraction) -> int | None:
+    """The capacity as a small whole count of its display unit (18G → 18, 9 CPUs → 9), or None."""
+    scale = 1
+    if _is_size(resource):
+        # The largest suffix the capacity is a whole number of, as format_size would show it.
+        scale = next((SUFFIXES[s] for s in ("T", "G", "M", "K") if (capacity / SUFFIXES[s]).denominator == 1), 1)
+    units = capacity / scale
+    return int(units) if units.denominator == 1 and 1 <= units <= _MAX_DENOMINATOR else None
+
+
+def _vector(values: Mapping[str, Number]) -> dict[str, int | float]:
+    return {name: _json_number(value) for name, value in values.items()}
+
+
+def _json_number(value: Number) -> int | float:
+    if isinstance(value, (int, Fraction)) and Fraction(value).denominator == 1:
+        return int(value)
+    return float(value)

@@ -1,0 +1,68 @@
+"""``governor simulate``: run a fairness policy on a scenario file and show the allocation."""
+
+from __future__ import annotations
+
+import click
+
+from governor.errors import AllocationInputError, ConfigError
+
+# Spelled out, not read from governor.policies.POLICIES, so `--help` loads no allocator code.
+POLICY_NAMES = ("drf", "asset", "ceei")
+MODES = ("continuous", "discrete")
+
+
+@click.command()
+@click.argument("scenario", type=click.Path())
+@click.option("--mode", type=click.Choice(MODES), default="continuous", show_default=True,
+              help="continuous: divisible tasks (share mode); discrete: whole tasks (queue mode).")
+@click.option("--policy", type=click.Choice(POLICY_NAMES), default="drf", show_default=True,
+              help="drf, or a comparison from the paper: asset fairness, CEEI (continuous only).")
+@click.option("--trace", is_flag=True, help="Also show the filling step by step (paper Table 1).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+def simulate(scenario: str, mode: str, policy: str, trace: bool, as_json: bool) -> None:
+    """Allocate the capacity in SCENARIO (a TOML file) among its groups and show the result.
+
+    Amounts in JSON are base units: cores, bytes, bytes/s.
+    """
+    if policy == "ceei" and mode == "discrete":
+        raise click.BadOptionUsage("policy", "--policy ceei needs --mode continuous (CEEI divides tasks)")
+    # Imported here so commands that never simulate do not pay for them.
+    from governor.policies import allocate
+    from governor.scenario import allocation_error, load_scenario
+
+    loaded = load_scenario(_read_toml(scenario), scenario)
+    try:
+        allocation = allocate(policy, loaded.capacity, loaded.groups, mode=mode, trace=trace)
+    except AllocationInputError as error:
+        raise allocation_error(error, scenario) from error
+
+    if as_json:
+        import json
+
+        from cli.render import allocation_json
+
+        click.echo(json.dumps(allocation_json(allocation)))
+        return
+    from rich.console import Console
+
+    from cli.render import allocation_table, trace_table
+
+    console = Console()
+    console.print(allocation_table(allocation))
+    if trace:
+        console.print(trace_table(allocation))
+
+
+def _read_toml(path: str) -> dict:
+    """Read and parse a TOML file; every failure is a ConfigError naming the file."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as stream:
+            return tomllib.load(stream)
+    except OSError as error:
+        raise ConfigError(path, None, f"cannot read: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(path, None, "not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(path, None, f"not valid TOML: {error}") from None

@@ -1,0 +1,113 @@
+"""Domain errors: every failure governor reports derives from :class:`GovernorError`.
+
+OS errors are converted to these at the edge (``cgroups/files.py`` for cgroupfs,
+``cgroups/devices.py`` for block devices, the CLI for files it reads), so callers catch one
+tree and every message says what was wrong and where::
+
+    GovernorError
+    ├── AllocationInputError      bad capacity/demand/weight given to the allocator (group, resource)
+    ├── ConfigError               bad scenario or config file (file, key, reason)
+    ├── CgroupError               a cgroupfs operation failed (path, errno)
+    │   ├── CgroupReadError       reading a cgroup file failed
+    │   ├── CgroupWriteError      writing a value to a cgroup file failed (path, value, errno)
+    │   └── CgroupUnsupported     the host lacks a hierarchy or controller governor needs
+    └── DeviceError               a configured block device cannot be governed (path, reason)
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import os
+
+
+class GovernorError(Exception):
+    """Base of every error governor raises on purpose."""
+
+
+class AllocationInputError(GovernorError, ValueError):
+    """Input the allocator cannot divide fairly.
+
+    Attributes:
+        group: the group whose entry is wrong, or ``None`` for capacity-level errors.
+        resource: the resource concerned, or ``None``.
+        reason: what is wrong, in words.
+    """
+
+    def __init__(self, reason: str, *, group: str | None = None, resource: str | None = None):
+        self.group = group
+        self.resource = resource
+        self.reason = reason
+        where = []
+        if group is not None:
+            where.append(f"group {group!r}")
+        if resource is not None:
+            where.append(f"resource {resource!r}")
+        prefix = ", ".join(where)
+        super().__init__(f"{prefix}: {reason}" if prefix else reason)
+
+
+class ConfigError(GovernorError, ValueError):
+    """A scenario or config file that cannot be used.
+
+    Attributes:
+        file: path of the file (as given by the user), or ``"<string>"``.
+        key: dotted key inside the file (``groups.A.task.cpu``), or ``None`` for the whole file.
+        reason: what is wrong, in words.
+    """
+
+    def __init__(self, file: str, key: str | None, reason: str):
+        self.file = file
+        self.key = key
+        self.reason = reason
+        where = f"{file}: {key}" if key else file
+        super().__init__(f"{where}: {reason}")
+
+
+class CgroupError(GovernorError):
+    """A cgroupfs operation failed.
+
+    Attributes:
+        path: the cgroup directory or file concerned.
+        errno: the OS errno, or ``None`` when the failure is not an OS error.
+    """
+
+    def __init__(self, message: str, *, path: str, errno: int | None = None):
+        self.path = path
+        self.errno = errno
+        detail = f": {os.strerror(errno)} ({_errno.errorcode.get(errno, errno)})" if errno else ""
+        super().__init__(f"{message}{detail}")
+
+
+class CgroupReadError(CgroupError):
+    """Reading ``path`` failed."""
+
+
+class CgroupWriteError(CgroupError):
+    """Writing ``value`` to ``path`` failed; the message reads like runc's
+    ``failed to write "20000 100000" to /sys/fs/cgroup/g/cpu.max: Invalid argument (EINVAL)``.
+
+    Attributes:
+        value: the string that was written.
+    """
+
+    def __init__(self, path: str, value: str, errno: int | None):
+        self.value = value
+        super().__init__(f"failed to write {value!r} to {path}", path=path, errno=errno)
+
+
+class CgroupUnsupported(CgroupError):
+    """The host lacks a cgroup hierarchy, controller or file governor needs."""
+
+
+class DeviceError(GovernorError, ValueError):
+    """A path that should name a block device cannot be resolved to a whole disk's MAJ:MIN.
+
+    Attributes:
+        path: the device path as given (``/dev/nvme0n1p2``).
+        reason: what is wrong, in words (missing, not a block device, no sysfs entry...).
+    """
+
+    def __init__(self, path: str, reason: str):
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")

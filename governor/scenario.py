@@ -1,0 +1,194 @@
+"""Scenario files for ``governor simulate``: a capacity and some groups, checked into exact numbers.
+
+Pure: the caller reads and parses the TOML; this module checks the resulting dict. A scenario
+looks like::
+
+    [capacity]
+    cpu = 9
+    memory = "18G"                 # K M G T are powers of 1024; plain numbers are base units
+    io.nvme0n1.read = "2G"         # dotted keys name the resource "io.nvme0n1.read"
+
+    [groups.A]
+    task = { cpu = 1, memory = "4G" }
+    weight = 1                     # optional, > 0, default 1
+    tasks = 10                     # optional, whole number ≥ 0, default unbounded
+
+Every problem is a :class:`~governor.errors.ConfigError` naming the file, the dotted key and the
+reason. The checks are those of :func:`governor.model.normalize`, done here first so the allocator
+never sees bad input and each error points at the line to fix.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+
+from governor.errors import AllocationInputError, ConfigError
+from governor.model import GroupDemand
+from governor.units import parse_quantity
+
+_SECTIONS = ("capacity", "groups")
+_GROUP_KEYS = ("task", "weight", "tasks")
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A checked scenario.
+
+    Attributes:
+        capacity: resource → amount in base units (cores, bytes, bytes/s), in file order.
+        groups: one :class:`GroupDemand` per ``[groups.<name>]`` table, in file order, with
+            exact amounts and weights.
+    """
+
+    capacity: dict[str, Fraction]
+    groups: list[GroupDemand]
+
+
+def load_scenario(data: Mapping[str, object], file: str) -> Scenario:
+    """Check a parsed scenario file and convert it to exact numbers.
+
+    Args:
+        data: the dict ``tomllib`` returned for the file.
+        file: the file name to put in error messages.
+
+    Returns:
+        the :class:`Scenario`.
+
+    Raises:
+        ConfigError: for a missing ``[capacity]`` or ``[groups]`` section; an unknown key; a value
+            of the wrong type; a negative, non-finite or malformed amount; a weight ≤ 0; a task
+            count that is not a whole number ≥ 0; a task demanding a resource the capacity lacks
+            or whose capacity is 0; a task demanding nothing.
+    """
+    _no_unknown_keys(data, _SECTIONS, None, file)
+    capacity_table = _section(data, "capacity", file)
+    if not capacity_table:
+        raise ConfigError(file, "capacity", "lists no resource; give at least one, e.g. cpu = 4")
+    capacity = _amounts(capacity_table, "capacity", file)
+
+    groups_table = _section(data, "groups", file)
+    if not groups_table:
+        raise ConfigError(file, "groups", "defines no group; add a table like [groups.A]")
+    groups = [
+        _group(name, table, capacity, file) for name, table in groups_table.items()
+    ]
+    return Scenario(capacity, groups)
+
+
+def allocation_error(error: AllocationInputError, file: str) -> ConfigError:
+    """Point an error the allocator raised at the scenario key it comes from.
+
+    ``group`` and ``resource`` become ``groups.<group>.task.<resource>``, ``groups.<group>`` or
+    ``capacity.<resource>``; an error about neither names the whole file.
+    """
+    if error.group is not None:
+        key = _key("groups", error.group)
+        if error.resource is not None:
+            key += f".task.{error.resource}"
+    elif error.resource is not None:
+        key = f"capacity.{error.resource}"
+    else:
+        key = None
+    return ConfigError(file, key, error.reason)
+
+
+def _section(data: Mapping[str, object], name: str, file: str) -> Mapping[str, object]:
+    if name not in data:
+        raise ConfigError(file, name, f"missing section [{name}]")
+    table = data[name]
+    if not isinstance(table, Mapping):
+        raise ConfigError(file, name, f"must be a table [{name}], got {_type(table)}")
+    return table
+
+
+def _group(name: str, table: object, capacity: Mapping[str, Fraction], file: str) -> GroupDemand:
+    where = _key("groups", name)
+    if not isinstance(table, Mapping):
+        raise ConfigError(file, where, f"must be a table [{where}], got {_type(table)}")
+    _no_unknown_keys(table, _GROUP_KEYS, where, file)
+    if "task" not in table:
+        raise ConfigError(file, f"{where}.task", "missing; give the demand of one task, e.g. task = { cpu = 1 }")
+    task_table = table["task"]
+    if not isinstance(task_table, Mapping):
+        raise ConfigError(file, f"{where}.task", f"must be a table like {{ cpu = 1 }}, got {_type(task_table)}")
+    task = _amounts(task_table, f"{where}.task", file)
+    for resource, amount in task.items():
+        if resource not in capacity:
+            raise ConfigError(
+                file, f"{where}.task.{resource}",
+                f"resource not in [capacity] (capacity has: {', '.join(capacity)})",
+            )
+        if amount > 0 and capacity[resource] == 0:
+            raise ConfigError(file, f"{where}.task.{resource}", f"demands capacity.{resource}, which is 0")
+    if not any(task.values()):
+        raise ConfigError(file, f"{where}.task", "demands nothing; a task must need some resource")
+    return GroupDemand(name=name, task=task, weight=_weight(table, where, file), tasks=_tasks(table, where, file))
+
+
+def _weight(table: Mapping[str, object], where: str, file: str) -> Fraction:
+    if "weight" not in table:
+        return Fraction(1)
+    value = table["weight"]
+    # Sizes make no sense as weights, so a string is a type error rather than "1K".
+    if isinstance(value, str):
+        raise ConfigError(file, f"{where}.weight", f"must be a number, got string {value!r}")
+    try:
+        weight = parse_quantity(value)
+    except ValueError as error:
+        raise ConfigError(file, f"{where}.weight", str(error)) from None
+    if weight == 0:
+        raise ConfigError(file, f"{where}.weight", "must be > 0")
+    return weight
+
+
+def _tasks(table: Mapping[str, object], where: str, file: str) -> int | None:
+    if "tasks" not in table:
+        return None
+    value = table["tasks"]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(
+            file, f"{where}.tasks", f"must be a whole number ≥ 0 (leave it out for unbounded), got {value!r}"
+        )
+    return value
+
+
+def _amounts(table: Mapping[str, object], where: str, file: str) -> dict[str, Fraction]:
+    """Flatten a table of amounts, so ``io.sda.read = "1G"`` (nested by TOML) is resource ``io.sda.read``."""
+    amounts: dict[str, Fraction] = {}
+    for resource, value in _flatten(table, ""):
+        key = f"{where}.{resource}"
+        if resource in amounts:
+            raise ConfigError(file, key, "given twice (once as a dotted key, once quoted)")
+        try:
+            amounts[resource] = parse_quantity(value)
+        except ValueError as error:
+            raise ConfigError(file, key, str(error)) from None
+    return amounts
+
+
+def _flatten(table: Mapping[str, object], prefix: str):
+    for name, value in table.items():
+        if isinstance(value, Mapping):
+            yield from _flatten(value, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", value
+
+
+def _no_unknown_keys(table: Mapping[str, object], allowed: tuple[str, ...], where: str | None, file: str) -> None:
+    for name in table:
+        if name not in allowed:
+            key = f"{where}.{name}" if where else name
+            raise ConfigError(file, key, f"unknown key; allowed keys: {', '.join(allowed)}")
+
+
+def _key(section: str, name: str) -> str:
+    # Quote names TOML would need quoted, so "groups.a.b.task" stays unambiguous.
+    return f"{section}.{name}" if _BARE_KEY.match(name) else f'{section}."{name}"'
+
+
+def _type(value: object) -> str:
+    return {str: "a string", list: "an array", bool: "a boolean"}.get(type(value), type(value).__name__)

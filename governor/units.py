@@ -1,0 +1,68 @@
+"""Quantities as people write them, and back.
+
+Sizes follow systemd and the kernel: the suffixes ``K M G T`` are powers of 1024, so ``"4G"``
+is 4 × 1024³ bytes and ``"2G"`` as an I/O rate is 2 × 1024³ bytes/s. Plain numbers are base
+units (cores, bytes, bytes/s). Parsing is exact: it returns a :class:`fractions.Fraction`, so a
+scenario computed with it reproduces the paper's shares to the last digit.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+SUFFIXES = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+_QUANTITY = re.compile(r"^\s*(?P<number>\d+(?:\.\d*)?|\.\d+)\s*(?P<suffix>[KMGT]?)\s*$", re.IGNORECASE)
+
+
+def parse_quantity(value: object) -> Fraction:
+    """Parse a non-negative quantity: an int, a finite float, or a string like ``"18G"``.
+
+    Returns:
+        the value in base units as an exact Fraction (floats are read by their decimal
+        representation, so ``0.1`` is exactly 1/10).
+
+    Raises:
+        ValueError: with a message fit to follow a file and key, for booleans, negative or
+            non-finite numbers, and strings that are not a number with an optional K/M/G/T suffix.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number or a size like \"4G\", got {value!r}")
+    if isinstance(value, int):
+        number = Fraction(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"must be a finite number, got {value!r}")
+        number = Fraction(repr(value))
+    elif isinstance(value, str):
+        match = _QUANTITY.match(value)
+        if match is None:
+            raise ValueError(
+                f"expected a number with an optional K, M, G or T suffix (powers of 1024), got {value!r}"
+            )
+        number = Fraction(match["number"]) * SUFFIXES[match["suffix"].upper()]
+    else:
+        raise ValueError(f"expected a number or a size like \"4G\", got {type(value).__name__}")
+    if number < 0:
+        raise ValueError(f"must not be negative, got {value!r}")
+    return number
+
+
+def format_size(value: float | Fraction, *, precision: int = 1) -> str:
+    """Render bytes (or bytes/s) with the largest K/M/G/T suffix that keeps the number ≥ 1.
+
+    ``format_size(12 * 1024**3) == "12.0G"``; values under 1 KiB keep no suffix.
+    """
+    number = float(value)
+    for suffix in ("T", "G", "M", "K"):
+        scale = SUFFIXES[suffix]
+        if abs(number) >= scale:
+            return f"{number / scale:.{precision}f}{suffix}"
+    return f"{number:.0f}" if number == int(number) else f"{number:.{precision}f}"
+
+
+def format_number(value: float | Fraction, *, precision: int = 3) -> str:
+    """Render a count or core figure without trailing zeros: ``3``, ``2.5``, ``0.333``."""
+    text = f"{float(value):.{precision}f}".rstrip("0").rstrip(".")
+    return text if text not in ("", "-0") else "0"

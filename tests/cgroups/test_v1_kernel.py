@@ -1,0 +1,183 @@
+"""CgroupV1Driver against the real v1 hierarchies (hybrid/legacy hosts, as root).
+
+Each test gets its own root, ``governor-test-<random>``, under this process's own cgroup in
+every hierarchy; only children started here are moved into it; everything is killed and
+removed afterwards.
+"""
+
+import errno
+import os
+import re
+import secrets
+import shutil
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+
+from cgroups.detect import cgroup_dirs, v1_mounts
+from cgroups.devices import whole_disk
+from cgroups.files import read_file
+from cgroups.limits import CgroupLimits, IoMax
+from cgroups.v1 import CgroupV1Driver
+from cgroup_helpers import BUSY, HOG, SLEEPER, Children, cpu_tolerance, measure_cores, removal_order
+from governor.errors import CgroupWriteError
+
+pytestmark = pytest.mark.kernel_v1
+V1_NEEDED = ("cpu", "cpuacct", "cpuset", "memory")
+
+
+def skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root to create cgroups"
+    missing = [c for c in V1_NEEDED if c not in v1_mounts()]
+    if missing:
+        return f"cgroup v1 hierarchies not mounted: {' '.join(missing)}"
+    return None
+
+
+@pytest.fixture
+def v1():
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    dirs = cgroup_dirs()
+    name = f"governor-test-{secrets.token_hex(4)}"
+    driver = CgroupV1Driver({c: dirs[c] / name for c in (*V1_NEEDED, "blkio") if c in dirs})
+    children = Children()
+    try:
+        driver.create("")
+        yield driver, children
+    finally:
+        children.kill_all()
+        for rel in removal_order(driver):
+            driver.remove(rel)
+        assert not any(root.exists() for root in driver.roots.values())
+
+
+def test_cpu_quota_holds_busy_child(v1, record_property):
+    driver, children = v1
+    driver.create("g/t")
+    assert driver.apply("g", CgroupLimits(cpu_quota_usec=30_000)) == [
+        "cpu.cfs_period_us", "cpu.cfs_quota_us"]
+    busy = children.python(BUSY)
+    driver.move("g/t", busy.pid)
+    assert driver.pids("g/t") == [busy.pid]
+    assert driver.pids("g") == []
+    measure_cores(driver, "g", 0.5)  # let the child start
+    cores = measure_cores(driver, "g", 2.0)
+    print(f"v1 cpu.cfs_quota_us 30000/100000: busy child used {cores:.3f} cores")
+    record_property("v1_cpu_cores_at_0.3", round(cores, 3))
+    assert abs(cores - 0.3) <= cpu_tolerance()
+    child_cores = sum(psutil.Process(busy.pid).cpu_times()[:2])
+    assert child_cores > 0
+    stats = driver.read_stats("g")
+    assert stats.populated and driver.read_stats("g/t").populated
+    assert stats.cpu_nr_throttled > 0 and stats.cpu_throttled_usec > 0
+    assert stats.cpu_usage_usec >= 0.3 * 2.0e6 * 0.8
+    assert 0 < stats.memory_current_bytes < 1 << 30
+    busy.kill()
+    busy.wait()
+    assert not driver.read_stats("g").populated
+
+
+def test_apply_diff_reset_and_cpuset_on_real_files(v1):
+    driver, children = v1
+    driver.create("g")
+    cpu_dir, cpuset_dir = driver.path("cpu", "g"), driver.path("cpuset", "g")
+    assert read_file(cpuset_dir, "cpuset.cpus").strip() == read_file(
+        cpuset_dir.parent, "cpuset.cpus").strip()  # copied from the parent on create
+    limits = CgroupLimits(cpu_quota_usec=50_000, cpu_weight=200, cpuset_cpus="0",
+                          memory_high_bytes=32 << 20, memory_max_bytes=64 << 20)
+    assert len(driver.apply("g", limits)) == 6
+    assert driver.apply("g", limits) == []
+    assert read_file(cpu_dir, "cpu.cfs_quota_us").strip() == "50000"
+    assert read_file(cpu_dir, "cpu.shares").strip() == "2048"
+    assert read_file(driver.path("memory", "g"), "memory.limit_in_bytes").strip() == str(64 << 20)
+    sleeper = children.python(SLEEPER)
+    driver.move("g", sleeper.pid)
+    assert psutil.Process(sleeper.pid).cpu_affinity() == [0]
+    assert driver.apply("g", CgroupLimits(memory_max_bytes=64 << 20)) == [
+        "cpu.cfs_period_us", "cpu.cfs_quota_us", "cpu.shares", "cpuset.cpus",
+        "memory.soft_limit_in_bytes"]
+    assert read_file(cpu_dir, "cpu.cfs_quota_us").strip() == "-1"
+    assert read_file(cpu_dir, "cpu.shares").strip() == "1024"
+    parent_cpus = read_file(cpuset_dir.parent, "cpuset.cpus").strip()
+    assert read_file(cpuset_dir, "cpuset.cpus").strip() == parent_cpus
+    assert len(psutil.Process(sleeper.pid).cpu_affinity()) == psutil.cpu_count()
+
+
+def test_kernel_rejects_bad_value_with_named_error(v1):
+    driver, _ = v1
+    driver.create("g")
+    with pytest.raises(CgroupWriteError) as info:
+        driver.apply("g", CgroupLimits(cpuset_cpus="63"))
+    assert info.value.errno in (errno.EINVAL, errno.ERANGE)  # kernel-version dependent
+    assert info.value.path == str(driver.path("cpuset", "g") / "cpuset.cpus")
+    assert info.value.value == "63"
+
+
+def test_memory_limit_oom_kills_only_the_offender(v1, record_property):
+    driver, children = v1
+    driver.create("m")
+    driver.apply("m", CgroupLimits(memory_max_bytes=64 << 20))
+    calm = children.python(SLEEPER)
+    hog = children.python(HOG, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    driver.move("m", calm.pid)
+    driver.move("m", hog.pid)
+    hog.stdin.write(b"\n")
+    hog.stdin.flush()
+    assert hog.wait(timeout=60) == -9
+    assert hog.stdout.read() == b""
+    assert calm.poll() is None
+    stats = driver.read_stats("m")
+    print(f"v1 memory.limit_in_bytes 64M: hog rc={hog.returncode}, events={stats.memory_events},"
+          f" usage={stats.memory_current_bytes}")
+    record_property("v1_memory_events", stats.memory_events)
+    assert stats.memory_events["max"] > 0
+    assert stats.memory_events.get("oom_kill", 1) >= 1
+    assert stats.memory_current_bytes <= 64 << 20
+    assert driver.pids("m") == [calm.pid]
+
+
+@pytest.fixture
+def loop_device(tmp_path):
+    if not shutil.which("losetup"):
+        pytest.skip("losetup not installed")
+    image = tmp_path / "scratch.img"
+    with open(image, "wb") as f:
+        f.truncate(64 << 20)
+    result = subprocess.run(["losetup", "-f", "--show", str(image)], capture_output=True,
+                            text=True)
+    if result.returncode != 0:
+        pytest.skip(f"losetup failed: {result.stderr.strip()}")
+    device = result.stdout.strip()
+    try:
+        yield Path(device)
+    finally:
+        subprocess.run(["losetup", "-d", device], check=True)
+
+
+def test_blkio_write_bps_on_loop_device(v1, loop_device, record_property):
+    driver, children = v1
+    if "blkio" not in driver.roots:
+        pytest.skip("blkio hierarchy not mounted")
+    device = whole_disk(loop_device)
+    rate = 10 << 20
+    driver.create("io")
+    driver.apply("io", CgroupLimits(io_max=(IoMax(device, wbps=rate),)))
+    dd = children.start(["sh", "-c", f"read go; exec dd if=/dev/zero of={loop_device} bs=1M "
+                                     "count=30 oflag=direct"],
+                        stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    driver.move("io", dd.pid)
+    dd.stdin.write("\n")
+    dd.stdin.close()
+    assert dd.wait(timeout=60) == 0
+    report = dd.stderr.read()
+    copied, seconds = re.search(r"(\d+) bytes .* copied, ([\d.]+) s", report).groups()
+    measured = int(copied) / float(seconds)
+    print(f"v1 blkio write_bps {rate} on {loop_device} ({device}): {measured / 2**20:.2f} MiB/s")
+    record_property("v1_blkio_wbps_MiB", round(measured / 2**20, 2))
+    assert abs(measured - rate) <= 0.15 * rate
+    assert driver.read_stats("io").io_stat[device]["wbytes"] >= 30 << 20

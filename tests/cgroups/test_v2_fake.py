@@ -1,0 +1,180 @@
+"""CgroupV2Driver on a fake cgroupfs in tmp_path: diffing, write order and error paths only
+(the behaviour of real limits is proved in test_v2_kernel.py)."""
+
+import errno
+import logging
+import shutil
+
+import pytest
+
+import cgroups.v2
+from cgroups.limits import CgroupLimits, IoMax
+from cgroups.v2 import CgroupV2Driver
+from governor.errors import CgroupError, CgroupUnsupported, CgroupWriteError
+
+LIMIT_FILES = ("cpu.weight", "cpu.max", "cpuset.cpus", "memory.high", "memory.max", "io.max")
+LIMITS = CgroupLimits(cpu_quota_usec=30_000, cpu_weight=50, cpuset_cpus="1",
+                      memory_high_bytes=64 << 20, memory_max_bytes=128 << 20,
+                      io_max=(IoMax("8:0", wbps=10 << 20), IoMax("8:16", rbps=1 << 20)))
+
+
+def fake_cgroup(directory, controllers="cpuset cpu io memory pids", current_bytes=0):
+    """A directory that looks like a v2 cgroup with every governed controller enabled."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "cgroup.controllers").write_text(controllers + "\n")
+    (directory / "cgroup.subtree_control").write_text("\n")
+    (directory / "cgroup.procs").write_text("")
+    (directory / "memory.current").write_text(f"{current_bytes}\n")
+    for name in LIMIT_FILES:
+        (directory / name).write_text("")
+    return directory
+
+
+@pytest.fixture
+def writes(monkeypatch):
+    """Every (file name, value) the driver writes, in order."""
+    log = []
+    real = cgroups.v2.write_file
+
+    def recording(directory, name, value):
+        log.append((name, value))
+        real(directory, name, value)
+
+    monkeypatch.setattr(cgroups.v2, "write_file", recording)
+    return log
+
+
+@pytest.fixture
+def driver(tmp_path):
+    fake_cgroup(tmp_path / "root")
+    fake_cgroup(tmp_path / "root" / "g")
+    return CgroupV2Driver(tmp_path / "root")
+
+
+def test_first_apply_writes_everything_in_documented_order(driver, writes):
+    written = driver.apply("g", LIMITS)
+    assert written == ["cpu.weight", "cpu.max", "cpuset.cpus", "memory.high", "memory.max",
+                       "io.max", "io.max"]
+    assert writes == [("cpu.weight", "50"), ("cpu.max", "30000 100000"), ("cpuset.cpus", "1"),
+                      ("memory.high", "67108864"), ("memory.max", "134217728"),
+                      ("io.max", "8:0 rbps=max wbps=10485760"),
+                      ("io.max", "8:16 rbps=1048576 wbps=max")]
+
+
+def test_second_identical_apply_writes_nothing(driver, writes):
+    driver.apply("g", LIMITS)
+    writes.clear()
+    assert driver.apply("g", LIMITS) == []
+    assert writes == []
+
+
+def test_changed_field_writes_only_that_file(driver, writes):
+    driver.apply("g", LIMITS)
+    writes.clear()
+    changed = CgroupLimits(cpu_quota_usec=45_000, cpu_weight=50, cpuset_cpus="1",
+                           memory_high_bytes=64 << 20, memory_max_bytes=128 << 20,
+                           io_max=LIMITS.io_max)
+    assert driver.apply("g", changed) == ["cpu.max"]
+    assert writes == [("cpu.max", "45000 100000")]
+    assert (driver.path("g") / "cpu.max").read_text() == "45000 100000"
+
+
+def test_unset_field_is_reset_to_unlimited(driver, writes):
+    driver.apply("g", LIMITS)
+    writes.clear()
+    fewer = CgroupLimits(cpu_weight=50, cpuset_cpus="1", memory_high_bytes=64 << 20,
+                         io_max=(IoMax("8:0", wbps=10 << 20),))
+    assert driver.apply("g", fewer) == ["cpu.max", "memory.max", "io.max"]
+    assert writes == [("cpu.max", "max 100000"), ("memory.max", "max"),
+                      ("io.max", "8:16 rbps=max wbps=max")]
+    writes.clear()
+    assert driver.apply("g", fewer) == []
+
+
+def test_failed_write_names_file_value_errno_and_is_retried(driver, writes):
+    (driver.path("g") / "memory.max").unlink()  # as if the memory controller were off
+    with pytest.raises(CgroupWriteError) as info:
+        driver.apply("g", LIMITS)
+    assert info.value.path == str(driver.path("g") / "memory.max")
+    assert info.value.value == "134217728"
+    assert info.value.errno == errno.ENOENT
+    (driver.path("g") / "memory.max").write_text("")
+    writes.clear()
+    # Everything before the failure is recorded as written; only the rest is retried.
+    assert driver.apply("g", LIMITS) == ["memory.max", "io.max", "io.max"]
+
+
+def test_vanished_cgroup_is_logged_at_debug(driver, tmp_path, caplog):
+    vanished = CgroupV2Driver(tmp_path / "root")
+    caplog.set_level(logging.DEBUG, logger="cgroups.v2")
+    with pytest.raises(CgroupWriteError) as info:
+        vanished.apply("task-gone", CgroupLimits(cpu_weight=10))
+    assert info.value.errno == errno.ENOENT
+    [record] = [r for r in caplog.records if "vanished" in r.getMessage()]
+    assert record.levelno == logging.DEBUG
+
+
+def test_memory_max_below_usage_warns_before_writing(tmp_path, writes, caplog):
+    fake_cgroup(tmp_path / "root")
+    fake_cgroup(tmp_path / "root" / "g", current_bytes=200 << 20)
+    driver = CgroupV2Driver(tmp_path / "root")
+    caplog.set_level(logging.WARNING, logger="cgroups.v2")
+    driver.apply("g", CgroupLimits(memory_max_bytes=100 << 20))
+    [warning] = caplog.records
+    assert warning.levelno == logging.WARNING
+    assert "104857600" in warning.getMessage() and "209715200" in warning.getMessage()
+    caplog.clear()
+    driver.apply("g", CgroupLimits(memory_max_bytes=300 << 20))
+    assert caplog.records == []
+
+
+def test_enable_controllers_top_down_only_missing(tmp_path, writes):
+    root = fake_cgroup(tmp_path / "root")
+    fake_cgroup(root / "g")
+    fake_cgroup(root / "g" / "t")
+    (root / "cgroup.subtree_control").write_text("cpu\n")
+    CgroupV2Driver(root).enable_controllers("g/t", ["cpu", "memory", "io"])
+    assert writes == [("cgroup.subtree_control", "+memory +io"),
+                      ("cgroup.subtree_control", "+cpu +memory +io")]
+    assert (root / "g" / "cgroup.subtree_control").read_text() == "+cpu +memory +io"
+
+
+def test_enable_missing_controller_is_unsupported(tmp_path, writes):
+    root = fake_cgroup(tmp_path / "root", controllers="cpu memory")
+    fake_cgroup(root / "g")
+    with pytest.raises(CgroupUnsupported, match="io not available") as info:
+        CgroupV2Driver(root).enable_controllers("g", ["cpu", "io"])
+    assert info.value.path == str(root / "cgroup.controllers")
+    assert writes == []
+
+
+def test_create_remove_and_forget(tmp_path, writes):
+    driver = CgroupV2Driver(tmp_path / "root")
+    driver.create("g/t")
+    driver.create("g/t")
+    assert driver.children() == ["g"] and driver.children("g") == ["t"]
+    with pytest.raises(CgroupError):
+        driver.remove("g")  # has a child
+    driver.remove("g/t")
+    driver.remove("g/t")  # already gone: fine
+    assert driver.children("g") == []
+
+
+def test_removed_cgroup_is_forgotten(driver, monkeypatch):
+    # On cgroupfs rmdir takes the interface files with it; a plain directory needs rmtree.
+    monkeypatch.setattr(cgroups.v2, "remove_dir", lambda d: shutil.rmtree(d) or True)
+    driver.apply("g", CgroupLimits(cpu_weight=10))
+    driver.remove("g")
+    fake_cgroup(driver.path("g"))
+    assert driver.apply("g", CgroupLimits(cpu_weight=10)) == ["cpu.weight"]
+
+
+def test_move_pids_and_paths(driver, writes):
+    driver.move("g", 4242)
+    assert writes == [("cgroup.procs", "4242")]
+    assert driver.pids("g") == [4242]
+    assert driver.events_path("g") == driver.root / "g" / "cgroup.events"
+    with pytest.raises(ValueError):
+        driver.path("../escape")
+    with pytest.raises(ValueError):
+        driver.path("/abs")

@@ -1,0 +1,50 @@
+"""Bad allocator input raises AllocationInputError naming the group and resource."""
+
+import math
+
+import pytest
+
+from governor.drf import discrete_filling, progressive_filling
+from governor.errors import AllocationInputError
+from governor.model import GroupDemand as G
+
+CAPACITY = {"cpu": 4, "memory": 8}
+
+
+@pytest.mark.parametrize(
+    ("capacity", "groups", "group", "resource", "words"),
+    [
+        ({}, [G("a", {"cpu": 1})], None, None, "capacity lists no resource"),
+        ({"cpu": -1}, [G("a", {"cpu": 1})], None, "cpu", "negative"),
+        ({"cpu": math.inf}, [G("a", {"cpu": 1})], None, "cpu", "finite"),
+        (CAPACITY, [G("a", {"cpu": math.nan})], "a", "cpu", "finite"),
+        (CAPACITY, [G("a", {"cpu": -0.5})], "a", "cpu", "negative"),
+        (CAPACITY, [G("a", {"cpu": "1"})], "a", "cpu", "must be a number"),
+        (CAPACITY, [G("a", {"cpu": 1}, weight=0)], "a", None, "weight must be > 0"),
+        (CAPACITY, [G("a", {"cpu": 1}, weight=-2)], "a", None, "negative"),
+        (CAPACITY, [G("a", {"gpu": 1})], "a", "gpu", "capacity does not list"),
+        ({"cpu": 4, "gpu": 0}, [G("a", {"gpu": 1})], "a", "gpu", "capacity is 0"),
+        (CAPACITY, [G("a", {"cpu": 0, "memory": 0})], "a", None, "all zero"),
+        (CAPACITY, [G("a", {"cpu": 1}, tasks=-1)], "a", None, "task count"),
+        (CAPACITY, [G("a", {"cpu": 1}, tasks=1.5)], "a", None, "task count"),
+        (CAPACITY, [G("a", {"cpu": 1}), G("a", {"memory": 1})], "a", None, "twice"),
+    ],
+)
+@pytest.mark.parametrize("fill", [progressive_filling, discrete_filling])
+def test_bad_input_names_group_and_resource(fill, capacity, groups, group, resource, words):
+    with pytest.raises(AllocationInputError) as caught:
+        fill(capacity, groups)
+    assert caught.value.group == group
+    assert caught.value.resource == resource
+    assert words in str(caught.value)
+
+
+def test_a_resource_nobody_demands_may_have_zero_capacity():
+    result = progressive_filling({"cpu": 4, "gpu": 0}, [G("a", {"cpu": 1})])
+    assert result.groups["a"].tasks == 4
+
+
+def test_discrete_refuses_an_unbounded_placement_storm():
+    with pytest.raises(AllocationInputError, match="task count") as caught:
+        discrete_filling({"memory": 2000}, [G("tiny", {"memory": 1})], max_placements=1000)
+    assert caught.value.group == "tiny"

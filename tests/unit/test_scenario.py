@@ -1,0 +1,151 @@
+"""governor.scenario: good files become exact numbers; each bad input names its key."""
+
+from __future__ import annotations
+
+import copy
+from fractions import Fraction
+
+import pytest
+
+from governor.errors import AllocationInputError, ConfigError
+from governor.model import GroupDemand
+from governor.scenario import allocation_error, load_scenario
+
+G = 1024**3
+M = 1024**2
+
+# The paper's §4.1 example plus an I/O device (dotted keys, as tomllib returns them: nested).
+GOOD = {
+    "capacity": {"cpu": 9, "memory": "18G", "io": {"sda": {"read": "2G"}}},
+    "groups": {
+        "A": {"task": {"cpu": 1, "memory": "4G"}},
+        "B": {"task": {"cpu": 3, "memory": "1G", "io": {"sda": {"read": "512M"}}}, "weight": 2.5, "tasks": 10},
+    },
+}
+
+
+def test_good_scenario_parses_to_exact_values():
+    scenario = load_scenario(GOOD, "s.toml")
+
+    assert scenario.capacity == {"cpu": 9, "memory": 18 * G, "io.sda.read": 2 * G}
+    assert all(type(v) is Fraction for v in scenario.capacity.values())
+    assert list(scenario.capacity) == ["cpu", "memory", "io.sda.read"]
+    assert scenario.groups == [
+        GroupDemand("A", {"cpu": Fraction(1), "memory": Fraction(4 * G)}, Fraction(1), None),
+        GroupDemand("B", {"cpu": Fraction(3), "memory": Fraction(G), "io.sda.read": Fraction(512 * M)},
+                    Fraction(5, 2), 10),
+    ]
+
+
+def test_float_amounts_are_read_as_written_decimals():
+    data = {"capacity": {"cpu": 0.3}, "groups": {"A": {"task": {"cpu": 0.1}, "weight": 0.1}}}
+    scenario = load_scenario(data, "s.toml")
+    assert scenario.capacity["cpu"] == Fraction(3, 10)
+    assert scenario.groups[0].task["cpu"] == Fraction(1, 10)
+    assert scenario.groups[0].weight == Fraction(1, 10)
+
+
+def test_quoted_resource_name_equals_dotted_one():
+    data = {"capacity": {"io.sda.read": "1G"}, "groups": {"A": {"task": {"io": {"sda": {"read": "1M"}}}}}}
+    assert load_scenario(data, "s.toml").groups[0].task == {"io.sda.read": M}
+
+
+def _with(path: tuple[str, ...], value) -> dict:
+    """GOOD with the key at ``path`` set to ``value`` (or removed when value is _DELETE)."""
+    data = copy.deepcopy(GOOD)
+    table = data
+    for name in path[:-1]:
+        table = table[name]
+    if value is _DELETE:
+        del table[path[-1]]
+    else:
+        table[path[-1]] = value
+    return data
+
+
+_DELETE = object()
+
+BAD = [
+    # (path to change, new value, expected key, words expected in the reason)
+    (("capacity",), _DELETE, "capacity", "missing section"),
+    (("groups",), _DELETE, "groups", "missing section"),
+    (("capacity",), 9, "capacity", "must be a table"),
+    (("capacity",), {}, "capacity", "no resource"),
+    (("groups",), {}, "groups", "no group"),
+    (("extra",), 1, "extra", "allowed keys: capacity, groups"),
+    (("capacity", "memory"), "18X", "capacity.memory", "suffix"),
+    (("capacity", "memory"), -1, "capacity.memory", "negative"),
+    (("capacity", "cpu"), float("inf"), "capacity.cpu", "finite"),
+    (("capacity", "cpu"), float("nan"), "capacity.cpu", "finite"),
+    (("capacity", "cpu"), True, "capacity.cpu", "expected a number"),
+    (("capacity", "cpu"), [1], "capacity.cpu", "expected a number"),
+    (("capacity", "io", "sda", "read"), "fast", "capacity.io.sda.read", "suffix"),
+    (("groups", "A"), 3, "groups.A", "must be a table"),
+    (("groups", "A", "task"), _DELETE, "groups.A.task", "missing"),
+    (("groups", "A", "task"), 1, "groups.A.task", "must be a table"),
+    (("groups", "A", "cpus"), 1, "groups.A.cpus", "allowed keys: task, weight, tasks"),
+    (("groups", "A", "task", "cpu"), "1 core", "groups.A.task.cpu", "suffix"),
+    (("groups", "A", "task", "cpu"), -0.5, "groups.A.task.cpu", "negative"),
+    (("groups", "A", "task", "gpu"), 1, "groups.A.task.gpu", "not in [capacity] (capacity has: cpu, memory, io.sda.read)"),
+    (("groups", "A", "task"), {"cpu": 0, "memory": "0G"}, "groups.A.task", "demands nothing"),
+    (("groups", "A", "weight"), 0, "groups.A.weight", "> 0"),
+    (("groups", "A", "weight"), -2, "groups.A.weight", "negative"),
+    (("groups", "A", "weight"), "2", "groups.A.weight", "must be a number"),
+    (("groups", "A", "weight"), float("inf"), "groups.A.weight", "finite"),
+    (("groups", "A", "tasks"), 2.5, "groups.A.tasks", "whole number"),
+    (("groups", "A", "tasks"), -1, "groups.A.tasks", "whole number"),
+    (("groups", "A", "tasks"), True, "groups.A.tasks", "whole number"),
+    (("groups", "A", "tasks"), "3", "groups.A.tasks", "whole number"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "key", "reason"), BAD, ids=[f"{k}={v!r}" for _, v, k, _ in BAD])
+def test_bad_input_names_file_key_and_reason(path, value, key, reason):
+    with pytest.raises(ConfigError) as caught:
+        load_scenario(_with(path, value), "bad.toml")
+    error = caught.value
+    assert (error.file, error.key) == ("bad.toml", key)
+    assert reason in error.reason
+    assert str(error) == f"bad.toml: {key}: {error.reason}"
+
+
+def test_demand_on_zero_capacity_names_the_task_key():
+    data = _with(("capacity", "io", "sda", "read"), 0)
+    with pytest.raises(ConfigError) as caught:
+        load_scenario(data, "bad.toml")
+    assert caught.value.key == "groups.B.task.io.sda.read"
+    assert "capacity.io.sda.read, which is 0" in caught.value.reason
+
+
+def test_zero_capacity_is_fine_when_nobody_demands_it():
+    data = _with(("capacity", "io", "sda", "read"), 0)
+    del data["groups"]["B"]["task"]["io"]
+    assert load_scenario(data, "s.toml").capacity["io.sda.read"] == 0
+
+
+def test_resource_given_twice_is_refused():
+    data = _with(("capacity", "io.sda.read"), "1G")
+    with pytest.raises(ConfigError) as caught:
+        load_scenario(data, "bad.toml")
+    assert (caught.value.key, "given twice" in caught.value.reason) == ("capacity.io.sda.read", True)
+
+
+def test_group_name_needing_quotes_is_quoted_in_the_key():
+    data = _with(("groups", "lab a"), {"task": {"cpu": -1}})
+    with pytest.raises(ConfigError) as caught:
+        load_scenario(data, "bad.toml")
+    assert caught.value.key == 'groups."lab a".task.cpu'
+
+
+@pytest.mark.parametrize(
+    ("error", "key"),
+    [
+        (AllocationInputError("too many", group="A"), "groups.A"),
+        (AllocationInputError("bad", group="A", resource="cpu"), "groups.A.task.cpu"),
+        (AllocationInputError("bad", resource="memory"), "capacity.memory"),
+        (AllocationInputError("bad"), None),
+    ],
+)
+def test_allocation_error_points_at_the_scenario_key(error, key):
+    converted = allocation_error(error, "s.toml")
+    assert (converted.file, converted.key, converted.reason) == ("s.toml", key, error.reason)
