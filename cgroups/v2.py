@@ -174,6 +174,25 @@ class CgroupV2Driver:
                 self._write(directory, "cgroup.subtree_control",
                             " ".join(f"+{c}" for c in to_enable))
 
+    def delegate_root(self, controllers: Iterable[str]) -> None:
+        """Enable ``controllers`` in the root's parent's ``cgroup.subtree_control`` so the root
+        gets them (needed when governor's root is a new child of the daemon's own cgroup).
+
+        Raises:
+            CgroupUnsupported: a controller is not available in the parent.
+            CgroupWriteError: the kernel refused (``EBUSY``: processes live in the parent).
+        """
+        parent = self.root.parent
+        available = parse_controllers(read_file(parent, "cgroup.controllers"))
+        missing = [c for c in controllers if c not in available]
+        if missing:
+            raise CgroupUnsupported(f"controller(s) {' '.join(missing)} not available in {parent}",
+                                    path=str(parent / "cgroup.controllers"))
+        enabled = parse_controllers(read_file(parent, "cgroup.subtree_control"))
+        to_enable = [c for c in controllers if c not in enabled]
+        if to_enable:
+            self._write(parent, "cgroup.subtree_control", " ".join(f"+{c}" for c in to_enable))
+
     def apply(self, rel: str, limits: CgroupLimits) -> list[str]:
         """Bring cgroup ``rel`` to ``limits``, writing only the files whose value differs from
         what this driver last wrote there, in :data:`~cgroups.limits.V2_ORDER`. A field that

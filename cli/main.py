@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import click
 
+from cli.check_config import check_config
+from cli.daemon_cmd import daemon
+from cli.run import run
 from cli.simulate import simulate
+from cli.status import status
 from governor.errors import ConfigError, GovernorError
 
 # Exit codes: 2 for input the user must fix (click's code for usage errors), 1 for the rest.
@@ -46,4 +50,8 @@ def main() -> None:
     """Share one Linux host among user groups with Dominant Resource Fairness."""
 
 
+main.add_command(daemon)
+main.add_command(run)
 main.add_command(simulate)
+main.add_command(check_config)
+main.add_command(status)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from governor.errors import AllocationInputError, ConfigError
+from governor.errors import AllocationInputError
 
 # Spelled out, not read from governor.policies.POLICIES, so `--help` loads no allocator code.
 POLICY_NAMES = ("drf", "asset", "ceei")
@@ -27,10 +27,12 @@ def simulate(scenario: str, mode: str, policy: str, trace: bool, as_json: bool) 
     if policy == "ceei" and mode == "discrete":
         raise click.BadOptionUsage("policy", "--policy ceei needs --mode continuous (CEEI divides tasks)")
     # Imported here so commands that never simulate do not pay for them.
+    from cli.inputs import read_input
     from governor.policies import allocate
     from governor.scenario import allocation_error, load_scenario
+    from governor.tomlcheck import parse_toml
 
-    loaded = load_scenario(_read_toml(scenario), scenario)
+    loaded = load_scenario(parse_toml(read_input(scenario), scenario), scenario)
     try:
         allocation = allocate(policy, loaded.capacity, loaded.groups, mode=mode, trace=trace)
     except AllocationInputError as error:
@@ -51,18 +53,3 @@ def simulate(scenario: str, mode: str, policy: str, trace: bool, as_json: bool) 
     console.print(allocation_table(allocation))
     if trace:
         console.print(trace_table(allocation))
-
-
-def _read_toml(path: str) -> dict:
-    """Read and parse a TOML file; every failure is a ConfigError naming the file."""
-    import tomllib
-
-    try:
-        with open(path, "rb") as stream:
-            return tomllib.load(stream)
-    except OSError as error:
-        raise ConfigError(path, None, f"cannot read: {error.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(path, None, "not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(path, None, f"not valid TOML: {error}") from None

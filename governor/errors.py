@@ -11,7 +11,11 @@ tree and every message says what was wrong and where::
     │   ├── CgroupReadError       reading a cgroup file failed
     │   ├── CgroupWriteError      writing a value to a cgroup file failed (path, value, errno)
     │   └── CgroupUnsupported     the host lacks a hierarchy or controller governor needs
-    └── DeviceError               a configured block device cannot be governed (path, reason)
+    ├── DeviceError               a configured block device cannot be governed (path, reason)
+    ├── RequestError              a control-socket request the daemon refuses (code, message)
+    ├── DaemonError               the daemon answered a client with ok=false (code, message)
+    └── ControlSocketError        the control socket cannot be bound, reached or read (path, reason)
+        └── DaemonNotRunning      no socket file, or nobody listening on it (client side)
 """
 
 from __future__ import annotations
@@ -111,3 +115,66 @@ class DeviceError(GovernorError, ValueError):
         self.path = path
         self.reason = reason
         super().__init__(f"{path}: {reason}")
+
+
+class RequestError(GovernorError):
+    """A control-socket request the daemon refuses; the server sends it back as
+    ``{"ok": false, "error": {"code": code, "message": message}}``.
+
+    Raised by ``governor.protocol.parse_request`` (``bad_request``, ``too_large``,
+    ``unknown_op``) and by the daemon's request handler (``forbidden``, ``not_found``,
+    ``exceeds_capacity``, ``unavailable``). The codes are listed in ``governor/protocol.py``.
+
+    Attributes:
+        code: the machine-readable error code.
+        message: what is wrong, in words; for ``bad_request`` it names the field.
+    """
+
+    def __init__(self, code: str, message: str):
+        self.code = code
+        self.message = message
+        super().__init__(message)
+
+
+class DaemonError(GovernorError):
+    """The daemon answered a client request with ``ok: false``.
+
+    Attributes:
+        code: the error code from the reply (``forbidden``, ``exceeds_capacity``...).
+        message: the daemon's message.
+    """
+
+    def __init__(self, code: str, message: str):
+        self.code = code
+        self.message = message
+        super().__init__(f"{message} ({code})")
+
+
+class ControlSocketError(GovernorError):
+    """The control socket cannot be used: bound by the daemon, reached or read by a client.
+
+    Attributes:
+        path: the socket path.
+        reason: what is wrong, in words.
+    """
+
+    def __init__(self, path: str, reason: str):
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+class DaemonNotRunning(ControlSocketError):
+    """No daemon listens on the control socket: the file is missing or the connection is refused.
+
+    The message reads ``governor daemon is not running (no socket at /run/governor/governor.sock)``.
+
+    Attributes:
+        reason: ``"no socket"`` or ``"connection refused"``.
+    """
+
+    def __init__(self, path: str, reason: str):
+        self.path = path
+        self.reason = reason
+        # Not ControlSocketError's "path: reason": this message is a sentence for the user.
+        GovernorError.__init__(self, f"governor daemon is not running ({reason} at {path})")

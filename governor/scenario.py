@@ -20,18 +20,16 @@ never sees bad input and each error points at the line to fix.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
 from governor.errors import AllocationInputError, ConfigError
 from governor.model import GroupDemand
-from governor.units import parse_quantity
+from governor.tomlcheck import amount, join_key, no_unknown_keys, number, subtable, type_name
 
 _SECTIONS = ("capacity", "groups")
 _GROUP_KEYS = ("task", "weight", "tasks")
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 @dataclass(frozen=True)
@@ -64,13 +62,13 @@ def load_scenario(data: Mapping[str, object], file: str) -> Scenario:
             count that is not a whole number ≥ 0; a task demanding a resource the capacity lacks
             or whose capacity is 0; a task demanding nothing.
     """
-    _no_unknown_keys(data, _SECTIONS, None, file)
-    capacity_table = _section(data, "capacity", file)
+    no_unknown_keys(data, _SECTIONS, None, file)
+    capacity_table = subtable(data, "capacity", None, file, required=True)
     if not capacity_table:
         raise ConfigError(file, "capacity", "lists no resource; give at least one, e.g. cpu = 4")
     capacity = _amounts(capacity_table, "capacity", file)
 
-    groups_table = _section(data, "groups", file)
+    groups_table = subtable(data, "groups", None, file, required=True)
     if not groups_table:
         raise ConfigError(file, "groups", "defines no group; add a table like [groups.A]")
     groups = [
@@ -86,7 +84,7 @@ def allocation_error(error: AllocationInputError, file: str) -> ConfigError:
     ``capacity.<resource>``; an error about neither names the whole file.
     """
     if error.group is not None:
-        key = _key("groups", error.group)
+        key = join_key("groups", error.group)
         if error.resource is not None:
             key += f".task.{error.resource}"
     elif error.resource is not None:
@@ -96,33 +94,24 @@ def allocation_error(error: AllocationInputError, file: str) -> ConfigError:
     return ConfigError(file, key, error.reason)
 
 
-def _section(data: Mapping[str, object], name: str, file: str) -> Mapping[str, object]:
-    if name not in data:
-        raise ConfigError(file, name, f"missing section [{name}]")
-    table = data[name]
-    if not isinstance(table, Mapping):
-        raise ConfigError(file, name, f"must be a table [{name}], got {_type(table)}")
-    return table
-
-
 def _group(name: str, table: object, capacity: Mapping[str, Fraction], file: str) -> GroupDemand:
-    where = _key("groups", name)
+    where = join_key("groups", name)
     if not isinstance(table, Mapping):
-        raise ConfigError(file, where, f"must be a table [{where}], got {_type(table)}")
-    _no_unknown_keys(table, _GROUP_KEYS, where, file)
+        raise ConfigError(file, where, f"must be a table [{where}], got {type_name(table)}")
+    no_unknown_keys(table, _GROUP_KEYS, where, file)
     if "task" not in table:
         raise ConfigError(file, f"{where}.task", "missing; give the demand of one task, e.g. task = { cpu = 1 }")
     task_table = table["task"]
     if not isinstance(task_table, Mapping):
-        raise ConfigError(file, f"{where}.task", f"must be a table like {{ cpu = 1 }}, got {_type(task_table)}")
+        raise ConfigError(file, f"{where}.task", f"must be a table like {{ cpu = 1 }}, got {type_name(task_table)}")
     task = _amounts(task_table, f"{where}.task", file)
-    for resource, amount in task.items():
+    for resource, needed in task.items():
         if resource not in capacity:
             raise ConfigError(
                 file, f"{where}.task.{resource}",
                 f"resource not in [capacity] (capacity has: {', '.join(capacity)})",
             )
-        if amount > 0 and capacity[resource] == 0:
+        if needed > 0 and capacity[resource] == 0:
             raise ConfigError(file, f"{where}.task.{resource}", f"demands capacity.{resource}, which is 0")
     if not any(task.values()):
         raise ConfigError(file, f"{where}.task", "demands nothing; a task must need some resource")
@@ -132,17 +121,7 @@ def _group(name: str, table: object, capacity: Mapping[str, Fraction], file: str
 def _weight(table: Mapping[str, object], where: str, file: str) -> Fraction:
     if "weight" not in table:
         return Fraction(1)
-    value = table["weight"]
-    # Sizes make no sense as weights, so a string is a type error rather than "1K".
-    if isinstance(value, str):
-        raise ConfigError(file, f"{where}.weight", f"must be a number, got string {value!r}")
-    try:
-        weight = parse_quantity(value)
-    except ValueError as error:
-        raise ConfigError(file, f"{where}.weight", str(error)) from None
-    if weight == 0:
-        raise ConfigError(file, f"{where}.weight", "must be > 0")
-    return weight
+    return number(table["weight"], f"{where}.weight", file, positive=True)
 
 
 def _tasks(table: Mapping[str, object], where: str, file: str) -> int | None:
@@ -163,10 +142,7 @@ def _amounts(table: Mapping[str, object], where: str, file: str) -> dict[str, Fr
         key = f"{where}.{resource}"
         if resource in amounts:
             raise ConfigError(file, key, "given twice (once as a dotted key, once quoted)")
-        try:
-            amounts[resource] = parse_quantity(value)
-        except ValueError as error:
-            raise ConfigError(file, key, str(error)) from None
+        amounts[resource] = amount(value, key, file)
     return amounts
 
 
@@ -176,19 +152,3 @@ def _flatten(table: Mapping[str, object], prefix: str):
             yield from _flatten(value, f"{prefix}{name}.")
         else:
             yield f"{prefix}{name}", value
-
-
-def _no_unknown_keys(table: Mapping[str, object], allowed: tuple[str, ...], where: str | None, file: str) -> None:
-    for name in table:
-        if name not in allowed:
-            key = f"{where}.{name}" if where else name
-            raise ConfigError(file, key, f"unknown key; allowed keys: {', '.join(allowed)}")
-
-
-def _key(section: str, name: str) -> str:
-    # Quote names TOML would need quoted, so "groups.a.b.task" stays unambiguous.
-    return f"{section}.{name}" if _BARE_KEY.match(name) else f'{section}."{name}"'
-
-
-def _type(value: object) -> str:
-    return {str: "a string", list: "an array", bool: "a boolean"}.get(type(value), type(value).__name__)

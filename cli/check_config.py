@@ -1,0 +1,87 @@
+"""``governor check-config``: check a config file and say how governor reads it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from governor.config import Config
+
+# What each enforcement mode writes, for the summary.
+_ENFORCEMENT_FILES = {
+    "quota": "cpu.max",
+    "cores": "cpu.max + exclusive cpuset.cpus",
+    "soft": "memory.high",
+    "hard": "memory.high + memory.max",
+}
+
+
+@click.command("check-config")
+@click.argument("file", required=False, type=click.Path())
+@click.option("--default", "show_default", is_flag=True,
+              help="Print the embedded default config instead, to start a file from.")
+def check_config(file: str | None, show_default: bool) -> None:
+    """Check the config FILE and print a summary of it; exit 2 if it is refused.
+
+    Sizes print with K/M/G/T suffixes (powers of 1024); CPU is in cores.
+    """
+    # Imported here so `governor run` does not load the config checker.
+    from governor.config import DEFAULT_CONFIG, parse_config
+
+    if show_default == (file is not None):
+        raise click.UsageError("give FILE to check, or --default to print the embedded default")
+    if show_default:
+        click.echo(DEFAULT_CONFIG, nl=False)
+        return
+    from cli.inputs import read_input
+
+    config = parse_config(read_input(file), file)
+    click.echo(f"{file}: OK")
+    for line in summary(config):
+        click.echo(line)
+
+
+def summary(config: Config) -> list[str]:
+    """The lines ``check-config`` prints for a checked :class:`~governor.config.Config`."""
+    from governor.units import format_number, format_size
+
+    lines = ["capacity:"]
+    if config.cpu_cores is None:
+        lines.append(f"  cpu: host CPUs minus {format_number(config.reserve_cpu_cores)} reserved")
+    else:
+        lines.append(f"  cpu: {format_number(config.cpu_cores)} cores (fixed)")
+    if config.memory_bytes is None:
+        lines.append(f"  memory: host memory minus {format_size(config.reserve_memory_bytes)} reserved")
+    else:
+        lines.append(f"  memory: {format_size(config.memory_bytes)} (fixed)")
+    for device in config.io_devices:
+        lines.append(f"  io {device.name} ({device.device}): read {format_size(device.read_bps)}/s, "
+                     f"write {format_size(device.write_bps)}/s")
+    if not config.io_devices:
+        lines.append("  io: no block device governed")
+
+    task = f"default task: cpu {format_number(config.task_cpu_cores)}, memory {format_size(config.task_memory_bytes)}"
+    if config.io_devices:
+        task += (f", io read {format_size(config.task_io_read_bps)}/s, "
+                 f"write {format_size(config.task_io_write_bps)}/s on each device")
+    lines.append(task)
+    lines.append(f"enforcement: cpu {config.cpu_enforcement} ({_ENFORCEMENT_FILES[config.cpu_enforcement]}), "
+                 f"memory {config.memory_enforcement} ({_ENFORCEMENT_FILES[config.memory_enforcement]})")
+
+    lines.append("groups:")
+    for rule in config.groups:
+        members = [f"users {', '.join(rule.users)}"] if rule.users else []
+        members += [f"unix groups {', '.join(rule.unix_groups)}"] if rule.unix_groups else []
+        lines.append(f"  {rule.name}: weight {format_number(rule.weight)}; {'; '.join(members)}")
+    if config.everyone_weight is not None:
+        lines.append(f'  "*": weight {format_number(config.everyone_weight)}; '
+                     "every user in no explicit group, a group of their own")
+    else:
+        lines.append("  users in no group above cannot launch tasks")
+    admin = f"root and members of {config.admin_group}" if config.admin_group else "root only"
+    lines.append(f"admin: {admin}")
+    lines.append(f"daemon: sample every {format_number(config.sample_interval_s)}s, "
+                 f"reconcile every {format_number(config.reconcile_interval_s)}s, state in {config.state_dir}")
+    return lines

@@ -1,0 +1,50 @@
+"""``governor daemon``: run the root daemon that divides this host by DRF (DESIGN.md §4–8)."""
+
+from __future__ import annotations
+
+import click
+
+DEFAULT_CONFIG = "/etc/governor/governor.toml"
+
+
+@click.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help=f"Config file. Default: {DEFAULT_CONFIG} if it exists, else the embedded default "
+                   "(every user a group of their own, host minus a small reserve).")
+@click.option("--socket", "socket_path", metavar="PATH",
+              help="Control socket. Default: $GOVERNOR_SOCKET, else /run/governor/governor.sock.")
+@click.option("--cgroup-root", default="governor", show_default=True, metavar="PATH",
+              help="governor's cgroup root: relative = below the daemon's own cgroup; absolute = a v2 "
+                   "cgroup directory, or a path inside every v1 hierarchy.")
+@click.option("--state-dir", metavar="DIR", help="Task records (overrides [daemon] state_dir).")
+def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, state_dir: str | None) -> None:
+    """Run the governor daemon (as root) until SIGTERM or SIGINT. Tasks outlive it."""
+    import asyncio
+    import os
+    from pathlib import Path
+
+    import psutil
+
+    from cgroups.devices import whole_disk
+    from cli.client import socket_path as resolve_socket
+    from cli.inputs import read_input
+    from governor.config import default_config, parse_config
+    from governor.daemon import Daemon
+    from governor.errors import GovernorError
+    from governor.hierarchy import open_hierarchy
+    from governor.logs import setup_logging
+    from governor.state import TaskStore
+
+    setup_logging()
+    if config_path is None and os.path.exists(DEFAULT_CONFIG):
+        config_path = DEFAULT_CONFIG
+    config = parse_config(read_input(config_path), config_path) if config_path else default_config()
+    if os.geteuid() != 0:
+        raise GovernorError("governor daemon must run as root: it creates cgroups and moves processes")
+    io_devices = {device.name: whole_disk(device.device) for device in config.io_devices}
+    hierarchy = open_hierarchy(cgroup_root)
+    store = TaskStore(Path(state_dir or config.state_dir))
+    server = Daemon(config, config_path or "<embedded default>", hierarchy, store,
+                    host_cpus=sorted(os.sched_getaffinity(0)), host_memory=psutil.virtual_memory().total,
+                    io_devices=io_devices)
+    asyncio.run(server.serve(resolve_socket(socket_path)))

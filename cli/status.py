@@ -1,0 +1,36 @@
+"""``governor status``: ask the daemon for a snapshot and show it (rich tables, or ``--json``)."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the status object as one JSON line.")
+@click.option("--socket", "socket_option", metavar="PATH",
+              help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
+def status(as_json: bool, socket_option: str | None) -> None:
+    """Show capacity, groups, allocations, tasks and measured usage.
+
+    Amounts in JSON are base units: cores, bytes, bytes/s; times are Unix seconds.
+    """
+    import json
+    import time
+
+    from cli.client import call, socket_path
+    from governor.errors import ControlSocketError
+
+    path = socket_path(socket_option)
+    snapshot = call(path, {"op": "status"}).get("status")
+    if not isinstance(snapshot, dict):
+        raise ControlSocketError(path, "the daemon's status reply has no status object")
+    if as_json:
+        click.echo(json.dumps(snapshot))
+        return
+    from rich.console import Console
+
+    from cli.status_view import status_renderables
+
+    console = Console()
+    for renderable in status_renderables(snapshot, now=time.time()):
+        console.print(renderable)

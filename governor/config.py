@@ -1,0 +1,303 @@
+"""The daemon's config file (``/etc/governor/governor.toml``), checked into a frozen :class:`Config`.
+
+Pure: the caller reads the file, and passes host facts (CPUs, memory) to :meth:`Config.capacity`.
+``configs/governor.toml`` documents every key; in short::
+
+    [capacity]                  # optional cpu / memory: divide exactly these instead of the host's
+    reserve = { cpu = 0.5, memory = "1G" }   # subtracted from the host's values only
+    [[capacity.io]]             # one per governed block device; read and write bytes/s required
+    device = "/dev/nvme0n1"
+    read = "2G"
+    write = "1G"
+    [defaults.task]             # demand of a task launched without flags
+    cpu = 1
+    memory = "1G"
+    [enforcement]
+    cpu = "quota"               # or "cores"
+    memory = "soft"             # or "hard"
+    [groups.physics]            # explicit groups, by users and Unix groups
+    weight = 2
+    unix_groups = ["physics"]
+    [groups."*"]                # everyone in no explicit group: one group per user
+    [daemon]
+    admin_group = "wheel"
+
+Every key but ``[groups]`` is optional; a left-out key takes the value :data:`DEFAULT_CONFIG`
+spells out. Every problem is a :class:`~governor.errors.ConfigError` naming the file, the dotted
+key and the reason.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from governor.config_types import Config, GroupRule, IoDevice, group_name_problem
+from governor.errors import ConfigError
+from governor.tomlcheck import amount, join_key, no_unknown_keys, number, parse_toml, subtable, type_name
+
+__all__ = ["CONFIG_PATH", "DEFAULT_CONFIG", "EVERYONE", "Config", "GroupRule", "IoDevice",
+           "default_config", "group_name_problem", "load_config", "parse_config"]
+
+CONFIG_PATH = "/etc/governor/governor.toml"
+DEFAULT_FILE = "<embedded default>"
+# The groups table that stands for every user in no explicit group, one group per user.
+EVERYONE = "*"
+
+DEFAULT_CONFIG = """\
+# governor's embedded default config (`governor check-config --default` prints it).
+# Every user is a group of their own with weight 1; governor divides the host's CPUs and
+# memory, minus a small reserve for the system, and governs no block device.
+
+[capacity]
+reserve = { cpu = 0.25, memory = "256M" }
+
+[defaults.task]
+cpu = 1
+memory = "512M"
+
+[enforcement]
+cpu = "quota"
+memory = "soft"
+
+[groups."*"]
+weight = 1
+
+[daemon]
+sample_interval = 1.0
+reconcile_interval = 5.0
+state_dir = "/run/governor/state"
+"""
+
+# Values of left-out keys; DEFAULT_CONFIG spells the same ones out (a test keeps them equal).
+_RESERVE_CPU_CORES = 0.25
+_RESERVE_MEMORY_BYTES = 256 * 1024**2
+_TASK_CPU_CORES = 1.0
+_TASK_MEMORY_BYTES = 512 * 1024**2
+_WEIGHT = 1.0
+_SAMPLE_INTERVAL_S = 1.0
+_RECONCILE_INTERVAL_S = 5.0
+_STATE_DIR = "/run/governor/state"
+
+_SECTIONS = ("capacity", "defaults", "enforcement", "groups", "daemon")
+_CAPACITY_KEYS = ("cpu", "memory", "reserve", "io")
+_RESERVE_KEYS = ("cpu", "memory")
+_IO_KEYS = ("device", "read", "write")
+_TASK_KEYS = ("cpu", "memory", "io_read", "io_write")
+# The first choice is the default.
+_ENFORCEMENT = {"cpu": ("quota", "cores"), "memory": ("soft", "hard")}
+_GROUP_KEYS = ("weight", "users", "unix_groups")
+_DAEMON_KEYS = ("admin_group", "sample_interval", "reconcile_interval", "state_dir")
+
+_T = TypeVar("_T")
+
+
+def parse_config(text: str | bytes, file: str) -> Config:
+    """Parse and check config text (bytes must be UTF-8).
+
+    Raises:
+        ConfigError: naming ``file`` alone for text that is not UTF-8 or not TOML (the reason
+            carries tomllib's line and column), else naming the key at fault (see :func:`load_config`).
+    """
+    return load_config(parse_toml(text, file), file)
+
+
+def default_config() -> Config:
+    """The embedded default, :data:`DEFAULT_CONFIG`, checked (file name ``"<embedded default>"``)."""
+    return parse_config(DEFAULT_CONFIG, DEFAULT_FILE)
+
+
+def load_config(data: Mapping[str, object], file: str) -> Config:
+    """Check a parsed config file and convert it to a :class:`Config`.
+
+    Args:
+        data: the dict ``tomllib`` returned for the file.
+        file: the file name to put in error messages (kept in :attr:`Config.file`).
+
+    Raises:
+        ConfigError: for an unknown key; a value of the wrong type; a negative, non-finite or
+            malformed amount; a capacity, bandwidth, weight or interval ≤ 0; a reserve given
+            beside an explicit capacity it could not apply to; an I/O entry missing a key, with
+            a device path not under ``/dev/`` or repeating another's path or name; a default task
+            demanding nothing, or I/O with no device governed; an enforcement mode not allowed; no
+            group; an unusable group name or a group nobody could join; a non-absolute state_dir.
+    """
+    no_unknown_keys(data, _SECTIONS, None, file)
+    capacity = subtable(data, "capacity", None, file)
+    no_unknown_keys(capacity, _CAPACITY_KEYS, "capacity", file)
+    cpu_cores = _value(capacity, "cpu", "capacity", file, _positive, None)
+    memory_bytes = _value(capacity, "memory", "capacity", file, _positive_bytes, None)
+    reserve = subtable(capacity, "reserve", "capacity", file)
+    no_unknown_keys(reserve, _RESERVE_KEYS, "capacity.reserve", file)
+    # The reserve comes off the host's values only; beside an explicit value it would be ignored.
+    for name, explicit in (("cpu", cpu_cores), ("memory", memory_bytes)):
+        if name in reserve and explicit is not None:
+            raise ConfigError(file, f"capacity.reserve.{name}",
+                              f"has no effect: capacity.{name} is given and is divided as it is")
+    io_devices = _io_devices(capacity, file)
+    task = _task(data, io_devices, file)
+
+    enforcement = subtable(data, "enforcement", None, file)
+    no_unknown_keys(enforcement, tuple(_ENFORCEMENT), "enforcement", file)
+    modes = {name: _choice(enforcement, name, file) for name in _ENFORCEMENT}
+
+    groups, everyone_weight = _groups(data, file)
+
+    daemon = subtable(data, "daemon", None, file)
+    no_unknown_keys(daemon, _DAEMON_KEYS, "daemon", file)
+    return Config(
+        cpu_cores=cpu_cores,
+        memory_bytes=memory_bytes,
+        reserve_cpu_cores=_value(reserve, "cpu", "capacity.reserve", file, _cores, _RESERVE_CPU_CORES),
+        reserve_memory_bytes=_value(reserve, "memory", "capacity.reserve", file, _bytes, _RESERVE_MEMORY_BYTES),
+        io_devices=io_devices,
+        task_cpu_cores=task["cpu"],
+        task_memory_bytes=task["memory"],
+        task_io_read_bps=task["io_read"],
+        task_io_write_bps=task["io_write"],
+        cpu_enforcement=modes["cpu"],
+        memory_enforcement=modes["memory"],
+        groups=groups,
+        everyone_weight=everyone_weight,
+        admin_group=_value(daemon, "admin_group", "daemon", file, _string, None),
+        sample_interval_s=_value(daemon, "sample_interval", "daemon", file, _positive, _SAMPLE_INTERVAL_S),
+        reconcile_interval_s=_value(daemon, "reconcile_interval", "daemon", file, _positive, _RECONCILE_INTERVAL_S),
+        state_dir=_value(daemon, "state_dir", "daemon", file, _absolute_path, _STATE_DIR),
+        file=file,
+    )
+
+
+def _io_devices(capacity: Mapping[str, object], file: str) -> tuple[IoDevice, ...]:
+    entries = capacity.get("io", [])
+    if not isinstance(entries, list) or not all(isinstance(entry, Mapping) for entry in entries):
+        raise ConfigError(file, "capacity.io",
+                          f"must be an array of tables, one [[capacity.io]] per device, got {type_name(entries)}")
+    devices: list[IoDevice] = []
+    for index, entry in enumerate(entries):
+        where = f"capacity.io[{index}]"
+        no_unknown_keys(entry, _IO_KEYS, where, file)
+        for name in _IO_KEYS:
+            if name not in entry:
+                raise ConfigError(file, f"{where}.{name}",
+                                  "missing; each [[capacity.io]] gives device, read and write (bytes/s)")
+        path = _device_path(entry["device"], f"{where}.device", file)
+        name = posixpath.basename(path)
+        for other_index, other in enumerate(devices):
+            if other.device == path:
+                raise ConfigError(file, f"{where}.device", f"{path} is listed twice (also capacity.io[{other_index}])")
+            if other.name == name:
+                raise ConfigError(file, f"{where}.device",
+                                  f"has the name {name!r} of capacity.io[{other_index}] ({other.device}); "
+                                  f"resources are named io.<name>.read/write, so names must differ")
+        devices.append(IoDevice(device=path, name=name,
+                                read_bps=_positive_bytes(entry["read"], f"{where}.read", file),
+                                write_bps=_positive_bytes(entry["write"], f"{where}.write", file)))
+    return tuple(devices)
+
+
+def _task(data: Mapping[str, object], io_devices: tuple[IoDevice, ...], file: str) -> dict[str, float]:
+    defaults = subtable(data, "defaults", None, file)
+    no_unknown_keys(defaults, ("task",), "defaults", file)
+    table = subtable(defaults, "task", "defaults", file)
+    no_unknown_keys(table, _TASK_KEYS, "defaults.task", file)
+    task = {
+        "cpu": _value(table, "cpu", "defaults.task", file, _cores, _TASK_CPU_CORES),
+        "memory": _value(table, "memory", "defaults.task", file, _bytes, _TASK_MEMORY_BYTES),
+        "io_read": _value(table, "io_read", "defaults.task", file, _bytes, 0),
+        "io_write": _value(table, "io_write", "defaults.task", file, _bytes, 0),
+    }
+    for name in ("io_read", "io_write"):
+        if task[name] and not io_devices:
+            raise ConfigError(file, f"defaults.task.{name}",
+                              "no block device is governed; add a [[capacity.io]] entry or leave this out")
+    if not any(task.values()):
+        raise ConfigError(file, "defaults.task", "demands nothing; a task must need some resource")
+    return task
+
+
+def _groups(data: Mapping[str, object], file: str) -> tuple[tuple[GroupRule, ...], float | None]:
+    table = subtable(data, "groups", None, file, required=True)
+    if not table:
+        raise ConfigError(file, "groups", 'defines no group; add [groups."*"] for one group per user')
+    rules: list[GroupRule] = []
+    everyone_weight = None
+    for name in table:
+        where = join_key("groups", name)
+        rule = subtable(table, name, "groups", file)
+        if name == EVERYONE:
+            no_unknown_keys(rule, ("weight",), where, file)
+            everyone_weight = _value(rule, "weight", where, file, _positive, _WEIGHT)
+            continue
+        problem = group_name_problem(name)
+        if problem is not None:
+            raise ConfigError(file, where, problem)
+        no_unknown_keys(rule, _GROUP_KEYS, where, file)
+        users = _value(rule, "users", where, file, _names, ())
+        unix_groups = _value(rule, "unix_groups", where, file, _names, ())
+        if not users and not unix_groups:
+            raise ConfigError(file, where, "lists no users or unix_groups, so nobody could launch into it")
+        rules.append(GroupRule(name, _value(rule, "weight", where, file, _positive, _WEIGHT), users, unix_groups))
+    return tuple(rules), everyone_weight
+
+
+def _value(table: Mapping[str, object], name: str, where: str, file: str,
+           convert: Callable[[object, str, str], _T], default: _T) -> _T:
+    """``convert`` the value of ``name`` (key ``where.name``), or ``default`` when it is left out."""
+    return convert(table[name], f"{where}.{name}", file) if name in table else default
+
+
+def _cores(value: object, key: str, file: str) -> float:
+    return float(number(value, key, file))
+
+
+def _positive(value: object, key: str, file: str) -> float:
+    return float(number(value, key, file, positive=True))
+
+
+def _bytes(value: object, key: str, file: str) -> int:
+    # Rounded down: "1.3G" is fine to write, and no kernel limit takes a fraction of a byte.
+    return int(amount(value, key, file))
+
+
+def _positive_bytes(value: object, key: str, file: str) -> int:
+    result = _bytes(value, key, file)
+    if result == 0:
+        raise ConfigError(file, key, "must be > 0")
+    return result
+
+
+def _choice(table: Mapping[str, object], name: str, file: str) -> str:
+    choices = _ENFORCEMENT[name]
+    value = table.get(name, choices[0])
+    if value not in choices:
+        raise ConfigError(file, f"enforcement.{name}",
+                          f"must be {' or '.join(f'{c!r}' for c in choices)}, got {value!r}")
+    return value
+
+
+def _string(value: object, key: str, file: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(file, key, f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _names(value: object, key: str, file: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise ConfigError(file, key, f'must be an array of non-empty strings like ["alice"], got {value!r}')
+    return tuple(value)
+
+
+def _device_path(value: object, key: str, file: str) -> str:
+    path = _string(value, key, file)
+    # normpath catches "..", "//" and a trailing "/", which would escape /dev/ or leave no name.
+    if not path.startswith("/dev/") or posixpath.normpath(path) != path:
+        raise ConfigError(file, key, f"must be a normalised path under /dev/ like /dev/nvme0n1, got {path!r}")
+    return path
+
+
+def _absolute_path(value: object, key: str, file: str) -> str:
+    path = _string(value, key, file)
+    if not posixpath.isabs(path):
+        raise ConfigError(file, key, f"must be an absolute path, got {path!r}")
+    return path

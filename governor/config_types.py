@@ -1,0 +1,219 @@
+"""The checked config as the daemon uses it: :class:`Config` and its parts, and group-name rules.
+
+Pure data and lookups; :mod:`governor.config` builds these from a file.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from governor.errors import ConfigError
+from governor.units import format_size
+
+_GROUP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+# Every cgroup directory already holds files named <controller>.<file> (cpu.max, cgroup.procs):
+# mkdir of a group named like one fails, so such names are refused up front.
+_INTERFACE_PREFIXES = ("cgroup", "cpu", "cpuacct", "cpuset", "memory", "io", "blkio", "pids",
+                       "hugetlb", "rdma", "misc", "freezer", "devices", "net_cls", "net_prio", "perf_event")
+
+
+def group_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a group (a cgroup directory under governor's root), or ``None``.
+
+    A group name is 1–64 letters, digits, ``_ . -``, starts with a letter, digit or ``_``, does
+    not start with ``task-`` (task cgroups) and is not ``<controller>.<anything>``.
+    """
+    if not _GROUP_NAME.match(name):
+        return "not a usable group name: 1-64 letters, digits, _ . -, starting with a letter, digit or _"
+    if name.startswith("task-"):
+        return "names starting with task- are kept for task cgroups"
+    prefix, dot, _ = name.partition(".")
+    if dot and prefix in _INTERFACE_PREFIXES:
+        return f"clashes with the cgroup interface files {prefix}.*"
+    return None
+
+
+@dataclass(frozen=True)
+class IoDevice:
+    """A governed block device.
+
+    Attributes:
+        device: the path as configured, under ``/dev/`` (resolved to MAJ:MIN by ``cgroups/devices.py``).
+        name: the path's basename (``nvme0n1``), used in resource names ``io.<name>.read/write``.
+        read_bps, write_bps: bandwidth to divide, bytes/s, > 0.
+    """
+
+    device: str
+    name: str
+    read_bps: int
+    write_bps: int
+
+    @property
+    def read_resource(self) -> str:
+        """The resource name of this device's read bandwidth, ``io.<name>.read``."""
+        return f"io.{self.name}.read"
+
+    @property
+    def write_resource(self) -> str:
+        """The resource name of this device's write bandwidth, ``io.<name>.write``."""
+        return f"io.{self.name}.write"
+
+
+@dataclass(frozen=True)
+class GroupRule:
+    """An explicit ``[groups.<name>]`` table: who may launch into the group, and its DRF weight (> 0)."""
+
+    name: str
+    weight: float
+    users: tuple[str, ...]
+    unix_groups: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Config:
+    """A checked config. Units are in the names: cores, bytes, bytes/s, seconds.
+
+    Attributes:
+        cpu_cores, memory_bytes: explicit ``capacity.cpu`` / ``capacity.memory``, or ``None`` to
+            take the host's value minus the reserve.
+        reserve_cpu_cores, reserve_memory_bytes: ``capacity.reserve``.
+        io_devices: ``[[capacity.io]]``, in file order.
+        task_cpu_cores, task_memory_bytes, task_io_read_bps, task_io_write_bps: ``[defaults.task]``;
+            the I/O rates apply to each governed device.
+        cpu_enforcement: ``"quota"`` or ``"cores"``; memory_enforcement: ``"soft"`` or ``"hard"``.
+        groups: the explicit groups, in file order.
+        everyone_weight: the weight of ``[groups."*"]``, or ``None`` when there is no such table.
+        admin_group: the Unix group allowed admin operations besides root, or ``None``.
+        sample_interval_s, reconcile_interval_s: ``[daemon]`` periods, > 0.
+        state_dir: absolute path of the per-task metadata directory.
+        file: the file the config came from, for errors raised later (not compared).
+    """
+
+    cpu_cores: float | None
+    memory_bytes: int | None
+    reserve_cpu_cores: float
+    reserve_memory_bytes: int
+    io_devices: tuple[IoDevice, ...]
+    task_cpu_cores: float
+    task_memory_bytes: int
+    task_io_read_bps: int
+    task_io_write_bps: int
+    cpu_enforcement: str
+    memory_enforcement: str
+    groups: tuple[GroupRule, ...]
+    everyone_weight: float | None
+    admin_group: str | None
+    sample_interval_s: float
+    reconcile_interval_s: float
+    state_dir: str
+    file: str = field(compare=False)
+
+    @property
+    def resources(self) -> tuple[str, ...]:
+        """Resource names in a fixed order: ``cpu``, ``memory``, then each device's read and write."""
+        names = ["cpu", "memory"]
+        for device in self.io_devices:
+            names += [device.read_resource, device.write_resource]
+        return tuple(names)
+
+    def capacity(self, host_cpus: float, host_memory_bytes: int) -> dict[str, float]:
+        """What governor divides on this host, by resource (in :attr:`resources` order).
+
+        Args:
+            host_cpus: CPUs the host (or the daemon's cgroup) has, cores.
+            host_memory_bytes: memory the host has, bytes.
+
+        Returns:
+            cores for ``cpu``, bytes for ``memory``, bytes/s for ``io.<name>.read/write``.
+
+        Raises:
+            ConfigError: at ``capacity.reserve.cpu`` / ``capacity.reserve.memory`` when the
+                reserve leaves nothing of the host's value.
+        """
+        cpu = self.cpu_cores
+        if cpu is None:
+            cpu = host_cpus - self.reserve_cpu_cores
+            if cpu <= 0:
+                raise ConfigError(self.file, "capacity.reserve.cpu",
+                                  f"reserving {self.reserve_cpu_cores:g} cores leaves nothing of the "
+                                  f"host's {host_cpus:g}; lower it or set capacity.cpu")
+        memory = self.memory_bytes
+        if memory is None:
+            memory = host_memory_bytes - self.reserve_memory_bytes
+            if memory <= 0:
+                raise ConfigError(self.file, "capacity.reserve.memory",
+                                  f"reserving {format_size(self.reserve_memory_bytes)} leaves nothing of the "
+                                  f"host's {format_size(host_memory_bytes)}; lower it or set capacity.memory")
+        capacity: dict[str, float] = {"cpu": cpu, "memory": memory}
+        for device in self.io_devices:
+            capacity[device.read_resource] = device.read_bps
+            capacity[device.write_resource] = device.write_bps
+        return capacity
+
+    def task_demand(self, cpu: float | None = None, memory: int | None = None,
+                    io_read: int | None = None, io_write: int | None = None) -> dict[str, float]:
+        """The demand vector of one task: the given values, ``[defaults.task]`` for the rest.
+
+        Args:
+            cpu: cores; memory: bytes; io_read, io_write: bytes/s on each governed device.
+
+        Returns:
+            resource → amount, in :attr:`resources` order, leaving out resources demanded at 0.
+
+        Raises:
+            ValueError: for a given value that is negative, not finite, or a boolean.
+        """
+        given = {"cpu": cpu, "memory": memory, "io_read": io_read, "io_write": io_write}
+        for name, value in given.items():
+            if value is not None and (isinstance(value, bool) or not math.isfinite(value) or value < 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        io_read = self.task_io_read_bps if io_read is None else io_read
+        io_write = self.task_io_write_bps if io_write is None else io_write
+        demand = {
+            "cpu": self.task_cpu_cores if cpu is None else cpu,
+            "memory": self.task_memory_bytes if memory is None else memory,
+        }
+        for device in self.io_devices:
+            demand[device.read_resource] = io_read
+            demand[device.write_resource] = io_write
+        return {resource: amount for resource, amount in demand.items() if amount}
+
+    def allowed_groups(self, user: str, unix_groups: Collection[str]) -> list[str]:
+        """Every group ``user`` may launch into, the default one first.
+
+        First the explicit groups listing the user in ``users``, then those listing one of
+        ``unix_groups``, each in file order. A user in no explicit group gets their own
+        per-user group when ``[groups."*"]`` exists and the user name is a usable group name
+        that no explicit group has taken. "Everyone else" means just that: a member of an
+        explicit group cannot also run in a group of their own, which would add a second share.
+        """
+        by_user = [rule.name for rule in self.groups if user in rule.users]
+        by_unix = [rule.name for rule in self.groups
+                   if rule.name not in by_user and not set(rule.unix_groups).isdisjoint(unix_groups)]
+        if by_user or by_unix:
+            return by_user + by_unix
+        if self.everyone_weight is not None and group_name_problem(user) is None and self._explicit(user) is None:
+            return [user]
+        return []
+
+    def group_for(self, user: str, unix_groups: Collection[str]) -> str | None:
+        """The group a task of ``user`` goes to when no group is asked for (see :meth:`allowed_groups`),
+        or ``None`` when the user may use no group."""
+        allowed = self.allowed_groups(user, unix_groups)
+        return allowed[0] if allowed else None
+
+    def weight_of(self, group: str) -> float | None:
+        """The weight of an explicit group, or of a per-user group (any other usable name) when
+        ``[groups."*"]`` exists; ``None`` for a name that can be neither, for the caller to refuse."""
+        rule = self._explicit(group)
+        if rule is not None:
+            return rule.weight
+        if self.everyone_weight is not None and group_name_problem(group) is None:
+            return self.everyone_weight
+        return None
+
+    def _explicit(self, name: str) -> GroupRule | None:
+        return next((rule for rule in self.groups if rule.name == name), None)

@@ -1,0 +1,110 @@
+"""Where governor's cgroups live on this host, and the driver that writes them.
+
+``--cgroup-root`` (default ``governor``): a relative path is taken below the daemon's own cgroup
+in every hierarchy (DESIGN.md §8: without systemd the root is a child of the daemon's cgroup);
+an absolute path is a cgroup directory on v2 (``/sys/fs/cgroup/governor``) and a path inside
+every controller's hierarchy on v1 (``/governor`` → ``/sys/fs/cgroup/cpu/governor``, …).
+
+On a unified (v2) host the daemon first moves itself into a leaf ``daemon`` of its own cgroup
+(unless that is the hierarchy's root), because a cgroup whose children use controllers may
+hold no processes (the no-internal-process rule). Hybrid and legacy hosts use the v1 driver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from cgroups import detect
+from cgroups.limits import CgroupLimits, v1_files, v2_files
+from cgroups.v1 import CgroupV1Driver
+from cgroups.v2 import CgroupV2Driver, move_self_to_leaf
+from governor.errors import CgroupUnsupported
+from governor.events import CgroupEventsWatcher, PidfdWatcher
+
+V2_CONTROLLERS = ("cpu", "cpuset", "memory", "io", "pids")
+V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
+
+
+@dataclass
+class Hierarchy:
+    """The cgroup hierarchy governor writes to.
+
+    Attributes:
+        mode: ``"v2"`` or ``"v1"``.
+        driver: the driver rooted at governor's root.
+        root: governor's root, for people (one path on v2; the cpu hierarchy's on v1).
+        controllers: what to enable below the root (v2).
+    """
+
+    mode: Literal["v2", "v1"]
+    driver: CgroupV2Driver | CgroupV1Driver
+    root: str
+    controllers: tuple[str, ...]
+
+    def prepare(self, rel: str) -> None:
+        """Create cgroup ``rel`` (and its group) with the controllers enabled down to it.
+
+        Raises:
+            CgroupError: creation failed; CgroupUnsupported: a controller is missing.
+        """
+        self.driver.create(rel)
+        self.driver.enable_controllers(rel, self.controllers)
+
+    def path(self, rel: str) -> Path:
+        """Directory of cgroup ``rel`` (in the cpu hierarchy on v1)."""
+        return self.driver.path(rel) if self.mode == "v2" else self.driver.path("cpu", rel)
+
+    def watcher(self) -> CgroupEventsWatcher | PidfdWatcher:
+        """The exit watcher for this hierarchy (see :mod:`governor.events`)."""
+        return CgroupEventsWatcher() if self.mode == "v2" else PidfdWatcher()
+
+    def events_path(self, rel: str) -> Path | None:
+        return self.driver.events_path(rel) if self.mode == "v2" else None
+
+    def files(self, limits: CgroupLimits) -> dict[str, str]:
+        """The kernel files and values ``limits`` become here (for replies and status)."""
+        if self.mode == "v2":
+            return {file: value for file, value in v2_files(limits)}
+        return {file: value for _, file, value in v1_files(limits)}
+
+
+def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("/sys/fs/cgroup"),
+                   proc: Path = Path("/proc")) -> Hierarchy:
+    """Detect the host's cgroup mode and create governor's root there.
+
+    Raises:
+        CgroupUnsupported: no usable hierarchy, or a controller governor needs is missing.
+        CgroupError: the root cannot be created or the daemon cannot move into its leaf.
+    """
+    mode = detect.host_mode(cgroup_mount, proc)
+    own = detect.cgroup_dirs("self", proc)
+    if mode == "unified":
+        base = own[""]
+        if cgroup_root.startswith("/"):
+            root = Path(cgroup_root)
+        else:
+            if base != cgroup_mount:
+                move_self_to_leaf(base, "daemon")
+            root = base / cgroup_root
+        available = detect.v2_controllers(root.parent)
+        controllers = tuple(c for c in V2_CONTROLLERS if c in available)
+        for needed in ("cpu", "memory"):
+            if needed not in controllers:
+                raise CgroupUnsupported(f"cgroup v2 controller {needed} is not available in {root.parent}",
+                                        path=str(root.parent / "cgroup.controllers"))
+        driver = CgroupV2Driver(root)
+        driver.create("")
+        driver.delegate_root(controllers)
+        return Hierarchy("v2", driver, str(root), controllers)
+
+    mounts = detect.v1_mounts(proc)
+    roots = {}
+    for controller in V1_CONTROLLERS:
+        if controller in mounts:
+            base = Path(str(mounts[controller]) + cgroup_root) if cgroup_root.startswith("/") else own[controller] / cgroup_root
+            roots[controller] = base
+    driver = CgroupV1Driver(roots)
+    driver.create("")
+    return Hierarchy("v1", driver, str(roots.get("cpu", next(iter(roots.values())))), V1_CONTROLLERS)

@@ -1,0 +1,245 @@
+"""The control-socket protocol: request parsing and reply encoding, with no I/O.
+
+Transport: a Unix stream socket (default ``/run/governor/governor.sock``). A client sends one
+JSON object per line (UTF-8, at most :data:`MAX_LINE_BYTES` bytes before the newline) and gets
+one reply line per request, in order; a connection may carry several requests. The server
+closes the connection on end of input, after :data:`READ_TIMEOUT_S` seconds without a complete
+line, and after a ``too_large`` line. Replies::
+
+    {"ok": true, ...payload}
+    {"ok": false, "error": {"code": "bad_request", "message": "demand.cpu: must be ..."}}
+
+Error codes (:data:`ERROR_CODES`):
+
+- ``bad_request``: not UTF-8 JSON, not an object, or a field unknown, missing or mistyped;
+  the message starts with the field (``pid``, ``demand.memory``, ``command[2]``).
+- ``too_large``: a line longer than :data:`MAX_LINE_BYTES`.
+- ``timeout``: no complete line within the read timeout.
+- ``unknown_op``: ``op`` is a string but not an operation this daemon knows.
+- ``forbidden``: the caller (by its SO_PEERCRED uid/gid/pid) may not do this.
+- ``not_found``: the group (or task) named does not exist.
+- ``exceeds_capacity``: the demand can never fit in the host's capacity.
+- ``unavailable``: the daemon cannot do it on this host (e.g. no cgroup support).
+- ``internal``: a bug in the daemon; it logs the traceback and keeps serving.
+
+Operations; every field is checked and unknown fields are refused:
+
+- ``{"op": "launch", "pid": int > 0, "group": str | null, "demand": {"cpu": number ≥ 0 (cores),
+  "memory": int ≥ 0 (bytes), "io_read": int ≥ 0 (bytes/s), "io_write": int ≥ 0 (bytes/s)},
+  "command": [str, ...]}``. Only ``op`` and ``pid`` are required; ``demand`` may give any subset;
+  ``command`` (≤ 64 items of ≤ 4096 characters) is for display. The pid must be the caller's
+  own. Reply payload: ``{"task": str, "group": str, "cgroup": str, "limits": {file: value}}``.
+- ``{"op": "status"}``. Reply payload: ``{"status": {...}}`` (schema in ``cli/status_view.py``).
+
+Try it by hand::
+
+    $ echo '{"op": "status"}' | nc -U /run/governor/governor.sock
+    {"ok":true,"status":{"daemon":{"pid":812,...},...}}
+    $ socat - UNIX-CONNECT:/run/governor/governor.sock
+    {"op": "launch", "pid": 1}
+    {"ok":false,"error":{"code":"forbidden","message":"pid 1 is not the caller's pid ..."}}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from governor.errors import RequestError
+
+MAX_LINE_BYTES = 65536
+READ_TIMEOUT_S = 10
+MAX_COMMAND_ITEMS = 64
+MAX_COMMAND_ITEM_CHARS = 4096
+# Cgroup files hold signed 64-bit values; a larger byte count can only be a mistake.
+MAX_INT = 2**63 - 1
+
+ERROR_CODES = frozenset({
+    "bad_request", "too_large", "timeout", "unknown_op", "forbidden", "not_found",
+    "exceeds_capacity", "unavailable", "internal",
+})
+# Demand keys on the wire: cpu in cores (any number), the others whole bytes or bytes/s.
+DEMAND_KEYS = ("cpu", "memory", "io_read", "io_write")
+
+
+@dataclass(frozen=True)
+class Peer:
+    """The process at the other end of a connection, from SO_PEERCRED (as of its connect())."""
+
+    pid: int
+    uid: int
+    gid: int
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Ask the daemon to govern process ``pid`` as a new task.
+
+    Attributes:
+        pid: the process to move into the task cgroup (> 0; must be the caller's own).
+        group: the group to launch into, or ``None`` for the caller's default group.
+        demand: the declared demand, a subset of :data:`DEMAND_KEYS`: ``cpu`` a float (cores),
+            ``memory`` an int (bytes), ``io_read``/``io_write`` ints (bytes/s).
+        command: the command line, for display only.
+    """
+
+    pid: int
+    group: str | None
+    demand: dict[str, float | int]
+    command: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StatusRequest:
+    """Ask for a snapshot of groups, tasks, allocations and usage."""
+
+
+Request = LaunchRequest | StatusRequest
+
+
+def parse_request(line: bytes) -> Request:
+    """Parse and validate one request line (the trailing newline is optional).
+
+    Raises:
+        RequestError: ``too_large`` for more than MAX_LINE_BYTES bytes; ``bad_request`` for
+            bad UTF-8 or JSON, a non-object, or any unknown, missing or mistyped field (the
+            message starts with the field's name); ``unknown_op`` for an op string that is
+            not ``launch`` or ``status``.
+    """
+    body = line[:-1] if line.endswith(b"\n") else line
+    if len(body) > MAX_LINE_BYTES:
+        raise RequestError("too_large", f"request line is longer than {MAX_LINE_BYTES} bytes")
+    try:
+        message = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError as error:
+        raise RequestError("bad_request", f"request is not valid UTF-8: {error.reason} at byte {error.start}")
+    except json.JSONDecodeError as error:
+        raise RequestError("bad_request", f"request is not JSON: {error.msg} at column {error.colno}")
+    except RecursionError:
+        raise RequestError("bad_request", "request is nested too deeply") from None
+    if not isinstance(message, dict):
+        raise RequestError("bad_request", f"request must be a JSON object, got {_json_type(message)}")
+    if "op" not in message:
+        raise RequestError("bad_request", "op: missing field")
+    op = message["op"]
+    if not isinstance(op, str):
+        raise RequestError("bad_request", f"op: must be a string, got {_json_type(op)}")
+    if op == "launch":
+        return _parse_launch(message)
+    if op == "status":
+        _check_fields(message, allowed=("op",))
+        return StatusRequest()
+    raise RequestError("unknown_op", f"op: unknown operation {op!r} (known: launch, status)")
+
+
+def ok(payload: dict) -> bytes:
+    """Encode a success reply, ``{"ok": true, ...payload}``, as one newline-terminated line.
+
+    Raises:
+        ValueError: if ``payload`` has an ``ok`` key, or holds NaN/infinity.
+        TypeError: if ``payload`` is not a dict or holds something JSON cannot encode.
+    """
+    if "ok" in payload:
+        raise ValueError("a reply payload must not have an 'ok' key")
+    return _encode({"ok": True, **payload})
+
+
+def error(code: str, message: str) -> bytes:
+    """Encode an error reply, ``{"ok": false, "error": {"code", "message"}}``, as one line.
+
+    Raises:
+        ValueError: if ``code`` is not one of :data:`ERROR_CODES`.
+    """
+    if code not in ERROR_CODES:
+        raise ValueError(f"unknown error code {code!r}")
+    return _encode({"ok": False, "error": {"code": code, "message": message}})
+
+
+def _encode(reply: dict) -> bytes:
+    return json.dumps(reply, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode() + b"\n"
+
+
+def _parse_launch(message: dict) -> LaunchRequest:
+    _check_fields(message, allowed=("op", "pid", "group", "demand", "command"))
+    if "pid" not in message:
+        raise RequestError("bad_request", "pid: missing field")
+    pid = _int(message["pid"], "pid", minimum=1)
+    group = message.get("group")
+    if group is not None and not (isinstance(group, str) and group):
+        raise RequestError("bad_request", f"group: must be a non-empty string or null, got {_json_type(group)}")
+    return LaunchRequest(
+        pid=pid,
+        group=group,
+        demand=_demand(message.get("demand", {})),
+        command=_command(message.get("command", [])),
+    )
+
+
+def _demand(value: object) -> dict[str, float | int]:
+    if not isinstance(value, dict):
+        raise RequestError("bad_request", f"demand: must be an object, got {_json_type(value)}")
+    unknown = sorted(set(value) - set(DEMAND_KEYS))
+    if unknown:
+        raise RequestError("bad_request",
+                           f"demand.{unknown[0]}: unknown field (known: {', '.join(DEMAND_KEYS)})")
+    demand: dict[str, float | int] = {}
+    for key in DEMAND_KEYS:
+        if key not in value:
+            continue
+        field = f"demand.{key}"
+        if key == "cpu":
+            cores = value[key]
+            if isinstance(cores, bool) or not isinstance(cores, (int, float)):
+                raise RequestError("bad_request", f"{field}: must be a number of cores, got {_json_type(cores)}")
+            if not math.isfinite(cores) or cores < 0:
+                raise RequestError("bad_request", f"{field}: must be a finite number ≥ 0, got {cores!r}")
+            demand[key] = float(cores)
+        else:
+            demand[key] = _int(value[key], field, minimum=0)
+    return demand
+
+
+def _command(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise RequestError("bad_request", f"command: must be a list of strings, got {_json_type(value)}")
+    if len(value) > MAX_COMMAND_ITEMS:
+        raise RequestError("bad_request", f"command: at most {MAX_COMMAND_ITEMS} items, got {len(value)}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise RequestError("bad_request", f"command[{i}]: must be a string, got {_json_type(item)}")
+        if len(item) > MAX_COMMAND_ITEM_CHARS:
+            raise RequestError("bad_request",
+                               f"command[{i}]: at most {MAX_COMMAND_ITEM_CHARS} characters, got {len(item)}")
+    return tuple(value)
+
+
+def _int(value: object, field: str, *, minimum: int) -> int:
+    # bool is an int subclass in Python, but `true` is not a pid or a byte count.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RequestError("bad_request", f"{field}: must be an integer, got {_json_type(value)}")
+    if not minimum <= value <= MAX_INT:
+        raise RequestError("bad_request", f"{field}: must be between {minimum} and 2^63-1, got {value}")
+    return value
+
+
+def _check_fields(message: dict, *, allowed: tuple[str, ...]) -> None:
+    unknown = sorted(set(message) - set(allowed))
+    if unknown:
+        raise RequestError("bad_request",
+                           f"{unknown[0]}: unknown field for op {message['op']!r} (known: {', '.join(allowed)})")
+
+
+def _reject_constant(name: str) -> None:
+    # json.loads accepts NaN and Infinity by default; they are not JSON and no field takes them.
+    raise RequestError("bad_request", f"request is not JSON: {name} is not a JSON value")
+
+
+def _json_type(value: object) -> str:
+    """The JSON name of a decoded value's type, for messages (``string``, ``array``...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    names = {str: "a string", int: "an integer", float: "a number", list: "an array", dict: "an object"}
+    return names.get(type(value), type(value).__name__)

@@ -1,0 +1,202 @@
+"""The control socket: an asyncio Unix stream server speaking :mod:`governor.protocol`.
+
+The server owns transport concerns only (binding, peer credentials, line framing, timeouts,
+error replies); what a request does is the handler's business. A handler raises
+:class:`~governor.errors.RequestError` to refuse a request; any other exception is a bug: it is
+logged with its traceback and answered ``internal``, and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import socket
+import stat
+import struct
+from typing import Protocol
+
+from governor.errors import ControlSocketError, RequestError
+from governor.protocol import MAX_LINE_BYTES, READ_TIMEOUT_S, Peer, Request, error, ok, parse_request
+
+logger = logging.getLogger(__name__)
+
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+# How long start() waits for an existing socket to answer before deciding it is stale.
+_PROBE_TIMEOUT_S = 1.0
+
+
+class Handler(Protocol):
+    """What the server dispatches parsed requests to (the daemon)."""
+
+    async def handle(self, request: Request, peer: Peer) -> dict:
+        """Carry out ``request`` for ``peer`` and return the reply payload (without ``ok``).
+
+        Raises:
+            RequestError: to refuse the request with that error code and message.
+        """
+        ...
+
+
+class ControlServer:
+    """Serve the control protocol on a Unix socket at ``path``.
+
+    Args:
+        handler: receives every valid request with the caller's credentials.
+        path: the socket path; its parent directory is created (mode 0755) if missing.
+        mode: permission bits of the socket file; 0666 lets every user connect, since
+            authorisation comes from the peer credentials, not from file permissions.
+        read_timeout_s: how long a connection may take to send a complete line.
+    """
+
+    def __init__(self, handler: Handler, path: str, *, mode: int = 0o666,
+                 read_timeout_s: float = READ_TIMEOUT_S):
+        self.handler = handler
+        self.path = path
+        self.mode = mode
+        self.read_timeout_s = read_timeout_s
+        self._server: asyncio.AbstractServer | None = None
+        self._inode: tuple[int, int] | None = None
+        self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
+
+    async def start(self) -> None:
+        """Bind and listen; returns once clients can connect.
+
+        A socket file left by a dead daemon is replaced; one that still answers is not.
+
+        Raises:
+            ControlSocketError: another process is serving on ``path``, ``path`` exists and is
+                not a socket, or the directory or socket cannot be created.
+        """
+        sock = await self._bind()
+        try:
+            # The file must not be reachable with umask-derived bits before chmod: listen() only
+            # happens in start_unix_server, so until then a connect() is refused anyway.
+            os.chmod(self.path, self.mode)
+            info = os.stat(self.path)
+            self._inode = (info.st_dev, info.st_ino)
+            self._server = await asyncio.start_unix_server(self._serve, sock=sock, limit=MAX_LINE_BYTES + 1)
+        except OSError as exc:
+            sock.close()
+            raise ControlSocketError(self.path, f"cannot listen: {exc.strerror or exc}") from exc
+        logger.info("control socket listening on %s (mode %o)", self.path, self.mode)
+
+    async def close(self) -> None:
+        """Stop accepting, close open connections, wait for their handlers, remove the socket file.
+
+        A request being handled is allowed to finish (its reply is dropped), so a launch is
+        never cut in half. The file is removed only if it is still the one this server bound.
+        """
+        if self._server is None:
+            return
+        self._server.close()
+        # Closing the transports ends each connection's read loop at its next read.
+        for writer in self._connections.values():
+            writer.close()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        await self._server.wait_closed()
+        self._server = None
+        with contextlib.suppress(FileNotFoundError):
+            info = os.stat(self.path)
+            if (info.st_dev, info.st_ino) == self._inode:
+                os.unlink(self.path)
+
+    async def _bind(self) -> socket.socket:
+        """A bound (not yet listening) socket at ``self.path``, replacing a stale socket file."""
+        parent = os.path.dirname(os.path.abspath(self.path))
+        try:
+            if not os.path.isdir(parent):
+                os.makedirs(parent)
+                os.chmod(parent, 0o755)  # makedirs' mode is masked by the umask
+        except OSError as exc:
+            raise ControlSocketError(self.path, f"cannot create {parent}: {exc.strerror}") from exc
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            try:
+                sock.bind(self.path)
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                # bind() refuses any existing file; remove it only when it is a dead socket.
+                await self._check_stale()
+                os.unlink(self.path)
+                sock.bind(self.path)
+        except OSError as exc:
+            sock.close()
+            raise ControlSocketError(self.path, f"cannot bind: {exc.strerror}") from exc
+        except ControlSocketError:
+            sock.close()
+            raise
+        return sock
+
+    async def _check_stale(self) -> None:
+        """Return if ``self.path`` is a socket nobody answers on; raise ControlSocketError otherwise."""
+        if not stat.S_ISSOCK(os.lstat(self.path).st_mode):
+            raise ControlSocketError(self.path, "exists and is not a socket; not replacing it")
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_unix_connection(self.path), _PROBE_TIMEOUT_S)
+        except (ConnectionRefusedError, FileNotFoundError):
+            logger.info("replacing stale control socket %s", self.path)
+            return
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise ControlSocketError(self.path, f"cannot tell whether the socket is in use: {exc}") from exc
+        writer.close()
+        raise ControlSocketError(self.path, "another process is serving on this socket (is governor already running?)")
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One connection: read lines, answer each, until EOF, timeout, an oversized line or close()."""
+        task = asyncio.current_task()
+        self._connections[task] = writer
+        try:
+            peer = _peer_credentials(writer.get_extra_info("socket"))
+            while True:
+                try:
+                    line = await asyncio.wait_for(reader.readuntil(b"\n"), self.read_timeout_s)
+                except asyncio.IncompleteReadError as eof:
+                    # A last request without its newline (`printf ... | nc -U`) still gets an answer.
+                    if eof.partial.strip():
+                        await _send(writer, await self._reply(eof.partial, peer))
+                    return
+                except asyncio.LimitOverrunError:
+                    await _send(writer, error("too_large", f"request line is longer than {MAX_LINE_BYTES} bytes"))
+                    return
+                except asyncio.TimeoutError:
+                    await _send(writer, error(
+                        "timeout", f"no complete request line within {self.read_timeout_s:g} s"))
+                    return
+                await _send(writer, await self._reply(line, peer))
+        except OSError as exc:
+            # The peer went away mid-reply (or before SO_PEERCRED could be read): nothing to answer.
+            logger.debug("control connection dropped: %s", exc)
+        finally:
+            self._connections.pop(task, None)
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def _reply(self, line: bytes, peer: Peer) -> bytes:
+        """The reply line for one request line; never raises (a bug becomes an ``internal`` reply)."""
+        try:
+            request = parse_request(line)
+            logger.debug("request from pid %d uid %d: %r", peer.pid, peer.uid, request)
+            return ok(await self.handler.handle(request, peer))
+        except RequestError as refused:
+            return error(refused.code, refused.message)
+        except Exception:
+            logger.exception("internal error handling a request from pid %d uid %d: %r",
+                             peer.pid, peer.uid, line[:200])
+            return error("internal", "internal error in the governor daemon; see its log")
+
+
+def _peer_credentials(sock: socket.socket) -> Peer:
+    """The connecting process's pid, uid and gid, as the kernel recorded them at connect()."""
+    pid, uid, gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    return Peer(pid=pid, uid=uid, gid=gid)
+
+
+async def _send(writer: asyncio.StreamWriter, reply: bytes) -> None:
+    writer.write(reply)
+    await writer.drain()

@@ -1,0 +1,147 @@
+"""A real governor daemon and real tasks for the real-kernel tests, and the means to measure
+them: CPU from the cgroup's own counter against time.monotonic(), in this one process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from cgroups import detect
+from cgroups.files import read_file
+from cgroups.v1 import CgroupV1Driver
+from cgroups.v2 import CgroupV2Driver
+from cli.client import call
+from governor.errors import GovernorError
+from governor.hierarchy import V1_CONTROLLERS
+
+GOVERNOR = str(Path(sys.executable).with_name("governor"))
+BUSY = [sys.executable, "-c", "while True: pass"]
+MIB = 1024 * 1024
+
+
+class Governor:
+    """``governor daemon`` started with ``config`` under a fresh cgroup root below this test
+    process's own cgroup, and the tasks launched through it with ``governor run``."""
+
+    def __init__(self, tmp_path: Path, config: str):
+        self.dir = tmp_path
+        self.socket = str(tmp_path / "governor.sock")
+        self.root_name = f"governor-test-{uuid.uuid4().hex[:8]}"
+        (tmp_path / "governor.toml").write_text(config + f'\n[daemon]\nstate_dir = "{tmp_path}/state"\n'
+                                                         "sample_interval = 1.0\nreconcile_interval = 2.0\n")
+        self.log = open(tmp_path / "daemon.log", "w+")
+        self.daemon = subprocess.Popen(
+            [GOVERNOR, "daemon", "--config", str(tmp_path / "governor.toml"), "--socket", self.socket,
+             "--cgroup-root", self.root_name], stdout=self.log, stderr=subprocess.STDOUT)
+        self.tasks: list[subprocess.Popen] = []
+        self._wait_ready()
+        self.driver = self._reading_driver()
+
+    def _wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.daemon.poll() is not None:
+                raise AssertionError(f"daemon exited with {self.daemon.returncode}:\n{self.daemon_log()}")
+            try:
+                self.status()
+                return
+            except GovernorError:
+                time.sleep(0.2)
+        raise AssertionError(f"daemon not ready after {timeout} s:\n{self.daemon_log()}")
+
+    def daemon_log(self) -> str:
+        self.log.flush()
+        return (self.dir / "daemon.log").read_text()
+
+    def status(self) -> dict:
+        return call(self.socket, {"op": "status"}, timeout=20)["status"]
+
+    def _reading_driver(self):
+        status = self.status()
+        if status["daemon"]["cgroup_mode"] == "v2":
+            return CgroupV2Driver(Path(status["daemon"]["cgroup_root"]))
+        own = detect.cgroup_dirs()
+        return CgroupV1Driver({c: own[c] / self.root_name for c in V1_CONTROLLERS if c in own})
+
+    def run(self, group: str, command: list[str], **demand) -> subprocess.Popen:
+        """Launch ``command`` in ``group`` with ``governor run``, flags from ``demand``
+        (``cpus=0.5, memory="32M", io_write="8M"``), and wait until the daemon lists it."""
+        flags = [f"--{key.replace('_', '-')}={value}" for key, value in demand.items()]
+        before = self.task_count(group)
+        proc = subprocess.Popen([GOVERNOR, "run", "--socket", self.socket, "--group", group, *flags, "--", *command],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.tasks.append(proc)
+        self.wait(lambda: self.task_count(group) > before or proc.poll() is not None, f"task in {group}")
+        assert proc.poll() is None, f"governor run failed: {proc.communicate()}"
+        return proc
+
+    def task_count(self, group: str) -> int:
+        return len(self.status()["groups"].get(group, {}).get("tasks", []))
+
+    def wait(self, condition, what: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}:\n{self.daemon_log()}")
+            time.sleep(0.2)
+
+    def measure_cores(self, group: str, seconds: float) -> float:
+        """CPU used by ``group``'s cgroup over ``seconds`` of wall time, in cores."""
+        usage0, t0 = self.driver.read_stats(group).cpu_usage_usec, time.monotonic()
+        time.sleep(seconds)
+        usage1, t1 = self.driver.read_stats(group).cpu_usage_usec, time.monotonic()
+        return (usage1 - usage0) / 1e6 / (t1 - t0)
+
+    def quota_cores(self, group: str) -> float:
+        """The CPU quota written on ``group``'s cgroup, in cores."""
+        if isinstance(self.driver, CgroupV2Driver):
+            quota, period = read_file(self.driver.path(group), "cpu.max").split()
+        else:
+            directory = self.driver.path("cpu", group)
+            quota, period = read_file(directory, "cpu.cfs_quota_us"), read_file(directory, "cpu.cfs_period_us")
+        return int(quota) / int(period)
+
+    def limit_file(self, group: str, file: str) -> str:
+        """The value of a limit file (``memory.high``, ``memory.soft_limit_in_bytes``…) on ``group``."""
+        if isinstance(self.driver, CgroupV2Driver):
+            return read_file(self.driver.path(group), file)
+        return read_file(self.driver.path(file.split(".")[0], group), file)
+
+    def stop_tasks(self, procs: list[subprocess.Popen]) -> None:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+    def close(self) -> None:
+        """Kill the tasks this test started, stop the daemon, remove its cgroup tree."""
+        self.stop_tasks([p for p in self.tasks if p.poll() is None])
+        if self.daemon.poll() is None:
+            self.daemon.send_signal(signal.SIGTERM)
+            try:
+                self.daemon.wait(20)
+            except subprocess.TimeoutExpired:
+                self.daemon.kill()
+                self.daemon.wait()
+        self.log.close()
+        roots = {self.driver.root} if isinstance(self.driver, CgroupV2Driver) else set(self.driver.roots.values())
+        for root in roots:
+            for directory, _, _ in os.walk(root, topdown=False):
+                _rmdir_retrying(Path(directory))
+
+
+def _rmdir_retrying(directory: Path) -> None:
+    # A killed task's cgroup can stay busy for a moment while the kernel tears it down.
+    for _ in range(50):
+        try:
+            directory.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    directory.rmdir()

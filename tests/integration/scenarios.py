@@ -1,0 +1,149 @@
+"""End-to-end scenarios on the real kernel, shared by the v1 (native) and v2 (VM) test modules.
+
+Each starts a real daemon, launches real CPU burners and memory hogs with ``governor run`` and
+measures what the kernel lets them use. Figures are printed (run with ``-s`` to see them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+
+from daemon_harness import BUSY, MIB, Governor
+
+# The VM's CPU is emulated: a smaller host keeps the burners within what it can run.
+SCALE = 0.4 if os.environ.get("VMLAB_GUEST") else 1.0
+CPU_TOLERANCE = 0.05
+HOG = ("import sys, time\n"
+       "chunks = []\n"
+       "for _ in range({mib} // 4):\n"
+       "    chunks.append(bytearray(4 << 20))\n"  # bytearray zero-fills: every page is touched
+       "print('allocated', flush=True)\n"
+       "time.sleep(600)\n")
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+
+GROUPS = "".join(f'[groups.{g}]\nusers = ["root"]\n' for g in ("A", "B", "C"))
+
+
+def config(*, cpu: float, memory: str = "1G", enforcement: str = "soft", io: str = "") -> str:
+    return (f'[capacity]\ncpu = {cpu}\nmemory = "{memory}"\n{io}\n'
+            f'[enforcement]\nmemory = "{enforcement}"\n{GROUPS}')
+
+
+def measure(gov: Governor, groups: list[str], seconds: float) -> dict[str, float]:
+    """CPU cores used by each group over the same ``seconds`` of wall time."""
+    first = {g: gov.driver.read_stats(g).cpu_usage_usec for g in groups}
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    last = {g: gov.driver.read_stats(g).cpu_usage_usec for g in groups}
+    elapsed = time.monotonic() - t0
+    return {g: (last[g] - first[g]) / 1e6 / elapsed for g in groups}
+
+
+def drf_cpu_shares_and_refill_on_stop(tmp_path) -> None:
+    """Two groups whose DRF answer differs from an equal split; then one group stops.
+
+    Capacity 1.5·s cores and 1G. A runs two CPU-heavy tasks <0.75·s cores, 32M>, B two
+    memory-heavy ones <0.375·s cores, 450M>: D_A = <1.5·s, 64M> (dominant: cpu, 1),
+    D_B = <0.75·s, 900M> (dominant: memory, 900/1024). Filling: λ_A = t, λ_B = t / (900/1024);
+    CPU saturates at t = 1 / (1 + 0.5 · 1024/900) = 0.637: A gets 0.956·s cores, B 0.544·s,
+    where an equal split would give each 0.75·s. When A stops, B's demand is met: 0.75·s.
+    """
+    gov = Governor(tmp_path, config(cpu=1.5 * SCALE))
+    try:
+        a_tasks = [gov.run("A", BUSY, cpus=0.75 * SCALE, memory="32M") for _ in range(2)]
+        for _ in range(2):
+            gov.run("B", BUSY, cpus=0.375 * SCALE, memory="450M")
+        dominant_b = 900 / 1024
+        level = 1 / (1 + 0.5 / dominant_b)
+        expected = {"A": 1.5 * SCALE * level, "B": 0.75 * SCALE * level / dominant_b}
+        groups = gov.status()["groups"]
+        for group, cores in expected.items():
+            assert abs(groups[group]["allocation"]["cpu"] - cores) < 1e-6 * cores
+            assert abs(gov.quota_cores(group) - cores) < 0.0001 + 1e-5
+        time.sleep(1)
+        measured = measure(gov, ["A", "B"], 6)
+        print()
+        for group, cores in expected.items():
+            print(f"[{gov.status()['daemon']['cgroup_mode']}] group {group}: DRF allocation {cores:.3f} cores, "
+                  f"measured {measured[group]:.3f} cores ({(measured[group] / cores - 1):+.1%})")
+        for group, cores in expected.items():
+            assert abs(measured[group] - cores) <= CPU_TOLERANCE * cores, (group, measured, expected)
+
+        quota_before = gov.quota_cores("B")
+        gov.stop_tasks(a_tasks)
+        gov.wait(lambda: "A" not in gov.status()["groups"], "A's exit to be noticed")
+        quota_after = gov.quota_cores("B")
+        assert quota_after > quota_before
+        assert abs(quota_after - 0.75 * SCALE) < 0.001
+        time.sleep(1)
+        after = measure(gov, ["B"], 6)["B"]
+        print(f"A stopped: B's quota {quota_before:.3f} -> {quota_after:.3f} cores, measured {after:.3f} cores")
+        assert abs(after - 0.75 * SCALE) <= CPU_TOLERANCE * 0.75 * SCALE
+    finally:
+        gov.close()
+
+
+def memory_soft_limit_throttles_without_killing(tmp_path, *, v2: bool) -> None:
+    """A task declaring 64M that touches 160M keeps running: memory.high throttles and reclaims
+    it on v2; v1's soft limit (its closest file) only marks it for reclaim under pressure."""
+    gov = Governor(tmp_path, config(cpu=1.0 * SCALE))
+    try:
+        hog = gov.run("C", [sys.executable, "-c", HOG.format(mib=160)], cpus=0.5 * SCALE, memory="64M")
+        limit = "memory.high" if v2 else "memory.soft_limit_in_bytes"
+        assert int(gov.limit_file("C", limit)) == 64 * MIB
+
+        def over_the_limit() -> bool:
+            stats = gov.driver.read_stats("C")
+            return stats.memory_events.get("high", 0) > 0 if v2 else stats.memory_current_bytes > 64 * MIB
+
+        gov.wait(lambda: over_the_limit() or hog.poll() is not None, "the hog to pass 64M", timeout=120)
+        time.sleep(2)
+        stats = gov.driver.read_stats("C")
+        print(f"\n{limit} 64M, hog touching 160M: alive={hog.poll() is None}, "
+              f"memory.current={stats.memory_current_bytes / MIB:.1f}M, events={stats.memory_events}")
+        assert hog.poll() is None, "the hog was killed under a soft limit"
+        assert stats.memory_events.get("oom_kill", 0) == 0
+    finally:
+        gov.close()
+
+
+def memory_hard_limit_kills_only_the_offender(tmp_path) -> None:
+    """With memory = "hard" a task that touches 256M with 64M declared is OOM-killed; a task of
+    another group loses nothing."""
+    gov = Governor(tmp_path, config(cpu=1.0 * SCALE, enforcement="hard"))
+    try:
+        other = gov.run("B", SLEEPER, cpus=0.2 * SCALE, memory="64M")
+        hog = gov.run("C", [sys.executable, "-c", HOG.format(mib=256)], cpus=0.5 * SCALE, memory="64M")
+        hog.wait(timeout=120)
+        time.sleep(0.5)
+        other_events = gov.driver.read_stats("B").memory_events
+        print(f"\nhard limit 64M, hog touching 256M: hog exit {hog.returncode}; other group alive="
+              f"{other.poll() is None}, its memory events {other_events}")
+        assert hog.returncode == -9
+        assert other.poll() is None
+        assert other_events.get("oom_kill", 0) == 0
+    finally:
+        gov.close()
+
+
+def io_write_held_to_io_max(tmp_path, device: str) -> None:
+    """Direct writes of a task declaring 8M/s of writes on ``device`` run at 8M/s ± 15 %, as
+    dd itself times them (process start-up under an emulated CPU is not I/O)."""
+    io = f'[[capacity.io]]\ndevice = "{device}"\nread = "40M"\nwrite = "40M"\n'
+    gov = Governor(tmp_path, config(cpu=2.0, io=io))
+    try:
+        dd = ["dd", "if=/dev/zero", f"of={device}", "bs=1M", "count=32", "oflag=direct"]
+        # A whole core: in the VM even direct I/O costs emulated CPU, and this test is about I/O.
+        task = gov.run("C", dd, cpus=1.0, memory="64M", io_write="8M")
+        assert gov.limit_file("C", "io.max").split()[2] == f"wbps={8 * MIB}"
+        _, report = task.communicate(timeout=120)
+        assert task.returncode == 0, report
+        copied, seconds = re.search(r"(\d+) bytes .* copied, ([\d.]+) s", report).groups()
+        rate = int(copied) / float(seconds)
+        print(f"\nio.max wbps=8M on {device}: direct writes at {rate / MIB:.2f} MiB/s")
+        assert abs(rate - 8 * MIB) <= 0.15 * 8 * MIB
+    finally:
+        gov.close()

@@ -1,0 +1,42 @@
+"""governor end to end on this host's real cgroup v1 hierarchies (hybrid or legacy host)."""
+
+import os
+
+import pytest
+import scenarios
+
+from cgroups import detect
+
+pytestmark = pytest.mark.kernel_v1
+
+
+def _skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root to create cgroups"
+    try:
+        mode = detect.host_mode()
+    except Exception as error:  # no cgroup mount at all
+        return f"no cgroup hierarchy: {error}"
+    if mode == "unified":
+        return "host is cgroup v2 only (the v2 suite covers it)"
+    missing = {"cpu", "cpuacct", "cpuset", "memory"} - set(detect.v1_mounts())
+    return f"v1 controllers not mounted: {', '.join(sorted(missing))}" if missing else None
+
+
+@pytest.fixture(autouse=True)
+def _needs_v1():
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+def test_cpu_follows_drf_and_refills_when_a_group_stops(tmp_path):
+    scenarios.drf_cpu_shares_and_refill_on_stop(tmp_path)
+
+
+def test_soft_memory_limit_does_not_kill(tmp_path):
+    scenarios.memory_soft_limit_throttles_without_killing(tmp_path, v2=False)
+
+
+def test_hard_memory_limit_kills_only_the_offender(tmp_path):
+    scenarios.memory_hard_limit_kills_only_the_offender(tmp_path)

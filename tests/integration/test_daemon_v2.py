@@ -1,0 +1,48 @@
+"""governor end to end on a real cgroup v2 hierarchy (the VM suite: ../shared/vm/run-in-vm)."""
+
+import os
+
+import pytest
+import scenarios
+
+from cgroups import detect
+
+pytestmark = pytest.mark.kernel_v2
+
+
+def _skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root to create cgroups"
+    try:
+        mode = detect.host_mode()
+    except Exception as error:
+        return f"no cgroup hierarchy: {error}"
+    if mode != "unified":
+        return f"host cgroups are {mode}, not v2 (run this suite with ../shared/vm/run-in-vm)"
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _needs_v2():
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+def test_cpu_follows_drf_and_refills_when_a_group_stops(tmp_path):
+    scenarios.drf_cpu_shares_and_refill_on_stop(tmp_path)
+
+
+def test_memory_high_throttles_without_killing(tmp_path):
+    scenarios.memory_soft_limit_throttles_without_killing(tmp_path, v2=True)
+
+
+def test_hard_memory_limit_kills_only_the_offender(tmp_path):
+    scenarios.memory_hard_limit_kills_only_the_offender(tmp_path)
+
+
+def test_io_max_holds_direct_writes(tmp_path):
+    disks = os.environ.get("VMLAB_DISK_DEVS", "").split()
+    if not disks:
+        pytest.skip("no scratch disk (VMLAB_DISKS=64 gives the VM /dev/vda)")
+    scenarios.io_write_held_to_io_max(tmp_path, disks[0])

@@ -1,0 +1,130 @@
+"""``governor check-config`` through click's CliRunner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cli.main import main
+from governor.config import default_config, parse_config
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "governor.toml"
+
+GOOD = """
+[capacity]
+cpu = 1.5
+reserve = { memory = "1G" }
+[[capacity.io]]
+device = "/dev/nvme0n1"
+read = "2G"
+write = "1G"
+[defaults.task]
+cpu = 1
+memory = "1G"
+io_read = "10M"
+[enforcement]
+cpu = "cores"
+memory = "hard"
+[groups.physics]
+weight = 2
+unix_groups = ["physics"]
+users = ["alice"]
+[groups."*"]
+weight = 1
+[daemon]
+admin_group = "wheel"
+"""
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, ["check-config", *args])
+
+
+def test_good_file_prints_a_summary(tmp_path):
+    path = tmp_path / "governor.toml"
+    path.write_text(GOOD)
+    result = run(str(path))
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""
+    assert result.stdout.splitlines() == [
+        f"{path}: OK",
+        "capacity:",
+        "  cpu: 1.5 cores (fixed)",
+        "  memory: host memory minus 1.0G reserved",
+        "  io nvme0n1 (/dev/nvme0n1): read 2.0G/s, write 1.0G/s",
+        "default task: cpu 1, memory 1.0G, io read 10.0M/s, write 0/s on each device",
+        "enforcement: cpu cores (cpu.max + exclusive cpuset.cpus), memory hard (memory.high + memory.max)",
+        "groups:",
+        "  physics: weight 2; users alice; unix groups physics",
+        '  "*": weight 1; every user in no explicit group, a group of their own',
+        "admin: root and members of wheel",
+        "daemon: sample every 1s, reconcile every 5s, state in /run/governor/state",
+    ]
+
+
+def test_default_style_file_summary():
+    result = run(str(EXAMPLE))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"{EXAMPLE}: OK"
+    assert "  cpu: host CPUs minus 0.5 reserved" in lines
+    assert "  io: no block device governed" in lines
+    assert "  ops: weight 1; users bob, carol" in lines
+
+
+def test_no_everyone_table_and_no_admin_group_are_spelled_out(tmp_path):
+    path = tmp_path / "g.toml"
+    path.write_text('[groups.lab]\nunix_groups = ["lab"]\n')
+    lines = run(str(path)).stdout.splitlines()
+    assert "  lab: weight 1; unix groups lab" in lines
+    assert "  users in no group above cannot launch tasks" in lines
+    assert "admin: root only" in lines
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    ("[groups.x]\nweight = 0\nusers = [\"a\"]\n", "groups.x.weight"),
+    ('[groups."*"]\n[enforcement]\ncpu = "shares"\n', "enforcement.cpu"),
+    ('[groups."*"]\n[[capacity.io]]\ndevice = "sda"\nread = 1\nwrite = 1\n', "capacity.io[0].device"),
+])
+def test_bad_file_exits_2_on_one_line_naming_file_and_key(tmp_path, text, key):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    result = run(str(path))
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"governor: error: {path}: {key}: ")
+
+
+def test_bad_toml_exits_2_with_line_and_column(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('[groups."*"]\nweight = \n')
+    result = run(str(path))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"governor: error: {path}: not valid TOML: ")
+    assert "line 2, column" in result.stderr
+
+
+@pytest.mark.parametrize("name", ["missing.toml", "."])
+def test_unreadable_file_exits_2(tmp_path, name):
+    path = tmp_path / name
+    result = run(str(path))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"governor: error: {path}: cannot read: ")
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_default_prints_the_embedded_default_which_parses():
+    result = run("--default")
+    assert result.exit_code == 0, result.output
+    assert parse_config(result.stdout, "printed.toml") == default_config()
+
+
+@pytest.mark.parametrize("args", [[], ["--default", "x.toml"]])
+def test_file_or_default_is_required_but_not_both(args):
+    result = run(*args)
+    assert result.exit_code == 2
+    assert "give FILE to check, or --default" in result.stderr

@@ -1,0 +1,259 @@
+"""``governor run`` and ``governor status`` against a ControlServer with a fake handler, and the
+socket client (cli/client.py).
+
+The server runs in a background thread with its own event loop. ``governor run`` runs in a
+subprocess, because it execs: the fake handler must see that subprocess's pid, and its exit
+code must be the command's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cli.client import DEFAULT_SOCKET, call, socket_path
+from cli.main import main
+from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning, RequestError
+from governor.protocol import LaunchRequest, Peer, StatusRequest
+from governor.server import ControlServer
+from status_sample import STATUS
+
+REPO = Path(__file__).resolve().parents[2]
+G = 1024**3
+M = 1024**2
+GOVERNOR = [sys.executable, "-c", "from cli.main import main; main(prog_name='governor')"]
+
+
+class FakeDaemon:
+    """Launch answers like the daemon (or raises ``refuse``); status returns ``status``."""
+
+    def __init__(self):
+        self.seen: list[tuple[object, Peer]] = []
+        self.refuse: RequestError | None = None
+        self.status: object = STATUS
+
+    async def handle(self, request, peer: Peer) -> dict:
+        self.seen.append((request, peer))
+        if self.refuse is not None:
+            raise self.refuse
+        if isinstance(request, StatusRequest):
+            return {"status": self.status}
+        return {"task": "t1", "group": request.group or "root", "cgroup": "/sys/fs/cgroup/g/t1",
+                "limits": {"cpu.max": "100000 100000"}}
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    """A FakeDaemon served on ``tmp_path/g.sock`` from a background thread; ``.path`` is the socket."""
+    fake = FakeDaemon()
+    fake.path = str(tmp_path / "g.sock")
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    server = ControlServer(fake, fake.path)
+    asyncio.run_coroutine_threadsafe(server.start(), loop).result(5)
+    yield fake
+    asyncio.run_coroutine_threadsafe(server.close(), loop).result(5)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+    loop.close()
+
+
+def governor(*args: str, socket_path: str) -> tuple[subprocess.CompletedProcess, int]:
+    """Run the governor CLI in a subprocess with GOVERNOR_SOCKET set; returns (result, its pid)."""
+    env = {**os.environ, "GOVERNOR_SOCKET": socket_path}
+    with subprocess.Popen([*GOVERNOR, *args], cwd=REPO, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        stdout, stderr = proc.communicate(timeout=30)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), proc.pid
+
+
+def test_run_launches_its_own_pid_then_execs_with_the_commands_exit_code(daemon):
+    result, pid = governor("run", "--group", "physics", "--cpus", "1.5", "--memory", "2G", "--io-read", "100M",
+                           "--io-write", "1.5K", "--", "sh", "-c", "echo $$; exit 3", socket_path=daemon.path)
+    assert result.returncode == 3, result.stderr
+    assert result.stdout == f"{pid}\n"  # exec kept the pid the daemon moved into the cgroup
+    [(request, peer)] = daemon.seen
+    assert request == LaunchRequest(pid=pid, group="physics",
+                                    demand={"cpu": 1.5, "memory": 2 * G, "io_read": 100 * M, "io_write": 1536},
+                                    command=("sh", "-c", "echo $$; exit 3"))
+    assert peer == Peer(pid=pid, uid=os.getuid(), gid=os.getgid())
+
+
+def test_run_passes_options_after_the_command_to_the_command(daemon):
+    result, _ = governor("run", "--cpus", "1", "sh", "-c", 'echo "$@"', "sh", "--memory", "4G",
+                         socket_path=daemon.path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "--memory 4G\n"
+    [(request, _)] = daemon.seen
+    assert request.demand == {"cpu": 1.0} and request.group is None
+
+
+def test_run_without_a_daemon_fails_with_one_line(tmp_path):
+    path = str(tmp_path / "absent.sock")
+    result, _ = governor("run", "--", "sh", "-c", "echo ran", socket_path=path)
+    assert result.returncode == 1
+    assert result.stderr == f"governor: error: governor daemon is not running (no socket at {path})\n"
+    assert result.stdout == ""
+
+
+def test_run_with_a_dead_socket_says_connection_refused(tmp_path):
+    path = str(tmp_path / "dead.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
+        dead.bind(path)  # bound, never listening
+        result, _ = governor("run", "--", "true", socket_path=path)
+    assert result.returncode == 1
+    assert result.stderr == f"governor: error: governor daemon is not running (connection refused at {path})\n"
+
+
+def test_run_refused_by_the_daemon_prints_its_message_and_does_not_run(daemon):
+    daemon.refuse = RequestError("forbidden", "uid 1000 may not launch into group physics")
+    result, _ = governor("run", "--group", "physics", "--", "sh", "-c", "echo ran", socket_path=daemon.path)
+    assert result.returncode == 1
+    assert result.stderr == "governor: error: uid 1000 may not launch into group physics (forbidden)\n"
+    assert result.stdout == ""
+
+
+def test_run_missing_command_is_127(daemon):
+    result, _ = governor("run", "--", "no-such-command-governor-test", socket_path=daemon.path)
+    assert result.returncode == 127
+    assert result.stderr == "governor: no-such-command-governor-test: command not found\n"
+
+
+def test_run_non_executable_file_is_126(daemon, tmp_path):
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o644)
+    result, _ = governor("run", "--", str(script), socket_path=daemon.path)
+    assert result.returncode == 126
+    assert result.stderr == f"governor: {script}: permission denied\n"
+
+
+@pytest.mark.parametrize("args", [
+    ["--cpus", "0", "--", "true"],
+    ["--cpus", "-1", "--", "true"],
+    ["--cpus", "inf", "--", "true"],
+    ["--cpus", "two", "--", "true"],
+    ["--memory", "4X", "--", "true"],
+    ["--io-read", "-5M", "--", "true"],
+    [],
+])
+def test_run_bad_flags_are_usage_errors(args, tmp_path):
+    # Checked before connecting: the socket does not exist, yet the error is about the flag.
+    result = CliRunner().invoke(main, ["run", "--socket", str(tmp_path / "absent.sock"), *args])
+    assert result.exit_code == 2, result.output
+    assert "Usage:" in result.output and "daemon" not in result.output
+
+
+HEAVY = ["rich", "scipy", "numpy", "psutil", "cgroupspy", "asyncio", "governor.drf", "governor.policies",
+         "governor.scenario", "governor.config", "governor.model", "governor.daemon", "governor.server"]
+_REPORT = f"import json, sys; print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+
+
+def test_run_help_imports_nothing_heavy():
+    code = ("import sys; sys.argv = ['governor', 'run', '--help']\nfrom cli.main import main\n"
+            f"try:\n    main()\nexcept SystemExit:\n    pass\n{_REPORT}")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert "Usage: governor run" in result.stdout
+    assert json.loads(result.stdout.splitlines()[-1]) == []
+
+
+def test_run_imports_nothing_heavy_up_to_exec(daemon):
+    # execvp is replaced by a report of what is loaded at the moment governor run would exec.
+    code = ("import os, sys\n"
+            f"def report(file, args):\n    {_REPORT}\n    sys.stdout.flush()\n    os._exit(0)\n"
+            "os.execvp = report\n"
+            "sys.argv = ['governor', 'run', '--cpus', '1', '--memory', '1G', '--', 'true']\n"
+            "from cli.main import main\nmain()")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=30,
+                            env={**os.environ, "GOVERNOR_SOCKET": daemon.path})
+    assert result.returncode == 0, result.stderr
+    assert len(daemon.seen) == 1  # it did talk to the daemon
+    assert json.loads(result.stdout) == []
+
+
+def test_status_json_prints_the_status_object(daemon):
+    result = CliRunner().invoke(main, ["status", "--json", "--socket", daemon.path])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("\n") == 1
+    assert json.loads(result.output) == STATUS
+
+
+def test_status_human_output_at_80_columns(daemon, monkeypatch):
+    monkeypatch.setenv("GOVERNOR_SOCKET", daemon.path)
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(main, ["status"])
+    assert result.exit_code == 0, result.output
+    for text in ("physics", "ops", "50.0%", "25.0%", "cpu saturated", "7.25", "150.0M/s", "backup.sh"):
+        assert text in result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+
+
+def test_status_reply_without_status_object_is_an_error(daemon):
+    daemon.status = ["not", "an", "object"]
+    result = CliRunner().invoke(main, ["status", "--socket", daemon.path])
+    assert result.exit_code == 1
+    assert result.output == f"governor: error: {daemon.path}: the daemon's status reply has no status object\n"
+
+
+def test_socket_path_precedence(monkeypatch):
+    monkeypatch.delenv("GOVERNOR_SOCKET", raising=False)
+    assert socket_path(None) == DEFAULT_SOCKET == "/run/governor/governor.sock"
+    monkeypatch.setenv("GOVERNOR_SOCKET", "/tmp/env.sock")
+    assert socket_path(None) == "/tmp/env.sock"
+    assert socket_path("/tmp/option.sock") == "/tmp/option.sock"
+
+
+def test_call_returns_the_payload_and_raises_daemon_errors(daemon):
+    assert call(daemon.path, {"op": "launch", "pid": os.getpid()})["task"] == "t1"
+    with pytest.raises(DaemonError) as info:
+        call(daemon.path, {"op": "launch"})
+    assert info.value.code == "bad_request" and info.value.message.startswith("pid: missing")
+    with pytest.raises(DaemonNotRunning):
+        call(daemon.path + ".absent", {"op": "status"})
+
+
+def one_shot(path: str, reply: bytes | None) -> threading.Thread:
+    """A server that accepts one connection, reads a line, sends ``reply`` (None: nothing, hold
+    the connection open for a second) and hangs up."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen()
+
+    def serve():
+        with listener, listener.accept()[0] as conn:
+            conn.recv(65536)
+            if reply is None:
+                threading.Event().wait(1)
+            else:
+                conn.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(("reply", "timeout", "message"), [
+    (b"", 5, "closed the connection without replying"),
+    (b'{"ok": true', 5, "closed the connection without replying"),
+    (b"<html>\n", 5, "not JSON"),
+    (b"[1, 2]\n", 5, "malformed reply"),
+    (b'{"ok": false, "error": "nope"}\n', 5, "malformed error reply"),
+    (None, 0.2, "no reply from the daemon within 0.2 s"),
+])
+def test_call_broken_replies_are_control_socket_errors(tmp_path, reply, timeout, message):
+    path = str(tmp_path / "odd.sock")
+    thread = one_shot(path, reply)
+    with pytest.raises(ControlSocketError, match=message) as info:
+        call(path, {"op": "status"}, timeout=timeout)
+    assert not isinstance(info.value, DaemonNotRunning)
+    thread.join(5)

@@ -1,0 +1,203 @@
+"""The daemon's request handling and event flow, on an in-memory cgroup driver.
+
+Enforcement itself is proven against the real kernel in tests/integration; this covers the
+paths a kernel test cannot reach cheaply: refusals, rollback, ordering, re-adoption.
+"""
+
+import asyncio
+import errno
+from pathlib import Path
+
+import pytest
+
+from governor.config import parse_config
+from governor.daemon import Daemon
+from governor.errors import CgroupReadError, CgroupWriteError, RequestError
+from governor.hierarchy import Hierarchy
+from governor.protocol import LaunchRequest, Peer, StatusRequest
+from governor.state import Task, TaskStore
+
+GONE_PID = 999_999
+CONFIG = """
+[capacity]
+cpu = 2
+memory = "4G"
+[groups.A]
+users = ["root"]
+[groups.B]
+users = ["root"]
+[groups."*"]
+"""
+GIB = 1024**3
+
+
+class FakeDriver:
+    """cgroups as a dict: enough for the daemon's bookkeeping, nothing for enforcement."""
+
+    def __init__(self):
+        self.cgroups = {""}
+        self.procs: dict[str, list[int]] = {}
+        self.writes: list[tuple[str, object]] = []
+
+    def path(self, rel):
+        return Path("/fake") / rel
+
+    def events_path(self, rel):
+        return self.path(rel) / "cgroup.events"
+
+    def create(self, rel):
+        parts = rel.split("/")
+        self.cgroups.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+
+    def enable_controllers(self, rel, controllers):
+        pass
+
+    def apply(self, rel, limits):
+        if rel not in self.cgroups:
+            raise CgroupWriteError(f"/fake/{rel}/cpu.max", "x", errno.ENOENT)
+        self.writes.append((rel, limits))
+
+    def move(self, rel, pid):
+        if pid == GONE_PID:
+            raise CgroupWriteError(f"/fake/{rel}/cgroup.procs", str(pid), errno.ESRCH)
+        self.procs[rel] = [pid]
+
+    def pids(self, rel):
+        if rel not in self.cgroups:
+            raise CgroupReadError("no such cgroup", path=rel)
+        return self.procs.get(rel, [])
+
+    def remove(self, rel):
+        self.cgroups.discard(rel)
+        self.procs.pop(rel, None)
+
+
+class FakeWatcher:
+    def __init__(self):
+        self.watched = set()
+
+    def watch(self, key, path, pid):
+        self.watched.add(key)
+
+    def unwatch(self, key):
+        self.watched.discard(key)
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    store = TaskStore(tmp_path / "state")
+    store.prepare()
+    server = Daemon(parse_config(CONFIG, "test.toml"), "test.toml", Hierarchy("v2", FakeDriver(), "/fake", ()),
+                    store, host_cpus=[0, 1], host_memory=8 * GIB, io_devices={})
+    server._watcher = FakeWatcher()
+    return server
+
+
+def launch(daemon, pid, *, group=None, uid=0, **demand):
+    request = LaunchRequest(pid=pid, group=group, demand=demand, command=("work",))
+    return asyncio.run(daemon.handle(request, Peer(pid=pid, uid=uid, gid=0)))
+
+
+def quota_cores(daemon, rel):
+    return daemon.limits[rel].cpu_quota_usec / daemon.limits[rel].cpu_period_usec
+
+
+def test_launch_places_the_caller_and_replies_with_its_limits(daemon):
+    reply = launch(daemon, 100, cpu=1.0, memory=GIB)
+    assert reply["group"] == "A"  # root's first group
+    assert reply["limits"]["cpu.max"] == "100000 100000"
+    assert reply["limits"]["memory.high"] == str(GIB)
+    assert daemon.hierarchy.driver.procs["A/task-1"] == [100]
+    assert daemon.store.load_all()[0].demand == {"cpu": 1.0, "memory": GIB}
+
+
+def test_two_groups_share_by_drf_and_tasks_get_lambda_of_their_demand(daemon):
+    # cpu 2, memory 4G. A: one task <2 cores, 1G> (dominant cpu, 1); B: <0.5, 3G> (memory, 3/4).
+    # λ_A = t, λ_B = t / (3/4): cpu 2t + 0.5·4t/3 = 2 at t = 3/4 → A 1.5 cores, B λ = 1 (met at
+    # t = 3/4 too). So A: 1.5 cores; B: 0.5 cores, 3G.
+    launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
+    launch(daemon, 200, group="B", cpu=0.5, memory=3 * GIB)
+    assert quota_cores(daemon, "A") == pytest.approx(1.5)
+    assert quota_cores(daemon, "A/task-1") == pytest.approx(1.5)
+    assert quota_cores(daemon, "B") == pytest.approx(0.5)
+    assert daemon.limits["B"].memory_high_bytes == 3 * GIB
+
+
+def test_a_shrinking_group_writes_its_tasks_before_itself(daemon):
+    launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
+    daemon.hierarchy.driver.writes.clear()
+    launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
+    order = [rel for rel, _ in daemon.hierarchy.driver.writes]
+    assert order.index("A/task-1") < order.index("A")  # A shrank: v1 refuses a child above its parent
+    assert order.index("B") < order.index("B/task-2")
+
+
+def test_exit_removes_the_task_and_refills(daemon):
+    launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
+    launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
+    assert quota_cores(daemon, "B") == pytest.approx(1.0)
+    daemon.hierarchy.driver.procs["A/task-1"] = []
+    daemon.check("1", "exit")
+    assert "A" not in daemon.hierarchy.driver.cgroups and "A/task-1" not in daemon.hierarchy.driver.cgroups
+    assert quota_cores(daemon, "B") == pytest.approx(2.0)
+    assert daemon.filling["trigger"] == "exit of task 1"
+    assert daemon.store.load_all()[0].id == "2"
+    assert daemon._watcher.watched == {"2"}
+
+
+def test_a_live_task_is_kept_on_a_spurious_wake_up(daemon):
+    launch(daemon, 100, cpu=1.0, memory=GIB)
+    daemon.check("1", "exit")
+    assert len(daemon.tasks) == 1
+
+
+@pytest.mark.parametrize(("pid", "peer_pid", "uid", "group", "demand", "code", "words"), [
+    (100, 101, 0, None, {}, "forbidden", "only its own pid"),
+    (100, 100, 65534, "A", {}, "forbidden", "may not launch into group 'A'"),
+    (100, 100, 0, "nosuch", {}, "not_found", "no group 'nosuch'"),
+    (100, 100, 0, None, {"cpu": 3.0}, "exceeds_capacity", "exceeds the capacity of 2 cores"),
+    (100, 100, 0, None, {"memory": 5 * GIB}, "exceeds_capacity", "memory"),
+    (100, 100, 0, None, {"io_write": 1000}, "bad_request", "no I/O device is governed"),
+    (100, 100, 0, None, {"cpu": 0.0}, "bad_request", "demand.cpu must be > 0"),
+])
+def test_refusals_leave_nothing_behind(daemon, pid, peer_pid, uid, group, demand, code, words):
+    request = LaunchRequest(pid=pid, group=group, demand=demand, command=())
+    with pytest.raises(RequestError) as caught:
+        asyncio.run(daemon.handle(request, Peer(pid=peer_pid, uid=uid, gid=0)))
+    assert caught.value.code == code
+    assert words in caught.value.message
+    assert len(daemon.tasks) == 0 and daemon.hierarchy.driver.cgroups == {""}
+
+
+def test_a_pid_that_vanished_before_the_move_is_rolled_back(daemon):
+    launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+    with pytest.raises(RequestError) as caught:
+        launch(daemon, GONE_PID, group="B", cpu=1.0, memory=GIB)
+    assert caught.value.code == "bad_request"
+    assert "B" not in daemon.hierarchy.driver.cgroups
+    assert [t.id for t in daemon.tasks] == ["1"]
+    assert quota_cores(daemon, "A") == pytest.approx(1.0)
+    assert [t.id for t in daemon.store.load_all()] == ["1"]
+
+
+def test_restart_readopts_live_tasks_and_drops_dead_ones(daemon):
+    store, driver = daemon.store, daemon.hierarchy.driver
+    for task_id, group, pid in (("1", "A", 100), ("2", "B", 200)):
+        store.save(Task(task_id, group, pid, 0, "root", ("work",), {"cpu": 1.0, "memory": GIB}, 0.0))
+        driver.create(f"{group}/task-{task_id}")
+    driver.procs["A/task-1"] = [100]
+    daemon.readopt()
+    assert [t.id for t in daemon.tasks] == ["1"]
+    assert [t.id for t in store.load_all()] == ["1"]
+    assert "B" not in driver.cgroups
+    assert store.new_id() == "3"
+
+
+def test_status_reports_groups_tasks_and_the_last_filling(daemon):
+    launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+    status = asyncio.run(daemon.handle(StatusRequest(), Peer(pid=1, uid=1000, gid=1000)))["status"]
+    group = status["groups"]["A"]
+    assert group["lambda"] == 1.0 and group["stop"] == "demand met"
+    assert group["tasks"][0]["pid"] == 100 and group["tasks"][0]["limits"]["cpu.max"] == "100000 100000"
+    assert status["allocated"]["cpu"] == 1.0 and status["capacity"] == {"cpu": 2.0, "memory": 4.0 * GIB}
+    assert status["filling"]["trigger"] == "launch task 1"

@@ -1,0 +1,184 @@
+"""Request parsing and reply encoding (governor/protocol.py): every validation path."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from governor.errors import RequestError
+from governor.protocol import (
+    MAX_LINE_BYTES,
+    LaunchRequest,
+    StatusRequest,
+    error,
+    ok,
+    parse_request,
+)
+
+
+def line(obj: object) -> bytes:
+    return json.dumps(obj).encode() + b"\n"
+
+
+def refused(raw: bytes) -> RequestError:
+    with pytest.raises(RequestError) as info:
+        parse_request(raw)
+    return info.value
+
+
+def test_status_parses():
+    assert parse_request(b'{"op": "status"}\n') == StatusRequest()
+    assert parse_request(b'{"op": "status"}') == StatusRequest()  # the newline is optional
+
+
+def test_minimal_launch_has_empty_defaults():
+    assert parse_request(line({"op": "launch", "pid": 42})) == LaunchRequest(pid=42, group=None, demand={}, command=())
+
+
+def test_full_launch():
+    request = parse_request(line({
+        "op": "launch", "pid": 4242, "group": "physics",
+        "demand": {"cpu": 2, "memory": 4 << 30, "io_read": 0, "io_write": 100 << 20},
+        "command": ["python", "train.py", "ünïcode"],
+    }))
+    assert request == LaunchRequest(pid=4242, group="physics",
+                                    demand={"cpu": 2.0, "memory": 4 << 30, "io_read": 0, "io_write": 100 << 20},
+                                    command=("python", "train.py", "ünïcode"))
+    # cpu is normalised to float so the daemon sees one type; byte counts stay exact ints.
+    assert type(request.demand["cpu"]) is float and type(request.demand["memory"]) is int
+
+
+def test_launch_accepts_fractional_cpu_and_subset_of_demand():
+    assert parse_request(line({"op": "launch", "pid": 1, "demand": {"cpu": 0.5}})).demand == {"cpu": 0.5}
+
+
+@pytest.mark.parametrize("command", [["x"] * 64, ["x" * 4096]], ids=["64 items", "4096 characters"])
+def test_launch_accepts_limits_of_command(command):
+    assert parse_request(line({"op": "launch", "pid": 1, "command": command})).command == tuple(command)
+
+
+# (request line, expected code, text the message must contain: the field, or the problem)
+BAD = [
+    (b"not json\n", "bad_request", "not JSON"),
+    (b"\n", "bad_request", "not JSON"),
+    (b'{"op": "status"\n', "bad_request", "not JSON"),
+    (b'\xff\xfe{"op": "status"}\n', "bad_request", "UTF-8"),
+    (b'{"op": "launch", "pid": 1, "demand": {"cpu": NaN}}\n', "bad_request", "NaN"),
+    (b'{"op": "launch", "pid": 1, "demand": {"cpu": Infinity}}\n', "bad_request", "Infinity"),
+    (b"[" * 100_000 + b"]" * 100_000, "too_large", "longer than"),
+    (b"[" * 30_000 + b"]" * 30_000, "bad_request", "nested too deeply"),
+    (line([{"op": "status"}]), "bad_request", "JSON object, got an array"),
+    (line("status"), "bad_request", "JSON object, got a string"),
+    (line(None), "bad_request", "JSON object, got null"),
+    (line({}), "bad_request", "op: missing"),
+    (line({"pid": 1}), "bad_request", "op: missing"),
+    (line({"op": 1}), "bad_request", "op: must be a string"),
+    (line({"op": None}), "bad_request", "op: must be a string"),
+    (line({"op": "reload"}), "unknown_op", "'reload'"),
+    (line({"op": "STATUS"}), "unknown_op", "'STATUS'"),
+    (line({"op": "status", "verbose": True}), "bad_request", "verbose: unknown field"),
+    (line({"op": "launch"}), "bad_request", "pid: missing"),
+    (line({"op": "launch", "pid": "1"}), "bad_request", "pid: must be an integer, got a string"),
+    (line({"op": "launch", "pid": 1.0}), "bad_request", "pid: must be an integer, got a number"),
+    (line({"op": "launch", "pid": True}), "bad_request", "pid: must be an integer, got a boolean"),
+    (line({"op": "launch", "pid": 0}), "bad_request", "pid: must be between 1"),
+    (line({"op": "launch", "pid": -5}), "bad_request", "pid: must be between 1"),
+    (line({"op": "launch", "pid": 2**63}), "bad_request", "pid: must be between 1"),
+    (line({"op": "launch", "pid": 1, "uid": 0}), "bad_request", "uid: unknown field"),
+    (line({"op": "launch", "pid": 1, "group": 3}), "bad_request", "group: must be a non-empty string"),
+    (line({"op": "launch", "pid": 1, "group": ""}), "bad_request", "group: must be a non-empty string"),
+    (line({"op": "launch", "pid": 1, "group": ["a"]}), "bad_request", "group: must be a non-empty string"),
+    (line({"op": "launch", "pid": 1, "demand": [1, 2]}), "bad_request", "demand: must be an object"),
+    (line({"op": "launch", "pid": 1, "demand": None}), "bad_request", "demand: must be an object"),
+    (line({"op": "launch", "pid": 1, "demand": {"gpu": 1}}), "bad_request", "demand.gpu: unknown field"),
+    (line({"op": "launch", "pid": 1, "demand": {"cpu": "2"}}), "bad_request", "demand.cpu: must be a number"),
+    (line({"op": "launch", "pid": 1, "demand": {"cpu": True}}), "bad_request", "demand.cpu: must be a number"),
+    (line({"op": "launch", "pid": 1, "demand": {"cpu": -0.5}}), "bad_request", "demand.cpu: must be a finite number ≥ 0"),
+    # 1e400 is valid JSON that Python reads as inf.
+    (b'{"op": "launch", "pid": 1, "demand": {"cpu": 1e400}}', "bad_request", "demand.cpu: must be a finite"),
+    (line({"op": "launch", "pid": 1, "demand": {"memory": "4G"}}), "bad_request", "demand.memory: must be an integer"),
+    (line({"op": "launch", "pid": 1, "demand": {"memory": 1.5}}), "bad_request", "demand.memory: must be an integer"),
+    (line({"op": "launch", "pid": 1, "demand": {"memory": -1}}), "bad_request", "demand.memory: must be between 0"),
+    (line({"op": "launch", "pid": 1, "demand": {"io_read": False}}), "bad_request", "demand.io_read: must be an integer"),
+    (line({"op": "launch", "pid": 1, "demand": {"io_write": 2**64}}), "bad_request", "demand.io_write: must be between 0"),
+    (line({"op": "launch", "pid": 1, "command": "ls -l"}), "bad_request", "command: must be a list"),
+    (line({"op": "launch", "pid": 1, "command": ["ls", 1]}), "bad_request", "command[1]: must be a string"),
+    (line({"op": "launch", "pid": 1, "command": ["ls", None]}), "bad_request", "command[1]: must be a string, got null"),
+    (line({"op": "launch", "pid": 1, "command": ["x"] * 65}), "bad_request", "command: at most 64 items"),
+    (line({"op": "launch", "pid": 1, "command": ["ok", "x" * 4097]}), "bad_request", "command[1]: at most 4096"),
+]
+
+
+@pytest.mark.parametrize(("raw", "code", "text"), BAD, ids=[f"{code}:{text}" for _, code, text in BAD])
+def test_bad_requests(raw, code, text):
+    problem = refused(raw)
+    assert problem.code == code
+    assert text in problem.message
+    assert str(problem) == problem.message
+
+
+def test_line_of_exactly_the_limit_is_not_too_large():
+    padding = MAX_LINE_BYTES - len(b'{"op": "status", "x": ""}')
+    raw = b'{"op": "status", "x": "' + b"a" * padding + b'"}'
+    assert len(raw) == MAX_LINE_BYTES
+    assert refused(raw + b"\n").code == "bad_request"  # judged on content: the unknown field x
+    assert refused(raw + b" \n").code == "too_large"
+
+
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_never_crash_the_parser(raw):
+    try:
+        parse_request(raw)
+    except RequestError as problem:
+        assert problem.code in {"bad_request", "unknown_op"}
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(st.fixed_dictionaries({"op": st.sampled_from(["launch", "status"])},
+                             optional={"pid": JSON, "group": JSON, "demand": JSON, "command": JSON, "x": JSON}))
+def test_arbitrary_fields_are_accepted_or_refused_as_bad_request(message):
+    try:
+        request = parse_request(line(message))
+    except RequestError as problem:
+        assert problem.code == "bad_request"
+        # The message starts with the field it is about (pid may be the one that is missing).
+        assert problem.message.split(":")[0].split(".")[0].split("[")[0] in {*message, "pid"}
+    else:
+        assert isinstance(request, (LaunchRequest, StatusRequest))
+
+
+def test_ok_encodes_one_line_with_ok_first():
+    reply = ok({"task": "t1", "limits": {"cpu.max": "100000 100000"}, "name": "ü"})
+    assert reply.endswith(b"\n") and reply.count(b"\n") == 1
+    assert json.loads(reply) == {"ok": True, "task": "t1", "limits": {"cpu.max": "100000 100000"}, "name": "ü"}
+    assert reply.startswith(b'{"ok":true,')
+
+
+def test_ok_refuses_what_json_cannot_carry():
+    with pytest.raises(ValueError):
+        ok({"ok": False})
+    with pytest.raises(ValueError):
+        ok({"share": float("nan")})
+    with pytest.raises(TypeError):
+        ok({"when": object()})
+
+
+def test_error_encodes_code_and_message():
+    reply = error("forbidden", "uid 1000 may not launch into group physics")
+    assert reply.endswith(b"\n") and reply.count(b"\n") == 1
+    assert json.loads(reply) == {"ok": False, "error": {"code": "forbidden",
+                                                        "message": "uid 1000 may not launch into group physics"}}
+
+
+def test_error_refuses_unknown_codes():
+    with pytest.raises(ValueError, match="oops"):
+        error("oops", "x")

@@ -1,0 +1,282 @@
+"""The control socket server (governor/server.py) over a real Unix socket with a fake handler.
+
+Each test runs its own event loop with asyncio.run; client and server share it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import stat
+
+import pytest
+
+from governor.errors import ControlSocketError, RequestError
+from governor.protocol import MAX_LINE_BYTES, LaunchRequest, Peer, StatusRequest
+from governor.server import ControlServer
+
+
+class FakeHandler:
+    """Answers status with the peer it saw; launch does what ``behaviour`` says."""
+
+    def __init__(self, behaviour=None):
+        self.seen: list[tuple[object, Peer]] = []
+        self.behaviour = behaviour
+
+    async def handle(self, request, peer: Peer) -> dict:
+        self.seen.append((request, peer))
+        if isinstance(request, LaunchRequest) and self.behaviour is not None:
+            return self.behaviour(request)
+        return {"peer": [peer.pid, peer.uid, peer.gid], "request": type(request).__name__}
+
+
+@contextlib.asynccontextmanager
+async def running(handler, path, **kwargs):
+    server = ControlServer(handler, str(path), **kwargs)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+async def exchange(path, data: bytes, replies: int = 1) -> list[dict]:
+    """Send ``data`` on one connection and read ``replies`` reply lines."""
+    reader, writer = await asyncio.open_unix_connection(str(path))
+    writer.write(data)
+    await writer.drain()
+    answers = [json.loads(await reader.readline()) for _ in range(replies)]
+    writer.close()
+    return answers
+
+
+STATUS = b'{"op": "status"}\n'
+
+
+def launch(pid: int = 1) -> bytes:
+    return json.dumps({"op": "launch", "pid": pid}).encode() + b"\n"
+
+
+def test_peer_credentials_are_the_callers_own(tmp_path):
+    handler = FakeHandler()
+
+    async def scenario():
+        async with running(handler, tmp_path / "g.sock"):
+            return await exchange(tmp_path / "g.sock", STATUS)
+
+    [reply] = asyncio.run(scenario())
+    assert reply == {"ok": True, "peer": [os.getpid(), os.getuid(), os.getgid()], "request": "StatusRequest"}
+    assert handler.seen == [(StatusRequest(), Peer(os.getpid(), os.getuid(), os.getgid()))]
+
+
+def test_several_requests_on_one_connection_are_answered_in_order(tmp_path):
+    handler = FakeHandler(behaviour=lambda request: {"task": f"t{request.pid}"})
+
+    async def scenario():
+        async with running(handler, tmp_path / "g.sock"):
+            return await exchange(tmp_path / "g.sock", launch(7) + STATUS + b"nope\n" + launch(9), replies=4)
+
+    replies = asyncio.run(scenario())
+    assert [r["ok"] for r in replies] == [True, True, False, True]
+    assert replies[0]["task"] == "t7" and replies[1]["request"] == "StatusRequest"
+    assert replies[2]["error"]["code"] == "bad_request"
+    assert replies[3]["task"] == "t9"
+
+
+def test_malformed_json_is_bad_request_and_the_server_serves_the_next_client(tmp_path):
+    async def scenario():
+        async with running(FakeHandler(), tmp_path / "g.sock"):
+            bad = await exchange(tmp_path / "g.sock", b'{"op": \n')
+            good = await exchange(tmp_path / "g.sock", STATUS)
+            return bad + good
+
+    bad, good = asyncio.run(scenario())
+    assert bad["ok"] is False and bad["error"]["code"] == "bad_request" and "not JSON" in bad["error"]["message"]
+    assert good["ok"] is True
+
+
+@pytest.mark.parametrize("newline", [b"", b"\n"], ids=["no newline yet", "complete line"])
+def test_line_over_64_kib_is_too_large_and_closes_the_connection(tmp_path, newline):
+    async def scenario():
+        async with running(FakeHandler(), tmp_path / "g.sock"):
+            reader, writer = await asyncio.open_unix_connection(str(tmp_path / "g.sock"))
+            writer.write(b"x" * (MAX_LINE_BYTES + 2) + newline)
+            reply = json.loads(await reader.readline())
+            rest = await reader.read()  # EOF: the server hung up
+            writer.close()
+            after = await exchange(tmp_path / "g.sock", STATUS)
+            return reply, rest, after
+
+    reply, rest, [after] = asyncio.run(scenario())
+    assert reply["error"]["code"] == "too_large"
+    assert rest == b""
+    assert after["ok"] is True
+
+
+def test_partial_line_times_out_and_closes(tmp_path):
+    async def scenario():
+        async with running(FakeHandler(), tmp_path / "g.sock", read_timeout_s=0.2):
+            reader, writer = await asyncio.open_unix_connection(str(tmp_path / "g.sock"))
+            writer.write(b'{"op": "sta')
+            reply = json.loads(await asyncio.wait_for(reader.readline(), 5))
+            rest = await asyncio.wait_for(reader.read(), 5)
+            writer.close()
+            return reply, rest
+
+    reply, rest = asyncio.run(scenario())
+    assert reply["error"] == {"code": "timeout", "message": "no complete request line within 0.2 s"}
+    assert rest == b""
+
+
+def test_last_request_without_newline_is_answered_at_eof(tmp_path):
+    async def scenario():
+        async with running(FakeHandler(), tmp_path / "g.sock"):
+            reader, writer = await asyncio.open_unix_connection(str(tmp_path / "g.sock"))
+            writer.write(b'{"op": "status"}')
+            writer.write_eof()
+            return await reader.read()
+
+    reply = asyncio.run(scenario())
+    assert reply.endswith(b"\n") and json.loads(reply)["ok"] is True
+
+
+def test_request_error_from_the_handler_keeps_its_code(tmp_path):
+    def refuse(request):
+        raise RequestError("exceeds_capacity", "demand cpu 64 exceeds the capacity 16")
+
+    async def scenario():
+        async with running(FakeHandler(refuse), tmp_path / "g.sock"):
+            return await exchange(tmp_path / "g.sock", launch())
+
+    [reply] = asyncio.run(scenario())
+    assert reply == {"ok": False, "error": {"code": "exceeds_capacity", "message": "demand cpu 64 exceeds the capacity 16"}}
+
+
+@pytest.mark.parametrize("behaviour", [
+    lambda request: 1 / 0,
+    lambda request: {"share": float("nan")},  # a payload JSON cannot carry is a bug too
+    lambda request: ["not", "a", "dict"],
+], ids=["raises", "nan payload", "not a dict"])
+def test_a_bug_in_the_handler_is_internal_logged_and_the_server_keeps_serving(tmp_path, caplog, behaviour):
+    async def scenario():
+        async with running(FakeHandler(behaviour), tmp_path / "g.sock"):
+            same_connection = await exchange(tmp_path / "g.sock", launch() + STATUS, replies=2)
+            next_connection = await exchange(tmp_path / "g.sock", STATUS)
+            return same_connection + next_connection
+
+    with caplog.at_level(logging.ERROR, logger="governor.server"):
+        broken, status, again = asyncio.run(scenario())
+    assert broken["error"]["code"] == "internal"
+    assert status["ok"] is True and again["ok"] is True
+    [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert record.exc_info is not None  # the traceback is in the log
+
+
+def test_handler_raising_runtime_error_is_internal(tmp_path, caplog):
+    def crash(request):
+        raise RuntimeError("boom")
+
+    async def scenario():
+        async with running(FakeHandler(crash), tmp_path / "g.sock"):
+            return await exchange(tmp_path / "g.sock", launch())
+
+    with caplog.at_level(logging.ERROR, logger="governor.server"):
+        [reply] = asyncio.run(scenario())
+    assert reply["error"]["code"] == "internal"
+    assert "boom" not in reply["error"]["message"]  # internals stay in the log
+    assert any(r.exc_info and isinstance(r.exc_info[1], RuntimeError) for r in caplog.records)
+
+
+def test_socket_mode_parent_directory_and_cleanup(tmp_path):
+    path = tmp_path / "run" / "governor" / "g.sock"
+
+    async def scenario():
+        async with running(FakeHandler(), path, mode=0o660):
+            assert stat.S_ISSOCK(os.stat(path).st_mode)
+            assert stat.S_IMODE(os.stat(path).st_mode) == 0o660
+            assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o755
+            return await exchange(path, STATUS)
+
+    old_umask = os.umask(0o077)  # the directory and socket modes must not depend on it
+    try:
+        [reply] = asyncio.run(scenario())
+    finally:
+        os.umask(old_umask)
+    assert reply["ok"] is True
+    assert not path.exists()  # close() removed it
+
+
+def test_stale_socket_file_is_replaced(tmp_path):
+    path = tmp_path / "g.sock"
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))
+    dead.close()  # the file stays, nobody listens: what a killed daemon leaves behind
+    assert stat.S_ISSOCK(os.stat(path).st_mode)
+
+    async def scenario():
+        async with running(FakeHandler(), path):
+            return await exchange(path, STATUS)
+
+    [reply] = asyncio.run(scenario())
+    assert reply["ok"] is True
+
+
+def test_a_live_socket_is_not_stolen(tmp_path):
+    path = tmp_path / "g.sock"
+
+    async def scenario():
+        async with running(FakeHandler(), path):
+            inode = os.stat(path).st_ino
+            with pytest.raises(ControlSocketError, match="another process is serving"):
+                await ControlServer(FakeHandler(), str(path)).start()
+            assert os.stat(path).st_ino == inode
+            return await exchange(path, STATUS)
+
+    [reply] = asyncio.run(scenario())
+    assert reply["ok"] is True
+
+
+def test_a_file_that_is_not_a_socket_is_left_alone(tmp_path):
+    path = tmp_path / "g.sock"
+    path.write_text("precious")
+
+    async def scenario():
+        await ControlServer(FakeHandler(), str(path)).start()
+
+    with pytest.raises(ControlSocketError, match="not a socket"):
+        asyncio.run(scenario())
+    assert path.read_text() == "precious"
+
+
+def test_close_does_not_remove_a_socket_another_server_bound_since(tmp_path):
+    path = tmp_path / "g.sock"
+
+    async def scenario():
+        first = ControlServer(FakeHandler(), str(path))
+        await first.start()
+        os.unlink(path)  # e.g. an admin removed it and a new daemon took the path
+        async with running(FakeHandler(), path):
+            await first.close()
+            return await exchange(path, STATUS)
+
+    [reply] = asyncio.run(scenario())
+    assert reply["ok"] is True
+
+
+def test_close_ends_idle_connections(tmp_path):
+    async def scenario():
+        server = ControlServer(FakeHandler(), str(tmp_path / "g.sock"))
+        await server.start()
+        reader, writer = await asyncio.open_unix_connection(str(tmp_path / "g.sock"))
+        writer.write(STATUS)
+        await reader.readline()
+        await asyncio.wait_for(server.close(), 5)
+        rest = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        return rest
+
+    assert asyncio.run(scenario()) == b""

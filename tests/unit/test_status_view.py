@@ -1,0 +1,88 @@
+"""The ``governor status`` renderables (cli/status_view.py), rendered to strings at 80 and 120 columns."""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+from rich.console import Console
+
+from cli.status_view import status_renderables
+from status_sample import NOW, STATUS
+
+
+def render(status: dict, width: int, now: float = NOW) -> str:
+    console = Console(record=True, width=width, file=io.StringIO())
+    for renderable in status_renderables(status, now=now):
+        console.print(renderable)
+    return console.export_text()
+
+
+def rows(text: str, first: str) -> list[list[str]]:
+    """Table body rows whose first cell is ``first``, as stripped cells."""
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines() if line.startswith("│")]
+    return [row for row in cells if row and row[0] == first]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_fits_the_width_and_shows_every_group(width):
+    text = render(STATUS, width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    for group in ("physics", "ops", "idle"):
+        assert group in text
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_groups_table_rows(width):
+    text = render(STATUS, width)
+    # group, weight, tasks, λ, dominant, share, stopped by
+    assert rows(text, "physics")[0] == ["physics", "2", "1", "0.8", "cpu", "50.0%", "cpu saturated"]
+    assert rows(text, "ops")[0] == ["ops", "1", "1", "1", "cpu", "25.0%", "demand met"]
+    assert rows(text, "idle") == [["idle", "1", "0", "0", "—", "0.0%", "no demand"]]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_capacity_and_per_resource_usage(width):
+    text = render(STATUS, width)
+    assert rows(text, "cpu")[0] == ["cpu", "16 cores", "12 (75%)", "9.5 (59%)"]
+    assert rows(text, "nvme0n1 read")[0] == ["nvme0n1 read", "2.0G/s", "200.0M/s (10%)", "150.0M/s (7%)"]
+    # Demand, allocation and use: physics's first line is its cpu; ops's I/O line follows its memory.
+    assert rows(text, "physics")[1] == ["physics", "cpu", "10", "8", "7.25"]
+    assert ["", "memory", "16.0G", "12.8G", "11.0G"] in rows(text, "")
+    assert ["", "nvme0n1 read", "200.0M/s", "200.0M/s", "150.0M/s"] in rows(text, "")
+
+
+def test_header_times_are_relative_to_now():
+    text = render(STATUS, 80)
+    assert "governor pid 812, up 2h 03m" in text
+    assert "cgroup v2 at /sys/fs/cgroup/governor.slice" in text
+    assert "last filling 3s ago (launch, 1.2 ms)" in text
+    later = render(STATUS, 80, now=NOW + 2 * 86400)
+    assert "up 2d 2h" in later and "last filling 2d 0h ago" in later
+
+
+def test_task_list_truncates_the_command_and_humanises_byte_limits():
+    text = render(STATUS, 80)
+    assert "t7 pid    4242 · alice · python train.py --epochs 100 --data /sc…" in text
+    assert "/scratch/alice/imagenet" not in text
+    assert "cpu.max 800000 100000 · memory.high 12.8G" in text
+    assert "demand cpu 10 · memory 16.0G" in text
+    assert "used   cpu 7.25 · memory 11.0G" in text
+
+
+def test_groups_without_tasks_get_no_task_list():
+    text = render(STATUS, 120)
+    assert "physics: 1 task" in text and "ops: 1 task" in text
+    assert "idle:" not in text
+
+
+def test_never_filled_and_sparse_snapshots_render():
+    text = render({}, 80)
+    assert "last filling: never" in text
+    sparse = copy.deepcopy(STATUS)
+    del sparse["groups"]["ops"]["usage"], sparse["groups"]["physics"]["tasks"][0]["limits"]
+    sparse["groups"]["physics"]["extra"] = {"unknown": "key"}
+    text = render(sparse, 80)
+    assert ["", "nvme0n1 read", "200.0M/s", "200.0M/s", "—"] in rows(text, "")
+    assert "limits —" in text
