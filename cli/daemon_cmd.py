@@ -17,7 +17,10 @@ DEFAULT_CONFIG = "/etc/governor/governor.toml"
               help="governor's cgroup root: relative = below the daemon's own cgroup; absolute = a v2 "
                    "cgroup directory, or a path inside every v1 hierarchy.")
 @click.option("--state-dir", metavar="DIR", help="Task records (overrides [daemon] state_dir).")
-def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, state_dir: str | None) -> None:
+@click.option("--metrics", "metrics_address", metavar="[ADDR:]PORT",
+              help="Serve Prometheus metrics on /metrics; ADDR defaults to 127.0.0.1 (off by default).")
+def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, state_dir: str | None,
+           metrics_address: str | None) -> None:
     """Run the governor daemon (as root) until SIGTERM or SIGINT. Tasks outlive it."""
     import asyncio
     import os
@@ -33,18 +36,35 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
     from governor.errors import GovernorError
     from governor.hierarchy import open_hierarchy
     from governor.logs import setup_logging
+    from governor.notify import Notifier
     from governor.state import TaskStore
 
     setup_logging()
     if config_path is None and os.path.exists(DEFAULT_CONFIG):
         config_path = DEFAULT_CONFIG
-    config = parse_config(read_input(config_path), config_path) if config_path else default_config()
+    def load():
+        return parse_config(read_input(config_path), config_path)
+
+    config = load() if config_path else default_config()
     if os.geteuid() != 0:
         raise GovernorError("governor daemon must run as root: it creates cgroups and moves processes")
-    io_devices = {device.name: whole_disk(device.device) for device in config.io_devices}
+    listen = _metrics_address(metrics_address) if metrics_address else None
     hierarchy = open_hierarchy(cgroup_root)
     store = TaskStore(Path(state_dir or config.state_dir))
     server = Daemon(config, config_path or "<embedded default>", hierarchy, store,
                     host_cpus=sorted(os.sched_getaffinity(0)), host_memory=psutil.virtual_memory().total,
-                    io_devices=io_devices)
+                    resolve_device=whole_disk, load_config=load if config_path else None, notifier=Notifier())
+    if listen:
+        from governor.metrics import Metrics
+
+        server.metrics = Metrics(lambda: server.snapshot)
+        server.metrics.serve(*listen)
     asyncio.run(server.serve(resolve_socket(socket_path)))
+
+
+def _metrics_address(text: str) -> tuple[str, int]:
+    """``"9110"`` → (127.0.0.1, 9110); ``"0.0.0.0:9110"`` → as given (loopback unless configured)."""
+    address, _, port = text.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise click.BadParameter(f"expected [ADDR:]PORT, got {text!r}", param_hint="--metrics")
+    return (address.strip("[]") or "127.0.0.1"), int(port)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from cli.admin import reload, set_weight
 from cli.check_config import check_config
 from cli.daemon_cmd import daemon
 from cli.run import run
@@ -51,6 +52,8 @@ def main() -> None:
 
 
 main.add_command(daemon)
+main.add_command(reload)
+main.add_command(set_weight)
 main.add_command(run)
 main.add_command(simulate)
 main.add_command(check_config)

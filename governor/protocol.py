@@ -20,6 +20,8 @@ Error codes (:data:`ERROR_CODES`):
 - ``not_found``: the group (or task) named does not exist.
 - ``exceeds_capacity``: the demand can never fit in the host's capacity.
 - ``unavailable``: the daemon cannot do it on this host (e.g. no cgroup support).
+- ``invalid_config``: ``reload`` found the config file bad ("file: key: reason"); the config in
+  force stays.
 - ``internal``: a bug in the daemon; it logs the traceback and keeps serving.
 
 Operations; every field is checked and unknown fields are refused:
@@ -29,7 +31,17 @@ Operations; every field is checked and unknown fields are refused:
   "command": [str, ...]}``. Only ``op`` and ``pid`` are required; ``demand`` may give any subset;
   ``command`` (≤ 64 items of ≤ 4096 characters) is for display. The pid must be the caller's
   own. Reply payload: ``{"task": str, "group": str, "cgroup": str, "limits": {file: value}}``.
-- ``{"op": "status"}``. Reply payload: ``{"status": {...}}`` (schema in ``cli/status_view.py``).
+- ``{"op": "status"}``. Reply payload: ``{"status": {...}}`` (schema in README).
+- ``{"op": "watch", "interval": number}`` (interval optional, 0.2–10 s, default 1): a stream of
+  ``{"ok": true, "status": {...}}`` lines, the first at once, then one per interval, until the
+  client closes the connection.
+- ``{"op": "explain"}``. Reply payload: ``{"explain": {"capacity", "groups": {name: {"weight",
+  "demand", "allocation", "lambda", "dominant_resources", "dominant_share", "stop"}}, "trace":
+  [...]}}``: the live host's progressive filling, one trace row per event (paper Table 1).
+- Admin only (uid 0, or a member of the config's ``admin_group``):
+  ``{"op": "reload"}`` re-reads the config file → ``{"reloaded": {"config": path}}``;
+  ``{"op": "set-weight", "group": str, "weight": number > 0}`` → ``{"group", "weight"}``, in
+  force until the next reload or restart.
 
 Try it by hand::
 
@@ -57,8 +69,9 @@ MAX_INT = 2**63 - 1
 
 ERROR_CODES = frozenset({
     "bad_request", "too_large", "timeout", "unknown_op", "forbidden", "not_found",
-    "exceeds_capacity", "unavailable", "internal",
+    "exceeds_capacity", "unavailable", "invalid_config", "internal",
 })
+WATCH_INTERVAL_S = (0.2, 10.0)
 # Demand keys on the wire: cpu in cores (any number), the others whole bytes or bytes/s.
 DEMAND_KEYS = ("cpu", "memory", "io_read", "io_write")
 
@@ -95,7 +108,32 @@ class StatusRequest:
     """Ask for a snapshot of groups, tasks, allocations and usage."""
 
 
-Request = LaunchRequest | StatusRequest
+@dataclass(frozen=True)
+class WatchRequest:
+    """Stream a status snapshot every ``interval`` seconds (0.2–10)."""
+
+    interval: float = 1.0
+
+
+@dataclass(frozen=True)
+class ExplainRequest:
+    """Ask for the live progressive filling's trace and each group's reason to stop."""
+
+
+@dataclass(frozen=True)
+class ReloadRequest:
+    """Re-read the config file (admin)."""
+
+
+@dataclass(frozen=True)
+class SetWeightRequest:
+    """Set a group's weight until the next reload (admin). ``weight`` > 0."""
+
+    group: str
+    weight: float
+
+
+Request = LaunchRequest | StatusRequest | WatchRequest | ExplainRequest | ReloadRequest | SetWeightRequest
 
 
 def parse_request(line: bytes) -> Request:
@@ -105,7 +143,7 @@ def parse_request(line: bytes) -> Request:
         RequestError: ``too_large`` for more than MAX_LINE_BYTES bytes; ``bad_request`` for
             bad UTF-8 or JSON, a non-object, or any unknown, missing or mistyped field (the
             message starts with the field's name); ``unknown_op`` for an op string that is
-            not ``launch`` or ``status``.
+            not one of :data:`OPERATIONS`.
     """
     body = line[:-1] if line.endswith(b"\n") else line
     if len(body) > MAX_LINE_BYTES:
@@ -127,10 +165,29 @@ def parse_request(line: bytes) -> Request:
         raise RequestError("bad_request", f"op: must be a string, got {_json_type(op)}")
     if op == "launch":
         return _parse_launch(message)
-    if op == "status":
+    if op in _NO_FIELDS:
         _check_fields(message, allowed=("op",))
-        return StatusRequest()
-    raise RequestError("unknown_op", f"op: unknown operation {op!r} (known: launch, status)")
+        return _NO_FIELDS[op]()
+    if op == "watch":
+        _check_fields(message, allowed=("op", "interval"))
+        interval = _number(message.get("interval", 1.0), "interval")
+        low, high = WATCH_INTERVAL_S
+        if not low <= interval <= high:
+            raise RequestError("bad_request", f"interval: must be between {low:g} and {high:g} seconds, got {interval!r}")
+        return WatchRequest(float(interval))
+    if op == "set-weight":
+        _check_fields(message, allowed=("op", "group", "weight"))
+        for field in ("group", "weight"):
+            if field not in message:
+                raise RequestError("bad_request", f"{field}: missing field")
+        group = message["group"]
+        if not (isinstance(group, str) and group):
+            raise RequestError("bad_request", f"group: must be a non-empty string, got {_json_type(group)}")
+        weight = _number(message["weight"], "weight")
+        if weight <= 0:
+            raise RequestError("bad_request", f"weight: must be > 0, got {weight!r}")
+        return SetWeightRequest(group, float(weight))
+    raise RequestError("unknown_op", f"op: unknown operation {op!r} (known: {', '.join(OPERATIONS)})")
 
 
 def ok(payload: dict) -> bytes:
@@ -158,6 +215,16 @@ def error(code: str, message: str) -> bytes:
 
 def _encode(reply: dict) -> bytes:
     return json.dumps(reply, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode() + b"\n"
+
+
+_NO_FIELDS = {"status": StatusRequest, "explain": ExplainRequest, "reload": ReloadRequest}
+OPERATIONS = ("launch", "status", "watch", "explain", "reload", "set-weight")
+
+
+def _number(value: object, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RequestError("bad_request", f"{field}: must be a finite number, got {_json_type(value)}")
+    return value
 
 
 def _parse_launch(message: dict) -> LaunchRequest:

@@ -16,10 +16,12 @@ import os
 import socket
 import stat
 import struct
+from collections.abc import AsyncIterator
 from typing import Protocol
 
 from governor.errors import ControlSocketError, RequestError
-from governor.protocol import MAX_LINE_BYTES, READ_TIMEOUT_S, Peer, Request, error, ok, parse_request
+from governor.protocol import (MAX_LINE_BYTES, READ_TIMEOUT_S, Peer, Request, WatchRequest, error, ok,
+                               parse_request)
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +39,10 @@ class Handler(Protocol):
         Raises:
             RequestError: to refuse the request with that error code and message.
         """
+        ...
+
+    def watch(self, request: WatchRequest, peer: Peer) -> AsyncIterator[dict]:
+        """Payloads to stream for a ``watch`` request, until the client closes."""
         ...
 
 
@@ -60,6 +66,7 @@ class ControlServer:
         self._server: asyncio.AbstractServer | None = None
         self._inode: tuple[int, int] | None = None
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
+        self._streams: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         """Bind and listen; returns once clients can connect.
@@ -95,6 +102,8 @@ class ControlServer:
         # Closing the transports ends each connection's read loop at its next read.
         for writer in self._connections.values():
             writer.close()
+        for stream in self._streams:
+            stream.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
         await self._server.wait_closed()
         self._server = None
@@ -158,7 +167,7 @@ class ControlServer:
                 except asyncio.IncompleteReadError as eof:
                     # A last request without its newline (`printf ... | nc -U`) still gets an answer.
                     if eof.partial.strip():
-                        await _send(writer, await self._reply(eof.partial, peer))
+                        await self._answer(eof.partial, peer, writer)
                     return
                 except asyncio.LimitOverrunError:
                     await _send(writer, error("too_large", f"request line is longer than {MAX_LINE_BYTES} bytes"))
@@ -167,7 +176,8 @@ class ControlServer:
                     await _send(writer, error(
                         "timeout", f"no complete request line within {self.read_timeout_s:g} s"))
                     return
-                await _send(writer, await self._reply(line, peer))
+                if not await self._answer(line, peer, writer):
+                    return
         except OSError as exc:
             # The peer went away mid-reply (or before SO_PEERCRED could be read): nothing to answer.
             logger.debug("control connection dropped: %s", exc)
@@ -177,18 +187,50 @@ class ControlServer:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    async def _reply(self, line: bytes, peer: Peer) -> bytes:
-        """The reply line for one request line; never raises (a bug becomes an ``internal`` reply)."""
+    async def _answer(self, line: bytes, peer: Peer, writer: asyncio.StreamWriter) -> bool:
+        """Answer one request line. Returns False when the connection is done (after a stream)."""
         try:
             request = parse_request(line)
-            logger.debug("request from pid %d uid %d: %r", peer.pid, peer.uid, request)
+        except RequestError as refused:
+            await _send(writer, error(refused.code, refused.message))
+            return True
+        logger.debug("request from pid %d uid %d: %r", peer.pid, peer.uid, request)
+        if isinstance(request, WatchRequest):
+            await self._stream(request, peer, writer)
+            return False
+        await _send(writer, await self._reply(request, peer))
+        return True
+
+    async def _reply(self, request: Request, peer: Peer) -> bytes:
+        """The reply line for one request; never raises (a bug becomes an ``internal`` reply)."""
+        try:
             return ok(await self.handler.handle(request, peer))
         except RequestError as refused:
             return error(refused.code, refused.message)
         except Exception:
-            logger.exception("internal error handling a request from pid %d uid %d: %r",
-                             peer.pid, peer.uid, line[:200])
+            logger.exception("internal error handling %r from pid %d uid %d", request, peer.pid, peer.uid)
             return error("internal", "internal error in the governor daemon; see its log")
+
+    async def _stream(self, request: WatchRequest, peer: Peer, writer: asyncio.StreamWriter) -> None:
+        """Send the handler's payloads as they come until the client leaves or the server closes."""
+        task = asyncio.current_task()
+        self._streams.add(task)
+        try:
+            async for payload in self.handler.watch(request, peer):
+                if writer.is_closing():
+                    return
+                await _send(writer, ok(payload))
+        except RequestError as refused:
+            await _send(writer, error(refused.code, refused.message))
+        except asyncio.CancelledError:
+            pass  # close(): a stream has nothing half done
+        except OSError:
+            pass  # the client went away: the usual end of a watch
+        except Exception:
+            logger.exception("internal error streaming %r to pid %d uid %d", request, peer.pid, peer.uid)
+            await _send(writer, error("internal", "internal error in the governor daemon; see its log"))
+        finally:
+            self._streams.discard(task)
 
 
 def _peer_credentials(sock: socket.socket) -> Peer:

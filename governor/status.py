@@ -19,7 +19,7 @@ def _split(vector: Mapping[str, float]) -> tuple[dict[str, float], dict[str, flo
 
 def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: Allocation | None, tasks: Tasks,
                  limits: Mapping[str, CgroupLimits], usage: Mapping[str, Mapping[str, float]],
-                 filling: dict, files: Callable[[CgroupLimits], dict[str, str]]) -> dict:
+                 filling: dict, files: Callable[[CgroupLimits], dict[str, str]], events: list[dict]) -> dict:
     """Assemble the status object.
 
     Args:
@@ -31,6 +31,10 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
         usage: cgroup (relative) → measured usage (:func:`governor.usage.usage`).
         filling: ``at`` (unix s or None), ``trigger``, ``duration_ms`` of the last filling.
         files: limits → kernel file → value, for this hierarchy.
+        events: recent events, oldest first: ``at`` (unix s), ``kind``, ``message``.
+
+    ``fair_level`` is the highest dominant share / weight among the groups: the water level at
+    which the last filling stopped the groups a saturated resource held back.
     """
     groups = {}
     allocated = {r: 0.0 for r in capacity}
@@ -56,8 +60,9 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
             "pressure": group_pressure,
             "tasks": [_task(t, limits, usage, files) for t in members],
         }
+    fair_level = max((g["dominant_share"] / g["weight"] for g in groups.values()), default=0.0)
     return {"daemon": daemon, "capacity": dict(capacity), "allocated": allocated, "used": used,
-            "filling": dict(filling), "groups": groups}
+            "filling": dict(filling), "fair_level": fair_level, "events": events, "groups": groups}
 
 
 def _task(task, limits: Mapping[str, CgroupLimits], usage: Mapping[str, Mapping[str, float]],

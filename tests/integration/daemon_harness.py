@@ -28,7 +28,7 @@ class Governor:
     """``governor daemon`` started with ``config`` under a fresh cgroup root below this test
     process's own cgroup, and the tasks launched through it with ``governor run``."""
 
-    def __init__(self, tmp_path: Path, config: str):
+    def __init__(self, tmp_path: Path, config: str, *extra_args: str):
         self.dir = tmp_path
         self.socket = str(tmp_path / "governor.sock")
         self.root_name = f"governor-test-{uuid.uuid4().hex[:8]}"
@@ -37,7 +37,7 @@ class Governor:
         self.log = open(tmp_path / "daemon.log", "w+")
         self.daemon = subprocess.Popen(
             [GOVERNOR, "daemon", "--config", str(tmp_path / "governor.toml"), "--socket", self.socket,
-             "--cgroup-root", self.root_name], stdout=self.log, stderr=subprocess.STDOUT)
+             "--cgroup-root", self.root_name, *extra_args], stdout=self.log, stderr=subprocess.STDOUT)
         self.tasks: list[subprocess.Popen] = []
         self._wait_ready()
         self.driver = self._reading_driver()

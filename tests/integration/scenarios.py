@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import sys
 import time
 
@@ -145,5 +146,67 @@ def io_write_held_to_io_max(tmp_path, device: str) -> None:
         rate = int(copied) / float(seconds)
         print(f"\nio.max wbps=8M on {device}: direct writes at {rate / MIB:.2f} MiB/s")
         assert abs(rate - 8 * MIB) <= 0.15 * 8 * MIB
+    finally:
+        gov.close()
+
+
+def metrics_scrape(tmp_path) -> None:
+    """``--metrics`` serves Prometheus text that prometheus-client's parser reads, with the
+    live groups in it."""
+    from urllib.request import urlopen
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with socket.socket() as probe:  # a free loopback port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    gov = Governor(tmp_path, config(cpu=1.0 * SCALE), "--metrics", f"127.0.0.1:{port}")
+    try:
+        gov.run("A", SLEEPER, cpus=0.5 * SCALE, memory="32M")
+        gov.wait(lambda: "A" in _scrape(urlopen, port), "the metrics to show group A")
+        families = {f.name: f for f in text_string_to_metric_families(_scrape(urlopen, port))}
+        shares = {s.labels["group"]: s.value for s in families["governor_group_dominant_share"].samples}
+        refills = {s.name: s.value for s in families["governor_refill_duration_seconds"].samples}
+        print(f"\n/metrics: dominant shares {shares}, refills {refills['governor_refill_duration_seconds_count']:.0f}")
+        assert shares["A"] == gov.status()["groups"]["A"]["dominant_share"]
+        assert refills["governor_refill_duration_seconds_count"] >= 2  # start, launch
+        events = {s.labels["kind"]: s.value for s in families["governor_events"].samples if s.name.endswith("_total")}
+        assert events["task_started"] == 1
+    finally:
+        gov.close()
+
+
+def _scrape(urlopen, port: int) -> str:
+    with urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return response.read().decode()
+
+
+def reload_refuses_a_bad_config_and_applies_a_good_one(tmp_path) -> None:
+    """``governor reload`` with a broken file: refused with file and key, the daemon serves on
+    with the old config; with a good file (B's weight 3): applied and refilled. SIGHUP too."""
+    import signal
+    import subprocess
+
+    from daemon_harness import GOVERNOR
+
+    gov = Governor(tmp_path, config(cpu=1.0 * SCALE))
+    path = tmp_path / "governor.toml"
+    good = path.read_text()
+    try:
+        for group in ("A", "B"):
+            gov.run(group, SLEEPER, cpus=1.0 * SCALE, memory="32M")
+        before = gov.quota_cores("B")
+        path.write_text(good.replace("[capacity]", "[capacity]\nbogus = 1"))
+        refused = subprocess.run([GOVERNOR, "reload", "--socket", gov.socket], capture_output=True, text=True)
+        print(f"\nbad reload: exit {refused.returncode}: {refused.stderr.strip()}")
+        assert refused.returncode == 1 and f"{path}: capacity.bogus" in refused.stderr
+        assert gov.quota_cores("B") == before and len(gov.status()["groups"]) == 2
+        path.write_text(good.replace('[groups.B]\n', '[groups.B]\nweight = 3\n'))
+        applied = subprocess.run([GOVERNOR, "reload", "--socket", gov.socket], capture_output=True, text=True)
+        assert applied.returncode == 0, applied.stderr
+        assert abs(gov.quota_cores("B") - 0.75 * SCALE) < 0.001  # 3 : 1 of the CPU
+        path.write_text(good)
+        gov.daemon.send_signal(signal.SIGHUP)
+        gov.wait(lambda: abs(gov.quota_cores("B") - 0.5 * SCALE) < 0.001, "SIGHUP to restore equal weights")
     finally:
         gov.close()

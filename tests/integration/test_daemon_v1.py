@@ -40,3 +40,11 @@ def test_soft_memory_limit_does_not_kill(tmp_path):
 
 def test_hard_memory_limit_kills_only_the_offender(tmp_path):
     scenarios.memory_hard_limit_kills_only_the_offender(tmp_path)
+
+
+def test_metrics_are_served_and_parse(tmp_path):
+    scenarios.metrics_scrape(tmp_path)
+
+
+def test_reload_refuses_a_bad_config_and_applies_a_good_one(tmp_path):
+    scenarios.reload_refuses_a_bad_config_and_applies_a_good_one(tmp_path)

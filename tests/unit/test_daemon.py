@@ -14,7 +14,8 @@ from governor.config import parse_config
 from governor.daemon import Daemon
 from governor.errors import CgroupReadError, CgroupWriteError, RequestError
 from governor.hierarchy import Hierarchy
-from governor.protocol import LaunchRequest, Peer, StatusRequest
+from governor.protocol import (ExplainRequest, LaunchRequest, Peer, ReloadRequest, SetWeightRequest, StatusRequest,
+                               WatchRequest)
 from governor.state import Task, TaskStore
 
 GONE_PID = 999_999
@@ -88,7 +89,7 @@ def daemon(tmp_path):
     store = TaskStore(tmp_path / "state")
     store.prepare()
     server = Daemon(parse_config(CONFIG, "test.toml"), "test.toml", Hierarchy("v2", FakeDriver(), "/fake", ()),
-                    store, host_cpus=[0, 1], host_memory=8 * GIB, io_devices={})
+                    store, host_cpus=[0, 1], host_memory=8 * GIB, resolve_device=lambda path: "8:0")
     server._watcher = FakeWatcher()
     return server
 
@@ -200,4 +201,63 @@ def test_status_reports_groups_tasks_and_the_last_filling(daemon):
     assert group["lambda"] == 1.0 and group["stop"] == "demand met"
     assert group["tasks"][0]["pid"] == 100 and group["tasks"][0]["limits"]["cpu.max"] == "100000 100000"
     assert status["allocated"]["cpu"] == 1.0 and status["capacity"] == {"cpu": 2.0, "memory": 4.0 * GIB}
-    assert status["filling"]["trigger"] == "launch task 1"
+    assert status["filling"]["trigger"] == "launch of task 1"
+
+
+def test_explain_gives_the_live_trace_and_each_groups_reason(daemon):
+    launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
+    launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
+    result = asyncio.run(daemon.handle(ExplainRequest(), Peer(pid=1, uid=1000, gid=1000)))["explain"]
+    assert result["groups"]["A"]["stop"] == "cpu saturated" and result["groups"]["A"]["lambda"] == 0.5
+    assert [(row["event"], row["resource"], row["frozen"]) for row in result["trace"]] == [
+        ("saturated", "cpu", ["A", "B"])]
+
+
+def write_config(daemon, tmp_path, text):
+    path = tmp_path / "governor.toml"
+    path.write_text(text)
+    daemon.load_config = lambda: parse_config(path.read_text(), str(path))
+
+
+def test_reload_applies_a_good_config_and_refuses_a_bad_one(daemon, tmp_path):
+    launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
+    launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
+    write_config(daemon, tmp_path, CONFIG.replace('[groups.B]\n', '[groups.B]\nweight = 3\n'))
+    asyncio.run(daemon.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
+    assert quota_cores(daemon, "B") == pytest.approx(1.5)  # weight 3 : 1
+    write_config(daemon, tmp_path, CONFIG.replace("[capacity]", "[capacity]\nbogus = 1"))
+    with pytest.raises(RequestError) as caught:
+        asyncio.run(daemon.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
+    assert caught.value.code == "invalid_config" and "capacity.bogus" in caught.value.message
+    assert quota_cores(daemon, "B") == pytest.approx(1.5)  # the old config stays in force
+    assert daemon.events[-1]["kind"] == "error"
+
+
+def test_admin_operations_need_root(daemon):
+    for request in (ReloadRequest(), SetWeightRequest("A", 2.0)):
+        with pytest.raises(RequestError) as caught:
+            asyncio.run(daemon.handle(request, Peer(pid=1, uid=65534, gid=65534)))
+        assert caught.value.code == "forbidden"
+
+
+def test_set_weight_refills_until_the_next_reload(daemon):
+    launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
+    launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
+    asyncio.run(daemon.handle(SetWeightRequest("A", 3.0), Peer(pid=1, uid=0, gid=0)))
+    assert quota_cores(daemon, "A") == pytest.approx(1.5)
+    with pytest.raises(RequestError) as caught:
+        asyncio.run(daemon.handle(SetWeightRequest("nosuch", 3.0), Peer(pid=1, uid=0, gid=0)))
+    assert caught.value.code == "not_found"
+
+
+def test_watch_streams_status_with_events_and_fair_level(daemon):
+    launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+
+    async def first_two():
+        stream = daemon.watch(WatchRequest(0.2), Peer(pid=1, uid=1000, gid=1000))
+        return [await anext(stream), await anext(stream)]
+
+    snapshots = asyncio.run(first_two())
+    status = snapshots[1]["status"]
+    assert status["fair_level"] == pytest.approx(0.5)
+    assert [e["kind"] for e in status["events"]] == ["refill", "task_started"]

@@ -12,7 +12,11 @@ from governor.errors import RequestError
 from governor.protocol import (
     MAX_LINE_BYTES,
     LaunchRequest,
+    ExplainRequest,
+    ReloadRequest,
+    SetWeightRequest,
     StatusRequest,
+    WatchRequest,
     error,
     ok,
     parse_request,
@@ -32,6 +36,14 @@ def refused(raw: bytes) -> RequestError:
 def test_status_parses():
     assert parse_request(b'{"op": "status"}\n') == StatusRequest()
     assert parse_request(b'{"op": "status"}') == StatusRequest()  # the newline is optional
+
+
+def test_the_operations_beyond_launch_parse():
+    assert parse_request(line({"op": "watch"})) == WatchRequest(1.0)
+    assert parse_request(line({"op": "watch", "interval": 0.5})) == WatchRequest(0.5)
+    assert parse_request(line({"op": "explain"})) == ExplainRequest()
+    assert parse_request(line({"op": "reload"})) == ReloadRequest()
+    assert parse_request(line({"op": "set-weight", "group": "A", "weight": 2})) == SetWeightRequest("A", 2.0)
 
 
 def test_minimal_launch_has_empty_defaults():
@@ -77,7 +89,17 @@ BAD = [
     (line({"pid": 1}), "bad_request", "op: missing"),
     (line({"op": 1}), "bad_request", "op: must be a string"),
     (line({"op": None}), "bad_request", "op: must be a string"),
-    (line({"op": "reload"}), "unknown_op", "'reload'"),
+    (line({"op": "frobnicate"}), "unknown_op", "'frobnicate'"),
+    (line({"op": "watch", "interval": 0.1}), "bad_request", "interval: must be between 0.2 and 10"),
+    (line({"op": "watch", "interval": "1"}), "bad_request", "interval: must be a finite number"),
+    (line({"op": "watch", "every": 1}), "bad_request", "every: unknown field"),
+    (line({"op": "explain", "group": "A"}), "bad_request", "group: unknown field"),
+    (line({"op": "reload", "file": "/etc/x"}), "bad_request", "file: unknown field"),
+    (line({"op": "set-weight", "group": "A"}), "bad_request", "weight: missing"),
+    (line({"op": "set-weight", "weight": 2}), "bad_request", "group: missing"),
+    (line({"op": "set-weight", "group": "A", "weight": 0}), "bad_request", "weight: must be > 0"),
+    (line({"op": "set-weight", "group": "A", "weight": True}), "bad_request", "weight: must be a finite number"),
+    (line({"op": "set-weight", "group": "", "weight": 1}), "bad_request", "group: must be a non-empty string"),
     (line({"op": "STATUS"}), "unknown_op", "'STATUS'"),
     (line({"op": "status", "verbose": True}), "bad_request", "verbose: unknown field"),
     (line({"op": "launch"}), "bad_request", "pid: missing"),

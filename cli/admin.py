@@ -1,0 +1,30 @@
+"""Admin commands (root, or the config's admin_group): ``governor reload``, ``governor set-weight``."""
+
+from __future__ import annotations
+
+import click
+
+_SOCKET_HELP = "Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock)."
+
+
+@click.command()
+@click.option("--socket", "socket_option", metavar="PATH", help=_SOCKET_HELP)
+def reload(socket_option: str | None) -> None:
+    """Re-read the daemon's config file and refill. A bad file is refused (file, key, reason)
+    and the config in force stays."""
+    from cli.client import call, socket_path
+
+    reply = call(socket_path(socket_option), {"op": "reload"})
+    click.echo(f"reloaded {reply['reloaded']['config']}")
+
+
+@click.command("set-weight")
+@click.argument("group")
+@click.argument("weight", type=click.FloatRange(min=0, min_open=True))
+@click.option("--socket", "socket_option", metavar="PATH", help=_SOCKET_HELP)
+def set_weight(group: str, weight: float, socket_option: str | None) -> None:
+    """Give GROUP the WEIGHT (> 0) until the next reload or restart, and refill."""
+    from cli.client import call, socket_path
+
+    reply = call(socket_path(socket_option), {"op": "set-weight", "group": group, "weight": weight})
+    click.echo(f"weight of {reply['group']} is now {reply['weight']:g}")

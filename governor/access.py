@@ -1,0 +1,114 @@
+"""Who may do what over the control socket, and what a launch may ask for (DESIGN.md §6).
+
+Authorisation comes from SO_PEERCRED alone: the uid the kernel recorded for the caller, its
+name and its Unix groups from the host's user database. Every refusal is a RequestError whose
+code the client shows.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from governor.config import Config, group_name_problem
+from governor.errors import RequestError
+from governor.units import format_number, format_size
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A caller: uid, user name and Unix group names (numbers where the host has no name)."""
+
+    uid: int
+    user: str
+    groups: tuple[str, ...]
+
+
+def identify(uid: int, gid: int) -> Identity:
+    """The caller's identity from the host's user and group databases."""
+    try:
+        user = pwd.getpwuid(uid).pw_name
+        gids = os.getgrouplist(user, gid)
+    except KeyError:
+        return Identity(uid, str(uid), (str(gid),))
+    names = []
+    for number in gids:
+        try:
+            names.append(grp.getgrgid(number).gr_name)
+        except KeyError:
+            names.append(str(number))
+    return Identity(uid, user, tuple(names))
+
+
+def require_admin(config: Config, who: Identity, operation: str) -> None:
+    """Raises RequestError ``forbidden`` unless ``who`` is root or in the config's admin group."""
+    if who.uid == 0 or (config.admin_group is not None and config.admin_group in who.groups):
+        return
+    admins = f"root or members of {config.admin_group}" if config.admin_group else "root"
+    raise RequestError("forbidden", f"{operation} is for {admins}; user {who.user} is not")
+
+
+def launch_group(config: Config, who: Identity, requested: str | None) -> str:
+    """The group a launch goes into: the one asked for if ``who`` may use it, else their default.
+
+    Root may name any configured group or any host user's own group.
+
+    Raises:
+        RequestError: ``forbidden`` (not the caller's group, or no group at all), ``not_found``.
+    """
+    allowed = config.allowed_groups(who.user, who.groups)
+    if requested is None:
+        group = config.group_for(who.user, who.groups)
+        if group is None:
+            raise RequestError("forbidden", f"user {who.user} belongs to no governed group")
+        return group
+    if requested in allowed or (who.uid == 0 and known_group(config, requested)):
+        return requested
+    if who.uid == 0:
+        raise RequestError("not_found", f"no group {requested!r} in the config")
+    raise RequestError("forbidden", f"user {who.user} may not launch into group {requested!r} "
+                                    f"(allowed: {', '.join(allowed) or 'none'})")
+
+
+def known_group(config: Config, name: str) -> bool:
+    """An explicit group, or the per-user group of a user this host knows."""
+    if any(rule.name == name for rule in config.groups):
+        return True
+    if config.everyone_weight is None or group_name_problem(name) is not None:
+        return False
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def task_demand(config: Config, capacity: Mapping[str, float], flags: Mapping[str, float]) -> dict[str, float]:
+    """A launch's demand vector: its flags over ``[defaults.task]``, checked against the host.
+
+    Raises:
+        RequestError: ``bad_request`` (I/O asked with no governed device; no CPU or memory),
+            ``exceeds_capacity`` (more of a resource than the host divides).
+    """
+    if ("io_read" in flags or "io_write" in flags) and not config.io_devices:
+        raise RequestError("bad_request", "demand.io_read/io_write: no I/O device is governed "
+                                          "(add a [[capacity.io]] entry to the config)")
+    demand = config.task_demand(**flags)
+    for resource in ("cpu", "memory"):
+        if demand.get(resource, 0) <= 0:
+            raise RequestError("bad_request", f"demand.{resource} must be > 0: governor limits every task")
+    for resource, amount in demand.items():
+        if amount > capacity.get(resource, 0):
+            raise RequestError("exceeds_capacity", f"demand {resource} = {describe(resource, amount)} exceeds "
+                                                   f"the capacity of {describe(resource, capacity[resource])}")
+    return demand
+
+
+def describe(resource: str, value: float) -> str:
+    """An amount for people: ``1.5 cores``, ``512.0M``, ``8.0M/s``."""
+    if resource == "cpu":
+        return f"{format_number(value)} core" + ("" if value == 1 else "s")
+    return format_size(value) + ("/s" if resource.startswith("io.") else "")

@@ -1,0 +1,32 @@
+"""Why each group holds what it holds: the live host's progressive filling, as data. Pure.
+
+The trace rows are the paper's Table 1 for this host: one row per event (a group's demand met,
+a resource saturated), with every group's dominant share and the total allocated after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from governor.model import Allocation
+
+
+def explain(allocation: Allocation | None, capacity: Mapping[str, float],
+            demands: Mapping[str, Mapping[str, float]]) -> dict:
+    """The ``explain`` payload: capacity, per group weight, demand D_g, allocation, λ, dominant
+    resource(s) and share, why it stopped; and the trace (an allocation computed with a trace)."""
+    groups = {}
+    for name, got in (allocation.groups.items() if allocation else ()):
+        groups[name] = {
+            "weight": float(got.weight), "demand": dict(demands.get(name, {})),
+            "allocation": {r: float(v) for r, v in got.allocation.items()}, "lambda": float(got.tasks),
+            "dominant_resources": list(got.dominant_resources), "dominant_share": float(got.dominant_share),
+            "stop": got.stop.describe(),
+        }
+    trace = [
+        {"step": row.step, "event": row.event, "group": row.group, "resource": row.resource,
+         "frozen": list(row.frozen), "dominant_shares": {g: float(s) for g, s in row.dominant_shares.items()},
+         "allocated": {r: float(v) for r, v in row.allocated.items()}}
+        for row in (allocation.trace if allocation else ())
+    ]
+    return {"capacity": dict(capacity), "groups": groups, "trace": trace}
