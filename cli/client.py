@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Iterator
 
 from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning
 
@@ -35,19 +36,9 @@ def call(socket_path: str, request: dict, timeout: float = 30) -> dict:
         ControlSocketError: anything else: no permission, no reply within ``timeout``, the
             connection closed early, or a reply that is not a JSON object.
     """
-    line = json.dumps(request, separators=(",", ":")).encode() + b"\n"
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
+    with _connect(socket_path, timeout) as sock:
         try:
-            sock.connect(socket_path)
-        except FileNotFoundError:
-            raise DaemonNotRunning(socket_path, "no socket") from None
-        except ConnectionRefusedError:
-            raise DaemonNotRunning(socket_path, "connection refused") from None
-        except OSError as exc:
-            raise ControlSocketError(socket_path, f"cannot connect: {exc.strerror or exc}") from exc
-        try:
-            sock.sendall(line)
+            sock.sendall(_encode(request))
             reply = _read_line(sock)
         except TimeoutError:
             raise ControlSocketError(socket_path, f"no reply from the daemon within {timeout:g} s") from None
@@ -56,6 +47,70 @@ def call(socket_path: str, request: dict, timeout: float = 30) -> dict:
     if not reply.endswith(b"\n"):
         raise ControlSocketError(socket_path, "the daemon closed the connection without replying")
     return _payload(socket_path, reply)
+
+
+def stream(socket_path: str, request: dict, timeout: float = 30) -> Iterator[dict]:
+    """Send one request for a streamed operation (``watch``) and yield each reply's payload.
+
+    The daemon answers with one line per update for as long as the connection is open; closing
+    the generator (or leaving the ``for`` loop) closes the connection, which is how a client
+    stops the stream.
+
+    Args:
+        socket_path: the daemon's Unix socket.
+        request: the request object, e.g. ``{"op": "watch", "interval": 1.0}``.
+        timeout: seconds allowed for connecting, and for each reply line to arrive; pick it
+            above the stream's interval.
+
+    Yields:
+        each reply's payload (the reply without its ``ok`` key), in order.
+
+    Raises:
+        DaemonNotRunning: the socket file is missing or nobody listens on it.
+        DaemonError: the daemon sent an ``ok: false`` line (the stream ends there).
+        ControlSocketError: the daemon closed the stream (a stream never ends by itself), no
+            line arrived within ``timeout``, the connection failed, or a line is not a reply.
+    """
+    with _connect(socket_path, timeout) as sock:
+        buffered = b""
+        try:
+            sock.sendall(_encode(request))
+            while True:
+                chunk = sock.recv(_RECV_BYTES)
+                if not chunk:
+                    raise ControlSocketError(socket_path, "the daemon closed the stream")
+                lines = (buffered + chunk).split(b"\n")
+                buffered = lines.pop()  # the part after the last newline: an incomplete line
+                for line in lines:
+                    yield _payload(socket_path, line)
+        except TimeoutError:
+            raise ControlSocketError(socket_path, f"no update from the daemon within {timeout:g} s") from None
+        except ControlSocketError:
+            raise
+        except OSError as exc:
+            raise ControlSocketError(socket_path, f"connection failed: {exc.strerror or exc}") from exc
+
+
+def _connect(socket_path: str, timeout: float) -> socket.socket:
+    """A socket connected to ``socket_path`` with ``timeout`` set; errors as in :func:`call`."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(socket_path)
+    except FileNotFoundError:
+        sock.close()
+        raise DaemonNotRunning(socket_path, "no socket") from None
+    except ConnectionRefusedError:
+        sock.close()
+        raise DaemonNotRunning(socket_path, "connection refused") from None
+    except OSError as exc:
+        sock.close()
+        raise ControlSocketError(socket_path, f"cannot connect: {exc.strerror or exc}") from exc
+    return sock
+
+
+def _encode(request: dict) -> bytes:
+    return json.dumps(request, separators=(",", ":")).encode() + b"\n"
 
 
 def _read_line(sock: socket.socket) -> bytes:

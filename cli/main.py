@@ -12,9 +12,11 @@ import click
 from cli.admin import reload, set_weight
 from cli.check_config import check_config
 from cli.daemon_cmd import daemon
+from cli.explain import explain
 from cli.run import run
 from cli.simulate import simulate
 from cli.status import status
+from cli.top import top
 from governor.errors import ConfigError, GovernorError
 
 # Exit codes: 2 for input the user must fix (click's code for usage errors), 1 for the rest.
@@ -58,3 +60,5 @@ main.add_command(run)
 main.add_command(simulate)
 main.add_command(check_config)
 main.add_command(status)
+main.add_command(explain)
+main.add_command(top)

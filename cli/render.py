@@ -8,7 +8,7 @@ K/M/G/T suffixes; the rest (``cpu``, ``gpu``…) are plain numbers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
 from rich.table import Table
@@ -51,38 +51,49 @@ def allocation_table(allocation: Allocation) -> Table:
 
 
 def trace_table(allocation: Allocation) -> Table:
-    """The filling step by step, like the paper's Table 1.
+    """``governor simulate --trace``: :func:`filling_table` for a simulated allocation; a policy
+    without steps (CEEI) gives an empty table with a caption saying so."""
+    return filling_table(
+        title=f"{_POLICY_NAMES[allocation.policy]} filling, step by step ({allocation.mode})",
+        groups=list(allocation.groups), capacity=allocation.capacity, trace=allocation.trace,
+        empty="no steps: this policy is solved in one go, not by filling")
+
+
+def filling_table(*, title: str, groups: list[str], capacity: Mapping[str, Number],
+                  trace: Sequence[TraceRow], empty: str) -> Table:
+    """The filling step by step, like the paper's Table 1 (``simulate --trace`` and ``explain``).
 
     Columns: step, event (with the resource that saturated or that a skipped task did not fit
     in), group, groups frozen at the step, each group's dominant share, and the total allocated
     of each resource as a fraction of its capacity (``3/9`` for 3 of 9 CPUs, ``4/18`` for 4G of
-    18G). A policy without steps (CEEI) gives an empty table with a caption saying so.
+    18G with exact numbers; percentages with floats, as the daemon sends).
+
+    Args:
+        title: the table's title.
+        groups: group names, one share column each, in this order.
+        capacity: resource → capacity in base units, one alloc. column each.
+        trace: the rows; every row's ``dominant_shares`` and ``allocated`` cover ``groups`` and
+            ``capacity``.
+        empty: the caption when ``trace`` is empty.
     """
     # Two-line headers keep the many share/alloc. columns narrow, so the event text is not cut.
-    table = Table(
-        title=f"{_POLICY_NAMES[allocation.policy]} filling, step by step ({allocation.mode})",
-        caption="share: dominant share; alloc.: total allocated / capacity"
-        if allocation.trace else "no steps: this policy is solved in one go, not by filling",
-    )
+    table = Table(title=title, caption="share: dominant share; alloc.: total allocated / capacity" if trace else empty)
     table.add_column("step", justify="right")
     table.add_column("event")
     table.add_column("group")
     table.add_column("frozen")
-    for group in allocation.groups:
+    for group in groups:
         table.add_column(f"{group}\nshare", justify="right")
-    for resource in allocation.capacity:
+    for resource in capacity:
         table.add_column(f"{resource}\nalloc.", justify="right")
-    fractions = [
-        _fractions_of_capacity(r, [row.allocated[r] for row in allocation.trace], cap)
-        for r, cap in allocation.capacity.items()
-    ]
-    for i, row in enumerate(allocation.trace):
+    fractions = [_fractions_of_capacity(r, [row.allocated[r] for row in trace], cap) for r, cap in capacity.items()]
+    for i, row in enumerate(trace):
         table.add_row(
             str(row.step),
             _event(row),
             row.group or "",
             ", ".join(row.frozen),
-            *(format_share(row.dominant_shares[g], percent=False) for g in allocation.groups),
+            *(format_share(row.dominant_shares[g], percent=False) for g in groups),
             *(column[i] for column in fractions),
         )
     return table

@@ -1,0 +1,45 @@
+"""``governor explain``: why the live host is divided the way it is (reasons, then the filling)."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.argument("group", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the explain object as one JSON line.")
+@click.option("--socket", "socket_option", metavar="PATH",
+              help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
+def explain(group: str | None, as_json: bool, socket_option: str | None) -> None:
+    """Show why each group's share stopped growing (its demand was met, or a resource it needs
+    ran out), then the daemon's last progressive filling step by step, like the DRF paper's
+    Table 1. With GROUP, only that group's reason (and its entry in the JSON).
+
+    Amounts in JSON are base units: cores, bytes, bytes/s; shares are fractions of the host.
+    """
+    from cli.client import call, socket_path
+    from governor.errors import ControlSocketError
+
+    path = socket_path(socket_option)
+    answer = call(path, {"op": "explain"}).get("explain")
+    if not isinstance(answer, dict) or not isinstance(answer.get("groups"), dict):
+        raise ControlSocketError(path, "the daemon's explain reply has no explain object")
+    if group is not None and group not in answer["groups"]:
+        from cli.main import EXIT_FAILURE, Failure
+
+        known = ", ".join(answer["groups"]) or "none has a running task"
+        raise Failure(f"no group {group!r} on this host (groups: {known})", EXIT_FAILURE)
+    if as_json:
+        import json
+
+        if group is not None:
+            answer = {**answer, "groups": {group: answer["groups"][group]}}
+        click.echo(json.dumps(answer))
+        return
+    from rich.console import Console
+
+    from cli.explain_view import explain_renderables
+
+    console = Console()
+    for renderable in explain_renderables(answer, group):
+        console.print(renderable)

@@ -1,0 +1,80 @@
+"""``governor explain`` views: why each group's share stopped growing, then the host's filling
+step by step. Pure: the daemon's ``explain`` object in, rich renderables out.
+
+The object (amounts in base units: cores, bytes, bytes/s; shares are fractions of the host)::
+
+    {"capacity": {res: amount},
+     "groups": {name: {"weight": float, "demand": {res: amount}, "allocation": {res: amount},
+                       "lambda": float, "dominant_resources": [res], "dominant_share": float,
+                       "stop": "demand met" | "<res> saturated" | str}},
+     "trace": [{"step": int, "event": "demand_met" | "saturated", "group": str | null,
+                "resource": str | null, "frozen": [name], "dominant_shares": {name: share},
+                "allocated": {res: amount}}]}
+"""
+
+from __future__ import annotations
+
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from cli import view_common as view
+from cli.render import filling_table
+from governor.model import TraceRow
+
+
+def explain_renderables(explain: dict, group: str | None = None) -> list[RenderableType]:
+    """Renderables in print order: the capacity, one reason per group (only ``group`` if
+    given; the caller has checked it exists), then the trace table (always every group: the
+    level one group stopped at depends on the others)."""
+    capacity = explain.get("capacity", {})
+    groups = explain.get("groups", {})
+    header = Text("Capacity: ", style="bold")
+    header.append(" · ".join(f"{view.label(r)} {view.amount(r, v, unit=True)}" for r, v in capacity.items()) or "—")
+    shown = {group: groups[group]} if group is not None else groups
+    renderables: list[RenderableType] = [header, reasons(shown)]
+    renderables.append(filling_table(
+        title="DRF filling on this host, step by step", groups=list(groups), capacity=capacity,
+        trace=trace_rows(explain, list(groups), list(capacity)),
+        empty="no steps: no group has a running task"))
+    return renderables
+
+
+def reasons(groups: dict[str, dict]) -> RenderableType:
+    """One line per group: ``physics  weight 2  cpu 50.0%  stopped: cpu saturated, got 80% of its demand``."""
+    if not groups:
+        return Text("No group has a running task: there is nothing to divide.")
+    table = Table(title="Why each group's share stopped growing", title_justify="left")
+    table.add_column("group", overflow="fold")
+    table.add_column("weight", justify="right")
+    table.add_column("dominant")
+    table.add_column("share", justify="right")
+    table.add_column("why it stopped", overflow="fold")
+    for name, group in groups.items():
+        table.add_row(name, view.number(group.get("weight")),
+                      ", ".join(view.label(r) for r in group.get("dominant_resources", ())) or "—",
+                      view.share(group.get("dominant_share")), why(group))
+    return table
+
+
+def why(group: dict) -> str:
+    """The group's stop reason in words, with how much of its demand it got (λ)."""
+    stop = str(group.get("stop", ""))
+    granted = float(group.get("lambda", 0.0))
+    if stop == "demand met":
+        return "its demand was met: it got all it asked for"
+    if stop.endswith(" saturated"):
+        return f"{stop[: -len(' saturated')]} ran out (saturated): it got {granted:.0%} of its demand"
+    return f"{stop or 'unknown'}: it got {granted:.0%} of its demand"
+
+
+def trace_rows(explain: dict, groups: list[str], resources: list[str]) -> list[TraceRow]:
+    """The JSON trace as :class:`TraceRow` for :func:`cli.render.filling_table`; a share or
+    amount a row leaves out is 0 (the group had not started growing, nothing was allocated)."""
+    return [
+        TraceRow(step=int(row.get("step", i + 1)), event=str(row.get("event", "")), group=row.get("group"),
+                 resource=row.get("resource"), frozen=tuple(row.get("frozen", ())),
+                 dominant_shares={g: row.get("dominant_shares", {}).get(g, 0.0) for g in groups},
+                 allocated={r: row.get("allocated", {}).get(r, 0.0) for r in resources})
+        for i, row in enumerate(explain.get("trace", []))
+    ]

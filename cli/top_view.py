@@ -1,0 +1,284 @@
+"""``governor top``'s screen as a pure function: (state, width, height, now) → one renderable.
+
+Top to bottom: a title bar; a banner while the daemon cannot be reached; one line per governed
+resource (capacity, allocated, used, as a bar); the fair level and the last filling; the groups
+table (one row per group, selected row reversed); the tasks of each expanded group; recent
+events; a key bar. Each element is one line per row and never wraps, so the screen's height
+is planned here: groups first (scrolled to keep the selection visible), then tasks, then events.
+Columns that do not fit the width are dropped, least useful first (see ``_KEEP``).
+
+Amounts: cpu in cores, memory in K/M/G/T (powers of 1024), I/O in bytes/s with the same
+suffixes. Shares are fractions of the host. The status schema is in ``cli/status_view.py``;
+``top`` also reads ``events`` and ``fair_level`` (see ``cli/top_state.py``).
+"""
+
+from __future__ import annotations
+
+from rich.cells import cell_len
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from cli import view_common as view
+from cli.top_state import TopState, selected_group, visible_groups
+from governor.units import SUFFIXES
+
+_EIGHTHS = " ▏▎▍▌▋▊▉█"
+_EVENT_STYLES = {"task_started": "green", "task_ended": "blue", "refill": "cyan", "reload": "magenta",
+                 "weight": "magenta", "error": "bold red"}
+# How long a column holds on as the width shrinks: the lowest goes first. Name, share and the
+# cpu/memory split are what top is for; the fair target is also drawn by the share bar.
+_KEEP = {"group": 100, "share": 95, "cpu": 90, "memory": 85, "pressure": 70, "tasks": 60, "w": 55,
+         "dominant": 50, "io": 40, "fair": 20}
+_SORT_COLUMN = {"share": "share", "cpu": "cpu", "memory": "memory", "tasks": "tasks", "name": "group"}
+_MAX_EVENTS = 8
+HELP = [("q", "quit"), ("↑ ↓  j k", "move the selection"), ("enter", "show or hide the group's tasks"),
+        ("s", "next sort column (share, cpu, memory, tasks, name)"),
+        ("/", "filter groups by name: type, enter applies, esc clears"), ("?", "this help")]
+COLUMNS_HELP = [
+    ("w", "weight: weighted DRF gives share in proportion to it"),
+    ("dom", "dominant resource: what the group needs most of, relative to the host"),
+    ("share", "dominant share of the host; the bar is full at the group's fair level × weight"),
+    ("fair", "fair level × weight: the share the group's bar is measured against"),
+    ("cpu a/u", "cores allocated / used in the last second (memory in bytes, I/O in bytes/s)"),
+    ("pressure", "thr: periods throttled in the last second; high, oom: memory events"),
+]
+
+
+def top_view(state: TopState, *, width: int, height: int, now: float) -> RenderableType:
+    """The whole screen for ``state`` at ``width`` × ``height`` cells, times relative to ``now``."""
+    status = state.status or {}
+    top: list[RenderableType] = [_title(state, status, width)]
+    if state.down is not None:
+        stale = f" (data {view.duration(now - state.received)} old)" if state.received else ""
+        top.append(_line(f"daemon not reachable — reconnecting…{stale}: {state.down}", "bold white on red"))
+    if state.status is None:
+        top.append(_line("waiting for the first update from the daemon…", "dim"))
+    else:
+        top += [_resource_line(status, r, width) for r in status.get("capacity", {})]
+        top.append(_line(f"fair level {float(status.get('fair_level', 0.0)):.1%} per unit of weight · "
+                         f"{view.filling(status, now)}"))
+    footer = _footer(state)
+    room = max(0, height - len(top) - 1)
+    body = _help(room) if state.help else _body(state, status, width, room, now)
+    return Group(*top, *body, footer)
+
+
+def _body(state: TopState, status: dict, width: int, room: int, now: float) -> list[RenderableType]:
+    """Groups, expanded tasks and events in ``room`` lines: groups first, then tasks, then events."""
+    groups = status.get("groups", {})
+    names = visible_groups(state)
+    events = status.get("events", [])[-_MAX_EVENTS:]
+    events_min = 1 + min(2, len(events)) if events else 0
+    if not names:
+        why = f"no group matches {state.filter!r}" if groups and state.filter else "no group has a running task"
+        body: list[RenderableType] = [_line(why, "dim")] if state.status is not None else []
+        left = room - len(body)
+    else:
+        rows = max(1, min(len(names), room - 1 - events_min))
+        selected = selected_group(state)
+        first = max(0, names.index(selected) - rows + 1)
+        body = [_groups_table(state, status, names[first:first + rows], selected, width)]
+        left = room - 1 - rows
+        for name in names[first:first + rows]:
+            if name in state.expanded and left - events_min >= 3:
+                shown = min(len(groups[name].get("tasks", [])), left - events_min - 2)
+                body += _tasks(name, groups[name], shown, width, now)
+                left -= 2 + shown
+    if events and left >= 2:
+        body.append(_line("recent events", "bold"))
+        for event in events[-(left - 1):]:
+            text = Text(f"{view.duration(now - float(event.get('at', now))):>4} ago ", style="dim")
+            kind = str(event.get("kind", "?"))
+            text.append(f"{kind:<12} ", style=_EVENT_STYLES.get(kind, ""))
+            text.append(str(event.get("message", "")))
+            body.append(_fit(text))
+    return body
+
+
+def _groups_table(state: TopState, status: dict, names: list[str], selected: str | None, width: int) -> Table:
+    """One row per group in ``names``, with the columns that fit ``width``."""
+    groups, resources = status.get("groups", {}), list(status.get("capacity", {}))
+    fair_level = float(status.get("fair_level", 0.0))
+    bar_width = 10 if width >= 100 else 6
+    columns: list[tuple[str, str, str, list]] = [  # (key, header, justify, cells)
+        ("group", "group", "left",
+         [(">" if n == selected else " ") + ("▾ " if n in state.expanded else "▸ ") + n for n in names]),
+        ("w", "w", "right", [view.number(groups[n].get("weight")) for n in names]),
+        ("tasks", "tasks", "right", [str(len(groups[n].get("tasks", ()))) for n in names]),
+        ("dominant", "dom", "left",
+         [",".join(view.label(r) for r in groups[n].get("dominant_resources", ())) or "—" for n in names]),
+        ("share", "share", "left", [_share_cell(groups[n], fair_level, bar_width) for n in names]),
+        ("fair", "fair", "right", [f"{fair_level * float(groups[n].get('weight', 1.0)):.1%}" for n in names]),
+    ]
+    for resource in resources:
+        key = resource if resource in ("cpu", "memory") else "io"
+        columns.append((key, f"{_short_label(resource)} a/u", "right", [
+            f"{_short(resource, groups[n].get('allocation', {}).get(resource))}/"
+            f"{_short(resource, groups[n].get('usage', {}).get(resource))}" for n in names]))
+    columns.append(("pressure", "pressure", "left", [_pressure(groups[n].get("pressure", {})) for n in names]))
+
+    sorted_key = _SORT_COLUMN[state.sort]
+    table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, header_style="bold reverse",
+                  collapse_padding=True)
+    kept = _fit_columns(columns, width, sorted_key)
+    for key, header, justify, cells in kept:
+        if key == sorted_key:
+            header += " ▲" if key == "group" else " ▼"
+        table.add_column(header, justify=justify, no_wrap=True, overflow="ellipsis",
+                         min_width=cell_len(header) if key != "group" else None)
+    for i, name in enumerate(names):
+        table.add_row(*(cells[i] for _, _, _, cells in kept), style="reverse" if name == selected else None)
+    return table
+
+
+def _fit_columns(columns: list, width: int, sorted_key: str) -> list:
+    """The columns that fit ``width`` (one space between, two more cells for the sort arrow),
+    most useful first (``_KEEP``; all I/O columns go together), in their original order."""
+    def needed(key):
+        return sum(max(cell_len(h) + 2 * (k == sorted_key), *(cell_len(str(c)) for c in cells)) + 1
+                   for k, h, _, cells in columns if k == key)
+    kept, used = set(), -1
+    for key in sorted({c[0] for c in columns}, key=lambda k: -_KEEP[k]):
+        if used + needed(key) <= width or key == "group":
+            kept.add(key)
+            used += needed(key)
+    return [c for c in columns if c[0] in kept]
+
+
+def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[RenderableType]:
+    """A title line and a table of the first ``shown`` tasks: pid, user, age, command, declared
+    demand, limit (the group's λ × demand, as the daemon writes it) and measured use."""
+    tasks = group.get("tasks", [])
+    more = f" (showing {shown})" if shown < len(tasks) else ""
+    title = _line(f"  ▾ {name}: {len(tasks)} task{'s' if len(tasks) != 1 else ''}{more}", "bold")
+    granted = float(group.get("lambda", 0.0))
+    rows = []
+    for task in tasks[:shown]:
+        demand = task.get("demand", {})
+        rows.append([f"  {task.get('pid', '?')}", str(task.get("user", task.get("uid", "?"))),
+                     view.duration(now - float(task.get("started", now))), task.get("command", []),
+                     _compact(demand), _compact({r: granted * float(v) for r, v in demand.items()}),
+                     _compact(task.get("usage", {}))])
+    headers = ("  pid", "user", "age", "command", "demand", "limit", "used")
+    others = sum(max(len(h), *(len(r[i]) for r in rows)) + 1 for i, h in enumerate(headers) if h != "command")
+    # The command is cut to what the other columns leave (the full line is in `status --json`).
+    chars = max(len("command"), width - others - 1)
+    table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, header_style="bold",
+                  collapse_padding=True)
+    for header in headers:
+        table.add_column(header, justify="right" if header in ("  pid", "age") else "left", no_wrap=True,
+                         overflow="ellipsis")
+    for cells in rows:
+        table.add_row(*cells[:3], view.command(cells[3], chars), *cells[4:])
+    return [title, table]
+
+
+def _title(state: TopState, status: dict, width: int) -> Text:
+    groups = status.get("groups", {})
+    daemon = status.get("daemon", {})
+    parts = ["governor top", f"sort: {state.sort}"]
+    if state.filter:
+        parts.append(f"filter: {state.filter}")
+    if state.status is not None:
+        tasks = sum(len(g.get("tasks", ())) for g in groups.values())
+        parts += [f"{len(groups)} group{'s' if len(groups) != 1 else ''}, {tasks} task{'s' if tasks != 1 else ''}",
+                  f"daemon {daemon.get('pid', '?')} (cgroup {daemon.get('cgroup_mode', '?')})"]
+    return _line(" · ".join(parts).ljust(width), "bold reverse")
+
+
+def _resource_line(status: dict, resource: str, width: int) -> Text:
+    """``cpu      ███▒▒···  alloc 1.75 · used 1.70 of 1.75 cores``: █ used, ▒ allocated, · free."""
+    capacity = float(status.get("capacity", {}).get(resource, 0.0))
+    allocated = float(status.get("allocated", {}).get(resource, 0.0))
+    used = float(status.get("used", {}).get(resource, 0.0))
+    words = (f" alloc {view.amount(resource, allocated)} · used {view.amount(resource, used)} "
+             f"of {view.amount(resource, capacity, unit=True)}")
+    bar_width = max(8, min(40, width - 10 - len(words)))
+    used_cells = round(min(1.0, used / capacity) * bar_width) if capacity else 0
+    alloc_cells = max(0, round(min(1.0, allocated / capacity) * bar_width) - used_cells) if capacity else 0
+    text = Text(f"{view.label(resource)[:9]:<10}")
+    text.append("█" * used_cells, style="green")
+    text.append("▒" * alloc_cells, style="yellow")
+    text.append("·" * (bar_width - used_cells - alloc_cells), style="dim")
+    text.append(words)
+    return _fit(text)
+
+
+def _short_label(resource: str) -> str:
+    """``io.nvme0n1.read`` → ``nvme0n1 r``: I/O column headers are the widest, and r/w is clear."""
+    name = view.label(resource)
+    return name[:-len(" read")] + " r" if name.endswith(" read") else (
+        name[:-len(" write")] + " w" if name.endswith(" write") else name)
+
+
+def _share_cell(group: dict, fair_level: float, bar_width: int) -> Text:
+    """The dominant share as a bar that is full at the group's fair level × weight, then the share."""
+    share = float(group.get("dominant_share", 0.0))
+    target = fair_level * float(group.get("weight", 1.0))
+    eighths = round(min(1.0, share / target) * bar_width * 8) if target > 0 else 0
+    bar = "█" * (eighths // 8) + (_EIGHTHS[eighths % 8] if eighths % 8 else "")
+    text = Text(bar.ljust(bar_width, "·"), style="cyan")
+    text.append(f" {share:.1%}", style="")
+    return text
+
+
+def _pressure(pressure: dict) -> Text:
+    """``thr 12 high 3 oom 1`` for the signs that are non-zero, ``·`` when none is."""
+    text = Text()
+    for key, short, style in (("cpu.nr_throttled", "thr", "yellow"), ("memory.high", "high", "yellow"),
+                              ("memory.oom_kill", "oom", "bold red")):
+        if pressure.get(key):
+            text.append(f"{' ' if text else ''}{short} {int(pressure[key])}", style=style)
+    return text if text else Text("·", style="dim")
+
+
+def _short(resource: str, value: object) -> str:
+    """An amount in at most 5 characters: cores ``0.88``, sizes ``256M``, ``3.5G``; ``—`` for none."""
+    if value is None:
+        return "—"
+    if resource == "cpu" or not resource.startswith(("memory", "io.")):
+        return view.number(value, precision=2)
+    number = float(value)
+    for suffix in ("T", "G", "M", "K"):
+        if abs(number) >= SUFFIXES[suffix]:
+            scaled = number / SUFFIXES[suffix]
+            return f"{scaled:.1f}{suffix}" if scaled < 10 else f"{scaled:.0f}{suffix}"
+    return f"{number:.0f}"
+
+
+def _compact(vector: dict) -> str:
+    """A task's vector in one short cell: ``1c 512M r8.0M w2.0M`` (cores, bytes, bytes/s)."""
+    parts = []
+    for resource, value in vector.items():
+        if resource == "cpu":
+            parts.append(f"{view.number(value, precision=2)}c")
+        elif resource.startswith("io."):
+            parts.append(f"{resource.rsplit('.', 1)[-1][0]}{_short(resource, value)}")
+        else:
+            parts.append(_short(resource, value))
+    return " ".join(parts) or "—"
+
+
+def _footer(state: TopState) -> Text:
+    if state.editing is not None:
+        return _line(f" filter: {state.editing}▏  enter apply · esc clear", "bold reverse")
+    return _line(f" q quit  ↑↓/jk select  enter expand  s sort: {state.sort}  / filter  ? help", "reverse")
+
+
+def _help(room: int) -> list[RenderableType]:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="ellipsis", no_wrap=True)
+    for key, what in [("keys", ""), *HELP, ("", ""), ("columns", ""), *COLUMNS_HELP][:room]:
+        grid.add_row(key, what)
+    return [grid]
+
+
+def _line(text: str, style: str = "") -> Text:
+    return _fit(Text(text, style=style))
+
+
+def _fit(text: Text) -> Text:
+    text.no_wrap, text.overflow = True, "ellipsis"
+    return text

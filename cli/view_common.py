@@ -1,0 +1,94 @@
+"""Pieces shared by the ``status``, ``explain`` and ``top`` views: how resources, amounts,
+shares, durations and the last filling read, so the three commands say things the same way.
+
+Pure: strings and :class:`rich.text.Text` from plain values (amounts in base units: cores,
+bytes, bytes/s; times in Unix seconds, with ``now`` passed in).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from governor.units import format_number, format_size
+
+# Commands longer than this are cut with an ellipsis; the full line is in `--json`.
+COMMAND_CHARS = 40
+
+
+def resources(status: dict) -> list[str]:
+    """Resources in capacity order, then any others the snapshot mentions, first seen first."""
+    seen = dict.fromkeys(status.get("capacity", {}))
+    for group in status.get("groups", {}).values():
+        for vector in ("demand", "allocation", "usage"):
+            seen.update(dict.fromkeys(group.get(vector, {})))
+    return list(seen)
+
+
+def label(resource: str) -> str:
+    """``io.nvme0n1.read`` → ``nvme0n1 read`` (the /s on the amounts says it is I/O)."""
+    if resource.startswith("io.") and resource.count(".") >= 2:
+        device, direction = resource[3:].rsplit(".", 1)
+        return f"{device} {direction}"
+    return resource
+
+
+def amount(resource: str, value: object, *, unit: bool = False) -> str:
+    """Cores as a plain number (``3.5 cores`` with ``unit``), bytes as ``4.0G``, I/O as ``2.0G/s``."""
+    if value is None:
+        return "—"
+    if resource.startswith("io."):
+        return f"{format_size(value)}/s"
+    if resource.startswith("memory"):
+        return format_size(value)
+    return f"{number(value, precision=2)} cores" if unit and resource == "cpu" else number(value, precision=2)
+
+
+def vector(values: Mapping[str, object]) -> str:
+    """``cpu 1 · memory 512.0M``, or ``—`` when empty."""
+    return " · ".join(f"{label(r)} {amount(r, v)}" for r, v in values.items()) or "—"
+
+
+def limit(file: str, value: object) -> str:
+    """A kernel limit file's value for people: byte limits with K/M/G/T, others as written."""
+    # Byte limits are unreadable as raw integers; other files (cpu.max, io.max) are shown as written.
+    if file.startswith("memory.") and isinstance(value, int) and not isinstance(value, bool):
+        return format_size(value)
+    return str(value)
+
+
+def command(argv: list[str], chars: int = COMMAND_CHARS) -> str:
+    """The command line, cut to ``chars`` characters with an ellipsis."""
+    line = " ".join(argv)
+    return line if len(line) <= chars else line[: chars - 1] + "…"
+
+
+def number(value: object, *, precision: int = 3) -> str:
+    """A number without trailing zeros, ``—`` for None."""
+    return "—" if value is None else format_number(value, precision=precision)
+
+
+def share(value: object) -> str:
+    """A fraction of the host as a percentage with one decimal, ``—`` for None."""
+    return "—" if value is None else f"{float(value):.1%}"
+
+
+def duration(seconds: float) -> str:
+    """``42s``, ``5m``, ``2h 03m``, ``3d 4h``; a clock running backwards reads as ``0s``."""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if seconds < 3600:
+        return f"{minutes}m"
+    if seconds < 86400:
+        return f"{hours}h {minutes % 60:02d}m"
+    return f"{days}d {hours % 24}h"
+
+
+def filling(status: dict, now: float) -> str:
+    """``last filling 3s ago (launch, 1.2 ms)``, or ``last filling: never``."""
+    last = status.get("filling", {})
+    if last.get("at") is None:
+        return "last filling: never"
+    return (f"last filling {duration(now - last['at'])} ago ({last.get('trigger', '?')}, "
+            f"{float(last.get('duration_ms', 0)):.1f} ms)")

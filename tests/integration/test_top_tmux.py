@@ -1,0 +1,139 @@
+"""``governor top`` driven for real: a real daemon on this host's cgroup v1 hierarchies, real
+CPU burners launched with ``governor run``, and ``governor top`` in a 120×40 tmux pane, read
+back with ``capture-pane`` as a person would see it.
+
+Config: 1.5 cores, physics (weight 2) with two <0.75 cores, 32M> burners, ops (weight 1) with
+one <0.75 cores, 64M>. Both are cpu-dominated: D_physics = 1.5 cores (share 1), D_ops = 0.75
+(share 0.5). With s_physics = 2t and s_ops = t, physics holds 3t cores and ops 1.5t, so cpu
+saturates at t = 1/3: physics 66.7% of the host, ops 33.3%.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+from daemon_harness import BUSY, GOVERNOR, Governor
+from test_daemon_v1 import _skip_reason
+
+pytestmark = pytest.mark.kernel_v1
+
+CONFIG = ('[capacity]\ncpu = 1.5\nmemory = "1G"\n'
+          '[groups.physics]\nweight = 2\nusers = ["root"]\n'
+          '[groups.ops]\nweight = 1\nusers = ["root"]\n')
+
+
+@pytest.fixture(autouse=True)
+def _needs_v1_and_tmux():
+    reason = _skip_reason() or (None if shutil.which("tmux") else "tmux is not installed (apt-get install tmux)")
+    if reason:
+        pytest.skip(reason)
+
+
+class Pane:
+    """One tmux session on a private tmux server (``-L``), so no one else's tmux is touched."""
+
+    def __init__(self, command: str):
+        self.server = f"governor-test-{uuid.uuid4().hex[:8]}"
+        self.tmux("new-session", "-d", "-s", "top", "-x", "120", "-y", "40", command)
+        # Keep the pane after its process exits, to read how it ended.
+        self.tmux("set-option", "-t", "top", "remain-on-exit", "on")
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.server, *args], check=True, capture_output=True, text=True,
+                              timeout=10).stdout
+
+    def keys(self, *keys: str) -> None:
+        for key in keys:
+            self.tmux("send-keys", "-t", "top", key)
+            time.sleep(0.3)  # one key per read: let top redraw between them
+
+    def text(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "top")
+
+    def wait_for(self, condition, what: str, timeout: float = 20) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.text()
+            if condition(text):
+                return text
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; the pane shows:\n{text}")
+            time.sleep(0.3)
+
+    def dead(self) -> tuple[bool, str]:
+        dead, status = self.tmux("display-message", "-p", "-t", "top", "#{pane_dead} #{pane_dead_status}").split()
+        return dead == "1", status
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.server, "kill-server"], capture_output=True, timeout=10)
+
+
+def groups_in_order(text: str) -> list[str]:
+    return [line[3:].split()[0] for line in text.splitlines() if line[1:3] in ("▸ ", "▾ ")]
+
+
+def row(text: str, group: str) -> str:
+    return next(line for line in text.splitlines() if line[3:].startswith(group + " "))
+
+
+def test_top_shows_real_shares_expands_sorts_reconnects_resizes_and_quits(tmp_path):
+    gov = Governor(tmp_path, CONFIG)
+    pane = None
+    try:
+        physics = [gov.run("physics", BUSY, cpus=0.75, memory="32M") for _ in range(2)]
+        ops = gov.run("ops", BUSY, cpus=0.75, memory="64M")
+        pane = Pane(f"{GOVERNOR} top --socket {gov.socket}")
+
+        text = pane.wait_for(lambda t: "66.7%" in t and "33.3%" in t, "both groups' shares")
+        print(f"\n--- governor top, first screen ---\n{text}")
+        assert groups_in_order(text) == ["physics", "ops"]  # by share, the largest first
+        assert "66.7%" in row(text, "physics") and "33.3%" in row(text, "ops")
+        assert row(text, "physics").startswith(">")  # selected
+        assert "alloc 1.5 · used" in text and "fair level 33.3% per unit of weight" in text
+
+        pane.keys("j", "Enter")
+        text = pane.wait_for(lambda t: "▾ ops: 1 task" in t, "ops's tasks")
+        assert row(text, "ops").startswith(">▾")
+        task = next(line for line in text.splitlines() if line.split()[:1] == [str(ops.pid)])
+        assert "root" in task and "0.75c 64M" in task  # user, declared demand
+        assert not any(line.split()[:1] == [str(p.pid)] for p in physics for line in text.splitlines())
+
+        pane.keys("s")
+        text = pane.wait_for(lambda t: "s sort: cpu" in t, "the cpu sort")
+        assert "cpu a/u ▼" in text and "share ▼" not in text
+        pane.keys("s", "s", "s")  # memory, tasks, name
+        text = pane.wait_for(lambda t: "s sort: name" in t, "the name sort")
+        print(f"--- after j, Enter and s×4 ---\n{text}")
+        assert groups_in_order(text) == ["ops", "physics"] and "group ▲" in text
+
+        # The daemon goes away: top says so and keeps running; a new daemon re-adopts the tasks.
+        gov.daemon.send_signal(signal.SIGTERM)
+        gov.daemon.wait(20)
+        text = pane.wait_for(lambda t: "daemon not reachable — reconnecting…" in t, "the disconnected banner")
+        print(f"--- daemon stopped ---\n{text}")
+        gov.daemon = subprocess.Popen(gov.daemon.args, stdout=gov.log, stderr=subprocess.STDOUT)
+        text = pane.wait_for(lambda t: "reconnecting" not in t and "66.7%" in t, "reconnection", timeout=60)
+        assert groups_in_order(text) == ["ops", "physics"]
+
+        # A resize redraws at the new size: at 80×24 everything still fits, shares included.
+        pane.tmux("resize-window", "-t", "top", "-x", "80", "-y", "24")
+        text = pane.wait_for(lambda t: "██████ 66.7%" in t and "██████████" not in t, "the 80×24 redraw")
+        print(f"--- reconnected, resized to 80×24 ---\n{text}")
+        assert max(map(len, text.splitlines())) <= 80 and "33.3%" in row(text, "ops")
+
+        pane.keys("q")
+        deadline = time.monotonic() + 10
+        while not pane.dead()[0]:
+            assert time.monotonic() < deadline, f"governor top did not quit:\n{pane.text()}"
+            time.sleep(0.2)
+        assert pane.dead() == (True, "0")
+    finally:
+        if pane is not None:
+            pane.close()
+        gov.close()

@@ -1,0 +1,112 @@
+"""``cli.client.stream`` (the ``watch`` stream) and ``governor top``'s feed thread, against a
+fake socket that streams scripted JSON lines."""
+
+from __future__ import annotations
+
+import os
+import queue
+
+import pytest
+from fake_socket import FakeSocket
+
+from cli.client import stream
+from cli.top_terminal import Feed
+from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning
+
+
+@pytest.fixture
+def path(tmp_path):
+    return str(tmp_path / "g.sock")
+
+
+def status(n: int) -> dict:
+    return {"ok": True, "status": {"n": n}}
+
+
+def test_stream_yields_each_payload_then_an_unexpected_end_is_an_error(path):
+    server = FakeSocket(path, [status(1), status(2), status(3)])
+    got = []
+    with pytest.raises(ControlSocketError, match="the daemon closed the stream") as info:
+        for payload in stream(path, {"op": "watch", "interval": 0.5}, timeout=5):
+            got.append(payload)
+    assert not isinstance(info.value, DaemonNotRunning)
+    assert got == [{"status": {"n": 1}}, {"status": {"n": 2}}, {"status": {"n": 3}}]
+    assert server.requests == [{"op": "watch", "interval": 0.5}]
+    server.close()
+
+
+def test_stream_reassembles_lines_split_across_reads(path):
+    # One line in three pieces, the second piece also carrying the start of the next line.
+    server = FakeSocket(path, [b'{"ok": true, "sta', b'tus": {"n": 1}}\n{"ok": tr', b'ue, "status": {"n": 2}}\n'],
+                        pause=0.05, hold=True)
+    updates = stream(path, {"op": "watch"}, timeout=5)
+    assert [next(updates), next(updates)] == [{"status": {"n": 1}}, {"status": {"n": 2}}]
+    updates.close()  # closing the generator hangs up: that is how a client ends a stream
+    assert server.closed.wait(5)
+    server.close()
+
+
+def test_stream_error_line_is_a_daemon_error(path):
+    server = FakeSocket(path, [status(1), {"ok": False, "error": {"code": "forbidden", "message": "no"}}], hold=True)
+    updates = stream(path, {"op": "watch"}, timeout=5)
+    assert next(updates) == {"status": {"n": 1}}
+    with pytest.raises(DaemonError) as info:
+        next(updates)
+    assert (info.value.code, info.value.message) == ("forbidden", "no")
+    server.close()
+
+
+def test_stream_silence_longer_than_the_timeout_is_an_error(path):
+    server = FakeSocket(path, [status(1)], hold=True)
+    updates = stream(path, {"op": "watch"}, timeout=0.3)
+    next(updates)
+    with pytest.raises(ControlSocketError, match="no update from the daemon within 0.3 s"):
+        next(updates)
+    server.close()
+
+
+def test_stream_garbage_line_is_an_error(path):
+    server = FakeSocket(path, [b"<html>\n"], hold=True)
+    with pytest.raises(ControlSocketError, match="not JSON"):
+        next(stream(path, {"op": "watch"}, timeout=5))
+    server.close()
+
+
+def test_stream_without_a_daemon(path, tmp_path):
+    with pytest.raises(DaemonNotRunning, match="no socket"):
+        next(stream(path, {"op": "watch"}))
+
+
+def test_feed_reports_the_daemon_down_then_reconnects_when_it_is_back(path):
+    wake_read, wake_write = os.pipe()
+    feed = Feed(path, 0.2, wake_write)
+    feed.start()
+    kind, reason, _ = feed.updates.get(timeout=5)
+    assert kind == "down" and "not running" in reason
+    assert os.read(wake_read, 100)  # the main loop was woken up
+    server = FakeSocket(path, [status(7)])
+    while True:  # down reports repeat once a second until the daemon answers
+        kind, value, _ = feed.updates.get(timeout=5)
+        if kind == "status":
+            break
+    assert value == {"n": 7}
+    assert server.requests[-1] == {"op": "watch", "interval": 0.2}
+    feed.stopped.set()
+    server.close()
+    os.close(wake_read)
+    os.close(wake_write)
+
+
+def test_feed_reports_a_reply_without_status(path):
+    wake_read, wake_write = os.pipe()
+    server = FakeSocket(path, [{"ok": True, "nothing": 1}], hold=True)
+    feed = Feed(path, 1.0, wake_write)
+    feed.start()
+    kind, reason, _ = feed.updates.get(timeout=5)
+    assert kind == "down" and "no status object" in reason
+    feed.stopped.set()
+    server.close()
+    os.close(wake_read)
+    os.close(wake_write)
+    with pytest.raises(queue.Empty):
+        feed.updates.get(timeout=1.5)  # stopped: no reconnection

@@ -1,0 +1,142 @@
+"""``governor explain`` (cli/explain.py, cli/explain_view.py) against a fake socket that answers
+with an explain object built by the daemon's own code (governor/explain.py) from a real filling.
+
+Host: 1.75 cores, 4G. A demands <1.5 cores, 64M> (dominant: cpu, 1.5/1.75 = 6/7), B demands
+<0.75 cores, 3G> (dominant: memory, 3/4). Both shares rise as t: A holds 1.75·t cores, B
+λ_B·0.75 = (t / 0.75)·0.75 = t cores, so cpu saturates at 2.75·t = 1.75, t = 0.636. Both stop at
+"cpu saturated": λ_A = t / (6/7) = 74.2%, λ_B = t / 0.75 = 84.8%; memory allocated
+0.742·64M + 0.848·3G = 2.59G, 64.8% of 4G.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from click.testing import CliRunner
+from fake_socket import FakeSocket
+from rich.console import Console
+
+from cli.explain_view import explain_renderables
+from cli.main import main
+from governor.drf import progressive_filling
+from governor.explain import explain as explain_object
+from governor.model import GroupDemand
+
+G = 1024**3
+M = 1024**2
+CAPACITY = {"cpu": 1.75, "memory": 4.0 * G}
+DEMANDS = {"A": {"cpu": 1.5, "memory": 64.0 * M}, "B": {"cpu": 0.75, "memory": 3.0 * G}}
+
+
+def sample() -> dict:
+    allocation = progressive_filling(CAPACITY, [GroupDemand(g, d, tasks=1) for g, d in DEMANDS.items()], trace=True)
+    return json.loads(json.dumps(explain_object(allocation, CAPACITY, DEMANDS)))
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A fake daemon answering one ``explain`` per connection; ``.path`` is its socket."""
+    server = FakeSocket(str(tmp_path / "g.sock"), [{"ok": True, "explain": sample()}])
+    yield server
+    server.close()
+
+
+def explain(*args: str, width: int = 120):
+    return CliRunner(env={"COLUMNS": str(width)}).invoke(main, ["explain", *args])
+
+
+def test_the_sample_is_what_the_docstring_says():
+    groups = sample()["groups"]
+    assert groups["A"]["stop"] == groups["B"]["stop"] == "cpu saturated"
+    assert round(groups["A"]["lambda"], 3) == 0.742 and round(groups["B"]["lambda"], 3) == 0.848
+    assert groups["B"]["dominant_resources"] == ["memory"]
+
+
+def test_json_prints_the_explain_object(served):
+    result = explain("--json", "--socket", served.path)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("\n") == 1 and json.loads(result.output) == sample()
+    assert served.requests == [{"op": "explain"}]
+
+
+def test_json_for_one_group_keeps_only_its_entry(served):
+    out = json.loads(explain("B", "--json", "--socket", served.path).output)
+    assert list(out["groups"]) == ["B"] and out["trace"] == sample()["trace"]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_text_gives_each_groups_reason_then_the_trace(served, width):
+    result = explain("--socket", served.path, width=width)
+    assert result.exit_code == 0, result.output
+    text = result.output
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert "Capacity: cpu 1.75 cores · memory 4.0G" in text
+    assert "Why each group's share stopped growing" in text
+    reasons = {line.split("│")[1].strip(): line for line in text.splitlines() if line.startswith("│ A ")
+               or line.startswith("│ B ")}
+    assert "cpu" in reasons["A"] and "63.6%" in reasons["A"] and "it got 74% of" in reasons["A"]
+    assert "memory" in reasons["B"] and "63.6%" in reasons["B"] and "it got 85% of" in reasons["B"]
+    # The trace: one event, cpu saturates and freezes both groups at the same share.
+    assert "DRF filling on this host, step by step" in text
+    step = next(line for line in text.splitlines() if line.startswith("│    1 "))
+    cells = [c.strip() for c in step.split("│")[1:-1]]
+    assert cells == ["1", "cpu saturated", "", "A, B", "63.6%", "63.6%", "100.0%", "64.8%"]
+
+
+def test_one_group_shows_only_its_reason(served):
+    text = explain("A", "--socket", served.path).output
+    assert "│ A " in text and "│ B " not in text
+    assert "B\nshare" not in text and "A, B" in text  # the trace still covers every group
+
+
+def test_demand_met_reads_as_such():
+    answer = sample()
+    answer["groups"]["B"].update(stop="demand met", **{"lambda": 1.0})
+    console = Console(record=True, width=120, file=io.StringIO())
+    for renderable in explain_renderables(answer, "B"):
+        console.print(renderable)
+    assert "its demand was met: it got all it asked for" in console.export_text()
+
+
+def test_unknown_group_is_one_line_and_exit_1(served):
+    result = explain("nope", "--socket", served.path)
+    assert result.exit_code == 1
+    assert result.output == "governor: error: no group 'nope' on this host (groups: A, B)\n"
+
+
+def test_no_groups_says_so(tmp_path):
+    server = FakeSocket(str(tmp_path / "g.sock"), [{"ok": True, "explain": {"capacity": CAPACITY, "groups": {},
+                                                                            "trace": []}}])
+    text = explain("--socket", server.path).output
+    server.close()
+    assert "No group has a running task: there is nothing to divide." in text
+    assert "no steps: no group has a running task" in text
+
+
+def test_without_a_daemon(tmp_path):
+    result = explain("--socket", str(tmp_path / "absent.sock"))
+    assert result.exit_code == 1
+    assert result.output == f"governor: error: governor daemon is not running (no socket at {tmp_path}/absent.sock)\n"
+
+
+def test_a_reply_without_explain_object(tmp_path):
+    server = FakeSocket(str(tmp_path / "g.sock"), [{"ok": True, "status": {}}])
+    result = explain("--socket", server.path)
+    server.close()
+    assert result.exit_code == 1 and "the daemon's explain reply has no explain object" in result.output
+
+
+def test_simulate_trace_and_explain_share_one_table(monkeypatch, served, tmp_path):
+    import cli.render
+
+    titles = []
+    real = cli.render.filling_table
+    monkeypatch.setattr(cli.render, "filling_table", lambda **kw: titles.append(kw["title"]) or real(**kw))
+    monkeypatch.setattr("cli.explain_view.filling_table", cli.render.filling_table)
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('[capacity]\ncpu = 9\nmemory = "18G"\n[groups.A]\ntask = { cpu = 1, memory = "4G" }\n')
+    assert CliRunner().invoke(main, ["simulate", str(scenario), "--trace"]).exit_code == 0
+    assert explain("--socket", served.path).exit_code == 0
+    assert titles == ["DRF filling, step by step (continuous)", "DRF filling on this host, step by step"]

@@ -1,0 +1,200 @@
+"""``governor top``'s screen (cli/top_view.py) and keys (cli/top_state.py), rendered to text at
+80×24 and 120×40 from the sample status plus the ``watch`` additions (events, fair level).
+
+Sample shares (status_sample.py): physics 50% (weight 2), ops 25% (weight 1), idle 0%; the fair
+level is 25% per unit of weight, so physics's bar is measured against 50% and ops's against 25%.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+from rich.console import Console
+
+from cli.top_state import SORTS, TopState, parse_keys, press, visible_groups
+from cli.top_view import top_view
+from status_sample import NOW, STATUS
+
+SIZES = [(80, 24), (120, 40)]
+
+
+def sample() -> dict:
+    status = copy.deepcopy(STATUS)
+    status["fair_level"] = 0.25
+    status["groups"]["physics"]["pressure"] = {"cpu.nr_throttled": 12, "memory.high": 3, "memory.oom_kill": 0}
+    status["groups"]["ops"]["pressure"] = {"cpu.nr_throttled": 0, "memory.high": 0, "memory.oom_kill": 1}
+    status["events"] = [
+        {"at": NOW - 60, "kind": "task_started", "message": "task t8 (pid 5001) started in ops"},
+        {"at": NOW - 3, "kind": "refill", "message": "refill after launch: 2 groups"},
+    ]
+    return status
+
+
+def render(state: TopState, width: int = 80, height: int = 24) -> str:
+    console = Console(record=True, width=width, height=height, file=io.StringIO())
+    console.print(top_view(state, width=width, height=height, now=NOW))
+    return console.export_text()
+
+
+def keys(state: TopState, *pressed: str) -> TopState:
+    for key in pressed:
+        press(state, key)
+    return state
+
+
+def group_rows(text: str) -> list[str]:
+    """The group names of the groups table, top to bottom."""
+    return [line[3:].split()[0] for line in text.splitlines() if line[:1] in " >" and line[1:3] in ("▸ ", "▾ ")]
+
+
+def row(text: str, group: str) -> str:
+    return next(line for line in text.splitlines() if line[3:].startswith(group + " "))
+
+
+@pytest.mark.parametrize(("width", "height"), SIZES)
+def test_fits_the_screen_and_shows_groups_shares_and_bars(width, height):
+    text = render(TopState(status=sample(), received=NOW), width, height)
+    lines = text.splitlines()
+    assert len(lines) <= height and max(len(line) for line in lines) <= width
+    assert group_rows(text) == ["physics", "ops", "idle"]  # by share, largest first
+    # physics at 50% = its fair target 25% × 2: a full bar; idle has none.
+    bar = "█" * (6 if width < 100 else 10)
+    assert f"{bar} 50.0%" in row(text, "physics")
+    assert f"{bar} 25.0%" in row(text, "ops")
+    assert "·" * len(bar) + " 0.0%" in row(text, "idle")
+    # allocation/used for cpu and memory, and the pressure signs.
+    assert "8/7.25" in row(text, "physics") and "13G/11G" in row(text, "physics")
+    assert "thr 12 high 3" in row(text, "physics") and "oom 1" in row(text, "ops")
+    assert "alloc 12 · used 9.5 of 16 cores" in text
+    assert "fair level 25.0% per unit of weight · last filling 3s ago (launch, 1.2 ms)" in text
+    assert "3s ago refill       refill after launch: 2 groups" in text
+
+
+def test_wide_screens_show_weight_dominant_fair_and_io_columns_narrow_ones_drop_io():
+    wide, narrow = render(TopState(status=sample()), 120, 40), render(TopState(status=sample()), 80, 24)
+    header = next(line for line in wide.splitlines() if line.startswith("group"))
+    assert header.split() == ["group", "w", "tasks", "dom", "share", "▼", "fair", "cpu", "a/u", "memory", "a/u",
+                              "nvme0n1", "r", "a/u", "nvme0n1", "w", "a/u", "pressure"]
+    assert "200M/150M" in row(wide, "ops")
+    assert "nvme0n1 r a/u" not in narrow and "200M/150M" not in narrow
+    assert row(narrow, "physics").split()[:4] == [">▸", "physics", "2", "1"]  # weight, tasks kept
+
+
+def test_share_bar_is_measured_against_the_weighted_fair_level():
+    status = sample()
+    status["fair_level"] = 0.5  # physics's target is now 100%: its 50% fills half the bar
+    text = render(TopState(status=status), 80)
+    assert "███···· 50.0%" not in text and "███··· 50.0%" in row(text, "physics")
+    assert "███··· 25.0%" in row(text, "ops")  # 25% of a 50% target
+
+
+def test_enter_expands_the_selected_group_with_its_tasks_and_collapses_it():
+    state = TopState(status=sample())
+    text = render(keys(state, "enter"), 80)
+    assert row(text, "physics").startswith(">▾")
+    assert "▾ physics: 1 task" in text
+    task = next(line for line in text.splitlines() if "4242" in line)
+    assert task.split()[:4] == ["4242", "alice", "10m", "python"]
+    assert "10c 16G" in task and "8c 13G" in task and "7.25c 11G" in task  # demand, λ × demand, used
+    text = render(keys(state, "enter"), 80)
+    assert "4242" not in text and row(text, "physics").startswith(">▸")
+
+
+def test_j_k_and_arrows_move_the_selection():
+    state = TopState(status=sample())
+    assert row(render(state), "physics").startswith(">")
+    text = render(keys(state, "j", "down", "down"))  # stops at the last group
+    assert row(text, "idle").startswith(">") and not row(text, "physics").startswith(">")
+    text = render(keys(state, "k", "enter"))
+    assert row(text, "ops").startswith(">▾") and "5001" in text and "backup.sh" in text
+
+
+def test_s_cycles_the_sort_column_and_shows_which():
+    state = TopState(status=sample())
+    orders = {}
+    for sort in SORTS:
+        assert state.sort == sort
+        text = render(state, 120, 40)
+        orders[sort] = group_rows(text)
+        assert f"s sort: {sort}" in text and f"sort: {sort}" in text.splitlines()[0]
+        press(state, "s")
+    assert state.sort == SORTS[0]  # back to the start
+    assert orders["share"] == orders["cpu"] == ["physics", "ops", "idle"]
+    assert orders["name"] == ["idle", "ops", "physics"]
+    header = lambda sort: next(line for line in render(TopState(status=sample(), sort=sort), 120, 40).splitlines()
+                               if line.startswith("group"))
+    assert "cpu a/u ▼" in header("cpu") and "share ▼" not in header("cpu")
+    assert header("name").startswith("group ▲")
+
+
+def test_sort_by_memory_and_tasks_changes_the_order():
+    status = sample()
+    status["groups"]["ops"]["usage"]["memory"] = 20 * 1024**3  # now above physics's 11G
+    assert visible_groups(TopState(status=status, sort="memory")) == ["ops", "physics", "idle"]
+    status["groups"]["ops"]["tasks"] *= 2
+    assert visible_groups(TopState(status=status, sort="tasks")) == ["ops", "physics", "idle"]
+
+
+def test_slash_filters_groups_by_name():
+    state = keys(TopState(status=sample()), "/", "o", "p", "x")
+    text = render(state)
+    assert "filter: opx▏" in text.splitlines()[-1]  # typing shows in the key bar
+    assert group_rows(text) == ["physics", "ops", "idle"]  # not applied until enter
+    text = render(keys(state, "backspace", "s", "enter"))  # 's' while typing is text, not sort
+    assert state.sort == "share" and group_rows(text) == ["ops"]
+    assert "filter: ops" in text.splitlines()[0]
+    text = render(keys(state, "/", "z", "enter"))
+    assert "no group matches 'opsz'" in text and group_rows(text) == []
+    assert group_rows(render(keys(state, "esc"))) == ["physics", "ops", "idle"]
+
+
+def test_question_mark_toggles_the_help():
+    state = keys(TopState(status=sample()), "?")
+    text = render(state)
+    assert "next sort column (share, cpu, memory, tasks, name)" in text
+    assert "thr: periods throttled in the last second" in text and group_rows(text) == []
+    assert group_rows(render(keys(state, "?"))) == ["physics", "ops", "idle"]
+
+
+def test_q_quits_but_not_while_typing_a_filter():
+    state = keys(TopState(status=sample()), "/", "q")
+    assert not state.quit and state.editing == "q"
+    assert keys(state, "esc", "q").quit
+
+
+@pytest.mark.parametrize(("width", "height"), SIZES)
+def test_disconnected_banner_keeps_the_last_data(width, height):
+    state = TopState(status=sample(), received=NOW - 5,
+                     down="governor daemon is not running (no socket at /run/governor/governor.sock)")
+    lines = render(state, width, height).splitlines()
+    assert lines[1].startswith("daemon not reachable — reconnecting… (data 5s old): governor daemon is not")
+    assert len(lines[1]) <= width
+    assert group_rows("\n".join(lines)) == ["physics", "ops", "idle"]
+
+
+def test_before_the_first_update():
+    text = render(TopState(down="governor daemon is not running (no socket at /x)"))
+    assert "daemon not reachable — reconnecting…" in text and "waiting for the first update" in text
+    assert "no group has a running task" not in text
+
+
+def test_many_groups_scroll_to_keep_the_selection_on_an_80x24_screen():
+    status = sample()
+    for i in range(40):
+        status["groups"][f"user{i:02d}"] = {**copy.deepcopy(status["groups"]["idle"]), "dominant_share": i / 1000}
+    state = keys(TopState(status=status, sort="name", expanded={"idle"}), *["j"] * 30)
+    lines = render(state, 80, 24).splitlines()
+    assert len(lines) <= 24
+    selected = [line for line in lines if line.startswith(">")]
+    assert len(selected) == 1 and "user27" in selected[0]  # idle, ops, physics, user00… : the 31st
+    assert "recent events" in lines[-4]  # events keep at least two lines
+
+
+def test_parse_keys_decodes_arrows_enter_escape_and_text():
+    assert parse_keys(b"\x1b[A\x1b[Bjk\r\n/\x7fq?") == ["up", "down", "j", "k", "enter", "enter", "/", "backspace",
+                                                        "q", "?"]
+    assert parse_keys(b"\x1bOA\x1bOB") == ["up", "down"]  # application cursor mode
+    assert parse_keys(b"\x1b") == ["esc"]
+    assert parse_keys(b"\x1b[5~x\x1b[1;5C" + "é".encode() + b"\t") == ["x", "é"]  # unknown sequences and tabs dropped
