@@ -13,6 +13,7 @@ from cli.admin import reload, set_weight
 from cli.check_config import check_config
 from cli.daemon_cmd import daemon
 from cli.explain import explain
+from cli.install_systemd import install_systemd
 from cli.run import run
 from cli.simulate import simulate
 from cli.status import status
@@ -54,6 +55,7 @@ def main() -> None:
 
 
 main.add_command(daemon)
+main.add_command(install_systemd)
 main.add_command(reload)
 main.add_command(set_weight)
 main.add_command(run)

@@ -289,6 +289,25 @@ class Daemon:
                 self._event("task_started", f"task {task.id} re-adopted: pid {task.pid}, group {task.group}")
             else:
                 self._forget(task)
+        self._warn_unrecorded({t.cgroup for t in records})
+
+    def _warn_unrecorded(self, recorded: set[str]) -> None:
+        """Task cgroups with processes but no record (the state directory was lost) cannot be
+        re-adopted without their declared demand: say so rather than govern them silently wrong."""
+        driver = self.hierarchy.driver
+        try:
+            cgroups = [f"{g}/{t}" for g in driver.children("") for t in driver.children(g) if t.startswith("task-")]
+        except CgroupError:
+            return
+        for rel in sorted(set(cgroups) - recorded):
+            try:
+                pids = driver.pids(rel)
+            except CgroupError:
+                continue
+            if pids:
+                self._event("error", f"cgroup {rel} holds pids {pids[:5]} but has no task record in "
+                                     f"{self.store.directory}: left ungoverned; its processes keep running",
+                            logging.WARNING)
 
     # ── observation ───────────────────────────────────────────────────────────────────────
 

@@ -68,6 +68,11 @@ class FakeDriver:
             raise CgroupReadError("no such cgroup", path=rel)
         return self.procs.get(rel, [])
 
+    def children(self, rel):
+        depth = rel.count("/") + 1 if rel else 0
+        return sorted(c.split("/")[depth] for c in self.cgroups
+                      if c and c.count("/") == depth and (not rel or c.startswith(rel + "/")))
+
     def remove(self, rel):
         self.cgroups.discard(rel)
         self.procs.pop(rel, None)
@@ -261,3 +266,11 @@ def test_watch_streams_status_with_events_and_fair_level(daemon):
     status = snapshots[1]["status"]
     assert status["fair_level"] == pytest.approx(0.5)
     assert [e["kind"] for e in status["events"]] == ["refill", "task_started"]
+
+
+def test_a_live_task_cgroup_without_a_record_is_reported(daemon):
+    daemon.hierarchy.driver.create("A/task-9")
+    daemon.hierarchy.driver.procs["A/task-9"] = [900]
+    daemon.readopt()
+    assert len(daemon.tasks) == 0
+    assert "A/task-9 holds pids [900] but has no task record" in daemon.events[-1]["message"]

@@ -1,0 +1,115 @@
+"""``governor install-systemd``: install governor.service and governor-tasks.service.
+
+The units come from ``configs/`` of this checkout. governor.service's ExecStart is pointed at
+the governor executable this command runs from (or ``--prefix``), and ``/etc/governor/governor.toml``
+is created from ``configs/governor.toml`` only if it does not exist: an existing config is never
+overwritten. Then ``systemctl daemon-reload``, so ``systemctl start governor`` sees the units.
+"""
+
+from __future__ import annotations
+
+import click
+
+UNITS = ("governor.service", "governor-tasks.service")
+UNIT_DIR = "etc/systemd/system"
+CONFIG = "etc/governor/governor.toml"
+# The executable configs/governor.service names, replaced on install (a real path, so the
+# file in configs/ passes `systemd-analyze verify` as it is).
+TEMPLATE_EXECUTABLE = "/usr/local/bin/governor"
+
+
+@click.command("install-systemd")
+@click.option("--prefix", metavar="DIR", type=click.Path(file_okay=False),
+              help="Directory of the governor executable for ExecStart. Default: the one running now.")
+@click.option("--root", "root_dir", metavar="DIR", default="/", show_default=True, type=click.Path(file_okay=False),
+              help="Install below DIR instead of / (packaging); daemon-reload runs only for /.")
+@click.option("--dry-run", is_flag=True, help="Print what would be written and run; change nothing.")
+def install_systemd(prefix: str | None, root_dir: str, dry_run: bool) -> None:
+    """Install the systemd units (and a config if there is none), then daemon-reload."""
+    import subprocess
+    from pathlib import Path
+
+    from governor.errors import GovernorError
+
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    if not (configs / "governor.service").is_file():
+        raise GovernorError(f"{configs}: no unit files here; install-systemd runs from a governor checkout "
+                            "(scripts/setup installs it in editable mode)")
+    executable = _executable(prefix)
+    root = Path(root_dir)
+    files = {root / UNIT_DIR / name: (configs / name).read_text() for name in UNITS}
+    files[root / UNIT_DIR / "governor.service"] = with_executable(files[root / UNIT_DIR / "governor.service"],
+                                                                   executable)
+    config = root / CONFIG
+    reload_systemd = root.resolve() == Path("/") and Path("/run/systemd/system").is_dir()
+
+    if dry_run:
+        for path, text in files.items():
+            click.echo(f"# would write {path}\n{text}")
+        click.echo(f"# would keep {config} (exists)" if config.exists()
+                   else f"# would copy {configs / 'governor.toml'} to {config}")
+        if reload_systemd:
+            click.echo("# would run: systemctl daemon-reload")
+        return
+
+    try:
+        for path, text in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            path.chmod(0o644)
+            click.echo(f"wrote {path}")
+        if config.exists():
+            click.echo(f"kept {config} (exists)")
+        else:
+            config.parent.mkdir(parents=True, exist_ok=True)
+            config.write_text((configs / "governor.toml").read_text())
+            config.chmod(0o644)
+            click.echo(f"wrote {config} (from configs/governor.toml: edit its [groups])")
+    except OSError as error:
+        raise GovernorError(f"{error.filename or root}: cannot install: {error.strerror}") from error
+    if reload_systemd:
+        done = subprocess.run(["systemctl", "daemon-reload"], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise GovernorError(f"systemctl daemon-reload failed: {done.stderr.strip()}")
+        click.echo("ran systemctl daemon-reload; start with: systemctl enable --now governor")
+    else:
+        click.echo(f"systemd is not managing {root}: no daemon-reload")
+
+
+def _executable(prefix: str | None) -> str:
+    """Absolute path of the governor executable: ``prefix/governor``, else the running one."""
+    import os
+    import shutil
+    import sys
+    from pathlib import Path
+
+    from governor.errors import GovernorError
+
+    if prefix is not None:
+        candidate = Path(prefix) / "governor"
+    else:
+        # sys.argv[0] is the console script as invoked (".venv/bin/governor", or "governor"
+        # found on PATH); under `python -m` it is not executable, and the venv's script is used.
+        found = shutil.which(sys.argv[0])
+        candidate = Path(found) if found else Path(sys.executable).with_name("governor")
+    candidate = candidate.absolute()
+    if not os.access(candidate, os.X_OK) or not candidate.is_file():
+        raise GovernorError(f"{candidate}: not an executable governor (give --prefix DIR)")
+    return str(candidate)
+
+
+def with_executable(unit: str, executable: str) -> str:
+    """``unit`` with the template executable in its ExecStart= line replaced by ``executable``,
+    quoted for systemd (``%`` and ``$`` doubled; quotes around a path with blanks)."""
+    from governor.errors import GovernorError
+
+    quoted = executable.replace("%", "%%").replace("$", "$$")
+    if any(c.isspace() or c in "\"'\\" for c in quoted):
+        quoted = '"' + quoted.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    start = f"ExecStart={TEMPLATE_EXECUTABLE} "
+    lines = unit.splitlines(keepends=True)
+    hits = [i for i, line in enumerate(lines) if line.startswith(start)]
+    if len(hits) != 1:
+        raise GovernorError(f"governor.service: expected one line starting with {start!r}, found {len(hits)}")
+    lines[hits[0]] = f"ExecStart={quoted} " + lines[hits[0]][len(start):]
+    return "".join(lines)

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# governor under a real systemd: the installed units, and what restart, kill -9, a refused
+# reload and stop do to running tasks. Run from the repo root inside the systemd VM, with the
+# .venv built on the host (the VM has no network):
+#
+#     ../shared/vm/run-in-systemd-vm ./tests/system/run.sh
+#
+# Prints one line per case, "<case>: tasks before N, tasks after M, tasks killed K", and exits
+# non-zero if any check fails. Changes the machine it runs on (users, /etc, units): VM only.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHONDONTWRITEBYTECODE=1   # keep the shared checkout free of root-owned caches
+
+repo=$PWD
+gov=$repo/.venv/bin/governor
+py=$repo/.venv/bin/python
+tasks="$py $repo/tests/system/tasks.py"
+config=/etc/governor/governor.toml
+work=$(mktemp -d)
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+die() { echo "FAIL: $*"; journalctl -u governor -u governor-tasks --no-pager -n 60 || true; exit 1; }
+
+# wait_for SECONDS WHAT CMD…: poll CMD until it succeeds (the VM's CPU is emulated: be patient).
+wait_for() {
+    local deadline=$((SECONDS + $1)) what=$2
+    shift 2
+    until "$@" >/dev/null 2>&1; do
+        [ $SECONDS -lt $deadline ] || { fail "timed out waiting for $what"; return 1; }
+        sleep 0.5
+    done
+}
+count_status_tasks() { [ "$($gov status --json | $py -c 'import json,sys; s=json.load(sys.stdin); print(sum(len(g["tasks"]) for g in s["groups"].values()))')" = "$1" ]; }
+main_pid() { systemctl show -p MainPID --value governor; }
+serving() { systemctl is-active --quiet governor && $gov status --json; }
+
+[ "$(cat /proc/1/comm)" = systemd ] || { echo "run.sh: PID 1 is not systemd: run it in ../shared/vm/run-in-systemd-vm"; exit 2; }
+
+echo "== setup"
+for user in alice bob; do id "$user" >/dev/null 2>&1 || useradd --no-create-home --shell /bin/sh "$user"; done
+# Weights differ and the 4 tasks ask for 2 cores of the 1.75 governed: alice (weight 2) gets
+# all she asks, bob the rest.
+mkdir -p /etc/governor
+cat > "$config" <<'EOF'
+[capacity]
+reserve = { cpu = 0.25, memory = "256M" }
+
+[groups.alice]
+weight = 2
+users = ["alice"]
+
+[groups.bob]
+weight = 1
+users = ["bob"]
+
+[daemon]
+reconcile_interval = 2.0
+EOF
+cp "$config" "$work/governor.toml"
+$gov install-systemd
+cmp -s "$config" "$work/governor.toml" || fail "install-systemd overwrote an existing $config"
+grep -qx "ExecStart=$gov daemon .*" /etc/systemd/system/governor.service \
+    || fail "ExecStart does not name $gov: $(grep ExecStart= /etc/systemd/system/governor.service)"
+
+echo "== systemd-analyze verify"
+verify=$(systemd-analyze verify /etc/systemd/system/governor.service /etc/systemd/system/governor-tasks.service 2>&1) \
+    || fail "systemd-analyze verify failed"
+[ -z "$verify" ] || fail "systemd-analyze verify is not clean: $verify"
+
+echo "== start"
+systemctl start governor || die "systemctl start governor failed"
+systemctl is-active --quiet governor-tasks || fail "governor-tasks.service is not active"
+tasks_cg=/sys/fs/cgroup/governor.slice/governor-tasks.service
+[ "$(cat /proc/"$(main_pid)"/cgroup)" = "0::/system.slice/governor.service" ] \
+    || fail "daemon is in $(cat /proc/"$(main_pid)"/cgroup), not its unit's cgroup"
+# (cgroupfs files report size 0: read them, do not test -s)
+[ -n "$(cat "$tasks_cg/holder/cgroup.procs")" ] && [ -z "$(cat "$tasks_cg/cgroup.procs")" ] \
+    || fail "the tasks unit's process is not (only) in its holder leaf"
+grep -qw memory "$tasks_cg/cgroup.subtree_control" || fail "controllers not enabled below governor-tasks.service"
+[ "$(systemctl show -p WatchdogUSec --value governor)" = 30s ] || fail "watchdog not armed"
+
+echo "== launch 2 CPU burners as alice and 2 as bob"
+for user in alice alice bob bob; do
+    runuser -u "$user" -- "$gov" run --cpus 0.5 --memory 64M -- sh -c 'while :; do :; done' \
+        >>"$work/run.log" 2>&1 &
+done
+wait_for 120 "4 tasks in governor status" count_status_tasks 4 || die "$(cat "$work/run.log")"
+$gov status --json | $tasks snap > "$work/start.json" || fail "limits in status are not in the cgroup files"
+$gov status
+[ "$($tasks alive "$work/start.json")" = 4 ] || die "the 4 burners are not running"
+
+# check_case NAME: compare the tasks now with $work/start.json and print the case line.
+# Tasks "after" are those the daemon lists if it is serving, else the burners still running.
+check_case() {
+    local name=$1 before alive after
+    before=$($py -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["tasks"]))' "$work/start.json")
+    alive=$($tasks alive "$work/start.json")
+    if systemctl is-active --quiet governor; then
+        $gov status --json | $tasks snap > "$work/now.json" || fail "$name: limits in status are not in the cgroup files"
+        $tasks same "$work/start.json" "$work/now.json" || fail "$name: tasks or limits changed"
+        after=$($py -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["tasks"]))' "$work/now.json")
+    else
+        after=$alive
+    fi
+    echo "$name: tasks before $before, tasks after $after, tasks killed $((before - alive))"
+    [ "$alive" = "$before" ] || fail "$name: $((before - alive)) task(s) killed"
+    [ "$after" = "$before" ] || fail "$name: $after task(s) after, $before before"
+}
+
+echo "== systemctl daemon-reload"
+# systemd rewrites the attributes of the cgroups it manages; the limits below the delegated
+# governor-tasks.service must not be among them.
+systemctl daemon-reload
+check_case "systemctl daemon-reload"
+
+echo "== systemctl restart governor"
+pid=$(main_pid)
+systemctl restart governor || fail "restart failed"
+[ "$(main_pid)" != "$pid" ] || fail "restart kept the same daemon pid"
+check_case "systemctl restart governor"
+
+echo "== kill -9 the daemon"
+pid=$(main_pid)
+kill -9 "$pid"
+# Restart=on-failure starts a new daemon; Type=notify makes it active only once READY=1.
+wait_for 120 "systemd to restart the daemon" sh -c "[ \"\$(systemctl show -p MainPID --value governor)\" != $pid ] && systemctl is-active --quiet governor" \
+    || die "not restarted after kill -9"
+check_case "kill -9 MainPID"
+
+echo "== systemctl reload governor with a broken config"
+pid=$(main_pid)
+since=$(date +%s)
+sleep 1   # journalctl --since has one-second resolution
+sed -i 's/^weight = 2$/weight = -1/' "$config"
+systemctl reload governor || fail "systemctl reload failed"
+refused="$config: groups.alice.weight: must not be negative"
+wait_for 60 "the refused reload in the journal at priority err" \
+    sh -c "journalctl -u governor -p err --since @$since -o cat | grep -F '$refused'" \
+    || journalctl -u governor --since "@$since" --no-pager
+if $gov reload >"$work/reload.out" 2>&1; then
+    fail "governor reload accepted a broken config"
+else
+    grep -qF "$refused" "$work/reload.out" || fail "governor reload did not say why: $(cat "$work/reload.out")"
+fi
+[ "$(main_pid)" = "$pid" ] && serving >/dev/null || fail "the daemon stopped serving after a refused reload"
+check_case "systemctl reload governor (broken config)"   # also: alice's weight is still 2
+cp "$work/governor.toml" "$config"
+systemctl reload governor || fail "reload of the restored config failed"
+wait_for 60 "the restored config reloaded" \
+    sh -c "journalctl -u governor --since @$since -o cat | grep -F 'config $config reloaded'" || true
+systemctl is-active --quiet governor || fail "governor not active after the restored reload"
+
+# Only the kill -9 may have made systemd restart the daemon: a missed watchdog ping (over the
+# ~30 s since) would count too. An explicit stop/start resets the counter, so check it now.
+restarts=$(systemctl show -p NRestarts --value governor)
+[ "$restarts" = 1 ] || fail "systemd restarted the daemon $restarts times, expected 1 (the kill -9)"
+
+echo "== systemctl stop governor"
+systemctl stop governor
+systemctl is-active --quiet governor && fail "governor still active after stop"
+systemctl is-active --quiet governor-tasks || fail "governor-tasks.service stopped with the daemon"
+[ -d /run/governor/state ] || fail "/run/governor/state removed on stop (RuntimeDirectoryPreserve)"
+check_case "systemctl stop governor"
+systemctl start governor
+check_case "systemctl start governor (re-adopt)"
+
+echo "== systemctl stop governor-tasks: the deliberate end of every task"
+systemctl stop governor-tasks
+systemctl is-active --quiet governor && fail "governor still active without its tasks unit (BindsTo=)"
+alive=$($tasks alive "$work/start.json")
+echo "systemctl stop governor-tasks: tasks before 4, tasks after $alive, tasks killed $((4 - alive))"
+[ "$alive" = 0 ] || fail "stopping governor-tasks left $alive task(s) running"
+
+if [ "$failures" -gt 0 ]; then
+    journalctl -u governor -u governor-tasks --no-pager -n 80
+    echo "FAILED: $failures check(s)"
+    exit 1
+fi
+echo "OK: all checks passed"

@@ -1,0 +1,55 @@
+"""governor's systemd units under a real systemd: tests/system/run.sh in ../shared/vm/run-in-systemd-vm.
+
+One VM boot (Debian bookworm, systemd 252, cgroup v2) runs the whole script: ~3 minutes under
+emulation, plus ~100 s the first time to build the image. The script prints one line per case;
+this test streams its output and requires every case to have killed no task.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.systemd_vm
+
+REPO = Path(__file__).resolve().parents[2]
+VM = REPO.parent / "shared" / "vm" / "run-in-systemd-vm"
+CASES = ("systemctl restart governor", "kill -9 MainPID", "systemctl reload governor (broken config)",
+         "systemctl stop governor")
+LINE = re.compile(r"^(.+): tasks before (\d+), tasks after (\d+), tasks killed (\d+)$")
+
+
+def _skip_reason() -> str | None:
+    if os.environ.get("SYSVM") or os.environ.get("VMLAB_GUEST"):
+        return "already inside a test VM"
+    if os.geteuid() != 0:
+        return "needs root to boot the VM"
+    if not os.access(VM, os.X_OK):
+        return f"no {VM}"
+    if not shutil.which("qemu-system-x86_64") and not shutil.which("apt-get"):
+        return "no QEMU, and no apt-get to install it"
+    if not (REPO / ".venv" / "bin" / "governor").exists():
+        return "no .venv (scripts/setup): the VM has no network to build one"
+    return None
+
+
+def test_tasks_survive_restart_kill_reload_and_stop():
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    proc = subprocess.Popen([str(VM), "--timeout", "900", "./tests/system/run.sh"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        lines.append(line.rstrip("\n"))
+    assert proc.wait() == 0, f"run.sh in the systemd VM exited {proc.returncode}"
+    cases = {m[1]: (int(m[2]), int(m[3]), int(m[4])) for m in map(LINE.match, lines) if m}
+    for case in CASES:
+        assert case in cases, f"no line for case {case!r}"
+        before, after, killed = cases[case]
+        assert (before, after, killed) == (4, 4, 0), f"{case}: {cases[case]}"

@@ -1,0 +1,100 @@
+"""``governor install-systemd`` into a temporary root, and the units' paths agreeing with each other.
+(The units under a real systemd: tests/system/.)"""
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cli.install_systemd import TEMPLATE_EXECUTABLE, with_executable
+from cli.main import main
+from governor.errors import GovernorError
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def _fake_governor(tmp_path: Path) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "governor").write_text("#!/bin/sh\n")
+    (bin_dir / "governor").chmod(0o755)
+    return bin_dir
+
+
+def _settings(unit: str, key: str) -> list[str]:
+    return re.findall(rf"^{key}=(.*)$", unit, re.MULTILINE)
+
+
+def test_install_writes_units_with_the_executable_and_a_config(tmp_path):
+    bin_dir = _fake_governor(tmp_path)
+    result = CliRunner().invoke(main, ["install-systemd", "--prefix", str(bin_dir), "--root", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    units = tmp_path / "r/etc/systemd/system"
+    service = (units / "governor.service").read_text()
+    [exec_start] = _settings(service, "ExecStart")
+    assert exec_start.startswith(f"{bin_dir}/governor daemon --config /etc/governor/governor.toml ")
+    assert (units / "governor-tasks.service").read_text() == (CONFIGS / "governor-tasks.service").read_text()
+    assert (tmp_path / "r/etc/governor/governor.toml").read_text() == (CONFIGS / "governor.toml").read_text()
+    assert "no daemon-reload" in result.output
+
+
+def test_install_never_overwrites_an_existing_config(tmp_path):
+    config = tmp_path / "r/etc/governor/governor.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("[groups.mine]\nusers = ['me']\n")
+    result = CliRunner().invoke(main, ["install-systemd", "--prefix", str(_fake_governor(tmp_path)),
+                                       "--root", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    assert config.read_text() == "[groups.mine]\nusers = ['me']\n"
+    assert f"kept {config} (exists)" in result.output
+
+
+def test_dry_run_prints_the_units_and_writes_nothing(tmp_path):
+    bin_dir = _fake_governor(tmp_path)
+    result = CliRunner().invoke(main, ["install-systemd", "--dry-run", "--prefix", str(bin_dir),
+                                       "--root", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    assert f"ExecStart={bin_dir}/governor daemon" in result.output
+    assert "ExecStartPost=" in result.output  # the tasks unit, printed in full
+    assert f"would copy {CONFIGS / 'governor.toml'}" in result.output
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_prefix_without_governor_is_refused(tmp_path):
+    result = CliRunner().invoke(main, ["install-systemd", "--prefix", str(tmp_path), "--root", str(tmp_path / "r")])
+    assert result.exit_code == 1
+    assert f"{tmp_path}/governor: not an executable governor" in result.output
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("path, expected", [
+    ("/opt/governor/bin/governor", "/opt/governor/bin/governor"),
+    ("/opt/my tools/governor", '"/opt/my tools/governor"'),
+    ("/opt/50%/$HOME/governor", "/opt/50%%/$$HOME/governor"),
+])
+def test_the_executable_is_quoted_for_systemd(path, expected):
+    unit = with_executable((CONFIGS / "governor.service").read_text(), path)
+    [exec_start] = _settings(unit, "ExecStart")
+    assert exec_start.startswith(f"{expected} daemon ")
+
+
+def test_a_unit_without_the_template_execstart_is_refused():
+    with pytest.raises(GovernorError, match="expected one line starting with"):
+        with_executable("[Service]\nExecStart=/bin/true\n", "/usr/bin/governor")
+
+
+def test_the_daemon_root_is_inside_the_tasks_unit_cgroup():
+    """governor.service's --cgroup-root and the tasks unit's holder follow from its Slice= and
+    name; a rename on one side only would put the tasks in a cgroup nobody delegated."""
+    service = (CONFIGS / "governor.service").read_text()
+    tasks = (CONFIGS / "governor-tasks.service").read_text()
+    [slice_name] = _settings(tasks, "Slice")
+    unit_cgroup = f"/sys/fs/cgroup/{slice_name}/governor-tasks.service"
+    [exec_start] = _settings(service, "ExecStart")
+    assert exec_start.startswith(f"{TEMPLATE_EXECUTABLE} ")
+    assert re.search(r"--cgroup-root (\S+)", exec_start)[1] == f"{unit_cgroup}/tasks"
+    assert _settings(tasks, "ExecStartPre") == [f"/bin/mkdir -p {unit_cgroup}/holder"]
+    assert f"> {unit_cgroup}/holder/cgroup.procs" in _settings(tasks, "ExecStartPost")[0]
+    assert _settings(service, "BindsTo") == ["governor-tasks.service"]
+    assert not _settings(tasks, "BindsTo") and not _settings(tasks, "PartOf")
