@@ -8,6 +8,10 @@
 # Prints one line per case, "<case>: tasks before N, tasks after M, tasks killed K", and exits
 # non-zero if any check fails. Changes the machine it runs on (users, /etc, units): VM only.
 set -euo pipefail
+if [ "${SYSVM:-}" != 1 ]; then
+    echo "tests/system/run.sh adds users and installs units: run it in ../shared/vm/run-in-systemd-vm" >&2
+    exit 2
+fi
 cd "$(dirname "$0")/../.."
 export PYTHONDONTWRITEBYTECODE=1   # keep the shared checkout free of root-owned caches
 
