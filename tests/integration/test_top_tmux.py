@@ -10,7 +10,6 @@ saturates at t = 1/3: physics 66.7% of the host, ops 33.3%.
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
