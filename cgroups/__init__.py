@@ -6,7 +6,9 @@
   to v2 / v1 files in a fixed order.
 - :mod:`cgroups.detect`: unified / hybrid / legacy mode, own cgroup, controllers, v1 mounts.
 - :mod:`cgroups.devices`: block device path → whole disk ``MAJ:MIN``.
+- :mod:`cgroups.driver`: the one driver interface, the record of what the kernel accepted.
 - :mod:`cgroups.v2`, :mod:`cgroups.v1`: the drivers (same public interface).
+- :mod:`cgroups.hierarchy`: which driver this host gets and where governor's root lives.
 """
 
 from cgroups.limits import CgroupLimits, IoMax

@@ -17,10 +17,11 @@ from pathlib import Path
 
 from governor.errors import DeviceError
 
-__all__ = ["device_number", "parent_disk", "whole_disk"]
+__all__ = ["device_number", "io_sharing", "parent_disk", "whole_disk"]
 
 SYS = Path("/sys")
 DEV = Path("/dev")
+CGROUP_MOUNT = Path("/sys/fs/cgroup")
 
 
 def device_number(device_path: str | Path, dev: Path = DEV) -> tuple[int, int]:
@@ -76,3 +77,32 @@ def whole_disk(device_path: str | Path, sys: Path = SYS, dev: Path = DEV) -> str
         return parent_disk(major, minor, sys)
     except DeviceError as e:
         raise DeviceError(str(device_path), e.reason) from e
+
+
+def io_sharing(disk: str, *, mode: str, cgroup_mount: Path = CGROUP_MOUNT, sys: Path = SYS) -> str:
+    """How an I/O guarantee on whole disk ``disk`` (``MAJ:MIN``) can be enforced on this host.
+
+    Returns:
+        ``"io.weight"`` when io.cost is enabled for the disk (cgroup v2: a line
+        ``MAJ:MIN enable=1`` in the root's ``io.cost.qos``); ``"io.bfq.weight"`` when the
+        disk's scheduler is BFQ (``[bfq]`` in ``queue/scheduler``; v2 ``io.bfq.weight``, v1
+        ``blkio.bfq.weight_device``); else ``"io.max"``: no proportional controller, so the
+        guarantee becomes a hard limit (not work-conserving). Enabling io.cost or BFQ is the
+        administrator's choice (a host-wide setting); governor only reads it.
+    """
+    if mode == "v2":
+        for line in _read_optional(cgroup_mount / "io.cost.qos").splitlines():
+            fields = line.split()
+            if fields and fields[0] == disk and "enable=1" in fields[1:]:
+                return "io.weight"
+    if "[bfq]" in _read_optional(sys / "dev" / "block" / disk / "queue" / "scheduler"):
+        return "io.bfq.weight"
+    return "io.max"
+
+
+def _read_optional(path: Path) -> str:
+    """A probe: the file's text, or "" when the kernel does not offer it (no io.cost, no queue)."""
+    try:
+        return path.read_text()
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return ""

@@ -8,15 +8,17 @@
 Write order (fixed; one controller after another as runc's ``fs2.Set`` does):
 
 cgroup v2 (:data:`V2_ORDER`)
-    ``cpu.weight``, ``cpu.max``, ``cpuset.cpus``, ``memory.high``, ``memory.max``, ``io.max``
-    (one line per device, in the order given). ``memory.high`` goes before ``memory.max`` so
-    that a shrinking cgroup is first throttled and reclaimed gently; only then can the hard
-    limit OOM-kill, and by then less needs reclaiming.
+    ``cpu.weight``, ``cpu.max``, ``cpuset.cpus``, ``memory.low``, ``memory.high``,
+    ``memory.max``, ``io.weight``, ``io.bfq.weight``, ``io.max`` (one line per device, in the
+    order given). ``memory.high`` goes before ``memory.max`` so that a cgroup is first
+    throttled and reclaimed gently; only then can the hard limit OOM-kill.
 
 cgroup v1 (:data:`V1_ORDER`)
     ``cpu.cfs_period_us``, ``cpu.cfs_quota_us``, ``cpu.shares``, ``cpuset.cpus``,
-    ``memory.soft_limit_in_bytes``, ``memory.limit_in_bytes``,
-    ``blkio.throttle.read_bps_device``, ``blkio.throttle.write_bps_device``. The period goes
+    ``memory.soft_limit_in_bytes``, ``memory.limit_in_bytes``, ``blkio.bfq.weight_device``,
+    ``blkio.throttle.read_bps_device``, ``blkio.throttle.write_bps_device``. v1 has no
+    ``memory.low`` and no io.cost: ``memory_low_bytes`` and ``io.weight`` are not written
+    there (a v1 host shares I/O proportionally only under BFQ). The period goes
     before the quota because the kernel validates a quota against the period in force (v2
     writes both at once in ``cpu.max``); the soft limit goes before the hard one for the same
     reason as on v2.
@@ -38,6 +40,7 @@ from cgroups.parse import format_cpu_max, format_max
 __all__ = [
     "CgroupLimits",
     "IoMax",
+    "IoWeight",
     "V1_ORDER",
     "V2_ORDER",
     "diff_writes",
@@ -58,10 +61,11 @@ _PERIOD_RANGE_USEC = (1_000, 1_000_000)
 _MIN_QUOTA_USEC = 1_000
 _WEIGHT_RANGE = (1, 10_000)
 _SHARES_RANGE = (2, 262_144)
+_BFQ_WEIGHT_RANGE = (1, 1_000)
 _DEVICE_RE = re.compile(r"^\d+:\d+$")
 
-V2_ORDER: tuple[str, ...] = ("cpu.weight", "cpu.max", "cpuset.cpus", "memory.high", "memory.max",
-                             "io.max")
+V2_ORDER: tuple[str, ...] = ("cpu.weight", "cpu.max", "cpuset.cpus", "memory.low", "memory.high",
+                             "memory.max", "io.weight", "io.bfq.weight", "io.max")
 V1_ORDER: tuple[tuple[str, str], ...] = (
     ("cpu", "cpu.cfs_period_us"),
     ("cpu", "cpu.cfs_quota_us"),
@@ -69,6 +73,7 @@ V1_ORDER: tuple[tuple[str, str], ...] = (
     ("cpuset", "cpuset.cpus"),
     ("memory", "memory.soft_limit_in_bytes"),
     ("memory", "memory.limit_in_bytes"),
+    ("blkio", "blkio.bfq.weight_device"),
     ("blkio", "blkio.throttle.read_bps_device"),
     ("blkio", "blkio.throttle.write_bps_device"),
 )
@@ -102,6 +107,41 @@ class IoMax:
 
 
 @dataclass(frozen=True)
+class IoWeight:
+    """A proportional I/O weight on one block device (a guarantee, not a cap).
+
+    Attributes:
+        device: ``MAJ:MIN`` of a whole disk.
+        weight: 1..10000 with ``io.weight`` semantics (100 = default); BFQ's files take
+            1..1000, so the weight is divided by 10 there.
+        controller: ``"io.weight"`` (v2 io.cost) or ``"io.bfq.weight"`` (the BFQ scheduler,
+            v2 ``io.bfq.weight`` / v1 ``blkio.bfq.weight_device``).
+
+    Raises:
+        ValueError: device not ``MAJ:MIN``, weight out of range, unknown controller.
+    """
+
+    device: str
+    weight: int
+    controller: str = "io.weight"
+
+    def __post_init__(self) -> None:
+        if not _DEVICE_RE.match(self.device):
+            raise ValueError(f"io device must be 'MAJ:MIN', got {self.device!r}")
+        low, high = _WEIGHT_RANGE
+        if not low <= self.weight <= high:
+            raise ValueError(f"io weight must be in {low}..{high}, got {self.weight}")
+        if self.controller not in ("io.weight", "io.bfq.weight"):
+            raise ValueError(f"io weight controller must be io.weight or io.bfq.weight, got {self.controller!r}")
+
+    @property
+    def bfq_weight(self) -> int:
+        """The weight in BFQ's 1..1000 range."""
+        low, high = _BFQ_WEIGHT_RANGE
+        return min(high, max(low, round(self.weight / 10)))
+
+
+@dataclass(frozen=True)
 class CgroupLimits:
     """Limits for one cgroup; every ``None`` means "not limited".
 
@@ -111,8 +151,10 @@ class CgroupLimits:
         cpu_weight: proportional CPU weight, 1..10000 with v2 semantics (100 = default);
             mapped to ``cpu.shares`` on v1.
         cpuset_cpus: CPU list in kernel syntax (``"0-1,4"``).
+        memory_low_bytes: memory protected from reclaim, bytes (v2 only).
         memory_high_bytes: throttle-and-reclaim threshold, bytes (v1: soft limit).
         memory_max_bytes: hard limit, bytes; exceeding it ends in the OOM killer.
+        io_weight: per-device proportional weights, at most one entry per device.
         io_max: per-device bandwidth caps, at most one entry per device.
 
     Raises:
@@ -123,8 +165,10 @@ class CgroupLimits:
     cpu_period_usec: int = DEFAULT_PERIOD_USEC
     cpu_weight: int | None = None
     cpuset_cpus: str | None = None
+    memory_low_bytes: int | None = None
     memory_high_bytes: int | None = None
     memory_max_bytes: int | None = None
+    io_weight: tuple[IoWeight, ...] = ()
     io_max: tuple[IoMax, ...] = ()
 
     def __post_init__(self) -> None:
@@ -136,13 +180,14 @@ class CgroupLimits:
         low, high = _WEIGHT_RANGE
         if self.cpu_weight is not None and not low <= self.cpu_weight <= high:
             raise ValueError(f"cpu_weight must be in {low}..{high}, got {self.cpu_weight}")
-        for name in ("memory_high_bytes", "memory_max_bytes"):
+        for name in ("memory_low_bytes", "memory_high_bytes", "memory_max_bytes"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
-        devices = [io.device for io in self.io_max]
-        if len(set(devices)) != len(devices):
-            raise ValueError(f"io_max lists a device twice: {devices}")
+        for name in ("io_weight", "io_max"):
+            devices = [io.device for io in getattr(self, name)]
+            if len(set(devices)) != len(devices):
+                raise ValueError(f"{name} lists a device twice: {devices}")
 
 
 def weight_to_shares(weight: int) -> int:
@@ -165,18 +210,27 @@ def v2_files(limits: CgroupLimits) -> list[tuple[str, str]]:
         files.append(("cpu.max", format_cpu_max(limits.cpu_quota_usec, limits.cpu_period_usec)))
     if limits.cpuset_cpus is not None:
         files.append(("cpuset.cpus", limits.cpuset_cpus))
+    if limits.memory_low_bytes is not None:
+        files.append(("memory.low", str(limits.memory_low_bytes)))
     if limits.memory_high_bytes is not None:
         files.append(("memory.high", str(limits.memory_high_bytes)))
     if limits.memory_max_bytes is not None:
         files.append(("memory.max", str(limits.memory_max_bytes)))
+    for io in limits.io_weight:
+        weight = io.weight if io.controller == "io.weight" else io.bfq_weight
+        files.append((io.controller, f"{io.device} {weight}"))
     for io in limits.io_max:
         files.append(("io.max", f"{io.device} rbps={format_max(io.rbps)} wbps={format_max(io.wbps)}"))
     return files
 
 
+_PER_DEVICE_V2 = ("io.max", "io.weight", "io.bfq.weight")
+
+
 def v2_key(file: str, value: str) -> tuple[str, str]:
-    """The diff key of a v2 setting: ``(file, "MAJ:MIN")`` for ``io.max``, else ``(file, "")``."""
-    return (file, value.split(maxsplit=1)[0] if file == "io.max" else "")
+    """The diff key of a v2 setting: ``(file, "MAJ:MIN")`` for per-device files (``io.max``,
+    ``io.weight``, ``io.bfq.weight``), else ``(file, "")``."""
+    return (file, value.split(maxsplit=1)[0] if file in _PER_DEVICE_V2 else "")
 
 
 def v2_reset(file: str, value: str) -> str:
@@ -188,9 +242,12 @@ def v2_reset(file: str, value: str) -> str:
     """
     if file == "io.max":
         return f"{v2_key(file, value)[1]} rbps=max wbps=max"
+    if file in _PER_DEVICE_V2:
+        return f"{v2_key(file, value)[1]} default"
     resets = {"cpu.weight": str(DEFAULT_CPU_WEIGHT),
               "cpu.max": format_cpu_max(None, DEFAULT_PERIOD_USEC),
-              "cpuset.cpus": "", "memory.high": format_max(None), "memory.max": format_max(None)}
+              "cpuset.cpus": "", "memory.low": "0", "memory.high": format_max(None),
+              "memory.max": format_max(None)}
     if file not in resets:
         raise ValueError(f"not a governed cgroup v2 file: {file!r}")
     return resets[file]
@@ -200,7 +257,9 @@ def v1_files(limits: CgroupLimits) -> list[tuple[str, str, str]]:
     """Return ``(controller, file, value)`` triples for cgroup v1 in :data:`V1_ORDER`.
 
     ``cpu_weight`` becomes ``cpu.shares`` (:func:`weight_to_shares`); ``memory_high_bytes``
-    becomes ``memory.soft_limit_in_bytes``; an ``IoMax`` side left None writes no blkio rule.
+    becomes ``memory.soft_limit_in_bytes``; BFQ weights become ``blkio.bfq.weight_device``;
+    ``memory_low_bytes`` and io.cost weights have no v1 file and are left out; an ``IoMax``
+    side left None writes no blkio rule.
 
     >>> v1_files(CgroupLimits(cpu_quota_usec=30000, cpu_weight=200))
     [('cpu', 'cpu.cfs_period_us', '100000'), ('cpu', 'cpu.cfs_quota_us', '30000'), ('cpu', 'cpu.shares', '2048')]
@@ -217,6 +276,9 @@ def v1_files(limits: CgroupLimits) -> list[tuple[str, str, str]]:
         files.append(("memory", "memory.soft_limit_in_bytes", str(limits.memory_high_bytes)))
     if limits.memory_max_bytes is not None:
         files.append(("memory", "memory.limit_in_bytes", str(limits.memory_max_bytes)))
+    for io in limits.io_weight:
+        if io.controller == "io.bfq.weight":
+            files.append(("blkio", "blkio.bfq.weight_device", f"{io.device} {io.bfq_weight}"))
     for side, file in (("rbps", "blkio.throttle.read_bps_device"),
                        ("wbps", "blkio.throttle.write_bps_device")):
         for io in limits.io_max:
@@ -227,9 +289,9 @@ def v1_files(limits: CgroupLimits) -> list[tuple[str, str, str]]:
 
 
 def v1_key(controller: str, file: str, value: str) -> tuple[str, str, str]:
-    """The diff key of a v1 setting: ``(controller, file, "MAJ:MIN")`` for blkio throttle
+    """The diff key of a v1 setting: ``(controller, file, "MAJ:MIN")`` for per-device blkio
     lines, else ``(controller, file, "")``."""
-    device = value.split(maxsplit=1)[0] if file.startswith("blkio.throttle.") else ""
+    device = value.split(maxsplit=1)[0] if file.startswith("blkio.") else ""
     return (controller, file, device)
 
 
@@ -247,6 +309,8 @@ def v1_reset(controller: str, file: str, value: str) -> str | None:
         raise ValueError(f"not a governed cgroup v1 file: {controller}/{file}")
     if file.startswith("blkio.throttle."):
         return f"{v1_key(controller, file, value)[2]} 0"
+    if file == "blkio.bfq.weight_device":
+        return f"{v1_key(controller, file, value)[2]} default"
     return {"cpu.cfs_period_us": str(DEFAULT_PERIOD_USEC), "cpu.cfs_quota_us": "-1",
             "cpu.shares": str(DEFAULT_CPU_SHARES), "cpuset.cpus": None,
             "memory.soft_limit_in_bytes": "-1", "memory.limit_in_bytes": "-1"}[file]

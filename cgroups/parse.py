@@ -12,11 +12,13 @@ from dataclasses import dataclass
 
 __all__ = [
     "CgroupEvents",
+    "format_cpu_list",
     "format_cpu_max",
     "format_max",
     "parse_blkio_service_bytes",
     "parse_cgroup_events",
     "parse_controllers",
+    "parse_cpu_list",
     "parse_cpu_max",
     "parse_flat_keyed",
     "parse_int",
@@ -210,3 +212,35 @@ def parse_blkio_service_bytes(text: str) -> dict[str, dict[str, int]]:
         if key is not None:
             result.setdefault(device, {})[key] = parse_int(value)
     return result
+
+
+def parse_cpu_list(text: str) -> set[int]:
+    """Parse a kernel CPU list (``cpuset.cpus``): ``"0-2,5"`` → ``{0, 1, 2, 5}``, ``""`` → ``set()``.
+
+    Raises:
+        ValueError: the text is not a CPU list.
+    """
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        first, dash, last = part.partition("-")
+        try:
+            low, high = int(first), int(last if dash else first)
+        except ValueError:
+            raise ValueError(f"not a CPU list: {text!r}") from None
+        if low < 0 or high < low:
+            raise ValueError(f"not a CPU list: {text!r}")
+        cpus.update(range(low, high + 1))
+    return cpus
+
+
+def format_cpu_list(cpus) -> str:
+    """Format CPU numbers as a kernel CPU list: ``[0, 1, 2, 5]`` → ``"0-2,5"``."""
+    ranges: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(f"{a}-{b}" if a != b else f"{a}" for a, b in ranges)

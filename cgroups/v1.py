@@ -12,8 +12,17 @@ cgroupspy's controller properties: those raise bare ``OSError``/``IOError`` with
 parse ``-1``/``max`` differently per file and cannot write one ``blkio`` rule per device, so all
 reads and writes go through :mod:`cgroups.files`, which reports path, value and errno.
 
-Limits are diffed against what this driver last wrote and written in
-:data:`cgroups.limits.V1_ORDER`, like the v2 driver.
+Limits are diffed against what the kernel accepted (:class:`cgroups.driver.Driver`) and
+written in :data:`cgroups.limits.V1_ORDER`, like the v2 driver.
+
+v1's parent/child rules are kept here, not by callers:
+
+* ``cpuset.cpus``: a child's CPUs must stay within its parent's, and v1 children do not inherit
+  (a new cpuset cgroup starts empty and is given a copy). A cgroup's CPUs change in three
+  steps so that no write is refused (``EBUSY``): the parent widens to old ∪ new, every child
+  takes the new list, the parent narrows to the new list.
+* CFS quota: a child's quota may not exceed its parent's (``EINVAL``). governor caps only the
+  root (capacity) and tasks (their declaration, at most the capacity), never a group.
 """
 
 from __future__ import annotations
@@ -26,9 +35,11 @@ from pathlib import Path
 
 from cgroupspy.nodes import Node
 
+from cgroups.driver import Driver
 from cgroups.files import list_children, read_file, write_file
 from cgroups.limits import CgroupLimits, V1_ORDER, diff_writes, v1_files, v1_key, v1_reset
-from cgroups.parse import parse_blkio_service_bytes, parse_flat_keyed, parse_int, parse_pids
+from cgroups.parse import (format_cpu_list, parse_blkio_service_bytes, parse_cpu_list, parse_flat_keyed,
+                           parse_int, parse_pids)
 from cgroups.v2 import CgroupStats, relative_parts
 from governor.errors import CgroupError, CgroupUnsupported, CgroupWriteError
 
@@ -44,7 +55,7 @@ _V1_NAME = {"io": "blkio"}
 NS_PER_USEC = 1_000
 
 
-class CgroupV1Driver:
+class CgroupV1Driver(Driver):
     """Manage cgroups below governor's own root in each v1 hierarchy.
 
     Args:
@@ -56,7 +67,10 @@ class CgroupV1Driver:
         CgroupUnsupported: a required controller is missing from ``roots``.
     """
 
+    mode = "v1"
+
     def __init__(self, roots: Mapping[str, Path]):
+        super().__init__()
         missing = [c for c in REQUIRED_CONTROLLERS if c not in roots]
         if missing:
             raise CgroupUnsupported(f"cgroup v1 controller(s) {' '.join(missing)} not given",
@@ -69,7 +83,6 @@ class CgroupV1Driver:
             if controller in self.roots:
                 root = self.roots[controller]
                 self._trees.setdefault(root, Node(os.fsencode(root.parent)))
-        self._written: dict[str, dict[tuple[str, str, str], str]] = {}
 
     def path(self, controller: str, rel: str) -> Path:
         """Return the directory of cgroup ``rel`` in ``controller``'s hierarchy.
@@ -82,6 +95,10 @@ class CgroupV1Driver:
             raise CgroupUnsupported(f"cgroup v1 controller {controller} not configured",
                                     path=str(controller))
         return self.roots[controller].joinpath(*relative_parts(rel))
+
+    def directory(self, rel: str) -> Path:
+        """The directory of cgroup ``rel`` in the cpu hierarchy, for people."""
+        return self.path("cpu", rel)
 
     def create(self, rel: str) -> None:
         """Create cgroup ``rel`` and every missing ancestor, the root included, in every
@@ -120,9 +137,7 @@ class CgroupV1Driver:
             except OSError as e:
                 raise CgroupError(f"failed to remove cgroup {path}", path=str(path),
                                   errno=e.errno) from e
-        gone = relative_parts(rel)
-        for key in [k for k in self._written if relative_parts(k)[:len(gone)] == gone]:
-            del self._written[key]
+        self.forget(rel)
 
     def children(self, rel: str = "") -> list[str]:
         """Return the names of the child cgroups of ``rel`` (from the cpu hierarchy), sorted.
@@ -143,44 +158,54 @@ class CgroupV1Driver:
         for controller in controllers:
             self.path(_V1_NAME.get(controller, controller), "")
 
-    def apply(self, rel: str, limits: CgroupLimits) -> list[str]:
-        """Bring cgroup ``rel`` to ``limits``, writing only changed files, in
-        :data:`~cgroups.limits.V1_ORDER`; a field set before and None now is reset
-        (:func:`~cgroups.limits.v1_reset`; ``cpuset.cpus`` gets the parent's list back).
+    def files(self, limits: CgroupLimits) -> dict[str, str]:
+        """The v1 files and values ``limits`` become (per-device lines joined by ``", "``)."""
+        shown: dict[str, str] = {}
+        for _, file, value in v1_files(limits):
+            shown[file] = f"{shown[file]}, {value}" if file in shown else value
+        return shown
 
-        Logs a WARNING before lowering ``memory.limit_in_bytes`` below the current usage: the
-        kernel then reclaims, and refuses the write (``EBUSY``) if it cannot.
-
-        Returns:
-            The files written, in write order (blkio files once per device line).
-
-        Raises:
-            CgroupUnsupported: a needed hierarchy (e.g. blkio) is not configured.
-            CgroupWriteError: a write failed (path, value, errno).
-            CgroupReadError: a value needed for the write could not be read.
-        """
-        last = self._written.setdefault("/".join(relative_parts(rel)), {})
+    def _apply_one(self, rel: str, limits: CgroupLimits) -> tuple[list[str], list[CgroupError]]:
+        last = self._record(rel)
         desired = [(v1_key(c, f, v), v) for c, f, v in v1_files(limits)]
-        written = []
+        written, errors = [], []
         for key, value in diff_writes(desired, last, rank=lambda k: V1_ORDER.index(k[:2])):
             controller, file, _ = key
             directory = self.path(controller, rel)
-            reset = value is None
+            try:
+                target = v1_reset(controller, file, last[key]) if value is None else value
+                if target is None:  # cpuset.cpus back to the parent's CPUs
+                    target = read_file(directory.parent, file).strip()
+                if file == "cpuset.cpus":
+                    self._set_cpus(directory, target)
+                else:
+                    self._write(directory, file, target)
+            except CgroupError as error:
+                errors.append(error)
+                if error.vanished:
+                    break
+                continue
             if value is None:
-                value = v1_reset(controller, file, last[key])
-                if value is None:
-                    value = read_file(directory.parent, file).strip()
-            if file == "memory.limit_in_bytes":
-                self._warn_if_below_usage(directory, int(value))
-            self._write(directory, file, value)
-            if reset:
                 del last[key]
             else:
                 last[key] = value
             written.append(file)
         if written:
             log.debug("applied %s to %s", ", ".join(written), rel or "<root>")
-        return written
+        return written, errors
+
+    def _set_cpus(self, directory: Path, cpus: str) -> None:
+        """Give ``directory`` (and every cpuset below it) the CPU list ``cpus`` without a
+        refused write: widen to old ∪ new, set the children, then narrow (module docstring)."""
+        old = parse_cpu_list(read_file(directory, "cpuset.cpus"))
+        new = parse_cpu_list(cpus)
+        widest = old | new
+        if widest != old:
+            self._write(directory, "cpuset.cpus", format_cpu_list(widest))
+        for child in list_children(directory):
+            self._set_cpus(directory / child, cpus)
+        if widest != new:
+            self._write(directory, "cpuset.cpus", cpus)
 
     def move(self, rel: str, pid: int) -> None:
         """Move process ``pid`` (all its threads) into cgroup ``rel`` in every hierarchy,
@@ -261,15 +286,6 @@ class CgroupV1Driver:
         for file in ("cpuset.cpus", "cpuset.mems"):
             if not read_file(directory, file).strip():
                 write_file(directory, file, read_file(directory.parent, file).strip())
-
-    def _warn_if_below_usage(self, directory: Path, limit_bytes: int) -> None:
-        if limit_bytes < 0:
-            return
-        usage_bytes = parse_int(read_file(directory, "memory.usage_in_bytes"))
-        if limit_bytes < usage_bytes:
-            log.warning("setting %s/memory.limit_in_bytes to %d bytes, below its current usage"
-                        " of %d bytes: the kernel will reclaim or refuse (EBUSY)", directory,
-                        limit_bytes, usage_bytes)
 
     @staticmethod
     def _write(directory: Path, file: str, value: str) -> None:

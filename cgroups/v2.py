@@ -1,8 +1,8 @@
 """cgroup v2 driver: create, limit, populate and observe cgroups under a root governor owns.
 
-The driver is the single writer below its root (design §3): it remembers what it last wrote
-to each cgroup and :meth:`CgroupV2Driver.apply` writes only the files whose value changed, in
-the order of :data:`cgroups.limits.V2_ORDER`. All file access goes through
+The driver is the single writer below its root (design §3): it remembers what the kernel
+accepted in each cgroup (:class:`cgroups.driver.Driver`) and :meth:`CgroupV2Driver.apply` writes
+only the files whose value changed, in the order of :data:`cgroups.limits.V2_ORDER`. All file access goes through
 :mod:`cgroups.files`; cgroups are named by paths relative to the root (``"physics/task-7"``,
 ``""`` = the root itself).
 
@@ -19,11 +19,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from cgroups.driver import Driver
 from cgroups.files import list_children, make_dir, read_file, remove_dir, write_file
 from cgroups.limits import CgroupLimits, V2_ORDER, diff_writes, v2_files, v2_key, v2_reset
 from cgroups.parse import (parse_cgroup_events, parse_controllers, parse_flat_keyed, parse_int,
-                           parse_max, parse_nested_keyed, parse_pids)
-from governor.errors import CgroupUnsupported, CgroupWriteError
+                           parse_nested_keyed, parse_pids)
+from governor.errors import CgroupError, CgroupUnsupported, CgroupWriteError
 
 __all__ = ["CgroupStats", "CgroupV2Driver", "move_self_to_leaf", "relative_parts"]
 
@@ -88,17 +89,18 @@ def move_self_to_leaf(cgroup_dir: Path, leaf: str = "leaf") -> Path:
     return target
 
 
-class CgroupV2Driver:
+class CgroupV2Driver(Driver):
     """Manage cgroups below ``root``, a cgroup v2 directory governor owns.
 
     Args:
         root: the cgroup directory, e.g. ``/sys/fs/cgroup/governor.service/tasks``.
     """
 
+    mode = "v2"
+
     def __init__(self, root: Path):
+        super().__init__()
         self.root = root
-        # rel → diff key → value last written by this driver.
-        self._written: dict[str, dict[tuple[str, str], str]] = {}
 
     def path(self, rel: str) -> Path:
         """Return the directory of cgroup ``rel``.
@@ -107,6 +109,10 @@ class CgroupV2Driver:
             ValueError: ``rel`` leaves the root.
         """
         return self.root.joinpath(*relative_parts(rel))
+
+    def directory(self, rel: str) -> Path:
+        """The directory of cgroup ``rel`` (as :meth:`path`)."""
+        return self.path(rel)
 
     def create(self, rel: str) -> None:
         """Create cgroup ``rel`` and every missing ancestor, the root included (idempotent;
@@ -130,9 +136,7 @@ class CgroupV2Driver:
         """
         if remove_dir(self.path(rel)):
             log.debug("removed cgroup %s", self.path(rel))
-        gone = relative_parts(rel)
-        for key in [k for k in self._written if relative_parts(k)[:len(gone)] == gone]:
-            del self._written[key]
+        self.forget(rel)
 
     def children(self, rel: str = "") -> list[str]:
         """Return the names of the child cgroups of ``rel``, sorted.
@@ -193,41 +197,36 @@ class CgroupV2Driver:
         if to_enable:
             self._write(parent, "cgroup.subtree_control", " ".join(f"+{c}" for c in to_enable))
 
-    def apply(self, rel: str, limits: CgroupLimits) -> list[str]:
-        """Bring cgroup ``rel`` to ``limits``, writing only the files whose value differs from
-        what this driver last wrote there, in :data:`~cgroups.limits.V2_ORDER`. A field that
-        was set before and is None now is reset (see :func:`~cgroups.limits.v2_reset`).
+    def files(self, limits: CgroupLimits) -> dict[str, str]:
+        """The v2 files and values ``limits`` become (per-device lines joined by ``", "``)."""
+        shown: dict[str, str] = {}
+        for file, value in v2_files(limits):
+            shown[file] = f"{shown[file]}, {value}" if file in shown else value
+        return shown
 
-        Logs a WARNING before lowering ``memory.max`` below ``memory.current``: the kernel
-        then reclaims and may OOM-kill.
-
-        Returns:
-            The files written, in write order (``io.max`` once per device line).
-
-        Raises:
-            CgroupWriteError: a write failed (path, value, errno); files written before it
-                stay recorded, so the next apply retries only what is still different.
-            CgroupReadError: ``memory.current`` could not be read.
-        """
+    def _apply_one(self, rel: str, limits: CgroupLimits) -> tuple[list[str], list[CgroupError]]:
         directory = self.path(rel)
-        last = self._written.setdefault("/".join(relative_parts(rel)), {})
+        last = self._record(rel)
         desired = [(v2_key(f, v), v) for f, v in v2_files(limits)]
-        written = []
+        written, errors = [], []
         for key, value in diff_writes(desired, last, rank=lambda k: V2_ORDER.index(k[0])):
             file = key[0]
-            reset = value is None
-            value = v2_reset(file, last[key]) if value is None else value
-            if file == "memory.max":
-                self._warn_if_below_usage(directory, value)
-            self._write(directory, file, value)
-            if reset:
+            target = v2_reset(file, last[key]) if value is None else value
+            try:
+                self._write(directory, file, target)
+            except CgroupError as error:
+                errors.append(error)
+                if error.vanished:
+                    break  # the whole cgroup is gone: nothing else will succeed
+                continue
+            if value is None:
                 del last[key]
             else:
                 last[key] = value
             written.append(file)
         if written:
             log.debug("applied %s to %s", ", ".join(written), directory)
-        return written
+        return written, errors
 
     def move(self, rel: str, pid: int) -> None:
         """Move process ``pid`` (with all its threads) into cgroup ``rel``.
@@ -280,16 +279,6 @@ class CgroupV2Driver:
             io_stat=io_stat,
             populated=parse_cgroup_events(read_file(directory, "cgroup.events")).populated,
         )
-
-    def _warn_if_below_usage(self, directory: Path, value: str) -> None:
-        limit_bytes = parse_max(value)
-        if limit_bytes is None:
-            return
-        current_bytes = parse_int(read_file(directory, "memory.current"))
-        if limit_bytes < current_bytes:
-            log.warning("setting %s/memory.max to %d bytes, below its current usage of %d bytes:"
-                        " the kernel will reclaim and may OOM-kill", directory, limit_bytes,
-                        current_bytes)
 
     @staticmethod
     def _write(directory: Path, file: str, value: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning
 
@@ -49,6 +49,45 @@ def call(socket_path: str, request: dict, timeout: float = 30) -> dict:
     return _payload(socket_path, reply)
 
 
+class QueueInterrupted(ControlSocketError):
+    """The daemon closed a launch's connection while the task waited in its queue (it
+    stopped or restarted): nothing was started, the launch may be sent again."""
+
+
+def launch(socket_path: str, request: dict, on_queued: Callable[[dict], None], timeout: float = 30) -> dict:
+    """Send a ``launch`` and wait, as long as it takes, until the task starts.
+
+    Args:
+        socket_path: the daemon's Unix socket.
+        request: the launch request object.
+        on_queued: called with each ``queued`` payload (position, waiting_for, held_by...)
+            while the task waits for its memory to fit.
+        timeout: seconds allowed for connecting and for the first reply line; once queued,
+            the wait has no limit (a Ctrl-C ends it and, with the connection, the place).
+
+    Returns:
+        the started task's payload (``task``, ``group``, ``cgroup``, ``limits``).
+
+    Raises:
+        DaemonNotRunning, DaemonError, ControlSocketError: as :func:`call`;
+        QueueInterrupted: the daemon went away while the task was queued.
+    """
+    queued = False
+    try:
+        for payload in stream(socket_path, request, timeout):
+            if "queued" not in payload:
+                return payload
+            queued = True
+            on_queued(payload["queued"])
+    except DaemonError:
+        raise
+    except ControlSocketError as error:
+        if queued:
+            raise QueueInterrupted(socket_path, error.reason) from error
+        raise
+    raise ControlSocketError(socket_path, "the daemon closed the connection without replying")
+
+
 def stream(socket_path: str, request: dict, timeout: float = 30) -> Iterator[dict]:
     """Send one request for a streamed operation (``watch``) and yield each reply's payload.
 
@@ -82,7 +121,10 @@ def stream(socket_path: str, request: dict, timeout: float = 30) -> Iterator[dic
                 lines = (buffered + chunk).split(b"\n")
                 buffered = lines.pop()  # the part after the last newline: an incomplete line
                 for line in lines:
-                    yield _payload(socket_path, line)
+                    payload = _payload(socket_path, line)
+                    if "queued" in payload:
+                        sock.settimeout(None)  # a queue may be long: only the daemon's end stops it
+                    yield payload
         except TimeoutError:
             raise ControlSocketError(socket_path, f"no update from the daemon within {timeout:g} s") from None
         except ControlSocketError:

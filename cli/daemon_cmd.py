@@ -34,7 +34,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
     from governor.config import default_config, parse_config
     from governor.daemon import Daemon
     from governor.errors import GovernorError
-    from governor.hierarchy import open_hierarchy
+    from cgroups.hierarchy import open_hierarchy
     from governor.logs import setup_logging
     from governor.notify import Notifier
     from governor.state import TaskStore

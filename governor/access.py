@@ -100,11 +100,20 @@ def task_demand(config: Config, capacity: Mapping[str, float], flags: Mapping[st
     for resource in ("cpu", "memory"):
         if demand.get(resource, 0) <= 0:
             raise RequestError("bad_request", f"demand.{resource} must be > 0: governor limits every task")
+    check_fits(demand, capacity)
+    return demand
+
+
+def check_fits(demand: Mapping[str, float], capacity: Mapping[str, float]) -> None:
+    """Refuse a demand that can never fit, even on an empty host.
+
+    Raises:
+        RequestError: ``exceeds_capacity`` naming the resource, the demand and the capacity.
+    """
     for resource, amount in demand.items():
         if amount > capacity.get(resource, 0):
             raise RequestError("exceeds_capacity", f"demand {resource} = {describe(resource, amount)} exceeds "
-                                                   f"the capacity of {describe(resource, capacity[resource])}")
-    return demand
+                                                   f"the capacity of {describe(resource, capacity.get(resource, 0))}")
 
 
 def describe(resource: str, value: float) -> str:

@@ -1,16 +1,21 @@
 """The daemon: the one place that ties events, allocation and enforcement together (DESIGN.md §4).
 
-    launch / exit / reconcile / reload ──► Tasks ──► demands D_g ──► drf.progressive_filling
-        ──► limits.plan ──► driver.apply (only what changed) ──► cgroupfs
+    launch / exit / reconcile / reload ──► queue ──► admission.admit (memory, discrete DRF)
+        ──► Tasks ──► demands D_g ──► drf.progressive_filling ──► limits.group_limits
+        ──► driver.apply_plan (only what changed) ──► cgroupfs
 
-* ``launch`` (control socket): check the caller, create the task cgroup, refill, write the
-  limits, move the caller's pid in, save the task's record, reply. The caller then execs its
-  command, so all its memory is charged to the task from the first byte.
+* ``launch`` (control socket): check the caller and its demand, queue it, and admit what fits
+  (:meth:`Daemon._settle`). An admitted task gets its cgroup with its caps (written once),
+  the groups their new guarantees, then the caller's pid is moved in and its record saved.
+  The caller then execs its command, so all its memory is charged to the task from the first
+  byte. A task that does not fit waits, and its client is told its place as it changes.
 * exit: the exit watcher (inotify on ``cgroup.events`` on v2, pidfd on v1) wakes the daemon;
-  an empty task cgroup is removed and the host refilled. A reconcile pass every
-  ``reconcile_interval`` seconds catches what a watcher missed.
-* reload (SIGHUP or the admin ``reload`` operation): a valid config replaces the one in force
-  and the host is refilled; an invalid one is refused and changes nothing.
+  an empty task cgroup is removed, waiting tasks are admitted if memory freed, and the groups
+  refilled. A reconcile pass every ``reconcile_interval`` seconds catches what a watcher missed.
+* reload (SIGHUP or the admin ``reload`` operation): a valid config replaces the one in force,
+  the queue is served again and the host refilled; an invalid one is refused and changes
+  nothing. The queue lives in memory: a restart closes the waiting clients' connections and
+  ``governor run`` queues again (nothing had started, so nothing starts twice).
 * usage: every ``sample_interval`` seconds each group and task cgroup is sampled.
 
 Killing the daemon never kills a task: on start it re-adopts every task whose record and
@@ -29,17 +34,20 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 
+from cgroups.hierarchy import Hierarchy
 from governor import access
+from governor.admission import Waiting, admit
 from governor.config import Config
 from governor.drf import progressive_filling
 from governor.errors import CgroupError, CgroupWriteError, GovernorError, RequestError
+from governor.events import ExitWatcher
 from governor.explain import explain
-from governor.hierarchy import Hierarchy
-from governor.limits import TaskShare, group_cgroup, plan
+from governor.limits import group_limits, root_limits, task_limits
 from governor.model import Allocation, GroupDemand
 from governor.notify import Notifier
 from governor.protocol import (ExplainRequest, LaunchRequest, Peer, ReloadRequest, SetWeightRequest,
                                StatusRequest, WatchRequest)
+from governor.queue import Entry, queue_view
 from governor.server import ControlServer
 from governor.state import Task, Tasks, TaskStore
 from governor.status import build_status
@@ -50,7 +58,7 @@ EVENTS_KEPT = 50
 
 
 class Daemon:
-    """Serve requests, follow exits, keep every cgroup at its DRF limits.
+    """Serve requests, follow exits, admit waiting tasks, keep every group at its guarantee.
 
     Args:
         config: the config in force; ``config_source`` is its file (or ``"<embedded default>"``).
@@ -60,7 +68,8 @@ class Daemon:
         host_cpus: CPU numbers this host offers (``os.sched_getaffinity``).
         host_memory: bytes of memory on the host.
         resolve_device: block device path → whole-disk ``MAJ:MIN`` (raises GovernorError).
-        metrics: optional sink with ``refill(seconds)``, ``event(kind)``, ``write_error()``.
+        metrics: optional sink with ``refill(seconds)``, ``event(kind)``, ``write_error()``,
+            ``admitted(waited_seconds)``.
     """
 
     def __init__(self, config: Config, config_source: str, hierarchy: Hierarchy, store: TaskStore, *,
@@ -77,29 +86,30 @@ class Daemon:
         self.notifier = notifier or Notifier({})
         self._use(config)
         self.tasks = Tasks()
+        self.queue: dict[str, Entry] = {}
+        self.admission = None
         self.allocation: Allocation | None = None
-        self.limits: dict = {}
-        self.filling: dict = {"at": None, "trigger": "start", "duration_ms": 0.0}
+        self.filling: dict = {"at": None, "trigger": "start", "duration_ms": 0.0, "files_written": 0}
         self.usage: dict[str, dict[str, float]] = {}
         self.events: deque[dict] = deque(maxlen=EVENTS_KEPT)
         self.snapshot: dict = {}
         self.started = time.time()
         self._samples: dict[str, Sample] = {}
-        self._watcher = None
+        self._watcher: ExitWatcher | None = None
+        self._closing = False
 
     def _use(self, config: Config) -> None:
         """Put ``config`` in force (capacity, devices, weights); raises before changing anything."""
         capacity = config.capacity(float(len(self.cpus)), self.host_memory)
         io_devices = {device.name: self.resolve_device(device.device) for device in config.io_devices}
-        self.config, self.capacity, self.io_devices = config, capacity, io_devices
+        io_sharing = {name: self.hierarchy.io_sharing(disk) for name, disk in io_devices.items()}
+        self.config, self.capacity, self.io_devices, self.io_sharing = config, capacity, io_devices, io_sharing
         self.weights: dict[str, float] = {}
 
     # ── requests ──────────────────────────────────────────────────────────────────────────
 
     async def handle(self, request, peer: Peer) -> dict:
-        """The control server's handler (operations in :mod:`governor.protocol`)."""
-        if isinstance(request, LaunchRequest):
-            return self.launch(request, peer)
+        """The control server's handler for one-reply operations (:mod:`governor.protocol`)."""
         if isinstance(request, StatusRequest):
             return {"status": self.status()}
         if isinstance(request, ExplainRequest):
@@ -113,18 +123,28 @@ class Daemon:
             return self.set_weight(request.group, request.weight, who.user)
         raise RequestError("unknown_op", f"operation {type(request).__name__} is not served")
 
+    def stream(self, request, peer: Peer) -> AsyncIterator[dict]:
+        """The control server's handler for streamed operations: ``watch`` and ``launch``."""
+        if isinstance(request, LaunchRequest):
+            return self.launch(request, peer)
+        return self.watch(request, peer)
+
     async def watch(self, request: WatchRequest, peer: Peer) -> AsyncIterator[dict]:
         """A status snapshot now and every ``request.interval`` seconds (``watch``)."""
         while True:
             yield {"status": self.status()}
             await asyncio.sleep(request.interval)
 
-    def launch(self, request: LaunchRequest, peer: Peer) -> dict:
-        """Place the caller's own pid in a new task of its group and refill.
+    async def launch(self, request: LaunchRequest, peer: Peer) -> AsyncIterator[dict]:
+        """Govern the caller's own pid as a new task: start it when its memory fits, else queue
+        it and yield ``{"queued": {...}}`` (see :func:`governor.queue.queue_view`) whenever its
+        place changes; the last payload is the started task. Closing the generator (the client
+        left, e.g. Ctrl-C) takes the task out of the queue: nothing of it remains.
 
         Raises:
             RequestError: ``forbidden`` (another pid, a group not the caller's), ``not_found``,
-                ``bad_request`` (a demand that cannot be governed, a pid gone), ``exceeds_capacity``,
+                ``bad_request`` (a demand that cannot be governed, a pid gone), ``exceeds_capacity``
+                (a demand that can never fit), ``would_wait`` (``wait: false`` and no room now),
                 ``unavailable`` (the cgroup could not be made).
         """
         if request.pid != peer.pid:
@@ -132,34 +152,48 @@ class Daemon:
         who = access.identify(peer.uid, peer.gid)
         group = access.launch_group(self.config, who, request.group)
         demand = access.task_demand(self.config, self.capacity, request.demand)
+        running = next((t for t in self.tasks if t.pid == request.pid and self._alive(t)), None)
+        if running is not None:
+            # Its client lost the reply (a daemon restart) and asked again: it already runs.
+            yield self._started_reply(running)
+            return
         task = Task(self.store.new_id(), group, request.pid, peer.uid, who.user, tuple(request.command), demand,
                     time.time())
-        self.tasks.add(task)
+        entry = Entry(task, time.time())
+        self.queue[task.id] = entry
         try:
-            self.hierarchy.prepare(task.cgroup)
-            self.refill(f"launch of task {task.id}")
-            self.hierarchy.driver.move(task.cgroup, task.pid)
-            self.store.save(task)
-        except GovernorError as error:
-            self._forget(task)
-            self.refill(f"failed launch of task {task.id}")
-            code = "bad_request" if isinstance(error, CgroupWriteError) and error.errno == errno.ESRCH else "unavailable"
-            raise RequestError(code, str(error)) from error
-        self._watch(task)
-        self._event("task_started", f"task {task.id} started: pid {task.pid}, user {who.user}, group {group}, "
-                                    f"demand {_vector(demand)}")
-        return {"task": task.id, "group": group, "cgroup": str(self.hierarchy.path(task.cgroup)),
-                "limits": self.hierarchy.files(self.limits[task.cgroup])}
+            self._settle(f"launch of task {task.id}")
+            if not entry.decided and not request.wait:
+                raise RequestError("would_wait", self._waiting_line(task.id))
+            if not entry.decided:
+                self._event("queued", f"task {task.id} queued: user {who.user}, group {group}, "
+                                      f"demand {_vector(demand)}; {self._waiting_line(task.id)}")
+            shown = None
+            while not entry.decided:
+                entry.wake.clear()  # before the yield: a change while the client reads still wakes us
+                place = self._place(task.id)
+                if place != shown:
+                    shown = place
+                    yield {"queued": place}
+                await entry.wake.wait()
+            if entry.error is not None:
+                raise entry.error
+            yield entry.reply
+        finally:
+            if self.queue.pop(task.id, None) is not None and not entry.decided and not self._closing:
+                self._event("left_queue", f"task {task.id} left the queue (its client went away)")
+                self._settle(f"task {task.id} left the queue", refill=False)
 
     def explain(self) -> dict:
-        """The live filling with its trace (``governor explain``)."""
+        """The live filling with its trace (``governor explain``), and the queue."""
         demands = self.tasks.demands()
         groups = [GroupDemand(g, d, weight=self._weight(g), tasks=1) for g, d in demands.items()]
         traced = progressive_filling(self.capacity, groups, trace=True) if groups else None
-        return explain(traced, self.capacity, demands)
+        return explain(traced, self.capacity, demands, queue_view(self.queue, self.admission))
 
     def reload(self, trigger: str) -> str:
         """Re-read the config file and put it in force; the old one stays if the new one is bad.
+        Waiting tasks that can never fit the new capacity are refused.
 
         Raises:
             RequestError: ``invalid_config`` with the file, key and reason.
@@ -174,7 +208,13 @@ class Daemon:
                 self._event("error", f"reload refused, the old config stays in force: {error}", logging.ERROR)
                 raise RequestError("invalid_config", str(error)) from error
             self._event("reload", f"config {self.config_source} reloaded ({trigger})")
-            self.refill("reload")
+            for entry in list(self.queue.values()):
+                try:
+                    access.check_fits(entry.task.demand, self.capacity)
+                except RequestError as refused:
+                    del self.queue[entry.task.id]
+                    entry.decide(error=refused)
+            self._settle("reload")
             return self.config_source
         finally:
             self.notifier.send("READY=1", f"STATUS={self._summary()}")
@@ -184,76 +224,135 @@ class Daemon:
             raise RequestError("not_found", f"no group {group!r} in the config")
         self.weights[group] = weight
         self._event("weight", f"{user} set the weight of {group} to {weight:g} (until the next reload)")
-        self.refill(f"weight of {group}")
+        self._settle(f"weight of {group}")
         return {"group": group, "weight": weight}
 
-    # ── progressive filling and enforcement ───────────────────────────────────────────────
+    # ── admission, progressive filling and enforcement ────────────────────────────────────
+
+    def _settle(self, trigger: str, *, refill: bool = True) -> None:
+        """Admit the waiting tasks that fit (discrete DRF on memory), start them, refill the
+        groups once, and tell the clients still waiting where they stand. Nothing starts while
+        the daemon stops: its waiting clients will ask the next one."""
+        if self._closing:
+            return
+        waiting = [Waiting(e.task.id, e.task.group, e.task.demand) for e in self.queue.values() if not e.decided]
+        counts = {g: len(ts) for g, ts in self.tasks.groups().items()}
+        weights = {w.group: self._weight(w.group) for w in waiting}
+        self.admission = admit(self.capacity, self.tasks.demands(), counts, weights, waiting)
+        starting = [self.queue[task_id] for task_id in self.admission.admitted]
+        for entry in starting:
+            self._create(entry)
+        started = [e for e in starting if not e.decided]
+        if refill or started:
+            self.refill(trigger)
+        moved = [entry for entry in started if self._move_in(entry)]
+        if len(moved) < len(started):
+            self.refill(f"failed start after {trigger}")
+        for entry in self.queue.values():
+            entry.wake.set()
+
+    def _create(self, entry: Entry) -> None:
+        """Make an admitted task's cgroup with its caps; on failure refuse its launch."""
+        task = entry.task
+        try:
+            self.hierarchy.prepare(task.cgroup)
+            self.hierarchy.driver.apply(task.cgroup, self._caps(task))
+        except GovernorError as error:
+            self._remove_cgroup(task)
+            entry.decide(error=RequestError("unavailable", str(error)))
+            return
+        self.tasks.add(task)
+
+    def _move_in(self, entry: Entry) -> bool:
+        """Move an admitted task's pid into its cgroup and answer its client."""
+        task = entry.task
+        try:
+            self.hierarchy.driver.move(task.cgroup, task.pid)
+            self.store.save(task)
+        except GovernorError as error:
+            self._forget(task)
+            code = "bad_request" if isinstance(error, CgroupWriteError) and error.errno == errno.ESRCH else "unavailable"
+            entry.decide(error=RequestError(code, str(error)))
+            return False
+        self._watch(task)
+        waited = time.time() - entry.queued_at
+        if self.metrics:
+            self.metrics.admitted(waited)
+        self._event("task_started", f"task {task.id} started: pid {task.pid}, user {task.user}, group {task.group}, "
+                                    f"demand {_vector(task.demand)}" + (f", after {waited:.1f} s in the queue"
+                                                                        if waited >= 0.1 else ""))
+        entry.decide(reply=self._started_reply(task))
+        return True
+
+    def _started_reply(self, task: Task) -> dict:
+        return {"task": task.id, "group": task.group, "cgroup": str(self.hierarchy.path(task.cgroup)),
+                "limits": self.hierarchy.driver.in_force(task.cgroup)}
+
+    def _caps(self, task: Task):
+        return task_limits(task.demand, io_devices=self.io_devices, memory_mode=self.config.memory_enforcement)
 
     def refill(self, trigger: str) -> None:
-        """Re-run progressive filling over the running tasks and write what changed."""
+        """Re-run progressive filling over the running tasks and write the guarantees that
+        changed (the root and group files; task caps never change)."""
         start = time.perf_counter()
         demands = self.tasks.demands()
-        weights = {g: self._weight(g) for g in demands}
-        groups = [GroupDemand(g, d, weight=weights[g], tasks=1) for g, d in demands.items()]
+        groups = [GroupDemand(g, d, weight=self._weight(g), tasks=1) for g, d in demands.items()]
         self.allocation = progressive_filling(self.capacity, groups) if groups else None
         got = self.allocation.groups if self.allocation else {}
-        planned = plan(
-            {g: a.allocation for g, a in got.items()}, {g: a.tasks for g, a in got.items()}, weights,
-            [TaskShare(t.cgroup, t.group, t.demand) for t in self.tasks],
-            io_devices=self.io_devices, cpu_mode=self.config.cpu_enforcement,
-            memory_mode=self.config.memory_enforcement, cpus=self.cpus,
-        )
-        self._apply(planned)
-        self.limits = planned
+        planned = {"": root_limits(self.capacity, io_devices=self.io_devices)}
+        planned.update(group_limits(
+            self.capacity, {g: a.allocation for g, a in got.items()}, demands,
+            io_devices=self.io_devices, io_sharing=self.io_sharing, cpu_mode=self.config.cpu_enforcement,
+            cpus=self.cpus,
+        ))
+        report = self.hierarchy.driver.apply_plan(planned)
+        for error in report.errors:
+            if self.metrics:
+                self.metrics.write_error()
+            self._event("error", f"{error}; the value in force stays", logging.ERROR)
         seconds = time.perf_counter() - start
-        self.filling = {"at": time.time(), "trigger": trigger, "duration_ms": seconds * 1000}
+        self.filling = {"at": time.time(), "trigger": trigger, "duration_ms": seconds * 1000,
+                        "files_written": report.written}
         if self.metrics:
             self.metrics.refill(seconds)
         shares = ", ".join(f"{g} {a.dominant_share:.1%}" for g, a in got.items()) or "no tasks"
-        self._event("refill", f"refill after {trigger}: {shares} ({seconds * 1000:.1f} ms)")
+        self._event("refill", f"refill after {trigger}: {shares} ({seconds * 1000:.2f} ms, "
+                              f"{report.written} files written)")
         self.notifier.send(f"STATUS={self._summary()}")
 
     def _weight(self, group: str) -> float:
         weight = self.weights.get(group, self.config.weight_of(group))
         return 1.0 if weight is None else float(weight)
 
-    def _apply(self, planned: dict) -> None:
-        # v1 refuses a child CPU quota above its parent's: a shrinking group's tasks shrink
-        # first, a growing group grows before its tasks.
-        for group, tasks in self.tasks.groups().items():
-            rel = group_cgroup(group)
-            old = self.limits.get(rel)
-            shrinking = old is not None and planned[rel].cpu_quota_usec < old.cpu_quota_usec
-            cgroups = [t.cgroup for t in tasks]
-            for cgroup in (cgroups + [rel]) if shrinking else ([rel] + cgroups):
-                self._write(cgroup, planned[cgroup])
+    def _place(self, task_id: str) -> dict:
+        view = queue_view(self.queue, self.admission)
+        return next((item for item in view if item["task"] == task_id), {"task": task_id, "position": 0})
 
-    def _write(self, rel: str, limits) -> None:
-        try:
-            self.hierarchy.driver.apply(rel, limits)
-        except CgroupWriteError as error:
-            if error.errno == errno.ENOENT:
-                return  # the task exited and its cgroup is gone; the exit path refills
-            if self.metrics:
-                self.metrics.write_error()
-            self._event("error", str(error), logging.ERROR)
+    def _waiting_line(self, task_id: str) -> str:
+        place = self._place(task_id)
+        holders = ", ".join(f"{h['group']} {access.describe('memory', h['memory'])}" for h in place.get("held_by", []))
+        return (f"its memory does not fit yet: it waits for {access.describe('memory', place.get('waiting_for', 0))}"
+                f" to free (held by {holders or 'nobody'}); queue position {place['position']}")
 
     # ── exits ─────────────────────────────────────────────────────────────────────────────
 
     def _watch(self, task: Task) -> None:
+        if self._watcher is None:
+            return
         try:
-            self._watcher.watch(task.id, self.hierarchy.events_path(task.cgroup), task.pid)
+            self._watcher.watch(task.id, self.hierarchy.driver.events_path(task.cgroup), task.pid)
         except OSError:
             self.check(task.id, "exit")  # gone already: the reconcile pass would find it too
 
     def check(self, task_id: str, trigger: str) -> None:
-        """Forget task ``task_id`` and refill if its cgroup holds no process any more."""
+        """Forget task ``task_id``, admit what now fits and refill, if its cgroup holds no
+        process any more."""
         task = self.tasks.get(task_id)
         if task is None or self._alive(task):
             return
         self._forget(task)
         self._event("task_ended", f"task {task.id} ended ({trigger}): group {task.group}, pid {task.pid}")
-        self.refill(f"{trigger} of task {task.id}")
+        self._settle(f"{trigger} of task {task.id}")
 
     def _alive(self, task: Task) -> bool:
         try:
@@ -266,11 +365,13 @@ class Daemon:
             self._watcher.unwatch(task.id)
         self.tasks.remove(task.id)
         self.store.delete(task.id)
+        self._remove_cgroup(task)
+
+    def _remove_cgroup(self, task: Task) -> None:
         rels = [task.cgroup]
         if task.group not in self.tasks.groups():
-            rels.append(group_cgroup(task.group))
+            rels.append(task.group)
         for rel in rels:
-            self.limits.pop(rel, None)
             self.usage.pop(rel, None)
             self._samples.pop(rel, None)
             try:
@@ -279,7 +380,8 @@ class Daemon:
                 log.warning("cannot remove cgroup %s: %s", rel, error)
 
     def readopt(self) -> None:
-        """Take back every task whose record and populated cgroup survive a restart."""
+        """Take back every task whose record and populated cgroup survive a restart; their
+        caps are written again from their records (the same values)."""
         self.store.prepare()
         records = self.store.load_all()
         for task in records:
@@ -289,6 +391,9 @@ class Daemon:
                 self._event("task_started", f"task {task.id} re-adopted: pid {task.pid}, group {task.group}")
             else:
                 self._forget(task)
+        report = self.hierarchy.driver.apply_plan({t.cgroup: self._caps(t) for t in self.tasks})
+        for error in report.errors:
+            self._event("error", f"re-adopting: {error}", logging.ERROR)
         self._warn_unrecorded({t.cgroup for t in records})
 
     def _warn_unrecorded(self, recorded: set[str]) -> None:
@@ -315,7 +420,7 @@ class Daemon:
         """Sample every group and task cgroup, update measured usage and the published snapshot."""
         devices = {number: name for name, number in self.io_devices.items()}
         now = time.monotonic()
-        rels = [group_cgroup(g) for g in self.tasks.groups()] + [t.cgroup for t in self.tasks]
+        rels = list(self.tasks.groups()) + [t.cgroup for t in self.tasks]
         for rel in rels:
             try:
                 current = Sample(now, self.hierarchy.driver.read_stats(rel))
@@ -329,9 +434,11 @@ class Daemon:
         """The status object of ``governor status --json`` (schema in the README)."""
         return build_status(
             daemon={"pid": os.getpid(), "started": self.started, "cgroup_mode": self.hierarchy.mode,
-                    "cgroup_root": self.hierarchy.root, "config": self.config_source},
-            capacity=self.capacity, allocation=self.allocation, tasks=self.tasks, limits=self.limits,
-            usage=self.usage, filling=self.filling, files=self.hierarchy.files, events=list(self.events),
+                    "cgroup_root": self.hierarchy.root, "config": self.config_source,
+                    "io_sharing": dict(self.io_sharing)},
+            capacity=self.capacity, allocation=self.allocation, tasks=self.tasks,
+            in_force=self.hierarchy.driver.in_force, usage=self.usage, filling=self.filling,
+            queue=queue_view(self.queue, self.admission), events=list(self.events),
         )
 
     def _event(self, kind: str, message: str, level: int = logging.INFO) -> None:
@@ -341,7 +448,9 @@ class Daemon:
             self.metrics.event(kind)
 
     def _summary(self) -> str:
-        return f"{len(self.tasks)} task(s) in {len(self.tasks.groups())} group(s); last filling: {self.filling['trigger']}"
+        waiting = f", {len(self.queue)} waiting" if self.queue else ""
+        return (f"{len(self.tasks)} task(s) in {len(self.tasks.groups())} group(s){waiting}; "
+                f"last filling: {self.filling['trigger']}")
 
     # ── the event loop ────────────────────────────────────────────────────────────────────
 
@@ -370,7 +479,7 @@ class Daemon:
 
     async def serve(self, socket_path: str) -> None:
         """Run until SIGTERM or SIGINT; tasks keep running after the daemon stops."""
-        self._watcher = self.hierarchy.watcher()
+        self._watcher = ExitWatcher()
         self.readopt()
         for task in list(self.tasks):
             self._watch(task)
@@ -397,6 +506,7 @@ class Daemon:
         try:
             await stop.wait()
         finally:
+            self._closing = True
             self.notifier.send("STOPPING=1")
             for worker in workers:
                 worker.cancel()

@@ -81,6 +81,11 @@ class CgroupError(GovernorError):
         detail = f": {os.strerror(errno)} ({_errno.errorcode.get(errno, errno)})" if errno else ""
         super().__init__(f"{message}{detail}")
 
+    @property
+    def vanished(self) -> bool:
+        """The cgroup is gone (``ENOENT``): its task exited and it was removed, not a fault."""
+        return self.errno == _errno.ENOENT
+
 
 class CgroupReadError(CgroupError):
     """Reading ``path`` failed."""

@@ -1,10 +1,10 @@
 """How the daemon learns that a task's processes are gone (DESIGN.md §4).
 
-* cgroup v2: the kernel modifies a cgroup's ``cgroup.events`` when ``populated`` changes, so an
-  inotify watch on it wakes the daemon the moment the last process of a task exits, children
-  included (asyncinotify).
-* cgroup v1 has no such file: a pidfd on the launched pid wakes the daemon when it exits; if
-  children outlive it, the periodic reconcile pass notices when the cgroup empties.
+* Where the driver offers a ``cgroup.events`` file (cgroup v2), the kernel modifies it when
+  ``populated`` changes, so an inotify watch on it wakes the daemon the moment the last process
+  of a task exits, children included (asyncinotify).
+* Elsewhere (cgroup v1 has no such file) a pidfd on the launched pid wakes the daemon when it
+  exits; if children outlive it, the periodic reconcile pass notices when the cgroup empties.
 
 Either way the watcher only says "look at this task"; the daemon checks the cgroup itself, so a
 spurious wake-up is harmless.
@@ -19,23 +19,34 @@ from pathlib import Path
 from asyncinotify import Inotify, Mask
 
 
-class CgroupEventsWatcher:
-    """Inotify watches on ``cgroup.events`` files (cgroup v2)."""
+class ExitWatcher:
+    """Wakes :meth:`next` with a task's key when its cgroup may have emptied."""
 
     def __init__(self) -> None:
         self._inotify = Inotify()
         self._watches: dict[str, object] = {}
         self._keys: dict[int, str] = {}
+        self._fds: dict[str, int] = {}
+        self._exited: asyncio.Queue[str] = asyncio.Queue()
+        self._reader: asyncio.Task | None = None
 
-    def watch(self, key: str, events_path: Path, pid: int) -> None:
-        """Wake :meth:`next` with ``key`` whenever ``events_path`` changes.
+    def watch(self, key: str, events_path: Path | None, pid: int) -> None:
+        """Watch ``events_path`` (inotify) when given, else process ``pid`` (pidfd).
 
         Raises:
-            OSError: the file does not exist (the cgroup is already gone).
+            OSError: the file does not exist (the cgroup is already gone), or
+                ProcessLookupError: ``pid`` is already gone.
         """
-        watch = self._inotify.add_watch(events_path, Mask.MODIFY)
-        self._watches[key] = watch
-        self._keys[watch.wd] = key
+        if events_path is not None:
+            watch = self._inotify.add_watch(events_path, Mask.MODIFY)
+            self._watches[key] = watch
+            self._keys[watch.wd] = key
+            if self._reader is None:
+                self._reader = asyncio.get_running_loop().create_task(self._read_inotify())
+            return
+        fd = os.pidfd_open(pid)
+        self._fds[key] = fd
+        asyncio.get_running_loop().add_reader(fd, self._pid_exited, key)
 
     def unwatch(self, key: str) -> None:
         watch = self._watches.pop(key, None)
@@ -45,52 +56,39 @@ class CgroupEventsWatcher:
                 self._inotify.rm_watch(watch)
             except OSError:
                 pass  # removing the cgroup already dropped the watch
+        self._release(key)
 
     async def next(self) -> str:
         """The key of the next watched task whose cgroup may have emptied."""
+        return await self._exited.get()
+
+    def pending(self) -> list[str]:
+        """Keys already reported and not yet taken by :meth:`next` (taken now)."""
+        keys = []
+        while not self._exited.empty():
+            keys.append(self._exited.get_nowait())
+        return keys
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+        for key in list(self._fds):
+            self._release(key)
+        self._inotify.close()
+
+    async def _read_inotify(self) -> None:
         while True:
             event = await self._inotify.get()
             key = self._keys.get(event.watch.wd) if event.watch is not None else None
             if key is not None:
-                return key
+                self._exited.put_nowait(key)
 
-    def close(self) -> None:
-        self._inotify.close()
-
-
-class PidfdWatcher:
-    """pidfds of launched processes (cgroup v1, or any host): wakes when the pid exits."""
-
-    def __init__(self) -> None:
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._fds: dict[str, int] = {}
-
-    def watch(self, key: str, events_path: Path | None, pid: int) -> None:
-        """Wake :meth:`next` with ``key`` when process ``pid`` exits.
-
-        Raises:
-            ProcessLookupError: ``pid`` is already gone.
-        """
-        fd = os.pidfd_open(pid)
-        self._fds[key] = fd
-        asyncio.get_running_loop().add_reader(fd, self._exited, key)
-
-    def _exited(self, key: str) -> None:
+    def _pid_exited(self, key: str) -> None:
         self._release(key)
-        self._queue.put_nowait(key)
-
-    def unwatch(self, key: str) -> None:
-        self._release(key)
+        self._exited.put_nowait(key)
 
     def _release(self, key: str) -> None:
         fd = self._fds.pop(key, None)
         if fd is not None:
             asyncio.get_running_loop().remove_reader(fd)
             os.close(fd)
-
-    async def next(self) -> str:
-        return await self._queue.get()
-
-    def close(self) -> None:
-        for key in list(self._fds):
-            self._release(key)

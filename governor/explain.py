@@ -12,9 +12,11 @@ from governor.model import Allocation
 
 
 def explain(allocation: Allocation | None, capacity: Mapping[str, float],
-            demands: Mapping[str, Mapping[str, float]]) -> dict:
+            demands: Mapping[str, Mapping[str, float]], queue: list[dict] = ()) -> dict:
     """The ``explain`` payload: capacity, per group weight, demand D_g, allocation, λ, dominant
-    resource(s) and share, why it stopped; and the trace (an allocation computed with a trace)."""
+    resource(s) and share, why it stopped; the trace (an allocation computed with a trace); and
+    the admission queue (items of :func:`governor.queue.queue_view`, their wait is
+    ``now - queued_at``)."""
     groups = {}
     for name, got in (allocation.groups.items() if allocation else ()):
         groups[name] = {
@@ -29,4 +31,4 @@ def explain(allocation: Allocation | None, capacity: Mapping[str, float],
          "allocated": {r: float(v) for r, v in row.allocated.items()}}
         for row in (allocation.trace if allocation else ())
     ]
-    return {"capacity": dict(capacity), "groups": groups, "trace": trace}
+    return {"capacity": dict(capacity), "groups": groups, "trace": trace, "queue": list(queue)}

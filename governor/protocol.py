@@ -19,6 +19,7 @@ Error codes (:data:`ERROR_CODES`):
 - ``forbidden``: the caller (by its SO_PEERCRED uid/gid/pid) may not do this.
 - ``not_found``: the group (or task) named does not exist.
 - ``exceeds_capacity``: the demand can never fit in the host's capacity.
+- ``would_wait``: a ``launch`` with ``"wait": false`` whose memory does not fit now.
 - ``unavailable``: the daemon cannot do it on this host (e.g. no cgroup support).
 - ``invalid_config``: ``reload`` found the config file bad ("file: key: reason"); the config in
   force stays.
@@ -28,9 +29,14 @@ Operations; every field is checked and unknown fields are refused:
 
 - ``{"op": "launch", "pid": int > 0, "group": str | null, "demand": {"cpu": number ≥ 0 (cores),
   "memory": int ≥ 0 (bytes), "io_read": int ≥ 0 (bytes/s), "io_write": int ≥ 0 (bytes/s)},
-  "command": [str, ...]}``. Only ``op`` and ``pid`` are required; ``demand`` may give any subset;
-  ``command`` (≤ 64 items of ≤ 4096 characters) is for display. The pid must be the caller's
-  own. Reply payload: ``{"task": str, "group": str, "cgroup": str, "limits": {file: value}}``.
+  "command": [str, ...], "wait": bool}``. Only ``op`` and ``pid`` are required; ``demand`` may
+  give any subset; ``command`` (≤ 64 items of ≤ 4096 characters) is for display. The pid must
+  be the caller's own. When the task's declared memory does not fit beside the running tasks'
+  the task is queued: the daemon sends ``{"ok": true, "queued": {"position", "waiting_for",
+  "held_by", ...}}`` now and whenever its place changes, and the connection stays open; closing
+  it leaves the queue. With ``"wait": false`` (default true) it answers ``would_wait`` instead.
+  The last line is the started task: ``{"task": str, "group": str, "cgroup": str,
+  "limits": {file: value}}``.
 - ``{"op": "status"}``. Reply payload: ``{"status": {...}}`` (schema in README).
 - ``{"op": "watch", "interval": number}`` (interval optional, 0.2–10 s, default 1): a stream of
   ``{"ok": true, "status": {...}}`` lines, the first at once, then one per interval, until the
@@ -69,7 +75,7 @@ MAX_INT = 2**63 - 1
 
 ERROR_CODES = frozenset({
     "bad_request", "too_large", "timeout", "unknown_op", "forbidden", "not_found",
-    "exceeds_capacity", "unavailable", "invalid_config", "internal",
+    "exceeds_capacity", "would_wait", "unavailable", "invalid_config", "internal",
 })
 WATCH_INTERVAL_S = (0.2, 10.0)
 # Demand keys on the wire: cpu in cores (any number), the others whole bytes or bytes/s.
@@ -95,12 +101,14 @@ class LaunchRequest:
         demand: the declared demand, a subset of :data:`DEMAND_KEYS`: ``cpu`` a float (cores),
             ``memory`` an int (bytes), ``io_read``/``io_write`` ints (bytes/s).
         command: the command line, for display only.
+        wait: queue when the memory does not fit now; False refuses with ``would_wait``.
     """
 
     pid: int
     group: str | None
     demand: dict[str, float | int]
     command: tuple[str, ...]
+    wait: bool = True
 
 
 @dataclass(frozen=True)
@@ -228,7 +236,7 @@ def _number(value: object, field: str) -> float:
 
 
 def _parse_launch(message: dict) -> LaunchRequest:
-    _check_fields(message, allowed=("op", "pid", "group", "demand", "command"))
+    _check_fields(message, allowed=("op", "pid", "group", "demand", "command", "wait"))
     if "pid" not in message:
         raise RequestError("bad_request", "pid: missing field")
     pid = _int(message["pid"], "pid", minimum=1)
@@ -240,7 +248,14 @@ def _parse_launch(message: dict) -> LaunchRequest:
         group=group,
         demand=_demand(message.get("demand", {})),
         command=_command(message.get("command", [])),
+        wait=_bool(message.get("wait", True), "wait"),
     )
+
+
+def _bool(value: object, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise RequestError("bad_request", f"{field}: must be true or false, got {_json_type(value)}")
+    return value
 
 
 def _demand(value: object) -> dict[str, float | int]:

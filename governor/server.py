@@ -20,8 +20,8 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from governor.errors import ControlSocketError, RequestError
-from governor.protocol import (MAX_LINE_BYTES, READ_TIMEOUT_S, Peer, Request, WatchRequest, error, ok,
-                               parse_request)
+from governor.protocol import (MAX_LINE_BYTES, READ_TIMEOUT_S, LaunchRequest, Peer, Request, WatchRequest, error,
+                               ok, parse_request)
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +41,10 @@ class Handler(Protocol):
         """
         ...
 
-    def watch(self, request: WatchRequest, peer: Peer) -> AsyncIterator[dict]:
-        """Payloads to stream for a ``watch`` request, until the client closes."""
+    def stream(self, request: WatchRequest | LaunchRequest, peer: Peer) -> AsyncIterator[dict]:
+        """Payloads to send for a streamed request (``watch``, ``launch``), one line each, until
+        the iterator ends or the client closes (the iterator is then closed: its ``finally``
+        runs). It may raise RequestError to end with an error line."""
         ...
 
 
@@ -167,7 +169,7 @@ class ControlServer:
                 except asyncio.IncompleteReadError as eof:
                     # A last request without its newline (`printf ... | nc -U`) still gets an answer.
                     if eof.partial.strip():
-                        await self._answer(eof.partial, peer, writer)
+                        await self._answer(eof.partial, peer, reader, writer)
                     return
                 except asyncio.LimitOverrunError:
                     await _send(writer, error("too_large", f"request line is longer than {MAX_LINE_BYTES} bytes"))
@@ -176,7 +178,7 @@ class ControlServer:
                     await _send(writer, error(
                         "timeout", f"no complete request line within {self.read_timeout_s:g} s"))
                     return
-                if not await self._answer(line, peer, writer):
+                if not await self._answer(line, peer, reader, writer):
                     return
         except OSError as exc:
             # The peer went away mid-reply (or before SO_PEERCRED could be read): nothing to answer.
@@ -187,7 +189,8 @@ class ControlServer:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    async def _answer(self, line: bytes, peer: Peer, writer: asyncio.StreamWriter) -> bool:
+    async def _answer(self, line: bytes, peer: Peer, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> bool:
         """Answer one request line. Returns False when the connection is done (after a stream)."""
         try:
             request = parse_request(line)
@@ -195,8 +198,8 @@ class ControlServer:
             await _send(writer, error(refused.code, refused.message))
             return True
         logger.debug("request from pid %d uid %d: %r", peer.pid, peer.uid, request)
-        if isinstance(request, WatchRequest):
-            await self._stream(request, peer, writer)
+        if isinstance(request, (WatchRequest, LaunchRequest)):
+            await self._stream(request, peer, reader, writer)
             return False
         await _send(writer, await self._reply(request, peer))
         return True
@@ -211,13 +214,25 @@ class ControlServer:
             logger.exception("internal error handling %r from pid %d uid %d", request, peer.pid, peer.uid)
             return error("internal", "internal error in the governor daemon; see its log")
 
-    async def _stream(self, request: WatchRequest, peer: Peer, writer: asyncio.StreamWriter) -> None:
-        """Send the handler's payloads as they come until the client leaves or the server closes."""
+    async def _stream(self, request: WatchRequest | LaunchRequest, peer: Peer, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> None:
+        """Send the handler's payloads as they come until they end, the client leaves (end of
+        input, noticed at once even while the handler waits) or the server closes."""
         task = asyncio.current_task()
         self._streams.add(task)
+        payloads = self.handler.stream(request, peer)
+        # A streaming client sends nothing more: any input, or its end, means it is gone.
+        gone = asyncio.ensure_future(reader.read(1))
+        step: asyncio.Future | None = None
         try:
-            async for payload in self.handler.watch(request, peer):
-                if writer.is_closing():
+            while True:
+                step = asyncio.ensure_future(anext(payloads))
+                await asyncio.wait({step, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if not step.done():
+                    return
+                try:
+                    payload = step.result()
+                except StopAsyncIteration:
                     return
                 await _send(writer, ok(payload))
         except RequestError as refused:
@@ -230,6 +245,12 @@ class ControlServer:
             logger.exception("internal error streaming %r to pid %d uid %d", request, peer.pid, peer.uid)
             await _send(writer, error("internal", "internal error in the governor daemon; see its log"))
         finally:
+            gone.cancel()
+            if step is not None and not step.done():
+                # The handler waits inside the iterator: cancelling that wait runs its finally.
+                step.cancel()
+                await asyncio.gather(step, return_exceptions=True)
+            await payloads.aclose()
             self._streams.discard(task)
 
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from cgroups.limits import CgroupLimits
-from governor.limits import group_cgroup
 from governor.model import Allocation
 from governor.state import Tasks
+
 
 def _split(vector: Mapping[str, float]) -> tuple[dict[str, float], dict[str, float]]:
     """Measured usage → (resources used, pressure signs such as ``cpu.nr_throttled``)."""
@@ -18,21 +17,26 @@ def _split(vector: Mapping[str, float]) -> tuple[dict[str, float], dict[str, flo
 
 
 def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: Allocation | None, tasks: Tasks,
-                 limits: Mapping[str, CgroupLimits], usage: Mapping[str, Mapping[str, float]],
-                 filling: dict, files: Callable[[CgroupLimits], dict[str, str]], events: list[dict]) -> dict:
+                 in_force: Callable[[str], dict[str, str]], usage: Mapping[str, Mapping[str, float]],
+                 filling: dict, queue: list[dict], events: list[dict]) -> dict:
     """Assemble the status object.
 
     Args:
-        daemon: ``pid``, ``started`` (unix s), ``cgroup_mode``, ``cgroup_root``, ``config``.
+        daemon: ``pid``, ``started`` (unix s), ``cgroup_mode``, ``cgroup_root``, ``config``,
+            ``io_sharing`` (device → ``io.weight``/``io.bfq.weight``/``io.max``).
         capacity: what governor divides (cores, bytes, bytes/s).
         allocation: the last progressive filling's answer, None with no task.
         tasks: the running tasks.
-        limits: cgroup (relative) → limits in force.
+        in_force: cgroup (relative) → kernel file → value the kernel accepted.
         usage: cgroup (relative) → measured usage (:func:`governor.usage.usage`).
-        filling: ``at`` (unix s or None), ``trigger``, ``duration_ms`` of the last filling.
-        files: limits → kernel file → value, for this hierarchy.
+        filling: ``at`` (unix s or None), ``trigger``, ``duration_ms``, ``files_written`` of
+            the last filling.
+        queue: the waiting tasks (:func:`governor.queue.queue_view`).
         events: recent events, oldest first: ``at`` (unix s), ``kind``, ``message``.
 
+    Per group, ``allocation`` is its guarantee, ``demand`` (the sum of its tasks'
+    declarations) its cap, ``usage`` what it uses, and ``borrowed`` what it uses above its
+    guarantee (idle shares of others, work-conserving; compressible resources only).
     ``fair_level`` is the highest dominant share / weight among the groups: the water level at
     which the last filling stopped the groups a saturated resource held back.
     """
@@ -42,7 +46,7 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
     demands = tasks.demands()
     for name, members in tasks.groups().items():
         got = allocation.groups[name] if allocation and name in allocation.groups else None
-        group_usage, group_pressure = _split(usage.get(group_cgroup(name), {}))
+        group_usage, group_pressure = _split(usage.get(name, {}))
         for resource, amount in (got.allocation if got else {}).items():
             allocated[resource] = allocated.get(resource, 0.0) + float(amount)
         for resource, amount in group_usage.items():
@@ -55,20 +59,26 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
             "dominant_resources": list(got.dominant_resources) if got else [],
             "dominant_share": float(got.dominant_share) if got else 0.0,
             "stop": got.stop.describe() if got else "",
-            "limits": files(limits[group_cgroup(name)]) if group_cgroup(name) in limits else {},
+            "limits": in_force(name),
             "usage": group_usage,
+            "borrowed": _borrowed(group_usage, got.allocation if got else {}),
             "pressure": group_pressure,
-            "tasks": [_task(t, limits, usage, files) for t in members],
+            "tasks": [_task(t, in_force, usage) for t in members],
         }
     fair_level = max((g["dominant_share"] / g["weight"] for g in groups.values()), default=0.0)
     return {"daemon": daemon, "capacity": dict(capacity), "allocated": allocated, "used": used,
-            "filling": dict(filling), "fair_level": fair_level, "events": events, "groups": groups}
+            "filling": dict(filling), "fair_level": fair_level, "events": events, "groups": groups,
+            "queue": queue}
 
 
-def _task(task, limits: Mapping[str, CgroupLimits], usage: Mapping[str, Mapping[str, float]],
-          files: Callable[[CgroupLimits], dict[str, str]]) -> dict:
+def _borrowed(used: Mapping[str, float], guarantee: Mapping[str, float]) -> dict[str, float]:
+    """Use above the guarantee, for the compressible resources (memory is admitted, not lent)."""
+    return {r: amount - float(guarantee.get(r, 0.0)) for r, amount in used.items()
+            if r != "memory" and amount > float(guarantee.get(r, 0.0))}
+
+
+def _task(task, in_force: Callable[[str], dict[str, str]], usage: Mapping[str, Mapping[str, float]]) -> dict:
     used, pressure = _split(usage.get(task.cgroup, {}))
     return {"id": task.id, "pid": task.pid, "uid": task.uid, "user": task.user, "command": list(task.command),
-            "started": task.started, "demand": dict(task.demand),
-            "limits": files(limits[task.cgroup]) if task.cgroup in limits else {},
+            "started": task.started, "demand": dict(task.demand), "limits": in_force(task.cgroup),
             "usage": used, "pressure": pressure}

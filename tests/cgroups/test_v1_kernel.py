@@ -115,7 +115,8 @@ def test_kernel_rejects_bad_value_with_named_error(v1):
         driver.apply("g", CgroupLimits(cpuset_cpus="63"))
     assert info.value.errno in (errno.EINVAL, errno.ERANGE)  # kernel-version dependent
     assert info.value.path == str(driver.path("cpuset", "g") / "cpuset.cpus")
-    assert info.value.value == "63"
+    assert info.value.value.endswith("63")  # widened first (old ∪ new), refused there
+    assert "cpuset.cpus" not in driver.in_force("g")
 
 
 def test_memory_limit_oom_kills_only_the_offender(v1, record_property):
@@ -181,3 +182,22 @@ def test_blkio_write_bps_on_loop_device(v1, loop_device, record_property):
     record_property("v1_blkio_wbps_MiB", round(measured / 2**20, 2))
     assert abs(measured - rate) <= 0.15 * rate
     assert driver.read_stats("io").io_stat[device]["wbytes"] >= 30 << 20
+
+
+def test_cpuset_shrinks_and_grows_under_a_populated_child(v1):
+    """v1 children keep their own cpuset.cpus: narrowing a parent below a child's list is
+    refused (EBUSY) unless the child narrows first. The driver orders the writes itself."""
+    driver, children = v1
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    first, second = str(cpus[0]), str(cpus[1])
+    driver.create("g/task-1")
+    child = children.python(SLEEPER)
+    driver.move("g/task-1", child.pid)
+    for cpus_now in (first, second, f"{first},{second}", first):
+        driver.apply("g", CgroupLimits(cpuset_cpus=cpus_now))
+        shown = cpus_now.replace(",", "-") if cpus_now == f"{first},{second}" and cpus[1] == cpus[0] + 1 else cpus_now
+        assert read_file(driver.path("cpuset", "g"), "cpuset.cpus").strip() == shown
+        assert read_file(driver.path("cpuset", "g/task-1"), "cpuset.cpus").strip() == shown
+        assert driver.in_force("g")["cpuset.cpus"] == cpus_now

@@ -114,18 +114,25 @@ def test_vanished_cgroup_is_logged_at_debug(driver, tmp_path, caplog):
     assert record.levelno == logging.DEBUG
 
 
-def test_memory_max_below_usage_warns_before_writing(tmp_path, writes, caplog):
+def test_a_refused_write_keeps_the_old_value_in_the_record(tmp_path, monkeypatch):
     fake_cgroup(tmp_path / "root")
-    fake_cgroup(tmp_path / "root" / "g", current_bytes=200 << 20)
+    fake_cgroup(tmp_path / "root" / "g")
     driver = CgroupV2Driver(tmp_path / "root")
-    caplog.set_level(logging.WARNING, logger="cgroups.v2")
-    driver.apply("g", CgroupLimits(memory_max_bytes=100 << 20))
-    [warning] = caplog.records
-    assert warning.levelno == logging.WARNING
-    assert "104857600" in warning.getMessage() and "209715200" in warning.getMessage()
-    caplog.clear()
-    driver.apply("g", CgroupLimits(memory_max_bytes=300 << 20))
-    assert caplog.records == []
+    driver.apply("g", CgroupLimits(cpu_weight=100, memory_high_bytes=64 << 20))
+    real = cgroups.v2.write_file
+
+    def refuse_memory(directory, name, value):
+        if name == "memory.high":
+            raise CgroupWriteError(str(directory / name), value, errno.EBUSY)
+        real(directory, name, value)
+
+    monkeypatch.setattr(cgroups.v2, "write_file", refuse_memory)
+    with pytest.raises(CgroupWriteError):
+        driver.apply("g", CgroupLimits(cpu_weight=200, memory_high_bytes=32 << 20))
+    # The other file was still written; the refused one keeps its accepted value.
+    assert driver.in_force("g") == {"cpu.weight": "200", "memory.high": str(64 << 20)}
+    report = driver.apply_plan({"g": CgroupLimits(cpu_weight=300, memory_high_bytes=32 << 20)})
+    assert report.written == 1 and [e.errno for e in report.errors] == [errno.EBUSY]
 
 
 def test_enable_controllers_top_down_only_missing(tmp_path, writes):

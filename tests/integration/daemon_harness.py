@@ -15,9 +15,9 @@ from cgroups import detect
 from cgroups.files import read_file
 from cgroups.v1 import CgroupV1Driver
 from cgroups.v2 import CgroupV2Driver
+from cgroups.hierarchy import V1_CONTROLLERS
 from cli.client import call
 from governor.errors import GovernorError
-from governor.hierarchy import V1_CONTROLLERS
 
 GOVERNOR = str(Path(sys.executable).with_name("governor"))
 BUSY = [sys.executable, "-c", "while True: pass"]
@@ -80,6 +80,24 @@ class Governor:
         assert proc.poll() is None, f"governor run failed: {proc.communicate()}"
         return proc
 
+    def run_queued(self, group: str, command: list[str], **demand) -> subprocess.Popen:
+        """Like :meth:`run` for a launch that must wait: returns once the daemon lists it in its
+        queue (the command has not started)."""
+        flags = [f"--{key.replace('_', '-')}={value}" for key, value in demand.items()]
+        before = len(self.status()["queue"])
+        proc = subprocess.Popen([GOVERNOR, "run", "--socket", self.socket, "--group", group, *flags, "--", *command],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.tasks.append(proc)
+        self.wait(lambda: len(self.status()["queue"]) > before or proc.poll() is not None, f"a queued task of {group}")
+        assert proc.poll() is None, f"governor run failed: {proc.communicate()}"
+        return proc
+
+    def cpu_weight(self, group: str) -> int:
+        """The proportional CPU weight written on ``group`` (v2 ``cpu.weight``, v1 ``cpu.shares``)."""
+        if isinstance(self.driver, CgroupV2Driver):
+            return int(read_file(self.driver.path(group), "cpu.weight"))
+        return int(read_file(self.driver.path("cpu", group), "cpu.shares"))
+
     def task_count(self, group: str) -> int:
         return len(self.status()["groups"].get(group, {}).get("tasks", []))
 
@@ -96,15 +114,6 @@ class Governor:
         time.sleep(seconds)
         usage1, t1 = self.driver.read_stats(group).cpu_usage_usec, time.monotonic()
         return (usage1 - usage0) / 1e6 / (t1 - t0)
-
-    def quota_cores(self, group: str) -> float:
-        """The CPU quota written on ``group``'s cgroup, in cores."""
-        if isinstance(self.driver, CgroupV2Driver):
-            quota, period = read_file(self.driver.path(group), "cpu.max").split()
-        else:
-            directory = self.driver.path("cpu", group)
-            quota, period = read_file(directory, "cpu.cfs_quota_us"), read_file(directory, "cpu.cfs_period_us")
-        return int(quota) / int(period)
 
     def limit_file(self, group: str, file: str) -> str:
         """The value of a limit file (``memory.high``, ``memory.soft_limit_in_bytes``…) on ``group``."""

@@ -29,8 +29,21 @@ def _needs_v2():
         pytest.skip(reason)
 
 
-def test_cpu_follows_drf_and_refills_when_a_group_stops(tmp_path):
+def test_cpu_follows_drf_under_contention_and_a_stopped_groups_share_flows_back(tmp_path):
     scenarios.drf_cpu_shares_and_refill_on_stop(tmp_path)
+
+
+def test_an_idle_groups_share_is_lent_and_comes_back(tmp_path):
+    scenarios.work_conservation(tmp_path)
+
+
+@pytest.mark.parametrize("enforcement", ["soft", "hard"])
+def test_memory_is_admitted_in_drf_order_and_never_squeezed(tmp_path, enforcement):
+    scenarios.memory_is_admitted_never_squeezed(tmp_path, enforcement=enforcement)
+
+
+def test_cores_shrink_and_grow_while_tasks_run(tmp_path):
+    scenarios.cores_shrink_and_grow_while_tasks_run(tmp_path)
 
 
 def test_memory_high_throttles_without_killing(tmp_path):

@@ -66,7 +66,9 @@ class Pane:
             time.sleep(0.3)
 
     def dead(self) -> tuple[bool, str]:
-        dead, status = self.tmux("display-message", "-p", "-t", "top", "#{pane_dead} #{pane_dead_status}").split()
+        # Right after the pane dies tmux may not have its exit status yet: "1" alone.
+        dead, _, status = self.tmux("display-message", "-p", "-t", "top",
+                                    "#{pane_dead} #{pane_dead_status}").strip().partition(" ")
         return dead == "1", status
 
     def close(self) -> None:

@@ -34,21 +34,37 @@ GOVERNOR = [sys.executable, "-c", "from cli.main import main; main(prog_name='go
 
 
 class FakeDaemon:
-    """Launch answers like the daemon (or raises ``refuse``); status returns ``status``."""
+    """Launch answers like the daemon (first the ``queued`` places, or raises ``refuse``);
+    status returns ``status``."""
 
     def __init__(self):
         self.seen: list[tuple[object, Peer]] = []
         self.refuse: RequestError | None = None
         self.status: object = STATUS
+        self.queued: list[dict] = []
+        self.hold = False  # after the queued places, wait until the client leaves
+        self.left = threading.Event()
 
     async def handle(self, request, peer: Peer) -> dict:
         self.seen.append((request, peer))
         if self.refuse is not None:
             raise self.refuse
-        if isinstance(request, StatusRequest):
-            return {"status": self.status}
-        return {"task": "t1", "group": request.group or "root", "cgroup": "/sys/fs/cgroup/g/t1",
-                "limits": {"cpu.max": "100000 100000"}}
+        return {"status": self.status}
+
+    async def stream(self, request, peer: Peer):
+        self.seen.append((request, peer))
+        if self.refuse is not None:
+            raise self.refuse
+        try:
+            for place in self.queued:
+                yield {"queued": place}
+                await asyncio.sleep(0.05)
+            if self.hold:
+                await asyncio.Event().wait()
+        finally:
+            self.left.set()
+        yield {"task": "t1", "group": request.group or "root", "cgroup": "/sys/fs/cgroup/g/t1",
+               "limits": {"cpu.max": "100000 100000"}}
 
 
 @pytest.fixture
@@ -257,3 +273,40 @@ def test_call_broken_replies_are_control_socket_errors(tmp_path, reply, timeout,
         call(path, {"op": "status"}, timeout=timeout)
     assert not isinstance(info.value, DaemonNotRunning)
     thread.join(5)
+
+
+PLACE = {"position": 2, "waiting_for": 1 * G, "held_by": [{"group": "A", "memory": 3 * G}]}
+
+
+def test_run_waits_in_the_queue_saying_so_then_runs(daemon):
+    daemon.queued = [PLACE, {**PLACE, "position": 1}]
+    result, _ = governor("run", "--memory", "2G", "--", "sh", "-c", "echo ran", socket_path=daemon.path)
+    assert result.returncode == 0 and result.stdout == "ran\n"
+    assert result.stderr.splitlines() == [
+        "governor: queued (position 2): waiting for 1.0G of memory to free, held by A 3.0G; Ctrl-C leaves the queue",
+        "governor: queued (position 1): waiting for 1.0G of memory to free, held by A 3.0G; Ctrl-C leaves the queue",
+    ]
+
+
+def test_run_no_wait_refuses_with_its_own_exit_code(daemon):
+    daemon.refuse = RequestError("would_wait", "its memory does not fit yet: it waits for 1.0G to free")
+    result, _ = governor("run", "--no-wait", "--", "sh", "-c", "echo ran", socket_path=daemon.path)
+    assert result.returncode == 75 and result.stdout == ""
+    assert result.stderr == ("governor: error: its memory does not fit yet: it waits for 1.0G to free"
+                             " (--no-wait given)\n")
+    assert daemon.seen[0][0].wait is False
+
+
+def test_ctrl_c_leaves_the_queue_and_runs_nothing(daemon):
+    import signal
+
+    daemon.queued, daemon.hold = [PLACE], True
+    env = {**os.environ, "GOVERNOR_SOCKET": daemon.path}
+    with subprocess.Popen([*GOVERNOR, "run", "--", "sh", "-c", "echo ran"], cwd=REPO, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stderr.readline().startswith("governor: queued (position 2)")
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and stdout == ""
+    assert stderr == "governor: left the queue; nothing was started\n"
+    assert daemon.left.wait(5)  # the daemon saw the connection end

@@ -12,8 +12,10 @@ import pytest
 
 from governor.config import parse_config
 from governor.daemon import Daemon
+from cgroups.driver import Driver
+from cgroups.hierarchy import Hierarchy
+from cgroups.limits import v2_files
 from governor.errors import CgroupReadError, CgroupWriteError, RequestError
-from governor.hierarchy import Hierarchy
 from governor.protocol import (ExplainRequest, LaunchRequest, Peer, ReloadRequest, SetWeightRequest, StatusRequest,
                                WatchRequest)
 from governor.state import Task, TaskStore
@@ -32,19 +34,26 @@ users = ["root"]
 GIB = 1024**3
 
 
-class FakeDriver:
+class FakeDriver(Driver):
     """cgroups as a dict: enough for the daemon's bookkeeping, nothing for enforcement."""
 
+    mode = "v2"
+
     def __init__(self):
+        super().__init__()
         self.cgroups = {""}
         self.procs: dict[str, list[int]] = {}
         self.writes: list[tuple[str, object]] = []
+        self.refuse: set[str] = set()  # cgroups whose writes the "kernel" refuses (EBUSY)
 
-    def path(self, rel):
+    def directory(self, rel):
         return Path("/fake") / rel
 
     def events_path(self, rel):
-        return self.path(rel) / "cgroup.events"
+        return self.directory(rel) / "cgroup.events"
+
+    def files(self, limits):
+        return {file: value for file, value in v2_files(limits)}
 
     def create(self, rel):
         parts = rel.split("/")
@@ -53,10 +62,18 @@ class FakeDriver:
     def enable_controllers(self, rel, controllers):
         pass
 
-    def apply(self, rel, limits):
+    def _apply_one(self, rel, limits):
         if rel not in self.cgroups:
-            raise CgroupWriteError(f"/fake/{rel}/cpu.max", "x", errno.ENOENT)
-        self.writes.append((rel, limits))
+            return [], [CgroupWriteError(f"/fake/{rel}/cpu.max", "x", errno.ENOENT)]
+        if rel in self.refuse:
+            return [], [CgroupWriteError(f"/fake/{rel}/cpu.weight", "x", errno.EBUSY)]
+        record = self._record(rel)
+        changed = [(f, v) for f, v in v2_files(limits) if record.get((f, "")) != v]
+        for file, value in changed:
+            record[(file, "")] = value
+        if changed:
+            self.writes.append((rel, limits))
+        return [f for f, _ in changed], []
 
     def move(self, rel, pid):
         if pid == GONE_PID:
@@ -76,6 +93,7 @@ class FakeDriver:
     def remove(self, rel):
         self.cgroups.discard(rel)
         self.procs.pop(rel, None)
+        self.forget(rel)
 
 
 class FakeWatcher:
@@ -93,22 +111,31 @@ class FakeWatcher:
 def daemon(tmp_path):
     store = TaskStore(tmp_path / "state")
     store.prepare()
-    server = Daemon(parse_config(CONFIG, "test.toml"), "test.toml", Hierarchy("v2", FakeDriver(), "/fake", ()),
+    server = Daemon(parse_config(CONFIG, "test.toml"), "test.toml", Hierarchy(FakeDriver(), "/fake", ()),
                     store, host_cpus=[0, 1], host_memory=8 * GIB, resolve_device=lambda path: "8:0")
     server._watcher = FakeWatcher()
     return server
 
 
-def launch(daemon, pid, *, group=None, uid=0, **demand):
-    request = LaunchRequest(pid=pid, group=group, demand=demand, command=("work",))
-    return asyncio.run(daemon.handle(request, Peer(pid=pid, uid=uid, gid=0)))
+async def collect(stream):
+    return [payload async for payload in stream]
 
 
-def quota_cores(daemon, rel):
-    return daemon.limits[rel].cpu_quota_usec / daemon.limits[rel].cpu_period_usec
+def launch(daemon, pid, *, group=None, uid=0, wait=True, **demand):
+    """Launch and return the final reply (the started task)."""
+    request = LaunchRequest(pid=pid, group=group, demand=demand, command=("work",), wait=wait)
+    return asyncio.run(collect(daemon.stream(request, Peer(pid=pid, uid=uid, gid=0))))[-1]
 
 
-def test_launch_places_the_caller_and_replies_with_its_limits(daemon):
+def guarantee_cores(daemon, group):
+    return daemon.allocation.groups[group].allocation["cpu"]
+
+
+def weight(daemon, group):
+    return int(daemon.hierarchy.driver.in_force(group)["cpu.weight"])
+
+
+def test_launch_places_the_caller_and_replies_with_its_caps(daemon):
     reply = launch(daemon, 100, cpu=1.0, memory=GIB)
     assert reply["group"] == "A"  # root's first group
     assert reply["limits"]["cpu.max"] == "100000 100000"
@@ -117,35 +144,45 @@ def test_launch_places_the_caller_and_replies_with_its_limits(daemon):
     assert daemon.store.load_all()[0].demand == {"cpu": 1.0, "memory": GIB}
 
 
-def test_two_groups_share_by_drf_and_tasks_get_lambda_of_their_demand(daemon):
+def test_groups_are_guaranteed_their_drf_share_by_weight_and_tasks_keep_their_caps(daemon):
     # cpu 2, memory 4G. A: one task <2 cores, 1G> (dominant cpu, 1); B: <0.5, 3G> (memory, 3/4).
     # λ_A = t, λ_B = t / (3/4): cpu 2t + 0.5·4t/3 = 2 at t = 3/4 → A 1.5 cores, B λ = 1 (met at
-    # t = 3/4 too). So A: 1.5 cores; B: 0.5 cores, 3G.
+    # t = 3/4 too). So A: 1.5 cores; B: 0.5 cores, 3G; weights 1.5 : 0.5.
     launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
     launch(daemon, 200, group="B", cpu=0.5, memory=3 * GIB)
-    assert quota_cores(daemon, "A") == pytest.approx(1.5)
-    assert quota_cores(daemon, "A/task-1") == pytest.approx(1.5)
-    assert quota_cores(daemon, "B") == pytest.approx(0.5)
-    assert daemon.limits["B"].memory_high_bytes == 3 * GIB
+    assert guarantee_cores(daemon, "A") == pytest.approx(1.5)
+    assert (weight(daemon, "A"), weight(daemon, "B")) == (10_000, 3_333)
+    assert daemon.hierarchy.driver.in_force("A/task-1")["cpu.max"] == "200000 100000"  # its cap, unchanged
+    assert daemon.hierarchy.driver.in_force("B")["memory.low"] == str(3 * GIB)
 
 
-def test_a_shrinking_group_writes_its_tasks_before_itself(daemon):
+def test_a_refill_after_a_start_writes_group_files_not_the_other_tasks(daemon):
     launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
     daemon.hierarchy.driver.writes.clear()
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
-    order = [rel for rel, _ in daemon.hierarchy.driver.writes]
-    assert order.index("A/task-1") < order.index("A")  # A shrank: v1 refuses a child above its parent
-    assert order.index("B") < order.index("B/task-2")
+    written = [rel for rel, _ in daemon.hierarchy.driver.writes]
+    assert "A/task-1" not in written and written == ["B/task-2", "B"]
+    assert daemon.filling["files_written"] == 2  # B's cpu.weight and memory.low; A's weight stays 10000
+
+
+def test_a_refused_write_keeps_the_value_in_force_and_raises_an_error_event(daemon):
+    launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+    before = daemon.hierarchy.driver.in_force("A")
+    daemon.hierarchy.driver.refuse.add("A")
+    launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
+    status = daemon.status()
+    assert status["groups"]["A"]["limits"] == before
+    assert any(e["kind"] == "error" and "EBUSY" in e["message"] for e in status["events"])
 
 
 def test_exit_removes_the_task_and_refills(daemon):
     launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
-    assert quota_cores(daemon, "B") == pytest.approx(1.0)
+    assert guarantee_cores(daemon, "B") == pytest.approx(1.0)
     daemon.hierarchy.driver.procs["A/task-1"] = []
     daemon.check("1", "exit")
     assert "A" not in daemon.hierarchy.driver.cgroups and "A/task-1" not in daemon.hierarchy.driver.cgroups
-    assert quota_cores(daemon, "B") == pytest.approx(2.0)
+    assert guarantee_cores(daemon, "B") == pytest.approx(2.0)
     assert daemon.filling["trigger"] == "exit of task 1"
     assert daemon.store.load_all()[0].id == "2"
     assert daemon._watcher.watched == {"2"}
@@ -169,7 +206,7 @@ def test_a_live_task_is_kept_on_a_spurious_wake_up(daemon):
 def test_refusals_leave_nothing_behind(daemon, pid, peer_pid, uid, group, demand, code, words):
     request = LaunchRequest(pid=pid, group=group, demand=demand, command=())
     with pytest.raises(RequestError) as caught:
-        asyncio.run(daemon.handle(request, Peer(pid=peer_pid, uid=uid, gid=0)))
+        asyncio.run(collect(daemon.stream(request, Peer(pid=peer_pid, uid=uid, gid=0))))
     assert caught.value.code == code
     assert words in caught.value.message
     assert len(daemon.tasks) == 0 and daemon.hierarchy.driver.cgroups == {""}
@@ -181,8 +218,8 @@ def test_a_pid_that_vanished_before_the_move_is_rolled_back(daemon):
         launch(daemon, GONE_PID, group="B", cpu=1.0, memory=GIB)
     assert caught.value.code == "bad_request"
     assert "B" not in daemon.hierarchy.driver.cgroups
-    assert [t.id for t in daemon.tasks] == ["1"]
-    assert quota_cores(daemon, "A") == pytest.approx(1.0)
+    assert [t.id for t in daemon.tasks] == ["1"] and not daemon.queue
+    assert guarantee_cores(daemon, "A") == pytest.approx(1.0)
     assert [t.id for t in daemon.store.load_all()] == ["1"]
 
 
@@ -229,12 +266,12 @@ def test_reload_applies_a_good_config_and_refuses_a_bad_one(daemon, tmp_path):
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
     write_config(daemon, tmp_path, CONFIG.replace('[groups.B]\n', '[groups.B]\nweight = 3\n'))
     asyncio.run(daemon.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
-    assert quota_cores(daemon, "B") == pytest.approx(1.5)  # weight 3 : 1
+    assert guarantee_cores(daemon, "B") == pytest.approx(1.5)  # weight 3 : 1
     write_config(daemon, tmp_path, CONFIG.replace("[capacity]", "[capacity]\nbogus = 1"))
     with pytest.raises(RequestError) as caught:
         asyncio.run(daemon.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
     assert caught.value.code == "invalid_config" and "capacity.bogus" in caught.value.message
-    assert quota_cores(daemon, "B") == pytest.approx(1.5)  # the old config stays in force
+    assert guarantee_cores(daemon, "B") == pytest.approx(1.5)  # the old config stays in force
     assert daemon.events[-1]["kind"] == "error"
 
 
@@ -249,7 +286,8 @@ def test_set_weight_refills_until_the_next_reload(daemon):
     launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
     asyncio.run(daemon.handle(SetWeightRequest("A", 3.0), Peer(pid=1, uid=0, gid=0)))
-    assert quota_cores(daemon, "A") == pytest.approx(1.5)
+    assert guarantee_cores(daemon, "A") == pytest.approx(1.5)
+    assert (weight(daemon, "A"), weight(daemon, "B")) == (10_000, 3_333)
     with pytest.raises(RequestError) as caught:
         asyncio.run(daemon.handle(SetWeightRequest("nosuch", 3.0), Peer(pid=1, uid=0, gid=0)))
     assert caught.value.code == "not_found"
@@ -266,6 +304,7 @@ def test_watch_streams_status_with_events_and_fair_level(daemon):
     status = snapshots[1]["status"]
     assert status["fair_level"] == pytest.approx(0.5)
     assert [e["kind"] for e in status["events"]] == ["refill", "task_started"]
+    assert status["queue"] == []
 
 
 def test_a_live_task_cgroup_without_a_record_is_reported(daemon):
@@ -274,3 +313,91 @@ def test_a_live_task_cgroup_without_a_record_is_reported(daemon):
     daemon.readopt()
     assert len(daemon.tasks) == 0
     assert "A/task-9 holds pids [900] but has no task record" in daemon.events[-1]["message"]
+
+
+def launch_request(pid, group, *, wait=True, **demand):
+    return LaunchRequest(pid=pid, group=group, demand=demand, command=("work",), wait=wait)
+
+
+def test_a_task_whose_memory_does_not_fit_waits_and_starts_when_memory_frees(daemon):
+    # Capacity 4G: A runs 3G; B's 2G waits (held by A), and starts when A's task ends.
+    launch(daemon, 100, group="A", cpu=1.0, memory=3 * GIB)
+
+    async def scenario():
+        stream = daemon.stream(launch_request(200, "B", cpu=1.0, memory=2 * GIB), Peer(pid=200, uid=0, gid=0))
+        first = await anext(stream)
+        assert daemon.hierarchy.driver.procs.get("B/task-2") is None and "B" not in daemon.hierarchy.driver.cgroups
+        queued = daemon.status()["queue"]
+        daemon.hierarchy.driver.procs["A/task-1"] = []
+        daemon.check("1", "exit")
+        return first, queued, await anext(stream)
+
+    first, queued, started = asyncio.run(scenario())
+    assert first["queued"]["position"] == 1 and first["queued"]["waiting_for"] == GIB
+    assert first["queued"]["held_by"] == [{"group": "A", "memory": 3 * GIB}]
+    assert [(q["task"], q["group"]) for q in queued] == [("2", "B")]
+    assert started["task"] == "2" and daemon.hierarchy.driver.procs["B/task-2"] == [200]
+    assert not daemon.queue and [e["kind"] for e in daemon.events][-2:] == ["refill", "task_started"]
+
+
+def test_with_two_groups_waiting_the_lower_dominant_share_starts_first(daemon):
+    # Capacity <2 cores, 4G>. A runs <0.1, 3G>; B runs <1, 0.125G> (share 1/2, cpu). 0.875G is
+    # free: neither waiting 1G task fits until A's task ends; then A's share is 0, B's 1/2.
+    launch(daemon, 100, group="A", cpu=0.1, memory=3 * GIB)
+    launch(daemon, 101, group="B", cpu=1.0, memory=GIB // 8)
+
+    async def scenario():
+        peer = lambda pid: Peer(pid=pid, uid=0, gid=0)  # noqa: E731
+        b = daemon.stream(launch_request(200, "B", cpu=0.1, memory=GIB), peer(200))
+        c = daemon.stream(launch_request(300, "A", cpu=0.1, memory=GIB), peer(300))
+        await anext(b), await anext(c)
+        daemon.hierarchy.driver.procs["A/task-1"] = []
+        daemon.check("1", "exit")  # 3G frees: both fit now, in share order
+        return (await anext(b))["task"], (await anext(c))["task"]
+
+    asyncio.run(scenario())
+    started = [e["message"].split(":")[0] for e in daemon.events if e["kind"] == "task_started"]
+    # A (share 0 after its task ended) goes before B (share 1/2), though B queued first.
+    assert started[-2:] == ["task 4 started", "task 3 started"]
+
+
+def test_no_wait_refuses_at_once_and_leaves_nothing(daemon):
+    launch(daemon, 100, group="A", cpu=1.0, memory=3 * GIB)
+    with pytest.raises(RequestError) as caught:
+        launch(daemon, 200, group="B", cpu=1.0, memory=2 * GIB, wait=False)
+    assert caught.value.code == "would_wait" and "held by A 3.0G" in caught.value.message
+    assert not daemon.queue and "B" not in daemon.hierarchy.driver.cgroups
+
+
+def test_a_client_that_leaves_the_queue_leaves_nothing(daemon):
+    launch(daemon, 100, group="A", cpu=1.0, memory=3 * GIB)
+
+    async def scenario():
+        stream = daemon.stream(launch_request(200, "B", cpu=1.0, memory=2 * GIB), Peer(pid=200, uid=0, gid=0))
+        await anext(stream)
+        await stream.aclose()  # what the server does when the client's connection ends
+
+    asyncio.run(scenario())
+    assert not daemon.queue and daemon.status()["queue"] == []
+    assert "B" not in daemon.hierarchy.driver.cgroups and daemon.events[-1]["kind"] == "left_queue"
+
+
+def test_a_reload_that_shrinks_the_host_refuses_waiting_tasks_that_can_never_fit(daemon, tmp_path):
+    launch(daemon, 100, group="A", cpu=1.0, memory=3 * GIB)
+    write_config(daemon, tmp_path, CONFIG.replace('memory = "4G"', 'memory = "3G"'))
+
+    async def scenario():
+        stream = daemon.stream(launch_request(200, "B", cpu=1.0, memory=int(3.5 * GIB)), Peer(pid=200, uid=0, gid=0))
+        await anext(stream)
+        await daemon.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0))
+        return await anext(stream)
+
+    with pytest.raises(RequestError) as caught:
+        asyncio.run(scenario())
+    assert caught.value.code == "exceeds_capacity" and not daemon.queue
+
+
+def test_a_client_that_asks_again_for_its_running_pid_gets_the_same_task(daemon):
+    first = launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+    again = launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+    assert again["task"] == first["task"] and len(daemon.tasks) == 1

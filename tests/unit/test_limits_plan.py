@@ -1,33 +1,69 @@
-"""From allocation to cgroup limits: group = allocation, task = λ × its own declared demand."""
+"""From allocation to cgroup limits: a group's allocation is its guarantee (weights), a task's
+declaration its cap (written once), the root capped at the capacity."""
 
 import pytest
 
-from governor.limits import TaskShare, assign_cores, plan
+from governor.limits import assign_cores, group_limits, proportional_weights, root_limits, task_limits
 
 GIB = 1024**3
+MIB = 1024**2
 
 
-def test_groups_get_their_allocation_and_tasks_lambda_of_their_demand():
-    # A holds <1.2 cores, 2G> at λ = 0.6 of D_A = <2, 3.33G>; its two tasks declared <1.5, 2G>
-    # and <0.5, 1.33G>.
-    tasks = [TaskShare("A/task-1", "A", {"cpu": 1.5, "memory": 2 * GIB}),
-             TaskShare("A/task-2", "A", {"cpu": 0.5, "memory": GIB, "io.sda.write": 10_000_000})]
-    planned = plan({"A": {"cpu": 1.2, "memory": 2 * GIB, "io.sda.write": 6_000_000}}, {"A": 0.6}, {"A": 2.0},
-                   tasks, io_devices={"sda": "8:0"}, memory_mode="hard")
-    group, first, second = planned["A"], planned["A/task-1"], planned["A/task-2"]
-    assert (group.cpu_quota_usec, group.cpu_weight, group.memory_high_bytes) == (120_000, 200, 2 * GIB)
-    assert group.memory_max_bytes == 2 * GIB  # hard mode
-    assert group.io_max[0].device == "8:0" and group.io_max[0].wbps == 6_000_000 and group.io_max[0].rbps is None
-    assert first.cpu_quota_usec == 90_000 and first.memory_high_bytes == int(0.6 * 2 * GIB)
-    assert first.io_max == ()  # declared no I/O: the kernel has no "0 bytes/s", so it is not throttled
-    assert second.cpu_quota_usec == 30_000 and second.io_max[0].wbps == 6_000_000
-    assert first.cpu_weight is None
+def test_a_task_is_capped_at_its_declaration_whatever_the_allocation():
+    caps = task_limits({"cpu": 0.5, "memory": 800 * MIB, "io.sda.write": 10_000_000},
+                       io_devices={"sda": "8:0"}, memory_mode="hard")
+    assert (caps.cpu_quota_usec, caps.cpu_period_usec) == (50_000, 100_000)
+    assert caps.cpu_weight == 50  # 0.5 core × 100: a fixed scale, siblings never rewritten
+    assert caps.memory_high_bytes == caps.memory_max_bytes == caps.memory_low_bytes == 800 * MIB
+    assert caps.io_max[0].device == "8:0" and caps.io_max[0].wbps == 10_000_000 and caps.io_max[0].rbps is None
 
 
-def test_soft_memory_sets_no_hard_limit_and_tiny_cpu_gets_the_kernel_minimum():
-    planned = plan({"A": {"cpu": 0.001, "memory": GIB}}, {"A": 1.0}, {"A": 1.0}, [], io_devices={})
-    assert planned["A"].memory_max_bytes is None
-    assert planned["A"].cpu_quota_usec == 1_000
+def test_soft_memory_sets_no_hard_limit_and_tiny_declarations_stay_limits():
+    caps = task_limits({"cpu": 0.001, "memory": 1}, io_devices={})
+    assert caps.memory_max_bytes is None
+    assert caps.cpu_quota_usec == 1_000 and caps.cpu_weight == 1  # the kernel minimums
+    assert caps.memory_high_bytes == 1  # a positive declaration never becomes "no limit"
+
+
+def test_group_weights_are_proportional_to_the_cpu_allocation():
+    # DRF gave A 0.956 cores and B 0.544 (the integration test's host): weights keep 0.956 : 0.544.
+    limits = group_limits({"cpu": 1.5, "memory": GIB}, {"A": {"cpu": 0.956, "memory": 64 * MIB},
+                                                        "B": {"cpu": 0.544, "memory": 900 * MIB}},
+                          {"A": {"cpu": 1.5, "memory": 64 * MIB}, "B": {"cpu": 0.75, "memory": 900 * MIB}},
+                          io_devices={}, io_sharing={})
+    assert limits["A"].cpu_weight == 10_000 and limits["B"].cpu_weight == round(0.544 / 0.956 * 10_000)
+    assert limits["A"].cpu_quota_usec is None  # a guarantee, not a fence: no group quota
+    assert limits["B"].memory_low_bytes == 900 * MIB  # what was admitted is protected
+
+
+def test_equal_growth_of_every_share_changes_no_weight():
+    before = proportional_weights({"A": 0.25, "B": 0.5})
+    after = proportional_weights({"A": 0.5, "B": 1.0})
+    assert before == after == {"A": 5_000, "B": 10_000}
+    assert proportional_weights({"A": 0.0, "B": 0.0}) == {"A": 1, "B": 1}
+    assert proportional_weights({"A": 1e-9, "B": 1.0})["A"] == 1
+
+
+def test_io_guarantee_is_a_weight_where_the_device_shares_and_a_hard_limit_where_not():
+    capacity = {"cpu": 2, "memory": GIB, "io.sda.read": 100, "io.sda.write": 100,
+                "io.sdb.read": 100, "io.sdb.write": 100}
+    # A: 60 of sda's reads (share 0.6); B: 20 reads + 20 writes (0.2 + 0.2 = 0.4).
+    allocations = {"A": {"cpu": 1, "io.sda.read": 60, "io.sdb.read": 60},
+                   "B": {"cpu": 1, "io.sda.read": 20, "io.sda.write": 20, "io.sdb.write": 40}}
+    limits = group_limits(capacity, allocations, allocations, io_devices={"sda": "8:0", "sdb": "8:16"},
+                          io_sharing={"sda": "io.weight", "sdb": "io.max"})
+    [weight_a], [weight_b] = limits["A"].io_weight, limits["B"].io_weight
+    assert (weight_a.device, weight_a.weight, weight_b.weight) == ("8:0", 10_000, round(0.4 / 0.6 * 10_000))
+    # sdb has no proportional controller: its guarantee falls back to io.max = A_g.
+    assert [(io.device, io.rbps, io.wbps) for io in limits["A"].io_max] == [("8:16", 60, None)]
+    assert [(io.device, io.rbps, io.wbps) for io in limits["B"].io_max] == [("8:16", None, 40)]
+
+
+def test_the_root_is_capped_at_the_capacity():
+    root = root_limits({"cpu": 1.75, "memory": 4 * GIB, "io.sda.read": 100, "io.sda.write": 50},
+                       io_devices={"sda": "8:0"})
+    assert root.cpu_quota_usec == 175_000 and root.memory_low_bytes == 4 * GIB
+    assert [(io.rbps, io.wbps) for io in root.io_max] == [(100, 50)]
 
 
 @pytest.mark.parametrize(("cpu", "expected"), [
@@ -41,7 +77,7 @@ def test_cores_mode_hands_out_disjoint_whole_cores_by_largest_remainder(cpu, exp
 
 
 def test_cores_mode_writes_cpusets_on_groups_only():
-    planned = plan({"a": {"cpu": 2.0, "memory": GIB}}, {"a": 1.0}, {"a": 1.0},
-                   [TaskShare("a/task-1", "a", {"cpu": 2.0, "memory": GIB})], io_devices={}, cpu_mode="cores",
-                   cpus=[0, 1, 4])
-    assert planned["a"].cpuset_cpus == "0-1" and planned["a/task-1"].cpuset_cpus is None
+    limits = group_limits({"cpu": 3, "memory": GIB}, {"a": {"cpu": 2.0}}, {"a": {"cpu": 2.0}}, io_devices={},
+                          io_sharing={}, cpu_mode="cores", cpus=[0, 1, 4])
+    assert limits["a"].cpuset_cpus == "0-1"
+    assert task_limits({"cpu": 2.0, "memory": GIB}, io_devices={}).cpuset_cpus is None

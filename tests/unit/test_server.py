@@ -16,22 +16,34 @@ import stat
 import pytest
 
 from governor.errors import ControlSocketError, RequestError
-from governor.protocol import MAX_LINE_BYTES, LaunchRequest, Peer, StatusRequest
+from governor.protocol import MAX_LINE_BYTES, Peer, SetWeightRequest, StatusRequest
 from governor.server import ControlServer
 
 
 class FakeHandler:
-    """Answers status with the peer it saw; launch does what ``behaviour`` says."""
+    """Answers status with the peer it saw; set-weight does what ``behaviour`` says; a launch
+    streams ``queued`` lines until ``admit`` is set, then the task, and records whether its
+    stream was closed."""
 
     def __init__(self, behaviour=None):
         self.seen: list[tuple[object, Peer]] = []
         self.behaviour = behaviour
+        self.admit = asyncio.Event()
+        self.left: list[int] = []
 
     async def handle(self, request, peer: Peer) -> dict:
         self.seen.append((request, peer))
-        if isinstance(request, LaunchRequest) and self.behaviour is not None:
+        if isinstance(request, SetWeightRequest) and self.behaviour is not None:
             return self.behaviour(request)
         return {"peer": [peer.pid, peer.uid, peer.gid], "request": type(request).__name__}
+
+    async def stream(self, request, peer: Peer):
+        try:
+            yield {"queued": {"position": 1}}
+            await self.admit.wait()
+            yield {"task": f"t{request.pid}"}
+        finally:
+            self.left.append(request.pid)
 
 
 @contextlib.asynccontextmanager
@@ -57,8 +69,8 @@ async def exchange(path, data: bytes, replies: int = 1) -> list[dict]:
 STATUS = b'{"op": "status"}\n'
 
 
-def launch(pid: int = 1) -> bytes:
-    return json.dumps({"op": "launch", "pid": pid}).encode() + b"\n"
+def weigh(number: int = 1) -> bytes:
+    return json.dumps({"op": "set-weight", "group": f"g{number}", "weight": 1}).encode() + b"\n"
 
 
 def test_peer_credentials_are_the_callers_own(tmp_path):
@@ -74,17 +86,17 @@ def test_peer_credentials_are_the_callers_own(tmp_path):
 
 
 def test_several_requests_on_one_connection_are_answered_in_order(tmp_path):
-    handler = FakeHandler(behaviour=lambda request: {"task": f"t{request.pid}"})
+    handler = FakeHandler(behaviour=lambda request: {"task": f"t{request.group}"})
 
     async def scenario():
         async with running(handler, tmp_path / "g.sock"):
-            return await exchange(tmp_path / "g.sock", launch(7) + STATUS + b"nope\n" + launch(9), replies=4)
+            return await exchange(tmp_path / "g.sock", weigh(7) + STATUS + b"nope\n" + weigh(9), replies=4)
 
     replies = asyncio.run(scenario())
     assert [r["ok"] for r in replies] == [True, True, False, True]
-    assert replies[0]["task"] == "t7" and replies[1]["request"] == "StatusRequest"
+    assert replies[0]["task"] == "tg7" and replies[1]["request"] == "StatusRequest"
     assert replies[2]["error"]["code"] == "bad_request"
-    assert replies[3]["task"] == "t9"
+    assert replies[3]["task"] == "tg9"
 
 
 def test_malformed_json_is_bad_request_and_the_server_serves_the_next_client(tmp_path):
@@ -150,7 +162,7 @@ def test_request_error_from_the_handler_keeps_its_code(tmp_path):
 
     async def scenario():
         async with running(FakeHandler(refuse), tmp_path / "g.sock"):
-            return await exchange(tmp_path / "g.sock", launch())
+            return await exchange(tmp_path / "g.sock", weigh())
 
     [reply] = asyncio.run(scenario())
     assert reply == {"ok": False, "error": {"code": "exceeds_capacity", "message": "demand cpu 64 exceeds the capacity 16"}}
@@ -164,7 +176,7 @@ def test_request_error_from_the_handler_keeps_its_code(tmp_path):
 def test_a_bug_in_the_handler_is_internal_logged_and_the_server_keeps_serving(tmp_path, caplog, behaviour):
     async def scenario():
         async with running(FakeHandler(behaviour), tmp_path / "g.sock"):
-            same_connection = await exchange(tmp_path / "g.sock", launch() + STATUS, replies=2)
+            same_connection = await exchange(tmp_path / "g.sock", weigh() + STATUS, replies=2)
             next_connection = await exchange(tmp_path / "g.sock", STATUS)
             return same_connection + next_connection
 
@@ -182,7 +194,7 @@ def test_handler_raising_runtime_error_is_internal(tmp_path, caplog):
 
     async def scenario():
         async with running(FakeHandler(crash), tmp_path / "g.sock"):
-            return await exchange(tmp_path / "g.sock", launch())
+            return await exchange(tmp_path / "g.sock", weigh())
 
     with caplog.at_level(logging.ERROR, logger="governor.server"):
         [reply] = asyncio.run(scenario())
@@ -280,3 +292,35 @@ def test_close_ends_idle_connections(tmp_path):
         return rest
 
     assert asyncio.run(scenario()) == b""
+
+
+def test_a_streamed_launch_sends_each_line_and_a_client_that_leaves_closes_its_stream(tmp_path):
+    handler = FakeHandler()
+    launch = json.dumps({"op": "launch", "pid": os.getpid()}).encode() + b"\n"
+
+    async def scenario():
+        async with running(handler, tmp_path / "g.sock"):
+            # One client leaves while queued: its stream is closed at once, not at the next line.
+            reader, writer = await asyncio.open_unix_connection(str(tmp_path / "g.sock"))
+            writer.write(launch)
+            queued = json.loads(await reader.readline())
+            writer.close()
+            for _ in range(100):
+                if handler.left:
+                    break
+                await asyncio.sleep(0.01)
+            left = list(handler.left)
+            # Another waits and gets the task when admitted; the connection then ends.
+            reader, writer = await asyncio.open_unix_connection(str(tmp_path / "g.sock"))
+            writer.write(launch)
+            first = json.loads(await reader.readline())
+            handler.admit.set()
+            second = json.loads(await reader.readline())
+            rest = await reader.read()
+            writer.close()
+            return queued, left, first, second, rest
+
+    queued, left, first, second, rest = asyncio.run(scenario())
+    assert queued == {"ok": True, "queued": {"position": 1}} and left == [os.getpid()]
+    assert first["queued"] == {"position": 1} and second == {"ok": True, "task": f"t{os.getpid()}"}
+    assert rest == b""

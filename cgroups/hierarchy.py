@@ -14,14 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from cgroups import detect
-from cgroups.limits import CgroupLimits, v1_files, v2_files
+from cgroups import detect, devices
+from cgroups.driver import Driver
 from cgroups.v1 import CgroupV1Driver
 from cgroups.v2 import CgroupV2Driver, move_self_to_leaf
 from governor.errors import CgroupUnsupported
-from governor.events import CgroupEventsWatcher, PidfdWatcher
 
 V2_CONTROLLERS = ("cpu", "cpuset", "memory", "io", "pids")
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
@@ -32,16 +30,21 @@ class Hierarchy:
     """The cgroup hierarchy governor writes to.
 
     Attributes:
-        mode: ``"v2"`` or ``"v1"``.
-        driver: the driver rooted at governor's root.
+        driver: the driver rooted at governor's root (one interface for v1 and v2).
         root: governor's root, for people (one path on v2; the cpu hierarchy's on v1).
         controllers: what to enable below the root (v2).
+        cgroup_mount: where the cgroup filesystems are mounted.
     """
 
-    mode: Literal["v2", "v1"]
-    driver: CgroupV2Driver | CgroupV1Driver
+    driver: Driver
     root: str
     controllers: tuple[str, ...]
+    cgroup_mount: Path = Path("/sys/fs/cgroup")
+
+    @property
+    def mode(self) -> str:
+        """``"v2"`` or ``"v1"``, for people and status."""
+        return self.driver.mode
 
     def prepare(self, rel: str) -> None:
         """Create cgroup ``rel`` (and its group) with the controllers enabled down to it.
@@ -54,20 +57,11 @@ class Hierarchy:
 
     def path(self, rel: str) -> Path:
         """Directory of cgroup ``rel`` (in the cpu hierarchy on v1)."""
-        return self.driver.path(rel) if self.mode == "v2" else self.driver.path("cpu", rel)
+        return self.driver.directory(rel)
 
-    def watcher(self) -> CgroupEventsWatcher | PidfdWatcher:
-        """The exit watcher for this hierarchy (see :mod:`governor.events`)."""
-        return CgroupEventsWatcher() if self.mode == "v2" else PidfdWatcher()
-
-    def events_path(self, rel: str) -> Path | None:
-        return self.driver.events_path(rel) if self.mode == "v2" else None
-
-    def files(self, limits: CgroupLimits) -> dict[str, str]:
-        """The kernel files and values ``limits`` become here (for replies and status)."""
-        if self.mode == "v2":
-            return {file: value for file, value in v2_files(limits)}
-        return {file: value for _, file, value in v1_files(limits)}
+    def io_sharing(self, disk: str) -> str:
+        """How a guarantee on whole disk ``disk`` is enforced here (:func:`cgroups.devices.io_sharing`)."""
+        return devices.io_sharing(disk, mode=self.mode, cgroup_mount=self.cgroup_mount)
 
 
 def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("/sys/fs/cgroup"),
@@ -97,7 +91,7 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
         driver = CgroupV2Driver(root)
         driver.create("")
         driver.delegate_root(controllers)
-        return Hierarchy("v2", driver, str(root), controllers)
+        return Hierarchy(driver, str(root), controllers, cgroup_mount)
 
     mounts = detect.v1_mounts(proc)
     roots = {}
@@ -107,4 +101,4 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
             roots[controller] = base
     driver = CgroupV1Driver(roots)
     driver.create("")
-    return Hierarchy("v1", driver, str(roots.get("cpu", next(iter(roots.values())))), V1_CONTROLLERS)
+    return Hierarchy(driver, str(roots.get("cpu", next(iter(roots.values())))), V1_CONTROLLERS, cgroup_mount)

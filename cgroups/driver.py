@@ -1,0 +1,118 @@
+"""What the v1 and v2 drivers share: the record of what the kernel accepted, and applying a
+whole plan in order.
+
+Code above ``cgroups/`` talks to one interface whatever the host's mode (:class:`Driver`):
+``create``/``remove``/``children``/``enable_controllers``, ``apply``/``apply_plan``,
+``move``/``pids``, ``read_stats``, ``in_force``, ``files``, ``directory``, ``events_path``.
+
+**The record.** A driver remembers, per cgroup, the value of every setting the kernel
+*accepted*. A refused write leaves the old value in the record, so :meth:`Driver.in_force`
+(what status shows) is what the kernel holds, never what was planned, and the next apply
+retries only what is still different.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cgroups.limits import CgroupLimits
+from governor.errors import CgroupError
+
+__all__ = ["ApplyReport", "Driver"]
+
+
+@dataclass
+class ApplyReport:
+    """What one :meth:`Driver.apply_plan` did.
+
+    Attributes:
+        written: files written (each per-device line counts once).
+        errors: the writes the kernel refused (and reads a write needed that failed), in
+            order, each with path (value) and errno.
+    """
+
+    written: int = 0
+    errors: list[CgroupError] = field(default_factory=list)
+
+
+class Driver:
+    """The interface and the shared bookkeeping of :class:`~cgroups.v2.CgroupV2Driver` and
+    :class:`~cgroups.v1.CgroupV1Driver`. Subclasses set :attr:`mode` and implement
+    :meth:`_apply_one` and :meth:`files`."""
+
+    mode: str = ""
+
+    def __init__(self) -> None:
+        # rel → diff key → value the kernel accepted.
+        self._written: dict[str, dict[Hashable, str]] = {}
+
+    def apply(self, rel: str, limits: CgroupLimits) -> list[str]:
+        """Bring cgroup ``rel`` to ``limits``, writing only the files whose value differs from
+        the record, in the mode's fixed order; every write is tried even when one fails.
+
+        Returns:
+            The files written, in write order (per-device files once per line).
+
+        Raises:
+            CgroupWriteError: the first write the kernel refused (path, value, errno); the
+                record keeps the old value for every refused file.
+            CgroupReadError: a value needed for a write could not be read (v1 cpusets).
+        """
+        written, errors = self._apply_one(rel, limits)
+        if errors:
+            raise errors[0]
+        return written
+
+    def apply_plan(self, planned: Mapping[str, CgroupLimits]) -> ApplyReport:
+        """Apply limits to many cgroups, parents before children (the order of ``planned``
+        must list them so: the root ``""``, then groups, then tasks).
+
+        A refused write does not stop the others; each is in the report. A cgroup that
+        vanished (``ENOENT``: its task just exited) is not an error.
+        """
+        report = ApplyReport()
+        for rel, limits in planned.items():
+            written, errors = self._apply_one(rel, limits)
+            report.written += len(written)
+            report.errors += [e for e in errors if not e.vanished]
+        return report
+
+    def in_force(self, rel: str) -> dict[str, str]:
+        """The settings of cgroup ``rel`` the kernel accepted from this driver: file → value
+        (per-device files: their lines joined by ``", "``)."""
+        shown: dict[str, str] = {}
+        for key, value in self._written.get(_normal(rel), {}).items():
+            file = key[-2] if isinstance(key, tuple) and len(key) == 3 else key[0]
+            shown[file] = f"{shown[file]}, {value}" if file in shown else value
+        return shown
+
+    def forget(self, rel: str) -> None:
+        """Drop the record of ``rel`` and of every cgroup below it (after removing them)."""
+        gone = _normal(rel)
+        for key in [k for k in self._written if k == gone or k.startswith(gone + "/") or not gone]:
+            del self._written[key]
+
+    def files(self, limits: CgroupLimits) -> dict[str, str]:
+        """The kernel files and values ``limits`` become in this mode."""
+        raise NotImplementedError
+
+    def directory(self, rel: str) -> Path:
+        """The directory of cgroup ``rel``, for people (v1: in the cpu hierarchy)."""
+        raise NotImplementedError
+
+    def events_path(self, rel: str) -> Path | None:
+        """The file whose changes tell that ``rel`` emptied (v2 ``cgroup.events``), or None
+        where the kernel has none (v1: watch the pid instead)."""
+        return None
+
+    def _apply_one(self, rel: str, limits: CgroupLimits) -> tuple[list[str], list[CgroupError]]:
+        raise NotImplementedError
+
+    def _record(self, rel: str) -> dict:
+        return self._written.setdefault(_normal(rel), {})
+
+
+def _normal(rel: str) -> str:
+    return "/".join(p for p in rel.split("/") if p and p != ".")

@@ -1,0 +1,140 @@
+"""The admission queue: which waiting tasks start now, in discrete-DRF order. Pure.
+
+Memory is incompressible, so a task starts only when its declared memory fits beside the
+declared memory of the running tasks (DESIGN.md §3). Waiting tasks are served as in the
+paper's Algorithm 1 (§4.2, discrete progressive filling): repeatedly take the group with the
+lowest weighted dominant share ``s_g / w_g`` (over its running tasks' declarations, D_g) that
+has a task waiting; if that group's next task fits, start it and raise the group's share; if
+not, skip the group for this pass. Ties go to the group with fewer running tasks, then to the
+group name (Mesos's sorter), as in :func:`governor.drf.discrete_filling`.
+
+Within a group, tasks wait in arrival order and the first one blocks the rest: a group's
+small late task never overtakes its own large early one, which would otherwise wait forever.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+# Float declarations carry rounding error: a task fits within this relative slack.
+_SLACK = 1e-9
+HELD_BY_SHOWN = 3
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A task waiting for admission.
+
+    Attributes:
+        task: its id.
+        group: its group.
+        demand: its declared demand (resource → cores, bytes, bytes/s).
+    """
+
+    task: str
+    group: str
+    demand: Mapping[str, float]
+
+
+@dataclass
+class Admission:
+    """The answer of :func:`admit`.
+
+    Attributes:
+        admitted: ids of the tasks to start now, in admission order.
+        waiting: ids of the tasks that keep waiting, in the order they would be served if
+            memory were free (position 1 first).
+        free_memory: bytes of capacity left beside the running and admitted tasks.
+        holders: the groups holding the most declared memory after admission, largest first
+            (at most 3): ``(group, bytes)``.
+    """
+
+    admitted: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    free_memory: float = 0.0
+    holders: list[tuple[str, float]] = field(default_factory=list)
+
+
+def admit(capacity: Mapping[str, float], running: Mapping[str, Mapping[str, float]],
+          running_tasks: Mapping[str, int], weights: Mapping[str, float],
+          queue: Sequence[Waiting]) -> Admission:
+    """Decide which queued tasks start now.
+
+    Args:
+        capacity: resource → amount governor divides (``memory`` in bytes is the one that
+            admits; the others only weigh in the dominant share).
+        running: group → D_g, the summed declarations of its running tasks.
+        running_tasks: group → how many tasks it runs (the first tie-break).
+        weights: group → weight (> 0); a group missing here weighs 1.
+        queue: the waiting tasks in arrival order.
+
+    Returns:
+        an :class:`Admission`. A task whose memory exceeds the capacity on its own never fits;
+        the caller refuses such a demand before it queues.
+    """
+    demands = {g: dict(d) for g, d in running.items()}
+    counts = dict(running_tasks)
+    limit = capacity.get("memory", 0.0) * (1 + _SLACK)
+    used = sum(d.get("memory", 0.0) for d in demands.values())
+    by_group: dict[str, list[Waiting]] = {}
+    for waiting in queue:
+        by_group.setdefault(waiting.group, []).append(waiting)
+
+    result = Admission()
+    heap = [_key(g, demands, counts, weights, capacity) for g in by_group]
+    heapq.heapify(heap)
+    while heap:
+        *_, group = heapq.heappop(heap)
+        head = by_group[group][0]
+        memory = head.demand.get("memory", 0.0)
+        if used + memory > limit:
+            continue  # skipped for this pass: memory only fills up from here
+        used += memory
+        by_group[group].pop(0)
+        result.admitted.append(head.task)
+        _add(demands.setdefault(group, {}), head.demand)
+        counts[group] = counts.get(group, 0) + 1
+        if by_group[group]:
+            heapq.heappush(heap, _key(group, demands, counts, weights, capacity))
+
+    result.waiting = _serving_order(by_group, demands, counts, weights, capacity)
+    result.free_memory = max(0.0, capacity.get("memory", 0.0) - used)
+    held = sorted(((g, d.get("memory", 0.0)) for g, d in demands.items() if d.get("memory", 0.0) > 0),
+                  key=lambda item: (-item[1], item[0]))
+    result.holders = held[:HELD_BY_SHOWN]
+    return result
+
+
+def _serving_order(by_group: dict[str, list[Waiting]], demands: dict[str, dict[str, float]],
+                   counts: dict[str, int], weights: Mapping[str, float],
+                   capacity: Mapping[str, float]) -> list[str]:
+    """The order the rest would be served in with memory to spare: their queue positions."""
+    demands = {g: dict(d) for g, d in demands.items()}
+    counts = dict(counts)
+    pending = {g: list(tasks) for g, tasks in by_group.items() if tasks}
+    heap = [_key(g, demands, counts, weights, capacity) for g in pending]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        *_, group = heapq.heappop(heap)
+        head = pending[group].pop(0)
+        order.append(head.task)
+        _add(demands.setdefault(group, {}), head.demand)
+        counts[group] = counts.get(group, 0) + 1
+        if pending[group]:
+            heapq.heappush(heap, _key(group, demands, counts, weights, capacity))
+    return order
+
+
+def _key(group: str, demands: Mapping[str, Mapping[str, float]], counts: Mapping[str, int],
+         weights: Mapping[str, float], capacity: Mapping[str, float]) -> tuple[float, int, str]:
+    demand = demands.get(group, {})
+    share = max((amount / capacity[r] for r, amount in demand.items() if capacity.get(r)), default=0.0)
+    return share / weights.get(group, 1.0), counts.get(group, 0), group
+
+
+def _add(total: dict[str, float], demand: Mapping[str, float]) -> None:
+    for resource, amount in demand.items():
+        total[resource] = total.get(resource, 0.0) + amount

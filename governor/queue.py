@@ -1,0 +1,69 @@
+"""Tasks waiting for admission, as the daemon holds them and as clients see them. Pure.
+
+An :class:`Entry` is one waiting ``governor run``: its task (not started yet), when it
+queued, and the event that wakes its connection when its place changes or it is decided.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from governor.admission import Admission
+from governor.errors import RequestError
+from governor.state import Task
+
+
+@dataclass
+class Entry:
+    """One task in the admission queue.
+
+    Attributes:
+        task: the task, with its id, group, pid and declared demand; not started yet.
+        queued_at: unix time it queued, seconds.
+        wake: set when the entry's place changes or it is decided.
+        reply: the launch reply once the task started; ``error`` once it was refused.
+    """
+
+    task: Task
+    queued_at: float
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    reply: dict | None = None
+    error: RequestError | None = None
+
+    @property
+    def decided(self) -> bool:
+        return self.reply is not None or self.error is not None
+
+    def decide(self, reply: dict | None = None, error: RequestError | None = None) -> None:
+        self.reply, self.error = reply, error
+        self.wake.set()
+
+
+def queue_view(entries: Mapping[str, Entry], admission: Admission | None) -> list[dict]:
+    """The queue as status, explain and waiting clients show it, in serving order.
+
+    Each item: ``task``, ``group``, ``user``, ``uid``, ``command``, ``demand`` (declared:
+    cores, bytes, bytes/s), ``queued_at`` (unix s), ``position`` (1 = next), ``waiting_for``
+    (bytes of memory that must free before it fits), ``held_by`` (``[{"group", "memory"}]``,
+    the largest holders of declared memory, at most 3).
+    """
+    if admission is None:
+        return []
+    held_by = [{"group": group, "memory": memory} for group, memory in admission.holders]
+    view = []
+    for position, task_id in enumerate(_known(admission.waiting, entries), start=1):
+        entry = entries[task_id]
+        memory = entry.task.demand.get("memory", 0.0)
+        view.append({
+            "task": task_id, "group": entry.task.group, "user": entry.task.user, "uid": entry.task.uid,
+            "command": list(entry.task.command), "demand": dict(entry.task.demand),
+            "queued_at": entry.queued_at, "position": position,
+            "waiting_for": max(0, round(memory - admission.free_memory)), "held_by": held_by,
+        })
+    return view
+
+
+def _known(order: Sequence[str], entries: Mapping[str, Entry]) -> list[str]:
+    return [task_id for task_id in order if task_id in entries]

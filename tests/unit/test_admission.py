@@ -1,0 +1,87 @@
+"""The admission queue: memory must fit; waiting tasks are served in discrete-DRF order
+(lowest weighted dominant share first; ties: fewer running tasks, then the group name)."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from governor.admission import Waiting, admit
+
+GIB = 1024**3
+MIB = 1024**2
+CAPACITY = {"cpu": 4.0, "memory": 1.0 * GIB}
+
+
+def waiting(task, group, cpu, memory):
+    return Waiting(task, group, {"cpu": cpu, "memory": memory})
+
+
+def test_a_task_whose_memory_fits_starts_and_one_that_does_not_waits():
+    # A runs 800M; B's 800M cannot fit beside it (1G); C's 100M can.
+    running = {"A": {"cpu": 0.5, "memory": 800 * MIB}}
+    result = admit(CAPACITY, running, {"A": 1}, {}, [waiting("2", "B", 0.5, 800 * MIB),
+                                                    waiting("3", "C", 0.5, 100 * MIB)])
+    assert result.admitted == ["3"] and result.waiting == ["2"]
+    assert result.free_memory == GIB - 900 * MIB
+    assert result.holders == [("A", 800 * MIB), ("C", 100 * MIB)]
+
+
+def test_the_group_with_the_lower_dominant_share_starts_first():
+    # Shares: B runs <1 core, 100M> → 1/4 (cpu); C runs <0.5, 200M> → max(1/8, 200/1024) = 0.195.
+    # 600M free fits only one 500M task: C's, whose share is lower.
+    running = {"A": {"cpu": 0.1, "memory": 124 * MIB}, "B": {"cpu": 1.0, "memory": 100 * MIB},
+               "C": {"cpu": 0.5, "memory": 200 * MIB}}
+    queue = [waiting("7", "B", 0.5, 500 * MIB), waiting("8", "C", 0.5, 500 * MIB)]
+    result = admit(CAPACITY, running, {"A": 1, "B": 1, "C": 1}, {}, queue)
+    assert result.admitted == ["8"] and result.waiting == ["7"]
+
+
+def test_weights_divide_the_share_and_ties_go_to_fewer_tasks_then_the_name():
+    # Same share 1/4 for B and C, but B weighs 2: B's weighted share 1/8 is lower.
+    running = {"B": {"cpu": 1.0, "memory": 0}, "C": {"cpu": 1.0, "memory": 0}}
+    queue = [waiting("1", "C", 0.1, 600 * MIB), waiting("2", "B", 0.1, 600 * MIB)]
+    assert admit(CAPACITY, running, {"B": 1, "C": 1}, {"B": 2.0}, queue).admitted == ["2"]
+    # Equal weights and shares: fewer running tasks first (C runs 1, B runs 3).
+    assert admit(CAPACITY, running, {"B": 3, "C": 1}, {}, queue).admitted == ["1"]
+    # All equal: by name.
+    assert admit(CAPACITY, running, {"B": 1, "C": 1}, {}, queue).admitted == ["2"]
+
+
+def test_a_groups_first_task_blocks_its_later_ones():
+    running = {"A": {"cpu": 0.5, "memory": 600 * MIB}}
+    queue = [waiting("2", "B", 0.5, 600 * MIB), waiting("3", "B", 0.1, 10 * MIB)]
+    result = admit(CAPACITY, running, {"A": 1}, {}, queue)
+    assert result.admitted == [] and result.waiting == ["2", "3"]
+
+
+def test_several_start_at_once_when_memory_frees():
+    queue = [waiting(str(i), g, 0.5, 300 * MIB) for i, g in enumerate("ABAB")]
+    result = admit(CAPACITY, {}, {}, {}, queue)
+    # Alternating by share: A, B, A (900M); the fourth does not fit.
+    assert result.admitted == ["0", "1", "2"] and result.waiting == ["3"]
+
+
+tasks = st.lists(st.tuples(st.sampled_from("ABCD"), st.integers(1, 1024)), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(running=tasks, queued=tasks)
+def test_admission_never_overcommits_memory_and_loses_no_task(running, queued):
+    demands: dict[str, dict[str, float]] = {}
+    counts: dict[str, int] = {}
+    for group, mib in running:
+        demands.setdefault(group, {"memory": 0.0})["memory"] += mib * MIB
+        counts[group] = counts.get(group, 0) + 1
+    queue = [waiting(str(i), g, 0.25, mib * MIB) for i, (g, mib) in enumerate(queued)]
+    result = admit(CAPACITY, demands, counts, {}, queue)
+    assert sorted(result.admitted + result.waiting, key=int) == [w.task for w in queue]
+    used = sum(d["memory"] for d in demands.values())
+    admitted = sum(w.demand["memory"] for w in queue if w.task in result.admitted)
+    if admitted:
+        assert used + admitted <= CAPACITY["memory"] * (1 + 1e-9)
+    # Nothing that waits fits now: the head of every group that still waits is too large.
+    heads = {}
+    for w in queue:
+        if w.task in result.waiting:
+            heads.setdefault(w.group, w)
+    for head in heads.values():
+        assert used + admitted + head.demand["memory"] > CAPACITY["memory"] or used > CAPACITY["memory"]
