@@ -12,11 +12,14 @@ import click
               help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
 def explain(group: str | None, as_json: bool, socket_option: str | None) -> None:
     """Show why each group's share stopped growing (its demand was met, or a resource it needs
-    ran out), then the daemon's last progressive filling step by step, like the DRF paper's
-    Table 1. With GROUP, only that group's reason (and its entry in the JSON).
+    ran out), the tasks waiting for their declared memory to fit (if any), then the daemon's
+    last progressive filling step by step, like the DRF paper's Table 1. With GROUP, only that
+    group's reason and waiting tasks (and its entry in the JSON's groups).
 
     Amounts in JSON are base units: cores, bytes, bytes/s; shares are fractions of the host.
     """
+    import time
+
     from cli.client import call, socket_path
     from governor.errors import ControlSocketError
 
@@ -41,5 +44,5 @@ def explain(group: str | None, as_json: bool, socket_option: str | None) -> None
     from cli.explain_view import explain_renderables
 
     console = Console()
-    for renderable in explain_renderables(answer, group):
+    for renderable in explain_renderables(answer, group, now=time.time()):
         console.print(renderable)

@@ -9,7 +9,15 @@ The object (amounts in base units: cores, bytes, bytes/s; shares are fractions o
                        "stop": "demand met" | "<res> saturated" | str}},
      "trace": [{"step": int, "event": "demand_met" | "saturated", "group": str | null,
                 "resource": str | null, "frozen": [name], "dominant_shares": {name: share},
-                "allocated": {res: amount}}]}
+                "allocated": {res: amount}}],
+     "queue": [{"task": str, "group": str, "user": str, "uid": int, "command": [str],
+                "demand": {res: amount}, "queued_at": float, "position": int,
+                "waiting_for": int, "held_by": [{"group": str, "memory": int}]}]}
+
+``demand`` is a group's cap and ``allocation`` its guarantee. ``queue`` (the tasks waiting, in
+admission order, for their declared memory to fit; ``waiting_for`` is the bytes that must free
+first, ``held_by`` the groups holding the most declared memory, largest first) is as in
+``governor status`` (``cli/status_view.py``); an older daemon leaves it out.
 """
 
 from __future__ import annotations
@@ -20,19 +28,29 @@ from rich.text import Text
 
 from cli import view_common as view
 from cli.render import filling_table
+from cli.status_view import queue_table
 from governor.model import TraceRow
 
 
-def explain_renderables(explain: dict, group: str | None = None) -> list[RenderableType]:
+def explain_renderables(explain: dict, group: str | None = None, *, now: float) -> list[RenderableType]:
     """Renderables in print order: the capacity, one reason per group (only ``group`` if
-    given; the caller has checked it exists), then the trace table (always every group: the
-    level one group stopped at depends on the others)."""
+    given; the caller has checked it exists), the tasks waiting for memory (only ``group``'s,
+    if given; nothing when none waits), then the trace table (always every group: the level
+    one group stopped at depends on the others).
+
+    Args:
+        now: the current Unix time in seconds, for how long queued tasks have waited (passed in
+            so tests own the clock).
+    """
     capacity = explain.get("capacity", {})
     groups = explain.get("groups", {})
     header = Text("Capacity: ", style="bold")
     header.append(" · ".join(f"{view.label(r)} {view.amount(r, v, unit=True)}" for r, v in capacity.items()) or "—")
     shown = {group: groups[group]} if group is not None else groups
     renderables: list[RenderableType] = [header, reasons(shown)]
+    queue = [entry for entry in view.queue(explain) if group is None or entry.get("group") == group]
+    if queue:
+        renderables.append(queue_table(queue, now))
     renderables.append(filling_table(
         title="DRF filling on this host, step by step", groups=list(groups), capacity=capacity,
         trace=trace_rows(explain, list(groups), list(capacity)),

@@ -1,26 +1,47 @@
 """``governor status`` views: pure functions from a status snapshot to rich renderables.
 
+Allocations are guarantees and declarations are caps: a group is guaranteed its DRF allocation
+under contention, may use idle capacity up to the sum of its tasks' declarations (its cap), and
+what it uses above its guarantee is borrowed. Memory is admitted through a queue: a task whose
+declared memory does not fit yet waits, in order.
+
 The daemon's ``status`` reply carries this object (amounts in base units: cores, bytes,
 bytes/s; times in Unix seconds)::
 
     {"daemon": {"pid": int, "started": float, "cgroup_mode": "v2" | "v1", "cgroup_root": str,
-                "config": str},
+                "config": str,
+                "io_sharing": {device: "io.weight" | "io.bfq.weight" | "io.max"}},
      "capacity": {res: amount}, "allocated": {res: amount}, "used": {res: amount},
      "filling": {"at": float | null, "trigger": str, "duration_ms": float},
-     "groups": {name: {"weight": float, "demand": {res: amount}, "allocation": {res: amount},
+     "groups": {name: {"weight": float,
+                       "demand": {res: amount},       # cap: sum of its running tasks' declarations
+                       "allocation": {res: amount},   # guarantee
+                       "usage": {res: amount},        # use, measured
+                       "borrowed": {res: amount},     # use above the guarantee (never memory)
                        "lambda": float, "dominant_resources": [res], "dominant_share": float,
-                       "stop": str, "usage": {res: amount},
+                       "stop": str,
                        "tasks": [{"id": str, "pid": int, "uid": int, "user": str,
                                   "command": [str], "started": float,
                                   "demand": {res: amount}, "limits": {file: value},
-                                  "usage": {res: amount}}]}}}
+                                  "usage": {res: amount}}]}},
+     "queue": [{"task": str, "group": str, "user": str, "uid": int, "command": [str],
+                "demand": {res: amount}, "queued_at": float, "position": int,
+                "waiting_for": int,                   # bytes of memory that must free first
+                "held_by": [{"group": str, "memory": int}]}]}   # largest first, at most 3
+
+``allocated`` is the sum of the guarantees. ``io_sharing`` says how each governed block
+device's guarantee is enforced: ``io.weight``/``io.bfq.weight`` are proportional (work-
+conserving); ``io.max`` is the fallback for a device without a proportional controller, where
+guarantees are hard limits. ``queue`` is in admission order (``position`` 1 is next).
 
 Resources are ``cpu`` (cores), ``memory`` (bytes) and ``io.<dev>.read``/``io.<dev>.write``
-(bytes/s). Keys not listed here are ignored, so an older CLI can read a newer daemon's status.
+(bytes/s). Keys not listed here are ignored, so an older CLI can read a newer daemon's status;
+``borrowed``, ``queue`` and ``io_sharing`` may be missing (an older daemon) and read as empty.
 
-Layout: a header (daemon, last filling), a capacity table (one row per resource), a groups
-table (scalars), a demand/allocation/use table (one line per group and resource), then a compact
-task list per group. Each table fits 80 columns; long task lines wrap.
+Layout: a header (daemon, I/O sharing per device, last filling), a capacity table (one row per
+resource), a groups table (scalars), a cap/guarantee/use/borrowed table (one line per group and
+resource), the memory queue (only when a task waits), then a compact task list per group. Each
+table fits 80 columns; long task lines wrap.
 """
 
 from __future__ import annotations
@@ -50,15 +71,19 @@ def status_renderables(status: dict, *, now: float) -> list[RenderableType]:
         groups_table(groups),
         resources_table(groups, resources),
     ]
+    queue = view.queue(status)
+    if queue:
+        renderables.append(queue_table(queue, now))
     renderables += [tasks_view(name, group) for name, group in groups.items() if group.get("tasks")]
     return renderables
 
 
 def capacity_table(status: dict, resources: list[str]) -> Table:
-    """One row per resource: capacity, allocated and measured use, with % of capacity."""
+    """One row per resource: capacity, guaranteed (the sum of the groups' guarantees) and
+    measured use, with % of capacity."""
     table = Table(title="Capacity", title_justify="left")
     table.add_column("resource")
-    for column in ("capacity", "allocated", "used"):
+    for column in ("capacity", "guaranteed", "used"):
         table.add_column(column, justify="right")
     capacity = status.get("capacity", {})
     for resource in resources:
@@ -73,7 +98,7 @@ def capacity_table(status: dict, resources: list[str]) -> Table:
 
 
 def groups_table(groups: Mapping[str, dict]) -> Table:
-    """One row per group: weight, task count, λ (fraction of its demand granted), dominant
+    """One row per group: weight, task count, λ (fraction of its cap guaranteed), dominant
     resource(s) and share, and what stopped its filling."""
     table = Table(title="Groups", title_justify="left")
     table.add_column("group", overflow="fold")
@@ -97,27 +122,56 @@ def groups_table(groups: Mapping[str, dict]) -> Table:
 
 
 def resources_table(groups: Mapping[str, dict], resources: list[str]) -> Table:
-    """Per group, one line per resource it demands, is allocated or uses: demand, allocation,
-    measured usage. Groups with none of these are left out."""
-    table = Table(title="Demand, allocation and use", title_justify="left",
-                  caption="cpu in cores")
+    """Per group, one line per resource it has a cap, guarantee or use of: cap (its tasks'
+    declarations), guarantee (its DRF allocation), measured use, and what it borrows (use above
+    the guarantee, ``—`` when none). Groups with none of these are left out."""
+    table = Table(title="Cap, guarantee and use", title_justify="left",
+                  caption="cpu in cores; borrowed: use above the guarantee, from idle capacity")
     table.add_column("group", overflow="fold")
     table.add_column("resource")
-    for column in ("demand", "allocation", "used"):
+    for column in ("cap", "guarantee", "use", "borrowed"):
         table.add_column(column, justify="right")
-    vectors = ("demand", "allocation", "usage")
+    vectors = ("demand", "allocation", "usage", "borrowed")
     for name, group in groups.items():
-        shown = [r for r in resources if any(group.get(v, {}).get(r) for v in vectors)]
+        shown = [r for r in resources if any((group.get(v) or {}).get(r) for v in vectors)]
         for i, resource in enumerate(shown):
             table.add_row(name if i == 0 else "", view.label(resource),
-                          *(view.amount(resource, group.get(v, {}).get(resource)) for v in vectors),
+                          *(view.amount(resource, (group.get(v) or {}).get(resource)) for v in vectors),
                           end_section=i == len(shown) - 1)
+    return table
+
+
+def queue_table(queue: list[dict], now: float) -> Table:
+    """The memory queue, in admission order: position, task, group, user, declared memory, the
+    memory that must free before it fits, how long it has waited, and the groups holding the
+    most declared memory (largest first)."""
+    table = Table(title=f"Queue: {len(queue)} task{'s' if len(queue) != 1 else ''} waiting for memory",
+                  title_justify="left", caption="memory: declared; waits for: memory that must free before it fits")
+    table.add_column("#", justify="right")
+    table.add_column("task", overflow="fold")
+    table.add_column("group", overflow="fold")
+    table.add_column("user", overflow="fold")
+    table.add_column("memory", justify="right")
+    table.add_column("waits for", justify="right")
+    table.add_column("waiting", justify="right")
+    table.add_column("held by", overflow="fold")
+    for entry in queue:
+        queued_at = entry.get("queued_at")
+        table.add_row(
+            str(entry.get("position", "?")), str(entry.get("task", "?")), str(entry.get("group", "?")),
+            str(entry.get("user", entry.get("uid", "?"))),
+            view.amount("memory", (entry.get("demand") or {}).get("memory")),
+            view.waiting_for(entry),
+            "—" if queued_at is None else view.duration(now - float(queued_at)),
+            view.held_by(entry, sep="\n"),
+        )
     return table
 
 
 def tasks_view(name: str, group: dict) -> RenderableType:
     """A group's tasks as a compact list: id, pid, user and command (cut to 40 characters) on
-    one line, then demand, limits and usage on a line each, wrapped to the console width."""
+    one line, then its cap (what it declared), limits and use on a line each, wrapped to the
+    console width."""
     tasks = group.get("tasks", [])
     title = Text(f"{name}: {len(tasks)} task{'s' if len(tasks) != 1 else ''}", style="bold")
     grid = Table.grid(padding=(0, 1))
@@ -128,9 +182,9 @@ def tasks_view(name: str, group: dict) -> RenderableType:
         user = task.get("user", task.get("uid", "?"))
         grid.add_row(str(task.get("id", "?")), "pid", f"{task.get('pid', '?')} · {user} · {view.command(task.get('command', []))}")
         limits = task.get("limits", {})
-        grid.add_row("", "demand", view.vector(task.get("demand", {})))
+        grid.add_row("", "cap", view.vector(task.get("demand", {})))
         grid.add_row("", "limits", " · ".join(f"{f} {view.limit(f, v)}" for f, v in limits.items()) or "—")
-        grid.add_row("", "used", view.vector(task.get("usage", {})))
+        grid.add_row("", "use", view.vector(task.get("usage", {})))
     return Group(title, grid)
 
 
@@ -144,6 +198,8 @@ def _header(status: dict, now: float) -> Text:
     text.append(f"\ncgroup {daemon.get('cgroup_mode', '?')} at {daemon.get('cgroup_root', '?')}")
     if daemon.get("config"):
         text.append(f"\nconfig {daemon['config']}")
+    for device, sharing in view.io_sharing(status).items():
+        text.append(f"\nio {device}: guarantees by {sharing}")
     text.append(f"\n{view.filling(status, now)}")
     return text
 

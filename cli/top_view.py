@@ -1,11 +1,13 @@
 """``governor top``'s screen as a pure function: (state, width, height, now) → one renderable.
 
 Top to bottom: a title bar; a banner while the daemon cannot be reached; one line per governed
-resource (capacity, allocated, used, as a bar); the fair level and the last filling; the groups
-table (one row per group, selected row reversed); the tasks of each expanded group; recent
-events; a key bar. Each element is one line per row and never wraps, so the screen's height
-is planned here: groups first (scrolled to keep the selection visible), then tasks, then events.
-Columns that do not fit the width are dropped, least useful first (see ``_KEEP``).
+resource (capacity, guaranteed, used, as a bar); the fair level and the last filling; the groups
+table (one row per group, selected row reversed: guarantee/use per resource, and what it borrows
+above its guarantee); the tasks of each expanded group; the memory queue (only while a task
+waits); recent events; a key bar. Each element is one line per row and never wraps, so the
+screen's height is planned here: groups first (scrolled to keep the selection visible), then
+tasks, then the queue (its first line is always kept), then events. Columns that do not fit the
+width are dropped, least useful first (see ``_KEEP``).
 
 Amounts: cpu in cores, memory in K/M/G/T (powers of 1024), I/O in bytes/s with the same
 suffixes. Shares are fractions of the host. The status schema is in ``cli/status_view.py``;
@@ -27,11 +29,13 @@ _EIGHTHS = " ▏▎▍▌▋▊▉█"
 _EVENT_STYLES = {"task_started": "green", "task_ended": "blue", "refill": "cyan", "reload": "magenta",
                  "weight": "magenta", "error": "bold red"}
 # How long a column holds on as the width shrinks: the lowest goes first. Name, share and the
-# cpu/memory split are what top is for; the fair target is also drawn by the share bar.
+# cpu/memory split are what top is for; what a group borrows is use minus guarantee, both on the
+# row already, so it goes early; the fair target, also drawn by the share bar, goes before it.
 _KEEP = {"group": 100, "share": 95, "cpu": 90, "memory": 85, "pressure": 70, "tasks": 60, "w": 55,
-         "dominant": 50, "io": 40, "fair": 20}
+         "dominant": 50, "io": 40, "borrow": 25, "fair": 20}
 _SORT_COLUMN = {"share": "share", "cpu": "cpu", "memory": "memory", "tasks": "tasks", "name": "group"}
 _MAX_EVENTS = 8
+_MAX_QUEUE_LINES = 3
 HELP = [("q", "quit"), ("↑ ↓  j k", "move the selection"), ("enter", "show or hide the group's tasks"),
         ("s", "next sort column (share, cpu, memory, tasks, name)"),
         ("/", "filter groups by name: type, enter applies, esc clears"), ("?", "this help")]
@@ -40,8 +44,10 @@ COLUMNS_HELP = [
     ("dom", "dominant resource: what the group needs most of, relative to the host"),
     ("share", "dominant share of the host; the bar is full at the group's fair level × weight"),
     ("fair", "fair level × weight: the share the group's bar is measured against"),
-    ("cpu a/u", "cores allocated / used in the last second (memory in bytes, I/O in bytes/s)"),
+    ("cpu g/u", "guaranteed / used last second (cores; memory in bytes, I/O in bytes/s)"),
+    ("borrow", "use above the guarantee, from capacity others leave idle (+0.4c)"),
     ("pressure", "thr: periods throttled in the last second; high, oom: memory events"),
+    ("queue", "tasks waiting, in order, for their declared memory to fit"),
 ]
 
 
@@ -60,31 +66,38 @@ def top_view(state: TopState, *, width: int, height: int, now: float) -> Rendera
                          f"{view.filling(status, now)}"))
     footer = _footer(state)
     room = max(0, height - len(top) - 1)
-    body = _help(room) if state.help else _body(state, status, width, room, now)
+    body = _help(room, width) if state.help else _body(state, status, width, room, now)
     return Group(*top, *body, footer)
 
 
 def _body(state: TopState, status: dict, width: int, room: int, now: float) -> list[RenderableType]:
-    """Groups, expanded tasks and events in ``room`` lines: groups first, then tasks, then events."""
+    """Groups, expanded tasks, the queue and events in ``room`` lines: groups first, then tasks,
+    then the queue (at least its first line), then events."""
     groups = status.get("groups", {})
     names = visible_groups(state)
     events = status.get("events", [])[-_MAX_EVENTS:]
+    queue = view.queue(status)
     events_min = 1 + min(2, len(events)) if events else 0
+    reserved = events_min + (1 if queue else 0)
     if not names:
         why = f"no group matches {state.filter!r}" if groups and state.filter else "no group has a running task"
         body: list[RenderableType] = [_line(why, "dim")] if state.status is not None else []
         left = room - len(body)
     else:
-        rows = max(1, min(len(names), room - 1 - events_min))
+        rows = max(1, min(len(names), room - 1 - reserved))
         selected = selected_group(state)
         first = max(0, names.index(selected) - rows + 1)
         body = [_groups_table(state, status, names[first:first + rows], selected, width)]
         left = room - 1 - rows
         for name in names[first:first + rows]:
-            if name in state.expanded and left - events_min >= 3:
-                shown = min(len(groups[name].get("tasks", [])), left - events_min - 2)
+            if name in state.expanded and left - reserved >= 3:
+                shown = min(len(groups[name].get("tasks", [])), left - reserved - 2)
                 body += _tasks(name, groups[name], shown, width, now)
                 left -= 2 + shown
+    if queue and left >= 1:
+        lines = _queue(queue, width, now)[:max(1, min(_MAX_QUEUE_LINES, left - events_min))]
+        body += lines
+        left -= len(lines)
     if events and left >= 2:
         body.append(_line("recent events", "bold"))
         for event in events[-(left - 1):]:
@@ -94,6 +107,36 @@ def _body(state: TopState, status: dict, width: int, room: int, now: float) -> l
             text.append(str(event.get("message", "")))
             body.append(_fit(text))
     return body
+
+
+def _queue(queue: list[dict], width: int, now: float) -> list[Text]:
+    """``queue: 2 waiting · #1 task t10 (ops, bob) 40G waits 42s for 4.0G held by physics, ops``,
+    then one line per further task, indented under the first (``… waits 5s for its turn`` when
+    its memory would fit and only the tasks ahead hold it back). A line too wide for ``width``
+    names fewer holders (``held by physics +1``), then drops the word "task", then is cut."""
+    head = f"queue: {len(queue)} waiting · "
+    lines = []
+    for i, entry in enumerate(queue):
+        lead = head if i == 0 else " " * len("queue: ")
+        queued_at = entry.get("queued_at")
+        waited = f" {view.duration(now - float(queued_at))}" if queued_at is not None else ""
+        holders = [str(h.get("group", "?")) for h in entry.get("held_by") or []] or ["—"]
+        if view.its_turn(entry):
+            tails = ["for its turn"]
+        else:
+            tails = [f"for {_short('memory', entry.get('waiting_for'))} held by " + ", ".join(holders[:named])
+                     + (f" +{len(holders) - named}" if named < len(holders) else "")
+                     for named in range(len(holders), 0, -1)]
+        candidates = [
+            f"#{entry.get('position', i + 1)} {task}{entry.get('task', '?')} "
+            f"({entry.get('group', '?')}, {entry.get('user', entry.get('uid', '?'))}) "
+            f"{_short('memory', (entry.get('demand') or {}).get('memory'))} waits{waited} {tail}"
+            for task in ("task ", "") for tail in tails]
+        words = next((c for c in candidates if cell_len(lead + c) <= width), candidates[-1])
+        text = Text(lead, style="bold yellow" if i == 0 else "")
+        text.append(words)
+        lines.append(_fit(text))
+    return lines
 
 
 def _groups_table(state: TopState, status: dict, names: list[str], selected: str | None, width: int) -> Table:
@@ -113,9 +156,10 @@ def _groups_table(state: TopState, status: dict, names: list[str], selected: str
     ]
     for resource in resources:
         key = resource if resource in ("cpu", "memory") else "io"
-        columns.append((key, f"{_short_label(resource)} a/u", "right", [
+        columns.append((key, f"{_short_label(resource)} g/u", "right", [
             f"{_short(resource, groups[n].get('allocation', {}).get(resource))}/"
             f"{_short(resource, groups[n].get('usage', {}).get(resource))}" for n in names]))
+    columns.append(("borrow", "borrow", "left", [_borrowed(groups[n].get("borrowed") or {}) for n in names]))
     columns.append(("pressure", "pressure", "left", [_pressure(groups[n].get("pressure", {})) for n in names]))
 
     sorted_key = _SORT_COLUMN[state.sort]
@@ -147,8 +191,8 @@ def _fit_columns(columns: list, width: int, sorted_key: str) -> list:
 
 
 def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[RenderableType]:
-    """A title line and a table of the first ``shown`` tasks: pid, user, age, command, declared
-    demand, limit (the group's λ × demand, as the daemon writes it) and measured use."""
+    """A title line and a table of the first ``shown`` tasks: pid, user, age, command, cap (its
+    declaration), its part of the group's guarantee (λ × declaration) and measured use."""
     tasks = group.get("tasks", [])
     more = f" (showing {shown})" if shown < len(tasks) else ""
     title = _line(f"  ▾ {name}: {len(tasks)} task{'s' if len(tasks) != 1 else ''}{more}", "bold")
@@ -160,7 +204,7 @@ def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[R
                      view.duration(now - float(task.get("started", now))), task.get("command", []),
                      _compact(demand), _compact({r: granted * float(v) for r, v in demand.items()}),
                      _compact(task.get("usage", {}))])
-    headers = ("  pid", "user", "age", "command", "demand", "limit", "used")
+    headers = ("  pid", "user", "age", "command", "cap", "guarantee", "use")
     others = sum(max(len(h), *(len(r[i]) for r in rows)) + 1 for i, h in enumerate(headers) if h != "command")
     # The command is cut to what the other columns leave (the full line is in `status --json`).
     chars = max(len("command"), width - others - 1)
@@ -188,11 +232,12 @@ def _title(state: TopState, status: dict, width: int) -> Text:
 
 
 def _resource_line(status: dict, resource: str, width: int) -> Text:
-    """``cpu      ███▒▒···  alloc 1.75 · used 1.70 of 1.75 cores``: █ used, ▒ allocated, · free."""
+    """``cpu      ███▒▒···  guaranteed 1.75 · used 1.70 of 1.75 cores``: █ used, ▒ guaranteed
+    and not used, · free."""
     capacity = float(status.get("capacity", {}).get(resource, 0.0))
     allocated = float(status.get("allocated", {}).get(resource, 0.0))
     used = float(status.get("used", {}).get(resource, 0.0))
-    words = (f" alloc {view.amount(resource, allocated)} · used {view.amount(resource, used)} "
+    words = (f" guaranteed {view.amount(resource, allocated)} · used {view.amount(resource, used)} "
              f"of {view.amount(resource, capacity, unit=True)}")
     bar_width = max(8, min(40, width - 10 - len(words)))
     used_cells = round(min(1.0, used / capacity) * bar_width) if capacity else 0
@@ -249,6 +294,10 @@ def _short(resource: str, value: object) -> str:
 
 def _compact(vector: dict) -> str:
     """A task's vector in one short cell: ``1c 512M r8.0M w2.0M`` (cores, bytes, bytes/s)."""
+    return " ".join(_compact_parts(vector)) or "—"
+
+
+def _compact_parts(vector: dict) -> list[str]:
     parts = []
     for resource, value in vector.items():
         if resource == "cpu":
@@ -257,7 +306,14 @@ def _compact(vector: dict) -> str:
             parts.append(f"{resource.rsplit('.', 1)[-1][0]}{_short(resource, value)}")
         else:
             parts.append(_short(resource, value))
-    return " ".join(parts) or "—"
+    return parts
+
+
+def _borrowed(borrowed: dict) -> Text:
+    """What a group uses above its guarantee: ``+0.4c``, ``+0.4c +r15M`` (cores, bytes/s), ``·``
+    when it borrows nothing."""
+    parts = _compact_parts({r: v for r, v in borrowed.items() if v})
+    return Text(" ".join(f"+{part}" for part in parts), style="green") if parts else Text("·", style="dim")
 
 
 def _footer(state: TopState) -> Text:
@@ -266,11 +322,14 @@ def _footer(state: TopState) -> Text:
     return _line(f" q quit  ↑↓/jk select  enter expand  s sort: {state.sort}  / filter  ? help", "reverse")
 
 
-def _help(room: int) -> list[RenderableType]:
+def _help(room: int, width: int) -> list[RenderableType]:
+    rows = [("keys", ""), *HELP, ("", ""), ("columns", ""), *COLUMNS_HELP][:room]
+    keys = max((cell_len(key) for key, _ in rows), default=0)
     grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold", no_wrap=True)
-    grid.add_column(overflow="ellipsis", no_wrap=True)
-    for key, what in [("keys", ""), *HELP, ("", ""), ("columns", ""), *COLUMNS_HELP][:room]:
+    # The keys are never cut; the explanations are, with an ellipsis at the screen's edge.
+    grid.add_column(style="bold", no_wrap=True, min_width=keys)
+    grid.add_column(overflow="ellipsis", no_wrap=True, max_width=max(1, width - keys - 2))
+    for key, what in rows:
         grid.add_row(key, what)
     return [grid]
 

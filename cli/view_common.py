@@ -1,5 +1,6 @@
 """Pieces shared by the ``status``, ``explain`` and ``top`` views: how resources, amounts,
-shares, durations and the last filling read, so the three commands say things the same way.
+shares, durations, the last filling, the memory queue and I/O sharing read, so the three
+commands say things the same way.
 
 Pure: strings and :class:`rich.text.Text` from plain values (amounts in base units: cores,
 bytes, bytes/s; times in Unix seconds, with ``now`` passed in).
@@ -13,13 +14,16 @@ from governor.units import format_number, format_size
 
 # Commands longer than this are cut with an ellipsis; the full line is in `--json`.
 COMMAND_CHARS = 40
+# How the daemon enforces I/O guarantees on a device (``status["daemon"]["io_sharing"]``).
+_IO_SHARING = {"io.weight": "work-conserving", "io.bfq.weight": "work-conserving",
+               "io.max": "fallback: hard limit, not work-conserving"}
 
 
 def resources(status: dict) -> list[str]:
     """Resources in capacity order, then any others the snapshot mentions, first seen first."""
     seen = dict.fromkeys(status.get("capacity", {}))
     for group in status.get("groups", {}).values():
-        for vector in ("demand", "allocation", "usage"):
+        for vector in ("demand", "allocation", "usage", "borrowed"):
             seen.update(dict.fromkeys(group.get(vector, {})))
     return list(seen)
 
@@ -92,3 +96,40 @@ def filling(status: dict, now: float) -> str:
         return "last filling: never"
     return (f"last filling {duration(now - last['at'])} ago ({last.get('trigger', '?')}, "
             f"{float(last.get('duration_ms', 0)):.1f} ms)")
+
+
+def queue(status: dict) -> list[dict]:
+    """The memory admission queue (``status["queue"]`` or ``explain["queue"]``), in admission
+    order as the daemon sends it; empty when there is none or the daemon predates it."""
+    entries = status.get("queue") or []
+    return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
+
+
+def its_turn(entry: dict) -> bool:
+    """Whether a queued task's memory would fit now (``waiting_for`` 0): it waits only for the
+    tasks ahead of it."""
+    value = entry.get("waiting_for")
+    return value is not None and float(value) <= 0
+
+
+def waiting_for(entry: dict) -> str:
+    """The memory that must free before a queued task fits (``4.0G``), or ``its turn`` (see
+    :func:`its_turn`)."""
+    return "its turn" if its_turn(entry) else amount("memory", entry.get("waiting_for"))
+
+
+def held_by(entry: dict, *, sep: str = ", ") -> str:
+    """Who holds the declared memory a queued task waits for: ``physics 16.0G, ops 12.0G``
+    (``sep`` between holders: a newline for one per line in a table cell); ``—`` when the entry
+    does not say, or when the task waits only for its turn."""
+    holders = [] if its_turn(entry) else entry.get("held_by") or []
+    return sep.join(f"{h.get('group', '?')} {amount('memory', h.get('memory'))}" for h in holders) or "—"
+
+
+def io_sharing(status: dict) -> dict[str, str]:
+    """Governed block device → how its I/O guarantee is enforced, for people:
+    ``io.weight (work-conserving)`` or ``io.max (fallback: hard limit, not work-conserving)``
+    when the device has no proportional I/O controller. Empty for an older daemon or no device."""
+    sharing = status.get("daemon", {}).get("io_sharing") or {}
+    return {device: f"{mode} ({_IO_SHARING[mode]})" if mode in _IO_SHARING else str(mode)
+            for device, mode in sharing.items()}

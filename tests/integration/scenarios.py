@@ -17,6 +17,10 @@ from daemon_harness import BUSY, MIB, Governor
 # The VM's CPU is emulated: a smaller host keeps the burners within what it can run.
 SCALE = 0.4 if os.environ.get("VMLAB_GUEST") else 1.0
 CPU_TOLERANCE = 0.05
+# Under contention, proportional weights split a quota-capped root across two emulated vCPUs
+# less exactly than on real hardware: measured in the VM (TCG) −7 % / +15 % for the two
+# groups (README, "Measured against the real kernel"); an equal split would be +38 %.
+CONTENTION_TOLERANCE = 0.20 if os.environ.get("VMLAB_ACCEL") == "tcg" else CPU_TOLERANCE
 HOG = ("import sys, time\n"
        "chunks = []\n"
        "for _ in range({mib} // 4):\n"
@@ -43,7 +47,7 @@ def measure(gov: Governor, groups: list[str], seconds: float) -> dict[str, float
     return {g: (last[g] - first[g]) / 1e6 / elapsed for g in groups}
 
 
-def drf_cpu_shares_and_refill_on_stop(tmp_path) -> None:
+def drf_cpu_shares_and_refill_on_stop(tmp_path, scale: float = SCALE) -> None:
     """Two groups whose DRF answer differs from an equal split, under full contention; then one
     group stops and the other runs up to its caps.
 
@@ -54,14 +58,14 @@ def drf_cpu_shares_and_refill_on_stop(tmp_path) -> None:
     0.544·s, where an equal split would give each 0.75·s. Both want more than that (their caps
     add up to 2.25·s), so the weights decide. When A stops, B runs at its caps: 0.75·s.
     """
-    gov = Governor(tmp_path, config(cpu=1.5 * SCALE))
+    gov = Governor(tmp_path, config(cpu=1.5 * scale))
     try:
-        a_tasks = [gov.run("A", BUSY, cpus=0.75 * SCALE, memory="32M") for _ in range(2)]
+        a_tasks = [gov.run("A", BUSY, cpus=0.75 * scale, memory="32M") for _ in range(2)]
         for _ in range(2):
-            gov.run("B", BUSY, cpus=0.375 * SCALE, memory="450M")
+            gov.run("B", BUSY, cpus=0.375 * scale, memory="450M")
         dominant_b = 900 / 1024
         level = 1 / (1 + 0.5 / dominant_b)
-        expected = {"A": 1.5 * SCALE * level, "B": 0.75 * SCALE * level / dominant_b}
+        expected = {"A": 1.5 * scale * level, "B": 0.75 * scale * level / dominant_b}
         groups = gov.status()["groups"]
         for group, cores in expected.items():
             assert abs(groups[group]["allocation"]["cpu"] - cores) < 1e-6 * cores
@@ -75,14 +79,14 @@ def drf_cpu_shares_and_refill_on_stop(tmp_path) -> None:
                   f"(weight {gov.cpu_weight(group)}), measured {measured[group]:.3f} cores under contention "
                   f"({(measured[group] / cores - 1):+.1%})")
         for group, cores in expected.items():
-            assert abs(measured[group] - cores) <= CPU_TOLERANCE * cores, (group, measured, expected)
+            assert abs(measured[group] - cores) <= CONTENTION_TOLERANCE * cores, (group, measured, expected)
 
         gov.stop_tasks(a_tasks)
         gov.wait(lambda: "A" not in gov.status()["groups"], "A's exit to be noticed")
         time.sleep(1)
         after = measure(gov, ["B"], 6)["B"]
-        print(f"A stopped: B runs at its caps, measured {after:.3f} cores (caps {0.75 * SCALE:.3f})")
-        assert abs(after - 0.75 * SCALE) <= CPU_TOLERANCE * 0.75 * SCALE
+        print(f"A stopped: B runs at its caps, measured {after:.3f} cores (caps {0.75 * scale:.3f})")
+        assert abs(after - 0.75 * scale) <= CPU_TOLERANCE * 0.75 * scale
     finally:
         gov.close()
 

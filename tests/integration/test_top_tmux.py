@@ -96,7 +96,7 @@ def test_top_shows_real_shares_expands_sorts_reconnects_resizes_and_quits(tmp_pa
         assert groups_in_order(text) == ["physics", "ops"]  # by share, the largest first
         assert "66.7%" in row(text, "physics") and "33.3%" in row(text, "ops")
         assert row(text, "physics").startswith(">")  # selected
-        assert "alloc 1.5 · used" in text and "fair level 33.3% per unit of weight" in text
+        assert "guaranteed 1.5 · used" in text and "fair level 33.3% per unit of weight" in text
 
         pane.keys("j", "Enter")
         text = pane.wait_for(lambda t: "▾ ops: 1 task" in t, "ops's tasks")
@@ -107,7 +107,7 @@ def test_top_shows_real_shares_expands_sorts_reconnects_resizes_and_quits(tmp_pa
 
         pane.keys("s")
         text = pane.wait_for(lambda t: "s sort: cpu" in t, "the cpu sort")
-        assert "cpu a/u ▼" in text and "share ▼" not in text
+        assert "cpu g/u ▼" in text and "share ▼" not in text
         pane.keys("s", "s", "s")  # memory, tasks, name
         text = pane.wait_for(lambda t: "s sort: name" in t, "the name sort")
         print(f"--- after j, Enter and s×4 ---\n{text}")

@@ -6,12 +6,18 @@ Host: 1.75 cores, 4G. A demands <1.5 cores, 64M> (dominant: cpu, 1.5/1.75 = 6/7)
 λ_B·0.75 = (t / 0.75)·0.75 = t cores, so cpu saturates at 2.75·t = 1.75, t = 0.636. Both stop at
 "cpu saturated": λ_A = t / (6/7) = 74.2%, λ_B = t / 0.75 = 84.8%; memory allocated
 0.742·64M + 0.848·3G = 2.59G, 64.8% of 4G.
+
+The memory queue (:data:`QUEUE`, added to the payload by the tests that need it): declared
+memory is 64M + 3G of 4G, so 960M is free; task 12 (B) declares 1.5G and waits for 576M more,
+held by B and A; task 13 (A, 512M) would fit and waits for its turn behind it.
 """
 
 from __future__ import annotations
 
+import copy
 import io
 import json
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -28,6 +34,15 @@ G = 1024**3
 M = 1024**2
 CAPACITY = {"cpu": 1.75, "memory": 4.0 * G}
 DEMANDS = {"A": {"cpu": 1.5, "memory": 64.0 * M}, "B": {"cpu": 0.75, "memory": 3.0 * G}}
+NOW = 1_700_000_100.0
+QUEUE = [
+    {"task": "12", "group": "B", "user": "bob", "uid": 1001, "command": ["python", "big.py"],
+     "demand": {"cpu": 0.5, "memory": 1536 * M}, "queued_at": NOW - 42, "position": 1, "waiting_for": 576 * M,
+     "held_by": [{"group": "B", "memory": 3 * G}, {"group": "A", "memory": 64 * M}]},
+    {"task": "13", "group": "A", "user": "alice", "uid": 1000, "command": ["make", "-j4"],
+     "demand": {"cpu": 1, "memory": 512 * M}, "queued_at": NOW - 3 * 3600 - 5 * 60, "position": 2,
+     "waiting_for": 0, "held_by": [{"group": "B", "memory": 3 * G}, {"group": "A", "memory": 64 * M}]},
+]
 
 
 def sample() -> dict:
@@ -45,6 +60,26 @@ def served(tmp_path):
 
 def explain(*args: str, width: int = 120):
     return CliRunner(env={"COLUMNS": str(width)}).invoke(main, ["explain", *args])
+
+
+def render(answer: dict, group: str | None = None, *, width: int = 120, now: float = NOW) -> str:
+    console = Console(record=True, width=width, file=io.StringIO())
+    for renderable in explain_renderables(answer, group, now=now):
+        console.print(renderable)
+    return console.export_text()
+
+
+def with_queue() -> dict:
+    return {**sample(), "queue": copy.deepcopy(QUEUE)}
+
+
+def cells(text: str, first: str) -> list[list[str]]:
+    """Rows of the "waiting for memory" table whose first cell is ``first``, as stripped cells."""
+    if "waiting for memory" not in text:
+        return []
+    table = text[text.index("waiting for memory"):text.index("DRF filling on this host")]
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in table.splitlines() if line.startswith("│")]
+    return [row for row in rows if row and row[0] == first]
 
 
 def test_the_sample_is_what_the_docstring_says():
@@ -94,10 +129,7 @@ def test_one_group_shows_only_its_reason(served):
 def test_demand_met_reads_as_such():
     answer = sample()
     answer["groups"]["B"].update(stop="demand met", **{"lambda": 1.0})
-    console = Console(record=True, width=120, file=io.StringIO())
-    for renderable in explain_renderables(answer, "B"):
-        console.print(renderable)
-    assert "its demand was met: it got all it asked for" in console.export_text()
+    assert "its demand was met: it got all it asked for" in render(answer, "B")
 
 
 def test_unknown_group_is_one_line_and_exit_1(served):
@@ -140,3 +172,51 @@ def test_simulate_trace_and_explain_share_one_table(monkeypatch, served, tmp_pat
     assert CliRunner().invoke(main, ["simulate", str(scenario), "--trace"]).exit_code == 0
     assert explain("--socket", served.path).exit_code == 0
     assert titles == ["DRF filling, step by step (continuous)", "DRF filling on this host, step by step"]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_tasks_waiting_for_memory_follow_the_reasons(width):
+    text = render(with_queue(), width=width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert (text.index("Why each group's share stopped growing") < text.index("waiting for memory")
+            < text.index("DRF filling on this host"))
+    header = next(line for line in text.splitlines() if line.startswith("┃ # "))
+    assert [c.strip() for c in header.split("┃")[1:-1]] == ["#", "task", "group", "user", "memory", "waits for",
+                                                            "waiting", "held by"]
+    # position, task, group, user, declared memory, what must free, wait so far (now - queued_at), holders
+    assert cells(text, "1") == [["1", "12", "B", "bob", "1.5G", "576.0M", "42s", "B 3.0G"]]
+    assert ["", "", "", "", "", "", "", "A 64.0M"] in cells(text, "")
+    assert cells(text, "2") == [["2", "13", "A", "alice", "512.0M", "its turn", "3h 05m", "—"]]
+
+
+def test_the_wait_so_far_is_counted_from_now():
+    assert cells(render(with_queue(), now=NOW + 60), "1")[0][6] == "1m"
+
+
+def test_one_group_shows_only_its_waiting_tasks():
+    text = render(with_queue(), "A")
+    assert cells(text, "2")[0][:3] == ["2", "13", "A"] and cells(text, "1") == []
+    answer = with_queue()
+    answer["queue"] = answer["queue"][:1]  # only B waits
+    assert "waiting for memory" not in render(answer, "A")
+
+
+def test_an_empty_queue_and_a_payload_from_an_older_daemon_without_one_render():
+    answer = sample()
+    answer["queue"] = []
+    assert "waiting for memory" not in render(answer)
+    answer.pop("queue")
+    text = render(answer, width=80)
+    assert "waiting for memory" not in text and "Why each group's share stopped growing" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_the_command_line_counts_the_wait_from_the_clock(tmp_path):
+    queue = copy.deepcopy(QUEUE)
+    queue[0]["queued_at"] = time.time() - 90
+    server = FakeSocket(str(tmp_path / "g.sock"), [{"ok": True, "explain": {**sample(), "queue": queue}}])
+    result = explain("--socket", server.path, width=80)
+    server.close()
+    assert result.exit_code == 0, result.output
+    assert "waiting for memory" in result.output
+    assert cells(result.output, "1")[0][:7] == ["1", "12", "B", "bob", "1.5G", "576.0M", "1m"]

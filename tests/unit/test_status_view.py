@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from cli.status_view import status_renderables
-from status_sample import NOW, STATUS
+from status_sample import NOW, STATUS, without_new_keys
 
 
 def render(status: dict, width: int, now: float = NOW) -> str:
@@ -17,6 +17,11 @@ def render(status: dict, width: int, now: float = NOW) -> str:
     for renderable in status_renderables(status, now=now):
         console.print(renderable)
     return console.export_text()
+
+
+def headers(text: str) -> list[list[str]]:
+    """Every table's header row, as stripped cells."""
+    return [[c.strip() for c in line.split("┃")[1:-1]] for line in text.splitlines() if line.startswith("┃")]
 
 
 def rows(text: str, first: str) -> list[list[str]]:
@@ -37,7 +42,7 @@ def test_fits_the_width_and_shows_every_group(width):
 def test_groups_table_rows(width):
     text = render(STATUS, width)
     # group, weight, tasks, λ, dominant, share, stopped by
-    assert rows(text, "physics")[0] == ["physics", "2", "1", "0.8", "cpu", "50.0%", "cpu saturated"]
+    assert rows(text, "physics")[0] == ["physics", "2", "2", "0.8", "cpu", "50.0%", "cpu saturated"]
     assert rows(text, "ops")[0] == ["ops", "1", "1", "1", "cpu", "25.0%", "demand met"]
     assert rows(text, "idle") == [["idle", "1", "0", "0", "—", "0.0%", "no demand"]]
 
@@ -45,18 +50,24 @@ def test_groups_table_rows(width):
 @pytest.mark.parametrize("width", [80, 120])
 def test_capacity_and_per_resource_usage(width):
     text = render(STATUS, width)
-    assert rows(text, "cpu")[0] == ["cpu", "16 cores", "12 (75%)", "9.5 (59%)"]
+    assert ["resource", "capacity", "guaranteed", "used"] in headers(text)  # allocated: the sum of guarantees
+    assert rows(text, "cpu")[0] == ["cpu", "16 cores", "12 (75%)", "10.65 (67%)"]
     assert rows(text, "nvme0n1 read")[0] == ["nvme0n1 read", "2.0G/s", "200.0M/s (10%)", "150.0M/s (7%)"]
-    # Demand, allocation and use: physics's first line is its cpu; ops's I/O line follows its memory.
-    assert rows(text, "physics")[1] == ["physics", "cpu", "10", "8", "7.25"]
-    assert ["", "memory", "16.0G", "12.8G", "11.0G"] in rows(text, "")
-    assert ["", "nvme0n1 read", "200.0M/s", "200.0M/s", "150.0M/s"] in rows(text, "")
+    # Cap, guarantee, use and borrowed: physics's first line is its cpu (it uses 8.4 of its
+    # guaranteed 8, borrowing 0.4); ops's I/O line follows its memory; memory is never borrowed.
+    assert "Cap, guarantee and use" in text
+    assert ["group", "resource", "cap", "guarantee", "use", "borrowed"] in headers(text)
+    assert rows(text, "physics")[1] == ["physics", "cpu", "10", "8", "8.4", "0.4"]
+    assert ["", "memory", "16.0G", "12.8G", "11.0G", "—"] in rows(text, "")
+    assert rows(text, "ops")[1] == ["ops", "cpu", "4", "4", "2.25", "—"]
+    assert ["", "nvme0n1 read", "200.0M/s", "200.0M/s", "150.0M/s", "—"] in rows(text, "")
 
 
 def test_header_times_are_relative_to_now():
     text = render(STATUS, 80)
     assert "governor pid 812, up 2h 03m" in text
     assert "cgroup v2 at /sys/fs/cgroup/governor.slice" in text
+    assert "io nvme0n1: guarantees by io.max (fallback: hard limit, not work-conserving)" in text
     assert "last filling 3s ago (launch, 1.2 ms)" in text
     later = render(STATUS, 80, now=NOW + 2 * 86400)
     assert "up 2d 2h" in later and "last filling 2d 0h ago" in later
@@ -66,14 +77,14 @@ def test_task_list_truncates_the_command_and_humanises_byte_limits():
     text = render(STATUS, 80)
     assert "t7 pid    4242 · alice · python train.py --epochs 100 --data /sc…" in text
     assert "/scratch/alice/imagenet" not in text
-    assert "cpu.max 800000 100000 · memory.high 12.8G" in text
-    assert "demand cpu 10 · memory 16.0G" in text
-    assert "used   cpu 7.25 · memory 11.0G" in text
+    assert "cpu.max 800000 100000 · memory.high 12.0G" in text
+    assert "cap    cpu 8 · memory 12.0G" in text  # what the task declared
+    assert "use    cpu 7.25 · memory 9.0G" in text
 
 
 def test_groups_without_tasks_get_no_task_list():
     text = render(STATUS, 120)
-    assert "physics: 1 task" in text and "ops: 1 task" in text
+    assert "physics: 2 tasks" in text and "ops: 1 task" in text
     assert "idle:" not in text
 
 
@@ -84,5 +95,40 @@ def test_never_filled_and_sparse_snapshots_render():
     del sparse["groups"]["ops"]["usage"], sparse["groups"]["physics"]["tasks"][0]["limits"]
     sparse["groups"]["physics"]["extra"] = {"unknown": "key"}
     text = render(sparse, 80)
-    assert ["", "nvme0n1 read", "200.0M/s", "200.0M/s", "—"] in rows(text, "")
+    assert ["", "nvme0n1 read", "200.0M/s", "200.0M/s", "—", "—"] in rows(text, "")
     assert "limits —" in text
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_queue_table_in_admission_order(width):
+    text = render(STATUS, width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert "Queue: 2 tasks waiting for memory" in text
+    assert text.index("Cap, guarantee and use") < text.index("Queue:") < text.index("physics: 2 tasks")
+    assert ["#", "task", "group", "user", "memory", "waits for", "waiting", "held by"] in headers(text)
+    # #1 needs 4G more to free; the largest holders, one per line; #2 would fit and waits its turn.
+    assert rows(text, "1") == [["1", "t10", "ops", "bob", "40.0G", "4.0G", "42s", "physics 16.0G"]]
+    assert ["", "", "", "", "", "", "", "ops 12.0G"] in rows(text, "")
+    assert rows(text, "2") == [["2", "t11", "physics", "carol", "8.0G", "its turn", "5s", "—"]]
+    later = render(STATUS, width, now=NOW + 3600)
+    assert rows(later, "1")[0][6] == "1h 00m"
+
+
+def test_no_queue_no_queue_table_and_proportional_io_says_so():
+    status = copy.deepcopy(STATUS)
+    status["queue"] = []
+    status["daemon"]["io_sharing"] = {"nvme0n1": "io.weight", "sda": "io.bfq.weight"}
+    text = render(status, 80)
+    assert "Queue" not in text and "waiting for memory" not in text
+    assert "io nvme0n1: guarantees by io.weight (work-conserving)" in text
+    assert "io sda: guarantees by io.bfq.weight (work-conserving)" in text
+    assert "fallback" not in text
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_a_status_from_an_older_daemon_without_the_new_keys_renders(width):
+    text = render(without_new_keys(STATUS), width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert "Queue" not in text and "io nvme0n1" not in text and "fallback" not in text
+    assert rows(text, "physics")[1] == ["physics", "cpu", "10", "8", "8.4", "—"]  # no borrowed key: —
+    assert "physics: 2 tasks" in text

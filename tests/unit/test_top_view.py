@@ -3,6 +3,7 @@
 
 Sample shares (status_sample.py): physics 50% (weight 2), ops 25% (weight 1), idle 0%; the fair
 level is 25% per unit of weight, so physics's bar is measured against 50% and ops's against 25%.
+physics uses 8.4 cores of its guaranteed 8 (borrows 0.4); two tasks wait in the memory queue.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from rich.console import Console
 
 from cli.top_state import SORTS, TopState, parse_keys, press, visible_groups
 from cli.top_view import top_view
-from status_sample import NOW, STATUS
+from status_sample import NOW, STATUS, without_new_keys
 
 SIZES = [(80, 24), (120, 40)]
 
@@ -64,10 +65,13 @@ def test_fits_the_screen_and_shows_groups_shares_and_bars(width, height):
     assert f"{bar} 50.0%" in row(text, "physics")
     assert f"{bar} 25.0%" in row(text, "ops")
     assert "·" * len(bar) + " 0.0%" in row(text, "idle")
-    # allocation/used for cpu and memory, and the pressure signs.
-    assert "8/7.25" in row(text, "physics") and "13G/11G" in row(text, "physics")
+    # guarantee/use for cpu and memory, what physics borrows above its guarantee, the pressure signs.
+    assert "8/8.4" in row(text, "physics") and "13G/11G" in row(text, "physics")
+    assert "+0.4c" in row(text, "physics") and "+" not in row(text, "ops")
     assert "thr 12 high 3" in row(text, "physics") and "oom 1" in row(text, "ops")
-    assert "alloc 12 · used 9.5 of 16 cores" in text
+    header = next(line for line in lines if line.startswith("group"))
+    assert "cpu g/u" in header and "memory g/u" in header and "borrow" in header and "a/u" not in header
+    assert "guaranteed 12 · used 10.65 of 16 cores" in text
     assert "fair level 25.0% per unit of weight · last filling 3s ago (launch, 1.2 ms)" in text
     assert "3s ago refill       refill after launch: 2 groups" in text
 
@@ -75,11 +79,13 @@ def test_fits_the_screen_and_shows_groups_shares_and_bars(width, height):
 def test_wide_screens_show_weight_dominant_fair_and_io_columns_narrow_ones_drop_io():
     wide, narrow = render(TopState(status=sample()), 120, 40), render(TopState(status=sample()), 80, 24)
     header = next(line for line in wide.splitlines() if line.startswith("group"))
-    assert header.split() == ["group", "w", "tasks", "dom", "share", "▼", "fair", "cpu", "a/u", "memory", "a/u",
-                              "nvme0n1", "r", "a/u", "nvme0n1", "w", "a/u", "pressure"]
+    assert header.split() == ["group", "w", "tasks", "dom", "share", "▼", "fair", "cpu", "g/u", "memory", "g/u",
+                              "nvme0n1", "r", "g/u", "nvme0n1", "w", "g/u", "borrow", "pressure"]
     assert "200M/150M" in row(wide, "ops")
-    assert "nvme0n1 r a/u" not in narrow and "200M/150M" not in narrow
-    assert row(narrow, "physics").split()[:4] == [">▸", "physics", "2", "1"]  # weight, tasks kept
+    assert "nvme0n1 r g/u" not in narrow and "200M/150M" not in narrow
+    narrow_header = next(line for line in narrow.splitlines() if line.startswith("group")).split()
+    assert "fair" not in narrow_header and "borrow" in narrow_header  # the fair target goes before the borrowing
+    assert row(narrow, "physics").split()[:4] == [">▸", "physics", "2", "2"]  # weight, tasks kept
 
 
 def test_share_bar_is_measured_against_the_weighted_fair_level():
@@ -94,10 +100,12 @@ def test_enter_expands_the_selected_group_with_its_tasks_and_collapses_it():
     state = TopState(status=sample())
     text = render(keys(state, "enter"), 80)
     assert row(text, "physics").startswith(">▾")
-    assert "▾ physics: 1 task" in text
+    assert "▾ physics: 2 tasks" in text
+    header = next(line for line in text.splitlines() if line.lstrip().startswith("pid"))
+    assert header.split()[-3:] == ["cap", "guarantee", "use"]
     task = next(line for line in text.splitlines() if "4242" in line)
     assert task.split()[:4] == ["4242", "alice", "10m", "python"]
-    assert "10c 16G" in task and "8c 13G" in task and "7.25c 11G" in task  # demand, λ × demand, used
+    assert "8c 12G" in task and "6.4c 9.6G" in task and "7.25c 9.0G" in task  # cap, λ × cap, use
     text = render(keys(state, "enter"), 80)
     assert "4242" not in text and row(text, "physics").startswith(">▸")
 
@@ -125,7 +133,7 @@ def test_s_cycles_the_sort_column_and_shows_which():
     assert orders["name"] == ["idle", "ops", "physics"]
     header = lambda sort: next(line for line in render(TopState(status=sample(), sort=sort), 120, 40).splitlines()
                                if line.startswith("group"))
-    assert "cpu a/u ▼" in header("cpu") and "share ▼" not in header("cpu")
+    assert "cpu g/u ▼" in header("cpu") and "share ▼" not in header("cpu")
     assert header("name").startswith("group ▲")
 
 
@@ -155,6 +163,10 @@ def test_question_mark_toggles_the_help():
     text = render(state)
     assert "next sort column (share, cpu, memory, tasks, name)" in text
     assert "thr: periods throttled in the last second" in text and group_rows(text) == []
+    lines = text.splitlines()
+    assert any(line.startswith("cpu g/u   guaranteed / used") for line in lines)
+    assert any(line.startswith("borrow    use above the guarantee") for line in lines)
+    assert any(line.startswith("queue     tasks waiting, in order, for their declared memory") for line in lines)
     assert group_rows(render(keys(state, "?"))) == ["physics", "ops", "idle"]
 
 
@@ -198,3 +210,52 @@ def test_parse_keys_decodes_arrows_enter_escape_and_text():
     assert parse_keys(b"\x1bOA\x1bOB") == ["up", "down"]  # application cursor mode
     assert parse_keys(b"\x1b") == ["esc"]
     assert parse_keys(b"\x1b[5~x\x1b[1;5C" + "é".encode() + b"\t") == ["x", "é"]  # unknown sequences and tabs dropped
+
+
+@pytest.mark.parametrize(("width", "height"), SIZES)
+def test_the_memory_queue_shows_below_the_groups(width, height):
+    lines = render(TopState(status=sample()), width, height).splitlines()
+    assert len(lines) <= height and max(len(line) for line in lines) <= width
+    first = next(i for i, line in enumerate(lines) if line.startswith("queue: "))
+    assert lines[first - 1].startswith(" ▸ idle") and lines[first + 2] == "recent events"  # groups, queue, events
+    # The head of the queue: what it declared, how long it has waited, for how much, held by whom.
+    assert lines[first].startswith("queue: 2 waiting · #1 ")
+    assert "t10 (ops, bob) 40G waits 42s for 4.0G held by physics, ops" in lines[first]
+    # Behind it, a task that would fit waits for its turn.
+    assert lines[first + 1] == "       #2 task t11 (physics, carol) 8.0G waits 5s for its turn"
+
+
+def test_a_narrow_screen_names_fewer_holders_then_cuts_the_queue_line():
+    status = sample()
+    status["queue"][0]["held_by"].append({"group": "idle", "memory": 1024})
+    line = next(line for line in render(TopState(status=status), 80, 24).splitlines() if line.startswith("queue:"))
+    assert line.endswith("held by physics +2")
+    line = next(line for line in render(TopState(status=status), 60, 24).splitlines() if line.startswith("queue:"))
+    assert len(line) == 60 and line.endswith("…")
+
+
+def test_the_queue_keeps_a_line_when_the_groups_fill_the_screen():
+    status = sample()
+    for i in range(40):
+        status["groups"][f"user{i:02d}"] = copy.deepcopy(status["groups"]["idle"])
+    lines = render(TopState(status=status), 80, 24).splitlines()
+    assert len(lines) <= 24
+    assert sum(line.startswith("queue: 2 waiting") for line in lines) == 1
+    assert not any("#2 task t11" in line for line in lines)  # no room for more than the head
+
+
+def test_an_empty_queue_shows_no_queue_line():
+    status = sample()
+    status["queue"] = []
+    text = render(TopState(status=status))
+    assert "queue:" not in text and "waiting ·" not in text
+
+
+@pytest.mark.parametrize(("width", "height"), SIZES)
+def test_a_status_from_an_older_daemon_without_the_new_keys_renders(width, height):
+    status = without_new_keys(sample())
+    lines = render(TopState(status=status), width, height).splitlines()
+    assert len(lines) <= height and max(len(line) for line in lines) <= width
+    assert group_rows("\n".join(lines)) == ["physics", "ops", "idle"]
+    assert not any(line.startswith("queue:") for line in lines)
+    assert "+0.4c" not in row("\n".join(lines), "physics")  # no borrowed key: nothing borrowed shown
