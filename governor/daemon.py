@@ -152,8 +152,8 @@ class Daemon:
         who = access.identify(peer.uid, peer.gid)
         group = access.launch_group(self.config, who, request.group)
         demand = access.task_demand(self.config, self.capacity, request.demand)
-        running = next((t for t in self.tasks if t.pid == request.pid and self._alive(t)), None)
-        if running is not None:
+        running = self.tasks.with_pid(request.pid)
+        if running is not None and self._alive(running):
             # Its client lost the reply (a daemon restart) and asked again: it already runs.
             yield self._started_reply(running)
             return

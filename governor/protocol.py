@@ -36,7 +36,9 @@ Operations; every field is checked and unknown fields are refused:
   "held_by", ...}}`` now and whenever its place changes, and the connection stays open; closing
   it leaves the queue. With ``"wait": false`` (default true) it answers ``would_wait`` instead.
   The last line is the started task: ``{"task": str, "group": str, "cgroup": str,
-  "limits": {file: value}}``.
+  "limits": {file: value}}``; the server then closes the connection (as after a ``watch``).
+  A pid that already runs as a task gets that task back, so a client that lost the reply may
+  simply ask again.
 - ``{"op": "status"}``. Reply payload: ``{"status": {...}}`` (schema in README).
 - ``{"op": "watch", "interval": number}`` (interval optional, 0.2–10 s, default 1): a stream of
   ``{"ok": true, "status": {...}}`` lines, the first at once, then one per interval, until the

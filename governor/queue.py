@@ -1,4 +1,4 @@
-"""Tasks waiting for admission, as the daemon holds them and as clients see them. Pure.
+"""Tasks waiting for admission, as the daemon holds them and as clients see them. No I/O.
 
 An :class:`Entry` is one waiting ``governor run``: its task (not started yet), when it
 queued, and the event that wakes its connection when its place changes or it is decided.

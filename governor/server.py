@@ -221,8 +221,9 @@ class ControlServer:
         task = asyncio.current_task()
         self._streams.add(task)
         payloads = self.handler.stream(request, peer)
-        # A streaming client sends nothing more: any input, or its end, means it is gone.
-        gone = asyncio.ensure_future(reader.read(1))
+        # The end of the client's input means it is gone (a Ctrl-C'd `governor run` leaves the
+        # queue at once); anything it sends meanwhile is not a request and is dropped.
+        gone = asyncio.ensure_future(_until_eof(reader))
         step: asyncio.Future | None = None
         try:
             while True:
@@ -252,6 +253,11 @@ class ControlServer:
                 await asyncio.gather(step, return_exceptions=True)
             await payloads.aclose()
             self._streams.discard(task)
+
+
+async def _until_eof(reader: asyncio.StreamReader) -> None:
+    while await reader.read(4096):
+        pass
 
 
 def _peer_credentials(sock: socket.socket) -> Peer:

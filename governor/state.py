@@ -55,15 +55,25 @@ class Tasks:
 
     def __init__(self) -> None:
         self._tasks: dict[str, Task] = {}
+        self._by_pid: dict[int, str] = {}
 
     def add(self, task: Task) -> None:
         self._tasks[task.id] = task
+        self._by_pid[task.pid] = task.id
 
     def remove(self, task_id: str) -> Task | None:
-        return self._tasks.pop(task_id, None)
+        task = self._tasks.pop(task_id, None)
+        if task is not None and self._by_pid.get(task.pid) == task_id:
+            del self._by_pid[task.pid]
+        return task
 
     def get(self, task_id: str) -> Task | None:
         return self._tasks.get(task_id)
+
+    def with_pid(self, pid: int) -> Task | None:
+        """The task launched as process ``pid``, if one is running."""
+        task_id = self._by_pid.get(pid)
+        return None if task_id is None else self._tasks.get(task_id)
 
     def __iter__(self) -> Iterator[Task]:
         return iter(list(self._tasks.values()))

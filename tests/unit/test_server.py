@@ -310,9 +310,10 @@ def test_a_streamed_launch_sends_each_line_and_a_client_that_leaves_closes_its_s
                     break
                 await asyncio.sleep(0.01)
             left = list(handler.left)
-            # Another waits and gets the task when admitted; the connection then ends.
+            # Another waits and gets the task when admitted, though it sent a stray line meanwhile;
+            # the connection then ends.
             reader, writer = await asyncio.open_unix_connection(str(tmp_path / "g.sock"))
-            writer.write(launch)
+            writer.write(launch + STATUS)
             first = json.loads(await reader.readline())
             handler.admit.set()
             second = json.loads(await reader.readline())
