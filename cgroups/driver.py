@@ -47,6 +47,9 @@ class Driver:
     def __init__(self) -> None:
         # rel → diff key → value the kernel accepted.
         self._written: dict[str, dict[Hashable, str]] = {}
+        # rel → the limits last applied there in full: the same limits again write nothing and
+        # need no diff (most groups, on most refills).
+        self._applied: dict[str, CgroupLimits] = {}
 
     def apply(self, rel: str, limits: CgroupLimits) -> list[str]:
         """Bring cgroup ``rel`` to ``limits``, writing only the files whose value differs from
@@ -60,7 +63,7 @@ class Driver:
                 record keeps the old value for every refused file.
             CgroupReadError: a value needed for a write could not be read (v1 cpusets).
         """
-        written, errors = self._apply_one(rel, limits)
+        written, errors = self._apply_changed(rel, limits)
         if errors:
             raise errors[0]
         return written
@@ -74,7 +77,7 @@ class Driver:
         """
         report = ApplyReport()
         for rel, limits in planned.items():
-            written, errors = self._apply_one(rel, limits)
+            written, errors = self._apply_changed(rel, limits)
             report.written += len(written)
             report.errors += [e for e in errors if not e.vanished]
         return report
@@ -91,8 +94,9 @@ class Driver:
     def forget(self, rel: str) -> None:
         """Drop the record of ``rel`` and of every cgroup below it (after removing them)."""
         gone = _normal(rel)
-        for key in [k for k in self._written if k == gone or k.startswith(gone + "/") or not gone]:
-            del self._written[key]
+        for record in (self._written, self._applied):
+            for key in [k for k in record if k == gone or k.startswith(gone + "/") or not gone]:
+                del record[key]
 
     def files(self, limits: CgroupLimits) -> dict[str, str]:
         """The kernel files and values ``limits`` become in this mode."""
@@ -106,6 +110,17 @@ class Driver:
         """The file whose changes tell that ``rel`` emptied (v2 ``cgroup.events``), or None
         where the kernel has none (v1: watch the pid instead)."""
         return None
+
+    def _apply_changed(self, rel: str, limits: CgroupLimits) -> tuple[list[str], list[CgroupError]]:
+        key = _normal(rel)
+        if self._applied.get(key) == limits:
+            return [], []
+        written, errors = self._apply_one(rel, limits)
+        if errors:
+            self._applied.pop(key, None)
+        else:
+            self._applied[key] = limits
+        return written, errors
 
     def _apply_one(self, rel: str, limits: CgroupLimits) -> tuple[list[str], list[CgroupError]]:
         raise NotImplementedError

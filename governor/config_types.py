@@ -9,6 +9,7 @@ import math
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from governor.errors import ConfigError
 from governor.units import format_size
@@ -216,4 +217,9 @@ class Config:
         return None
 
     def _explicit(self, name: str) -> GroupRule | None:
-        return next((rule for rule in self.groups if rule.name == name), None)
+        return self._by_name.get(name)
+
+    @cached_property
+    def _by_name(self) -> dict[str, GroupRule]:
+        # Every refill asks each group's weight: a dict, not a scan of the rules.
+        return {rule.name: rule for rule in self.groups}

@@ -236,7 +236,7 @@ class Daemon:
         if self._closing:
             return
         waiting = [Waiting(e.task.id, e.task.group, e.task.demand) for e in self.queue.values() if not e.decided]
-        counts = {g: len(ts) for g, ts in self.tasks.groups().items()}
+        counts = self.tasks.counts()
         weights = {w.group: self._weight(w.group) for w in waiting}
         self.admission = admit(self.capacity, self.tasks.demands(), counts, weights, waiting)
         starting = [self.queue[task_id] for task_id in self.admission.admitted]
@@ -369,7 +369,7 @@ class Daemon:
 
     def _remove_cgroup(self, task: Task) -> None:
         rels = [task.cgroup]
-        if task.group not in self.tasks.groups():
+        if task.group not in self.tasks.counts():
             rels.append(task.group)
         for rel in rels:
             self.usage.pop(rel, None)
@@ -449,7 +449,7 @@ class Daemon:
 
     def _summary(self) -> str:
         waiting = f", {len(self.queue)} waiting" if self.queue else ""
-        return (f"{len(self.tasks)} task(s) in {len(self.tasks.groups())} group(s){waiting}; "
+        return (f"{len(self.tasks)} task(s) in {len(self.tasks.counts())} group(s){waiting}; "
                 f"last filling: {self.filling['trigger']}")
 
     # ── the event loop ────────────────────────────────────────────────────────────────────

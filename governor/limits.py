@@ -124,11 +124,11 @@ def group_limits(
         name: proportional_weights({g: _device_share(a, name, capacity) for g, a in allocations.items()})
         for name in io_devices if io_sharing.get(name, "io.max") != "io.max"
     }
+    fallback = {name: device for name, device in io_devices.items() if name not in io_weights}
     result = {}
     for group, allocation in allocations.items():
         weighted = tuple(IoWeight(io_devices[name], weights[group], io_sharing[name])
                          for name, weights in io_weights.items())
-        fallback = {name: device for name, device in io_devices.items() if name not in io_weights}
         result[group] = CgroupLimits(
             cpu_weight=cpu_weights[group],
             cpuset_cpus=cores.get(group),

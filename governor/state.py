@@ -51,20 +51,35 @@ class Task:
 
 
 class Tasks:
-    """Running tasks by id, with per-group views. Insertion order is launch order."""
+    """Running tasks by id, with per-group views. Insertion order is launch order.
+
+    Each group's summed demand D_g is kept per group and recomputed only for a group whose tasks
+    changed, so a refill on a host of thousands of tasks does not sum them all again.
+    """
 
     def __init__(self) -> None:
         self._tasks: dict[str, Task] = {}
         self._by_pid: dict[int, str] = {}
+        self._groups: dict[str, dict[str, Task]] = {}
+        self._sums: dict[str, dict[str, float]] = {}
 
     def add(self, task: Task) -> None:
         self._tasks[task.id] = task
         self._by_pid[task.pid] = task.id
+        self._groups.setdefault(task.group, {})[task.id] = task
+        self._sums.pop(task.group, None)
 
     def remove(self, task_id: str) -> Task | None:
         task = self._tasks.pop(task_id, None)
-        if task is not None and self._by_pid.get(task.pid) == task_id:
+        if task is None:
+            return None
+        if self._by_pid.get(task.pid) == task_id:
             del self._by_pid[task.pid]
+        members = self._groups[task.group]
+        del members[task_id]
+        if not members:
+            del self._groups[task.group]
+        self._sums.pop(task.group, None)
         return task
 
     def get(self, task_id: str) -> Task | None:
@@ -82,20 +97,23 @@ class Tasks:
         return len(self._tasks)
 
     def groups(self) -> dict[str, list[Task]]:
-        """Group → its tasks, for groups with at least one task, in first-launch order."""
-        result: dict[str, list[Task]] = {}
-        for task in self._tasks.values():
-            result.setdefault(task.group, []).append(task)
-        return result
+        """Group → its tasks, for groups with at least one task, in the order the groups got
+        their first task."""
+        return {group: list(members.values()) for group, members in self._groups.items()}
+
+    def counts(self) -> dict[str, int]:
+        """Group → how many tasks it runs."""
+        return {group: len(members) for group, members in self._groups.items()}
 
     def demands(self) -> dict[str, dict[str, float]]:
-        """Group → D_g, the sum of its tasks' declared demands."""
-        result: dict[str, dict[str, float]] = {}
-        for task in self._tasks.values():
-            total = result.setdefault(task.group, {})
-            for resource, amount in task.demand.items():
-                total[resource] = total.get(resource, 0.0) + amount
-        return result
+        """Group → D_g, the sum of its tasks' declared demands (shared: do not modify)."""
+        for group in self._groups.keys() - self._sums.keys():
+            total: dict[str, float] = {}
+            for task in self._groups[group].values():
+                for resource, amount in task.demand.items():
+                    total[resource] = total.get(resource, 0.0) + amount
+            self._sums[group] = total
+        return {group: self._sums[group] for group in self._groups}
 
 
 class TaskStore:

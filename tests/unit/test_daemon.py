@@ -18,7 +18,7 @@ from cgroups.limits import v2_files
 from governor.errors import CgroupReadError, CgroupWriteError, RequestError
 from governor.protocol import (ExplainRequest, LaunchRequest, Peer, ReloadRequest, SetWeightRequest, StatusRequest,
                                WatchRequest)
-from governor.state import Task, TaskStore
+from governor.state import Task, Tasks, TaskStore
 
 GONE_PID = 999_999
 CONFIG = """
@@ -166,10 +166,10 @@ def test_a_refill_after_a_start_writes_group_files_not_the_other_tasks(daemon):
 
 
 def test_a_refused_write_keeps_the_value_in_force_and_raises_an_error_event(daemon):
-    launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+    launch(daemon, 100, group="A", cpu=0.5, memory=GIB)
     before = daemon.hierarchy.driver.in_force("A")
     daemon.hierarchy.driver.refuse.add("A")
-    launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
+    launch(daemon, 200, group="B", cpu=2.0, memory=GIB)  # A: 0.5 core, B 1.5: A's weight would drop
     status = daemon.status()
     assert status["groups"]["A"]["limits"] == before
     assert any(e["kind"] == "error" and "EBUSY" in e["message"] for e in status["events"])
@@ -401,3 +401,14 @@ def test_a_client_that_asks_again_for_its_running_pid_gets_the_same_task(daemon)
     first = launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
     again = launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
     assert again["task"] == first["task"] and len(daemon.tasks) == 1
+
+
+def test_group_demands_follow_adds_and_removes():
+    tasks = Tasks()
+    for task_id, group, cpu in (("1", "A", 1.0), ("2", "A", 0.5), ("3", "B", 2.0)):
+        tasks.add(Task(task_id, group, int(task_id) * 100, 0, "root", (), {"cpu": cpu, "memory": GIB}, 0.0))
+    assert tasks.demands() == {"A": {"cpu": 1.5, "memory": 2 * GIB}, "B": {"cpu": 2.0, "memory": GIB}}
+    tasks.remove("1")
+    tasks.remove("3")
+    assert tasks.demands() == {"A": {"cpu": 0.5, "memory": GIB}}
+    assert tasks.counts() == {"A": 1} and tasks.with_pid(200).id == "2" and tasks.with_pid(100) is None
