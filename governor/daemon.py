@@ -299,7 +299,7 @@ class Daemon:
         groups = [GroupDemand(g, d, weight=self._weight(g), tasks=1) for g, d in demands.items()]
         self.allocation = progressive_filling(self.capacity, groups) if groups else None
         got = self.allocation.groups if self.allocation else {}
-        planned = {"": root_limits(self.capacity, io_devices=self.io_devices)}
+        planned = {"": root_limits(self.capacity)}
         planned.update(group_limits(
             self.capacity, {g: a.allocation for g, a in got.items()}, demands,
             io_devices=self.io_devices, io_sharing=self.io_sharing, cpu_mode=self.config.cpu_enforcement,

@@ -11,6 +11,7 @@ import re
 import socket
 import sys
 import time
+from pathlib import Path
 
 from daemon_harness import BUSY, MIB, Governor
 
@@ -276,6 +277,47 @@ def io_write_held_to_io_max(tmp_path, device: str) -> None:
         assert abs(rate - 8 * MIB) <= 0.15 * 8 * MIB
     finally:
         gov.close()
+
+
+IO_COST_MODEL = ("{dev} ctrl=user model=linear rbps=8388608 rseqiops=2048 rrandiops=2048 "
+                 "wbps=8388608 wseqiops=2048 wrandiops=2048")
+WRITER = ("while [ ! -e {flag} ]; do sleep 0.05; done; "
+          "exec timeout -s INT 4 dd if=/dev/zero of={device} bs=256k count=256 seek={seek} oflag=direct")
+
+
+def io_weight_shares_a_busy_disk(tmp_path, device: str, cgroup_mount) -> None:
+    """Where the disk has io.cost (enabled here by the test, as an administrator would, with a
+    linear model of 8M/s), I/O guarantees are io.weight, not hard limits. A (weight 3) and B
+    (weight 1) both declare 8M/s of writes on an 8M/s disk: DRF guarantees 6M/s and 2M/s, and
+    two writers started together share the disk about 3 : 1."""
+    dev = (Path("/sys/class/block") / Path(device).name / "dev").read_text().strip()
+    (cgroup_mount / "io.cost.model").write_text(IO_COST_MODEL.format(dev=dev))
+    (cgroup_mount / "io.cost.qos").write_text(f"{dev} enable=1 ctrl=user rpct=0 rlat=0 wpct=0 wlat=0 min=100 max=100")
+    io = f'[[capacity.io]]\ndevice = "{device}"\nread = "8M"\nwrite = "8M"\n'
+    gov = Governor(tmp_path, config(cpu=2.0, io=io).replace("[groups.A]\n", "[groups.A]\nweight = 3\n"))
+    flag = tmp_path / "go"
+    try:
+        [sharing] = gov.status()["daemon"]["io_sharing"].values()
+        writers = {group: gov.run(group, ["sh", "-c", WRITER.format(flag=flag, device=device, seek=seek)],
+                                  cpus=0.5, memory="64M", io_write="8M")
+                   for group, seek in (("A", 0), ("B", 128))}
+        weights = {g: gov.limit_file(g, "io.weight").split()[-1] for g in writers}
+        guarantees = {g: gov.status()["groups"][g]["allocation"][f"io.{Path(device).name}.write"] for g in writers}
+        flag.touch()
+        rates = {}
+        for group, writer in writers.items():
+            _, report = writer.communicate(timeout=120)
+            copied, seconds = re.search(r"(\d+) bytes .* copied, ([\d.]+) s", report).groups()
+            rates[group] = int(copied) / float(seconds)
+        print(f"\nio.cost on {device}: guarantees A {guarantees['A'] / MIB:.1f}, B {guarantees['B'] / MIB:.1f} MiB/s "
+              f"(io.weight {weights['A']} : {weights['B']}); measured A {rates['A'] / MIB:.2f}, "
+              f"B {rates['B'] / MIB:.2f} MiB/s")
+        assert sharing == "io.weight"
+        assert abs(guarantees["A"] - 6 * MIB) < 1 and abs(guarantees["B"] - 2 * MIB) < 1
+        assert rates["A"] >= 2 * rates["B"], rates
+    finally:
+        gov.close()
+        (cgroup_mount / "io.cost.qos").write_text(f"{dev} enable=0")
 
 
 def metrics_scrape(tmp_path) -> None:

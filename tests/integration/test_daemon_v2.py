@@ -59,3 +59,10 @@ def test_io_max_holds_direct_writes(tmp_path):
     if not disks:
         pytest.skip("no scratch disk (VMLAB_DISKS=64 gives the VM /dev/vda)")
     scenarios.io_write_held_to_io_max(tmp_path, disks[0])
+
+
+def test_io_weight_shares_a_busy_disk_where_io_cost_is_on(tmp_path):
+    disks = os.environ.get("VMLAB_DISK_DEVS", "").split()
+    if not disks:
+        pytest.skip("no scratch disk (VMLAB_DISKS=64 gives the VM /dev/vda)")
+    scenarios.io_weight_shares_a_busy_disk(tmp_path, disks[0], detect.CGROUP_ROOT)
