@@ -4,6 +4,13 @@ import os
 
 import pytest
 import scenarios
+from kernel_cases import (  # noqa: F401  (collected here, under this module's marker)
+    test_an_idle_groups_share_is_lent_and_comes_back,
+    test_cores_shrink_and_grow_while_tasks_run,
+    test_cpu_follows_drf_under_contention_and_a_stopped_groups_share_flows_back,
+    test_hard_memory_limit_kills_only_the_offender,
+    test_memory_is_admitted_in_drf_order_and_never_squeezed,
+)
 
 from cgroups import detect
 
@@ -29,29 +36,8 @@ def _needs_v2():
         pytest.skip(reason)
 
 
-def test_cpu_follows_drf_under_contention_and_a_stopped_groups_share_flows_back(tmp_path):
-    scenarios.drf_cpu_shares_and_refill_on_stop(tmp_path)
-
-
-def test_an_idle_groups_share_is_lent_and_comes_back(tmp_path):
-    scenarios.work_conservation(tmp_path)
-
-
-@pytest.mark.parametrize("enforcement", ["soft", "hard"])
-def test_memory_is_admitted_in_drf_order_and_never_squeezed(tmp_path, enforcement):
-    scenarios.memory_is_admitted_never_squeezed(tmp_path, enforcement=enforcement)
-
-
-def test_cores_shrink_and_grow_while_tasks_run(tmp_path):
-    scenarios.cores_shrink_and_grow_while_tasks_run(tmp_path)
-
-
 def test_memory_high_throttles_without_killing(tmp_path):
     scenarios.memory_soft_limit_throttles_without_killing(tmp_path, v2=True)
-
-
-def test_hard_memory_limit_kills_only_the_offender(tmp_path):
-    scenarios.memory_hard_limit_kills_only_the_offender(tmp_path)
 
 
 def test_io_max_holds_direct_writes(tmp_path):

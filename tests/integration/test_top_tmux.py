@@ -130,7 +130,7 @@ def test_top_shows_real_shares_expands_sorts_reconnects_resizes_and_quits(tmp_pa
 
         pane.keys("q")
         deadline = time.monotonic() + 10
-        while not pane.dead()[0]:
+        while pane.dead()[1] == "":  # dead, and tmux has its exit status
             assert time.monotonic() < deadline, f"governor top did not quit:\n{pane.text()}"
             time.sleep(0.2)
         assert pane.dead() == (True, "0")

@@ -1,0 +1,26 @@
+"""Real-kernel cases shared by test_daemon_v1 (native) and test_daemon_v2 (VM): each module
+imports them, so they run under that module's marker and its skip check."""
+
+import pytest
+import scenarios
+
+
+def test_cpu_follows_drf_under_contention_and_a_stopped_groups_share_flows_back(tmp_path):
+    scenarios.drf_cpu_shares_and_refill_on_stop(tmp_path)
+
+
+def test_an_idle_groups_share_is_lent_and_comes_back(tmp_path):
+    scenarios.work_conservation(tmp_path)
+
+
+@pytest.mark.parametrize("enforcement", ["soft", "hard"])
+def test_memory_is_admitted_in_drf_order_and_never_squeezed(tmp_path, enforcement):
+    scenarios.memory_is_admitted_never_squeezed(tmp_path, enforcement=enforcement)
+
+
+def test_cores_shrink_and_grow_while_tasks_run(tmp_path):
+    scenarios.cores_shrink_and_grow_while_tasks_run(tmp_path)
+
+
+def test_hard_memory_limit_kills_only_the_offender(tmp_path):
+    scenarios.memory_hard_limit_kills_only_the_offender(tmp_path)
