@@ -164,8 +164,8 @@ class Daemon:
         try:
             self._settle(f"launch of task {task.id}")
             if not entry.decided and not request.wait:
-                raise RequestError("would_wait", self._waiting_line(task.id))
-            if not entry.decided:
+                entry.decide(error=RequestError("would_wait", self._waiting_line(task.id)))
+            elif not entry.decided:
                 self._event("queued", f"task {task.id} queued: user {who.user}, group {group}, "
                                       f"demand {_vector(demand)}; {self._waiting_line(task.id)}")
             shown = None

@@ -367,6 +367,7 @@ def test_no_wait_refuses_at_once_and_leaves_nothing(daemon):
         launch(daemon, 200, group="B", cpu=1.0, memory=2 * GIB, wait=False)
     assert caught.value.code == "would_wait" and "held by A 3.0G" in caught.value.message
     assert not daemon.queue and "B" not in daemon.hierarchy.driver.cgroups
+    assert [e["kind"] for e in daemon.events if e["kind"] in ("queued", "left_queue")] == []
 
 
 def test_a_client_that_leaves_the_queue_leaves_nothing(daemon):
