@@ -71,10 +71,19 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
             "queue": queue}
 
 
+# Use is sampled over one second: a group at its guarantee reads a little above it half the
+# time. Less than this fraction of the guarantee above it is not borrowing.
+BORROW_NOISE = 0.02
+
+
 def _borrowed(used: Mapping[str, float], guarantee: Mapping[str, float]) -> dict[str, float]:
     """Use above the guarantee, for the compressible resources (memory is admitted, not lent)."""
-    return {r: amount - float(guarantee.get(r, 0.0)) for r, amount in used.items()
-            if r != "memory" and amount > float(guarantee.get(r, 0.0))}
+    result = {}
+    for resource, amount in used.items():
+        floor = float(guarantee.get(resource, 0.0))
+        if resource != "memory" and amount > floor * (1 + BORROW_NOISE):
+            result[resource] = amount - floor
+    return result
 
 
 def _task(task, in_force: Callable[[str], dict[str, str]], usage: Mapping[str, Mapping[str, float]]) -> dict:

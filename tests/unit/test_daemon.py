@@ -413,3 +413,13 @@ def test_group_demands_follow_adds_and_removes():
     tasks.remove("3")
     assert tasks.demands() == {"A": {"cpu": 0.5, "memory": GIB}}
     assert tasks.counts() == {"A": 1} and tasks.with_pid(200).id == "2" and tasks.with_pid(100) is None
+
+
+def test_borrowed_is_use_above_the_guarantee_beyond_sampling_noise():
+    from governor.status import _borrowed
+
+    guarantee = {"cpu": 0.5, "memory": GIB, "io.sda.write": 100.0}
+    used = {"cpu": 0.9, "memory": 2 * GIB, "io.sda.write": 100.5}
+    assert _borrowed(used, guarantee) == pytest.approx({"cpu": 0.4})  # memory is never lent
+    assert _borrowed({"cpu": 0.505}, guarantee) == {}  # 1 % above: the sample's noise
+    assert _borrowed({"cpu": 0.1}, {}) == {"cpu": 0.1}
