@@ -15,7 +15,8 @@ bytes/s; times in Unix seconds)::
      "filling": {"at": float | null, "trigger": str, "duration_ms": float},
      "groups": {name: {"weight": float,
                        "demand": {res: amount},       # cap: sum of its running tasks' declarations
-                       "allocation": {res: amount},   # guarantee
+                       "allocation": {res: amount},   # DRF's answer
+                       "guarantee": {res: amount},    # what the kernel protects
                        "usage": {res: amount},        # use, measured
                        "borrowed": {res: amount},     # use above the guarantee (never memory)
                        "lambda": float, "dominant_resources": [res], "dominant_share": float,
@@ -123,7 +124,7 @@ def groups_table(groups: Mapping[str, dict]) -> Table:
 
 def resources_table(groups: Mapping[str, dict], resources: list[str]) -> Table:
     """Per group, one line per resource it has a cap, guarantee or use of: cap (its tasks'
-    declarations), guarantee (its DRF allocation), measured use, and what it borrows (use above
+    declarations), guarantee (its DRF allocation; all its admitted memory), measured use, and what it borrows (use above
     the guarantee, ``—`` when none). Groups with none of these are left out."""
     table = Table(title="Cap, guarantee and use", title_justify="left",
                   caption="cpu in cores; borrowed: use above the guarantee, from idle capacity")
@@ -131,12 +132,13 @@ def resources_table(groups: Mapping[str, dict], resources: list[str]) -> Table:
     table.add_column("resource")
     for column in ("cap", "guarantee", "use", "borrowed"):
         table.add_column(column, justify="right")
-    vectors = ("demand", "allocation", "usage", "borrowed")
     for name, group in groups.items():
-        shown = [r for r in resources if any((group.get(v) or {}).get(r) for v in vectors)]
+        vectors = [group.get("demand") or {}, view.guarantee(group), group.get("usage") or {},
+                   group.get("borrowed") or {}]
+        shown = [r for r in resources if any(v.get(r) for v in vectors)]
         for i, resource in enumerate(shown):
             table.add_row(name if i == 0 else "", view.label(resource),
-                          *(view.amount(resource, (group.get(v) or {}).get(resource)) for v in vectors),
+                          *(view.amount(resource, v.get(resource)) for v in vectors),
                           end_section=i == len(shown) - 1)
     return table
 

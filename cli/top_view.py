@@ -157,7 +157,7 @@ def _groups_table(state: TopState, status: dict, names: list[str], selected: str
     for resource in resources:
         key = resource if resource in ("cpu", "memory") else "io"
         columns.append((key, f"{_short_label(resource)} g/u", "right", [
-            f"{_short(resource, groups[n].get('allocation', {}).get(resource))}/"
+            f"{_short(resource, view.guarantee(groups[n]).get(resource))}/"
             f"{_short(resource, groups[n].get('usage', {}).get(resource))}" for n in names]))
     columns.append(("borrow", "borrow", "left", [_borrowed(groups[n].get("borrowed") or {}) for n in names]))
     columns.append(("pressure", "pressure", "left", [_pressure(groups[n].get("pressure", {})) for n in names]))

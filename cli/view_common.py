@@ -28,6 +28,12 @@ def resources(status: dict) -> list[str]:
     return list(seen)
 
 
+def guarantee(group: dict) -> dict:
+    """A group's guarantee (resource → amount): ``guarantee``, or from a daemon that does not
+    send it, its ``allocation``."""
+    return group.get("guarantee") or group.get("allocation") or {}
+
+
 def label(resource: str) -> str:
     """``io.nvme0n1.read`` → ``nvme0n1 read`` (the /s on the amounts says it is I/O)."""
     if resource.startswith("io.") and resource.count(".") >= 2:

@@ -34,9 +34,10 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
         queue: the waiting tasks (:func:`governor.queue.queue_view`).
         events: recent events, oldest first: ``at`` (unix s), ``kind``, ``message``.
 
-    Per group, ``allocation`` is its guarantee, ``demand`` (the sum of its tasks'
-    declarations) its cap, ``usage`` what it uses, and ``borrowed`` what it uses above its
-    guarantee (idle shares of others, work-conserving; compressible resources only).
+    Per group, ``allocation`` is its DRF allocation and ``guarantee`` what the kernel protects:
+    the allocation for CPU and I/O, all its admitted memory (``memory.low``); ``demand`` (the
+    sum of its tasks' declarations) is its cap, ``usage`` what it uses, and ``borrowed`` what
+    it uses above its guarantee (idle shares of others, work-conserving; CPU and I/O only).
     ``fair_level`` is the highest dominant share / weight among the groups: the water level at
     which the last filling stopped the groups a saturated resource held back.
     """
@@ -55,6 +56,7 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
             "weight": float(got.weight) if got else 1.0,
             "demand": dict(demands[name]),
             "allocation": {r: float(v) for r, v in got.allocation.items()} if got else {},
+            "guarantee": _guarantee(got.allocation if got else {}, demands[name]),
             "lambda": float(got.tasks) if got else 0.0,
             "dominant_resources": list(got.dominant_resources) if got else [],
             "dominant_share": float(got.dominant_share) if got else 0.0,
@@ -69,6 +71,15 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
     return {"daemon": daemon, "capacity": dict(capacity), "allocated": allocated, "used": used,
             "filling": dict(filling), "fair_level": fair_level, "events": events, "groups": groups,
             "queue": queue}
+
+
+def _guarantee(allocation: Mapping[str, float], demand: Mapping[str, float]) -> dict[str, float]:
+    """What the kernel protects for the group: its allocation for the compressible resources,
+    and all of its admitted (declared) memory, which ``memory.low`` protects."""
+    guarantee = {r: float(v) for r, v in allocation.items()}
+    if demand.get("memory"):
+        guarantee["memory"] = float(demand["memory"])
+    return guarantee
 
 
 # Use is sampled over one second: a group at its guarantee reads a little above it half the

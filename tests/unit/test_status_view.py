@@ -132,3 +132,11 @@ def test_a_status_from_an_older_daemon_without_the_new_keys_renders(width):
     assert "Queue" not in text and "io nvme0n1" not in text and "fallback" not in text
     assert rows(text, "physics")[1] == ["physics", "cpu", "10", "8", "8.4", "—"]  # no borrowed key: —
     assert "physics: 2 tasks" in text
+
+
+def test_the_guarantee_column_shows_what_the_kernel_protects_all_admitted_memory():
+    status = copy.deepcopy(STATUS)
+    physics = status["groups"]["physics"]
+    physics["guarantee"] = {**physics["allocation"], "memory": physics["demand"]["memory"]}
+    text = render(status, 120)
+    assert ["", "memory", "16.0G", "16.0G", "11.0G", "—"] in rows(text, "")  # not λ · 16G = 12.8G
