@@ -241,6 +241,7 @@ def test_status_reports_groups_tasks_and_the_last_filling(daemon):
     status = asyncio.run(daemon.handle(StatusRequest(), Peer(pid=1, uid=1000, gid=1000)))["status"]
     group = status["groups"]["A"]
     assert group["lambda"] == 1.0 and group["stop"] == "demand met"
+    assert group["guarantee"] == {"cpu": 1.0, "memory": float(GIB)}
     assert group["tasks"][0]["pid"] == 100 and group["tasks"][0]["limits"]["cpu.max"] == "100000 100000"
     assert status["allocated"]["cpu"] == 1.0 and status["capacity"] == {"cpu": 2.0, "memory": 4.0 * GIB}
     assert status["filling"]["trigger"] == "launch of task 1"
