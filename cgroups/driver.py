@@ -112,6 +112,8 @@ class Driver:
         return None
 
     def _apply_changed(self, rel: str, limits: CgroupLimits) -> tuple[list[str], list[CgroupError]]:
+        if self._applied.get(rel) is limits:  # the planner reuses an unchanged group's limits
+            return [], []
         key = _normal(rel)
         if self._applied.get(key) == limits:
             return [], []

@@ -13,8 +13,9 @@ Allocations are guarantees, declarations are caps::
 Under full contention CFS gives each group ``capacity × w_g / Σ w = A_g`` (the weights are
 proportional to the allocation and the allocations add up to the capacity of a saturated
 resource); what a group leaves idle the others use up to their caps, and it comes back within
-a scheduling period. Only ratios matter, so group weights are normalised to the largest
-(10000) and a refill that raises every share alike writes nothing.
+a scheduling period. Only ratios matter, so the scale of the group weights is chosen to keep
+as many weights in force as it can (:func:`proportional_weights`): a refill after one launch or
+exit writes a few files, not one per group.
 
 Resources are named as in the allocator: ``cpu`` (cores), ``memory`` (bytes),
 ``io.<device>.read`` / ``io.<device>.write`` (bytes/s).
@@ -23,7 +24,7 @@ Resources are named as in the allocator: ``cpu`` (cores), ``memory`` (bytes),
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Literal
 
 from cgroups.limits import DEFAULT_PERIOD_USEC, CgroupLimits, IoMax, IoWeight
@@ -98,6 +99,8 @@ def group_limits(
     io_sharing: Mapping[str, IoSharing],
     cpu_mode: Literal["quota", "cores"] = "quota",
     cpus: Sequence[int] = (),
+    previous: Mapping[str, CgroupLimits] | None = None,
+    met: Collection[str] = (),
 ) -> dict[str, CgroupLimits]:
     """Each group's guarantee.
 
@@ -112,42 +115,140 @@ def group_limits(
         cpu_mode: ``"cores"`` also pins groups to disjoint whole cores taken from ``cpus``
             (largest remainder of A_g,cpu); not work-conserving by nature.
         cpus: the CPU numbers governor may hand out in ``"cores"`` mode.
+        previous: group → the limits in force, so that weights are rewritten only where the
+            ratios need it (see :func:`proportional_weights`).
+        met: the groups whose allocation is their whole demand.
 
     Returns:
         group → limits, in the order of ``allocations``: ``cpu.weight`` ∝ A_g,cpu (the largest
-        10000, a zero allocation 1), ``memory.low`` = D_g,memory, and per device either an
+        5000..10000, a zero allocation 1), ``memory.low`` = D_g,memory, and per device either an
         ``io.weight`` ∝ the group's share of the device (read share + write share) or
         ``io.max`` = A_g.
     """
-    cpu_weights = proportional_weights({g: a.get("cpu", 0.0) for g, a in allocations.items()})
-    cores = assign_cores({g: a.get("cpu", 0.0) for g, a in allocations.items()}, cpus) if cpu_mode == "cores" else {}
+    previous = previous or {}
+    cpu = {g: a.get("cpu", 0.0) for g, a in allocations.items()}
+    cpu_weights = proportional_weights(
+        cpu, previous={g: p.cpu_weight for g, p in previous.items() if p.cpu_weight is not None}, met=met)
+    cores = assign_cores(cpu, cpus) if cpu_mode == "cores" else {}
     io_weights = {
-        name: proportional_weights({g: _device_share(a, name, capacity) for g, a in allocations.items()})
-        for name in io_devices if io_sharing.get(name, "io.max") != "io.max"
+        name: proportional_weights(
+            {g: _device_share(a, name, capacity) for g, a in allocations.items()},
+            previous={g: w.weight for g, p in previous.items() for w in p.io_weight if w.device == device},
+            met=met)
+        for name, device in io_devices.items() if io_sharing.get(name, "io.max") != "io.max"
     }
     fallback = {name: device for name, device in io_devices.items() if name not in io_weights}
     result = {}
     for group, allocation in allocations.items():
         weighted = tuple(IoWeight(io_devices[name], weights[group], io_sharing[name])
-                         for name, weights in io_weights.items())
-        result[group] = CgroupLimits(
-            cpu_weight=cpu_weights[group],
-            cpuset_cpus=cores.get(group),
-            memory_low_bytes=_whole(demands.get(group, {}).get("memory", 0)),
-            io_weight=weighted,
-            io_max=_io_max(allocation, fallback),
-        )
+                         for name, weights in io_weights.items()) if io_weights else ()
+        fields = (cpu_weights[group], cores.get(group), _whole(demands.get(group, {}).get("memory", 0)),
+                  weighted, _io_max(allocation, fallback) if fallback else ())
+        old = previous.get(group)
+        if old is not None and fields == (old.cpu_weight, old.cpuset_cpus, old.memory_low_bytes, old.io_weight,
+                                          old.io_max):
+            result[group] = old  # the same object, so that applying the plan skips it at once
+        else:
+            result[group] = CgroupLimits(cpu_weight=fields[0], cpuset_cpus=fields[1], memory_low_bytes=fields[2],
+                                         io_weight=fields[3], io_max=fields[4])
     return result
 
 
-def proportional_weights(amounts: Mapping[str, float]) -> dict[str, int]:
-    """Kernel weights (1..10000) in the ratios of ``amounts``: the largest gets 10000, a zero
-    amount the minimum 1. Ratios below 1:10000 are rounded up to 1."""
-    top = max(amounts.values(), default=0.0)
+def proportional_weights(
+    amounts: Mapping[str, float],
+    *,
+    previous: Mapping[str, int] | None = None,
+    met: Collection[str] = (),
+) -> dict[str, int]:
+    """Kernel weights (1..10000) in the ratios of ``amounts``, rewriting as few as it can.
+
+    Only ratios matter to the kernel, so any common scale will do as long as the largest
+    weight stays between 2500 and 10000 (rounding then costs at most 0.02 % there). Among
+    them this picks one that keeps the most ``previous`` weights in force (each within 0.2 %
+    or half a unit of its exact value), nearest to the scale that gives the largest 5000
+    (room to move both ways). So a refill after one launch writes a few
+    files, not one per group, whether the launch moved the largest group (the scale follows)
+    or the water level (the groups at the level keep theirs). A group in ``met`` got its whole
+    demand and its tasks' caps bound it, so a weight above its exact value gives it nothing
+    more: it is written at twice that, and stays until it is too low.
+
+    Args:
+        amounts: key → allocation (cores, or a share of a device), ≥ 0.
+        previous: key → the weight in force, if any.
+        met: keys whose allocation equals their demand (paper §4.1, "demand met").
+
+    Returns:
+        key → weight, in the order of ``amounts``; a zero amount gets the minimum 1.
+    """
     low, high = WEIGHT_RANGE
+    top = max(amounts.values(), default=0.0)
     if not top > 0:
         return {key: low for key in amounts}
-    return {key: _clamp(round(amount / top * high)) for key, amount in amounts.items()}
+    previous = previous or {}
+    # Work in fractions of the largest amount, so that no amount is too small or too large to
+    # scale; the scale is then the largest group's weight.
+    fractions = {key: amount / top for key, amount in amounts.items()}
+    kept = _keepers(fractions, previous, met)
+    preferred = high / 2
+    scale = _best_scale(kept.values(), preferred / 2, high, preferred)
+    weights = {}
+    for key, fraction in fractions.items():
+        bounds = kept.get(key)
+        if bounds is not None and bounds[0] <= scale <= bounds[1]:
+            weights[key] = previous[key]
+        else:
+            weights[key] = _clamp(round(fraction * scale * (_MET_HEADROOM if key in met else 1)))
+    return weights
+
+
+# A weight within this fraction (or half a unit) of its exact value is not rewritten.
+_WEIGHT_TOLERANCE = 0.002
+# A group whose demand is met gets this much more weight than it needs when its weight is
+# written, so that the water level can fall to half before it must be rewritten.
+_MET_HEADROOM = 2.0
+
+
+def _keepers(fractions: Mapping[str, float], previous: Mapping[str, int],
+             met: Collection[str]) -> dict[str, tuple[float, float]]:
+    """key → the scales (the largest group's weight) at which its previous weight may stay."""
+    bounds = {}
+    for key, fraction in fractions.items():
+        weight = previous.get(key)
+        if weight is None or not fraction > 0:
+            continue
+        slack = max(0.5, weight * _WEIGHT_TOLERANCE)
+        bounds[key] = (0.0 if key in met else (weight - slack) / fraction, (weight + slack) / fraction)
+    return bounds
+
+
+def _best_scale(intervals: Iterable[tuple[float, float]], lowest: float, highest: float, preferred: float) -> float:
+    """The scale in [lowest, highest] inside the most intervals (a sweep over their ends), the
+    nearest to ``preferred`` among equals."""
+    clamped = [(max(lo, lowest), min(hi, highest)) for lo, hi in intervals]
+    start = max((lo for lo, _ in clamped), default=lowest)
+    end = min((hi for _, hi in clamped), default=highest)
+    if start <= end:  # one scale keeps every weight (most refills): no sweep
+        return min(max(preferred, start), end)
+    ends = []
+    for lo, hi in clamped:
+        if lo <= hi:
+            ends += ((lo, 0), (hi, 1))  # a start sorts before an end at the same scale
+    ends.sort()
+    best, best_count, count, start = preferred, 0, 0, 0.0
+    for at, is_end in ends:
+        if not is_end:
+            count += 1
+            start = at
+            continue
+        if count > best_count or count == best_count and _nearer(preferred, start, at, best):
+            best, best_count = min(max(preferred, start), at), count
+        count -= 1
+        start = at
+    return best
+
+
+def _nearer(preferred: float, start: float, end: float, best: float) -> bool:
+    return abs(min(max(preferred, start), end) - preferred) < abs(best - preferred)
 
 
 def assign_cores(cpu: Mapping[str, float], cpus: Sequence[int]) -> dict[str, str | None]:

@@ -24,9 +24,10 @@ Number = Union[int, float, Fraction]
 Vector = Mapping[str, Number]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class GroupDemand:
-    """One DRF "user".
+    """One DRF "user". (Slotted, not frozen, like :class:`GroupAllocation`: the daemon builds
+    one per group on every refill.)
 
     Attributes:
         name: the group's name (unique within a problem).

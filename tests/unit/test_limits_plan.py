@@ -2,6 +2,8 @@
 declaration its cap (written once), the root capped at the capacity."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from governor.limits import assign_cores, group_limits, proportional_weights, root_limits, task_limits
 
@@ -31,7 +33,8 @@ def test_group_weights_are_proportional_to_the_cpu_allocation():
                                                         "B": {"cpu": 0.544, "memory": 900 * MIB}},
                           {"A": {"cpu": 1.5, "memory": 64 * MIB}, "B": {"cpu": 0.75, "memory": 900 * MIB}},
                           io_devices={}, io_sharing={})
-    assert limits["A"].cpu_weight == 10_000 and limits["B"].cpu_weight == round(0.544 / 0.956 * 10_000)
+    # The largest gets 5000: room to grow and shrink without rewriting the others.
+    assert limits["A"].cpu_weight == 5_000 and limits["B"].cpu_weight == round(0.544 / 0.956 * 5_000)
     assert limits["A"].cpu_quota_usec is None  # a guarantee, not a fence: no group quota
     assert limits["B"].memory_low_bytes == 900 * MIB  # what was admitted is protected
 
@@ -39,9 +42,50 @@ def test_group_weights_are_proportional_to_the_cpu_allocation():
 def test_equal_growth_of_every_share_changes_no_weight():
     before = proportional_weights({"A": 0.25, "B": 0.5})
     after = proportional_weights({"A": 0.5, "B": 1.0})
-    assert before == after == {"A": 5_000, "B": 10_000}
+    assert before == after == {"A": 2_500, "B": 5_000}
     assert proportional_weights({"A": 0.0, "B": 0.0}) == {"A": 1, "B": 1}
     assert proportional_weights({"A": 1e-9, "B": 1.0})["A"] == 1
+
+
+def test_a_new_largest_group_moves_the_scale_not_every_weight():
+    before = proportional_weights({f"g{i}": 0.1 for i in range(50)})
+    after = proportional_weights({**{f"g{i}": 0.1 for i in range(50)}, "new": 0.15}, previous=before)
+    assert {g: w for g, w in after.items() if g != "new"} == before  # 50 groups kept: one file to write
+    assert after["new"] / before["g0"] == pytest.approx(1.5, rel=0.005)
+
+
+def test_a_lower_water_level_rewrites_neither_the_level_groups_nor_the_met_ones():
+    # 10 groups at the level (0.1 core each), 10 whose small demand is met (0.02); one more
+    # group arrives and the level drops to 0.09: the met ones, written with room, keep theirs.
+    level = {f"s{i}": 0.1 for i in range(10)}
+    met = {f"m{i}": 0.02 for i in range(10)}
+    before = proportional_weights({**level, **met}, met=set(met))
+    after = proportional_weights({**{g: 0.09 for g in level}, **met, "new": 0.09}, previous=before, met=set(met))
+    assert {g: w for g, w in after.items() if g != "new"} == before
+    assert after["new"] == before["s0"]
+
+
+@given(st.dictionaries(st.sampled_from("ABCDEFGH"), st.floats(0, 4), min_size=1),
+       st.dictionaries(st.sampled_from("ABCDEFGH"), st.integers(1, 10_000)),
+       st.sets(st.sampled_from("ABCDEFGH")))
+def test_kept_weights_stay_in_the_ratios_of_the_amounts(amounts, previous, met):
+    weights = proportional_weights(amounts, previous=previous, met=met)
+    assert weights.keys() == amounts.keys() and all(1 <= w <= 10_000 for w in weights.values())
+    if max(amounts.values()) > 0:
+        assert max(weights.values()) >= 2_490  # 2500 less the tolerance of a kept weight
+    # Pairs precise enough to compare (weights ≥ 250: rounding ≤ 0.2 %) keep the amounts'
+    # ratio within the tolerances (0.2 % each, 0.2 % rounding each); a met group is not below it.
+    top = max(amounts.values())
+    fractions = {g: a / top for g, a in amounts.items()} if top > 0 else {}
+    exact = [g for g, f in fractions.items() if g not in met and weights[g] >= 250 and f > 0]
+    for a in exact:
+        scale = weights[a] / fractions[a]
+        for b, fraction in fractions.items():
+            if b not in exact and b not in met or fraction * scale < 250:
+                continue
+            ratio = weights[b] / (fraction * scale)
+            assert ratio >= 1 - 0.009 and (b in met or ratio <= 1 + 0.009), (a, b, weights)
+    assert proportional_weights(amounts, previous=weights, met=met) == weights  # stable
 
 
 def test_io_guarantee_is_a_weight_where_the_device_shares_and_a_hard_limit_where_not():
@@ -53,7 +97,7 @@ def test_io_guarantee_is_a_weight_where_the_device_shares_and_a_hard_limit_where
     limits = group_limits(capacity, allocations, allocations, io_devices={"sda": "8:0", "sdb": "8:16"},
                           io_sharing={"sda": "io.weight", "sdb": "io.max"})
     [weight_a], [weight_b] = limits["A"].io_weight, limits["B"].io_weight
-    assert (weight_a.device, weight_a.weight, weight_b.weight) == ("8:0", 10_000, round(0.4 / 0.6 * 10_000))
+    assert (weight_a.device, weight_a.weight, weight_b.weight) == ("8:0", 5_000, round(0.4 / 0.6 * 5_000))
     # sdb has no proportional controller: its guarantee falls back to io.max = A_g.
     assert [(io.device, io.rbps, io.wbps) for io in limits["A"].io_max] == [("8:16", 60, None)]
     assert [(io.device, io.rbps, io.wbps) for io in limits["B"].io_max] == [("8:16", None, 40)]
