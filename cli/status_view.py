@@ -10,7 +10,8 @@ bytes/s; times in Unix seconds)::
 
     {"daemon": {"pid": int, "started": float, "cgroup_mode": "v2" | "v1", "cgroup_root": str,
                 "config": str,
-                "io_sharing": {device: "io.weight" | "io.bfq.weight" | "io.max"}},
+                "io_sharing": {device: "io.weight" | "io.bfq.weight" | "io.max"},
+                "cpu_saturated": bool},          # every group uses its CPU guarantee
      "capacity": {res: amount}, "allocated": {res: amount}, "used": {res: amount},
      "filling": {"at": float | null, "trigger": str, "duration_ms": float},
      "groups": {name: {"weight": float,
@@ -33,7 +34,9 @@ bytes/s; times in Unix seconds)::
 ``allocated`` is the sum of the guarantees. ``io_sharing`` says how each governed block
 device's guarantee is enforced: ``io.weight``/``io.bfq.weight`` are proportional (work-
 conserving); ``io.max`` is the fallback for a device without a proportional controller, where
-guarantees are hard limits. ``queue`` is in admission order (``position`` 1 is next).
+guarantees are hard limits. ``cpu_saturated``: every group uses (nearly) all of its CPU
+guarantee, so nobody has any to lend and each group is held to its own (``cpu.max``) until one
+uses less. ``queue`` is in admission order (``position`` 1 is next).
 
 Resources are ``cpu`` (cores), ``memory`` (bytes) and ``io.<dev>.read``/``io.<dev>.write``
 (bytes/s). Keys not listed here are ignored, so an older CLI can read a newer daemon's status;
@@ -202,6 +205,8 @@ def _header(status: dict, now: float) -> Text:
         text.append(f"\nconfig {daemon['config']}")
     for device, sharing in view.io_sharing(status).items():
         text.append(f"\nio {device}: guarantees by {sharing}")
+    if daemon.get("cpu_saturated"):
+        text.append("\ncpu: every group uses its guarantee; each is held to it until one uses less")
     text.append(f"\n{view.filling(status, now)}")
     return text
 

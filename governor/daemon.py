@@ -44,7 +44,7 @@ from governor.drf import progressive_filling
 from governor.errors import CgroupError, CgroupWriteError, GovernorError, RequestError
 from governor.events import ExitWatcher
 from governor.explain import explain
-from governor.limits import group_limits, root_limits, task_limits
+from governor.limits import SATURATION, cpu_saturated, group_limits, root_limits, task_limits
 from governor.model import DEMAND_MET, Allocation, GroupDemand
 from governor.notify import Notifier
 from governor.protocol import (ExplainRequest, LaunchRequest, Peer, ReloadRequest, SetWeightRequest,
@@ -94,6 +94,8 @@ class Daemon:
         self.admission = None
         self.allocation: Allocation | None = None
         self._guarantees: dict[str, CgroupLimits] = {}  # the last plan, whose weights a refill keeps where it can
+        self.cpu_saturated = False  # every group wants all of its CPU guarantee: each is held to it
+        self._satisfied: dict[str, float] = {}  # groups that used less while held: their use then
         self.filling: dict = {"at": None, "trigger": "start", "duration_ms": 0.0, "files_written": 0}
         self.usage: dict[str, dict[str, float]] = {}
         self.events: deque[dict] = deque(maxlen=EVENTS_KEPT)
@@ -245,6 +247,10 @@ class Daemon:
         weights = {w.group: self._weight(w.group) for w in waiting}
         self.admission = admit(self.capacity, self.tasks.demands(), counts, weights, waiting)
         starting = [self.queue[task_id] for task_id in self.admission.admitted]
+        if starting and self.cpu_saturated:
+            # A new task's cap may exceed its group's held quota, which cgroup v1 refuses; the
+            # next sample decides again.
+            self._hold(False, "a task starts: groups are no longer held to their CPU guarantees")
         for entry in starting:
             self._create(entry)
         started = [e for e in starting if not e.decided]
@@ -304,10 +310,13 @@ class Daemon:
         groups = [GroupDemand(g, d, weight=self._weight(g), tasks=1) for g, d in demands.items()]
         self.allocation = progressive_filling(self.capacity, groups) if groups else None
         got = self.allocation.groups if self.allocation else {}
+        largest = ({g: max(t.demand.get("cpu", 0.0) for t in tasks) for g, tasks in self.tasks.groups().items()}
+                   if self.cpu_saturated else None)
         guarantees = group_limits(
             self.capacity, {g: a.allocation for g, a in got.items()}, demands,
             io_devices=self.io_devices, io_sharing=self.io_sharing, cpu_mode=self.config.cpu_enforcement,
             cpus=self.cpus, previous=self._guarantees, met={g for g, a in got.items() if a.stop == DEMAND_MET},
+            saturated=self.cpu_saturated, largest_task_cpu=largest,
         )
         self._guarantees = guarantees
         planned = {"": root_limits(self.capacity), **guarantees}
@@ -325,6 +334,12 @@ class Daemon:
         self._event("refill", f"refill after {trigger}: {shares} ({seconds * 1000:.2f} ms, "
                               f"{report.written} files written)")
         self.notifier.send(f"STATUS={self._summary()}")
+
+    def _hold(self, saturated: bool, why: str) -> None:
+        """Hold every group to its CPU guarantee, or let it borrow again, and refill."""
+        self.cpu_saturated = saturated
+        self._event("saturation", why)
+        self.refill("saturation" if saturated else "slack")
 
     def _weight(self, group: str) -> float:
         weight = self.weights.get(group, self.config.weight_of(group))
@@ -440,14 +455,33 @@ class Daemon:
                 continue  # vanished between exit and refill
             self.usage[rel] = usage(self._samples.get(rel), current, devices)
             self._samples[rel] = current
+        self._check_saturation()
         self.snapshot = self.status()
+
+    def _check_saturation(self) -> None:
+        """Hold the groups to their CPU guarantees while every one wants all of its own (exact
+        shares, nothing idle to lend); let them borrow again once one uses less."""
+        got = self.allocation.groups if self.allocation else {}
+        guarantees = {group: a.allocation.get("cpu", 0.0) for group, a in got.items()}
+        use = {group: self.usage.get(group, {}).get("cpu", 0.0) for group in guarantees}
+        saturated, self._satisfied = cpu_saturated(guarantees, use, capacity=self.capacity.get("cpu", 0.0),
+                                                   held=self.cpu_saturated, satisfied=self._satisfied)
+        if saturated == self.cpu_saturated:
+            return
+        if saturated:
+            self._hold(True, "every group wants all of its CPU guarantee: each is held to it (cpu.max) until "
+                             "one uses less")
+        else:
+            idle = [group for group, cores in guarantees.items() if use[group] < SATURATION * cores]
+            self._hold(False, f"{', '.join(idle) or 'a group'} uses less than its CPU guarantee: the others may "
+                              "borrow it again")
 
     def status(self) -> dict:
         """The status object of ``governor status --json`` (schema in the README)."""
         return build_status(
             daemon={"pid": os.getpid(), "started": self.started, "cgroup_mode": self.hierarchy.mode,
                     "cgroup_root": self.hierarchy.root, "config": self.config_source,
-                    "io_sharing": dict(self.io_sharing)},
+                    "io_sharing": dict(self.io_sharing), "cpu_saturated": self.cpu_saturated},
             capacity=self.capacity, allocation=self.allocation, tasks=self.tasks,
             in_force=self.hierarchy.driver.in_force, usage=self.usage, filling=self.filling,
             queue=queue_view(self.queue, self.admission), events=list(self.events),

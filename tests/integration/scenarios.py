@@ -18,13 +18,10 @@ from daemon_harness import BUSY, MIB, Governor
 # The VM's CPU is emulated: a smaller host keeps the burners within what it can run.
 SCALE = 0.4 if os.environ.get("VMLAB_GUEST") else 1.0
 CPU_TOLERANCE = 0.05
-# Under contention, proportional weights split a quota-capped root across two emulated vCPUs
-# less exactly than on real hardware: over seven runs in the VM (TCG) A measured −2.8 to
-# −11 % and B +4 to +21 % of their guarantees (README, "Known gap"); an equal split would put
-# B at +38 %. This bound tells weights from no weights there, not the 5 % target. On this
-# host's v1, the memory-heavy group B measured −0.9 to −5.5 % (weights set by hand, no daemon)
-# and −3.2 to −6.8 % (the daemon, three runs): 10 % keeps the test from failing on that spread.
-CONTENTION_TOLERANCE = 0.25 if os.environ.get("VMLAB_ACCEL") == "tcg" else 0.10
+# Under full contention each group is held to its guarantee (cpu.max), which the kernel
+# enforces to within about 1 % (weights alone: −1 to −7 % on this host's v1, up to ±20 % in
+# the emulated VM).
+CONTENTION_TOLERANCE = 0.05
 HOG = ("import sys, time\n"
        "chunks = []\n"
        "for _ in range({mib} // 4):\n"
@@ -75,6 +72,9 @@ def drf_cpu_shares_and_refill_on_stop(tmp_path, scale: float = SCALE) -> None:
             assert abs(groups[group]["allocation"]["cpu"] - cores) < 1e-6 * cores
         ratio = gov.cpu_weight("B") / gov.cpu_weight("A")
         assert abs(ratio - expected["B"] / expected["A"]) < 0.002, ratio
+        # Both use their guarantee by weight (within a few percent); the next sample holds each
+        # to it, which makes the split exact.
+        gov.wait(lambda: gov.status()["daemon"]["cpu_saturated"], "both groups to be held to their guarantees")
         time.sleep(1)
         measured = measure(gov, ["A", "B"], 6)
         print()
@@ -107,7 +107,7 @@ def work_conservation(tmp_path) -> None:
 
     Capacity 1·s cores. A runs one task declared 0.5·s that sleeps; B runs two burners declared
     0.5·s each. DRF guarantees each group 0.5·s. While A sleeps, B uses A's share up to its
-    caps (≥ 0.9·s); once A wakes, within 2 s each measures 0.5·s ± 0.05·s.
+    caps (≥ 0.9·s); from 2 s after A wakes, each measures 0.5·s ± 0.05·s.
     """
     gov = Governor(tmp_path, config(cpu=1.0 * SCALE))
     flag = tmp_path / "wake-A"
@@ -122,10 +122,14 @@ def work_conservation(tmp_path) -> None:
               f"(guarantee {groups['B']['allocation']['cpu']:.3f}, borrowed {groups['B']['borrowed'].get('cpu', 0):.3f})")
         assert idle["B"] >= 0.90 * SCALE, idle
         assert groups["B"]["borrowed"].get("cpu", 0) > 0.3 * SCALE  # status says B borrows A's share
+        assert not gov.status()["daemon"]["cpu_saturated"]  # A has some to lend: nobody is held
         flag.touch()
-        time.sleep(0.5)
+        # Weights give A its share at once where the scheduler spreads the burners evenly, and
+        # as little as 0.34 where A's task shares a CPU with one of B's; by the second sample
+        # (1 s apart) each group is held to its guarantee.
+        time.sleep(2)
         woken = measure(gov, ["A", "B"], 1.5)
-        print(f"A woke: within 2 s A {woken['A']:.3f}, B {woken['B']:.3f} cores (each guaranteed {0.5 * SCALE:.3f})")
+        print(f"A woke: 2 s later A {woken['A']:.3f}, B {woken['B']:.3f} cores (each guaranteed {0.5 * SCALE:.3f})")
         for group in ("A", "B"):
             assert abs(woken[group] - 0.5 * SCALE) <= 0.05 * SCALE, woken
     finally:
@@ -384,7 +388,8 @@ def reload_refuses_a_bad_config_and_applies_a_good_one(tmp_path) -> None:
         assert abs(gov.cpu_weight("A") / gov.cpu_weight("B") - 1 / 3) < 0.001
         path.write_text(good)
         gov.daemon.send_signal(signal.SIGHUP)
-        gov.wait(lambda: gov.cpu_weight("A") == gov.cpu_weight("B"), "SIGHUP to restore equal weights")
+        # Equal within the 0.2 % a weight may keep of its old value (limits.proportional_weights).
+        gov.wait(lambda: abs(gov.cpu_weight("A") / gov.cpu_weight("B") - 1) < 0.005, "SIGHUP to restore equal weights")
     finally:
         gov.close()
 

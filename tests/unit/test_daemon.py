@@ -68,9 +68,11 @@ class FakeDriver(Driver):
         if rel in self.refuse:
             return [], [CgroupWriteError(f"/fake/{rel}/cpu.weight", "x", errno.EBUSY)]
         record = self._record(rel)
-        changed = [(f, v) for f, v in v2_files(limits) if record.get((f, "")) != v]
-        for file, value in changed:
-            record[(file, "")] = value
+        desired = {(f, ""): v for f, v in v2_files(limits)}
+        changed = [(f, v) for (f, _), v in desired.items() if record.get((f, "")) != v]
+        changed += [(f, None) for (f, _) in record.keys() - desired.keys()]  # reset: "max"
+        record.clear()
+        record.update(desired)
         if changed:
             self.writes.append((rel, limits))
         return [f for f, _ in changed], []
@@ -164,6 +166,30 @@ def test_a_refill_after_a_start_writes_group_files_not_the_other_tasks(daemon):
     written = [rel for rel, _ in daemon.hierarchy.driver.writes]
     assert "A/task-1" not in written and written == ["B/task-2", "B"]
     assert daemon.filling["files_written"] == 2  # B's cpu.weight and memory.low; A's weight stays 10000
+
+
+def test_groups_are_held_to_their_guarantee_only_while_every_one_uses_it(daemon):
+    launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
+    launch(daemon, 200, group="B", cpu=2.0, memory=GIB)  # 1 core each
+    daemon.usage = {"A": {"cpu": 1.0}, "B": {"cpu": 0.95}}
+    daemon._check_saturation()
+    assert daemon.status()["daemon"]["cpu_saturated"]
+    assert [daemon.hierarchy.driver.in_force(g)["cpu.max"] for g in ("A", "B")] == ["200000 100000"] * 2
+    daemon.usage["B"]["cpu"] = 0.2  # B idles: A may borrow again
+    daemon._check_saturation()
+    assert "cpu.max" not in daemon.hierarchy.driver.in_force("A")
+    assert "B uses less than its CPU guarantee" in daemon.status()["events"][-2]["message"]
+
+
+def test_a_launch_releases_the_hold_before_its_cap_is_written(daemon):
+    launch(daemon, 100, group="A", cpu=0.5, memory=GIB)
+    launch(daemon, 200, group="B", cpu=0.5, memory=GIB)
+    daemon.usage = {"A": {"cpu": 0.5}, "B": {"cpu": 0.5}}
+    daemon._check_saturation()
+    assert daemon.hierarchy.driver.in_force("A")["cpu.max"] == "50000 100000"
+    launch(daemon, 300, group="A", cpu=1.5, memory=GIB)  # its cap is above A's held quota
+    assert not daemon.cpu_saturated and "cpu.max" not in daemon.hierarchy.driver.in_force("A")
+    assert daemon.hierarchy.driver.in_force("A/task-3")["cpu.max"] == "150000 100000"
 
 
 def test_a_refused_write_keeps_the_value_in_force_and_raises_an_error_event(daemon):

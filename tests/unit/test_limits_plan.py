@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from governor.limits import assign_cores, group_limits, proportional_weights, root_limits, task_limits
+from governor.limits import (assign_cores, cpu_saturated, group_limits, proportional_weights, root_limits,
+                            task_limits)
 
 GIB = 1024**3
 MIB = 1024**2
@@ -37,6 +38,45 @@ def test_group_weights_are_proportional_to_the_cpu_allocation():
     assert limits["A"].cpu_weight == 5_000 and limits["B"].cpu_weight == round(0.544 / 0.956 * 5_000)
     assert limits["A"].cpu_quota_usec is None  # a guarantee, not a fence: no group quota
     assert limits["B"].memory_low_bytes == 900 * MIB  # what was admitted is protected
+
+
+def test_saturated_groups_are_held_to_their_guarantee_or_their_largest_tasks_cap():
+    allocations = {"A": {"cpu": 0.956}, "B": {"cpu": 0.544}}
+    free = group_limits({"cpu": 1.5}, allocations, allocations, io_devices={}, io_sharing={})
+    assert free["A"].cpu_quota_usec is None and free["B"].cpu_quota_usec is None  # guarantees lend
+    held = group_limits({"cpu": 1.5}, allocations, allocations, io_devices={}, io_sharing={}, saturated=True,
+                        largest_task_cpu={"A": 0.75, "B": 1.2}, previous=free)
+    # B's quota may not go below its 1.2-core task's (cgroup v1 refuses a parent below a child).
+    assert (held["A"].cpu_quota_usec, held["B"].cpu_quota_usec) == (95_600, 120_000)
+    assert held["A"].cpu_weight == free["A"].cpu_weight
+
+
+GUARANTEES = {"A": 0.5, "B": 0.5, "C": 0.0}
+
+
+@pytest.mark.parametrize(("use", "saturated"), [
+    ({"A": 0.46, "B": 0.46}, True),    # each uses ≥ 90 % of its guarantee
+    ({"A": 0.40, "B": 0.60}, True),    # the CPU is busy and weights left A short: hold
+    ({"A": 0.40, "B": 0.50}, False),   # A uses 80 %, B no more than its own: nobody is short
+    ({"A": 0.20, "B": 0.80}, False),   # A leaves some idle: B may borrow it
+    ({"A": 0.95}, False),              # B not sampled yet: idle
+])
+def test_cpu_is_saturated_when_every_group_wants_its_guarantee(use, saturated):
+    assert cpu_saturated(GUARANTEES, use, capacity=1.0, held=False, satisfied={}) == (saturated, {})
+    assert cpu_saturated({}, use, capacity=1.0, held=False, satisfied={})[0] is False
+
+
+def test_a_group_that_used_less_while_held_is_believed_until_it_wants_more():
+    # Held, A used 0.35 of its 0.5: it does not want it all; release, and do not hold again
+    # while it stays there, busy as the CPU may be with B's borrowing.
+    hold, satisfied = cpu_saturated(GUARANTEES, {"A": 0.35, "B": 0.5}, capacity=1.0, held=True, satisfied={})
+    assert (hold, satisfied) == (False, {"A": 0.35})
+    hold, satisfied = cpu_saturated(GUARANTEES, {"A": 0.36, "B": 0.64}, capacity=1.0, held=False,
+                                    satisfied=satisfied)
+    assert (hold, satisfied) == (False, {"A": 0.35})
+    # Its use rises by 10 % of its guarantee: it wants more again, and weights left it short.
+    assert cpu_saturated(GUARANTEES, {"A": 0.41, "B": 0.59}, capacity=1.0, held=False,
+                         satisfied=satisfied) == (True, {})
 
 
 def test_equal_growth_of_every_share_changes_no_weight():
