@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 from collections.abc import Callable, Iterator
 
 from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning
 
 DEFAULT_SOCKET = "/run/governor/governor.sock"
 _RECV_BYTES = 65536
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 def socket_path(option: str | None) -> str:
@@ -148,6 +150,13 @@ def _connect(socket_path: str, timeout: float) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise ControlSocketError(socket_path, f"cannot connect: {exc.strerror or exc}") from exc
+    # Whoever can write the socket's directory can put a socket of their own there: talk only
+    # to a server run by root (governor's daemon) or by oneself, before sending anything.
+    _, uid, _ = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    if uid not in (0, os.getuid()):
+        sock.close()
+        raise ControlSocketError(socket_path, f"the server runs as uid {uid}, not as root: it is not governor's "
+                                              "daemon; nothing was sent")
     return sock
 
 

@@ -166,7 +166,7 @@ class Daemon:
             return
         task = Task(self.store.new_id(), group, request.pid, peer.uid, who.user, tuple(request.command), demand,
                     time.time())
-        entry = Entry(task, time.time())
+        entry = Entry(task, time.time(), peer.pidfd)
         self.queue[task.id] = entry
         try:
             self._settle(f"launch of task {task.id}")
@@ -275,15 +275,22 @@ class Daemon:
         self.tasks.add(task)
 
     def _move_in(self, entry: Entry) -> bool:
-        """Move an admitted task's pid into its cgroup and answer its client."""
+        """Move an admitted task's pid into its cgroup and answer its client.
+
+        The pid is the client's only while the client's process lives: it is checked before the
+        move, and after it (had the process ended meanwhile, the pid moved may be another's)."""
         task = entry.task
         try:
+            _still_running(entry)
             self.hierarchy.driver.move(task.cgroup, task.pid)
+            _still_running(entry)
             self.store.save(task)
         except GovernorError as error:
             self._forget(task)
-            code = "bad_request" if isinstance(error, CgroupWriteError) and error.errno == errno.ESRCH else "unavailable"
-            entry.decide(error=RequestError(code, str(error)))
+            if not isinstance(error, RequestError):
+                code = "bad_request" if isinstance(error, CgroupWriteError) and error.errno == errno.ESRCH else "unavailable"
+                error = RequestError(code, str(error))
+            entry.decide(error=error)
             return False
         self._watch(task)
         waited = time.time() - entry.queued_at
@@ -570,6 +577,23 @@ class Daemon:
                 except CgroupError as error:
                     log.warning("cannot remove cgroup root %s: %s", self.hierarchy.root, error)
             log.info("stopped; %d task(s) keep running", len(self.tasks))
+
+
+def _still_running(entry: Entry) -> None:
+    """Raise unless the process that asked for ``entry`` (its pidfd) is still running.
+
+    Raises:
+        RequestError: ``bad_request``, the process has exited.
+    """
+    if entry.pidfd is None:
+        return
+    try:
+        signal.pidfd_send_signal(entry.pidfd, 0)
+    except ProcessLookupError:
+        raise RequestError("bad_request", f"process {entry.task.pid}, which asked to be governed, has exited; "
+                                          "its pid is not governed") from None
+    except PermissionError:
+        pass  # alive, and not ours to signal (a daemon not run as root)
 
 
 def _vector(vector: Mapping[str, float]) -> str:

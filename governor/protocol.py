@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 
 from governor.errors import RequestError
@@ -86,11 +87,17 @@ DEMAND_KEYS = ("cpu", "memory", "io_read", "io_write")
 
 @dataclass(frozen=True)
 class Peer:
-    """The process at the other end of a connection, from SO_PEERCRED (as of its connect())."""
+    """The process at the other end of a connection, from SO_PEERCRED (as of its connect()).
+
+    ``pidfd`` refers to that very process (SO_PEERPIDFD), not to whatever later holds its pid:
+    a launch checks it, so that a client whose process exited cannot have its pid, reused by
+    another user's process, governed as its own. None where the kernel offers none.
+    """
 
     pid: int
     uid: int
     gid: int
+    pidfd: int | None = None
 
 
 @dataclass(frozen=True)
@@ -159,13 +166,15 @@ def parse_request(line: bytes) -> Request:
     if len(body) > MAX_LINE_BYTES:
         raise RequestError("too_large", f"request line is longer than {MAX_LINE_BYTES} bytes")
     try:
-        message = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+        message = _scrub(json.loads(body.decode("utf-8"), parse_constant=_reject_constant))
     except UnicodeDecodeError as error:
         raise RequestError("bad_request", f"request is not valid UTF-8: {error.reason} at byte {error.start}")
     except json.JSONDecodeError as error:
         raise RequestError("bad_request", f"request is not JSON: {error.msg} at column {error.colno}")
     except RecursionError:
         raise RequestError("bad_request", "request is nested too deeply") from None
+    except ValueError as error:  # an integer literal longer than Python converts (4,300 digits)
+        raise RequestError("bad_request", f"request holds a number too long to read: {error}") from None
     if not isinstance(message, dict):
         raise RequestError("bad_request", f"request must be a JSON object, got {_json_type(message)}")
     if "op" not in message:
@@ -224,7 +233,29 @@ def error(code: str, message: str) -> bytes:
 
 
 def _encode(reply: dict) -> bytes:
-    return json.dumps(reply, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode() + b"\n"
+    text = json.dumps(reply, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    try:
+        return text.encode() + b"\n"
+    except UnicodeEncodeError:  # a lone surrogate (a name read with surrogateescape): shown as U+FFFD
+        return _LONE_SURROGATE.sub("\ufffd", text).encode() + b"\n"
+
+
+# A surrogate code point left alone: JSON's "\udcff" escape, or an undecodable byte read with
+# surrogateescape. Pairs were already joined by json.loads, so any match is lone.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _scrub(value: object) -> object:
+    """``value`` with every lone surrogate, in strings and keys, replaced by U+FFFD: it can be
+    neither encoded as UTF-8 nor printed, so one in a command line would break every reply
+    that shows it (status, watch) for every user."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_scrub(item) for item in value]
+    if isinstance(value, dict):
+        return {_scrub(key): _scrub(item) for key, item in value.items()}
+    return value
 
 
 _NO_FIELDS = {"status": StatusRequest, "explain": ExplainRequest, "reload": ReloadRequest}

@@ -22,12 +22,14 @@ class Entry:
     Attributes:
         task: the task, with its id, group, pid and declared demand; not started yet.
         queued_at: unix time it queued, seconds.
+        pidfd: the launching process itself (:class:`governor.protocol.Peer`), if known.
         wake: set when the entry's place changes or it is decided.
         reply: the launch reply once the task started; ``error`` once it was refused.
     """
 
     task: Task
     queued_at: float
+    pidfd: int | None = None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     reply: dict | None = None
     error: RequestError | None = None

@@ -26,6 +26,7 @@ from governor.protocol import (MAX_LINE_BYTES, READ_TIMEOUT_S, LaunchRequest, Pe
 logger = logging.getLogger(__name__)
 
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)  # asm-generic/socket.h; Python 3.11 lacks the name
 # How long start() waits for an existing socket to answer before deciding it is stale.
 _PROBE_TIMEOUT_S = 1.0
 
@@ -161,6 +162,7 @@ class ControlServer:
         """One connection: read lines, answer each, until EOF, timeout, an oversized line or close()."""
         task = asyncio.current_task()
         self._connections[task] = writer
+        peer = None
         try:
             peer = _peer_credentials(writer.get_extra_info("socket"))
             while True:
@@ -185,6 +187,8 @@ class ControlServer:
             logger.debug("control connection dropped: %s", exc)
         finally:
             self._connections.pop(task, None)
+            if peer is not None and peer.pidfd is not None:
+                os.close(peer.pidfd)
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
@@ -261,9 +265,14 @@ async def _until_eof(reader: asyncio.StreamReader) -> None:
 
 
 def _peer_credentials(sock: socket.socket) -> Peer:
-    """The connecting process's pid, uid and gid, as the kernel recorded them at connect()."""
+    """The connecting process's pid, uid and gid, as the kernel recorded them at connect(), and
+    a pidfd of that process (Linux ≥ 6.5; None before). The caller closes the pidfd."""
     pid, uid, gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
-    return Peer(pid=pid, uid=uid, gid=gid)
+    try:
+        pidfd = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERPIDFD)
+    except OSError:  # ENOPROTOOPT: an older kernel
+        pidfd = None
+    return Peer(pid=pid, uid=uid, gid=gid, pidfd=pidfd)
 
 
 async def _send(writer: asyncio.StreamWriter, reply: bytes) -> None:

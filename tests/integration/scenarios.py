@@ -6,14 +6,16 @@ measures what the kernel lets them use. Figures are printed (run with ``-s`` to 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from daemon_harness import BUSY, MIB, Governor
+from daemon_harness import BUSY, GOVERNOR, MIB, Governor
 
 # The VM's CPU is emulated: a smaller host keeps the burners within what it can run.
 SCALE = 0.4 if os.environ.get("VMLAB_GUEST") else 1.0
@@ -397,3 +399,56 @@ def reload_refuses_a_bad_config_and_applies_a_good_one(tmp_path) -> None:
 def _task_rel(gov: Governor, group: str) -> str:
     """The cgroup of ``group``'s first task, relative to governor's root."""
     return f"{group}/task-{gov.status()['groups'][group]['tasks'][0]['id']}"
+
+
+def exited_client_pid_is_not_governed(tmp_path) -> None:
+    """Pid reuse (issue 12): a client connects as P, forks C, P exits and is reaped, so P may
+    be given to another user's process; C, holding P's connection, asks to govern P. The
+    daemon's pidfd of P (SO_PEERPIDFD) says P has exited: refused, nothing moved."""
+    gov = Governor(tmp_path, config(cpu=1.0))
+    answer = tmp_path / "answer"
+    go_read, go_write = os.pipe()
+    try:
+        first = os.fork()
+        if first == 0:  # P
+            try:
+                sock = socket.socket(socket.AF_UNIX)
+                sock.connect(gov.socket)
+                p = os.getpid()
+                if os.fork() == 0:  # C
+                    os.read(go_read, 1)
+                    sock.sendall(json.dumps({"op": "launch", "pid": p, "demand": {"cpu": 0.5, "memory": 32 << 20},
+                                             "command": ["x"]}).encode() + b"\n")
+                    answer.write_bytes(sock.makefile("rb").readline())
+            finally:
+                os._exit(0)
+        os.waitpid(first, 0)
+        os.write(go_write, b"x")
+        gov.wait(lambda: answer.exists() and answer.read_bytes().endswith(b"\n"), "C's answer")
+        reply = json.loads(answer.read_bytes())
+        print(f"\nlaunch of exited pid {first} from its child: {reply}")
+        assert not reply["ok"] and reply["error"]["code"] == "bad_request", reply
+        assert "has exited" in reply["error"]["message"]
+        assert not gov.status()["groups"]
+    finally:
+        os.close(go_read)
+        os.close(go_write)
+        gov.close()
+
+
+def undecodable_command_line_leaves_status_readable(tmp_path) -> None:
+    """One byte that is not UTF-8 in a command line (issue 12) must not break `status` for
+    everybody: the command still gets its bytes, status shows U+FFFD."""
+    gov = Governor(tmp_path, config(cpu=1.0))
+    try:
+        proc = gov.run("A", [*SLEEPER, "x\udcffy"], cpus=0.1, memory="32M")
+        shown = subprocess.run([GOVERNOR, "status", "--socket", gov.socket], capture_output=True, text=True)
+        assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+        [task] = gov.status()["groups"]["A"]["tasks"]
+        print(f"\nundecodable argument: status shows {task['command']}")
+        assert task["command"][-1] == "x\ufffdy"
+        with open(f"/proc/{task['pid']}/cmdline", "rb") as cmdline:  # the command got its own bytes
+            assert cmdline.read().split(b"\0")[-2] == b"x\xffy"
+        assert proc.poll() is None
+    finally:
+        gov.close()

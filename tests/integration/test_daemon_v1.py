@@ -37,6 +37,14 @@ def _needs_v1():
         pytest.skip(reason)
 
 
+def test_a_pid_left_by_an_exited_client_is_not_governed(tmp_path):
+    scenarios.exited_client_pid_is_not_governed(tmp_path)
+
+
+def test_an_undecodable_command_line_leaves_status_readable(tmp_path):
+    scenarios.undecodable_command_line_leaves_status_readable(tmp_path)
+
+
 def test_soft_memory_limit_does_not_kill(tmp_path):
     scenarios.memory_soft_limit_throttles_without_killing(tmp_path, v2=False)
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
+import socket
+import tempfile
 
 import pytest
 from fake_socket import FakeSocket
 
-from cli.client import stream
+from cli.client import call, stream
 from cli.top_terminal import Feed
 from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning
 
@@ -110,3 +113,34 @@ def test_feed_reports_a_reply_without_status(path):
     os.close(wake_write)
     with pytest.raises(queue.Empty):
         feed.updates.get(timeout=1.5)  # stopped: no reconnection
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a server as another user")
+def test_a_server_not_run_by_root_or_oneself_is_refused_before_anything_is_sent():
+    where = tempfile.mkdtemp()  # not under pytest's tmp_path, which nobody may enter
+    os.chmod(where, 0o777)
+    path = os.path.join(where, "fake.sock")
+    ready_read, ready_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a fake daemon run by nobody, recording what it receives
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            with socket.socket(socket.AF_UNIX) as server:
+                server.bind(path)
+                server.listen()
+                os.write(ready_write, b"x")
+                connection, _ = server.accept()
+                os.write(ready_write, connection.recv(4096) or b"<nothing>")
+        finally:
+            os._exit(0)
+    os.close(ready_write)
+    assert os.read(ready_read, 1) == b"x"
+    try:
+        with pytest.raises(ControlSocketError, match="uid 65534, not as root"):
+            call(path, {"op": "launch", "pid": os.getpid(), "command": ["secret"]})
+    finally:
+        os.waitpid(pid, 0)
+    assert os.read(ready_read, 4096) == b"<nothing>"
+    os.close(ready_read)
+    shutil.rmtree(where)

@@ -6,6 +6,8 @@ paths a kernel test cannot reach cheaply: refusals, rollback, ordering, re-adopt
 
 import asyncio
 import errno
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -261,6 +263,33 @@ def test_a_pid_that_vanished_before_the_move_is_rolled_back(daemon):
     assert [t.id for t in daemon.tasks] == ["1"] and not daemon.queue
     assert guarantee_cores(daemon, "A") == pytest.approx(1.0)
     assert [t.id for t in daemon.store.load_all()] == ["1"]
+
+
+def test_a_client_whose_process_exited_cannot_have_its_pid_governed(daemon):
+    # Pid reuse: the client connected as pid P, P exited, and P may now be another user's
+    # process. The pidfd taken at connect() still refers to the exited client.
+    gone = subprocess.Popen(["true"])
+    pidfd = os.pidfd_open(gone.pid)
+    gone.wait()
+    try:
+        request = LaunchRequest(pid=gone.pid, group="A", demand={"cpu": 1.0, "memory": GIB}, command=("work",))
+        with pytest.raises(RequestError) as caught:
+            asyncio.run(collect(daemon.stream(request, Peer(pid=gone.pid, uid=0, gid=0, pidfd=pidfd))))
+    finally:
+        os.close(pidfd)
+    assert caught.value.code == "bad_request" and "has exited" in caught.value.message
+    assert not daemon.tasks and "A" not in daemon.hierarchy.driver.cgroups
+    assert gone.pid not in sum(daemon.hierarchy.driver.procs.values(), [])  # nothing was moved
+
+
+def test_a_running_client_with_a_pidfd_is_governed(daemon):
+    pidfd = os.pidfd_open(os.getpid())
+    try:
+        request = LaunchRequest(pid=os.getpid(), group="A", demand={"cpu": 1.0, "memory": GIB}, command=("work",))
+        reply = asyncio.run(collect(daemon.stream(request, Peer(pid=os.getpid(), uid=0, gid=0, pidfd=pidfd))))[-1]
+    finally:
+        os.close(pidfd)
+    assert reply["task"] == "1" and daemon.hierarchy.driver.procs["A/task-1"] == [os.getpid()]
 
 
 def test_restart_readopts_live_tasks_and_drops_dead_ones(daemon):

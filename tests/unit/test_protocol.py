@@ -204,3 +204,23 @@ def test_error_encodes_code_and_message():
 def test_error_refuses_unknown_codes():
     with pytest.raises(ValueError, match="oops"):
         error("oops", "x")
+
+
+def test_a_lone_surrogate_in_a_command_or_a_key_becomes_a_replacement_character():
+    # `governor run -- sh -c 'sleep 25' $'\xff'` sends "\udcff": once in a task's command it
+    # must not break the status every user reads.
+    request = parse_request(b'{"op": "launch", "pid": 5, "command": ["sh", "a\\udcffb"]}')
+    assert request.command == ("sh", "a\ufffdb")
+    assert ok({"status": {"command": list(request.command)}}).decode() == \
+        '{"ok":true,"status":{"command":["sh","a\ufffdb"]}}\n'
+    with pytest.raises(RequestError) as caught:
+        parse_request(b'{"op": "status", "\\udcff": 1}')
+    assert caught.value.message.startswith("\ufffd: unknown field")
+    assert error(caught.value.code, caught.value.message).endswith(b"\n")
+    assert ok({"name": "a\udcffb"}) == '{"ok":true,"name":"a\ufffdb"}\n'.encode()  # read with surrogateescape
+
+
+def test_an_integer_too_long_to_convert_is_a_bad_request():
+    with pytest.raises(RequestError) as caught:
+        parse_request(b'{"op": "launch", "pid": ' + b"9" * 5000 + b"}")
+    assert caught.value.code == "bad_request" and "too long" in caught.value.message

@@ -73,6 +73,16 @@ def weigh(number: int = 1) -> bytes:
     return json.dumps({"op": "set-weight", "group": f"g{number}", "weight": 1}).encode() + b"\n"
 
 
+def _kernel_has_peer_pidfd() -> bool:
+    left, right = socket.socketpair()
+    with left, right:
+        try:
+            os.close(left.getsockopt(socket.SOL_SOCKET, getattr(socket, "SO_PEERPIDFD", 77)))
+        except OSError:
+            return False
+    return True
+
+
 def test_peer_credentials_are_the_callers_own(tmp_path):
     handler = FakeHandler()
 
@@ -82,7 +92,29 @@ def test_peer_credentials_are_the_callers_own(tmp_path):
 
     [reply] = asyncio.run(scenario())
     assert reply == {"ok": True, "peer": [os.getpid(), os.getuid(), os.getgid()], "request": "StatusRequest"}
-    assert handler.seen == [(StatusRequest(), Peer(os.getpid(), os.getuid(), os.getgid()))]
+    [(request, peer)] = handler.seen
+    assert request == StatusRequest() and (peer.pid, peer.uid, peer.gid) == (os.getpid(), os.getuid(), os.getgid())
+
+
+@pytest.mark.skipif(not _kernel_has_peer_pidfd(), reason="the kernel has no SO_PEERPIDFD (Linux < 6.5)")
+def test_the_peer_comes_with_a_pidfd_of_the_connecting_process_closed_with_the_connection(tmp_path):
+    seen = {}
+
+    class Handler(FakeHandler):
+        async def handle(self, request, peer):
+            with open(f"/proc/self/fdinfo/{peer.pidfd}") as info:
+                seen["pid"] = next(int(line.split()[1]) for line in info if line.startswith("Pid:"))
+            seen["pidfd"] = peer.pidfd
+            return await super().handle(request, peer)
+
+    async def scenario():
+        async with running(Handler(), tmp_path / "g.sock"):
+            return await exchange(tmp_path / "g.sock", STATUS)
+
+    asyncio.run(scenario())
+    assert seen["pid"] == os.getpid()
+    with pytest.raises(OSError):
+        os.fstat(seen["pidfd"])  # closed with the connection (unless reused since)
 
 
 def test_several_requests_on_one_connection_are_answered_in_order(tmp_path):
