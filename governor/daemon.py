@@ -389,10 +389,15 @@ class Daemon:
             self._settle(f"{trigger} of {len(ended)} tasks")
 
     def _alive(self, task: Task) -> bool:
+        """Whether the task's cgroup holds a process. A cgroup that is gone is not; a read that
+        failed otherwise (EMFILE, EIO) proves nothing, so the task is kept for the next look."""
         try:
             return bool(self.hierarchy.driver.pids(task.cgroup))
-        except CgroupError:
-            return False
+        except CgroupError as error:
+            if error.vanished:
+                return False
+            log.warning("task %s kept: cannot tell whether it still runs: %s", task.id, error)
+            return True
 
     def _forget(self, task: Task) -> None:
         if self._watcher is not None:
@@ -417,7 +422,9 @@ class Daemon:
         """Take back every task whose record and populated cgroup survive a restart; their
         caps are written again from their records (the same values)."""
         self.store.prepare()
-        records = self.store.load_all()
+        records, problems = self.store.load_all()
+        for problem in problems:
+            self._event("error", problem, logging.WARNING)
         for task in records:
             self.tasks.add(task)
         for task in records:

@@ -8,13 +8,17 @@ rename) so a daemon killed mid-write leaves either the old record or the new one
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from governor.config_types import group_name_problem
 from governor.errors import GovernorError
 from governor.limits import task_cgroup
 
@@ -119,8 +123,14 @@ class Tasks:
 class TaskStore:
     """Task metadata files under ``directory`` (created 0700 on first use).
 
+    A record decides which cgroup the daemon writes and which process it governs, so the
+    directory is trusted only when it is what the daemon made: a real directory (not a
+    symlink), owned by the daemon's user, writable by nobody else. Records are read without
+    following links, only as regular files of at most :data:`MAX_RECORD_BYTES`.
+
     Raises (every method):
-        GovernorError: the directory or a file cannot be written or read, naming the path.
+        GovernorError: the directory is not trustworthy, or it or a file cannot be written or
+            read, naming the path.
     """
 
     def __init__(self, directory: Path):
@@ -128,9 +138,20 @@ class TaskStore:
         self._next_id = 1
 
     def prepare(self) -> None:
-        """Create the directory and continue numbering after the highest stored id."""
+        """Create the directory (or check the one there), remove temporary files a killed
+        daemon left, and continue numbering after the highest stored id."""
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            info = os.lstat(self.directory)
+        except OSError as error:
+            raise GovernorError(f"state directory {self.directory}: {error.strerror}") from None
+        problem = _untrusted(info, "a directory", stat.S_ISDIR)
+        if problem:
+            raise GovernorError(f"state directory {self.directory} is {problem}; task records there could be "
+                                f"forged: make it a directory of the daemon's user, mode 0700")
+        try:
+            for stale in self.directory.glob(".*.tmp"):
+                stale.unlink(missing_ok=True)
             ids = [int(p.stem) for p in self.directory.glob("*.json") if p.stem.isdigit()]
         except OSError as error:
             raise GovernorError(f"state directory {self.directory}: {error.strerror}") from None
@@ -160,15 +181,92 @@ class TaskStore:
         except OSError as error:
             raise GovernorError(f"cannot remove task record {task_id}: {error.strerror}") from None
 
-    def load_all(self) -> list[Task]:
-        """Every stored record, oldest id first; unreadable records are skipped by the caller's
-        choice: they raise GovernorError naming the file."""
-        tasks = []
+    def load_all(self) -> tuple[list[Task], list[str]]:
+        """Every stored record, oldest id first, and what was wrong with the others.
+
+        A record that cannot be trusted or read (a link, not a regular file, another owner,
+        too large, not JSON, a field out of bounds) is set aside as ``<name>.bad`` so that it
+        neither stops the daemon nor comes back, and described in the second list.
+        """
+        tasks, problems = [], []
         for path in sorted(self.directory.glob("*.json"), key=lambda p: int(p.stem) if p.stem.isdigit() else 0):
             try:
-                data = json.loads(path.read_text())
-                data["command"] = tuple(data["command"])
-                tasks.append(Task(**data))
-            except (OSError, ValueError, TypeError, KeyError) as error:
-                raise GovernorError(f"unreadable task record {path}: {error}") from None
-        return tasks
+                tasks.append(_parse_record(path.stem, _read_record(path)))
+            except (OSError, ValueError) as error:
+                reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+                problems.append(f"task record {path} set aside as {path.name}.bad: {reason}")
+                with contextlib.suppress(OSError):
+                    os.replace(path, path.with_name(path.name + ".bad"))
+        return tasks, problems
+
+
+# A record is a few hundred bytes; a command line may make it a few hundred KiB at most.
+MAX_RECORD_BYTES = 1 << 20
+
+
+def _untrusted(info: os.stat_result, kind: str, is_kind) -> str | None:
+    """Why a file with this ``lstat`` cannot be trusted, or None."""
+    if stat.S_ISLNK(info.st_mode):
+        return "a symbolic link"
+    if not is_kind(info.st_mode):
+        return f"not {kind}"
+    if info.st_uid != os.geteuid():
+        return f"owned by uid {info.st_uid}, not {os.geteuid()}"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
+
+
+def _read_record(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as stream:
+        problem = _untrusted(os.fstat(fd), "a regular file", stat.S_ISREG)
+        if problem:
+            raise ValueError(f"it is {problem}")
+        data = stream.read(MAX_RECORD_BYTES + 1)
+    if len(data) > MAX_RECORD_BYTES:
+        raise ValueError(f"larger than {MAX_RECORD_BYTES} bytes")
+    return data
+
+
+def _parse_record(task_id: str, data: bytes) -> Task:
+    """A task from its record, every field checked as a request's would be.
+
+    Raises:
+        ValueError: what is wrong, naming the field.
+    """
+    try:
+        record = json.loads(data)
+    except (ValueError, RecursionError) as error:  # bad JSON, bad UTF-8, an integer too long
+        raise ValueError(f"not JSON: {error}") from None
+    if not isinstance(record, dict) or set(record) != _RECORD_FIELDS:
+        raise ValueError(f"not a task record: fields must be {', '.join(sorted(_RECORD_FIELDS))}")
+    problem = group_name_problem(record["group"]) if isinstance(record["group"], str) else "not a string"
+    checks = {
+        "id": record["id"] == task_id,
+        "group": problem is None,
+        "pid": _whole(record["pid"], minimum=1),
+        "uid": _whole(record["uid"], minimum=0),
+        "user": isinstance(record["user"], str),
+        "command": isinstance(record["command"], list) and all(isinstance(arg, str) for arg in record["command"]),
+        "demand": isinstance(record["demand"], dict) and all(
+            isinstance(key, str) and _amount(value) for key, value in record["demand"].items()),
+        "started": _amount(record["started"]),
+    }
+    bad = [field for field, fine in checks.items() if not fine]
+    if bad:
+        detail = f" ({problem})" if "group" in bad and problem else ""
+        raise ValueError(f"field {bad[0]}{detail} is out of bounds")
+    return Task(record["id"], record["group"], record["pid"], record["uid"], record["user"],
+                tuple(record["command"]), {k: float(v) for k, v in record["demand"].items()}, float(record["started"]))
+
+
+_RECORD_FIELDS = {"id", "group", "pid", "uid", "user", "command", "demand", "started"}
+
+
+def _whole(value: object, *, minimum: int) -> bool:
+    return type(value) is int and value >= minimum
+
+
+def _amount(value: object) -> bool:
+    return type(value) in (int, float) and math.isfinite(value) and value >= 0

@@ -47,6 +47,7 @@ class FakeDriver(Driver):
         self.procs: dict[str, list[int]] = {}
         self.writes: list[tuple[str, object]] = []
         self.refuse: set[str] = set()  # cgroups whose writes the "kernel" refuses (EBUSY)
+        self.unreadable: set[str] = set()  # cgroups whose cgroup.procs cannot be read (EMFILE)
 
     def directory(self, rel):
         return Path("/fake") / rel
@@ -86,7 +87,9 @@ class FakeDriver(Driver):
 
     def pids(self, rel):
         if rel not in self.cgroups:
-            raise CgroupReadError("no such cgroup", path=rel)
+            raise CgroupReadError("no such cgroup", path=rel, errno=errno.ENOENT)
+        if rel in self.unreadable:
+            raise CgroupReadError("cannot read cgroup.procs", path=rel, errno=errno.EMFILE)
         return self.procs.get(rel, [])
 
     def children(self, rel):
@@ -145,7 +148,7 @@ def test_launch_places_the_caller_and_replies_with_its_caps(daemon):
     assert reply["limits"]["cpu.max"] == "100000 100000"
     assert reply["limits"]["memory.high"] == str(GIB)
     assert daemon.hierarchy.driver.procs["A/task-1"] == [100]
-    assert daemon.store.load_all()[0].demand == {"cpu": 1.0, "memory": GIB}
+    assert daemon.store.load_all()[0][0].demand == {"cpu": 1.0, "memory": GIB}
 
 
 def test_groups_are_guaranteed_their_drf_share_by_weight_and_tasks_keep_their_caps(daemon):
@@ -215,7 +218,7 @@ def test_exit_removes_the_task_and_refills(daemon):
     assert "A" not in daemon.hierarchy.driver.cgroups and "A/task-1" not in daemon.hierarchy.driver.cgroups
     assert guarantee_cores(daemon, "B") == pytest.approx(2.0)
     assert daemon.filling["trigger"] == "exit of task 1"
-    assert daemon.store.load_all()[0].id == "2"
+    assert daemon.store.load_all()[0][0].id == "2"
     assert daemon._watcher.watched == {"2"}
 
 
@@ -228,6 +231,19 @@ def test_exits_reported_together_are_one_refill(daemon):
     refills = [e for e in daemon.status()["events"] if e["kind"] == "refill"][len(before):]
     assert [e["message"].split(":")[0] for e in refills] == ["refill after exit of 2 tasks"]
     assert [task.id for task in daemon.tasks] == ["2"]
+
+
+def test_a_task_whose_cgroup_cannot_be_read_is_kept_not_dropped(daemon):
+    # Out of file descriptors, the reconcile pass cannot read cgroup.procs: that is no proof the
+    # task ended (it once dropped a live task and leaked its cgroup with stale limits).
+    launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+    daemon.hierarchy.driver.unreadable.add("A/task-1")
+    daemon.check(["1"], "reconcile")
+    assert [task.id for task in daemon.tasks] == ["1"] and "A/task-1" in daemon.hierarchy.driver.cgroups
+    daemon.hierarchy.driver.unreadable.clear()
+    daemon.hierarchy.driver.procs["A/task-1"] = []
+    daemon.check(["1"], "reconcile")
+    assert not daemon.tasks
 
 
 def test_a_live_task_is_kept_on_a_spurious_wake_up(daemon):
@@ -262,7 +278,7 @@ def test_a_pid_that_vanished_before_the_move_is_rolled_back(daemon):
     assert "B" not in daemon.hierarchy.driver.cgroups
     assert [t.id for t in daemon.tasks] == ["1"] and not daemon.queue
     assert guarantee_cores(daemon, "A") == pytest.approx(1.0)
-    assert [t.id for t in daemon.store.load_all()] == ["1"]
+    assert [t.id for t in daemon.store.load_all()[0]] == ["1"]
 
 
 def test_a_client_whose_process_exited_cannot_have_its_pid_governed(daemon):
@@ -300,7 +316,7 @@ def test_restart_readopts_live_tasks_and_drops_dead_ones(daemon):
     driver.procs["A/task-1"] = [100]
     daemon.readopt()
     assert [t.id for t in daemon.tasks] == ["1"]
-    assert [t.id for t in store.load_all()] == ["1"]
+    assert [t.id for t in store.load_all()[0]] == ["1"]
     assert "B" not in driver.cgroups
     assert store.new_id() == "3"
 

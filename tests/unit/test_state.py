@@ -1,0 +1,72 @@
+"""Task records: written atomically, trusted only from the daemon's own directory, and a bad
+record set aside with a reason instead of stopping the daemon (issue 12, point 6)."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from governor.errors import GovernorError
+from governor.state import MAX_RECORD_BYTES, Task, TaskStore
+
+TASK = Task("1", "A", 100, 1000, "alice", ("sleep", "9"), {"cpu": 0.5, "memory": 1024.0}, 1.5)
+
+
+def store_at(directory: Path) -> TaskStore:
+    store = TaskStore(directory)
+    store.prepare()
+    return store
+
+
+def test_a_record_written_is_read_back_and_temporary_files_of_a_killed_daemon_are_removed(tmp_path):
+    store = store_at(tmp_path / "state")
+    store.save(TASK)
+    (tmp_path / "state" / ".2.abc.tmp").write_text("")
+    again = store_at(tmp_path / "state")
+    assert again.load_all() == ([TASK], [])
+    assert again.new_id() == "2" and not list((tmp_path / "state").glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("make", ["symlink", "writable"])
+def test_a_state_directory_that_others_could_write_is_refused(tmp_path, make):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    state = tmp_path / "state"
+    if make == "symlink":
+        state.symlink_to(real)
+    else:
+        state.mkdir()
+        state.chmod(0o777)
+    with pytest.raises(GovernorError, match="could be forged") as caught:
+        TaskStore(state).prepare()
+    assert ("symbolic link" if make == "symlink" else "writable by others") in str(caught.value)
+
+
+@pytest.mark.parametrize(("name", "content", "reason"), [
+    ("2.json", b"{not json", "not JSON"),
+    ("3.json", {"group": "../../x"}, "field group"),
+    ("4.json", {"group": ""}, "field group"),
+    ("5.json", {"pid": 0}, "field pid"),
+    ("6.json", {"demand": {"cpu": float("nan")}}, "field demand"),
+    ("7.json", {"id": "1"}, "field id"),
+    ("8.json", "/dev/zero", "symbolic link"),
+    ("9.json", b" " * (MAX_RECORD_BYTES + 1), "larger than"),
+])
+def test_a_bad_record_is_set_aside_with_its_reason_and_the_others_still_load(tmp_path, name, content, reason):
+    store = store_at(tmp_path / "state")
+    store.save(TASK)
+    path = tmp_path / "state" / name
+    if isinstance(content, dict):
+        record = {**TASK.__dict__, "command": list(TASK.command), "id": path.stem, **content}
+        path.write_text(json.dumps(record))
+    elif isinstance(content, str):
+        path.symlink_to(content)
+    else:
+        path.write_bytes(content)
+    tasks, problems = store.load_all()
+    assert tasks == [TASK]
+    [problem] = problems
+    assert f"{path} set aside as {name}.bad" in problem and reason in problem, problem
+    assert not path.exists() and os.path.lexists(f"{path}.bad")
+    assert store.load_all() == ([TASK], [])  # it does not come back
