@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from governor.config import Config, group_name_problem
+from governor.config_types import MIN_TASK_MEMORY
 from governor.errors import RequestError
 from governor.units import format_number, format_size
 
@@ -100,6 +101,9 @@ def task_demand(config: Config, capacity: Mapping[str, float], flags: Mapping[st
     for resource in ("cpu", "memory"):
         if demand.get(resource, 0) <= 0:
             raise RequestError("bad_request", f"demand.{resource} must be > 0: governor limits every task")
+    if demand["memory"] < MIN_TASK_MEMORY:
+        raise RequestError("bad_request", f"demand.memory must be at least {describe('memory', MIN_TASK_MEMORY)}: "
+                                          "no process starts in less")
     check_fits(demand, capacity)
     return demand
 

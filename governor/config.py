@@ -33,9 +33,11 @@ import posixpath
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from governor.config_types import Config, GroupRule, IoDevice, group_name_problem
+from governor.config_types import (MAX_BYTES, MAX_CORES, MIN_TASK_MEMORY, WEIGHT_RANGE, Config, GroupRule, IoDevice,
+                                   group_name_problem)
 from governor.errors import ConfigError
 from governor.tomlcheck import amount, join_key, no_unknown_keys, number, parse_toml, subtable, type_name
+from governor.units import format_size
 
 __all__ = ["CONFIG_PATH", "DEFAULT_CONFIG", "EVERYONE", "Config", "GroupRule", "IoDevice",
            "default_config", "group_name_problem", "load_config", "parse_config"]
@@ -126,7 +128,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
     no_unknown_keys(data, _SECTIONS, None, file)
     capacity = subtable(data, "capacity", None, file)
     no_unknown_keys(capacity, _CAPACITY_KEYS, "capacity", file)
-    cpu_cores = _value(capacity, "cpu", "capacity", file, _positive, None)
+    cpu_cores = _value(capacity, "cpu", "capacity", file, _positive_cores, None)
     memory_bytes = _value(capacity, "memory", "capacity", file, _positive_bytes, None)
     reserve = subtable(capacity, "reserve", "capacity", file)
     no_unknown_keys(reserve, _RESERVE_KEYS, "capacity.reserve", file)
@@ -203,7 +205,7 @@ def _task(data: Mapping[str, object], io_devices: tuple[IoDevice, ...], file: st
     no_unknown_keys(table, _TASK_KEYS, "defaults.task", file)
     task = {
         "cpu": _value(table, "cpu", "defaults.task", file, _cores, _TASK_CPU_CORES),
-        "memory": _value(table, "memory", "defaults.task", file, _bytes, _TASK_MEMORY_BYTES),
+        "memory": _value(table, "memory", "defaults.task", file, _task_memory, _TASK_MEMORY_BYTES),
         "io_read": _value(table, "io_read", "defaults.task", file, _bytes, 0),
         "io_write": _value(table, "io_write", "defaults.task", file, _bytes, 0),
     }
@@ -211,8 +213,6 @@ def _task(data: Mapping[str, object], io_devices: tuple[IoDevice, ...], file: st
         if task[name] and not io_devices:
             raise ConfigError(file, f"defaults.task.{name}",
                               "no block device is governed; add a [[capacity.io]] entry or leave this out")
-    if not any(task.values()):
-        raise ConfigError(file, "defaults.task", "demands nothing; a task must need some resource")
     return task
 
 
@@ -227,7 +227,7 @@ def _groups(data: Mapping[str, object], file: str) -> tuple[tuple[GroupRule, ...
         rule = subtable(table, name, "groups", file)
         if name == EVERYONE:
             no_unknown_keys(rule, ("weight",), where, file)
-            everyone_weight = _value(rule, "weight", where, file, _positive, _WEIGHT)
+            everyone_weight = _value(rule, "weight", where, file, _weight, _WEIGHT)
             continue
         problem = group_name_problem(name)
         if problem is not None:
@@ -237,7 +237,7 @@ def _groups(data: Mapping[str, object], file: str) -> tuple[tuple[GroupRule, ...
         unix_groups = _value(rule, "unix_groups", where, file, _names, ())
         if not users and not unix_groups:
             raise ConfigError(file, where, "lists no users or unix_groups, so nobody could launch into it")
-        rules.append(GroupRule(name, _value(rule, "weight", where, file, _positive, _WEIGHT), users, unix_groups))
+        rules.append(GroupRule(name, _value(rule, "weight", where, file, _weight, _WEIGHT), users, unix_groups))
     return tuple(rules), everyone_weight
 
 
@@ -248,7 +248,19 @@ def _value(table: Mapping[str, object], name: str, where: str, file: str,
 
 
 def _cores(value: object, key: str, file: str) -> float:
-    return float(number(value, key, file))
+    return _at_most(float(number(value, key, file)), MAX_CORES, "cores", key, file)
+
+
+def _positive_cores(value: object, key: str, file: str) -> float:
+    return _at_most(_positive(value, key, file), MAX_CORES, "cores", key, file)
+
+
+def _weight(value: object, key: str, file: str) -> float:
+    weight = _positive(value, key, file)
+    low, high = WEIGHT_RANGE
+    if not low <= weight <= high:
+        raise ConfigError(file, key, f"must be between {low:g} and {high:g}, got {weight:g}")
+    return weight
 
 
 def _positive(value: object, key: str, file: str) -> float:
@@ -257,7 +269,20 @@ def _positive(value: object, key: str, file: str) -> float:
 
 def _bytes(value: object, key: str, file: str) -> int:
     # Rounded down: "1.3G" is fine to write, and no kernel limit takes a fraction of a byte.
-    return int(amount(value, key, file))
+    return int(_at_most(amount(value, key, file), MAX_BYTES, "bytes", key, file))
+
+
+def _task_memory(value: object, key: str, file: str) -> int:
+    result = _bytes(value, key, file)
+    if result < MIN_TASK_MEMORY:
+        raise ConfigError(file, key, f"must be at least {format_size(MIN_TASK_MEMORY)}: no process starts in less")
+    return result
+
+
+def _at_most(value, bound: int, unit: str, key: str, file: str):
+    if value > bound:
+        raise ConfigError(file, key, f"must be at most {bound:,} {unit}, got {float(value):g}")
+    return value
 
 
 def _positive_bytes(value: object, key: str, file: str) -> int:

@@ -14,6 +14,15 @@ from functools import cached_property
 from governor.errors import ConfigError
 from governor.units import format_size
 
+# Bounds on what a config or a request may say: beyond them no host has the amount, and the
+# kernel's files (microseconds, bytes in 63 bits, weights 1..10000) could not hold it.
+MAX_CORES = 65_536
+MAX_BYTES = 1 << 62
+WEIGHT_RANGE = (0.001, 1000.0)
+# A task's declared memory is its cap: below this no process starts (a documented minimum, so
+# that no declaration is so small it reads as "no limit" anywhere).
+MIN_TASK_MEMORY = 1 << 20
+
 _GROUP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 # Every cgroup directory already holds files named <controller>.<file> (cpu.max, cgroup.procs):
 # mkdir of a group named like one fails, so such names are refused up front.

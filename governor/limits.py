@@ -76,12 +76,15 @@ def task_limits(demand: Mapping[str, float], *, io_devices: Mapping[str, str],
 
 
 def root_limits(capacity: Mapping[str, float], *, period_usec: int = DEFAULT_PERIOD_USEC) -> CgroupLimits:
-    """The governed root: the tasks together never use more CPU than the capacity, so the
-    reserve stays free for the system.
+    """The governed root: the tasks together never use more CPU or memory than the capacity,
+    so the reserve stays free for the system.
 
     Returns:
-        ``cpu.max`` = capacity cores and ``memory.low`` = capacity bytes (governed memory is
-        protected from reclaim by the rest of the host). No ``io.max``: a throttled parent
+        ``cpu.max`` = capacity cores; ``memory.max`` = capacity bytes (where a task's own cap
+        is soft, as on cgroup v1 where ``memory = "soft"`` sets no throttling limit at all, this
+        is what bounds governed memory: beyond it the kernel reclaims, then OOM-kills inside
+        the governed tree, never outside it); ``memory.low`` = capacity bytes (governed
+        memory is protected from reclaim by the rest of the host). No ``io.max``: a throttled parent
         serves its children's I/O in turn, which would undo the ``io.weight`` split (measured:
         2 : 1 instead of 3 : 1 in the VM); I/O is bounded by the tasks' caps and, where the
         disk has no proportional controller, by the groups' ``io.max``.
@@ -90,6 +93,7 @@ def root_limits(capacity: Mapping[str, float], *, period_usec: int = DEFAULT_PER
         cpu_quota_usec=max(MIN_QUOTA_USEC, round(capacity.get("cpu", 0.0) * period_usec)),
         cpu_period_usec=period_usec,
         memory_low_bytes=_whole(capacity.get("memory", 0)),
+        memory_max_bytes=_whole(capacity.get("memory", 0)),
     )
 
 

@@ -48,8 +48,8 @@ Operations; every field is checked and unknown fields are refused:
   [...]}}``: the live host's progressive filling, one trace row per event (paper Table 1).
 - Admin only (uid 0, or a member of the config's ``admin_group``):
   ``{"op": "reload"}`` re-reads the config file → ``{"reloaded": {"config": path}}``;
-  ``{"op": "set-weight", "group": str, "weight": number > 0}`` → ``{"group", "weight"}``, in
-  force until the next reload or restart.
+  ``{"op": "set-weight", "group": str, "weight": number in 0.001..1000}`` →
+  ``{"group", "weight"}``, in force until the next reload or restart.
 
 Try it by hand::
 
@@ -67,6 +67,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from governor.config_types import WEIGHT_RANGE
 from governor.errors import RequestError
 
 MAX_LINE_BYTES = 65536
@@ -203,8 +204,9 @@ def parse_request(line: bytes) -> Request:
         if not (isinstance(group, str) and group):
             raise RequestError("bad_request", f"group: must be a non-empty string, got {_json_type(group)}")
         weight = _number(message["weight"], "weight")
-        if weight <= 0:
-            raise RequestError("bad_request", f"weight: must be > 0, got {weight!r}")
+        low, high = WEIGHT_RANGE
+        if not low <= weight <= high:
+            raise RequestError("bad_request", f"weight: must be between {low:g} and {high:g}, got {weight!r}")
         return SetWeightRequest(group, float(weight))
     raise RequestError("unknown_op", f"op: unknown operation {op!r} (known: {', '.join(OPERATIONS)})")
 

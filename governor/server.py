@@ -185,6 +185,9 @@ class ControlServer:
         except OSError as exc:
             # The peer went away mid-reply (or before SO_PEERCRED could be read): nothing to answer.
             logger.debug("control connection dropped: %s", exc)
+        except Exception as exc:  # a bug: one line, and the daemon keeps serving the others
+            logger.error("control connection from pid %s closed on an internal error: %r",
+                         peer.pid if peer else "?", exc)
         finally:
             self._connections.pop(task, None)
             if peer is not None and peer.pidfd is not None:

@@ -452,3 +452,18 @@ def undecodable_command_line_leaves_status_readable(tmp_path) -> None:
         assert proc.poll() is None
     finally:
         gov.close()
+
+
+def soft_memory_is_bounded_by_the_capacity(tmp_path) -> None:
+    """With memory = "soft" cgroup v1 has no throttling limit, so a task could take far more
+    than it declared (issue 12: 3 GiB declared 256M); governor's root holds all governed memory
+    to the capacity: a task touching more than that is OOM-killed inside the governed tree."""
+    gov = Governor(tmp_path, config(cpu=1.0 * SCALE, memory="256M"))
+    try:
+        hog = gov.run("C", [sys.executable, "-c", HOG.format(mib=400)], cpus=0.5 * SCALE, memory="64M",
+                      may_end=True)
+        hog.wait(timeout=120)
+        print(f"\nsoft 64M declared, capacity 256M, hog touching 400M: exit {hog.returncode}")
+        assert hog.returncode == -9
+    finally:
+        gov.close()

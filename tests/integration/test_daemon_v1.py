@@ -45,6 +45,10 @@ def test_an_undecodable_command_line_leaves_status_readable(tmp_path):
     scenarios.undecodable_command_line_leaves_status_readable(tmp_path)
 
 
+def test_soft_memory_is_bounded_by_the_capacity(tmp_path):
+    scenarios.soft_memory_is_bounded_by_the_capacity(tmp_path)
+
+
 def test_soft_memory_limit_does_not_kill(tmp_path):
     scenarios.memory_soft_limit_throttles_without_killing(tmp_path, v2=False)
 

@@ -270,6 +270,15 @@ def test_refusals_leave_nothing_behind(daemon, pid, peer_pid, uid, group, demand
     assert len(daemon.tasks) == 0 and daemon.hierarchy.driver.cgroups == {""}
 
 
+def test_a_memory_declaration_below_the_minimum_is_refused(daemon):
+    # Once 1 byte rounded to "no limit"; now the cap is what was declared, and a declaration
+    # too small for any process is refused where it enters.
+    with pytest.raises(RequestError) as caught:
+        launch(daemon, 100, group="A", cpu=1.0, memory=1)
+    assert caught.value.code == "bad_request" and "at least 1.0M" in caught.value.message
+    assert not daemon.tasks and not daemon.queue
+
+
 def test_a_pid_that_vanished_before_the_move_is_rolled_back(daemon):
     launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
     with pytest.raises(RequestError) as caught:

@@ -143,9 +143,10 @@ def test_io_guarantee_is_a_weight_where_the_device_shares_and_a_hard_limit_where
     assert [(io.device, io.rbps, io.wbps) for io in limits["B"].io_max] == [("8:16", None, 40)]
 
 
-def test_the_root_is_capped_at_the_capacity_in_cpu_only():
+def test_the_root_is_capped_at_the_capacity_in_cpu_and_memory_not_io():
     root = root_limits({"cpu": 1.75, "memory": 4 * GIB, "io.sda.read": 100, "io.sda.write": 50})
     assert root.cpu_quota_usec == 175_000 and root.memory_low_bytes == 4 * GIB
+    assert root.memory_max_bytes == 4 * GIB  # bounds soft-mode tasks too (v1 has no memory.high)
     assert root.io_max == ()  # a throttled parent would undo the children's io.weight split
 
 

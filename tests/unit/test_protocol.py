@@ -97,7 +97,7 @@ BAD = [
     (line({"op": "reload", "file": "/etc/x"}), "bad_request", "file: unknown field"),
     (line({"op": "set-weight", "group": "A"}), "bad_request", "weight: missing"),
     (line({"op": "set-weight", "weight": 2}), "bad_request", "group: missing"),
-    (line({"op": "set-weight", "group": "A", "weight": 0}), "bad_request", "weight: must be > 0"),
+    (line({"op": "set-weight", "group": "A", "weight": 0}), "bad_request", "weight: must be between 0.001 and 1000"),
     (line({"op": "set-weight", "group": "A", "weight": True}), "bad_request", "weight: must be a finite number"),
     (line({"op": "set-weight", "group": "", "weight": 1}), "bad_request", "group: must be a non-empty string"),
     (line({"op": "STATUS"}), "unknown_op", "'STATUS'"),
@@ -224,3 +224,8 @@ def test_an_integer_too_long_to_convert_is_a_bad_request():
     with pytest.raises(RequestError) as caught:
         parse_request(b'{"op": "launch", "pid": ' + b"9" * 5000 + b"}")
     assert caught.value.code == "bad_request" and "too long" in caught.value.message
+
+
+@pytest.mark.parametrize("weight", [1e307, 0.0001])
+def test_a_weight_outside_its_range_is_refused_where_it_enters(weight):
+    assert "between 0.001 and 1000" in refused(line({"op": "set-weight", "group": "A", "weight": weight})).message

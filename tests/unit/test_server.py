@@ -357,3 +357,31 @@ def test_a_streamed_launch_sends_each_line_and_a_client_that_leaves_closes_its_s
     assert queued == {"ok": True, "queued": {"position": 1}} and left == [os.getpid()]
     assert first["queued"] == {"position": 1} and second == {"ok": True, "task": f"t{os.getpid()}"}
     assert rest == b""
+
+
+def test_a_bug_in_one_connection_is_one_log_line_and_the_others_are_served(tmp_path, monkeypatch, caplog):
+    import governor.server as server_module
+
+    def broken(line):
+        if b"boom" in line:
+            raise RuntimeError("a bug")
+        return server_module.parse_request.__wrapped__(line)
+
+    broken.__wrapped__ = server_module.parse_request
+    monkeypatch.setattr(server_module, "parse_request", broken)
+
+    async def scenario():
+        async with running(FakeHandler(), tmp_path / "g.sock"):
+            reader, writer = await asyncio.open_unix_connection(str(tmp_path / "g.sock"))
+            writer.write(b'{"op": "boom"}\n')
+            await writer.drain()
+            closed = await reader.read()  # the connection ends without a reply
+            writer.close()
+            return closed, await exchange(tmp_path / "g.sock", STATUS)
+
+    with caplog.at_level(logging.ERROR, logger="governor.server"):
+        closed, [reply] = asyncio.run(scenario())
+    assert closed == b"" and reply["ok"]
+    [record] = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "internal error" in record.getMessage() and "RuntimeError('a bug')" in record.getMessage()
+    assert record.exc_info is None  # one line, not a traceback
