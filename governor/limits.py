@@ -2,7 +2,8 @@
 
 Allocations are guarantees, declarations are caps::
 
-    <root>/             cpu.max = capacity (the reserve stays free), memory.low = capacity
+    <root>/             cpu.max, memory.max = capacity (the reserve stays free), memory.low
+                        = capacity
       <group>/          guarantee: cpu.weight ∝ A_g,cpu (+ cpu.max = A_g,cpu while every group
                         wants all of its own); io.weight ∝ A_g,io where the device has a
                         proportional controller, else io.max = A_g (not work-conserving);
@@ -81,13 +82,14 @@ def root_limits(capacity: Mapping[str, float], *, period_usec: int = DEFAULT_PER
 
     Returns:
         ``cpu.max`` = capacity cores; ``memory.max`` = capacity bytes (where a task's own cap
-        is soft, as on cgroup v1 where ``memory = "soft"`` sets no throttling limit at all, this
-        is what bounds governed memory: beyond it the kernel reclaims, then OOM-kills inside
-        the governed tree, never outside it); ``memory.low`` = capacity bytes (governed
-        memory is protected from reclaim by the rest of the host). No ``io.max``: a throttled parent
-        serves its children's I/O in turn, which would undo the ``io.weight`` split (measured:
-        2 : 1 instead of 3 : 1 in the VM); I/O is bounded by the tasks' caps and, where the
-        disk has no proportional controller, by the groups' ``io.max``.
+        is soft, as on cgroup v1 where ``memory = "soft"`` sets no throttling limit at all,
+        this is what bounds governed memory: beyond it the kernel reclaims, then OOM-kills
+        inside the governed tree, never outside it); ``memory.low`` = capacity bytes
+        (governed memory is protected from reclaim by the rest of the host). No ``io.max``:
+        a throttled parent serves its children's I/O in turn, which would undo the
+        ``io.weight`` split (measured: 2 : 1 instead of 3 : 1 in the VM); I/O is bounded by
+        the tasks' caps and, where the disk has no proportional controller, by the groups'
+        ``io.max``.
     """
     return CgroupLimits(
         cpu_quota_usec=max(MIN_QUOTA_USEC, round(capacity.get("cpu", 0.0) * period_usec)),
@@ -128,7 +130,7 @@ def group_limits(
         previous: group → the limits in force, so that weights are rewritten only where the
             ratios need it (see :func:`proportional_weights`).
         met: the groups whose allocation is their whole demand.
-        saturated: every group uses at least (nearly) its CPU guarantee (:func:`cpu_saturated`).
+        saturated: every group wants all of its CPU guarantee (:func:`cpu_saturated`).
             Weights alone then split the CPU only to within a few percent (measured: −1 to
             −7 % on cgroup v1, ±20 % under emulation); nobody leaves anything idle to lend, so
             each group is also held to its guarantee: ``cpu.max`` = A_g,cpu, or its largest
@@ -138,7 +140,7 @@ def group_limits(
 
     Returns:
         group → limits, in the order of ``allocations``: ``cpu.weight`` ∝ A_g,cpu (the largest
-        5000..10000, a zero allocation 1), ``memory.low`` = D_g,memory, and per device either an
+        2500..10000, a zero allocation 1), ``memory.low`` = D_g,memory, and per device either an
         ``io.weight`` ∝ the group's share of the device (read share + write share) or
         ``io.max`` = A_g.
     """

@@ -138,15 +138,17 @@ def work_conservation(tmp_path) -> None:
         gov.close()
 
 
-PROGRESS = ("import sys, time\n"
+# The count is renamed into place: a reader never sees the file empty between truncate and write.
+PROGRESS = ("import os, sys, time\n"
             "chunks = [bytearray(4 << 20) for _ in range({mib} // 4)]\n"  # every page touched
             "print('allocated', flush=True)\n"
             "n = 0\n"
             "while True:\n"
             "    n += 1\n"
             "    chunks[n % len(chunks)][0] = n % 256\n"
-            "    with open(sys.argv[1], 'w') as f:\n"
+            "    with open(sys.argv[1] + '.tmp', 'w') as f:\n"
             "        f.write(str(n))\n"
+            "    os.replace(sys.argv[1] + '.tmp', sys.argv[1])\n"
             "    time.sleep(0.05)\n")
 
 
