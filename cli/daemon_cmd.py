@@ -49,8 +49,9 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
     if os.geteuid() != 0:
         raise GovernorError("governor daemon must run as root: it creates cgroups and moves processes")
     listen = _metrics_address(metrics_address) if metrics_address else None
-    hierarchy = open_hierarchy(cgroup_root)
     store = TaskStore(Path(state_dir or config.state_dir))
+    store.prepare()  # an untrusted state directory stops the start before any cgroup is made
+    hierarchy = open_hierarchy(cgroup_root)
     server = Daemon(config, config_path or "<embedded default>", hierarchy, store,
                     host_cpus=sorted(os.sched_getaffinity(0)), host_memory=psutil.virtual_memory().total,
                     resolve_device=whole_disk, load_config=load if config_path else None, notifier=Notifier())
