@@ -18,7 +18,7 @@ from cgroups.parse import parse_controllers, parse_proc_cgroup
 from governor.errors import CgroupUnsupported
 
 __all__ = ["Mode", "Mount", "cgroup_dirs", "host_mode", "own_cgroup", "parse_mountinfo",
-           "v1_mounts", "v2_controllers", "v2_mount"]
+           "proc_path", "v1_mounts", "v2_controllers", "v2_mount"]
 
 Mode = Literal["unified", "hybrid", "legacy"]
 
@@ -152,6 +152,23 @@ def _relative_to_mount(path: str, mount_root: str) -> str:
     if mount_root != "/" and (path == mount_root or path.startswith(mount_root + "/")):
         path = path[len(mount_root):]
     return path.lstrip("/")
+
+
+def proc_path(directory: Path, proc: Path = PROC) -> str | None:
+    """Return how ``/proc/<pid>/cgroup`` spells cgroup ``directory`` (``"/governor"`` for
+    ``/sys/fs/cgroup/governor``; on v1 for ``/sys/fs/cgroup/cpu,cpuacct/governor``), or None
+    when no cgroup mount holds it.
+
+    Raises:
+        CgroupReadError: mountinfo cannot be read.
+    """
+    holders = [m for m in _mounts(proc, "self") if m.fstype in ("cgroup", "cgroup2")
+               and (m.mount_point == directory or m.mount_point in directory.parents)]
+    if not holders:
+        return None
+    mount = max(holders, key=lambda m: len(m.mount_point.parts))
+    parts = [p for p in (mount.root.strip("/"), str(directory.relative_to(mount.mount_point))) if p not in ("", ".")]
+    return "/" + "/".join(parts)
 
 
 def cgroup_dirs(pid: int | str = "self", proc: Path = PROC) -> dict[str, Path]:

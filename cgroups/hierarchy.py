@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from cgroups import detect, devices
 from cgroups.driver import Driver
@@ -25,6 +26,19 @@ V2_CONTROLLERS = ("cpu", "cpuset", "memory", "io", "pids")
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
 
 
+# systemd puts each login session (logind, pam_systemd) in a scope below this slice.
+LOGIN_SLICE = "/user.slice/"
+
+
+class Location(NamedTuple):
+    """Where a process is: ``rel``, its cgroup relative to governor's root (``""``: the root
+    itself; None: outside it), and ``login_session``, whether it is in a systemd user slice
+    (``/user.slice/…``), where logind tracks its session's processes."""
+
+    rel: str | None
+    login_session: bool
+
+
 @dataclass
 class Hierarchy:
     """The cgroup hierarchy governor writes to.
@@ -34,12 +48,17 @@ class Hierarchy:
         root: governor's root, for people (one path on v2; the cpu hierarchy's on v1).
         controllers: what to enable below the root (v2).
         cgroup_mount: where the cgroup filesystems are mounted.
+        proc_key, proc_root: the line of ``/proc/<pid>/cgroup`` that tells where a process is
+            (``""``: v2's ``0::``; v1: the cpu hierarchy's), and governor's root as spelled
+            there (None: unknown, no process is ever found inside).
     """
 
     driver: Driver
     root: str
     controllers: tuple[str, ...]
     cgroup_mount: Path = Path("/sys/fs/cgroup")
+    proc_key: str = ""
+    proc_root: str | None = None
 
     @property
     def mode(self) -> str:
@@ -58,6 +77,23 @@ class Hierarchy:
     def path(self, rel: str) -> Path:
         """Directory of cgroup ``rel`` (in the cpu hierarchy on v1)."""
         return self.driver.directory(rel)
+
+    def locate(self, pid: int, proc: Path = Path("/proc")) -> Location:
+        """Where process ``pid`` is (one read of ``/proc/<pid>/cgroup``).
+
+        Raises:
+            CgroupReadError: the file cannot be read (``vanished``: no such process).
+        """
+        paths = detect.own_cgroup(pid, proc)
+        path = paths.get(self.proc_key)
+        systemd = paths.get("name=systemd", paths.get(""))
+        login = systemd is not None and systemd.startswith(LOGIN_SLICE)
+        if path is None or self.proc_root is None:
+            return Location(None, login)
+        if path == self.proc_root:
+            return Location("", login)
+        prefix = self.proc_root.rstrip("/") + "/"
+        return Location(path[len(prefix):] if path.startswith(prefix) else None, login)
 
     def io_sharing(self, disk: str) -> str:
         """How a guarantee on whole disk ``disk`` is enforced here (:func:`cgroups.devices.io_sharing`)."""
@@ -91,7 +127,7 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
         driver = CgroupV2Driver(root)
         driver.create("")
         driver.delegate_root(controllers)
-        return Hierarchy(driver, str(root), controllers, cgroup_mount)
+        return Hierarchy(driver, str(root), controllers, cgroup_mount, "", detect.proc_path(root, proc))
 
     mounts = detect.v1_mounts(proc)
     roots = {}
@@ -101,4 +137,6 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
             roots[controller] = base
     driver = CgroupV1Driver(roots)
     driver.create("")
-    return Hierarchy(driver, str(roots.get("cpu", next(iter(roots.values())))), V1_CONTROLLERS, cgroup_mount)
+    shown = roots.get("cpu", next(iter(roots.values())))
+    return Hierarchy(driver, str(shown), V1_CONTROLLERS, cgroup_mount, "cpu" if "cpu" in roots else "",
+                     detect.proc_path(shown, proc))

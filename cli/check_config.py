@@ -80,6 +80,13 @@ def summary(config: Config) -> list[str]:
                      "every user in no explicit group, a group of their own")
     else:
         lines.append("  users in no group above cannot launch tasks")
+    sessions = config.sessions
+    if sessions.enabled:
+        exempt = f"; exempt {', '.join(sessions.exempt)}" if sessions.exempt else ""
+        lines.append(f"sessions: every other process of a governed user, one session each: cpu "
+                     f"{format_number(sessions.cpu_cores)}, memory {format_size(sessions.memory_bytes)}{exempt}")
+    else:
+        lines.append("sessions: off (only governor run is governed)")
     admin = f"root and members of {config.admin_group}" if config.admin_group else "root only"
     lines.append(f"admin: {admin}")
     lines.append(f"daemon: sample every {format_number(config.sample_interval_s)}s, "

@@ -22,7 +22,8 @@ bytes/s; times in Unix seconds)::
                        "borrowed": {res: amount},     # use above the guarantee (never memory)
                        "lambda": float, "dominant_resources": [res], "dominant_share": float,
                        "stop": str,
-                       "tasks": [{"id": str, "pid": int, "uid": int, "user": str,
+                       "tasks": [{"id": str, "session": bool,  # a user's session
+                                  "pid": int, "uid": int, "user": str,
                                   "command": [str], "started": float,
                                   "demand": {res: amount}, "limits": {file: value},
                                   "usage": {res: amount}}]}},
@@ -185,7 +186,7 @@ def tasks_view(name: str, group: dict) -> RenderableType:
     grid.add_column(overflow="fold")
     for task in tasks:
         user = task.get("user", task.get("uid", "?"))
-        grid.add_row(str(task.get("id", "?")), "pid", f"{task.get('pid', '?')} · {user} · {view.command(task.get('command', []))}")
+        grid.add_row(str(task.get("id", "?")), "pid", f"{task.get('pid', '?')} · {user} · {view.task_command(task)}")
         limits = task.get("limits", {})
         grid.add_row("", "cap", view.vector(task.get("demand", {})))
         grid.add_row("", "limits", " · ".join(f"{f} {view.limit(f, v)}" for f, v in limits.items()) or "—")

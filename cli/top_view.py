@@ -201,7 +201,7 @@ def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[R
     for task in tasks[:shown]:
         demand = task.get("demand", {})
         rows.append([f"  {task.get('pid', '?')}", str(task.get("user", task.get("uid", "?"))),
-                     view.duration(now - float(task.get("started", now))), task.get("command", []),
+                     view.duration(now - float(task.get("started", now))), task,
                      _compact(demand), _compact({r: granted * float(v) for r, v in demand.items()}),
                      _compact(task.get("usage", {}))])
     headers = ("  pid", "user", "age", "command", "cap", "guarantee", "use")
@@ -214,7 +214,7 @@ def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[R
         table.add_column(header, justify="right" if header in ("  pid", "age") else "left", no_wrap=True,
                          overflow="ellipsis")
     for cells in rows:
-        table.add_row(*cells[:3], view.command(cells[3], chars), *cells[4:])
+        table.add_row(*cells[:3], view.task_command(cells[3], chars), *cells[4:])
     return [title, table]
 
 

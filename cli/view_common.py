@@ -72,6 +72,13 @@ def command(argv: list[str], chars: int = COMMAND_CHARS) -> str:
     return line if len(line) <= chars else line[: chars - 1] + "…"
 
 
+def task_command(task: dict, chars: int = COMMAND_CHARS) -> str:
+    """What a status task runs: its command line, or ``session of <user>`` for a session."""
+    if task.get("session"):
+        return command([f"session of {task.get('user', task.get('uid', '?'))}"], chars)
+    return command(task.get("command", []), chars)
+
+
 def number(value: object, *, precision: int = 3) -> str:
     """A number without trailing zeros, ``—`` for None."""
     return "—" if value is None else format_number(value, precision=precision)

@@ -19,6 +19,10 @@ Pure: the caller reads the file, and passes host facts (CPUs, memory) to :meth:`
     weight = 2
     unix_groups = ["physics"]
     [groups."*"]                # everyone in no explicit group: one group per user
+    [sessions]                  # processes started outside governor run: one task per user
+    cpu = 1
+    memory = "2G"
+    exempt = ["backup"]
     [daemon]
     admin_group = "wheel"
 
@@ -34,7 +38,7 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from governor.config_types import (MAX_BYTES, MAX_CORES, MIN_TASK_MEMORY, WEIGHT_RANGE, Config, GroupRule, IoDevice,
-                                   group_name_problem)
+                                   SessionRules, group_name_problem)
 from governor.errors import ConfigError
 from governor.tomlcheck import amount, join_key, no_unknown_keys, number, parse_toml, subtable, type_name
 from governor.units import format_size
@@ -66,6 +70,12 @@ memory = "soft"
 [groups."*"]
 weight = 1
 
+[sessions]
+enabled = true
+cpu = 1
+memory = "2G"
+exempt = []
+
 [daemon]
 sample_interval = 1.0
 reconcile_interval = 5.0
@@ -81,8 +91,10 @@ _WEIGHT = 1.0
 _SAMPLE_INTERVAL_S = 1.0
 _RECONCILE_INTERVAL_S = 5.0
 _STATE_DIR = "/run/governor/state"
+_SESSION_CPU_CORES = 1.0
+_SESSION_MEMORY_BYTES = 2 * 1024**3
 
-_SECTIONS = ("capacity", "defaults", "enforcement", "groups", "daemon")
+_SECTIONS = ("capacity", "defaults", "enforcement", "groups", "sessions", "daemon")
 _CAPACITY_KEYS = ("cpu", "memory", "reserve", "io")
 _RESERVE_KEYS = ("cpu", "memory")
 _IO_KEYS = ("device", "read", "write")
@@ -90,6 +102,7 @@ _TASK_KEYS = ("cpu", "memory", "io_read", "io_write")
 # The first choice is the default.
 _ENFORCEMENT = {"cpu": ("quota", "cores"), "memory": ("soft", "hard")}
 _GROUP_KEYS = ("weight", "users", "unix_groups")
+_SESSION_KEYS = ("enabled", "cpu", "memory", "io_read", "io_write", "exempt")
 _DAEMON_KEYS = ("admin_group", "sample_interval", "reconcile_interval", "state_dir")
 
 _T = TypeVar("_T")
@@ -166,6 +179,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         sample_interval_s=_value(daemon, "sample_interval", "daemon", file, _positive, _SAMPLE_INTERVAL_S),
         reconcile_interval_s=_value(daemon, "reconcile_interval", "daemon", file, _positive, _RECONCILE_INTERVAL_S),
         state_dir=_value(daemon, "state_dir", "daemon", file, _absolute_path, _STATE_DIR),
+        sessions=_sessions(data, io_devices, file),
         file=file,
     )
 
@@ -214,6 +228,24 @@ def _task(data: Mapping[str, object], io_devices: tuple[IoDevice, ...], file: st
             raise ConfigError(file, f"defaults.task.{name}",
                               "no block device is governed; add a [[capacity.io]] entry or leave this out")
     return task
+
+
+def _sessions(data: Mapping[str, object], io_devices: tuple[IoDevice, ...], file: str) -> SessionRules:
+    table = subtable(data, "sessions", None, file)
+    no_unknown_keys(table, _SESSION_KEYS, "sessions", file)
+    rules = SessionRules(
+        enabled=_value(table, "enabled", "sessions", file, _boolean, True),
+        cpu_cores=_value(table, "cpu", "sessions", file, _cores, _SESSION_CPU_CORES),
+        memory_bytes=_value(table, "memory", "sessions", file, _task_memory, _SESSION_MEMORY_BYTES),
+        io_read_bps=_value(table, "io_read", "sessions", file, _bytes, 0),
+        io_write_bps=_value(table, "io_write", "sessions", file, _bytes, 0),
+        exempt=_value(table, "exempt", "sessions", file, _names, ()),
+    )
+    for name, rate in (("io_read", rules.io_read_bps), ("io_write", rules.io_write_bps)):
+        if rate and not io_devices:
+            raise ConfigError(file, f"sessions.{name}",
+                              "no block device is governed; add a [[capacity.io]] entry or leave this out")
+    return rules
 
 
 def _groups(data: Mapping[str, object], file: str) -> tuple[tuple[GroupRule, ...], float | None]:
@@ -298,6 +330,12 @@ def _choice(table: Mapping[str, object], name: str, file: str) -> str:
     if value not in choices:
         raise ConfigError(file, f"enforcement.{name}",
                           f"must be {' or '.join(f'{c!r}' for c in choices)}, got {value!r}")
+    return value
+
+
+def _boolean(value: object, key: str, file: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(file, key, f"must be true or false, got {value!r}")
     return value
 
 

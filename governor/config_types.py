@@ -83,6 +83,26 @@ class GroupRule:
 
 
 @dataclass(frozen=True)
+class SessionRules:
+    """``[sessions]``: how the processes a governed user starts outside ``governor run`` (a
+    login shell, cron, ``su -``) are governed: together, as that user's session task.
+
+    Attributes:
+        enabled: whether sessions are governed at all.
+        cpu_cores, memory_bytes: the session task's demand, its cap and what DRF guarantees;
+            io_read_bps, io_write_bps: bytes/s on each governed device.
+        exempt: user names never governed, besides root and system users.
+    """
+
+    enabled: bool
+    cpu_cores: float
+    memory_bytes: int
+    io_read_bps: int
+    io_write_bps: int
+    exempt: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Config:
     """A checked config. Units are in the names: cores, bytes, bytes/s, seconds.
 
@@ -99,6 +119,7 @@ class Config:
         admin_group: the Unix group allowed admin operations besides root, or ``None``.
         sample_interval_s, reconcile_interval_s: ``[daemon]`` periods, > 0.
         state_dir: absolute path of the per-task metadata directory.
+        sessions: ``[sessions]``.
         file: the file the config came from, for errors raised later (not compared).
     """
 
@@ -119,6 +140,7 @@ class Config:
     sample_interval_s: float
     reconcile_interval_s: float
     state_dir: str
+    sessions: SessionRules
     file: str = field(compare=False)
 
     @property
@@ -190,6 +212,11 @@ class Config:
             demand[device.read_resource] = io_read
             demand[device.write_resource] = io_write
         return {resource: amount for resource, amount in demand.items() if amount}
+
+    def session_demand(self) -> dict[str, float]:
+        """The demand vector of a session task (``[sessions]``), shaped as :meth:`task_demand`'s."""
+        rules = self.sessions
+        return self.task_demand(rules.cpu_cores, rules.memory_bytes, rules.io_read_bps, rules.io_write_bps)
 
     def allowed_groups(self, user: str, unix_groups: Collection[str]) -> list[str]:
         """Every group ``user`` may launch into, the default one first.

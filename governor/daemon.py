@@ -17,6 +17,10 @@
   nothing. The queue lives in memory: a restart closes the waiting clients' connections and
   ``governor run`` queues again (nothing had started, so nothing starts twice).
 * usage: every ``sample_interval`` seconds each group and task cgroup is sampled.
+* sessions (:mod:`governor.sessions`): a process of a governed user that runs ``exec`` or takes
+  the user's uid (:mod:`governor.procevents`) outside any task is moved into the user's session,
+  a task made on the spot (never queued). Every process is scanned at start, after a reload,
+  when events were lost, and at each reconcile pass.
 
 Killing the daemon never kills a task: on start it re-adopts every task whose record and
 populated cgroup it finds, and forgets the rest. Under systemd it reports READY, STATUS,
@@ -35,6 +39,8 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 
+import psutil
+
 from cgroups.hierarchy import Hierarchy
 from cgroups.limits import CgroupLimits
 from governor import access
@@ -44,14 +50,16 @@ from governor.drf import progressive_filling
 from governor.errors import CgroupError, CgroupWriteError, GovernorError, RequestError
 from governor.events import ExitWatcher
 from governor.explain import explain
-from governor.limits import SATURATION, cpu_saturated, group_limits, root_limits, task_limits
+from governor.limits import SATURATION, SESSION_PREFIX, cpu_saturated, group_limits, root_limits, task_limits
 from governor.model import DEMAND_MET, Allocation, GroupDemand
 from governor.notify import Notifier
 from governor.protocol import (ExplainRequest, LaunchRequest, Peer, ReloadRequest, SetWeightRequest,
                                StatusRequest, WatchRequest)
 from governor.queue import Entry, queue_view
+from governor.procevents import ProcessEvents
 from governor.server import ControlServer
-from governor.state import Task, Tasks, TaskStore
+from governor.sessions import SessionOwners, login_uid_min
+from governor.state import Task, Tasks, TaskStore, session_id
 from governor.status import build_status
 from governor.usage import Sample, usage
 
@@ -74,12 +82,16 @@ class Daemon:
         resolve_device: block device path → whole-disk ``MAJ:MIN`` (raises GovernorError).
         metrics: optional sink with ``refill(seconds)``, ``event(kind)``, ``write_error()``,
             ``admitted(waited_seconds)``.
+        uid_min: the first login uid (:func:`~governor.sessions.login_uid_min`); lower uids
+            never have a session.
     """
 
     def __init__(self, config: Config, config_source: str, hierarchy: Hierarchy, store: TaskStore, *,
                  host_cpus: list[int], host_memory: int, resolve_device: Callable[[str], str],
-                 load_config: Callable[[], Config] | None = None, metrics=None, notifier: Notifier | None = None):
+                 load_config: Callable[[], Config] | None = None, metrics=None, notifier: Notifier | None = None,
+                 uid_min: int | None = None):
         self.config_source = config_source
+        self.uid_min = login_uid_min() if uid_min is None else uid_min
         self.hierarchy = hierarchy
         self.store = store
         self.cpus = host_cpus
@@ -103,6 +115,7 @@ class Daemon:
         self.started = time.time()
         self._samples: dict[str, Sample] = {}
         self._watcher: ExitWatcher | None = None
+        self._process_events: ProcessEvents | None = None
         self._closing = False
 
     def _use(self, config: Config) -> None:
@@ -112,6 +125,7 @@ class Daemon:
         io_sharing = {name: self.hierarchy.io_sharing(disk) for name, disk in io_devices.items()}
         self.config, self.capacity, self.io_devices, self.io_sharing = config, capacity, io_devices, io_sharing
         self.weights: dict[str, float] = {}
+        self.owners = SessionOwners(config, self.uid_min)
 
     # ── requests ──────────────────────────────────────────────────────────────────────────
 
@@ -222,6 +236,7 @@ class Daemon:
                     del self.queue[entry.task.id]
                     entry.decide(error=refused)
             self._settle("reload")
+            self.rescan("reload")
             return self.config_source
         finally:
             self.notifier.send("READY=1", f"STATUS={self._summary()}")
@@ -362,6 +377,111 @@ class Daemon:
         return (f"its memory does not fit yet: it waits for {access.describe('memory', place.get('waiting_for', 0))}"
                 f" to free (held by {holders or 'nobody'}); queue position {place['position']}")
 
+    # ── sessions ──────────────────────────────────────────────────────────────────────────
+
+    def _follow_processes(self) -> None:
+        """Subscribe to exec and uid events (the kernel's process-events connector); without
+        it, only the rescan at each reconcile pass moves processes into sessions."""
+        if not self.owners.enabled:
+            return
+        try:
+            self._process_events = ProcessEvents()
+        except OSError as error:
+            self._event("error", f"sessions: the kernel's process events are unavailable ({error.strerror}); "
+                                 f"processes join sessions only at the rescan every "
+                                 f"{self.config.reconcile_interval_s:g} s", logging.WARNING)
+            return
+        asyncio.get_running_loop().add_reader(self._process_events.fileno(), self._on_process_events)
+
+    def _on_process_events(self) -> None:
+        try:
+            started, lost = self._process_events.read()
+            for pid, uid in started.items():
+                self.govern_process(pid, uid)
+            if lost:
+                self._event("error", "sessions: process events were lost (the kernel's buffer overflowed); "
+                                     "rescanning every process", logging.WARNING)
+                self.rescan("lost events")
+        except Exception:
+            log.exception("handling process events failed")
+
+    def rescan(self, trigger: str) -> int:
+        """Move every process of a governed user that is in no task into its user's session.
+
+        Returns:
+            How many processes were moved.
+        """
+        if not self.owners.enabled or self._closing:
+            return 0
+        moved = 0
+        for process in psutil.process_iter(["uids"]):
+            uids = process.info["uids"]
+            if uids is not None and self.owners.owner(uids.real) is not None:
+                moved += self.govern_process(process.pid, uids.real)
+        if moved:
+            self._event("session", f"{moved} process(es) moved into sessions ({trigger})")
+        return moved
+
+    def govern_process(self, pid: int, uid: int | None = None) -> bool:
+        """Move process ``pid`` (real uid ``uid``, looked up when None) into its user's session,
+        unless its user is not governed, it already is in a task or that session, or it is in a
+        systemd login session (logind tracks those; they are not governed yet).
+
+        Returns:
+            Whether it was moved.
+        """
+        if uid is None:
+            try:
+                uid = psutil.Process(pid).uids().real
+            except psutil.Error:
+                return False  # gone already
+        owner = self.owners.owner(uid)
+        if owner is None:
+            return False
+        try:
+            where, login_session = self.hierarchy.locate(pid)
+        except CgroupError:
+            return False  # gone already
+        if where is None and login_session:
+            return False  # logind's to track: see README "Sessions", on systemd hosts
+        user, group = owner
+        session = self.tasks.get(session_id(uid))
+        if where is not None and (_in_a_task(where) or (session is not None and where == session.cgroup)):
+            return False
+        session = session or self._session(uid, user, group, pid)
+        if session is None:
+            return False
+        try:
+            self.hierarchy.driver.move(session.cgroup, pid)
+        except CgroupError as error:
+            if not (isinstance(error, CgroupWriteError) and error.errno == errno.ESRCH):
+                log.warning("cannot move pid %d into the session of %s: %s", pid, user, error)
+            return False
+        return True
+
+    def _session(self, uid: int, user: str, group: str, pid: int) -> Task | None:
+        """Make the session of ``uid`` (cgroup, caps, record, refill); None if it cannot be made."""
+        demand = {resource: min(amount, self.capacity.get(resource, amount))
+                  for resource, amount in self.config.session_demand().items()}
+        session = Task(session_id(uid), group, pid, uid, user, (), demand, time.time())
+        try:
+            self.hierarchy.prepare(session.cgroup)
+            self.hierarchy.driver.apply(session.cgroup, self._caps(session))
+            self.store.save(session)
+        except GovernorError as error:
+            self._remove_cgroup(session)
+            self._event("error", f"cannot start the session of {user}: {error}; its processes stay where they are",
+                        logging.ERROR)
+            return None
+        self.tasks.add(session)
+        self._watch(session)
+        self._event("session_started", f"session of {user} started: group {group}, pid {pid}, "
+                                       f"demand {_vector(demand)}")
+        if self.cpu_saturated:  # its cap may exceed its group's held quota, which v1 refuses
+            self._hold(False, f"the session of {user} starts: groups are no longer held to their CPU guarantees")
+        self.refill(f"session of {user} started")
+        return session
+
     # ── exits ─────────────────────────────────────────────────────────────────────────────
 
     def _watch(self, task: Task) -> None:
@@ -378,15 +498,37 @@ class Daemon:
         ended = []
         for task_id in task_ids:
             task = self.tasks.get(task_id)
-            if task is None or self._alive(task):
+            if task is None:
+                continue
+            if self._alive(task):
+                if trigger == "exit":
+                    self._rewatch(task)
                 continue
             self._forget(task)
-            self._event("task_ended", f"task {task.id} ended ({trigger}): group {task.group}, pid {task.pid}")
-            ended.append(task.id)
+            self._event("task_ended", f"{task.name} ended ({trigger}): group {task.group}, pid {task.pid}")
+            ended.append(task.name)
         if len(ended) == 1:
-            self._settle(f"{trigger} of task {ended[0]}")
+            self._settle(f"{trigger} of {ended[0]}")
         elif ended:
             self._settle(f"{trigger} of {len(ended)} tasks")
+
+    def _rewatch(self, task: Task) -> None:
+        """Watch a process still in ``task`` once the one watched exited (v1, where the watcher
+        follows a pid: a session outlives its first process, a task may outlive its command)."""
+        driver = self.hierarchy.driver
+        if self._watcher is None or driver.events_path(task.cgroup) is not None:
+            return
+        try:
+            pids = driver.pids(task.cgroup)
+        except CgroupError:
+            return
+        for pid in pids:
+            self._watcher.unwatch(task.id)
+            try:
+                self._watcher.watch(task.id, None, pid)
+                return
+            except OSError:
+                continue  # exited meanwhile: the next one
 
     def _alive(self, task: Task) -> bool:
         """Whether the task's cgroup holds a process. A cgroup that is gone is not; a read that
@@ -429,7 +571,7 @@ class Daemon:
             self.tasks.add(task)
         for task in records:
             if self._alive(task):
-                self._event("task_started", f"task {task.id} re-adopted: pid {task.pid}, group {task.group}")
+                self._event("task_started", f"{task.name} re-adopted: pid {task.pid}, group {task.group}")
             else:
                 self._forget(task)
         report = self.hierarchy.driver.apply_plan({t.cgroup: self._caps(t) for t in self.tasks})
@@ -442,7 +584,8 @@ class Daemon:
         re-adopted without their declared demand: say so rather than govern them silently wrong."""
         driver = self.hierarchy.driver
         try:
-            cgroups = [f"{g}/{t}" for g in driver.children("") for t in driver.children(g) if t.startswith("task-")]
+            cgroups = [f"{g}/{t}" for g in driver.children("") for t in driver.children(g)
+                       if t.startswith(("task-", SESSION_PREFIX))]
         except CgroupError:
             return
         for rel in sorted(set(cgroups) - recorded):
@@ -524,6 +667,8 @@ class Daemon:
 
     def _reconcile(self) -> None:
         self.check([task.id for task in self.tasks], "reconcile")
+        self.owners.forget()
+        self.rescan("reconcile")
 
     async def _follow_exits(self) -> None:
         # Exits reported together (a killed process tree, a job array ending) are one refill.
@@ -544,6 +689,8 @@ class Daemon:
         for task in list(self.tasks):
             self._watch(task)
         self.refill("start")
+        self._follow_processes()
+        self.rescan("start")
         self.snapshot = self.status()
         server = ControlServer(self, socket_path)
         await server.start()
@@ -578,6 +725,9 @@ class Daemon:
                 worker.cancel()
             await server.close()
             self._watcher.close()
+            if self._process_events is not None:
+                asyncio.get_running_loop().remove_reader(self._process_events.fileno())
+                self._process_events.close()
             if not self.tasks:
                 try:
                     self.hierarchy.driver.remove("")
@@ -601,6 +751,12 @@ def _still_running(entry: Entry) -> None:
                                           "its pid is not governed") from None
     except PermissionError:
         pass  # alive, and not ours to signal (a daemon not run as root)
+
+
+def _in_a_task(where: str) -> bool:
+    """Whether cgroup ``where`` (relative to governor's root) is a task's or below one."""
+    parts = where.split("/")
+    return len(parts) > 1 and parts[1].startswith("task-")
 
 
 def _vector(vector: Mapping[str, float]) -> str:

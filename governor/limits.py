@@ -9,6 +9,7 @@ Allocations are guarantees, declarations are caps::
                         proportional controller, else io.max = A_g (not work-conserving);
                         memory.low = D_g,memory (what was admitted)
         task-<id>/      cap, written once when the task starts: cpu.max = declared cpu,
+        session-<uid>/  (a user's session: the same, with the [sessions] demand)
                         cpu.weight ∝ declared cpu, memory.high (soft) / + memory.max (hard)
                         = declared, memory.low = declared, io.max = declared
 
@@ -42,9 +43,13 @@ TASK_WEIGHT_PER_CORE = 100
 IoSharing = Literal["io.weight", "io.bfq.weight", "io.max"]
 
 
+SESSION_PREFIX = "session-"
+
+
 def task_cgroup(group: str, task_id: str) -> str:
-    """Cgroup path of a task, relative to governor's root."""
-    return f"{group}/task-{task_id}"
+    """Cgroup path of a task, relative to governor's root: ``<group>/task-<id>``, or for a
+    session (id ``session-<uid>``) ``<group>/session-<uid>``."""
+    return f"{group}/{task_id}" if task_id.startswith(SESSION_PREFIX) else f"{group}/task-{task_id}"
 
 
 def task_limits(demand: Mapping[str, float], *, io_devices: Mapping[str, str],

@@ -20,20 +20,22 @@ from pathlib import Path
 
 from governor.config_types import group_name_problem
 from governor.errors import GovernorError
-from governor.limits import task_cgroup
+from governor.limits import SESSION_PREFIX, task_cgroup
 
 
 @dataclass(frozen=True)
 class Task:
-    """One process tree launched by ``governor run``.
+    """One process tree launched by ``governor run``, or a user's session: every process of a
+    governed user started outside ``governor run`` (:mod:`governor.sessions`).
 
     Attributes:
-        id: unique within the daemon's state directory (``"7"``).
+        id: unique within the daemon's state directory (``"7"``); a session's is
+            ``session-<uid>`` (:func:`session_id`).
         group: the group it runs in.
         pid: the pid that was moved into the task cgroup (the ``governor run`` process, which
-            then became the command).
+            then became the command; a session's first process).
         uid: the launching user's uid; ``user`` their name.
-        command: argv, for display.
+        command: argv, for display (empty for a session).
         demand: declared demand vector: ``cpu`` cores, ``memory`` bytes, ``io.<dev>.read`` /
             ``io.<dev>.write`` bytes/s.
         started: unix time, seconds.
@@ -53,6 +55,21 @@ class Task:
         """The task's cgroup, relative to governor's root."""
         return task_cgroup(self.group, self.id)
 
+    @property
+    def is_session(self) -> bool:
+        """Whether this is a user's session rather than a launch."""
+        return self.id.startswith(SESSION_PREFIX)
+
+    @property
+    def name(self) -> str:
+        """How people see it: ``task 7`` or ``session of alice``."""
+        return f"session of {self.user}" if self.is_session else f"task {self.id}"
+
+
+def session_id(uid: int) -> str:
+    """The id of user ``uid``'s session task (one per user)."""
+    return f"{SESSION_PREFIX}{uid}"
+
 
 class Tasks:
     """Running tasks by id, with per-group views. Insertion order is launch order.
@@ -69,7 +86,8 @@ class Tasks:
 
     def add(self, task: Task) -> None:
         self._tasks[task.id] = task
-        self._by_pid[task.pid] = task.id
+        if not task.is_session:  # a session's first process may launch a task of its own
+            self._by_pid[task.pid] = task.id
         self._groups.setdefault(task.group, {})[task.id] = task
         self._sums.pop(task.group, None)
 
@@ -243,7 +261,7 @@ def _parse_record(task_id: str, data: bytes) -> Task:
         raise ValueError(f"not a task record: fields must be {', '.join(sorted(_RECORD_FIELDS))}")
     problem = group_name_problem(record["group"]) if isinstance(record["group"], str) else "not a string"
     checks = {
-        "id": record["id"] == task_id,
+        "id": record["id"] == task_id and (task_id.isdigit() or task_id == session_id(record["uid"])),
         "group": problem is None,
         "pid": _whole(record["pid"], minimum=1),
         "uid": _whole(record["uid"], minimum=0),

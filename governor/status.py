@@ -99,6 +99,7 @@ def _borrowed(used: Mapping[str, float], guarantee: Mapping[str, float]) -> dict
 
 def _task(task, in_force: Callable[[str], dict[str, str]], usage: Mapping[str, Mapping[str, float]]) -> dict:
     used, pressure = _split(usage.get(task.cgroup, {}))
-    return {"id": task.id, "pid": task.pid, "uid": task.uid, "user": task.user, "command": list(task.command),
+    return {"id": task.id, "session": task.is_session, "pid": task.pid, "uid": task.uid, "user": task.user,
+            "command": list(task.command),
             "started": task.started, "demand": dict(task.demand), "limits": in_force(task.cgroup),
             "usage": used, "pressure": pressure}

@@ -3,6 +3,7 @@ imports them, so they run under that module's marker and its skip check."""
 
 import pytest
 import scenarios
+import session_scenarios
 
 
 def test_cpu_follows_drf_under_contention_and_a_stopped_groups_share_flows_back(tmp_path):
@@ -24,3 +25,17 @@ def test_cores_shrink_and_grow_while_tasks_run(tmp_path):
 
 def test_hard_memory_limit_kills_only_the_offender(tmp_path):
     scenarios.memory_hard_limit_kills_only_the_offender(tmp_path)
+
+
+def test_plain_processes_are_governed_whichever_way_they_start_and_share_by_drf(tmp_path):
+    reason = session_scenarios.missing()
+    if reason:
+        pytest.skip(reason)
+    session_scenarios.plain_processes_are_governed_and_share_by_drf(tmp_path)
+
+
+def test_a_session_ends_with_its_users_last_process(tmp_path):
+    reason = session_scenarios.missing()
+    if reason:
+        pytest.skip(reason)
+    session_scenarios.session_ends_when_its_user_has_no_process(tmp_path)

@@ -5,11 +5,13 @@ import os
 import pytest
 import scenarios
 from kernel_cases import (  # noqa: F401  (collected here, under this module's marker)
+    test_a_session_ends_with_its_users_last_process,
     test_an_idle_groups_share_is_lent_and_comes_back,
     test_cores_shrink_and_grow_while_tasks_run,
     test_cpu_follows_drf_under_contention_and_a_stopped_groups_share_flows_back,
     test_hard_memory_limit_kills_only_the_offender,
     test_memory_is_admitted_in_drf_order_and_never_squeezed,
+    test_plain_processes_are_governed_whichever_way_they_start_and_share_by_drf,
 )
 
 from cgroups import detect

@@ -58,6 +58,12 @@ users = ["alice"]
 weight = 1
 users = ["bob"]
 
+# This suite checks the units and tasks of governor run; on a systemd host processes in logind
+# sessions are left to logind (README "Sessions"), and alice's and bob's runuser shells here
+# would each make a session beside their tasks.
+[sessions]
+enabled = false
+
 [daemon]
 reconcile_interval = 2.0
 EOF

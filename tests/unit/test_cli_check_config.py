@@ -59,6 +59,7 @@ def test_good_file_prints_a_summary(tmp_path):
         "groups:",
         "  physics: weight 2; users alice; unix groups physics",
         '  "*": weight 1; every user in no explicit group, a group of their own',
+        "sessions: every other process of a governed user, one session each: cpu 1, memory 2.0G",
         "admin: root and members of wheel",
         "daemon: sample every 1s, reconcile every 5s, state in /run/governor/state",
     ]
@@ -76,9 +77,10 @@ def test_default_style_file_summary():
 
 def test_no_everyone_table_and_no_admin_group_are_spelled_out(tmp_path):
     path = tmp_path / "g.toml"
-    path.write_text('[groups.lab]\nunix_groups = ["lab"]\n')
+    path.write_text('[groups.lab]\nunix_groups = ["lab"]\n[sessions]\nenabled = false\n')
     lines = run(str(path)).stdout.splitlines()
     assert "  lab: weight 1; unix groups lab" in lines
+    assert "sessions: off (only governor run is governed)" in lines
     assert "  users in no group above cannot launch tasks" in lines
     assert "admin: root only" in lines
 

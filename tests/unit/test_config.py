@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from governor import config as config_module
 from governor.config import (
-    Config, GroupRule, IoDevice, default_config, group_name_problem, load_config, parse_config,
+    Config, GroupRule, IoDevice, SessionRules, default_config, group_name_problem, load_config, parse_config,
 )
 from governor.errors import ConfigError
 
@@ -37,6 +37,7 @@ GOOD = {
         "ops": {"users": ["bob", "alice"]},
         "*": {"weight": 0.5},
     },
+    "sessions": {"cpu": 0.5, "memory": "1G", "io_write": "5M", "exempt": ["backup"]},
     "daemon": {"admin_group": "wheel", "sample_interval": 0.5, "reconcile_interval": 10,
                "state_dir": "/var/lib/governor"},
 }
@@ -67,6 +68,11 @@ users = ["alice"]
 users = ["bob", "alice"]
 [groups."*"]
 weight = 0.5
+[sessions]
+cpu = 0.5
+memory = "1G"
+io_write = "5M"
+exempt = ["backup"]
 [daemon]
 admin_group = "wheel"
 sample_interval = 0.5
@@ -83,7 +89,7 @@ EXPECTED = Config(
     cpu_enforcement="cores", memory_enforcement="hard",
     groups=(GroupRule("physics", 2.0, ("alice",), ("physics",)), GroupRule("ops", 1.0, ("bob", "alice"), ())),
     everyone_weight=0.5, admin_group="wheel", sample_interval_s=0.5, reconcile_interval_s=10.0,
-    state_dir="/var/lib/governor", file="good.toml",
+    state_dir="/var/lib/governor", sessions=SessionRules(True, 0.5, G, 0, 5 * M, ("backup",)), file="good.toml",
 )
 
 
@@ -110,6 +116,21 @@ def test_embedded_default_is_what_left_out_keys_default_to():
     assert (config.cpu_enforcement, config.memory_enforcement) == ("quota", "soft")
     assert (config.groups, config.everyone_weight, config.io_devices) == ((), 1.0, ())
     assert config.allowed_groups("anyone", ["users"]) == ["anyone"]
+    assert config.sessions == SessionRules(True, 1.0, 2 * G, 0, 0, ())
+    assert config.session_demand() == {"cpu": 1.0, "memory": 2 * G}
+
+
+def test_session_demand_names_each_governed_device():
+    config = load_config(GOOD, "good.toml")
+    assert config.session_demand() == {"cpu": 0.5, "memory": G, "io.nvme0n1.write": 5 * M, "io.sda.write": 5 * M}
+
+
+def test_sessions_io_without_a_governed_device_is_refused():
+    data = _with(("capacity", "io"), _DELETE)
+    data["defaults"]["task"].pop("io_read")
+    with pytest.raises(ConfigError) as caught:
+        load_config(data, "bad.toml")
+    assert caught.value.key == "sessions.io_write"
 
 
 def test_example_config_parses():
@@ -126,7 +147,7 @@ def test_example_config_parses():
 
 
 @pytest.mark.parametrize("table", ["_SECTIONS", "_CAPACITY_KEYS", "_RESERVE_KEYS", "_IO_KEYS", "_TASK_KEYS",
-                                   "_ENFORCEMENT", "_GROUP_KEYS", "_DAEMON_KEYS"])
+                                   "_ENFORCEMENT", "_GROUP_KEYS", "_SESSION_KEYS", "_DAEMON_KEYS"])
 def test_example_config_documents_every_key(table):
     # Each key the loader accepts is explained in a comment that starts with it ("# cpu: ...",
     # "#   read, write: ...", "# capacity.io: ...") or heads a table ("[daemon]").
@@ -253,7 +274,7 @@ _IO0 = ("capacity", "io", 0)
 
 BAD = [
     # (path to change, new value, expected key, words expected in the reason)
-    (("extra",), 1, "extra", "allowed keys: capacity, defaults, enforcement, groups, daemon"),
+    (("extra",), 1, "extra", "allowed keys: capacity, defaults, enforcement, groups, sessions, daemon"),
     (("capacity",), 3, "capacity", "must be a table [capacity]"),
     (("capacity", "gpu"), 1, "capacity.gpu", "allowed keys: cpu, memory, reserve, io"),
     (("capacity", "cpu"), "2", "capacity.cpu", "must be a number"),
@@ -321,6 +342,12 @@ BAD = [
     (("groups", "a" * 65), {"users": ["a"]}, f"groups.{'a' * 65}", "not a usable group name"),
     (("groups", ".."), {"users": ["a"]}, 'groups.".."', "not a usable group name"),
     (("groups", "cpu.max"), {"users": ["a"]}, 'groups."cpu.max"', "cgroup interface files"),
+    (("sessions",), 1, "sessions", "must be a table"),
+    (("sessions", "users"), [], "sessions.users", "allowed keys: enabled, cpu, memory, io_read, io_write, exempt"),
+    (("sessions", "enabled"), "yes", "sessions.enabled", "true or false"),
+    (("sessions", "cpu"), -1, "sessions.cpu", "negative"),
+    (("sessions", "memory"), "1K", "sessions.memory", "at least 1.0M"),
+    (("sessions", "exempt"), "bob", "sessions.exempt", "array of non-empty strings"),
     (("daemon",), [], "daemon", "must be a table"),
     (("daemon", "socket"), "/run/x", "daemon.socket", "allowed keys: admin_group, sample_interval"),
     (("daemon", "admin_group"), "", "daemon.admin_group", "non-empty string"),
@@ -347,6 +374,7 @@ def test_bad_input_names_file_key_and_reason(path, value, key, reason):
 def test_task_io_without_a_governed_device_is_refused(name):
     data = _with(("capacity", "io"), _DELETE)
     data["defaults"]["task"] = {name: "1M"}
+    data["sessions"].pop("io_write")
     with pytest.raises(ConfigError) as caught:
         load_config(data, "bad.toml")
     assert (caught.value.key, "no block device is governed" in caught.value.reason) == (f"defaults.task.{name}", True)

@@ -1,0 +1,71 @@
+"""What the benchmarks in scripts/ share: a wheel of this checkout in a fresh venv, a daemon
+started from it at its unit's priority, percentiles, and a table of figures beside targets."""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+# The daemon runs at the priority its systemd unit gives it (configs/governor.service, Nice=).
+DAEMON_NICE = -5
+
+
+def percentile(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+
+
+def venv_with_wheel(where: Path) -> Path:
+    """A fresh venv at ``where`` with governor installed from a wheel of this checkout."""
+    wheels = where / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(REPO)],
+                   check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(where / "venv")], check=True)
+    python = where / "venv" / "bin" / "python"
+    [wheel] = wheels.glob("*.whl")
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(wheel)],
+                   check=True)
+    return python
+
+
+def governor_from(work: Path, keep_venv: str | None) -> str:
+    """The ``governor`` of a wheel install: in ``keep_venv`` (reused, or made there) or in ``work``."""
+    base = Path(keep_venv) if keep_venv else work
+    python = base / "venv" / "bin" / "python"
+    if not python.exists():
+        print(f"building a wheel and a venv in {base} …", flush=True)
+        python = venv_with_wheel(base)
+    return str(python.with_name("governor"))
+
+
+def wait_for_socket(path: str, daemon: subprocess.Popen, log: Path) -> None:
+    for _ in range(300):
+        if daemon.poll() is not None:
+            sys.exit(f"daemon exited: {log.read_text()}")
+        try:
+            with socket.socket(socket.AF_UNIX) as probe:
+                probe.connect(path)
+                return
+        except OSError:
+            time.sleep(0.1)
+    sys.exit("daemon did not start")
+
+
+def remove_cgroup_root(name: str) -> None:
+    """Remove governor's root ``name`` (empty by now) from every hierarchy."""
+    for directory in Path("/sys/fs/cgroup").glob(f"*/**/{name}"):
+        for leftover in sorted(directory.rglob("*"), reverse=True):
+            if leftover.is_dir():
+                leftover.rmdir()
+        directory.rmdir()
+
+
+def print_table(rows: list[tuple[str, str, str]]) -> None:
+    width = max(len(r[0]) for r in rows)
+    print(f"{'figure':<{width}}  {'measured':<28}  target")
+    for name, value, target in rows:
+        print(f"{name:<{width}}  {value:<28}  {target}")

@@ -1,0 +1,165 @@
+"""Sessions on the real kernel (issue 9): processes a governed user starts without
+``governor run`` are governed, whichever way they start, and share the host by DRF with tasks.
+Shared by the v1 (native) and v2 (VM) modules through kernel_cases."""
+
+from __future__ import annotations
+
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from daemon_harness import BUSY, GOVERNOR, Governor
+from scenarios import CONTENTION_TOLERANCE, SCALE, measure
+
+USERS = ("gov-alice", "gov-bob")
+# Each way a process of alice may start outside governor (issue 9, point 2), as root runs it.
+ESCAPES = {
+    "runuser": ["runuser", "-u", "gov-alice", "--", "sleep", "600"],
+    "su": ["su", "-s", "/bin/sh", "gov-alice", "-c", "exec sleep 601"],
+    "setsid": ["runuser", "-u", "gov-alice", "--", "setsid", "sleep", "602"],
+    "nohup": ["runuser", "-u", "gov-alice", "--", "nohup", "sleep", "603"],
+    "double fork": ["runuser", "-u", "gov-alice", "--", "sh", "-c", "(sleep 604 &)"],
+}
+
+
+class SessionUsers:
+    """gov-alice and gov-bob, created for the test if the host lacks them and removed after."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+        for name in USERS:
+            try:
+                pwd.getpwnam(name)
+            except KeyError:
+                subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True)
+                self.created.append(name)
+        self.uid = {name: pwd.getpwnam(name).pw_uid for name in USERS}
+
+    def kill_all(self) -> None:
+        for uid in self.uid.values():
+            subprocess.run(["pkill", "-KILL", "-U", str(uid)], check=False)
+
+    def remove(self) -> None:
+        self.kill_all()
+        time.sleep(0.2)
+        for name in self.created:
+            subprocess.run(["userdel", name], check=False)
+
+
+def missing() -> str | None:
+    """Why the session scenarios cannot run here, or None: a tool they need, or a checkout
+    another user cannot run governor from (a clone in a private directory)."""
+    tools = [tool for tool in ("useradd", "userdel", "runuser", "su", "pkill", "pgrep", "setsid", "nohup")
+             if shutil.which(tool) is None]
+    if tools:
+        return f"missing {', '.join(tools)}"
+    probe = subprocess.run(["runuser", "-u", "nobody", "--", GOVERNOR, "--version"], capture_output=True, text=True)
+    return None if probe.returncode == 0 else f"another user cannot run {GOVERNOR}: {probe.stderr.strip()[:200]}"
+
+
+def cgroup_of(pid: int) -> str | None:
+    """The cgroup of ``pid`` in the cpu hierarchy (v1) or v2, as /proc spells it; None if gone."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "" or "cpu" in controllers.split(","):
+            return path
+    return None
+
+
+def wait_for(condition, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def processes_of(uid: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-U", str(uid)], capture_output=True, text=True).stdout.split()
+    return [int(pid) for pid in found]
+
+
+def plain_processes_are_governed_and_share_by_drf(tmp_path) -> None:
+    """alice's processes started without governor run (one before the daemon, one by each
+    escape) all land in her session; her plain-shell burner and bob's `governor run` burner
+    then get their DRF shares under contention; a kill -9 of the daemon kills none of them."""
+    users = SessionUsers()
+    shared = Path(tempfile.mkdtemp(prefix="gov-sessions-"))
+    shared.chmod(0o755)  # bob's governor run must reach the socket
+    alice, bob = users.uid["gov-alice"], users.uid["gov-bob"]
+    before = subprocess.Popen(["runuser", "-u", "gov-alice", "--", "sleep", "599"], stderr=subprocess.DEVNULL)
+    wait_for(lambda: processes_of(alice), "alice's process started before the daemon")
+    cpu = 1.5 * SCALE
+    gov = Governor(shared, f'[capacity]\ncpu = {cpu}\nmemory = "1G"\n'
+                           '[groups.A]\nusers = ["gov-alice"]\n[groups.B]\nusers = ["gov-bob"]\n'
+                           f'[sessions]\ncpu = {1.0 * SCALE}\nmemory = "128M"\n')
+    try:
+        session = f"/A/session-{alice}"
+        [early] = processes_of(alice)
+        assert (cgroup_of(early) or "").endswith(session), f"running before the start: {cgroup_of(early)}"
+        for way, command in ESCAPES.items():
+            subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        gov.wait(lambda: len(processes_of(alice)) >= 1 + len(ESCAPES), "alice's escapes")
+        time.sleep(0.5)
+        where = {pid: cgroup_of(pid) for pid in processes_of(alice)}
+        print(f"\nalice's processes: {where}")
+        assert all(path is None or path.endswith(session) for path in where.values()), where
+        [shown] = gov.status()["groups"]["A"]["tasks"]
+        assert (shown["session"], shown["user"]) == (True, "gov-alice")
+
+        subprocess.Popen(["runuser", "-u", "gov-alice", "--", *BUSY], stderr=subprocess.DEVNULL)
+        bob_task = subprocess.Popen(["runuser", "-u", "gov-bob", "--", GOVERNOR, "run", "--socket", gov.socket,
+                                     f"--cpus={1.0 * SCALE}", "--memory=64M", "--", *BUSY], stderr=subprocess.DEVNULL)
+        gov.wait(lambda: any(not t["session"] for t in gov.status()["groups"].get("B", {}).get("tasks", [])),
+                 "bob's task")
+        # bob's governor run had a session for a moment (its shell was a plain process): it
+        # ends at the next reconcile pass; then both groups demand 1·s cores of 1.5·s.
+        gov.wait(lambda: len(gov.status()["groups"]["B"]["tasks"]) == 1, "bob's session to end")
+        time.sleep(3)
+        got = measure(gov, ["A", "B"], 6)
+        print(f"plain-shell burner A {got['A']:.3f}, governor run burner B {got['B']:.3f} cores "
+              f"(DRF: {cpu / 2:.3f} each)")
+        for group in ("A", "B"):
+            assert abs(got[group] - cpu / 2) <= CONTENTION_TOLERANCE * cpu / 2 + 0.01, got
+        assert bob_task.poll() is None
+
+        gov.daemon.kill()
+        gov.daemon.wait()
+        time.sleep(0.5)
+        alive = processes_of(alice)
+        assert early in alive and len(alive) >= 2 + len(ESCAPES), f"kill -9 of the daemon killed: {alive}"
+    finally:
+        users.kill_all()
+        gov.close()
+        users.remove()
+        before.wait()
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def session_ends_when_its_user_has_no_process(tmp_path) -> None:
+    """The session lasts while alice has a process, and goes (cgroup and all) with her last."""
+    users = SessionUsers()
+    gov = Governor(tmp_path, '[capacity]\ncpu = 1.0\nmemory = "1G"\n[groups.A]\nusers = ["gov-alice"]\n')
+    try:
+        # runuser forks: the sleeps are its children, killed by their own command lines.
+        first = subprocess.Popen(["runuser", "-u", "gov-alice", "--", "sleep", "600"], stderr=subprocess.DEVNULL)
+        gov.wait(lambda: gov.task_count("A") == 1, "alice's session")
+        second = subprocess.Popen(["runuser", "-u", "gov-alice", "--", "sleep", "601"], stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        subprocess.run(["pkill", "-KILL", "-U", "gov-alice", "-f", "^sleep 600$"], check=True)
+        first.wait()
+        time.sleep(3)  # an exit and a reconcile pass
+        assert gov.task_count("A") == 1, "the session ended while alice still had a process"
+        subprocess.run(["pkill", "-KILL", "-U", "gov-alice", "-f", "^sleep 601$"], check=True)
+        second.wait()
+        gov.wait(lambda: gov.task_count("A") == 0, "the session to end")
+        assert not (Path(gov.status()["daemon"]["cgroup_root"]) / "A").exists()
+    finally:
+        gov.close()
+        users.remove()

@@ -1,0 +1,252 @@
+"""Sessions: who is governed, the process-events parser, and the daemon's session flow on the
+in-memory driver. The kernel side (moves within 100 ms, escapes, DRF split) is proven in
+tests/integration (scenarios.sessions_*)."""
+
+import asyncio
+import os
+import pwd
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+from governor import procevents
+from governor.config import parse_config
+from governor.daemon import Daemon
+from governor.errors import RequestError
+from governor.procevents import ProcessEvents, parse_events
+from governor.sessions import NOBODY_UID, SessionOwners, login_uid_min
+from governor.state import TaskStore
+from cgroups.hierarchy import Hierarchy, Location
+from test_daemon import GIB, FakeDriver, FakeWatcher, collect
+from governor.protocol import LaunchRequest, Peer
+
+# uid 1 ("daemon" on Debian) stands for a login user: uid_min is set to 1 below.
+USER = pwd.getpwuid(1).pw_name
+CONFIG = f"""
+[capacity]
+cpu = 2
+memory = "4G"
+[groups.A]
+users = ["{USER}"]
+[groups.B]
+users = ["root"]
+[sessions]
+cpu = 0.5
+memory = "3G"
+"""
+
+
+def owners(text: str = CONFIG, uid_min: int = 1) -> SessionOwners:
+    return SessionOwners(parse_config(text, "t.toml"), uid_min)
+
+
+def test_uid_min_is_read_from_login_defs(tmp_path):
+    defs = tmp_path / "login.defs"
+    defs.write_text("# UID_MIN 5\nMAIL_DIR /var/mail\nUID_MIN\t\t\t 2000\nUID_MAX 60000\n")
+    assert login_uid_min(defs) == 2000
+    defs.write_text("UID_MIN 0\n")
+    assert login_uid_min(defs) == 1000
+    assert login_uid_min(tmp_path / "missing") == 1000
+
+
+def test_root_system_users_nobody_exempt_and_groupless_users_have_no_session():
+    rules = owners()
+    assert rules.owner(1) == (USER, "A")
+    assert rules.owner(0) is None
+    assert owners(uid_min=2).owner(1) is None
+    assert rules.owner(NOBODY_UID) is None
+    assert rules.owner(2) is None  # in no group
+    assert rules.owner(4_000_000) is None  # unknown to the user database
+    assert owners(CONFIG + f'exempt = ["{USER}"]\n').owner(1) is None
+    assert owners(CONFIG.replace("[sessions]", "[sessions]\nenabled = false")).owner(1) is None
+
+
+def test_owners_are_looked_up_again_after_forget(monkeypatch):
+    rules = owners()
+    assert rules.owner(1) == (USER, "A")
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: (_ for _ in ()).throw(KeyError(uid)))
+    assert rules.owner(1) == (USER, "A")  # cached
+    rules.forget()
+    assert rules.owner(1) is None
+
+
+def _message(what: int, *fields: int, index: int = 1, kind: int = 3) -> bytes:
+    event = struct.pack("=IIQ", what, 0, 0) + struct.pack(f"={len(fields)}I", *fields)
+    body = struct.pack("=IIIIHH", index, 1, 0, 0, len(event), 0) + event
+    return struct.pack("=IHHII", 16 + len(body), kind, 0, 0, 0) + body
+
+
+def test_exec_and_uid_events_give_tgid_and_real_uid():
+    seen: dict = {}
+    parse_events(_message(procevents.PROC_EVENT_EXEC, 101, 100), seen)
+    parse_events(_message(procevents.PROC_EVENT_UID, 201, 200, 1000, 0), seen)
+    parse_events(_message(procevents.PROC_EVENT_UID, 100, 100, 1001, 1001), seen)
+    parse_events(_message(procevents.PROC_EVENT_EXEC, 100, 100), seen)  # a later exec keeps the uid
+    assert seen == {100: 1001, 200: 1000}
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"\x00" * 10,
+    _message(0x1, 1, 2, 3, 4),  # fork: not followed
+    _message(procevents.PROC_EVENT_EXEC, 5, 5, index=2),  # another connector
+    _message(procevents.PROC_EVENT_EXEC, 5, 5, kind=2),  # an error message
+    _message(procevents.PROC_EVENT_EXEC, 5, 5)[:-4],  # cut short: its length says more
+    struct.pack("=IHHII", 8, 3, 0, 0, 0),  # a length below the header's
+])
+def test_other_or_broken_messages_are_skipped(data):
+    seen: dict = {}
+    parse_events(data, seen)
+    assert seen == {}
+
+
+def test_several_messages_in_one_datagram():
+    seen: dict = {}
+    parse_events(_message(procevents.PROC_EVENT_EXEC, 7, 7) + _message(procevents.PROC_EVENT_UID, 8, 8, 5, 5), seen)
+    assert seen == {7: None, 8: 5}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the process-events connector needs CAP_NET_ADMIN (root)")
+def test_the_kernel_reports_an_exec_and_a_uid_change():
+    events = ProcessEvents()
+    try:
+        child = subprocess.Popen([sys.executable, "-c", "pass"], preexec_fn=lambda: os.setuid(1))
+        child.wait()
+        seen: dict = {}
+        deadline = time.monotonic() + 5
+        while child.pid not in seen or seen[child.pid] is None:
+            assert time.monotonic() < deadline, f"no event for pid {child.pid}: {seen}"
+            time.sleep(0.01)
+            got, _ = events.read()
+            for pid, uid in got.items():
+                if uid is not None or pid not in seen:
+                    seen[pid] = uid
+        assert seen[child.pid] == 1
+    finally:
+        events.close()
+
+
+class Where:
+    """Where each pid is, as Hierarchy.locate would tell, following the fake driver's moves."""
+
+    def __init__(self, driver: FakeDriver):
+        self.driver = driver
+        self.logind: set[int] = set()
+
+    def __call__(self, pid):
+        for rel, pids in self.driver.procs.items():
+            if pid in pids:
+                return Location(rel, False)
+        return Location(None, pid in self.logind)
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    store = TaskStore(tmp_path / "state")
+    store.prepare()
+    driver = FakeDriver()
+    hierarchy = Hierarchy(driver, "/fake", ())
+    hierarchy.locate = Where(driver)
+    driver.move = lambda rel, pid: driver.procs.setdefault(rel, []).append(pid)
+    server = Daemon(parse_config(CONFIG, "test.toml"), "test.toml", hierarchy, store, host_cpus=[0, 1],
+                    host_memory=8 * GIB, resolve_device=lambda path: "8:0", uid_min=1)
+    server._watcher = FakeWatcher()
+    return server
+
+
+def test_a_process_of_a_governed_user_starts_their_session_once(daemon):
+    driver = daemon.hierarchy.driver
+    assert daemon.govern_process(500, 1)
+    assert daemon.govern_process(501, 1)
+    assert not daemon.govern_process(500, 1)  # already there
+    assert not daemon.govern_process(502, 0)  # root: never
+    session = daemon.tasks.get("session-1")
+    assert (session.group, session.cgroup, session.user) == ("A", "A/session-1", USER)
+    assert session.demand == {"cpu": 0.5, "memory": 3 * GIB}
+    assert driver.procs["A/session-1"] == [500, 501]
+    assert daemon.store.directory.joinpath("session-1.json").exists()
+    assert daemon.allocation.groups["A"].allocation["cpu"] == pytest.approx(0.5)
+    [task] = daemon.status()["groups"]["A"]["tasks"]
+    assert (task["id"], task["session"], task["command"]) == ("session-1", True, [])
+    assert any(e["message"].startswith(f"session of {USER} started") for e in daemon.events)
+
+
+def test_processes_in_a_task_stay_and_those_in_another_session_move(daemon):
+    driver = daemon.hierarchy.driver
+    driver.procs["B/task-9"] = [600]
+    driver.procs["B/task-9/sub"] = [601]
+    driver.procs["A/session-7"] = [602]
+    assert not daemon.govern_process(600, 1)
+    assert not daemon.govern_process(601, 1)
+    assert daemon.govern_process(602, 1)
+    assert driver.procs["A/session-1"] == [602]
+
+
+def test_a_session_counts_against_memory_so_a_launch_waits(daemon):
+    daemon.govern_process(500, 1)  # 3G of 4G
+    request = LaunchRequest(pid=os.getpid(), group="B", demand={"memory": 2 * GIB}, command=("x",), wait=False)
+    with pytest.raises(RequestError) as refused:
+        asyncio.run(collect(daemon.stream(request, Peer(pid=os.getpid(), uid=0, gid=0))))
+    assert refused.value.code == "would_wait"
+
+
+def test_a_session_ends_when_its_cgroup_empties(daemon):
+    daemon.govern_process(500, 1)
+    daemon.hierarchy.driver.procs["A/session-1"] = []
+    daemon.check(["session-1"], "exit")
+    assert daemon.tasks.get("session-1") is None
+    assert "A/session-1" not in daemon.hierarchy.driver.cgroups
+    assert not daemon.store.directory.joinpath("session-1.json").exists()
+    assert any(e["message"].startswith(f"session of {USER} ended (exit)") for e in daemon.events)
+
+
+def test_sessions_off_moves_nothing(tmp_path, daemon):
+    daemon._use(parse_config(CONFIG.replace("[sessions]", "[sessions]\nenabled = false"), "t.toml"))
+    assert not daemon.govern_process(500, 1)
+    assert daemon.rescan("test") == 0
+    assert not daemon.tasks
+
+
+def test_rescan_moves_a_governed_users_running_process(daemon, monkeypatch):
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        real = pwd.getpwuid(os.getuid())
+        monkeypatch.setattr(daemon.owners, "owner",
+                            lambda uid: (real.pw_name, "A") if uid == os.getuid() else None)
+        assert daemon.rescan("test") >= 1
+        session = daemon.tasks.get(f"session-{os.getuid()}")
+        assert sleeper.pid in daemon.hierarchy.driver.procs[session.cgroup]
+        assert daemon.rescan("again") == 0
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_session_cannot_be_found_as_a_launched_pid(daemon):
+    daemon.govern_process(os.getpid(), 1)
+    assert daemon.tasks.with_pid(os.getpid()) is None
+
+
+def test_a_process_in_a_systemd_login_session_is_left_to_logind(daemon):
+    daemon.hierarchy.locate.logind.add(700)
+    assert not daemon.govern_process(700, 1)
+    assert not daemon.tasks
+
+
+def test_locate_reads_proc(tmp_path):
+    hierarchy = Hierarchy(FakeDriver(), "/fake", (), proc_key="cpu", proc_root="/gov")
+    for pid, text, expected in [
+        (1, "4:cpu,cpuacct:/gov/A/task-3\n1:name=systemd:/user.slice/user-1000.slice/session-2.scope\n",
+         Location("A/task-3", True)),
+        (2, "4:cpu,cpuacct:/gov\n0::/init.scope\n", Location("", False)),
+        (3, "4:cpu,cpuacct:/governor-other/x\n", Location(None, False)),
+    ]:
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(text)
+        assert hierarchy.locate(pid, tmp_path) == expected
+    v2 = Hierarchy(FakeDriver(), "/fake", (), proc_key="", proc_root="/gov")
+    (tmp_path / "4").mkdir()
+    (tmp_path / "4" / "cgroup").write_text("0::/user.slice/user-1000.slice/session-1.scope\n")
+    assert v2.locate(4, tmp_path) == Location(None, True)
