@@ -12,6 +12,8 @@ hold no processes (the no-internal-process rule). Hybrid and legacy hosts use th
 
 from __future__ import annotations
 
+import fcntl
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -20,7 +22,7 @@ from cgroups import detect, devices
 from cgroups.driver import Driver
 from cgroups.v1 import CgroupV1Driver
 from cgroups.v2 import CgroupV2Driver, move_self_to_leaf
-from governor.errors import CgroupUnsupported
+from governor.errors import CgroupError, CgroupUnsupported
 
 V2_CONTROLLERS = ("cpu", "cpuset", "memory", "io", "pids")
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
@@ -100,13 +102,34 @@ class Hierarchy:
         return devices.io_sharing(disk, mode=self.mode, cgroup_mount=self.cgroup_mount)
 
 
+def hold_root(directory: Path) -> int:
+    """Take the lock that makes a daemon the only one writing below ``directory`` (an
+    exclusive ``flock`` on the directory, held until the process exits, ``kill -9`` included).
+
+    Returns:
+        The descriptor holding the lock (left open on purpose).
+
+    Raises:
+        CgroupError: another process holds it: a second daemon on the same ``--cgroup-root``.
+    """
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise CgroupError(f"another governor daemon already governs {directory}: stop it, or give this one "
+                          "another --cgroup-root", path=str(directory)) from None
+    return fd
+
+
 def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("/sys/fs/cgroup"),
                    proc: Path = Path("/proc")) -> Hierarchy:
     """Detect the host's cgroup mode and create governor's root there.
 
     Raises:
         CgroupUnsupported: no usable hierarchy, or a controller governor needs is missing.
-        CgroupError: the root cannot be created or the daemon cannot move into its leaf.
+        CgroupError: the root cannot be created, the daemon cannot move into its leaf, or
+            another daemon governs the same root (:func:`hold_root`).
     """
     mode = detect.host_mode(cgroup_mount, proc)
     own = detect.cgroup_dirs("self", proc)
@@ -126,6 +149,7 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
                                         path=str(root.parent / "cgroup.controllers"))
         driver = CgroupV2Driver(root)
         driver.create("")
+        hold_root(root)
         driver.delegate_root(controllers)
         return Hierarchy(driver, str(root), controllers, cgroup_mount, "", detect.proc_path(root, proc))
 
@@ -138,5 +162,6 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
     driver = CgroupV1Driver(roots)
     driver.create("")
     shown = roots.get("cpu", next(iter(roots.values())))
+    hold_root(shown)
     return Hierarchy(driver, str(shown), V1_CONTROLLERS, cgroup_mount, "cpu" if "cpu" in roots else "",
                      detect.proc_path(shown, proc))

@@ -22,10 +22,15 @@ _ENFORCEMENT_FILES = {
 @click.argument("file", required=False, type=click.Path())
 @click.option("--default", "show_default", is_flag=True,
               help="Print the embedded default config instead, to start a file from.")
-def check_config(file: str | None, show_default: bool) -> None:
+@click.option("--portable", is_flag=True,
+              help="Check the file alone, not against this host (a config written for another machine).")
+def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     """Check the config FILE and print a summary of it; exit 2 if it is refused.
 
-    Sizes print with K/M/G/T suffixes (powers of 1024); CPU is in cores.
+    Without --portable it runs every check the daemon runs at start on this host (the reserve
+    leaves something, each governed device exists) and warns, on stderr, of names this host
+    does not know (users, Unix groups, the admin group). Sizes print with K/M/G/T suffixes
+    (powers of 1024); CPU is in cores.
     """
     # Imported here so `governor run` does not load the config checker.
     from governor.config import DEFAULT_CONFIG, parse_config
@@ -38,9 +43,61 @@ def check_config(file: str | None, show_default: bool) -> None:
     from cli.inputs import read_input
 
     config = parse_config(read_input(file), file)
+    if not portable:
+        check_on_this_host(config)
     click.echo(f"{file}: OK")
     for line in summary(config):
         click.echo(line)
+    for warning in [] if portable else unknown_names(config):
+        click.echo(f"governor: warning: {file}: {warning}", err=True)
+
+
+def check_on_this_host(config: Config) -> None:
+    """What the daemon checks at start against the host: the capacity after the reserve, and
+    each governed device.
+
+    Raises:
+        ConfigError: naming the key, as the daemon would refuse it.
+    """
+    import os
+
+    import psutil
+
+    from cgroups.devices import whole_disk
+    from governor.errors import ConfigError, DeviceError
+
+    config.capacity(float(len(os.sched_getaffinity(0))), psutil.virtual_memory().total)
+    for index, device in enumerate(config.io_devices):
+        try:
+            whole_disk(device.device)
+        except DeviceError as error:
+            raise ConfigError(config.file, f"capacity.io[{index}].device", f"{error} (on this host)") from None
+
+
+def unknown_names(config: Config) -> list[str]:
+    """Names the config gives that this host's user and group databases do not know."""
+    import grp
+    import pwd
+
+    def known(lookup, name: str) -> bool:
+        try:
+            lookup(name)
+        except KeyError:
+            return False
+        return True
+
+    warnings = []
+    for rule in config.groups:
+        warnings += [f"groups.{rule.name}.users: no user {u!r} on this host" for u in rule.users
+                     if not known(pwd.getpwnam, u)]
+        warnings += [f"groups.{rule.name}.unix_groups: no Unix group {g!r} on this host" for g in rule.unix_groups
+                     if not known(grp.getgrnam, g)]
+    if config.admin_group and not known(grp.getgrnam, config.admin_group):
+        warnings.append(f"daemon.admin_group: no Unix group {config.admin_group!r} on this host: only root "
+                        "may run admin operations")
+    warnings += [f"sessions.exempt: no user {u!r} on this host" for u in config.sessions.exempt
+                 if not known(pwd.getpwnam, u)]
+    return warnings
 
 
 def summary(config: Config) -> list[str]:

@@ -43,23 +43,25 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
     if config_path is None and os.path.exists(DEFAULT_CONFIG):
         config_path = DEFAULT_CONFIG
     def load():
-        return parse_config(read_input(config_path), config_path)
+        return parse_config(read_input(config_path, owner=os.geteuid()), config_path)
 
     config = load() if config_path else default_config()
     if os.geteuid() != 0:
         raise GovernorError("governor daemon must run as root: it creates cgroups and moves processes")
-    listen = _metrics_address(metrics_address) if metrics_address else None
     store = TaskStore(Path(state_dir or config.state_dir))
     store.prepare()  # an untrusted state directory stops the start before any cgroup is made
+    metrics = None
+    if metrics_address:
+        from governor.metrics import Metrics
+
+        # Listening first: a taken port or a bad address stops the start before any cgroup is made.
+        metrics = Metrics(lambda: server.snapshot)
+        metrics.serve(*_metrics_address(metrics_address))
     hierarchy = open_hierarchy(cgroup_root)
     server = Daemon(config, config_path or "<embedded default>", hierarchy, store,
                     host_cpus=sorted(os.sched_getaffinity(0)), host_memory=psutil.virtual_memory().total,
-                    resolve_device=whole_disk, load_config=load if config_path else None, notifier=Notifier())
-    if listen:
-        from governor.metrics import Metrics
-
-        server.metrics = Metrics(lambda: server.snapshot)
-        server.metrics.serve(*listen)
+                    resolve_device=whole_disk, load_config=load if config_path else None, notifier=Notifier(),
+                    metrics=metrics)
     asyncio.run(server.serve(resolve_socket(socket_path)))
 
 

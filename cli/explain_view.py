@@ -6,7 +6,8 @@ The object (amounts in base units: cores, bytes, bytes/s; shares are fractions o
     {"capacity": {res: amount},
      "groups": {name: {"weight": float, "demand": {res: amount}, "allocation": {res: amount},
                        "lambda": float, "dominant_resources": [res], "dominant_share": float,
-                       "stop": "demand met" | "<res> saturated" | str}},
+                       "stop": "demand met" | "<res> saturated" | str,
+                       "tasks": int, "sessions": [user]}},   # what it runs: launches, sessions
      "trace": [{"step": int, "event": "demand_met" | "saturated", "group": str | null,
                 "resource": str | null, "frozen": [name], "dominant_shares": {name: share},
                 "allocated": {res: amount}}],
@@ -69,10 +70,22 @@ def reasons(groups: dict[str, dict]) -> RenderableType:
     table.add_column("share", justify="right")
     table.add_column("why it stopped", overflow="fold")
     for name, group in groups.items():
-        table.add_row(name, view.number(group.get("weight")),
+        what = runs(group)
+        cell = Text(name).append(f"\n{what}", style="dim") if what else name
+        table.add_row(cell, view.number(group.get("weight")),
                       ", ".join(view.label(r) for r in group.get("dominant_resources", ())) or "—",
                       view.share(group.get("dominant_share")), why(group))
     return table
+
+
+def runs(group: dict) -> str:
+    """What a group runs: ``2 tasks, session of alice`` (empty from a daemon that does not say)."""
+    if "tasks" not in group:
+        return ""
+    count = int(group.get("tasks", 0))
+    parts = [f"{count} task{'s' if count != 1 else ''}"] if count or not group.get("sessions") else []
+    parts += [f"session of {user}" for user in group.get("sessions", [])]
+    return ", ".join(parts)
 
 
 def why(group: dict) -> str:

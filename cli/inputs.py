@@ -2,18 +2,44 @@
 
 from __future__ import annotations
 
+import os
+import stat
+
 from governor.errors import ConfigError
 
+# A config with 10,000 groups is about 400 KiB; anything far larger would stall the daemon's
+# event loop while it is parsed (a reload runs on it).
+MAX_INPUT_BYTES = 4 << 20
 
-def read_input(path: str) -> bytes:
-    """The bytes of the file at ``path``.
+
+def read_input(path: str, *, owner: int | None = None) -> bytes:
+    """The bytes of the regular file at ``path``, at most :data:`MAX_INPUT_BYTES`.
+
+    It is opened without blocking, so a FIFO or a device named by mistake is refused, not
+    waited on. With ``owner`` (the daemon's uid) the file must also be owned by ``owner`` and
+    writable by nobody else: the config decides who gets what.
 
     Raises:
-        ConfigError: naming ``path`` alone, ``cannot read: <strerror>``, for any OSError
-            (missing, a directory, permission denied...).
+        ConfigError: naming ``path`` alone: ``cannot read: <strerror>`` for any OSError
+            (missing, permission denied...), or what is wrong with the file.
     """
     try:
-        with open(path, "rb") as stream:
-            return stream.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as error:
         raise ConfigError(path, None, f"cannot read: {error.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(path, None, "cannot read: not a regular file")
+        if owner is not None and info.st_uid != owner:
+            raise ConfigError(path, None, f"not trusted: owned by uid {info.st_uid}, not {owner}")
+        if owner is not None and info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise ConfigError(path, None, f"not trusted: writable by others (mode {stat.S_IMODE(info.st_mode):04o})")
+        data = os.read(fd, MAX_INPUT_BYTES + 1)
+    except OSError as error:
+        raise ConfigError(path, None, f"cannot read: {error.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_INPUT_BYTES:
+        raise ConfigError(path, None, f"larger than {MAX_INPUT_BYTES >> 20} MiB: not a config")
+    return data

@@ -7,6 +7,8 @@ its own function.
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from cli.admin import reload, set_weight
@@ -52,6 +54,11 @@ class _Group(click.Group):
 @click.version_option(package_name="governor", prog_name="governor")
 def main() -> None:
     """Share one Linux host among user groups with Dominant Resource Fairness."""
+    # A terminal or a pipe that cannot show "·", "λ" or "…" (PYTHONIOENCODING=ascii, LANG=C on
+    # an old Python) gets "?" for them rather than a traceback.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
 
 
 main.add_command(daemon)

@@ -210,7 +210,9 @@ class Daemon:
         demands = self.tasks.demands()
         groups = [GroupDemand(g, d, weight=self._weight(g), tasks=1) for g, d in demands.items()]
         traced = progressive_filling(self.capacity, groups, trace=True) if groups else None
-        return explain(traced, self.capacity, demands, queue_view(self.queue, self.admission))
+        runs = {group: (sum(not t.is_session for t in tasks), [t.user for t in tasks if t.is_session])
+                for group, tasks in self.tasks.groups().items()}
+        return explain(traced, self.capacity, demands, queue_view(self.queue, self.admission), runs)
 
     def reload(self, trigger: str) -> str:
         """Re-read the config file and put it in force; the old one stays if the new one is bad.
@@ -413,11 +415,7 @@ class Daemon:
         """
         if not self.owners.enabled or self._closing:
             return 0
-        moved = 0
-        for process in psutil.process_iter(["uids"]):
-            uids = process.info["uids"]
-            if uids is not None and self.owners.owner(uids.real) is not None:
-                moved += self.govern_process(process.pid, uids.real)
+        moved = sum(self.govern_process(pid) for pid in psutil.pids())
         if moved:
             self._event("session", f"{moved} process(es) moved into sessions ({trigger})")
         return moved
@@ -431,9 +429,14 @@ class Daemon:
             Whether it was moved.
         """
         if uid is None:
+            # Every exec on the host comes here: the owner of /proc/<pid> (its effective uid,
+            # one stat) rules out most at once. A process whose effective uid is not governed but
+            # whose real uid is (a setuid program alice runs) was forked in her session already.
             try:
+                if self.owners.owner(os.stat(f"/proc/{pid}").st_uid) is None:
+                    return False
                 uid = psutil.Process(pid).uids().real
-            except psutil.Error:
+            except (OSError, psutil.Error):
                 return False  # gone already
         owner = self.owners.owner(uid)
         if owner is None:
@@ -577,11 +580,14 @@ class Daemon:
         report = self.hierarchy.driver.apply_plan({t.cgroup: self._caps(t) for t in self.tasks})
         for error in report.errors:
             self._event("error", f"re-adopting: {error}", logging.ERROR)
-        self._warn_unrecorded({t.cgroup for t in records})
+        self._clean_unrecorded({t.cgroup for t in records})
 
-    def _warn_unrecorded(self, recorded: set[str]) -> None:
-        """Task cgroups with processes but no record (the state directory was lost) cannot be
-        re-adopted without their declared demand: say so rather than govern them silently wrong."""
+    def _clean_unrecorded(self, recorded: set[str]) -> None:
+        """Task cgroups with no record: an empty one (a daemon killed between making it and
+        saving its record) is removed, and so is a group left with nothing below it; one with
+        processes (the state directory was lost) cannot be re-adopted without its declared
+        demand, so it is named in the log rather than governed silently wrong, and its id is
+        never given to a new task."""
         driver = self.hierarchy.driver
         try:
             cgroups = [f"{g}/{t}" for g in driver.children("") for t in driver.children(g)
@@ -591,12 +597,26 @@ class Daemon:
         for rel in sorted(set(cgroups) - recorded):
             try:
                 pids = driver.pids(rel)
-            except CgroupError:
+                if not pids:
+                    driver.remove(rel)
+                    self._event("cleanup", f"removed cgroup {rel}: no record and no process (a daemon killed "
+                                           "while starting it)", logging.WARNING)
+            except CgroupError as error:
+                log.warning("cannot clean up cgroup %s: %s", rel, error)
                 continue
             if pids:
                 self._event("error", f"cgroup {rel} holds pids {pids[:5]} but has no task record in "
                                      f"{self.store.directory}: left ungoverned; its processes keep running",
                             logging.WARNING)
+                task_id = rel.rpartition("/task-")[2]
+                if task_id.isdigit():
+                    self.store.skip_past(int(task_id))
+        for group in set(driver.children("")) - set(self.tasks.counts()):
+            try:
+                if not driver.children(group):
+                    driver.remove(group)
+            except CgroupError as error:
+                log.warning("cannot clean up cgroup %s: %s", group, error)
 
     # ── observation ───────────────────────────────────────────────────────────────────────
 

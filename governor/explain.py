@@ -12,11 +12,13 @@ from governor.model import Allocation
 
 
 def explain(allocation: Allocation | None, capacity: Mapping[str, float],
-            demands: Mapping[str, Mapping[str, float]], queue: list[dict] = ()) -> dict:
+            demands: Mapping[str, Mapping[str, float]], queue: list[dict] = (),
+            runs: Mapping[str, tuple[int, list[str]]] | None = None) -> dict:
     """The ``explain`` payload: capacity, per group weight, demand D_g, allocation, λ, dominant
-    resource(s) and share, why it stopped; the trace (an allocation computed with a trace); and
-    the admission queue (items of :func:`governor.queue.queue_view`, their wait is
-    ``now - queued_at``)."""
+    resource(s) and share, why it stopped, what it runs (``tasks``: how many launched tasks,
+    ``sessions``: whose sessions, from ``runs``: group → (tasks, session users)); the trace
+    (an allocation computed with a trace); and the admission queue (items of
+    :func:`governor.queue.queue_view`, their wait is ``now - queued_at``)."""
     groups = {}
     for name, got in (allocation.groups.items() if allocation else ()):
         groups[name] = {
@@ -24,6 +26,7 @@ def explain(allocation: Allocation | None, capacity: Mapping[str, float],
             "allocation": {r: float(v) for r, v in got.allocation.items()}, "lambda": float(got.tasks),
             "dominant_resources": list(got.dominant_resources), "dominant_share": float(got.dominant_share),
             "stop": got.stop.describe(),
+            "tasks": (runs or {}).get(name, (0, []))[0], "sessions": list((runs or {}).get(name, (0, []))[1]),
         }
     trace = [
         {"step": row.step, "event": row.event, "group": row.group, "resource": row.resource,

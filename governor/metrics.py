@@ -13,6 +13,8 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
+from governor.errors import GovernorError
+
 REFILL_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
 QUEUE_WAIT_BUCKETS_S = (0.01, 0.1, 1, 10, 60, 300, 1800, 3600, 4 * 3600, 24 * 3600)
 
@@ -49,8 +51,15 @@ class Metrics:
         self._queue_wait.observe(waited_s)
 
     def serve(self, address: str, port: int) -> None:
-        """Serve ``/metrics`` over HTTP on ``address:port`` in a background thread."""
-        start_http_server(port, addr=address, registry=self.registry)
+        """Serve ``/metrics`` over HTTP on ``address:port`` in a background thread.
+
+        Raises:
+            GovernorError: the port is taken, or the address is not one of this host's.
+        """
+        try:
+            start_http_server(port, addr=address, registry=self.registry)
+        except OSError as error:  # socket.gaierror for a name that does not resolve is one too
+            raise GovernorError(f"cannot serve metrics on {address}:{port}: {error.strerror or error}") from None
 
 
 class _Snapshot:

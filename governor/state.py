@@ -175,6 +175,10 @@ class TaskStore:
             raise GovernorError(f"state directory {self.directory}: {error.strerror}") from None
         self._next_id = max(ids, default=0) + 1
 
+    def skip_past(self, task_id: int) -> None:
+        """Never give out ``task_id`` or a lower id (one whose cgroup exists without a record)."""
+        self._next_id = max(self._next_id, task_id + 1)
+
     def new_id(self) -> str:
         task_id = str(self._next_id)
         self._next_id += 1

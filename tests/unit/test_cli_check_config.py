@@ -45,7 +45,7 @@ def run(*args: str):
 def test_good_file_prints_a_summary(tmp_path):
     path = tmp_path / "governor.toml"
     path.write_text(GOOD)
-    result = run(str(path))
+    result = run("--portable", str(path))  # /dev/nvme0n1 need not be on this host
     assert result.exit_code == 0, result.output
     assert result.stderr == ""
     assert result.stdout.splitlines() == [
@@ -130,3 +130,32 @@ def test_file_or_default_is_required_but_not_both(args):
     result = run(*args)
     assert result.exit_code == 2
     assert "give FILE to check, or --default" in result.stderr
+
+
+def test_the_daemons_start_checks_run_against_this_host(tmp_path):
+    path = tmp_path / "g.toml"
+    path.write_text('[groups."*"]\n[capacity]\nreserve = { cpu = 1000 }\n')
+    result = run(str(path))
+    assert result.exit_code == 2 and "capacity.reserve.cpu: reserving 1000 cores leaves nothing" in result.stderr
+    path.write_text('[groups."*"]\n[[capacity.io]]\ndevice = "/dev/no-such-disk"\nread = "1G"\nwrite = "1G"\n')
+    result = run(str(path))
+    assert result.exit_code == 2 and "capacity.io[0].device: /dev/no-such-disk" in result.stderr
+    assert result.stderr.rstrip().endswith("(on this host)")
+    assert run("--portable", str(path)).exit_code == 0
+
+
+def test_names_this_host_does_not_know_are_warned_about(tmp_path):
+    path = tmp_path / "g.toml"
+    path.write_text('[groups.lab]\nusers = ["root", "no-such-user-x"]\nunix_groups = ["no-such-group-x"]\n'
+                    '[daemon]\nadmin_group = "no-such-admins-x"\n[sessions]\nexempt = ["nobody-x"]\n')
+    result = run(str(path))
+    assert result.exit_code == 0, result.output
+    warnings = result.stderr.splitlines()
+    assert warnings == [
+        f"governor: warning: {path}: groups.lab.users: no user 'no-such-user-x' on this host",
+        f"governor: warning: {path}: groups.lab.unix_groups: no Unix group 'no-such-group-x' on this host",
+        f"governor: warning: {path}: daemon.admin_group: no Unix group 'no-such-admins-x' on this host: "
+        "only root may run admin operations",
+        f"governor: warning: {path}: sessions.exempt: no user 'nobody-x' on this host",
+    ]
+    assert run("--portable", str(path)).stderr == ""

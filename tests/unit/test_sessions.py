@@ -250,3 +250,32 @@ def test_locate_reads_proc(tmp_path):
     (tmp_path / "4").mkdir()
     (tmp_path / "4" / "cgroup").write_text("0::/user.slice/user-1000.slice/session-1.scope\n")
     assert v2.locate(4, tmp_path) == Location(None, True)
+
+
+def test_explain_says_what_each_group_runs(daemon):
+    from cli.explain_view import runs
+    daemon.govern_process(500, 1)
+    group = daemon.explain()["groups"]["A"]
+    assert (group["tasks"], group["sessions"]) == (0, [USER])
+    assert runs(group) == f"session of {USER}"
+    assert runs({"tasks": 2, "sessions": ["bob"]}) == "2 tasks, session of bob"
+    assert runs({"tasks": 1}) == "1 task"
+
+
+def test_top_and_status_name_a_session():
+    from cli.view_common import task_command
+    assert task_command({"session": True, "user": "alice", "command": []}) == "session of alice"
+    assert task_command({"command": ["make", "-j32"]}) == "make -j32"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a child of another uid needs root")
+def test_an_exec_event_looks_the_real_uid_up(daemon):
+    child = subprocess.Popen(["sleep", "30"], preexec_fn=lambda: os.setuid(1))
+    try:
+        assert not daemon.govern_process(os.getpid())  # root
+        assert not daemon.govern_process(999_999_999)  # no such process
+        assert daemon.govern_process(child.pid)
+        assert child.pid in daemon.hierarchy.driver.procs["A/session-1"]
+    finally:
+        child.kill()
+        child.wait()

@@ -1,0 +1,109 @@
+"""Admin mistakes and faults (issue 12): a config that is a FIFO, huge or not the daemon's; a
+metrics port that is taken; a terminal that cannot show non-ASCII; a second daemon on one
+cgroup root; cgroups a killed daemon left without records."""
+
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cgroups.hierarchy import hold_root
+from cli.inputs import MAX_INPUT_BYTES, read_input
+from cli.main import main
+from governor.errors import CgroupError, ConfigError, GovernorError
+from governor.metrics import Metrics
+from governor.state import Task
+from test_daemon import GIB, daemon  # noqa: F401  (the fixture)
+
+GOVERNOR = str(Path(sys.executable).with_name("governor"))
+SCENARIO = Path(__file__).resolve().parents[2] / "configs" / "scenarios" / "paper.toml"
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "governor.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        read_input(str(fifo))
+
+
+def test_a_huge_file_is_refused(tmp_path):
+    big = tmp_path / "governor.toml"
+    big.write_bytes(b"#" * (MAX_INPUT_BYTES + 1))
+    with pytest.raises(ConfigError, match="larger than 4 MiB"):
+        read_input(str(big))
+    big.write_bytes(b"#" * MAX_INPUT_BYTES)
+    assert len(read_input(str(big))) == MAX_INPUT_BYTES
+
+
+def test_the_daemons_config_must_be_its_own_and_not_writable_by_others(tmp_path):
+    config = tmp_path / "governor.toml"
+    config.write_text('[groups."*"]\n')
+    config.chmod(0o644)
+    assert read_input(str(config), owner=os.geteuid())
+    config.chmod(0o666)
+    with pytest.raises(ConfigError, match=r"writable by others \(mode 0666\)"):
+        read_input(str(config), owner=os.geteuid())
+    with pytest.raises(ConfigError, match=f"owned by uid {os.geteuid()}, not {os.geteuid() + 1}"):
+        read_input(str(config), owner=os.geteuid() + 1)
+
+
+def test_a_taken_metrics_port_is_a_governor_error():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(GovernorError, match=f"cannot serve metrics on 127.0.0.1:{port}: Address already in use"):
+            Metrics(dict).serve("127.0.0.1", port)
+    with pytest.raises(GovernorError, match="cannot serve metrics on no-such-host.invalid"):
+        Metrics(dict).serve("no-such-host.invalid", 9)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="governor daemon runs as root only")
+def test_the_daemon_stops_on_a_taken_port_before_making_any_cgroup(tmp_path):
+    config = tmp_path / "governor.toml"
+    config.write_text(f'[groups."*"]\n[daemon]\nstate_dir = "{tmp_path}/state"\n')
+    root = f"governor-test-{uuid.uuid4().hex[:8]}"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        result = CliRunner().invoke(main, ["daemon", "--config", str(config), "--socket", str(tmp_path / "s"),
+                                           "--cgroup-root", root, "--metrics", str(taken.getsockname()[1])])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("governor: error: cannot serve metrics on 127.0.0.1:")
+    assert not list(Path("/sys/fs/cgroup").glob(f"**/{root}"))
+
+
+def test_a_terminal_that_cannot_show_unicode_gets_no_traceback():
+    shown = subprocess.run([GOVERNOR, "simulate", str(SCENARIO)], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONIOENCODING": "ascii", "COLUMNS": "100"})
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    assert "DRF" in shown.stdout
+
+
+def test_one_daemon_per_cgroup_root(tmp_path):
+    first = hold_root(tmp_path)
+    try:
+        with pytest.raises(CgroupError, match="another governor daemon already governs"):
+            hold_root(tmp_path)
+    finally:
+        os.close(first)
+    os.close(hold_root(tmp_path))  # released with its descriptor (and so when a daemon dies)
+
+
+def test_cgroups_a_killed_daemon_left_without_records_are_cleaned_at_start(daemon):  # noqa: F811
+    store, driver = daemon.store, daemon.hierarchy.driver
+    store.save(Task("1", "A", 100, 0, "root", ("work",), {"cpu": 1.0, "memory": GIB}, 0.0))
+    for rel in ("A/task-1", "A/task-2", "B/task-9", "C/task-4"):
+        driver.create(rel)
+    driver.procs["A/task-1"] = [100]
+    driver.procs["B/task-9"] = [900]  # a live process without a record: left, and named
+    daemon.readopt()
+    assert "A/task-2" not in driver.cgroups and "C" not in driver.cgroups
+    assert {"A/task-1", "B/task-9"} <= driver.cgroups
+    assert any("B/task-9 holds pids [900]" in e["message"] for e in daemon.events)
+    assert int(store.new_id()) > 9  # the id of the unrecorded cgroup is never given out
