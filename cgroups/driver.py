@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cgroups.limits import CgroupLimits
-from governor.errors import CgroupError
+from governor.errors import CgroupError, CgroupReadError
 
 __all__ = ["ApplyReport", "Driver"]
 
@@ -97,6 +97,23 @@ class Driver:
         for record in (self._written, self._applied):
             for key in [k for k in record if k == gone or k.startswith(gone + "/") or not gone]:
                 del record[key]
+
+    def read_stats(self, rel: str):
+        """Sample the counters of cgroup ``rel`` (:class:`~cgroups.v2.CgroupStats`; which files,
+        per mode, in ``_read_stats``).
+
+        Raises:
+            CgroupReadError: a stat file cannot be read (e.g. the cgroup vanished), or its text
+                is not what the kernel writes (a missing key, a bad number).
+        """
+        try:
+            return self._read_stats(rel)
+        except (ValueError, KeyError) as error:
+            raise CgroupReadError(f"cannot parse the counters of cgroup {rel!r}: {error!r}",
+                                  path=str(self.directory(rel))) from None
+
+    def _read_stats(self, rel: str):
+        raise NotImplementedError
 
     def files(self, limits: CgroupLimits) -> dict[str, str]:
         """The kernel files and values ``limits`` become in this mode."""

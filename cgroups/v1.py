@@ -229,7 +229,7 @@ class CgroupV1Driver(Driver):
             found.update(parse_pids(read_file(root.joinpath(*relative_parts(rel)), "cgroup.procs")))
         return sorted(found)
 
-    def read_stats(self, rel: str) -> CgroupStats:
+    def _read_stats(self, rel: str) -> CgroupStats:
         """Sample cgroup ``rel``: ``cpuacct.usage`` and ``cpu.stat`` (ns → usec),
         ``memory.usage_in_bytes``, ``memory.failcnt`` (as ``memory_events["max"]``) and
         ``memory.oom_control``'s ``oom_kill`` (Linux ≥ 4.13), and, with blkio,

@@ -250,7 +250,7 @@ class CgroupV2Driver(Driver):
         when ``populated`` or ``frozen`` changes."""
         return self.path(rel) / "cgroup.events"
 
-    def read_stats(self, rel: str) -> CgroupStats:
+    def _read_stats(self, rel: str) -> CgroupStats:
         """Sample the counters of cgroup ``rel``. Memory and io fields are left None/empty when
         those controllers are not enabled for it.
 

@@ -79,7 +79,10 @@ def run(group: str | None, cpus: float | None, memory: int | None, io_read: int 
     request = {"op": "launch", "pid": os.getpid(), "group": group, "demand": demand, "command": list(cmd),
                "wait": not no_wait}
     # DaemonNotRunning / DaemonError propagate to cli.main, which prints one line and exits 1.
-    _launch(socket_path(socket_option), request)
+    started = _launch(socket_path(socket_option), request)
+    if started.get("nested"):
+        click.echo(f"governor: already in task {started.get('task')} (group {started.get('group')}): "
+                   f"{cmd[0]} runs there, with that task's caps", err=True)
     try:
         os.execvp(cmd[0], cmd)
     except OSError as exc:
@@ -94,8 +97,9 @@ def run(group: str | None, cpus: float | None, memory: int | None, io_read: int 
         sys.exit(status)
 
 
-def _launch(path: str, request: dict) -> None:
-    """Ask the daemon to start this process as a task, waiting in its queue if need be."""
+def _launch(path: str, request: dict) -> dict:
+    """Ask the daemon to start this process as a task, waiting in its queue if need be; the
+    started task's payload (``nested``: this process already was in that task)."""
     import time
 
     from cli.client import QueueInterrupted, launch
@@ -106,8 +110,7 @@ def _launch(path: str, request: dict) -> None:
     try:
         while True:
             try:
-                launch(path, request, line.show)
-                return
+                return launch(path, request, line.show)
             except QueueInterrupted:
                 line.note("the daemon went away; queueing again when it is back")
                 restarted_by = time.monotonic() + RESTART_GRACE_S

@@ -178,6 +178,13 @@ class Daemon:
             # Its client lost the reply (a daemon restart) and asked again: it already runs.
             yield self._started_reply(running)
             return
+        outer = self._task_of(request.pid)
+        if outer is not None:
+            # `governor run` inside a task (a script that uses it, run with it): the process
+            # stays in the task it is in, whose demand already counts; a second task would
+            # count it twice.
+            yield {**self._started_reply(outer), "nested": True}
+            return
         task = Task(self.store.new_id(), group, request.pid, peer.uid, who.user, tuple(request.command), demand,
                     time.time())
         entry = Entry(task, time.time(), peer.pidfd)
@@ -318,6 +325,16 @@ class Daemon:
                                                                         if waited >= 0.1 else ""))
         entry.decide(reply=self._started_reply(task))
         return True
+
+    def _task_of(self, pid: int) -> Task | None:
+        """The launched task (not a session) process ``pid`` runs in, if any."""
+        try:
+            where = self.hierarchy.locate(pid).rel
+        except CgroupError:
+            return None
+        if where is None or not _in_a_task(where):
+            return None
+        return self.tasks.get(where.split("/")[1].removeprefix("task-"))
 
     def _started_reply(self, task: Task) -> dict:
         return {"task": task.id, "group": task.group, "cgroup": str(self.hierarchy.path(task.cgroup)),

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
+from governor.config_types import MAX_BYTES, WEIGHT_RANGE
 from governor.errors import AllocationInputError, ConfigError
 from governor.model import GroupDemand
 from governor.tomlcheck import amount, join_key, no_unknown_keys, number, subtable, type_name
@@ -58,7 +59,8 @@ def load_scenario(data: Mapping[str, object], file: str) -> Scenario:
 
     Raises:
         ConfigError: for a missing ``[capacity]`` or ``[groups]`` section; an unknown key; a value
-            of the wrong type; a negative, non-finite or malformed amount; a weight ≤ 0; a task
+            of the wrong type; a negative, non-finite or malformed amount, or one above 2^62; a
+            weight outside 0.001–1000; a task
             count that is not a whole number ≥ 0; a task demanding a resource the capacity lacks
             or whose capacity is 0; a task demanding nothing.
     """
@@ -121,7 +123,11 @@ def _group(name: str, table: object, capacity: Mapping[str, Fraction], file: str
 def _weight(table: Mapping[str, object], where: str, file: str) -> Fraction:
     if "weight" not in table:
         return Fraction(1)
-    return number(table["weight"], f"{where}.weight", file, positive=True)
+    weight = number(table["weight"], f"{where}.weight", file, positive=True)
+    low, high = WEIGHT_RANGE
+    if not low <= weight <= high:
+        raise ConfigError(file, f"{where}.weight", f"must be between {low:g} and {high:g}, got {float(weight):g}")
+    return weight
 
 
 def _tasks(table: Mapping[str, object], where: str, file: str) -> int | None:
@@ -143,6 +149,9 @@ def _amounts(table: Mapping[str, object], where: str, file: str) -> dict[str, Fr
         if resource in amounts:
             raise ConfigError(file, key, "given twice (once as a dotted key, once quoted)")
         amounts[resource] = amount(value, key, file)
+        # The daemon's own bound: beyond it no host has the amount, and floats lose it.
+        if amounts[resource] > MAX_BYTES:
+            raise ConfigError(file, key, f"must be at most {MAX_BYTES:,}, got {float(amounts[resource]):g}")
     return amounts
 
 

@@ -185,3 +185,16 @@ def test_move_pids_and_paths(driver, writes):
         driver.path("../escape")
     with pytest.raises(ValueError):
         driver.path("/abs")
+
+
+@pytest.mark.parametrize("cpu_stat", ["user_usec 5\n", "usage_usec x\n"])
+def test_counters_the_kernel_would_not_write_are_a_read_error(driver, cpu_stat):
+    # A parse error must not abort a whole sampling pass (issue 12): it is one cgroup's read error.
+    group = driver.root / "g"
+    (group / "cpu.stat").write_text(cpu_stat)
+    (group / "cgroup.events").write_text("populated 1\nfrozen 0\n")
+    (group / "cgroup.controllers").write_text("cpu\n")
+    with pytest.raises(CgroupError, match="cannot parse the counters of cgroup 'g'"):
+        driver.read_stats("g")
+    (group / "cpu.stat").write_text("usage_usec 7\n")
+    assert driver.read_stats("g").cpu_usage_usec == 7

@@ -279,3 +279,15 @@ def test_an_exec_event_looks_the_real_uid_up(daemon):
     finally:
         child.kill()
         child.wait()
+
+
+def test_governor_run_inside_a_task_stays_in_it_and_counts_once(daemon):
+    def launch(pid):
+        request = LaunchRequest(pid=pid, group="B", demand={"cpu": 0.5, "memory": GIB}, command=("x",))
+        return asyncio.run(collect(daemon.stream(request, Peer(pid=pid, uid=0, gid=0))))[-1]
+
+    first = launch(os.getpid())
+    daemon.hierarchy.driver.procs[f"B/task-{first['task']}"].append(801)  # a child of the task's command
+    nested = launch(801)
+    assert (nested["task"], nested["nested"]) == (first["task"], True)
+    assert len(daemon.tasks) == 1 and daemon.tasks.demands()["B"]["cpu"] == 0.5
