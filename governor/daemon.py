@@ -20,7 +20,7 @@
 * sessions (:mod:`governor.sessions`): a process of a governed user that runs ``exec`` or takes
   the user's uid (:mod:`governor.procevents`) outside any task is moved into the user's session,
   a task made on the spot (never queued). Every process is scanned at start, after a reload,
-  when events were lost, and at each reconcile pass.
+  when events were lost, and every :data:`RESCAN_INTERVAL_S` (at least ``reconcile_interval``).
 
 Killing the daemon never kills a task: on start it re-adopts every task whose record and
 populated cgroup it finds, and forgets the rest. Under systemd it reports READY, STATUS,
@@ -65,6 +65,9 @@ from governor.usage import Sample, usage
 
 log = logging.getLogger("governor.daemon")
 EVENTS_KEPT = 50
+# The safety net behind the process events (which say when they lost some): a pass over every
+# process costs about 5 µs each natively, 15× that in an emulated VM.
+RESCAN_INTERVAL_S = 30.0
 # Young objects collected every 50,000 allocations instead of 700 (see serve()).
 GC_THRESHOLDS = (50_000, 20, 20)
 
@@ -245,6 +248,8 @@ class Daemon:
                     del self.queue[entry.task.id]
                     entry.decide(error=refused)
             self._settle("reload")
+            if self._process_events is None and self._watcher is not None:  # sessions turned on while serving
+                self._follow_processes()
             self.rescan("reload")
             return self.config_source
         finally:
@@ -400,7 +405,7 @@ class Daemon:
 
     def _follow_processes(self) -> None:
         """Subscribe to exec and uid events (the kernel's process-events connector); without
-        it, only the rescan at each reconcile pass moves processes into sessions."""
+        it, only the periodic rescan moves processes into sessions."""
         if not self.owners.enabled:
             return
         try:
@@ -408,7 +413,7 @@ class Daemon:
         except OSError as error:
             self._event("error", f"sessions: the kernel's process events are unavailable ({error.strerror}); "
                                  f"processes join sessions only at the rescan every "
-                                 f"{self.config.reconcile_interval_s:g} s", logging.WARNING)
+                                 f"{max(self.config.reconcile_interval_s, RESCAN_INTERVAL_S):g} s", logging.WARNING)
             return
         asyncio.get_running_loop().add_reader(self._process_events.fileno(), self._on_process_events)
 
@@ -704,8 +709,10 @@ class Daemon:
 
     def _reconcile(self) -> None:
         self.check([task.id for task in self.tasks], "reconcile")
-        self.owners.forget()
-        self.rescan("reconcile")
+
+    def _rescan_all(self) -> None:
+        self.owners.forget()  # users and groups change while the daemon runs
+        self.rescan("periodic rescan")
 
     async def _follow_exits(self) -> None:
         # Exits reported together (a killed process tree, a job array ending) are one refill.
@@ -739,6 +746,7 @@ class Daemon:
         workers = [
             asyncio.create_task(self._follow_exits()),
             asyncio.create_task(self._every(self.config.reconcile_interval_s, self._reconcile)),
+            asyncio.create_task(self._every(max(self.config.reconcile_interval_s, RESCAN_INTERVAL_S), self._rescan_all)),
             asyncio.create_task(self._every(self.config.sample_interval_s, self.sample)),
         ]
         if self.notifier.watchdog_interval_s:

@@ -291,3 +291,24 @@ def test_governor_run_inside_a_task_stays_in_it_and_counts_once(daemon):
     nested = launch(801)
     assert (nested["task"], nested["nested"]) == (first["task"], True)
     assert len(daemon.tasks) == 1 and daemon.tasks.demands()["B"]["cpu"] == 0.5
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the process-events connector needs CAP_NET_ADMIN (root)")
+def test_sessions_turned_on_by_a_reload_follow_process_events(tmp_path, daemon):
+    off = tmp_path / "off.toml"
+    off.write_text(CONFIG.replace("[sessions]", "[sessions]\nenabled = false"))
+    daemon.load_config = lambda: parse_config(off.read_text(), str(off))
+    daemon._use(daemon.load_config())
+
+    async def reload_twice():
+        daemon._follow_processes()
+        assert daemon._process_events is None  # off: not subscribed
+        off.write_text(CONFIG)
+        daemon.reload("test")
+        subscribed = daemon._process_events is not None
+        if subscribed:
+            asyncio.get_running_loop().remove_reader(daemon._process_events.fileno())
+            daemon._process_events.close()
+        return subscribed
+
+    assert asyncio.run(reload_twice())
