@@ -450,16 +450,18 @@ class Daemon:
         Returns:
             Whether it was moved.
         """
-        if uid is None:
-            # Every exec on the host comes here: the owner of /proc/<pid> (its effective uid,
-            # one stat) rules out most at once. A process whose effective uid is not governed but
-            # whose real uid is (a setuid program alice runs) was forked in her session already.
-            try:
-                if self.owners.owner(os.stat(f"/proc/{pid}").st_uid) is None:
-                    return False
-                uid = psutil.Process(pid).uids().real
-            except (OSError, psutil.Error):
-                return False  # gone already
+        # Every exec on the host comes here: the uid an event gave, else the owner of
+        # /proc/<pid> (its effective uid, one stat), rules out most at once. A process whose
+        # effective uid is not governed but whose real uid is (a setuid program alice runs) was
+        # forked in her session already.
+        try:
+            if self.owners.owner(os.stat(f"/proc/{pid}").st_uid if uid is None else uid) is None:
+                return False
+            # The uid now, not the event's: a root process that took a user's uid for a moment
+            # (runuser's parent does) and took its own back must stay where it is.
+            uid = self._real_uid(pid)
+        except (OSError, psutil.Error):
+            return False  # gone already
         owner = self.owners.owner(uid)
         if owner is None:
             return False
@@ -483,6 +485,11 @@ class Daemon:
                 log.warning("cannot move pid %d into the session of %s: %s", pid, user, error)
             return False
         return True
+
+    @staticmethod
+    def _real_uid(pid: int) -> int:
+        """Process ``pid``'s real uid now (raises psutil.Error when it is gone)."""
+        return psutil.Process(pid).uids().real
 
     def _session(self, uid: int, user: str, group: str, pid: int) -> Task | None:
         """Make the session of ``uid`` (cgroup, caps, record, refill); None if it cannot be made."""

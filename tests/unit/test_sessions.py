@@ -153,7 +153,19 @@ def daemon(tmp_path):
     server = Daemon(parse_config(CONFIG, "test.toml"), "test.toml", hierarchy, store, host_cpus=[0, 1],
                     host_memory=8 * GIB, resolve_device=lambda path: "8:0", uid_min=1)
     server._watcher = FakeWatcher()
+    real = server._real_uid
+    server._real_uid = lambda pid: FAKE_UIDS[pid] if pid in FAKE_UIDS else real(pid)
     return server
+
+
+# The made-up pids these tests move, and the real uid each has "now".
+FAKE_UIDS = {500: 1, 501: 1, 600: 1, 601: 1, 602: 1, 700: 1, 801: 0, 900: 0}
+
+
+def test_an_event_uid_a_process_no_longer_has_moves_nothing(daemon):
+    # runuser's parent takes the user's uid for a moment and its own back: the event says 1.
+    assert not daemon.govern_process(900, 1)
+    assert not daemon.tasks
 
 
 def test_a_process_of_a_governed_user_starts_their_session_once(daemon):
