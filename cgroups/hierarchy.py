@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -28,17 +29,18 @@ V2_CONTROLLERS = ("cpu", "cpuset", "memory", "io", "pids")
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
 
 
-# systemd puts each login session (logind, pam_systemd) in a scope below this slice.
-LOGIN_SLICE = "/user.slice/"
+# logind puts each user's login sessions in scopes below this slice (pam_systemd).
+LOGIN_SLICE = re.compile(r"/user\.slice/user-(\d+)\.slice(?:/|$)")
 
 
 class Location(NamedTuple):
     """Where a process is: ``rel``, its cgroup relative to governor's root (``""``: the root
-    itself; None: outside it), and ``login_session``, whether it is in a systemd user slice
-    (``/user.slice/…``), where logind tracks its session's processes."""
+    itself; None: outside it), and ``login_uid``, the uid whose systemd user slice
+    (``/user.slice/user-<uid>.slice/…``, where logind tracks that user's sessions) it is in,
+    or None."""
 
     rel: str | None
-    login_session: bool
+    login_uid: int | None
 
 
 @dataclass
@@ -88,8 +90,8 @@ class Hierarchy:
         """
         paths = detect.own_cgroup(pid, proc)
         path = paths.get(self.proc_key)
-        systemd = paths.get("name=systemd", paths.get(""))
-        login = systemd is not None and systemd.startswith(LOGIN_SLICE)
+        systemd = LOGIN_SLICE.match(paths.get("name=systemd", paths.get("")) or "")
+        login = int(systemd.group(1)) if systemd else None
         if path is None or self.proc_root is None:
             return Location(None, login)
         if path == self.proc_root:

@@ -35,6 +35,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
     from governor.daemon import Daemon
     from governor.errors import GovernorError
     from cgroups.hierarchy import open_hierarchy
+    from cgroups.systemd import systemd_slices
     from governor.logs import setup_logging
     from governor.notify import Notifier
     from governor.state import TaskStore
@@ -61,7 +62,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
     server = Daemon(config, config_path or "<embedded default>", hierarchy, store,
                     host_cpus=sorted(os.sched_getaffinity(0)), host_memory=psutil.virtual_memory().total,
                     resolve_device=whole_disk, load_config=load if config_path else None, notifier=Notifier(),
-                    metrics=metrics)
+                    metrics=metrics, slices=systemd_slices(hierarchy.mode, hierarchy.cgroup_mount))
     asyncio.run(server.serve(resolve_socket(socket_path)))
 
 

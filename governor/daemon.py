@@ -21,6 +21,9 @@
   the user's uid (:mod:`governor.procevents`) outside any task is moved into the user's session,
   a task made on the spot (never queued). Every process is scanned at start, after a reload,
   when events were lost, and every :data:`RESCAN_INTERVAL_S` (at least ``reconcile_interval``).
+  On a systemd host (cgroup v2), a process in its user's own logind slice stays there: the
+  slice is the user's *login session*, a task whose limits systemd writes
+  (:class:`~cgroups.systemd.SliceDriver`), so logind keeps tracking it.
 
 Killing the daemon never kills a task: on start it re-adopts every task whose record and
 populated cgroup it finds, and forgets the rest. Under systemd it reports READY, STATUS,
@@ -41,8 +44,10 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 
 import psutil
 
+from cgroups.driver import Driver
 from cgroups.hierarchy import Hierarchy
 from cgroups.limits import CgroupLimits
+from cgroups.systemd import SliceDriver
 from governor import access
 from governor.admission import Waiting, admit
 from governor.config import Config
@@ -50,7 +55,8 @@ from governor.drf import progressive_filling
 from governor.errors import CgroupError, CgroupWriteError, GovernorError, RequestError
 from governor.events import ExitWatcher
 from governor.explain import explain
-from governor.limits import SATURATION, SESSION_PREFIX, cpu_saturated, group_limits, root_limits, task_limits
+from governor.limits import (SATURATION, SESSION_PREFIX, cpu_saturated, group_limits, held_login_limits,
+                             inside_root, is_login_cgroup, root_limits, task_limits)
 from governor.model import DEMAND_MET, Allocation, GroupDemand
 from governor.notify import Notifier
 from governor.protocol import (ExplainRequest, LaunchRequest, Peer, ReloadRequest, SetWeightRequest,
@@ -59,7 +65,7 @@ from governor.queue import Entry, queue_view
 from governor.procevents import ProcessEvents
 from governor.server import ControlServer
 from governor.sessions import SessionOwners, login_uid_min
-from governor.state import Task, Tasks, TaskStore, session_id
+from governor.state import Task, Tasks, TaskStore, login_id, session_id
 from governor.status import build_status
 from governor.usage import Sample, usage
 
@@ -87,13 +93,16 @@ class Daemon:
             ``admitted(waited_seconds)``.
         uid_min: the first login uid (:func:`~governor.sessions.login_uid_min`); lower uids
             never have a session.
+        slices: writes limits on logind's user slices through systemd, on a systemd host with
+            cgroup v2; None elsewhere (processes in login sessions are then left alone).
     """
 
     def __init__(self, config: Config, config_source: str, hierarchy: Hierarchy, store: TaskStore, *,
                  host_cpus: list[int], host_memory: int, resolve_device: Callable[[str], str],
                  load_config: Callable[[], Config] | None = None, metrics=None, notifier: Notifier | None = None,
-                 uid_min: int | None = None):
+                 uid_min: int | None = None, slices: SliceDriver | None = None):
         self.config_source = config_source
+        self.slices = slices
         self.uid_min = login_uid_min() if uid_min is None else uid_min
         self.hierarchy = hierarchy
         self.store = store
@@ -220,7 +229,8 @@ class Daemon:
         demands = self.tasks.demands()
         groups = [GroupDemand(g, d, weight=self._weight(g), tasks=1) for g, d in demands.items()]
         traced = progressive_filling(self.capacity, groups, trace=True) if groups else None
-        runs = {group: (sum(not t.is_session for t in tasks), [t.user for t in tasks if t.is_session])
+        runs = {group: (sum(not t.is_session for t in tasks),
+                        list(dict.fromkeys(t.user for t in tasks if t.is_session)))  # login + session: once
                 for group, tasks in self.tasks.groups().items()}
         return explain(traced, self.capacity, demands, queue_view(self.queue, self.admission), runs)
 
@@ -350,16 +360,28 @@ class Daemon:
 
     def refill(self, trigger: str) -> None:
         """Re-run progressive filling over the running tasks and write the guarantees that
-        changed (the root and group files; task caps never change)."""
+        changed (the root and group files; task caps never change, but a login session's CPU
+        quota follows the hold, its group's quota not covering it)."""
         start = time.perf_counter()
         demands = self.tasks.demands()
         groups = [GroupDemand(g, d, weight=self._weight(g), tasks=1) for g, d in demands.items()]
         self.allocation = progressive_filling(self.capacity, groups) if groups else None
         got = self.allocation.groups if self.allocation else {}
-        largest = ({g: max(t.demand.get("cpu", 0.0) for t in tasks) for g, tasks in self.tasks.groups().items()}
-                   if self.cpu_saturated else None)
+        logins = [t for t in self.tasks if t.is_login]
+        outside: dict[str, dict[str, float]] = {}
+        for login in logins:
+            total = outside.setdefault(login.group, {})
+            for resource, amount in login.demand.items():
+                total[resource] = total.get(resource, 0.0) + amount
+        fractions = {g: float(a.tasks) for g, a in got.items()}
+        allocations, inside = inside_root({g: a.allocation for g, a in got.items()}, demands, fractions, outside)
+        # cgroup v1 refuses a parent quota below a child's; v2 takes it, and must: a group whose
+        # login session runs outside the root would otherwise keep its task's whole cap.
+        largest = ({g: max(t.demand.get("cpu", 0.0) for t in tasks if not t.is_login)
+                    for g, tasks in self.tasks.groups().items() if g in inside}
+                   if self.cpu_saturated and self.hierarchy.mode == "v1" else None)
         guarantees = group_limits(
-            self.capacity, {g: a.allocation for g, a in got.items()}, demands,
+            self.capacity, allocations, inside,
             io_devices=self.io_devices, io_sharing=self.io_sharing, cpu_mode=self.config.cpu_enforcement,
             cpus=self.cpus, previous=self._guarantees, met={g for g, a in got.items() if a.stop == DEMAND_MET},
             saturated=self.cpu_saturated, largest_task_cpu=largest,
@@ -367,6 +389,13 @@ class Daemon:
         self._guarantees = guarantees
         planned = {"": root_limits(self.capacity), **guarantees}
         report = self.hierarchy.driver.apply_plan(planned)
+        if logins and self.slices is not None:
+            held = {login.cgroup: held_login_limits(self._caps(login), login.demand.get("cpu", 0.0),
+                                                    fractions.get(login.group, 0.0)) if self.cpu_saturated
+                    else self._caps(login) for login in logins}
+            more = self.slices.apply_plan(held)
+            report.written += more.written
+            report.errors += more.errors
         for error in report.errors:
             if self.metrics:
                 self.metrics.write_error()
@@ -386,6 +415,15 @@ class Daemon:
         self.cpu_saturated = saturated
         self._event("saturation", why)
         self.refill("saturation" if saturated else "slack")
+
+    def _driver(self, rel: str) -> Driver:
+        """The driver of cgroup ``rel``: systemd's for a login session's slice, else governor's."""
+        return self.slices if self.slices is not None and is_login_cgroup(rel) else self.hierarchy.driver
+
+    def _inside_groups(self) -> list[str]:
+        """The groups with a task below governor's root (a group of login sessions alone has
+        no cgroup there)."""
+        return [group for group, tasks in self.tasks.groups().items() if not all(t.is_login for t in tasks)]
 
     def _weight(self, group: str) -> float:
         weight = self.weights.get(group, self.config.weight_of(group))
@@ -444,8 +482,9 @@ class Daemon:
 
     def govern_process(self, pid: int, uid: int | None = None) -> bool:
         """Move process ``pid`` (real uid ``uid``, looked up when None) into its user's session,
-        unless its user is not governed, it already is in a task or that session, or it is in a
-        systemd login session (logind tracks those; they are not governed yet).
+        unless its user is not governed, or it already is in a task or that session. A process
+        in its own user's logind slice stays there: that slice is the user's login session
+        (made now if it is the first; left ungoverned without systemd's cgroup v2).
 
         Returns:
             Whether it was moved.
@@ -466,12 +505,15 @@ class Daemon:
         if owner is None:
             return False
         try:
-            where, login_session = self.hierarchy.locate(pid)
+            where, login_uid = self.hierarchy.locate(pid)
         except CgroupError:
             return False  # gone already
-        if where is None and login_session:
-            return False  # logind's to track: see README "Sessions", on systemd hosts
         user, group = owner
+        if where is None and login_uid == uid:
+            # logind tracks it (loginctl, logout): governed where it is, through systemd.
+            if self.slices is not None and self.tasks.get(login_id(uid)) is None:
+                self._session(uid, user, group, pid, login=True)
+            return False
         session = self.tasks.get(session_id(uid))
         if where is not None and (_in_a_task(where) or (session is not None and where == session.cgroup)):
             return False
@@ -491,14 +533,17 @@ class Daemon:
         """Process ``pid``'s real uid now (raises psutil.Error when it is gone)."""
         return psutil.Process(pid).uids().real
 
-    def _session(self, uid: int, user: str, group: str, pid: int) -> Task | None:
-        """Make the session of ``uid`` (cgroup, caps, record, refill); None if it cannot be made."""
+    def _session(self, uid: int, user: str, group: str, pid: int, *, login: bool = False) -> Task | None:
+        """Make the session of ``uid`` (cgroup, caps, record, refill), or with ``login`` its
+        login session (its systemd user slice: caps through systemd, no cgroup made); None if
+        it cannot be made."""
         demand = {resource: min(amount, self.capacity.get(resource, amount))
                   for resource, amount in self.config.session_demand().items()}
-        session = Task(session_id(uid), group, pid, uid, user, (), demand, time.time())
+        session = Task(login_id(uid) if login else session_id(uid), group, pid, uid, user, (), demand, time.time())
         try:
-            self.hierarchy.prepare(session.cgroup)
-            self.hierarchy.driver.apply(session.cgroup, self._caps(session))
+            if not login:
+                self.hierarchy.prepare(session.cgroup)
+            self._driver(session.cgroup).apply(session.cgroup, self._caps(session))
             self.store.save(session)
         except GovernorError as error:
             self._remove_cgroup(session)
@@ -508,7 +553,9 @@ class Daemon:
         self.tasks.add(session)
         self._watch(session)
         self._event("session_started", f"session of {user} started: group {group}, pid {pid}, "
-                                       f"demand {_vector(demand)}")
+                                       f"demand {_vector(demand)}"
+                                       + (f", in {session.cgroup} (logind's, limits set through systemd)"
+                                          if login else ""))
         if self.cpu_saturated:  # its cap may exceed its group's held quota, which v1 refuses
             self._hold(False, f"the session of {user} starts: groups are no longer held to their CPU guarantees")
         self.refill(f"session of {user} started")
@@ -520,7 +567,7 @@ class Daemon:
         if self._watcher is None:
             return
         try:
-            self._watcher.watch(task.id, self.hierarchy.driver.events_path(task.cgroup), task.pid)
+            self._watcher.watch(task.id, self._driver(task.cgroup).events_path(task.cgroup), task.pid)
         except OSError:
             self.check([task.id], "exit")  # gone already: the reconcile pass would find it too
 
@@ -566,7 +613,7 @@ class Daemon:
         """Whether the task's cgroup holds a process. A cgroup that is gone is not; a read that
         failed otherwise (EMFILE, EIO) proves nothing, so the task is kept for the next look."""
         try:
-            return bool(self.hierarchy.driver.pids(task.cgroup))
+            return bool(self._driver(task.cgroup).pids(task.cgroup))
         except CgroupError as error:
             if error.vanished:
                 return False
@@ -581,14 +628,16 @@ class Daemon:
         self._remove_cgroup(task)
 
     def _remove_cgroup(self, task: Task) -> None:
+        """Remove the task's cgroup, and its group's once nothing of it is below the root (a
+        login session's slice is systemd's: only its limits are reset)."""
         rels = [task.cgroup]
-        if task.group not in self.tasks.counts():
+        if task.group not in self._inside_groups():
             rels.append(task.group)
         for rel in rels:
             self.usage.pop(rel, None)
             self._samples.pop(rel, None)
             try:
-                self.hierarchy.driver.remove(rel)
+                self._driver(rel).remove(rel)
             except CgroupError as error:
                 log.warning("cannot remove cgroup %s: %s", rel, error)
 
@@ -600,13 +649,16 @@ class Daemon:
         for problem in problems:
             self._event("error", problem, logging.WARNING)
         for task in records:
+            if task.is_login and self.slices is None:
+                self.store.delete(task.id)  # not a systemd host (any more): nothing to take back
+                continue
             self.tasks.add(task)
-        for task in records:
+        for task in list(self.tasks):
             if self._alive(task):
                 self._event("task_started", f"{task.name} re-adopted: pid {task.pid}, group {task.group}")
             else:
                 self._forget(task)
-        report = self.hierarchy.driver.apply_plan({t.cgroup: self._caps(t) for t in self.tasks})
+        report = self.hierarchy.driver.apply_plan({t.cgroup: self._caps(t) for t in self.tasks if not t.is_login})
         for error in report.errors:
             self._event("error", f"re-adopting: {error}", logging.ERROR)
         self._clean_unrecorded({t.cgroup for t in records})
@@ -653,14 +705,22 @@ class Daemon:
         """Sample every group and task cgroup, update measured usage and the published snapshot."""
         devices = {number: name for name, number in self.io_devices.items()}
         now = time.monotonic()
-        rels = list(self.tasks.groups()) + [t.cgroup for t in self.tasks]
-        for rel in rels:
+        fresh = {}
+        for rel in list(self._inside_groups()) + [t.cgroup for t in self.tasks]:
             try:
-                current = Sample(now, self.hierarchy.driver.read_stats(rel))
+                current = Sample(now, self._driver(rel).read_stats(rel))
             except CgroupError:
                 continue  # vanished between exit and refill
-            self.usage[rel] = usage(self._samples.get(rel), current, devices)
+            fresh[rel] = usage(self._samples.get(rel), current, devices)
             self._samples[rel] = current
+        self.usage.update(fresh)
+        # A group's use includes its login sessions', which run outside its cgroup.
+        for group, tasks in self.tasks.groups().items():
+            logins = [self.usage.get(t.cgroup, {}) for t in tasks if t.is_login]
+            if logins:
+                own = [fresh[group]] if group in fresh else []
+                self.usage[group] = {key: sum(u.get(key, 0.0) for u in own + logins)
+                                     for key in {k for u in own + logins for k in u}}
         self._check_saturation()
         self.snapshot = self.status()
 
@@ -689,7 +749,7 @@ class Daemon:
                     "cgroup_root": self.hierarchy.root, "config": self.config_source,
                     "io_sharing": dict(self.io_sharing), "cpu_saturated": self.cpu_saturated},
             capacity=self.capacity, allocation=self.allocation, tasks=self.tasks,
-            in_force=self.hierarchy.driver.in_force, usage=self.usage, filling=self.filling,
+            in_force=lambda rel: self._driver(rel).in_force(rel), usage=self.usage, filling=self.filling,
             queue=queue_view(self.queue, self.admission), events=list(self.events),
         )
 

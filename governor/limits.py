@@ -29,6 +29,7 @@ Resources are named as in the allocator: ``cpu`` (cores), ``memory`` (bytes),
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Literal
 
@@ -44,12 +45,30 @@ IoSharing = Literal["io.weight", "io.bfq.weight", "io.max"]
 
 
 SESSION_PREFIX = "session-"
+# A login session on a systemd host: the user's slice, which logind and systemd keep.
+LOGIN_PREFIX = "login-"
+LOGIN_SLICES = "user.slice"
 
 
 def task_cgroup(group: str, task_id: str) -> str:
     """Cgroup path of a task, relative to governor's root: ``<group>/task-<id>``, or for a
-    session (id ``session-<uid>``) ``<group>/session-<uid>``."""
+    session (id ``session-<uid>``) ``<group>/session-<uid>``; a login session's (id
+    ``login-<uid>``) is its user's systemd slice, relative to the cgroup v2 mount:
+    ``user.slice/user-<uid>.slice``."""
+    if task_id.startswith(LOGIN_PREFIX):
+        return login_cgroup(int(task_id.removeprefix(LOGIN_PREFIX)))
     return f"{group}/{task_id}" if task_id.startswith(SESSION_PREFIX) else f"{group}/task-{task_id}"
+
+
+def login_cgroup(uid: int) -> str:
+    """The slice logind keeps user ``uid``'s sessions in, relative to the cgroup v2 mount."""
+    return f"{LOGIN_SLICES}/user-{uid}.slice"
+
+
+def is_login_cgroup(rel: str) -> bool:
+    """Whether ``rel`` is a login session's slice (:func:`login_cgroup`), not a cgroup below
+    governor's root (a task's there is ``<group>/task-<id>`` or ``<group>/session-<uid>``)."""
+    return rel.startswith(f"{LOGIN_SLICES}/user-")
 
 
 def task_limits(demand: Mapping[str, float], *, io_devices: Mapping[str, str],
@@ -140,7 +159,8 @@ def group_limits(
             −7 % on cgroup v1, ±20 % under emulation); nobody leaves anything idle to lend, so
             each group is also held to its guarantee: ``cpu.max`` = A_g,cpu, or its largest
             task's cap where that is more (cgroup v1 refuses a parent quota below a child's).
-        largest_task_cpu: group → the largest cpu cap (cores) of its tasks; with ``saturated``.
+        largest_task_cpu: group → the largest cpu cap (cores) of its tasks; with ``saturated``,
+            on cgroup v1 only (None: hold each group to exactly A_g,cpu).
         period_usec: the CFS period of those quotas, usec.
 
     Returns:
@@ -182,6 +202,45 @@ def group_limits(
                                          io_max=fields[5])
     return result
 
+
+
+def inside_root(
+    allocations: Mapping[str, Mapping[str, float]],
+    demands: Mapping[str, Mapping[str, float]],
+    fractions: Mapping[str, float],
+    outside: Mapping[str, Mapping[str, float]],
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """The part of each group's allocation and demand that runs below governor's root, when
+    part of it (login sessions) runs in systemd's user slices: ``A_g − λ_g·O_g`` and
+    ``D_g − O_g`` (DRF gives every resource of a group the same fraction λ_g of its demand,
+    paper §4.1). Groups with nothing left below the root are left out.
+
+    Args:
+        allocations: group → A_g; demands: group → D_g (resource → cores, bytes, bytes/s).
+        fractions: group → λ_g, the fraction of its demand it is allocated (0..1).
+        outside: group → O_g, the summed demand of its login sessions.
+
+    Returns:
+        (allocations, demands) below the root, amounts clamped at 0 against rounding.
+    """
+    inside_allocations, inside_demands = {}, {}
+    for group, allocation in allocations.items():
+        away = outside.get(group, {})
+        demand = {r: max(0.0, amount - away.get(r, 0.0)) for r, amount in demands.get(group, {}).items()}
+        if away and not any(demand.values()):
+            continue
+        share = fractions.get(group, 0.0)
+        inside_allocations[group] = {r: max(0.0, amount - share * away.get(r, 0.0)) for r, amount in allocation.items()}
+        inside_demands[group] = demand
+    return inside_allocations, inside_demands
+
+
+def held_login_limits(caps: CgroupLimits, cpu: float, fraction: float) -> CgroupLimits:
+    """A login session's limits while the groups are held to their CPU guarantees: its caps,
+    with ``cpu.max`` = its group's λ_g × its declared ``cpu`` cores, its part of A_g,cpu (it
+    runs outside its group's cgroup, so its group's quota does not hold it)."""
+    quota = max(MIN_QUOTA_USEC, round(fraction * cpu * caps.cpu_period_usec))
+    return replace(caps, cpu_quota_usec=min(quota, caps.cpu_quota_usec or quota))
 
 # When a group counts as wanting all of its CPU guarantee (fractions of it): when it uses this
 # much; or, while the governed CPU is busy (this much of the capacity in use), when it uses

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from governor.config_types import group_name_problem
 from governor.errors import GovernorError
-from governor.limits import SESSION_PREFIX, task_cgroup
+from governor.limits import LOGIN_PREFIX, SESSION_PREFIX, task_cgroup
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,8 @@ class Task:
 
     Attributes:
         id: unique within the daemon's state directory (``"7"``); a session's is
-            ``session-<uid>`` (:func:`session_id`).
+            ``session-<uid>`` (:func:`session_id`), a login session's ``login-<uid>``
+            (:func:`login_id`: the user's systemd slice, on a systemd host).
         group: the group it runs in.
         pid: the pid that was moved into the task cgroup (the ``governor run`` process, which
             then became the command; a session's first process).
@@ -52,13 +53,19 @@ class Task:
 
     @property
     def cgroup(self) -> str:
-        """The task's cgroup, relative to governor's root."""
+        """The task's cgroup, relative to governor's root (a login session's: to the cgroup
+        v2 mount)."""
         return task_cgroup(self.group, self.id)
 
     @property
     def is_session(self) -> bool:
-        """Whether this is a user's session rather than a launch."""
-        return self.id.startswith(SESSION_PREFIX)
+        """Whether this is a user's session (a login session too) rather than a launch."""
+        return self.id.startswith((SESSION_PREFIX, LOGIN_PREFIX))
+
+    @property
+    def is_login(self) -> bool:
+        """Whether this is a login session: the user's systemd slice, outside governor's root."""
+        return self.id.startswith(LOGIN_PREFIX)
 
     @property
     def name(self) -> str:
@@ -69,6 +76,11 @@ class Task:
 def session_id(uid: int) -> str:
     """The id of user ``uid``'s session task (one per user)."""
     return f"{SESSION_PREFIX}{uid}"
+
+
+def login_id(uid: int) -> str:
+    """The id of user ``uid``'s login session task (one per user, on systemd hosts)."""
+    return f"{LOGIN_PREFIX}{uid}"
 
 
 class Tasks:
@@ -265,7 +277,8 @@ def _parse_record(task_id: str, data: bytes) -> Task:
         raise ValueError(f"not a task record: fields must be {', '.join(sorted(_RECORD_FIELDS))}")
     problem = group_name_problem(record["group"]) if isinstance(record["group"], str) else "not a string"
     checks = {
-        "id": record["id"] == task_id and (task_id.isdigit() or task_id == session_id(record["uid"])),
+        "id": record["id"] == task_id and (task_id.isdigit()
+                                           or task_id in (session_id(record["uid"]), login_id(record["uid"]))),
         "group": problem is None,
         "pid": _whole(record["pid"], minimum=1),
         "uid": _whole(record["uid"], minimum=0),

@@ -19,6 +19,7 @@ USERS = ("gov-alice", "gov-bob")
 ESCAPES = {
     "runuser": ["runuser", "-u", "gov-alice", "--", "sleep", "600"],
     "su": ["su", "-s", "/bin/sh", "gov-alice", "-c", "exec sleep 601"],
+    "su -l": ["su", "-l", "-s", "/bin/sh", "gov-alice", "-c", "exec sleep 605"],
     "setsid": ["runuser", "-u", "gov-alice", "--", "setsid", "sleep", "602"],
     "nohup": ["runuser", "-u", "gov-alice", "--", "nohup", "sleep", "603"],
     "double fork": ["runuser", "-u", "gov-alice", "--", "sh", "-c", "(sleep 604 &)"],

@@ -21,20 +21,8 @@ py=$repo/.venv/bin/python
 tasks="$py $repo/tests/system/tasks.py"
 config=/etc/governor/governor.toml
 work=$(mktemp -d)
-failures=0
-
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+. tests/system/lib.sh
 die() { echo "FAIL: $*"; journalctl -u governor -u governor-tasks --no-pager -n 60 || true; exit 1; }
-
-# wait_for SECONDS WHAT CMD…: poll CMD until it succeeds (the VM's CPU is emulated: be patient).
-wait_for() {
-    local deadline=$((SECONDS + $1)) what=$2
-    shift 2
-    until "$@" >/dev/null 2>&1; do
-        [ $SECONDS -lt $deadline ] || { fail "timed out waiting for $what"; return 1; }
-        sleep 0.5
-    done
-}
 count_status_tasks() { [ "$($gov status --json | $py -c 'import json,sys; s=json.load(sys.stdin); print(sum(len(g["tasks"]) for g in s["groups"].values()))')" = "$1" ]; }
 main_pid() { systemctl show -p MainPID --value governor; }
 serving() { systemctl is-active --quiet governor && $gov status --json; }
@@ -58,9 +46,8 @@ users = ["alice"]
 weight = 1
 users = ["bob"]
 
-# This suite checks the units and tasks of governor run; on a systemd host processes in logind
-# sessions are left to logind (README "Sessions"), and alice's and bob's runuser shells here
-# would each make a session beside their tasks.
+# This suite checks the units and the tasks of governor run; sessions have their own
+# (tests/system/sessions.sh): alice's and bob's runuser shells here would each make one.
 [sessions]
 enabled = false
 

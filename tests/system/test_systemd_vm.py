@@ -37,19 +37,44 @@ def _skip_reason() -> str | None:
     return None
 
 
-def test_tasks_survive_restart_kill_reload_and_stop():
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
-    proc = subprocess.Popen([str(VM), "--timeout", "900", "./tests/system/run.sh"], cwd=REPO,
+def _run_in_vm(script: str, *options: str) -> list[str]:
+    """Run ``script`` in one systemd VM boot, streaming its output; its lines, once it passed."""
+    proc = subprocess.Popen([str(VM), *options, "--timeout", "900", script], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in proc.stdout:
         sys.stdout.write(line)
         lines.append(line.rstrip("\n"))
-    assert proc.wait() == 0, f"run.sh in the systemd VM exited {proc.returncode}"
+    assert proc.wait() == 0, f"{script} in the systemd VM exited {proc.returncode}"
+    return lines
+
+
+def test_tasks_survive_restart_kill_reload_and_stop():
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    lines = _run_in_vm("./tests/system/run.sh")
     cases = {m[1]: (int(m[2]), int(m[3]), int(m[4])) for m in map(LINE.match, lines) if m}
     for case in CASES:
         assert case in cases, f"no line for case {case!r}"
         before, after, killed = cases[case]
         assert (before, after, killed) == (4, 4, 0), f"{case}: {cases[case]}"
+
+
+SPLIT = re.compile(r"^split: alice ([0-9.]+) bob ([0-9.]+) drf ([0-9.]+)$")
+
+
+def test_login_sessions_are_governed_in_their_logind_slices():
+    """tests/system/sessions.sh with logind (--full): alice's `su -l` shell burner, governed in
+    her user slice through systemd, and bob's `governor run` burner split by DRF; loginctl keeps
+    listing her processes; daemon-reload, restart and kill -9 change nothing."""
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    lines = _run_in_vm("./tests/system/sessions.sh", "--full")
+    [split] = [m for m in map(SPLIT.match, lines) if m]
+    alice, bob, drf = map(float, split.groups())
+    assert abs(alice - drf) <= 0.05 * drf + 0.01 and abs(bob - drf) <= 0.05 * drf + 0.01, split[0]
+    for case in ("systemctl restart governor: burners killed 0", "kill -9 MainPID: burners killed 0",
+                 "logout: the login session ended"):
+        assert case in lines, f"no line {case!r}"

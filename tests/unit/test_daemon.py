@@ -179,11 +179,20 @@ def test_groups_are_held_to_their_guarantee_only_while_every_one_uses_it(daemon)
     daemon.usage = {"A": {"cpu": 1.0}, "B": {"cpu": 0.95}}
     daemon._check_saturation()
     assert daemon.status()["daemon"]["cpu_saturated"]
-    assert [daemon.hierarchy.driver.in_force(g)["cpu.max"] for g in ("A", "B")] == ["200000 100000"] * 2
+    assert [daemon.hierarchy.driver.in_force(g)["cpu.max"] for g in ("A", "B")] == ["100000 100000"] * 2
     daemon.usage["B"]["cpu"] = 0.2  # B idles: A may borrow again
     daemon._check_saturation()
     assert "cpu.max" not in daemon.hierarchy.driver.in_force("A")
     assert "B uses less than its CPU guarantee" in daemon.status()["events"][-2]["message"]
+
+
+def test_on_cgroup_v1_a_held_group_keeps_its_largest_tasks_cap(daemon):
+    daemon.hierarchy.driver.mode = "v1"  # which refuses a parent quota below a child's
+    launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
+    launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
+    daemon.usage = {"A": {"cpu": 1.0}, "B": {"cpu": 0.95}}
+    daemon._check_saturation()
+    assert [daemon.hierarchy.driver.in_force(g)["cpu.max"] for g in ("A", "B")] == ["200000 100000"] * 2
 
 
 def test_a_launch_releases_the_hold_before_its_cap_is_written(daemon):

@@ -133,13 +133,13 @@ class Where:
 
     def __init__(self, driver: FakeDriver):
         self.driver = driver
-        self.logind: set[int] = set()
+        self.logind: dict[int, int] = {}  # pid → the uid whose logind slice it is in
 
     def __call__(self, pid):
         for rel, pids in self.driver.procs.items():
             if pid in pids:
-                return Location(rel, False)
-        return Location(None, pid in self.logind)
+                return Location(rel, None)
+        return Location(None, self.logind.get(pid))
 
 
 @pytest.fixture
@@ -241,8 +241,8 @@ def test_a_session_cannot_be_found_as_a_launched_pid(daemon):
     assert daemon.tasks.with_pid(os.getpid()) is None
 
 
-def test_a_process_in_a_systemd_login_session_is_left_to_logind(daemon):
-    daemon.hierarchy.locate.logind.add(700)
+def test_without_systemd_a_process_in_a_login_session_is_left_to_logind(daemon):
+    daemon.hierarchy.locate.logind[700] = 1
     assert not daemon.govern_process(700, 1)
     assert not daemon.tasks
 
@@ -251,9 +251,9 @@ def test_locate_reads_proc(tmp_path):
     hierarchy = Hierarchy(FakeDriver(), "/fake", (), proc_key="cpu", proc_root="/gov")
     for pid, text, expected in [
         (1, "4:cpu,cpuacct:/gov/A/task-3\n1:name=systemd:/user.slice/user-1000.slice/session-2.scope\n",
-         Location("A/task-3", True)),
-        (2, "4:cpu,cpuacct:/gov\n0::/init.scope\n", Location("", False)),
-        (3, "4:cpu,cpuacct:/governor-other/x\n", Location(None, False)),
+         Location("A/task-3", 1000)),
+        (2, "4:cpu,cpuacct:/gov\n0::/init.scope\n", Location("", None)),
+        (3, "4:cpu,cpuacct:/governor-other/x\n1:name=systemd:/user.slice/user-1.slicex/s\n", Location(None, None)),
     ]:
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "cgroup").write_text(text)
@@ -261,7 +261,7 @@ def test_locate_reads_proc(tmp_path):
     v2 = Hierarchy(FakeDriver(), "/fake", (), proc_key="", proc_root="/gov")
     (tmp_path / "4").mkdir()
     (tmp_path / "4" / "cgroup").write_text("0::/user.slice/user-1000.slice/session-1.scope\n")
-    assert v2.locate(4, tmp_path) == Location(None, True)
+    assert v2.locate(4, tmp_path) == Location(None, 1000)
 
 
 def test_explain_says_what_each_group_runs(daemon):

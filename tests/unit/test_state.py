@@ -52,6 +52,8 @@ def test_a_state_directory_that_others_could_write_is_refused(tmp_path, make):
     ("7.json", {"id": "1"}, "field id"),
     ("8.json", "/dev/zero", "symbolic link"),
     ("9.json", b" " * (MAX_RECORD_BYTES + 1), "larger than"),
+    ("login-1001.json", {}, "field id"),  # a login session's id must name its own uid (1000)
+    ("session-7.json", {}, "field id"),
 ])
 def test_a_bad_record_is_set_aside_with_its_reason_and_the_others_still_load(tmp_path, name, content, reason):
     store = store_at(tmp_path / "state")
@@ -70,3 +72,13 @@ def test_a_bad_record_is_set_aside_with_its_reason_and_the_others_still_load(tmp
     assert f"{path} set aside as {name}.bad" in problem and reason in problem, problem
     assert not path.exists() and os.path.lexists(f"{path}.bad")
     assert store.load_all() == ([TASK], [])  # it does not come back
+
+
+def test_sessions_and_login_sessions_are_kept_under_their_users_ids(tmp_path):
+    store = store_at(tmp_path / "state")
+    kept = [Task(f"{kind}-1000", "A", 100, 1000, "alice", (), {"cpu": 1.0}, 1.5) for kind in ("login", "session")]
+    for task in kept:
+        store.save(task)
+    tasks, problems = store_at(tmp_path / "state").load_all()
+    assert (sorted(t.id for t in tasks), problems) == (["login-1000", "session-1000"], [])
+    assert [t.cgroup for t in sorted(tasks, key=lambda t: t.id)] == ["user.slice/user-1000.slice", "A/session-1000"]

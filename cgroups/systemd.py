@@ -1,0 +1,175 @@
+"""Limits on cgroups systemd manages (a logind user's ``user-UID.slice``), written through systemd.
+
+systemd is the only writer of the cgroups of its units: a value written straight into a slice's
+files is overwritten at the next ``systemctl daemon-reload``. :class:`SliceDriver` therefore
+sets the unit's properties instead, at runtime (``systemctl set-property --runtime``, kept under
+``/run/systemd/system.control`` until reboot, so a reload keeps them), and reads the unit's
+counters from its cgroup like :class:`~cgroups.v2.CgroupV2Driver` (cgroup v2 only).
+
+Cgroups are named relative to the v2 mount (``"user.slice/user-1000.slice"``); the unit is the
+last part. Only what a task's caps use is mapped (DESIGN.md §3):
+
+============================  =====================================================
+limit                         systemd property (systemd.resource-control(5))
+============================  =====================================================
+``cpu.max`` quota / period    ``CPUQuota=<percent>%``, ``CPUQuotaPeriodSec=<usec>us``
+``cpu.weight``                ``CPUWeight=``
+``memory.low/high/max``       ``MemoryLow=``, ``MemoryHigh=``, ``MemoryMax=`` (bytes)
+``io.max`` rbps / wbps        ``IOReadBandwidthMax=``, ``IOWriteBandwidthMax=``
+                              (``/dev/block/MAJ:MIN <bytes>``)
+============================  =====================================================
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from cgroups.files import read_file
+from cgroups.limits import CgroupLimits
+from cgroups.parse import parse_cgroup_events, parse_pids
+from cgroups.v2 import CgroupV2Driver, relative_parts
+from governor.errors import CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError
+
+__all__ = ["SliceDriver", "systemd_slices", "unit_properties"]
+
+log = logging.getLogger(__name__)
+
+# What each property is reset to when the limits no longer set it ("" = systemd's default).
+RESETS = {"CPUQuota": "", "CPUQuotaPeriodSec": "", "CPUWeight": "", "MemoryLow": "", "MemoryHigh": "infinity",
+          "MemoryMax": "infinity", "IOReadBandwidthMax": "", "IOWriteBandwidthMax": ""}
+SYSTEMCTL_TIMEOUT_S = 30.0
+
+Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+
+
+def unit_properties(limits: CgroupLimits) -> dict[str, tuple[str, ...]]:
+    """The systemd properties ``limits`` become: property → its assignments (several for a
+    per-device list, in device order). Properties the limits leave unset are absent.
+
+    Raises:
+        CgroupUnsupported: the limits hold something a session's caps never use (a cpuset,
+            an io weight), which this driver does not map.
+    """
+    if limits.cpuset_cpus is not None or limits.io_weight:
+        raise CgroupUnsupported("cpusets and io weights are not set on systemd units", path="")
+    properties: dict[str, tuple[str, ...]] = {}
+    if limits.cpu_quota_usec is not None:
+        # systemd takes hundredths of a percent; rounding up never caps below the quota asked.
+        hundredths = -(-limits.cpu_quota_usec * 10_000 // limits.cpu_period_usec)
+        properties["CPUQuota"] = (f"{hundredths // 100}.{hundredths % 100:02d}%",)
+        properties["CPUQuotaPeriodSec"] = (f"{limits.cpu_period_usec}us",)
+    if limits.cpu_weight is not None:
+        properties["CPUWeight"] = (str(limits.cpu_weight),)
+    for name, value in (("MemoryLow", limits.memory_low_bytes), ("MemoryHigh", limits.memory_high_bytes),
+                        ("MemoryMax", limits.memory_max_bytes)):
+        if value is not None:
+            properties[name] = (str(value),)
+    for name, field in (("IOReadBandwidthMax", "rbps"), ("IOWriteBandwidthMax", "wbps")):
+        lines = tuple(f"/dev/block/{io.device} {getattr(io, field)}"
+                      for io in sorted(limits.io_max, key=lambda io: io.device) if getattr(io, field) is not None)
+        if lines:
+            properties[name] = lines
+    return properties
+
+
+class SliceDriver(CgroupV2Driver):
+    """Limits and counters of systemd units' cgroups, by way of systemd (see the module).
+
+    Args:
+        mount: the cgroup v2 mount (``/sys/fs/cgroup``); cgroups are named relative to it.
+        run: runs a ``systemctl`` command line and returns its result (tests pass a fake).
+
+    :meth:`apply` raises :class:`~governor.errors.CgroupWriteError` (path: the unit; value:
+    the assignments; errno None) when systemctl refuses; the record then keeps what systemd
+    accepted before. Creating and moving are not offered: the cgroups are systemd's.
+    """
+
+    def __init__(self, mount, *, run: Runner | None = None):
+        super().__init__(mount)
+        self._run = run or _systemctl
+
+    def create(self, rel: str) -> None:
+        raise CgroupUnsupported("cgroups of systemd units are made by systemd", path=str(self.path(rel)))
+
+    def move(self, rel: str, pid: int) -> None:
+        raise CgroupUnsupported("processes join systemd units through systemd", path=str(self.path(rel)))
+
+    def remove(self, rel: str) -> None:
+        """Reset the properties this driver set on ``rel``'s unit (the cgroup itself is
+        systemd's; systemd takes properties of a unit that is not running, too).
+
+        Raises:
+            CgroupWriteError: systemctl refused.
+        """
+        set_before = [key[0] for key in self._record(rel)]
+        self.forget(rel)
+        if set_before:
+            self._set(rel, [f"{name}={RESETS[name]}" for name in set_before])
+
+    def pids(self, rel: str) -> list[int]:
+        """The pids in ``rel`` and every cgroup below it (a slice holds its processes in
+        scopes and services below).
+
+        Raises:
+            CgroupReadError: ``rel`` does not exist (``vanished``) or cannot be read.
+        """
+        directory = self.path(rel)
+        if not parse_cgroup_events(read_file(directory, "cgroup.events")).populated:
+            return []
+        found = []
+        for events in sorted(directory.rglob("cgroup.procs")):
+            try:
+                found += parse_pids(read_file(events.parent, "cgroup.procs"))
+            except CgroupReadError as error:
+                if not error.vanished:  # a scope that ended while walking is no loss
+                    raise
+        return found
+
+    def _apply_one(self, rel: str, limits: CgroupLimits) -> tuple[list[str], list[CgroupError]]:
+        last = self._record(rel)
+        desired = {(name,): ", ".join(lines) for name, lines in unit_properties(limits).items()}
+        stale = [key for key in last if key not in desired]
+        changed = [key for key, value in desired.items() if last.get(key) != value]
+        assignments = [f"{key[0]}={RESETS[key[0]]}" for key in stale]
+        for key in changed:
+            if key[0].startswith("IO"):  # a list: clear it, then give every device
+                assignments.append(f"{key[0]}=")
+            assignments += [f"{key[0]}={line}" for line in desired[key].split(", ")]
+        if not assignments:
+            return [], []
+        try:
+            self._set(rel, assignments)
+        except CgroupError as error:
+            return [], [error]
+        for key in stale:
+            del last[key]
+        last.update((key, desired[key]) for key in changed)
+        return [key[0] for key in stale + changed], []
+
+    def _set(self, rel: str, assignments: list[str]) -> None:
+        unit = relative_parts(rel)[-1]
+        try:
+            done = self._run(["systemctl", "set-property", "--runtime", "--", unit, *assignments])
+        except (OSError, subprocess.SubprocessError) as error:
+            raise CgroupWriteError(unit, " ".join(assignments), getattr(error, "errno", None)) from None
+        if done.returncode != 0:
+            reason = done.stderr.strip().splitlines()[-1:] or [f"systemctl exited {done.returncode}"]
+            raise CgroupWriteError(f"{unit} ({reason[0]})", " ".join(assignments), None)
+        log.debug("set %s on %s", " ".join(assignments), unit)
+
+
+def systemd_slices(mode: str, mount: Path, *, booted: Path = Path("/run/systemd/system")) -> SliceDriver | None:
+    """A :class:`SliceDriver` for ``mount`` when systemd manages this host's cgroups and they
+    are v2 (``mode``): systemd is PID 1 (sd_booted(3): ``booted`` is a directory) and
+    ``systemctl`` is on PATH. None otherwise: logind's slices are then not governed."""
+    if mode != "v2" or not booted.is_dir() or shutil.which("systemctl") is None:
+        return None
+    return SliceDriver(mount)
+
+
+def _systemctl(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=SYSTEMCTL_TIMEOUT_S, check=False)

@@ -1,0 +1,198 @@
+"""Login sessions on systemd hosts: a governed user's logind slice is their session, with limits
+set through systemd (cgroups/systemd.py). systemctl is faked here; the real systemd, logind and
+kernel are in tests/system/sessions.sh (run-in-systemd-vm --full)."""
+
+import shutil
+import subprocess
+
+import pytest
+
+from cgroups.limits import CgroupLimits, IoMax
+from cgroups.systemd import SliceDriver, unit_properties
+from governor.config import parse_config
+from governor.errors import CgroupUnsupported, CgroupWriteError
+from governor.limits import held_login_limits, inside_root
+from governor.state import Task
+from test_daemon import GIB
+from test_sessions import CONFIG, USER, daemon  # noqa: F401 (fixture)
+
+
+class Systemctl:
+    """Records each systemctl command line; ``refuse`` makes it fail as systemctl does."""
+
+    def __init__(self):
+        self.calls: list[list[str]] = []
+        self.refuse = False
+
+    def __call__(self, argv):
+        self.calls.append(list(argv))
+        if self.refuse:
+            return subprocess.CompletedProcess(argv, 1, "", "Failed to set unit properties on x: Access denied\n")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+
+def make_slice(mount, uid: int, pids: dict[str, list[int]], populated: bool = True):
+    """A user slice's cgroup files as the kernel shows them, with ``pids`` per scope."""
+    slice_dir = mount / "user.slice" / f"user-{uid}.slice"
+    slice_dir.mkdir(parents=True, exist_ok=True)
+    (slice_dir / "cgroup.events").write_text(f"populated {int(populated)}\nfrozen 0\n")
+    (slice_dir / "cgroup.procs").write_text("")
+    (slice_dir / "cgroup.controllers").write_text("cpu memory pids\n")
+    (slice_dir / "cpu.stat").write_text("usage_usec 1000\nuser_usec 500\nsystem_usec 500\n")
+    (slice_dir / "memory.current").write_text("4096\n")
+    (slice_dir / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    for scope, members in pids.items():
+        (slice_dir / scope).mkdir(exist_ok=True)
+        (slice_dir / scope / "cgroup.procs").write_text("".join(f"{pid}\n" for pid in members))
+    return slice_dir
+
+
+def test_caps_become_systemd_properties():
+    limits = CgroupLimits(cpu_quota_usec=37_501, cpu_weight=50, memory_low_bytes=1, memory_high_bytes=2,
+                          memory_max_bytes=3, io_max=(IoMax("8:16", wbps=5), IoMax("8:0", rbps=7, wbps=9)))
+    assert unit_properties(limits) == {
+        "CPUQuota": ("37.51%",), "CPUQuotaPeriodSec": ("100000us",), "CPUWeight": ("50",),
+        "MemoryLow": ("1",), "MemoryHigh": ("2",), "MemoryMax": ("3",),
+        "IOReadBandwidthMax": ("/dev/block/8:0 7",),
+        "IOWriteBandwidthMax": ("/dev/block/8:0 9", "/dev/block/8:16 5"),
+    }
+    assert unit_properties(CgroupLimits()) == {}
+    with pytest.raises(CgroupUnsupported):
+        unit_properties(CgroupLimits(cpuset_cpus="0"))
+
+
+def test_the_slice_driver_sets_only_what_changed_and_resets_what_it_set(tmp_path):
+    systemctl = Systemctl()
+    driver = SliceDriver(tmp_path, run=systemctl)
+    rel = "user.slice/user-1000.slice"
+    driver.apply(rel, CgroupLimits(cpu_quota_usec=50_000, memory_max_bytes=GIB))
+    assert systemctl.calls == [["systemctl", "set-property", "--runtime", "--", "user-1000.slice",
+                                "CPUQuota=50.00%", "CPUQuotaPeriodSec=100000us", f"MemoryMax={GIB}"]]
+    assert driver.in_force(rel) == {"CPUQuota": "50.00%", "CPUQuotaPeriodSec": "100000us", "MemoryMax": str(GIB)}
+    driver.apply(rel, CgroupLimits(cpu_quota_usec=50_000, memory_max_bytes=GIB))
+    assert len(systemctl.calls) == 1
+    driver.apply(rel, CgroupLimits(cpu_quota_usec=25_000, io_max=(IoMax("8:0", rbps=10),)))
+    assert systemctl.calls[-1][5:] == ["MemoryMax=infinity", "CPUQuota=25.00%", "IOReadBandwidthMax=",
+                                       "IOReadBandwidthMax=/dev/block/8:0 10"]
+    systemctl.refuse = True
+    with pytest.raises(CgroupWriteError, match="Access denied"):
+        driver.apply(rel, CgroupLimits(cpu_quota_usec=10_000))
+    assert driver.in_force(rel)["CPUQuota"] == "25.00%"  # what systemd holds, not what was asked
+    systemctl.refuse = False
+    driver.remove(rel)
+    assert sorted(systemctl.calls[-1][5:]) == ["CPUQuota=", "CPUQuotaPeriodSec=", "IOReadBandwidthMax="]
+    assert driver.in_force(rel) == {}
+    with pytest.raises(CgroupUnsupported):
+        driver.move(rel, 1)
+
+
+def test_a_slice_holds_the_processes_of_every_scope_below_it(tmp_path):
+    driver = SliceDriver(tmp_path, run=Systemctl())
+    make_slice(tmp_path, 1000, {"session-1.scope": [10, 11], "user@1000.service": [12]})
+    assert sorted(driver.pids("user.slice/user-1000.slice")) == [10, 11, 12]
+    make_slice(tmp_path, 1000, {}, populated=False)
+    assert driver.pids("user.slice/user-1000.slice") == []
+    with pytest.raises(Exception) as gone:
+        driver.pids("user.slice/user-1001.slice")
+    assert gone.value.vanished
+
+
+def test_the_part_of_a_group_outside_the_root_leaves_its_cgroup():
+    allocations = {"A": {"cpu": 0.75, "memory": 1.5}, "B": {"cpu": 0.5, "memory": 1.0}}
+    demands = {"A": {"cpu": 1.5, "memory": 3.0}, "B": {"cpu": 0.5, "memory": 1.0}}
+    inside, inside_demands = inside_root(allocations, demands, {"A": 0.5, "B": 1.0},
+                                         {"A": {"cpu": 1.0, "memory": 2.0}, "B": {"cpu": 0.5, "memory": 1.0}})
+    assert inside == {"A": {"cpu": 0.25, "memory": 0.5}}  # B runs only in its login session
+    assert inside_demands == {"A": {"cpu": 0.5, "memory": 1.0}}
+    caps = CgroupLimits(cpu_quota_usec=100_000)
+    assert held_login_limits(caps, 1.0, 0.3).cpu_quota_usec == 30_000
+    assert held_login_limits(caps, 1.0, 0.0).cpu_quota_usec == 1_000  # the kernel's least
+
+
+@pytest.fixture
+def systemd(daemon, tmp_path):  # noqa: F811
+    systemctl = Systemctl()
+    daemon.slices = SliceDriver(tmp_path / "mount", run=systemctl)
+    make_slice(tmp_path / "mount", 1, {"session-3.scope": [700, 701]})
+    daemon.hierarchy.locate.logind.update({700: 1, 701: 1, 602: 0})
+    return daemon, systemctl
+
+
+def test_a_process_in_its_users_logind_slice_makes_their_login_session_there(systemd):
+    daemon, systemctl = systemd
+    assert not daemon.govern_process(700, 1)  # not moved: logind keeps tracking it
+    assert not daemon.govern_process(701, 1)
+    login = daemon.tasks.get("login-1")
+    assert (login.group, login.cgroup, login.is_session) == ("A", "user.slice/user-1.slice", True)
+    [call] = systemctl.calls  # once per user, not per process
+    assert call[4:] == ["user-1.slice", "CPUQuota=50.00%", "CPUQuotaPeriodSec=100000us", "CPUWeight=50",
+                        f"MemoryLow={3 * GIB}", f"MemoryHigh={3 * GIB}"]
+    assert daemon.hierarchy.driver.procs == {}
+    assert "A" not in daemon.hierarchy.driver.cgroups  # nothing of A below governor's root
+    assert daemon.store.directory.joinpath("login-1.json").exists()
+    [shown] = daemon.status()["groups"]["A"]["tasks"]
+    assert (shown["id"], shown["session"], shown["limits"]["CPUQuota"]) == ("login-1", True, "50.00%")
+    daemon.sample()
+    assert daemon.usage["A"]["memory"] == 4096  # the group's use is its slice's
+
+
+def test_a_users_process_in_another_users_slice_joins_their_session_in_the_root(systemd):
+    daemon, _ = systemd
+    assert daemon.govern_process(602, 1)  # alice's process in root's slice (sudo -u, runuser)
+    assert daemon.hierarchy.driver.procs["A/session-1"] == [602]
+
+
+def test_held_groups_hold_a_login_session_to_its_part_of_the_guarantee(systemd):
+    daemon, systemctl = systemd
+    daemon.govern_process(700, 1)
+    daemon.hierarchy.driver.create("B/task-9")
+    daemon.tasks.add(Task("9", "B", 9, 0, "root", ("x",), {"cpu": 2.0, "memory": 3.0 * GIB}, 0.0))
+    daemon.cpu_saturated = True
+    daemon.refill("saturation")
+    fraction = float(daemon.allocation.groups["A"].tasks)
+    assert 0.7 < fraction < 0.8  # memory is contended: A gets 3/4 of its demand
+    assert "A" not in daemon.hierarchy.driver.cgroups  # its quota is its slice's
+    assert systemctl.calls[-1][5:] == [f"CPUQuota={fraction * 50:.2f}%"]
+    daemon.cpu_saturated = False
+    daemon.refill("slack")
+    assert systemctl.calls[-1][5:] == ["CPUQuota=50.00%"]
+
+
+def test_a_login_session_ends_with_its_slice_and_its_properties_are_reset(systemd, tmp_path):
+    daemon, systemctl = systemd
+    daemon.govern_process(700, 1)
+    make_slice(tmp_path / "mount", 1, {}, populated=False)
+    daemon.check(["login-1"], "exit")
+    assert daemon.tasks.get("login-1") is None
+    assert not daemon.store.directory.joinpath("login-1.json").exists()
+    assert sorted(systemctl.calls[-1][5:]) == ["CPUQuota=", "CPUQuotaPeriodSec=", "CPUWeight=",
+                                               "MemoryHigh=infinity", "MemoryLow="]
+
+
+def test_a_restart_takes_a_login_session_back_only_where_systemd_writes_limits(systemd):
+    daemon, _ = systemd
+    daemon.govern_process(700, 1)
+    daemon.tasks.remove("login-1")
+    daemon.readopt()
+    assert daemon.tasks.get("login-1") is not None
+    daemon.tasks.remove("login-1")
+    daemon.slices = None
+    daemon.readopt()
+    assert daemon.tasks.get("login-1") is None
+    assert not daemon.store.directory.joinpath("login-1.json").exists()
+
+
+def test_sessions_config_is_shared_by_both_kinds(systemd):
+    daemon, _ = systemd
+    daemon._use(parse_config(CONFIG.replace("cpu = 0.5", "cpu = 0.25"), "t.toml"))
+    daemon.govern_process(700, 1)
+    assert daemon.tasks.get("login-1").demand["cpu"] == 0.25
+    assert USER in daemon.explain()["groups"]["A"]["sessions"]
+
+
+def test_slices_are_governed_only_where_systemd_runs_cgroup_v2(tmp_path):
+    from cgroups.systemd import systemd_slices
+    assert systemd_slices("v1", tmp_path, booted=tmp_path) is None
+    assert systemd_slices("v2", tmp_path, booted=tmp_path / "missing") is None
+    found = systemd_slices("v2", tmp_path, booted=tmp_path)
+    assert (found is None) == (shutil.which("systemctl") is None)
