@@ -98,6 +98,14 @@ class Driver:
             for key in [k for k in record if k == gone or k.startswith(gone + "/") or not gone]:
                 del record[key]
 
+    def populated(self, rel: str) -> bool:
+        """Whether cgroup ``rel`` or a cgroup below it holds a process.
+
+        Raises:
+            CgroupReadError: it cannot be read (``vanished``: it is gone).
+        """
+        return bool(self.pids(rel))
+
     def read_stats(self, rel: str):
         """Sample the counters of cgroup ``rel`` (:class:`~cgroups.v2.CgroupStats`; which files,
         per mode, in ``_read_stats``).

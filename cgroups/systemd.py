@@ -12,7 +12,10 @@ last part. Only what a task's caps use is mapped (DESIGN.md §3):
 ============================  =====================================================
 limit                         systemd property (systemd.resource-control(5))
 ============================  =====================================================
-``cpu.max`` quota / period    ``CPUQuota=<percent>%``, ``CPUQuotaPeriodSec=<usec>us``
+``cpu.max`` quota / period    ``CPUQuota=<percent>%`` (whole, rounded up: systemd before
+                              v256 keeps whole percents in its drop-in, so a finer value
+                              would change at the next ``daemon-reload``);
+                              ``CPUQuotaPeriodSec=<usec>us`` unless 100 ms (its default)
 ``cpu.weight``                ``CPUWeight=``
 ``memory.low/high/max``       ``MemoryLow=``, ``MemoryHigh=``, ``MemoryMax=`` (bytes)
 ``io.max`` rbps / wbps        ``IOReadBandwidthMax=``, ``IOWriteBandwidthMax=``
@@ -28,11 +31,9 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from cgroups.files import read_file
 from cgroups.limits import CgroupLimits
-from cgroups.parse import parse_cgroup_events, parse_pids
 from cgroups.v2 import CgroupV2Driver, relative_parts
-from governor.errors import CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError
+from governor.errors import CgroupError, CgroupUnsupported, CgroupWriteError
 
 __all__ = ["SliceDriver", "systemd_slices", "unit_properties"]
 
@@ -41,7 +42,9 @@ log = logging.getLogger(__name__)
 # What each property is reset to when the limits no longer set it ("" = systemd's default).
 RESETS = {"CPUQuota": "", "CPUQuotaPeriodSec": "", "CPUWeight": "", "MemoryLow": "", "MemoryHigh": "infinity",
           "MemoryMax": "infinity", "IOReadBandwidthMax": "", "IOWriteBandwidthMax": ""}
-SYSTEMCTL_TIMEOUT_S = 30.0
+# systemctl blocks the daemon's event loop: well below the unit's WatchdogSec=30.
+SYSTEMCTL_TIMEOUT_S = 5.0
+SYSTEMD_PERIOD_USEC = 100_000
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
@@ -58,10 +61,11 @@ def unit_properties(limits: CgroupLimits) -> dict[str, tuple[str, ...]]:
         raise CgroupUnsupported("cpusets and io weights are not set on systemd units", path="")
     properties: dict[str, tuple[str, ...]] = {}
     if limits.cpu_quota_usec is not None:
-        # systemd takes hundredths of a percent; rounding up never caps below the quota asked.
-        hundredths = -(-limits.cpu_quota_usec * 10_000 // limits.cpu_period_usec)
-        properties["CPUQuota"] = (f"{hundredths // 100}.{hundredths % 100:02d}%",)
-        properties["CPUQuotaPeriodSec"] = (f"{limits.cpu_period_usec}us",)
+        # Rounded up: never a cap below the quota asked, and never 0 % (which systemd refuses).
+        percent = -(-limits.cpu_quota_usec * 100 // limits.cpu_period_usec)
+        properties["CPUQuota"] = (f"{percent}%",)
+        if limits.cpu_period_usec != SYSTEMD_PERIOD_USEC:
+            properties["CPUQuotaPeriodSec"] = (f"{limits.cpu_period_usec}us",)
     if limits.cpu_weight is not None:
         properties["CPUWeight"] = (str(limits.cpu_weight),)
     for name, value in (("MemoryLow", limits.memory_low_bytes), ("MemoryHigh", limits.memory_high_bytes),
@@ -99,35 +103,21 @@ class SliceDriver(CgroupV2Driver):
         raise CgroupUnsupported("processes join systemd units through systemd", path=str(self.path(rel)))
 
     def remove(self, rel: str) -> None:
-        """Reset the properties this driver set on ``rel``'s unit (the cgroup itself is
-        systemd's; systemd takes properties of a unit that is not running, too).
+        """Reset the properties this driver set on ``rel``'s unit (see :meth:`reset`)."""
+        self.reset(rel)
+
+    def reset(self, rel: str, limits: CgroupLimits | None = None) -> None:
+        """Reset the properties this driver set on ``rel``'s unit, and those ``limits`` would
+        set (what an earlier daemon set: the record does not outlive a restart). The cgroup
+        itself is systemd's; systemd takes properties of a unit that is not running, too.
 
         Raises:
-            CgroupWriteError: systemctl refused.
+            CgroupWriteError: systemctl refused (the record is dropped all the same).
         """
-        set_before = [key[0] for key in self._record(rel)]
+        names = dict.fromkeys([key[0] for key in self._record(rel)] + list(unit_properties(limits or CgroupLimits())))
         self.forget(rel)
-        if set_before:
-            self._set(rel, [f"{name}={RESETS[name]}" for name in set_before])
-
-    def pids(self, rel: str) -> list[int]:
-        """The pids in ``rel`` and every cgroup below it (a slice holds its processes in
-        scopes and services below).
-
-        Raises:
-            CgroupReadError: ``rel`` does not exist (``vanished``) or cannot be read.
-        """
-        directory = self.path(rel)
-        if not parse_cgroup_events(read_file(directory, "cgroup.events")).populated:
-            return []
-        found = []
-        for events in sorted(directory.rglob("cgroup.procs")):
-            try:
-                found += parse_pids(read_file(events.parent, "cgroup.procs"))
-            except CgroupReadError as error:
-                if not error.vanished:  # a scope that ended while walking is no loss
-                    raise
-        return found
+        if names:
+            self._set(rel, [f"{name}={RESETS[name]}" for name in names])
 
     def _apply_one(self, rel: str, limits: CgroupLimits) -> tuple[list[str], list[CgroupError]]:
         last = self._record(rel)

@@ -245,6 +245,15 @@ class CgroupV2Driver(Driver):
         """
         return parse_pids(read_file(self.path(rel), "cgroup.procs"))
 
+    def populated(self, rel: str) -> bool:
+        """Whether ``rel`` or a cgroup below it holds a process (``cgroup.events``: one read,
+        however many cgroups are below, e.g. the scopes of a user's slice).
+
+        Raises:
+            CgroupReadError: the cgroup does not exist (``vanished``) or cannot be read.
+        """
+        return parse_cgroup_events(read_file(self.path(rel), "cgroup.events")).populated
+
     def events_path(self, rel: str) -> Path:
         """Return the path of ``rel``'s ``cgroup.events``; it is modified (inotify IN_MODIFY)
         when ``populated`` or ``frozen`` changes."""

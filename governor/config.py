@@ -80,6 +80,8 @@ exempt = []
 sample_interval = 1.0
 reconcile_interval = 5.0
 state_dir = "/run/governor/state"
+max_tasks_per_user = 256
+max_connections_per_user = 32
 """
 
 # Values of left-out keys; DEFAULT_CONFIG spells the same ones out (a test keeps them equal).
@@ -91,6 +93,9 @@ _WEIGHT = 1.0
 _SAMPLE_INTERVAL_S = 1.0
 _RECONCILE_INTERVAL_S = 5.0
 _STATE_DIR = "/run/governor/state"
+_MAX_TASKS_PER_USER = 256
+_MAX_CONNECTIONS_PER_USER = 32
+_MAX_COUNT = 1_000_000
 _SESSION_CPU_CORES = 1.0
 _SESSION_MEMORY_BYTES = 2 * 1024**3
 
@@ -103,7 +108,8 @@ _TASK_KEYS = ("cpu", "memory", "io_read", "io_write")
 _ENFORCEMENT = {"cpu": ("quota", "cores"), "memory": ("soft", "hard")}
 _GROUP_KEYS = ("weight", "users", "unix_groups")
 _SESSION_KEYS = ("enabled", "cpu", "memory", "io_read", "io_write", "exempt")
-_DAEMON_KEYS = ("admin_group", "sample_interval", "reconcile_interval", "state_dir")
+_DAEMON_KEYS = ("admin_group", "sample_interval", "reconcile_interval", "state_dir", "max_tasks_per_user",
+                "max_connections_per_user")
 
 _T = TypeVar("_T")
 
@@ -179,6 +185,9 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         sample_interval_s=_value(daemon, "sample_interval", "daemon", file, _positive, _SAMPLE_INTERVAL_S),
         reconcile_interval_s=_value(daemon, "reconcile_interval", "daemon", file, _positive, _RECONCILE_INTERVAL_S),
         state_dir=_value(daemon, "state_dir", "daemon", file, _absolute_path, _STATE_DIR),
+        max_tasks_per_user=_value(daemon, "max_tasks_per_user", "daemon", file, _count, _MAX_TASKS_PER_USER),
+        max_connections_per_user=_value(daemon, "max_connections_per_user", "daemon", file, _count,
+                                        _MAX_CONNECTIONS_PER_USER),
         sessions=_sessions(data, io_devices, file),
         file=file,
     )
@@ -330,6 +339,12 @@ def _choice(table: Mapping[str, object], name: str, file: str) -> str:
     if value not in choices:
         raise ConfigError(file, f"enforcement.{name}",
                           f"must be {' or '.join(f'{c!r}' for c in choices)}, got {value!r}")
+    return value
+
+
+def _count(value: object, key: str, file: str) -> int:
+    if type(value) is not int or not 1 <= value <= _MAX_COUNT:
+        raise ConfigError(file, key, f"must be a whole number from 1 to {_MAX_COUNT:,}, got {value!r}")
     return value
 
 

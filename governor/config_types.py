@@ -119,6 +119,8 @@ class Config:
         admin_group: the Unix group allowed admin operations besides root, or ``None``.
         sample_interval_s, reconcile_interval_s: ``[daemon]`` periods, > 0.
         state_dir: absolute path of the per-task metadata directory.
+        max_tasks_per_user: tasks (running and queued, sessions not counted) one uid other
+            than root may have; max_connections_per_user: its open control connections.
         sessions: ``[sessions]``.
         file: the file the config came from, for errors raised later (not compared).
     """
@@ -140,6 +142,8 @@ class Config:
     sample_interval_s: float
     reconcile_interval_s: float
     state_dir: str
+    max_tasks_per_user: int
+    max_connections_per_user: int
     sessions: SessionRules
     file: str = field(compare=False)
 

@@ -138,6 +138,7 @@ class Daemon:
         self.config, self.capacity, self.io_devices, self.io_sharing = config, capacity, io_devices, io_sharing
         self.weights: dict[str, float] = {}
         self.owners = SessionOwners(config, self.uid_min)
+        self._refused: set[int] = set()  # uids whose login session systemd would not limit
 
     # ── requests ──────────────────────────────────────────────────────────────────────────
 
@@ -178,7 +179,8 @@ class Daemon:
             RequestError: ``forbidden`` (another pid, a group not the caller's), ``not_found``,
                 ``bad_request`` (a demand that cannot be governed, a pid gone), ``exceeds_capacity``
                 (a demand that can never fit), ``would_wait`` (``wait: false`` and no room now),
-                ``unavailable`` (the cgroup could not be made).
+                ``unavailable`` (the cgroup could not be made), ``too_many`` (the caller's uid
+                has ``max_tasks_per_user`` tasks running and queued).
         """
         if request.pid != peer.pid:
             raise RequestError("forbidden", f"a client may launch only its own pid ({peer.pid}), not {request.pid}")
@@ -197,6 +199,7 @@ class Daemon:
             # count it twice.
             yield {**self._started_reply(outer), "nested": True}
             return
+        self._check_task_limit(peer.uid, who.user)
         task = Task(self.store.new_id(), group, request.pid, peer.uid, who.user, tuple(request.command), demand,
                     time.time())
         entry = Entry(task, time.time(), peer.pidfd)
@@ -223,6 +226,18 @@ class Daemon:
             if self.queue.pop(task.id, None) is not None and not entry.decided and not self._closing:
                 self._event("left_queue", f"task {task.id} left the queue (its client went away)")
                 self._settle(f"task {task.id} left the queue", refill=False)
+
+    def _check_task_limit(self, uid: int, user: str) -> None:
+        """Refuse a launch by ``uid`` (not root) that already has ``max_tasks_per_user``
+        tasks running and queued: one user must not fill the daemon for everyone."""
+        limit = self.config.max_tasks_per_user
+        if uid == 0:
+            return
+        held = sum(1 for t in self.tasks if t.uid == uid and not t.is_session)
+        held += sum(1 for e in self.queue.values() if e.task.uid == uid)
+        if held >= limit:
+            raise RequestError("too_many", f"{user} already has {held} tasks running or queued, the most one user "
+                                           f"may ([daemon] max_tasks_per_user = {limit})")
 
     def explain(self) -> dict:
         """The live filling with its trace (``governor explain``), and the queue."""
@@ -511,8 +526,9 @@ class Daemon:
         user, group = owner
         if where is None and login_uid == uid:
             # logind tracks it (loginctl, logout): governed where it is, through systemd.
-            if self.slices is not None and self.tasks.get(login_id(uid)) is None:
-                self._session(uid, user, group, pid, login=True)
+            if self.slices is not None and self.tasks.get(login_id(uid)) is None and uid not in self._refused:
+                if self._session(uid, user, group, pid, login=True) is None:
+                    self._refused.add(uid)  # not a systemctl per exec: until the next reload
             return False
         session = self.tasks.get(session_id(uid))
         if where is not None and (_in_a_task(where) or (session is not None and where == session.cgroup)):
@@ -546,9 +562,15 @@ class Daemon:
             self._driver(session.cgroup).apply(session.cgroup, self._caps(session))
             self.store.save(session)
         except GovernorError as error:
-            self._remove_cgroup(session)
-            self._event("error", f"cannot start the session of {user}: {error}; its processes stay where they are",
-                        logging.ERROR)
+            try:
+                if login:  # only what was set (e.g. before a record could not be saved)
+                    self.slices.remove(session.cgroup)
+                else:
+                    self._remove_cgroup(session)
+            except CgroupError as undone:
+                log.warning("cannot undo the start of the session of %s: %s", user, undone)
+            self._event("error", f"cannot start the session of {user}: {error}; its processes stay where they are"
+                                 + (" (not tried again until a reload)" if login else ""), logging.ERROR)
             return None
         self.tasks.add(session)
         self._watch(session)
@@ -613,7 +635,7 @@ class Daemon:
         """Whether the task's cgroup holds a process. A cgroup that is gone is not; a read that
         failed otherwise (EMFILE, EIO) proves nothing, so the task is kept for the next look."""
         try:
-            return bool(self._driver(task.cgroup).pids(task.cgroup))
+            return self._driver(task.cgroup).populated(task.cgroup)
         except CgroupError as error:
             if error.vanished:
                 return False
@@ -637,7 +659,10 @@ class Daemon:
             self.usage.pop(rel, None)
             self._samples.pop(rel, None)
             try:
-                self._driver(rel).remove(rel)
+                if rel == task.cgroup and task.is_login and self.slices is not None:
+                    self.slices.reset(rel, self._caps(task))
+                else:
+                    self._driver(rel).remove(rel)
             except CgroupError as error:
                 log.warning("cannot remove cgroup %s: %s", rel, error)
 
@@ -803,7 +828,7 @@ class Daemon:
         self._follow_processes()
         self.rescan("start")
         self.snapshot = self.status()
-        server = ControlServer(self, socket_path)
+        server = ControlServer(self, socket_path, connections_per_uid=lambda: self.config.max_connections_per_user)
         await server.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
+from collections.abc import Callable
 
 _PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
 
@@ -20,9 +22,47 @@ class _JournalFormatter(logging.Formatter):
         return f"<{priority}>{super().format(record)}".replace("\n", " ")
 
 
+class RepeatFilter(logging.Filter):
+    """Let through at most ``burst`` records of one kind (logger and message template) per
+    ``window_s`` seconds; the first record of a kind after a quiet window says how many of it
+    were dropped. So a storm (an accept() error per connection attempt while out of file
+    descriptors) costs a few lines, not one per attempt, and nothing is dropped silently.
+
+    Args:
+        burst: records of one kind let through per window, ≥ 1.
+        window_s: the window, seconds.
+        clock: seconds from a monotonic clock (tests pass a fake).
+    """
+
+    def __init__(self, burst: int = 5, window_s: float = 60.0, clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self.burst, self.window_s, self.clock = burst, window_s, clock
+        self._kinds: dict[tuple[str, object], list] = {}  # kind → [window start, let through, dropped]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = self.clock()
+        kind = (record.name, record.msg)
+        seen = self._kinds.get(kind)
+        if seen is None or now - seen[0] >= self.window_s:
+            dropped = seen[2] if seen else 0
+            if len(self._kinds) > 10_000:  # kinds are templates: only a bug makes this many
+                self._kinds.clear()
+            self._kinds[kind] = [now, 1, 0]
+            if dropped:
+                record.msg = f"{record.msg} ({dropped} more like this in the last {self.window_s:g} s not logged)"
+            return True
+        if seen[1] < self.burst:
+            seen[1] += 1
+            return True
+        seen[2] += 1
+        return False
+
+
 def setup_logging(level: int = logging.INFO) -> None:
-    """Send governor's log to stderr, formatted for journald or for a terminal."""
+    """Send governor's log to stderr, formatted for journald or for a terminal, with repeated
+    lines rate-limited (:class:`RepeatFilter`)."""
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RepeatFilter())
     if os.environ.get("JOURNAL_STREAM"):
         handler.setFormatter(_JournalFormatter("%(name)s: %(message)s"))
     else:

@@ -21,6 +21,8 @@ Error codes (:data:`ERROR_CODES`):
 - ``exceeds_capacity``: the demand can never fit in the host's capacity.
 - ``would_wait``: a ``launch`` with ``"wait": false`` whose memory does not fit now.
 - ``unavailable``: the daemon cannot do it on this host (e.g. no cgroup support).
+- ``too_many``: the caller's uid already has as many tasks (running and queued) or
+  connections as ``[daemon] max_tasks_per_user`` / ``max_connections_per_user`` allow.
 - ``invalid_config``: ``reload`` found the config file bad ("file: key: reason"); the config in
   force stays.
 - ``internal``: a bug in the daemon; it logs the traceback and keeps serving.
@@ -79,7 +81,7 @@ MAX_INT = 2**63 - 1
 
 ERROR_CODES = frozenset({
     "bad_request", "too_large", "timeout", "unknown_op", "forbidden", "not_found",
-    "exceeds_capacity", "would_wait", "unavailable", "invalid_config", "internal",
+    "exceeds_capacity", "would_wait", "unavailable", "invalid_config", "internal", "too_many",
 })
 WATCH_INTERVAL_S = (0.2, 10.0)
 # Demand keys on the wire: cpu in cores (any number), the others whole bytes or bytes/s.

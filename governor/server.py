@@ -16,7 +16,8 @@ import os
 import socket
 import stat
 import struct
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from governor.errors import ControlSocketError, RequestError
@@ -29,6 +30,9 @@ _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)  # asm-generic/socket.h; Python 3.11 lacks the name
 # How long start() waits for an existing socket to answer before deciding it is stale.
 _PROBE_TIMEOUT_S = 1.0
+# How long a reply may wait for its client to read before the connection is closed: a `watch`
+# client that stops reading would otherwise hold its unsent snapshots for ever.
+WRITE_TIMEOUT_S = 30.0
 
 
 class Handler(Protocol):
@@ -58,14 +62,22 @@ class ControlServer:
         mode: permission bits of the socket file; 0666 lets every user connect, since
             authorisation comes from the peer credentials, not from file permissions.
         read_timeout_s: how long a connection may take to send a complete line.
+        write_timeout_s: how long a reply may wait for the client to read it; then the
+            connection is closed.
+        connections_per_uid: how many connections one uid other than root may hold open
+            (asked at each connection, so a reload may change it); None: no bound.
     """
 
     def __init__(self, handler: Handler, path: str, *, mode: int = 0o666,
-                 read_timeout_s: float = READ_TIMEOUT_S):
+                 read_timeout_s: float = READ_TIMEOUT_S, write_timeout_s: float = WRITE_TIMEOUT_S,
+                 connections_per_uid: Callable[[], int] | None = None):
         self.handler = handler
         self.path = path
         self.mode = mode
         self.read_timeout_s = read_timeout_s
+        self.write_timeout_s = write_timeout_s
+        self.connections_per_uid = connections_per_uid
+        self._by_uid: Counter[int] = Counter()
         self._server: asyncio.AbstractServer | None = None
         self._inode: tuple[int, int] | None = None
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
@@ -165,6 +177,13 @@ class ControlServer:
         peer = None
         try:
             peer = _peer_credentials(writer.get_extra_info("socket"))
+            self._by_uid[peer.uid] += 1
+            limit = self.connections_per_uid() if self.connections_per_uid and peer.uid != 0 else None
+            if limit is not None and self._by_uid[peer.uid] > limit:
+                await self._send(writer, error("too_many", f"uid {peer.uid} already has {limit} connections open "
+                                                           "to the daemon, the most one user may ([daemon] "
+                                                           "max_connections_per_user)"))
+                return
             while True:
                 try:
                     line = await asyncio.wait_for(reader.readuntil(b"\n"), self.read_timeout_s)
@@ -174,10 +193,10 @@ class ControlServer:
                         await self._answer(eof.partial, peer, reader, writer)
                     return
                 except asyncio.LimitOverrunError:
-                    await _send(writer, error("too_large", f"request line is longer than {MAX_LINE_BYTES} bytes"))
+                    await self._send(writer, error("too_large", f"request line is longer than {MAX_LINE_BYTES} bytes"))
                     return
                 except asyncio.TimeoutError:
-                    await _send(writer, error(
+                    await self._send(writer, error(
                         "timeout", f"no complete request line within {self.read_timeout_s:g} s"))
                     return
                 if not await self._answer(line, peer, reader, writer):
@@ -190,11 +209,25 @@ class ControlServer:
                          peer.pid if peer else "?", exc)
         finally:
             self._connections.pop(task, None)
-            if peer is not None and peer.pidfd is not None:
-                os.close(peer.pidfd)
+            if peer is not None:
+                self._by_uid[peer.uid] -= 1
+                if not self._by_uid[peer.uid]:
+                    del self._by_uid[peer.uid]
+                if peer.pidfd is not None:
+                    os.close(peer.pidfd)
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
+
+    async def _send(self, writer: asyncio.StreamWriter, reply: bytes) -> None:
+        """Send one reply line; a client that does not read it within ``write_timeout_s`` is
+        cut off (StalledClient), so a reader that stopped holds at most one reply."""
+        writer.write(reply)
+        try:
+            await asyncio.wait_for(writer.drain(), self.write_timeout_s)
+        except asyncio.TimeoutError:
+            logger.warning("closing a control connection whose client has not read for %g s", self.write_timeout_s)
+            raise StalledClient(f"the client did not read for {self.write_timeout_s:g} s") from None
 
     async def _answer(self, line: bytes, peer: Peer, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> bool:
@@ -202,13 +235,13 @@ class ControlServer:
         try:
             request = parse_request(line)
         except RequestError as refused:
-            await _send(writer, error(refused.code, refused.message))
+            await self._send(writer, error(refused.code, refused.message))
             return True
         logger.debug("request from pid %d uid %d: %r", peer.pid, peer.uid, request)
         if isinstance(request, (WatchRequest, LaunchRequest)):
             await self._stream(request, peer, reader, writer)
             return False
-        await _send(writer, await self._reply(request, peer))
+        await self._send(writer, await self._reply(request, peer))
         return True
 
     async def _reply(self, request: Request, peer: Peer) -> bytes:
@@ -242,16 +275,16 @@ class ControlServer:
                     payload = step.result()
                 except StopAsyncIteration:
                     return
-                await _send(writer, ok(payload))
+                await self._send(writer, ok(payload))
         except RequestError as refused:
-            await _send(writer, error(refused.code, refused.message))
+            await self._send(writer, error(refused.code, refused.message))
         except asyncio.CancelledError:
             pass  # close(): a stream has nothing half done
         except OSError:
             pass  # the client went away: the usual end of a watch
         except Exception:
             logger.exception("internal error streaming %r to pid %d uid %d", request, peer.pid, peer.uid)
-            await _send(writer, error("internal", "internal error in the governor daemon; see its log"))
+            await self._send(writer, error("internal", "internal error in the governor daemon; see its log"))
         finally:
             gone.cancel()
             if step is not None and not step.done():
@@ -278,6 +311,5 @@ def _peer_credentials(sock: socket.socket) -> Peer:
     return Peer(pid=pid, uid=uid, gid=gid, pidfd=pidfd)
 
 
-async def _send(writer: asyncio.StreamWriter, reply: bytes) -> None:
-    writer.write(reply)
-    await writer.drain()
+class StalledClient(ConnectionError):
+    """The client did not read a reply within the write timeout."""

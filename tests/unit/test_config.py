@@ -39,7 +39,7 @@ GOOD = {
     },
     "sessions": {"cpu": 0.5, "memory": "1G", "io_write": "5M", "exempt": ["backup"]},
     "daemon": {"admin_group": "wheel", "sample_interval": 0.5, "reconcile_interval": 10,
-               "state_dir": "/var/lib/governor"},
+               "state_dir": "/var/lib/governor", "max_tasks_per_user": 10, "max_connections_per_user": 4},
 }
 
 GOOD_TEXT = """
@@ -78,6 +78,8 @@ admin_group = "wheel"
 sample_interval = 0.5
 reconcile_interval = 10
 state_dir = "/var/lib/governor"
+max_tasks_per_user = 10
+max_connections_per_user = 4
 """
 
 NVME = IoDevice("/dev/nvme0n1", "nvme0n1", 2 * G, G)
@@ -89,7 +91,7 @@ EXPECTED = Config(
     cpu_enforcement="cores", memory_enforcement="hard",
     groups=(GroupRule("physics", 2.0, ("alice",), ("physics",)), GroupRule("ops", 1.0, ("bob", "alice"), ())),
     everyone_weight=0.5, admin_group="wheel", sample_interval_s=0.5, reconcile_interval_s=10.0,
-    state_dir="/var/lib/governor", sessions=SessionRules(True, 0.5, G, 0, 5 * M, ("backup",)), file="good.toml",
+    state_dir="/var/lib/governor", max_tasks_per_user=10, max_connections_per_user=4, sessions=SessionRules(True, 0.5, G, 0, 5 * M, ("backup",)), file="good.toml",
 )
 
 
@@ -357,6 +359,9 @@ BAD = [
     (("daemon", "reconcile_interval"), "5s", "daemon.reconcile_interval", "must be a number"),
     (("daemon", "state_dir"), "run/governor", "daemon.state_dir", "absolute"),
     (("daemon", "state_dir"), 1, "daemon.state_dir", "non-empty string"),
+    (("daemon", "max_tasks_per_user"), 0, "daemon.max_tasks_per_user", "whole number from 1"),
+    (("daemon", "max_tasks_per_user"), True, "daemon.max_tasks_per_user", "whole number from 1"),
+    (("daemon", "max_connections_per_user"), 1e308, "daemon.max_connections_per_user", "whole number from 1"),
 ]
 
 

@@ -2,6 +2,7 @@
 set through systemd (cgroups/systemd.py). systemctl is faked here; the real systemd, logind and
 kernel are in tests/system/sessions.sh (run-in-systemd-vm --full)."""
 
+import math
 import shutil
 import subprocess
 
@@ -51,12 +52,14 @@ def test_caps_become_systemd_properties():
     limits = CgroupLimits(cpu_quota_usec=37_501, cpu_weight=50, memory_low_bytes=1, memory_high_bytes=2,
                           memory_max_bytes=3, io_max=(IoMax("8:16", wbps=5), IoMax("8:0", rbps=7, wbps=9)))
     assert unit_properties(limits) == {
-        "CPUQuota": ("37.51%",), "CPUQuotaPeriodSec": ("100000us",), "CPUWeight": ("50",),
+        "CPUQuota": ("38%",), "CPUWeight": ("50",),
         "MemoryLow": ("1",), "MemoryHigh": ("2",), "MemoryMax": ("3",),
         "IOReadBandwidthMax": ("/dev/block/8:0 7",),
         "IOWriteBandwidthMax": ("/dev/block/8:0 9", "/dev/block/8:16 5"),
     }
     assert unit_properties(CgroupLimits()) == {}
+    assert unit_properties(CgroupLimits(cpu_quota_usec=1_000, cpu_period_usec=200_000)) == {
+        "CPUQuota": ("1%",), "CPUQuotaPeriodSec": ("200000us",)}  # never 0 %, which systemd refuses
     with pytest.raises(CgroupUnsupported):
         unit_properties(CgroupLimits(cpuset_cpus="0"))
 
@@ -67,33 +70,36 @@ def test_the_slice_driver_sets_only_what_changed_and_resets_what_it_set(tmp_path
     rel = "user.slice/user-1000.slice"
     driver.apply(rel, CgroupLimits(cpu_quota_usec=50_000, memory_max_bytes=GIB))
     assert systemctl.calls == [["systemctl", "set-property", "--runtime", "--", "user-1000.slice",
-                                "CPUQuota=50.00%", "CPUQuotaPeriodSec=100000us", f"MemoryMax={GIB}"]]
-    assert driver.in_force(rel) == {"CPUQuota": "50.00%", "CPUQuotaPeriodSec": "100000us", "MemoryMax": str(GIB)}
+                                "CPUQuota=50%", f"MemoryMax={GIB}"]]
+    assert driver.in_force(rel) == {"CPUQuota": "50%", "MemoryMax": str(GIB)}
     driver.apply(rel, CgroupLimits(cpu_quota_usec=50_000, memory_max_bytes=GIB))
     assert len(systemctl.calls) == 1
     driver.apply(rel, CgroupLimits(cpu_quota_usec=25_000, io_max=(IoMax("8:0", rbps=10),)))
-    assert systemctl.calls[-1][5:] == ["MemoryMax=infinity", "CPUQuota=25.00%", "IOReadBandwidthMax=",
+    assert systemctl.calls[-1][5:] == ["MemoryMax=infinity", "CPUQuota=25%", "IOReadBandwidthMax=",
                                        "IOReadBandwidthMax=/dev/block/8:0 10"]
     systemctl.refuse = True
     with pytest.raises(CgroupWriteError, match="Access denied"):
         driver.apply(rel, CgroupLimits(cpu_quota_usec=10_000))
-    assert driver.in_force(rel)["CPUQuota"] == "25.00%"  # what systemd holds, not what was asked
+    assert driver.in_force(rel)["CPUQuota"] == "25%"  # what systemd holds, not what was asked
     systemctl.refuse = False
     driver.remove(rel)
-    assert sorted(systemctl.calls[-1][5:]) == ["CPUQuota=", "CPUQuotaPeriodSec=", "IOReadBandwidthMax="]
+    assert sorted(systemctl.calls[-1][5:]) == ["CPUQuota=", "IOReadBandwidthMax="]
     assert driver.in_force(rel) == {}
+    # After a restart the record is empty: what the caps would set is reset all the same.
+    SliceDriver(tmp_path, run=systemctl).reset(rel, CgroupLimits(memory_high_bytes=GIB))
+    assert systemctl.calls[-1][5:] == ["MemoryHigh=infinity"]
     with pytest.raises(CgroupUnsupported):
         driver.move(rel, 1)
 
 
-def test_a_slice_holds_the_processes_of_every_scope_below_it(tmp_path):
+def test_a_slice_is_alive_while_a_scope_below_it_holds_a_process(tmp_path):
     driver = SliceDriver(tmp_path, run=Systemctl())
     make_slice(tmp_path, 1000, {"session-1.scope": [10, 11], "user@1000.service": [12]})
-    assert sorted(driver.pids("user.slice/user-1000.slice")) == [10, 11, 12]
+    assert driver.populated("user.slice/user-1000.slice")  # one read of cgroup.events
     make_slice(tmp_path, 1000, {}, populated=False)
-    assert driver.pids("user.slice/user-1000.slice") == []
+    assert not driver.populated("user.slice/user-1000.slice")
     with pytest.raises(Exception) as gone:
-        driver.pids("user.slice/user-1001.slice")
+        driver.populated("user.slice/user-1001.slice")
     assert gone.value.vanished
 
 
@@ -125,13 +131,13 @@ def test_a_process_in_its_users_logind_slice_makes_their_login_session_there(sys
     login = daemon.tasks.get("login-1")
     assert (login.group, login.cgroup, login.is_session) == ("A", "user.slice/user-1.slice", True)
     [call] = systemctl.calls  # once per user, not per process
-    assert call[4:] == ["user-1.slice", "CPUQuota=50.00%", "CPUQuotaPeriodSec=100000us", "CPUWeight=50",
+    assert call[4:] == ["user-1.slice", "CPUQuota=50%", "CPUWeight=50",
                         f"MemoryLow={3 * GIB}", f"MemoryHigh={3 * GIB}"]
     assert daemon.hierarchy.driver.procs == {}
     assert "A" not in daemon.hierarchy.driver.cgroups  # nothing of A below governor's root
     assert daemon.store.directory.joinpath("login-1.json").exists()
     [shown] = daemon.status()["groups"]["A"]["tasks"]
-    assert (shown["id"], shown["session"], shown["limits"]["CPUQuota"]) == ("login-1", True, "50.00%")
+    assert (shown["id"], shown["session"], shown["limits"]["CPUQuota"]) == ("login-1", True, "50%")
     daemon.sample()
     assert daemon.usage["A"]["memory"] == 4096  # the group's use is its slice's
 
@@ -152,10 +158,10 @@ def test_held_groups_hold_a_login_session_to_its_part_of_the_guarantee(systemd):
     fraction = float(daemon.allocation.groups["A"].tasks)
     assert 0.7 < fraction < 0.8  # memory is contended: A gets 3/4 of its demand
     assert "A" not in daemon.hierarchy.driver.cgroups  # its quota is its slice's
-    assert systemctl.calls[-1][5:] == [f"CPUQuota={fraction * 50:.2f}%"]
+    assert systemctl.calls[-1][5:] == [f"CPUQuota={math.ceil(fraction * 50)}%"]
     daemon.cpu_saturated = False
     daemon.refill("slack")
-    assert systemctl.calls[-1][5:] == ["CPUQuota=50.00%"]
+    assert systemctl.calls[-1][5:] == ["CPUQuota=50%"]
 
 
 def test_a_login_session_ends_with_its_slice_and_its_properties_are_reset(systemd, tmp_path):
@@ -165,8 +171,20 @@ def test_a_login_session_ends_with_its_slice_and_its_properties_are_reset(system
     daemon.check(["login-1"], "exit")
     assert daemon.tasks.get("login-1") is None
     assert not daemon.store.directory.joinpath("login-1.json").exists()
-    assert sorted(systemctl.calls[-1][5:]) == ["CPUQuota=", "CPUQuotaPeriodSec=", "CPUWeight=",
-                                               "MemoryHigh=infinity", "MemoryLow="]
+    assert sorted(systemctl.calls[-1][5:]) == ["CPUQuota=", "CPUWeight=", "MemoryHigh=infinity", "MemoryLow="]
+
+
+def test_a_slice_systemd_will_not_limit_is_not_asked_again_at_each_exec(systemd):
+    daemon, systemctl = systemd
+    systemctl.refuse = True
+    for _ in range(5):
+        assert not daemon.govern_process(700, 1)
+    assert len(systemctl.calls) == 1 and daemon.tasks.get("login-1") is None
+    assert "not tried again until a reload" in daemon.events[-1]["message"]
+    systemctl.refuse = False
+    daemon._use(daemon.config)  # a reload
+    daemon.govern_process(700, 1)
+    assert daemon.tasks.get("login-1") is not None
 
 
 def test_a_restart_takes_a_login_session_back_only_where_systemd_writes_limits(systemd):

@@ -31,3 +31,16 @@ def test_in_a_terminal_lines_carry_time_and_level(monkeypatch, capsys, restore_r
     logging.getLogger("governor.daemon").warning("cannot remove cgroup A")
     line = capsys.readouterr().err.strip()
     assert line.endswith("WARNING governor.daemon: cannot remove cgroup A") and line[:4].isdigit()
+
+
+def test_a_storm_of_one_line_is_a_few_lines_and_says_how_many_were_dropped():
+    from governor.logs import RepeatFilter
+    now = [0.0]
+    storm = RepeatFilter(burst=3, window_s=60.0, clock=lambda: now[0])
+    record = lambda msg: logging.LogRecord("asyncio", logging.ERROR, "x", 1, msg, None, None)  # noqa: E731
+    passed = [storm.filter(record("socket.accept() out of system resource")) for _ in range(1000)]
+    assert sum(passed) == 3
+    assert storm.filter(record("another line"))  # each kind has its own budget
+    now[0] = 61.0
+    after = record("socket.accept() out of system resource")
+    assert storm.filter(after) and "997 more like this in the last 60 s not logged" in after.getMessage()

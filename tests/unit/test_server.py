@@ -10,8 +10,11 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import socket
 import stat
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -385,3 +388,89 @@ def test_a_bug_in_one_connection_is_one_log_line_and_the_others_are_served(tmp_p
     [record] = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert "internal error" in record.getMessage() and "RuntimeError('a bug')" in record.getMessage()
     assert record.exc_info is None  # one line, not a traceback
+
+
+def _connected_as_another_user(path, count: int) -> list[socket.socket]:
+    """``count`` connections to ``path`` made by a child that became ``nobody`` (when run as
+    root; else by this process), handed back over SCM_RIGHTS: SO_PEERCRED keeps who connected."""
+    if os.geteuid() != 0:
+        made = [socket.socket(socket.AF_UNIX) for _ in range(count)]
+        for sock in made:
+            sock.connect(str(path))
+        return made
+    parent, child = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            parent.close()
+            os.setgid(65534)
+            os.setuid(65534)
+            made = [socket.socket(socket.AF_UNIX) for _ in range(count)]
+            for sock in made:
+                sock.connect(str(path))
+            socket.send_fds(child, [b"x"], [sock.fileno() for sock in made])
+        finally:
+            os._exit(0)
+    child.close()
+    _, fds, _, _ = socket.recv_fds(parent, 1, count)
+    os.waitpid(pid, 0)
+    parent.close()
+    assert len(fds) == count, "the child could not connect as nobody"
+    return [socket.socket(fileno=fd) for fd in fds]
+
+
+def test_one_uid_holds_at_most_its_connections_and_others_are_served(tmp_path):
+    shared = Path(tempfile.mkdtemp(prefix="gov-server-"))
+    shared.chmod(0o755)  # nobody must reach the socket
+    path = shared / "s.sock"
+
+    async def first_line(sock) -> dict | None:
+        reader, writer = await asyncio.open_unix_connection(sock=sock)
+        try:
+            return json.loads(await asyncio.wait_for(reader.readline(), 1.0))
+        except asyncio.TimeoutError:
+            return None  # still open, waiting for a request
+        finally:
+            writer.close()
+
+    async def scenario():
+        async with running(FakeHandler(), path, connections_per_uid=lambda: 3):
+            made = _connected_as_another_user(path, 4)
+            await asyncio.sleep(0.2)  # all four accepted, in order
+            lines = await asyncio.gather(*(first_line(sock) for sock in made))
+            return lines, await exchange(path, STATUS)
+
+    try:
+        lines, [served] = asyncio.run(scenario())
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    assert lines[:3] == [None] * 3, lines
+    assert lines[3]["error"]["code"] == "too_many" and "max_connections_per_user" in lines[3]["error"]["message"]
+    assert served["ok"]  # root (or a new connection, the others closed) is served
+
+
+def test_a_client_that_stops_reading_is_cut_off_and_others_are_served(tmp_path, caplog):
+    path = tmp_path / "s.sock"
+
+    class Flood(FakeHandler):
+        async def stream(self, request, peer):
+            while True:  # a watch: a snapshot again and again
+                yield {"status": "x" * 65536}
+                await asyncio.sleep(0)
+
+    async def scenario():
+        async with running(Flood(), path, write_timeout_s=0.3) as server:
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            writer.write(b'{"op": "watch"}\n')
+            await asyncio.sleep(1.0)  # never reads
+            open_now = len(server._connections)
+            answer = await exchange(path, STATUS)
+            writer.close()
+            return open_now, answer
+
+    with caplog.at_level(logging.WARNING):
+        open_now, [answer] = asyncio.run(scenario())
+    assert open_now == 0 and answer["ok"]
+    assert "has not read for 0.3 s" in caplog.text

@@ -324,3 +324,17 @@ def test_sessions_turned_on_by_a_reload_follow_process_events(tmp_path, daemon):
         return subscribed
 
     assert asyncio.run(reload_twice())
+
+
+def test_one_user_holds_at_most_max_tasks_per_user_and_root_is_not_bound(daemon):
+    from test_daemon import launch
+    daemon._use(parse_config(CONFIG + "[daemon]\nmax_tasks_per_user = 2\n", "t.toml"))
+    daemon.govern_process(500, 1)  # a session does not count
+    for pid in (801, 802):
+        launch(daemon, pid, uid=1, group="A", memory=GIB // 8)
+    with pytest.raises(RequestError) as refused:
+        launch(daemon, 803, uid=1, group="A", memory=GIB // 8)
+    assert refused.value.code == "too_many" and "max_tasks_per_user = 2" in refused.value.message
+    assert daemon.tasks.get("3") is None and not daemon.queue
+    launch(daemon, 804, uid=0, group="B", memory=GIB // 8)
+    launch(daemon, 805, uid=0, group="B", memory=GIB // 8)
