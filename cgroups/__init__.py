@@ -9,10 +9,9 @@
 - :mod:`cgroups.driver`: the one driver interface, the record of what the kernel accepted.
 - :mod:`cgroups.v2`, :mod:`cgroups.v1`: the drivers (same public interface).
 - :mod:`cgroups.hierarchy`: which driver this host gets and where governor's root lives.
+- :mod:`cgroups.systemd`: limits on systemd's units (a login session's slice), set through systemd.
+- :mod:`cgroups.errors`: the errors of all of them, and the base of every governor error.
+
+Nothing is imported here: ``governor run`` imports :mod:`cgroups.errors` (through
+:mod:`governor.errors`) and must not pay for the drivers (cgroupspy).
 """
-
-from cgroups.limits import CgroupLimits, IoMax
-from cgroups.v1 import CgroupV1Driver
-from cgroups.v2 import CgroupStats, CgroupV2Driver
-
-__all__ = ["CgroupLimits", "CgroupStats", "CgroupV1Driver", "CgroupV2Driver", "IoMax"]

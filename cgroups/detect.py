@@ -15,7 +15,7 @@ from typing import Literal
 
 from cgroups.files import read_file
 from cgroups.parse import parse_controllers, parse_proc_cgroup
-from governor.errors import CgroupUnsupported
+from cgroups.errors import CgroupUnsupported
 
 __all__ = ["Mode", "Mount", "cgroup_dirs", "host_mode", "own_cgroup", "parse_mountinfo",
            "proc_path", "v1_mounts", "v2_controllers", "v2_mount"]

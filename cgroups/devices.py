@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-from governor.errors import DeviceError
+from cgroups.errors import DeviceError
 
 __all__ = ["device_number", "io_sharing", "parent_disk", "whole_disk"]
 

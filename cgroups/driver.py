@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cgroups.limits import CgroupLimits
-from governor.errors import CgroupError, CgroupReadError
+from cgroups.errors import CgroupError, CgroupReadError
 
 __all__ = ["ApplyReport", "Driver"]
 

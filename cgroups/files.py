@@ -17,7 +17,7 @@ import errno
 import os
 from pathlib import Path
 
-from governor.errors import CgroupError, CgroupReadError, CgroupWriteError
+from cgroups.errors import CgroupError, CgroupReadError, CgroupWriteError
 
 __all__ = ["read_file", "write_file", "make_dir", "remove_dir", "list_children"]
 

@@ -23,7 +23,7 @@ from cgroups import detect, devices
 from cgroups.driver import Driver
 from cgroups.v1 import CgroupV1Driver
 from cgroups.v2 import CgroupV2Driver, move_self_to_leaf
-from governor.errors import CgroupError, CgroupUnsupported
+from cgroups.errors import CgroupError, CgroupUnsupported
 
 V2_CONTROLLERS = ("cpu", "cpuset", "memory", "io", "pids")
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio")

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from cgroups.limits import CgroupLimits
 from cgroups.v2 import CgroupV2Driver, relative_parts
-from governor.errors import CgroupError, CgroupUnsupported, CgroupWriteError
+from cgroups.errors import CgroupError, CgroupUnsupported, CgroupWriteError
 
 __all__ = ["SliceDriver", "systemd_slices", "unit_properties"]
 

@@ -41,7 +41,7 @@ from cgroups.limits import CgroupLimits, V1_ORDER, diff_writes, v1_files, v1_key
 from cgroups.parse import (format_cpu_list, parse_blkio_service_bytes, parse_cpu_list, parse_flat_keyed,
                            parse_int, parse_pids)
 from cgroups.v2 import CgroupStats, relative_parts
-from governor.errors import CgroupError, CgroupUnsupported, CgroupWriteError
+from cgroups.errors import CgroupError, CgroupUnsupported, CgroupWriteError
 
 __all__ = ["CgroupV1Driver", "REQUIRED_CONTROLLERS"]
 

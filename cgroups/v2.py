@@ -24,7 +24,7 @@ from cgroups.files import list_children, make_dir, read_file, remove_dir, write_
 from cgroups.limits import CgroupLimits, V2_ORDER, diff_writes, v2_files, v2_key, v2_reset
 from cgroups.parse import (parse_cgroup_events, parse_controllers, parse_flat_keyed, parse_int,
                            parse_nested_keyed, parse_pids)
-from governor.errors import CgroupError, CgroupUnsupported, CgroupWriteError
+from cgroups.errors import CgroupError, CgroupUnsupported, CgroupWriteError
 
 __all__ = ["CgroupStats", "CgroupV2Driver", "move_self_to_leaf", "relative_parts"]
 

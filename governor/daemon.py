@@ -336,9 +336,12 @@ class Daemon:
         task = entry.task
         try:
             _still_running(entry)
+            # The record first: a daemon killed after the move must find it, or the process
+            # would run on in a cgroup nobody governs (killed before the move, the record of
+            # an empty cgroup is dropped at the restart).
+            self.store.save(task)
             self.hierarchy.driver.move(task.cgroup, task.pid)
             _still_running(entry)
-            self.store.save(task)
         except GovernorError as error:
             self._forget(task)
             if not isinstance(error, RequestError):

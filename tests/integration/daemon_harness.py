@@ -35,12 +35,17 @@ class Governor:
         (tmp_path / "governor.toml").write_text(config + f'\n[daemon]\nstate_dir = "{tmp_path}/state"\n'
                                                          "sample_interval = 1.0\nreconcile_interval = 2.0\n")
         self.log = open(tmp_path / "daemon.log", "w+")
-        self.daemon = subprocess.Popen(
-            [GOVERNOR, "daemon", "--config", str(tmp_path / "governor.toml"), "--socket", self.socket,
-             "--cgroup-root", self.root_name, *extra_args], stdout=self.log, stderr=subprocess.STDOUT)
+        self.command = [GOVERNOR, "daemon", "--config", str(tmp_path / "governor.toml"), "--socket", self.socket,
+                        "--cgroup-root", self.root_name, *extra_args]
+        self.daemon = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT)
         self.tasks: list[subprocess.Popen] = []
         self._wait_ready()
         self.driver = self._reading_driver()
+
+    def restart(self) -> None:
+        """Start the daemon again (after it stopped or was killed): same config, root, state."""
+        self.daemon = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT)
+        self._wait_ready()
 
     def _wait_ready(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout

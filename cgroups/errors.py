@@ -1,0 +1,69 @@
+"""The errors of cgroup and device operations, and the base of every governor error.
+
+They live here, in the lowest layer, so that ``cgroups/`` imports nothing from ``governor/``;
+:mod:`governor.errors` re-exports them beside the rest of the tree.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import os
+
+
+class GovernorError(Exception):
+    """Base of every error governor raises on purpose."""
+
+
+class CgroupError(GovernorError):
+    """A cgroupfs operation failed.
+
+    Attributes:
+        path: the cgroup directory or file concerned.
+        errno: the OS errno, or ``None`` when the failure is not an OS error.
+    """
+
+    def __init__(self, message: str, *, path: str, errno: int | None = None):
+        self.path = path
+        self.errno = errno
+        detail = f": {os.strerror(errno)} ({_errno.errorcode.get(errno, errno)})" if errno else ""
+        super().__init__(f"{message}{detail}")
+
+    @property
+    def vanished(self) -> bool:
+        """The cgroup is gone (``ENOENT``): its task exited and it was removed, not a fault."""
+        return self.errno == _errno.ENOENT
+
+
+class CgroupReadError(CgroupError):
+    """Reading ``path`` failed."""
+
+
+class CgroupWriteError(CgroupError):
+    """Writing ``value`` to ``path`` failed; the message reads like runc's
+    ``failed to write "20000 100000" to /sys/fs/cgroup/g/cpu.max: Invalid argument (EINVAL)``.
+
+    Attributes:
+        value: the string that was written.
+    """
+
+    def __init__(self, path: str, value: str, errno: int | None):
+        self.value = value
+        super().__init__(f"failed to write {value!r} to {path}", path=path, errno=errno)
+
+
+class CgroupUnsupported(CgroupError):
+    """The host lacks a cgroup hierarchy, controller or file governor needs."""
+
+
+class DeviceError(GovernorError, ValueError):
+    """A path that should name a block device cannot be resolved to a whole disk's MAJ:MIN.
+
+    Attributes:
+        path: the device path as given (``/dev/nvme0n1p2``).
+        reason: what is wrong, in words (missing, not a block device, no sysfs entry...).
+    """
+
+    def __init__(self, path: str, reason: str):
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")

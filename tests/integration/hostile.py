@@ -1,0 +1,206 @@
+"""An ordinary local user against the daemon (issue 12): the fuzzer's requests, forked
+clients that launch themselves, and a process that runs as ``nobody`` and hands its
+connections back. Each runs in a forked child that became ``nobody`` (SO_PEERCRED keeps who
+connected), so nothing here is root's."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable
+
+NOBODY = 65534
+
+
+def as_nobody(work: Callable[[], dict]) -> dict:
+    """Run ``work`` in a forked child that became ``nobody``; its result (a JSON object) back."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            with os.fdopen(write_end, "w") as out:
+                json.dump(work(), out)
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as result:
+        text = result.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and text, f"the child as nobody failed ({status})"
+    return json.loads(text)
+
+
+def connections_as_nobody(path: str, count: int) -> tuple[list[socket.socket], list[int]]:
+    """``count`` connections made by processes of ``nobody`` that have exited since, and their
+    pids: the connections stay open here (passed back with SCM_RIGHTS)."""
+    parent, child = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            parent.close()
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            for _ in range(count):
+                grandchild = os.fork()
+                if grandchild == 0:
+                    sock = socket.socket(socket.AF_UNIX)
+                    sock.connect(path)
+                    socket.send_fds(child, [str(os.getpid()).encode().ljust(16)], [sock.fileno()])
+                    os._exit(0)
+                os.waitpid(grandchild, 0)
+        finally:
+            os._exit(0)
+    child.close()
+    socks, pids = [], []
+    for _ in range(count):
+        data, fds, _, _ = socket.recv_fds(parent, 16, 1)
+        socks.append(socket.socket(fileno=fds[0]))
+        pids.append(int(data.decode().strip()))
+    os.waitpid(pid, 0)
+    parent.close()
+    return socks, pids
+
+
+def request(sock: socket.socket, line: bytes, timeout: float = 30) -> dict | None:
+    """Send one line and read one reply line; None when the server closed instead."""
+    sock.settimeout(timeout)
+    sock.sendall(line)
+    return reply(sock)
+
+
+def reply(sock: socket.socket) -> dict | None:
+    """The next line the server sends on ``sock``; None when it closed instead."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None
+        data += chunk
+    return json.loads(data)
+
+
+def hostile_lines(count: int, seed: int, own_pid: int) -> list[bytes]:
+    """``count`` request lines that are wrong in every way a fuzzer finds: bad bytes, bad JSON,
+    bad types, hostile numbers (1e308, NaN, -0.0, 5,000-digit integers), lone surrogates,
+    path-like and control-character names, other pids, huge commands, unknown ops."""
+    rng = random.Random(seed)
+    numbers = ["1e308", "-1e308", "NaN", "Infinity", "-0.0", "0", "-1", "1" * 5000, "2e-308", "18446744073709551616",
+               "0.0000001", "true", "null", '"1"', "[]", "{}"]
+    names = ['"../../x"', '""', '"a/b"', '"task-1"', '"cgroup.procs"', '"\\udcff"', '"\\ud800x"', '"x\\ny"',
+             '"' + "g" * 5000 + '"', '"*"', '"root"', '"F"', '"\\u0000"']
+    pids = ["1", "0", "-1", str(own_pid), "4194304", "1e308", "2147483648", "true", '"1"']
+    ops = ['"launch"', '"status"', '"watch"', '"explain"', '"reload"', '"set-weight"', '"nope"', "1", "null",
+           '"LAUNCH"', '"status\\u0000"']
+
+    def pick(choices):
+        return rng.choice(choices)
+
+    def line() -> bytes:
+        kind = rng.randrange(8)
+        if kind == 0:
+            return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200))).replace(b"\n", b"") + b"\n"
+        if kind == 1:
+            return pick([b"{", b"[1,2", b'{"op": "status"', b"\xff\xfe{}", b'{"op": "status"}{"op":1}',
+                         b'"just a string"', b"[" * 10000 + b"]" * 10000, b"{}" * 3]) + b"\n"
+        if kind == 2:
+            demand = ", ".join(f'"{k}": {pick(numbers)}' for k in rng.sample(
+                ["cpu", "memory", "io_read", "io_write", "gpu", "\\udcff"], rng.randrange(0, 4)))
+            return (f'{{"op": "launch", "pid": {pick(pids)}, "group": {pick(names + ["null"])}, '
+                    f'"demand": {{{demand}}}, "wait": false}}\n').encode()
+        if kind == 3:
+            return f'{{"op": "set-weight", "group": {pick(names)}, "weight": {pick(numbers)}}}\n'.encode()
+        if kind == 4:
+            return f'{{"op": {pick(ops)}, {pick(names)}: {pick(numbers)}}}\n'.encode()
+        if kind == 5:
+            command = json.dumps(["x" * rng.randrange(1, 5000)] * rng.randrange(1, 100))
+            return f'{{"op": "launch", "pid": {pick(pids)}, "command": {command}, "wait": false}}\n'.encode()
+        if kind == 6:
+            return f'{{"op": "watch", "interval": {pick(numbers)}}}\n'.encode()
+        return f'{{"op": {pick(ops)}}}\n'.encode()
+
+    return [line() for _ in range(count)]
+
+
+def fuzz(path: str, lines: list[bytes]) -> dict:
+    """Send ``lines`` one by one, on as many connections as the server's closing needs; count
+    the replies by error code (``ok`` for a success, ``closed`` for no reply)."""
+    codes: Counter[str] = Counter()
+    sock = None
+    start = time.monotonic()
+    for line in lines:
+        if sock is None:
+            sock = socket.socket(socket.AF_UNIX)
+            sock.connect(path)
+        try:
+            reply = request(sock, line)
+        except OSError:
+            reply = None
+        if reply is None:
+            codes["closed"] += 1
+        else:
+            codes["ok" if reply.get("ok") else reply["error"]["code"]] += 1
+        if reply is None or b'"watch"' in line or b'"launch"' in line:
+            sock.close()  # a stream (or its refusal) ends the connection
+            sock = None
+    if sock is not None:
+        sock.close()
+    return {"codes": dict(codes), "seconds": time.monotonic() - start}
+
+
+def churn(path: str, tasks: int, parallel: int, group: str, *, linger: float = 0) -> dict:
+    """``tasks`` short tasks: forked clients, ``parallel`` at a time, each launching its own
+    pid over the socket and exiting once started (with ``linger``, leaving a child that sleeps
+    that long in its task). Returns counts of replies and the round trips (seconds, sorted)."""
+    line = json.dumps({"op": "launch", "pid": 0, "group": group, "demand": {"cpu": 0.01, "memory": 1 << 20},
+                       "wait": True}).replace('"pid": 0', '"pid": {pid}')
+    running: dict[int, float] = {}
+    trips, failed = [], 0
+    read_end, write_end = os.pipe()
+    results = os.fdopen(read_end, "rb", buffering=0)
+    started = 0
+    while started < tasks or running:
+        while started < tasks and len(running) < parallel:
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    sock = socket.socket(socket.AF_UNIX)
+                    sock.connect(path)
+                    reply = request(sock, (line.replace("{pid}", str(os.getpid())) + "\n").encode())
+                    code = 0 if reply and reply.get("ok") and "task" in reply else 3
+                    if code == 0 and linger and os.fork() == 0:
+                        time.sleep(linger)
+                finally:
+                    os.write(write_end, b"x")
+                    os._exit(code)
+            running[pid] = time.monotonic()
+            started += 1
+        pid, status = os.wait()
+        trips.append(time.monotonic() - running.pop(pid))
+        failed += os.waitstatus_to_exitcode(status) != 0
+    os.close(write_end)
+    results.close()
+    return {"tasks": tasks, "failed": failed, "trips": sorted(trips)}
+
+
+def fd_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
