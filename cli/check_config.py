@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 _ENFORCEMENT_FILES = {
     "quota": "cpu.max",
     "cores": "cpu.max + exclusive cpuset.cpus",
-    "soft": "memory.high",
+    "soft": "memory.high; on cgroup v1 a soft limit that binds only under memory pressure",
     "hard": "memory.high + memory.max",
 }
 
@@ -126,6 +126,7 @@ def summary(config: Config) -> list[str]:
     lines.append(task)
     lines.append(f"enforcement: cpu {config.cpu_enforcement} ({_ENFORCEMENT_FILES[config.cpu_enforcement]}), "
                  f"memory {config.memory_enforcement} ({_ENFORCEMENT_FILES[config.memory_enforcement]})")
+    lines.append("  all governed memory together: at most the memory capacity (memory.max on governor's root)")
 
     lines.append("groups:")
     for rule in config.groups:
@@ -148,4 +149,6 @@ def summary(config: Config) -> list[str]:
     lines.append(f"admin: {admin}")
     lines.append(f"daemon: sample every {format_number(config.sample_interval_s)}s, "
                  f"reconcile every {format_number(config.reconcile_interval_s)}s, state in {config.state_dir}")
+    lines.append(f"bounds per user (root excepted): {config.max_tasks_per_user} tasks running and queued, "
+                 f"{config.max_connections_per_user} connections")
     return lines

@@ -2,6 +2,8 @@
 metrics port that is taken; a terminal that cannot show non-ASCII; a second daemon on one
 cgroup root; cgroups a killed daemon left without records."""
 
+import asyncio
+import errno
 import os
 import socket
 import subprocess
@@ -15,8 +17,9 @@ from click.testing import CliRunner
 from cgroups.hierarchy import hold_root
 from cli.inputs import MAX_INPUT_BYTES, read_input
 from cli.main import main
-from governor.errors import CgroupError, ConfigError, GovernorError
+from governor.errors import CgroupError, CgroupWriteError, ConfigError, GovernorError, RequestError
 from governor.metrics import Metrics
+from governor.protocol import Peer, StatusRequest
 from governor.state import Task
 from test_daemon import GIB, daemon  # noqa: F401  (the fixture)
 
@@ -107,3 +110,18 @@ def test_cgroups_a_killed_daemon_left_without_records_are_cleaned_at_start(daemo
     assert {"A/task-1", "B/task-9"} <= driver.cgroups
     assert any("B/task-9 holds pids [900]" in e["message"] for e in daemon.events)
     assert int(store.new_id()) > 9  # the id of the unrecorded cgroup is never given out
+
+
+def test_a_read_only_cgroupfs_refuses_launches_truthfully_and_the_daemon_serves_on(daemon):  # noqa: F811
+    from test_daemon import launch
+    driver = daemon.hierarchy.driver
+
+    def read_only(rel, *args):
+        raise CgroupWriteError(f"/fake/{rel}/cgroup.procs", "x", errno.EROFS)
+
+    driver.create = read_only
+    with pytest.raises(RequestError) as refused:
+        launch(daemon, 100, memory=GIB)
+    assert refused.value.code == "unavailable" and "EROFS" in str(refused.value)
+    status = asyncio.run(daemon.handle(StatusRequest(), Peer(pid=1, uid=0, gid=0)))["status"]
+    assert not status["groups"] and not daemon.store.load_all()[0]  # nothing shown that is not so
