@@ -23,9 +23,9 @@ class _JournalFormatter(logging.Formatter):
 
 
 class RepeatFilter(logging.Filter):
-    """Let through at most ``burst`` records of one kind (logger and message template) per
-    ``window_s`` seconds; the first record of a kind after a quiet window says how many of it
-    were dropped. So a storm (an accept() error per connection attempt while out of file
+    """Let through at most ``burst`` records of one kind (logger, level and the line's text:
+    not its template, which is ``"%s"`` for every daemon event) per ``window_s`` seconds; the
+    first record of a kind after a quiet window says how many of it were dropped. So a storm (an accept() error per connection attempt while out of file
     descriptors) costs a few lines, not one per attempt, and nothing is dropped silently.
 
     Args:
@@ -37,19 +37,24 @@ class RepeatFilter(logging.Filter):
     def __init__(self, burst: int = 5, window_s: float = 60.0, clock: Callable[[], float] = time.monotonic):
         super().__init__()
         self.burst, self.window_s, self.clock = burst, window_s, clock
-        self._kinds: dict[tuple[str, object], list] = {}  # kind → [window start, let through, dropped]
+        self._kinds: dict[tuple[str, int, str], list] = {}  # kind → [window start, let through, dropped]
+        self._pruned_at = clock()
 
     def filter(self, record: logging.LogRecord) -> bool:
         now = self.clock()
-        kind = (record.name, record.msg)
+        kind = (record.name, record.levelno, record.getMessage())
         seen = self._kinds.get(kind)
         if seen is None or now - seen[0] >= self.window_s:
             dropped = seen[2] if seen else 0
-            if len(self._kinds) > 10_000:  # kinds are templates: only a bug makes this many
-                self._kinds.clear()
+            if len(self._kinds) > 1_000 and now - self._pruned_at >= self.window_s:
+                # Most lines are one-offs (a refill's): their windows are forgotten once over.
+                self._kinds = {k: v for k, v in self._kinds.items() if now - v[0] < self.window_s or v[2]}
+                self._pruned_at = now
             self._kinds[kind] = [now, 1, 0]
             if dropped:
-                record.msg = f"{record.msg} ({dropped} more like this in the last {self.window_s:g} s not logged)"
+                record.msg = f"{record.getMessage()} ({dropped} more like this in the last {self.window_s:g} s " \
+                             "not logged)"
+                record.args = ()
             return True
         if seen[1] < self.burst:
             seen[1] += 1

@@ -44,3 +44,19 @@ def test_a_storm_of_one_line_is_a_few_lines_and_says_how_many_were_dropped():
     now[0] = 61.0
     after = record("socket.accept() out of system resource")
     assert storm.filter(after) and "997 more like this in the last 60 s not logged" in after.getMessage()
+    # Every daemon event is logged as "%s" with its text: different lines are different kinds.
+    events = [logging.LogRecord("governor.daemon", logging.INFO, "x", 1, "%s", (f"refill {n}",), None)
+              for n in range(100)]
+    assert all(storm.filter(event) for event in events)
+
+
+def test_one_off_lines_are_forgotten_once_their_window_is_over():
+    from governor.logs import RepeatFilter
+    now = [0.0]
+    lines = RepeatFilter(burst=1, window_s=60.0, clock=lambda: now[0])
+    record = lambda text: logging.LogRecord("governor.daemon", logging.INFO, "x", 1, "%s", (text,), None)  # noqa: E731
+    for n in range(1500):
+        assert lines.filter(record(f"refill {n}"))
+    now[0] = 61.0
+    assert lines.filter(record("refill 1500"))
+    assert len(lines._kinds) == 1  # the memory it keeps is bounded by the lines of one window
