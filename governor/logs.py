@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 _PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
@@ -25,32 +26,37 @@ class _JournalFormatter(logging.Formatter):
 class RepeatFilter(logging.Filter):
     """Let through at most ``burst`` records of one kind (logger, level and the line's text:
     not its template, which is ``"%s"`` for every daemon event) per ``window_s`` seconds; the
-    first record of a kind after a quiet window says how many of it were dropped. So a storm (an accept() error per connection attempt while out of file
-    descriptors) costs a few lines, not one per attempt, and nothing is dropped silently.
+    first record of a kind after a quiet window says how many of it were dropped. So a storm
+    (an accept() error per connection attempt while out of file descriptors) costs a few
+    lines, not one per attempt, and nothing is dropped silently. Only the ``kept`` kinds seen
+    last are remembered (a storm is one line again and again, so it stays among them): the
+    memory is bounded whatever the log's rate (a refill's line is new every time).
 
     Args:
         burst: records of one kind let through per window, ≥ 1.
         window_s: the window, seconds.
+        kept: how many kinds are remembered, the least recently seen forgotten first.
         clock: seconds from a monotonic clock (tests pass a fake).
     """
 
-    def __init__(self, burst: int = 5, window_s: float = 60.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, burst: int = 5, window_s: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 kept: int = 256):
         super().__init__()
-        self.burst, self.window_s, self.clock = burst, window_s, clock
-        self._kinds: dict[tuple[str, int, str], list] = {}  # kind → [window start, let through, dropped]
-        self._pruned_at = clock()
+        self.burst, self.window_s, self.clock, self.kept = burst, window_s, clock, kept
+        # kind → [window start, let through, dropped], least recently seen first
+        self._kinds: OrderedDict[tuple[str, int, str], list] = OrderedDict()
 
     def filter(self, record: logging.LogRecord) -> bool:
         now = self.clock()
         kind = (record.name, record.levelno, record.getMessage())
         seen = self._kinds.get(kind)
+        if seen is not None:
+            self._kinds.move_to_end(kind)
         if seen is None or now - seen[0] >= self.window_s:
             dropped = seen[2] if seen else 0
-            if len(self._kinds) > 1_000 and now - self._pruned_at >= self.window_s:
-                # Most lines are one-offs (a refill's): their windows are forgotten once over.
-                self._kinds = {k: v for k, v in self._kinds.items() if now - v[0] < self.window_s or v[2]}
-                self._pruned_at = now
             self._kinds[kind] = [now, 1, 0]
+            if len(self._kinds) > self.kept:
+                self._kinds.popitem(last=False)
             if dropped:
                 record.msg = f"{record.getMessage()} ({dropped} more like this in the last {self.window_s:g} s " \
                              "not logged)"

@@ -50,13 +50,14 @@ def test_a_storm_of_one_line_is_a_few_lines_and_says_how_many_were_dropped():
     assert all(storm.filter(event) for event in events)
 
 
-def test_one_off_lines_are_forgotten_once_their_window_is_over():
+def test_it_remembers_a_bounded_number_of_lines_and_a_storm_stays_among_them():
     from governor.logs import RepeatFilter
     now = [0.0]
-    lines = RepeatFilter(burst=1, window_s=60.0, clock=lambda: now[0])
+    lines = RepeatFilter(burst=1, window_s=60.0, clock=lambda: now[0], kept=100)
     record = lambda text: logging.LogRecord("governor.daemon", logging.INFO, "x", 1, "%s", (text,), None)  # noqa: E731
-    for n in range(1500):
+    storm = [lines.filter(record("accept failed")) for _ in range(3)]
+    for n in range(10_000):  # one-off lines between the storm's
         assert lines.filter(record(f"refill {n}"))
-    now[0] = 61.0
-    assert lines.filter(record("refill 1500"))
-    assert len(lines._kinds) == 1  # the memory it keeps is bounded by the lines of one window
+        if n % 50 == 0:
+            storm.append(lines.filter(record("accept failed")))
+    assert storm.count(True) == 1 and len(lines._kinds) == 100
