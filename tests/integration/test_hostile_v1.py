@@ -72,18 +72,25 @@ def test_ten_thousand_hostile_requests_leave_the_daemon_serving_and_nothing_behi
     pid = gov.daemon.pid
     gov.status()
     fds, rss = fd_count(pid), rss_bytes(pid)
-    result = as_nobody(lambda: fuzz(gov.socket, hostile_lines(10_000, seed=12, own_pid=os.getpid())))
-    codes = result["codes"]
+    rounds = []  # 10,000 requests each, a new seed each; the first two warm the allocator up
+    for seed in (12, 13, 14, 15):
+        result = as_nobody(lambda: fuzz(gov.socket, hostile_lines(10_000, seed=seed, own_pid=os.getpid())))
+        rounds.append((result, rss_bytes(pid)))
     settle(gov, "no task left", lambda: not any(g["tasks"] for g in gov.status()["groups"].values()))
     settle(gov, "fds back", lambda: fd_count(pid) <= fds, 20)
     log = gov.daemon_log()
-    print(f"\nfuzzer: 10,000 requests in {result['seconds']:.1f} s; replies {dict(sorted(codes.items()))}; "
-          f"daemon fds {fds} -> {fd_count(pid)}, RSS {rss / 2**20:.1f} -> {rss_bytes(pid) / 2**20:.1f} MiB")
-    assert sum(codes.values()) == 10_000 and "internal" not in codes
+    codes = rounds[0][0]["codes"]
+    seconds = ", ".join(f"{result['seconds']:.1f}" for result, _ in rounds)
+    print(f"\nfuzzer: 4 × 10,000 requests in {seconds} s; replies of "
+          f"the first {dict(sorted(codes.items()))}; daemon fds {fds} -> {fd_count(pid)}, RSS {rss / 2**20:.1f} -> "
+          f"{' -> '.join(f'{after / 2**20:.1f}' for _, after in rounds)} MiB")
+    for result, _ in rounds:
+        assert sum(result["codes"].values()) == 10_000 and "internal" not in result["codes"]
     assert "Traceback" not in log and "internal error" not in log
     assert gov.status()["daemon"]["pid"] == pid
     assert not task_cgroups(gov)
-    assert rss_bytes(pid) <= rss * 1.25 + 8 * 2**20
+    # The allocator keeps what the first rounds needed; after them, RSS stays where it is.
+    assert rounds[-1][1] <= rounds[1][1] + 2**20
 
 
 def test_an_ordinary_user_cannot_capture_steal_or_crowd_out(gov):
