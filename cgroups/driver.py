@@ -92,11 +92,14 @@ class Driver:
         return shown
 
     def forget(self, rel: str) -> None:
-        """Drop the record of ``rel`` and of every cgroup below it (after removing them)."""
+        """Drop the record of the leaf cgroup ``rel`` after removing it (``""``, the root:
+        every record). Only a leaf can be removed, so nothing below it has a record left."""
         gone = _normal(rel)
         for record in (self._written, self._applied):
-            for key in [k for k in record if k == gone or k.startswith(gone + "/") or not gone]:
-                del record[key]
+            if gone:
+                record.pop(gone, None)
+            else:
+                record.clear()
 
     def populated(self, rel: str) -> bool:
         """Whether cgroup ``rel`` or a cgroup below it holds a process.

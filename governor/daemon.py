@@ -40,6 +40,7 @@ import os
 import signal
 import time
 from collections import deque
+from dataclasses import dataclass
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 
 import psutil
@@ -74,6 +75,11 @@ EVENTS_KEPT = 50
 # The safety net behind the process events (which say when they lost some): a pass over every
 # process costs about 5 µs each natively, 15× that in an emulated VM.
 RESCAN_INTERVAL_S = 30.0
+# Task cgroups sampled per tick: groups and login sessions (the hold needs them) every tick,
+# tasks in turn. Reading all of 1,000 tasks every second took 20 % of a core (scripts/bench).
+SAMPLED_TASKS = 200
+# Tasks checked per reconcile pass, in turn (their exits are watched; this catches a miss).
+RECONCILED_TASKS = 1000
 # Young objects collected every 50,000 allocations instead of 700 (see serve()).
 GC_THRESHOLDS = (50_000, 20, 20)
 
@@ -123,12 +129,17 @@ class Daemon:
         self.filling: dict = {"at": None, "trigger": "start", "duration_ms": 0.0, "files_written": 0}
         self.usage: dict[str, dict[str, float]] = {}
         self.events: deque[dict] = deque(maxlen=EVENTS_KEPT)
-        self.snapshot: dict = {}
         self.started = time.time()
         self._samples: dict[str, Sample] = {}
+        self.snapshot: dict = {}  # the status the metrics thread reads, published each tick
+        self._turns: dict[str, int] = {}  # periodic work done in turn → where it starts next
         self._watcher: ExitWatcher | None = None
         self._process_events: ProcessEvents | None = None
         self._closing = False
+        self._batch: _Batch | None = None  # events waiting for the next settle
+        self._refilled_at = 0.0  # time.perf_counter() when the last refill began
+        self._changes = 0  # counts what changes the status: an event, a sample
+        self._status: tuple[int, dict] | None = None  # the status reply built at that count
 
     def _use(self, config: Config) -> None:
         """Put ``config`` in force (capacity, devices, weights); raises before changing anything."""
@@ -145,7 +156,7 @@ class Daemon:
     async def handle(self, request, peer: Peer) -> dict:
         """The control server's handler for one-reply operations (:mod:`governor.protocol`)."""
         if isinstance(request, StatusRequest):
-            return {"status": self.status()}
+            return self._status_reply()
         if isinstance(request, ExplainRequest):
             return {"explain": self.explain()}
         who = access.identify(peer.uid, peer.gid)
@@ -166,7 +177,7 @@ class Daemon:
     async def watch(self, request: WatchRequest, peer: Peer) -> AsyncIterator[dict]:
         """A status snapshot now and every ``request.interval`` seconds (``watch``)."""
         while True:
-            yield {"status": self.status()}
+            yield self._status_reply()
             await asyncio.sleep(request.interval)
 
     async def launch(self, request: LaunchRequest, peer: Peer) -> AsyncIterator[dict]:
@@ -205,7 +216,7 @@ class Daemon:
         entry = Entry(task, time.time(), peer.pidfd)
         self.queue[task.id] = entry
         try:
-            self._settle(f"launch of task {task.id}")
+            await asyncio.shield(self._settle_soon(f"launch of task {task.id}"))
             if not entry.decided and not request.wait:
                 entry.decide(error=RequestError("would_wait", self._waiting_line(task.id)))
             elif not entry.decided:
@@ -223,9 +234,10 @@ class Daemon:
                 raise entry.error
             yield entry.reply
         finally:
+            self._changes += 1
             if self.queue.pop(task.id, None) is not None and not entry.decided and not self._closing:
                 self._event("left_queue", f"task {task.id} left the queue (its client went away)")
-                self._settle(f"task {task.id} left the queue", refill=False)
+                self._settle_soon(f"task {task.id} left the queue", refill=False)
 
     def _check_task_limit(self, uid: int, user: str) -> None:
         """Refuse a launch by ``uid`` (not root) that already has ``max_tasks_per_user``
@@ -233,8 +245,7 @@ class Daemon:
         limit = self.config.max_tasks_per_user
         if uid == 0:
             return
-        held = sum(1 for t in self.tasks if t.uid == uid and not t.is_session)
-        held += sum(1 for e in self.queue.values() if e.task.uid == uid)
+        held = self.tasks.launched_by(uid) + sum(1 for e in self.queue.values() if e.task.uid == uid)
         if held >= limit:
             raise RequestError("too_many", f"{user} already has {held} tasks running or queued, the most one user "
                                            f"may ([daemon] max_tasks_per_user = {limit})")
@@ -290,12 +301,61 @@ class Daemon:
 
     # ── admission, progressive filling and enforcement ────────────────────────────────────
 
-    def _settle(self, trigger: str, *, refill: bool = True) -> None:
+    def _settle_soon(self, trigger: str, *, refill: bool = True, since: float | None = None) -> asyncio.Future | None:
+        """Settle once for every event of this turn of the event loop: a storm of launches, or
+        exits reported at once, is one admission and one refill, not one each; the delay is
+        bounded by one turn (a busy loop batches more). Without a running loop (the daemon's
+        methods called directly), settle now.
+
+        Args:
+            trigger: what happened, for the log and status (``launch of task 7``).
+            refill: False when nothing but the queue changed (a client left it).
+            since: ``time.perf_counter()`` when the event was seen (default: now), from which
+                the refill's delay is measured.
+
+        Returns:
+            A future done once settled, which raises what settling raised (also logged); None
+            when settled now.
+        """
+        since = time.perf_counter() if since is None else since
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._settle(trigger, refill=refill, since=since)
+            return None
+        batch = self._batch
+        if batch is None or batch.done.get_loop() is not loop:
+            # (A batch of a loop that stopped before its turn, as when the daemon's methods
+            # are driven by one asyncio.run each, never ran: its events settle with these.)
+            batch = self._batch = _Batch(loop.create_future(), batch.triggers if batch else [],
+                                         bool(batch and batch.refill), since, since)
+            loop.call_soon(self._settle_batch)
+        batch.triggers.append(trigger)
+        batch.refill |= refill
+        batch.since = min(batch.since, since)
+        batch.latest = time.perf_counter()
+        return batch.done
+
+    def _settle_batch(self) -> None:
+        batch, self._batch = self._batch, None
+        # A refill since the last of these events (a reload's, a hold's) already counted them.
+        refill = batch.refill and self._refilled_at < batch.latest
+        try:
+            self._settle(_combined(batch.triggers), refill=refill, since=batch.since)
+        except Exception as error:
+            log.exception("settling after %s failed", _combined(batch.triggers))
+            batch.done.set_exception(error)
+            batch.done.exception()  # logged above: only a launch that awaits it raises it again
+        else:
+            batch.done.set_result(None)
+
+    def _settle(self, trigger: str, *, refill: bool = True, since: float | None = None) -> None:
         """Admit the waiting tasks that fit (discrete DRF on memory), start them, refill the
         groups once, and tell the clients still waiting where they stand. Nothing starts while
         the daemon stops: its waiting clients will ask the next one."""
         if self._closing:
             return
+        self._changes += 1  # the queue changes, even when nothing is logged
         waiting = [Waiting(e.task.id, e.task.group, e.task.demand) for e in self.queue.values() if not e.decided]
         counts = self.tasks.counts()
         weights = {w.group: self._weight(w.group) for w in waiting}
@@ -309,10 +369,12 @@ class Daemon:
             self._create(entry)
         started = [e for e in starting if not e.decided]
         if refill or started:
-            self.refill(trigger)
+            self.refill(trigger, since=since)
         moved = [entry for entry in started if self._move_in(entry)]
         if len(moved) < len(started):
             self.refill(f"failed start after {trigger}")
+        for entry in starting:  # decided: the queue holds only what waits
+            self.queue.pop(entry.task.id, None)
         for entry in self.queue.values():
             entry.wake.set()
 
@@ -376,16 +438,18 @@ class Daemon:
     def _caps(self, task: Task):
         return task_limits(task.demand, io_devices=self.io_devices, memory_mode=self.config.memory_enforcement)
 
-    def refill(self, trigger: str) -> None:
+    def refill(self, trigger: str, *, since: float | None = None) -> None:
         """Re-run progressive filling over the running tasks and write the guarantees that
         changed (the root and group files; task caps never change, but a login session's CPU
-        quota follows the hold, its group's quota not covering it)."""
-        start = time.perf_counter()
+        quota follows the hold, its group's quota not covering it). ``since``
+        (``time.perf_counter()``) is when the event it answers was seen: the delay from then to
+        the last write is logged and kept in ``filling["delay_ms"]``."""
+        start = self._refilled_at = time.perf_counter()
         demands = self.tasks.demands()
         groups = [GroupDemand(g, d, weight=self._weight(g), tasks=1) for g, d in demands.items()]
         self.allocation = progressive_filling(self.capacity, groups) if groups else None
         got = self.allocation.groups if self.allocation else {}
-        logins = [t for t in self.tasks if t.is_login]
+        logins = self.tasks.logins()
         outside: dict[str, dict[str, float]] = {}
         for login in logins:
             total = outside.setdefault(login.group, {})
@@ -418,14 +482,16 @@ class Daemon:
             if self.metrics:
                 self.metrics.write_error()
             self._event("error", f"{error}; the value in force stays", logging.ERROR)
-        seconds = time.perf_counter() - start
+        end = time.perf_counter()
+        seconds = end - start
+        delay_ms = (end - (start if since is None else since)) * 1000
         self.filling = {"at": time.time(), "trigger": trigger, "duration_ms": seconds * 1000,
-                        "files_written": report.written}
+                        "files_written": report.written, "delay_ms": delay_ms}
         if self.metrics:
             self.metrics.refill(seconds)
         shares = ", ".join(f"{g} {a.dominant_share:.1%}" for g, a in got.items()) or "no tasks"
         self._event("refill", f"refill after {trigger}: {shares} ({seconds * 1000:.2f} ms, "
-                              f"{report.written} files written)")
+                              f"{report.written} files written, {delay_ms:.2f} ms after the event)")
         self.notifier.send(f"STATUS={self._summary()}")
 
     def _hold(self, saturated: bool, why: str) -> None:
@@ -437,11 +503,6 @@ class Daemon:
     def _driver(self, rel: str) -> Driver:
         """The driver of cgroup ``rel``: systemd's for a login session's slice, else governor's."""
         return self.slices if self.slices is not None and is_login_cgroup(rel) else self.hierarchy.driver
-
-    def _inside_groups(self) -> list[str]:
-        """The groups with a task below governor's root (a group of login sessions alone has
-        no cgroup there)."""
-        return [group for group, tasks in self.tasks.groups().items() if not all(t.is_login for t in tasks)]
 
     def _weight(self, group: str) -> float:
         weight = self.weights.get(group, self.config.weight_of(group))
@@ -596,9 +657,10 @@ class Daemon:
         except OSError:
             self.check([task.id], "exit")  # gone already: the reconcile pass would find it too
 
-    def check(self, task_ids: Iterable[str], trigger: str) -> None:
+    def check(self, task_ids: Iterable[str], trigger: str, *, since: float | None = None) -> None:
         """Forget each of ``task_ids`` whose cgroup holds no process any more, then admit what
-        now fits and refill once for all of them."""
+        now fits and refill once for all of them, and for whatever else this turn brought
+        (``since``: when the exits were seen, ``time.perf_counter()``)."""
         ended = []
         for task_id in task_ids:
             task = self.tasks.get(task_id)
@@ -612,9 +674,9 @@ class Daemon:
             self._event("task_ended", f"{task.name} ended ({trigger}): group {task.group}, pid {task.pid}")
             ended.append(task.name)
         if len(ended) == 1:
-            self._settle(f"{trigger} of {ended[0]}")
+            self._settle_soon(f"{trigger} of {ended[0]}", since=since)
         elif ended:
-            self._settle(f"{trigger} of {len(ended)} tasks")
+            self._settle_soon(f"{trigger} of {len(ended)} tasks", since=since)
 
     def _rewatch(self, task: Task) -> None:
         """Watch a process still in ``task`` once the one watched exited (v1, where the watcher
@@ -656,7 +718,7 @@ class Daemon:
         """Remove the task's cgroup, and its group's once nothing of it is below the root (a
         login session's slice is systemd's: only its limits are reset)."""
         rels = [task.cgroup]
-        if task.group not in self._inside_groups():
+        if task.group not in self.tasks.inside():
             rels.append(task.group)
         for rel in rels:
             self.usage.pop(rel, None)
@@ -730,17 +792,20 @@ class Daemon:
     # ── observation ───────────────────────────────────────────────────────────────────────
 
     def sample(self) -> None:
-        """Sample every group and task cgroup, update measured usage and the published snapshot."""
+        """Sample every group cgroup and login session, and tasks in turn (at most
+        :data:`SAMPLED_TASKS` a tick), update measured usage and, with metrics, publish the
+        status snapshot they are read from (otherwise a status is built only when asked for)."""
         devices = {number: name for name, number in self.io_devices.items()}
         now = time.monotonic()
         fresh = {}
-        for rel in list(self._inside_groups()) + [t.cgroup for t in self.tasks]:
+        for rel in list(self.tasks.inside()) + [t.cgroup for t in self.tasks.logins()] + self._tasks_to_sample():
             try:
                 current = Sample(now, self._driver(rel).read_stats(rel))
             except CgroupError:
                 continue  # vanished between exit and refill
             fresh[rel] = usage(self._samples.get(rel), current, devices)
             self._samples[rel] = current
+        self._changes += 1
         self.usage.update(fresh)
         # A group's use includes its login sessions', which run outside its cgroup.
         for group, tasks in self.tasks.groups().items():
@@ -750,7 +815,21 @@ class Daemon:
                 self.usage[group] = {key: sum(u.get(key, 0.0) for u in own + logins)
                                      for key in {k for u in own + logins for k in u}}
         self._check_saturation()
-        self.snapshot = self.status()
+        if self.metrics:  # built on the event loop: the metrics thread only reads it
+            self.snapshot = self.status()
+
+    def _tasks_to_sample(self) -> list[str]:
+        """The next :data:`SAMPLED_TASKS` task cgroups (a task's use is a rate over the time
+        between its own samples, so sampling it less often keeps it right)."""
+        return [t.cgroup for t in self._in_turn("sample", [t for t in self.tasks if not t.is_login], SAMPLED_TASKS)]
+
+    def _in_turn(self, work: str, tasks: list[Task], most: int) -> list[Task]:
+        """The next ``most`` of ``tasks``, round robin, for periodic ``work``."""
+        if len(tasks) <= most:
+            return tasks
+        start = self._turns.get(work, 0) % len(tasks)
+        self._turns[work] = start + most
+        return (tasks[start:] + tasks)[:most]
 
     def _check_saturation(self) -> None:
         """Hold the groups to their CPU guarantees while every one wants all of its own (exact
@@ -771,8 +850,18 @@ class Daemon:
                               "borrow it again")
 
     def status(self) -> dict:
-        """The status object of ``governor status --json`` (schema in the README)."""
-        return build_status(
+        """The status object of ``governor status --json`` (schema in the README), built once
+        per change (an event, a sample) and shared by every caller until the next: a storm of
+        ``status`` requests or many ``watch`` streams cost one build, not one each. Callers must
+        not modify it."""
+        return self._status_reply()["status"]
+
+    def _status_reply(self) -> dict:
+        """``{"status": <status>}``, the same object until the status changes: the server
+        encodes a reply it just sent once, for every watcher."""
+        if self._status is not None and self._status[0] == self._changes:
+            return self._status[1]
+        status = build_status(
             daemon={"pid": os.getpid(), "started": self.started, "cgroup_mode": self.hierarchy.mode,
                     "cgroup_root": self.hierarchy.root, "config": self.config_source,
                     "io_sharing": dict(self.io_sharing), "cpu_saturated": self.cpu_saturated},
@@ -780,8 +869,11 @@ class Daemon:
             in_force=lambda rel: self._driver(rel).in_force(rel), usage=self.usage, filling=self.filling,
             queue=queue_view(self.queue, self.admission), events=list(self.events),
         )
+        self._status = (self._changes, {"status": status})
+        return self._status[1]
 
     def _event(self, kind: str, message: str, level: int = logging.INFO) -> None:
+        self._changes += 1
         log.log(level, "%s", message)
         self.events.append({"at": time.time(), "kind": kind, "message": message})
         if self.metrics:
@@ -803,7 +895,9 @@ class Daemon:
                 log.exception("periodic %s failed", getattr(work, "__name__", work))
 
     def _reconcile(self) -> None:
-        self.check([task.id for task in self.tasks], "reconcile")
+        # A safety net behind the exit watcher, in turn: checking all of 10,000 tasks at once
+        # held the event loop for 1.5 s (scripts/bench).
+        self.check([task.id for task in self._in_turn("reconcile", list(self.tasks), RECONCILED_TASKS)], "reconcile")
 
     def _rescan_all(self) -> None:
         self.owners.forget()  # users and groups change while the daemon runs
@@ -813,7 +907,7 @@ class Daemon:
         # Exits reported together (a killed process tree, a job array ending) are one refill.
         while True:
             first = await self._watcher.next()
-            self.check([first, *self._watcher.pending()], "exit")
+            self.check([first, *self._watcher.pending()], "exit", since=time.perf_counter())
 
     def _reload_on_signal(self) -> None:
         try:
@@ -830,7 +924,8 @@ class Daemon:
         self.refill("start")
         self._follow_processes()
         self.rescan("start")
-        self.snapshot = self.status()
+        if self.metrics:
+            self.snapshot = self.status()
         server = ControlServer(self, socket_path, connections_per_uid=lambda: self.config.max_connections_per_user)
         await server.start()
         stop = asyncio.Event()
@@ -874,6 +969,31 @@ class Daemon:
                 except CgroupError as error:
                     log.warning("cannot remove cgroup root %s: %s", self.hierarchy.root, error)
             log.info("stopped; %d task(s) keep running", len(self.tasks))
+
+
+@dataclass
+class _Batch:
+    """Events to settle together: when they are settled (``done``), what they were, whether
+    any needs a refill, when the first was seen and when the last was added
+    (``time.perf_counter()``)."""
+
+    done: asyncio.Future
+    triggers: list[str]
+    refill: bool
+    since: float
+    latest: float
+
+
+def _combined(triggers: list[str]) -> str:
+    """One trigger for events settled together: ``launch of 3 tasks, reload``."""
+    if len(triggers) == 1:
+        return triggers[0]
+    tasks: dict[str, list[str]] = {}
+    for trigger in triggers:
+        kind, of_task, _ = trigger.partition(" of task ")
+        tasks.setdefault(kind if of_task else trigger, []).append(trigger)
+    return ", ".join(same[0] if len(same) == 1 else f"{kind} of {len(same)} tasks" if " of task " in same[0]
+                     else kind for kind, same in tasks.items())
 
 
 def _still_running(entry: Entry) -> None:

@@ -82,6 +82,7 @@ class ControlServer:
         self._inode: tuple[int, int] | None = None
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._streams: set[asyncio.Task] = set()
+        self._encoded: tuple[dict, bytes] | None = None  # the last payload and its reply line
 
     async def start(self) -> None:
         """Bind and listen; returns once clients can connect.
@@ -223,6 +224,13 @@ class ControlServer:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
+    def _ok(self, payload: dict) -> bytes:
+        """:func:`~governor.protocol.ok`, encoding a payload sent just before once (a handler
+        hands every watcher the same status object, and never modifies a payload it gave)."""
+        if self._encoded is None or self._encoded[0] is not payload:
+            self._encoded = (payload, ok(payload))
+        return self._encoded[1]
+
     async def _send(self, writer: asyncio.StreamWriter, reply: bytes) -> None:
         """Send one reply line; a client that does not read it within ``write_timeout_s`` is
         cut off (StalledClient), so a reader that stopped holds at most one reply."""
@@ -252,7 +260,7 @@ class ControlServer:
     async def _reply(self, request: Request, peer: Peer) -> bytes:
         """The reply line for one request; never raises (a bug becomes an ``internal`` reply)."""
         try:
-            return ok(await self.handler.handle(request, peer))
+            return self._ok(await self.handler.handle(request, peer))
         except RequestError as refused:
             return error(refused.code, refused.message)
         except Exception:
@@ -280,7 +288,7 @@ class ControlServer:
                     payload = step.result()
                 except StopAsyncIteration:
                     return
-                await self._send(writer, ok(payload))
+                await self._send(writer, self._ok(payload))
         except RequestError as refused:
             await self._send(writer, error(refused.code, refused.message))
         except asyncio.CancelledError:

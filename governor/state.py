@@ -2,7 +2,7 @@
 
 The cgroup tree is the truth about which tasks live; the metadata kept beside it (owner,
 declared demand, command, start time) is what the tree cannot hold. Each task's record is one
-JSON file ``<state_dir>/<task id>.json``, written atomically (write a temporary file, fsync,
+JSON file ``<state_dir>/<task id>.json``, written atomically (write a temporary file, then
 rename) so a daemon killed mid-write leaves either the old record or the new one, never half.
 """
 
@@ -13,8 +13,8 @@ import json
 import math
 import os
 import stat
-import tempfile
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, KeysView
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -87,7 +87,9 @@ class Tasks:
     """Running tasks by id, with per-group views. Insertion order is launch order.
 
     Each group's summed demand D_g is kept per group and recomputed only for a group whose tasks
-    changed, so a refill on a host of thousands of tasks does not sum them all again.
+    changed, so a refill on a host of thousands of tasks does not sum them all again; so are the
+    counts a launch, a refill and an exit ask for (launches per uid, login sessions, tasks below
+    governor's root per group).
     """
 
     def __init__(self) -> None:
@@ -95,11 +97,19 @@ class Tasks:
         self._by_pid: dict[int, str] = {}
         self._groups: dict[str, dict[str, Task]] = {}
         self._sums: dict[str, dict[str, float]] = {}
+        self._launched: Counter[int] = Counter()  # uid → tasks it launched (not sessions)
+        self._logins: dict[str, Task] = {}
+        self._inside: Counter[str] = Counter()  # group → its tasks below governor's root
 
     def add(self, task: Task) -> None:
         self._tasks[task.id] = task
         if not task.is_session:  # a session's first process may launch a task of its own
             self._by_pid[task.pid] = task.id
+            self._launched[task.uid] += 1
+        if task.is_login:
+            self._logins[task.id] = task
+        else:
+            self._inside[task.group] += 1
         self._groups.setdefault(task.group, {})[task.id] = task
         self._sums.pop(task.group, None)
 
@@ -109,6 +119,9 @@ class Tasks:
             return None
         if self._by_pid.get(task.pid) == task_id:
             del self._by_pid[task.pid]
+        _drop(self._launched, task.uid, not task.is_session)
+        if self._logins.pop(task_id, None) is None:
+            _drop(self._inside, task.group, True)
         members = self._groups[task.group]
         del members[task_id]
         if not members:
@@ -130,6 +143,19 @@ class Tasks:
     def __len__(self) -> int:
         return len(self._tasks)
 
+    def launched_by(self, uid: int) -> int:
+        """How many running tasks ``uid`` launched (sessions not counted)."""
+        return self._launched[uid]
+
+    def logins(self) -> list[Task]:
+        """The login sessions, in the order they started."""
+        return list(self._logins.values())
+
+    def inside(self) -> KeysView[str]:
+        """The groups with a task below governor's root (a group of login sessions alone has
+        no cgroup there)."""
+        return self._inside.keys()
+
     def groups(self) -> dict[str, list[Task]]:
         """Group → its tasks, for groups with at least one task, in the order the groups got
         their first task."""
@@ -148,6 +174,13 @@ class Tasks:
                     total[resource] = total.get(resource, 0.0) + amount
             self._sums[group] = total
         return {group: self._sums[group] for group in self._groups}
+
+
+def _drop(counter: Counter, key, counted: bool) -> None:
+    if counted:
+        counter[key] -= 1
+        if not counter[key]:
+            del counter[key]
 
 
 class TaskStore:
@@ -197,14 +230,17 @@ class TaskStore:
         return task_id
 
     def save(self, task: Task) -> None:
-        """Write ``task``'s record atomically."""
+        """Write ``task``'s record atomically (a reader sees the old record or the new one).
+
+        Not synced to disk: a record must outlive the daemon, not the host, whose reboot ends
+        every task it describes (and an fsync per launch cost more than the launch's writes).
+        """
         target = self.directory / f"{task.id}.json"
+        temporary = self.directory / f".{task.id}.tmp"  # the daemon is the directory's one writer
         try:
-            fd, temporary = tempfile.mkstemp(dir=self.directory, prefix=f".{task.id}.", suffix=".tmp")
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             with os.fdopen(fd, "w") as stream:
                 json.dump(asdict(task), stream)
-                stream.flush()
-                os.fsync(stream.fileno())
             os.replace(temporary, target)
         except OSError as error:
             raise GovernorError(f"cannot write task record {target}: {error.strerror}") from None

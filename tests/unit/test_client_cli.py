@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.client import DEFAULT_SOCKET, call, socket_path
+from cli.launch import plain
 from cli.main import main
 from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning, RequestError
 from governor.protocol import LaunchRequest, Peer, StatusRequest
@@ -189,13 +190,34 @@ def test_run_imports_nothing_heavy_up_to_exec(daemon):
     code = ("import os, sys\n"
             f"def report(file, args):\n    {_REPORT}\n    sys.stdout.flush()\n    os._exit(0)\n"
             "os.execvp = report\n"
-            "sys.argv = ['governor', 'run', '--cpus', '1', '--memory', '1G', '--', 'true']\n"
-            "from cli.main import main\nmain()")
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=30,
-                            env={**os.environ, "GOVERNOR_SOCKET": daemon.path})
+            "sys.argv = ['governor', 'run', '--cpus', '1', '--memory=1G', '--', 'true']\n"
+            "from cli.entry import main\nmain()")
+    result = subprocess.run([sys.executable, "-c", code.replace(repr(HEAVY), repr([*HEAVY, "click"]))], cwd=REPO,
+                            capture_output=True, text=True, timeout=30, env={**os.environ, "GOVERNOR_SOCKET": daemon.path})
     assert result.returncode == 0, result.stderr
     assert len(daemon.seen) == 1  # it did talk to the daemon
-    assert json.loads(result.stdout) == []
+    assert json.loads(result.stdout) == []  # not even click: its imports cost 3× Python's start
+
+
+@pytest.mark.parametrize("args, parsed", [
+    (["--cpus", "1.5", "--memory=4G", "--no-wait", "--", "make", "-j4"],
+     {"demand": {"cpu": 1.5, "memory": 4 * 1024**3}, "group": None, "no_wait": True, "socket_option": None,
+      "cmd": ("make", "-j4")}),
+    (["--group", "ops", "--socket", "/s", "ls", "--", "-l"],
+     {"demand": {}, "group": "ops", "no_wait": False, "socket_option": "/s", "cmd": ("ls", "--", "-l")}),
+    (["--io-read", "200M", "--io-write=1G", "dd"],
+     {"demand": {"io_read": 200 * 1024**2, "io_write": 1024**3}, "group": None, "no_wait": False,
+      "socket_option": None, "cmd": ("dd",)}),
+])
+def test_a_plain_run_is_parsed_without_click(args, parsed):
+    assert plain(args) == parsed
+
+
+@pytest.mark.parametrize("args", [["--help", "--", "true"], ["-h", "true"], ["--cpu", "1", "--", "true"],
+                                  ["--cpus", "nan", "true"], ["--cpus", "-0", "true"], ["--memory", "lots", "x"],
+                                  ["--cpus", "1"], ["--group"], ["--no-wait=yes", "true"], []])
+def test_anything_else_goes_to_click_which_reports_it(args):
+    assert plain(args) is None
 
 
 def test_status_json_prints_the_status_object(daemon):

@@ -242,6 +242,46 @@ def test_exits_reported_together_are_one_refill(daemon):
     assert [task.id for task in daemon.tasks] == ["2"]
 
 
+def refill_triggers(daemon):
+    return [e["message"].split(":")[0] for e in daemon.status()["events"] if e["kind"] == "refill"]
+
+
+def test_launches_and_exits_of_one_turn_are_one_refill(daemon):
+    launch(daemon, 100, group="A", cpu=0.5, memory=GIB)
+    daemon.hierarchy.driver.procs["A/task-1"] = []
+    before = len(refill_triggers(daemon))
+
+    async def together():
+        requests = [LaunchRequest(pid=pid, group="B", demand={"cpu": 0.5, "memory": GIB}, command=("work",))
+                    for pid in (200, 300)]
+        async def exit():
+            daemon.check(["1"], "exit", since=0.0)
+
+        launched = [collect(daemon.stream(r, Peer(pid=r.pid, uid=0, gid=0))) for r in requests]
+        return (await asyncio.gather(exit(), *launched))[1:]
+
+    replies = asyncio.run(together())
+    assert [r[-1]["task"] for r in replies] == ["2", "3"]
+    assert refill_triggers(daemon)[before:] == ["refill after exit of task 1, launch of 2 tasks"]
+    assert daemon.filling["delay_ms"] > 1000 * 1000  # measured from the first event's time
+    assert not daemon.queue  # the started left it at once
+
+
+def test_a_refill_that_came_first_makes_the_batch_skip_its_own(daemon):
+    launch(daemon, 100, group="A", cpu=0.5, memory=GIB)
+    daemon.hierarchy.driver.procs["A/task-1"] = []
+    before = len(refill_triggers(daemon))
+
+    async def exit_then_weight():
+        daemon.check(["1"], "exit")
+        daemon.set_weight("B", 2.0, "root")  # settles now, exit included
+        await asyncio.sleep(0)
+
+    asyncio.run(exit_then_weight())
+    assert refill_triggers(daemon)[before:] == ["refill after weight of B"]
+    assert daemon.allocation is None and daemon._batch is None
+
+
 def test_a_task_whose_cgroup_cannot_be_read_is_kept_not_dropped(daemon):
     # Out of file descriptors, the reconcile pass cannot read cgroup.procs: that is no proof the
     # task ended (it once dropped a live task and leaked its cgroup with stale limits).
@@ -527,3 +567,19 @@ def test_borrowed_is_use_above_the_guarantee_beyond_sampling_noise():
     assert _borrowed(used, guarantee) == pytest.approx({"cpu": 0.4})  # memory is never lent
     assert _borrowed({"cpu": 0.505}, guarantee) == {}  # 1 % above: the sample's noise
     assert _borrowed({"cpu": 0.1}, {}) == {"cpu": 0.1}
+
+
+def test_status_is_built_once_per_change_and_shared(daemon):
+    launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+    first = daemon.status()
+    assert daemon.status() is first  # many watchers, one build
+    daemon.set_weight("A", 2.0, "root")
+    assert daemon.status() is not first and daemon.status()["groups"]["A"]["weight"] == 2.0
+
+
+def test_tasks_are_sampled_in_turn_beyond_the_bound(daemon, monkeypatch):
+    monkeypatch.setattr("governor.daemon.SAMPLED_TASKS", 2)
+    for pid in (100, 200, 300):
+        launch(daemon, pid, group="A", cpu=0.1, memory=GIB)
+    turns = [daemon._tasks_to_sample() for _ in range(3)]
+    assert turns == [["A/task-1", "A/task-2"], ["A/task-3", "A/task-1"], ["A/task-2", "A/task-3"]]

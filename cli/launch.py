@@ -1,0 +1,183 @@
+"""What ``governor run`` does once its options are parsed, without click: build the launch
+request, ask the daemon (waiting in its queue if need be), exec the command.
+
+This is the hot path: :mod:`cli.entry` runs it for a plain ``governor run`` without loading
+click (65 ms of imports on a slow host, three times Python's own start), so it imports the
+stdlib client and ``governor.units`` only; a test checks that click, rich, psutil, SciPy and
+the allocator stay unloaded up to the exec.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import sys
+
+# Exit statuses a shell uses when it cannot run a command.
+EXIT_NOT_FOUND = 127
+EXIT_CANNOT_EXECUTE = 126
+# sysexits.h EX_TEMPFAIL: --no-wait and the task's memory does not fit now.
+EXIT_WOULD_WAIT = 75
+# 128 + SIGINT, as a shell reports a Ctrl-C.
+EXIT_INTERRUPTED = 130
+# How long to wait for a restarting daemon before giving up a queued launch.
+RESTART_GRACE_S = 60.0
+
+
+# ``governor run``'s options that take a value → :func:`start`'s keyword (cli/run.py has the help).
+_VALUED = {"--group": "group", "--cpus": "cpus", "--memory": "memory", "--io-read": "io_read",
+           "--io-write": "io_write", "--socket": "socket_option"}
+
+
+def cores(value: float) -> float:
+    """A CPU demand in cores: finite and > 0 (raises ValueError otherwise)."""
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"must be a number of cores > 0, got {value}")
+    return value
+
+
+def size(text: str) -> int:
+    """A size like ``4G`` (K/M/G/T are powers of 1024) as whole bytes, rounded to the nearest
+    (raises ValueError)."""
+    from governor.units import parse_quantity
+
+    return round(parse_quantity(text))
+
+
+def plain(args: list[str]) -> dict | None:
+    """The arguments after ``run`` as :func:`start`'s keywords when they are plain: only run's
+    own options, each with a valid value, then the command. None for anything else (help, an
+    unknown option, a bad value, no command), which the click command then parses and reports.
+    """
+    values: dict[str, str] = {}
+    no_wait = False
+    at = 0
+    while at < len(args) and args[at].startswith("-"):
+        name, given, value = args[at].partition("=")
+        at += 1
+        if name == "--" and not given:
+            break
+        if name == "--no-wait" and not given:
+            no_wait = True
+            continue
+        if name not in _VALUED or (not given and at == len(args)):
+            return None
+        if not given:
+            value, at = args[at], at + 1
+        values[_VALUED[name]] = value
+    cmd = tuple(args[at:])
+    if not cmd:
+        return None
+    try:
+        demand = {"cpu": cores(float(values["cpus"])) if "cpus" in values else None,
+                  **{key: size(values[key]) if key in values else None for key in ("memory", "io_read", "io_write")}}
+    except ValueError:
+        return None
+    return {"demand": {key: value for key, value in demand.items() if value is not None}, "group": values.get("group"),
+            "no_wait": no_wait, "socket_option": values.get("socket_option"), "cmd": cmd}
+
+
+def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | None, cmd: tuple[str, ...]) -> None:
+    """Have the daemon govern this process with ``demand`` (cores, bytes, bytes/s), then exec
+    ``cmd``; never returns. A command that cannot run exits 127 or 126, as in a shell.
+
+    Raises:
+        DaemonNotRunning, DaemonError: the daemon is not there or refused (the caller prints
+            one line and exits 1).
+    """
+    from cli.client import socket_path
+
+    request = {"op": "launch", "pid": os.getpid(), "group": group, "demand": demand, "command": list(cmd),
+               "wait": not no_wait}
+    started = _launch(socket_path(socket_option), request)
+    if started.get("nested"):
+        _say(f"governor: already in task {started.get('task')} (group {started.get('group')}): "
+             f"{cmd[0]} runs there, with that task's caps")
+    try:
+        os.execvp(cmd[0], cmd)
+    except OSError as exc:
+        # Like a shell: 127 when the command does not exist, 126 when it exists but cannot run.
+        if exc.errno == errno.ENOENT:
+            reason, status = "command not found", EXIT_NOT_FOUND
+        elif exc.errno in (errno.EACCES, errno.EPERM):
+            reason, status = "permission denied", EXIT_CANNOT_EXECUTE
+        else:
+            reason, status = exc.strerror or str(exc), EXIT_CANNOT_EXECUTE
+        _say(f"governor: {cmd[0]}: {reason}")
+        sys.exit(status)
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _launch(path: str, request: dict) -> dict:
+    """Ask the daemon to start this process as a task, waiting in its queue if need be; the
+    started task's payload (``nested``: this process already was in that task)."""
+    import time
+
+    from cli.client import QueueInterrupted, launch
+    from governor.errors import DaemonError, DaemonNotRunning
+
+    line = _QueueLine()
+    restarted_by = None  # once the daemon went away: how long to wait for it to come back
+    try:
+        while True:
+            try:
+                return launch(path, request, line.show)
+            except QueueInterrupted:
+                line.note("the daemon went away; queueing again when it is back")
+                restarted_by = time.monotonic() + RESTART_GRACE_S
+            except DaemonNotRunning:
+                if restarted_by is None or time.monotonic() > restarted_by:
+                    raise
+                time.sleep(0.5)
+    except DaemonError as error:
+        if error.code != "would_wait":
+            raise
+        line.done()
+        _say(f"governor: error: {error.message} (--no-wait given)")
+        sys.exit(EXIT_WOULD_WAIT)
+    except KeyboardInterrupt:
+        line.done()
+        _say("governor: left the queue; nothing was started")
+        sys.exit(EXIT_INTERRUPTED)
+    finally:
+        line.done()
+
+
+class _QueueLine:
+    """The "waiting" message on stderr: rewritten in place on a terminal, one line per change
+    otherwise (logs, pipes)."""
+
+    def __init__(self) -> None:
+        self.live = sys.stderr.isatty()
+        self.shown = False
+
+    def show(self, place: dict) -> None:
+        from governor.units import format_size
+
+        holders = ", ".join(f"{h['group']} {format_size(h['memory'])}" for h in place.get("held_by", []))
+        text = (f"governor: queued (position {place.get('position', '?')}): waiting for "
+                f"{format_size(place.get('waiting_for', 0))} of memory to free"
+                + (f", held by {holders}" if holders else "") + "; Ctrl-C leaves the queue")
+        self._write(text)
+
+    def note(self, text: str) -> None:
+        self._write(f"governor: {text}")
+
+    def done(self) -> None:
+        if self.live and self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+        self.shown = False
+
+    def _write(self, text: str) -> None:
+        if self.live:
+            sys.stderr.write("\r\x1b[K" + text)
+        else:
+            sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+        self.shown = True
