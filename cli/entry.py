@@ -31,4 +31,4 @@ def main() -> None:
                 sys.exit(EXIT_FAILURE)
     from cli.main import main as commands
 
-    commands()
+    commands(prog_name="governor")

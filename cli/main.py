@@ -50,7 +50,7 @@ class _Group(click.Group):
             raise Failure(str(error), EXIT_FAILURE) from error
 
 
-@click.group(cls=_Group)
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="governor", prog_name="governor")
 def main() -> None:
     """Share one Linux host among user groups with Dominant Resource Fairness."""

@@ -34,7 +34,9 @@ def _bytes(ctx: click.Context, param: click.Parameter, value: str | None) -> int
         raise click.BadParameter(str(exc)) from None
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+# Options end at the command's name: `governor run ls -l` gives -l to ls. Before it, an
+# option run does not know is an error (with click's "did you mean"), not a command to run.
+@click.command(context_settings={"allow_interspersed_args": False})
 @click.option("--group", help="Group to run in (default: the daemon picks yours).")
 @click.option("--cpus", type=float, callback=_cores, help="CPU demand in cores, e.g. 1.5.")
 @click.option("--memory", metavar="SIZE", callback=_bytes, help="Memory demand, e.g. 4G.")

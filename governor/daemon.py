@@ -40,8 +40,8 @@ import os
 import signal
 import time
 from collections import deque
-from dataclasses import dataclass
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 import psutil
 

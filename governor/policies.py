@@ -57,12 +57,17 @@ def ceei(capacity: Vector, groups: Sequence[GroupDemand], *, mode: Mode = "conti
 
     Raises:
         AllocationInputError: bad input, or ``mode="discrete"``.
-        GovernorError: the solver did not converge.
+        GovernorError: SciPy is not installed (the ``ceei`` extra), or the solver did not
+            converge.
     """
     if mode != "continuous":
         raise AllocationInputError("CEEI is defined for divisible tasks only: use mode 'continuous'")
-    import numpy as np
-    from scipy.optimize import minimize
+    try:
+        import numpy as np
+        from scipy.optimize import minimize
+    except ImportError:
+        raise GovernorError("the CEEI policy needs SciPy, which is not installed here: install governor's "
+                            "'ceei' extra, or scipy, into its environment (e.g. pip install scipy)") from None
 
     problem = normalize(capacity, groups)
     resources = range(len(problem.resources))

@@ -257,3 +257,13 @@ def test_allocation_json_numbers():
 )
 def test_format_share(value, text):
     assert format_share(value) == text
+
+
+def test_ceei_without_scipy_says_what_to_install(monkeypatch):
+    # SciPy is an extra (216 MB with numpy): a host without it gets one line, not a traceback.
+    monkeypatch.setitem(sys.modules, "scipy", None)
+    monkeypatch.setitem(sys.modules, "scipy.optimize", None)
+    result = run(PAPER, "--policy", "ceei")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("governor: error: the CEEI policy needs SciPy")
+    assert "Traceback" not in result.output

@@ -31,7 +31,7 @@ from status_sample import STATUS
 REPO = Path(__file__).resolve().parents[2]
 G = 1024**3
 M = 1024**2
-GOVERNOR = [sys.executable, "-c", "from cli.main import main; main(prog_name='governor')"]
+GOVERNOR = [sys.executable, "-c", "from cli.entry import main; main()"]  # as the console script
 
 
 class FakeDaemon:
@@ -169,6 +169,28 @@ def test_run_bad_flags_are_usage_errors(args, tmp_path):
     result = CliRunner().invoke(main, ["run", "--socket", str(tmp_path / "absent.sock"), *args])
     assert result.exit_code == 2, result.output
     assert "Usage:" in result.output and "daemon" not in result.output
+
+
+def test_run_help_is_help_not_a_command(daemon):
+    for flag in ("-h", "--help"):
+        result, _ = governor("run", flag, "--", "true", socket_path=daemon.path)
+        assert result.returncode == 0 and "Usage: governor run" in result.stdout, result.stderr
+    result, _ = governor("status", "-h", socket_path=daemon.path)
+    assert result.returncode == 0 and "Usage: governor status" in result.stdout
+    assert not daemon.seen  # nothing was launched
+
+
+def test_an_unknown_run_option_is_an_error_with_a_suggestion_not_a_command(daemon):
+    result, _ = governor("run", "--cpu", "1", "--", "true", socket_path=daemon.path)
+    assert result.returncode == 2
+    assert "No such option '--cpu'" in result.stderr and "Did you mean '--cpus'" in result.stderr
+    assert not daemon.seen
+
+
+def test_options_after_the_command_are_the_commands(daemon):
+    result, _ = governor("run", "sh", "-c", "echo ran $0", "--cpus", socket_path=daemon.path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ran --cpus\n"
 
 
 HEAVY = ["rich", "scipy", "numpy", "psutil", "cgroupspy", "asyncio", "governor.drf", "governor.policies",
