@@ -4,6 +4,10 @@ The units come from ``configs/`` of this checkout. governor.service's ExecStart 
 the governor executable this command runs from (or ``--prefix``), and ``/etc/governor/governor.toml``
 is created from ``configs/governor.toml`` only if it does not exist: an existing config is never
 overwritten. Then ``systemctl daemon-reload``, so ``systemctl start governor`` sees the units.
+
+Refused before anything is written: an executable the unit could not run (its sandbox hides
+``/tmp`` and ``/var/tmp`` with ``PrivateTmp=``, homes with ``ProtectHome=yes``), and, when
+installing into ``/``, a host whose PID 1 is not systemd.
 """
 
 from __future__ import annotations
@@ -38,6 +42,16 @@ def install_systemd(prefix: str | None, root_dir: str, dry_run: bool) -> None:
     executable = _executable(prefix)
     root = Path(root_dir)
     files = {root / UNIT_DIR / name: (configs / name).read_text() for name in UNITS}
+    hidden = hidden_from_unit(files[root / UNIT_DIR / "governor.service"], executable)
+    if hidden:
+        raise GovernorError(f"{executable}: governor.service could not run it: {hidden}. Install governor "
+                            "where the unit sees it (e.g. python3 -m venv /opt/governor), or give --prefix DIR")
+    init = _pid1()
+    if root.resolve() == Path("/") and init != "systemd":
+        message = f"PID 1 is {init or 'unknown'}, not systemd: this host does not run systemd units"
+        if not dry_run:
+            raise GovernorError(f"{message} (--root DIR stages the files for another host)")
+        click.echo(f"# {message}; an install would stop here")
     files[root / UNIT_DIR / "governor.service"] = with_executable(files[root / UNIT_DIR / "governor.service"],
                                                                    executable)
     config = root / CONFIG
@@ -74,6 +88,35 @@ def install_systemd(prefix: str | None, root_dir: str, dry_run: bool) -> None:
         click.echo("ran systemctl daemon-reload; start with: systemctl enable --now governor")
     else:
         click.echo(f"systemd is not managing {root}: no daemon-reload")
+
+
+# What a unit's sandboxing hides from its processes (systemd.exec(5)): setting → hidden trees.
+_HIDING = {"PrivateTmp": {"yes": ("/tmp", "/var/tmp"), "true": ("/tmp", "/var/tmp")},
+           "ProtectHome": {value: ("/home", "/root", "/run/user") for value in ("yes", "true", "tmpfs")}}
+
+
+def hidden_from_unit(unit: str, executable: str) -> str | None:
+    """Why the unit's sandbox hides ``executable`` (its real path) from the service, or None.
+    Only the settings governor.service uses are read: ``PrivateTmp=`` and ``ProtectHome=``
+    (``read-only`` still lets it run)."""
+    import os
+
+    real = os.path.realpath(executable)
+    for line in unit.splitlines():
+        key, _, value = line.strip().partition("=")
+        for tree in _HIDING.get(key, {}).get(value.strip().lower(), ()):
+            if real == tree or real.startswith(tree + "/"):
+                return f"the unit's {key}={value.strip()} hides {tree} from it"
+    return None
+
+
+def _pid1() -> str:
+    """The name of PID 1 (``systemd`` on a systemd host), "" if it cannot be read."""
+    try:
+        with open("/proc/1/comm") as comm:
+            return comm.read().strip()
+    except OSError:
+        return ""
 
 
 def _executable(prefix: str | None) -> str:

@@ -1,17 +1,28 @@
 """``governor install-systemd`` into a temporary root, and the units' paths agreeing with each other.
 (The units under a real systemd: tests/system/.)"""
 
+import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from cli.install_systemd import TEMPLATE_EXECUTABLE, with_executable
+from cli.install_systemd import TEMPLATE_EXECUTABLE, hidden_from_unit, with_executable
 from cli.main import main
 from governor.errors import GovernorError
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+@pytest.fixture
+def visible():
+    """A directory governor.service could run a program from (its PrivateTmp= hides /tmp)."""
+    where = Path(tempfile.mkdtemp(dir="/run" if os.access("/run", os.W_OK) else Path.home(), prefix="gov-test-"))
+    yield where
+    shutil.rmtree(where)
 
 
 def _fake_governor(tmp_path: Path) -> Path:
@@ -26,8 +37,8 @@ def _settings(unit: str, key: str) -> list[str]:
     return re.findall(rf"^{key}=(.*)$", unit, re.MULTILINE)
 
 
-def test_install_writes_units_with_the_executable_and_a_config(tmp_path):
-    bin_dir = _fake_governor(tmp_path)
+def test_install_writes_units_with_the_executable_and_a_config(tmp_path, visible):
+    bin_dir = _fake_governor(visible)
     result = CliRunner().invoke(main, ["install-systemd", "--prefix", str(bin_dir), "--root", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
     units = tmp_path / "r/etc/systemd/system"
@@ -39,19 +50,19 @@ def test_install_writes_units_with_the_executable_and_a_config(tmp_path):
     assert "no daemon-reload" in result.output
 
 
-def test_install_never_overwrites_an_existing_config(tmp_path):
+def test_install_never_overwrites_an_existing_config(tmp_path, visible):
     config = tmp_path / "r/etc/governor/governor.toml"
     config.parent.mkdir(parents=True)
     config.write_text("[groups.mine]\nusers = ['me']\n")
-    result = CliRunner().invoke(main, ["install-systemd", "--prefix", str(_fake_governor(tmp_path)),
+    result = CliRunner().invoke(main, ["install-systemd", "--prefix", str(_fake_governor(visible)),
                                        "--root", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
     assert config.read_text() == "[groups.mine]\nusers = ['me']\n"
     assert f"kept {config} (exists)" in result.output
 
 
-def test_dry_run_prints_the_units_and_writes_nothing(tmp_path):
-    bin_dir = _fake_governor(tmp_path)
+def test_dry_run_prints_the_units_and_writes_nothing(tmp_path, visible):
+    bin_dir = _fake_governor(visible)
     result = CliRunner().invoke(main, ["install-systemd", "--dry-run", "--prefix", str(bin_dir),
                                        "--root", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
@@ -98,3 +109,46 @@ def test_the_daemon_root_is_inside_the_tasks_unit_cgroup():
     assert f"> {unit_cgroup}/holder/cgroup.procs" in _settings(tasks, "ExecStartPost")[0]
     assert _settings(service, "BindsTo") == ["governor-tasks.service"]
     assert not _settings(tasks, "BindsTo") and not _settings(tasks, "PartOf")
+
+
+@pytest.mark.parametrize("path, hidden", [
+    ("/tmp/clone/.venv/bin/governor", "PrivateTmp=yes hides /tmp"),
+    ("/var/tmp/v/bin/governor", "PrivateTmp=yes hides /var/tmp"),
+    ("/opt/governor/bin/governor", None),
+    ("/home/alice/.local/bin/governor", None),  # ProtectHome=read-only: still runs
+    ("/tmpfoo/bin/governor", None),
+])
+def test_what_the_shipped_unit_hides(path, hidden):
+    found = hidden_from_unit((CONFIGS / "governor.service").read_text(), path)
+    assert (found is None) if hidden is None else (hidden in found)
+
+
+def test_protect_home_yes_hides_homes_and_links_are_followed(tmp_path):
+    unit = "[Service]\nProtectHome=yes\n"
+    assert "hides /root" in hidden_from_unit(unit, "/root/.venv/bin/governor")
+    (tmp_path / "link").symlink_to("/home/alice/bin")
+    assert "hides /home" in hidden_from_unit(unit, str(tmp_path / "link" / "governor"))
+
+
+def test_an_executable_the_unit_cannot_see_is_refused_before_writing(tmp_path):
+    bin_dir = _fake_governor(tmp_path)  # under /tmp
+    result = CliRunner().invoke(main, ["install-systemd", "--prefix", str(bin_dir), "--root", str(tmp_path / "r")])
+    assert result.exit_code == 1
+    assert "governor.service could not run it: the unit's PrivateTmp=yes hides /tmp" in result.output
+    assert "/opt/governor" in result.output and not (tmp_path / "r").exists()
+
+
+def test_without_systemd_as_pid_1_nothing_is_written(visible, monkeypatch):
+    bin_dir = _fake_governor(visible)
+    monkeypatch.setattr("cli.install_systemd._pid1", lambda: "init")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("install-systemd wrote a file")
+
+    monkeypatch.setattr(Path, "write_text", refuse)
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    result = CliRunner().invoke(main, ["install-systemd", "--prefix", str(bin_dir), "--root", "/"])
+    assert result.exit_code == 1, result.output
+    assert "PID 1 is init, not systemd" in result.output and "--root DIR" in result.output
+    dry = CliRunner().invoke(main, ["install-systemd", "--dry-run", "--prefix", str(bin_dir), "--root", "/"])
+    assert dry.exit_code == 0 and dry.output.startswith("# PID 1 is init, not systemd") and "would stop here" in dry.output
