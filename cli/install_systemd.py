@@ -1,6 +1,7 @@
 """``governor install-systemd``: install governor.service and governor-tasks.service.
 
-The units come from ``configs/`` of this checkout. governor.service's ExecStart is pointed at
+The units come from ``configs/``, installed with governor as the package data
+``governor.configs`` (a wheel, pipx or a checkout alike). governor.service's ExecStart is pointed at
 the governor executable this command runs from (or ``--prefix``), and ``/etc/governor/governor.toml``
 is created from ``configs/governor.toml`` only if it does not exist: an existing config is never
 overwritten. Then ``systemctl daemon-reload``, so ``systemctl start governor`` sees the units.
@@ -31,14 +32,19 @@ TEMPLATE_EXECUTABLE = "/usr/local/bin/governor"
 def install_systemd(prefix: str | None, root_dir: str, dry_run: bool) -> None:
     """Install the systemd units (and a config if there is none), then daemon-reload."""
     import subprocess
+    from importlib.resources import files
     from pathlib import Path
 
     from governor.errors import GovernorError
 
-    configs = Path(__file__).resolve().parents[1] / "configs"
-    if not (configs / "governor.service").is_file():
-        raise GovernorError(f"{configs}: no unit files here; install-systemd runs from a governor checkout "
-                            "(scripts/setup installs it in editable mode)")
+    try:
+        configs = files("governor.configs")
+        found = (configs / "governor.service").is_file()
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        raise GovernorError("governor's unit files are not installed with it (package data governor.configs): "
+                            "reinstall governor")
     executable = _executable(prefix)
     root = Path(root_dir)
     files = {root / UNIT_DIR / name: (configs / name).read_text() for name in UNITS}

@@ -11,3 +11,18 @@ wait_for() {
         sleep 0.5
     done
 }
+
+# install_governor: governor as a sysadmin installs it, a wheel in a venv under /opt, outside
+# the checkout (whose path the unit may not see: PrivateTmp= hides /tmp). The VM has no network
+# and no ensurepip: tests/system/test_systemd_vm.py builds the wheelhouse on the host, and pip
+# runs from its own wheel. Sets $gov and $py.
+install_governor() {
+    local wheels=$PWD/build/vm-wheelhouse pip
+    pip=$(ls "$wheels"/pip-*.whl 2>/dev/null | head -1)
+    [ -n "$pip" ] || { echo "no pip wheel in $wheels: tests/system/test_systemd_vm.py builds it on the host"; exit 2; }
+    python3 -m venv --without-pip /opt/governor
+    /opt/governor/bin/python "$pip/pip" install --quiet --disable-pip-version-check --no-index \
+        --find-links "$wheels" governor
+    gov=/opt/governor/bin/governor
+    py=/opt/governor/bin/python
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # governor under a real systemd: the installed units, and what restart, kill -9, a refused
 # reload and stop do to running tasks. Run from the repo root inside the systemd VM, with the
-# .venv built on the host (the VM has no network):
+# wheelhouse the test builds on the host (the VM has no network):
 #
 #     ../shared/vm/run-in-systemd-vm ./tests/system/run.sh
 #
@@ -16,12 +16,11 @@ cd "$(dirname "$0")/../.."
 export PYTHONDONTWRITEBYTECODE=1   # keep the shared checkout free of root-owned caches
 
 repo=$PWD
-gov=$repo/.venv/bin/governor
-py=$repo/.venv/bin/python
-tasks="$py $repo/tests/system/tasks.py"
 config=/etc/governor/governor.toml
 work=$(mktemp -d)
 . tests/system/lib.sh
+install_governor
+tasks="$py $repo/tests/system/tasks.py"
 die() { echo "FAIL: $*"; journalctl -u governor -u governor-tasks --no-pager -n 60 || true; exit 1; }
 count_status_tasks() { [ "$($gov status --json | $py -c 'import json,sys; s=json.load(sys.stdin); print(sum(len(g["tasks"]) for g in s["groups"].values()))')" = "$1" ]; }
 main_pid() { systemctl show -p MainPID --value governor; }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sessions on a systemd host (issue 9): a user's real PAM login (su -l, through pam_systemd) is
 # governed where logind put it, in the user's slice, with limits set through systemd. Run from
-# the repo root inside the systemd VM with logind (the VM has no network; .venv built on the host):
+# the repo root inside the systemd VM with logind (the VM has no network: the test builds a
+# wheelhouse on the host):
 #
 #     ../shared/vm/run-in-systemd-vm --full ./tests/system/sessions.sh
 #
@@ -15,9 +16,8 @@ fi
 cd "$(dirname "$0")/../.."
 export PYTHONDONTWRITEBYTECODE=1
 
-gov=$PWD/.venv/bin/governor
-py=$PWD/.venv/bin/python
 . tests/system/lib.sh
+install_governor
 die() { echo "FAIL: $*"; journalctl -u governor --no-pager -n 60 || true; exit 1; }
 systemctl is-active --quiet systemd-logind || { echo "sessions.sh: no logind: run it with run-in-systemd-vm --full"; exit 2; }
 

@@ -1,7 +1,8 @@
 """governor's systemd units under a real systemd: tests/system/run.sh in ../shared/vm/run-in-systemd-vm.
 
 One VM boot (Debian bookworm, systemd 252, cgroup v2) runs the whole script: ~3 minutes under
-emulation, plus ~100 s the first time to build the image. The script prints one line per case;
+emulation, plus ~100 s the first time to build the image. governor is installed in the VM from
+a wheelhouse built here (build/vm-wheelhouse) into /opt/governor, as a sysadmin would. The script prints one line per case;
 this test streams its output and requires every case to have killed no task.
 """
 
@@ -32,13 +33,21 @@ def _skip_reason() -> str | None:
         return f"no {VM}"
     if not shutil.which("qemu-system-x86_64") and not shutil.which("apt-get"):
         return "no QEMU, and no apt-get to install it"
-    if not (REPO / ".venv" / "bin" / "governor").exists():
-        return "no .venv (scripts/setup): the VM has no network to build one"
     return None
+
+
+def _wheelhouse() -> None:
+    """Wheels of governor, its dependencies and pip in build/vm-wheelhouse (the VM, which has
+    no network, installs governor from them into /opt, as a sysadmin would)."""
+    wheels = REPO / "build" / "vm-wheelhouse"
+    shutil.rmtree(wheels, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+                    "-w", str(wheels), str(REPO), "pip"], check=True)
 
 
 def _run_in_vm(script: str, *options: str) -> list[str]:
     """Run ``script`` in one systemd VM boot, streaming its output; its lines, once it passed."""
+    _wheelhouse()
     proc = subprocess.Popen([str(VM), *options, "--timeout", "900", script], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
