@@ -275,6 +275,16 @@ class CgroupV1Driver(Driver):
             populated=self._populated(self.path("cpu", rel)),
         )
 
+    def populated(self, rel: str) -> bool:
+        """Whether cgroup ``rel`` or a cgroup below it holds a process, from the cpu hierarchy
+        alone: a process joins every hierarchy at once, so one ``cgroup.procs`` read tells,
+        not one per hierarchy (every exit and every reconcile asks).
+
+        Raises:
+            CgroupReadError: it cannot be read (``vanished``: it is gone).
+        """
+        return self._populated(self.path("cpu", rel))
+
     def _populated(self, directory: Path) -> bool:
         if parse_pids(read_file(directory, "cgroup.procs")):
             return True

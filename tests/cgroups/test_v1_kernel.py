@@ -74,12 +74,14 @@ def test_cpu_quota_holds_busy_child(v1, record_property):
     assert child_cores > 0
     stats = driver.read_stats("g")
     assert stats.populated and driver.read_stats("g/t").populated
+    assert driver.populated("g") and driver.populated("g/t")
     assert stats.cpu_nr_throttled > 0 and stats.cpu_throttled_usec > 0
     assert stats.cpu_usage_usec >= 0.3 * 2.0e6 * 0.8
     assert 0 < stats.memory_current_bytes < 1 << 30
     busy.kill()
     busy.wait()
     assert not driver.read_stats("g").populated
+    assert not driver.populated("g") and not driver.populated("g/t")
 
 
 def test_apply_diff_reset_and_cpuset_on_real_files(v1):
