@@ -41,7 +41,9 @@ def _wheelhouse() -> None:
     no network, installs governor from them into /opt, as a sysadmin would)."""
     wheels = REPO / "build" / "vm-wheelhouse"
     shutil.rmtree(wheels, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+    # --use-pep517: cgroupspy ships only an sdist, whose legacy build needs the wheel package,
+    # which a fresh venv lacks; an isolated build brings its own.
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--use-pep517",
                     "-w", str(wheels), str(REPO), "pip"], check=True)
 
 
