@@ -1,4 +1,5 @@
-"""Views of an :class:`~governor.model.Allocation`: rich tables for people, a dict for ``--json``.
+"""Views of an :class:`~governor.model.Allocation` for people: rich tables (its JSON form is
+:meth:`~governor.model.Allocation.to_json`).
 
 Pure: every function returns a value and prints nothing, so tests render to a string.
 
@@ -99,48 +100,6 @@ def filling_table(*, title: str, groups: list[str], capacity: Mapping[str, Numbe
     return table
 
 
-def allocation_json(allocation: Allocation) -> dict:
-    """The allocation as JSON-ready data, amounts in base units (cores, bytes, bytes/s).
-
-    Shape: ``{"mode", "policy", "capacity": {resource: amount}, "groups": {name: {"weight",
-    "tasks", "demanded_tasks", "allocation": {resource: amount}, "dominant_resources",
-    "dominant_share", "stop"}}, "trace": [{"step", "event", "group", "resource", "frozen",
-    "dominant_shares": {name: share}, "allocated": {resource: amount}}]}``. Numbers are ints when
-    integral, floats otherwise; ``tasks`` is always a float in continuous mode and an int in
-    discrete mode; ``demanded_tasks`` is ``None`` for unbounded.
-    """
-    whole_tasks = allocation.mode == "discrete"
-    return {
-        "mode": allocation.mode,
-        "policy": allocation.policy,
-        "capacity": _vector(allocation.capacity),
-        "groups": {
-            name: {
-                "weight": _json_number(group.weight),
-                "tasks": int(group.tasks) if whole_tasks else float(group.tasks),
-                "demanded_tasks": group.demanded_tasks,
-                "allocation": _vector(group.allocation),
-                "dominant_resources": list(group.dominant_resources),
-                "dominant_share": _json_number(group.dominant_share),
-                "stop": group.stop.describe(),
-            }
-            for name, group in allocation.groups.items()
-        },
-        "trace": [
-            {
-                "step": row.step,
-                "event": row.event,
-                "group": row.group,
-                "resource": row.resource,
-                "frozen": list(row.frozen),
-                "dominant_shares": _vector(row.dominant_shares),
-                "allocated": _vector(row.allocated),
-            }
-            for row in allocation.trace
-        ],
-    }
-
-
 def format_share(value: Number, *, percent: bool = True) -> str:
     """A share of the host: ``2/3 (66.7%)`` when exact with a small denominator, else ``66.7%``.
 
@@ -197,13 +156,3 @@ def _whole_units(resource: str, capacity: Fraction) -> int | None:
         scale = next((SUFFIXES[s] for s in ("T", "G", "M", "K") if (capacity / SUFFIXES[s]).denominator == 1), 1)
     units = capacity / scale
     return int(units) if units.denominator == 1 and 1 <= units <= _MAX_DENOMINATOR else None
-
-
-def _vector(values: Mapping[str, Number]) -> dict[str, int | float]:
-    return {name: _json_number(value) for name, value in values.items()}
-
-
-def _json_number(value: Number) -> int | float:
-    if isinstance(value, (int, Fraction)) and Fraction(value).denominator == 1:
-        return int(value)
-    return float(value)

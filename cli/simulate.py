@@ -41,9 +41,7 @@ def simulate(scenario: str, mode: str, policy: str, trace: bool, as_json: bool) 
     if as_json:
         import json
 
-        from cli.render import allocation_json
-
-        click.echo(json.dumps(allocation_json(allocation)))
+        click.echo(json.dumps(allocation.to_json()))
         return
     from rich.console import Console
 

@@ -258,7 +258,8 @@ class Daemon:
         runs = {group: (sum(not t.is_session for t in tasks),
                         list(dict.fromkeys(t.user for t in tasks if t.is_session)))  # login + session: once
                 for group, tasks in self.tasks.groups().items()}
-        return explain(traced, self.capacity, demands, queue_view(self.queue, self.admission), runs)
+        return explain(traced, self.capacity, demands, queue_view(self.queue, self.admission), runs,
+                       configured={rule.name: self._weight(rule.name) for rule in self.config.groups})
 
     def reload(self, trigger: str) -> str:
         """Re-read the config file and put it in force; the old one stays if the new one is bad.
