@@ -3,8 +3,8 @@
 
 Pure: every function returns a value and prints nothing, so tests render to a string.
 
-Resources whose name starts with ``memory`` or ``io`` are bytes or bytes/s and are shown with
-K/M/G/T suffixes; the rest (``cpu``, ``gpu``…) are plain numbers.
+Amounts read as everywhere else (:func:`governor.units.format_amount`): ``memory…`` in bytes
+and ``io.…`` in bytes/s with K/M/G/T suffixes, the rest (``cpu``, ``gpu``…) plain numbers.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from fractions import Fraction
 from rich.table import Table
 
 from governor.model import Allocation, Number, TraceRow
-from governor.units import SUFFIXES, format_number, format_size
+from governor.units import SUFFIXES, format_amount, format_number
 
 _POLICY_NAMES = {"drf": "DRF", "asset": "Asset fairness", "ceei": "CEEI"}
 
@@ -25,7 +25,7 @@ _MAX_DENOMINATOR = 1000
 
 def allocation_table(allocation: Allocation) -> Table:
     """One row per group: weight, tasks, allocation per resource, dominant resource(s) and share, why it stopped."""
-    capacity = ", ".join(f"{r} {_amount(r, v)}" for r, v in allocation.capacity.items())
+    capacity = ", ".join(f"{r} {format_amount(r, v)}" for r, v in allocation.capacity.items())
     table = Table(title=f"{_POLICY_NAMES[allocation.policy]} allocation ({allocation.mode}) — capacity: {capacity}")
     table.add_column("group")
     table.add_column("weight", justify="right")
@@ -43,7 +43,7 @@ def allocation_table(allocation: Allocation) -> Table:
             group.name,
             format_number(group.weight),
             tasks,
-            *(_amount(r, group.allocation[r]) for r in allocation.capacity),
+            *(format_amount(r, group.allocation[r]) for r in allocation.capacity),
             ", ".join(group.dominant_resources),
             format_share(group.dominant_share),
             group.stop.describe(),
@@ -120,10 +120,6 @@ def _event(row: TraceRow) -> str:
     if row.event == "skipped":
         return f"skipped: {row.resource} full"
     return row.event.replace("_", " ")
-
-
-def _amount(resource: str, value: Number) -> str:
-    return format_size(value) if _is_size(resource) else format_number(value)
 
 
 def _is_size(resource: str) -> bool:
