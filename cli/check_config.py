@@ -18,7 +18,7 @@ _ENFORCEMENT_FILES = {
 }
 
 
-@click.command("check-config")
+@click.command("check-config", short_help="Check a config file and summarise it.")
 @click.argument("file", required=False, type=click.Path())
 @click.option("--default", "show_default", is_flag=True,
               help="Print the embedded default config instead, to start a file from.")
@@ -31,6 +31,12 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     leaves something, each governed device exists) and warns, on stderr, of names this host
     does not know (users, Unix groups, the admin group). Sizes print with K/M/G/T suffixes
     (powers of 1024); CPU is in cores.
+
+    \b
+    Examples:
+      governor check-config /etc/governor/governor.toml
+      governor check-config --portable my.toml    # checks that need no host
+      governor check-config --show-default > governor.toml
     """
     # Imported here so `governor run` does not load the config checker.
     from governor.config import DEFAULT_CONFIG, parse_config

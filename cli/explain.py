@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import click
 
+from cli.completion import group_names
 
-@click.command()
-@click.argument("group", required=False)
+
+@click.command(short_help="Why each group gets what it gets.")
+@click.argument("group", required=False, shell_complete=group_names)
 @click.option("--json", "as_json", is_flag=True, help="Print the explain object as one JSON line.")
 @click.option("--socket", "socket_option", metavar="PATH",
               help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
@@ -18,6 +20,12 @@ def explain(group: str | None, as_json: bool, socket_option: str | None) -> None
     its weight and the share it is sure of once it runs one.
 
     Amounts in JSON are base units: cores, bytes, bytes/s; shares are fractions of the host.
+
+    \b
+    Examples:
+      governor explain
+      governor explain physics
+      governor explain physics --json
     """
     import time
 

@@ -88,6 +88,12 @@ def main(verbose: bool) -> None:
 
     Every failure is one line, "governor: error: <what> (<hint>)", and each kind of failure
     has its own exit code (the README lists them).
+
+    \b
+    Examples:
+      governor run --cpus 2 --memory 4G -- make -j2
+      governor status
+      eval "$(_GOVERNOR_COMPLETE=bash_source governor)"    # completion
     """
     # A terminal or a pipe that cannot show "·", "λ" or "…" (PYTHONIOENCODING=ascii, LANG=C on
     # an old Python) gets "?" for them rather than a traceback.
