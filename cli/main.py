@@ -25,6 +25,10 @@ from governor.errors import GovernorError
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILURE", "Failure", "main"]
 
+# A command given no arguments shows its help (click ≥ 8.2 raises this usage error for it):
+# that is help, not a failure to put on one line.
+_HELP_ONLY = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
 
 class Failure(click.ClickException):
     """One line on stderr in governor's style (:mod:`cli.failures`): ``governor: error: <what>
@@ -60,6 +64,8 @@ class _Group(click.Group):
     def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
+        except _HELP_ONLY:
+            raise
         except click.UsageError as error:  # an unknown command or a bad global option
             raise Failure.usage(error) from None
 
@@ -68,6 +74,8 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except Failure as failure:
             failure.verbose = ctx.params.get("verbose", False)
+            raise
+        except _HELP_ONLY:
             raise
         except click.UsageError as error:
             failure = Failure.usage(error)

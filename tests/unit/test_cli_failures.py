@@ -79,6 +79,11 @@ def test_2_usage_error_is_one_line_with_where_to_look():
     assert invoke("nosuchcommand")[0] == 2
 
 
+def test_no_command_at_all_is_help_not_an_error_line():
+    result = CliRunner().invoke(main, [])
+    assert result.output.startswith("Usage:") and "Commands:" in result.output
+
+
 @pytest.mark.parametrize("daemon_code", ["bad_request", "not_found", "exceeds_capacity", "too_large"])
 def test_2_bad_input_the_daemon_refuses(refusing, daemon_code):
     result = governor("run", "--", "true", env={"GOVERNOR_SOCKET": refusing(daemon_code, "demand cpu = 9 cores")})
