@@ -15,12 +15,12 @@ from cli.admin import reload, set_weight
 from cli.check_config import check_config
 from cli.daemon_cmd import daemon
 from cli.explain import explain
+from cli.failures import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, describe, line
 from cli.install_systemd import install_systemd
 from cli.run import run
 from cli.simulate import simulate
 from cli.status import status
 from cli.top import top
-from cli.failures import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, describe, line
 from governor.errors import GovernorError
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILURE", "Failure", "main"]

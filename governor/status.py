@@ -38,8 +38,9 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
     share, stop) with ``demand``, ``guarantee``, ``lambda``, ``limits``, ``usage``,
     ``borrowed``, ``pressure`` and ``tasks``. ``allocation`` is its DRF allocation and
     ``guarantee`` what the kernel protects: the allocation for CPU and I/O, all its admitted
-    memory (``memory.low``); ``demand`` (the sum of its tasks' declarations) is its cap, ``usage`` what it uses, and ``borrowed`` what
-    it uses above its guarantee (idle shares of others, work-conserving; CPU and I/O only).
+    memory (``memory.low``); ``demand`` (the sum of its tasks' declarations) is its cap,
+    ``usage`` what it uses, and ``borrowed`` what it uses above its guarantee (idle shares of
+    others, work-conserving; CPU and I/O only).
     ``fair_level`` is the highest dominant share / weight among the groups: the water level at
     which the last filling stopped the groups a saturated resource held back.
     """
