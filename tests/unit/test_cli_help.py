@@ -74,3 +74,15 @@ def test_explain_on_a_host_of_many_groups_fits_80_columns():
     text = console.export_text()
     assert_readable(text)
     assert all(f"│ group-{i} " in text for i in range(8)) and "│ idle " in text
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_example_uses_options_its_command_has(command):
+    text = at_80(command, "--help")
+    block = text[text.index("Examples:"):text.index("Options:")].splitlines()[1:]
+    known = {opt for param in main.commands[command].params for opt in param.opts}
+    for example in filter(None, (line.strip() for line in block)):
+        words = example.split("#")[0].split("&&")[0].split()  # governor's part of the line
+        words = words[words.index(command) + 1:]
+        used = [w.split("=")[0] for w in words[:words.index("--") if "--" in words else None] if w.startswith("-")]
+        assert set(used) <= known, example
