@@ -35,10 +35,11 @@ from governor.model import TraceRow
 
 
 def explain_renderables(explain: dict, group: str | None = None, *, now: float) -> list[RenderableType]:
-    """Renderables in print order: the capacity, one reason per group (only ``group`` if
-    given; the caller has checked it exists), the tasks waiting for memory (only ``group``'s,
-    if given; nothing when none waits), then the trace table (always every group: the level
-    one group stopped at depends on the others).
+    """Renderables in print order: the capacity, one reason per group, then per configured
+    group with no task (only ``group`` if given; the caller has checked it is one or the
+    other), the tasks waiting for memory (only ``group``'s, if given; nothing when none
+    waits), then the trace table (every step, since the level one group stopped at depends on
+    the others; with ``group``, only its share column).
 
     Args:
         now: the current Unix time in seconds, for how long queued tasks have waited (passed in
