@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from cli.completion import group_names
+
 _SOCKET_HELP = "Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock)."
 
 
@@ -11,19 +13,29 @@ _SOCKET_HELP = "Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/gov
 @click.option("--socket", "socket_option", metavar="PATH", help=_SOCKET_HELP)
 def reload(socket_option: str | None) -> None:
     """Re-read the daemon's config file and refill. A bad file is refused (file, key, reason)
-    and the config in force stays."""
+    and the config in force stays.
+
+    \b
+    Examples:
+      sudo governor reload
+    """
     from cli.client import call, socket_path
 
     reply = call(socket_path(socket_option), {"op": "reload"})
     click.echo(f"reloaded {reply['reloaded']['config']}")
 
 
-@click.command("set-weight")
-@click.argument("group")
+@click.command("set-weight", short_help="Set a group's weight until the next reload.")
+@click.argument("group", shell_complete=group_names)
 @click.argument("weight", type=click.FloatRange(min=0, min_open=True))
 @click.option("--socket", "socket_option", metavar="PATH", help=_SOCKET_HELP)
 def set_weight(group: str, weight: float, socket_option: str | None) -> None:
-    """Give GROUP the WEIGHT (> 0) until the next reload or restart, and refill."""
+    """Give GROUP the WEIGHT (> 0) until the next reload or restart, and refill.
+
+    \b
+    Examples:
+      sudo governor set-weight physics 3
+    """
     from cli.client import call, socket_path
 
     reply = call(socket_path(socket_option), {"op": "set-weight", "group": group, "weight": weight})

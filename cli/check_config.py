@@ -18,7 +18,7 @@ _ENFORCEMENT_FILES = {
 }
 
 
-@click.command("check-config")
+@click.command("check-config", short_help="Check a config file and summarise it.")
 @click.argument("file", required=False, type=click.Path())
 @click.option("--default", "show_default", is_flag=True,
               help="Print the embedded default config instead, to start a file from.")
@@ -31,6 +31,12 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     leaves something, each governed device exists) and warns, on stderr, of names this host
     does not know (users, Unix groups, the admin group). Sizes print with K/M/G/T suffixes
     (powers of 1024); CPU is in cores.
+
+    \b
+    Examples:
+      governor check-config /etc/governor/governor.toml
+      governor check-config --portable my.toml    # checks that need no host
+      governor check-config --default > governor.toml
     """
     # Imported here so `governor run` does not load the config checker.
     from governor.config import DEFAULT_CONFIG, parse_config
@@ -102,27 +108,28 @@ def unknown_names(config: Config) -> list[str]:
 
 def summary(config: Config) -> list[str]:
     """The lines ``check-config`` prints for a checked :class:`~governor.config.Config`."""
-    from governor.units import format_number, format_size
+    from governor.units import format_amount, format_number
 
     lines = ["capacity:"]
     if config.cpu_cores is None:
-        lines.append(f"  cpu: host CPUs minus {format_number(config.reserve_cpu_cores)} reserved")
+        lines.append(f"  cpu: host CPUs minus {format_amount('cpu', config.reserve_cpu_cores)} reserved")
     else:
-        lines.append(f"  cpu: {format_number(config.cpu_cores)} cores (fixed)")
+        lines.append(f"  cpu: {format_amount('cpu', config.cpu_cores, unit=True)} (fixed)")
     if config.memory_bytes is None:
-        lines.append(f"  memory: host memory minus {format_size(config.reserve_memory_bytes)} reserved")
+        lines.append(f"  memory: host memory minus {format_amount('memory', config.reserve_memory_bytes)} reserved")
     else:
-        lines.append(f"  memory: {format_size(config.memory_bytes)} (fixed)")
+        lines.append(f"  memory: {format_amount('memory', config.memory_bytes)} (fixed)")
     for device in config.io_devices:
-        lines.append(f"  io {device.name} ({device.device}): read {format_size(device.read_bps)}/s, "
-                     f"write {format_size(device.write_bps)}/s")
+        lines.append(f"  io {device.name} ({device.device}): read {format_amount('io.read', device.read_bps)}, "
+                     f"write {format_amount('io.write', device.write_bps)}")
     if not config.io_devices:
         lines.append("  io: no block device governed")
 
-    task = f"default task: cpu {format_number(config.task_cpu_cores)}, memory {format_size(config.task_memory_bytes)}"
+    task = (f"default task: cpu {format_amount('cpu', config.task_cpu_cores)}, "
+            f"memory {format_amount('memory', config.task_memory_bytes)}")
     if config.io_devices:
-        task += (f", io read {format_size(config.task_io_read_bps)}/s, "
-                 f"write {format_size(config.task_io_write_bps)}/s on each device")
+        task += (f", io read {format_amount('io.read', config.task_io_read_bps)}, "
+                 f"write {format_amount('io.write', config.task_io_write_bps)} on each device")
     lines.append(task)
     lines.append(f"enforcement: cpu {config.cpu_enforcement} ({_ENFORCEMENT_FILES[config.cpu_enforcement]}), "
                  f"memory {config.memory_enforcement} ({_ENFORCEMENT_FILES[config.memory_enforcement]})")
@@ -142,7 +149,8 @@ def summary(config: Config) -> list[str]:
     if sessions.enabled:
         exempt = f"; exempt {', '.join(sessions.exempt)}" if sessions.exempt else ""
         lines.append(f"sessions: every other process of a governed user, one session each: cpu "
-                     f"{format_number(sessions.cpu_cores)}, memory {format_size(sessions.memory_bytes)}{exempt}")
+                     f"{format_amount('cpu', sessions.cpu_cores)}, "
+                     f"memory {format_amount('memory', sessions.memory_bytes)}{exempt}")
     else:
         lines.append("sessions: off (only governor run is governed)")
     admin = f"root and members of {config.admin_group}" if config.admin_group else "root only"

@@ -12,7 +12,7 @@ import socket
 import struct
 from collections.abc import Callable, Iterator
 
-from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning
+from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning, SocketPermissionError
 
 DEFAULT_SOCKET = "/run/governor/governor.sock"
 _RECV_BYTES = 65536
@@ -34,9 +34,10 @@ def call(socket_path: str, request: dict, timeout: float = 30) -> dict:
 
     Raises:
         DaemonNotRunning: the socket file is missing or nobody listens on it.
-        DaemonError: the daemon answered ``ok: false`` (carries its code and message).
-        ControlSocketError: anything else: no permission, no reply within ``timeout``, the
-            connection closed early, or a reply that is not a JSON object.
+        SocketPermissionError: the caller may not connect to the socket.
+        DaemonError: the daemon answered ``ok: false`` (carries its code, message and op).
+        ControlSocketError: anything else: no reply within ``timeout``, the connection
+            closed early, or a reply that is not a JSON object.
     """
     with _connect(socket_path, timeout) as sock:
         try:
@@ -48,7 +49,7 @@ def call(socket_path: str, request: dict, timeout: float = 30) -> dict:
             raise ControlSocketError(socket_path, f"connection failed: {exc.strerror or exc}") from exc
     if not reply.endswith(b"\n"):
         raise ControlSocketError(socket_path, "the daemon closed the connection without replying")
-    return _payload(socket_path, reply)
+    return _payload(socket_path, reply, request.get("op"))
 
 
 class QueueInterrupted(ControlSocketError):
@@ -108,6 +109,7 @@ def stream(socket_path: str, request: dict, timeout: float = 30) -> Iterator[dic
 
     Raises:
         DaemonNotRunning: the socket file is missing or nobody listens on it.
+        SocketPermissionError: the caller may not connect to the socket.
         DaemonError: the daemon sent an ``ok: false`` line (the stream ends there).
         ControlSocketError: the daemon closed the stream (a stream never ends by itself), no
             line arrived within ``timeout``, the connection failed, or a line is not a reply.
@@ -123,7 +125,7 @@ def stream(socket_path: str, request: dict, timeout: float = 30) -> Iterator[dic
                 lines = (buffered + chunk).split(b"\n")
                 buffered = lines.pop()  # the part after the last newline: an incomplete line
                 for line in lines:
-                    payload = _payload(socket_path, line)
+                    payload = _payload(socket_path, line, request.get("op"))
                     if "queued" in payload:
                         sock.settimeout(None)  # a queue may be long: only the daemon's end stops it
                     yield payload
@@ -147,6 +149,9 @@ def _connect(socket_path: str, timeout: float) -> socket.socket:
     except ConnectionRefusedError:
         sock.close()
         raise DaemonNotRunning(socket_path, "connection refused") from None
+    except PermissionError as exc:
+        sock.close()
+        raise SocketPermissionError(socket_path, f"cannot connect: {exc.strerror or exc}") from None
     except OSError as exc:
         sock.close()
         raise ControlSocketError(socket_path, f"cannot connect: {exc.strerror or exc}") from exc
@@ -175,7 +180,7 @@ def _read_line(sock: socket.socket) -> bytes:
             return b"".join(chunks)
 
 
-def _payload(path: str, reply: bytes) -> dict:
+def _payload(path: str, reply: bytes, op: str | None) -> dict:
     try:
         message = json.loads(reply)
     except ValueError:
@@ -186,6 +191,6 @@ def _payload(path: str, reply: bytes) -> dict:
         failure = message.get("error")
         if not isinstance(failure, dict):
             raise ControlSocketError(path, f"the daemon sent a malformed error reply: {reply[:100]!r}")
-        raise DaemonError(str(failure.get("code", "unknown")), str(failure.get("message", "")))
+        raise DaemonError(str(failure.get("code", "unknown")), str(failure.get("message", "")), op)
     del message["ok"]
     return message

@@ -7,7 +7,7 @@ import click
 DEFAULT_CONFIG = "/etc/governor/governor.toml"
 
 
-@click.command()
+@click.command(short_help="Run the daemon (as root); tasks outlive it.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help=f"Config file. Default: {DEFAULT_CONFIG} if it exists, else the embedded default "
                    "(every user a group of their own, host minus a small reserve).")
@@ -21,7 +21,15 @@ DEFAULT_CONFIG = "/etc/governor/governor.toml"
               help="Serve Prometheus metrics on /metrics; ADDR defaults to 127.0.0.1 (off by default).")
 def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, state_dir: str | None,
            metrics_address: str | None) -> None:
-    """Run the governor daemon (as root) until SIGTERM or SIGINT. Tasks outlive it."""
+    """Run the governor daemon (as root) until SIGTERM or SIGINT. Tasks outlive it.
+
+    Under systemd, install-systemd sets it up; by hand:
+
+    \b
+    Examples:
+      sudo governor daemon --config /etc/governor/governor.toml
+      sudo governor daemon --metrics 9110    # Prometheus on 127.0.0.1:9110
+    """
     import asyncio
     import os
     from pathlib import Path

@@ -1,34 +1,35 @@
 """The ``governor`` command's entry point.
 
-A plain ``governor run`` (only run's own options, then the command) goes straight to
-:func:`cli.launch.start` without loading click, whose imports alone cost three times Python's
-own start on a slow host; everything else, ``governor run --help`` and a bad option
-included, goes to the click commands (:mod:`cli.main`).
+A plain ``governor run`` (only run's own options, then the command; ``governor --verbose run``
+too) goes straight to :func:`cli.launch.start` without loading click, whose imports alone cost
+three times Python's own start on a slow host; everything else, ``governor run --help`` and a
+bad option included, goes to the click commands (:mod:`cli.main`). Both print a failure the same
+way, with the same exit code (:mod:`cli.failures`).
 """
 
 from __future__ import annotations
 
 import sys
 
-# As cli.main: 1 for a failure that is not the user's input.
-EXIT_FAILURE = 1
-
 
 def main() -> None:
     args = sys.argv[1:]
-    if args[:1] == ["run"]:
+    verbose = args[:1] in (["-v"], ["--verbose"])
+    if args[verbose:verbose + 1] == ["run"]:
         from cli.launch import plain, start
 
-        parsed = plain(args[1:])
+        parsed = plain(args[verbose + 1:])
         if parsed is not None:
+            from cli.failures import report
             from governor.errors import GovernorError
 
             sys.stderr.reconfigure(errors="replace")
             try:
                 start(**parsed)
             except GovernorError as error:  # as cli.main shows one
-                sys.stderr.write(f"governor: error: {error}\n")
-                sys.exit(EXIT_FAILURE)
+                text, status = report(error, verbose=verbose)
+                sys.stderr.write(text + "\n")
+                sys.exit(status)
     from cli.main import main as commands
 
     commands(prog_name="governor")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import click
 
+from cli.completion import group_names
 
-@click.command()
-@click.argument("group", required=False)
+
+@click.command(short_help="Why each group gets what it gets.")
+@click.argument("group", required=False, shell_complete=group_names)
 @click.option("--json", "as_json", is_flag=True, help="Print the explain object as one JSON line.")
 @click.option("--socket", "socket_option", metavar="PATH",
               help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
@@ -14,9 +16,16 @@ def explain(group: str | None, as_json: bool, socket_option: str | None) -> None
     """Show why each group's share stopped growing (its demand was met, or a resource it needs
     ran out), the tasks waiting for their declared memory to fit (if any), then the daemon's
     last progressive filling step by step, like the DRF paper's Table 1. With GROUP, only that
-    group's reason and waiting tasks (and its entry in the JSON's groups).
+    group (and only its entries in the JSON); a group of the config with no task running shows
+    its weight and the share it is sure of once it runs one.
 
     Amounts in JSON are base units: cores, bytes, bytes/s; shares are fractions of the host.
+
+    \b
+    Examples:
+      governor explain
+      governor explain physics
+      governor explain physics --json
     """
     import time
 
@@ -27,16 +36,19 @@ def explain(group: str | None, as_json: bool, socket_option: str | None) -> None
     answer = call(path, {"op": "explain"}).get("explain")
     if not isinstance(answer, dict) or not isinstance(answer.get("groups"), dict):
         raise ControlSocketError(path, "the daemon's explain reply has no explain object")
-    if group is not None and group not in answer["groups"]:
-        from cli.main import EXIT_FAILURE, Failure
+    configured = answer.get("configured") if isinstance(answer.get("configured"), dict) else {}
+    if group is not None and group not in answer["groups"] and group not in configured:
+        from cli.main import EXIT_BAD_INPUT, Failure
 
-        known = ", ".join(answer["groups"]) or "none has a running task"
-        raise Failure(f"no group {group!r} on this host (groups: {known})", EXIT_FAILURE)
+        known = ", ".join(dict.fromkeys([*answer["groups"], *configured])) or "none"
+        raise Failure(f"no group {group!r} on this host", EXIT_BAD_INPUT, hint=f"groups: {known}", code="not_found")
     if as_json:
         import json
 
         if group is not None:
-            answer = {**answer, "groups": {group: answer["groups"][group]}}
+            answer = {**answer, "groups": {g: v for g, v in answer["groups"].items() if g == group},
+                      "configured": {g: v for g, v in configured.items() if g == group},
+                      "queue": [q for q in answer.get("queue", []) if q.get("group") == group]}
         click.echo(json.dumps(answer))
         return
     from rich.console import Console

@@ -13,7 +13,8 @@ The object (amounts in base units: cores, bytes, bytes/s; shares are fractions o
                 "allocated": {res: amount}}],
      "queue": [{"task": str, "group": str, "user": str, "uid": int, "command": [str],
                 "demand": {res: amount}, "queued_at": float, "position": int,
-                "waiting_for": int, "held_by": [{"group": str, "memory": int}]}]}
+                "waiting_for": int, "held_by": [{"group": str, "memory": int}]}],
+     "configured": {name: weight}}   # every group of the config, with or without a task
 
 ``demand`` is a group's cap and ``allocation`` its guarantee. ``queue`` (the tasks waiting, in
 admission order, for their declared memory to fit; ``waiting_for`` is the bytes that must free
@@ -34,10 +35,11 @@ from governor.model import TraceRow
 
 
 def explain_renderables(explain: dict, group: str | None = None, *, now: float) -> list[RenderableType]:
-    """Renderables in print order: the capacity, one reason per group (only ``group`` if
-    given; the caller has checked it exists), the tasks waiting for memory (only ``group``'s,
-    if given; nothing when none waits), then the trace table (always every group: the level
-    one group stopped at depends on the others).
+    """Renderables in print order: the capacity, one reason per group, then per configured
+    group with no task (only ``group`` if given; the caller has checked it is one or the
+    other), the tasks waiting for memory (only ``group``'s, if given; nothing when none
+    waits), then the trace table (every step, since the level one group stopped at depends on
+    the others; with ``group``, only its share column).
 
     Args:
         now: the current Unix time in seconds, for how long queued tasks have waited (passed in
@@ -45,23 +47,35 @@ def explain_renderables(explain: dict, group: str | None = None, *, now: float) 
     """
     capacity = explain.get("capacity", {})
     groups = explain.get("groups", {})
+    configured = explain.get("configured") or {}
     header = Text("Capacity: ", style="bold")
     header.append(" · ".join(f"{view.label(r)} {view.amount(r, v, unit=True)}" for r, v in capacity.items()) or "—")
-    shown = {group: groups[group]} if group is not None else groups
-    renderables: list[RenderableType] = [header, reasons(shown)]
+    shown = [group] if group is not None else [*groups, *(g for g in configured if g not in groups)]
+    idle = {name: configured[name] for name in shown if name not in groups and name in configured}
+    running_weight = sum(float(g.get("weight", 1.0)) for g in groups.values())
+    renderables: list[RenderableType] = [
+        header, reasons({name: groups[name] for name in shown if name in groups}, idle, running_weight)]
     queue = [entry for entry in view.queue(explain) if group is None or entry.get("group") == group]
     if queue:
         renderables.append(queue_table(queue, now))
+    # With GROUP, its share column only: the steps (and the frozen column) still show when the
+    # others stopped, which decides its level, without a column per group of a large host.
+    columns = [name for name in shown if name in groups]
     renderables.append(filling_table(
-        title="DRF filling on this host, step by step", groups=list(groups), capacity=capacity,
-        trace=trace_rows(explain, list(groups), list(capacity)),
+        title="DRF filling on this host, step by step", groups=columns, capacity=capacity,
+        trace=trace_rows(explain, columns, list(capacity)),
         empty="no steps: no group has a running task"))
     return renderables
 
 
-def reasons(groups: dict[str, dict]) -> RenderableType:
-    """One line per group: ``physics  weight 2  cpu 50.0%  stopped: cpu saturated, got 80% of its demand``."""
-    if not groups:
+def reasons(groups: dict[str, dict], idle: dict[str, float] | None = None,
+            running_weight: float = 0.0) -> RenderableType:
+    """One line per group: ``physics  weight 2  cpu 50.0%  stopped: cpu saturated, got 80% of its
+    demand``; then one per group of the config with no task (``idle``: name → weight), saying
+    the share it is sure of once it runs one against the running groups (``running_weight``:
+    their weights' sum)."""
+    idle = idle or {}
+    if not groups and not idle:
         return Text("No group has a running task: there is nothing to divide.")
     table = Table(title="Why each group's share stopped growing", title_justify="left")
     table.add_column("group", overflow="fold")
@@ -75,7 +89,17 @@ def reasons(groups: dict[str, dict]) -> RenderableType:
         table.add_row(cell, view.number(group.get("weight")),
                       ", ".join(view.label(r) for r in group.get("dominant_resources", ())) or "—",
                       view.share(group.get("dominant_share")), why(group))
+    for name, weight in idle.items():
+        table.add_row(Text(name).append("\nno task", style="dim"), view.number(weight), "—", view.share(0),
+                      idle_why(weight, running_weight))
     return table
+
+
+def idle_why(weight: float, running_weight: float) -> str:
+    """What a group with no task would get: DRF's sharing incentive, at least its weight's part
+    of the host on its dominant resource (all it asks for, if less)."""
+    sure = weight / (running_weight + weight) if weight > 0 else 0.0
+    return f"no task running: once it runs one, at least {view.share(sure)} of its dominant resource (or all it asks)"
 
 
 def runs(group: dict) -> str:

@@ -23,14 +23,20 @@ CONFIG = "etc/governor/governor.toml"
 TEMPLATE_EXECUTABLE = "/usr/local/bin/governor"
 
 
-@click.command("install-systemd")
+@click.command("install-systemd", short_help="Install the systemd units.")
 @click.option("--prefix", metavar="DIR", type=click.Path(file_okay=False),
               help="Directory of the governor executable for ExecStart. Default: the one running now.")
 @click.option("--root", "root_dir", metavar="DIR", default="/", show_default=True, type=click.Path(file_okay=False),
               help="Install below DIR instead of / (packaging); daemon-reload runs only for /.")
 @click.option("--dry-run", is_flag=True, help="Print what would be written and run; change nothing.")
 def install_systemd(prefix: str | None, root_dir: str, dry_run: bool) -> None:
-    """Install the systemd units (and a config if there is none), then daemon-reload."""
+    """Install the systemd units (and a config if there is none), then daemon-reload.
+
+    \b
+    Examples:
+      sudo governor install-systemd --dry-run    # what it would write
+      sudo governor install-systemd && sudo systemctl enable --now governor
+    """
     import subprocess
     from importlib.resources import files
     from pathlib import Path

@@ -14,13 +14,9 @@ import math
 import os
 import sys
 
-# Exit statuses a shell uses when it cannot run a command.
-EXIT_NOT_FOUND = 127
-EXIT_CANNOT_EXECUTE = 126
-# sysexits.h EX_TEMPFAIL: --no-wait and the task's memory does not fit now.
-EXIT_WOULD_WAIT = 75
-# 128 + SIGINT, as a shell reports a Ctrl-C.
-EXIT_INTERRUPTED = 130
+from cli.failures import EXIT_CANNOT_EXECUTE, EXIT_INTERRUPTED, EXIT_NOT_FOUND
+from cli.failures import line as error_line
+
 # How long to wait for a restarting daemon before giving up a queued launch.
 RESTART_GRACE_S = 60.0
 
@@ -83,8 +79,8 @@ def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | N
     ``cmd``; never returns. A command that cannot run exits 127 or 126, as in a shell.
 
     Raises:
-        DaemonNotRunning, DaemonError: the daemon is not there or refused (the caller prints
-            one line and exits 1).
+        DaemonNotRunning, DaemonError, ControlSocketError: the daemon is not there or refused
+            (the caller prints one line and exits as :mod:`cli.failures` says).
     """
     from cli.client import socket_path
 
@@ -104,7 +100,7 @@ def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | N
             reason, status = "permission denied", EXIT_CANNOT_EXECUTE
         else:
             reason, status = exc.strerror or str(exc), EXIT_CANNOT_EXECUTE
-        _say(f"governor: {cmd[0]}: {reason}")
+        _say(error_line(f"{cmd[0]}: {reason}"))
         sys.exit(status)
 
 
@@ -119,7 +115,7 @@ def _launch(path: str, request: dict) -> dict:
     import time
 
     from cli.client import QueueInterrupted, launch
-    from governor.errors import DaemonError, DaemonNotRunning
+    from governor.errors import DaemonNotRunning
 
     line = _QueueLine()
     restarted_by = None  # once the daemon went away: how long to wait for it to come back
@@ -134,12 +130,6 @@ def _launch(path: str, request: dict) -> dict:
                 if restarted_by is None or time.monotonic() > restarted_by:
                     raise
                 time.sleep(0.5)
-    except DaemonError as error:
-        if error.code != "would_wait":
-            raise
-        line.done()
-        _say(f"governor: error: {error.message} (--no-wait given)")
-        sys.exit(EXIT_WOULD_WAIT)
     except KeyboardInterrupt:
         line.done()
         _say("governor: left the queue; nothing was started")

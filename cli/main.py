@@ -15,45 +15,94 @@ from cli.admin import reload, set_weight
 from cli.check_config import check_config
 from cli.daemon_cmd import daemon
 from cli.explain import explain
+from cli.failures import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, describe, line
 from cli.install_systemd import install_systemd
 from cli.run import run
 from cli.simulate import simulate
 from cli.status import status
 from cli.top import top
-from governor.errors import ConfigError, GovernorError
+from governor.errors import GovernorError
 
-# Exit codes: 2 for input the user must fix (click's code for usage errors), 1 for the rest.
-EXIT_BAD_INPUT = 2
-EXIT_FAILURE = 1
+__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILURE", "Failure", "main"]
+
+# A command given no arguments shows its help (click ≥ 8.2 raises this usage error for it):
+# that is help, not a failure to put on one line.
+_HELP_ONLY = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 class Failure(click.ClickException):
-    """A GovernorError as one line on stderr, ``governor: error: <file>: <key>: <reason>``."""
+    """One line on stderr in governor's style (:mod:`cli.failures`): ``governor: error: <what>
+    (<hint>)``, and `` [<code>]`` once the group has set ``verbose``."""
 
-    def __init__(self, message: str, exit_code: int):
+    def __init__(self, message: str, exit_code: int, *, hint: str | None = None, code: str = "error"):
         super().__init__(message)
         self.exit_code = exit_code
+        self.hint = hint
+        self.code = code
+        self.verbose = False
+
+    @classmethod
+    def of(cls, error: GovernorError) -> Failure:
+        """The failure for a library error, with its hint and exit code from :mod:`cli.failures`."""
+        what, hint, code, status = describe(error)
+        return cls(what, status, hint=hint, code=code)
+
+    @classmethod
+    def usage(cls, error: click.UsageError) -> Failure:
+        """A click usage error (unknown option, bad value...) as one line, exit 2."""
+        where = error.ctx.command_path if error.ctx else "governor"
+        return cls(error.format_message().rstrip("."), EXIT_BAD_INPUT, hint=f"see {where} -h", code="usage")
 
     def show(self, file=None) -> None:
-        click.echo(f"governor: error: {self.format_message()}", err=True, file=file)
+        click.echo(line(self.format_message(), self.hint, self.code if self.verbose else None), err=True, file=file)
 
 
 class _Group(click.Group):
-    """Turns the library's errors into :class:`Failure`, so commands just raise them."""
+    """Turns every failure into one :class:`Failure` line, so commands just raise the library's
+    errors; a Ctrl-C ends with 130 and no traceback."""
+
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except _HELP_ONLY:
+            raise
+        except click.UsageError as error:  # an unknown command or a bad global option
+            raise Failure.usage(error) from None
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except ConfigError as error:
-            raise Failure(str(error), EXIT_BAD_INPUT) from error
+        except Failure as failure:
+            failure.verbose = ctx.params.get("verbose", False)
+            raise
+        except _HELP_ONLY:
+            raise
+        except click.UsageError as error:
+            failure = Failure.usage(error)
         except GovernorError as error:
-            raise Failure(str(error), EXIT_FAILURE) from error
+            failure = Failure.of(error)
+        except KeyboardInterrupt:
+            click.echo(err=True)  # ends the terminal's "^C" line
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+        failure.verbose = ctx.params.get("verbose", False)
+        raise failure
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="governor", prog_name="governor")
-def main() -> None:
-    """Share one Linux host among user groups with Dominant Resource Fairness."""
+@click.option("-v", "--verbose", is_flag=True, help="Show the internal code of a failure, e.g. [forbidden].")
+def main(verbose: bool) -> None:
+    """Share one Linux host among user groups with Dominant Resource Fairness.
+
+    Every failure is one line, "governor: error: <what> (<hint>)", and each kind of failure
+    has its own exit code (the README lists them).
+
+    \b
+    Examples:
+      governor run --cpus 2 --memory 4G -- make -j2
+      governor status
+      eval "$(_GOVERNOR_COMPLETE=bash_source governor)"    # completion
+    """
     # A terminal or a pipe that cannot show "·", "λ" or "…" (PYTHONIOENCODING=ascii, LANG=C on
     # an old Python) gets "?" for them rather than a traceback.
     for stream in (sys.stdout, sys.stderr):

@@ -1,9 +1,10 @@
-"""Views of an :class:`~governor.model.Allocation`: rich tables for people, a dict for ``--json``.
+"""Views of an :class:`~governor.model.Allocation` for people: rich tables (its JSON form is
+:meth:`~governor.model.Allocation.to_json`).
 
 Pure: every function returns a value and prints nothing, so tests render to a string.
 
-Resources whose name starts with ``memory`` or ``io`` are bytes or bytes/s and are shown with
-K/M/G/T suffixes; the rest (``cpu``, ``gpu``…) are plain numbers.
+Amounts read as everywhere else (:func:`governor.units.format_amount`): ``memory…`` in bytes
+and ``io.…`` in bytes/s with K/M/G/T suffixes, the rest (``cpu``, ``gpu``…) plain numbers.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.table import Table
 
-from governor.model import Allocation, Number, TraceRow
-from governor.units import SUFFIXES, format_number, format_size
+from cli.view_common import label
+from governor.model import Allocation, Number, Stop, TraceRow
+from governor.units import SUFFIXES, format_amount, format_number
 
 _POLICY_NAMES = {"drf": "DRF", "asset": "Asset fairness", "ceei": "CEEI"}
 
@@ -22,35 +26,51 @@ _POLICY_NAMES = {"drf": "DRF", "asset": "Asset fairness", "ceei": "CEEI"}
 _MAX_DENOMINATOR = 1000
 
 
-def allocation_table(allocation: Allocation) -> Table:
-    """One row per group: weight, tasks, allocation per resource, dominant resource(s) and share, why it stopped."""
-    capacity = ", ".join(f"{r} {_amount(r, v)}" for r, v in allocation.capacity.items())
-    table = Table(title=f"{_POLICY_NAMES[allocation.policy]} allocation ({allocation.mode}) — capacity: {capacity}")
-    table.add_column("group")
-    table.add_column("weight", justify="right")
-    table.add_column("tasks", justify="right")
+def allocation_table(allocation: Allocation) -> RenderableType:
+    """One row per group: weight, tasks, allocation per resource, dominant resource(s) and share,
+    why it stopped. A column per resource where the console is wide enough; else (many
+    resources) the allocation is one cell, a resource a line. Short headers and reasons (the
+    caption says what they mean) keep the paper's two resources on one line at 80 columns."""
+    capacity = ", ".join(f"{r} {format_amount(r, v)}" for r, v in allocation.capacity.items())
+    stops = {group.stop.kind for group in allocation.groups.values()}
+    title = f"{_POLICY_NAMES[allocation.policy]} allocation ({allocation.mode}) — capacity: {capacity}"
+    caption = "share: dominant share of the host" + ("; full: its next task does not fit" if "no_fit" in stops else "")
+    wide, narrow = Table(title=title, caption=caption), Table(title=title, caption=caption)
+    wide.add_column("group")
+    wide.add_column("weight", justify="right")
+    wide.add_column("tasks", justify="right")
     for resource in allocation.capacity:
-        table.add_column(resource, justify="right")
-    table.add_column("dominant")
-    table.add_column("dominant share", justify="right")
-    table.add_column("stopped by")
+        wide.add_column(resource, justify="right")
+    wide.add_column("dominant")
+    wide.add_column("share", justify="right")
+    wide.add_column("stopped by")
+    # Narrow: names and amounts whole (no_wrap), one resource a line; the rest may wrap.
+    narrow.add_column("group", no_wrap=True)
+    narrow.add_column("weight", justify="right")
+    narrow.add_column("tasks", justify="right")
+    narrow.add_column("allocation", no_wrap=True)
+    narrow.add_column("dominant share", overflow="fold")
+    narrow.add_column("stopped by", overflow="fold")
     for group in allocation.groups.values():
         tasks = format_number(group.tasks, precision=2)
         if group.demanded_tasks is not None:
             tasks += f" of {group.demanded_tasks}"
-        table.add_row(
-            group.name,
-            format_number(group.weight),
-            tasks,
-            *(_amount(r, group.allocation[r]) for r in allocation.capacity),
-            ", ".join(group.dominant_resources),
-            format_share(group.dominant_share),
-            group.stop.describe(),
-        )
-    return table
+        amounts = [format_amount(r, group.allocation[r]) for r in allocation.capacity]
+        dominant, share = ", ".join(group.dominant_resources), format_share(group.dominant_share)
+        wide.add_row(group.name, format_number(group.weight), tasks, *amounts, dominant, share, _stop(group.stop))
+        narrow.add_row(group.name, format_number(group.weight), tasks,
+                       "\n".join(f"{label(r)} {a}" for r, a in zip(allocation.capacity, amounts)),
+                       f"{', '.join(map(label, group.dominant_resources))} {share}", _stop(group.stop))
+    return Fitted(wide, narrow)
 
 
-def trace_table(allocation: Allocation) -> Table:
+def _stop(stop: Stop) -> str:
+    """``demand met``, ``cpu saturated``, ``cpu full`` (its next task does not fit: as the trace's
+    ``skipped: cpu full``)."""
+    return f"{', '.join(stop.resources)} full" if stop.kind == "no_fit" else stop.describe()
+
+
+def trace_table(allocation: Allocation) -> RenderableType:
     """``governor simulate --trace``: :func:`filling_table` for a simulated allocation; a policy
     without steps (CEEI) gives an empty table with a caption saying so."""
     return filling_table(
@@ -60,7 +80,7 @@ def trace_table(allocation: Allocation) -> Table:
 
 
 def filling_table(*, title: str, groups: list[str], capacity: Mapping[str, Number],
-                  trace: Sequence[TraceRow], empty: str) -> Table:
+                  trace: Sequence[TraceRow], empty: str) -> RenderableType:
     """The filling step by step, like the paper's Table 1 (``simulate --trace`` and ``explain``).
 
     Columns: step, event (with the resource that saturated or that a skipped task did not fit
@@ -77,68 +97,43 @@ def filling_table(*, title: str, groups: list[str], capacity: Mapping[str, Numbe
         empty: the caption when ``trace`` is empty.
     """
     # Two-line headers keep the many share/alloc. columns narrow, so the event text is not cut.
-    table = Table(title=title, caption="share: dominant share; alloc.: total allocated / capacity" if trace else empty)
-    table.add_column("step", justify="right")
-    table.add_column("event")
-    table.add_column("group")
-    table.add_column("frozen")
+    caption = "share: dominant share; alloc.: total allocated / capacity" if trace else empty
+    wide, narrow = Table(title=title, caption=caption), Table(title=title, caption=caption)
+    wide.add_column("step", justify="right")
+    wide.add_column("event")
+    wide.add_column("group")
+    wide.add_column("frozen")
     for group in groups:
-        table.add_column(f"{group}\nshare", justify="right")
+        wide.add_column(f"{group}\nshare", justify="right")
     for resource in capacity:
-        table.add_column(f"{resource}\nalloc.", justify="right")
+        wide.add_column(f"{resource}\nalloc.", justify="right")
+    narrow.add_column("step", justify="right")
+    for header in ("event", "group", "frozen"):
+        narrow.add_column(header, overflow="fold")
+    narrow.add_column("shares", no_wrap=True)
+    narrow.add_column("alloc.", no_wrap=True)
     fractions = [_fractions_of_capacity(r, [row.allocated[r] for row in trace], cap) for r, cap in capacity.items()]
     for i, row in enumerate(trace):
-        table.add_row(
-            str(row.step),
-            _event(row),
-            row.group or "",
-            ", ".join(row.frozen),
-            *(format_share(row.dominant_shares[g], percent=False) for g in groups),
-            *(column[i] for column in fractions),
-        )
-    return table
+        first = (str(row.step), _event(row), row.group or "", ", ".join(row.frozen))
+        shares = [format_share(row.dominant_shares[g], percent=False) for g in groups]
+        allocated = [column[i] for column in fractions]
+        wide.add_row(*first, *shares, *allocated)
+        narrow.add_row(*first, "\n".join(f"{g} {v}" for g, v in zip(groups, shares)),
+                       "\n".join(f"{label(r)} {v}" for r, v in zip(capacity, allocated)))
+    return Fitted(wide, narrow)
 
 
-def allocation_json(allocation: Allocation) -> dict:
-    """The allocation as JSON-ready data, amounts in base units (cores, bytes, bytes/s).
+class Fitted:
+    """A renderable that shows ``wide`` where the console is wide enough for every column at
+    its natural width, else ``narrow`` (the same content, fewer columns, more lines)."""
 
-    Shape: ``{"mode", "policy", "capacity": {resource: amount}, "groups": {name: {"weight",
-    "tasks", "demanded_tasks", "allocation": {resource: amount}, "dominant_resources",
-    "dominant_share", "stop"}}, "trace": [{"step", "event", "group", "resource", "frozen",
-    "dominant_shares": {name: share}, "allocated": {resource: amount}}]}``. Numbers are ints when
-    integral, floats otherwise; ``tasks`` is always a float in continuous mode and an int in
-    discrete mode; ``demanded_tasks`` is ``None`` for unbounded.
-    """
-    whole_tasks = allocation.mode == "discrete"
-    return {
-        "mode": allocation.mode,
-        "policy": allocation.policy,
-        "capacity": _vector(allocation.capacity),
-        "groups": {
-            name: {
-                "weight": _json_number(group.weight),
-                "tasks": int(group.tasks) if whole_tasks else float(group.tasks),
-                "demanded_tasks": group.demanded_tasks,
-                "allocation": _vector(group.allocation),
-                "dominant_resources": list(group.dominant_resources),
-                "dominant_share": _json_number(group.dominant_share),
-                "stop": group.stop.describe(),
-            }
-            for name, group in allocation.groups.items()
-        },
-        "trace": [
-            {
-                "step": row.step,
-                "event": row.event,
-                "group": row.group,
-                "resource": row.resource,
-                "frozen": list(row.frozen),
-                "dominant_shares": _vector(row.dominant_shares),
-                "allocated": _vector(row.allocated),
-            }
-            for row in allocation.trace
-        ],
-    }
+    def __init__(self, wide: Table, narrow: Table):
+        self.wide = wide
+        self.narrow = narrow
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        fits = Measurement.get(console, options.update(width=10**6), self.wide).maximum <= options.max_width
+        yield self.wide if fits else self.narrow
 
 
 def format_share(value: Number, *, percent: bool = True) -> str:
@@ -161,10 +156,6 @@ def _event(row: TraceRow) -> str:
     if row.event == "skipped":
         return f"skipped: {row.resource} full"
     return row.event.replace("_", " ")
-
-
-def _amount(resource: str, value: Number) -> str:
-    return format_size(value) if _is_size(resource) else format_number(value)
 
 
 def _is_size(resource: str) -> bool:
@@ -197,13 +188,3 @@ def _whole_units(resource: str, capacity: Fraction) -> int | None:
         scale = next((SUFFIXES[s] for s in ("T", "G", "M", "K") if (capacity / SUFFIXES[s]).denominator == 1), 1)
     units = capacity / scale
     return int(units) if units.denominator == 1 and 1 <= units <= _MAX_DENOMINATOR else None
-
-
-def _vector(values: Mapping[str, Number]) -> dict[str, int | float]:
-    return {name: _json_number(value) for name, value in values.items()}
-
-
-def _json_number(value: Number) -> int | float:
-    if isinstance(value, (int, Fraction)) and Fraction(value).denominator == 1:
-        return int(value)
-    return float(value)

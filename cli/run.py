@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import click
 
+from cli.completion import group_names
 from cli.launch import cores, size, start
 
 
@@ -37,7 +38,7 @@ def _bytes(ctx: click.Context, param: click.Parameter, value: str | None) -> int
 # Options end at the command's name: `governor run ls -l` gives -l to ls. Before it, an
 # option run does not know is an error (with click's "did you mean"), not a command to run.
 @click.command(context_settings={"allow_interspersed_args": False})
-@click.option("--group", help="Group to run in (default: the daemon picks yours).")
+@click.option("--group", shell_complete=group_names, help="Group to run in (default: the daemon picks yours).")
 @click.option("--cpus", type=float, callback=_cores, help="CPU demand in cores, e.g. 1.5.")
 @click.option("--memory", metavar="SIZE", callback=_bytes, help="Memory demand, e.g. 4G.")
 @click.option("--io-read", metavar="RATE", callback=_bytes, help="Read bandwidth demand per second, e.g. 200M.")
@@ -55,6 +56,11 @@ def run(group: str | None, cpus: float | None, memory: int | None, io_read: int 
     1024). The demand is a cap: CMD never gets more; when others are idle it may use their
     share up to it. CMD starts when its memory fits; until then it waits in a queue. CMD
     keeps this terminal and its exit code becomes governor's.
+
+    \b
+    Examples:
+      governor run --cpus 2 --memory 4G -- make -j2
+      governor run --group physics --no-wait -- python train.py
     """
     demand = {key: value for key, value in
               (("cpu", cpus), ("memory", memory), ("io_read", io_read), ("io_write", io_write))

@@ -11,7 +11,7 @@ POLICY_NAMES = ("drf", "asset", "ceei")
 MODES = ("continuous", "discrete")
 
 
-@click.command()
+@click.command(short_help="Divide a scenario file's capacity by DRF.")
 @click.argument("scenario", type=click.Path())
 @click.option("--mode", type=click.Choice(MODES), default="continuous", show_default=True,
               help="continuous: divisible tasks (share mode); discrete: whole tasks (queue mode).")
@@ -23,6 +23,11 @@ def simulate(scenario: str, mode: str, policy: str, trace: bool, as_json: bool) 
     """Allocate the capacity in SCENARIO (a TOML file) among its groups and show the result.
 
     Amounts in JSON are base units: cores, bytes, bytes/s.
+
+    \b
+    Examples:
+      governor simulate scenario.toml --trace
+      governor simulate scenario.toml --mode discrete --json
     """
     if policy == "ceei" and mode == "discrete":
         raise click.BadOptionUsage("policy", "--policy ceei needs --mode continuous (CEEI divides tasks)")
@@ -41,9 +46,7 @@ def simulate(scenario: str, mode: str, policy: str, trace: bool, as_json: bool) 
     if as_json:
         import json
 
-        from cli.render import allocation_json
-
-        click.echo(json.dumps(allocation_json(allocation)))
+        click.echo(json.dumps(allocation.to_json()))
         return
     from rich.console import Console
 

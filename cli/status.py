@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 
-@click.command()
+@click.command(short_help="Capacity, groups, allocations, tasks, usage.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status object as one JSON line.")
 @click.option("--socket", "socket_option", metavar="PATH",
               help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
@@ -13,6 +13,11 @@ def status(as_json: bool, socket_option: str | None) -> None:
     """Show capacity, groups, allocations, tasks and measured usage.
 
     Amounts in JSON are base units: cores, bytes, bytes/s; times are Unix seconds.
+
+    \b
+    Examples:
+      governor status
+      governor status --json | jq '.groups | keys'
     """
     import json
     import time

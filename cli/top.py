@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 
-@click.command()
+@click.command(short_help="Watch the daemon live, like htop.")
 @click.option("--socket", "socket_option", metavar="PATH",
               help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
 @click.option("--interval", type=click.FloatRange(0.2, 10), default=1.0, show_default=True,
@@ -17,6 +17,11 @@ def top(socket_option: str | None, interval: float) -> None:
     Keys: q quit, ↑/↓ or j/k select a group, enter show its tasks, s next sort column,
     / filter by group name (enter applies, esc clears), ? help. While the daemon cannot be
     reached, top says so and reconnects every second.
+
+    \b
+    Examples:
+      governor top
+      governor top --interval 5
     """
     from cli.client import socket_path
     from cli.top_terminal import run

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from governor.units import format_number, format_size
+from governor.units import format_amount, format_number, format_size
 
 # Commands longer than this are cut with an ellipsis; the full line is in `--json`.
 COMMAND_CHARS = 40
@@ -43,14 +43,9 @@ def label(resource: str) -> str:
 
 
 def amount(resource: str, value: object, *, unit: bool = False) -> str:
-    """Cores as a plain number (``3.5 cores`` with ``unit``), bytes as ``4.0G``, I/O as ``2.0G/s``."""
-    if value is None:
-        return "—"
-    if resource.startswith("io."):
-        return f"{format_size(value)}/s"
-    if resource.startswith("memory"):
-        return format_size(value)
-    return f"{number(value, precision=2)} cores" if unit and resource == "cpu" else number(value, precision=2)
+    """:func:`governor.units.format_amount` (``3.5``, ``3.5 cores`` with ``unit``, ``4.0G``,
+    ``2.0G/s``), ``—`` for None."""
+    return "—" if value is None else format_amount(resource, value, unit=unit)
 
 
 def vector(values: Mapping[str, object]) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from governor.config import Config, group_name_problem
 from governor.config_types import MIN_TASK_MEMORY
 from governor.errors import RequestError
-from governor.units import format_number, format_size
+from governor.units import format_amount
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def task_demand(config: Config, capacity: Mapping[str, float], flags: Mapping[st
         if demand.get(resource, 0) <= 0:
             raise RequestError("bad_request", f"demand.{resource} must be > 0: governor limits every task")
     if demand["memory"] < MIN_TASK_MEMORY:
-        raise RequestError("bad_request", f"demand.memory must be at least {describe('memory', MIN_TASK_MEMORY)}: "
+        raise RequestError("bad_request", f"demand.memory must be at least {format_amount('memory', MIN_TASK_MEMORY)}: "
                                           "no process starts in less")
     check_fits(demand, capacity)
     return demand
@@ -116,12 +116,5 @@ def check_fits(demand: Mapping[str, float], capacity: Mapping[str, float]) -> No
     """
     for resource, amount in demand.items():
         if amount > capacity.get(resource, 0):
-            raise RequestError("exceeds_capacity", f"demand {resource} = {describe(resource, amount)} exceeds "
-                                                   f"the capacity of {describe(resource, capacity.get(resource, 0))}")
-
-
-def describe(resource: str, value: float) -> str:
-    """An amount for people: ``1.5 cores``, ``512.0M``, ``8.0M/s``."""
-    if resource == "cpu":
-        return f"{format_number(value)} core" + ("" if value == 1 else "s")
-    return format_size(value) + ("/s" if resource.startswith("io.") else "")
+            asked, has = (format_amount(resource, v, unit=True) for v in (amount, capacity.get(resource, 0)))
+            raise RequestError("exceeds_capacity", f"demand {resource} = {asked} exceeds the capacity of {has}")

@@ -68,6 +68,7 @@ from governor.server import ControlServer
 from governor.sessions import SessionOwners, login_uid_min
 from governor.state import Task, Tasks, TaskStore, login_id, session_id
 from governor.status import build_status
+from governor.units import format_amount
 from governor.usage import Sample, usage
 
 log = logging.getLogger("governor.daemon")
@@ -258,7 +259,8 @@ class Daemon:
         runs = {group: (sum(not t.is_session for t in tasks),
                         list(dict.fromkeys(t.user for t in tasks if t.is_session)))  # login + session: once
                 for group, tasks in self.tasks.groups().items()}
-        return explain(traced, self.capacity, demands, queue_view(self.queue, self.admission), runs)
+        return explain(traced, self.capacity, demands, queue_view(self.queue, self.admission), runs,
+                       configured={rule.name: self._weight(rule.name) for rule in self.config.groups})
 
     def reload(self, trigger: str) -> str:
         """Re-read the config file and put it in force; the old one stays if the new one is bad.
@@ -514,8 +516,8 @@ class Daemon:
 
     def _waiting_line(self, task_id: str) -> str:
         place = self._place(task_id)
-        holders = ", ".join(f"{h['group']} {access.describe('memory', h['memory'])}" for h in place.get("held_by", []))
-        return (f"its memory does not fit yet: it waits for {access.describe('memory', place.get('waiting_for', 0))}"
+        holders = ", ".join(f"{h['group']} {format_amount('memory', h['memory'])}" for h in place.get("held_by", []))
+        return (f"its memory does not fit yet: it waits for {format_amount('memory', place.get('waiting_for', 0))}"
                 f" to free (held by {holders or 'nobody'}); queue position {place['position']}")
 
     # ── sessions ──────────────────────────────────────────────────────────────────────────
@@ -1020,4 +1022,4 @@ def _in_a_task(where: str) -> bool:
 
 
 def _vector(vector: Mapping[str, float]) -> str:
-    return ", ".join(f"{r} {access.describe(r, v)}" for r, v in vector.items())
+    return ", ".join(f"{r} {format_amount(r, v, unit=True)}" for r, v in vector.items())

@@ -17,7 +17,8 @@ tree and every message says what was wrong and where::
     ├── RequestError              a control-socket request the daemon refuses (code, message)
     ├── DaemonError               the daemon answered a client with ok=false (code, message)
     └── ControlSocketError        the control socket cannot be bound, reached or read (path, reason)
-        └── DaemonNotRunning      no socket file, or nobody listening on it (client side)
+        ├── DaemonNotRunning      no socket file, or nobody listening on it (client side)
+        └── SocketPermissionError the caller may not connect to the socket (client side)
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from cgroups.errors import (CgroupError, CgroupReadError, CgroupUnsupported, Cgr
 
 __all__ = ["AllocationInputError", "CgroupError", "CgroupReadError", "CgroupUnsupported", "CgroupWriteError",
            "ConfigError", "ControlSocketError", "DaemonError", "DaemonNotRunning", "DeviceError", "GovernorError",
-           "RequestError"]
+           "RequestError", "SocketPermissionError"]
 
 
 class AllocationInputError(GovernorError, ValueError):
@@ -94,11 +95,13 @@ class DaemonError(GovernorError):
     Attributes:
         code: the error code from the reply (``forbidden``, ``exceeds_capacity``...).
         message: the daemon's message.
+        op: the request's operation (``launch``, ``reload``...), or None when not known.
     """
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str, op: str | None = None):
         self.code = code
         self.message = message
+        self.op = op
         super().__init__(f"{message} ({code})")
 
 
@@ -130,3 +133,7 @@ class DaemonNotRunning(ControlSocketError):
         self.reason = reason
         # Not ControlSocketError's "path: reason": this message is a sentence for the user.
         GovernorError.__init__(self, f"governor daemon is not running ({reason} at {path})")
+
+
+class SocketPermissionError(ControlSocketError):
+    """The caller may not connect to the control socket (EACCES/EPERM on connect)."""

@@ -13,25 +13,21 @@ from governor.model import Allocation
 
 def explain(allocation: Allocation | None, capacity: Mapping[str, float],
             demands: Mapping[str, Mapping[str, float]], queue: list[dict] = (),
-            runs: Mapping[str, tuple[int, list[str]]] | None = None) -> dict:
+            runs: Mapping[str, tuple[int, list[str]]] | None = None,
+            configured: Mapping[str, float] | None = None) -> dict:
     """The ``explain`` payload: capacity, per group weight, demand D_g, allocation, λ, dominant
-    resource(s) and share, why it stopped, what it runs (``tasks``: how many launched tasks,
-    ``sessions``: whose sessions, from ``runs``: group → (tasks, session users)); the trace
-    (an allocation computed with a trace); and the admission queue (items of
-    :func:`governor.queue.queue_view`, their wait is ``now - queued_at``)."""
+    resource(s) and share, why it stopped (:meth:`GroupAllocation.to_json` with ``demand``,
+    ``lambda``), what it runs (``tasks``: how many launched tasks, ``sessions``: whose
+    sessions, from ``runs``: group → (tasks, session users)); the trace (an allocation computed
+    with a trace); the admission queue (items of :func:`governor.queue.queue_view`, their wait
+    is ``now - queued_at``); and ``configured``: every group of the config → its weight, so a
+    group with no task can be explained too."""
+    runs = runs or {}
     groups = {}
     for name, got in (allocation.groups.items() if allocation else ()):
-        groups[name] = {
-            "weight": float(got.weight), "demand": dict(demands.get(name, {})),
-            "allocation": {r: float(v) for r, v in got.allocation.items()}, "lambda": float(got.tasks),
-            "dominant_resources": list(got.dominant_resources), "dominant_share": float(got.dominant_share),
-            "stop": got.stop.describe(),
-            "tasks": (runs or {}).get(name, (0, []))[0], "sessions": list((runs or {}).get(name, (0, []))[1]),
-        }
-    trace = [
-        {"step": row.step, "event": row.event, "group": row.group, "resource": row.resource,
-         "frozen": list(row.frozen), "dominant_shares": {g: float(s) for g, s in row.dominant_shares.items()},
-         "allocated": {r: float(v) for r, v in row.allocated.items()}}
-        for row in (allocation.trace if allocation else ())
-    ]
-    return {"capacity": dict(capacity), "groups": groups, "trace": trace, "queue": list(queue)}
+        count, sessions = runs.get(name, (0, []))
+        groups[name] = {**got.to_json(), "demand": dict(demands.get(name, {})), "lambda": float(got.tasks),
+                        "tasks": count, "sessions": list(sessions)}
+    trace = [row.to_json() for row in (allocation.trace if allocation else ())]
+    return {"capacity": dict(capacity), "groups": groups, "trace": trace, "queue": list(queue),
+            "configured": {name: float(weight) for name, weight in (configured or {}).items()}}

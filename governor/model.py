@@ -7,6 +7,11 @@ demand ``D_g`` as one task (``n_g = 1``), so ``tasks`` in the answer is the DESI
 
 Numbers are exact (``int``/``Fraction``) or ``float``; :func:`normalize` checks a problem and
 converts it to one kind, so the allocators never mix them.
+
+Each answer has one JSON form, its ``to_json()``, used by ``simulate --json``, the daemon's
+``explain`` and ``status`` objects alike: every amount (base units: cores, bytes, bytes/s),
+share, weight and λ is a float, whatever the arithmetic; counts (a trace's ``step``, discrete
+``tasks``) are ints.
 """
 
 from __future__ import annotations
@@ -92,6 +97,14 @@ class GroupAllocation:
     dominant_share: Number
     stop: Stop
 
+    def to_json(self) -> dict:
+        """``{"weight": float, "allocation": {resource: float}, "dominant_resources": [resource],
+        "dominant_share": float, "stop": str}``: what every view of a group's allocation shares
+        (``simulate`` adds the tasks-worth, the daemon λ and the demand)."""
+        return {"weight": float(self.weight), "allocation": floats(self.allocation),
+                "dominant_resources": list(self.dominant_resources),
+                "dominant_share": float(self.dominant_share), "stop": self.stop.describe()}
+
 
 @dataclass(slots=True)
 class TraceRow:
@@ -115,6 +128,13 @@ class TraceRow:
     dominant_shares: dict[str, Number]
     allocated: dict[str, Number]
 
+    def to_json(self) -> dict:
+        """``{"step": int, "event", "group", "resource", "frozen": [group], "dominant_shares":
+        {group: float}, "allocated": {resource: float}}``."""
+        return {"step": self.step, "event": self.event, "group": self.group, "resource": self.resource,
+                "frozen": list(self.frozen), "dominant_shares": floats(self.dominant_shares),
+                "allocated": floats(self.allocated)}
+
 
 @dataclass(frozen=True)
 class Allocation:
@@ -125,6 +145,27 @@ class Allocation:
     capacity: dict[str, Number]
     groups: dict[str, GroupAllocation]
     trace: tuple[TraceRow, ...] = field(default=())
+
+    def to_json(self) -> dict:
+        """``{"mode", "policy", "capacity": {resource: float}, "groups": {name: {"tasks",
+        "demanded_tasks", **GroupAllocation.to_json()}}, "trace": [TraceRow.to_json()]}``.
+
+        ``tasks`` (tasks-worth allocated) is an int in discrete mode, a float in continuous
+        mode; ``demanded_tasks`` is None for unbounded.
+        """
+        whole = self.mode == "discrete"
+        return {
+            "mode": self.mode, "policy": self.policy, "capacity": floats(self.capacity),
+            "groups": {name: {"tasks": int(got.tasks) if whole else float(got.tasks),
+                              "demanded_tasks": got.demanded_tasks, **got.to_json()}
+                       for name, got in self.groups.items()},
+            "trace": [row.to_json() for row in self.trace],
+        }
+
+
+def floats(vector: Mapping[str, Number]) -> dict[str, float]:
+    """A vector with every amount as a float, for JSON (one rule for every view)."""
+    return {key: float(value) for key, value in vector.items()}
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,13 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
         queue: the waiting tasks (:func:`governor.queue.queue_view`).
         events: recent events, oldest first: ``at`` (unix s), ``kind``, ``message``.
 
-    Per group, ``allocation`` is its DRF allocation and ``guarantee`` what the kernel protects:
-    the allocation for CPU and I/O, all its admitted memory (``memory.low``); ``demand`` (the
-    sum of its tasks' declarations) is its cap, ``usage`` what it uses, and ``borrowed`` what
-    it uses above its guarantee (idle shares of others, work-conserving; CPU and I/O only).
+    Per group, :meth:`GroupAllocation.to_json` (weight, allocation, dominant resources and
+    share, stop) with ``demand``, ``guarantee``, ``lambda``, ``limits``, ``usage``,
+    ``borrowed``, ``pressure`` and ``tasks``. ``allocation`` is its DRF allocation and
+    ``guarantee`` what the kernel protects: the allocation for CPU and I/O, all its admitted
+    memory (``memory.low``); ``demand`` (the sum of its tasks' declarations) is its cap,
+    ``usage`` what it uses, and ``borrowed`` what it uses above its guarantee (idle shares of
+    others, work-conserving; CPU and I/O only).
     ``fair_level`` is the highest dominant share / weight among the groups: the water level at
     which the last filling stopped the groups a saturated resource held back.
     """
@@ -53,14 +56,10 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
         for resource, amount in group_usage.items():
             used[resource] = used.get(resource, 0.0) + amount
         groups[name] = {
-            "weight": float(got.weight) if got else 1.0,
+            **(got.to_json() if got else _NOT_ALLOCATED),
             "demand": dict(demands[name]),
-            "allocation": {r: float(v) for r, v in got.allocation.items()} if got else {},
             "guarantee": _guarantee(got.allocation if got else {}, demands[name]),
             "lambda": float(got.tasks) if got else 0.0,
-            "dominant_resources": list(got.dominant_resources) if got else [],
-            "dominant_share": float(got.dominant_share) if got else 0.0,
-            "stop": got.stop.describe() if got else "",
             "limits": in_force(name),
             "usage": group_usage,
             "borrowed": _borrowed(group_usage, got.allocation if got else {}),
@@ -71,6 +70,10 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
     return {"daemon": daemon, "capacity": dict(capacity), "allocated": allocated, "used": used,
             "filling": dict(filling), "fair_level": fair_level, "events": events, "groups": groups,
             "queue": queue}
+
+
+# A group with tasks but no allocation yet (its first filling is still to come).
+_NOT_ALLOCATED = {"weight": 1.0, "allocation": {}, "dominant_resources": [], "dominant_share": 0.0, "stop": ""}
 
 
 def _guarantee(allocation: Mapping[str, float], demand: Mapping[str, float]) -> dict[str, float]:

@@ -66,3 +66,20 @@ def format_number(value: float | Fraction, *, precision: int = 3) -> str:
     """Render a count or core figure without trailing zeros: ``3``, ``2.5``, ``0.333``."""
     text = f"{float(value):.{precision}f}".rstrip("0").rstrip(".")
     return text if text not in ("", "-0") else "0"
+
+
+def format_amount(resource: str, value: float | Fraction, *, unit: bool = False) -> str:
+    """An amount of ``resource`` for people, the one rule every view and message follows.
+
+    ``memory…`` is bytes (``4.0G``), ``io.…`` bytes/s (``200.0M/s``), anything else (``cpu``,
+    ``gpu``…) a plain number with up to two decimals (``1.5``; with ``unit``, cpu reads
+    ``1.5 cores``, ``1 core``). Sizes use K/M/G/T, powers of 1024 (:func:`format_size`).
+    """
+    if resource.startswith("io."):
+        return f"{format_size(value)}/s"
+    if resource.startswith("memory"):
+        return format_size(value)
+    text = format_number(value, precision=2)
+    if unit and resource == "cpu":
+        return f"{text} core" + ("" if text == "1" else "s")
+    return text

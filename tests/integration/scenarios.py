@@ -386,7 +386,7 @@ def reload_refuses_a_bad_config_and_applies_a_good_one(tmp_path) -> None:
         path.write_text(good.replace("[capacity]", "[capacity]\nbogus = 1"))
         refused = subprocess.run([GOVERNOR, "reload", "--socket", gov.socket], capture_output=True, text=True)
         print(f"\nbad reload: exit {refused.returncode}: {refused.stderr.strip()}")
-        assert refused.returncode == 1 and f"{path}: capacity.bogus" in refused.stderr
+        assert refused.returncode == 2 and f"{path}: capacity.bogus" in refused.stderr
         assert gov.cpu_weight("B") == before and len(gov.status()["groups"]) == 2
         path.write_text(good.replace('[groups.B]\n', '[groups.B]\nweight = 3\n'))
         applied = subprocess.run([GOVERNOR, "reload", "--socket", gov.socket], capture_output=True, text=True)

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from cli.main import main
-from cli.render import allocation_json, allocation_table, format_share, trace_table
+from cli.render import allocation_table, format_share, trace_table
 from cli.simulate import POLICY_NAMES
 from governor import policies
 from governor.drf import discrete_filling, progressive_filling
@@ -243,7 +243,8 @@ def test_trace_table_without_steps_says_so():
 
 
 def test_allocation_json_numbers():
-    out = allocation_json(progressive_filling({"cpu": 2}, [GroupDemand("A", {"cpu": Fraction(3, 2)}, tasks=1)]))
+    out = progressive_filling({"cpu": 2}, [GroupDemand("A", {"cpu": Fraction(3, 2)}, tasks=1)]).to_json()
+    assert out["capacity"] == {"cpu": 2.0} and type(out["capacity"]["cpu"]) is float  # floats, even when whole
     assert out["groups"]["A"]["allocation"] == {"cpu": 1.5}
     assert out["groups"]["A"]["dominant_share"] == 0.75
     assert out["groups"]["A"]["demanded_tasks"] == 1

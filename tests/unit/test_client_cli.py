@@ -118,8 +118,9 @@ def test_run_passes_options_after_the_command_to_the_command(daemon):
 def test_run_without_a_daemon_fails_with_one_line(tmp_path):
     path = str(tmp_path / "absent.sock")
     result, _ = governor("run", "--", "sh", "-c", "echo ran", socket_path=path)
-    assert result.returncode == 1
-    assert result.stderr == f"governor: error: governor daemon is not running (no socket at {path})\n"
+    assert result.returncode == 69
+    assert result.stderr == (f"governor: error: governor daemon is not running (no socket at {path}) "
+                             "(start it: sudo systemctl start governor)\n")
     assert result.stdout == ""
 
 
@@ -128,22 +129,24 @@ def test_run_with_a_dead_socket_says_connection_refused(tmp_path):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
         dead.bind(path)  # bound, never listening
         result, _ = governor("run", "--", "true", socket_path=path)
-    assert result.returncode == 1
-    assert result.stderr == f"governor: error: governor daemon is not running (connection refused at {path})\n"
+    assert result.returncode == 69
+    assert result.stderr == (f"governor: error: governor daemon is not running (connection refused at {path}) "
+                             "(start it: sudo systemctl start governor)\n")
 
 
 def test_run_refused_by_the_daemon_prints_its_message_and_does_not_run(daemon):
     daemon.refuse = RequestError("forbidden", "uid 1000 may not launch into group physics")
     result, _ = governor("run", "--group", "physics", "--", "sh", "-c", "echo ran", socket_path=daemon.path)
-    assert result.returncode == 1
-    assert result.stderr == "governor: error: uid 1000 may not launch into group physics (forbidden)\n"
+    assert result.returncode == 77
+    assert result.stderr == ("governor: error: uid 1000 may not launch into group physics "
+                             "(ask an admin to add you to a [groups] entry)\n")
     assert result.stdout == ""
 
 
 def test_run_missing_command_is_127(daemon):
     result, _ = governor("run", "--", "no-such-command-governor-test", socket_path=daemon.path)
     assert result.returncode == 127
-    assert result.stderr == "governor: no-such-command-governor-test: command not found\n"
+    assert result.stderr == "governor: error: no-such-command-governor-test: command not found\n"
 
 
 def test_run_non_executable_file_is_126(daemon, tmp_path):
@@ -152,7 +155,7 @@ def test_run_non_executable_file_is_126(daemon, tmp_path):
     script.chmod(0o644)
     result, _ = governor("run", "--", str(script), socket_path=daemon.path)
     assert result.returncode == 126
-    assert result.stderr == f"governor: {script}: permission denied\n"
+    assert result.stderr == f"governor: error: {script}: permission denied\n"
 
 
 @pytest.mark.parametrize("args", [
@@ -168,7 +171,8 @@ def test_run_bad_flags_are_usage_errors(args, tmp_path):
     # Checked before connecting: the socket does not exist, yet the error is about the flag.
     result = CliRunner().invoke(main, ["run", "--socket", str(tmp_path / "absent.sock"), *args])
     assert result.exit_code == 2, result.output
-    assert "Usage:" in result.output and "daemon" not in result.output
+    [line] = result.output.splitlines()  # one line, in governor's style, with where to look
+    assert line.startswith("governor: error: ") and line.endswith(" run -h)") and "daemon" not in line
 
 
 def test_run_help_is_help_not_a_command(daemon):
@@ -337,7 +341,7 @@ def test_run_no_wait_refuses_with_its_own_exit_code(daemon):
     result, _ = governor("run", "--no-wait", "--", "sh", "-c", "echo ran", socket_path=daemon.path)
     assert result.returncode == 75 and result.stdout == ""
     assert result.stderr == ("governor: error: its memory does not fit yet: it waits for 1.0G to free"
-                             " (--no-wait given)\n")
+                             " (--no-wait given: without it the task waits in the queue)\n")
     assert daemon.seen[0][0].wait is False
 
 

@@ -399,6 +399,14 @@ def test_explain_gives_the_live_trace_and_each_groups_reason(daemon):
         ("saturated", "cpu", ["A", "B"])]
 
 
+def test_explain_lists_every_configured_group_with_its_weight_even_without_a_task(daemon):
+    launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
+    asyncio.run(daemon.handle(SetWeightRequest("B", 3.0), Peer(pid=1, uid=0, gid=0)))
+    result = daemon.explain()
+    assert list(result["groups"]) == ["A"]
+    assert result["configured"] == {"A": 1.0, "B": 3.0}  # B runs nothing; its weight as set now
+
+
 def write_config(daemon, tmp_path, text):
     path = tmp_path / "governor.toml"
     path.write_text(text)

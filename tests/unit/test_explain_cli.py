@@ -132,10 +132,43 @@ def test_demand_met_reads_as_such():
     assert "its demand was met: it got all it asked for" in render(answer, "B")
 
 
-def test_unknown_group_is_one_line_and_exit_1(served):
-    result = explain("nope", "--socket", served.path)
-    assert result.exit_code == 1
-    assert result.output == "governor: error: no group 'nope' on this host (groups: A, B)\n"
+def test_unknown_group_is_one_line_and_exit_2_with_the_known_ones(tmp_path):
+    server = FakeSocket(str(tmp_path / "g.sock"), [{"ok": True, "explain": {**sample(), "configured": {"physics": 2}}}])
+    result = explain("nope", "--socket", server.path)
+    server.close()
+    assert result.exit_code == 2
+    assert result.output == "governor: error: no group 'nope' on this host (groups: A, B, physics)\n"
+
+
+@pytest.fixture
+def configured(tmp_path):
+    """A daemon whose config also has ``physics`` (weight 2), a group with no task running."""
+    server = FakeSocket(str(tmp_path / "g.sock"), [{"ok": True, "explain": {
+        **with_queue(), "configured": {"A": 1.0, "B": 1.0, "physics": 2.0}}}])
+    yield server
+    server.close()
+
+
+def test_a_configured_group_with_no_task_shows_its_weight_and_what_it_would_get(configured):
+    result = explain("physics", "--socket", configured.path, width=80)
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    row = " ".join(line for line in result.output.splitlines() if line.startswith("│ "))
+    # Weight 2 against the running A and B (1 each): DRF's sharing incentive, 2 / (1 + 1 + 2).
+    assert "│ physics │      2 │ —" in row and "no task running" in row and "50.0%" in row
+    assert "│ A " not in result.output and "waiting for memory" not in result.output  # only physics
+    assert "cpu saturated" in result.output  # the host's filling, without a share column per group
+    assert "A\nshare" not in result.output and "│ 63.6%" not in result.output
+
+
+def test_json_for_a_configured_group_with_no_task(configured):
+    out = json.loads(explain("physics", "--json", "--socket", configured.path).output)
+    assert out["groups"] == {} and out["configured"] == {"physics": 2.0} and out["queue"] == []
+
+
+def test_the_whole_explain_lists_configured_groups_with_no_task_too(configured):
+    text = explain("--socket", configured.path, width=80).output
+    assert "│ A " in text and "│ physics │" in text and max(map(len, text.splitlines())) <= 80
 
 
 def test_no_groups_says_so(tmp_path):
@@ -149,8 +182,9 @@ def test_no_groups_says_so(tmp_path):
 
 def test_without_a_daemon(tmp_path):
     result = explain("--socket", str(tmp_path / "absent.sock"))
-    assert result.exit_code == 1
-    assert result.output == f"governor: error: governor daemon is not running (no socket at {tmp_path}/absent.sock)\n"
+    assert result.exit_code == 69
+    assert result.output == (f"governor: error: governor daemon is not running (no socket at {tmp_path}/absent.sock) "
+                             "(start it: sudo systemctl start governor)\n")
 
 
 def test_a_reply_without_explain_object(tmp_path):

@@ -1,0 +1,105 @@
+"""How a failure reaches the user: one line and an exit code, the same for every command.
+
+``governor: error: <what went wrong> (<hint>)`` on stderr; with ``--verbose`` the internal
+code follows in brackets (``[forbidden]``). Each kind of failure has one exit code, listed in
+the README (a test per row)::
+
+    0    done
+    1    failure: none of the below (a cgroup write refused, a daemon bug, a broken reply)
+    2    bad input: a usage error, a bad config or scenario file, a request the daemon refuses
+         as wrong (bad_request, not_found, exceeds_capacity, invalid_config)
+    69   unavailable (sysexits EX_UNAVAILABLE): no daemon on the socket, or it cannot do this here
+    75   try again later (EX_TEMPFAIL): --no-wait and the memory does not fit now; too many tasks
+    77   permission (EX_NOPERM): the daemon says no (forbidden), or the socket cannot be opened
+    126  run's command exists but cannot be executed, as in a shell
+    127  run's command is not found, as in a shell
+    130  interrupted (Ctrl-C; in run's queue nothing was started)
+
+Only the standard library and the error classes: ``governor run``'s fast path (:mod:`cli.entry`)
+prints its failures with this module before click is ever loaded.
+"""
+
+from __future__ import annotations
+
+from governor.errors import (AllocationInputError, ConfigError, ControlSocketError, DaemonError, DaemonNotRunning,
+                             GovernorError, SocketPermissionError)
+
+EXIT_FAILURE = 1
+EXIT_BAD_INPUT = 2
+EXIT_UNAVAILABLE = 69
+EXIT_WOULD_WAIT = 75
+EXIT_NO_PERMISSION = 77
+EXIT_CANNOT_EXECUTE = 126
+EXIT_NOT_FOUND = 127
+EXIT_INTERRUPTED = 130
+
+START_DAEMON = "start it: sudo systemctl start governor"
+JOIN_A_GROUP = "ask an admin to add you to a [groups] entry"
+
+# Internal code (the daemon's error code, or a name for a failure found on this side) →
+# (exit code, hint for a user who is stuck, or None when the message says it all).
+KINDS: dict[str, tuple[int, str | None]] = {
+    # The daemon's codes (governor/protocol.py ERROR_CODES).
+    "bad_request": (EXIT_BAD_INPUT, None),
+    "too_large": (EXIT_BAD_INPUT, None),
+    "timeout": (EXIT_FAILURE, None),
+    "unknown_op": (EXIT_FAILURE, "the daemon is older than this command: restart it: sudo systemctl restart governor"),
+    "forbidden": (EXIT_NO_PERMISSION, JOIN_A_GROUP),
+    "not_found": (EXIT_BAD_INPUT, "governor explain lists the groups"),
+    "exceeds_capacity": (EXIT_BAD_INPUT, "ask for less: governor status shows the capacity"),
+    "would_wait": (EXIT_WOULD_WAIT, "--no-wait given: without it the task waits in the queue"),
+    "unavailable": (EXIT_UNAVAILABLE, None),
+    "too_many": (EXIT_WOULD_WAIT, "try again when one of your tasks has ended"),
+    "invalid_config": (EXIT_BAD_INPUT, "the config in force stays; governor check-config FILE checks a file"),
+    "internal": (EXIT_FAILURE, "a bug in the daemon: its log has the details (journalctl -u governor)"),
+    # Found on this side.
+    "daemon_not_running": (EXIT_UNAVAILABLE, START_DAEMON),
+    "socket_permission": (EXIT_NO_PERMISSION, "ask an admin for access to the control socket"),
+    "socket": (EXIT_FAILURE, None),
+    "bad_input": (EXIT_BAD_INPUT, None),
+    "error": (EXIT_FAILURE, None),
+}
+# Admin operations refused: the hint is about who may, not about groups.
+_ADMIN_OPS = {"reload", "set-weight"}
+_AS_ROOT = "run it as root, or as a member of the config's admin_group"
+
+
+def kind(error: GovernorError) -> str:
+    """The internal code of ``error``: a key of :data:`KINDS`."""
+    if isinstance(error, DaemonError):
+        return error.code if error.code in KINDS else "error"
+    if isinstance(error, DaemonNotRunning):
+        return "daemon_not_running"
+    if isinstance(error, SocketPermissionError):
+        return "socket_permission"
+    if isinstance(error, ControlSocketError):
+        return "socket"
+    if isinstance(error, (ConfigError, AllocationInputError)):
+        return "bad_input"
+    return "error"
+
+
+def line(what: str, hint: str | None = None, code: str | None = None) -> str:
+    """``governor: error: <what> (<hint>)``, then `` [<code>]`` when a code is given (--verbose)."""
+    text = f"governor: error: {what}"
+    if hint:
+        text += f" ({hint})"
+    return text + (f" [{code}]" if code else "")
+
+
+def describe(error: GovernorError) -> tuple[str, str | None, str, int]:
+    """``error`` as (what went wrong, hint or None, internal code, exit code): the module's table."""
+    code = kind(error)
+    status, hint = KINDS[code]
+    what = error.message if isinstance(error, DaemonError) else str(error)
+    if code == "forbidden" and error.op in _ADMIN_OPS:
+        hint = _AS_ROOT
+    if isinstance(error, DaemonError):
+        code = error.code  # one this client does not know yet is still shown with --verbose
+    return what, hint, code, status
+
+
+def report(error: GovernorError, *, verbose: bool = False) -> tuple[str, int]:
+    """The line to print for ``error`` and the exit code to end with."""
+    what, hint, code, status = describe(error)
+    return line(what, hint, code if verbose else None), status

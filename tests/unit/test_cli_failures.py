@@ -1,0 +1,185 @@
+"""One error style and one exit code per kind of failure (cli/failures.py; the README's table):
+one test per row, through click (CliRunner) and through ``governor run``'s fast path (a
+subprocess of the console script's entry, which never loads click)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from fake_socket import FakeSocket
+
+import cli.client
+from cli.failures import KINDS
+from cli.main import main
+from governor.protocol import ERROR_CODES
+
+REPO = Path(__file__).resolve().parents[2]
+GOVERNOR = [sys.executable, "-c", "from cli.entry import main; main()"]
+START_IT = "(start it: sudo systemctl start governor)"
+
+
+def governor(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The CLI in a subprocess, as the console script runs it."""
+    return subprocess.run([*GOVERNOR, *args], cwd=REPO, capture_output=True, text=True, timeout=30,
+                          env={**os.environ, **(env or {})})
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stderr
+
+
+@pytest.fixture
+def refusing(tmp_path):
+    """A daemon that answers every request with the error ``refusing.answer = (code, message)``."""
+    servers = []
+
+    def serve(code: str, message: str) -> str:
+        path = str(tmp_path / f"{len(servers)}.sock")
+        servers.append(FakeSocket(path, [{"ok": False, "error": {"code": code, "message": message}}]))
+        return path
+
+    yield serve
+    for server in servers:
+        server.close()
+
+
+def test_every_daemon_error_code_has_an_exit_code():
+    assert set(ERROR_CODES) <= set(KINDS)
+
+
+def test_0_done(tmp_path):
+    server = FakeSocket(str(tmp_path / "g.sock"), [{"ok": True, "status": {"groups": {}}}])
+    assert invoke("status", "--json", "--socket", server.path) == (0, "")
+    server.close()
+
+
+def test_1_failure_a_daemon_bug(refusing):
+    path = refusing("internal", "internal error: KeyError 'x'")
+    assert invoke("status", "--socket", path) == (1, "governor: error: internal error: KeyError 'x' (a bug in the "
+                                                     "daemon: its log has the details (journalctl -u governor))\n")
+
+
+def test_1_failure_a_broken_reply(tmp_path):
+    server = FakeSocket(str(tmp_path / "g.sock"), [b"nonsense\n"])
+    code, err = invoke("status", "--socket", server.path)
+    server.close()
+    assert code == 1 and err.startswith("governor: error: ") and err.count("\n") == 1
+
+
+def test_2_usage_error_is_one_line_with_where_to_look():
+    code, err = invoke("status", "--jsn")
+    assert code == 2
+    assert err == "governor: error: No such option '--jsn'. Did you mean '--json'? (see main status -h)\n"
+    assert invoke("nosuchcommand")[0] == 2
+
+
+def test_no_command_at_all_is_help_not_an_error_line():
+    result = CliRunner().invoke(main, [])
+    assert result.output.startswith("Usage:") and "Commands:" in result.output
+
+
+@pytest.mark.parametrize("daemon_code", ["bad_request", "not_found", "exceeds_capacity", "too_large"])
+def test_2_bad_input_the_daemon_refuses(refusing, daemon_code):
+    result = governor("run", "--", "true", env={"GOVERNOR_SOCKET": refusing(daemon_code, "demand cpu = 9 cores")})
+    assert result.returncode == 2 and result.stderr.startswith("governor: error: demand cpu = 9 cores")
+
+
+def test_2_a_reload_of_a_bad_config(refusing):
+    path = refusing("invalid_config", "/etc/governor/governor.toml: capacity.bogus: unknown key")
+    assert invoke("reload", "--socket", path) == (
+        2, "governor: error: /etc/governor/governor.toml: capacity.bogus: unknown key (the config in force stays; "
+           "governor check-config FILE checks a file)\n")
+
+
+def test_2_a_bad_scenario_file(tmp_path):
+    scenario = tmp_path / "s.toml"
+    scenario.write_text("[capacity]\ncpu = -1\n")
+    code, err = invoke("simulate", str(scenario))
+    assert code == 2 and err.startswith(f"governor: error: {scenario}: capacity.cpu: ")
+
+
+def test_69_no_daemon_click_and_fast_path_alike(tmp_path):
+    path = str(tmp_path / "absent.sock")
+    expected = f"governor: error: governor daemon is not running (no socket at {path}) {START_IT}\n"
+    assert invoke("status", "--socket", path) == (69, expected)
+    result = governor("run", "--", "true", env={"GOVERNOR_SOCKET": path})
+    assert (result.returncode, result.stderr) == (69, expected)
+
+
+def test_69_the_daemon_cannot_do_it_here(refusing):
+    result = governor("run", "--", "true", env={"GOVERNOR_SOCKET": refusing("unavailable", "no cgroup support")})
+    assert (result.returncode, result.stderr) == (69, "governor: error: no cgroup support\n")
+
+
+@pytest.mark.parametrize(("daemon_code", "hint"), [
+    ("would_wait", "--no-wait given: without it the task waits in the queue"),
+    ("too_many", "try again when one of your tasks has ended"),
+])
+def test_75_try_again_later(refusing, daemon_code, hint):
+    result = governor("run", "--no-wait", "--", "true", env={"GOVERNOR_SOCKET": refusing(daemon_code, "not now")})
+    assert (result.returncode, result.stderr) == (75, f"governor: error: not now ({hint})\n")
+
+
+def test_77_a_user_in_no_group_is_told_whom_to_ask(refusing):
+    result = governor("run", "--", "true",
+                      env={"GOVERNOR_SOCKET": refusing("forbidden", "user bob belongs to no governed group")})
+    assert (result.returncode, result.stderr) == (
+        77, "governor: error: user bob belongs to no governed group (ask an admin to add you to a [groups] entry)\n")
+
+
+def test_77_an_admin_operation_says_who_may(refusing):
+    path = refusing("forbidden", "reload is for root; user bob is not")
+    assert invoke("reload", "--socket", path) == (
+        77, "governor: error: reload is for root; user bob is not (run it as root, or as a member of the config's "
+            "admin_group)\n")
+
+
+def test_77_a_socket_the_user_may_not_open(monkeypatch, tmp_path):
+    # As root the kernel lets every connect() through: the refusal is simulated at the socket.
+    class Denied:
+        def __init__(self, *args):
+            pass
+
+        def settimeout(self, timeout):
+            pass
+
+        def connect(self, path):
+            raise PermissionError(13, "Permission denied")
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(cli.client.socket, "socket", Denied)
+    code, err = invoke("status", "--socket", str(tmp_path / "s"))
+    assert code == 77
+    assert err == (f"governor: error: {tmp_path}/s: cannot connect: Permission denied "
+                   "(ask an admin for access to the control socket)\n")
+
+
+def test_130_interrupted(monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.client, "call", interrupted)
+    code, err = invoke("status")
+    assert code == 130 and "Traceback" not in err and "Aborted" not in err
+
+
+# 126, 127 (run's command cannot be executed, is not found) and 130 in run's queue: tests/unit/test_client_cli.py.
+
+
+def test_verbose_shows_the_internal_code_click_and_fast_path_alike(refusing, tmp_path):
+    path = refusing("forbidden", "user bob belongs to no governed group")
+    assert CliRunner().invoke(main, ["--verbose", "status", "--socket", path]).stderr.endswith(
+        "[groups] entry) [forbidden]\n")
+    result = governor("--verbose", "run", "--", "true", env={"GOVERNOR_SOCKET": refusing("forbidden", "no")})
+    assert result.returncode == 77 and result.stderr.endswith("[groups] entry) [forbidden]\n")
+    result = governor("-v", "run", "--", "true", env={"GOVERNOR_SOCKET": str(tmp_path / "absent.sock")})
+    assert result.returncode == 69 and result.stderr.endswith(f"{START_IT} [daemon_not_running]\n")
+    assert "[" not in governor("run", "--", "true", env={"GOVERNOR_SOCKET": path}).stderr.split(")")[-1]

@@ -1,0 +1,36 @@
+"""One amount formatter (governor/units.py): what every view and message prints."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from governor.units import format_amount
+
+G = 1024**3
+
+
+@pytest.mark.parametrize(("resource", "value", "unit", "text"), [
+    ("cpu", 1.5, False, "1.5"),
+    ("cpu", Fraction(2, 3), False, "0.67"),
+    ("cpu", 1.0, True, "1 core"),
+    ("cpu", 3.5, True, "3.5 cores"),
+    ("gpu", 2, True, "2"),
+    ("memory", 12 * G, False, "12.0G"),
+    ("memory", 512, True, "512"),
+    ("io.nvme0n1.read", 200 * 1024**2, False, "200.0M/s"),
+    ("io.sda.write", 2 * 1024**4, True, "2.0T/s"),
+])
+def test_an_amount_reads_by_its_resource(resource, value, unit, text):
+    assert format_amount(resource, value, unit=unit) == text
+
+
+def test_every_view_uses_it():
+    # The simulate table, the status/explain/top views and the daemon's messages: one function.
+    import cli.render
+    import cli.view_common
+    import governor.access
+
+    for module in (cli.render, cli.view_common, governor.access):
+        assert module.format_amount is format_amount
