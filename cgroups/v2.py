@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 MEMORY_EVENT_KEYS = ("high", "max", "oom", "oom_kill")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CgroupStats:
     """One sample of a cgroup's counters (cumulative since the cgroup was created).
 

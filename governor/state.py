@@ -23,7 +23,7 @@ from governor.errors import GovernorError
 from governor.limits import LOGIN_PREFIX, SESSION_PREFIX, task_cgroup
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Task:
     """One process tree launched by ``governor run``, or a user's session: every process of a
     governed user started outside ``governor run`` (:mod:`governor.sessions`).

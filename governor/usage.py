@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from cgroups.v2 import CgroupStats
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sample:
     """A cgroup's counters at a moment: ``at`` in seconds from a monotonic clock."""
 

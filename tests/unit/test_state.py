@@ -3,6 +3,7 @@ record set aside with a reason instead of stopping the daemon (issue 12, point 6
 
 import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,7 @@ def test_a_bad_record_is_set_aside_with_its_reason_and_the_others_still_load(tmp
     store.save(TASK)
     path = tmp_path / "state" / name
     if isinstance(content, dict):
-        record = {**TASK.__dict__, "command": list(TASK.command), "id": path.stem, **content}
+        record = {**asdict(TASK), "command": list(TASK.command), "id": path.stem, **content}
         path.write_text(json.dumps(record))
     elif isinstance(content, str):
         path.symlink_to(content)
