@@ -16,9 +16,11 @@ from cli.check_config import check_config
 from cli.daemon_cmd import daemon
 from cli.explain import explain
 from cli.install_systemd import install_systemd
+from cli.ps import ps
 from cli.run import run
 from cli.simulate import simulate
 from cli.status import status
+from cli.stop import stop
 from cli.top import top
 from governor.errors import ConfigError, GovernorError
 
@@ -69,5 +71,7 @@ main.add_command(run)
 main.add_command(simulate)
 main.add_command(check_config)
 main.add_command(status)
+main.add_command(ps)
+main.add_command(stop)
 main.add_command(explain)
 main.add_command(top)
