@@ -142,21 +142,22 @@ class Driver:
                 signalled.add(pid)
         return len(signalled)
 
-    def read_stats(self, rel: str):
+    def read_stats(self, rel: str, *, peak: bool = False):
         """Sample the counters of cgroup ``rel`` (:class:`~cgroups.v2.CgroupStats`; which files,
-        per mode, in ``_read_stats``).
+        per mode, in ``_read_stats``); with ``peak``, its memory peak too (one more file: read
+        when a task ends, not at every sample).
 
         Raises:
             CgroupReadError: a stat file cannot be read (e.g. the cgroup vanished), or its text
                 is not what the kernel writes (a missing key, a bad number).
         """
         try:
-            return self._read_stats(rel)
+            return self._read_stats(rel, peak)
         except (ValueError, KeyError) as error:
             raise CgroupReadError(f"cannot parse the counters of cgroup {rel!r}: {error!r}",
                                   path=str(self.directory(rel))) from None
 
-    def _read_stats(self, rel: str):
+    def _read_stats(self, rel: str, peak: bool):
         raise NotImplementedError
 
     def files(self, limits: CgroupLimits) -> dict[str, str]:

@@ -49,8 +49,9 @@ class CgroupStats:
             ``wios``, ``dbytes``, ``dios``.
         populated: some process lives in the cgroup or below it.
         memory_peak_bytes: the most memory charged since the cgroup was made, bytes (v2
-            ``memory.peak``, Linux ≥ 5.19; v1 ``memory.max_usage_in_bytes``); None where the
-            kernel has no such file or the memory controller is not enabled.
+            ``memory.peak``, Linux ≥ 5.19; v1 ``memory.max_usage_in_bytes``); None unless
+            asked for (``read_stats(peak=True)``), where the kernel has no such file, or the
+            memory controller is not enabled.
     """
 
     cpu_usage_usec: int
@@ -263,7 +264,7 @@ class CgroupV2Driver(Driver):
         when ``populated`` or ``frozen`` changes."""
         return self.path(rel) / "cgroup.events"
 
-    def _read_stats(self, rel: str) -> CgroupStats:
+    def _read_stats(self, rel: str, peak: bool) -> CgroupStats:
         """Sample the counters of cgroup ``rel``. Memory and io fields are left None/empty when
         those controllers are not enabled for it.
 
@@ -278,7 +279,7 @@ class CgroupV2Driver(Driver):
         memory_events: dict[str, int] = {}
         if "memory" in enabled:
             memory_current = parse_int(read_file(directory, "memory.current"))
-            memory_peak = _optional_int(directory, "memory.peak")
+            memory_peak = _optional_int(directory, "memory.peak") if peak else None
             events = parse_flat_keyed(read_file(directory, "memory.events"))
             memory_events = {k: events.get(k, 0) for k in MEMORY_EVENT_KEYS}
         io_stat: dict[str, dict[str, int]] = {}

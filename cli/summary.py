@@ -15,6 +15,7 @@ the started task to this process through a close-on-exec pipe.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -43,8 +44,12 @@ def run_with_summary(path: str, request: dict, cmd: tuple[str, ...]) -> None:
     os.close(writer)
     for signum in (signal.SIGINT, signal.SIGQUIT):
         signal.signal(signum, signal.SIG_IGN)
+    def forward(signum: int, _) -> None:
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            os.kill(child, signum)
+
     for signum in FORWARDED:
-        signal.signal(signum, lambda number, _: os.kill(child, number))
+        signal.signal(signum, forward)
     began = time.monotonic()
     with os.fdopen(reader, "rb") as pipe:
         told = pipe.read()
@@ -55,8 +60,9 @@ def run_with_summary(path: str, request: dict, cmd: tuple[str, ...]) -> None:
     if not told:  # refused, or left the queue: the child said why
         sys.exit(exit_code)
     started = json.loads(told)
-    record = None if started.get("nested") else _ended_record(path, str(started.get("task")))
-    for line in summary_lines(record, status, wall, task=str(started.get("task"))):
+    task = None if started.get("nested") else str(started.get("task"))
+    record = None if task is None else _ended_record(path, task)
+    for line in summary_lines(record, status, wall, task=task):
         sys.stderr.write(line + "\n")
     sys.exit(exit_code)
 
@@ -98,9 +104,10 @@ def _ended_record(path: str, task: str) -> dict | None:
         time.sleep(0.05)
 
 
-def summary_lines(record: dict | None, status: int, wall: float, *, task: str) -> list[str]:
+def summary_lines(record: dict | None, status: int, wall: float, *, task: str | None) -> list[str]:
     """The summary of a command that ended with wait ``status`` (:func:`os.waitpid`) after
-    ``wall`` seconds, from its task's ended ``record`` (None: unknown, said so)."""
+    ``wall`` seconds, from its task's ended ``record`` (None: unknown, said so unless ``task``
+    is None: the command ran inside an enclosing task, which goes on)."""
     if os.WIFEXITED(status):
         result = "success" if os.WEXITSTATUS(status) == 0 else "exit-code"
         terminated = f"code=exited/status={os.WEXITSTATUS(status)}"
@@ -110,9 +117,11 @@ def summary_lines(record: dict | None, status: int, wall: float, *, task: str) -
         code = "dumped" if os.WCOREDUMP(status) else "killed"
         terminated = f"code={code}/status={signal.Signals(signum).name.removeprefix('SIG')}"
     if record is None:
-        return [f"Finished with result: {result}", f"Main processes terminated with: {terminated}",
-                f"Service runtime: {format_timespan(wall)}",
-                f"Task {task}: no ended record (processes of it may still run); see governor ps --ended"]
+        lines = [f"Finished with result: {result}", f"Main processes terminated with: {terminated}",
+                 f"Service runtime: {format_timespan(wall)}"]
+        if task is not None:
+            lines.append(f"Task {task}: no ended record (processes of it may still run); see governor ps --ended")
+        return lines
     reason = record.get("reason")
     if reason in RESULTS:
         result = RESULTS[reason] + (f" (by {record['stopped_by']})" if record.get("stopped_by") else "")

@@ -63,7 +63,7 @@ from governor.model import DEMAND_MET, Allocation, GroupDemand
 from governor.notify import Notifier
 from governor.protocol import (ExplainRequest, LaunchRequest, Peer, PsRequest, ReloadRequest, SetWeightRequest,
                                StatusRequest, StopRequest, WatchRequest, default_name)
-from governor.ps import processes, task_rows
+from governor.ps import PROCESSES_SHOWN, processes, task_rows
 from governor.queue import Entry, queue_view
 from governor.procevents import ProcessEvents
 from governor.server import ControlServer
@@ -282,15 +282,17 @@ class Daemon:
                                    allocation=self.allocation, usage=self.usage, positions=positions,
                                    processes=self._processes)}
 
-    def _processes(self, task: Task) -> list[dict]:
-        """The processes in ``task``'s cgroup (a login session's live in logind's scopes below
-        its slice: none listed)."""
+    def _processes(self, task: Task) -> tuple[list[dict], int]:
+        """The first :data:`~governor.ps.PROCESSES_SHOWN` processes in ``task``'s cgroup, and
+        how many it holds (a login session's live in logind's scopes below its slice: none
+        listed). A name costs a /proc read: only those listed are looked up."""
         if task.is_login:
-            return []
+            return [], 0
         try:
-            return processes(self.hierarchy.driver.pids(task.cgroup))
+            pids = self.hierarchy.driver.pids(task.cgroup)
         except CgroupError:
-            return []
+            return [], 0
+        return processes(pids[:PROCESSES_SHOWN]), len(pids)
 
     def stop(self, task_ids: Iterable[str], who: access.Identity) -> dict:
         """End each task's whole process tree (``governor stop``), or take a queued one out
@@ -818,7 +820,7 @@ class Daemon:
         """The counters of ``task``'s cgroup as it ends (it still exists, empty), else those
         of its last sample, else None."""
         try:
-            return self._driver(task.cgroup).read_stats(task.cgroup)
+            return self._driver(task.cgroup).read_stats(task.cgroup, peak=True)
         except CgroupError:
             sample = self._samples.get(task.cgroup)
             return sample.stats if sample is not None else None

@@ -20,7 +20,7 @@ PROCESSES_SHOWN = 32
 
 def task_rows(running: Iterable[Task], queued: Iterable[Entry], *, allocation: Allocation | None,
               usage: Mapping[str, Mapping[str, float]], positions: Mapping[str, int],
-              processes: Callable[[Task], list[dict]]) -> list[dict]:
+              processes: Callable[[Task], tuple[list[dict], int]]) -> list[dict]:
     """One row per task, running first (in launch order), then queued (in queue order).
 
     Args:
@@ -30,16 +30,17 @@ def task_rows(running: Iterable[Task], queued: Iterable[Entry], *, allocation: A
             group's λ times its declared demand (its memory: all it declared, ``memory.low``).
         usage: cgroup → measured use (:func:`governor.usage.usage`).
         positions: task id → place in the queue (1 first).
-        processes: a task → its processes, ``{"pid", "ppid", "name"}`` each.
+        processes: a task → the processes listed for it (``{"pid", "ppid", "name"}`` each, at
+            most :data:`PROCESSES_SHOWN`) and how many it holds.
     """
     rows = []
     for task in running:
         got = allocation.groups.get(task.group) if allocation else None
         used, _ = split_usage(usage.get(task.cgroup, {}))
-        found = processes(task)
+        listed, total = processes(task)
         rows.append({**_common(task), "state": "running",
                      "guarantee": task_guarantee(task.demand, float(got.tasks) if got else 0.0), "usage": used,
-                     "processes": found[:PROCESSES_SHOWN], "processes_total": len(found)})
+                     "processes": listed, "processes_total": total})
     for entry in queued:
         rows.append({**_common(entry.task), "state": "queued", "started": None, "queued_at": entry.queued_at,
                      "position": positions.get(entry.task.id), "guarantee": {}, "usage": {}, "processes": [],

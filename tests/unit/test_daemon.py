@@ -104,7 +104,7 @@ class FakeDriver(Driver):
         self.procs[rel] = self.survivors.pop(rel, [])
         return 1
 
-    def _read_stats(self, rel):
+    def _read_stats(self, rel, peak):
         if rel not in self.cgroups:
             raise CgroupReadError("no such cgroup", path=rel, errno=errno.ENOENT)
         return self.stats.get(rel, CgroupStats(0, 0, 0, 0, populated=bool(self.procs.get(rel))))

@@ -11,6 +11,7 @@ from test_daemon import daemon  # noqa: F401  (the fixture)
 
 from cgroups.v2 import CgroupStats
 from governor.accounting import ENDED_KEPT
+from governor.ps import PROCESSES_SHOWN
 from governor.protocol import LaunchRequest, Peer, PsRequest, StopRequest
 from governor.state import Task
 from governor.errors import CgroupReadError, RequestError
@@ -200,7 +201,7 @@ def test_without_a_final_read_the_last_sample_is_used(daemon, monkeypatch):
     driver.stats["A/task-1"] = CgroupStats(2_000_000, 0, 0, 0, populated=True)
     daemon.sample()
 
-    def unreadable(rel):
+    def unreadable(rel, peak):
         raise CgroupReadError("cannot read cpu.stat", path=rel, errno=errno.EIO)
 
     monkeypatch.setattr(driver, "_read_stats", unreadable)
@@ -211,3 +212,10 @@ def test_without_a_final_read_the_last_sample_is_used(daemon, monkeypatch):
 
 def test_ended_records_are_bounded(daemon):
     assert daemon.ended.maxlen == ENDED_KEPT == 1000
+
+
+def test_ps_names_the_first_processes_of_a_large_task_and_counts_the_rest(daemon):
+    launch_as(daemon, os.getpid(), 0)
+    daemon.hierarchy.driver.procs["A/task-1"] = [os.getpid()] * 41
+    [row] = ask(daemon, PsRequest())["tasks"]
+    assert row["processes_total"] == 41 and len(row["processes"]) == PROCESSES_SHOWN

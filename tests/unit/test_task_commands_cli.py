@@ -179,3 +179,9 @@ def test_a_summary_run_refused_by_the_daemon_prints_one_line_and_runs_nothing(ta
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr == "governor: error: user x may not launch into group 'ops' (forbidden)\n"
     assert os.environ.get("GOVERNOR_SOCKET")  # (set by the fixture for the CliRunner tests)
+
+
+def test_a_summary_inside_an_enclosing_task_has_no_record_to_wait_for():
+    assert summary_lines(None, 0, 1.5, task=None) == [
+        "Finished with result: success", "Main processes terminated with: code=exited/status=0",
+        "Service runtime: 1.5s"]
