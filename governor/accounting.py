@@ -2,9 +2,10 @@
 logs, one line per task (Slurm's ``sacct``, systemd's unit accounting).
 
 The figures are the task cgroup's counters read just before the cgroup is removed (it still
-exists once it holds no process), or, if that read fails, at the last sample. Records live in
-the daemon's memory only (:data:`ENDED_KEPT` of them): a restart forgets them, and a task that
-ended while the daemon was down has none.
+exists once it holds no process), or, if that read fails, at the last sample; the exit status
+of its launched process from a pidfd (:mod:`governor.exits`). Records live in the daemon's
+memory only (:data:`ENDED_KEPT` of them): a restart forgets them, and a task that ended while
+the daemon was down has none.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cgroups.v2 import CgroupStats
+from governor.exits import describe
 from governor.state import Task
 from governor.units import format_size, format_timespan
 
@@ -22,7 +24,7 @@ EXIT, STOP, TIME_LIMIT, OOM_KILL = "exit", "stop", "time_limit", "oom_kill"
 REASONS = (EXIT, STOP, TIME_LIMIT, OOM_KILL)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Ended:
     """One ended task and what it used.
 
@@ -35,6 +37,8 @@ class Ended:
             (``oom_kill``).
         stopped_by: the user who stopped it, for ``stop``.
         stats: its cgroup's counters at the end, or None when none could be read.
+        exit_status: the wait status of its launched process (:mod:`governor.exits`), or None
+            where unknown; it may become known a moment after the record is made.
     """
 
     task: Task
@@ -42,18 +46,19 @@ class Ended:
     reason: str
     stopped_by: str | None
     stats: CgroupStats | None
+    exit_status: int | None = None
 
     def to_json(self) -> dict:
         """The record as ``governor ps --ended --json`` shows it (schema in the README):
-        seconds, bytes, and None where unknown. ``exit_status`` is always None: the daemon is
-        not the parent of the task's processes and cannot learn how they exited."""
+        seconds, bytes, and None where unknown."""
         stats = self.stats
         task = self.task
         return {"id": task.id, "name": task.name, "group": task.group, "user": task.user, "uid": task.uid,
                 "pid": task.pid, "command": list(task.command), "session": task.is_session,
                 "demand": dict(task.demand), "time_limit": task.time_limit, "started": task.started,
                 "ended": self.ended, "wall_s": max(0.0, self.ended - task.started), "reason": self.reason,
-                "stopped_by": self.stopped_by, "exit_status": None,
+                "stopped_by": self.stopped_by,
+                "exit_status": None if self.exit_status is None else describe(self.exit_status),
                 "cpu_s": None if stats is None else stats.cpu_usage_usec / 1e6,
                 "throttled_s": None if stats is None else stats.cpu_throttled_usec / 1e6,
                 "memory_peak": None if stats is None else stats.memory_peak_bytes,
@@ -70,7 +75,7 @@ class Ended:
         return (f"{self.task.label} ended ({seen}): {why}; {named}user {self.task.user}, group {self.task.group}, "
                 f"wall {format_timespan(record['wall_s'])}, CPU {_span(record['cpu_s'])}, "
                 f"throttled {_span(record['throttled_s'])}, memory peak {_bytes(record['memory_peak'])}, "
-                f"OOM kills {_count(record['oom_kills'])}, exit status unknown")
+                f"OOM kills {_count(record['oom_kills'])}, exit status {exit_words(self.exit_status)}")
 
 
 def reason_of(task: Task, ending: tuple[str, str | None] | None, stats: CgroupStats | None) -> tuple[str, str | None]:
@@ -81,6 +86,14 @@ def reason_of(task: Task, ending: tuple[str, str | None] | None, stats: CgroupSt
     if stats is not None and stats.memory_events.get("oom_kill", 0) > 0:
         return OOM_KILL, None
     return EXIT, None
+
+
+def exit_words(status: int | None) -> str:
+    """``code=exited/status=0``, ``code=killed/status=KILL`` (systemd's words), or ``unknown``."""
+    if status is None:
+        return "unknown"
+    shown = describe(status)
+    return f"code={shown['code']}/status={shown.get('status', shown.get('signal'))}"
 
 
 def _span(seconds: float | None) -> str:

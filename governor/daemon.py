@@ -50,12 +50,13 @@ from cgroups.hierarchy import Hierarchy
 from cgroups.limits import CgroupLimits
 from cgroups.systemd import SliceDriver
 from governor import access
-from governor.accounting import ENDED_KEPT, STOP, TIME_LIMIT, Ended, reason_of
+from governor.accounting import ENDED_KEPT, STOP, TIME_LIMIT, Ended, exit_words, reason_of
 from governor.admission import Waiting, admit
 from governor.config import Config
 from governor.drf import progressive_filling
 from governor.errors import CgroupError, CgroupWriteError, GovernorError, RequestError
 from governor.events import ExitWatcher
+from governor.exits import exit_status
 from governor.explain import explain
 from governor.limits import (SATURATION, SESSION_PREFIX, cpu_saturated, group_limits, held_login_limits,
                              inside_root, is_login_cgroup, root_limits, task_limits)
@@ -82,6 +83,10 @@ RESCAN_INTERVAL_S = 30.0
 SAMPLED_TASKS = 200
 # Tasks checked per reconcile pass, in turn (their exits are watched; this catches a miss).
 RECONCILED_TASKS = 1000
+# How often, and how many times, to ask how an ended task's launched process exited (its
+# parent reaps it a moment after the task's cgroup empties).
+EXIT_STATUS_RETRY_S = 0.25
+EXIT_STATUS_TRIES = 8
 # Young objects collected every 50,000 allocations instead of 700 (see serve()).
 GC_THRESHOLDS = (50_000, 20, 20)
 
@@ -145,6 +150,7 @@ class Daemon:
         self.ended: deque[Ended] = deque(maxlen=ENDED_KEPT)  # ended tasks, oldest first
         self._ending: dict[str, tuple[str, str | None]] = {}  # tasks the daemon killed → why, by whom
         self._time_limits: dict[str, asyncio.TimerHandle] = {}  # task → the timer that ends it
+        self._pidfds: dict[str, int] = {}  # task → a pidfd of its launched process, for its exit status
 
     def _use(self, config: Config) -> None:
         """Put ``config`` in force (capacity, devices, weights); raises before changing anything."""
@@ -535,6 +541,11 @@ class Daemon:
             return False
         self._watch(task)
         self._arm_time_limit(task)
+        if entry.pidfd is not None:
+            try:
+                self._pidfds[task.id] = os.dup(entry.pidfd)
+            except OSError as error:
+                log.warning("task %s: no exit status will be known: %s", task.id, error)
         waited = time.time() - entry.queued_at
         if self.metrics:
             self.metrics.admitted(waited)
@@ -797,15 +808,36 @@ class Daemon:
                 continue
             stats = self._final_stats(task)
             reason, by = reason_of(task, self._ending.get(task.id), stats)
+            pidfd = self._pidfds.pop(task.id, None)
             self._forget(task)
             record = Ended(task, time.time(), reason, by, stats)
             self.ended.append(record)
+            self._learn_exit_status(record, pidfd)
             self._event("task_ended", record.line(trigger))
             ended.append(task.label)
         if len(ended) == 1:
             self._settle_soon(f"{trigger} of {ended[0]}", since=since)
         elif ended:
             self._settle_soon(f"{trigger} of {len(ended)} tasks", since=since)
+
+    def _learn_exit_status(self, record: Ended, pidfd: int | None, tries: int = EXIT_STATUS_TRIES) -> None:
+        """Fill in how the task's launched process exited, from its pidfd: known once its
+        parent (the user's shell) reaped it, which may be a moment after the task's cgroup
+        emptied, so it is asked again every :data:`EXIT_STATUS_RETRY_S` a few times; then the
+        pidfd is closed."""
+        if pidfd is None:
+            return
+        record.exit_status = exit_status(pidfd)
+        if record.exit_status is None and tries > 1:
+            try:
+                asyncio.get_running_loop().call_later(EXIT_STATUS_RETRY_S, self._learn_exit_status, record, pidfd,
+                                                      tries - 1)
+                return
+            except RuntimeError:
+                pass  # the daemon's methods called directly: no loop to wait with
+        os.close(pidfd)
+        if tries < EXIT_STATUS_TRIES and record.exit_status is not None:
+            log.info("%s: exit status %s", record.task.label, exit_words(record.exit_status))
 
     def _kill_again(self, task: Task) -> None:
         """A task the daemon ended still has processes (v1: one forked past every round):
@@ -858,6 +890,9 @@ class Daemon:
         if self._watcher is not None:
             self._watcher.unwatch(task.id)
         self._ending.pop(task.id, None)
+        pidfd = self._pidfds.pop(task.id, None)
+        if pidfd is not None:
+            os.close(pidfd)
         timer = self._time_limits.pop(task.id, None)
         if timer is not None:
             timer.cancel()

@@ -35,13 +35,14 @@ def _row(gov: Governor, name: str) -> dict:
 
 
 def _ended(gov: Governor, task: str, timeout: float = 30) -> dict:
+    """Task ``task``'s ended record, once it has its exit status (the test reaped the command)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for record in call(gov.socket, {"op": "ps", "ended": True})["ended"]:
-            if record["id"] == task:
+            if record["id"] == task and record["exit_status"] is not None:
                 return record
         time.sleep(0.05)
-    raise AssertionError(f"no ended record of task {task}:\n{gov.daemon_log()}")
+    raise AssertionError(f"no ended record of task {task} with its exit status:\n{gov.daemon_log()}")
 
 
 def _gone(pids: list[int], timeout: float = 10) -> bool:
@@ -77,6 +78,7 @@ def stop_ends_the_whole_tree(tmp_path) -> None:
               f"{record['reason']} by {record['stopped_by']}, cpu {record['cpu_s']} s, "
               f"peak {record['memory_peak']} bytes")
         assert (record["reason"], record["stopped_by"], record["name"]) == ("stop", "root", "tree")
+        assert record["exit_status"] == {"code": "killed", "signal": "KILL"}
         assert record["cpu_s"] > 0 and record["memory_peak"] > 0
     finally:
         gov.close()
@@ -98,6 +100,7 @@ def time_limit_ends_the_whole_tree(tmp_path) -> None:
         print(f"\ntime limit 2s: the tree ({len(pids)} processes) ended {seconds:.2f} s after launch; "
               f"record: {record['reason']}, wall {record['wall_s']:.2f} s")
         assert record["reason"] == "time_limit" and record["time_limit"] == 2.0
+        assert record["exit_status"] == {"code": "killed", "signal": "KILL"}
         assert 2.0 <= record["wall_s"] <= 3.0 and seconds <= 4.0 / SCALE
     finally:
         gov.close()
@@ -145,7 +148,8 @@ def summary_prints_what_the_command_used(tmp_path) -> None:
         assert lines[:2] == ["Finished with result: exit-code", "Main processes terminated with: code=exited/status=3"]
         assert lines[2].startswith("Service runtime: ") and lines[3].startswith("CPU time consumed: ")
         assert any(line.startswith("Memory peak: ") for line in lines)
-        record = call(gov.socket, {"op": "ps", "ended": True})["ended"][-1]
+        record = _ended(gov, call(gov.socket, {"op": "ps", "ended": True})["ended"][-1]["id"])
         assert record["reason"] == "exit" and record["cpu_s"] >= 0.3
+        assert record["exit_status"] == {"code": "exited", "status": 3}
     finally:
         gov.close()

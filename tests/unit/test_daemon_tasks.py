@@ -4,13 +4,16 @@
 import asyncio
 import errno
 import os
+import signal
+import subprocess
 
 import pytest
 from test_daemon import GIB, collect, launch
 from test_daemon import daemon  # noqa: F401  (the fixture)
 
 from cgroups.v2 import CgroupStats
-from governor.accounting import ENDED_KEPT
+from governor.accounting import ENDED_KEPT, exit_words
+from governor.exits import describe, exit_status
 from governor.ps import PROCESSES_SHOWN
 from governor.protocol import LaunchRequest, Peer, PsRequest, StopRequest
 from governor.state import Task
@@ -219,3 +222,49 @@ def test_ps_names_the_first_processes_of_a_large_task_and_counts_the_rest(daemon
     daemon.hierarchy.driver.procs["A/task-1"] = [os.getpid()] * 41
     [row] = ask(daemon, PsRequest())["tasks"]
     assert row["processes_total"] == 41 and len(row["processes"]) == PROCESSES_SHOWN
+
+
+def kernel_keeps_exit_status() -> bool:
+    child = subprocess.Popen(["true"])
+    pidfd = os.pidfd_open(child.pid)
+    child.wait()
+    try:
+        return exit_status(pidfd) == 0
+    finally:
+        os.close(pidfd)
+
+
+def test_the_launched_process_exit_status_is_recorded_once_its_parent_reaped_it(daemon):
+    if not kernel_keeps_exit_status():
+        pytest.skip("the kernel keeps no exit status for pidfds (PIDFD_INFO_EXIT, Linux ≥ 6.15)")
+    child = subprocess.Popen(["sh", "-c", "read line; exit 3"], stdin=subprocess.PIPE)
+    pidfd = os.pidfd_open(child.pid)
+
+    async def scenario():
+        request = LaunchRequest(pid=child.pid, group="A", demand={"cpu": 1.0, "memory": GIB}, command=("sh",))
+        await collect(daemon.stream(request, Peer(pid=child.pid, uid=0, gid=0, pidfd=pidfd)))
+        child.stdin.close()  # read gets end of input: the shell exits 3
+        await asyncio.sleep(0.3)  # exited, not reaped yet
+        daemon.hierarchy.driver.procs["A/task-1"] = []
+        daemon.check(["1"], "exit")
+        pending = daemon.ended[-1].exit_status
+        child.wait()
+        await asyncio.sleep(0.6)
+        return pending
+
+    try:
+        assert asyncio.run(scenario()) is None
+    finally:
+        os.close(pidfd)
+    record = daemon.ended[-1]
+    assert record.to_json()["exit_status"] == {"code": "exited", "status": 3}
+    assert not daemon._pidfds
+
+
+@pytest.mark.parametrize(("status", "shown", "words"), [
+    (3 << 8, {"code": "exited", "status": 3}, "code=exited/status=3"),
+    (signal.SIGKILL, {"code": "killed", "signal": "KILL"}, "code=killed/status=KILL"),
+    (signal.SIGSEGV | 0x80, {"code": "dumped", "signal": "SEGV"}, "code=dumped/status=SEGV"),
+])
+def test_a_wait_status_reads_as_systemd_says_it(status, shown, words):
+    assert describe(status) == shown and exit_words(status) == words
