@@ -56,7 +56,7 @@ from governor.config import Config
 from governor.drf import progressive_filling
 from governor.errors import CgroupError, CgroupWriteError, GovernorError, RequestError
 from governor.events import ExitWatcher
-from governor.exits import exit_status
+from governor.exits import exit_status, kernel_keeps_exit_status
 from governor.explain import explain
 from governor.limits import (SATURATION, SESSION_PREFIX, cpu_saturated, group_limits, held_login_limits,
                              inside_root, is_login_cgroup, root_limits, task_limits)
@@ -151,6 +151,7 @@ class Daemon:
         self._ending: dict[str, tuple[str, str | None]] = {}  # tasks the daemon killed → why, by whom
         self._time_limits: dict[str, asyncio.TimerHandle] = {}  # task → the timer that ends it
         self._pidfds: dict[str, int] = {}  # task → a pidfd of its launched process, for its exit status
+        self._exit_statuses = kernel_keeps_exit_status()
 
     def _use(self, config: Config) -> None:
         """Put ``config`` in force (capacity, devices, weights); raises before changing anything."""
@@ -541,7 +542,7 @@ class Daemon:
             return False
         self._watch(task)
         self._arm_time_limit(task)
-        if entry.pidfd is not None:
+        if entry.pidfd is not None and self._exit_statuses:
             try:
                 self._pidfds[task.id] = os.dup(entry.pidfd)
             except OSError as error:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import signal
 import struct
 
@@ -17,6 +18,13 @@ PIDFD_INFO_EXIT = 1 << 3
 _PIDFD_INFO = struct.Struct("=QQ11Ii")
 # _IOWR(PIDFS_IOCTL_MAGIC 0xFF, 11, struct pidfd_info)
 PIDFD_GET_INFO = (3 << 30) | (_PIDFD_INFO.size << 16) | (0xFF << 8) | 11
+
+
+def kernel_keeps_exit_status(release: str | None = None) -> bool:
+    """Whether the kernel (``release``, default this one's, as ``uname -r`` says it) keeps exit
+    statuses for pidfds: Linux ≥ 6.15. Where it does not, no pidfd need be held for it."""
+    found = re.match(r"(\d+)\.(\d+)", release or os.uname().release)
+    return found is not None and (int(found[1]), int(found[2])) >= (6, 15)
 
 
 def exit_status(pidfd: int) -> int | None:

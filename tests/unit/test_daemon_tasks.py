@@ -13,7 +13,7 @@ from test_daemon import daemon  # noqa: F401  (the fixture)
 
 from cgroups.v2 import CgroupStats
 from governor.accounting import ENDED_KEPT, exit_words
-from governor.exits import describe, exit_status
+from governor.exits import describe, kernel_keeps_exit_status
 from governor.ps import PROCESSES_SHOWN
 from governor.protocol import LaunchRequest, Peer, PsRequest, StopRequest
 from governor.state import Task
@@ -224,16 +224,6 @@ def test_ps_names_the_first_processes_of_a_large_task_and_counts_the_rest(daemon
     assert row["processes_total"] == 41 and len(row["processes"]) == PROCESSES_SHOWN
 
 
-def kernel_keeps_exit_status() -> bool:
-    child = subprocess.Popen(["true"])
-    pidfd = os.pidfd_open(child.pid)
-    child.wait()
-    try:
-        return exit_status(pidfd) == 0
-    finally:
-        os.close(pidfd)
-
-
 def test_the_launched_process_exit_status_is_recorded_once_its_parent_reaped_it(daemon):
     if not kernel_keeps_exit_status():
         pytest.skip("the kernel keeps no exit status for pidfds (PIDFD_INFO_EXIT, Linux ≥ 6.15)")
@@ -259,6 +249,12 @@ def test_the_launched_process_exit_status_is_recorded_once_its_parent_reaped_it(
     record = daemon.ended[-1]
     assert record.to_json()["exit_status"] == {"code": "exited", "status": 3}
     assert not daemon._pidfds
+
+
+@pytest.mark.parametrize(("release", "keeps"), [("6.18.44-fc-v657", True), ("6.15.0", True), ("6.14.9-arch1", False),
+                                               ("5.10.0-28-amd64", False), ("7.0", True), ("weird", False)])
+def test_exit_statuses_are_kept_from_linux_6_15(release, keeps):
+    assert kernel_keeps_exit_status(release) is keeps
 
 
 @pytest.mark.parametrize(("status", "shown", "words"), [
