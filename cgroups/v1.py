@@ -249,10 +249,11 @@ class CgroupV1Driver(Driver):
             found.update(parse_pids(read_file(root.joinpath(*relative_parts(rel)), "cgroup.procs")))
         return sorted(found)
 
-    def _read_stats(self, rel: str) -> CgroupStats:
+    def _read_stats(self, rel: str, peak: bool) -> CgroupStats:
         """Sample cgroup ``rel``: ``cpuacct.usage`` and ``cpu.stat`` (ns → usec),
         ``memory.usage_in_bytes``, ``memory.failcnt`` (as ``memory_events["max"]``) and
-        ``memory.oom_control``'s ``oom_kill`` (Linux ≥ 4.13), and, with blkio,
+        ``memory.oom_control``'s ``oom_kill`` (Linux ≥ 4.13), ``memory.max_usage_in_bytes``
+        (as ``memory_peak_bytes``, with ``peak``), and, with blkio,
         ``blkio.throttle.io_service_bytes``. ``populated`` is true when the cgroup or a
         descendant has a process in the cpu hierarchy (v2's meaning).
 
@@ -278,6 +279,7 @@ class CgroupV1Driver(Driver):
             memory_events=memory_events,
             io_stat=io_stat,
             populated=self._populated(self.path("cpu", rel)),
+            memory_peak_bytes=parse_int(read_file(memory_dir, "memory.max_usage_in_bytes")) if peak else None,
         )
 
     def populated(self, rel: str) -> bool:

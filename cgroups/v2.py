@@ -24,7 +24,7 @@ from cgroups.files import list_children, make_dir, read_file, remove_dir, write_
 from cgroups.limits import CgroupLimits, V2_ORDER, diff_writes, v2_files, v2_key, v2_reset
 from cgroups.parse import (parse_cgroup_events, parse_controllers, parse_flat_keyed, parse_int,
                            parse_nested_keyed, parse_pids)
-from cgroups.errors import CgroupError, CgroupUnsupported, CgroupWriteError
+from cgroups.errors import CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError
 
 __all__ = ["CgroupStats", "CgroupV2Driver", "move_self_to_leaf", "relative_parts"]
 
@@ -48,6 +48,10 @@ class CgroupStats:
         io_stat: per ``MAJ:MIN``: ``rbytes``, ``wbytes`` (bytes) and, on v2, ``rios``,
             ``wios``, ``dbytes``, ``dios``.
         populated: some process lives in the cgroup or below it.
+        memory_peak_bytes: the most memory charged since the cgroup was made, bytes (v2
+            ``memory.peak``, Linux ≥ 5.19; v1 ``memory.max_usage_in_bytes``); None unless
+            asked for (``read_stats(peak=True)``), where the kernel has no such file, or the
+            memory controller is not enabled.
     """
 
     cpu_usage_usec: int
@@ -57,6 +61,7 @@ class CgroupStats:
     memory_events: dict[str, int] = field(default_factory=dict)
     io_stat: dict[str, dict[str, int]] = field(default_factory=dict)
     populated: bool = False
+    memory_peak_bytes: int | None = None
 
 
 def relative_parts(rel: str) -> tuple[str, ...]:
@@ -259,7 +264,7 @@ class CgroupV2Driver(Driver):
         when ``populated`` or ``frozen`` changes."""
         return self.path(rel) / "cgroup.events"
 
-    def _read_stats(self, rel: str) -> CgroupStats:
+    def _read_stats(self, rel: str, peak: bool) -> CgroupStats:
         """Sample the counters of cgroup ``rel``. Memory and io fields are left None/empty when
         those controllers are not enabled for it.
 
@@ -270,9 +275,11 @@ class CgroupV2Driver(Driver):
         enabled = parse_controllers(read_file(directory, "cgroup.controllers"))
         cpu = parse_flat_keyed(read_file(directory, "cpu.stat"))
         memory_current: int | None = None
+        memory_peak: int | None = None
         memory_events: dict[str, int] = {}
         if "memory" in enabled:
             memory_current = parse_int(read_file(directory, "memory.current"))
+            memory_peak = _optional_int(directory, "memory.peak") if peak else None
             events = parse_flat_keyed(read_file(directory, "memory.events"))
             memory_events = {k: events.get(k, 0) for k in MEMORY_EVENT_KEYS}
         io_stat: dict[str, dict[str, int]] = {}
@@ -287,7 +294,28 @@ class CgroupV2Driver(Driver):
             memory_events=memory_events,
             io_stat=io_stat,
             populated=parse_cgroup_events(read_file(directory, "cgroup.events")).populated,
+            memory_peak_bytes=memory_peak,
         )
+
+    def kill(self, rel: str) -> int:
+        """Kill every process in cgroup ``rel`` and below it with SIGKILL in one write of
+        ``1`` to ``cgroup.kill`` (Linux ≥ 5.14: no process can fork out of the way). A kernel
+        without the file gets :meth:`~cgroups.driver.Driver.kill`'s pid by pid rounds.
+
+        Returns:
+            How many processes were signalled (0 after ``cgroup.kill``: the kernel does not say).
+
+        Raises:
+            CgroupError: the write was refused or the cgroup is gone (``vanished``).
+        """
+        directory = self.path(rel)
+        try:
+            self._write(directory, "cgroup.kill", "1")
+        except CgroupWriteError as error:
+            if error.errno == errno.ENOENT and directory.is_dir():
+                return super().kill(rel)
+            raise
+        return 0
 
     @staticmethod
     def _write(directory: Path, file: str, value: str) -> None:
@@ -297,3 +325,17 @@ class CgroupV2Driver(Driver):
             if e.errno == errno.ENOENT:
                 log.debug("%s (cgroup vanished, its task probably exited)", e)
             raise
+
+
+def _optional_int(directory: Path, name: str) -> int | None:
+    """The integer in ``directory/name``, or None when the kernel has no such file.
+
+    Raises:
+        CgroupReadError: the file exists but cannot be read.
+    """
+    try:
+        return parse_int(read_file(directory, name))
+    except CgroupReadError as error:
+        if error.errno == errno.ENOENT and directory.is_dir():
+            return None
+        raise

@@ -23,7 +23,9 @@ RESTART_GRACE_S = 60.0
 
 # ``governor run``'s options that take a value → :func:`start`'s keyword (cli/run.py has the help).
 _VALUED = {"--group": "group", "--cpus": "cpus", "--memory": "memory", "--io-read": "io_read",
-           "--io-write": "io_write", "--socket": "socket_option"}
+           "--io-write": "io_write", "--socket": "socket_option", "--name": "name", "--time-limit": "time_limit"}
+# ``governor run``'s flags → :func:`start`'s keyword.
+_FLAGS = {"--no-wait": "no_wait", "--summary": "summary"}
 
 
 def cores(value: float) -> float:
@@ -41,21 +43,29 @@ def size(text: str) -> int:
     return round(parse_quantity(text))
 
 
+def time_limit(text: str) -> float:
+    """A ``--time-limit`` like ``90s``, ``10m``, ``1h30m`` or plain seconds, in seconds > 0
+    (raises ValueError)."""
+    from governor.units import parse_duration
+
+    return parse_duration(text)
+
+
 def plain(args: list[str]) -> dict | None:
     """The arguments after ``run`` as :func:`start`'s keywords when they are plain: only run's
     own options, each with a valid value, then the command. None for anything else (help, an
     unknown option, a bad value, no command), which the click command then parses and reports.
     """
     values: dict[str, str] = {}
-    no_wait = False
+    flags = dict.fromkeys(_FLAGS.values(), False)
     at = 0
     while at < len(args) and args[at].startswith("-"):
         name, given, value = args[at].partition("=")
         at += 1
         if name == "--" and not given:
             break
-        if name == "--no-wait" and not given:
-            no_wait = True
+        if name in _FLAGS and not given:
+            flags[_FLAGS[name]] = True
             continue
         if name not in _VALUED or (not given and at == len(args)):
             return None
@@ -68,15 +78,21 @@ def plain(args: list[str]) -> dict | None:
     try:
         demand = {"cpu": cores(float(values["cpus"])) if "cpus" in values else None,
                   **{key: size(values[key]) if key in values else None for key in ("memory", "io_read", "io_write")}}
+        limit = time_limit(values["time_limit"]) if "time_limit" in values else None
     except ValueError:
         return None
     return {"demand": {key: value for key, value in demand.items() if value is not None}, "group": values.get("group"),
-            "no_wait": no_wait, "socket_option": values.get("socket_option"), "cmd": cmd}
+            "socket_option": values.get("socket_option"), "cmd": cmd, "name": values.get("name"),
+            "time_limit": limit, **flags}
 
 
-def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | None, cmd: tuple[str, ...]) -> None:
-    """Have the daemon govern this process with ``demand`` (cores, bytes, bytes/s), then exec
-    ``cmd``; never returns. A command that cannot run exits 127 or 126, as in a shell.
+def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | None, cmd: tuple[str, ...], *,
+          name: str | None = None, time_limit: float | None = None, summary: bool = False) -> None:
+    """Have the daemon govern this process with ``demand`` (cores, bytes, bytes/s), named
+    ``name`` (None: the daemon names it after the command) and ended after ``time_limit``
+    seconds (None: never), then exec ``cmd``; never returns. A command that cannot run exits
+    127 or 126, as in a shell. With ``summary``, the command runs as a child instead, and
+    what it used is printed when it ends (:func:`cli.summary.run_with_summary`).
 
     Raises:
         DaemonNotRunning, DaemonError, ControlSocketError: the daemon is not there or refused
@@ -85,11 +101,21 @@ def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | N
     from cli.client import socket_path
 
     request = {"op": "launch", "pid": os.getpid(), "group": group, "demand": demand, "command": list(cmd),
-               "wait": not no_wait}
-    started = _launch(socket_path(socket_option), request)
+               "wait": not no_wait, **({"name": name} if name is not None else {}),
+               **({"time_limit": time_limit} if time_limit is not None else {})}
+    if summary:
+        from cli.summary import run_with_summary
+
+        run_with_summary(socket_path(socket_option), request, cmd)
+    started = launch_waiting(socket_path(socket_option), request)
     if started.get("nested"):
         _say(f"governor: already in task {started.get('task')} (group {started.get('group')}): "
              f"{cmd[0]} runs there, with that task's caps")
+    execute(cmd)
+
+
+def execute(cmd: tuple[str, ...]) -> None:
+    """Exec ``cmd``; never returns: a command that cannot run exits 127 (not found) or 126."""
     try:
         os.execvp(cmd[0], cmd)
     except OSError as exc:
@@ -109,7 +135,7 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
-def _launch(path: str, request: dict) -> dict:
+def launch_waiting(path: str, request: dict) -> dict:
     """Ask the daemon to start this process as a task, waiting in its queue if need be; the
     started task's payload (``nested``: this process already was in that task)."""
     import time

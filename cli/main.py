@@ -17,9 +17,11 @@ from cli.daemon_cmd import daemon
 from cli.explain import explain
 from cli.failures import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, describe, line
 from cli.install_systemd import install_systemd
+from cli.ps import ps
 from cli.run import run
 from cli.simulate import simulate
 from cli.status import status
+from cli.stop import stop
 from cli.top import top
 from governor.errors import GovernorError
 
@@ -118,5 +120,7 @@ main.add_command(run)
 main.add_command(simulate)
 main.add_command(check_config)
 main.add_command(status)
+main.add_command(ps)
+main.add_command(stop)
 main.add_command(explain)
 main.add_command(top)

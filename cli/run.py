@@ -18,7 +18,7 @@ from __future__ import annotations
 import click
 
 from cli.completion import group_names
-from cli.launch import cores, size, start
+from cli.launch import cores, size, start, time_limit
 
 
 def _cores(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
@@ -35,6 +35,13 @@ def _bytes(ctx: click.Context, param: click.Parameter, value: str | None) -> int
         raise click.BadParameter(str(exc)) from None
 
 
+def _time_limit(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    try:
+        return None if value is None else time_limit(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 # Options end at the command's name: `governor run ls -l` gives -l to ls. Before it, an
 # option run does not know is an error (with click's "did you mean"), not a command to run.
 @click.command(context_settings={"allow_interspersed_args": False})
@@ -45,25 +52,33 @@ def _bytes(ctx: click.Context, param: click.Parameter, value: str | None) -> int
 @click.option("--io-write", metavar="RATE", callback=_bytes, help="Write bandwidth demand per second, e.g. 100M.")
 @click.option("--no-wait", is_flag=True, help="Fail (exit 75) instead of waiting when the memory "
                                                  "does not fit now.")
+@click.option("--name", help="Name of the task in `governor ps` (default: the command's name).")
+@click.option("--time-limit", "limit", metavar="DURATION", callback=_time_limit,
+              help="End the whole task this long after it starts, e.g. 90s, 10m, 1h30m (plain: seconds).")
+@click.option("--summary", is_flag=True, help="When CMD ends, print its result, run time, CPU time and "
+                                               "memory peak on stderr (as systemd-run --wait).")
 @click.option("--socket", "socket_option", metavar="PATH",
               help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(group: str | None, cpus: float | None, memory: int | None, io_read: int | None,
-        io_write: int | None, no_wait: bool, socket_option: str | None, cmd: tuple[str, ...]) -> None:
+        io_write: int | None, no_wait: bool, name: str | None, limit: float | None, summary: bool,
+        socket_option: str | None, cmd: tuple[str, ...]) -> None:
     """Run CMD as a governed task with the given demand.
 
     Flags not given take the daemon's default task demand. Sizes use K, M, G, T (powers of
     1024). The demand is a cap: CMD never gets more; when others are idle it may use their
     share up to it. CMD starts when its memory fits; until then it waits in a queue. CMD
-    keeps this terminal and its exit code becomes governor's.
+    keeps this terminal and its exit code becomes governor's. At --time-limit the daemon
+    kills every process of the task (SIGKILL), as `governor stop` does.
 
     \b
     Examples:
       governor run --cpus 2 --memory 4G -- make -j2
       governor run --group physics --no-wait -- python train.py
+      governor run --name nightly --time-limit 1h30m --summary -- ./build.sh
     """
     demand = {key: value for key, value in
               (("cpu", cpus), ("memory", memory), ("io_read", io_read), ("io_write", io_write))
               if value is not None}
     # DaemonNotRunning / DaemonError propagate to cli.main, which prints one line and exits 1.
-    start(demand, group, no_wait, socket_option, cmd)
+    start(demand, group, no_wait, socket_option, cmd, name=name, time_limit=limit, summary=summary)

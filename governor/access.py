@@ -44,9 +44,14 @@ def identify(uid: int, gid: int) -> Identity:
     return Identity(uid, user, tuple(names))
 
 
+def is_admin(config: Config, who: Identity) -> bool:
+    """Whether ``who`` is root or in the config's admin group."""
+    return who.uid == 0 or (config.admin_group is not None and config.admin_group in who.groups)
+
+
 def require_admin(config: Config, who: Identity, operation: str) -> None:
     """Raises RequestError ``forbidden`` unless ``who`` is root or in the config's admin group."""
-    if who.uid == 0 or (config.admin_group is not None and config.admin_group in who.groups):
+    if is_admin(config, who):
         return
     admins = f"root or members of {config.admin_group}" if config.admin_group else "root"
     raise RequestError("forbidden", f"{operation} is for {admins}; user {who.user} is not")

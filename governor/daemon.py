@@ -41,7 +41,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import psutil
 
@@ -50,18 +50,21 @@ from cgroups.hierarchy import Hierarchy
 from cgroups.limits import CgroupLimits
 from cgroups.systemd import SliceDriver
 from governor import access
+from governor.accounting import ENDED_KEPT, STOP, TIME_LIMIT, Ended, exit_words, reason_of
 from governor.admission import Waiting, admit
 from governor.config import Config
 from governor.drf import progressive_filling
 from governor.errors import CgroupError, CgroupWriteError, GovernorError, RequestError
 from governor.events import ExitWatcher
+from governor.exits import exit_status, kernel_keeps_exit_status
 from governor.explain import explain
 from governor.limits import (SATURATION, SESSION_PREFIX, cpu_saturated, group_limits, held_login_limits,
                              inside_root, is_login_cgroup, root_limits, task_limits)
 from governor.model import DEMAND_MET, Allocation, GroupDemand
 from governor.notify import Notifier
-from governor.protocol import (ExplainRequest, LaunchRequest, Peer, ReloadRequest, SetWeightRequest,
-                               StatusRequest, WatchRequest)
+from governor.protocol import (ExplainRequest, LaunchRequest, Peer, PsRequest, ReloadRequest, SetWeightRequest,
+                               StatusRequest, StopRequest, WatchRequest, default_name)
+from governor.ps import PROCESSES_SHOWN, processes, task_rows
 from governor.queue import Entry, queue_view
 from governor.procevents import ProcessEvents
 from governor.server import ControlServer
@@ -81,6 +84,10 @@ RESCAN_INTERVAL_S = 30.0
 SAMPLED_TASKS = 200
 # Tasks checked per reconcile pass, in turn (their exits are watched; this catches a miss).
 RECONCILED_TASKS = 1000
+# How often, and how many times, to ask how an ended task's launched process exited (its
+# parent reaps it a moment after the task's cgroup empties).
+EXIT_STATUS_RETRY_S = 0.25
+EXIT_STATUS_TRIES = 8
 # Young objects collected every 50,000 allocations instead of 700 (see serve()).
 GC_THRESHOLDS = (50_000, 20, 20)
 
@@ -141,6 +148,11 @@ class Daemon:
         self._refilled_at = 0.0  # time.perf_counter() when the last refill began
         self._changes = 0  # counts what changes the status: an event, a sample
         self._status: tuple[int, dict] | None = None  # the status reply built at that count
+        self.ended: deque[Ended] = deque(maxlen=ENDED_KEPT)  # ended tasks, oldest first
+        self._ending: dict[str, tuple[str, str | None]] = {}  # tasks the daemon killed → why, by whom
+        self._time_limits: dict[str, asyncio.TimerHandle] = {}  # task → the timer that ends it
+        self._pidfds: dict[str, int] = {}  # task → a pidfd of its launched process, for its exit status
+        self._exit_statuses = kernel_keeps_exit_status()
 
     def _use(self, config: Config) -> None:
         """Put ``config`` in force (capacity, devices, weights); raises before changing anything."""
@@ -161,6 +173,10 @@ class Daemon:
         if isinstance(request, ExplainRequest):
             return {"explain": self.explain()}
         who = access.identify(peer.uid, peer.gid)
+        if isinstance(request, PsRequest):
+            return self.ps(request, who)
+        if isinstance(request, StopRequest):
+            return self.stop(request.tasks, who)
         if isinstance(request, ReloadRequest):
             access.require_admin(self.config, who, "reload")
             return {"reloaded": {"config": self.reload(f"reload by {who.user}")}}
@@ -213,7 +229,7 @@ class Daemon:
             return
         self._check_task_limit(peer.uid, who.user)
         task = Task(self.store.new_id(), group, request.pid, peer.uid, who.user, tuple(request.command), demand,
-                    time.time())
+                    time.time(), request.name or default_name(request.command), request.time_limit)
         entry = Entry(task, time.time(), peer.pidfd)
         self.queue[task.id] = entry
         try:
@@ -250,6 +266,118 @@ class Daemon:
         if held >= limit:
             raise RequestError("too_many", f"{user} already has {held} tasks running or queued, the most one user "
                                            f"may ([daemon] max_tasks_per_user = {limit})")
+
+    def ps(self, request: PsRequest, who: access.Identity) -> dict:
+        """``governor ps``: the caller's tasks, running and queued (``{"tasks": [...]}``, see
+        :func:`governor.ps.task_rows`), or its ended records (``{"ended": [...]}``, see
+        :meth:`governor.accounting.Ended.to_json`); everyone's with ``all``.
+
+        Raises:
+            RequestError: ``forbidden``, ``all`` asked by someone not root nor an admin.
+        """
+        if request.all and not access.is_admin(self.config, who):
+            raise RequestError("forbidden", f"everyone's tasks (--all) are for root and admins; user {who.user} "
+                                            "sees their own")
+
+        def shown(uid: int) -> bool:
+            return request.all or uid == who.uid
+
+        if request.ended:
+            return {"ended": [record.to_json() for record in self.ended if shown(record.task.uid)]}
+        positions = {item["task"]: item["position"] for item in queue_view(self.queue, self.admission)}
+        return {"tasks": task_rows([t for t in self.tasks if shown(t.uid)],
+                                   [e for e in self.queue.values() if not e.decided and shown(e.task.uid)],
+                                   allocation=self.allocation, usage=self.usage, positions=positions,
+                                   processes=self._processes)}
+
+    def _processes(self, task: Task) -> tuple[list[dict], int]:
+        """The first :data:`~governor.ps.PROCESSES_SHOWN` processes in ``task``'s cgroup, and
+        how many it holds (a login session's live in logind's scopes below its slice: none
+        listed). A name costs a /proc read: only those listed are looked up."""
+        if task.is_login:
+            return [], 0
+        try:
+            pids = self.hierarchy.driver.pids(task.cgroup)
+        except CgroupError:
+            return [], 0
+        return processes(pids[:PROCESSES_SHOWN]), len(pids)
+
+    def stop(self, task_ids: Iterable[str], who: access.Identity) -> dict:
+        """End each task's whole process tree (``governor stop``), or take a queued one out
+        of the queue (its client is answered ``stopped``). Every id is checked before any is
+        stopped.
+
+        Returns:
+            ``{"stopped": [id, ...]}``.
+
+        Raises:
+            RequestError: ``not_found`` (no such task running or queued), ``forbidden`` (the
+                task is another user's and ``who`` is not root nor an admin, or it is a
+                user's session), ``unavailable`` (the kernel refused the kill).
+        """
+        admin = access.is_admin(self.config, who)
+        chosen = []
+        for task_id in task_ids:
+            entry = self.queue.get(task_id)
+            task = self.tasks.get(task_id) or (entry.task if entry is not None else None)
+            if task is None:
+                raise RequestError("not_found", f"no task {task_id} is running or queued")
+            if task.is_session:
+                raise RequestError("forbidden", f"task {task_id} is the session of {task.user} (their processes "
+                                                "outside governor run): not stopped; end those processes with "
+                                                "kill, or log out")
+            if task.uid != who.uid and not admin:
+                raise RequestError("forbidden", f"task {task_id} belongs to {task.user}: only its owner, root and "
+                                                "admins may stop it")
+            chosen.append((task, entry))
+        failed = []
+        for task, entry in chosen:
+            if self.tasks.get(task.id) is None and entry is not None:
+                del self.queue[task.id]
+                entry.decide(error=RequestError("stopped", f"task {task.id} was stopped by {who.user} before "
+                                                           "it started"))
+                self._event("task_stopped", f"task {task.id} ({task.name}) stopped by {who.user} while queued")
+                self._settle_soon(f"task {task.id} left the queue", refill=False)
+            elif not self._end(task, STOP, who.user):
+                failed.append(task.id)
+        if failed:
+            raise RequestError("unavailable", f"the kernel refused to end task(s) {', '.join(failed)}; see the "
+                                              "daemon's log")
+        return {"stopped": [task.id for task, _ in chosen]}
+
+    def _end(self, task: Task, reason: str, by: str | None) -> bool:
+        """Kill ``task``'s whole process tree (v2 ``cgroup.kill``; v1 SIGKILL round by round)
+        and remember why, for its ended record. Returns False if the kernel refused."""
+        first = task.id not in self._ending
+        self._ending.setdefault(task.id, (reason, by))
+        if first:
+            why = f"stopped by {by}" if reason == STOP else "its time limit is reached"
+            self._event("task_stopping", f"{task.label} ({task.name}) ends: {why}")
+        try:
+            self.hierarchy.driver.kill(task.cgroup)
+        except CgroupError as error:
+            if not error.vanished:
+                self._event("error", f"cannot end {task.label}: {error}", logging.ERROR)
+                return False
+        self.check([task.id], reason.replace("_", " "))
+        return True
+
+    def _arm_time_limit(self, task: Task) -> None:
+        """End ``task`` when its time limit is reached (a re-adopted task: counted from its start)."""
+        if task.time_limit is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # the daemon's methods called directly: no loop to keep the time
+        delay = max(0.0, task.started + task.time_limit - time.time())
+        self._time_limits[task.id] = loop.call_later(delay, self._time_limit_reached, task.id)
+
+    def _time_limit_reached(self, task_id: str) -> None:
+        self._time_limits.pop(task_id, None)
+        task = self.tasks.get(task_id)
+        if task is not None:
+            self._end(task, TIME_LIMIT, None)
 
     def explain(self) -> dict:
         """The live filling with its trace (``governor explain``), and the queue."""
@@ -381,8 +509,9 @@ class Daemon:
             entry.wake.set()
 
     def _create(self, entry: Entry) -> None:
-        """Make an admitted task's cgroup with its caps; on failure refuse its launch."""
-        task = entry.task
+        """Make an admitted task's cgroup with its caps; on failure refuse its launch. A task
+        that waited starts now (its time limit counts from here)."""
+        task = entry.task = replace(entry.task, started=time.time())
         try:
             self.hierarchy.prepare(task.cgroup)
             self.hierarchy.driver.apply(task.cgroup, self._caps(task))
@@ -414,6 +543,12 @@ class Daemon:
             entry.decide(error=error)
             return False
         self._watch(task)
+        self._arm_time_limit(task)
+        if entry.pidfd is not None and self._exit_statuses:
+            try:
+                self._pidfds[task.id] = os.dup(entry.pidfd)
+            except OSError as error:
+                log.warning("task %s: no exit status will be known: %s", task.id, error)
         waited = time.time() - entry.queued_at
         if self.metrics:
             self.metrics.admitted(waited)
@@ -671,14 +806,59 @@ class Daemon:
             if self._alive(task):
                 if trigger == "exit":
                     self._rewatch(task)
+                if task.id in self._ending and trigger in ("exit", "reconcile"):
+                    self._kill_again(task)
                 continue
+            stats = self._final_stats(task)
+            reason, by = reason_of(task, self._ending.get(task.id), stats)
+            pidfd = self._pidfds.pop(task.id, None)
             self._forget(task)
-            self._event("task_ended", f"{task.name} ended ({trigger}): group {task.group}, pid {task.pid}")
-            ended.append(task.name)
+            record = Ended(task, time.time(), reason, by, stats)
+            self.ended.append(record)
+            self._learn_exit_status(record, pidfd)
+            self._event("task_ended", record.line(trigger))
+            ended.append(task.label)
         if len(ended) == 1:
             self._settle_soon(f"{trigger} of {ended[0]}", since=since)
         elif ended:
             self._settle_soon(f"{trigger} of {len(ended)} tasks", since=since)
+
+    def _learn_exit_status(self, record: Ended, pidfd: int | None, tries: int = EXIT_STATUS_TRIES) -> None:
+        """Fill in how the task's launched process exited, from its pidfd: known once its
+        parent (the user's shell) reaped it, which may be a moment after the task's cgroup
+        emptied, so it is asked again every :data:`EXIT_STATUS_RETRY_S` a few times; then the
+        pidfd is closed."""
+        if pidfd is None:
+            return
+        record.exit_status = exit_status(pidfd)
+        if record.exit_status is None and tries > 1:
+            try:
+                asyncio.get_running_loop().call_later(EXIT_STATUS_RETRY_S, self._learn_exit_status, record, pidfd,
+                                                      tries - 1)
+                return
+            except RuntimeError:
+                pass  # the daemon's methods called directly: no loop to wait with
+        os.close(pidfd)
+        if tries < EXIT_STATUS_TRIES and record.exit_status is not None:
+            log.info("%s: exit status %s", record.task.label, exit_words(record.exit_status))
+
+    def _kill_again(self, task: Task) -> None:
+        """A task the daemon ended still has processes (v1: one forked past every round):
+        kill what is left."""
+        try:
+            self.hierarchy.driver.kill(task.cgroup)
+        except CgroupError as error:
+            if not error.vanished:
+                log.warning("cannot end what is left of %s: %s", task.label, error)
+
+    def _final_stats(self, task: Task):
+        """The counters of ``task``'s cgroup as it ends (it still exists, empty), else those
+        of its last sample, else None."""
+        try:
+            return self._driver(task.cgroup).read_stats(task.cgroup, peak=True)
+        except CgroupError:
+            sample = self._samples.get(task.cgroup)
+            return sample.stats if sample is not None else None
 
     def _rewatch(self, task: Task) -> None:
         """Watch a process still in ``task`` once the one watched exited (v1, where the watcher
@@ -712,6 +892,13 @@ class Daemon:
     def _forget(self, task: Task) -> None:
         if self._watcher is not None:
             self._watcher.unwatch(task.id)
+        self._ending.pop(task.id, None)
+        pidfd = self._pidfds.pop(task.id, None)
+        if pidfd is not None:
+            os.close(pidfd)
+        timer = self._time_limits.pop(task.id, None)
+        if timer is not None:
+            timer.cancel()
         self.tasks.remove(task.id)
         self.store.delete(task.id)
         self._remove_cgroup(task)
@@ -747,7 +934,8 @@ class Daemon:
             self.tasks.add(task)
         for task in list(self.tasks):
             if self._alive(task):
-                self._event("task_started", f"{task.name} re-adopted: pid {task.pid}, group {task.group}")
+                self._event("task_started", f"{task.label} re-adopted: pid {task.pid}, group {task.group}")
+                self._arm_time_limit(task)
             else:
                 self._forget(task)
         report = self.hierarchy.driver.apply_plan({t.cgroup: self._caps(t) for t in self.tasks if not t.is_login})

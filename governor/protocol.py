@@ -25,15 +25,18 @@ Error codes (:data:`ERROR_CODES`):
   connections as ``[daemon] max_tasks_per_user`` / ``max_connections_per_user`` allow.
 - ``invalid_config``: ``reload`` found the config file bad ("file: key: reason"); the config in
   force stays.
+- ``stopped``: a queued ``launch`` whose task was stopped (``governor stop``) before it started.
 - ``internal``: a bug in the daemon; it logs the traceback and keeps serving.
 
 Operations; every field is checked and unknown fields are refused:
 
 - ``{"op": "launch", "pid": int > 0, "group": str | null, "demand": {"cpu": number ≥ 0 (cores),
   "memory": int ≥ 0 (bytes), "io_read": int ≥ 0 (bytes/s), "io_write": int ≥ 0 (bytes/s)},
-  "command": [str, ...], "wait": bool}``. Only ``op`` and ``pid`` are required; ``demand`` may
-  give any subset; ``command`` (≤ 64 items of ≤ 4096 characters) is for display. The pid must
-  be the caller's own. When the task's declared memory does not fit beside the running tasks'
+  "command": [str, ...], "wait": bool, "name": str | null, "time_limit": number | null}``. Only
+  ``op`` and ``pid`` are required; ``demand`` may give any subset; ``command`` (≤ 64 items of
+  ≤ 4096 characters) is for display; ``name`` (1–64 printable characters; default: the
+  command's basename) names the task; ``time_limit`` (seconds > 0) ends the whole task that
+  long after it started. The pid must be the caller's own. When the task's declared memory does not fit beside the running tasks'
   the task is queued: the daemon sends ``{"ok": true, "queued": {"position", "waiting_for",
   "held_by", ...}}`` now and whenever its place changes, and the connection stays open; closing
   it leaves the queue. With ``"wait": false`` (default true) it answers ``would_wait`` instead.
@@ -48,6 +51,14 @@ Operations; every field is checked and unknown fields are refused:
 - ``{"op": "explain"}``. Reply payload: ``{"explain": {"capacity", "groups": {name: {"weight",
   "demand", "allocation", "lambda", "dominant_resources", "dominant_share", "stop"}}, "trace":
   [...]}}``: the live host's progressive filling, one trace row per event (paper Table 1).
+- ``{"op": "ps", "all": bool, "ended": bool}`` (both optional, default false): the caller's
+  tasks, running and queued → ``{"tasks": [...]}``, or with ``ended`` its recent ended
+  records → ``{"ended": [...]}`` (schemas in the README). Root and admins get everyone's with
+  ``all``; anyone else asking for ``all`` is ``forbidden``.
+- ``{"op": "stop", "tasks": [str, ...]}`` (1–64 task ids): end each task's whole process tree
+  (a queued one leaves the queue) → ``{"stopped": [id, ...]}``. Only the task's owner, root
+  and admins may (``forbidden``); a user's session is refused (``forbidden``); an unknown id
+  is ``not_found``. Nothing is stopped unless every id may be.
 - Admin only (uid 0, or a member of the config's ``admin_group``):
   ``{"op": "reload"}`` re-reads the config file → ``{"reloaded": {"config": path}}``;
   ``{"op": "set-weight", "group": str, "weight": number in 0.001..1000}`` →
@@ -81,11 +92,13 @@ MAX_INT = 2**63 - 1
 
 ERROR_CODES = frozenset({
     "bad_request", "too_large", "timeout", "unknown_op", "forbidden", "not_found",
-    "exceeds_capacity", "would_wait", "unavailable", "invalid_config", "internal", "too_many",
+    "exceeds_capacity", "would_wait", "unavailable", "invalid_config", "internal", "too_many", "stopped",
 })
 WATCH_INTERVAL_S = (0.2, 10.0)
 # Demand keys on the wire: cpu in cores (any number), the others whole bytes or bytes/s.
 DEMAND_KEYS = ("cpu", "memory", "io_read", "io_write")
+MAX_NAME_CHARS = 64
+MAX_STOP_TASKS = 64
 
 
 @dataclass(frozen=True)
@@ -114,6 +127,9 @@ class LaunchRequest:
             ``memory`` an int (bytes), ``io_read``/``io_write`` ints (bytes/s).
         command: the command line, for display only.
         wait: queue when the memory does not fit now; False refuses with ``would_wait``.
+        name: the task's name (:func:`name_problem` holds for it), or None for the
+            command's basename.
+        time_limit: seconds after its start at which the whole task is ended, or None.
     """
 
     pid: int
@@ -121,6 +137,8 @@ class LaunchRequest:
     demand: dict[str, float | int]
     command: tuple[str, ...]
     wait: bool = True
+    name: str | None = None
+    time_limit: float | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +159,22 @@ class ExplainRequest:
 
 
 @dataclass(frozen=True)
+class PsRequest:
+    """List the caller's tasks, running and queued, or with ``ended`` its ended records;
+    ``all``: everyone's (root and admins only)."""
+
+    all: bool = False
+    ended: bool = False
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """End the whole process tree of each task in ``tasks`` (ids, 1 to :data:`MAX_STOP_TASKS`)."""
+
+    tasks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ReloadRequest:
     """Re-read the config file (admin)."""
 
@@ -153,7 +187,8 @@ class SetWeightRequest:
     weight: float
 
 
-Request = LaunchRequest | StatusRequest | WatchRequest | ExplainRequest | ReloadRequest | SetWeightRequest
+Request = (LaunchRequest | StatusRequest | WatchRequest | ExplainRequest | ReloadRequest | SetWeightRequest
+           | PsRequest | StopRequest)
 
 
 def parse_request(line: bytes) -> Request:
@@ -197,6 +232,11 @@ def parse_request(line: bytes) -> Request:
         if not low <= interval <= high:
             raise RequestError("bad_request", f"interval: must be between {low:g} and {high:g} seconds, got {interval!r}")
         return WatchRequest(float(interval))
+    if op == "ps":
+        _check_fields(message, allowed=("op", "all", "ended"))
+        return PsRequest(_bool(message.get("all", False), "all"), _bool(message.get("ended", False), "ended"))
+    if op == "stop":
+        return _parse_stop(message)
     if op == "set-weight":
         _check_fields(message, allowed=("op", "group", "weight"))
         for field in ("group", "weight"):
@@ -263,7 +303,7 @@ def _scrub(value: object) -> object:
 
 
 _NO_FIELDS = {"status": StatusRequest, "explain": ExplainRequest, "reload": ReloadRequest}
-OPERATIONS = ("launch", "status", "watch", "explain", "reload", "set-weight")
+OPERATIONS = ("launch", "status", "watch", "explain", "ps", "stop", "reload", "set-weight")
 
 
 def _number(value: object, field: str) -> float:
@@ -272,8 +312,42 @@ def _number(value: object, field: str) -> float:
     return value
 
 
+def name_problem(name: str) -> str | None:
+    """What is wrong with ``name`` as a task's name (1 to :data:`MAX_NAME_CHARS` printable
+    characters, no tab or newline), or None."""
+    if not name:
+        return "must not be empty"
+    if len(name) > MAX_NAME_CHARS:
+        return f"at most {MAX_NAME_CHARS} characters, got {len(name)}"
+    if not name.isprintable():
+        return "must be printable characters only (no tab, newline or control character)"
+    return None
+
+
+def default_name(command: tuple[str, ...]) -> str:
+    """The name of a task launched without one: its command's basename, made printable and
+    cut to :data:`MAX_NAME_CHARS` (``task`` for no command)."""
+    base = command[0].rstrip("/").rpartition("/")[2] if command else ""
+    shown = "".join(c if c.isprintable() else "?" for c in base)[:MAX_NAME_CHARS]
+    return shown or "task"
+
+
+def _parse_stop(message: dict) -> StopRequest:
+    _check_fields(message, allowed=("op", "tasks"))
+    if "tasks" not in message:
+        raise RequestError("bad_request", "tasks: missing field")
+    tasks = message["tasks"]
+    if not isinstance(tasks, list) or not 1 <= len(tasks) <= MAX_STOP_TASKS:
+        raise RequestError("bad_request", f"tasks: must be a list of 1 to {MAX_STOP_TASKS} task ids")
+    for i, task in enumerate(tasks):
+        if not isinstance(task, str) or not 0 < len(task) <= MAX_NAME_CHARS:
+            raise RequestError("bad_request", f"tasks[{i}]: must be a task id (a non-empty string of at most "
+                                              f"{MAX_NAME_CHARS} characters), got {_json_type(task)}")
+    return StopRequest(tuple(dict.fromkeys(tasks)))
+
+
 def _parse_launch(message: dict) -> LaunchRequest:
-    _check_fields(message, allowed=("op", "pid", "group", "demand", "command", "wait"))
+    _check_fields(message, allowed=("op", "pid", "group", "demand", "command", "wait", "name", "time_limit"))
     if "pid" not in message:
         raise RequestError("bad_request", "pid: missing field")
     pid = _int(message["pid"], "pid", minimum=1)
@@ -286,7 +360,29 @@ def _parse_launch(message: dict) -> LaunchRequest:
         demand=_demand(message.get("demand", {})),
         command=_command(message.get("command", [])),
         wait=_bool(message.get("wait", True), "wait"),
+        name=_name(message.get("name")),
+        time_limit=_time_limit(message.get("time_limit")),
     )
+
+
+def _name(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise RequestError("bad_request", f"name: must be a string or null, got {_json_type(value)}")
+    problem = name_problem(value)
+    if problem:
+        raise RequestError("bad_request", f"name: {problem}")
+    return value
+
+
+def _time_limit(value: object) -> float | None:
+    if value is None:
+        return None
+    seconds = _number(value, "time_limit")
+    if seconds <= 0:
+        raise RequestError("bad_request", f"time_limit: must be a number of seconds > 0, got {seconds!r}")
+    return float(seconds)
 
 
 def _bool(value: object, field: str) -> bool:

@@ -40,6 +40,10 @@ class Task:
         demand: declared demand vector: ``cpu`` cores, ``memory`` bytes, ``io.<dev>.read`` /
             ``io.<dev>.write`` bytes/s.
         started: unix time, seconds.
+        name: the name it was given (``governor run --name``; by default its command's
+            basename); empty for a session.
+        time_limit: seconds after ``started`` at which the daemon ends the whole task
+            (``governor run --time-limit``), or None for no limit.
     """
 
     id: str
@@ -50,6 +54,8 @@ class Task:
     command: tuple[str, ...]
     demand: dict[str, float]
     started: float
+    name: str = ""
+    time_limit: float | None = None
 
     @property
     def cgroup(self) -> str:
@@ -68,8 +74,8 @@ class Task:
         return self.id.startswith(LOGIN_PREFIX)
 
     @property
-    def name(self) -> str:
-        """How people see it: ``task 7`` or ``session of alice``."""
+    def label(self) -> str:
+        """How people see it in the log: ``task 7`` or ``session of alice``."""
         return f"session of {self.user}" if self.is_session else f"task {self.id}"
 
 
@@ -309,8 +315,9 @@ def _parse_record(task_id: str, data: bytes) -> Task:
         record = json.loads(data)
     except (ValueError, RecursionError) as error:  # bad JSON, bad UTF-8, an integer too long
         raise ValueError(f"not JSON: {error}") from None
-    if not isinstance(record, dict) or set(record) != _RECORD_FIELDS:
-        raise ValueError(f"not a task record: fields must be {', '.join(sorted(_RECORD_FIELDS))}")
+    if not isinstance(record, dict) or not _RECORD_FIELDS <= set(record) <= _RECORD_FIELDS | _LATER_FIELDS:
+        raise ValueError(f"not a task record: fields must be {', '.join(sorted(_RECORD_FIELDS))} "
+                         f"(and optionally {', '.join(sorted(_LATER_FIELDS))})")
     problem = group_name_problem(record["group"]) if isinstance(record["group"], str) else "not a string"
     checks = {
         "id": record["id"] == task_id and (task_id.isdigit()
@@ -323,16 +330,21 @@ def _parse_record(task_id: str, data: bytes) -> Task:
         "demand": isinstance(record["demand"], dict) and all(
             isinstance(key, str) and _amount(value) for key, value in record["demand"].items()),
         "started": _amount(record["started"]),
+        "name": isinstance(record.get("name", ""), str),
+        "time_limit": record.get("time_limit") is None or (_amount(record["time_limit"]) and record["time_limit"] > 0),
     }
     bad = [field for field, fine in checks.items() if not fine]
     if bad:
         detail = f" ({problem})" if "group" in bad and problem else ""
         raise ValueError(f"field {bad[0]}{detail} is out of bounds")
     return Task(record["id"], record["group"], record["pid"], record["uid"], record["user"],
-                tuple(record["command"]), {k: float(v) for k, v in record["demand"].items()}, float(record["started"]))
+                tuple(record["command"]), {k: float(v) for k, v in record["demand"].items()}, float(record["started"]),
+                record.get("name", ""), None if record.get("time_limit") is None else float(record["time_limit"]))
 
 
 _RECORD_FIELDS = {"id", "group", "pid", "uid", "user", "command", "demand", "started"}
+# Fields added later: a record written before them is read without them.
+_LATER_FIELDS = {"name", "time_limit"}
 
 
 def _whole(value: object, *, minimum: int) -> bool:

@@ -8,7 +8,7 @@ from governor.model import Allocation
 from governor.state import Tasks
 
 
-def _split(vector: Mapping[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+def split_usage(vector: Mapping[str, float]) -> tuple[dict[str, float], dict[str, float]]:
     """Measured usage → (resources used, pressure signs such as ``cpu.nr_throttled``)."""
     used, pressure = {}, {}
     for key, value in vector.items():
@@ -50,7 +50,7 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
     demands = tasks.demands()
     for name, members in tasks.groups().items():
         got = allocation.groups[name] if allocation and name in allocation.groups else None
-        group_usage, group_pressure = _split(usage.get(name, {}))
+        group_usage, group_pressure = split_usage(usage.get(name, {}))
         for resource, amount in (got.allocation if got else {}).items():
             allocated[resource] = allocated.get(resource, 0.0) + float(amount)
         for resource, amount in group_usage.items():
@@ -90,6 +90,12 @@ def _guarantee(allocation: Mapping[str, float], demand: Mapping[str, float]) -> 
 BORROW_NOISE = 0.02
 
 
+def task_guarantee(demand: Mapping[str, float], fraction: float) -> dict[str, float]:
+    """A task's part of its group's guarantee: ``fraction`` (the group's λ) of each resource
+    it declared, and all of its declared memory (``memory.low``)."""
+    return _guarantee({r: fraction * v for r, v in demand.items()}, demand)
+
+
 def _borrowed(used: Mapping[str, float], guarantee: Mapping[str, float]) -> dict[str, float]:
     """Use above the guarantee, for the compressible resources (memory is admitted, not lent)."""
     result = {}
@@ -101,7 +107,7 @@ def _borrowed(used: Mapping[str, float], guarantee: Mapping[str, float]) -> dict
 
 
 def _task(task, in_force: Callable[[str], dict[str, str]], usage: Mapping[str, Mapping[str, float]]) -> dict:
-    used, pressure = _split(usage.get(task.cgroup, {}))
+    used, pressure = split_usage(usage.get(task.cgroup, {}))
     return {"id": task.id, "session": task.is_session, "pid": task.pid, "uid": task.uid, "user": task.user,
             "command": list(task.command),
             "started": task.started, "demand": dict(task.demand), "limits": in_force(task.cgroup),

@@ -83,3 +83,49 @@ def format_amount(resource: str, value: float | Fraction, *, unit: bool = False)
     if unit and resource == "cpu":
         return f"{text} core" + ("" if text == "1" else "s")
     return text
+
+
+# Time span units as systemd.time(7) spells them, in seconds.
+_SPAN_UNITS = {"us": 1e-6, "usec": 1e-6, "ms": 1e-3, "msec": 1e-3, "": 1.0, "s": 1.0, "sec": 1.0, "second": 1.0,
+               "seconds": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0, "minutes": 60.0, "h": 3600.0, "hr": 3600.0,
+               "hour": 3600.0, "hours": 3600.0, "d": 86400.0, "day": 86400.0, "days": 86400.0, "w": 604800.0,
+               "week": 604800.0, "weeks": 604800.0}
+_SPAN_PART = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)", re.IGNORECASE)
+
+
+def parse_duration(text: str) -> float:
+    """A time span as systemd writes one (``RuntimeMaxSec=``): ``90``, ``90s``, ``10m``,
+    ``2h``, ``1h30m``, ``1h 30min``, ``1d``; a number without a unit is seconds.
+
+    Returns:
+        seconds, > 0.
+
+    Raises:
+        ValueError: not a span, or not above zero.
+    """
+    at, total = 0, 0.0
+    while at < len(text.rstrip()):
+        match = _SPAN_PART.match(text, at)
+        unit = match[2].lower() if match else None
+        if match is None or unit not in _SPAN_UNITS:
+            raise ValueError(f"expected a time span like 90s, 10m, 2h or 1h30m, got {text!r}")
+        total += float(match[1]) * _SPAN_UNITS[unit]
+        at = match.end()
+    if not (math.isfinite(total) and total > 0):
+        raise ValueError(f"must be a time span above zero, like 90s, 10m, 2h or 1h30m, got {text!r}")
+    return total
+
+
+def format_timespan(seconds: float) -> str:
+    """Seconds as systemd shows a span to the millisecond: ``2.012s``, ``1min 30.5s``,
+    ``2h 5min``, ``0``."""
+    millis = round(seconds * 1000)
+    parts = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000)):
+        if millis >= size:
+            parts.append(f"{millis // size}{unit}")
+            millis %= size
+    if millis:
+        whole, fraction = divmod(millis, 1000)
+        parts.append(f"{whole}.{fraction:03d}".rstrip("0").rstrip(".") + "s")
+    return " ".join(parts) or "0"

@@ -14,6 +14,51 @@ SLEEPER = "import time; time.sleep(600)"
 # 256 MiB so that every page is charged to that cgroup.
 HOG = "import sys; sys.stdin.readline(); b = b'x' * (256 << 20); print('survived')"
 
+# Waits for a line on stdin (sent once it is in its cgroup), then makes a tree: five children
+# with a child each, and goes on forking a sleeper every 10 ms until killed.
+FORKER = ("import os, sys, time\n"
+          "sys.stdin.readline()\n"
+          "def sleeper():\n"
+          "    if os.fork() == 0:\n"
+          "        time.sleep(600)\n"
+          "        os._exit(0)\n"
+          "for _ in range(5):\n"
+          "    if os.fork() == 0:\n"
+          "        sleeper()\n"
+          "        time.sleep(600)\n"
+          "        os._exit(0)\n"
+          "print('forked', flush=True)\n"
+          "while True:\n"
+          "    sleeper()\n"
+          "    time.sleep(0.01)\n")
+
+
+def kill_forking_tree(driver, children: "Children", mode: str, timeout: float = 10.0) -> float:
+    """Start :data:`FORKER` in a new cgroup ``k``, kill the cgroup with ``driver.kill`` while
+    the tree grows, and check that it empties and its counters stay readable; returns the
+    seconds until it was empty."""
+    driver.create("k")
+    driver.enable_controllers("k", ("cpu", "memory"))
+    forker = children.python(FORKER, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    driver.move("k", forker.pid)
+    forker.stdin.write(b"\n")
+    forker.stdin.flush()
+    assert forker.stdout.readline() == b"forked\n"
+    time.sleep(0.1)
+    before = len(driver.pids("k"))
+    start = time.monotonic()
+    driver.kill("k")
+    assert forker.wait(timeout=timeout) == -9
+    while driver.pids("k"):
+        assert time.monotonic() - start < timeout, f"k still holds {driver.pids('k')}"
+        time.sleep(0.01)
+    seconds = time.monotonic() - start
+    print(f"{mode} kill: {before} processes in the tree, empty after {seconds * 1000:.0f} ms")
+    assert before >= 11
+    stats = driver.read_stats("k", peak=True)  # an emptied cgroup still has its counters
+    assert not stats.populated and stats.cpu_usage_usec > 0 and stats.memory_peak_bytes > 0
+    return seconds
+
 
 class Children:
     """Processes started by a test; all killed and reaped by :meth:`kill_all`."""

@@ -21,7 +21,8 @@ from cgroups.devices import whole_disk
 from cgroups.files import read_file
 from cgroups.limits import CgroupLimits, IoMax
 from cgroups.v1 import CgroupV1Driver
-from cgroup_helpers import BUSY, HOG, SLEEPER, Children, cpu_tolerance, measure_cores, removal_order
+from cgroup_helpers import (BUSY, HOG, SLEEPER, Children, cpu_tolerance, kill_forking_tree, measure_cores,
+                            removal_order)
 from governor.errors import CgroupWriteError
 
 pytestmark = pytest.mark.kernel_v1
@@ -203,3 +204,9 @@ def test_cpuset_shrinks_and_grows_under_a_populated_child(v1):
         assert read_file(driver.path("cpuset", "g"), "cpuset.cpus").strip() == shown
         assert read_file(driver.path("cpuset", "g/task-1"), "cpuset.cpus").strip() == shown
         assert driver.in_force("g")["cpuset.cpus"] == cpus_now
+
+
+def test_kill_ends_a_forking_tree_and_the_counters_stay_readable(v1, record_property):
+    driver, children = v1
+    seconds = kill_forking_tree(driver, children, "v1")
+    record_property("v1_kill_ms", round(seconds * 1000))

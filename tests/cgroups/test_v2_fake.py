@@ -4,6 +4,9 @@
 import errno
 import logging
 import shutil
+import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -198,3 +201,40 @@ def test_counters_the_kernel_would_not_write_are_a_read_error(driver, cpu_stat):
         driver.read_stats("g")
     (group / "cpu.stat").write_text("usage_usec 7\n")
     assert driver.read_stats("g").cpu_usage_usec == 7
+
+
+def test_kill_writes_cgroup_kill(driver, writes):
+    (driver.root / "g" / "cgroup.kill").write_text("")
+    assert driver.kill("g") == 0
+    assert writes == [("cgroup.kill", "1")]
+
+
+def test_a_kernel_without_cgroup_kill_gets_sigkill_pid_by_pid(driver):
+    # Linux < 5.14: no cgroup.kill file. The pids are a real child of this test, so the
+    # fallback's signal is proved to land.
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        (driver.root / "g" / "cgroup.procs").write_text(f"{sleeper.pid}\n")
+        assert driver.kill("g") == 1
+        assert sleeper.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_killing_a_vanished_cgroup_says_so(driver):
+    with pytest.raises(CgroupError) as caught:
+        driver.kill("gone")
+    assert caught.value.vanished
+
+
+def test_memory_peak_is_read_where_the_kernel_has_it(driver):
+    group = driver.root / "g"
+    (group / "cpu.stat").write_text("usage_usec 7\n")
+    (group / "cgroup.events").write_text("populated 0\nfrozen 0\n")
+    (group / "memory.events").write_text("oom_kill 0\n")
+    (group / "cgroup.controllers").write_text("cpu memory\n")
+    assert driver.read_stats("g", peak=True).memory_peak_bytes is None  # before Linux 5.19
+    (group / "memory.peak").write_text("1048576\n")
+    assert driver.read_stats("g", peak=True).memory_peak_bytes == 1 << 20
+    assert driver.read_stats("g").memory_peak_bytes is None  # a sample does not read it

@@ -22,7 +22,8 @@ from cgroups.files import read_file, remove_dir, write_file
 from cgroups.limits import CgroupLimits, IoMax
 from cgroups.parse import parse_cgroup_events, parse_controllers
 from cgroups.v2 import CgroupV2Driver, move_self_to_leaf
-from cgroup_helpers import BUSY, HOG, SLEEPER, Children, cpu_tolerance, measure_cores, removal_order
+from cgroup_helpers import (BUSY, HOG, SLEEPER, Children, cpu_tolerance, kill_forking_tree, measure_cores,
+                            removal_order)
 from governor.errors import CgroupError, CgroupWriteError
 
 pytestmark = pytest.mark.kernel_v2
@@ -154,3 +155,9 @@ def test_io_max_wbps_on_scratch_disk(v2, record_property):
     record_property("v2_io_wbps_MiB", round(measured / 2**20, 2))
     assert abs(measured - rate) <= 0.15 * rate
     assert driver.read_stats("io").io_stat[device]["wbytes"] >= 30 << 20
+
+
+def test_kill_ends_a_forking_tree_and_the_counters_stay_readable(v2, record_property):
+    driver, children = v2
+    seconds = kill_forking_tree(driver, children, "v2")
+    record_property("v2_kill_ms", round(seconds * 1000))

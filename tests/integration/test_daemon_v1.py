@@ -4,6 +4,7 @@ import os
 
 import pytest
 import scenarios
+import task_scenarios
 from kernel_cases import (  # noqa: F401  (collected here, under this module's marker)
     test_a_session_ends_with_its_users_last_process,
     test_an_idle_groups_share_is_lent_and_comes_back,
@@ -61,3 +62,19 @@ def test_metrics_are_served_and_parse(tmp_path):
 
 def test_reload_refuses_a_bad_config_and_applies_a_good_one(tmp_path):
     scenarios.reload_refuses_a_bad_config_and_applies_a_good_one(tmp_path)
+
+
+def test_stop_ends_a_tasks_whole_tree(tmp_path):
+    task_scenarios.stop_ends_the_whole_tree(tmp_path)
+
+
+def test_a_time_limit_ends_the_whole_tree_and_is_recorded(tmp_path):
+    task_scenarios.time_limit_ends_the_whole_tree(tmp_path)
+
+
+def test_an_oom_kill_is_recorded_as_such(tmp_path):
+    task_scenarios.oom_kill_is_the_recorded_reason(tmp_path)
+
+
+def test_run_summary_prints_what_the_command_used(tmp_path):
+    task_scenarios.summary_prints_what_the_command_used(tmp_path)

@@ -4,6 +4,7 @@ import os
 
 import pytest
 import scenarios
+import task_scenarios
 from kernel_cases import (  # noqa: F401  (collected here, under this module's marker)
     test_a_session_ends_with_its_users_last_process,
     test_an_idle_groups_share_is_lent_and_comes_back,
@@ -54,3 +55,7 @@ def test_io_weight_shares_a_busy_disk_where_io_cost_is_on(tmp_path):
     if not disks:
         pytest.skip("no scratch disk (VMLAB_DISKS=64 gives the VM /dev/vda)")
     scenarios.io_weight_shares_a_busy_disk(tmp_path, disks[0], detect.CGROUP_ROOT)
+
+
+def test_stop_ends_a_tasks_whole_tree_with_cgroup_kill(tmp_path):
+    task_scenarios.stop_ends_the_whole_tree(tmp_path)

@@ -225,15 +225,22 @@ def test_run_imports_nothing_heavy_up_to_exec(daemon):
     assert json.loads(result.stdout) == []  # not even click: its imports cost 3× Python's start
 
 
+PLAIN_DEFAULTS = {"name": None, "time_limit": None, "summary": False}
+
+
 @pytest.mark.parametrize("args, parsed", [
     (["--cpus", "1.5", "--memory=4G", "--no-wait", "--", "make", "-j4"],
      {"demand": {"cpu": 1.5, "memory": 4 * 1024**3}, "group": None, "no_wait": True, "socket_option": None,
-      "cmd": ("make", "-j4")}),
+      "cmd": ("make", "-j4"), **PLAIN_DEFAULTS}),
     (["--group", "ops", "--socket", "/s", "ls", "--", "-l"],
-     {"demand": {}, "group": "ops", "no_wait": False, "socket_option": "/s", "cmd": ("ls", "--", "-l")}),
+     {"demand": {}, "group": "ops", "no_wait": False, "socket_option": "/s", "cmd": ("ls", "--", "-l"),
+      **PLAIN_DEFAULTS}),
     (["--io-read", "200M", "--io-write=1G", "dd"],
      {"demand": {"io_read": 200 * 1024**2, "io_write": 1024**3}, "group": None, "no_wait": False,
-      "socket_option": None, "cmd": ("dd",)}),
+      "socket_option": None, "cmd": ("dd",), **PLAIN_DEFAULTS}),
+    (["--name", "nightly build", "--time-limit=1h30m", "--summary", "make"],
+     {"demand": {}, "group": None, "no_wait": False, "socket_option": None, "cmd": ("make",),
+      "name": "nightly build", "time_limit": 5400.0, "summary": True}),
 ])
 def test_a_plain_run_is_parsed_without_click(args, parsed):
     assert plain(args) == parsed
@@ -241,7 +248,9 @@ def test_a_plain_run_is_parsed_without_click(args, parsed):
 
 @pytest.mark.parametrize("args", [["--help", "--", "true"], ["-h", "true"], ["--cpu", "1", "--", "true"],
                                   ["--cpus", "nan", "true"], ["--cpus", "-0", "true"], ["--memory", "lots", "x"],
-                                  ["--cpus", "1"], ["--group"], ["--no-wait=yes", "true"], []])
+                                  ["--cpus", "1"], ["--group"], ["--no-wait=yes", "true"], [],
+                                  ["--time-limit", "soon", "true"], ["--time-limit=0", "true"],
+                                  ["--summary=yes", "true"], ["--name"]])
 def test_anything_else_goes_to_click_which_reports_it(args):
     assert plain(args) is None
 

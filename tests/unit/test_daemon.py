@@ -17,6 +17,7 @@ from governor.daemon import Daemon
 from cgroups.driver import Driver
 from cgroups.hierarchy import Hierarchy
 from cgroups.limits import v2_files
+from cgroups.v2 import CgroupStats
 from governor.errors import CgroupReadError, CgroupWriteError, RequestError
 from governor.protocol import (ExplainRequest, LaunchRequest, Peer, ReloadRequest, SetWeightRequest, StatusRequest,
                                WatchRequest)
@@ -48,6 +49,9 @@ class FakeDriver(Driver):
         self.writes: list[tuple[str, object]] = []
         self.refuse: set[str] = set()  # cgroups whose writes the "kernel" refuses (EBUSY)
         self.unreadable: set[str] = set()  # cgroups whose cgroup.procs cannot be read (EMFILE)
+        self.killed: list[str] = []  # cgroups killed, in order
+        self.survivors: dict[str, list[int]] = {}  # cgroup → pids a kill leaves (forked past it)
+        self.stats: dict[str, CgroupStats] = {}  # cgroup → its counters (default: all zero)
 
     def directory(self, rel):
         return Path("/fake") / rel
@@ -91,6 +95,19 @@ class FakeDriver(Driver):
         if rel in self.unreadable:
             raise CgroupReadError("cannot read cgroup.procs", path=rel, errno=errno.EMFILE)
         return self.procs.get(rel, [])
+
+    def kill(self, rel):
+        # Never os.kill: the pids here are made up, and the tests run as root.
+        if rel not in self.cgroups:
+            raise CgroupReadError("no such cgroup", path=rel, errno=errno.ENOENT)
+        self.killed.append(rel)
+        self.procs[rel] = self.survivors.pop(rel, [])
+        return 1
+
+    def _read_stats(self, rel, peak):
+        if rel not in self.cgroups:
+            raise CgroupReadError("no such cgroup", path=rel, errno=errno.ENOENT)
+        return self.stats.get(rel, CgroupStats(0, 0, 0, 0, populated=bool(self.procs.get(rel))))
 
     def children(self, rel):
         depth = rel.count("/") + 1 if rel else 0

@@ -13,10 +13,13 @@ from governor.protocol import (
     MAX_LINE_BYTES,
     LaunchRequest,
     ExplainRequest,
+    PsRequest,
     ReloadRequest,
     SetWeightRequest,
     StatusRequest,
+    StopRequest,
     WatchRequest,
+    default_name,
     error,
     ok,
     parse_request,
@@ -44,6 +47,20 @@ def test_the_operations_beyond_launch_parse():
     assert parse_request(line({"op": "explain"})) == ExplainRequest()
     assert parse_request(line({"op": "reload"})) == ReloadRequest()
     assert parse_request(line({"op": "set-weight", "group": "A", "weight": 2})) == SetWeightRequest("A", 2.0)
+    assert parse_request(line({"op": "ps"})) == PsRequest(all=False, ended=False)
+    assert parse_request(line({"op": "ps", "all": True, "ended": True})) == PsRequest(all=True, ended=True)
+    assert parse_request(line({"op": "stop", "tasks": ["7", "8", "7"]})) == StopRequest(("7", "8"))
+
+
+def test_a_launch_may_name_its_task_and_limit_its_time():
+    request = parse_request(line({"op": "launch", "pid": 1, "name": "nightly build ☾", "time_limit": 5400}))
+    assert (request.name, request.time_limit) == ("nightly build ☾", 5400.0)
+
+
+@pytest.mark.parametrize(("command", "name"), [(("/usr/bin/make", "-j4"), "make"), ((), "task"),
+                                               (("x" * 100,), "x" * 64), (("./a\tb",), "a?b")])
+def test_a_task_without_a_name_is_named_after_its_command(command, name):
+    assert default_name(command) == name
 
 
 def test_minimal_launch_has_empty_defaults():
@@ -131,6 +148,20 @@ BAD = [
     (line({"op": "launch", "pid": 1, "command": ["ls", None]}), "bad_request", "command[1]: must be a string, got null"),
     (line({"op": "launch", "pid": 1, "command": ["x"] * 65}), "bad_request", "command: at most 64 items"),
     (line({"op": "launch", "pid": 1, "command": ["ok", "x" * 4097]}), "bad_request", "command[1]: at most 4096"),
+    (line({"op": "launch", "pid": 1, "name": ""}), "bad_request", "name: must not be empty"),
+    (line({"op": "launch", "pid": 1, "name": "x" * 65}), "bad_request", "name: at most 64 characters"),
+    (line({"op": "launch", "pid": 1, "name": "a\nb"}), "bad_request", "name: must be printable"),
+    (line({"op": "launch", "pid": 1, "name": 7}), "bad_request", "name: must be a string or null"),
+    (line({"op": "launch", "pid": 1, "time_limit": 0}), "bad_request", "time_limit: must be a number of seconds > 0"),
+    (line({"op": "launch", "pid": 1, "time_limit": "1h"}), "bad_request", "time_limit: must be a finite number"),
+    (b'{"op": "launch", "pid": 1, "time_limit": 1e400}', "bad_request", "time_limit: must be a finite number"),
+    (line({"op": "ps", "all": "yes"}), "bad_request", "all: must be true or false"),
+    (line({"op": "ps", "user": "bob"}), "bad_request", "user: unknown field"),
+    (line({"op": "stop"}), "bad_request", "tasks: missing field"),
+    (line({"op": "stop", "tasks": []}), "bad_request", "tasks: must be a list of 1 to 64 task ids"),
+    (line({"op": "stop", "tasks": "7"}), "bad_request", "tasks: must be a list"),
+    (line({"op": "stop", "tasks": ["7", 8]}), "bad_request", "tasks[1]: must be a task id"),
+    (line({"op": "stop", "tasks": ["7"] * 65}), "bad_request", "tasks: must be a list of 1 to 64"),
 ]
 
 

@@ -55,6 +55,9 @@ def test_a_state_directory_that_others_could_write_is_refused(tmp_path, make):
     ("9.json", b" " * (MAX_RECORD_BYTES + 1), "larger than"),
     ("login-1001.json", {}, "field id"),  # a login session's id must name its own uid (1000)
     ("session-7.json", {}, "field id"),
+    ("10.json", {"time_limit": 0}, "field time_limit"),
+    ("11.json", {"name": 3}, "field name"),
+    ("12.json", {"owner": "x"}, "not a task record"),
 ])
 def test_a_bad_record_is_set_aside_with_its_reason_and_the_others_still_load(tmp_path, name, content, reason):
     store = store_at(tmp_path / "state")
@@ -83,3 +86,12 @@ def test_sessions_and_login_sessions_are_kept_under_their_users_ids(tmp_path):
     tasks, problems = store_at(tmp_path / "state").load_all()
     assert (sorted(t.id for t in tasks), problems) == (["login-1000", "session-1000"], [])
     assert [t.cgroup for t in sorted(tasks, key=lambda t: t.id)] == ["user.slice/user-1000.slice", "A/session-1000"]
+
+
+def test_a_name_and_time_limit_are_kept_and_a_record_written_before_them_still_loads(tmp_path):
+    store = store_at(tmp_path / "state")
+    named = Task("2", "A", 200, 1000, "alice", ("make",), {"cpu": 1.0}, 1.5, "nightly", 5400.0)
+    store.save(named)
+    older = {key: value for key, value in TASK.__dict__.items() if key not in ("name", "time_limit")}
+    (tmp_path / "state" / "1.json").write_text(json.dumps({**older, "command": list(TASK.command)}))
+    assert store.load_all() == ([TASK, named], [])

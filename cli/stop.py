@@ -1,0 +1,21 @@
+"""``governor stop``: end tasks' whole process trees (like ``scancel``)."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command(epilog="Example: governor stop 7 12")
+@click.argument("tasks", nargs=-1, required=True, metavar="TASK...")
+@click.option("--socket", "socket_option", metavar="PATH",
+              help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
+def stop(tasks: tuple[str, ...], socket_option: str | None) -> None:
+    """End each TASK (an id from `governor ps`): every process in it is killed (SIGKILL); a
+    queued task leaves the queue. Your own tasks; root and admins may stop anyone's. A
+    user's session is not stopped. Nothing is stopped unless every TASK may be.
+    """
+    from cli.client import call, socket_path
+
+    stopped = call(socket_path(socket_option), {"op": "stop", "tasks": list(tasks)}).get("stopped", [])
+    for task in stopped:
+        click.echo(f"stopped task {task}")

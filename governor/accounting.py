@@ -1,0 +1,108 @@
+"""What a task used, kept once it ended: the record ``governor ps --ended`` shows and the daemon
+logs, one line per task (Slurm's ``sacct``, systemd's unit accounting).
+
+The figures are the task cgroup's counters read just before the cgroup is removed (it still
+exists once it holds no process), or, if that read fails, at the last sample; the exit status
+of its launched process from a pidfd (:mod:`governor.exits`). Records live in the daemon's
+memory only (:data:`ENDED_KEPT` of them): a restart forgets them, and a task that ended while
+the daemon was down has none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cgroups.v2 import CgroupStats
+from governor.exits import describe
+from governor.state import Task
+from governor.units import format_size, format_timespan
+
+# How many ended records the daemon keeps (the oldest go first): about 1 KiB each.
+ENDED_KEPT = 1000
+# Why a task ended.
+EXIT, STOP, TIME_LIMIT, OOM_KILL = "exit", "stop", "time_limit", "oom_kill"
+REASONS = (EXIT, STOP, TIME_LIMIT, OOM_KILL)
+
+
+@dataclass
+class Ended:
+    """One ended task and what it used.
+
+    Attributes:
+        task: the task as it ran (id, name, group, owner, command, declared demand, start).
+        ended: unix time the daemon saw its cgroup empty, seconds.
+        reason: one of :data:`REASONS`: its processes exited (``exit``), ``governor stop``
+            ended it (``stop``, ``stopped_by`` says who), it reached its ``time_limit``, or
+            its processes exited after the kernel's OOM killer killed one of them
+            (``oom_kill``).
+        stopped_by: the user who stopped it, for ``stop``.
+        stats: its cgroup's counters at the end, or None when none could be read.
+        exit_status: the wait status of its launched process (:mod:`governor.exits`), or None
+            where unknown; it may become known a moment after the record is made.
+    """
+
+    task: Task
+    ended: float
+    reason: str
+    stopped_by: str | None
+    stats: CgroupStats | None
+    exit_status: int | None = None
+
+    def to_json(self) -> dict:
+        """The record as ``governor ps --ended --json`` shows it (schema in the README):
+        seconds, bytes, and None where unknown."""
+        stats = self.stats
+        task = self.task
+        return {"id": task.id, "name": task.name, "group": task.group, "user": task.user, "uid": task.uid,
+                "pid": task.pid, "command": list(task.command), "session": task.is_session,
+                "demand": dict(task.demand), "time_limit": task.time_limit, "started": task.started,
+                "ended": self.ended, "wall_s": max(0.0, self.ended - task.started), "reason": self.reason,
+                "stopped_by": self.stopped_by,
+                "exit_status": None if self.exit_status is None else describe(self.exit_status),
+                "cpu_s": None if stats is None else stats.cpu_usage_usec / 1e6,
+                "throttled_s": None if stats is None else stats.cpu_throttled_usec / 1e6,
+                "memory_peak": None if stats is None else stats.memory_peak_bytes,
+                "oom_kills": None if stats is None else stats.memory_events.get("oom_kill")}
+
+    def line(self, seen: str) -> str:
+        """The log line, ``seen`` being how the end was noticed: ``task 7 ended (exit): its
+        time limit of 2s was reached; name sleep, user alice, group A, wall 2.01s, ...``."""
+        record = self.to_json()
+        why = {STOP: f"stopped by {self.stopped_by}", TIME_LIMIT: f"its time limit of "
+               f"{format_timespan(self.task.time_limit or 0)} was reached", OOM_KILL: "after an OOM kill",
+               EXIT: "its processes exited"}[self.reason]
+        named = f"name {self.task.name}, " if self.task.name else ""
+        return (f"{self.task.label} ended ({seen}): {why}; {named}user {self.task.user}, group {self.task.group}, "
+                f"wall {format_timespan(record['wall_s'])}, CPU {_span(record['cpu_s'])}, "
+                f"throttled {_span(record['throttled_s'])}, memory peak {_bytes(record['memory_peak'])}, "
+                f"OOM kills {_count(record['oom_kills'])}, exit status {exit_words(self.exit_status)}")
+
+
+def reason_of(task: Task, ending: tuple[str, str | None] | None, stats: CgroupStats | None) -> tuple[str, str | None]:
+    """Why ``task`` ended, and who stopped it: the daemon's own kill (``ending``: the reason
+    and the user, set when it killed the task) first, then an OOM kill the counters show."""
+    if ending is not None:
+        return ending
+    if stats is not None and stats.memory_events.get("oom_kill", 0) > 0:
+        return OOM_KILL, None
+    return EXIT, None
+
+
+def exit_words(status: int | None) -> str:
+    """``code=exited/status=0``, ``code=killed/status=KILL`` (systemd's words), or ``unknown``."""
+    if status is None:
+        return "unknown"
+    shown = describe(status)
+    return f"code={shown['code']}/status={shown.get('status', shown.get('signal'))}"
+
+
+def _span(seconds: float | None) -> str:
+    return "unknown" if seconds is None else format_timespan(seconds)
+
+
+def _bytes(amount: int | None) -> str:
+    return "unknown" if amount is None else format_size(amount)
+
+
+def _count(number: int | None) -> str:
+    return "unknown" if number is None else str(number)

@@ -1,0 +1,67 @@
+"""The rows of ``governor ps``: a user's tasks, running and queued, with what each declared
+(its cap), what DRF guarantees it and what it uses (schema in the README). The processes of
+each task come from the caller (:func:`processes` names the pids of its cgroup).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+import psutil
+
+from governor.model import Allocation
+from governor.queue import Entry
+from governor.state import Task
+from governor.status import split_usage, task_guarantee
+
+# Processes listed per task; ``processes_total`` counts them all.
+PROCESSES_SHOWN = 32
+
+
+def task_rows(running: Iterable[Task], queued: Iterable[Entry], *, allocation: Allocation | None,
+              usage: Mapping[str, Mapping[str, float]], positions: Mapping[str, int],
+              processes: Callable[[Task], tuple[list[dict], int]]) -> list[dict]:
+    """One row per task, running first (in launch order), then queued (in queue order).
+
+    Args:
+        running: the running tasks to show.
+        queued: the waiting launches to show.
+        allocation: the last progressive filling's answer: a running task's guarantee is its
+            group's λ times its declared demand (its memory: all it declared, ``memory.low``).
+        usage: cgroup → measured use (:func:`governor.usage.usage`).
+        positions: task id → place in the queue (1 first).
+        processes: a task → the processes listed for it (``{"pid", "ppid", "name"}`` each, at
+            most :data:`PROCESSES_SHOWN`) and how many it holds.
+    """
+    rows = []
+    for task in running:
+        got = allocation.groups.get(task.group) if allocation else None
+        used, _ = split_usage(usage.get(task.cgroup, {}))
+        listed, total = processes(task)
+        rows.append({**_common(task), "state": "running",
+                     "guarantee": task_guarantee(task.demand, float(got.tasks) if got else 0.0), "usage": used,
+                     "processes": listed, "processes_total": total})
+    for entry in queued:
+        rows.append({**_common(entry.task), "state": "queued", "started": None, "queued_at": entry.queued_at,
+                     "position": positions.get(entry.task.id), "guarantee": {}, "usage": {}, "processes": [],
+                     "processes_total": 0})
+    return rows
+
+
+def _common(task: Task) -> dict:
+    return {"id": task.id, "name": task.name, "group": task.group, "user": task.user, "uid": task.uid,
+            "session": task.is_session, "pid": task.pid, "command": list(task.command), "started": task.started,
+            "time_limit": task.time_limit, "demand": dict(task.demand)}
+
+
+def processes(pids: Iterable[int]) -> list[dict]:
+    """``{"pid", "ppid", "name"}`` of each of ``pids`` that still runs, in order (psutil)."""
+    found = []
+    for pid in pids:
+        try:
+            process = psutil.Process(pid)
+            with process.oneshot():
+                found.append({"pid": pid, "ppid": process.ppid(), "name": process.name()})
+        except psutil.Error:
+            continue  # exited meanwhile
+    return found

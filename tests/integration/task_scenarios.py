@@ -1,0 +1,159 @@
+"""Users' task commands end to end on the real kernel (a real daemon, real process trees):
+``governor stop``, ``--time-limit``, the ended records and ``governor run --summary``.
+Shared by the v1 (native) and v2 (VM) test modules."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import psutil
+from daemon_harness import GOVERNOR, MIB, Governor
+from scenarios import HOG, SCALE, config
+
+from cli.client import call
+from governor.exits import kernel_keeps_exit_status
+
+KILLED = {"code": "killed", "signal": "KILL"}
+
+# Three sleeping children and a child with a child of its own, then "forked" on stdout.
+TREE = [sys.executable, "-c",
+        "import os, time\n"
+        "def child(then):\n"
+        "    if os.fork() == 0:\n"
+        "        then()\n"
+        "        time.sleep(600)\n"
+        "        os._exit(0)\n"
+        "for _ in range(3):\n"
+        "    child(lambda: None)\n"
+        "child(lambda: child(lambda: None))\n"
+        "time.sleep(0.2)\n"
+        "print('forked', flush=True)\n"
+        "time.sleep(600)\n"]
+
+
+def _row(gov: Governor, name: str) -> dict:
+    return next(row for row in call(gov.socket, {"op": "ps"})["tasks"] if row["name"] == name)
+
+
+def _ended(gov: Governor, task: str, timeout: float = 30) -> dict:
+    """Task ``task``'s ended record, once it has its exit status where the kernel keeps one
+    (the test reaped the command)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for record in call(gov.socket, {"op": "ps", "ended": True})["ended"]:
+            if record["id"] == task and (record["exit_status"] is not None or not kernel_keeps_exit_status()):
+                return record
+        time.sleep(0.05)
+    raise AssertionError(f"no ended record of task {task} with its exit status:\n{gov.daemon_log()}")
+
+
+def _gone(pids: list[int], timeout: float = 10) -> bool:
+    """Whether every pid ended (a zombie waiting for its reaper has ended) within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [pid for pid in pids if psutil.pid_exists(pid)
+                 and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def stop_ends_the_whole_tree(tmp_path) -> None:
+    """``governor stop`` of a task whose command forked children and a grandchild ends every
+    process of it, and its ended record says who stopped it."""
+    gov = Governor(tmp_path, config(cpu=1.0 * SCALE))
+    try:
+        proc = gov.run("A", TREE, cpus=0.2 * SCALE, memory="64M", name="tree")
+        assert proc.stdout.readline() == "forked\n"
+        row = _row(gov, "tree")
+        pids = [process["pid"] for process in row["processes"]]
+        assert len(pids) == 6 and row["processes"][0]["pid"] == proc.pid, row["processes"]
+        started = time.monotonic()
+        stopped = subprocess.run([GOVERNOR, "stop", "--socket", gov.socket, row["id"]], capture_output=True,
+                                 text=True, timeout=30)
+        assert stopped.returncode == 0 and stopped.stdout == f"stopped task {row['id']}\n", stopped.stderr
+        assert proc.wait(timeout=10) == -9
+        assert _gone(pids), [pid for pid in pids if psutil.pid_exists(pid)]
+        record = _ended(gov, row["id"])
+        print(f"\nstop: {len(pids)} processes ended, the record after {time.monotonic() - started:.2f} s: "
+              f"{record['reason']} by {record['stopped_by']}, cpu {record['cpu_s']} s, "
+              f"peak {record['memory_peak']} bytes")
+        assert (record["reason"], record["stopped_by"], record["name"]) == ("stop", "root", "tree")
+        assert record["exit_status"] == (KILLED if kernel_keeps_exit_status() else None)
+        assert record["cpu_s"] > 0 and record["memory_peak"] > 0
+    finally:
+        gov.close()
+
+
+def time_limit_ends_the_whole_tree(tmp_path) -> None:
+    """A task with ``--time-limit 2s`` is ended, all its tree, about 2 s after it started,
+    and its ended record says "time_limit"."""
+    gov = Governor(tmp_path, config(cpu=1.0 * SCALE))
+    try:
+        began = time.monotonic()
+        proc = gov.run("A", TREE, cpus=0.2 * SCALE, memory="64M", name="limited", time_limit="2s")
+        assert proc.stdout.readline() == "forked\n"
+        pids = [process["pid"] for process in _row(gov, "limited")["processes"]]
+        assert proc.wait(timeout=30) == -9
+        seconds = time.monotonic() - began
+        assert _gone(pids)
+        record = _ended(gov, _task_id_of(gov, "limited"))
+        print(f"\ntime limit 2s: the tree ({len(pids)} processes) ended {seconds:.2f} s after launch; "
+              f"record: {record['reason']}, wall {record['wall_s']:.2f} s")
+        assert record["reason"] == "time_limit" and record["time_limit"] == 2.0
+        assert record["exit_status"] == (KILLED if kernel_keeps_exit_status() else None)
+        assert 2.0 <= record["wall_s"] <= 3.0 and seconds <= 4.0 / SCALE
+    finally:
+        gov.close()
+
+
+def _task_id_of(gov: Governor, name: str) -> str:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for record in call(gov.socket, {"op": "ps", "ended": True})["ended"]:
+            if record["name"] == name:
+                return record["id"]
+        time.sleep(0.05)
+    raise AssertionError(f"no ended record named {name}:\n{gov.daemon_log()}")
+
+
+def oom_kill_is_the_recorded_reason(tmp_path) -> None:
+    """Under hard memory enforcement, a task the OOM killer ends is recorded as ``oom_kill``,
+    its peak at most its declared memory."""
+    gov = Governor(tmp_path, config(cpu=1.0 * SCALE, enforcement="hard"))
+    try:
+        hog = gov.run("C", [sys.executable, "-c", HOG.format(mib=256)], cpus=0.5 * SCALE, memory="64M",
+                      name="hog", may_end=True)
+        assert hog.wait(timeout=120) == -9
+        record = _ended(gov, _task_id_of(gov, "hog"))
+        print(f"\nOOM kill: record {record['reason']}, oom_kills {record['oom_kills']}, "
+              f"peak {record['memory_peak'] / MIB:.1f} MiB of 64")
+        assert record["reason"] == "oom_kill" and record["oom_kills"] >= 1
+        assert 0 < record["memory_peak"] <= 64 * MIB
+    finally:
+        gov.close()
+
+
+def summary_prints_what_the_command_used(tmp_path) -> None:
+    """``governor run --summary`` keeps the command's exit code and prints systemd-run's
+    summary with the CPU time the task's cgroup counted."""
+    gov = Governor(tmp_path, config(cpu=1.0 * SCALE))
+    try:
+        burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\nraise SystemExit(3)"
+        result = subprocess.run([GOVERNOR, "run", "--socket", gov.socket, "--group", "A", "--cpus", "1",
+                                 "--memory", "64M", "--summary", "--", sys.executable, "-c", burn],
+                                capture_output=True, text=True, timeout=120)
+        print(f"\n--summary:\n{result.stderr}")
+        assert result.returncode == 3
+        lines = result.stderr.splitlines()
+        assert lines[:2] == ["Finished with result: exit-code", "Main processes terminated with: code=exited/status=3"]
+        assert lines[2].startswith("Service runtime: ") and lines[3].startswith("CPU time consumed: ")
+        assert any(line.startswith("Memory peak: ") for line in lines)
+        record = _ended(gov, call(gov.socket, {"op": "ps", "ended": True})["ended"][-1]["id"])
+        assert record["reason"] == "exit" and record["cpu_s"] >= 0.3
+        assert record["exit_status"] == ({"code": "exited", "status": 3} if kernel_keeps_exit_status() else None)
+    finally:
+        gov.close()

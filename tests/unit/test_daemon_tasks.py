@@ -1,0 +1,266 @@
+"""Users' task commands in the daemon, on the in-memory driver of test_daemon: ``ps``,
+``stop``, time limits and the ended records (exit accounting)."""
+
+import asyncio
+import errno
+import os
+import signal
+import subprocess
+
+import pytest
+from test_daemon import GIB, collect, launch
+from test_daemon import daemon  # noqa: F401  (the fixture)
+
+from cgroups.v2 import CgroupStats
+from governor.accounting import ENDED_KEPT, exit_words
+from governor.exits import describe, kernel_keeps_exit_status
+from governor.ps import PROCESSES_SHOWN
+from governor.protocol import LaunchRequest, Peer, PsRequest, StopRequest
+from governor.state import Task
+from governor.errors import CgroupReadError, RequestError
+
+NOBODY = 65534  # a host user in no configured group: its own group "nobody"
+
+
+def ask(daemon, request, uid=0):
+    return asyncio.run(daemon.handle(request, Peer(pid=1, uid=uid, gid=uid)))
+
+
+def launch_as(daemon, pid, uid, **fields):
+    request = LaunchRequest(pid=pid, group=None, demand={"cpu": 0.5, "memory": GIB}, command=("/usr/bin/work", "-v"),
+                            **fields)
+    return asyncio.run(collect(daemon.stream(request, Peer(pid=pid, uid=uid, gid=uid))))[-1]
+
+
+def test_ps_lists_the_callers_own_tasks_with_name_guarantee_cap_and_processes(daemon):
+    launch_as(daemon, os.getpid(), 0, name="nightly")
+    launch_as(daemon, 200, NOBODY)
+    rows = ask(daemon, PsRequest())["tasks"]
+    assert [(r["id"], r["name"], r["state"], r["user"]) for r in rows] == [("1", "nightly", "running", "root")]
+    row = rows[0]
+    assert row["demand"] == {"cpu": 0.5, "memory": GIB} and row["guarantee"] == {"cpu": 0.5, "memory": GIB}
+    assert row["processes"] == [{"pid": os.getpid(), "ppid": os.getppid(), "name": row["processes"][0]["name"]}]
+    assert row["processes_total"] == 1
+    theirs = ask(daemon, PsRequest(), uid=NOBODY)["tasks"]
+    assert [(r["id"], r["name"]) for r in theirs] == [("2", "work")]  # named after the command's basename
+
+
+def test_ps_all_is_everyones_for_root_and_refused_to_others(daemon):
+    launch_as(daemon, 100, 0)
+    launch_as(daemon, 200, NOBODY)
+    assert [r["id"] for r in ask(daemon, PsRequest(all=True))["tasks"]] == ["1", "2"]
+    with pytest.raises(RequestError) as refused:
+        ask(daemon, PsRequest(all=True), uid=NOBODY)
+    assert refused.value.code == "forbidden" and "root and admins" in refused.value.message
+
+
+def while_one_waits(daemon, then):
+    """Run ``then(waiting)`` (async) while task 2 waits in the queue behind task 1, whose
+    memory leaves no room; ``waiting`` is its launch stream, at its first ``queued``."""
+    launch(daemon, 100, group="A", cpu=1.0, memory=3 * GIB)
+
+    async def scenario():
+        request = LaunchRequest(pid=200, group="B", demand={"cpu": 1.0, "memory": 2 * GIB}, command=("big",))
+        waiting = daemon.stream(request, Peer(pid=200, uid=0, gid=0))
+        assert "queued" in await anext(waiting)
+        try:
+            return await then(waiting)
+        finally:
+            await waiting.aclose()
+
+    return asyncio.run(scenario())
+
+
+def test_ps_shows_a_queued_task_with_its_place(daemon):
+    async def ps(waiting):
+        return (await daemon.handle(PsRequest(), Peer(pid=1, uid=0, gid=0)))["tasks"]
+
+    rows = while_one_waits(daemon, ps)
+    assert [(r["id"], r["state"], r.get("position")) for r in rows] == [("1", "running", None), ("2", "queued", 1)]
+
+
+def test_the_owner_stops_a_task_its_whole_cgroup_is_killed_and_the_record_says_so(daemon):
+    launch_as(daemon, 200, NOBODY, name="sim")
+    assert ask(daemon, StopRequest(("1",)), uid=NOBODY) == {"stopped": ["1"]}
+    driver = daemon.hierarchy.driver
+    assert driver.killed == ["nobody/task-1"] and not daemon.tasks and "nobody/task-1" not in driver.cgroups
+    [record] = ask(daemon, PsRequest(ended=True), uid=NOBODY)["ended"]
+    assert (record["id"], record["name"], record["reason"], record["stopped_by"]) == ("1", "sim", "stop", "nobody")
+    assert record["exit_status"] is None
+    assert any(e["kind"] == "task_ended" and "stopped by nobody" in e["message"] for e in daemon.events)
+
+
+def test_another_user_may_not_stop_a_task_but_root_may(daemon):
+    launch_as(daemon, 100, 0)
+    with pytest.raises(RequestError) as refused:
+        ask(daemon, StopRequest(("1",)), uid=NOBODY)
+    assert refused.value.code == "forbidden" and "belongs to root: only its owner, root and admins" in refused.value.message
+    assert daemon.hierarchy.driver.killed == [] and len(daemon.tasks) == 1
+    launch_as(daemon, 200, NOBODY)
+    assert ask(daemon, StopRequest(("2",)))["stopped"] == ["2"]
+
+
+def test_stop_checks_every_id_before_stopping_any(daemon):
+    launch_as(daemon, 100, 0)
+    with pytest.raises(RequestError) as refused:
+        ask(daemon, StopRequest(("1", "99")))
+    assert refused.value.code == "not_found" and "no task 99" in refused.value.message
+    assert daemon.hierarchy.driver.killed == [] and len(daemon.tasks) == 1
+
+
+def test_a_session_is_not_stopped(daemon):
+    daemon.tasks.add(Task("session-0", "A", 300, 0, "root", (), {"cpu": 0.5, "memory": GIB}, 0.0))
+    with pytest.raises(RequestError) as refused:
+        ask(daemon, StopRequest(("session-0",)))
+    assert refused.value.code == "forbidden" and "session of root" in refused.value.message
+
+
+def test_stopping_a_queued_task_takes_it_out_and_tells_its_client(daemon):
+    async def stop(waiting):
+        assert (await daemon.handle(StopRequest(("2",)), Peer(pid=1, uid=0, gid=0))) == {"stopped": ["2"]}
+        with pytest.raises(RequestError) as told:
+            await anext(waiting)
+        return told.value
+
+    told = while_one_waits(daemon, stop)
+    assert told.code == "stopped" and "stopped by root before it started" in told.message
+    assert not daemon.queue and daemon.hierarchy.driver.killed == []
+
+
+def test_what_a_kill_missed_is_killed_again_at_the_next_check(daemon):
+    launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+    driver = daemon.hierarchy.driver
+    driver.survivors["A/task-1"] = [101]  # forked past the kill
+    ask(daemon, StopRequest(("1",)))
+    assert len(daemon.tasks) == 1
+    daemon.check(["1"], "reconcile")
+    assert driver.killed == ["A/task-1", "A/task-1"]
+    daemon.check(["1"], "exit")  # the kernel reports the last one gone
+    assert not daemon.tasks and daemon.ended[-1].reason == "stop"
+
+
+def test_a_task_is_ended_at_its_time_limit(daemon):
+    async def scenario():
+        request = LaunchRequest(pid=100, group="A", demand={"cpu": 1.0, "memory": GIB}, command=("sleep", "60"),
+                                time_limit=0.05)
+        await collect(daemon.stream(request, Peer(pid=100, uid=0, gid=0)))
+        assert len(daemon.tasks) == 1
+        await asyncio.sleep(0.2)
+
+    asyncio.run(scenario())
+    assert daemon.hierarchy.driver.killed == ["A/task-1"] and not daemon.tasks
+    record = daemon.ended[-1].to_json()
+    assert record["reason"] == "time_limit" and record["time_limit"] == 0.05
+    assert any("its time limit of 0.05s was reached" in e["message"] for e in daemon.events)
+
+
+def test_a_task_that_ends_first_leaves_no_timer(daemon):
+    async def scenario():
+        request = LaunchRequest(pid=100, group="A", demand={"cpu": 1.0, "memory": GIB}, command=("true",),
+                                time_limit=0.1)
+        await collect(daemon.stream(request, Peer(pid=100, uid=0, gid=0)))
+        daemon.hierarchy.driver.procs["A/task-1"] = []
+        daemon.check(["1"], "exit")
+        await asyncio.sleep(0.2)
+
+    asyncio.run(scenario())
+    assert daemon.hierarchy.driver.killed == [] and not daemon._time_limits
+    assert daemon.ended[-1].reason == "exit"
+
+
+def test_a_readopted_task_past_its_time_limit_is_ended(daemon):
+    store, driver = daemon.store, daemon.hierarchy.driver
+    store.save(Task("1", "A", 100, 0, "root", ("work",), {"cpu": 1.0, "memory": GIB}, 0.0, "work", 5.0))
+    driver.create("A/task-1")
+    driver.procs["A/task-1"] = [100]
+
+    async def scenario():
+        daemon.readopt()
+        await asyncio.sleep(0.05)
+
+    asyncio.run(scenario())
+    assert driver.killed == ["A/task-1"] and daemon.ended[-1].reason == "time_limit"
+
+
+def test_the_ended_record_holds_the_counters_read_before_removal(daemon):
+    launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+    driver = daemon.hierarchy.driver
+    driver.stats["A/task-1"] = CgroupStats(cpu_usage_usec=1_500_000, cpu_nr_throttled=3, cpu_throttled_usec=250_000,
+                                           memory_current_bytes=0, memory_events={"oom_kill": 1},
+                                           memory_peak_bytes=700 * 1024**2)
+    driver.procs["A/task-1"] = []
+    daemon.check(["1"], "exit")
+    record = daemon.ended[-1].to_json()
+    assert (record["cpu_s"], record["throttled_s"], record["memory_peak"], record["oom_kills"]) == (
+        1.5, 0.25, 700 * 1024**2, 1)
+    assert record["reason"] == "oom_kill"  # the kernel killed one of its processes
+    line = next(e["message"] for e in daemon.events if e["kind"] == "task_ended")
+    assert "after an OOM kill" in line and "CPU 1.5s" in line and "memory peak 700.0M" in line
+
+
+def test_without_a_final_read_the_last_sample_is_used(daemon, monkeypatch):
+    launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+    driver = daemon.hierarchy.driver
+    driver.stats["A/task-1"] = CgroupStats(2_000_000, 0, 0, 0, populated=True)
+    daemon.sample()
+
+    def unreadable(rel, peak):
+        raise CgroupReadError("cannot read cpu.stat", path=rel, errno=errno.EIO)
+
+    monkeypatch.setattr(driver, "_read_stats", unreadable)
+    driver.procs["A/task-1"] = []
+    daemon.check(["1"], "exit")
+    assert daemon.ended[-1].to_json()["cpu_s"] == 2.0
+
+
+def test_ended_records_are_bounded(daemon):
+    assert daemon.ended.maxlen == ENDED_KEPT == 1000
+
+
+def test_ps_names_the_first_processes_of_a_large_task_and_counts_the_rest(daemon):
+    launch_as(daemon, os.getpid(), 0)
+    daemon.hierarchy.driver.procs["A/task-1"] = [os.getpid()] * 41
+    [row] = ask(daemon, PsRequest())["tasks"]
+    assert row["processes_total"] == 41 and len(row["processes"]) == PROCESSES_SHOWN
+
+
+def test_the_launched_process_exit_status_is_recorded_once_its_parent_reaped_it(daemon):
+    if not kernel_keeps_exit_status():
+        pytest.skip("the kernel keeps no exit status for pidfds (PIDFD_INFO_EXIT, Linux ≥ 6.15)")
+    child = subprocess.Popen(["sh", "-c", "read line; exit 3"], stdin=subprocess.PIPE)
+    pidfd = os.pidfd_open(child.pid)
+
+    async def scenario():
+        request = LaunchRequest(pid=child.pid, group="A", demand={"cpu": 1.0, "memory": GIB}, command=("sh",))
+        await collect(daemon.stream(request, Peer(pid=child.pid, uid=0, gid=0, pidfd=pidfd)))
+        child.stdin.close()  # read gets end of input: the shell exits 3
+        await asyncio.sleep(0.3)  # exited, not reaped yet
+        daemon.hierarchy.driver.procs["A/task-1"] = []
+        daemon.check(["1"], "exit")
+        pending = daemon.ended[-1].exit_status
+        child.wait()
+        await asyncio.sleep(0.6)
+        return pending
+
+    try:
+        assert asyncio.run(scenario()) is None
+    finally:
+        os.close(pidfd)
+    record = daemon.ended[-1]
+    assert record.to_json()["exit_status"] == {"code": "exited", "status": 3}
+    assert not daemon._pidfds
+
+
+@pytest.mark.parametrize(("release", "keeps"), [("6.18.44-fc-v657", True), ("6.15.0", True), ("6.14.9-arch1", False),
+                                               ("5.10.0-28-amd64", False), ("7.0", True), ("weird", False)])
+def test_exit_statuses_are_kept_from_linux_6_15(release, keeps):
+    assert kernel_keeps_exit_status(release) is keeps
+
+
+@pytest.mark.parametrize(("status", "shown", "words"), [
+    (3 << 8, {"code": "exited", "status": 3}, "code=exited/status=3"),
+    (signal.SIGKILL, {"code": "killed", "signal": "KILL"}, "code=killed/status=KILL"),
+    (signal.SIGSEGV | 0x80, {"code": "dumped", "signal": "SEGV"}, "code=dumped/status=SEGV"),
+])
+def test_a_wait_status_reads_as_systemd_says_it(status, shown, words):
+    assert describe(status) == shown and exit_words(status) == words

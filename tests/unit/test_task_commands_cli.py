@@ -1,0 +1,187 @@
+"""``governor ps``, ``governor stop`` and run's ``--name``, ``--time-limit`` and ``--summary``
+against a ControlServer with a fake handler (see test_client_cli)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+from click.testing import CliRunner
+from test_client_cli import FakeDaemon, governor
+from test_client_cli import daemon as _daemon  # noqa: F401  (the fixture, served below as `tasks_daemon`)
+
+from cli.main import main
+from cli.ps_view import process_tree
+from cli.summary import summary_lines
+from governor.errors import RequestError
+from governor.protocol import LaunchRequest, PsRequest, StopRequest
+
+M = 1024**2
+G = 1024**3
+ROWS = [
+    {"id": "7", "name": "build", "group": "physics", "user": "alice", "uid": 1000, "session": False, "pid": 4100,
+     "command": ["make", "-j4"], "started": 1000.0, "time_limit": 5400.0, "state": "running",
+     "demand": {"cpu": 2.0, "memory": 4 * G}, "guarantee": {"cpu": 1.5, "memory": 4 * G},
+     "usage": {"cpu": 1.98, "memory": 812 * M},
+     "processes": [{"pid": 4100, "ppid": 1, "name": "make"}, {"pid": 4102, "ppid": 4100, "name": "cc1"},
+                   {"pid": 4101, "ppid": 4100, "name": "sh"}, {"pid": 4103, "ppid": 4101, "name": "ld"}],
+     "processes_total": 4},
+    {"id": "8", "name": "simulation-with-a-rather-long-name", "group": "physics", "user": "alice", "uid": 1000,
+     "session": False, "pid": 4200, "command": ["sim"], "started": None, "queued_at": 1090.0, "time_limit": None,
+     "state": "queued", "position": 1, "demand": {"cpu": 1.0, "memory": 16 * G}, "guarantee": {}, "usage": {},
+     "processes": [], "processes_total": 0},
+]
+ENDED = [{"id": "5", "name": "sleep", "group": "physics", "user": "alice", "uid": 1000, "pid": 4000,
+          "command": ["sleep", "100"], "session": False, "demand": {"cpu": 1.0, "memory": G}, "time_limit": 2.0,
+          "started": 900.0, "ended": 902.01, "wall_s": 2.01, "reason": "time_limit", "stopped_by": None,
+          "exit_status": None, "cpu_s": 1.996, "throttled_s": 0.25, "memory_peak": 1258291, "oom_kills": 0}]
+
+
+class TasksDaemon(FakeDaemon):
+    """Answers ps with ``rows`` / ``ended`` and stop with what it was asked, or ``refuse``."""
+
+    def __init__(self):
+        super().__init__()
+        self.ended = ENDED
+
+    async def handle(self, request, peer):
+        self.seen.append((request, peer))
+        if self.refuse is not None:
+            raise self.refuse
+        if isinstance(request, PsRequest):
+            return {"ended": self.ended} if request.ended else {"tasks": ROWS}
+        if isinstance(request, StopRequest):
+            return {"stopped": list(request.tasks)}
+        return {"status": self.status}
+
+
+@pytest.fixture
+def tasks_daemon(_daemon, monkeypatch):
+    """The fake daemon's socket, answered by a TasksDaemon."""
+    fake = TasksDaemon()
+    fake.path = _daemon.path
+    monkeypatch.setattr(_daemon, "handle", fake.handle)
+    monkeypatch.setattr(_daemon, "stream", fake.stream)
+    monkeypatch.setenv("GOVERNOR_SOCKET", fake.path)
+    return fake
+
+
+def test_ps_json_is_the_daemons_list_and_asks_for_the_callers_own(tasks_daemon):
+    result = CliRunner().invoke(main, ["ps", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == ROWS
+    assert tasks_daemon.seen[0][0] == PsRequest(all=False, ended=False)
+    CliRunner().invoke(main, ["ps", "--all", "--ended", "--json"])
+    assert tasks_daemon.seen[1][0] == PsRequest(all=True, ended=True)
+
+
+def test_ps_shows_each_task_with_its_process_tree_at_80_columns(tasks_daemon, monkeypatch):
+    monkeypatch.setattr("time.time", lambda: 1100.0)
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(main, ["ps", "--all"])
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    for text in ("build", "4100 make", "  4101 sh", "    4103 ld", "running", "queued 1", "1m",
+                 "1.5/2/1.98", "4G/4G/812M", "alice"):
+        assert text in result.output, text
+
+
+def test_process_tree_indents_children_below_their_parent():
+    assert process_tree(ROWS[0]["processes"]) == ["4100 make", "  4101 sh", "    4103 ld", "  4102 cc1"]
+
+
+def test_ps_ended_says_why_each_task_ended(tasks_daemon, monkeypatch):
+    monkeypatch.setattr("time.time", lambda: 960.0)
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(main, ["ps", "--ended"])
+    assert result.exit_code == 0, result.output
+    for text in ("sleep", "time limit", "2.01s", "1.996s", "1.2M", "57s ago"):
+        assert text in result.output, text
+
+
+def test_ps_with_nothing_to_show_says_so(tasks_daemon):
+    tasks_daemon.ended = []
+    assert CliRunner().invoke(main, ["ps", "--ended"]).output == "no tasks ended lately\n"
+
+
+def test_stop_sends_the_ids_and_says_what_it_stopped(tasks_daemon):
+    result = CliRunner().invoke(main, ["stop", "7", "8"])
+    assert result.exit_code == 0, result.output
+    assert result.output == "stopped task 7\nstopped task 8\n"
+    assert tasks_daemon.seen[0][0] == StopRequest(("7", "8"))
+
+
+def test_a_refused_stop_is_one_line(tasks_daemon):
+    tasks_daemon.refuse = RequestError("forbidden", "task 7 is bob's: only bob, root and admins may stop it")
+    result = CliRunner().invoke(main, ["stop", "7"])
+    assert result.exit_code == 1
+    assert result.output == "governor: error: task 7 is bob's: only bob, root and admins may stop it (forbidden)\n"
+
+
+def test_stop_needs_a_task():
+    result = CliRunner().invoke(main, ["stop"])
+    assert result.exit_code == 2 and "Missing argument 'TASK...'" in result.output
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_run_sends_name_and_time_limit_on_both_paths(tasks_daemon, fast):
+    # `--socket` before the options makes no difference to the fast parser; `-h`-free, so a
+    # plain run; the click path is forced by a group option the fast parser leaves to click.
+    args = ["run", "--name", "nightly", "--time-limit", "1h30m", "--", "true"]
+    if fast:
+        result, _ = governor(*args, socket_path=tasks_daemon.path)
+        assert result.returncode == 0, result.stderr
+    else:
+        from unittest import mock
+
+        with mock.patch("os.execvp", side_effect=SystemExit(0)):
+            result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+    request = tasks_daemon.seen[0][0]
+    assert isinstance(request, LaunchRequest)
+    assert (request.name, request.time_limit) == ("nightly", 5400.0)
+
+
+def test_a_bad_time_limit_is_a_usage_error():
+    result = CliRunner().invoke(main, ["run", "--time-limit", "soon", "--", "true"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--time-limit': expected a time span like 90s, 10m, 2h or 1h30m" in result.output
+
+
+def test_summary_runs_the_command_as_a_governed_child_and_keeps_its_exit_code(tasks_daemon):
+    tasks_daemon.ended = [{**ENDED[0], "id": "t1", "reason": "exit", "time_limit": None}]
+    result, pid = governor("run", "--summary", "--", "sh", "-c", "echo ran; exit 3", socket_path=tasks_daemon.path)
+    assert result.returncode == 3
+    assert result.stdout == "ran\n"
+    assert result.stderr.splitlines() == [
+        "Finished with result: exit-code", "Main processes terminated with: code=exited/status=3",
+        "Service runtime: 2.01s", "CPU time consumed: 1.996s", "CPU time throttled: 0.25s", "Memory peak: 1.2M"]
+    launch = tasks_daemon.seen[0]
+    assert launch[0].pid == launch[1].pid != pid  # the child asked for itself, not governor run's process
+
+
+def test_summary_of_a_task_ended_at_its_time_limit():
+    lines = summary_lines(ENDED[0], signal.SIGKILL, 2.2, task="5")
+    assert lines[:3] == ["Finished with result: timeout", "Main processes terminated with: code=killed/status=KILL",
+                         "Service runtime: 2.01s"]
+
+
+def test_summary_without_a_record_says_so():
+    lines = summary_lines(None, 0, 1.5, task="9")
+    assert lines == ["Finished with result: success", "Main processes terminated with: code=exited/status=0",
+                     "Service runtime: 1.5s",
+                     "Task 9: no ended record (processes of it may still run); see governor ps --ended"]
+
+
+def test_a_summary_run_refused_by_the_daemon_prints_one_line_and_runs_nothing(tasks_daemon):
+    tasks_daemon.refuse = RequestError("forbidden", "user x may not launch into group 'ops'")
+    result, _ = governor("run", "--summary", "--", "sh", "-c", "echo ran", socket_path=tasks_daemon.path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == "governor: error: user x may not launch into group 'ops' (forbidden)\n"
+    assert os.environ.get("GOVERNOR_SOCKET")  # (set by the fixture for the CliRunner tests)
+
+
+def test_a_summary_inside_an_enclosing_task_has_no_record_to_wait_for():
+    assert summary_lines(None, 0, 1.5, task=None) == [
+        "Finished with result: success", "Main processes terminated with: code=exited/status=0",
+        "Service runtime: 1.5s"]
