@@ -14,6 +14,8 @@ the README (a test per row)::
     126  run's command exists but cannot be executed, as in a shell
     127  run's command is not found, as in a shell
     130  interrupted (Ctrl-C; in run's queue nothing was started)
+    137  run's task was stopped (governor stop) while it waited in the queue: the code a
+         stopped running task ends with too (128 + SIGKILL)
 
 Only the standard library and the error classes: ``governor run``'s fast path (:mod:`cli.entry`)
 prints its failures with this module before click is ever loaded.
@@ -32,6 +34,7 @@ EXIT_NO_PERMISSION = 77
 EXIT_CANNOT_EXECUTE = 126
 EXIT_NOT_FOUND = 127
 EXIT_INTERRUPTED = 130
+EXIT_STOPPED = 137
 
 START_DAEMON = "start it: sudo systemctl start governor"
 JOIN_A_GROUP = "ask an admin to add you to a [groups] entry"
@@ -51,6 +54,7 @@ KINDS: dict[str, tuple[int, str | None]] = {
     "unavailable": (EXIT_UNAVAILABLE, None),
     "too_many": (EXIT_WOULD_WAIT, "try again when one of your tasks has ended"),
     "invalid_config": (EXIT_BAD_INPUT, "the config in force stays; governor check-config FILE checks a file"),
+    "stopped": (EXIT_STOPPED, None),
     "internal": (EXIT_FAILURE, "a bug in the daemon: its log has the details (journalctl -u governor)"),
     # Found on this side.
     "daemon_not_running": (EXIT_UNAVAILABLE, START_DAEMON),
@@ -62,6 +66,8 @@ KINDS: dict[str, tuple[int, str | None]] = {
 # Admin operations refused: the hint is about who may, not about groups.
 _ADMIN_OPS = {"reload", "set-weight"}
 _AS_ROOT = "run it as root, or as a member of the config's admin_group"
+# Refused for another user's task (stop, ps --all): the message says whose; no group is missing.
+_OWNER_OPS = {"stop", "ps"}
 
 
 def kind(error: GovernorError) -> str:
@@ -94,6 +100,8 @@ def describe(error: GovernorError) -> tuple[str, str | None, str, int]:
     what = error.message if isinstance(error, DaemonError) else str(error)
     if code == "forbidden" and error.op in _ADMIN_OPS:
         hint = _AS_ROOT
+    elif code == "forbidden" and error.op in _OWNER_OPS:
+        hint = None
     if isinstance(error, DaemonError):
         code = error.code  # one this client does not know yet is still shown with --verbose
     return what, hint, code, status

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 
-@click.command(epilog="Example: governor ps --ended --json")
+@click.command(short_help="List your tasks, running, queued or ended.")
 @click.option("--all", "everyone", is_flag=True, help="Everyone's tasks (root and admins).")
 @click.option("--ended", is_flag=True, help="Tasks that ended lately, with why, wall and CPU time and memory peak.")
 @click.option("--json", "as_json", is_flag=True, help="Print the list as one JSON line (schema in the README).")
@@ -17,6 +17,12 @@ def ps(everyone: bool, ended: bool, as_json: bool, socket_option: str | None) ->
     use, with the processes in each.
 
     Amounts in JSON are base units: cores, bytes; times are Unix seconds.
+
+    \b
+    Examples:
+      governor ps
+      sudo governor ps --all
+      governor ps --ended --json
     """
     import json
     import time

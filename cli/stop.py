@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 
-@click.command(epilog="Example: governor stop 7 12")
+@click.command(short_help="End tasks' whole process trees.")
 @click.argument("tasks", nargs=-1, required=True, metavar="TASK...")
 @click.option("--socket", "socket_option", metavar="PATH",
               help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
@@ -13,6 +13,11 @@ def stop(tasks: tuple[str, ...], socket_option: str | None) -> None:
     """End each TASK (an id from `governor ps`): every process in it is killed (SIGKILL); a
     queued task leaves the queue. Your own tasks; root and admins may stop anyone's. A
     user's session is not stopped. Nothing is stopped unless every TASK may be.
+
+    \b
+    Examples:
+      governor stop 7
+      governor stop 7 12
     """
     from cli.client import call, socket_path
 

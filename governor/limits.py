@@ -348,7 +348,11 @@ def _keepers(fractions: Mapping[str, float], previous: Mapping[str, int],
         if weight is None or not fraction > 0:
             continue
         slack = max(0.5, weight * _WEIGHT_TOLERANCE)
-        bounds[key] = (0.0 if key in met else (weight - slack) / fraction, (weight + slack) / fraction)
+        # The minimum weight is what any smaller exact value rounds and clamps to: it may stay
+        # at every scale below its upper end (else a refill moved the largest weight to keep
+        # the smallest ones, and the next one moved it back).
+        lowest = key in met or weight <= WEIGHT_RANGE[0]
+        bounds[key] = (0.0 if lowest else (weight - slack) / fraction, (weight + slack) / fraction)
     return bounds
 
 

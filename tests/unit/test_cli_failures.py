@@ -126,6 +126,11 @@ def test_75_try_again_later(refusing, daemon_code, hint):
     assert (result.returncode, result.stderr) == (75, f"governor: error: not now ({hint})\n")
 
 
+def test_137_stopped_while_queued(refusing):
+    result = governor("run", "--", "true", env={"GOVERNOR_SOCKET": refusing("stopped", "task 7 was stopped by bob")})
+    assert (result.returncode, result.stderr) == (137, "governor: error: task 7 was stopped by bob\n")
+
+
 def test_77_a_user_in_no_group_is_told_whom_to_ask(refusing):
     result = governor("run", "--", "true",
                       env={"GOVERNOR_SOCKET": refusing("forbidden", "user bob belongs to no governed group")})

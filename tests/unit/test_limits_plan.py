@@ -165,3 +165,13 @@ def test_cores_mode_writes_cpusets_on_groups_only():
                           io_sharing={}, cpu_mode="cores", cpus=[0, 1, 4])
     assert limits["a"].cpuset_cpus == "0-1"
     assert task_limits({"cpu": 2.0, "memory": GIB}, io_devices={}).cpuset_cpus is None
+
+
+def test_the_minimum_weight_stays_while_the_largest_keeps_its_own():
+    # Found by the property above: exact weights 5000, 0.25 and 0.25 are written 5000, 1, 1;
+    # the next plan kept the ones by moving A to 10000 (B and C exact at 0.5), and the one
+    # after moved it back. Both 1s are what any scale below 30,000 gives them.
+    amounts = {"A": 2.0, "B": 0.0001, "C": 0.0001}
+    first = proportional_weights(amounts)
+    assert first == {"A": 5000, "B": 1, "C": 1}
+    assert proportional_weights(amounts, previous=first) == first

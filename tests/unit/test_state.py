@@ -92,6 +92,6 @@ def test_a_name_and_time_limit_are_kept_and_a_record_written_before_them_still_l
     store = store_at(tmp_path / "state")
     named = Task("2", "A", 200, 1000, "alice", ("make",), {"cpu": 1.0}, 1.5, "nightly", 5400.0)
     store.save(named)
-    older = {key: value for key, value in TASK.__dict__.items() if key not in ("name", "time_limit")}
+    older = {key: value for key, value in asdict(TASK).items() if key not in ("name", "time_limit")}
     (tmp_path / "state" / "1.json").write_text(json.dumps({**older, "command": list(TASK.command)}))
     assert store.load_all() == ([TASK, named], [])

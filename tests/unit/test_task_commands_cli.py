@@ -114,8 +114,8 @@ def test_stop_sends_the_ids_and_says_what_it_stopped(tasks_daemon):
 def test_a_refused_stop_is_one_line(tasks_daemon):
     tasks_daemon.refuse = RequestError("forbidden", "task 7 is bob's: only bob, root and admins may stop it")
     result = CliRunner().invoke(main, ["stop", "7"])
-    assert result.exit_code == 1
-    assert result.output == "governor: error: task 7 is bob's: only bob, root and admins may stop it (forbidden)\n"
+    assert result.exit_code == 77
+    assert result.output == "governor: error: task 7 is bob's: only bob, root and admins may stop it\n"
 
 
 def test_stop_needs_a_task():
