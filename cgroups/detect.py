@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from cgroups.files import read_file
-from cgroups.parse import parse_controllers, parse_proc_cgroup
-from cgroups.errors import CgroupUnsupported
+from governor.cgroups.files import read_file
+from governor.cgroups.parse import parse_controllers, parse_proc_cgroup
+from governor.cgroups.errors import CgroupUnsupported
 
 __all__ = ["Mode", "Mount", "cgroup_dirs", "host_mode", "own_cgroup", "parse_mountinfo",
            "proc_path", "v1_mounts", "v2_controllers", "v2_mount"]

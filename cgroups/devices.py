@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-from cgroups.errors import DeviceError
+from governor.cgroups.errors import DeviceError
 
 __all__ = ["device_number", "io_sharing", "parent_disk", "whole_disk"]
 

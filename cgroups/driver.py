@@ -19,8 +19,8 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cgroups.limits import CgroupLimits
-from cgroups.errors import CgroupError, CgroupReadError
+from governor.cgroups.limits import CgroupLimits
+from governor.cgroups.errors import CgroupError, CgroupReadError
 
 __all__ = ["ApplyReport", "Driver", "KILL_ROUNDS"]
 
@@ -44,8 +44,8 @@ class ApplyReport:
 
 
 class Driver:
-    """The interface and the shared bookkeeping of :class:`~cgroups.v2.CgroupV2Driver` and
-    :class:`~cgroups.v1.CgroupV1Driver`. Subclasses set :attr:`mode` and implement
+    """The interface and the shared bookkeeping of :class:`~governor.cgroups.v2.CgroupV2Driver` and
+    :class:`~governor.cgroups.v1.CgroupV1Driver`. Subclasses set :attr:`mode` and implement
     :meth:`_apply_one` and :meth:`files`."""
 
     mode: str = ""
@@ -143,7 +143,7 @@ class Driver:
         return len(signalled)
 
     def read_stats(self, rel: str, *, peak: bool = False):
-        """Sample the counters of cgroup ``rel`` (:class:`~cgroups.v2.CgroupStats`; which files,
+        """Sample the counters of cgroup ``rel`` (:class:`~governor.cgroups.v2.CgroupStats`; which files,
         per mode, in ``_read_stats``); with ``peak``, its memory peak too (one more file: read
         when a task ends, not at every sample).
 

@@ -17,7 +17,7 @@ import errno
 import os
 from pathlib import Path
 
-from cgroups.errors import CgroupError, CgroupReadError, CgroupWriteError
+from governor.cgroups.errors import CgroupError, CgroupReadError, CgroupWriteError
 
 __all__ = ["read_file", "write_file", "make_dir", "remove_dir", "list_children"]
 

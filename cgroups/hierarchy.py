@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from cgroups import detect, devices
-from cgroups.driver import Driver
-from cgroups.v1 import CgroupV1Driver
-from cgroups.v2 import CgroupV2Driver, move_self_to_leaf
-from cgroups.errors import CgroupError, CgroupUnsupported
+from governor.cgroups import detect, devices
+from governor.cgroups.driver import Driver
+from governor.cgroups.v1 import CgroupV1Driver
+from governor.cgroups.v2 import CgroupV2Driver, move_self_to_leaf
+from governor.cgroups.errors import CgroupError, CgroupUnsupported
 
 V2_CONTROLLERS = ("cpu", "cpuset", "memory", "io", "pids")
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
@@ -100,7 +100,7 @@ class Hierarchy:
         return Location(path[len(prefix):] if path.startswith(prefix) else None, login)
 
     def io_sharing(self, disk: str) -> str:
-        """How a guarantee on whole disk ``disk`` is enforced here (:func:`cgroups.devices.io_sharing`)."""
+        """How a guarantee on whole disk ``disk`` is enforced here (:func:`governor.cgroups.devices.io_sharing`)."""
         return devices.io_sharing(disk, mode=self.mode, cgroup_mount=self.cgroup_mount)
 
 

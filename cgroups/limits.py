@@ -35,7 +35,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from cgroups.parse import format_cpu_max, format_max
+from governor.cgroups.parse import format_cpu_max, format_max
 
 __all__ = [
     "CgroupLimits",
@@ -85,7 +85,7 @@ class IoMax:
 
     Attributes:
         device: ``MAJ:MIN`` of a whole disk (the kernel rejects partitions; see
-            :func:`cgroups.devices.whole_disk`).
+            :func:`governor.cgroups.devices.whole_disk`).
         rbps: read limit in bytes/s, None = unlimited.
         wbps: write limit in bytes/s, None = unlimited.
 

@@ -4,7 +4,7 @@ systemd is the only writer of the cgroups of its units: a value written straight
 files is overwritten at the next ``systemctl daemon-reload``. :class:`SliceDriver` therefore
 sets the unit's properties instead, at runtime (``systemctl set-property --runtime``, kept under
 ``/run/systemd/system.control`` until reboot, so a reload keeps them), and reads the unit's
-counters from its cgroup like :class:`~cgroups.v2.CgroupV2Driver` (cgroup v2 only).
+counters from its cgroup like :class:`~governor.cgroups.v2.CgroupV2Driver` (cgroup v2 only).
 
 Cgroups are named relative to the v2 mount (``"user.slice/user-1000.slice"``); the unit is the
 last part. Only what a task's caps use is mapped (DESIGN.md §3):
@@ -31,9 +31,9 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from cgroups.limits import CgroupLimits
-from cgroups.v2 import CgroupV2Driver, relative_parts
-from cgroups.errors import CgroupError, CgroupUnsupported, CgroupWriteError
+from governor.cgroups.limits import CgroupLimits
+from governor.cgroups.v2 import CgroupV2Driver, relative_parts
+from governor.cgroups.errors import CgroupError, CgroupUnsupported, CgroupWriteError
 
 __all__ = ["SliceDriver", "systemd_slices", "unit_properties"]
 

@@ -10,13 +10,13 @@ found again by its path (an index: cgroupspy's own lookups compare full paths wi
 sibling, milliseconds per launch at scale). A leaf (a task) is a plain directory until a cgroup
 is made below it: five nodes per task held 19 MiB of a daemon with 10,000 tasks. The
 directories are made and removed here, their ``OSError`` converted to :class:`CgroupError` (the
-one place besides :mod:`cgroups.files` that touches cgroupfs). Values are *not* read or written through
+one place besides :mod:`governor.cgroups.files` that touches cgroupfs). Values are *not* read or written through
 cgroupspy's controller properties: those raise bare ``OSError``/``IOError`` without the value,
 parse ``-1``/``max`` differently per file and cannot write one ``blkio`` rule per device, so all
-reads and writes go through :mod:`cgroups.files`, which reports path, value and errno.
+reads and writes go through :mod:`governor.cgroups.files`, which reports path, value and errno.
 
-Limits are diffed against what the kernel accepted (:class:`cgroups.driver.Driver`) and
-written in :data:`cgroups.limits.V1_ORDER`, like the v2 driver.
+Limits are diffed against what the kernel accepted (:class:`governor.cgroups.driver.Driver`) and
+written in :data:`governor.cgroups.limits.V1_ORDER`, like the v2 driver.
 
 v1's parent/child rules are kept here, not by callers:
 
@@ -38,13 +38,13 @@ from pathlib import Path
 
 from cgroupspy.nodes import Node
 
-from cgroups.driver import Driver
-from cgroups.files import list_children, read_file, write_file
-from cgroups.limits import CgroupLimits, V1_ORDER, diff_writes, v1_files, v1_key, v1_reset
-from cgroups.parse import (format_cpu_list, parse_blkio_service_bytes, parse_cpu_list, parse_flat_keyed,
+from governor.cgroups.driver import Driver
+from governor.cgroups.files import list_children, read_file, write_file
+from governor.cgroups.limits import CgroupLimits, V1_ORDER, diff_writes, v1_files, v1_key, v1_reset
+from governor.cgroups.parse import (format_cpu_list, parse_blkio_service_bytes, parse_cpu_list, parse_flat_keyed,
                            parse_int, parse_pids)
-from cgroups.v2 import CgroupStats, relative_parts
-from cgroups.errors import CgroupError, CgroupUnsupported, CgroupWriteError
+from governor.cgroups.v2 import CgroupStats, relative_parts
+from governor.cgroups.errors import CgroupError, CgroupUnsupported, CgroupWriteError
 
 __all__ = ["CgroupV1Driver", "REQUIRED_CONTROLLERS"]
 

@@ -1,9 +1,9 @@
 """cgroup v2 driver: create, limit, populate and observe cgroups under a root governor owns.
 
 The driver is the single writer below its root (design §3): it remembers what the kernel
-accepted in each cgroup (:class:`cgroups.driver.Driver`) and :meth:`CgroupV2Driver.apply` writes
-only the files whose value changed, in the order of :data:`cgroups.limits.V2_ORDER`. All file access goes through
-:mod:`cgroups.files`; cgroups are named by paths relative to the root (``"physics/task-7"``,
+accepted in each cgroup (:class:`governor.cgroups.driver.Driver`) and :meth:`CgroupV2Driver.apply` writes
+only the files whose value changed, in the order of :data:`governor.cgroups.limits.V2_ORDER`. All file access goes through
+:mod:`governor.cgroups.files`; cgroups are named by paths relative to the root (``"physics/task-7"``,
 ``""`` = the root itself).
 
 Log levels follow systemd: a write that fails with ``ENOENT`` means the cgroup vanished (its
@@ -19,12 +19,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from cgroups.driver import Driver
-from cgroups.files import list_children, make_dir, read_file, remove_dir, write_file
-from cgroups.limits import CgroupLimits, V2_ORDER, diff_writes, v2_files, v2_key, v2_reset
-from cgroups.parse import (parse_cgroup_events, parse_controllers, parse_flat_keyed, parse_int,
+from governor.cgroups.driver import Driver
+from governor.cgroups.files import list_children, make_dir, read_file, remove_dir, write_file
+from governor.cgroups.limits import CgroupLimits, V2_ORDER, diff_writes, v2_files, v2_key, v2_reset
+from governor.cgroups.parse import (parse_cgroup_events, parse_controllers, parse_flat_keyed, parse_int,
                            parse_nested_keyed, parse_pids)
-from cgroups.errors import CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError
+from governor.cgroups.errors import CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError
 
 __all__ = ["CgroupStats", "CgroupV2Driver", "move_self_to_leaf", "relative_parts"]
 
@@ -300,7 +300,7 @@ class CgroupV2Driver(Driver):
     def kill(self, rel: str) -> int:
         """Kill every process in cgroup ``rel`` and below it with SIGKILL in one write of
         ``1`` to ``cgroup.kill`` (Linux ≥ 5.14: no process can fork out of the way). A kernel
-        without the file gets :meth:`~cgroups.driver.Driver.kill`'s pid by pid rounds.
+        without the file gets :meth:`~governor.cgroups.driver.Driver.kill`'s pid by pid rounds.
 
         Returns:
             How many processes were signalled (0 after ``cgroup.kill``: the kernel does not say).

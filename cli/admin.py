@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from cli.completion import group_names
+from governor.cli.completion import group_names
 
 _SOCKET_HELP = "Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock)."
 
@@ -19,7 +19,7 @@ def reload(socket_option: str | None) -> None:
     Examples:
       sudo governor reload
     """
-    from cli.client import call, socket_path
+    from governor.cli.client import call, socket_path
 
     reply = call(socket_path(socket_option), {"op": "reload"})
     click.echo(f"reloaded {reply['reloaded']['config']}")
@@ -36,7 +36,7 @@ def set_weight(group: str, weight: float, socket_option: str | None) -> None:
     Examples:
       sudo governor set-weight physics 3
     """
-    from cli.client import call, socket_path
+    from governor.cli.client import call, socket_path
 
     reply = call(socket_path(socket_option), {"op": "set-weight", "group": group, "weight": weight})
     click.echo(f"weight of {reply['group']} is now {reply['weight']:g}")

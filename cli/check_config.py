@@ -46,7 +46,7 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     if show_default:
         click.echo(DEFAULT_CONFIG, nl=False)
         return
-    from cli.inputs import read_input
+    from governor.cli.inputs import read_input
 
     config = parse_config(read_input(file), file)
     if not portable:
@@ -69,7 +69,7 @@ def check_on_this_host(config: Config) -> None:
 
     import psutil
 
-    from cgroups.devices import whole_disk
+    from governor.cgroups.devices import whole_disk
     from governor.errors import ConfigError, DeviceError
 
     config.capacity(float(len(os.sched_getaffinity(0))), psutil.virtual_memory().total)

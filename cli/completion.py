@@ -13,7 +13,7 @@ from __future__ import annotations
 import click
 from click.shell_completion import CompletionItem
 
-from cli.daemon_cmd import DEFAULT_CONFIG
+from governor.cli.daemon_cmd import DEFAULT_CONFIG
 
 # A Tab waits at most this long for the daemon.
 DAEMON_TIMEOUT_S = 0.3
@@ -41,7 +41,7 @@ def _configured(path: str) -> list[str]:
 def _from_daemon(socket_option: str | None) -> list[str]:
     """The groups the daemon's ``explain`` names (running and configured); [] when it does not
     answer in time or at all."""
-    from cli.client import call, socket_path
+    from governor.cli.client import call, socket_path
     from governor.errors import GovernorError
 
     try:

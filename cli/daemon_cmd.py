@@ -36,14 +36,14 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
 
     import psutil
 
-    from cgroups.devices import whole_disk
-    from cli.client import socket_path as resolve_socket
-    from cli.inputs import read_input
+    from governor.cgroups.devices import whole_disk
+    from governor.cli.client import socket_path as resolve_socket
+    from governor.cli.inputs import read_input
     from governor.config import default_config, parse_config
     from governor.daemon import Daemon
     from governor.errors import GovernorError
-    from cgroups.hierarchy import open_hierarchy
-    from cgroups.systemd import systemd_slices
+    from governor.cgroups.hierarchy import open_hierarchy
+    from governor.cgroups.systemd import systemd_slices
     from governor.logs import setup_logging
     from governor.notify import Notifier
     from governor.state import TaskStore

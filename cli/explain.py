@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from cli.completion import group_names
+from governor.cli.completion import group_names
 
 
 @click.command(short_help="Why each group gets what it gets.")
@@ -29,7 +29,7 @@ def explain(group: str | None, as_json: bool, socket_option: str | None) -> None
     """
     import time
 
-    from cli.client import call, socket_path
+    from governor.cli.client import call, socket_path
     from governor.errors import ControlSocketError
 
     path = socket_path(socket_option)
@@ -38,7 +38,7 @@ def explain(group: str | None, as_json: bool, socket_option: str | None) -> None
         raise ControlSocketError(path, "the daemon's explain reply has no explain object")
     configured = answer.get("configured") if isinstance(answer.get("configured"), dict) else {}
     if group is not None and group not in answer["groups"] and group not in configured:
-        from cli.main import EXIT_BAD_INPUT, Failure
+        from governor.cli.main import EXIT_BAD_INPUT, Failure
 
         known = ", ".join(dict.fromkeys([*answer["groups"], *configured])) or "none"
         raise Failure(f"no group {group!r} on this host", EXIT_BAD_INPUT, hint=f"groups: {known}", code="not_found")
@@ -53,7 +53,7 @@ def explain(group: str | None, as_json: bool, socket_option: str | None) -> None
         return
     from rich.console import Console
 
-    from cli.explain_view import explain_renderables
+    from governor.cli.explain_view import explain_renderables
 
     console = Console()
     for renderable in explain_renderables(answer, group, now=time.time()):

@@ -28,9 +28,9 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from cli import view_common as view
-from cli.render import filling_table
-from cli.status_view import queue_table
+from governor.cli import view_common as view
+from governor.cli.render import filling_table
+from governor.cli.status_view import queue_table
 from governor.model import TraceRow
 
 
@@ -124,7 +124,7 @@ def why(group: dict) -> str:
 
 
 def trace_rows(explain: dict, groups: list[str], resources: list[str]) -> list[TraceRow]:
-    """The JSON trace as :class:`TraceRow` for :func:`cli.render.filling_table`; a share or
+    """The JSON trace as :class:`TraceRow` for :func:`governor.cli.render.filling_table`; a share or
     amount a row leaves out is 0 (the group had not started growing, nothing was allocated)."""
     return [
         TraceRow(step=int(row.get("step", i + 1)), event=str(row.get("event", "")), group=row.get("group"),

@@ -17,7 +17,7 @@ the README (a test per row)::
     137  run's task was stopped (governor stop) while it waited in the queue: the code a
          stopped running task ends with too (128 + SIGKILL)
 
-Only the standard library and the error classes: ``governor run``'s fast path (:mod:`cli.entry`)
+Only the standard library and the error classes: ``governor run``'s fast path (:mod:`governor.cli.entry`)
 prints its failures with this module before click is ever loaded.
 """
 

@@ -1,7 +1,7 @@
 """What ``governor run`` does once its options are parsed, without click: build the launch
 request, ask the daemon (waiting in its queue if need be), exec the command.
 
-This is the hot path: :mod:`cli.entry` runs it for a plain ``governor run`` without loading
+This is the hot path: :mod:`governor.cli.entry` runs it for a plain ``governor run`` without loading
 click (65 ms of imports on a slow host, three times Python's own start), so it imports the
 stdlib client and ``governor.units`` only; a test checks that click, rich, psutil, SciPy and
 the allocator stay unloaded up to the exec.
@@ -14,8 +14,8 @@ import math
 import os
 import sys
 
-from cli.failures import EXIT_CANNOT_EXECUTE, EXIT_INTERRUPTED, EXIT_NOT_FOUND
-from cli.failures import line as error_line
+from governor.cli.failures import EXIT_CANNOT_EXECUTE, EXIT_INTERRUPTED, EXIT_NOT_FOUND
+from governor.cli.failures import line as error_line
 
 # How long to wait for a restarting daemon before giving up a queued launch.
 RESTART_GRACE_S = 60.0
@@ -92,19 +92,19 @@ def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | N
     ``name`` (None: the daemon names it after the command) and ended after ``time_limit``
     seconds (None: never), then exec ``cmd``; never returns. A command that cannot run exits
     127 or 126, as in a shell. With ``summary``, the command runs as a child instead, and
-    what it used is printed when it ends (:func:`cli.summary.run_with_summary`).
+    what it used is printed when it ends (:func:`governor.cli.summary.run_with_summary`).
 
     Raises:
         DaemonNotRunning, DaemonError, ControlSocketError: the daemon is not there or refused
-            (the caller prints one line and exits as :mod:`cli.failures` says).
+            (the caller prints one line and exits as :mod:`governor.cli.failures` says).
     """
-    from cli.client import socket_path
+    from governor.cli.client import socket_path
 
     request = {"op": "launch", "pid": os.getpid(), "group": group, "demand": demand, "command": list(cmd),
                "wait": not no_wait, **({"name": name} if name is not None else {}),
                **({"time_limit": time_limit} if time_limit is not None else {})}
     if summary:
-        from cli.summary import run_with_summary
+        from governor.cli.summary import run_with_summary
 
         run_with_summary(socket_path(socket_option), request, cmd)
     started = launch_waiting(socket_path(socket_option), request)
@@ -140,7 +140,7 @@ def launch_waiting(path: str, request: dict) -> dict:
     started task's payload (``nested``: this process already was in that task)."""
     import time
 
-    from cli.client import QueueInterrupted, launch
+    from governor.cli.client import QueueInterrupted, launch
     from governor.errors import DaemonNotRunning
 
     line = _QueueLine()

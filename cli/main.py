@@ -11,18 +11,18 @@ import sys
 
 import click
 
-from cli.admin import reload, set_weight
-from cli.check_config import check_config
-from cli.daemon_cmd import daemon
-from cli.explain import explain
-from cli.failures import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, describe, line
-from cli.install_systemd import install_systemd
-from cli.ps import ps
-from cli.run import run
-from cli.simulate import simulate
-from cli.status import status
-from cli.stop import stop
-from cli.top import top
+from governor.cli.admin import reload, set_weight
+from governor.cli.check_config import check_config
+from governor.cli.daemon_cmd import daemon
+from governor.cli.explain import explain
+from governor.cli.failures import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, describe, line
+from governor.cli.install_systemd import install_systemd
+from governor.cli.ps import ps
+from governor.cli.run import run
+from governor.cli.simulate import simulate
+from governor.cli.status import status
+from governor.cli.stop import stop
+from governor.cli.top import top
 from governor.errors import GovernorError
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILURE", "Failure", "main"]
@@ -33,7 +33,7 @@ _HELP_ONLY = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 class Failure(click.ClickException):
-    """One line on stderr in governor's style (:mod:`cli.failures`): ``governor: error: <what>
+    """One line on stderr in governor's style (:mod:`governor.cli.failures`): ``governor: error: <what>
     (<hint>)``, and `` [<code>]`` once the group has set ``verbose``."""
 
     def __init__(self, message: str, exit_code: int, *, hint: str | None = None, code: str = "error"):
@@ -45,7 +45,7 @@ class Failure(click.ClickException):
 
     @classmethod
     def of(cls, error: GovernorError) -> Failure:
-        """The failure for a library error, with its hint and exit code from :mod:`cli.failures`."""
+        """The failure for a library error, with its hint and exit code from :mod:`governor.cli.failures`."""
         what, hint, code, status = describe(error)
         return cls(what, status, hint=hint, code=code)
 
@@ -91,7 +91,7 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="governor", prog_name="governor")
+@click.version_option(package_name="drf-governor", prog_name="governor")
 @click.option("-v", "--verbose", is_flag=True, help="Show the internal code of a failure, e.g. [forbidden].")
 def main(verbose: bool) -> None:
     """Share one Linux host among user groups with Dominant Resource Fairness.

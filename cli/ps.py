@@ -27,7 +27,7 @@ def ps(everyone: bool, ended: bool, as_json: bool, socket_option: str | None) ->
     import json
     import time
 
-    from cli.client import call, socket_path
+    from governor.cli.client import call, socket_path
     from governor.errors import ControlSocketError
 
     path = socket_path(socket_option)
@@ -43,7 +43,7 @@ def ps(everyone: bool, ended: bool, as_json: bool, socket_option: str | None) ->
         return
     from rich.console import Console
 
-    from cli.ps_view import ended_table, tasks_table
+    from governor.cli.ps_view import ended_table, tasks_table
 
     table = ended_table if ended else tasks_table
     Console().print(table(rows, now=time.time(), users=everyone))

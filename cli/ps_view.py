@@ -8,7 +8,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from cli.view_common import amount, duration
+from governor.cli.view_common import amount, duration
 from governor.units import format_timespan
 
 # Process lines shown under a task's name; the rest are counted (`--json` lists 32).

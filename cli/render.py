@@ -16,7 +16,7 @@ from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.measure import Measurement
 from rich.table import Table
 
-from cli.view_common import label
+from governor.cli.view_common import label
 from governor.model import Allocation, Number, Stop, TraceRow
 from governor.units import SUFFIXES, format_amount, format_number
 

@@ -9,16 +9,16 @@ saying so on stderr: one line updated in place on a terminal, a plain line per c
 otherwise. Ctrl-C leaves the queue (exit 130); ``--no-wait`` refuses at once (exit 75). If
 the daemon restarts meanwhile, the CLI queues again (nothing had started).
 
-This module is the command's options and help; what runs is :mod:`cli.launch`, which a plain
-``governor run`` reaches without click (:mod:`cli.entry`).
+This module is the command's options and help; what runs is :mod:`governor.cli.launch`, which a plain
+``governor run`` reaches without click (:mod:`governor.cli.entry`).
 """
 
 from __future__ import annotations
 
 import click
 
-from cli.completion import group_names
-from cli.launch import cores, size, start, time_limit
+from governor.cli.completion import group_names
+from governor.cli.launch import cores, size, start, time_limit
 
 
 def _cores(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
@@ -80,5 +80,5 @@ def run(group: str | None, cpus: float | None, memory: int | None, io_read: int 
     demand = {key: value for key, value in
               (("cpu", cpus), ("memory", memory), ("io_read", io_read), ("io_write", io_write))
               if value is not None}
-    # DaemonNotRunning / DaemonError propagate to cli.main, which prints one line and exits 1.
+    # DaemonNotRunning / DaemonError propagate to governor.cli.main, which prints one line and exits 1.
     start(demand, group, no_wait, socket_option, cmd, name=name, time_limit=limit, summary=summary)

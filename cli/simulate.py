@@ -32,7 +32,7 @@ def simulate(scenario: str, mode: str, policy: str, trace: bool, as_json: bool) 
     if policy == "ceei" and mode == "discrete":
         raise click.BadOptionUsage("policy", "--policy ceei needs --mode continuous (CEEI divides tasks)")
     # Imported here so commands that never simulate do not pay for them.
-    from cli.inputs import read_input
+    from governor.cli.inputs import read_input
     from governor.policies import allocate
     from governor.scenario import allocation_error, load_scenario
     from governor.tomlcheck import parse_toml
@@ -50,7 +50,7 @@ def simulate(scenario: str, mode: str, policy: str, trace: bool, as_json: bool) 
         return
     from rich.console import Console
 
-    from cli.render import allocation_table, trace_table
+    from governor.cli.render import allocation_table, trace_table
 
     console = Console()
     console.print(allocation_table(allocation))

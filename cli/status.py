@@ -22,7 +22,7 @@ def status(as_json: bool, socket_option: str | None) -> None:
     import json
     import time
 
-    from cli.client import call, socket_path
+    from governor.cli.client import call, socket_path
     from governor.errors import ControlSocketError
 
     path = socket_path(socket_option)
@@ -34,7 +34,7 @@ def status(as_json: bool, socket_option: str | None) -> None:
         return
     from rich.console import Console
 
-    from cli.status_view import status_renderables
+    from governor.cli.status_view import status_renderables
 
     console = Console()
     for renderable in status_renderables(snapshot, now=time.time()):

@@ -57,7 +57,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from cli import view_common as view
+from governor.cli import view_common as view
 
 
 def status_renderables(status: dict, *, now: float) -> list[RenderableType]:

@@ -19,7 +19,7 @@ def stop(tasks: tuple[str, ...], socket_option: str | None) -> None:
       governor stop 7
       governor stop 7 12
     """
-    from cli.client import call, socket_path
+    from governor.cli.client import call, socket_path
 
     stopped = call(socket_path(socket_option), {"op": "stop", "tasks": list(tasks)}).get("stopped", [])
     for task in stopped:

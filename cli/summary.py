@@ -69,7 +69,7 @@ def run_with_summary(path: str, request: dict, cmd: tuple[str, ...]) -> None:
 
 def _child(path: str, request: dict, cmd: tuple[str, ...], writer: int) -> None:
     """In the child: be governed, tell the parent which task, exec; never returns."""
-    from cli.launch import execute, launch_waiting
+    from governor.cli.launch import execute, launch_waiting
     from governor.errors import GovernorError
 
     code = 1
@@ -89,7 +89,7 @@ def _child(path: str, request: dict, cmd: tuple[str, ...], writer: int) -> None:
 def _ended_record(path: str, task: str) -> dict | None:
     """The daemon's ended record of ``task``, waiting up to :data:`RECORD_WAIT_S`; None if
     it does not come (processes of the task live on) or the daemon cannot be asked."""
-    from cli.client import call
+    from governor.cli.client import call
     from governor.errors import GovernorError
 
     deadline = time.monotonic() + RECORD_WAIT_S

@@ -23,7 +23,7 @@ def top(socket_option: str | None, interval: float) -> None:
       governor top
       governor top --interval 5
     """
-    from cli.client import socket_path
-    from cli.top_terminal import run
+    from governor.cli.client import socket_path
+    from governor.cli.top_terminal import run
 
     run(socket_path(socket_option), interval)

@@ -1,5 +1,5 @@
 """``governor top``'s terminal side: one ``watch`` stream read by a thread, keys read in
-cbreak mode, and a full-screen :class:`rich.live.Live` redrawn from :func:`cli.top_view.top_view`.
+cbreak mode, and a full-screen :class:`rich.live.Live` redrawn from :func:`governor.cli.top_view.top_view`.
 
 The main loop sleeps in ``select`` on stdin and a wake-up pipe; the stream thread, SIGWINCH
 (a resize) and a one-second timeout (for the "3s ago" clocks) write to or expire it. Nothing
@@ -21,9 +21,9 @@ import tty
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.live import Live
 
-from cli.client import stream
-from cli.top_state import TopState, parse_keys, press
-from cli.top_view import top_view
+from governor.cli.client import stream
+from governor.cli.top_state import TopState, parse_keys, press
+from governor.cli.top_view import top_view
 from governor.errors import ControlSocketError, DaemonError
 
 RECONNECT_S = 1.0
@@ -84,7 +84,7 @@ def run(path: str, interval: float) -> None:
         click.ClickException: stdin or stdout is not a terminal.
     """
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        from cli.main import EXIT_FAILURE, Failure
+        from governor.cli.main import EXIT_FAILURE, Failure
 
         raise Failure("governor top needs a terminal (for a snapshot: governor status --json)", EXIT_FAILURE)
     # Exported COLUMNS/LINES are a snapshot of some terminal's size: rich would prefer them to

@@ -21,8 +21,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from cli import view_common as view
-from cli.top_state import TopState, selected_group, visible_groups
+from governor.cli import view_common as view
+from governor.cli.top_state import TopState, selected_group, visible_groups
 from governor.units import SUFFIXES
 
 _EIGHTHS = " ▏▎▍▌▋▊▉█"

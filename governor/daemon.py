@@ -23,7 +23,7 @@
   when events were lost, and every :data:`RESCAN_INTERVAL_S` (at least ``reconcile_interval``).
   On a systemd host (cgroup v2), a process in its user's own logind slice stays there: the
   slice is the user's *login session*, a task whose limits systemd writes
-  (:class:`~cgroups.systemd.SliceDriver`), so logind keeps tracking it.
+  (:class:`~governor.cgroups.systemd.SliceDriver`), so logind keeps tracking it.
 
 Killing the daemon never kills a task: on start it re-adopts every task whose record and
 populated cgroup it finds, and forgets the rest. Under systemd it reports READY, STATUS,
@@ -45,10 +45,10 @@ from dataclasses import dataclass, replace
 
 import psutil
 
-from cgroups.driver import Driver
-from cgroups.hierarchy import Hierarchy
-from cgroups.limits import CgroupLimits
-from cgroups.systemd import SliceDriver
+from governor.cgroups.driver import Driver
+from governor.cgroups.hierarchy import Hierarchy
+from governor.cgroups.limits import CgroupLimits
+from governor.cgroups.systemd import SliceDriver
 from governor import access
 from governor.accounting import ENDED_KEPT, STOP, TIME_LIMIT, Ended, exit_words, reason_of
 from governor.admission import Waiting, admit

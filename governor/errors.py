@@ -1,6 +1,6 @@
 """Domain errors: every failure governor reports derives from :class:`GovernorError`.
 
-The base and the cgroup and device errors are defined in :mod:`cgroups.errors` (the lowest
+The base and the cgroup and device errors are defined in :mod:`governor.cgroups.errors` (the lowest
 layer imports nothing from above it) and re-exported here. OS errors are converted to these at
 the edge (``cgroups/files.py`` for cgroupfs,
 ``cgroups/devices.py`` for block devices, the CLI for files it reads), so callers catch one
@@ -23,7 +23,7 @@ tree and every message says what was wrong and where::
 
 from __future__ import annotations
 
-from cgroups.errors import (CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError, DeviceError,
+from governor.cgroups.errors import (CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError, DeviceError,
                             GovernorError)
 
 __all__ = ["AllocationInputError", "CgroupError", "CgroupReadError", "CgroupUnsupported", "CgroupWriteError",

@@ -33,8 +33,8 @@ from dataclasses import replace
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Literal
 
-from cgroups.limits import DEFAULT_PERIOD_USEC, CgroupLimits, IoMax, IoWeight
-from cgroups.parse import format_cpu_list
+from governor.cgroups.limits import DEFAULT_PERIOD_USEC, CgroupLimits, IoMax, IoWeight
+from governor.cgroups.parse import format_cpu_list
 
 MIN_QUOTA_USEC = 1_000
 WEIGHT_RANGE = (1, 10_000)

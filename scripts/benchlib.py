@@ -3,6 +3,7 @@ started from it at its unit's priority, percentiles, and a table of figures besi
 
 from __future__ import annotations
 
+import shutil
 import socket
 import statistics
 import subprocess
@@ -21,8 +22,10 @@ def percentile(values: list[float], q: int) -> float:
 
 def venv_with_wheel(where: Path) -> Path:
     """A fresh venv at ``where`` with governor installed from a wheel of this checkout."""
-    wheels = where / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(REPO)],
+    wheels, source = where / "wheels", where / "source"
+    # From a copy without build/, whose leftovers setuptools would pack (test_wheel_install).
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".hypothesis"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(source)],
                    check=True)
     subprocess.run([sys.executable, "-m", "venv", str(where / "venv")], check=True)
     python = where / "venv" / "bin" / "python"

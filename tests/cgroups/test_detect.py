@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from cgroups.detect import (Mount, cgroup_dirs, host_mode, own_cgroup, parse_mountinfo,
+from governor.cgroups.detect import (Mount, cgroup_dirs, host_mode, own_cgroup, parse_mountinfo,
                             v1_mounts, v2_controllers, v2_mount)
-from cgroups.parse import parse_pids
+from governor.cgroups.parse import parse_pids
 from governor.errors import CgroupReadError, CgroupUnsupported
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cgroups.devices import device_number, parent_disk, whole_disk
+from governor.cgroups.devices import device_number, parent_disk, whole_disk
 from governor.errors import DeviceError
 
 SYS_BLOCK = Path("/sys/class/block")

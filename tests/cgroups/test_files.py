@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from cgroups.files import list_children, make_dir, read_file, remove_dir, write_file
+from governor.cgroups.files import list_children, make_dir, read_file, remove_dir, write_file
 from governor.errors import CgroupError, CgroupReadError, CgroupWriteError
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from cgroups.limits import (CgroupLimits, IoMax, V1_ORDER, V2_ORDER, diff_writes, v1_files,
+from governor.cgroups.limits import (CgroupLimits, IoMax, V1_ORDER, V2_ORDER, diff_writes, v1_files,
                             v1_key, v1_reset, v2_files, v2_key, v2_reset, weight_to_shares)
 
 FULL = CgroupLimits(cpu_quota_usec=150_000, cpu_period_usec=100_000, cpu_weight=200,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from cgroups.parse import (CgroupEvents, format_cpu_max, format_max, parse_blkio_service_bytes,
+from governor.cgroups.parse import (CgroupEvents, format_cpu_max, format_max, parse_blkio_service_bytes,
                            parse_cgroup_events, parse_controllers, parse_cpu_max,
                            parse_flat_keyed, parse_int, parse_max, parse_nested_keyed,
                            parse_pids, parse_proc_cgroup)

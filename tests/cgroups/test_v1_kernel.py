@@ -16,11 +16,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cgroups.detect import cgroup_dirs, v1_mounts
-from cgroups.devices import whole_disk
-from cgroups.files import read_file
-from cgroups.limits import CgroupLimits, IoMax
-from cgroups.v1 import CgroupV1Driver
+from governor.cgroups.detect import cgroup_dirs, v1_mounts
+from governor.cgroups.devices import whole_disk
+from governor.cgroups.files import read_file
+from governor.cgroups.limits import CgroupLimits, IoMax
+from governor.cgroups.v1 import CgroupV1Driver
 from cgroup_helpers import (BUSY, HOG, SLEEPER, Children, cpu_tolerance, kill_forking_tree, measure_cores,
                             removal_order)
 from governor.errors import CgroupWriteError

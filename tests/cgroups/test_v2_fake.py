@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-import cgroups.v2
-from cgroups.limits import CgroupLimits, IoMax
-from cgroups.v2 import CgroupV2Driver
+import governor.cgroups.v2
+from governor.cgroups.limits import CgroupLimits, IoMax
+from governor.cgroups.v2 import CgroupV2Driver
 from governor.errors import CgroupError, CgroupUnsupported, CgroupWriteError
 
 LIMIT_FILES = ("cpu.weight", "cpu.max", "cpuset.cpus", "memory.high", "memory.max", "io.max")
@@ -37,13 +37,13 @@ def fake_cgroup(directory, controllers="cpuset cpu io memory pids", current_byte
 def writes(monkeypatch):
     """Every (file name, value) the driver writes, in order."""
     log = []
-    real = cgroups.v2.write_file
+    real = governor.cgroups.v2.write_file
 
     def recording(directory, name, value):
         log.append((name, value))
         real(directory, name, value)
 
-    monkeypatch.setattr(cgroups.v2, "write_file", recording)
+    monkeypatch.setattr(governor.cgroups.v2, "write_file", recording)
     return log
 
 
@@ -109,7 +109,7 @@ def test_failed_write_names_file_value_errno_and_is_retried(driver, writes):
 
 def test_vanished_cgroup_is_logged_at_debug(driver, tmp_path, caplog):
     vanished = CgroupV2Driver(tmp_path / "root")
-    caplog.set_level(logging.DEBUG, logger="cgroups.v2")
+    caplog.set_level(logging.DEBUG, logger="governor.cgroups.v2")
     with pytest.raises(CgroupWriteError) as info:
         vanished.apply("task-gone", CgroupLimits(cpu_weight=10))
     assert info.value.errno == errno.ENOENT
@@ -122,14 +122,14 @@ def test_a_refused_write_keeps_the_old_value_in_the_record(tmp_path, monkeypatch
     fake_cgroup(tmp_path / "root" / "g")
     driver = CgroupV2Driver(tmp_path / "root")
     driver.apply("g", CgroupLimits(cpu_weight=100, memory_high_bytes=64 << 20))
-    real = cgroups.v2.write_file
+    real = governor.cgroups.v2.write_file
 
     def refuse_memory(directory, name, value):
         if name == "memory.high":
             raise CgroupWriteError(str(directory / name), value, errno.EBUSY)
         real(directory, name, value)
 
-    monkeypatch.setattr(cgroups.v2, "write_file", refuse_memory)
+    monkeypatch.setattr(governor.cgroups.v2, "write_file", refuse_memory)
     with pytest.raises(CgroupWriteError):
         driver.apply("g", CgroupLimits(cpu_weight=200, memory_high_bytes=32 << 20))
     # The other file was still written; the refused one keeps its accepted value.
@@ -172,7 +172,7 @@ def test_create_remove_and_forget(tmp_path, writes):
 
 def test_removed_cgroup_is_forgotten(driver, monkeypatch):
     # On cgroupfs rmdir takes the interface files with it; a plain directory needs rmtree.
-    monkeypatch.setattr(cgroups.v2, "remove_dir", lambda d: shutil.rmtree(d) or True)
+    monkeypatch.setattr(governor.cgroups.v2, "remove_dir", lambda d: shutil.rmtree(d) or True)
     driver.apply("g", CgroupLimits(cpu_weight=10))
     driver.remove("g")
     fake_cgroup(driver.path("g"))

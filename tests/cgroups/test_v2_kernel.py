@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from cgroups.detect import cgroup_dirs, host_mode, v2_controllers, v2_mount
-from cgroups.devices import whole_disk
-from cgroups.files import read_file, remove_dir, write_file
-from cgroups.limits import CgroupLimits, IoMax
-from cgroups.parse import parse_cgroup_events, parse_controllers
-from cgroups.v2 import CgroupV2Driver, move_self_to_leaf
+from governor.cgroups.detect import cgroup_dirs, host_mode, v2_controllers, v2_mount
+from governor.cgroups.devices import whole_disk
+from governor.cgroups.files import read_file, remove_dir, write_file
+from governor.cgroups.limits import CgroupLimits, IoMax
+from governor.cgroups.parse import parse_cgroup_events, parse_controllers
+from governor.cgroups.v2 import CgroupV2Driver, move_self_to_leaf
 from cgroup_helpers import (BUSY, HOG, SLEEPER, Children, cpu_tolerance, kill_forking_tree, measure_cores,
                             removal_order)
 from governor.errors import CgroupError, CgroupWriteError

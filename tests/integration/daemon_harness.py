@@ -11,12 +11,12 @@ import time
 import uuid
 from pathlib import Path
 
-from cgroups import detect
-from cgroups.files import read_file
-from cgroups.v1 import CgroupV1Driver
-from cgroups.v2 import CgroupV2Driver
-from cgroups.hierarchy import V1_CONTROLLERS
-from cli.client import call
+from governor.cgroups import detect
+from governor.cgroups.files import read_file
+from governor.cgroups.v1 import CgroupV1Driver
+from governor.cgroups.v2 import CgroupV2Driver
+from governor.cgroups.hierarchy import V1_CONTROLLERS
+from governor.cli.client import call
 from governor.errors import GovernorError
 
 GOVERNOR = str(Path(sys.executable).with_name("governor"))

@@ -12,7 +12,7 @@ import psutil
 from daemon_harness import GOVERNOR, MIB, Governor
 from scenarios import HOG, SCALE, config
 
-from cli.client import call
+from governor.cli.client import call
 from governor.exits import kernel_keeps_exit_status
 
 KILLED = {"code": "killed", "signal": "KILL"}

@@ -15,7 +15,7 @@ from kernel_cases import (  # noqa: F401  (collected here, under this module's m
     test_plain_processes_are_governed_whichever_way_they_start_and_share_by_drf,
 )
 
-from cgroups import detect
+from governor.cgroups import detect
 
 pytestmark = pytest.mark.kernel_v2
 

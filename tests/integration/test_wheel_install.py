@@ -25,8 +25,12 @@ def venv():
 
 def test_a_wheel_in_a_fresh_venv_passes_the_install_systemd_dry_run(venv):
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    # From a copy without build/: setuptools packs whatever an earlier build left in
+    # build/lib (a checkout built before cli/ became governor.cli shipped a top-level cli).
+    source = venv / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".hypothesis"))
     built = subprocess.run([*pip, "wheel", "--no-deps", "-w", str(venv / "wheels"),
-                            str(REPO)], capture_output=True, text=True)
+                            str(source)], capture_output=True, text=True)
     if built.returncode != 0:
         pytest.skip(f"cannot build a wheel here: {built.stderr.strip()[-300:]}")
     subprocess.run([sys.executable, "-m", "venv", str(venv / "env")], check=True)
@@ -43,3 +47,10 @@ def test_a_wheel_in_a_fresh_venv_passes_the_install_systemd_dry_run(venv):
     shipped = "site-packages/governor/configs/governor.toml"
     assert shipped in result.stdout and str(REPO) not in result.stdout  # from the wheel, not the checkout
     assert not (venv / "root").exists()
+    # Installed under its own names only: the distribution drf-governor, the package governor.
+    assert wheel.name.startswith("drf_governor-")
+    python = str(venv / "env" / "bin" / "python")
+    for generic in ("cli", "cgroups", "configs"):
+        probe = subprocess.run([python, "-c", f"import {generic}"], cwd="/", capture_output=True, text=True)
+        assert probe.returncode != 0, f"the wheel claims the top-level name {generic}"
+    subprocess.run([python, "-c", "import governor.cli.main, governor.cgroups.v2"], cwd="/", check=True)

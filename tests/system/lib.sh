@@ -22,7 +22,7 @@ install_governor() {
     [ -n "$pip" ] || { echo "no pip wheel in $wheels: tests/system/test_systemd_vm.py builds it on the host"; exit 2; }
     python3 -m venv --without-pip /opt/governor
     /opt/governor/bin/python "$pip/pip" install --quiet --disable-pip-version-check --no-index \
-        --find-links "$wheels" governor
+        --find-links "$wheels" drf-governor
     gov=/opt/governor/bin/governor
     py=/opt/governor/bin/python
 }

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -43,8 +44,11 @@ def _wheelhouse() -> None:
     shutil.rmtree(wheels, ignore_errors=True)
     # --use-pep517: cgroupspy ships only an sdist, whose legacy build needs the wheel package,
     # which a fresh venv lacks; an isolated build brings its own.
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--use-pep517",
-                    "-w", str(wheels), str(REPO), "pip"], check=True)
+    with tempfile.TemporaryDirectory() as scratch:  # a copy without build/ (test_wheel_install)
+        source = Path(scratch) / "source"
+        shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".hypothesis"))
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+                        "--use-pep517", "-w", str(wheels), str(source), "pip"], check=True)
 
 
 def _run_in_vm(script: str, *options: str) -> list[str]:

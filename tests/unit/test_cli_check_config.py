@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli.main import main
+from governor.cli.main import main
 from governor.config import default_config, parse_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "governor.toml"

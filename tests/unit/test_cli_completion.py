@@ -7,8 +7,8 @@ import pytest
 from click.testing import CliRunner
 from fake_socket import FakeSocket
 
-import cli.completion
-from cli.main import main
+import governor.cli.completion
+from governor.cli.main import main
 
 CONFIG = '[groups.physics]\nweight = 2\n[groups.ops]\nusers = ["alice"]\n[groups."*"]\n'
 
@@ -26,7 +26,7 @@ def complete(words: str, env: dict | None = None) -> list[str]:
 def config(tmp_path, monkeypatch):
     path = tmp_path / "governor.toml"
     path.write_text(CONFIG)
-    monkeypatch.setattr(cli.completion, "DEFAULT_CONFIG", str(path))
+    monkeypatch.setattr(governor.cli.completion, "DEFAULT_CONFIG", str(path))
     monkeypatch.setenv("GOVERNOR_SOCKET", str(tmp_path / "absent.sock"))
     return path
 
@@ -64,7 +64,7 @@ def test_a_silent_daemon_costs_at_most_the_timeout(config, tmp_path):
     server = FakeSocket(str(tmp_path / "g.sock"), [], hold=True)  # reads the request, never answers
     started = time.monotonic()
     assert complete(f"governor explain --socket {server.path} ") == ["physics", "ops"]
-    assert time.monotonic() - started < cli.completion.DAEMON_TIMEOUT_S + 1
+    assert time.monotonic() - started < governor.cli.completion.DAEMON_TIMEOUT_S + 1
     server.close()
 
 

@@ -13,13 +13,13 @@ import pytest
 from click.testing import CliRunner
 from fake_socket import FakeSocket
 
-import cli.client
-from cli.failures import KINDS
-from cli.main import main
+from governor.cli import client as cli_client
+from governor.cli.failures import KINDS
+from governor.cli.main import main
 from governor.protocol import ERROR_CODES
 
 REPO = Path(__file__).resolve().parents[2]
-GOVERNOR = [sys.executable, "-c", "from cli.entry import main; main()"]
+GOVERNOR = [sys.executable, "-c", "from governor.cli.entry import main; main()"]
 START_IT = "(start it: sudo systemctl start governor)"
 
 
@@ -160,7 +160,7 @@ def test_77_a_socket_the_user_may_not_open(monkeypatch, tmp_path):
         def close(self):
             pass
 
-    monkeypatch.setattr(cli.client.socket, "socket", Denied)
+    monkeypatch.setattr(cli_client.socket, "socket", Denied)
     code, err = invoke("status", "--socket", str(tmp_path / "s"))
     assert code == 77
     assert err == (f"governor: error: {tmp_path}/s: cannot connect: Permission denied "
@@ -171,7 +171,7 @@ def test_130_interrupted(monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli.client, "call", interrupted)
+    monkeypatch.setattr(cli_client, "call", interrupted)
     code, err = invoke("status")
     assert code == 130 and "Traceback" not in err and "Aborted" not in err
 

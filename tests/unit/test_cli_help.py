@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from cli.explain_view import explain_renderables
-from cli.main import main
+from governor.cli.explain_view import explain_renderables
+from governor.cli.main import main
 from governor.drf import progressive_filling
 from governor.explain import explain as explain_object
 from governor.model import GroupDemand

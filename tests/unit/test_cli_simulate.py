@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from cli.main import main
-from cli.render import allocation_table, format_share, trace_table
-from cli.simulate import POLICY_NAMES
+from governor.cli.main import main
+from governor.cli.render import allocation_table, format_share, trace_table
+from governor.cli.simulate import POLICY_NAMES
 from governor import policies
 from governor.drf import discrete_filling, progressive_filling
 from governor.errors import AllocationInputError, GovernorError
@@ -191,7 +191,7 @@ def test_policy_choices_match_the_library():
 def test_importing_the_cli_loads_no_heavy_module():
     # `governor run` must start fast: the command group may not pull in rich, SciPy or the allocator.
     code = (
-        "import sys, cli.main; print(sorted(m for m in sys.modules if m.split('.')[0] in"
+        "import sys, governor.cli.main; print(sorted(m for m in sys.modules if m.split('.')[0] in"
         " ('rich', 'scipy', 'numpy') or m in ('governor.policies', 'governor.drf')))"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

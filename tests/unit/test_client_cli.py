@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli.client import DEFAULT_SOCKET, call, socket_path
-from cli.launch import plain
-from cli.main import main
+from governor.cli.client import DEFAULT_SOCKET, call, socket_path
+from governor.cli.launch import plain
+from governor.cli.main import main
 from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning, RequestError
 from governor.protocol import LaunchRequest, Peer, StatusRequest
 from governor.server import ControlServer
@@ -31,7 +31,7 @@ from status_sample import STATUS
 REPO = Path(__file__).resolve().parents[2]
 G = 1024**3
 M = 1024**2
-GOVERNOR = [sys.executable, "-c", "from cli.entry import main; main()"]  # as the console script
+GOVERNOR = [sys.executable, "-c", "from governor.cli.entry import main; main()"]  # as the console script
 
 
 class FakeDaemon:
@@ -203,7 +203,7 @@ _REPORT = f"import json, sys; print(json.dumps(sorted(m for m in {HEAVY!r} if m 
 
 
 def test_run_help_imports_nothing_heavy():
-    code = ("import sys; sys.argv = ['governor', 'run', '--help']\nfrom cli.main import main\n"
+    code = ("import sys; sys.argv = ['governor', 'run', '--help']\nfrom governor.cli.main import main\n"
             f"try:\n    main()\nexcept SystemExit:\n    pass\n{_REPORT}")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
@@ -217,7 +217,7 @@ def test_run_imports_nothing_heavy_up_to_exec(daemon):
             f"def report(file, args):\n    {_REPORT}\n    sys.stdout.flush()\n    os._exit(0)\n"
             "os.execvp = report\n"
             "sys.argv = ['governor', 'run', '--cpus', '1', '--memory=1G', '--', 'true']\n"
-            "from cli.entry import main\nmain()")
+            "from governor.cli.entry import main\nmain()")
     result = subprocess.run([sys.executable, "-c", code.replace(repr(HEAVY), repr([*HEAVY, "click"]))], cwd=REPO,
                             capture_output=True, text=True, timeout=30, env={**os.environ, "GOVERNOR_SOCKET": daemon.path})
     assert result.returncode == 0, result.stderr

@@ -1,4 +1,4 @@
-"""``cli.client.stream`` (the ``watch`` stream) and ``governor top``'s feed thread, against a
+"""``governor.cli.client.stream`` (the ``watch`` stream) and ``governor top``'s feed thread, against a
 fake socket that streams scripted JSON lines."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import tempfile
 import pytest
 from fake_socket import FakeSocket
 
-from cli.client import call, stream
-from cli.top_terminal import Feed
+from governor.cli.client import call, stream
+from governor.cli.top_terminal import Feed
 from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning
 
 

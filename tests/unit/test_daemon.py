@@ -14,10 +14,10 @@ import pytest
 
 from governor.config import parse_config
 from governor.daemon import Daemon
-from cgroups.driver import Driver
-from cgroups.hierarchy import Hierarchy
-from cgroups.limits import v2_files
-from cgroups.v2 import CgroupStats
+from governor.cgroups.driver import Driver
+from governor.cgroups.hierarchy import Hierarchy
+from governor.cgroups.limits import v2_files
+from governor.cgroups.v2 import CgroupStats
 from governor.errors import CgroupReadError, CgroupWriteError, RequestError
 from governor.protocol import (ExplainRequest, LaunchRequest, Peer, ReloadRequest, SetWeightRequest, StatusRequest,
                                WatchRequest)

@@ -11,7 +11,7 @@ import pytest
 from test_daemon import GIB, collect, launch
 from test_daemon import daemon  # noqa: F401  (the fixture)
 
-from cgroups.v2 import CgroupStats
+from governor.cgroups.v2 import CgroupStats
 from governor.accounting import ENDED_KEPT, exit_words
 from governor.exits import describe, kernel_keeps_exit_status
 from governor.ps import PROCESSES_SHOWN

@@ -24,8 +24,8 @@ from click.testing import CliRunner
 from fake_socket import FakeSocket
 from rich.console import Console
 
-from cli.explain_view import explain_renderables
-from cli.main import main
+from governor.cli.explain_view import explain_renderables
+from governor.cli.main import main
 from governor.drf import progressive_filling
 from governor.explain import explain as explain_object
 from governor.model import GroupDemand
@@ -195,12 +195,12 @@ def test_a_reply_without_explain_object(tmp_path):
 
 
 def test_simulate_trace_and_explain_share_one_table(monkeypatch, served, tmp_path):
-    import cli.render
+    import governor.cli.render
 
     titles = []
-    real = cli.render.filling_table
-    monkeypatch.setattr(cli.render, "filling_table", lambda **kw: titles.append(kw["title"]) or real(**kw))
-    monkeypatch.setattr("cli.explain_view.filling_table", cli.render.filling_table)
+    real = governor.cli.render.filling_table
+    monkeypatch.setattr(governor.cli.render, "filling_table", lambda **kw: titles.append(kw["title"]) or real(**kw))
+    monkeypatch.setattr("governor.cli.explain_view.filling_table", governor.cli.render.filling_table)
     scenario = tmp_path / "s.toml"
     scenario.write_text('[capacity]\ncpu = 9\nmemory = "18G"\n[groups.A]\ntask = { cpu = 1, memory = "4G" }\n')
     assert CliRunner().invoke(main, ["simulate", str(scenario), "--trace"]).exit_code == 0

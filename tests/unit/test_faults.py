@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cgroups.hierarchy import hold_root
-from cli.inputs import MAX_INPUT_BYTES, read_input
-from cli.main import main
+from governor.cgroups.hierarchy import hold_root
+from governor.cli.inputs import MAX_INPUT_BYTES, read_input
+from governor.cli.main import main
 from governor.errors import CgroupError, CgroupWriteError, ConfigError, GovernorError, RequestError
 from governor.metrics import Metrics
 from governor.protocol import Peer, StatusRequest

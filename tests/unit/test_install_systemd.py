@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli.install_systemd import TEMPLATE_EXECUTABLE, hidden_from_unit, with_executable
-from cli.main import main
+from governor.cli.install_systemd import TEMPLATE_EXECUTABLE, hidden_from_unit, with_executable
+from governor.cli.main import main
 from governor.errors import GovernorError
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -140,7 +140,7 @@ def test_an_executable_the_unit_cannot_see_is_refused_before_writing(tmp_path):
 
 def test_without_systemd_as_pid_1_nothing_is_written(visible, monkeypatch):
     bin_dir = _fake_governor(visible)
-    monkeypatch.setattr("cli.install_systemd._pid1", lambda: "init")
+    monkeypatch.setattr("governor.cli.install_systemd._pid1", lambda: "init")
 
     def refuse(*args, **kwargs):
         raise AssertionError("install-systemd wrote a file")

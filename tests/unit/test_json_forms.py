@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from fake_socket import FakeSocket
 from test_daemon import daemon, launch  # noqa: F401 (a fixture)
 
-from cli.main import main
+from governor.cli.main import main
 from governor.model import DEMAND_MET, GroupAllocation
 
 GIB = 1024**3

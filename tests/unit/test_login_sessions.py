@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from cgroups.limits import CgroupLimits, IoMax
-from cgroups.systemd import SliceDriver, unit_properties
+from governor.cgroups.limits import CgroupLimits, IoMax
+from governor.cgroups.systemd import SliceDriver, unit_properties
 from governor.config import parse_config
 from governor.errors import CgroupUnsupported, CgroupWriteError
 from governor.limits import held_login_limits, inside_root
@@ -209,7 +209,7 @@ def test_sessions_config_is_shared_by_both_kinds(systemd):
 
 
 def test_slices_are_governed_only_where_systemd_runs_cgroup_v2(tmp_path):
-    from cgroups.systemd import systemd_slices
+    from governor.cgroups.systemd import systemd_slices
     assert systemd_slices("v1", tmp_path, booted=tmp_path) is None
     assert systemd_slices("v2", tmp_path, booted=tmp_path / "missing") is None
     found = systemd_slices("v2", tmp_path, booted=tmp_path)

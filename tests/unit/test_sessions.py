@@ -19,7 +19,7 @@ from governor.errors import RequestError
 from governor.procevents import ProcessEvents, parse_events
 from governor.sessions import NOBODY_UID, SessionOwners, login_uid_min
 from governor.state import TaskStore
-from cgroups.hierarchy import Hierarchy, Location
+from governor.cgroups.hierarchy import Hierarchy, Location
 from test_daemon import GIB, FakeDriver, FakeWatcher, collect
 from governor.protocol import LaunchRequest, Peer
 
@@ -265,7 +265,7 @@ def test_locate_reads_proc(tmp_path):
 
 
 def test_explain_says_what_each_group_runs(daemon):
-    from cli.explain_view import runs
+    from governor.cli.explain_view import runs
     daemon.govern_process(500, 1)
     group = daemon.explain()["groups"]["A"]
     assert (group["tasks"], group["sessions"]) == (0, [USER])
@@ -275,7 +275,7 @@ def test_explain_says_what_each_group_runs(daemon):
 
 
 def test_top_and_status_name_a_session():
-    from cli.view_common import task_command
+    from governor.cli.view_common import task_command
     assert task_command({"session": True, "user": "alice", "command": []}) == "session of alice"
     assert task_command({"command": ["make", "-j32"]}) == "make -j32"
 

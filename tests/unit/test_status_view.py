@@ -8,7 +8,7 @@ import io
 import pytest
 from rich.console import Console
 
-from cli.status_view import status_renderables
+from governor.cli.status_view import status_renderables
 from status_sample import NOW, STATUS, without_new_keys
 
 

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from test_client_cli import FakeDaemon, governor
 from test_client_cli import daemon as _daemon  # noqa: F401  (the fixture, served below as `tasks_daemon`)
 
-from cli.main import main
-from cli.ps_view import process_tree
-from cli.summary import summary_lines
+from governor.cli.main import main
+from governor.cli.ps_view import process_tree
+from governor.cli.summary import summary_lines
 from governor.errors import RequestError
 from governor.protocol import LaunchRequest, PsRequest, StopRequest
 

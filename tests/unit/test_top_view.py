@@ -14,8 +14,8 @@ import io
 import pytest
 from rich.console import Console
 
-from cli.top_state import SORTS, TopState, parse_keys, press, visible_groups
-from cli.top_view import top_view
+from governor.cli.top_state import SORTS, TopState, parse_keys, press, visible_groups
+from governor.cli.top_view import top_view
 from status_sample import NOW, STATUS, without_new_keys
 
 SIZES = [(80, 24), (120, 40)]

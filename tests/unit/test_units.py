@@ -28,9 +28,9 @@ def test_an_amount_reads_by_its_resource(resource, value, unit, text):
 
 def test_every_view_uses_it():
     # The simulate table, the status/explain/top views and the daemon's messages: one function.
-    import cli.render
-    import cli.view_common
+    import governor.cli.render
+    import governor.cli.view_common
     import governor.access
 
-    for module in (cli.render, cli.view_common, governor.access):
+    for module in (governor.cli.render, governor.cli.view_common, governor.access):
         assert module.format_amount is format_amount
