@@ -13,6 +13,8 @@ retries only what is still different.
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import signal
 from collections.abc import Hashable, Mapping
@@ -119,9 +121,9 @@ class Driver:
         """Send SIGKILL to every process in cgroup ``rel``, round after round (at most
         :data:`KILL_ROUNDS`), until a round finds none it has not signalled: children forked
         meanwhile are found by the next. The way without ``cgroup.kill`` (cgroup v1; governor
-        uses no v1 freezer hierarchy to stop the tree first). A pid read from ``cgroup.procs``
-        that exits and is reused before its signal could hit another process: the window is
-        one read, and the daemon runs this only on tasks it ends.
+        uses no v1 freezer hierarchy to stop the tree first). Each process is pinned by a pidfd
+        and signalled through it only if a second read still lists its pid: a pid that exited
+        and was reused by a process elsewhere is never signalled.
 
         Returns:
             How many processes were signalled.
@@ -134,12 +136,22 @@ class Driver:
             fresh = [pid for pid in self.pids(rel) if pid not in signalled]
             if not fresh:
                 break
+            pinned = {}
             for pid in fresh:
                 try:
-                    os.kill(pid, signal.SIGKILL)
+                    pinned[pid] = os.pidfd_open(pid)
                 except ProcessLookupError:
                     pass  # exited meanwhile
-                signalled.add(pid)
+            try:
+                still = set(self.pids(rel))
+                for pid, pidfd in pinned.items():
+                    if pid in still:
+                        with contextlib.suppress(ProcessLookupError):  # exited meanwhile
+                            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            finally:
+                for pidfd in pinned.values():
+                    os.close(pidfd)
+            signalled.update(fresh)
         return len(signalled)
 
     def read_stats(self, rel: str, *, peak: bool = False):

@@ -66,7 +66,7 @@ KINDS: dict[str, tuple[int, str | None]] = {
 # Admin operations refused: the hint is about who may, not about groups.
 _ADMIN_OPS = {"reload", "set-weight"}
 _AS_ROOT = "run it as root, or as a member of the config's admin_group"
-# Refused for another user's task (stop, ps --all): the message says whose; no group is missing.
+# Refused for a task (another user's, or none such: stop, ps --all): no group is missing.
 _OWNER_OPS = {"stop", "ps"}
 
 
@@ -100,8 +100,8 @@ def describe(error: GovernorError) -> tuple[str, str | None, str, int]:
     what = error.message if isinstance(error, DaemonError) else str(error)
     if code == "forbidden" and error.op in _ADMIN_OPS:
         hint = _AS_ROOT
-    elif code == "forbidden" and error.op in _OWNER_OPS:
-        hint = None
+    elif code in ("forbidden", "not_found") and error.op in _OWNER_OPS:
+        hint = None  # about a task, not a group: the message says which and whose
     if isinstance(error, DaemonError):
         code = error.code  # one this client does not know yet is still shown with --verbose
     return what, hint, code, status

@@ -4,6 +4,8 @@ ended tasks. Pure: renderables from the daemon's rows (README: "governor ps"), `
 
 from __future__ import annotations
 
+import re
+
 from rich import box
 from rich.table import Table
 from rich.text import Text
@@ -67,8 +69,11 @@ def ended_table(records: list[dict], *, now: float, users: bool) -> Table:
 
 def _triple(row: dict, resource: str) -> str:
     # "812M", not "812.0M": three amounts share the cell.
-    return "/".join(amount(resource, row.get(vector, {}).get(resource)).replace(".0", "")
+    return "/".join(_TRAILING_ZERO.sub("", amount(resource, row.get(vector, {}).get(resource)))
                     for vector in ("guarantee", "demand", "usage"))
+
+
+_TRAILING_ZERO = re.compile(r"\.0(?=[KMGT]?$)")  # only a whole number's ".0": 1.05 stays 1.05
 
 
 def _span(seconds: float | None) -> str:
@@ -81,7 +86,11 @@ def _name_and_tree(row: dict) -> Text:
     lines = process_tree(row.get("processes") or [])
     for line in lines[:TREE_LINES]:
         text.append("\n" + line)
-    hidden = int(row.get("processes_total", len(lines))) - min(len(lines), TREE_LINES)
+    total = row.get("processes_total", len(lines))
+    if total is None:  # past the trees one reply lists (governor.ps.TREES_LISTED)
+        text.append("\n(processes not listed: governor ps shows your own)")
+        return text
+    hidden = int(total) - min(len(lines), TREE_LINES)
     if hidden > 0:
         text.append(f"\n… {hidden} more")
     return text

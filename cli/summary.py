@@ -69,6 +69,7 @@ def run_with_summary(path: str, request: dict, cmd: tuple[str, ...]) -> None:
 
 def _child(path: str, request: dict, cmd: tuple[str, ...], writer: int) -> None:
     """In the child: be governed, tell the parent which task, exec; never returns."""
+    from governor.cli.failures import report
     from governor.cli.launch import execute, launch_waiting
     from governor.errors import GovernorError
 
@@ -79,8 +80,9 @@ def _child(path: str, request: dict, cmd: tuple[str, ...], writer: int) -> None:
         execute(cmd)
     except SystemExit as leaving:
         code = leaving.code if isinstance(leaving.code, int) else 1
-    except GovernorError as error:
-        sys.stderr.write(f"governor: error: {error}\n")
+    except GovernorError as error:  # the line and exit code of every other failure (cli.failures)
+        text, code = report(error)
+        sys.stderr.write(text + "\n")
     finally:
         sys.stderr.flush()
         os._exit(code)
@@ -95,7 +97,7 @@ def _ended_record(path: str, task: str) -> dict | None:
     deadline = time.monotonic() + RECORD_WAIT_S
     while True:
         try:
-            records = call(path, {"op": "ps", "ended": True}).get("ended") or []
+            records = call(path, {"op": "ps", "ended": True, "task": task}).get("ended") or []
         except GovernorError:
             return None
         found = next((r for r in reversed(records) if isinstance(r, dict) and r.get("id") == task), None)
@@ -108,14 +110,13 @@ def summary_lines(record: dict | None, status: int, wall: float, *, task: str | 
     """The summary of a command that ended with wait ``status`` (:func:`os.waitpid`) after
     ``wall`` seconds, from its task's ended ``record`` (None: unknown, said so unless ``task``
     is None: the command ran inside an enclosing task, which goes on)."""
+    from governor.accounting import exit_words  # after the command: its imports cost no launch time
+
     if os.WIFEXITED(status):
         result = "success" if os.WEXITSTATUS(status) == 0 else "exit-code"
-        terminated = f"code=exited/status={os.WEXITSTATUS(status)}"
     else:
-        signum = os.WTERMSIG(status)
         result = "core-dump" if os.WCOREDUMP(status) else "signal"
-        code = "dumped" if os.WCOREDUMP(status) else "killed"
-        terminated = f"code={code}/status={signal.Signals(signum).name.removeprefix('SIG')}"
+    terminated = exit_words(status)
     if record is None:
         lines = [f"Finished with result: {result}", f"Main processes terminated with: {terminated}",
                  f"Service runtime: {format_timespan(wall)}"]

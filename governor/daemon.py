@@ -279,14 +279,14 @@ class Daemon:
             raise RequestError("forbidden", f"everyone's tasks (--all) are for root and admins; user {who.user} "
                                             "sees their own")
 
-        def shown(uid: int) -> bool:
-            return request.all or uid == who.uid
+        def shown(uid: int, task_id: str) -> bool:
+            return (request.all or uid == who.uid) and request.task in (None, task_id)
 
         if request.ended:
-            return {"ended": [record.to_json() for record in self.ended if shown(record.task.uid)]}
+            return {"ended": [record.to_json() for record in self.ended if shown(record.task.uid, record.task.id)]}
         positions = {item["task"]: item["position"] for item in queue_view(self.queue, self.admission)}
-        return {"tasks": task_rows([t for t in self.tasks if shown(t.uid)],
-                                   [e for e in self.queue.values() if not e.decided and shown(e.task.uid)],
+        return {"tasks": task_rows([t for t in self.tasks if shown(t.uid, t.id)],
+                                   [e for e in self.queue.values() if not e.decided and shown(e.task.uid, e.task.id)],
                                    allocation=self.allocation, usage=self.usage, positions=positions,
                                    processes=self._processes)}
 
@@ -341,13 +341,18 @@ class Daemon:
             elif not self._end(task, STOP, who.user):
                 failed.append(task.id)
         if failed:
-            raise RequestError("unavailable", f"the kernel refused to end task(s) {', '.join(failed)}; see the "
-                                              "daemon's log")
+            done = [task.id for task, _ in chosen if task.id not in failed]
+            raise RequestError("unavailable", f"the kernel refused to end task(s) {', '.join(failed)} (the daemon "
+                                              f"tries again at its next check; stopped: {', '.join(done) or 'none'}); "
+                                              "see the daemon's log")
         return {"stopped": [task.id for task, _ in chosen]}
 
     def _end(self, task: Task, reason: str, by: str | None) -> bool:
         """Kill ``task``'s whole process tree (v2 ``cgroup.kill``; v1 SIGKILL round by round)
         and remember why, for its ended record. Returns False if the kernel refused."""
+        if not self._alive(task):  # it ended on its own first: its record must say so
+            self.check([task.id], "exit")
+            return True
         first = task.id not in self._ending
         self._ending.setdefault(task.id, (reason, by))
         if first:

@@ -51,10 +51,11 @@ Operations; every field is checked and unknown fields are refused:
 - ``{"op": "explain"}``. Reply payload: ``{"explain": {"capacity", "groups": {name: {"weight",
   "demand", "allocation", "lambda", "dominant_resources", "dominant_share", "stop"}}, "trace":
   [...]}}``: the live host's progressive filling, one trace row per event (paper Table 1).
-- ``{"op": "ps", "all": bool, "ended": bool}`` (both optional, default false): the caller's
-  tasks, running and queued → ``{"tasks": [...]}``, or with ``ended`` its recent ended
-  records → ``{"ended": [...]}`` (schemas in the README). Root and admins get everyone's with
-  ``all``; anyone else asking for ``all`` is ``forbidden``.
+- ``{"op": "ps", "all": bool, "ended": bool, "task": str}`` (all optional; default false and
+  every task): the caller's tasks, running and queued → ``{"tasks": [...]}``, or with
+  ``ended`` its recent ended records → ``{"ended": [...]}`` (schemas in the README); with
+  ``task``, only that one's. Root and admins get everyone's with ``all``; anyone else asking
+  for ``all`` is ``forbidden``.
 - ``{"op": "stop", "tasks": [str, ...]}`` (1–64 task ids): end each task's whole process tree
   (a queued one leaves the queue) → ``{"stopped": [id, ...]}``. Only the task's owner, root
   and admins may (``forbidden``); a user's session is refused (``forbidden``); an unknown id
@@ -165,6 +166,7 @@ class PsRequest:
 
     all: bool = False
     ended: bool = False
+    task: str | None = None  # only this task id (``run --summary`` waits for its own record)
 
 
 @dataclass(frozen=True)
@@ -233,8 +235,13 @@ def parse_request(line: bytes) -> Request:
             raise RequestError("bad_request", f"interval: must be between {low:g} and {high:g} seconds, got {interval!r}")
         return WatchRequest(float(interval))
     if op == "ps":
-        _check_fields(message, allowed=("op", "all", "ended"))
-        return PsRequest(_bool(message.get("all", False), "all"), _bool(message.get("ended", False), "ended"))
+        _check_fields(message, allowed=("op", "all", "ended", "task"))
+        task = message.get("task")
+        if task is not None and not (isinstance(task, str) and 0 < len(task) <= MAX_NAME_CHARS):
+            raise RequestError("bad_request", f"task: must be a task id (1 to {MAX_NAME_CHARS} characters), "
+                                              f"got {_json_type(task)}")
+        return PsRequest(_bool(message.get("all", False), "all"), _bool(message.get("ended", False), "ended"),
+                         task)
     if op == "stop":
         return _parse_stop(message)
     if op == "set-weight":
@@ -307,7 +314,11 @@ OPERATIONS = ("launch", "status", "watch", "explain", "ps", "stop", "reload", "s
 
 
 def _number(value: object, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    try:  # an integer past a float's range (10**400) overflows here, not later in a handler
+        finite = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    except OverflowError:
+        finite = False
+    if not finite:
         raise RequestError("bad_request", f"{field}: must be a finite number, got {_json_type(value)}")
     return value
 

@@ -16,6 +16,10 @@ from governor.status import split_usage, task_guarantee
 
 # Processes listed per task; ``processes_total`` counts them all.
 PROCESSES_SHOWN = 32
+# Tasks whose processes one reply lists (the first ones, in launch order): each costs cgroup
+# and /proc reads on the daemon's event loop, and ``ps --all`` on a host of 10,000 tasks must
+# not hold launches and exits for seconds. The rest have ``processes_total`` null.
+TREES_LISTED = 256
 
 
 def task_rows(running: Iterable[Task], queued: Iterable[Entry], *, allocation: Allocation | None,
@@ -31,13 +35,14 @@ def task_rows(running: Iterable[Task], queued: Iterable[Entry], *, allocation: A
         usage: cgroup → measured use (:func:`governor.usage.usage`).
         positions: task id → place in the queue (1 first).
         processes: a task → the processes listed for it (``{"pid", "ppid", "name"}`` each, at
-            most :data:`PROCESSES_SHOWN`) and how many it holds.
+            most :data:`PROCESSES_SHOWN`) and how many it holds; asked of the first
+            :data:`TREES_LISTED` running tasks only.
     """
     rows = []
-    for task in running:
+    for index, task in enumerate(running):
         got = allocation.groups.get(task.group) if allocation else None
         used, _ = split_usage(usage.get(task.cgroup, {}))
-        listed, total = processes(task)
+        listed, total = processes(task) if index < TREES_LISTED else ([], None)
         rows.append({**_common(task), "state": "running",
                      "guarantee": task_guarantee(task.demand, float(got.tasks) if got else 0.0), "usage": used,
                      "processes": listed, "processes_total": total})

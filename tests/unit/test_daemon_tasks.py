@@ -45,6 +45,13 @@ def test_ps_lists_the_callers_own_tasks_with_name_guarantee_cap_and_processes(da
     assert [(r["id"], r["name"]) for r in theirs] == [("2", "work")]  # named after the command's basename
 
 
+def test_ps_of_one_task_lists_only_it_and_only_if_it_is_the_callers(daemon):
+    launch_as(daemon, 100, 0)
+    launch_as(daemon, 200, NOBODY)
+    assert [r["id"] for r in ask(daemon, PsRequest(all=True, task="2"))["tasks"]] == ["2"]
+    assert ask(daemon, PsRequest(task="2"))["tasks"] == []  # nobody's, asked by root without --all
+
+
 def test_ps_all_is_everyones_for_root_and_refused_to_others(daemon):
     launch_as(daemon, 100, 0)
     launch_as(daemon, 200, NOBODY)
@@ -264,3 +271,14 @@ def test_exit_statuses_are_kept_from_linux_6_15(release, keeps):
 ])
 def test_a_wait_status_reads_as_systemd_says_it(status, shown, words):
     assert describe(status) == shown and exit_words(status) == words
+
+
+def test_ps_looks_up_the_processes_of_the_first_tasks_only(monkeypatch):
+    import governor.ps as ps
+
+    monkeypatch.setattr(ps, "TREES_LISTED", 2)
+    tasks = [Task(str(i), "A", 100 + i, 0, "root", ("x",), {"cpu": 1.0}, 0.0) for i in range(3)]
+    asked = []
+    rows = ps.task_rows(tasks, [], allocation=None, usage={}, positions={},
+                        processes=lambda task: asked.append(task.id) or ([], 1))
+    assert asked == ["0", "1"] and [r["processes_total"] for r in rows] == [1, 1, None]

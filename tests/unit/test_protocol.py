@@ -49,6 +49,7 @@ def test_the_operations_beyond_launch_parse():
     assert parse_request(line({"op": "set-weight", "group": "A", "weight": 2})) == SetWeightRequest("A", 2.0)
     assert parse_request(line({"op": "ps"})) == PsRequest(all=False, ended=False)
     assert parse_request(line({"op": "ps", "all": True, "ended": True})) == PsRequest(all=True, ended=True)
+    assert parse_request(line({"op": "ps", "ended": True, "task": "7"})) == PsRequest(ended=True, task="7")
     assert parse_request(line({"op": "stop", "tasks": ["7", "8", "7"]})) == StopRequest(("7", "8"))
 
 
@@ -157,6 +158,8 @@ BAD = [
     (b'{"op": "launch", "pid": 1, "time_limit": 1e400}', "bad_request", "time_limit: must be a finite number"),
     (line({"op": "ps", "all": "yes"}), "bad_request", "all: must be true or false"),
     (line({"op": "ps", "user": "bob"}), "bad_request", "user: unknown field"),
+    (line({"op": "ps", "task": 7}), "bad_request", "task: must be a task id"),
+    (b'{"op": "launch", "pid": 1, "time_limit": 1' + b"0" * 400 + b'}', "bad_request", "time_limit: must be a finite"),
     (line({"op": "stop"}), "bad_request", "tasks: missing field"),
     (line({"op": "stop", "tasks": []}), "bad_request", "tasks: must be a list of 1 to 64 task ids"),
     (line({"op": "stop", "tasks": "7"}), "bad_request", "tasks: must be a list"),

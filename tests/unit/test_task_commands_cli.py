@@ -176,12 +176,33 @@ def test_summary_without_a_record_says_so():
 def test_a_summary_run_refused_by_the_daemon_prints_one_line_and_runs_nothing(tasks_daemon):
     tasks_daemon.refuse = RequestError("forbidden", "user x may not launch into group 'ops'")
     result, _ = governor("run", "--summary", "--", "sh", "-c", "echo ran", socket_path=tasks_daemon.path)
-    assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr == "governor: error: user x may not launch into group 'ops' (forbidden)\n"
+    assert result.returncode == 77 and result.stdout == ""  # as without --summary (cli/failures.py)
+    assert result.stderr == ("governor: error: user x may not launch into group 'ops' "
+                             "(ask an admin to add you to a [groups] entry)\n")
     assert os.environ.get("GOVERNOR_SOCKET")  # (set by the fixture for the CliRunner tests)
+
+
+def test_a_summary_of_a_command_ended_by_a_real_time_signal():
+    status = 34 + 6  # SIGRTMIN + 6: no name in signal.Signals
+    assert summary_lines(None, status, 0.5, task=None)[:2] == [
+        "Finished with result: signal", f"Main processes terminated with: code=killed/status={status}"]
 
 
 def test_a_summary_inside_an_enclosing_task_has_no_record_to_wait_for():
     assert summary_lines(None, 0, 1.5, task=None) == [
         "Finished with result: success", "Main processes terminated with: code=exited/status=0",
         "Service runtime: 1.5s"]
+
+
+def test_an_unknown_task_is_one_line_without_a_group_hint(tasks_daemon):
+    tasks_daemon.refuse = RequestError("not_found", "no task 99 is running or queued")
+    result = CliRunner().invoke(main, ["stop", "99"])
+    assert (result.exit_code, result.output) == (2, "governor: error: no task 99 is running or queued\n")
+
+
+def test_ps_cells_drop_only_a_whole_numbers_point_zero():
+    from governor.cli.ps_view import _triple
+
+    row = {"guarantee": {"cpu": 1.05, "memory": 2 << 30}, "demand": {"cpu": 2.0, "memory": 2 << 30},
+           "usage": {"cpu": 0.07, "memory": 812 << 20}}
+    assert (_triple(row, "cpu"), _triple(row, "memory")) == ("1.05/2/0.07", "2G/2G/812M")
