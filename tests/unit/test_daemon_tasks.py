@@ -282,3 +282,18 @@ def test_ps_looks_up_the_processes_of_the_first_tasks_only(monkeypatch):
     rows = ps.task_rows(tasks, [], allocation=None, usage={}, positions={},
                         processes=lambda task: asked.append(task.id) or ([], 1))
     assert asked == ["0", "1"] and [r["processes_total"] for r in rows] == [1, 1, None]
+
+
+def test_no_exit_status_pidfd_is_held_past_the_daemons_share_of_descriptors(daemon):
+    daemon._exit_statuses, daemon._pidfds_kept = True, 0  # as if a quarter of the limit were held
+    pidfd = os.pidfd_open(os.getpid())
+
+    async def scenario():
+        request = LaunchRequest(pid=os.getpid(), group="A", demand={"cpu": 1.0, "memory": GIB}, command=("x",))
+        await collect(daemon.stream(request, Peer(pid=os.getpid(), uid=0, gid=0, pidfd=pidfd)))
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        os.close(pidfd)
+    assert "1" in [t.id for t in daemon.tasks] and not daemon._pidfds
