@@ -55,6 +55,8 @@ def format_size(value: float | Fraction, *, precision: int = 1) -> str:
     ``format_size(12 * 1024**3) == "12.0G"``; values under 1 KiB keep no suffix.
     """
     number = float(value)
+    if abs(number) >= _HUGE * SUFFIXES["T"]:  # a hostile 1e308 is not a 300-digit line
+        return f"{number:.3g}"
     for suffix in ("T", "G", "M", "K"):
         scale = SUFFIXES[suffix]
         if abs(number) >= scale:
@@ -64,8 +66,15 @@ def format_size(value: float | Fraction, *, precision: int = 1) -> str:
 
 def format_number(value: float | Fraction, *, precision: int = 3) -> str:
     """Render a count or core figure without trailing zeros: ``3``, ``2.5``, ``0.333``."""
-    text = f"{float(value):.{precision}f}".rstrip("0").rstrip(".")
+    number = float(value)
+    if abs(number) >= _HUGE:
+        return f"{number:.3g}"
+    text = f"{number:.{precision}f}".rstrip("0").rstrip(".")
     return text if text not in ("", "-0") else "0"
+
+
+# Past this, a figure is shown as 1e+15 rather than with all its digits.
+_HUGE = 1e15
 
 
 def format_amount(resource: str, value: float | Fraction, *, unit: bool = False) -> str:

@@ -34,3 +34,12 @@ def test_every_view_uses_it():
 
     for module in (governor.cli.render, governor.cli.view_common, governor.access):
         assert module.format_amount is format_amount
+
+
+def test_hostile_magnitudes_stay_short():
+    from governor.units import format_amount
+
+    assert format_amount("cpu", 1e308) == "1e+308"
+    assert format_amount("memory", 1e308) == "1e+308"
+    assert format_amount("io.sda.read", 1e300) == "1e+300/s"
+    assert format_amount("cpu", 1.5) == "1.5" and format_amount("memory", 4 << 30) == "4.0G"
