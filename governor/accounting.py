@@ -53,11 +53,8 @@ class Ended:
         seconds, bytes, and None where unknown."""
         stats = self.stats
         task = self.task
-        return {"id": task.id, "name": task.name, "group": task.group, "user": task.user, "uid": task.uid,
-                "pid": task.pid, "command": list(task.command), "session": task.is_session,
-                "demand": dict(task.demand), "time_limit": task.time_limit, "started": task.started,
-                "ended": self.ended, "wall_s": max(0.0, self.ended - task.started), "reason": self.reason,
-                "stopped_by": self.stopped_by,
+        return {**task.to_json(), "ended": self.ended, "wall_s": max(0.0, self.ended - task.started),
+                "reason": self.reason, "stopped_by": self.stopped_by,
                 "exit_status": None if self.exit_status is None else describe(self.exit_status),
                 "cpu_s": None if stats is None else stats.cpu_usage_usec / 1e6,
                 "throttled_s": None if stats is None else stats.cpu_throttled_usec / 1e6,

@@ -43,20 +43,14 @@ def task_rows(running: Iterable[Task], queued: Iterable[Entry], *, allocation: A
         got = allocation.groups.get(task.group) if allocation else None
         used, _ = split_usage(usage.get(task.cgroup, {}))
         listed, total = processes(task) if index < TREES_LISTED else ([], None)
-        rows.append({**_common(task), "state": "running",
+        rows.append({**task.to_json(), "state": "running",
                      "guarantee": task_guarantee(task.demand, float(got.tasks) if got else 0.0), "usage": used,
                      "processes": listed, "processes_total": total})
     for entry in queued:
-        rows.append({**_common(entry.task), "state": "queued", "started": None, "queued_at": entry.queued_at,
+        rows.append({**entry.task.to_json(), "state": "queued", "started": None, "queued_at": entry.queued_at,
                      "position": positions.get(entry.task.id), "guarantee": {}, "usage": {}, "processes": [],
                      "processes_total": 0})
     return rows
-
-
-def _common(task: Task) -> dict:
-    return {"id": task.id, "name": task.name, "group": task.group, "user": task.user, "uid": task.uid,
-            "session": task.is_session, "pid": task.pid, "command": list(task.command), "started": task.started,
-            "time_limit": task.time_limit, "demand": dict(task.demand)}
 
 
 def processes(pids: Iterable[int]) -> list[dict]:

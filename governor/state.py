@@ -78,6 +78,14 @@ class Task:
         """How people see it in the log: ``task 7`` or ``session of alice``."""
         return f"session of {self.user}" if self.is_session else f"task {self.id}"
 
+    def to_json(self) -> dict:
+        """What every view of a task shares (``status``, ``ps``, ended records): ids, owner,
+        command, declared demand (cores, bytes, bytes/s), start (unix seconds), time limit
+        (seconds or None)."""
+        return {"id": self.id, "name": self.name, "group": self.group, "user": self.user, "uid": self.uid,
+                "session": self.is_session, "pid": self.pid, "command": list(self.command), "started": self.started,
+                "time_limit": self.time_limit, "demand": dict(self.demand)}
+
 
 def session_id(uid: int) -> str:
     """The id of user ``uid``'s session task (one per user)."""

@@ -108,7 +108,4 @@ def _borrowed(used: Mapping[str, float], guarantee: Mapping[str, float]) -> dict
 
 def _task(task, in_force: Callable[[str], dict[str, str]], usage: Mapping[str, Mapping[str, float]]) -> dict:
     used, pressure = split_usage(usage.get(task.cgroup, {}))
-    return {"id": task.id, "session": task.is_session, "pid": task.pid, "uid": task.uid, "user": task.user,
-            "command": list(task.command),
-            "started": task.started, "demand": dict(task.demand), "limits": in_force(task.cgroup),
-            "usage": used, "pressure": pressure}
+    return {**task.to_json(), "limits": in_force(task.cgroup), "usage": used, "pressure": pressure}
