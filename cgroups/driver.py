@@ -8,7 +8,8 @@ Code above ``cgroups/`` talks to one interface whatever the host's mode (:class:
 **The record.** A driver remembers, per cgroup, the value of every setting the kernel
 *accepted*. A refused write leaves the old value in the record, so :meth:`Driver.in_force`
 (what status shows) is what the kernel holds, never what was planned, and the next apply
-retries only what is still different.
+retries only what is still different. Equal records are one object (thousands of tasks with
+the same caps hold one), copied before a change.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import contextlib
 
 import os
 import signal
+import weakref
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +56,9 @@ class Driver:
 
     def __init__(self) -> None:
         # rel → diff key → value the kernel accepted.
-        self._written: dict[str, dict[Hashable, str]] = {}
+        self._written: dict[str, _Record] = {}
+        # A record's items → the one record with those items that cgroups share.
+        self._shared: weakref.WeakValueDictionary[tuple, _Record] = weakref.WeakValueDictionary()
         # rel → the limits last applied there in full: the same limits again write nothing and
         # need no diff (most groups, on most refills).
         self._applied: dict[str, CgroupLimits] = {}
@@ -196,14 +200,30 @@ class Driver:
             self._applied.pop(key, None)
         else:
             self._applied[key] = limits
+        record = self._written.get(key)
+        if record:
+            self._written[key] = self._shared.setdefault(tuple(record.items()), record)
         return written, errors
 
     def _apply_one(self, rel: str, limits: CgroupLimits) -> tuple[list[str], list[CgroupError]]:
         raise NotImplementedError
 
-    def _record(self, rel: str) -> dict:
-        return self._written.setdefault(_normal(rel), {})
+    def _record(self, rel: str) -> dict[Hashable, str]:
+        """The record of ``rel``, its own to change (a shared one is copied first)."""
+        key = _normal(rel)
+        record = self._written[key] = _Record(self._written.get(key, ()))
+        return record
+
+
+class _Record(dict):
+    """A cgroup's record: diff key → value the kernel accepted (a dict that weak references
+    can point at, for :attr:`Driver._shared`)."""
+
+    __slots__ = ("__weakref__",)
 
 
 def _normal(rel: str) -> str:
-    return "/".join(p for p in rel.split("/") if p and p != ".")
+    parts = rel.split("/")
+    if all(parts) and "." not in parts:
+        return rel  # the caller's string itself: a task's records share its cgroup's name
+    return "/".join(p for p in parts if p and p != ".")

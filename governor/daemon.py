@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import gc
 import logging
 import os
@@ -41,7 +42,7 @@ import resource
 import signal
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 
 import psutil
@@ -83,6 +84,10 @@ RESCAN_INTERVAL_S = 30.0
 # Task cgroups sampled per tick: groups and login sessions (the hold needs them) every tick,
 # tasks in turn. Reading all of 1,000 tasks every second took 20 % of a core (scripts/bench).
 SAMPLED_TASKS = 200
+# Cgroups read in one go by a periodic pass (sample, reconcile) before the event loop serves
+# others: ~3 ms natively. Sampling 300 cgroups at once held it for 50 ms (scripts/bench), a
+# launch meanwhile waiting as long.
+STEP = 25
 # Tasks checked per reconcile pass, in turn (their exits are watched; this catches a miss).
 RECONCILED_TASKS = 1000
 # How often, and how many times, to ask how an ended task's launched process exited (its
@@ -94,6 +99,11 @@ EXIT_STATUS_TRIES = 8
 # one (a benchmark of 10,000 tasks under a limit of 20,000 stalled so: a v1 exit watch and an
 # exit-status pidfd per task). Past it a task's exit status is unknown.
 EXIT_STATUS_FD_SHARE = 4
+# Least time between two settles: under a storm the events of these milliseconds fold into one
+# settle (one refill, not one per turn of the event loop); a sparse event settles at once.
+SETTLE_GAP_S = 0.005
+# Distinct task demands whose caps are kept (tasks that declare the same share one object).
+TASK_CAPS_KEPT = 1024
 # Young objects collected every 50,000 allocations instead of 700 (see serve()).
 GC_THRESHOLDS = (50_000, 20, 20)
 
@@ -152,6 +162,7 @@ class Daemon:
         self._closing = False
         self._batch: _Batch | None = None  # events waiting for the next settle
         self._refilled_at = 0.0  # time.perf_counter() when the last refill began
+        self._settled_at = 0.0  # time.perf_counter() when the last batch was settled
         self._changes = 0  # counts what changes the status: an event, a sample
         self._status: tuple[int, dict] | None = None  # the status reply built at that count
         self.ended: deque[Ended] = deque(maxlen=ENDED_KEPT)  # ended tasks, oldest first
@@ -169,6 +180,9 @@ class Daemon:
         self.config, self.capacity, self.io_devices, self.io_sharing = config, capacity, io_devices, io_sharing
         self.weights: dict[str, float] = {}
         self.owners = SessionOwners(config, self.uid_min)
+        # Caps follow from the demand alone: tasks that declare the same share one object.
+        self._task_caps = functools.lru_cache(maxsize=TASK_CAPS_KEPT)(
+            lambda demand: task_limits(dict(demand), io_devices=io_devices, memory_mode=config.memory_enforcement))
         self._refused: set[int] = set()  # uids whose login session systemd would not limit
 
     # ── requests ──────────────────────────────────────────────────────────────────────────
@@ -444,10 +458,11 @@ class Daemon:
     # ── admission, progressive filling and enforcement ────────────────────────────────────
 
     def _settle_soon(self, trigger: str, *, refill: bool = True, since: float | None = None) -> asyncio.Future | None:
-        """Settle once for every event of this turn of the event loop: a storm of launches, or
-        exits reported at once, is one admission and one refill, not one each; the delay is
-        bounded by one turn (a busy loop batches more). Without a running loop (the daemon's
-        methods called directly), settle now.
+        """Settle once for every event of this turn of the event loop, or of the
+        :data:`SETTLE_GAP_S` since the last settle: a storm of launches, or exits reported at
+        once, is one admission and one refill, not one each; the delay is bounded by one turn
+        plus that gap (a busy loop batches more). Without a running loop (the daemon's methods
+        called directly), settle now.
 
         Args:
             trigger: what happened, for the log and status (``launch of task 7``).
@@ -471,7 +486,11 @@ class Daemon:
             # are driven by one asyncio.run each, never ran: its events settle with these.)
             batch = self._batch = _Batch(loop.create_future(), batch.triggers if batch else [],
                                          bool(batch and batch.refill), since, since)
-            loop.call_soon(self._settle_batch)
+            wait = self._settled_at + SETTLE_GAP_S - time.perf_counter()
+            if wait > 0:
+                loop.call_later(wait, self._settle_batch)
+            else:
+                loop.call_soon(self._settle_batch)
         batch.triggers.append(trigger)
         batch.refill |= refill
         batch.since = min(batch.since, since)
@@ -490,6 +509,8 @@ class Daemon:
             batch.done.exception()  # logged above: only a launch that awaits it raises it again
         else:
             batch.done.set_result(None)
+        finally:
+            self._settled_at = time.perf_counter()
 
     def _settle(self, trigger: str, *, refill: bool = True, since: float | None = None) -> None:
         """Admit the waiting tasks that fit (discrete DRF on memory), start them, refill the
@@ -584,8 +605,8 @@ class Daemon:
         return {"task": task.id, "group": task.group, "cgroup": str(self.hierarchy.path(task.cgroup)),
                 "limits": self.hierarchy.driver.in_force(task.cgroup)}
 
-    def _caps(self, task: Task):
-        return task_limits(task.demand, io_devices=self.io_devices, memory_mode=self.config.memory_enforcement)
+    def _caps(self, task: Task) -> CgroupLimits:
+        return self._task_caps(tuple(task.demand.items()))
 
     def refill(self, trigger: str, *, since: float | None = None) -> None:
         """Re-run progressive filling over the running tasks and write the guarantees that
@@ -997,16 +1018,27 @@ class Daemon:
         """Sample every group cgroup and login session, and tasks in turn (at most
         :data:`SAMPLED_TASKS` a tick), update measured usage and, with metrics, publish the
         status snapshot they are read from (otherwise a status is built only when asked for)."""
+        for _ in self._sample_steps():
+            pass
+
+    def _sample_steps(self) -> Iterator[None]:
+        """:meth:`sample`, pausing after every :data:`STEP` cgroups read (the event loop
+        serves others meanwhile)."""
         devices = {number: name for name, number in self.io_devices.items()}
-        now = time.monotonic()
         fresh = {}
-        for rel in list(self.tasks.inside()) + [t.cgroup for t in self.tasks.logins()] + self._tasks_to_sample():
-            try:
-                current = Sample(now, self._driver(rel).read_stats(rel))
-            except CgroupError:
-                continue  # vanished between exit and refill
-            fresh[rel] = usage(self._samples.get(rel), current, devices)
-            self._samples[rel] = current
+        rels = list(self.tasks.inside()) + [t.cgroup for t in self.tasks.logins()] + self._tasks_to_sample()
+        for start in range(0, len(rels), STEP):
+            now = time.monotonic()
+            for rel in rels[start:start + STEP]:
+                try:
+                    current = Sample(now, self._driver(rel).read_stats(rel))
+                except CgroupError:
+                    continue  # vanished between exit and refill
+                fresh[rel] = usage(self._samples.get(rel), current, devices)
+                self._samples[rel] = current
+            yield
+        # A cgroup removed during a pause was forgotten: its usage must not come back.
+        fresh = {rel: used for rel, used in fresh.items() if rel in self._samples}
         self._changes += 1
         self.usage.update(fresh)
         # A group's use includes its login sessions', which run outside its cgroup.
@@ -1088,18 +1120,24 @@ class Daemon:
 
     # ── the event loop ────────────────────────────────────────────────────────────────────
 
-    async def _every(self, seconds: float, work) -> None:
+    async def _every(self, seconds: float, work: Callable[[], Iterable[None] | None]) -> None:
+        """Run ``work`` every ``seconds``; when it returns steps (a generator), let the event
+        loop serve others between two."""
         while True:
             await asyncio.sleep(seconds)
             try:
-                work()
+                for _ in work() or ():
+                    await asyncio.sleep(0)
             except Exception:
                 log.exception("periodic %s failed", getattr(work, "__name__", work))
 
-    def _reconcile(self) -> None:
+    def _reconcile(self) -> Iterator[None]:
         # A safety net behind the exit watcher, in turn: checking all of 10,000 tasks at once
-        # held the event loop for 1.5 s (scripts/bench).
-        self.check([task.id for task in self._in_turn("reconcile", list(self.tasks), RECONCILED_TASKS)], "reconcile")
+        # held the event loop for 1.5 s (scripts/bench); 1,000 in one go, 30 ms.
+        due = [task.id for task in self._in_turn("reconcile", list(self.tasks), RECONCILED_TASKS)]
+        for start in range(0, len(due), STEP):
+            self.check(due[start:start + STEP], "reconcile")
+            yield
 
     def _rescan_all(self) -> None:
         self.owners.forget()  # users and groups change while the daemon runs
@@ -1139,7 +1177,7 @@ class Daemon:
             asyncio.create_task(self._follow_exits()),
             asyncio.create_task(self._every(self.config.reconcile_interval_s, self._reconcile)),
             asyncio.create_task(self._every(max(self.config.reconcile_interval_s, RESCAN_INTERVAL_S), self._rescan_all)),
-            asyncio.create_task(self._every(self.config.sample_interval_s, self.sample)),
+            asyncio.create_task(self._every(self.config.sample_interval_s, self._sample_steps)),
         ]
         if self.notifier.watchdog_interval_s:
             workers.append(asyncio.create_task(

@@ -5,6 +5,9 @@
   of a task exits, children included (asyncinotify).
 * Elsewhere (cgroup v1 has no such file) a pidfd on the launched pid wakes the daemon when it
   exits; if children outlive it, the periodic reconcile pass notices when the cgroup empties.
+  The pidfds sit in one epoll of the watcher's own, which the event loop watches as one
+  reader: 10,000 tasks cost 10,000 descriptors and a dict entry each, not an asyncio handle
+  and a selector key each (~300 bytes).
 
 Either way the watcher only says "look at this task"; the daemon checks the cgroup itself, so a
 spurious wake-up is harmless.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 from pathlib import Path
 
 from asyncinotify import Inotify, Mask
@@ -27,6 +31,9 @@ class ExitWatcher:
         self._watches: dict[str, object] = {}
         self._keys: dict[int, str] = {}
         self._fds: dict[str, int] = {}
+        self._pidfd_keys: dict[int, str] = {}
+        self._pidfds = select.epoll()  # made now: the daemon's descriptors stay as many after a task
+        self._reading_pidfds = False
         self._exited: asyncio.Queue[str] = asyncio.Queue()
         self._reader: asyncio.Task | None = None
 
@@ -45,8 +52,12 @@ class ExitWatcher:
                 self._reader = asyncio.get_running_loop().create_task(self._read_inotify())
             return
         fd = os.pidfd_open(pid)
+        if not self._reading_pidfds:
+            asyncio.get_running_loop().add_reader(self._pidfds.fileno(), self._pids_exited)
+            self._reading_pidfds = True
+        self._pidfds.register(fd, select.EPOLLIN)
         self._fds[key] = fd
-        asyncio.get_running_loop().add_reader(fd, self._pid_exited, key)
+        self._pidfd_keys[fd] = key
 
     def unwatch(self, key: str) -> None:
         watch = self._watches.pop(key, None)
@@ -74,6 +85,9 @@ class ExitWatcher:
             self._reader.cancel()
         for key in list(self._fds):
             self._release(key)
+        if self._reading_pidfds:
+            asyncio.get_running_loop().remove_reader(self._pidfds.fileno())
+        self._pidfds.close()
         self._inotify.close()
 
     async def _read_inotify(self) -> None:
@@ -83,12 +97,16 @@ class ExitWatcher:
             if key is not None:
                 self._exited.put_nowait(key)
 
-    def _pid_exited(self, key: str) -> None:
-        self._release(key)
-        self._exited.put_nowait(key)
+    def _pids_exited(self) -> None:
+        for fd, _ in self._pidfds.poll(0):
+            key = self._pidfd_keys.get(fd)
+            if key is not None:
+                self._release(key)
+                self._exited.put_nowait(key)
 
     def _release(self, key: str) -> None:
         fd = self._fds.pop(key, None)
         if fd is not None:
-            asyncio.get_running_loop().remove_reader(fd)
+            del self._pidfd_keys[fd]
+            self._pidfds.unregister(fd)
             os.close(fd)

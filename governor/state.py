@@ -15,7 +15,7 @@ import os
 import stat
 from collections import Counter
 from collections.abc import Iterator, KeysView
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from governor.config_types import group_name_problem
@@ -44,6 +44,9 @@ class Task:
             basename); empty for a session.
         time_limit: seconds after ``started`` at which the daemon ends the whole task
             (``governor run --time-limit``), or None for no limit.
+        cgroup: the task's cgroup, relative to governor's root (a login session's: to the
+            cgroup v2 mount); derived from ``group`` and ``id``, and one string every record of
+            the task (limits, samples) shares.
     """
 
     id: str
@@ -56,12 +59,10 @@ class Task:
     started: float
     name: str = ""
     time_limit: float | None = None
+    cgroup: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def cgroup(self) -> str:
-        """The task's cgroup, relative to governor's root (a login session's: to the cgroup
-        v2 mount)."""
-        return task_cgroup(self.group, self.id)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cgroup", task_cgroup(self.group, self.id))
 
     @property
     def is_session(self) -> bool:
@@ -77,6 +78,11 @@ class Task:
     def label(self) -> str:
         """How people see it in the log: ``task 7`` or ``session of alice``."""
         return f"session of {self.user}" if self.is_session else f"task {self.id}"
+
+    def to_record(self) -> dict:
+        """What the task's record under the state directory holds: every field but the
+        derived ``cgroup``."""
+        return {name: getattr(self, name) for name in _STORED}
 
     def to_json(self) -> dict:
         """What every view of a task shares (``status``, ``ps``, ended records): ids, owner,
@@ -253,8 +259,8 @@ class TaskStore:
         temporary = self.directory / f".{task.id}.tmp"  # the daemon is the directory's one writer
         try:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "w") as stream:
-                json.dump(asdict(task), stream)
+            with os.fdopen(fd, "wb") as stream:
+                stream.write(json.dumps(task.to_record()).encode())
             os.replace(temporary, target)
         except OSError as error:
             raise GovernorError(f"cannot write task record {target}: {error.strerror}") from None
@@ -353,6 +359,7 @@ def _parse_record(task_id: str, data: bytes) -> Task:
 _RECORD_FIELDS = {"id", "group", "pid", "uid", "user", "command", "demand", "started"}
 # Fields added later: a record written before them is read without them.
 _LATER_FIELDS = {"name", "time_limit"}
+_STORED = (*sorted(_RECORD_FIELDS), *sorted(_LATER_FIELDS))
 
 
 def _whole(value: object, *, minimum: int) -> bool:

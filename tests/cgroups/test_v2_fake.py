@@ -82,6 +82,19 @@ def test_changed_field_writes_only_that_file(driver, writes):
     assert (driver.path("g") / "cpu.max").read_text() == "45000 100000"
 
 
+def test_cgroups_with_equal_limits_share_one_record_and_a_change_to_one_leaves_the_other(driver, tmp_path, writes):
+    fake_cgroup(tmp_path / "root" / "h")
+    driver.apply("g", LIMITS)
+    driver.apply("h", LIMITS)
+    assert driver._written["g"] is driver._written["h"]  # 10,000 tasks with the same caps hold one
+    writes.clear()
+    changed = CgroupLimits(cpu_quota_usec=45_000, cpu_weight=50, cpuset_cpus="1",
+                           memory_high_bytes=64 << 20, memory_max_bytes=128 << 20, io_max=LIMITS.io_max)
+    assert driver.apply("h", changed) == ["cpu.max"]
+    assert driver.in_force("g")["cpu.max"] == "30000 100000" and driver.in_force("h")["cpu.max"] == "45000 100000"
+    assert driver.apply("g", LIMITS) == [] and writes == [("cpu.max", "45000 100000")]
+
+
 def test_unset_field_is_reset_to_unlimited(driver, writes):
     driver.apply("g", LIMITS)
     writes.clear()

@@ -291,8 +291,9 @@ def test_a_refill_that_came_first_makes_the_batch_skip_its_own(daemon):
 
     async def exit_then_weight():
         daemon.check(["1"], "exit")
+        settled = daemon._batch.done
         daemon.set_weight("B", 2.0, "root")  # settles now, exit included
-        await asyncio.sleep(0)
+        await settled
 
     asyncio.run(exit_then_weight())
     assert refill_triggers(daemon)[before:] == ["refill after weight of B"]
@@ -600,6 +601,18 @@ def test_status_is_built_once_per_change_and_shared(daemon):
     assert daemon.status() is first  # many watchers, one build
     daemon.set_weight("A", 2.0, "root")
     assert daemon.status() is not first and daemon.status()["groups"]["A"]["weight"] == 2.0
+
+
+def test_a_sampling_pass_pauses_between_steps_and_a_task_ended_meanwhile_keeps_no_usage(daemon, monkeypatch):
+    monkeypatch.setattr("governor.daemon.STEP", 2)
+    for pid in (100, 200, 300):
+        launch(daemon, pid, group="A", cpu=0.1, memory=GIB)
+    steps = daemon._sample_steps()
+    next(steps)  # A and A/task-1 read; the event loop may serve others here
+    daemon.hierarchy.driver.procs["A/task-1"] = []
+    daemon.check(["1"], "exit")
+    assert len(list(steps)) == 1  # A/task-2 and A/task-3
+    assert set(daemon.usage) == {"A", "A/task-2", "A/task-3"}
 
 
 def test_tasks_are_sampled_in_turn_beyond_the_bound(daemon, monkeypatch):
