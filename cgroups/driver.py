@@ -96,12 +96,18 @@ class Driver:
 
     def in_force(self, rel: str) -> dict[str, str]:
         """The settings of cgroup ``rel`` the kernel accepted from this driver: file → value
-        (per-device files: their lines joined by ``", "``)."""
-        shown: dict[str, str] = {}
-        for key, value in self._written.get(_normal(rel), {}).items():
-            file = key[-2] if isinstance(key, tuple) and len(key) == 3 else key[0]
-            shown[file] = f"{shown[file]}, {value}" if file in shown else value
-        return shown
+        (per-device files: their lines joined by ``", "``). One object for every cgroup with
+        an equal record (a status of 10,000 tasks builds it once): callers must not modify it."""
+        record = self._written.get(_normal(rel))
+        if record is None:
+            return {}
+        if record.shown is None:
+            shown: dict[str, str] = {}
+            for key, value in record.items():
+                file = key[-2] if isinstance(key, tuple) and len(key) == 3 else key[0]
+                shown[file] = f"{shown[file]}, {value}" if file in shown else value
+            record.shown = shown
+        return record.shown
 
     def forget(self, rel: str) -> None:
         """Drop the record of the leaf cgroup ``rel`` after removing it (``""``, the root:
@@ -217,9 +223,14 @@ class Driver:
 
 class _Record(dict):
     """A cgroup's record: diff key → value the kernel accepted (a dict that weak references
-    can point at, for :attr:`Driver._shared`)."""
+    can point at, for :attr:`Driver._shared`), and its :meth:`Driver.in_force` view once
+    built (``shown``): a record is not changed once applied (:meth:`Driver._record` copies)."""
 
-    __slots__ = ("__weakref__",)
+    __slots__ = ("__weakref__", "shown")
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.shown: dict[str, str] | None = None
 
 
 def _normal(rel: str) -> str:
