@@ -185,20 +185,26 @@ def test_a_daemon_killed_mid_storm_readopts_each_live_task_once_and_leaves_no_or
 
 
 def test_a_churn_of_ten_thousand_short_tasks_leaks_nothing(gov):
+    # Memory is compared between the two halves: the first grows what is kept at its high
+    # water (allocator arenas, the mover thread's, dict tables), 2-4 MiB of ~37 whatever the
+    # code; a leak grows the second half as much as the first.
     pid = gov.daemon.pid
     warm = as_nobody(lambda: churn(gov.socket, 1_000, 16, "F"))
     settle(gov, "the warm-up tasks to end", lambda: not task_cgroups(gov))
     fds, rss = fd_count(pid), rss_bytes(pid)
     start = time.monotonic()
-    result = as_nobody(lambda: churn(gov.socket, 10_000, 16, "F"))
+    first = as_nobody(lambda: churn(gov.socket, 5_000, 16, "F"))
+    settle(gov, "the first half to end", lambda: not task_cgroups(gov))
+    half = rss_bytes(pid)
+    second = as_nobody(lambda: churn(gov.socket, 5_000, 16, "F"))
     seconds = time.monotonic() - start
     settle(gov, "every task to end", lambda: not task_cgroups(gov) and not gov.status()["groups"])
     settle(gov, "fds back", lambda: fd_count(pid) <= fds, 20)
-    trips = result["trips"]
+    trips = sorted(first["trips"] + second["trips"])
     print(f"\nchurn: 10,000 tasks (16 clients at a time) in {seconds:.0f} s, {10_000 / seconds:.0f}/s; round trip "
           f"p50 {trips[len(trips) // 2] * 1000:.1f} ms, p99 {trips[int(len(trips) * 0.99)] * 1000:.1f} ms; "
-          f"failed {result['failed']} (warm-up {warm['failed']}); RSS {rss / 2**20:.1f} -> "
-          f"{rss_bytes(pid) / 2**20:.1f} MiB, fds {fds} -> {fd_count(pid)}")
-    assert result["failed"] == 0 and warm["failed"] == 0
+          f"failed {first['failed'] + second['failed']} (warm-up {warm['failed']}); RSS {rss / 2**20:.1f} -> "
+          f"{half / 2**20:.1f} -> {rss_bytes(pid) / 2**20:.1f} MiB, fds {fds} -> {fd_count(pid)}")
+    assert first["failed"] == 0 and second["failed"] == 0 and warm["failed"] == 0
     assert not list(Path(gov.status()["daemon"]["config"]).parent.joinpath("state").glob("*.json"))
-    assert rss_bytes(pid) <= rss * 1.10
+    assert rss_bytes(pid) <= half * 1.04
