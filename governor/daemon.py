@@ -42,7 +42,6 @@ import resource
 import signal
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 
@@ -73,7 +72,7 @@ from governor.procevents import ProcessEvents
 from governor.server import ControlServer
 from governor.sessions import SessionOwners, login_uid_min
 from governor.state import Task, Tasks, TaskStore, login_id, session_id
-from governor.status import build_status
+from governor.status import StatusReply, build_status
 from governor.units import format_amount
 from governor.usage import Sample, usage
 
@@ -162,16 +161,12 @@ class Daemon:
         self._process_events: ProcessEvents | None = None
         self._closing = False
         self._batch: _Batch | None = None  # events waiting for the next settle
-        # While serving, started tasks' processes move in on a thread of their own: a move
-        # waits for an RCU grace period (6-16 ms here), which would hold the event loop.
-        self._mover: ThreadPoolExecutor | None = None
-        self._moves_in_flight: set[asyncio.Future] = set()
-        self._moving: set[str] = set()  # tasks started whose process is still moving in
         self._refilled_at = 0.0  # time.perf_counter() when the last refill began
         self._settled_at = 0.0  # time.perf_counter() when the last batch was settled
         self._changes = 0  # counts what changes the status: an event, a sample
         self._status: tuple[int, dict] | None = None  # the status reply built at that count
         self._status_tasks: dict[str, tuple] = {}  # its task entries, kept while unchanged
+        self._status_json: dict[int, tuple[dict, str]] = {}  # and their JSON, once encoded
         self.ended: deque[Ended] = deque(maxlen=ENDED_KEPT)  # ended tasks, oldest first
         self._ending: dict[str, tuple[str, str | None]] = {}  # tasks the daemon killed → why, by whom
         self._time_limits: dict[str, asyncio.TimerHandle] = {}  # task → the timer that ends it
@@ -508,75 +503,45 @@ class Daemon:
         batch, self._batch = self._batch, None
         # A refill since the last of these events (a reload's, a hold's) already counted them.
         refill = batch.refill and self._refilled_at < batch.latest
-        trigger = _combined(batch.triggers)
-        starting: list[_Starting] = []
         try:
-            starting = self._admit(trigger, refill=refill, since=batch.since)
-            if starting and self._mover is not None:
-                moving = asyncio.get_running_loop().run_in_executor(self._mover, _moves, self, starting)
-                self._moves_in_flight.add(moving)
-                moving.add_done_callback(functools.partial(self._moved_batch, batch, starting, trigger))
-                return
-            self._started(starting, _moves(self, starting), trigger)
+            self._settle(_combined(batch.triggers), refill=refill, since=batch.since)
         except Exception as error:
-            self._moving.difference_update(s.entry.task.id for s in starting)
-            self._settle_failed(batch, trigger, error)
+            log.exception("settling after %s failed", _combined(batch.triggers))
+            batch.done.set_exception(error)
+            batch.done.exception()  # logged above: only a launch that awaits it raises it again
         else:
             batch.done.set_result(None)
         finally:
             self._settled_at = time.perf_counter()
 
-    def _moved_batch(self, batch: _Batch, starting: list[_Starting], trigger: str, moving: asyncio.Future) -> None:
-        """The mover thread moved a batch's processes in: answer their clients."""
-        self._moves_in_flight.discard(moving)
-        try:
-            self._started(starting, moving.result(), trigger)
-        except Exception as error:  # a bug: the reconcile pass finds what it left
-            self._moving.difference_update(s.entry.task.id for s in starting)
-            self._settle_failed(batch, trigger, error)
-        else:
-            batch.done.set_result(None)
-
-    @staticmethod
-    def _settle_failed(batch: _Batch, trigger: str, error: BaseException) -> None:
-        log.error("settling after %s failed", trigger, exc_info=error)
-        batch.done.set_exception(error)
-        batch.done.exception()  # logged above: only a launch that awaits it raises it again
-
     def _settle(self, trigger: str, *, refill: bool = True, since: float | None = None) -> None:
         """Admit the waiting tasks that fit (discrete DRF on memory), start them, refill the
         groups once, and tell the clients still waiting where they stand. Nothing starts while
         the daemon stops: its waiting clients will ask the next one."""
-        starting = self._admit(trigger, refill=refill, since=since)
-        self._started(starting, _moves(self, starting), trigger)
-
-    def _admit(self, trigger: str, *, refill: bool = True, since: float | None = None) -> list[_Starting]:
-        """:meth:`_settle` up to moving the started tasks' processes in (:func:`_moves`, then
-        :meth:`_started`): their cgroups are made and counted in the refill, and they have
-        left the queue. Returns them, each with its own pidfd of its process (or None)."""
         if self._closing:
-            return []
+            return
         self._changes += 1  # the queue changes, even when nothing is logged
         waiting = [Waiting(e.task.id, e.task.group, e.task.demand) for e in self.queue.values() if not e.decided]
         counts = self.tasks.counts()
         weights = {w.group: self._weight(w.group) for w in waiting}
         self.admission = admit(self.capacity, self.tasks.demands(), counts, weights, waiting)
-        admitted = [self.queue[task_id] for task_id in self.admission.admitted]
-        if admitted and self.cpu_saturated:
+        starting = [self.queue[task_id] for task_id in self.admission.admitted]
+        if starting and self.cpu_saturated:
             # A new task's cap may exceed its group's held quota, which cgroup v1 refuses; the
             # next sample decides again.
             self._hold(False, "a task starts: groups are no longer held to their CPU guarantees")
-        for entry in admitted:
+        for entry in starting:
             self._create(entry)
-        starting = [_Starting(entry, _dup(entry.pidfd)) for entry in admitted if not entry.decided]
-        if refill or starting:
+        started = [e for e in starting if not e.decided]
+        if refill or started:
             self.refill(trigger, since=since)
-        for entry in admitted:  # decided or starting: the queue holds only what waits
+        moved = [entry for entry in started if self._move_in(entry)]
+        if len(moved) < len(started):
+            self.refill(f"failed start after {trigger}")
+        for entry in starting:  # decided: the queue holds only what waits
             self.queue.pop(entry.task.id, None)
         for entry in self.queue.values():
             entry.wake.set()
-        self._moving.update(s.entry.task.id for s in starting)
-        return starting
 
     def _create(self, entry: Entry) -> None:
         """Make an admitted task's cgroup with its caps; on failure refuse its launch. A task
@@ -591,41 +556,42 @@ class Daemon:
             return
         self.tasks.add(task)
 
-    def _started(self, starting: list[_Starting], errors: list[GovernorError | None], trigger: str) -> None:
-        """Answer the clients of tasks whose processes were moved in (:func:`_moves`, one
-        error or None each): a task whose move failed is forgotten and refused, and the groups
-        refilled without it."""
-        self._moving.difference_update(s.entry.task.id for s in starting)
-        failed = False
-        for start, error in zip(starting, errors):
-            task, pidfd = start.entry.task, start.pidfd
-            if error is not None:
-                failed = True
-                if pidfd is not None:
-                    os.close(pidfd)
-                if self.tasks.get(task.id) is task:
-                    self._forget(task)
-                if not isinstance(error, RequestError):
-                    code = ("bad_request" if isinstance(error, CgroupWriteError) and error.errno == errno.ESRCH
-                            else "unavailable")
-                    error = RequestError(code, str(error))
-                start.entry.decide(error=error)
-                continue
-            self._watch(task)
-            self._arm_time_limit(task)
-            if pidfd is not None and self._exit_statuses and len(self._pidfds) < self._pidfds_kept:
-                self._pidfds[task.id] = pidfd
-            elif pidfd is not None:
-                os.close(pidfd)
-            waited = time.time() - start.entry.queued_at
-            if self.metrics:
-                self.metrics.admitted(waited)
-            self._event("task_started", f"task {task.id} started: pid {task.pid}, user {task.user}, "
-                                        f"group {task.group}, demand {_vector(task.demand)}"
-                                        + (f", after {waited:.1f} s in the queue" if waited >= 0.1 else ""))
-            start.entry.decide(reply=self._started_reply(task))
-        if failed:
-            self.refill(f"failed start after {trigger}")
+    def _move_in(self, entry: Entry) -> bool:
+        """Move an admitted task's pid into its cgroup and answer its client.
+
+        The pid is the client's only while the client's process lives: it is checked before the
+        move, and after it (had the process ended meanwhile, the pid moved may be another's)."""
+        task = entry.task
+        try:
+            _still_running(entry)
+            # The record first: a daemon killed after the move must find it, or the process
+            # would run on in a cgroup nobody governs (killed before the move, the record of
+            # an empty cgroup is dropped at the restart).
+            self.store.save(task)
+            self.hierarchy.driver.move(task.cgroup, task.pid)
+            _still_running(entry)
+        except GovernorError as error:
+            self._forget(task)
+            if not isinstance(error, RequestError):
+                code = "bad_request" if isinstance(error, CgroupWriteError) and error.errno == errno.ESRCH else "unavailable"
+                error = RequestError(code, str(error))
+            entry.decide(error=error)
+            return False
+        self._watch(task)
+        self._arm_time_limit(task)
+        if entry.pidfd is not None and self._exit_statuses and len(self._pidfds) < self._pidfds_kept:
+            try:
+                self._pidfds[task.id] = os.dup(entry.pidfd)
+            except OSError as error:
+                log.warning("task %s: no exit status will be known: %s", task.id, error)
+        waited = time.time() - entry.queued_at
+        if self.metrics:
+            self.metrics.admitted(waited)
+        self._event("task_started", f"task {task.id} started: pid {task.pid}, user {task.user}, group {task.group}, "
+                                    f"demand {_vector(task.demand)}" + (f", after {waited:.1f} s in the queue"
+                                                                        if waited >= 0.1 else ""))
+        entry.decide(reply=self._started_reply(task))
+        return True
 
     def _task_of(self, pid: int) -> Task | None:
         """The launched task (not a session) process ``pid`` runs in, if any."""
@@ -870,7 +836,7 @@ class Daemon:
         ended = []
         for task_id in task_ids:
             task = self.tasks.get(task_id)
-            if task is None or task_id in self._moving:  # an empty cgroup while its process moves in
+            if task is None:
                 continue
             if self._alive(task):
                 if trigger == "exit":
@@ -1139,7 +1105,7 @@ class Daemon:
             in_force=lambda rel: self._driver(rel).in_force(rel), usage=self.usage, filling=self.filling,
             queue=queue_view(self.queue, self.admission), events=list(self.events), kept=self._status_tasks,
         )
-        self._status = (self._changes, {"status": status})
+        self._status = (self._changes, StatusReply(status, self._status_json))
         return self._status[1]
 
     def _event(self, kind: str, message: str, level: int = logging.INFO) -> None:
@@ -1194,7 +1160,6 @@ class Daemon:
     async def serve(self, socket_path: str) -> None:
         """Run until SIGTERM or SIGINT; tasks keep running after the daemon stops."""
         self._watcher = ExitWatcher()
-        self._mover = ThreadPoolExecutor(max_workers=1, thread_name_prefix="governor-mover")
         self.readopt()
         for task in list(self.tasks):
             self._watch(task)
@@ -1236,8 +1201,6 @@ class Daemon:
             for worker in workers:
                 worker.cancel()
             await server.close()
-            await asyncio.gather(*self._moves_in_flight, return_exceptions=True)  # then answered
-            self._mover.shutdown()
             self._watcher.close()
             if self._process_events is not None:
                 asyncio.get_running_loop().remove_reader(self._process_events.fileno())
@@ -1275,63 +1238,18 @@ def _combined(triggers: list[str]) -> str:
                      else kind for kind, same in tasks.items())
 
 
-@dataclass
-class _Starting:
-    """A task admitted and its cgroup made, whose process is still to move in; ``pidfd`` is
-    the daemon's own of that process (the client's connection may close meanwhile)."""
-
-    entry: Entry
-    pidfd: int | None
-
-
-def _moves(daemon: Daemon, starting: list[_Starting]) -> list[GovernorError | None]:
-    """Move each starting task's process into its cgroup: None, or why it could not be.
-    Thread-safe (the mover thread runs it): it writes the task's record and cgroupfs, and
-    changes nothing else of the daemon's.
-
-    The pid is the client's only while the client's process lives: it is checked before the
-    move, and after it (had the process ended meanwhile, the pid moved may be another's). The
-    record comes first: a daemon killed after the move must find it, or the process would run
-    on in a cgroup nobody governs (killed before the move, the record of an empty cgroup is
-    dropped at the restart)."""
-    errors: list[GovernorError | None] = []
-    for start in starting:
-        task = start.entry.task
-        try:
-            _still_running(task, start.pidfd)
-            daemon.store.save(task)
-            daemon.hierarchy.driver.move(task.cgroup, task.pid)
-            _still_running(task, start.pidfd)
-        except GovernorError as error:
-            errors.append(error)
-        else:
-            errors.append(None)
-    return errors
-
-
-def _dup(fd: int | None) -> int | None:
-    """A descriptor of the daemon's own for ``fd`` (None when there is none, or none is left)."""
-    if fd is None:
-        return None
-    try:
-        return os.dup(fd)
-    except OSError as error:
-        log.warning("cannot keep a pidfd (%s): its task's start is not checked, its exit status not known", error)
-        return None
-
-
-def _still_running(task: Task, pidfd: int | None) -> None:
-    """Raise unless the process that asked for ``task`` (``pidfd``) is still running.
+def _still_running(entry: Entry) -> None:
+    """Raise unless the process that asked for ``entry`` (its pidfd) is still running.
 
     Raises:
         RequestError: ``bad_request``, the process has exited.
     """
-    if pidfd is None:
+    if entry.pidfd is None:
         return
     try:
-        signal.pidfd_send_signal(pidfd, 0)
+        signal.pidfd_send_signal(entry.pidfd, 0)
     except ProcessLookupError:
-        raise RequestError("bad_request", f"process {task.pid}, which asked to be governed, has exited; "
+        raise RequestError("bad_request", f"process {entry.task.pid}, which asked to be governed, has exited; "
                                           "its pid is not governed") from None
     except PermissionError:
         pass  # alive, and not ours to signal (a daemon not run as root)

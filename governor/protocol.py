@@ -284,7 +284,22 @@ def error(code: str, message: str) -> bytes:
 
 
 def _encode(reply: dict) -> bytes:
-    text = json.dumps(reply, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return as_line(encode_json(reply))
+
+
+def encode_json(value: object) -> str:
+    """``value`` as compact JSON text, as replies are written (parts of a reply encoded apart,
+    then joined: :class:`governor.status.StatusReply`).
+
+    Raises:
+        ValueError: NaN or infinity in ``value``.
+        TypeError: something JSON cannot encode.
+    """
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def as_line(text: str) -> bytes:
+    """A reply's JSON text as the bytes of one line."""
     try:
         return text.encode() + b"\n"
     except UnicodeEncodeError:  # a lone surrogate (a name read with surrogateescape): shown as U+FFFD

@@ -226,9 +226,12 @@ class ControlServer:
 
     def _ok(self, payload: dict) -> bytes:
         """:func:`~governor.protocol.ok`, encoding a payload sent just before once (a handler
-        hands every watcher the same status object, and never modifies a payload it gave)."""
+        hands every watcher the same status object, and never modifies a payload it gave); a
+        payload with an ``encoded()`` method encodes itself
+        (:class:`~governor.status.StatusReply`)."""
         if self._encoded is None or self._encoded[0] is not payload:
-            self._encoded = (payload, ok(payload))
+            encoded = getattr(payload, "encoded", None)
+            self._encoded = (payload, encoded() if encoded is not None else ok(payload))
         return self._encoded[1]
 
     async def _send(self, writer: asyncio.StreamWriter, reply: bytes) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from governor.model import Allocation
+from governor.protocol import as_line, encode_json
 from governor.state import Tasks
 
 
@@ -127,3 +128,51 @@ def _task(task, in_force: Callable[[str], dict[str, str]], usage: Mapping[str, M
     entry = {**task.to_json(), "limits": limits, "usage": used, "pressure": pressure}
     entries[task.cgroup] = (task, limits, sampled, entry)
     return entry
+
+
+class StatusReply(dict):
+    """The reply ``{"status": status}``, whose line (:meth:`encoded`, what
+    :func:`governor.protocol.ok` makes of it, with ``groups`` last) reuses the JSON of every
+    task entry encoded for the last status: a status of 1,000 tasks took 10-20 ms to encode
+    whole, 10 times a second under a launch storm, each time holding the event loop.
+
+    Args:
+        status: the status object (:func:`build_status`).
+        kept: task entry id → (entry, its JSON) of the last encoding, replaced by this one's
+            when it is encoded (the entry is held so that its id is not reused).
+    """
+
+    def __init__(self, status: dict, kept: dict[int, tuple[dict, str]]):
+        super().__init__(status=status)
+        self._kept = kept
+        self._line: bytes | None = None
+
+    def encoded(self) -> bytes:
+        """The reply line (once; the same bytes at each call).
+
+        Raises:
+            ValueError, TypeError: as :func:`governor.protocol.encode_json`.
+        """
+        if self._line is None:
+            status, fresh = self["status"], {}
+            groups = ",".join(f"{encode_json(name)}:{self._group(group, fresh)}"
+                              for name, group in status["groups"].items())
+            self._kept.clear()
+            self._kept.update(fresh)
+            rest = encode_json({k: v for k, v in status.items() if k != "groups"})
+            self._line = as_line(f'{{"ok":true,"status":{_ending_with(rest, "groups", f"{{{groups}}}")}}}')
+        return self._line
+
+    def _group(self, group: dict, fresh: dict[int, tuple[dict, str]]) -> str:
+        tasks = []
+        for entry in group["tasks"]:
+            last = self._kept.get(id(entry))
+            text = last[1] if last is not None and last[0] is entry else encode_json(entry)
+            fresh[id(entry)] = (entry, text)
+            tasks.append(text)
+        return _ending_with(encode_json({k: v for k, v in group.items() if k != "tasks"}), "tasks", f"[{','.join(tasks)}]")
+
+
+def _ending_with(encoded: str, key: str, value: str) -> str:
+    """The JSON object ``encoded`` with ``key``: ``value`` (JSON text) added as its last member."""
+    return f"{encoded[:-1]}{',' if encoded != '{}' else ''}{encode_json(key)}:{value}}}"

@@ -186,7 +186,7 @@ def test_a_daemon_killed_mid_storm_readopts_each_live_task_once_and_leaves_no_or
 
 def test_a_churn_of_ten_thousand_short_tasks_leaks_nothing(gov):
     # Memory is compared between the two halves: the first grows what is kept at its high
-    # water (allocator arenas, the mover thread's, dict tables), 2-4 MiB of ~37 whatever the
+    # water (allocator arenas, dict tables), 2-4 MiB of ~37 whatever the
     # code; a leak grows the second half as much as the first.
     pid = gov.daemon.pid
     warm = as_nobody(lambda: churn(gov.socket, 1_000, 16, "F"))

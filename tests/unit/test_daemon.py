@@ -8,8 +8,6 @@ import asyncio
 import errno
 import os
 import subprocess
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -357,38 +355,6 @@ def test_a_pid_that_vanished_before_the_move_is_rolled_back(daemon):
     assert [t.id for t in daemon.tasks] == ["1"] and not daemon.queue
     assert guarantee_cores(daemon, "A") == pytest.approx(1.0)
     assert [t.id for t in daemon.store.load_all()[0]] == ["1"]
-
-
-def test_a_move_runs_on_the_mover_thread_while_the_loop_serves_and_its_task_is_not_taken_for_ended(daemon):
-    # A move waits for an RCU grace period (6-16 ms on the benchmark host): off the event loop.
-    driver, moving, release = daemon.hierarchy.driver, threading.Event(), threading.Event()
-    move = driver.move
-
-    def slow_move(rel, pid):
-        moving.set()
-        assert release.wait(10)
-        move(rel, pid)
-
-    driver.move = slow_move
-    daemon._mover = ThreadPoolExecutor(max_workers=1)
-
-    async def launch_while_reconciling():
-        request = LaunchRequest(pid=100, group="A", demand={"cpu": 1.0, "memory": GIB}, command=("work",))
-        launched = asyncio.ensure_future(collect(daemon.stream(request, Peer(pid=100, uid=0, gid=0))))
-        while not moving.is_set():
-            await asyncio.sleep(0.001)
-        daemon.check(["1"], "reconcile")  # its cgroup is empty while its process moves in
-        assert [t.id for t in daemon.tasks] == ["1"] and not launched.done()
-        assert [t["id"] for t in daemon.status()["groups"]["A"]["tasks"]] == ["1"]
-        release.set()
-        return (await launched)[-1]
-
-    try:
-        reply = asyncio.run(launch_while_reconciling())
-    finally:
-        daemon._mover.shutdown()
-    assert reply["task"] == "1" and driver.procs["A/task-1"] == [100]
-    assert daemon._watcher.watched == {"1"} and not daemon._moving
 
 
 def test_a_client_whose_process_exited_cannot_have_its_pid_governed(daemon):
