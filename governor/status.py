@@ -170,7 +170,8 @@ class StatusReply(dict):
             text = last[1] if last is not None and last[0] is entry else encode_json(entry)
             fresh[id(entry)] = (entry, text)
             tasks.append(text)
-        return _ending_with(encode_json({k: v for k, v in group.items() if k != "tasks"}), "tasks", f"[{','.join(tasks)}]")
+        rest = encode_json({k: v for k, v in group.items() if k != "tasks"})
+        return _ending_with(rest, "tasks", f"[{','.join(tasks)}]")
 
 
 def _ending_with(encoded: str, key: str, value: str) -> str:

@@ -17,11 +17,10 @@ REPO = Path(__file__).resolve().parents[1]
 DAEMON_NICE = -5
 
 
-
 def tmpfs() -> str:
     """Where records go in a benchmark: ``/run`` when it is a tmpfs (as on a systemd host, whose
-    default state_dir is /run/governor/state), else ``/dev/shm``. On this host /run is on ext4,
-    where replacing a record costs ~1 ms (a tenth of the daemon's time in the storm)."""
+    default state_dir is /run/governor/state), else ``/dev/shm``: on the README's host /run is on
+    ext4, where replacing a record cost ~1 ms, a tenth of the daemon's time in the storm."""
     mounts = dict(line.split()[1:3] for line in Path("/proc/mounts").read_text().splitlines())
     for directory in ("/run", "/dev/shm"):
         if mounts.get(directory) == "tmpfs":
