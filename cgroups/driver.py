@@ -33,6 +33,9 @@ __all__ = ["ApplyReport", "Driver", "KILL_ROUNDS"]
 KILL_ROUNDS = 10
 
 
+_NOTHING_WRITTEN: dict[str, str] = {}  # one object: callers must not modify what in_force returns
+
+
 @dataclass
 class ApplyReport:
     """What one :meth:`Driver.apply_plan` did.
@@ -100,7 +103,7 @@ class Driver:
         an equal record (a status of 10,000 tasks builds it once): callers must not modify it."""
         record = self._written.get(_normal(rel))
         if record is None:
-            return {}
+            return _NOTHING_WRITTEN
         if record.shown is None:
             shown: dict[str, str] = {}
             for key, value in record.items():

@@ -618,6 +618,11 @@ def test_a_task_entry_of_status_is_rebuilt_only_when_its_task_limits_or_usage_ch
     second = entries()
     assert second["1"] is not first["1"] and second["1"]["usage"] == {"cpu": 0.5}
     assert second["2"] is first["2"]
+    daemon.hierarchy.driver.apply("B/task-2", daemon._task_caps((("cpu", 2.0), ("memory", GIB))))
+    daemon._changes += 1
+    third = entries()
+    assert third["2"] is not second["2"] and third["2"]["limits"]["cpu.max"] == "200000 100000"
+    assert third["1"] is second["1"]
 
 
 def test_a_sampling_pass_pauses_between_steps_and_a_task_ended_meanwhile_keeps_no_usage(daemon, monkeypatch):

@@ -8,7 +8,9 @@ from hypothesis import given, strategies as st
 from governor.protocol import ok
 from governor.status import StatusReply
 
-TEXT = st.text(max_size=8)  # any code point, lone surrogates and quotes among them
+# Any text, lone surrogates (which ``characters()`` leaves out) and quotes among it.
+TEXT = st.text(st.characters() | st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF, blacklist_categories=()),
+               max_size=8)
 VALUES = st.recursive(st.none() | st.booleans() | st.floats(allow_nan=False, allow_infinity=False) | TEXT,
                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
                       max_leaves=6)
@@ -18,11 +20,16 @@ STATUS = st.dictionaries(TEXT.filter(lambda k: k != "groups"), VALUES, max_size=
     lambda rest: st.dictionaries(TEXT, GROUP, max_size=3).map(lambda g: {**rest, "groups": g}))
 
 
-@given(STATUS)
-def test_the_joined_line_decodes_to_what_ok_encodes(status):
-    line = StatusReply(status, {}).encoded()
-    assert line.endswith(b"\n") and line.count(b"\n") == 1
-    assert json.loads(line) == json.loads(ok({"status": status}))
+@given(STATUS, st.data())
+def test_the_joined_line_decodes_to_what_ok_encodes_with_entries_kept_or_not(status, data):
+    kept = {}
+    for _ in range(2):  # the second time, the entries drawn again are reused from the first
+        line = StatusReply(status, kept).encoded()
+        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        assert json.loads(line) == json.loads(ok({"status": status}))
+        status = {**status, "groups": {name: {**group, "tasks": data.draw(st.lists(
+            st.sampled_from(group["tasks"]) | st.dictionaries(TEXT, VALUES, max_size=2), max_size=3))
+            if group["tasks"] else []} for name, group in status["groups"].items()}}
 
 
 def test_a_task_entry_kept_from_the_last_status_is_not_encoded_again():
