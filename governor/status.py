@@ -49,6 +49,7 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
     which the last filling stopped the groups a saturated resource held back.
     """
     groups = {}
+    last = kept or {}
     entries: dict[str, tuple] = {}
     allocated = {r: 0.0 for r in capacity}
     used = {r: 0.0 for r in capacity}
@@ -69,7 +70,7 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
             "usage": group_usage,
             "borrowed": _borrowed(group_usage, got.allocation if got else {}),
             "pressure": group_pressure,
-            "tasks": [_task(t, in_force, usage, kept or {}, entries) for t in members],
+            "tasks": [_task(t, in_force, usage, last, entries) for t in members],
         }
     if kept is not None:
         kept.clear()
