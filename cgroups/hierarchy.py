@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -35,12 +36,14 @@ LOGIN_SLICE = re.compile(r"/user\.slice/user-(\d+)\.slice(?:/|$)")
 
 class Location(NamedTuple):
     """Where a process is: ``rel``, its cgroup relative to governor's root (``""``: the root
-    itself; None: outside it), and ``login_uid``, the uid whose systemd user slice
+    itself; None: outside it), ``login_uid``, the uid whose systemd user slice
     (``/user.slice/user-<uid>.slice/…``, where logind tracks that user's sessions) it is in,
-    or None."""
+    or None, and ``paths``, its ``/proc/<pid>/cgroup`` (hierarchy key → path; None where not
+    read), which tells whether another daemon's root holds it."""
 
     rel: str | None
     login_uid: int | None
+    paths: Mapping[str, str] | None = None
 
 
 @dataclass
@@ -93,11 +96,11 @@ class Hierarchy:
         systemd = LOGIN_SLICE.match(paths.get("name=systemd", paths.get("")) or "")
         login = int(systemd.group(1)) if systemd else None
         if path is None or self.proc_root is None:
-            return Location(None, login)
+            return Location(None, login, paths)
         if path == self.proc_root:
-            return Location("", login)
+            return Location("", login, paths)
         prefix = self.proc_root.rstrip("/") + "/"
-        return Location(path[len(prefix):] if path.startswith(prefix) else None, login)
+        return Location(path[len(prefix):] if path.startswith(prefix) else None, login, paths)
 
     def io_sharing(self, disk: str) -> str:
         """How a guarantee on whole disk ``disk`` is enforced here (:func:`governor.cgroups.devices.io_sharing`)."""

@@ -62,7 +62,7 @@ _MIN_QUOTA_USEC = 1_000
 _WEIGHT_RANGE = (1, 10_000)
 _SHARES_RANGE = (2, 262_144)
 _BFQ_WEIGHT_RANGE = (1, 1_000)
-_DEVICE_RE = re.compile(r"^\d+:\d+$")
+_DEVICE_RE = re.compile(r"\d+:\d+")
 
 V2_ORDER: tuple[str, ...] = ("cpu.weight", "cpu.max", "cpuset.cpus", "memory.low", "memory.high",
                              "memory.max", "io.weight", "io.bfq.weight", "io.max")
@@ -98,7 +98,7 @@ class IoMax:
     wbps: int | None = None
 
     def __post_init__(self) -> None:
-        if not _DEVICE_RE.match(self.device):
+        if not _DEVICE_RE.fullmatch(self.device):
             raise ValueError(f"io device must be 'MAJ:MIN', got {self.device!r}")
         for name in ("rbps", "wbps"):
             rate = getattr(self, name)
@@ -126,7 +126,7 @@ class IoWeight:
     controller: str = "io.weight"
 
     def __post_init__(self) -> None:
-        if not _DEVICE_RE.match(self.device):
+        if not _DEVICE_RE.fullmatch(self.device):
             raise ValueError(f"io device must be 'MAJ:MIN', got {self.device!r}")
         low, high = _WEIGHT_RANGE
         if not low <= self.weight <= high:

@@ -27,10 +27,13 @@ _ENFORCEMENT_FILES = {
 def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     """Check the config FILE and print a summary of it; exit 2 if it is refused.
 
-    Without --portable it runs every check the daemon runs at start on this host (the reserve
-    leaves something, each governed device exists) and warns, on stderr, of names this host
-    does not know (users, Unix groups, the admin group). Sizes print with K/M/G/T suffixes
-    (powers of 1024); CPU is in cores.
+    Without --portable it runs every check the daemon runs at start on this host (the file is
+    root's and writable by nobody else, the reserve leaves something, each governed device
+    exists, the state directory can be trusted), prints who each group is today (its users,
+    the members of its Unix groups, the users of "*") with its floor, the share of every
+    resource DRF promises it while every group is busy, and warns, on stderr, of names this
+    host does not know (users, Unix groups, the admin group). Sizes print with K/M/G/T
+    suffixes (powers of 1024); CPU is in cores.
 
     \b
     Examples:
@@ -48,36 +51,54 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
         return
     from governor.cli.inputs import read_input
 
-    config = parse_config(read_input(file), file)
+    config = parse_config(read_input(file, owner=None if portable else DAEMON_UID), file)
+    host = None
     if not portable:
-        check_on_this_host(config)
+        from governor import access
+        from governor.sessions import NOBODY_UID, login_uid_min
+
+        host = (check_on_this_host(config), access.members(config, login_uid_min(), NOBODY_UID))
     click.echo(f"{file}: OK")
-    for line in summary(config):
+    for line in summary(config, host):
         click.echo(line)
     for warning in [] if portable else unknown_names(config):
         click.echo(f"governor: warning: {file}: {warning}", err=True)
 
 
-def check_on_this_host(config: Config) -> None:
-    """What the daemon checks at start against the host: the capacity after the reserve, and
-    each governed device.
+# The daemon runs as root, and trusts only a config root owns (cli/daemon_cmd.py).
+DAEMON_UID = 0
+
+
+def check_on_this_host(config: Config) -> dict[str, float]:
+    """What the daemon checks at start against the host, before it makes anything: the
+    capacity after the reserve, each governed device, the state directory.
+
+    Returns:
+        The capacity the daemon would divide (resource → cores, bytes, bytes/s).
 
     Raises:
         ConfigError: naming the key, as the daemon would refuse it.
     """
     import os
+    from pathlib import Path
 
     import psutil
 
     from governor.cgroups.devices import whole_disk
-    from governor.errors import ConfigError, DeviceError
+    from governor.errors import ConfigError, DeviceError, GovernorError
+    from governor.state import TaskStore
 
-    config.capacity(float(len(os.sched_getaffinity(0))), psutil.virtual_memory().total)
+    capacity = config.capacity(float(len(os.sched_getaffinity(0))), psutil.virtual_memory().total)
     for index, device in enumerate(config.io_devices):
         try:
             whole_disk(device.device)
         except DeviceError as error:
             raise ConfigError(config.file, f"capacity.io[{index}].device", f"{error} (on this host)") from None
+    try:
+        TaskStore(Path(config.state_dir)).check()
+    except GovernorError as error:
+        raise ConfigError(config.file, "daemon.state_dir", f"{error} (on this host)") from None
+    return capacity
 
 
 def unknown_names(config: Config) -> list[str]:
@@ -106,9 +127,12 @@ def unknown_names(config: Config) -> list[str]:
     return warnings
 
 
-def summary(config: Config) -> list[str]:
-    """The lines ``check-config`` prints for a checked :class:`~governor.config.Config`."""
+def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]]] | None = None) -> list[str]:
+    """The lines ``check-config`` prints for a checked :class:`~governor.config.Config`; with
+    ``host``, the capacity it gives on this host and each group's members today
+    (:func:`governor.access.members`), the groups' floors and who they are."""
     from governor.units import format_amount, format_number
+    from governor.vocabulary import floors
 
     lines = ["capacity:"]
     if config.cpu_cores is None:
@@ -119,6 +143,10 @@ def summary(config: Config) -> list[str]:
         lines.append(f"  memory: host memory minus {format_amount('memory', config.reserve_memory_bytes)} reserved")
     else:
         lines.append(f"  memory: {format_amount('memory', config.memory_bytes)} (fixed)")
+    if host is not None:
+        capacity = host[0]
+        lines.append(f"  on this host: cpu {format_amount('cpu', capacity['cpu'], unit=True)}, "
+                     f"memory {format_amount('memory', capacity['memory'])}")
     for device in config.io_devices:
         lines.append(f"  io {device.name} ({device.device}): read {format_amount('io.read', device.read_bps)}, "
                      f"write {format_amount('io.write', device.write_bps)}")
@@ -135,14 +163,40 @@ def summary(config: Config) -> list[str]:
                  f"memory {config.memory_enforcement} ({_ENFORCEMENT_FILES[config.memory_enforcement]})")
     lines.append("  all governed memory together: at most the memory capacity (memory.max on governor's root)")
 
-    lines.append("groups:")
+    explicit = {rule.name for rule in config.groups}
+    members = host[1] if host is not None else {}
+    own = [group for group in members if group not in explicit]  # "*": a group per user
+    weights = {rule.name: rule.weight for rule in config.groups}
+    if config.everyone_weight is not None:
+        weights.update({user: config.everyone_weight for user in own})
+    floor = floors(weights) if host is not None or config.everyone_weight is None else {}
+
+    def floor_words(group: str) -> str:
+        if group not in floor:
+            return ""
+        words = f"floor {floor[group]:.1%}"
+        if host is not None:
+            words += (f" ({format_amount('cpu', floor[group] * host[0]['cpu'], unit=True)}, "
+                      f"{format_amount('memory', floor[group] * host[0]['memory'])})")
+        return words
+
+    lines.append("groups:" + (" (floor: the share of every resource DRF promises a group while every group is "
+                              "busy, all of it while the others are idle)" if floor else ""))
     for rule in config.groups:
-        members = [f"users {', '.join(rule.users)}"] if rule.users else []
-        members += [f"unix groups {', '.join(rule.unix_groups)}"] if rule.unix_groups else []
-        lines.append(f"  {rule.name}: weight {format_number(rule.weight)}; {'; '.join(members)}")
+        declared = [f"users {', '.join(rule.users)}"] if rule.users else []
+        declared += [f"unix groups {', '.join(rule.unix_groups)}"] if rule.unix_groups else []
+        floor_text = floor_words(rule.name)
+        lines.append(f"  {rule.name}: weight {format_number(rule.weight)}{', ' if floor_text else ''}{floor_text}; "
+                     f"{'; '.join(declared)}")
+        if host is not None:
+            found = members.get(rule.name, [])
+            lines.append(f"    members today: {', '.join(found)}" if found else "    no member on this host today")
     if config.everyone_weight is not None:
         lines.append(f'  "*": weight {format_number(config.everyone_weight)}; '
                      "every user in no explicit group, a group of their own")
+        if host is not None:
+            lines.append(f"    today: {', '.join(own)}; each such group: {floor_words(own[0])}" if own
+                         else "    today: no login user outside the groups above")
     else:
         lines.append("  users in no group above cannot launch tasks")
     sessions = config.sessions
@@ -150,7 +204,8 @@ def summary(config: Config) -> list[str]:
         exempt = f"; exempt {', '.join(sessions.exempt)}" if sessions.exempt else ""
         lines.append(f"sessions: every other process of a governed user, one session each: cpu "
                      f"{format_amount('cpu', sessions.cpu_cores)}, "
-                     f"memory {format_amount('memory', sessions.memory_bytes)}{exempt}")
+                     f"memory {format_amount('memory', sessions.memory_bytes)}{exempt}; one daemon per host "
+                     "may govern sessions")
     else:
         lines.append("sessions: off (only governor run is governed)")
     admin = f"root and members of {config.admin_group}" if config.admin_group else "root only"

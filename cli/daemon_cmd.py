@@ -31,48 +31,96 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
       sudo governor daemon --metrics 9110    # Prometheus on 127.0.0.1:9110
     """
     import asyncio
+    import contextlib
     import os
     from pathlib import Path
 
     import psutil
 
     from governor.cgroups.devices import whole_disk
+    from governor.cgroups.hierarchy import open_hierarchy
+    from governor.cgroups.systemd import systemd_slices
+    from governor.cli.check_config import check_on_this_host
     from governor.cli.client import socket_path as resolve_socket
     from governor.cli.inputs import read_input
     from governor.config import default_config, parse_config
     from governor.daemon import Daemon
+    from governor.daemons import DaemonEntry, Registry
     from governor.errors import GovernorError
-    from governor.cgroups.hierarchy import open_hierarchy
-    from governor.cgroups.systemd import systemd_slices
     from governor.logs import setup_logging
     from governor.notify import Notifier
     from governor.state import TaskStore
 
     setup_logging()
+    if os.geteuid() != 0:
+        raise GovernorError("governor daemon must run as root: it creates cgroups and moves processes")
     if config_path is None and os.path.exists(DEFAULT_CONFIG):
         config_path = DEFAULT_CONFIG
     def load():
-        return parse_config(read_input(config_path, owner=os.geteuid()), config_path)
+        return parse_config(read_input(config_path, owner=0), config_path)
 
     config = load() if config_path else default_config()
-    if os.geteuid() != 0:
-        raise GovernorError("governor daemon must run as root: it creates cgroups and moves processes")
-    store = TaskStore(Path(state_dir or config.state_dir))
-    store.prepare()  # an untrusted state directory stops the start before any cgroup is made
-    metrics = None
-    if metrics_address:
-        from governor.metrics import Metrics
+    check_on_this_host(config)  # what check-config checks: refused before anything is made
+    socket = resolve_socket(socket_path)
+    registry = Registry()
+    # A start refused on the way (sessions another daemon's, a taken port or socket) undoes what
+    # it made: the state directory, the claim on the sessions, the cgroup root.
+    with contextlib.ExitStack() as undo:
+        store = TaskStore(Path(state_dir or config.state_dir))
+        undo.callback(_remove_made, _missing(store.directory))
+        store.prepare()  # an untrusted state directory stops the start before any cgroup is made
+        if config.sessions.enabled:
+            registry.claim_sessions(DaemonEntry(os.getpid(), cgroup_root, config_path or "<embedded default>",
+                                                socket))
+            undo.callback(registry.release_sessions)
+        metrics = None
+        if metrics_address:
+            from governor.metrics import Metrics
 
-        # Listening first: a taken port or a bad address stops the start before any cgroup is made.
-        metrics = Metrics(lambda: server.snapshot)
-        metrics.serve(*_metrics_address(metrics_address))
-    hierarchy = open_hierarchy(cgroup_root)
-    server = Daemon(config, config_path or "<embedded default>", hierarchy, store,
-                    host_cpus=sorted(os.sched_getaffinity(0)), host_memory=psutil.virtual_memory().total,
-                    resolve_device=whole_disk, load_config=load if config_path else None, notifier=Notifier(),
-                    metrics=metrics, slices=systemd_slices(hierarchy.mode, hierarchy.cgroup_mount))
-    asyncio.run(server.serve(resolve_socket(socket_path)))
+            # Listening first: a taken port or a bad address stops the start before any cgroup is made.
+            metrics = Metrics(lambda: server.snapshot)
+            metrics.serve(*_metrics_address(metrics_address))
+        hierarchy = open_hierarchy(cgroup_root)
+        undo.callback(_remove_root, hierarchy)
+        server = Daemon(config, config_path or "<embedded default>", hierarchy, store,
+                        host_cpus=sorted(os.sched_getaffinity(0)), host_memory=psutil.virtual_memory().total,
+                        resolve_device=whole_disk, load_config=load if config_path else None, notifier=Notifier(),
+                        metrics=metrics, slices=systemd_slices(hierarchy.mode, hierarchy.cgroup_mount),
+                        registry=registry)
+        try:
+            asyncio.run(server.serve(socket))
+        finally:
+            if server.served:
+                undo.pop_all()  # it served: what it made is the running host's (serve cleans its own)
 
+
+def _missing(directory) -> list:
+    """``directory`` and its ancestors that do not exist yet, deepest first."""
+    return [d for d in (directory, *directory.parents) if not d.exists()]
+
+
+def _remove_made(directories) -> None:
+    """Remove the directories a refused start made, deepest first, where they are still empty."""
+    import os
+
+    for directory in directories:
+        try:
+            for stale in directory.glob(".*.tmp"):
+                stale.unlink()
+            os.rmdir(directory)
+        except OSError:
+            return
+
+
+def _remove_root(hierarchy) -> None:
+    """A refused start's cgroup root goes again, where nothing is below it."""
+    from governor.errors import CgroupError
+
+    try:
+        if not hierarchy.driver.children(""):
+            hierarchy.driver.remove("")
+    except CgroupError:
+        pass  # tasks of an earlier daemon live there: it is theirs
 
 def _metrics_address(text: str) -> tuple[str, int]:
     """``"9110"`` → (127.0.0.1, 9110); ``"0.0.0.0:9110"`` → as given (loopback unless configured)."""

@@ -45,6 +45,7 @@ def explain_renderables(explain: dict, group: str | None = None, *, now: float) 
         now: the current Unix time in seconds, for how long queued tasks have waited (passed in
             so tests own the clock).
     """
+    explain = view.printable(explain)
     capacity = explain.get("capacity", {})
     groups = explain.get("groups", {})
     configured = explain.get("configured") or {}
@@ -86,11 +87,11 @@ def reasons(groups: dict[str, dict], idle: dict[str, float] | None = None,
     for name, group in groups.items():
         what = runs(group)
         cell = Text(name).append(f"\n{what}", style="dim") if what else name
-        table.add_row(cell, view.number(group.get("weight")),
+        view.row(table, cell, view.number(group.get("weight")),
                       ", ".join(view.label(r) for r in group.get("dominant_resources", ())) or "—",
                       view.share(group.get("dominant_share")), why(group))
     for name, weight in idle.items():
-        table.add_row(Text(name).append("\nno task", style="dim"), view.number(weight), "—", view.share(0),
+        view.row(table, Text(name).append("\nno task", style="dim"), view.number(weight), "—", view.share(0),
                       idle_why(weight, running_weight))
     return table
 

@@ -87,7 +87,9 @@ def kind(error: GovernorError) -> str:
 
 def line(what: str, hint: str | None = None, code: str | None = None) -> str:
     """``governor: error: <what> (<hint>)``, then `` [<code>]`` when a code is given (--verbose)."""
-    text = f"governor: error: {what}"
+    from governor.cli.view_common import printable
+
+    text = f"governor: error: {printable(what)}"  # a daemon's message may quote another user's input
     if hint:
         text += f" ({hint})"
     return text + (f" [{code}]" if code else "")

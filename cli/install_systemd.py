@@ -29,19 +29,38 @@ TEMPLATE_EXECUTABLE = "/usr/local/bin/governor"
 @click.option("--root", "root_dir", metavar="DIR", default="/", show_default=True, type=click.Path(file_okay=False),
               help="Install below DIR instead of / (packaging); daemon-reload runs only for /.")
 @click.option("--dry-run", is_flag=True, help="Print what would be written and run; change nothing.")
-def install_systemd(prefix: str | None, root_dir: str, dry_run: bool) -> None:
-    """Install the systemd units (and a config if there is none), then daemon-reload.
+@click.option("--uninstall", is_flag=True,
+              help="Take governor off this host instead: stop the daemon, reset users' login slices, stop "
+                   "governor-tasks.service (its tasks and held session processes end), remove the units.")
+@click.option("--purge", is_flag=True, help="With --uninstall: remove /etc/governor/governor.toml too.")
+def install_systemd(prefix: str | None, root_dir: str, dry_run: bool, uninstall: bool, purge: bool) -> None:
+    """Install the systemd units (and a config if there is none), then daemon-reload; or,
+    with --uninstall, take them off again.
 
     \b
     Examples:
       sudo governor install-systemd --dry-run    # what it would write
       sudo governor install-systemd && sudo systemctl enable --now governor
+      sudo governor install-systemd --uninstall  # keeps the config (--purge: not)
     """
     import subprocess
     from importlib.resources import files
     from pathlib import Path
 
     from governor.errors import GovernorError
+
+    if purge and not uninstall:
+        raise click.UsageError("--purge goes with --uninstall")
+    if uninstall:
+        from governor.cli.uninstall_systemd import uninstall as take_off
+
+        root = Path(root_dir)
+        live = root.resolve() == Path("/") and Path("/run/systemd/system").is_dir()
+        if root.resolve() == Path("/") and not live:
+            click.echo(f"# PID 1 is {_pid1() or 'unknown'}, not systemd: no unit to stop; a `governor daemon` "
+                       "started by hand stops with SIGTERM and removes its cgroups once its tasks ended")
+        take_off(root, purge=purge, dry_run=dry_run, live=live)
+        return
 
     try:
         configs = files("governor.configs")

@@ -10,6 +10,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from governor.cli import view_common as view
 from governor.cli.view_common import amount, duration
 from governor.units import format_timespan
 
@@ -21,6 +22,7 @@ REASONS = {"exit": "exited", "stop": "stopped", "time_limit": "time limit", "oom
 def tasks_table(rows: list[dict], *, now: float, users: bool) -> Table:
     """Running then queued tasks: id, name with its process tree, group (and user with
     ``users``), state, age, and CPU and memory as guarantee / cap / use."""
+    rows = view.printable(rows)
     table = Table(caption="cpu (cores) and memory: guarantee/cap/use", caption_justify="left",
                   box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
     table.add_column("id", no_wrap=True)
@@ -42,13 +44,14 @@ def tasks_table(rows: list[dict], *, now: float, users: bool) -> Table:
             cells.append(row.get("user", "?"))
         cells += [state, "—" if started is None else duration(now - started),
                   _triple(row, "cpu"), _triple(row, "memory")]
-        table.add_row(*cells)
+        view.row(table, *cells)
     return table
 
 
 def ended_table(records: list[dict], *, now: float, users: bool) -> Table:
     """Ended tasks, latest last: id, name, group (and user), why and when it ended, its wall
     time, CPU time and memory peak."""
+    records = view.printable(records)
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
     for header, justify in (("id", "left"), ("name", "left"), ("group", "left"), ("user", "left"),
                             ("ended", "right"), ("why", "left"), ("wall", "right"), ("cpu", "right"),
@@ -63,7 +66,7 @@ def ended_table(records: list[dict], *, now: float, users: bool) -> Table:
             cells.append(record.get("user", "?"))
         cells += [f"{duration(now - record.get('ended', now))} ago", why, _span(record.get("wall_s")),
                   _span(record.get("cpu_s")), amount("memory", record.get("memory_peak"))]
-        table.add_row(*cells)
+        view.row(table, *cells)
     return table
 
 

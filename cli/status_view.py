@@ -68,6 +68,7 @@ def status_renderables(status: dict, *, now: float) -> list[RenderableType]:
         now: the current Unix time in seconds, for "3s ago" and uptime (passed in so tests
             own the clock).
     """
+    status = view.printable(status)
     groups = status.get("groups", {})
     resources = view.resources(status)
     renderables: list[RenderableType] = [
@@ -93,7 +94,7 @@ def capacity_table(status: dict, resources: list[str]) -> Table:
     capacity = status.get("capacity", {})
     for resource in resources:
         total = capacity.get(resource)
-        table.add_row(
+        view.row(table, 
             view.label(resource),
             view.amount(resource, total, unit=True),
             _of_capacity(resource, status.get("allocated", {}).get(resource), total),
@@ -114,7 +115,7 @@ def groups_table(groups: Mapping[str, dict]) -> Table:
     table.add_column("share", justify="right")
     table.add_column("stopped by")
     for name, group in groups.items():
-        table.add_row(
+        view.row(table, 
             name,
             view.number(group.get("weight")),
             str(len(group.get("tasks", ()))),
@@ -141,7 +142,7 @@ def resources_table(groups: Mapping[str, dict], resources: list[str]) -> Table:
                    group.get("borrowed") or {}]
         shown = [r for r in resources if any(v.get(r) for v in vectors)]
         for i, resource in enumerate(shown):
-            table.add_row(name if i == 0 else "", view.label(resource),
+            view.row(table, name if i == 0 else "", view.label(resource),
                           *(view.amount(resource, v.get(resource)) for v in vectors),
                           end_section=i == len(shown) - 1)
     return table
@@ -163,7 +164,7 @@ def queue_table(queue: list[dict], now: float) -> Table:
     table.add_column("held by", overflow="fold")
     for entry in queue:
         queued_at = entry.get("queued_at")
-        table.add_row(
+        view.row(table, 
             str(entry.get("position", "?")), str(entry.get("task", "?")), str(entry.get("group", "?")),
             str(entry.get("user", entry.get("uid", "?"))),
             view.amount("memory", (entry.get("demand") or {}).get("memory")),
@@ -186,11 +187,11 @@ def tasks_view(name: str, group: dict) -> RenderableType:
     grid.add_column(overflow="fold")
     for task in tasks:
         user = task.get("user", task.get("uid", "?"))
-        grid.add_row(str(task.get("id", "?")), "pid", f"{task.get('pid', '?')} · {user} · {view.task_command(task)}")
+        view.row(grid, str(task.get("id", "?")), "pid", f"{task.get('pid', '?')} · {user} · {view.task_command(task)}")
         limits = task.get("limits", {})
-        grid.add_row("", "cap", view.vector(task.get("demand", {})))
-        grid.add_row("", "limits", " · ".join(f"{f} {view.limit(f, v)}" for f, v in limits.items()) or "—")
-        grid.add_row("", "use", view.vector(task.get("usage", {})))
+        view.row(grid, "", "cap", view.vector(task.get("demand", {})))
+        view.row(grid, "", "limits", " · ".join(f"{f} {view.limit(f, v)}" for f, v in limits.items()) or "—")
+        view.row(grid, "", "use", view.vector(task.get("usage", {})))
     return Group(title, grid)
 
 

@@ -53,7 +53,7 @@ COLUMNS_HELP = [
 
 def top_view(state: TopState, *, width: int, height: int, now: float) -> RenderableType:
     """The whole screen for ``state`` at ``width`` × ``height`` cells, times relative to ``now``."""
-    status = state.status or {}
+    status = view.printable(state.status or {})
     top: list[RenderableType] = [_title(state, status, width)]
     if state.down is not None:
         stale = f" (data {view.duration(now - state.received)} old)" if state.received else ""
@@ -172,7 +172,7 @@ def _groups_table(state: TopState, status: dict, names: list[str], selected: str
         table.add_column(header, justify=justify, no_wrap=True, overflow="ellipsis",
                          min_width=cell_len(header) if key != "group" else None)
     for i, name in enumerate(names):
-        table.add_row(*(cells[i] for _, _, _, cells in kept), style="reverse" if name == selected else None)
+        view.row(table, *(cells[i] for _, _, _, cells in kept), style="reverse" if name == selected else None)
     return table
 
 
@@ -214,7 +214,7 @@ def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[R
         table.add_column(header, justify="right" if header in ("  pid", "age") else "left", no_wrap=True,
                          overflow="ellipsis")
     for cells in rows:
-        table.add_row(*cells[:3], view.task_command(cells[3], chars), *cells[4:])
+        view.row(table, *cells[:3], view.task_command(cells[3], chars), *cells[4:])
     return [title, table]
 
 
@@ -330,7 +330,7 @@ def _help(room: int, width: int) -> list[RenderableType]:
     grid.add_column(style="bold", no_wrap=True, min_width=keys)
     grid.add_column(overflow="ellipsis", no_wrap=True, max_width=max(1, width - keys - 2))
     for key, what in rows:
-        grid.add_row(key, what)
+        view.row(grid, key, what)
     return [grid]
 
 

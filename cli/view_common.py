@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from rich.table import Table
+from rich.text import Text
+
 from governor.units import format_amount, format_number, format_size
 
 # Commands longer than this are cut with an ellipsis; the full line is in `--json`.
@@ -141,3 +144,24 @@ def io_sharing(status: dict) -> dict[str, str]:
     sharing = status.get("daemon", {}).get("io_sharing") or {}
     return {device: f"{mode} ({_IO_SHARING[mode]})" if mode in _IO_SHARING else str(mode)
             for device, mode in sharing.items()}
+
+
+def printable(value: object) -> object:
+    """``value`` (a daemon reply: dicts, lists, strings, numbers) with every character a
+    terminal would act on in its strings (control characters, escape sequences, bidirectional
+    overrides: whatever ``str.isprintable`` refuses but a space) shown as ``?``, as ``ps``
+    does. Other users' command lines, task names and user names reach every viewer: none may
+    reach a terminal raw. Every view takes the daemon's data through this first."""
+    if isinstance(value, str):
+        return value if value.isprintable() else "".join(c if c.isprintable() or c == " " else "?" for c in value)
+    if isinstance(value, dict):
+        return {printable(key): printable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [printable(item) for item in value]
+    return value
+
+
+def row(table: Table, *cells: object, **options) -> None:
+    """``table.add_row`` with every string cell as plain text: rich would read ``[/oops]`` in a
+    command line as markup (and fail on it) and ``:smile:`` as an emoji."""
+    table.add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in cells), **options)

@@ -44,6 +44,26 @@ def identify(uid: int, gid: int) -> Identity:
     return Identity(uid, user, tuple(names))
 
 
+def members(config: Config, uid_min: int, nobody: int) -> dict[str, list[str]]:
+    """Group → the users of this host who may launch into it today, as a launch decides it
+    (:meth:`~governor.config.Config.allowed_groups`): those its ``users`` name, members of its
+    ``unix_groups`` (listed in the group or having it as their primary group), and under
+    ``"*"`` every other login user, a group of their own. Login users have a uid of at least
+    ``uid_min`` and are not ``nobody``; a system user counts only where a group names them.
+    Every explicit group is a key, with no member if it has none here."""
+    found: dict[str, list[str]] = {rule.name: [] for rule in config.groups}
+    named = {user for rule in config.groups for user in rule.users}
+    for entry in sorted(pwd.getpwall(), key=lambda e: e.pw_uid):
+        if entry.pw_uid == nobody or (entry.pw_uid < uid_min and entry.pw_name not in named):
+            continue
+        who = identify(entry.pw_uid, entry.pw_gid)
+        for group in config.allowed_groups(who.user, who.groups):
+            found.setdefault(group, [])
+            if who.user not in found[group]:
+                found[group].append(who.user)
+    return found
+
+
 def is_admin(config: Config, who: Identity) -> bool:
     """Whether ``who`` is root or in the config's admin group."""
     return who.uid == 0 or (config.admin_group is not None and config.admin_group in who.groups)

@@ -48,12 +48,13 @@ class Ended:
     stats: CgroupStats | None
     exit_status: int | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self, *, command_chars: int | None = None) -> dict:
         """The record as ``governor ps --ended --json`` shows it (schema in the README):
-        seconds, bytes, and None where unknown."""
+        seconds, bytes, and None where unknown; the command cut to ``command_chars`` if given
+        (:meth:`~governor.state.Task.to_json`)."""
         stats = self.stats
         task = self.task
-        return {**task.to_json(), "ended": self.ended, "wall_s": max(0.0, self.ended - task.started),
+        return {**task.to_json(command_chars=command_chars), "ended": self.ended, "wall_s": max(0.0, self.ended - task.started),
                 "reason": self.reason, "stopped_by": self.stopped_by,
                 "exit_status": None if self.exit_status is None else describe(self.exit_status),
                 "cpu_s": None if stats is None else stats.cpu_usage_usec / 1e6,

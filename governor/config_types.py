@@ -23,7 +23,7 @@ WEIGHT_RANGE = (0.001, 1000.0)
 # that no declaration is so small it reads as "no limit" anywhere).
 MIN_TASK_MEMORY = 1 << 20
 
-_GROUP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_GROUP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 # Every cgroup directory already holds files named <controller>.<file> (cpu.max, cgroup.procs):
 # mkdir of a group named like one fails, so such names are refused up front.
 _INTERFACE_PREFIXES = ("cgroup", "cpu", "cpuacct", "cpuset", "memory", "io", "blkio", "pids",
@@ -36,7 +36,7 @@ def group_name_problem(name: str) -> str | None:
     A group name is 1–64 letters, digits, ``_ . -``, starts with a letter, digit or ``_``, does
     not start with ``task-`` (task cgroups) and is not ``<controller>.<anything>``.
     """
-    if not _GROUP_NAME.match(name):
+    if not _GROUP_NAME.fullmatch(name):
         return "not a usable group name: 1-64 letters, digits, _ . -, starting with a letter, digit or _"
     if name.startswith("task-"):
         return "names starting with task- are kept for task cgroups"

@@ -48,13 +48,14 @@ from dataclasses import dataclass, replace
 import psutil
 
 from governor.cgroups.driver import Driver
-from governor.cgroups.hierarchy import Hierarchy
+from governor.cgroups.hierarchy import Hierarchy, Location
 from governor.cgroups.limits import CgroupLimits
 from governor.cgroups.systemd import SliceDriver
 from governor import access
 from governor.accounting import ENDED_KEPT, STOP, TIME_LIMIT, Ended, exit_words, reason_of
 from governor.admission import Waiting, admit
 from governor.config import Config
+from governor.daemons import DaemonEntry, Registry
 from governor.drf import progressive_filling
 from governor.errors import CgroupError, CgroupWriteError, GovernorError, RequestError
 from governor.events import ExitWatcher
@@ -71,7 +72,7 @@ from governor.queue import Entry, queue_view
 from governor.procevents import ProcessEvents
 from governor.server import ControlServer
 from governor.sessions import SessionOwners, login_uid_min
-from governor.state import Task, Tasks, TaskStore, login_id, session_id
+from governor.state import SHOWN_COMMAND_CHARS, Task, Tasks, TaskStore, login_id, session_id
 from governor.status import StatusReply, build_status
 from governor.units import format_amount
 from governor.usage import Sample, usage
@@ -125,12 +126,21 @@ class Daemon:
             never have a session.
         slices: writes limits on logind's user slices through systemd, on a systemd host with
             cgroup v2; None elsewhere (processes in login sessions are then left alone).
+        host_pids: every process id on the host, for the sessions' rescan (``psutil.pids``).
+        registry: this host's governor daemons (:mod:`governor.daemons`): this daemon claims the
+            sessions there and never moves a process out of another's root; None (tests on a
+            fake hierarchy): no other daemon is known.
     """
 
     def __init__(self, config: Config, config_source: str, hierarchy: Hierarchy, store: TaskStore, *,
                  host_cpus: list[int], host_memory: int, resolve_device: Callable[[str], str],
                  load_config: Callable[[], Config] | None = None, metrics=None, notifier: Notifier | None = None,
-                 uid_min: int | None = None, slices: SliceDriver | None = None):
+                 uid_min: int | None = None, slices: SliceDriver | None = None,
+                 host_pids: Callable[[], Iterable[int]] = psutil.pids, registry: Registry | None = None):
+        self.host_pids = host_pids
+        self.registry = registry
+        self.socket_path = ""
+        self.served = False  # once it served: a start refused before leaves nothing (cli/daemon_cmd.py)
         self.config_source = config_source
         self.slices = slices
         self.uid_min = login_uid_min() if uid_min is None else uid_min
@@ -175,10 +185,16 @@ class Daemon:
         self._pidfds_kept = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // EXIT_STATUS_FD_SHARE
 
     def _use(self, config: Config) -> None:
-        """Put ``config`` in force (capacity, devices, weights); raises before changing anything."""
+        """Put ``config`` in force (capacity, devices, weights); raises before changing anything.
+        Sessions turned on claim them for this daemon (refused while another holds them)."""
         capacity = config.capacity(float(len(self.cpus)), self.host_memory)
         io_devices = {device.name: self.resolve_device(device.device) for device in config.io_devices}
         io_sharing = {name: self.hierarchy.io_sharing(disk) for name, disk in io_devices.items()}
+        if self.registry is not None:
+            if config.sessions.enabled:
+                self.registry.claim_sessions(self._entry())
+            else:
+                self.registry.release_sessions()
         self.config, self.capacity, self.io_devices, self.io_sharing = config, capacity, io_devices, io_sharing
         self.weights: dict[str, float] = {}
         self.owners = SessionOwners(config, self.uid_min)
@@ -186,6 +202,17 @@ class Daemon:
         self._task_caps = functools.lru_cache(maxsize=TASK_CAPS_KEPT)(
             lambda demand: task_limits(dict(demand), io_devices=io_devices, memory_mode=config.memory_enforcement))
         self._refused: set[int] = set()  # uids whose login session systemd would not limit
+
+    def _entry(self) -> DaemonEntry:
+        """This daemon as the others see it (:mod:`governor.daemons`)."""
+        return DaemonEntry(os.getpid(), self.hierarchy.root, self.config_source, self.socket_path,
+                           self.hierarchy.proc_key, self.hierarchy.proc_root)
+
+    def _foreign(self, location: Location) -> DaemonEntry | None:
+        """The other governor daemon whose cgroup root holds a process at ``location``, if any."""
+        if location.rel is not None or self.registry is None or location.paths is None:
+            return None
+        return self.registry.owner(location.paths)
 
     # ── requests ──────────────────────────────────────────────────────────────────────────
 
@@ -238,6 +265,7 @@ class Daemon:
         who = access.identify(peer.uid, peer.gid)
         group = access.launch_group(self.config, who, request.group)
         demand = access.task_demand(self.config, self.capacity, request.demand)
+        self._check_not_foreign(request.pid)
         running = self.tasks.with_pid(request.pid)
         if running is not None and self._alive(running):
             # Its client lost the reply (a daemon restart) and asked again: it already runs.
@@ -279,6 +307,21 @@ class Daemon:
                 self._event("left_queue", f"task {task.id} left the queue (its client went away)")
                 self._settle_soon(f"task {task.id} left the queue", refill=False)
 
+    def _check_not_foreign(self, pid: int) -> None:
+        """Refuse to take a process out of another governor daemon's cgroups: its tasks would
+        escape their caps, and its ``governor stop`` would kill nothing.
+
+        Raises:
+            RequestError: ``forbidden``, naming the other daemon's socket.
+        """
+        try:
+            other = self._foreign(self.hierarchy.locate(pid))
+        except CgroupError:
+            return  # gone: the move will say so
+        if other is not None:
+            raise RequestError("forbidden", f"process {pid} is governed by another governor daemon ({other.describe()}); "
+                                            f"launch through that one: governor run --socket {other.socket} …")
+
     def _check_task_limit(self, uid: int, user: str) -> None:
         """Refuse a launch by ``uid`` (not root) that already has ``max_tasks_per_user``
         tasks running and queued: one user must not fill the daemon for everyone."""
@@ -306,12 +349,13 @@ class Daemon:
             return (request.all or uid == who.uid) and request.task in (None, task_id)
 
         if request.ended:
-            return {"ended": [record.to_json() for record in self.ended if shown(record.task.uid, record.task.id)]}
+            return {"ended": [record.to_json(command_chars=None if record.task.uid == who.uid else SHOWN_COMMAND_CHARS)
+                              for record in self.ended if shown(record.task.uid, record.task.id)]}
         positions = {item["task"]: item["position"] for item in queue_view(self.queue, self.admission)}
         return {"tasks": task_rows([t for t in self.tasks if shown(t.uid, t.id)],
                                    [e for e in self.queue.values() if not e.decided and shown(e.task.uid, e.task.id)],
                                    allocation=self.allocation, usage=self.usage, positions=positions,
-                                   processes=self._processes)}
+                                   processes=self._processes, asker=who.uid)}
 
     def _processes(self, task: Task) -> tuple[list[dict], int]:
         """The first :data:`~governor.ps.PROCESSES_SHOWN` processes in ``task``'s cgroup, and
@@ -687,8 +731,10 @@ class Daemon:
     def _waiting_line(self, task_id: str) -> str:
         place = self._place(task_id)
         holders = ", ".join(f"{h['group']} {format_amount('memory', h['memory'])}" for h in place.get("held_by", []))
+        first = (f"; what frees goes first to task {place['reserved_for']}, of a group with a lower dominant share"
+                 if place.get("reserved_for") else "")
         return (f"its memory does not fit yet: it waits for {format_amount('memory', place.get('waiting_for', 0))}"
-                f" to free (held by {holders or 'nobody'}); queue position {place['position']}")
+                f" to free (held by {holders or 'nobody'}){first}; queue position {place['position']}")
 
     # ── sessions ──────────────────────────────────────────────────────────────────────────
 
@@ -726,7 +772,7 @@ class Daemon:
         """
         if not self.owners.enabled or self._closing:
             return 0
-        moved = sum(self.govern_process(pid) for pid in psutil.pids())
+        moved = sum(self.govern_process(pid) for pid in self.host_pids())
         if moved:
             self._event("session", f"{moved} process(es) moved into sessions ({trigger})")
         return moved
@@ -756,9 +802,12 @@ class Daemon:
         if owner is None:
             return False
         try:
-            where, login_uid = self.hierarchy.locate(pid)
+            location = self.hierarchy.locate(pid)
         except CgroupError:
             return False  # gone already
+        where, login_uid = location.rel, location.login_uid
+        if self._foreign(location) is not None:
+            return False  # another daemon's task: that daemon governs it
         user, group = owner
         if where is None and login_uid == uid:
             # logind tracks it (loginctl, logout): governed where it is, through systemd.
@@ -1158,7 +1207,21 @@ class Daemon:
             pass  # logged as an event; the old config stays in force
 
     async def serve(self, socket_path: str) -> None:
-        """Run until SIGTERM or SIGINT; tasks keep running after the daemon stops."""
+        """Run until SIGTERM or SIGINT; tasks keep running after the daemon stops.
+
+        Raises:
+            ControlSocketError: the socket is another daemon's (nothing served, nothing changed;
+                no connection is served before the tasks are re-adopted: the start below never
+                yields to the event loop).
+        """
+        self.socket_path = socket_path
+        server = ControlServer(self, socket_path, connections_per_uid=lambda: self.config.max_connections_per_user)
+        await server.start()
+        self.served = True
+        if self.registry is not None:
+            self.registry.register(self._entry())
+            if self.registry.holds_sessions:
+                self.registry.claim_sessions(self._entry())  # again: now with its root and socket
         self._watcher = ExitWatcher()
         self.readopt()
         for task in list(self.tasks):
@@ -1168,8 +1231,6 @@ class Daemon:
         self.rescan("start")
         if self.metrics:
             self.snapshot = self.status()
-        server = ControlServer(self, socket_path, connections_per_uid=lambda: self.config.max_connections_per_user)
-        await server.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -1208,8 +1269,12 @@ class Daemon:
             if not self.tasks:
                 try:
                     self.hierarchy.driver.remove("")
+                    if self.registry is not None:
+                        self.registry.unregister()
                 except CgroupError as error:
                     log.warning("cannot remove cgroup root %s: %s", self.hierarchy.root, error)
+            if self.registry is not None:
+                self.registry.release_sessions()
             log.info("stopped; %d task(s) keep running", len(self.tasks))
 
 

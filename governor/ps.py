@@ -11,7 +11,7 @@ import psutil
 
 from governor.model import Allocation
 from governor.queue import Entry
-from governor.state import Task
+from governor.state import SHOWN_COMMAND_CHARS, Task
 from governor.status import split_usage, task_guarantee
 
 # Processes listed per task; ``processes_total`` counts them all.
@@ -24,7 +24,7 @@ TREES_LISTED = 256
 
 def task_rows(running: Iterable[Task], queued: Iterable[Entry], *, allocation: Allocation | None,
               usage: Mapping[str, Mapping[str, float]], positions: Mapping[str, int],
-              processes: Callable[[Task], tuple[list[dict], int]]) -> list[dict]:
+              processes: Callable[[Task], tuple[list[dict], int]], asker: int) -> list[dict]:
     """One row per task, running first (in launch order), then queued (in queue order).
 
     Args:
@@ -37,20 +37,26 @@ def task_rows(running: Iterable[Task], queued: Iterable[Entry], *, allocation: A
         processes: a task → the processes listed for it (``{"pid", "ppid", "name"}`` each, at
             most :data:`PROCESSES_SHOWN`) and how many it holds; asked of the first
             :data:`TREES_LISTED` running tasks only.
+        asker: the uid asking: its own tasks' command lines are whole, others' cut to
+            :data:`~governor.state.SHOWN_COMMAND_CHARS` (``ps --all``).
     """
     rows = []
     for index, task in enumerate(running):
         got = allocation.groups.get(task.group) if allocation else None
         used, _ = split_usage(usage.get(task.cgroup, {}))
         listed, total = processes(task) if index < TREES_LISTED else ([], None)
-        rows.append({**task.to_json(), "state": "running",
+        rows.append({**task.to_json(command_chars=_shown(task, asker)), "state": "running",
                      "guarantee": task_guarantee(task.demand, float(got.tasks) if got else 0.0), "usage": used,
                      "processes": listed, "processes_total": total})
     for entry in queued:
-        rows.append({**entry.task.to_json(), "state": "queued", "started": None, "queued_at": entry.queued_at,
+        rows.append({**entry.task.to_json(command_chars=_shown(entry.task, asker)), "state": "queued", "started": None, "queued_at": entry.queued_at,
                      "position": positions.get(entry.task.id), "guarantee": {}, "usage": {}, "processes": [],
                      "processes_total": 0})
     return rows
+
+
+def _shown(task: Task, asker: int) -> int | None:
+    return None if task.uid == asker else SHOWN_COMMAND_CHARS
 
 
 def processes(pids: Iterable[int]) -> list[dict]:

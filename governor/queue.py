@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from governor.admission import Admission
 from governor.errors import RequestError
-from governor.state import Task
+from governor.state import SHOWN_COMMAND_CHARS, Task, bounded_command
 
 
 @dataclass
@@ -48,8 +48,10 @@ def queue_view(entries: Mapping[str, Entry], admission: Admission | None) -> lis
 
     Each item: ``task``, ``group``, ``user``, ``uid``, ``command``, ``demand`` (declared:
     cores, bytes, bytes/s), ``queued_at`` (unix s), ``position`` (1 = next), ``waiting_for``
-    (bytes of memory that must free before it fits), ``held_by`` (``[{"group", "memory"}]``,
-    the largest holders of declared memory, at most 3).
+    (bytes of memory that must free before it fits: beside the reservation, for a task that
+    does not hold it), ``held_by`` (``[{"group", "memory"}]``, the largest holders of declared
+    memory, at most 3), ``reserved_for`` (the task holding the reservation, when another: what
+    frees is kept for it first; see :mod:`governor.admission`).
     """
     if admission is None:
         return []
@@ -58,11 +60,14 @@ def queue_view(entries: Mapping[str, Entry], admission: Admission | None) -> lis
     for position, task_id in enumerate(_known(admission.waiting, entries), start=1):
         entry = entries[task_id]
         memory = entry.task.demand.get("memory", 0.0)
+        holder = admission.reserved_for if admission.reserved_for != task_id else None
+        kept = admission.reserved.get("memory", 0.0) if holder is not None else 0.0
         view.append({
             "task": task_id, "group": entry.task.group, "user": entry.task.user, "uid": entry.task.uid,
-            "command": list(entry.task.command), "demand": dict(entry.task.demand),
+            "command": bounded_command(entry.task.command, SHOWN_COMMAND_CHARS)[0], "demand": dict(entry.task.demand),
             "queued_at": entry.queued_at, "position": position,
-            "waiting_for": max(0, round(memory - admission.free_memory)), "held_by": held_by,
+            "waiting_for": max(0, round(memory + kept - admission.free_memory)), "held_by": held_by,
+            "reserved_for": holder,
         })
     return view
 

@@ -84,13 +84,38 @@ class Task:
         derived ``cgroup``."""
         return {name: getattr(self, name) for name in _STORED}
 
-    def to_json(self) -> dict:
+    def to_json(self, *, command_chars: int | None = None) -> dict:
         """What every view of a task shares (``status``, ``ps``, ended records): ids, owner,
         command, declared demand (cores, bytes, bytes/s), start (unix seconds), time limit
-        (seconds or None)."""
+        (seconds or None). With ``command_chars``, the command is cut to that many characters
+        (:func:`bounded_command`) and ``command_cut`` says how many were left out (else 0)."""
+        command, cut = bounded_command(self.command, command_chars)
         return {"id": self.id, "name": self.name, "group": self.group, "user": self.user, "uid": self.uid,
-                "session": self.is_session, "pid": self.pid, "command": list(self.command), "started": self.started,
-                "time_limit": self.time_limit, "demand": dict(self.demand)}
+                "session": self.is_session, "pid": self.pid, "command": command, "command_cut": cut,
+                "started": self.started, "time_limit": self.time_limit, "demand": dict(self.demand)}
+
+
+# What a command line may cost a view of everyone's tasks (status, watch, ps --all, the queue):
+# 250 tasks of 60 KiB command lines made one status 15.6 MB, sent to every viewer. Its owner
+# still gets it whole from `governor ps`.
+SHOWN_COMMAND_CHARS = 256
+
+
+def bounded_command(command: tuple[str, ...], chars: int | None) -> tuple[list[str], int]:
+    """``command`` cut to at most ``chars`` characters in all (the item cut short ends with
+    ``…``, later items are left out), and how many characters were left out; whole for None."""
+    total = sum(map(len, command))
+    if chars is None or total <= chars:
+        return list(command), 0
+    shown, left = [], chars
+    for item in command:
+        if len(item) > left:
+            shown.append(item[:left] + "…")
+            left = 0
+            break
+        shown.append(item)
+        left -= len(item)
+    return shown, total - (chars - left)
 
 
 def session_id(uid: int) -> str:
@@ -225,13 +250,9 @@ class TaskStore:
         daemon left, and continue numbering after the highest stored id."""
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            info = os.lstat(self.directory)
         except OSError as error:
             raise GovernorError(f"state directory {self.directory}: {error.strerror}") from None
-        problem = _untrusted(info, "a directory", stat.S_ISDIR)
-        if problem:
-            raise GovernorError(f"state directory {self.directory} is {problem}; task records there could be "
-                                f"forged: make it a directory of the daemon's user, mode 0700")
+        self.check()
         try:
             for stale in self.directory.glob(".*.tmp"):
                 stale.unlink(missing_ok=True)
@@ -239,6 +260,24 @@ class TaskStore:
         except OSError as error:
             raise GovernorError(f"state directory {self.directory}: {error.strerror}") from None
         self._next_id = max(ids, default=0) + 1
+
+    def check(self) -> None:
+        """Refuse a directory the daemon could not trust; one not made yet is fine (it will be
+        made 0700). Creates nothing (``check-config`` asks too).
+
+        Raises:
+            GovernorError: it is a link, not a directory, another user's, or writable by others.
+        """
+        try:
+            info = os.lstat(self.directory)
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            raise GovernorError(f"state directory {self.directory}: {error.strerror}") from None
+        problem = _untrusted(info, "a directory", stat.S_ISDIR)
+        if problem:
+            raise GovernorError(f"state directory {self.directory} is {problem}; task records there could be "
+                                f"forged: make it a directory of the daemon's user, mode 0700")
 
     def skip_past(self, task_id: int) -> None:
         """Never give out ``task_id`` or a lower id (one whose cgroup exists without a record)."""

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 
 from governor.model import Allocation
 from governor.protocol import as_line, encode_json
-from governor.state import Tasks
+from governor.state import SHOWN_COMMAND_CHARS, Tasks
 
 
 def split_usage(vector: Mapping[str, float]) -> tuple[dict[str, float], dict[str, float]]:
@@ -126,7 +126,7 @@ def _task(task, in_force: Callable[[str], dict[str, str]], usage: Mapping[str, M
         entries[task.cgroup] = last
         return last[3]
     used, pressure = split_usage(sampled)
-    entry = {**task.to_json(), "limits": limits, "usage": used, "pressure": pressure}
+    entry = {**task.to_json(command_chars=SHOWN_COMMAND_CHARS), "limits": limits, "usage": used, "pressure": pressure}
     entries[task.cgroup] = (task, limits, sampled, entry)
     return entry
 

@@ -14,7 +14,7 @@ from fractions import Fraction
 from governor.errors import ConfigError
 from governor.units import parse_quantity
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def parse_toml(text: str | bytes, file: str) -> dict:
@@ -40,7 +40,7 @@ def join_key(where: str | None, name: str) -> str:
 
     Names TOML would need quoted are quoted, so ``groups."a.b".weight`` stays unambiguous.
     """
-    part = name if _BARE_KEY.match(name) else f'"{name}"'
+    part = name if _BARE_KEY.fullmatch(name) else f'"{name}"'
     return f"{where}.{part}" if where else part
 
 

@@ -13,7 +13,7 @@ import re
 from fractions import Fraction
 
 SUFFIXES = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
-_QUANTITY = re.compile(r"^\s*(?P<number>\d+(?:\.\d*)?|\.\d+)\s*(?P<suffix>[KMGT]?)\s*$", re.IGNORECASE)
+_QUANTITY = re.compile(r"\s*(?P<number>\d+(?:\.\d*)?|\.\d+)\s*(?P<suffix>[KMGT]?)\s*", re.IGNORECASE)
 
 
 def parse_quantity(value: object) -> Fraction:
@@ -36,7 +36,7 @@ def parse_quantity(value: object) -> Fraction:
             raise ValueError(f"must be a finite number, got {value!r}")
         number = Fraction(repr(value))
     elif isinstance(value, str):
-        match = _QUANTITY.match(value)
+        match = _QUANTITY.fullmatch(value)
         if match is None:
             raise ValueError(
                 f"expected a number with an optional K, M, G or T suffix (powers of 1024), got {value!r}"

@@ -164,7 +164,7 @@ def plain_processes_are_governed_and_share_by_drf(tmp_path) -> None:
 def session_ends_when_its_user_has_no_process(tmp_path) -> None:
     """The session lasts while alice has a process, and goes (cgroup and all) with her last."""
     users = SessionUsers()
-    gov = Governor(tmp_path, '[capacity]\ncpu = 1.0\nmemory = "1G"\n[groups.A]\nusers = ["gov-alice"]\n')
+    gov = Governor(tmp_path, '[capacity]\ncpu = 1.0\nmemory = "1G"\n[groups.A]\nusers = ["gov-alice"]\n[sessions]\n')
     try:
         # runuser forks: the sleeps are its children, killed by their own command lines.
         first = subprocess.Popen(["runuser", "-u", "gov-alice", "--", "sleep", "600"], stderr=subprocess.DEVNULL)

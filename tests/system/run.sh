@@ -20,7 +20,8 @@ config=/etc/governor/governor.toml
 work=$(mktemp -d)
 . tests/system/lib.sh
 install_governor
-tasks="$py $repo/tests/system/tasks.py"
+# (a function, not a string: the checkout's path may hold a space)
+tasks() { "$py" "$repo/tests/system/tasks.py" "$@"; }
 die() { echo "FAIL: $*"; journalctl -u governor -u governor-tasks --no-pager -n 60 || true; exit 1; }
 count_status_tasks() { [ "$($gov status --json | $py -c 'import json,sys; s=json.load(sys.stdin); print(sum(len(g["tasks"]) for g in s["groups"].values()))')" = "$1" ]; }
 main_pid() { systemctl show -p MainPID --value governor; }
@@ -82,19 +83,19 @@ for user in alice alice bob bob; do
         >>"$work/run.log" 2>&1 &
 done
 wait_for 120 "4 tasks in governor status" count_status_tasks 4 || die "$(cat "$work/run.log")"
-$gov status --json | $tasks snap > "$work/start.json" || fail "limits in status are not in the cgroup files"
+$gov status --json | tasks snap > "$work/start.json" || fail "limits in status are not in the cgroup files"
 $gov status
-[ "$($tasks alive "$work/start.json")" = 4 ] || die "the 4 burners are not running"
+[ "$(tasks alive "$work/start.json")" = 4 ] || die "the 4 burners are not running"
 
 # check_case NAME: compare the tasks now with $work/start.json and print the case line.
 # Tasks "after" are those the daemon lists if it is serving, else the burners still running.
 check_case() {
     local name=$1 before alive after
     before=$($py -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["tasks"]))' "$work/start.json")
-    alive=$($tasks alive "$work/start.json")
+    alive=$(tasks alive "$work/start.json")
     if systemctl is-active --quiet governor; then
-        $gov status --json | $tasks snap > "$work/now.json" || fail "$name: limits in status are not in the cgroup files"
-        $tasks same "$work/start.json" "$work/now.json" || fail "$name: tasks or limits changed"
+        $gov status --json | tasks snap > "$work/now.json" || fail "$name: limits in status are not in the cgroup files"
+        tasks same "$work/start.json" "$work/now.json" || fail "$name: tasks or limits changed"
         after=$($py -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["tasks"]))' "$work/now.json")
     else
         after=$alive
@@ -164,9 +165,25 @@ check_case "systemctl start governor (re-adopt)"
 echo "== systemctl stop governor-tasks: the deliberate end of every task"
 systemctl stop governor-tasks
 systemctl is-active --quiet governor && fail "governor still active without its tasks unit (BindsTo=)"
-alive=$($tasks alive "$work/start.json")
+alive=$(tasks alive "$work/start.json")
 echo "systemctl stop governor-tasks: tasks before 4, tasks after $alive, tasks killed $((4 - alive))"
 [ "$alive" = 0 ] || fail "stopping governor-tasks left $alive task(s) running"
+
+echo "== install-systemd --uninstall: nothing of governor is left"
+systemctl start governor || fail "start before the uninstall failed"
+runuser -u alice -- "$gov" run --cpus 0.2 --memory 32M -- sleep 600 >>"$work/run.log" 2>&1 &
+wait_for 120 "a task to take off with governor" count_status_tasks 1 || die "$(cat "$work/run.log")"
+$gov install-systemd --uninstall || fail "uninstall failed"
+for unit in governor.service governor-tasks.service; do
+    [ ! -e "/etc/systemd/system/$unit" ] || fail "uninstall left /etc/systemd/system/$unit"
+done
+left=$(find /sys/fs/cgroup -name '*governor*')
+[ -z "$left" ] || fail "uninstall left in /sys/fs/cgroup: $left"
+pgrep -f 'sleep 600' >/dev/null && fail "uninstall left a task running"
+[ -f "$config" ] || fail "uninstall removed the config without --purge"
+$gov install-systemd --uninstall --purge >/dev/null || fail "uninstall --purge failed"
+[ ! -e "$config" ] || fail "uninstall --purge kept $config"
+echo "uninstall: units $(ls /etc/systemd/system | grep -c governor || true), cgroups left $(echo -n "$left" | grep -c . || true)"
 
 if [ "$failures" -gt 0 ]; then
     journalctl -u governor -u governor-tasks --no-pager -n 80

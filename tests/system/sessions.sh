@@ -120,6 +120,19 @@ loginctl terminate-session "$session"
 wait_for 90 "alice's login session to end in governor status" status_has "not $login_task" \
     && echo "logout: the login session ended"
 
+echo "== alice logs in again; governor is uninstalled: her login session's limits are reset"
+su -l gov-alice -c 'exec sh -c "while :; do :; done"' </dev/null >/dev/null 2>&1 &
+wait_for 60 "alice's second login session" status_has "$login_task" || die "not governed again"
+[ "$(cut -d' ' -f1 $slice/cpu.max)" != max ] || fail "alice's slice has no governor limit before the uninstall"
+$gov install-systemd --uninstall --purge || fail "uninstall failed"
+limits="$(cat $slice/cpu.max) $(cat $slice/memory.high) $(cat $slice/memory.max)"
+echo "uninstall: alice's slice limits $limits"
+[ "$limits" = "max 100000 max max" ] || fail "uninstall left limits on alice's slice: $limits"
+pgrep -u gov-alice -f 'while :' >/dev/null || fail "uninstall ended alice's login session"
+left=$(find /sys/fs/cgroup -name '*governor*')
+[ -z "$left" ] || fail "uninstall left in /sys/fs/cgroup: $left"
+pkill -u gov-alice -f 'while :' || true
+
 pkill -u gov-bob || true
 if [ "$failures" -gt 0 ]; then
     journalctl -u governor --no-pager -n 80

@@ -74,6 +74,7 @@ def test_tasks_survive_restart_kill_reload_and_stop():
         assert case in cases, f"no line for case {case!r}"
         before, after, killed = cases[case]
         assert (before, after, killed) == (4, 4, 0), f"{case}: {cases[case]}"
+    assert "uninstall: units 0, cgroups left 0" in lines  # install-systemd --uninstall left nothing
 
 
 SPLIT = re.compile(r"^split: alice ([0-9.]+) bob ([0-9.]+) drf ([0-9.]+)$")
@@ -91,5 +92,5 @@ def test_login_sessions_are_governed_in_their_logind_slices():
     alice, bob, drf = map(float, split.groups())
     assert abs(alice - drf) <= 0.05 * drf + 0.01 and abs(bob - drf) <= 0.05 * drf + 0.01, split[0]
     for case in ("systemctl restart governor: burners killed 0", "kill -9 MainPID: burners killed 0",
-                 "logout: the login session ended"):
+                 "logout: the login session ended", "uninstall: alice's slice limits max 100000 max max"):
         assert case in lines, f"no line {case!r}"

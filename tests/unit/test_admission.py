@@ -4,7 +4,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from governor.admission import Waiting, admit
+from governor.admission import ADMITTED, Waiting, admit
 
 GIB = 1024**3
 MIB = 1024**2
@@ -16,13 +16,45 @@ def waiting(task, group, cpu, memory):
 
 
 def test_a_task_whose_memory_fits_starts_and_one_that_does_not_waits():
-    # A runs 800M; B's 800M cannot fit beside it (1G); C's 100M can.
+    # A runs 800M; C's 100M fits beside it (1G) and starts.
+    running = {"A": {"cpu": 0.5, "memory": 800 * MIB}}
+    result = admit(CAPACITY, running, {"A": 1}, {}, [waiting("3", "C", 0.5, 100 * MIB)])
+    assert result.admitted == ["3"] and result.waiting == [] and result.reserved_for is None
+    assert result.free_memory == GIB - 900 * MIB
+    assert result.holders == [("A", 800 * MIB), ("C", 100 * MIB)]
+
+
+def test_the_lowest_share_that_does_not_fit_holds_a_reservation_nothing_overtakes():
+    # A runs 800M (share 800/1024). B (share 0) asks 800M: it does not fit, so it holds what
+    # frees; C (share 0 too, after B by name) asks 100M, which fits now but not beside B's
+    # reservation: it waits, else every 100M that frees would go to small tasks and B's never.
     running = {"A": {"cpu": 0.5, "memory": 800 * MIB}}
     result = admit(CAPACITY, running, {"A": 1}, {}, [waiting("2", "B", 0.5, 800 * MIB),
                                                     waiting("3", "C", 0.5, 100 * MIB)])
-    assert result.admitted == ["3"] and result.waiting == ["2"]
-    assert result.free_memory == GIB - 900 * MIB
-    assert result.holders == [("A", 800 * MIB), ("C", 100 * MIB)]
+    assert result.admitted == [] and result.waiting == ["2", "3"]
+    assert (result.reserved_for, result.reserved) == ("2", {"memory": 800 * MIB})
+    # A task that needs none of the exhausted resource still starts beside it (paper §4.1).
+    cpu_only = Waiting("4", "D", {"cpu": 0.5})
+    assert admit(CAPACITY, running, {"A": 1}, {}, [waiting("2", "B", 0.5, 800 * MIB), cpu_only]).admitted == ["4"]
+
+
+def test_a_large_task_of_an_idle_group_starts_within_one_task_lifetime_of_a_busy_group():
+    # Issue 22, point 2: A launches 100M tasks back to back and holds nearly all memory; B (no
+    # task) asks 512M. Each round one of A's tasks ends and A queues another; before
+    # reservations A's always fitted first and B waited for ever.
+    capacity = {"cpu": 4.0, "memory": 1000 * MIB}
+    a_running = 10  # 1000M
+    queue = [waiting("b", "B", 0.5, 512 * MIB)]
+    for round_ in range(1, 20):
+        a_running -= 1  # one of A's ends
+        queue.append(waiting(f"a{round_}", "A", 0.1, 100 * MIB))
+        running = {"A": {"cpu": 0.1 * a_running, "memory": 100 * MIB * a_running}}
+        result = admit(capacity, running, {"A": a_running}, {}, queue)
+        if "b" in result.admitted:
+            break
+        a_running += sum(1 for task in result.admitted if task.startswith("a"))
+        queue = [w for w in queue if w.task not in result.admitted]
+    assert round_ == 6  # 512M: six of A's 100M tasks freed, none started meanwhile
 
 
 def test_the_group_with_the_lower_dominant_share_starts_first():
@@ -78,10 +110,17 @@ def test_admission_never_overcommits_memory_and_loses_no_task(running, queued):
     admitted = sum(w.demand["memory"] for w in queue if w.task in result.admitted)
     if admitted:
         assert used + admitted <= CAPACITY["memory"] * (1 + 1e-9)
-    # Nothing that waits fits now: the head of every group that still waits is too large.
+    # Nothing that waits fits now: the reservation's holder is too large, and the head of every
+    # other group that still waits does not fit beside the reservation.
     heads = {}
     for w in queue:
         if w.task in result.waiting:
             heads.setdefault(w.group, w)
+    assert (result.reserved_for is None) == (not heads)
+    assert ADMITTED == ("memory",) and result.reserved == ({"memory": next(
+        w.demand["memory"] for w in queue if w.task == result.reserved_for)} if heads else {})
     for head in heads.values():
-        assert used + admitted + head.demand["memory"] > CAPACITY["memory"] or used > CAPACITY["memory"]
+        kept = 0 if head.task == result.reserved_for else result.reserved["memory"]
+        assert used + admitted + kept + head.demand["memory"] > CAPACITY["memory"] or used > CAPACITY["memory"]
+    if heads:
+        assert result.waiting[0] == result.reserved_for  # position 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -60,13 +61,19 @@ def test_good_file_prints_a_summary(tmp_path):
         "groups:",
         "  physics: weight 2; users alice; unix groups physics",
         '  "*": weight 1; every user in no explicit group, a group of their own',
-        "sessions: every other process of a governed user, one session each: cpu 1, memory 2.0G",
+        "sessions: every other process of a governed user, one session each: cpu 1, memory 2.0G; one daemon "
+        "per host may govern sessions",
         "admin: root and members of wheel",
         "daemon: sample every 1s, reconcile every 5s, state in /run/governor/state",
         "bounds per user (root excepted): 256 tasks running and queued, 32 connections",
     ]
 
 
+# The daemon trusts only a config root owns (and nobody else may write), and so does check-config.
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="a config the daemon trusts is root's: run as root")
+
+
+@needs_root
 def test_default_style_file_summary():
     result = run(str(EXAMPLE))
     assert result.exit_code == 0, result.output
@@ -74,24 +81,28 @@ def test_default_style_file_summary():
     assert lines[0] == f"{EXAMPLE}: OK"
     assert "  cpu: host CPUs minus 0.5 reserved" in lines
     assert "  io: no block device governed" in lines
-    assert "  ops: weight 1; users bob, carol" in lines
+    assert any(line.startswith("  ops: weight 1, floor ") and line.endswith("; users bob, carol") for line in lines)
 
 
+@needs_root
 def test_no_everyone_table_and_no_admin_group_are_spelled_out(tmp_path):
     path = tmp_path / "g.toml"
     path.write_text('[groups.lab]\nunix_groups = ["lab"]\n[sessions]\nenabled = false\n')
     lines = run(str(path)).stdout.splitlines()
-    assert "  lab: weight 1; unix groups lab" in lines
+    assert any(line.startswith("  lab: weight 1, floor 100.0% (") and line.endswith("); unix groups lab")
+               for line in lines)
     assert "sessions: off (only governor run is governed)" in lines
     assert "  users in no group above cannot launch tasks" in lines
     assert "admin: root only" in lines
 
 
+@needs_root
 @pytest.mark.parametrize(("text", "key"), [
     ("[groups.x]\nweight = 0\nusers = [\"a\"]\n", "groups.x.weight"),
     ('[groups."*"]\n[enforcement]\ncpu = "shares"\n', "enforcement.cpu"),
     ('[groups."*"]\n[[capacity.io]]\ndevice = "sda"\nread = 1\nwrite = 1\n', "capacity.io[0].device"),
 ])
+@needs_root
 def test_bad_file_exits_2_on_one_line_naming_file_and_key(tmp_path, text, key):
     path = tmp_path / "bad.toml"
     path.write_text(text)
@@ -103,6 +114,7 @@ def test_bad_file_exits_2_on_one_line_naming_file_and_key(tmp_path, text, key):
     assert lines[0].startswith(f"governor: error: {path}: {key}: ")
 
 
+@needs_root
 def test_bad_toml_exits_2_with_line_and_column(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text('[groups."*"]\nweight = \n')
@@ -134,6 +146,7 @@ def test_file_or_default_is_required_but_not_both(args):
     assert "give FILE to check, or --default" in result.stderr
 
 
+@needs_root
 def test_the_daemons_start_checks_run_against_this_host(tmp_path):
     path = tmp_path / "g.toml"
     path.write_text('[groups."*"]\n[capacity]\nreserve = { cpu = 1000 }\n')
@@ -146,6 +159,7 @@ def test_the_daemons_start_checks_run_against_this_host(tmp_path):
     assert run("--portable", str(path)).exit_code == 0
 
 
+@needs_root
 def test_names_this_host_does_not_know_are_warned_about(tmp_path):
     path = tmp_path / "g.toml"
     path.write_text('[groups.lab]\nusers = ["root", "no-such-user-x"]\nunix_groups = ["no-such-group-x"]\n'
@@ -161,3 +175,59 @@ def test_names_this_host_does_not_know_are_warned_about(tmp_path):
         f"governor: warning: {path}: sessions.exempt: no user 'nobody-x' on this host",
     ]
     assert run("--portable", str(path)).stderr == ""
+
+
+@needs_root
+@pytest.mark.parametrize("spoil", ["writable", "other owner"])
+def test_a_file_the_daemon_would_not_trust_is_refused(tmp_path, spoil):
+    path = tmp_path / "g.toml"
+    path.write_text('[groups."*"]\n')
+    if spoil == "writable":
+        path.chmod(0o666)
+    else:
+        os.chown(path, 65534, 65534)
+    result = run(str(path))
+    assert result.exit_code == 2 and "not trusted: " in result.stderr, result.output
+    assert run("--portable", str(path)).exit_code == 0  # a file for another host is only read
+
+
+@needs_root
+def test_a_state_directory_the_daemon_would_not_trust_is_refused(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o777)
+    state.chmod(0o777)
+    path = tmp_path / "g.toml"
+    path.write_text(f'[groups."*"]\n[daemon]\nstate_dir = "{state}"\n')
+    result = run(str(path))
+    assert result.exit_code == 2 and f"{path}: daemon.state_dir: state directory {state} is writable by others" \
+        in result.stderr, result.output
+    state.chmod(0o700)
+    assert run(str(path)).exit_code == 0
+
+
+@needs_root
+def test_each_group_is_shown_with_its_members_today_and_its_floor(tmp_path, monkeypatch):
+    import pwd
+    from governor import access
+
+    people = {"alice": (1001, ["lab"]), "bob": (1002, ["lab", "ops"]), "carol": (1003, []), "daemon": (1, ["lab"])}
+    monkeypatch.setattr(pwd, "getpwall", lambda: [
+        pwd.struct_passwd((name, "x", uid, uid, "", "/", "/bin/sh")) for name, (uid, _) in people.items()])
+    monkeypatch.setattr(access, "identify", lambda uid, gid: next(
+        access.Identity(uid, name, tuple(groups)) for name, (u, groups) in people.items() if u == uid))
+    path = tmp_path / "g.toml"
+    path.write_text('[groups.lab]\nweight = 2\nunix_groups = ["lab"]\n[groups.ops]\nweight = 3\nusers = ["bob"]\n'
+                    '[groups."*"]\nweight = 1\n')
+    lines = run(str(path)).stdout.splitlines()
+    # weights: lab 2, ops 3, carol (a group of her own) 1: floors 2/6, 3/6, 1/6. The system user
+    # "daemon" is in lab's Unix group but is no login user; bob is in both (ops names him).
+    start = lines.index(next(line for line in lines if line.startswith("groups:")))
+    shown = [line.split(" (")[0] if "floor" in line else line for line in lines[start + 1:start + 7]]
+    assert shown == [
+        "  lab: weight 2, floor 33.3%",
+        "    members today: alice, bob",
+        "  ops: weight 3, floor 50.0%",
+        "    members today: bob",
+        '  "*": weight 1; every user in no explicit group, a group of their own',
+        "    today: carol; each such group: floor 16.7%",
+    ]

@@ -251,6 +251,7 @@ def test_task_demand_refuses_bad_values(field, value):
     ("physics", None), ("lab_2.gpu-a", None), ("_x", None), ("9", None), ("a" * 64, None),
     ("a" * 65, "1-64"), ("", "1-64"), (".hidden", "1-64"), ("-x", "1-64"), ("a/b", "1-64"), ("a b", "1-64"),
     ("task-1", "task-"), ("cgroup.procs", "cgroup.*"), ("memory.high", "memory.*"), ("io.x", "io.*"),
+    ("ga\n", "1-64"),  # `$` matches before a trailing newline: the whole name must match
 ])
 def test_group_name_problem(name, problem):
     found = group_name_problem(name)
@@ -396,3 +397,8 @@ def test_unparsable_text_names_the_file_alone(text, reason):
         parse_config(text, "bad.toml")
     assert (caught.value.file, caught.value.key) == ("bad.toml", None)
     assert reason in caught.value.reason
+
+
+def test_a_group_name_with_a_trailing_newline_is_refused():
+    with pytest.raises(ConfigError, match="groups"):
+        parse_config('[groups."ga\\n"]\nusers = ["root"]\n', "t.toml")

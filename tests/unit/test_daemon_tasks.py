@@ -16,7 +16,8 @@ from governor.accounting import ENDED_KEPT, exit_words
 from governor.exits import describe, kernel_keeps_exit_status
 from governor.ps import PROCESSES_SHOWN
 from governor.protocol import LaunchRequest, Peer, PsRequest, StopRequest
-from governor.state import Task
+from governor import access
+from governor.state import SHOWN_COMMAND_CHARS, Task
 from governor.errors import CgroupReadError, RequestError
 
 NOBODY = 65534  # a host user in no configured group: its own group "nobody"
@@ -280,7 +281,7 @@ def test_ps_looks_up_the_processes_of_the_first_tasks_only(monkeypatch):
     tasks = [Task(str(i), "A", 100 + i, 0, "root", ("x",), {"cpu": 1.0}, 0.0) for i in range(3)]
     asked = []
     rows = ps.task_rows(tasks, [], allocation=None, usage={}, positions={},
-                        processes=lambda task: asked.append(task.id) or ([], 1))
+                        processes=lambda task: asked.append(task.id) or ([], 1), asker=0)
     assert asked == ["0", "1"] and [r["processes_total"] for r in rows] == [1, 1, None]
 
 
@@ -297,3 +298,18 @@ def test_no_exit_status_pidfd_is_held_past_the_daemons_share_of_descriptors(daem
     finally:
         os.close(pidfd)
     assert "1" in [t.id for t in daemon.tasks] and not daemon._pidfds
+
+
+def test_everyone_sees_a_long_command_line_cut_and_its_owner_whole(daemon):
+    long = tuple(["x" * 4000] * 15)  # 60,000 characters: 250 such tasks made a status 15.6 MB
+    request = LaunchRequest(pid=100, group="A", demand={"cpu": 0.5, "memory": GIB}, command=long)
+    asyncio.run(collect(daemon.stream(request, Peer(pid=100, uid=0, gid=0))))
+    [entry] = daemon.status()["groups"]["A"]["tasks"]
+    assert sum(map(len, entry["command"])) <= SHOWN_COMMAND_CHARS + 1 and entry["command"][-1].endswith("…")
+    assert entry["command_cut"] == 60_000 - SHOWN_COMMAND_CHARS
+    mine = daemon.ps(PsRequest(), access.identify(0, 0))["tasks"][0]
+    assert (len(mine["command"]), mine["command_cut"]) == (15, 0)  # its owner gets it whole
+    import governor.ps as ps
+    [theirs] = ps.task_rows(daemon.tasks, [], allocation=None, usage={}, positions={},
+                            processes=lambda task: ([], 0), asker=7)  # an admin's ps --all
+    assert theirs["command_cut"] == entry["command_cut"]

@@ -152,3 +152,48 @@ def test_without_systemd_as_pid_1_nothing_is_written(visible, monkeypatch):
     assert "PID 1 is init, not systemd" in result.output and "--root DIR" in result.output
     dry = CliRunner().invoke(main, ["install-systemd", "--dry-run", "--prefix", str(bin_dir), "--root", "/"])
     assert dry.exit_code == 0 and dry.output.startswith("# PID 1 is init, not systemd") and "would stop here" in dry.output
+
+
+def test_uninstall_from_a_staged_root_removes_the_units_and_keeps_the_config(tmp_path, visible):
+    root = tmp_path / "r"
+    assert CliRunner().invoke(main, ["install-systemd", "--prefix", str(_fake_governor(visible)),
+                                     "--root", str(root)]).exit_code == 0
+    dry = CliRunner().invoke(main, ["install-systemd", "--uninstall", "--dry-run", "--root", str(root)])
+    assert dry.exit_code == 0 and "# would remove" in dry.output and (root / "etc/systemd/system/governor.service").exists()
+    result = CliRunner().invoke(main, ["install-systemd", "--uninstall", "--root", str(root)])
+    assert result.exit_code == 0, result.output
+    assert not list((root / "etc/systemd/system").iterdir())
+    assert f"kept {root}/etc/governor/governor.toml (--purge removes it)" in result.output
+    result = CliRunner().invoke(main, ["install-systemd", "--uninstall", "--purge", "--root", str(root)])
+    assert result.exit_code == 0, result.output
+    assert not (root / "etc/governor").exists()
+    assert CliRunner().invoke(main, ["install-systemd", "--purge"]).exit_code == 2  # without --uninstall
+
+
+def test_uninstall_on_a_systemd_host_stops_resets_and_removes_in_order(tmp_path):
+    import subprocess
+
+    from governor.cli.uninstall_systemd import uninstall
+
+    root = tmp_path / "r"
+    for name in ("governor.service", "governor-tasks.service"):
+        (root / "etc/systemd/system").mkdir(parents=True, exist_ok=True)
+        (root / "etc/systemd/system" / name).write_text("[Service]\n")
+    (root / "run/governor/state").mkdir(parents=True)
+    (root / "run/governor/state/login-1000.json").write_text("{}")
+    (root / "run/governor/state/7.json").write_text("{}")
+    calls = []
+
+    def run(argv):
+        calls.append(argv[:4] if argv[1] == "set-property" else argv)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    uninstall(root, purge=False, dry_run=False, live=True, run=run, cgroup_mount=tmp_path / "cgroup")
+    assert calls == [
+        ["systemctl", "disable", "--now", "governor.service"],  # the daemon first: nothing refills
+        ["systemctl", "set-property", "--runtime", "--"],  # alice's login slice: governor's limits reset
+        ["systemctl", "stop", "governor-tasks.service", "governor.slice"],
+        ["systemctl", "daemon-reload"],
+        ["systemctl", "reset-failed", "governor.service", "governor-tasks.service"],
+    ]
+    assert not (root / "run/governor").exists() and not list((root / "etc/systemd/system").iterdir())

@@ -151,7 +151,8 @@ def daemon(tmp_path):
     hierarchy.locate = Where(driver)
     driver.move = lambda rel, pid: driver.procs.setdefault(rel, []).append(pid)
     server = Daemon(parse_config(CONFIG, "test.toml"), "test.toml", hierarchy, store, host_cpus=[0, 1],
-                    host_memory=8 * GIB, resolve_device=lambda path: "8:0", uid_min=1)
+                    host_memory=8 * GIB, resolve_device=lambda path: "8:0", uid_min=1,
+                    host_pids=lambda: list(FAKE_UIDS))
     server._watcher = FakeWatcher()
     real = server._real_uid
     server._real_uid = lambda pid: FAKE_UIDS[pid] if pid in FAKE_UIDS else real(pid)
@@ -225,6 +226,7 @@ def test_rescan_moves_a_governed_users_running_process(daemon, monkeypatch):
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         real = pwd.getpwuid(os.getuid())
+        daemon.host_pids = lambda: [os.getpid(), sleeper.pid]
         monkeypatch.setattr(daemon.owners, "owner",
                             lambda uid: (real.pw_name, "A") if uid == os.getuid() else None)
         assert daemon.rescan("test") >= 1
@@ -257,11 +259,11 @@ def test_locate_reads_proc(tmp_path):
     ]:
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "cgroup").write_text(text)
-        assert hierarchy.locate(pid, tmp_path) == expected
+        assert hierarchy.locate(pid, tmp_path)[:2] == expected[:2]
     v2 = Hierarchy(FakeDriver(), "/fake", (), proc_key="", proc_root="/gov")
     (tmp_path / "4").mkdir()
     (tmp_path / "4" / "cgroup").write_text("0::/user.slice/user-1000.slice/session-1.scope\n")
-    assert v2.locate(4, tmp_path) == Location(None, 1000)
+    assert v2.locate(4, tmp_path)[:2] == (None, 1000)
 
 
 def test_explain_says_what_each_group_runs(daemon):

@@ -1,0 +1,64 @@
+"""Text one user gives reaches every viewer (issue 22, point 5): a command line item ``[/oops]``
+made ``governor status`` fail with rich's MarkupError for everyone, and escape sequences reached
+viewers' terminals raw. Here a real daemon (on the in-memory driver) holds hostile tasks, and
+status, top (group expanded), ps (running, queued, ended), explain and an error line render them."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+
+import pytest
+from rich.console import Console
+
+from governor.cli.explain_view import explain_renderables
+from governor.cli.failures import line
+from governor.cli.ps_view import ended_table, tasks_table
+from governor.cli.status_view import status_renderables
+from governor.cli.top_state import TopState, press
+from governor.cli.top_view import top_view
+from governor.protocol import ExplainRequest, Peer, PsRequest, StatusRequest
+from test_daemon import GIB, daemon, launch  # noqa: F401 (fixture)
+
+HOSTILE = ["[/oops]", "[bold red]x[/]", "\x1b]0;PWNED\x1b\\", "\x1b[8m", "\x9b31m", "\u202eevil", ":smile:",
+           "tab\there", "bell\x07"]
+ROOT = Peer(pid=1, uid=0, gid=0)
+
+
+def rendered(*renderables, width: int = 100) -> str:
+    console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False)
+    for renderable in renderables:
+        console.print(renderable)
+    return console.file.getvalue()
+
+
+def over_the_wire(reply: dict) -> dict:
+    return json.loads(json.dumps(reply))
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_every_view_shows_hostile_text_as_text(daemon, width):  # noqa: F811
+    launch(daemon, 100, group="A", cpu=0.5, memory=GIB)
+    daemon.tasks.add(daemon.tasks.get("1").__class__(
+        "2", "A", 200, 0, "root", tuple(HOSTILE), {"cpu": 0.5, "memory": GIB}, 0.0, name="[/oops]\x1b[8m"))
+    daemon.check(["1"], "exit")  # task 1 ended: an ended record
+    handle = lambda request: over_the_wire(asyncio.run(daemon.handle(request, ROOT)))  # noqa: E731
+    status, explain = handle(StatusRequest())["status"], handle(ExplainRequest())["explain"]
+    running, ended = handle(PsRequest(all=True))["tasks"], handle(PsRequest(all=True, ended=True))["ended"]
+    state = TopState(status=status, received=0.0)
+    press(state, "enter")  # the group expanded: its tasks' command lines shown
+    text = rendered(*status_renderables(status, now=0.0), top_view(state, width=width, height=60, now=0.0),
+                    tasks_table(running, now=0.0, users=True), ended_table(ended, now=0.0, users=True),
+                    *explain_renderables(explain, now=0.0), width=width)
+    text += line(" ".join(HOSTILE))  # an error line (click.echo: no rich) quoting another user's input
+    assert "\x1b" not in text and "\x9b" not in text and "\u202e" not in text and "\x07" not in text
+    assert "[/oops]" in text  # as typed, not read as markup
+    assert "PWNED" in text  # its words are still there, made harmless
+
+
+def test_printable_keeps_plain_text_as_it_is():
+    from governor.cli.view_common import printable
+
+    assert printable({"a b": ["x", 1, None, "é ü 中"]}) == {"a b": ["x", 1, None, "é ü 中"]}
+    assert printable("\x1b[8m\ttab") == "?[8m?tab"
