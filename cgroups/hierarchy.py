@@ -2,8 +2,10 @@
 
 ``--cgroup-root`` (default ``governor``): a relative path is taken below the daemon's own cgroup
 in every hierarchy (DESIGN.md §8: without systemd the root is a child of the daemon's cgroup);
-an absolute path is a cgroup directory on v2 (``/sys/fs/cgroup/governor``) and a path inside
-every controller's hierarchy on v1 (``/governor`` → ``/sys/fs/cgroup/cpu/governor``, …).
+an absolute path is a path in the cgroup tree, as ``/proc/<pid>/cgroup`` spells it, the same on
+v2 and v1 (``/governor.slice/x`` → ``/sys/fs/cgroup/governor.slice/x`` on v2,
+``/sys/fs/cgroup/cpu/governor.slice/x``, … on v1), so one systemd unit serves both; on v2 a
+directory under the cgroup mount (``/sys/fs/cgroup/governor``) is taken as it is too.
 
 On a unified (v2) host the daemon first moves itself into a leaf ``daemon`` of its own cgroup
 (unless that is the hierarchy's root), because a cgroup whose children use controllers may
@@ -140,8 +142,10 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
     own = detect.cgroup_dirs("self", proc)
     if mode == "unified":
         base = own[""]
-        if cgroup_root.startswith("/"):
+        if cgroup_root.startswith(str(cgroup_mount) + "/"):
             root = Path(cgroup_root)
+        elif cgroup_root.startswith("/"):
+            root = cgroup_mount / cgroup_root.lstrip("/")
         else:
             if base != cgroup_mount:
                 move_self_to_leaf(base, "daemon")

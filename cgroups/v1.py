@@ -86,6 +86,9 @@ class CgroupV1Driver(Driver):
         # comparing Nodes (each comparison builds two full paths).
         self._nodes: dict[tuple[Path, str], Node] = {}
         self._cloning: set[tuple[Path, str]] = set()  # (root, rel): new children get its CPUs
+        # Ancestors of a root this driver made (systemd delegates no cpuset on v1, so a root
+        # below a unit's cgroup lacks its parents there), removed again with the root.
+        self._made: dict[Path, list[Path]] = {}
         for controller in HIERARCHY_ORDER:
             if controller in self.roots:
                 root = self.roots[controller]
@@ -131,6 +134,8 @@ class CgroupV1Driver(Driver):
                     if depth == len(parts) > 0:  # the leaf: no node (module docstring)
                         _make_dir(root.joinpath(*parts))
                         break
+                    if not depth:
+                        self._make_ancestors(root, cpuset)
                     known = self._nodes[key] = self._create_child(node, part)
                     if cpuset and not depth:  # the root's parent is not governor's to change
                         self._init_cpuset(Path(os.fsdecode(known.full_path)))
@@ -152,6 +157,12 @@ class CgroupV1Driver(Driver):
             except OSError as e:
                 raise CgroupError(f"failed to remove cgroup {path}", path=str(path),
                                   errno=e.errno) from e
+            if not relative_parts(rel):
+                for made in reversed(self._made.pop(root, [])):
+                    try:
+                        os.rmdir(made)
+                    except OSError:
+                        break  # another's now
             key = (root, "/".join(relative_parts(rel)))
             self._cloning.discard(key)
             node = self._nodes.pop(key, None)
@@ -306,6 +317,19 @@ class CgroupV1Driver(Driver):
         _make_dir(Path(os.fsdecode(child.full_path)))
         node.children.append(child)
         return child
+
+    def _make_ancestors(self, root: Path, cpuset: bool) -> None:
+        """Make the missing ancestors of ``root`` (their cpusets as their parents'), top down.
+
+        Raises:
+            CgroupError: mkdir failed; CgroupWriteError: a cpuset could not be set.
+        """
+        missing = [a for a in root.parents if not a.exists()]
+        for ancestor in reversed(missing):
+            _make_dir(ancestor)
+            self._made.setdefault(root, []).append(ancestor)
+            if cpuset:
+                self._init_cpuset(ancestor)
 
     def _clone_children(self, node: Node, key: tuple[Path, str]) -> None:
         """Have the kernel give new children of cpuset cgroup ``node`` its ``cpuset.cpus`` and

@@ -98,7 +98,7 @@ class CgroupV2Driver(Driver):
     """Manage cgroups below ``root``, a cgroup v2 directory governor owns.
 
     Args:
-        root: the cgroup directory, e.g. ``/sys/fs/cgroup/governor.service/tasks``.
+        root: the cgroup directory, e.g. ``/sys/fs/cgroup/governor.slice/governor-tasks.service/governed``.
     """
 
     mode = "v2"

@@ -13,8 +13,9 @@ if TYPE_CHECKING:
 _ENFORCEMENT_FILES = {
     "quota": "cpu.max",
     "cores": "cpu.max + exclusive cpuset.cpus",
-    "soft": "memory.high; on cgroup v1 a soft limit that binds only under memory pressure",
+    "soft": "memory.high",
     "hard": "memory.high + memory.max",
+    None: "soft (memory.high) on cgroup v2, hard (+ memory.max) on cgroup v1",
 }
 
 
@@ -57,12 +58,24 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
         from governor import access
         from governor.sessions import NOBODY_UID, login_uid_min
 
-        host = (check_on_this_host(config), access.members(config, login_uid_min(), NOBODY_UID))
+        host = (check_on_this_host(config), access.members(config, login_uid_min(), NOBODY_UID), cgroup_mode())
     click.echo(f"{file}: OK")
     for line in summary(config, host):
         click.echo(line)
-    for warning in [] if portable else unknown_names(config):
+    soft = config.soft_memory_warning(host[2]) if host else None
+    for warning in [] if portable else unknown_names(config) + ([soft] if soft else []):
         click.echo(f"governor: warning: {file}: {warning}", err=True)
+
+
+def cgroup_mode() -> str:
+    """``v2`` on a unified host, ``v1`` on a hybrid or legacy one (as the daemon drives it)."""
+    from governor.cgroups import detect
+    from governor.errors import CgroupError
+
+    try:
+        return "v2" if detect.host_mode() == "unified" else "v1"
+    except CgroupError:
+        return "v2"  # no cgroups here: the daemon would refuse to start anyway
 
 
 # The daemon runs as root, and trusts only a config root owns (cli/daemon_cmd.py).
@@ -127,10 +140,11 @@ def unknown_names(config: Config) -> list[str]:
     return warnings
 
 
-def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]]] | None = None) -> list[str]:
+def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], str] | None = None) -> list[str]:
     """The lines ``check-config`` prints for a checked :class:`~governor.config.Config`; with
-    ``host``, the capacity it gives on this host and each group's members today
-    (:func:`governor.access.members`), the groups' floors and who they are."""
+    ``host``, the capacity it gives on this host, each group's members today
+    (:func:`governor.access.members`) and the host's cgroup version (``v1``/``v2``): the
+    groups' floors, who they are, and how memory is capped here."""
     from governor.units import format_amount, format_number
     from governor.vocabulary import floors
 
@@ -159,8 +173,13 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]]] 
         task += (f", io read {format_amount('io.read', config.task_io_read_bps)}, "
                  f"write {format_amount('io.write', config.task_io_write_bps)} on each device")
     lines.append(task)
+    memory = f"{config.memory_enforcement or 'by cgroup version'} ({_ENFORCEMENT_FILES[config.memory_enforcement]})"
+    if host is not None:
+        mode = config.memory_mode(host[2])
+        memory = (f"{mode} ({_ENFORCEMENT_FILES[mode]}{'' if config.memory_enforcement else ', the default'} on "
+                  f"this cgroup {host[2]} host)")
     lines.append(f"enforcement: cpu {config.cpu_enforcement} ({_ENFORCEMENT_FILES[config.cpu_enforcement]}), "
-                 f"memory {config.memory_enforcement} ({_ENFORCEMENT_FILES[config.memory_enforcement]})")
+                 f"memory {memory}")
     lines.append("  all governed memory together: at most the memory capacity (memory.max on governor's root)")
 
     explicit = {rule.name for rule in config.groups}

@@ -54,6 +54,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
     setup_logging()
     if os.geteuid() != 0:
         raise GovernorError("governor daemon must run as root: it creates cgroups and moves processes")
+    raise_descriptor_limit()
     if config_path is None and os.path.exists(DEFAULT_CONFIG):
         config_path = DEFAULT_CONFIG
     def load():
@@ -78,8 +79,8 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
             from governor.metrics import Metrics
 
             # Listening first: a taken port or a bad address stops the start before any cgroup is made.
-            metrics = Metrics(lambda: server.snapshot)
-            metrics.serve(*_metrics_address(metrics_address))
+            metrics = Metrics(lambda: server.status())
+            metrics.bind(*_metrics_address(metrics_address))
         hierarchy = open_hierarchy(cgroup_root)
         undo.callback(_remove_root, hierarchy)
         server = Daemon(config, config_path or "<embedded default>", hierarchy, store,
@@ -92,6 +93,17 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
         finally:
             if server.served:
                 undo.pop_all()  # it served: what it made is the running host's (serve cleans its own)
+
+
+def raise_descriptor_limit() -> None:
+    """Take the hard limit on open files as the soft one: each connection and each task holds
+    descriptors, and three users with ~250 tasks each ran a daemon out of the usual soft 1,024
+    (it then took a failed user lookup for "no group", and lost track of exits)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _missing(directory) -> list:

@@ -9,7 +9,7 @@ import click
 @click.command(short_help="Watch the daemon live, like htop.")
 @click.option("--socket", "socket_option", metavar="PATH",
               help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
-@click.option("--interval", type=click.FloatRange(0.2, 10), default=1.0, show_default=True,
+@click.option("--interval", type=click.FloatRange(0.5, 60), default=1.0, show_default=True,
               help="Seconds between the daemon's updates.")
 def top(socket_option: str | None, interval: float) -> None:
     """Watch groups, shares, allocations, usage and pressure live, like htop.

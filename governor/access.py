@@ -29,11 +29,18 @@ class Identity:
 
 
 def identify(uid: int, gid: int) -> Identity:
-    """The caller's identity from the host's user and group databases."""
+    """The caller's identity from the host's user and group databases; a uid they do not know
+    is its number, with its gid's.
+
+    Raises:
+        RequestError: ``unavailable``, the databases could not be read (the daemon out of file
+            descriptors: NSS then says "no such user", which must not read as "no group").
+    """
     try:
         user = pwd.getpwuid(uid).pw_name
         gids = os.getgrouplist(user, gid)
-    except KeyError:
+    except (KeyError, OSError):
+        _check_descriptors()
         return Identity(uid, str(uid), (str(gid),))
     names = []
     for number in gids:
@@ -42,6 +49,15 @@ def identify(uid: int, gid: int) -> Identity:
         except KeyError:
             names.append(str(number))
     return Identity(uid, user, tuple(names))
+
+
+def _check_descriptors() -> None:
+    """Raise RequestError ``unavailable`` when this process cannot open a file now."""
+    try:
+        os.close(os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC))
+    except OSError as error:
+        raise RequestError("unavailable", f"the daemon cannot read the user database now ({error.strerror}); "
+                                          "try again") from None
 
 
 def members(config: Config, uid_min: int, nobody: int) -> dict[str, list[str]]:

@@ -65,7 +65,8 @@ memory = "512M"
 
 [enforcement]
 cpu = "quota"
-memory = "soft"
+# memory: "soft" on cgroup v2, "hard" on cgroup v1 (whose soft limit would let one task's
+# excess be taken from another's admitted memory)
 
 [groups."*"]
 weight = 1
@@ -104,8 +105,8 @@ _CAPACITY_KEYS = ("cpu", "memory", "reserve", "io")
 _RESERVE_KEYS = ("cpu", "memory")
 _IO_KEYS = ("device", "read", "write")
 _TASK_KEYS = ("cpu", "memory", "io_read", "io_write")
-# The first choice is the default.
-_ENFORCEMENT = {"cpu": ("quota", "cores"), "memory": ("soft", "hard")}
+# The first choice is the default (None: chosen by the host's cgroup version, Config.memory_mode).
+_ENFORCEMENT = {"cpu": ("quota", "cores"), "memory": (None, "soft", "hard")}
 _GROUP_KEYS = ("weight", "users", "unix_groups")
 _SESSION_KEYS = ("enabled", "cpu", "memory", "io_read", "io_write", "exempt")
 _DAEMON_KEYS = ("admin_group", "sample_interval", "reconcile_interval", "state_dir", "max_tasks_per_user",
@@ -333,12 +334,13 @@ def _positive_bytes(value: object, key: str, file: str) -> int:
     return result
 
 
-def _choice(table: Mapping[str, object], name: str, file: str) -> str:
+def _choice(table: Mapping[str, object], name: str, file: str) -> str | None:
     choices = _ENFORCEMENT[name]
     value = table.get(name, choices[0])
-    if value not in choices:
+    if value is None and name in table or value not in choices:
+        allowed = [c for c in choices if c is not None]
         raise ConfigError(file, f"enforcement.{name}",
-                          f"must be {' or '.join(f'{c!r}' for c in choices)}, got {value!r}")
+                          f"must be {' or '.join(f'{c!r}' for c in allowed)}, got {value!r}")
     return value
 
 

@@ -28,18 +28,23 @@ _GROUP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 # mkdir of a group named like one fails, so such names are refused up front.
 _INTERFACE_PREFIXES = ("cgroup", "cpu", "cpuacct", "cpuset", "memory", "io", "blkio", "pids",
                        "hugetlb", "rdma", "misc", "freezer", "devices", "net_cls", "net_prio", "perf_event")
+# cgroup v1's interface files without a controller prefix, in every directory.
+_V1_FILES = ("tasks", "notify_on_release", "release_agent")
 
 
 def group_name_problem(name: str) -> str | None:
     """Why ``name`` cannot be a group (a cgroup directory under governor's root), or ``None``.
 
     A group name is 1–64 letters, digits, ``_ . -``, starts with a letter, digit or ``_``, does
-    not start with ``task-`` (task cgroups) and is not ``<controller>.<anything>``.
+    not start with ``task-`` (task cgroups), is not ``<controller>.<anything>`` and is none of
+    cgroup v1's other interface files (``tasks``, ``notify_on_release``, ``release_agent``).
     """
     if not _GROUP_NAME.fullmatch(name):
         return "not a usable group name: 1-64 letters, digits, _ . -, starting with a letter, digit or _"
     if name.startswith("task-"):
         return "names starting with task- are kept for task cgroups"
+    if name in _V1_FILES:
+        return f"clashes with the cgroup v1 interface file {name}"
     prefix, dot, _ = name.partition(".")
     if dot and prefix in _INTERFACE_PREFIXES:
         return f"clashes with the cgroup interface files {prefix}.*"
@@ -113,7 +118,8 @@ class Config:
         io_devices: ``[[capacity.io]]``, in file order.
         task_cpu_cores, task_memory_bytes, task_io_read_bps, task_io_write_bps: ``[defaults.task]``;
             the I/O rates apply to each governed device.
-        cpu_enforcement: ``"quota"`` or ``"cores"``; memory_enforcement: ``"soft"`` or ``"hard"``.
+        cpu_enforcement: ``"quota"`` or ``"cores"``; memory_enforcement: ``"soft"``, ``"hard"``
+            or None (left out: :meth:`memory_mode` chooses by the host's cgroup version).
         groups: the explicit groups, in file order.
         everyone_weight: the weight of ``[groups."*"]``, or ``None`` when there is no such table.
         admin_group: the Unix group allowed admin operations besides root, or ``None``.
@@ -135,7 +141,7 @@ class Config:
     task_io_read_bps: int
     task_io_write_bps: int
     cpu_enforcement: str
-    memory_enforcement: str
+    memory_enforcement: str | None
     groups: tuple[GroupRule, ...]
     everyone_weight: float | None
     admin_group: str | None
@@ -146,6 +152,23 @@ class Config:
     max_connections_per_user: int
     sessions: SessionRules
     file: str = field(compare=False)
+
+    def memory_mode(self, cgroup_mode: str) -> str:
+        """How task memory is capped on a host whose cgroups are ``cgroup_mode`` (``v1``,
+        ``v2``): as configured, else ``soft`` on v2 and ``hard`` on v1. (v1's soft limit binds
+        only under memory pressure: a task of A declared 1M used 1.4G and B's task, inside its
+        own 1G, was OOM-killed; admitted memory must never be squeezed.)"""
+        if self.memory_enforcement is not None:
+            return self.memory_enforcement
+        return "hard" if cgroup_mode == "v1" else "soft"
+
+    def soft_memory_warning(self, cgroup_mode: str) -> str | None:
+        """Why ``memory = "soft"`` breaks admission on this host (cgroup v1), or None."""
+        if self.memory_enforcement == "soft" and cgroup_mode == "v1":
+            return ('enforcement.memory = "soft" on cgroup v1: its soft limit binds only under memory '
+                    "pressure, so a task past its declaration takes memory admitted to others, whose tasks "
+                    'are then OOM-killed; use "hard" (the default on v1)')
+        return None
 
     @property
     def resources(self) -> tuple[str, ...]:

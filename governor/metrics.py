@@ -1,19 +1,34 @@
 """Prometheus metrics for ``governor daemon --metrics [ADDR:]PORT`` (prometheus-client).
 
-Per-group gauges are read at scrape time from the daemon's published status snapshot (a dict
-replaced, never mutated, once a second), so the HTTP thread never walks live daemon state.
-Counters and the refill histogram are updated by the daemon as things happen.
+Per-group gauges are read at scrape time from the daemon's status (built once per change and
+shared, :meth:`governor.daemon.Daemon.status`). Counters and the refill histogram are updated
+by the daemon as things happen.
+
+Scrapes are served on the daemon's own event loop (:meth:`Metrics.serve`), at most
+:data:`MAX_SCRAPES` at once, each within :data:`SCRAPE_TIMEOUT_S`: prometheus-client's own
+server gives every connection a thread with no timeout, and ``nobody`` holding ~1,010 idle
+connections took every descriptor of the daemon (launches and ``status`` failed, for root too).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import socket
 import time
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 from governor.errors import GovernorError
+
+# Scrapes served at once; a connection beyond them is closed at once (a scrape takes ~1 ms).
+MAX_SCRAPES = 16
+# How long a scrape may take, from its connection to its last byte sent.
+SCRAPE_TIMEOUT_S = 5.0
+# A request's line and headers (a Prometheus scrape sends ~300 bytes).
+MAX_REQUEST_BYTES = 8192
 
 REFILL_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
 QUEUE_WAIT_BUCKETS_S = (0.01, 0.1, 1, 10, 60, 300, 1800, 3600, 4 * 3600, 24 * 3600)
@@ -50,16 +65,74 @@ class Metrics:
     def admitted(self, waited_s: float) -> None:
         self._queue_wait.observe(waited_s)
 
-    def serve(self, address: str, port: int) -> None:
-        """Serve ``/metrics`` over HTTP on ``address:port`` in a background thread.
+    def bind(self, address: str, port: int) -> None:
+        """Listen on ``address:port`` (served from :meth:`serve` on; a taken port refuses the
+        daemon's start before anything is made).
 
         Raises:
             GovernorError: the port is taken, or the address is not one of this host's.
         """
         try:
-            start_http_server(port, addr=address, registry=self.registry)
+            family, kind, proto, _, where = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0]
+            listener = socket.socket(family, kind, proto)
         except OSError as error:  # socket.gaierror for a name that does not resolve is one too
             raise GovernorError(f"cannot serve metrics on {address}:{port}: {error.strerror or error}") from None
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(where)
+            listener.listen(MAX_SCRAPES)
+        except OSError as error:
+            listener.close()
+            raise GovernorError(f"cannot serve metrics on {address}:{port}: {error.strerror or error}") from None
+        self._listener = listener
+        self._server: asyncio.AbstractServer | None = None
+        self._scrapes: set[asyncio.Task] = set()
+
+    async def serve(self) -> None:
+        """Serve ``/metrics`` (and ``/``) over HTTP on the socket :meth:`bind` made, on the
+        running event loop, until :meth:`close`."""
+        self._server = await asyncio.start_server(self._scrape, sock=self._listener, limit=MAX_REQUEST_BYTES)
+
+    async def close(self) -> None:
+        """Stop serving: no new scrape, and those under way end now."""
+        if self._server is not None:
+            self._server.close()
+            for scrape in self._scrapes:
+                scrape.cancel()
+            await asyncio.gather(*self._scrapes, return_exceptions=True)
+            await self._server.wait_closed()
+
+    async def _scrape(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._scrapes.add(task)
+        try:
+            if len(self._scrapes) > MAX_SCRAPES:
+                return  # closed at once
+            async with asyncio.timeout(SCRAPE_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
+                method, _, rest = head.partition(b" ")
+                path = rest.partition(b" ")[0].partition(b"?")[0]
+                if method not in (b"GET", b"HEAD"):
+                    writer.write(_response(b"405 Method Not Allowed", b"only GET\n", b"text/plain"))
+                elif path not in (b"/metrics", b"/"):
+                    writer.write(_response(b"404 Not Found", b"metrics are at /metrics\n", b"text/plain"))
+                else:
+                    body = generate_latest(self.registry)
+                    writer.write(_response(b"200 OK", body if method == b"GET" else b"", CONTENT_TYPE_LATEST.encode(),
+                                           length=len(body)))
+                await writer.drain()
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass  # a slow, idle, oversized or vanished client: closed, nothing else held
+        finally:
+            self._scrapes.discard(task)
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+
+def _response(status: bytes, body: bytes, kind: bytes, *, length: int | None = None) -> bytes:
+    return (b"HTTP/1.1 " + status + b"\r\nContent-Type: " + kind + b"\r\nContent-Length: "
+            + str(len(body) if length is None else length).encode() + b"\r\nConnection: close\r\n\r\n" + body)
 
 
 class _Snapshot:

@@ -45,7 +45,7 @@ Operations; every field is checked and unknown fields are refused:
   A pid that already runs as a task gets that task back, so a client that lost the reply may
   simply ask again.
 - ``{"op": "status"}``. Reply payload: ``{"status": {...}}`` (schema in README).
-- ``{"op": "watch", "interval": number}`` (interval optional, 0.2–10 s, default 1): a stream of
+- ``{"op": "watch", "interval": number}`` (interval optional, 0.5–60 s, default 1): a stream of
   ``{"ok": true, "status": {...}}`` lines, the first at once, then one per interval, until the
   client closes the connection.
 - ``{"op": "explain"}``. Reply payload: ``{"explain": {"capacity", "groups": {name: {"weight",
@@ -95,7 +95,8 @@ ERROR_CODES = frozenset({
     "bad_request", "too_large", "timeout", "unknown_op", "forbidden", "not_found",
     "exceeds_capacity", "would_wait", "unavailable", "invalid_config", "internal", "too_many", "stopped",
 })
-WATCH_INTERVAL_S = (0.2, 10.0)
+# A watcher gets a whole status each interval: 32 at 0.2 s took the daemon 9.4 s of CPU in 15 s.
+WATCH_INTERVAL_S = (0.5, 60.0)
 # Demand keys on the wire: cpu in cores (any number), the others whole bytes or bytes/s.
 DEMAND_KEYS = ("cpu", "memory", "io_read", "io_write")
 MAX_NAME_CHARS = 64
@@ -149,7 +150,7 @@ class StatusRequest:
 
 @dataclass(frozen=True)
 class WatchRequest:
-    """Stream a status snapshot every ``interval`` seconds (0.2–10)."""
+    """Stream a status snapshot every ``interval`` seconds (0.5–60)."""
 
     interval: float = 1.0
 

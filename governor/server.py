@@ -33,6 +33,12 @@ _PROBE_TIMEOUT_S = 1.0
 # How long a reply may wait for its client to read before the connection is closed: a `watch`
 # client that stops reading would otherwise hold its unsent snapshots for ever.
 WRITE_TIMEOUT_S = 30.0
+# Bytes of replies one uid's connections may hold that their clients have not read: a reply
+# that would go past it waits (then the connection closes, as a stalled one). 32 connections of
+# `nobody` that asked for a 15.6 MB status and never read held 450 MB of the daemon.
+IN_FLIGHT_PER_UID = 8 << 20
+# How often a reply waiting for its uid's budget looks again.
+_BUDGET_POLL_S = 0.05
 
 
 class Handler(Protocol):
@@ -78,6 +84,8 @@ class ControlServer:
         self.write_timeout_s = write_timeout_s
         self.connections_per_uid = connections_per_uid
         self._by_uid: Counter[int] = Counter()
+        self._writers: dict[int, set[asyncio.StreamWriter]] = {}  # uid → its connections' writers
+        self._uid_of: dict[asyncio.StreamWriter, int] = {}
         self._server: asyncio.AbstractServer | None = None
         self._inode: tuple[int, int] | None = None
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
@@ -179,6 +187,8 @@ class ControlServer:
         try:
             peer = _peer_credentials(writer.get_extra_info("socket"))
             self._by_uid[peer.uid] += 1
+            self._writers.setdefault(peer.uid, set()).add(writer)
+            self._uid_of[writer] = peer.uid
             limit = self.connections_per_uid() if self.connections_per_uid and peer.uid != 0 else None
             if limit is not None and self._by_uid[peer.uid] > limit:
                 await self._send(writer, error("too_many", f"uid {peer.uid} already has {limit} connections open "
@@ -218,6 +228,10 @@ class ControlServer:
                 self._by_uid[peer.uid] -= 1
                 if not self._by_uid[peer.uid]:
                     del self._by_uid[peer.uid]
+                self._uid_of.pop(writer, None)
+                self._writers[peer.uid].discard(writer)
+                if not self._writers[peer.uid]:
+                    del self._writers[peer.uid]
                 if peer.pidfd is not None:
                     os.close(peer.pidfd)
             writer.close()
@@ -235,15 +249,24 @@ class ControlServer:
         return self._encoded[1]
 
     async def _send(self, writer: asyncio.StreamWriter, reply: bytes) -> None:
-        """Send one reply line; a client that does not read it within ``write_timeout_s`` is
-        cut off (StalledClient), so a reader that stopped holds at most one reply."""
-        writer.write(reply)
+        """Send one reply line once its uid's replies not yet read leave room for it
+        (:data:`IN_FLIGHT_PER_UID`; a reply alone may exceed it); a client that does not read
+        it within ``write_timeout_s`` is cut off (StalledClient), so a reader that stopped
+        holds at most one reply, and one uid's readers that stopped at most the budget."""
         try:
             async with asyncio.timeout(self.write_timeout_s):
+                uid = self._uid_of.get(writer)
+                while uid is not None and 0 < (held := self._in_flight(uid)) and held + len(reply) > IN_FLIGHT_PER_UID:
+                    await asyncio.sleep(_BUDGET_POLL_S)
+                writer.write(reply)
                 await writer.drain()
         except asyncio.TimeoutError:
             logger.warning("closing a control connection whose client has not read for %g s", self.write_timeout_s)
             raise StalledClient(f"the client did not read for {self.write_timeout_s:g} s") from None
+
+    def _in_flight(self, uid: int) -> int:
+        """Bytes of replies to ``uid``'s connections that their clients have not read yet."""
+        return sum(writer.transport.get_write_buffer_size() for writer in self._writers.get(uid, ()))
 
     async def _answer(self, line: bytes, peer: Peer, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> bool:

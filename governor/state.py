@@ -139,7 +139,6 @@ class Tasks:
 
     def __init__(self) -> None:
         self._tasks: dict[str, Task] = {}
-        self._by_pid: dict[int, str] = {}
         self._groups: dict[str, dict[str, Task]] = {}
         self._sums: dict[str, dict[str, float]] = {}
         self._launched: Counter[int] = Counter()  # uid → tasks it launched (not sessions)
@@ -148,8 +147,7 @@ class Tasks:
 
     def add(self, task: Task) -> None:
         self._tasks[task.id] = task
-        if not task.is_session:  # a session's first process may launch a task of its own
-            self._by_pid[task.pid] = task.id
+        if not task.is_session:
             self._launched[task.uid] += 1
         if task.is_login:
             self._logins[task.id] = task
@@ -162,8 +160,6 @@ class Tasks:
         task = self._tasks.pop(task_id, None)
         if task is None:
             return None
-        if self._by_pid.get(task.pid) == task_id:
-            del self._by_pid[task.pid]
         _drop(self._launched, task.uid, not task.is_session)
         if self._logins.pop(task_id, None) is None:
             _drop(self._inside, task.group, True)
@@ -176,11 +172,6 @@ class Tasks:
 
     def get(self, task_id: str) -> Task | None:
         return self._tasks.get(task_id)
-
-    def with_pid(self, pid: int) -> Task | None:
-        """The task launched as process ``pid``, if one is running."""
-        task_id = self._by_pid.get(pid)
-        return None if task_id is None else self._tasks.get(task_id)
 
     def __iter__(self) -> Iterator[Task]:
         return iter(list(self._tasks.values()))
@@ -299,9 +290,13 @@ class TaskStore:
         try:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             with os.fdopen(fd, "wb") as stream:
-                stream.write(json.dumps(task.to_record()).encode())
+                # UTF-8 as UTF-8: escaped, an accented command line took three times its size.
+                # (A lone surrogate, from a user name the database gave undecoded, stays a JSON escape.)
+                stream.write(json.dumps(task.to_record(), ensure_ascii=False).encode("utf-8", "backslashreplace"))
             os.replace(temporary, target)
         except OSError as error:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)  # a full disk leaves no partial file
             raise GovernorError(f"cannot write task record {target}: {error.strerror}") from None
 
     def delete(self, task_id: str) -> None:

@@ -30,7 +30,7 @@ class Governor:
     are off unless ``config`` has a ``[sessions]`` table: a test daemon must not move the
     host's processes, nor take the sessions from the host's daemon."""
 
-    def __init__(self, tmp_path: Path, config: str, *extra_args: str):
+    def __init__(self, tmp_path: Path, config: str, *extra_args: str, wrapper: tuple[str, ...] = ()):
         self.dir = tmp_path
         self.socket = str(tmp_path / "governor.sock")
         self.root_name = f"governor-test-{uuid.uuid4().hex[:8]}"
@@ -39,7 +39,7 @@ class Governor:
         (tmp_path / "governor.toml").write_text(config + f'\n[daemon]\nstate_dir = "{tmp_path}/state"\n'
                                                          "sample_interval = 1.0\nreconcile_interval = 2.0\n")
         self.log = open(tmp_path / "daemon.log", "w+")
-        self.command = [GOVERNOR, "daemon", "--config", str(tmp_path / "governor.toml"), "--socket", self.socket,
+        self.command = [*wrapper, GOVERNOR, "daemon", "--config", str(tmp_path / "governor.toml"), "--socket", self.socket,
                         "--cgroup-root", self.root_name, *extra_args]
         self.daemon = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT)
         self.tasks: list[subprocess.Popen] = []

@@ -19,28 +19,7 @@ NOBODY = 65534
 
 def as_nobody(work: Callable[[], dict]) -> dict:
     """Run ``work`` in a forked child that became ``nobody``; its result (a JSON object) back."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            with os.fdopen(write_end, "w") as out:
-                json.dump(work(), out)
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end) as result:
-        text = result.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0 and text, f"the child as nobody failed ({status})"
-    return json.loads(text)
+    return as_user(NOBODY, work)
 
 
 def connections_as_nobody(path: str, count: int) -> tuple[list[socket.socket], list[int]]:
@@ -204,3 +183,99 @@ def fd_count(pid: int) -> int:
 def rss_bytes(pid: int) -> int:
     with open(f"/proc/{pid}/status") as status:
         return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+
+
+def as_user(uid: int, work: Callable[[], dict]) -> dict:
+    """Run ``work`` in a forked child that became ``uid`` (its gid the same number); its result
+    (a JSON object) back."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            with os.fdopen(write_end, "w") as out:
+                json.dump(work(), out)
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as result:
+        text = result.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and text, f"the child as uid {uid} failed ({status})"
+    return json.loads(text)
+
+
+def lingering_tasks(path: str, count: int, group: str, command: list[str]) -> list[int]:
+    """``count`` tasks of the calling user, each a forked client that launched itself with
+    ``command`` (for display: a long one fills every status) and then sleeps in its task; their
+    pids (the caller kills them)."""
+    pids = []
+    for _ in range(count):
+        ready_read, ready_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(ready_read)
+                sock = socket.socket(socket.AF_UNIX)
+                sock.connect(path)
+                line = json.dumps({"op": "launch", "pid": os.getpid(), "group": group, "command": command,
+                                   "demand": {"cpu": 0.01, "memory": 1 << 20}})
+                answer = request(sock, line.encode() + b"\n")
+                sock.close()
+                os.write(ready_write, b"1" if answer and answer.get("ok") else b"0")
+                os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the caller's pipes must see their end
+                time.sleep(3600)
+            finally:
+                os._exit(0)
+        os.close(ready_write)
+        ok = os.read(ready_read, 1)
+        os.close(ready_read)
+        assert ok == b"1", "a lingering task was refused"
+        pids.append(pid)
+    return pids
+
+
+def silent_status(path: str, connections: int, seconds: float) -> dict:
+    """``connections`` connections that ask for ``status`` and never read, held ``seconds``."""
+    socks = []
+    for _ in range(connections):
+        sock = socket.socket(socket.AF_UNIX)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(path)
+        sock.sendall(b'{"op": "status"}\n')
+        socks.append(sock)
+    time.sleep(seconds)
+    for sock in socks:
+        sock.close()
+    return {"held": len(socks)}
+
+
+def watchers(path: str, count: int, seconds: float, interval: float) -> dict:
+    """``count`` ``watch`` streams at ``interval`` read as fast as they come (and thrown away)
+    for ``seconds``; the bytes they got."""
+    import selectors
+
+    selector = selectors.DefaultSelector()
+    for _ in range(count):
+        sock = socket.socket(socket.AF_UNIX)
+        sock.connect(path)
+        sock.sendall(json.dumps({"op": "watch", "interval": interval}).encode() + b"\n")
+        sock.setblocking(False)
+        selector.register(sock, selectors.EVENT_READ)
+    got, deadline = 0, time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for key, _ in selector.select(timeout=0.1):
+            try:
+                got += len(key.fileobj.recv(1 << 20))
+            except BlockingIOError:
+                pass
+    for key in list(selector.get_map().values()):
+        key.fileobj.close()
+    return {"bytes": got}

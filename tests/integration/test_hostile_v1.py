@@ -4,6 +4,7 @@ middle of a launch storm, and a churn of 10,000 short tasks. Each prints its fig
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -11,13 +12,14 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from daemon_harness import Governor
-from hostile import (as_nobody, churn, connections_as_nobody, fd_count, fuzz, hostile_lines, reply, request,
-                     rss_bytes)
+from daemon_harness import GOVERNOR, Governor
+from hostile import (as_nobody, as_user, churn, connections_as_nobody, fd_count, fuzz, hostile_lines,
+                     lingering_tasks, reply, request, rss_bytes, silent_status, watchers)
 from test_daemon_v1 import _skip_reason
 
 from governor.errors import CgroupError
@@ -208,3 +210,183 @@ def test_a_churn_of_ten_thousand_short_tasks_leaks_nothing(gov):
     assert first["failed"] == 0 and second["failed"] == 0 and warm["failed"] == 0
     assert not list(Path(gov.status()["daemon"]["config"]).parent.joinpath("state").glob("*.json"))
     assert rss_bytes(pid) <= half * 1.04
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _in_background(work) -> int:
+    """Run ``work`` in a forked child; its pid (the caller waits for it)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            work()
+            code = 0
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _p99(trips: list[float]) -> float:
+    return trips[int(len(trips) * 0.99)]
+
+
+def test_status_amplification_costs_the_daemon_bounded_memory_and_no_launch_time(gov):
+    # Issue 22, point 1: 250 tasks with ~60 KiB command lines made a status of 15.6 MB; 32
+    # connections of nobody that asked for it and never read took the daemon from 148 to 599 MB,
+    # and 32 watchers at 0.2 s raised others' launches from 53-71 to 620 ms.
+    pid = gov.daemon.pid
+    long = ["x" * 4000] * 15  # 60,000 characters (a request line holds at most 64 KiB)
+    lingering = as_nobody(lambda: {"pids": lingering_tasks(gov.socket, 250, "F", long)})["pids"]
+    try:
+        size = len(json.dumps(gov.status()))
+        before = churn(gov.socket, 300, 4, "A")
+        rss_before = rss_bytes(pid)
+        attackers = [_in_background(lambda: as_nobody(lambda: silent_status(gov.socket, 32, 20))),
+                     _in_background(lambda: as_user(2, lambda: watchers(gov.socket, 32, 20, 0.5)))]
+        time.sleep(3)
+        peak = []
+        sampler = threading.Thread(target=lambda: [peak.append(rss_bytes(pid)) or time.sleep(0.25) for _ in range(40)])
+        sampler.start()
+        during = churn(gov.socket, 300, 4, "A")
+        sampler.join()
+        for attacker in attackers:
+            os.waitpid(attacker, 0)
+        print(f"\nstatus amplification: status {size / 1e6:.2f} MB with 250 long command lines; daemon RSS "
+              f"{rss_before / 2**20:.0f} -> peak {max(peak) / 2**20:.0f} MiB under 32 silent connections and 32 "
+              f"watchers; launch p99 {_p99(before['trips']) * 1000:.1f} -> {_p99(during['trips']) * 1000:.1f} ms")
+        assert size < 1_000_000  # command lines are cut in views of everyone's tasks
+        assert max(peak) < 150 * 2**20
+        assert before["failed"] == during["failed"] == 0
+        assert _p99(during["trips"]) <= max(1.2 * _p99(before["trips"]), _p99(before["trips"]) + 0.005)
+    finally:
+        _kill(lingering)
+
+
+def test_the_memory_queue_serves_a_large_task_of_an_idle_group_within_a_task_lifetime(gov):
+    # Issue 22, point 2: A launches a 100M, 2 s task every 80 ms; F (no task) asks for 1G. F
+    # stayed at position 1 for 85 s while 840 of A's tasks started: every 100M that freed went
+    # to A. Capacity 2G: A fills it, then F's reservation keeps what frees.
+    stop = threading.Event()
+    launched: list[subprocess.Popen] = []
+
+    def busy_a():
+        while not stop.is_set():
+            launched.append(subprocess.Popen([GOVERNOR, "run", "--socket", gov.socket, "--group", "A", "--cpus",
+                                              "0.01", "--memory", "100M", "--", "sleep", "2"],
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            time.sleep(0.08)
+
+    launcher = threading.Thread(target=busy_a)
+    launcher.start()
+    try:
+        gov.wait(lambda: len(gov.status()["queue"]) >= 3, "A's tasks to fill memory and queue")
+
+        def ask() -> dict:
+            start = time.monotonic()
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.connect(gov.socket)
+                sock.sendall(json.dumps({"op": "launch", "pid": os.getpid(), "group": "F",
+                                         "demand": {"cpu": 0.01, "memory": 1 << 30}}).encode() + b"\n")
+                sock.settimeout(60)
+                while True:
+                    answer = reply(sock)
+                    if answer is None or "queued" not in answer:
+                        return {"waited": time.monotonic() - start, "ok": bool(answer and answer.get("ok"))}
+
+        got = as_nobody(ask)
+        print(f"\nqueue: F's 1G task started {got['waited']:.2f} s after it asked, A launching 100M every 80 ms")
+        assert got["ok"] and got["waited"] <= 2.5
+    finally:
+        stop.set()
+        launcher.join()
+        for proc in launched:
+            proc.kill()
+            proc.wait()
+
+
+def test_idle_metrics_connections_leave_launches_and_status_working(tmp_path):
+    # Issue 22, point 3: nobody's ~1,010 idle TCP connections to --metrics took a thread and a
+    # descriptor each for ever: 1024/1024 fds, and run and status (root's too) failed.
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    shared = Path(tempfile.mkdtemp(prefix="gov-metrics-"))
+    shared.chmod(0o755)
+    gov = Governor(shared, CONFIG, "--metrics", f"127.0.0.1:{port}")
+    try:
+        def hold() -> dict:
+            held = []
+            for _ in range(1010):
+                with contextlib.suppress(OSError):
+                    held.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+            time.sleep(8)
+            for sock in held:
+                sock.close()
+            return {"held": len(held)}
+
+        attacker = _in_background(lambda: as_nobody(hold))
+        time.sleep(3)
+        fds = fd_count(gov.daemon.pid)
+        started = time.monotonic()
+        proc = gov.run("A", ["sleep", "30"], cpus=0.1, memory="32M")
+        status = gov.status()
+        seconds = time.monotonic() - started
+        os.waitpid(attacker, 0)
+        print(f"\nmetrics attack: 1,010 idle connections; daemon fds {fds}; a launch and a status took {seconds:.2f} s")
+        assert fds < 200 and seconds < 5 and status["groups"]["A"]["tasks"]
+        proc.kill()
+    finally:
+        gov.close()
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_a_pid_that_wraps_round_to_a_running_tasks_launch_pid_gets_its_own_task(gov):
+    # Issue 22, point 6: nobody's task outlives its launched process; a later launch from a
+    # process with that pid got nobody's task (and group) and stayed ungoverned itself.
+    def outlived() -> dict:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(gov.socket)
+            answer = request(sock, json.dumps({"op": "launch", "pid": os.getpid(), "group": "F",
+                                               "demand": {"cpu": 0.1, "memory": 32 << 20}}).encode() + b"\n")
+        child = os.fork()
+        if child == 0:  # the task lives on in this child; the launched process exits
+            os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # as_nobody's pipe must see its end
+            time.sleep(120)
+            os._exit(0)
+        return {"task": answer["task"], "pid": os.getpid(), "child": child}
+
+    first = as_nobody(outlived)
+    taken = None
+    try:
+        for _ in range(20):
+            try:
+                Path("/proc/sys/kernel/ns_last_pid").write_text(str(first["pid"] - 1))
+            except OSError as error:
+                pytest.skip(f"cannot choose the next pid: {error}")
+            taken = subprocess.Popen([GOVERNOR, "run", "--socket", gov.socket, "--group", "A", "--cpus", "0.1",
+                                      "--memory", "32M", "--", "sleep", "60"])
+            if taken.pid == first["pid"]:
+                break
+            taken.kill()
+            taken.wait()
+        assert taken.pid == first["pid"], "the kernel did not hand the pid over"
+        gov.wait(lambda: any(t["pid"] == taken.pid for t in gov.status()["groups"].get("A", {}).get("tasks", [])),
+                 "root's task with the reused pid")
+        [mine] = [t for t in gov.status()["groups"]["A"]["tasks"] if t["pid"] == taken.pid]
+        print(f"\npid reuse: nobody's task {first['task']} outlived pid {taken.pid}; root's launch with it got task "
+              f"{mine['id']} in group A")
+        assert mine["id"] != first["task"] and gov.root_name in Path(f"/proc/{taken.pid}/cgroup").read_text()
+        assert gov.task_count("F") == 1
+    finally:
+        _kill([first["child"]])
+        if taken is not None:
+            taken.kill()
+            taken.wait()

@@ -10,6 +10,7 @@ saturates at t = 1/3: physics 66.7% of the host, ops 33.3%.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import signal
 import subprocess
@@ -86,7 +87,8 @@ def test_top_shows_real_shares_expands_sorts_reconnects_resizes_and_quits(tmp_pa
         # The shell records top's exit status: tmux 3.3 sometimes marks the pane dead and never
         # reports the status (2 runs in 20 here), whatever top did.
         exit_file = tmp_path / "top-exit"
-        pane = Pane(f"sh -c '{GOVERNOR} top --socket {gov.socket}; echo $? > {exit_file}'")
+        inner = f"{shlex.quote(GOVERNOR)} top --socket {shlex.quote(gov.socket)}; echo $? > {shlex.quote(str(exit_file))}"
+        pane = Pane(f"sh -c {shlex.quote(inner)}")  # the checkout's path may hold a space
 
         text = pane.wait_for(lambda t: "66.7%" in t and "33.3%" in t, "both groups' shares")
         print(f"\n--- governor top, first screen ---\n{text}")

@@ -115,7 +115,8 @@ def test_embedded_default_is_what_left_out_keys_default_to():
     assert (config.cpu_cores, config.memory_bytes) == (None, None)
     assert (config.reserve_cpu_cores, config.reserve_memory_bytes) == (0.25, 256 * M)
     assert (config.task_cpu_cores, config.task_memory_bytes) == (1.0, 512 * M)
-    assert (config.cpu_enforcement, config.memory_enforcement) == ("quota", "soft")
+    assert (config.cpu_enforcement, config.memory_enforcement) == ("quota", None)
+    assert (config.memory_mode("v2"), config.memory_mode("v1")) == ("soft", "hard")
     assert (config.groups, config.everyone_weight, config.io_devices) == ((), 1.0, ())
     assert config.allowed_groups("anyone", ["users"]) == ["anyone"]
     assert config.sessions == SessionRules(True, 1.0, 2 * G, 0, 0, ())
@@ -252,6 +253,7 @@ def test_task_demand_refuses_bad_values(field, value):
     ("a" * 65, "1-64"), ("", "1-64"), (".hidden", "1-64"), ("-x", "1-64"), ("a/b", "1-64"), ("a b", "1-64"),
     ("task-1", "task-"), ("cgroup.procs", "cgroup.*"), ("memory.high", "memory.*"), ("io.x", "io.*"),
     ("ga\n", "1-64"),  # `$` matches before a trailing newline: the whole name must match
+    ("tasks", "v1 interface file tasks"), ("release_agent", "v1 interface"),
 ])
 def test_group_name_problem(name, problem):
     found = group_name_problem(name)

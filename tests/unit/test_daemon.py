@@ -16,7 +16,7 @@ import pytest
 from governor.config import parse_config
 from governor.daemon import Daemon
 from governor.cgroups.driver import Driver
-from governor.cgroups.hierarchy import Hierarchy
+from governor.cgroups.hierarchy import Hierarchy, Location
 from governor.cgroups.limits import v2_files
 from governor.cgroups.v2 import CgroupStats
 from governor.errors import CgroupReadError, CgroupWriteError, RequestError
@@ -123,6 +123,20 @@ class FakeDriver(Driver):
         self.forget(rel)
 
 
+class Where:
+    """Where each pid is, as Hierarchy.locate would tell, following the fake driver's moves."""
+
+    def __init__(self, driver: FakeDriver):
+        self.driver = driver
+        self.logind: dict[int, int] = {}  # pid → the uid whose logind slice it is in
+
+    def __call__(self, pid):
+        for rel, pids in self.driver.procs.items():
+            if pid in pids:
+                return Location(rel, None)
+        return Location(None, self.logind.get(pid))
+
+
 class FakeWatcher:
     def __init__(self):
         self.watched = set()
@@ -138,7 +152,10 @@ class FakeWatcher:
 def daemon(tmp_path):
     store = TaskStore(tmp_path / "state")
     store.prepare()
-    server = Daemon(parse_config(CONFIG, "test.toml"), "test.toml", Hierarchy(FakeDriver(), "/fake", ()),
+    driver = FakeDriver()
+    hierarchy = Hierarchy(driver, "/fake", ())
+    hierarchy.locate = Where(driver)
+    server = Daemon(parse_config(CONFIG, "test.toml"), "test.toml", hierarchy,
                     store, host_cpus=[0, 1], host_memory=8 * GIB, resolve_device=lambda path: "8:0")
     server._watcher = FakeWatcher()
     return server
@@ -585,7 +602,7 @@ def test_group_demands_follow_adds_and_removes():
     tasks.remove("1")
     tasks.remove("3")
     assert tasks.demands() == {"A": {"cpu": 0.5, "memory": GIB}}
-    assert tasks.counts() == {"A": 1} and tasks.with_pid(200).id == "2" and tasks.with_pid(100) is None
+    assert tasks.counts() == {"A": 1} and [t.id for t in tasks] == ["2"]
 
 
 def test_borrowed_is_use_above_the_guarantee_beyond_sampling_noise():
@@ -646,3 +663,32 @@ def test_tasks_are_sampled_in_turn_beyond_the_bound(daemon, monkeypatch):
         launch(daemon, pid, group="A", cpu=0.1, memory=GIB)
     turns = [daemon._tasks_to_sample() for _ in range(3)]
     assert turns == [["A/task-1", "A/task-2"], ["A/task-3", "A/task-1"], ["A/task-2", "A/task-3"]]
+
+
+def test_a_pid_that_wrapped_round_to_a_running_tasks_launch_pid_gets_a_task_of_its_own(daemon):
+    # Issue 22, point 6: task 1 outlives its launched process 100 (its child 101 runs on); a
+    # later process given pid 100 asks to launch: it must not be handed task 1 (another
+    # user's task and group) while staying ungoverned itself.
+    launch(daemon, 100, group="A", cpu=0.5, memory=GIB)
+    daemon.hierarchy.driver.procs["A/task-1"] = [101]
+    reply = launch(daemon, 100, group="B", cpu=0.5, memory=GIB)
+    assert reply["task"] == "2" and reply["group"] == "B"
+    assert daemon.hierarchy.driver.procs["B/task-2"] == [100]
+
+
+def test_on_cgroup_v1_a_task_s_memory_is_capped_hard_unless_the_config_says_soft_and_is_warned(tmp_path, caplog):
+    # Issue 22, point 10: v1's soft limit binds only under pressure: A declared 1M and used
+    # 1.4G, and B's task, inside its own 1G, was OOM-killed. Admitted memory is never squeezed.
+    store = TaskStore(tmp_path / "state")
+    driver = FakeDriver()
+    driver.mode = "v1"
+
+    def caps(text):
+        server = Daemon(parse_config(text, "t.toml"), "t.toml", Hierarchy(driver, "/fake", ()), store,
+                        host_cpus=[0, 1], host_memory=8 * GIB, resolve_device=lambda path: "8:0")
+        return server._task_caps(tuple({"cpu": 1.0, "memory": GIB}.items()))
+
+    assert caps(CONFIG).memory_max_bytes == GIB  # the default on v1: hard
+    with caplog.at_level("WARNING"):
+        assert caps(CONFIG + '[enforcement]\nmemory = "soft"\n').memory_max_bytes is None
+    assert 'memory = "soft" on cgroup v1' in caplog.text

@@ -61,9 +61,9 @@ def test_a_taken_metrics_port_is_a_governor_error():
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(GovernorError, match=f"cannot serve metrics on 127.0.0.1:{port}: Address already in use"):
-            Metrics(dict).serve("127.0.0.1", port)
+            Metrics(dict).bind("127.0.0.1", port)
     with pytest.raises(GovernorError, match="cannot serve metrics on no-such-host.invalid"):
-        Metrics(dict).serve("no-such-host.invalid", 9)
+        Metrics(dict).bind("no-such-host.invalid", 9)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="governor daemon runs as root only")
@@ -125,3 +125,30 @@ def test_a_read_only_cgroupfs_refuses_launches_truthfully_and_the_daemon_serves_
     assert refused.value.code == "unavailable" and "EROFS" in str(refused.value)
     status = asyncio.run(daemon.handle(StatusRequest(), Peer(pid=1, uid=0, gid=0)))["status"]
     assert not status["groups"] and not daemon.store.load_all()[0]  # nothing shown that is not so
+
+
+def test_the_daemon_takes_the_hard_descriptor_limit_as_its_soft_one():
+    import resource
+
+    from governor.cli.daemon_cmd import raise_descriptor_limit
+
+    before = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, before[1]), before[1]))
+        raise_descriptor_limit()
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (before[1], before[1])
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, before)
+
+
+def test_a_user_lookup_that_fails_for_want_of_descriptors_is_unavailable_not_no_group(monkeypatch):
+    import pwd
+
+    from governor import access
+
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: (_ for _ in ()).throw(KeyError(uid)))
+    assert access.identify(4_000_000, 5).user == "4000000"  # a uid the database does not know
+    monkeypatch.setattr(os, "open", lambda *args: (_ for _ in ()).throw(OSError(errno.EMFILE, "Too many open files")))
+    with pytest.raises(RequestError) as refused:
+        access.identify(1000, 1000)
+    assert refused.value.code == "unavailable" and "Too many open files" in refused.value.message

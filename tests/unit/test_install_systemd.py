@@ -101,12 +101,15 @@ def test_the_daemon_root_is_inside_the_tasks_unit_cgroup():
     service = (CONFIGS / "governor.service").read_text()
     tasks = (CONFIGS / "governor-tasks.service").read_text()
     [slice_name] = _settings(tasks, "Slice")
-    unit_cgroup = f"/sys/fs/cgroup/{slice_name}/governor-tasks.service"
+    unit_cgroup = f"/{slice_name}/governor-tasks.service"  # as the cgroup tree spells it, v1 and v2
     [exec_start] = _settings(service, "ExecStart")
     assert exec_start.startswith(f"{TEMPLATE_EXECUTABLE} ")
-    assert re.search(r"--cgroup-root (\S+)", exec_start)[1] == f"{unit_cgroup}/tasks"
-    assert _settings(tasks, "ExecStartPre") == [f"/bin/mkdir -p {unit_cgroup}/holder"]
-    assert f"> {unit_cgroup}/holder/cgroup.procs" in _settings(tasks, "ExecStartPost")[0]
+    assert re.search(r"--cgroup-root (\S+)", exec_start)[1] == f"{unit_cgroup}/governed"
+    # The holder leaf is cgroup v2's no-internal-process rule, and only there.
+    v2_only = "if [ -e /sys/fs/cgroup/cgroup.controllers ]; then "
+    [pre], [post] = _settings(tasks, "ExecStartPre"), _settings(tasks, "ExecStartPost")
+    assert f"{v2_only}mkdir -p /sys/fs/cgroup{unit_cgroup}/holder; fi" in pre
+    assert f"{v2_only}echo $MAINPID > /sys/fs/cgroup{unit_cgroup}/holder/cgroup.procs; fi" in post
     assert _settings(service, "BindsTo") == ["governor-tasks.service"]
     assert not _settings(tasks, "BindsTo") and not _settings(tasks, "PartOf")
 

@@ -36,3 +36,41 @@ def test_counters_and_the_refill_histogram_count_what_happened():
     assert got[("governor_refill_duration_seconds_bucket", (("le", "0.0005"),))] == 1
     assert got[("governor_events_total", (("kind", "refill"),))] == 2
     assert got[("governor_limit_write_errors_total", ())] == 1
+
+
+def test_idle_connections_cost_at_most_a_few_descriptors_for_a_few_seconds(monkeypatch):
+    # Issue 22, point 3: nobody's ~1,010 idle connections each took a thread and a descriptor of
+    # the daemon for ever (no timeout), until launches and status failed with EMFILE.
+    import asyncio
+    import os
+
+    import governor.metrics as module
+
+    monkeypatch.setattr(module, "SCRAPE_TIMEOUT_S", 0.5)
+    metrics = Metrics(lambda: STATUS)
+    metrics.bind("127.0.0.1", 0)
+    port = metrics._listener.getsockname()[1]
+
+    async def scrape() -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = await reader.read()
+        writer.close()
+        return data
+
+    async def attack():
+        await metrics.serve()
+        fds = len(os.listdir("/proc/self/fd"))
+        idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(200)]
+        await asyncio.sleep(0.2)
+        held = len(os.listdir("/proc/self/fd")) - fds - len(idle)  # the server's side of them
+        await asyncio.sleep(0.6)  # past the scrape timeout: the idle ones are closed
+        answer = await scrape()
+        for _, writer in idle:
+            writer.close()
+        await metrics.close()
+        return held, answer
+
+    held, answer = asyncio.run(attack())
+    assert held <= module.MAX_SCRAPES + 1
+    assert answer.startswith(b"HTTP/1.1 200 OK") and b"governor_group_dominant_share" in answer

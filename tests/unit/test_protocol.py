@@ -108,7 +108,7 @@ BAD = [
     (line({"op": 1}), "bad_request", "op: must be a string"),
     (line({"op": None}), "bad_request", "op: must be a string"),
     (line({"op": "frobnicate"}), "unknown_op", "'frobnicate'"),
-    (line({"op": "watch", "interval": 0.1}), "bad_request", "interval: must be between 0.2 and 10"),
+    (line({"op": "watch", "interval": 0.2}), "bad_request", "interval: must be between 0.5 and 60"),
     (line({"op": "watch", "interval": "1"}), "bad_request", "interval: must be a finite number"),
     (line({"op": "watch", "every": 1}), "bad_request", "every: unknown field"),
     (line({"op": "explain", "group": "A"}), "bad_request", "group: unknown field"),

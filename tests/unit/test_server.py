@@ -474,3 +474,37 @@ def test_a_client_that_stops_reading_is_cut_off_and_others_are_served(tmp_path, 
         open_now, [answer] = asyncio.run(scenario())
     assert open_now == 0 and answer["ok"]
     assert "has not read for 0.3 s" in caplog.text
+
+
+def test_one_uids_unread_replies_stay_within_its_budget(tmp_path, monkeypatch):
+    # Issue 22, point 1: 32 connections that asked for a 15.6 MB status and never read held
+    # 599 MB of the daemon. Each reply here is 1 MiB; the budget 3 MiB.
+    import governor.server as server_module
+
+    monkeypatch.setattr(server_module, "IN_FLIGHT_PER_UID", 3 << 20)
+    path = tmp_path / "s.sock"
+
+    class Big(FakeHandler):
+        async def handle(self, request, peer):
+            return {"status": "x" * (1 << 20)}
+
+    async def scenario():
+        async with running(Big(), path, write_timeout_s=2.0) as server:
+            silent = []
+            for _ in range(12):
+                reader, writer = await asyncio.open_unix_connection(str(path))
+                writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                writer.write(STATUS)
+                silent.append(writer)
+            peak = 0
+            for _ in range(30):
+                await asyncio.sleep(0.05)
+                peak = max(peak, server._in_flight(os.getuid()))
+            await asyncio.sleep(2.5)  # the write timeout: the stalled ones are closed
+            left = server._in_flight(os.getuid())
+            for writer in silent:
+                writer.close()
+            return peak, left
+
+    peak, left = asyncio.run(scenario())
+    assert 0 < peak <= (3 << 20) + (1 << 20) and left == 0

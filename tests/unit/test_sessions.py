@@ -20,7 +20,7 @@ from governor.procevents import ProcessEvents, parse_events
 from governor.sessions import NOBODY_UID, SessionOwners, login_uid_min
 from governor.state import TaskStore
 from governor.cgroups.hierarchy import Hierarchy, Location
-from test_daemon import GIB, FakeDriver, FakeWatcher, collect
+from test_daemon import GIB, FakeDriver, FakeWatcher, Where, collect
 from governor.protocol import LaunchRequest, Peer
 
 # uid 1 ("daemon" on Debian) stands for a login user: uid_min is set to 1 below.
@@ -80,32 +80,38 @@ def _message(what: int, *fields: int, index: int = 1, kind: int = 3) -> bytes:
 
 
 def test_exec_and_uid_events_give_tgid_and_real_uid():
-    seen: dict = {}
+    seen: list = []
     parse_events(_message(procevents.PROC_EVENT_EXEC, 101, 100), seen)
     parse_events(_message(procevents.PROC_EVENT_UID, 201, 200, 1000, 0), seen)
     parse_events(_message(procevents.PROC_EVENT_UID, 100, 100, 1001, 1001), seen)
-    parse_events(_message(procevents.PROC_EVENT_EXEC, 100, 100), seen)  # a later exec keeps the uid
-    assert seen == {100: 1001, 200: 1000}
+    assert seen == [("exec", 100, None), ("uid", 200, 1000), ("uid", 100, 1001)]
+
+
+def test_fork_events_give_new_processes_and_their_parents_not_threads():
+    seen: list = []
+    parse_events(_message(procevents.PROC_EVENT_FORK, 10, 10, 11, 11), seen)
+    parse_events(_message(procevents.PROC_EVENT_FORK, 11, 11, 12, 11), seen)  # a thread of 11
+    assert seen == [("fork", 11, 10)]
 
 
 @pytest.mark.parametrize("data", [
     b"", b"\x00" * 10,
-    _message(0x1, 1, 2, 3, 4),  # fork: not followed
+    _message(0x1, 1, 2, 3, 4),  # fork: not asked for
     _message(procevents.PROC_EVENT_EXEC, 5, 5, index=2),  # another connector
     _message(procevents.PROC_EVENT_EXEC, 5, 5, kind=2),  # an error message
     _message(procevents.PROC_EVENT_EXEC, 5, 5)[:-4],  # cut short: its length says more
     struct.pack("=IHHII", 8, 3, 0, 0, 0),  # a length below the header's
 ])
 def test_other_or_broken_messages_are_skipped(data):
-    seen: dict = {}
+    seen: list = []
     parse_events(data, seen)
-    assert seen == {}
+    assert seen == []
 
 
 def test_several_messages_in_one_datagram():
-    seen: dict = {}
+    seen: list = []
     parse_events(_message(procevents.PROC_EVENT_EXEC, 7, 7) + _message(procevents.PROC_EVENT_UID, 8, 8, 5, 5), seen)
-    assert seen == {7: None, 8: 5}
+    assert seen == [("exec", 7, None), ("uid", 8, 5)]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the process-events connector needs CAP_NET_ADMIN (root)")
@@ -115,31 +121,19 @@ def test_the_kernel_reports_an_exec_and_a_uid_change():
         child = subprocess.Popen([sys.executable, "-c", "pass"], preexec_fn=lambda: os.setuid(1))
         child.wait()
         seen: dict = {}
+        forked: set = set()
         deadline = time.monotonic() + 5
         while child.pid not in seen or seen[child.pid] is None:
             assert time.monotonic() < deadline, f"no event for pid {child.pid}: {seen}"
             time.sleep(0.01)
             got, _ = events.read()
-            for pid, uid in got.items():
-                if uid is not None or pid not in seen:
+            forked.update(pid for kind, pid, _ in got if kind == "fork")  # the child's fork is seen too
+            for kind, pid, uid in got:
+                if kind != "fork" and (uid is not None or pid not in seen):
                     seen[pid] = uid
-        assert seen[child.pid] == 1
+        assert seen[child.pid] == 1 and child.pid in forked
     finally:
         events.close()
-
-
-class Where:
-    """Where each pid is, as Hierarchy.locate would tell, following the fake driver's moves."""
-
-    def __init__(self, driver: FakeDriver):
-        self.driver = driver
-        self.logind: dict[int, int] = {}  # pid → the uid whose logind slice it is in
-
-    def __call__(self, pid):
-        for rel, pids in self.driver.procs.items():
-            if pid in pids:
-                return Location(rel, None)
-        return Location(None, self.logind.get(pid))
 
 
 @pytest.fixture
@@ -154,8 +148,9 @@ def daemon(tmp_path):
                     host_memory=8 * GIB, resolve_device=lambda path: "8:0", uid_min=1,
                     host_pids=lambda: list(FAKE_UIDS))
     server._watcher = FakeWatcher()
-    real = server._real_uid
+    real, effective = server._real_uid, server._effective_uid
     server._real_uid = lambda pid: FAKE_UIDS[pid] if pid in FAKE_UIDS else real(pid)
+    server._effective_uid = lambda pid: FAKE_UIDS[pid] if pid in FAKE_UIDS else effective(pid)
     return server
 
 
@@ -238,9 +233,11 @@ def test_rescan_moves_a_governed_users_running_process(daemon, monkeypatch):
         sleeper.wait()
 
 
-def test_a_session_cannot_be_found_as_a_launched_pid(daemon):
-    daemon.govern_process(os.getpid(), 1)
-    assert daemon.tasks.with_pid(os.getpid()) is None
+def test_a_process_in_a_session_launches_a_task_of_its_own(daemon):
+    daemon.govern_process(500, 1)
+    request = LaunchRequest(pid=500, group="B", demand={"memory": GIB}, command=("x",))
+    reply = asyncio.run(collect(daemon.stream(request, Peer(pid=500, uid=0, gid=0))))[-1]
+    assert reply["task"] == "1" and "nested" not in reply and 500 in daemon.hierarchy.driver.procs["B/task-1"]
 
 
 def test_without_systemd_a_process_in_a_login_session_is_left_to_logind(daemon):
@@ -340,3 +337,72 @@ def test_one_user_holds_at_most_max_tasks_per_user_and_root_is_not_bound(daemon)
     assert daemon.tasks.get("3") is None and not daemon.queue
     launch(daemon, 804, uid=0, group="B", memory=GIB // 8)
     launch(daemon, 805, uid=0, group="B", memory=GIB // 8)
+
+
+class FakeEvents:
+    """Process events in batches, as ProcessEvents.read gives them."""
+
+    def __init__(self, *batches):
+        self.batches = list(batches)
+
+    def read(self):
+        return self.batches.pop(0)
+
+
+def test_a_forked_child_of_an_unsettled_process_is_governed_and_settled_ones_cost_no_proc_read(daemon):
+    # Issue 22, point 4: a job root's runuser starts as alice forks at once and exits; its
+    # uid event finds it gone, and only the fork event shows its child (600 → 601).
+    driver, locate = daemon.hierarchy.driver, daemon.hierarchy.locate
+    looked: list[int] = []
+    daemon.hierarchy.locate = lambda pid: looked.append(pid) or locate(pid)
+    daemon._process_events = FakeEvents(([("fork", 601, 600)], False))
+    daemon._on_process_events()
+    assert 601 in driver.procs["A/session-1"] and 600 in driver.procs["A/session-1"]
+    # Issue 22, point 11: an exec storm in the session: each exec and fork of a settled
+    # process is a dict lookup, never a /proc read.
+    looked.clear()
+    daemon._moved = {pid: moved - 2 for pid, moved in daemon._moved.items()}  # two seconds on
+    daemon._process_events = FakeEvents(([("exec", 601, None), ("exec", 600, None), ("fork", 602, 601)], False))
+    daemon._on_process_events()
+    assert looked == [] and 602 in daemon._settled
+    daemon._process_events = FakeEvents(([("uid", 601, 1)], False))  # a uid change: looked at again
+    daemon._on_process_events()
+    assert looked == [601]
+
+
+def test_a_child_forked_after_its_parent_took_a_users_uid_is_that_users(daemon):
+    # The parent 900 (root: settled) forks 601, which takes uid 1, forks 602 and exits before
+    # its uid event is handled: the events must be taken in order, or 602 inherits "settled".
+    daemon.govern_process(900, 0)
+    daemon._process_events = FakeEvents(([("fork", 601, 900), ("uid", 601, 1), ("fork", 602, 601)], False))
+    daemon._on_process_events()
+    assert 602 in daemon.hierarchy.driver.procs["A/session-1"]
+
+
+def test_a_rescan_walks_again_while_it_finds_processes(daemon):
+    # A process that forks a successor and exits every 2 ms is missing from one pid list.
+    lists = [[500], [501], [], [700]]
+    daemon.host_pids = lambda: lists.pop(0)
+    assert daemon.rescan("test") == 2 and lists == [[700]]
+
+
+def test_a_full_state_directory_leaves_the_session_governed_and_writes_its_record_later(daemon, monkeypatch):
+    # Issue 22, point 9: sessions failed open: the process ran on ungoverned.
+    import errno as errnos
+
+    from governor.errors import GovernorError
+
+    save = daemon.store.save
+
+    def full(task):
+        raise GovernorError(f"cannot write task record {task.id}: {os.strerror(errnos.ENOSPC)}")
+
+    monkeypatch.setattr(daemon.store, "save", full)
+    assert daemon.govern_process(500, 1)
+    assert 500 in daemon.hierarchy.driver.procs["A/session-1"]
+    assert any("record is not written" in e["message"] for e in daemon.events)
+    list(daemon._reconcile())  # still full: tried again later
+    assert not daemon.store.directory.joinpath("session-1.json").exists()
+    monkeypatch.setattr(daemon.store, "save", save)
+    list(daemon._reconcile())
+    assert daemon.store.directory.joinpath("session-1.json").exists() and not daemon._unsaved

@@ -94,3 +94,24 @@ def test_a_name_and_time_limit_are_kept_and_a_record_written_before_them_still_l
     older = {key: value for key, value in TASK.to_record().items() if key not in ("name", "time_limit")}
     (tmp_path / "state" / "1.json").write_text(json.dumps({**older, "command": list(TASK.command)}))
     assert store.load_all() == ([TASK, named], [])
+
+
+def test_a_record_that_cannot_be_written_leaves_no_partial_file_and_utf8_is_kept_as_utf8(tmp_path, monkeypatch):
+    import errno
+
+    from governor.errors import GovernorError
+    from governor.state import Task, TaskStore
+
+    store = TaskStore(tmp_path / "state")
+    store.prepare()
+    task = Task("1", "A", 100, 0, "root", ("é" * 1000,), {"cpu": 1.0}, 0.0)
+    store.save(task)
+    data = (tmp_path / "state" / "1.json").read_bytes()
+    assert "é".encode() * 1000 in data and len(data) < 2 * 1000 + 400  # not \\u00e9: 6 bytes each
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("governor.state.os.replace", full)
+    with pytest.raises(GovernorError, match="No space left"):
+        store.save(Task("2", "A", 101, 0, "root", ("x",), {"cpu": 1.0}, 0.0))
+    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["1.json"]
