@@ -182,13 +182,12 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
                  f"memory {memory}")
     lines.append("  all governed memory together: at most the memory capacity (memory.max on governor's root)")
 
+    from governor.access import configured_weights
+
     explicit = {rule.name for rule in config.groups}
     members = host[1] if host is not None else {}
     own = [group for group in members if group not in explicit]  # "*": a group per user
-    weights = {rule.name: rule.weight for rule in config.groups}
-    if config.everyone_weight is not None:
-        weights.update({user: config.everyone_weight for user in own})
-    floor = floors(weights) if host is not None or config.everyone_weight is None else {}
+    floor = floors(configured_weights(config, members)) if host is not None or config.everyone_weight is None else {}
 
     def floor_words(group: str) -> str:
         if group not in floor:

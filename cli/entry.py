@@ -25,7 +25,7 @@ def main() -> None:
 
             sys.stderr.reconfigure(errors="replace")
             try:
-                start(**parsed)
+                start(**parsed, verbose=verbose)
             except GovernorError as error:  # as governor.cli.main shows one
                 text, status = report(error, verbose=verbose)
                 sys.stderr.write(text + "\n")

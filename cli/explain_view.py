@@ -52,10 +52,8 @@ def explain_renderables(explain: dict, group: str | None = None, *, now: float) 
     header = Text("Capacity: ", style="bold")
     header.append(" · ".join(f"{view.label(r)} {view.amount(r, v, unit=True)}" for r, v in capacity.items()) or "—")
     shown = [group] if group is not None else [*groups, *(g for g in configured if g not in groups)]
-    idle = {name: configured[name] for name in shown if name not in groups and name in configured}
-    running_weight = sum(float(g.get("weight", 1.0)) for g in groups.values())
-    renderables: list[RenderableType] = [
-        header, reasons({name: groups[name] for name in shown if name in groups}, idle, running_weight)]
+    idle = {name: _about(configured[name]) for name in shown if name not in groups and name in configured}
+    renderables: list[RenderableType] = [header, reasons({name: groups[name] for name in shown if name in groups}, idle)]
     queue = [entry for entry in view.queue(explain) if group is None or entry.get("group") == group]
     if queue:
         renderables.append(queue_table(queue, now))
@@ -69,38 +67,45 @@ def explain_renderables(explain: dict, group: str | None = None, *, now: float) 
     return renderables
 
 
-def reasons(groups: dict[str, dict], idle: dict[str, float] | None = None,
-            running_weight: float = 0.0) -> RenderableType:
-    """One line per group: ``physics  weight 2  cpu 50.0%  stopped: cpu saturated, got 80% of its
-    demand``; then one per group of the config with no task (``idle``: name → weight), saying
-    the share it is sure of once it runs one against the running groups (``running_weight``:
-    their weights' sum)."""
+def _about(configured: object) -> dict:
+    """A ``configured`` entry: ``{"weight", "floor"}`` (a daemon before floors sent the weight alone)."""
+    if isinstance(configured, dict):
+        return configured
+    return {"weight": configured, "floor": None}
+
+
+def reasons(groups: dict[str, dict], idle: dict[str, dict] | None = None) -> RenderableType:
+    """One line per group: ``physics  weight 2  floor 40.0%  cpu 50.0%  stopped: cpu saturated,
+    got 80% of its demand``; then one per group with no task (``idle``: name → ``weight`` and
+    ``floor``), saying what DRF promises it once it runs one: its floor while every group is
+    busy, all of what it asks while the others are idle."""
     idle = idle or {}
     if not groups and not idle:
         return Text("No group has a running task: there is nothing to divide.")
     table = Table(title="Why each group's share stopped growing", title_justify="left")
     table.add_column("group", overflow="fold")
     table.add_column("weight", justify="right")
+    table.add_column("floor", justify="right")
     table.add_column("dominant")
     table.add_column("share", justify="right")
     table.add_column("why it stopped", overflow="fold")
     for name, group in groups.items():
         what = runs(group)
         cell = Text(name).append(f"\n{what}", style="dim") if what else name
-        view.row(table, cell, view.number(group.get("weight")),
-                      ", ".join(view.label(r) for r in group.get("dominant_resources", ())) or "—",
-                      view.share(group.get("dominant_share")), why(group))
-    for name, weight in idle.items():
-        view.row(table, Text(name).append("\nno task", style="dim"), view.number(weight), "—", view.share(0),
-                      idle_why(weight, running_weight))
+        view.row(table, cell, view.number(group.get("weight")), view.share(group.get("floor")),
+                 ", ".join(view.label(r) for r in group.get("dominant_resources", ())) or "—",
+                 view.share(group.get("dominant_share")), why(group))
+    for name, about in idle.items():
+        view.row(table, Text(name).append("\nno task", style="dim"), view.number(about.get("weight")),
+                 view.share(about.get("floor")), "—", view.share(0), idle_why(about.get("floor")))
     return table
 
 
-def idle_why(weight: float, running_weight: float) -> str:
-    """What a group with no task would get: DRF's sharing incentive, at least its weight's part
-    of the host on its dominant resource (all it asks for, if less)."""
-    sure = weight / (running_weight + weight) if weight > 0 else 0.0
-    return f"no task running: once it runs one, at least {view.share(sure)} of its dominant resource (or all it asks)"
+def idle_why(floor: float | None) -> str:
+    """What a group with no task would get once it runs one: DRF's sharing incentive, its floor
+    of its dominant resource while every group is busy, all it asks while the others are idle."""
+    busy = f"at least {view.share(floor)} of its dominant resource while every group is busy, " if floor else ""
+    return f"no task running: once it runs one, {busy}all it asks while the others are idle"
 
 
 def runs(group: dict) -> str:

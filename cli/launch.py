@@ -25,7 +25,7 @@ RESTART_GRACE_S = 60.0
 _VALUED = {"--group": "group", "--cpus": "cpus", "--memory": "memory", "--io-read": "io_read",
            "--io-write": "io_write", "--socket": "socket_option", "--name": "name", "--time-limit": "time_limit"}
 # ``governor run``'s flags → :func:`start`'s keyword.
-_FLAGS = {"--no-wait": "no_wait", "--summary": "summary"}
+_FLAGS = {"--no-wait": "no_wait", "--summary": "summary", "--exec": "exec_in_place"}
 
 
 def cores(value: float) -> float:
@@ -73,7 +73,7 @@ def plain(args: list[str]) -> dict | None:
             value, at = args[at], at + 1
         values[_VALUED[name]] = value
     cmd = tuple(args[at:])
-    if not cmd:
+    if not cmd or (flags["summary"] and flags["exec_in_place"]):
         return None
     try:
         demand = {"cpu": cores(float(values["cpus"])) if "cpus" in values else None,
@@ -87,12 +87,16 @@ def plain(args: list[str]) -> dict | None:
 
 
 def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | None, cmd: tuple[str, ...], *,
-          name: str | None = None, time_limit: float | None = None, summary: bool = False) -> None:
-    """Have the daemon govern this process with ``demand`` (cores, bytes, bytes/s), named
-    ``name`` (None: the daemon names it after the command) and ended after ``time_limit``
-    seconds (None: never), then exec ``cmd``; never returns. A command that cannot run exits
-    127 or 126, as in a shell. With ``summary``, the command runs as a child instead, and
-    what it used is printed when it ends (:func:`governor.cli.summary.run_with_summary`).
+          name: str | None = None, time_limit: float | None = None, summary: bool = False,
+          exec_in_place: bool = False, verbose: bool = False) -> None:
+    """Have the daemon govern ``cmd`` with ``demand`` (cores, bytes, bytes/s), named ``name``
+    (None: the daemon names it after the command) and ended after ``time_limit`` seconds
+    (None: never); never returns. ``cmd`` runs as a child, and when governor ends it (stop,
+    time limit, OOM kill) one line says why before its exit code; with ``summary``, what it
+    used is printed when it ends (:func:`governor.cli.summary.run_with_summary`). With
+    ``exec_in_place``, this process is governed and execs ``cmd`` itself (nothing is said
+    when it ends). A command that cannot run exits 127 or 126, as in a shell. ``verbose``: a
+    refusal the child reports shows its code (``--verbose``).
 
     Raises:
         DaemonNotRunning, DaemonError, ControlSocketError: the daemon is not there or refused
@@ -103,10 +107,10 @@ def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | N
     request = {"op": "launch", "pid": os.getpid(), "group": group, "demand": demand, "command": list(cmd),
                "wait": not no_wait, **({"name": name} if name is not None else {}),
                **({"time_limit": time_limit} if time_limit is not None else {})}
-    if summary:
+    if not exec_in_place:
         from governor.cli.summary import run_with_summary
 
-        run_with_summary(socket_path(socket_option), request, cmd)
+        run_with_summary(socket_path(socket_option), request, cmd, summary=summary, verbose=verbose)
     started = launch_waiting(socket_path(socket_option), request)
     if started.get("nested"):
         _say(f"governor: already in task {started.get('task')} (group {started.get('group')}): "
@@ -115,19 +119,38 @@ def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | N
 
 
 def execute(cmd: tuple[str, ...]) -> None:
-    """Exec ``cmd``; never returns: a command that cannot run exits 127 (not found) or 126."""
+    """Exec ``cmd``, found on ``PATH`` as a POSIX shell finds it; never returns. A command
+    found nowhere exits 127 (``command not found``), one found but not executable 126 (a
+    directory of ``PATH`` this user cannot search is passed over, as bash does: execvp would
+    report its EACCES as the command's)."""
+    path = cmd[0] if "/" in cmd[0] else _find(cmd[0])
+    if path is None:
+        _say(error_line(f"{cmd[0]}: command not found"))
+        sys.exit(EXIT_NOT_FOUND)
     try:
-        os.execvp(cmd[0], cmd)
+        os.execv(path, cmd)
     except OSError as exc:
-        # Like a shell: 127 when the command does not exist, 126 when it exists but cannot run.
-        if exc.errno == errno.ENOENT:
-            reason, status = "command not found", EXIT_NOT_FOUND
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            reason, status = "No such file or directory", EXIT_NOT_FOUND
         elif exc.errno in (errno.EACCES, errno.EPERM):
             reason, status = "permission denied", EXIT_CANNOT_EXECUTE
         else:
             reason, status = exc.strerror or str(exc), EXIT_CANNOT_EXECUTE
         _say(error_line(f"{cmd[0]}: {reason}"))
         sys.exit(status)
+
+
+def _find(name: str) -> str | None:
+    """The first ``PATH`` entry holding an executable file ``name``; else the first holding
+    a file by that name (exec then fails: 126); else None."""
+    found = None
+    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(directory or ".", name)
+        if os.path.isfile(candidate):
+            if os.access(candidate, os.X_OK):
+                return candidate
+            found = found or candidate
+    return found
 
 
 def _say(line: str) -> None:
@@ -148,7 +171,14 @@ def launch_waiting(path: str, request: dict) -> dict:
     try:
         while True:
             try:
-                return launch(path, request, line.show)
+                started = launch(path, request, line.show)
+                if line.since is not None and not started.get("nested"):
+                    from governor.units import format_timespan
+
+                    line.done()
+                    _say(f"governor: task {started.get('task')} started after waiting "
+                         f"{format_timespan(time.monotonic() - line.since)}")
+                return started
             except QueueInterrupted:
                 line.note("the daemon went away; queueing again when it is back")
                 restarted_by = time.monotonic() + RESTART_GRACE_S
@@ -171,15 +201,21 @@ class _QueueLine:
     def __init__(self) -> None:
         self.live = sys.stderr.isatty()
         self.shown = False
+        self.since: float | None = None  # time.monotonic() of the first "queued"
 
     def show(self, place: dict) -> None:
+        import time
+
         from governor.units import format_size
 
-        holders = ", ".join(f"{h['group']} {format_size(h['memory'])}" for h in place.get("held_by", []))
-        text = (f"governor: queued (position {place.get('position', '?')}): waiting for "
-                f"{format_size(place.get('waiting_for', 0))} of memory to free"
-                + (f", held by {holders}" if holders else "") + "; Ctrl-C leaves the queue")
-        self._write(text)
+        if self.since is None:
+            self.since = time.monotonic()
+        why = place.get("reason")  # the daemon's words (one sentence for run, ps and the log)
+        if why is None:
+            holders = ", ".join(f"{h['group']} {format_size(h['memory'])}" for h in place.get("held_by", []))
+            why = (f"waiting for {format_size(place.get('waiting_for', 0))} of memory to free"
+                   + (f", held by {holders}" if holders else ""))
+        self._write(f"governor: queued (position {place.get('position', '?')}): {why}; Ctrl-C leaves the queue")
 
     def note(self, text: str) -> None:
         self._write(f"governor: {text}")

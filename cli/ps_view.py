@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from rich import box
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -16,24 +17,29 @@ from governor.units import format_timespan
 
 # Process lines shown under a task's name; the rest are counted (`--json` lists 32).
 TREE_LINES = 8
+# A name (task, group, user) or a process line is shown whole up to this width, wrapped past it.
+TEXT_WIDTH = 16
 REASONS = {"exit": "exited", "stop": "stopped", "time_limit": "time limit", "oom_kill": "OOM kill"}
 
 
-def tasks_table(rows: list[dict], *, now: float, users: bool) -> Table:
+def tasks_table(rows: list[dict], *, now: float, users: bool) -> view.Fitted:
     """Running then queued tasks: id, name with its process tree, group (and user with
-    ``users``), state, age, and CPU and memory as guarantee / cap / use."""
+    ``users``), state, age, cpu as guarantee / cap / use, memory as reserved / cap / use
+    (:mod:`governor.vocabulary`), and why a queued task waits: in a column where the width
+    leaves room for one, else a line per queued task under the table. Amounts are never cut:
+    names wrap instead."""
     rows = view.printable(rows)
-    table = Table(caption="cpu (cores) and memory: guarantee/cap/use", caption_justify="left",
+    return view.Fitted(lambda width: _tasks_table(rows, now=now, users=users, width=width))
+
+
+# Width a reason column needs to be worth having (else the reasons go under the table).
+REASON_WIDTH = 24
+
+
+def _tasks_table(rows: list[dict], *, now: float, users: bool, width: int):
+    table = Table(caption="cpu (cores): guarantee/cap/use; memory: reserved/cap/use", caption_justify="left",
                   box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
-    table.add_column("id", no_wrap=True)
-    table.add_column("name, processes", no_wrap=True, overflow="ellipsis", min_width=10, max_width=18)
-    table.add_column("group", no_wrap=True, overflow="ellipsis", min_width=5, max_width=10)
-    if users:
-        table.add_column("user", no_wrap=True, overflow="ellipsis", min_width=4, max_width=8)
-    table.add_column("state", no_wrap=True)
-    table.add_column("age", no_wrap=True, justify="right")
-    table.add_column("cpu", no_wrap=True, justify="right")
-    table.add_column("memory", no_wrap=True, justify="right")
+    cells_of = []
     for row in rows:
         started = row.get("started") if row.get("state") == "running" else row.get("queued_at")
         state = row.get("state", "?")
@@ -43,37 +49,81 @@ def tasks_table(rows: list[dict], *, now: float, users: bool) -> Table:
         if users:
             cells.append(row.get("user", "?"))
         cells += [state, "—" if started is None else duration(now - started),
-                  _triple(row, "cpu"), _triple(row, "memory")]
-        view.row(table, *cells)
-    return table
+                  _triple(row, "cpu", "guarantee"), _triple(row, "memory", "reserved")]
+        cells_of.append(cells + [row.get("reason") or ""])
+    headers = ["id", "name, processes", "group", *(["user"] if users else []), "state", "age", "cpu", "memory"]
+    widest = [max([len(header)] + [max(map(len, str(cells[index]).splitlines() or [""])) for cells in cells_of])
+              for index, header in enumerate(headers)]
+    amounts = {"cpu", "memory", "age", "id", "state"}
+    # What the amounts (never cut) leave the names is shared among them; each wraps past its share.
+    fixed = sum(w + 1 for h, w in zip(headers, widest) if h in amounts)
+    share = max(4, (width - fixed - 2) // (len(headers) - len(amounts)) - 1)  # (2: the table's edges)
+    needed = fixed
+    for header, most in zip(headers, widest):
+        if header in amounts:
+            table.add_column(header, no_wrap=True, min_width=most, justify="left" if header == "id" else "right")
+        else:
+            least = min(most, TEXT_WIDTH, share)
+            table.add_column(header, overflow="fold", min_width=least)
+            needed += least + 1
+    reasons = [(cells[0], cells[-1]) for cells in cells_of if cells[-1]]
+    column = bool(reasons) and needed + REASON_WIDTH <= width
+    if column:
+        table.add_column("reason", overflow="fold", min_width=REASON_WIDTH)
+    for cells in cells_of:
+        view.row(table, *(cells if column else cells[:-1]))
+    if column or not reasons:
+        return table
+    below = Text()
+    for task, reason in reasons:
+        below.append(f"\n{task} waits: ", style="bold")
+        below.append(reason)
+    return Group(table, below)
 
 
 def ended_table(records: list[dict], *, now: float, users: bool) -> Table:
-    """Ended tasks, latest last: id, name, group (and user), why and when it ended, its wall
-    time, CPU time and memory peak."""
+    """Ended tasks, latest last: id, name, group (and user), when and why it ended (and whether
+    its caps held it back: throttled CPU time, memory over its soft cap), its wall time, CPU
+    time and memory peak. Amounts are never cut."""
     records = view.printable(records)
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
-    for header, justify in (("id", "left"), ("name", "left"), ("group", "left"), ("user", "left"),
-                            ("ended", "right"), ("why", "left"), ("wall", "right"), ("cpu", "right"),
-                            ("peak", "right")):
-        if header == "user" and not users:
-            continue
-        table.add_column(header, justify=justify, overflow="ellipsis", max_width=16 if header == "name" else None)
+    rows = []
     for record in records:
-        why = REASONS.get(record.get("reason"), str(record.get("reason")))
         cells = [record.get("id", "?"), record.get("name") or "—", record.get("group", "?")]
         if users:
             cells.append(record.get("user", "?"))
-        cells += [f"{duration(now - record.get('ended', now))} ago", why, _span(record.get("wall_s")),
+        cells += [f"{duration(now - record.get('ended', now))} ago", ended_why(record), _span(record.get("wall_s")),
                   _span(record.get("cpu_s")), amount("memory", record.get("memory_peak"))]
+        rows.append(cells)
+    headers = ["id", "name", "group", *(["user"] if users else []), "ended", "why", "wall", "cpu", "peak"]
+    for index, header in enumerate(headers):
+        if header in ("id", "ended", "wall", "cpu", "peak"):
+            widest = max([len(header)] + [len(str(cells[index])) for cells in rows])
+            table.add_column(header, no_wrap=True, min_width=widest, justify="left" if header == "id" else "right")
+        else:
+            table.add_column(header, overflow="fold", min_width=min(len(header), 5))
+    for cells in rows:
         view.row(table, *cells)
     return table
 
 
-def _triple(row: dict, resource: str) -> str:
+def ended_why(record: dict) -> str:
+    """Why a task ended, in words, with what its caps did: ``time limit; CPU throttled 12s;
+    memory over its soft cap 3×``."""
+    words = [REASONS.get(record.get("reason"), str(record.get("reason")))]
+    if record.get("stopped_by"):
+        words[0] += f" by {record['stopped_by']}"
+    if record.get("throttled_s"):
+        words.append(f"CPU throttled {format_timespan(record['throttled_s'])}")
+    if record.get("memory_high_events"):
+        words.append(f"memory over its soft cap {record['memory_high_events']}×")
+    return "; ".join(words)
+
+
+def _triple(row: dict, resource: str, held: str) -> str:
     # "812M", not "812.0M": three amounts share the cell.
     return "/".join(_TRAILING_ZERO.sub("", amount(resource, row.get(vector, {}).get(resource)))
-                    for vector in ("guarantee", "demand", "usage"))
+                    for vector in (held, "demand", "usage"))
 
 
 _TRAILING_ZERO = re.compile(r"\.0(?=[KMGT]?$)")  # only a whole number's ".0": 1.05 stays 1.05

@@ -1,8 +1,11 @@
-"""``governor run``: have the daemon govern this very process, then exec the user's command.
+"""``governor run``: have the daemon govern the user's command as a task, and say why it ended.
 
-The CLI asks the daemon to launch its own pid; the daemon moves it into a fresh task cgroup
-before answering, so after ``exec`` the command runs with the same pid, terminal, environment
-and exit code, and all its memory is charged to the task from the first byte.
+The command runs as a child: the child asks the daemon to launch its own pid; the daemon moves
+it into a fresh task cgroup before answering, so after ``exec`` the command runs with the
+terminal, environment and exit code it would have had, and all its memory is charged to the
+task from the first byte. ``governor run`` waits for it, and when governor ended it (stop, time
+limit, OOM kill) says so in one line before its exit code (``srun`` does the same); with
+``--exec`` it execs the command itself instead, keeping its own pid, and says nothing.
 
 When the task's declared memory does not fit yet, the daemon queues it and the CLI waits,
 saying so on stderr: one line updated in place on a terminal, a plain line per change
@@ -57,19 +60,23 @@ def _time_limit(ctx: click.Context, param: click.Parameter, value: str | None) -
               help="End the whole task this long after it starts, e.g. 90s, 10m, 1h30m (plain: seconds).")
 @click.option("--summary", is_flag=True, help="When CMD ends, print its result, run time, CPU time and "
                                                "memory peak on stderr (as systemd-run --wait).")
+@click.option("--exec", "exec_in_place", is_flag=True,
+              help="Become CMD (its pid is this process's) instead of waiting for it: nothing is said "
+                   "when governor ends it.")
 @click.option("--socket", "socket_option", metavar="PATH",
               help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(group: str | None, cpus: float | None, memory: int | None, io_read: int | None,
         io_write: int | None, no_wait: bool, name: str | None, limit: float | None, summary: bool,
-        socket_option: str | None, cmd: tuple[str, ...]) -> None:
+        exec_in_place: bool, socket_option: str | None, cmd: tuple[str, ...]) -> None:
     """Run CMD as a governed task with the given demand.
 
     Flags not given take the daemon's default task demand. Sizes use K, M, G, T (powers of
     1024). The demand is a cap: CMD never gets more; when others are idle it may use their
-    share up to it. CMD starts when its memory fits; until then it waits in a queue. CMD
-    keeps this terminal and its exit code becomes governor's. At --time-limit the daemon
-    kills every process of the task (SIGKILL), as `governor stop` does.
+    share up to it. CMD starts when its memory fits; until then it waits in a queue (and
+    says when it starts). CMD keeps this terminal and its exit code becomes governor's. At
+    --time-limit the daemon kills every process of the task (SIGKILL), as `governor stop`
+    does, and governor says so: "governor: task 12 ended: its time limit of 3s was reached".
 
     \b
     Examples:
@@ -80,5 +87,9 @@ def run(group: str | None, cpus: float | None, memory: int | None, io_read: int 
     demand = {key: value for key, value in
               (("cpu", cpus), ("memory", memory), ("io_read", io_read), ("io_write", io_write))
               if value is not None}
+    if summary and exec_in_place:
+        raise click.UsageError("--summary needs governor run to wait for CMD: not with --exec")
     # DaemonNotRunning / DaemonError propagate to governor.cli.main, which prints one line and exits 1.
-    start(demand, group, no_wait, socket_option, cmd, name=name, time_limit=limit, summary=summary)
+    verbose = bool(click.get_current_context().find_root().params.get("verbose"))
+    start(demand, group, no_wait, socket_option, cmd, name=name, time_limit=limit, summary=summary,
+          exec_in_place=exec_in_place, verbose=verbose)

@@ -1,9 +1,11 @@
 """``governor status`` views: pure functions from a status snapshot to rich renderables.
 
-Allocations are guarantees and declarations are caps: a group is guaranteed its DRF allocation
-under contention, may use idle capacity up to the sum of its tasks' declarations (its cap), and
-what it uses above its guarantee is borrowed. Memory is admitted through a queue: a task whose
-declared memory does not fit yet waits, in order.
+The words are DESIGN.md §1's, one number each (:mod:`governor.vocabulary`): a group's
+**floor** is ``w / Σ w``, what DRF promises it while every group is busy; its **guarantee** is
+its DRF allocation of cpu and I/O (work-conserving weights); it **reserves** the declared
+memory of its admitted tasks (a session: what it uses); its **cap** is the sum of its tasks'
+declarations; **use** is measured; what it uses above its guarantee is **borrowed**. Memory is
+admitted through a queue: a task whose declared memory does not fit yet waits, in order.
 
 The daemon's ``status`` reply carries this object (amounts in base units: cores, bytes,
 bytes/s; times in Unix seconds)::
@@ -12,12 +14,14 @@ bytes/s; times in Unix seconds)::
                 "config": str,
                 "io_sharing": {device: "io.weight" | "io.bfq.weight" | "io.max"},
                 "cpu_saturated": bool},          # every group uses its CPU guarantee
-     "capacity": {res: amount}, "allocated": {res: amount}, "used": {res: amount},
+     "capacity": {res: amount}, "guaranteed": {res: amount}, "reserved": {res: amount},
+     "used": {res: amount},
      "filling": {"at": float | null, "trigger": str, "duration_ms": float},
-     "groups": {name: {"weight": float,
+     "groups": {name: {"weight": float, "floor": float, "members": [str], "idle": bool,
                        "demand": {res: amount},       # cap: sum of its running tasks' declarations
                        "allocation": {res: amount},   # DRF's answer
-                       "guarantee": {res: amount},    # what the kernel protects
+                       "guarantee": {res: amount},    # cpu and I/O: its allocation, by weights
+                       "reserved": {res: amount},     # memory: what its admitted tasks hold
                        "usage": {res: amount},        # use, measured
                        "borrowed": {res: amount},     # use above the guarantee (never memory)
                        "lambda": float, "dominant_resources": [res], "dominant_share": float,
@@ -32,7 +36,8 @@ bytes/s; times in Unix seconds)::
                 "waiting_for": int,                   # bytes of memory that must free first
                 "held_by": [{"group": str, "memory": int}]}]}   # largest first, at most 3
 
-``allocated`` is the sum of the guarantees. ``io_sharing`` says how each governed block
+``guaranteed`` and ``reserved`` are the sums of the groups'. Every group of the host is listed,
+``idle`` (no task) or not. ``io_sharing`` says how each governed block
 device's guarantee is enforced: ``io.weight``/``io.bfq.weight`` are proportional (work-
 conserving); ``io.max`` is the fallback for a device without a proportional controller, where
 guarantees are hard limits. ``cpu_saturated``: every group uses (nearly) all of its CPU
@@ -85,61 +90,77 @@ def status_renderables(status: dict, *, now: float) -> list[RenderableType]:
 
 
 def capacity_table(status: dict, resources: list[str]) -> Table:
-    """One row per resource: capacity, guaranteed (the sum of the groups' guarantees) and
-    measured use, with % of capacity."""
+    """One row per resource: capacity, guaranteed (the groups' guarantees of cpu and I/O),
+    reserved (the memory admitted tasks hold) and measured use, with % of capacity."""
     table = Table(title="Capacity", title_justify="left")
     table.add_column("resource")
-    for column in ("capacity", "guaranteed", "used"):
-        table.add_column(column, justify="right")
+    for column in ("capacity", "guaranteed", "reserved", "used"):
+        table.add_column(column, justify="right", no_wrap=True)
     capacity = status.get("capacity", {})
     for resource in resources:
         total = capacity.get(resource)
-        view.row(table, 
-            view.label(resource),
-            view.amount(resource, total, unit=True),
-            _of_capacity(resource, status.get("allocated", {}).get(resource), total),
-            _of_capacity(resource, status.get("used", {}).get(resource), total),
-        )
+        view.row(table,
+                 view.label(resource),
+                 view.amount(resource, total, unit=True),
+                 _of_capacity(resource, status.get("guaranteed", {}).get(resource), total),
+                 _of_capacity(resource, status.get("reserved", {}).get(resource), total),
+                 _of_capacity(resource, status.get("used", {}).get(resource), total))
     return table
 
 
 def groups_table(groups: Mapping[str, dict]) -> Table:
-    """One row per group: weight, task count, λ (fraction of its cap guaranteed), dominant
-    resource(s) and share, and what stopped its filling."""
-    table = Table(title="Groups", title_justify="left")
+    """One row per group of the host, idle ones too: weight, floor, task count, λ (fraction of
+    its cap guaranteed), dominant resource(s) and share, and what stopped its filling (``idle``
+    for a group with no task)."""
+    table = Table(title="Groups", title_justify="left", caption="floor: the share DRF promises while every "
+                  "group is busy", caption_justify="left")
     table.add_column("group", overflow="fold")
     table.add_column("weight", justify="right")
+    table.add_column("floor", justify="right")
     table.add_column("tasks", justify="right")
     table.add_column("λ", justify="right")
     table.add_column("dominant")
     table.add_column("share", justify="right")
-    table.add_column("stopped by")
+    table.add_column("stopped by", overflow="fold")
     for name, group in groups.items():
-        view.row(table, 
-            name,
-            view.number(group.get("weight")),
-            str(len(group.get("tasks", ()))),
-            view.number(group.get("lambda"), precision=2),
-            ", ".join(view.label(r) for r in group.get("dominant_resources", ())) or "—",
-            view.share(group.get("dominant_share")),
-            str(group.get("stop", "")),
-        )
+        idle = group.get("idle")
+        view.row(table,
+                 name,
+                 view.number(group.get("weight")),
+                 view.share(group.get("floor")),
+                 str(len(group.get("tasks", ()))),
+                 "—" if idle else view.number(group.get("lambda"), precision=2),
+                 ", ".join(view.label(r) for r in group.get("dominant_resources", ())) or "—",
+                 view.share(group.get("dominant_share")),
+                 "idle" if idle else str(group.get("stop", "")))
     return table
 
 
-def resources_table(groups: Mapping[str, dict], resources: list[str]) -> Table:
-    """Per group, one line per resource it has a cap, guarantee or use of: cap (its tasks'
-    declarations), guarantee (its DRF allocation; all its admitted memory), measured use, and what it borrows (use above
-    the guarantee, ``—`` when none). Groups with none of these are left out."""
-    table = Table(title="Cap, guarantee and use", title_justify="left",
-                  caption="cpu in cores; borrowed: use above the guarantee, from idle capacity")
-    table.add_column("group", overflow="fold")
-    table.add_column("resource")
-    for column in ("cap", "guarantee", "use", "borrowed"):
-        table.add_column(column, justify="right")
+def resources_table(groups: Mapping[str, dict], resources: list[str]) -> view.Fitted:
+    """Per group, one line per resource it has a cap, guarantee, reservation or use of: cap (its
+    tasks' declarations), guarantee (its DRF allocation of cpu and I/O), reserved (the memory
+    its tasks hold), measured use, and what it borrows (use above the guarantee). ``—``: none.
+    Groups with none of these (idle ones) are left out. Amounts are never cut: narrower than
+    :data:`BORROWED_WIDTH` the borrowed column goes (it is use minus guarantee)."""
+    return view.Fitted(lambda width: _resources_table(groups, resources, borrowed=width >= BORROWED_WIDTH))
+
+
+# Columns needed by the cap/guarantee/reserved/use/borrowed table with group names of 8 characters.
+BORROWED_WIDTH = 90
+
+
+def _resources_table(groups: Mapping[str, dict], resources: list[str], *, borrowed: bool) -> Table:
+    table = Table(title="Cap, guarantee, reserved and use", title_justify="left",
+                  caption="cpu in cores; borrowed: use above the guarantee, from idle capacity" if borrowed
+                  else "cpu in cores")
+    table.add_column("group", overflow="fold", min_width=min(8, max((len(n) for n in groups), default=5)))
+    table.add_column("resource", no_wrap=True)
+    columns = ("cap", "guarantee", "reserved", "use", "borrowed")[:5 if borrowed else 4]
+    for column in columns:  # amounts: never cut
+        table.add_column(column, justify="right", no_wrap=True, min_width=len(column))
     for name, group in groups.items():
-        vectors = [group.get("demand") or {}, view.guarantee(group), group.get("usage") or {},
-                   group.get("borrowed") or {}]
+        vectors = [group.get("demand") or {}, group.get("guarantee") or {}, group.get("reserved") or {},
+                   group.get("usage") or {}, group.get("borrowed") or {}][:len(columns)]
         shown = [r for r in resources if any(v.get(r) for v in vectors)]
         for i, resource in enumerate(shown):
             view.row(table, name if i == 0 else "", view.label(resource),

@@ -1,5 +1,9 @@
-"""``governor run --summary``: run the command as a child (same terminal, signals forwarded,
-its exit code kept), then print what it used as ``systemd-run --wait`` does, on stderr::
+"""``governor run`` as the command's parent: run it as a child (same terminal, signals forwarded,
+its exit code kept), and when it ends, say why if governor ended it, as Slurm's ``srun`` does::
+
+    governor: task 12 ended: its time limit of 3s was reached
+
+or, with ``--summary``, what it used, as ``systemd-run --wait`` does, on stderr::
 
     Finished with result: success
     Main processes terminated with: code=exited/status=0
@@ -10,7 +14,8 @@ its exit code kept), then print what it used as ``systemd-run --wait`` does, on 
 The child asks the daemon to govern *its own* pid and execs the command, so the task holds the
 command's processes and not this one, which only waits: the task ends when they do, and the
 daemon's ended record of it (``governor ps --ended``) gives the figures. The child passes
-the started task to this process through a close-on-exec pipe.
+the started task to this process through a close-on-exec pipe, and dies with this process
+(``PR_SET_PDEATHSIG``): ``kill -9`` of ``governor run`` ends the command as before.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import sys
 import time
@@ -27,33 +33,50 @@ from governor.units import format_size, format_timespan
 # How long to wait for the daemon's ended record once the command exited: it notices the
 # emptied cgroup within milliseconds, or at its next reconcile pass.
 RECORD_WAIT_S = 5.0
-# Forwarded to the command; SIGINT and SIGQUIT come from the terminal to both processes.
+# Forwarded to the command; SIGINT and SIGQUIT too when a process sent them (from the
+# terminal, they reach the command itself).
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_WATCHED = {signal.SIGCHLD, signal.SIGINT, signal.SIGQUIT, *FORWARDED}
+# How often signals are looked for while the child waits in the queue.
+_SIGNAL_POLL_S = 0.05
 RESULTS = {"time_limit": "timeout", "oom_kill": "oom-kill", "stop": "stopped"}
+# PR_SET_PDEATHSIG (linux/prctl.h): the signal a process gets when its parent exits.
+_PR_SET_PDEATHSIG = 1
 
 
-def run_with_summary(path: str, request: dict, cmd: tuple[str, ...]) -> None:
+def run_with_summary(path: str, request: dict, cmd: tuple[str, ...], *, summary: bool = True,
+                     verbose: bool = False) -> None:
     """Launch ``cmd`` in a child governed as ``request`` asks, wait for it, print the summary
-    to stderr and exit with the command's status (128 + signal when a signal ended it);
-    never returns."""
+    (``summary``) or, when governor ended the task (stopped, time limit, OOM kill), one line
+    saying why, to stderr, and exit with the command's status (128 + signal when a signal
+    ended it); never returns."""
     reader, writer = os.pipe()  # not inherited across exec: end of file once the command runs
+    parent = os.getpid()
+    # Signals wait for sigwaitinfo here, which says who sent each (the child unblocks them).
+    signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
     child = os.fork()
     if child == 0:
         os.close(reader)
-        _child(path, {**request, "pid": os.getpid()}, cmd, writer)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _WATCHED)
+        _child(path, {**request, "pid": os.getpid()}, cmd, writer, parent, verbose)
     os.close(writer)
-    for signum in (signal.SIGINT, signal.SIGQUIT):
-        signal.signal(signum, signal.SIG_IGN)
-    def forward(signum: int, _) -> None:
-        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
-            os.kill(child, signum)
-
-    for signum in FORWARDED:
-        signal.signal(signum, forward)
     began = time.monotonic()
-    with os.fdopen(reader, "rb") as pipe:
-        told = pipe.read()
-    _, status = os.waitpid(child, 0)
+    told = b""
+    while True:  # the child's word (the started task), forwarding signals meanwhile
+        ready, _, _ = select.select([reader], [], [], _SIGNAL_POLL_S)
+        while _forward(child, signal.sigtimedwait(_WATCHED, 0)):
+            pass
+        if ready:
+            data = os.read(reader, 65536)
+            if not data:
+                break
+            told += data
+    os.close(reader)
+    while True:
+        done, status = os.waitpid(child, os.WNOHANG)
+        if done:
+            break
+        _forward(child, signal.sigwaitinfo(_WATCHED))
     wall = time.monotonic() - began
     code = os.waitstatus_to_exitcode(status)
     exit_code = code if code >= 0 else 128 - code
@@ -61,13 +84,43 @@ def run_with_summary(path: str, request: dict, cmd: tuple[str, ...]) -> None:
         sys.exit(exit_code)
     started = json.loads(told)
     task = None if started.get("nested") else str(started.get("task"))
-    record = None if task is None else _ended_record(path, task)
-    for line in summary_lines(record, status, wall, task=task):
-        sys.stderr.write(line + "\n")
+    if summary:
+        record = None if task is None else _ended_record(path, task)
+        for line in summary_lines(record, status, wall, task=task):
+            sys.stderr.write(line + "\n")
+    elif task is not None and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+        # Killed: by governor (stop, time limit) or the kernel (OOM) if its record says so.
+        line = ended_line(_ended_record(path, task), task)
+        if line:
+            sys.stderr.write(line + "\n")
     sys.exit(exit_code)
 
 
-def _child(path: str, request: dict, cmd: tuple[str, ...], writer: int) -> None:
+def _forward(child: int, info) -> bool:
+    """Pass a signal this process got on to the command: SIGINT and SIGQUIT only when a
+    process sent them (the terminal sends them to the command itself too); False for none."""
+    if info is None:
+        return False
+    if info.si_signo == signal.SIGCHLD:
+        return True
+    if info.si_signo in (signal.SIGINT, signal.SIGQUIT) and info.si_code > 0:  # SI_KERNEL: the tty's
+        return True
+    with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+        os.kill(child, info.si_signo)
+    return True
+
+
+def ended_line(record: dict | None, task: str) -> str | None:
+    """``governor: task 12 ended: stopped by alice`` for a task governor ended, or None (it
+    exited by itself, or no record came)."""
+    from governor.accounting import EXIT, why_ended
+
+    if record is None or record.get("reason") in (None, EXIT):
+        return None
+    return f"governor: task {task} ended: {why_ended(record)}"
+
+
+def _child(path: str, request: dict, cmd: tuple[str, ...], writer: int, parent: int, verbose: bool) -> None:
     """In the child: be governed, tell the parent which task, exec; never returns."""
     from governor.cli.failures import report
     from governor.cli.launch import execute, launch_waiting
@@ -75,13 +128,19 @@ def _child(path: str, request: dict, cmd: tuple[str, ...], writer: int) -> None:
 
     code = 1
     try:
+        with contextlib.suppress(OSError, AttributeError):  # not Linux: no parent death signal
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # it died before the signal was armed
+            os._exit(128 + signal.SIGKILL)
         started = launch_waiting(path, request)
         os.write(writer, json.dumps(started).encode())
         execute(cmd)
     except SystemExit as leaving:
         code = leaving.code if isinstance(leaving.code, int) else 1
     except GovernorError as error:  # the line and exit code of every other failure (cli.failures)
-        text, code = report(error)
+        text, code = report(error, verbose=verbose)
         sys.stderr.write(text + "\n")
     finally:
         sys.stderr.flush()
@@ -135,6 +194,8 @@ def summary_lines(record: dict | None, status: int, wall: float, *, task: str | 
     if record.get("memory_peak") is not None:
         peak = format_size(record["memory_peak"])
         lines.append(f"Memory peak: {peak if peak[-1].isalpha() else peak + 'B'}")
+    if record.get("memory_high_events"):
+        lines.append(f"Memory over its soft cap: {record['memory_high_events']} times (reclaimed and throttled)")
     if record.get("oom_kills"):
         lines.append(f"OOM kills: {record['oom_kills']}")
     return lines

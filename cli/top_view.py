@@ -1,9 +1,10 @@
 """``governor top``'s screen as a pure function: (state, width, height, now) → one renderable.
 
 Top to bottom: a title bar; a banner while the daemon cannot be reached; one line per governed
-resource (capacity, guaranteed, used, as a bar); the fair level and the last filling; the groups
-table (one row per group, selected row reversed: guarantee/use per resource, and what it borrows
-above its guarantee); the tasks of each expanded group; the memory queue (only while a task
+resource (capacity, guaranteed or, for memory, reserved, used, as a bar); the fair level and the
+last filling; the groups table (one row per group of the host, idle ones too, selected row
+reversed: guarantee/use of cpu and I/O, reserved/use of memory, and what it borrows above its
+guarantee); the tasks of each expanded group; the memory queue (only while a task
 waits); recent events; a key bar. Each element is one line per row and never wraps, so the
 screen's height is planned here: groups first (scrolled to keep the selection visible), then
 tasks, then the queue (its first line is always kept), then events. Columns that do not fit the
@@ -21,6 +22,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from governor import vocabulary
 from governor.cli import view_common as view
 from governor.cli.top_state import TopState, selected_group, visible_groups
 from governor.units import SUFFIXES
@@ -44,7 +46,8 @@ COLUMNS_HELP = [
     ("dom", "dominant resource: what the group needs most of, relative to the host"),
     ("share", "dominant share of the host; the bar is full at the group's fair level × weight"),
     ("fair", "fair level × weight: the share the group's bar is measured against"),
-    ("cpu g/u", "guaranteed / used last second (cores; memory in bytes, I/O in bytes/s)"),
+    ("cpu g/u", "guaranteed / used last second (cores; I/O in bytes/s)"),
+    ("memory r/u", "reserved (declared by admitted tasks; a session: its use) / used"),
     ("borrow", "use above the guarantee, from capacity others leave idle (+0.4c)"),
     ("pressure", "thr: periods throttled in the last second; high, oom: memory events"),
     ("queue", "tasks waiting, in order, for their declared memory to fit"),
@@ -80,7 +83,7 @@ def _body(state: TopState, status: dict, width: int, room: int, now: float) -> l
     events_min = 1 + min(2, len(events)) if events else 0
     reserved = events_min + (1 if queue else 0)
     if not names:
-        why = f"no group matches {state.filter!r}" if groups and state.filter else "no group has a running task"
+        why = f"no group matches {state.filter!r}" if groups and state.filter else "no group is configured"
         body: list[RenderableType] = [_line(why, "dim")] if state.status is not None else []
         left = room - len(body)
     else:
@@ -156,8 +159,9 @@ def _groups_table(state: TopState, status: dict, names: list[str], selected: str
     ]
     for resource in resources:
         key = resource if resource in ("cpu", "memory") else "io"
-        columns.append((key, f"{_short_label(resource)} g/u", "right", [
-            f"{_short(resource, view.guarantee(groups[n]).get(resource))}/"
+        held, letter = ("guarantee", "g") if vocabulary.compressible(resource) else ("reserved", "r")
+        columns.append((key, f"{_short_label(resource)} {letter}/u", "right", [
+            f"{_short(resource, (groups[n].get(held) or {}).get(resource))}/"
             f"{_short(resource, groups[n].get('usage', {}).get(resource))}" for n in names]))
     columns.append(("borrow", "borrow", "left", [_borrowed(groups[n].get("borrowed") or {}) for n in names]))
     columns.append(("pressure", "pressure", "left", [_pressure(groups[n].get("pressure", {})) for n in names]))
@@ -192,19 +196,22 @@ def _fit_columns(columns: list, width: int, sorted_key: str) -> list:
 
 def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[RenderableType]:
     """A title line and a table of the first ``shown`` tasks: pid, user, age, command, cap (its
-    declaration), its part of the group's guarantee (λ × declaration) and measured use."""
+    declaration), its part of the group's guarantee (λ × its cpu and I/O), the memory it
+    reserves and its measured use (:mod:`governor.vocabulary`)."""
     tasks = group.get("tasks", [])
     more = f" (showing {shown})" if shown < len(tasks) else ""
     title = _line(f"  ▾ {name}: {len(tasks)} task{'s' if len(tasks) != 1 else ''}{more}", "bold")
     granted = float(group.get("lambda", 0.0))
     rows = []
     for task in tasks[:shown]:
-        demand = task.get("demand", {})
+        demand = {r: float(v) for r, v in task.get("demand", {}).items()}
+        used = task.get("usage", {})
         rows.append([f"  {task.get('pid', '?')}", str(task.get("user", task.get("uid", "?"))),
-                     view.duration(now - float(task.get("started", now))), task,
-                     _compact(demand), _compact({r: granted * float(v) for r, v in demand.items()}),
-                     _compact(task.get("usage", {}))])
-    headers = ("  pid", "user", "age", "command", "cap", "guarantee", "use")
+                     view.duration(now - float(task.get("started", now))), task, _compact(demand),
+                     _compact(vocabulary.task_guarantee(demand, granted)),
+                     _compact(vocabulary.reserved(demand, session=bool(task.get("session")), used=used)),
+                     _compact(used)])
+    headers = ("  pid", "user", "age", "command", "cap", "guarantee", "reserved", "use")
     others = sum(max(len(h), *(len(r[i]) for r in rows)) + 1 for i, h in enumerate(headers) if h != "command")
     # The command is cut to what the other columns leave (the full line is in `status --json`).
     chars = max(len("command"), width - others - 1)
@@ -232,12 +239,13 @@ def _title(state: TopState, status: dict, width: int) -> Text:
 
 
 def _resource_line(status: dict, resource: str, width: int) -> Text:
-    """``cpu      ███▒▒···  guaranteed 1.75 · used 1.70 of 1.75 cores``: █ used, ▒ guaranteed
-    and not used, · free."""
+    """``cpu      ███▒▒···  guaranteed 1.75 · used 1.70 of 1.75 cores`` (memory: ``reserved``):
+    █ used, ▒ guaranteed (reserved) and not used, · free."""
     capacity = float(status.get("capacity", {}).get(resource, 0.0))
-    allocated = float(status.get("allocated", {}).get(resource, 0.0))
+    word = "guaranteed" if vocabulary.compressible(resource) else "reserved"
+    allocated = float(status.get(word, {}).get(resource, 0.0))
     used = float(status.get("used", {}).get(resource, 0.0))
-    words = (f" guaranteed {view.amount(resource, allocated)} · used {view.amount(resource, used)} "
+    words = (f" {word} {view.amount(resource, allocated)} · used {view.amount(resource, used)} "
              f"of {view.amount(resource, capacity, unit=True)}")
     bar_width = max(8, min(40, width - 10 - len(words)))
     used_cells = round(min(1.0, used / capacity) * bar_width) if capacity else 0

@@ -8,7 +8,7 @@ bytes, bytes/s; times in Unix seconds, with ``now`` passed in).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from rich.table import Table
 from rich.text import Text
@@ -29,12 +29,6 @@ def resources(status: dict) -> list[str]:
         for vector in ("demand", "allocation", "usage", "borrowed"):
             seen.update(dict.fromkeys(group.get(vector, {})))
     return list(seen)
-
-
-def guarantee(group: dict) -> dict:
-    """A group's guarantee (resource → amount): ``guarantee``, or from a daemon that does not
-    send it, its ``allocation``."""
-    return group.get("guarantee") or group.get("allocation") or {}
 
 
 def label(resource: str) -> str:
@@ -159,6 +153,17 @@ def printable(value: object) -> object:
     if isinstance(value, list):
         return [printable(item) for item in value]
     return value
+
+
+class Fitted:
+    """A renderable built for the width rich gives it: ``build(width)`` drops what does not fit
+    (a column) rather than let rich cut an amount or squeeze a name into pieces."""
+
+    def __init__(self, build: Callable[[int], object]):
+        self.build = build
+
+    def __rich_console__(self, console, options):
+        yield self.build(options.max_width)
 
 
 def row(table: Table, *cells: object, **options) -> None:

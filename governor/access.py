@@ -80,6 +80,16 @@ def members(config: Config, uid_min: int, nobody: int) -> dict[str, list[str]]:
     return found
 
 
+def configured_weights(config: Config, members: Mapping[str, list[str]]) -> dict[str, float]:
+    """Every group this host has today → its weight: the explicit groups, and with ``"*"`` one
+    group per user it makes one of (``members`` as :func:`members` found them). What floors
+    are computed over (:func:`governor.vocabulary.floors`)."""
+    weights = {rule.name: rule.weight for rule in config.groups}
+    if config.everyone_weight is not None:
+        weights.update({group: config.everyone_weight for group in members if group not in weights})
+    return weights
+
+
 def is_admin(config: Config, who: Identity) -> bool:
     """Whether ``who`` is root or in the config's admin group."""
     return who.uid == 0 or (config.admin_group is not None and config.admin_group in who.groups)

@@ -60,20 +60,36 @@ class Ended:
                 "cpu_s": None if stats is None else stats.cpu_usage_usec / 1e6,
                 "throttled_s": None if stats is None else stats.cpu_throttled_usec / 1e6,
                 "memory_peak": None if stats is None else stats.memory_peak_bytes,
-                "oom_kills": None if stats is None else stats.memory_events.get("oom_kill")}
+                "oom_kills": None if stats is None else stats.memory_events.get("oom_kill"),
+                # Over its soft cap (memory.high: reclaimed and throttled) and at its hard cap.
+                "memory_high_events": None if stats is None else stats.memory_events.get("high"),
+                "memory_max_events": None if stats is None else stats.memory_events.get("max")}
 
     def line(self, seen: str) -> str:
         """The log line, ``seen`` being how the end was noticed: ``task 7 ended (exit): its
         time limit of 2s was reached; name sleep, user alice, group A, wall 2.01s, ...``."""
         record = self.to_json()
-        why = {STOP: f"stopped by {self.stopped_by}", TIME_LIMIT: f"its time limit of "
-               f"{format_timespan(self.task.time_limit or 0)} was reached", OOM_KILL: "after an OOM kill",
-               EXIT: "its processes exited"}[self.reason]
+        why = why_ended(record)
         named = f"name {self.task.name}, " if self.task.name else ""
         return (f"{self.task.label} ended ({seen}): {why}; {named}user {self.task.user}, group {self.task.group}, "
                 f"wall {format_timespan(record['wall_s'])}, CPU {_span(record['cpu_s'])}, "
                 f"throttled {_span(record['throttled_s'])}, memory peak {_bytes(record['memory_peak'])}, "
                 f"OOM kills {_count(record['oom_kills'])}, exit status {exit_words(self.exit_status)}")
+
+
+def why_ended(record: dict) -> str:
+    """Why a task ended, in words, from its record (:meth:`Ended.to_json`): ``its time limit
+    of 3s was reached``, ``stopped by alice``, ``OOM-killed at its memory cap 100.0M`` or ``its
+    processes exited``. The log, ``governor run`` and ``--summary`` say it so."""
+    reason = record.get("reason")
+    if reason == STOP:
+        return f"stopped by {record.get('stopped_by') or 'an admin'}"
+    if reason == TIME_LIMIT:
+        return f"its time limit of {format_timespan(record.get('time_limit') or 0)} was reached"
+    if reason == OOM_KILL:
+        cap = (record.get("demand") or {}).get("memory")
+        return f"OOM-killed at its memory cap {format_size(cap)}" if cap else "OOM-killed"
+    return "its processes exited"
 
 
 def reason_of(task: Task, ending: tuple[str, str | None] | None, stats: CgroupStats | None) -> tuple[str, str | None]:

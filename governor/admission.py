@@ -24,11 +24,11 @@ import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from governor.vocabulary import ADMITTED
+
 # Float declarations carry rounding error: a task fits within this relative slack.
 _SLACK = 1e-9
 HELD_BY_SHOWN = 3
-# The resources a task must fit in to start (incompressible: never squeezed once running).
-ADMITTED = ("memory",)
 
 
 @dataclass(frozen=True)

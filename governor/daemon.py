@@ -71,9 +71,10 @@ from governor.ps import PROCESSES_SHOWN, processes, task_rows
 from governor.queue import Entry, queue_view
 from governor.procevents import FORK, UID, ProcessEvents
 from governor.server import ControlServer
-from governor.sessions import SessionOwners, login_uid_min
+from governor.sessions import NOBODY_UID, SessionOwners, login_uid_min
 from governor.state import SHOWN_COMMAND_CHARS, Task, Tasks, TaskStore, login_id, session_id
 from governor.status import StatusReply, build_status
+from governor import vocabulary
 from governor.units import format_amount
 from governor.usage import Sample, usage
 
@@ -112,6 +113,8 @@ EXIT_STATUS_FD_SHARE = 4
 # Least time between two settles: under a storm the events of these milliseconds fold into one
 # settle (one refill, not one per turn of the event loop); a sparse event settles at once.
 SETTLE_GAP_S = 0.005
+# Sessions that ended sooner than this after they started are logged, not kept for ps --ended.
+SHORT_SESSION_S = 10.0
 # Distinct task demands whose caps are kept (tasks that declare the same share one object).
 TASK_CAPS_KEPT = 1024
 # Young objects collected every 50,000 allocations instead of 700 (see serve()).
@@ -137,6 +140,7 @@ class Daemon:
         slices: writes limits on logind's user slices through systemd, on a systemd host with
             cgroup v2; None elsewhere (processes in login sessions are then left alone).
         host_pids: every process id on the host, for the sessions' rescan (``psutil.pids``).
+        members: a config → its groups' users on this host (:func:`governor.access.members`).
         registry: this host's governor daemons (:mod:`governor.daemons`): this daemon claims the
             sessions there and never moves a process out of another's root; None (tests on a
             fake hierarchy): no other daemon is known.
@@ -146,8 +150,10 @@ class Daemon:
                  host_cpus: list[int], host_memory: int, resolve_device: Callable[[str], str],
                  load_config: Callable[[], Config] | None = None, metrics=None, notifier: Notifier | None = None,
                  uid_min: int | None = None, slices: SliceDriver | None = None,
-                 host_pids: Callable[[], Iterable[int]] = psutil.pids, registry: Registry | None = None):
+                 host_pids: Callable[[], Iterable[int]] = psutil.pids, registry: Registry | None = None,
+                 members: Callable[[Config], dict[str, list[str]]] | None = None):
         self.host_pids = host_pids
+        self.find_members = members or (lambda config: access.members(config, self.uid_min, NOBODY_UID))
         self.registry = registry
         self.socket_path = ""
         self.served = False  # once it served: a start refused before leaves nothing (cli/daemon_cmd.py)
@@ -208,6 +214,8 @@ class Daemon:
         self.config, self.capacity, self.io_devices, self.io_sharing = config, capacity, io_devices, io_sharing
         self.weights: dict[str, float] = {}
         self.owners = SessionOwners(config, self.uid_min)
+        self._members = self.find_members(config)  # group → its users today (status, floors)
+        self._explicit = {rule.name for rule in config.groups}
         # Caps follow from the demand alone: tasks that declare the same share one object.
         self._task_caps = functools.lru_cache(maxsize=TASK_CAPS_KEPT)(
             lambda demand: task_limits(dict(demand), io_devices=io_devices,
@@ -370,7 +378,7 @@ class Daemon:
         if request.ended:
             return {"ended": [record.to_json(command_chars=None if record.task.uid == who.uid else SHOWN_COMMAND_CHARS)
                               for record in self.ended if shown(record.task.uid, record.task.id)]}
-        positions = {item["task"]: item["position"] for item in queue_view(self.queue, self.admission)}
+        positions = {item["task"]: item for item in queue_view(self.queue, self.admission)}
         return {"tasks": task_rows([t for t in self.tasks if shown(t.uid, t.id)],
                                    [e for e in self.queue.values() if not e.decided and shown(e.task.uid, e.task.id)],
                                    allocation=self.allocation, usage=self.usage, positions=positions,
@@ -479,7 +487,7 @@ class Daemon:
                         list(dict.fromkeys(t.user for t in tasks if t.is_session)))  # login + session: once
                 for group, tasks in self.tasks.groups().items()}
         return explain(traced, self.capacity, demands, queue_view(self.queue, self.admission), runs,
-                       configured={rule.name: self._weight(rule.name) for rule in self.config.groups})
+                       configured=self._configured())
 
     def reload(self, trigger: str) -> str:
         """Re-read the config file and put it in force; the old one stays if the new one is bad.
@@ -587,7 +595,9 @@ class Daemon:
         waiting = [Waiting(e.task.id, e.task.group, e.task.demand) for e in self.queue.values() if not e.decided]
         counts = self.tasks.counts()
         weights = {w.group: self._weight(w.group) for w in waiting}
-        self.admission = admit(self.capacity, self.tasks.demands(), counts, weights, waiting)
+        held = self._reserved()
+        running = {g: {**d, **held.get(g, {})} for g, d in self.tasks.demands().items()}
+        self.admission = admit(self.capacity, running, counts, weights, waiting)
         starting = [self.queue[task_id] for task_id in self.admission.admitted]
         if starting and self.cpu_saturated:
             # A new task's cap may exceed its group's held quota, which cgroup v1 refuses; the
@@ -736,6 +746,30 @@ class Daemon:
         """The driver of cgroup ``rel``: systemd's for a login session's slice, else governor's."""
         return self.slices if self.slices is not None and is_login_cgroup(rel) else self.hierarchy.driver
 
+    def _configured(self) -> dict[str, dict]:
+        """Every group of this host (the config's, one per ``"*"`` user, and any running a
+        task) → its ``weight`` (set-weight's where given), ``floor`` over all of them
+        (:func:`governor.vocabulary.floors`) and ``members`` as this host resolves them."""
+        weights = {g: self._weight(g) for g in access.configured_weights(self.config, self._members)}
+        for group in self.tasks.groups():
+            weights.setdefault(group, self._weight(group))
+        floor = vocabulary.floors(weights)
+        return {g: {"weight": w, "floor": floor[g], "members": self._members.get(g, [g] if g not in self._explicit
+                                                                                 else [])}
+                for g, w in weights.items()}
+
+    def _reserved(self) -> dict[str, dict[str, float]]:
+        """Group → what its running tasks hold in the admission count
+        (:func:`governor.vocabulary.reserved`): declared memory, and a session's use."""
+        held = {g: vocabulary.reserved(d) for g, d in self.tasks.demands().items()}
+        for session in self.tasks.sessions():
+            declared = vocabulary.reserved(session.demand)
+            using = vocabulary.reserved(session.demand, session=True, used=self.usage.get(session.cgroup))
+            group = held.setdefault(session.group, {})
+            for resource, amount in declared.items():
+                group[resource] = group.get(resource, 0.0) - amount + using.get(resource, 0.0)
+        return held
+
     def _weight(self, group: str) -> float:
         weight = self.weights.get(group, self.config.weight_of(group))
         return 1.0 if weight is None else float(weight)
@@ -746,11 +780,7 @@ class Daemon:
 
     def _waiting_line(self, task_id: str) -> str:
         place = self._place(task_id)
-        holders = ", ".join(f"{h['group']} {format_amount('memory', h['memory'])}" for h in place.get("held_by", []))
-        first = (f"; what frees goes first to task {place['reserved_for']}, of a group with a lower dominant share"
-                 if place.get("reserved_for") else "")
-        return (f"its memory does not fit yet: it waits for {format_amount('memory', place.get('waiting_for', 0))}"
-                f" to free (held by {holders or 'nobody'}){first}; queue position {place['position']}")
+        return f"{place.get('reason', 'memory: waits')}; queue position {place['position']}"
 
     # ── sessions ──────────────────────────────────────────────────────────────────────────
 
@@ -994,7 +1024,8 @@ class Daemon:
             pidfd = self._pidfds.pop(task.id, None)
             self._forget(task)
             record = Ended(task, time.time(), reason, by, stats)
-            self.ended.append(record)
+            if not (task.is_session and record.ended - task.started < SHORT_SESSION_S):
+                self.ended.append(record)  # (every `runuser …` is a session: short ones clutter ps --ended)
             self._learn_exit_status(record, pidfd)
             self._event("task_ended", record.line(trigger))
             ended.append(task.label)
@@ -1248,6 +1279,7 @@ class Daemon:
             capacity=self.capacity, allocation=self.allocation, tasks=self.tasks,
             in_force=lambda rel: self._driver(rel).in_force(rel), usage=self.usage, filling=self.filling,
             queue=queue_view(self.queue, self.admission), events=list(self.events), kept=self._status_tasks,
+            configured=self._configured(), reserved=self._reserved(),
         )
         self._status = (self._changes, StatusReply(status, self._status_json))
         return self._status[1]
@@ -1288,6 +1320,8 @@ class Daemon:
 
     def _rescan_all(self) -> None:
         self.owners.forget()  # users and groups change while the daemon runs
+        self._members = self.find_members(self.config)
+        self._changes += 1
         self.rescan("periodic rescan")
 
     async def _follow_exits(self) -> None:

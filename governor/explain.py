@@ -14,20 +14,23 @@ from governor.model import Allocation
 def explain(allocation: Allocation | None, capacity: Mapping[str, float],
             demands: Mapping[str, Mapping[str, float]], queue: list[dict] = (),
             runs: Mapping[str, tuple[int, list[str]]] | None = None,
-            configured: Mapping[str, float] | None = None) -> dict:
+            configured: Mapping[str, Mapping] | None = None) -> dict:
     """The ``explain`` payload: capacity, per group weight, demand D_g, allocation, λ, dominant
     resource(s) and share, why it stopped (:meth:`GroupAllocation.to_json` with ``demand``,
     ``lambda``), what it runs (``tasks``: how many launched tasks, ``sessions``: whose
     sessions, from ``runs``: group → (tasks, session users)); the trace (an allocation computed
     with a trace); the admission queue (items of :func:`governor.queue.queue_view`, their wait
-    is ``now - queued_at``); and ``configured``: every group of the config → its weight, so a
-    group with no task can be explained too."""
+    is ``now - queued_at``); and ``configured``: every group of the host → its ``weight`` and
+    ``floor`` (:func:`governor.vocabulary.floors`), so a group with no task is explained too, and
+    each group's ``floor``."""
     runs = runs or {}
     groups = {}
     for name, got in (allocation.groups.items() if allocation else ()):
         count, sessions = runs.get(name, (0, []))
         groups[name] = {**got.to_json(), "demand": dict(demands.get(name, {})), "lambda": float(got.tasks),
-                        "tasks": count, "sessions": list(sessions)}
+                        "tasks": count, "sessions": list(sessions),
+                        "floor": float((configured or {}).get(name, {}).get("floor", 0.0))}
     trace = [row.to_json() for row in (allocation.trace if allocation else ())]
     return {"capacity": dict(capacity), "groups": groups, "trace": trace, "queue": list(queue),
-            "configured": {name: float(weight) for name, weight in (configured or {}).items()}}
+            "configured": {name: {"weight": float(about["weight"]), "floor": float(about["floor"])}
+                           for name, about in (configured or {}).items()}}

@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import GaugeMetricFamily
 
 from governor.errors import GovernorError
+from governor.vocabulary import compressible
 
 # Scrapes served at once; a connection beyond them is closed at once (a scrape takes ~1 ms).
 MAX_SCRAPES = 16
@@ -151,8 +152,14 @@ class _Snapshot:
                                   labels=["group"])
         weight = GaugeMetricFamily("governor_group_weight", "Group weight", labels=["group"])
         tasks = GaugeMetricFamily("governor_group_tasks", "Running tasks", labels=["group"])
-        allocation = GaugeMetricFamily("governor_group_allocation", "DRF allocation: the group's guarantee (cores, bytes, bytes/s)",
+        allocation = GaugeMetricFamily("governor_group_allocation", "DRF allocation A_g (cores, bytes, bytes/s)",
                                        labels=["group", "resource"])
+        floor = GaugeMetricFamily("governor_group_floor", "Share of every resource DRF promises the group while "
+                                  "every group is busy (weight / sum of weights)", labels=["group"])
+        guarantee = GaugeMetricFamily("governor_group_guarantee", "Guarantee: the DRF allocation of cpu and I/O, "
+                                      "enforced by weights (cores, bytes/s)", labels=["group", "resource"])
+        reserved = GaugeMetricFamily("governor_group_reserved", "Memory the group's admitted tasks hold (bytes; "
+                                     "a session: its use)", labels=["group", "resource"])
         used = GaugeMetricFamily("governor_group_usage", "Measured use (cores, bytes, bytes/s)",
                                  labels=["group", "resource"])
         queue = status.get("queue", [])
@@ -161,12 +168,17 @@ class _Snapshot:
         oldest = GaugeMetricFamily("governor_queue_oldest_wait_seconds", "How long the longest-waiting "
                                    "task has waited (0 with an empty queue)",
                                    value=max((time.time() - q["queued_at"] for q in queue), default=0))
-        for name, group in status.get("groups", {}).items():
+        resources = list(status.get("capacity", {}))
+        for name, group in status.get("groups", {}).items():  # idle groups too: their series at zero
             share.add_metric([name], group["dominant_share"])
             weight.add_metric([name], group["weight"])
+            floor.add_metric([name], group.get("floor", 0.0))
             tasks.add_metric([name], len(group["tasks"]))
-            for resource, amount in group["allocation"].items():
-                allocation.add_metric([name, resource], amount)
-            for resource, amount in group["usage"].items():
-                used.add_metric([name, resource], amount)
-        yield from (capacity, share, weight, tasks, allocation, used, waiting, oldest)
+            for resource in resources:
+                allocation.add_metric([name, resource], group["allocation"].get(resource, 0.0))
+                used.add_metric([name, resource], group["usage"].get(resource, 0.0))
+                if compressible(resource):
+                    guarantee.add_metric([name, resource], group.get("guarantee", {}).get(resource, 0.0))
+                else:
+                    reserved.add_metric([name, resource], group.get("reserved", {}).get(resource, 0.0))
+        yield from (capacity, share, weight, floor, tasks, allocation, guarantee, reserved, used, waiting, oldest)

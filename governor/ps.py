@@ -12,7 +12,8 @@ import psutil
 from governor.model import Allocation
 from governor.queue import Entry
 from governor.state import SHOWN_COMMAND_CHARS, Task
-from governor.status import split_usage, task_guarantee
+from governor import vocabulary
+from governor.status import split_usage
 
 # Processes listed per task; ``processes_total`` counts them all.
 PROCESSES_SHOWN = 32
@@ -31,9 +32,11 @@ def task_rows(running: Iterable[Task], queued: Iterable[Entry], *, allocation: A
         running: the running tasks to show.
         queued: the waiting launches to show.
         allocation: the last progressive filling's answer: a running task's guarantee is its
-            group's λ times its declared demand (its memory: all it declared, ``memory.low``).
+            group's λ times its declared cpu and I/O, and it reserves its declared memory (a
+            session: what it uses), as :mod:`governor.vocabulary` says.
         usage: cgroup → measured use (:func:`governor.usage.usage`).
-        positions: task id → place in the queue (1 first).
+        positions: task id → its place in the queue (:func:`governor.queue.queue_view`'s item:
+            ``position``, ``reason``).
         processes: a task → the processes listed for it (``{"pid", "ppid", "name"}`` each, at
             most :data:`PROCESSES_SHOWN`) and how many it holds; asked of the first
             :data:`TREES_LISTED` running tasks only.
@@ -46,11 +49,14 @@ def task_rows(running: Iterable[Task], queued: Iterable[Entry], *, allocation: A
         used, _ = split_usage(usage.get(task.cgroup, {}))
         listed, total = processes(task) if index < TREES_LISTED else ([], None)
         rows.append({**task.to_json(command_chars=_shown(task, asker)), "state": "running",
-                     "guarantee": task_guarantee(task.demand, float(got.tasks) if got else 0.0), "usage": used,
+                     "guarantee": vocabulary.task_guarantee(task.demand, float(got.tasks) if got else 0.0),
+                     "reserved": vocabulary.reserved(task.demand, session=task.is_session, used=used), "usage": used,
                      "processes": listed, "processes_total": total})
     for entry in queued:
         rows.append({**entry.task.to_json(command_chars=_shown(entry.task, asker)), "state": "queued", "started": None, "queued_at": entry.queued_at,
-                     "position": positions.get(entry.task.id), "guarantee": {}, "usage": {}, "processes": [],
+                     "position": positions.get(entry.task.id, {}).get("position"),
+                     "reason": positions.get(entry.task.id, {}).get("reason"), "guarantee": {}, "reserved": {}, "usage": {},
+                     "processes": [],
                      "processes_total": 0})
     return rows
 

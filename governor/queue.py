@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from governor.admission import Admission
 from governor.errors import RequestError
 from governor.state import SHOWN_COMMAND_CHARS, Task, bounded_command
+from governor.units import format_amount
 
 
 @dataclass
@@ -69,7 +70,21 @@ def queue_view(entries: Mapping[str, Entry], admission: Admission | None) -> lis
             "waiting_for": max(0, round(memory + kept - admission.free_memory)), "held_by": held_by,
             "reserved_for": holder,
         })
+        view[-1]["reason"] = reason(view[-1])
     return view
+
+
+def reason(item: dict) -> str:
+    """Why a queued task waits, in words (``governor run``, ``ps``, the log): ``memory: waits
+    for 4.0G to free (held by physics 16.0G, ops 12.0G)``, with ``; what frees goes first to
+    task 7`` while another holds the reservation, or ``its turn: the tasks ahead start first``."""
+    if item["waiting_for"] <= 0 and not item.get("reserved_for"):
+        return "memory: its turn: the tasks ahead of it start first"
+    holders = ", ".join(f"{h['group']} {format_amount('memory', h['memory'])}" for h in item["held_by"])
+    first = (f"; what frees goes first to task {item['reserved_for']}, of a group with a lower dominant share"
+             if item.get("reserved_for") else "")
+    return (f"memory: waits for {format_amount('memory', item['waiting_for'])} to free "
+            f"(held by {holders or 'nobody'}){first}")
 
 
 def _known(order: Sequence[str], entries: Mapping[str, Entry]) -> list[str]:

@@ -143,12 +143,15 @@ class Tasks:
         self._sums: dict[str, dict[str, float]] = {}
         self._launched: Counter[int] = Counter()  # uid → tasks it launched (not sessions)
         self._logins: dict[str, Task] = {}
+        self._sessions: dict[str, Task] = {}  # sessions and login sessions
         self._inside: Counter[str] = Counter()  # group → its tasks below governor's root
 
     def add(self, task: Task) -> None:
         self._tasks[task.id] = task
         if not task.is_session:
             self._launched[task.uid] += 1
+        if task.is_session:
+            self._sessions[task.id] = task
         if task.is_login:
             self._logins[task.id] = task
         else:
@@ -161,6 +164,7 @@ class Tasks:
         if task is None:
             return None
         _drop(self._launched, task.uid, not task.is_session)
+        self._sessions.pop(task_id, None)
         if self._logins.pop(task_id, None) is None:
             _drop(self._inside, task.group, True)
         members = self._groups[task.group]
@@ -182,6 +186,10 @@ class Tasks:
     def launched_by(self, uid: int) -> int:
         """How many running tasks ``uid`` launched (sessions not counted)."""
         return self._launched[uid]
+
+    def sessions(self) -> list[Task]:
+        """The sessions (login sessions too), in the order they started."""
+        return list(self._sessions.values())
 
     def logins(self) -> list[Task]:
         """The login sessions, in the order they started."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from governor import vocabulary
 from governor.model import Allocation
 from governor.protocol import as_line, encode_json
 from governor.state import SHOWN_COMMAND_CHARS, Tasks
@@ -19,7 +20,9 @@ def split_usage(vector: Mapping[str, float]) -> tuple[dict[str, float], dict[str
 
 def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: Allocation | None, tasks: Tasks,
                  in_force: Callable[[str], dict[str, str]], usage: Mapping[str, Mapping[str, float]],
-                 filling: dict, queue: list[dict], events: list[dict], kept: dict | None = None) -> dict:
+                 filling: dict, queue: list[dict], events: list[dict], kept: dict | None = None,
+                 configured: Mapping[str, dict] | None = None,
+                 reserved: Mapping[str, Mapping[str, float]] | None = None) -> dict:
     """Assemble the status object.
 
     Args:
@@ -37,82 +40,65 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
         kept: the task entries of the last status, by cgroup, replaced by this one's: a task
             whose record, limits in force and usage are the same objects keeps its entry (a
             status of 1,000 tasks in a launch storm rebuilt them all, 4 ms each time).
+        configured: every group of the host → ``weight``, ``floor`` and ``members``: each is
+            listed, idle or not (an idle one with no task, zeros and ``"idle": true``).
+        reserved: group → what its tasks hold in the admission count (bytes; a session's use).
 
     Per group, :meth:`GroupAllocation.to_json` (weight, allocation, dominant resources and
-    share, stop) with ``demand``, ``guarantee``, ``lambda``, ``limits``, ``usage``,
-    ``borrowed``, ``pressure`` and ``tasks``. ``allocation`` is its DRF allocation and
-    ``guarantee`` what the kernel protects: the allocation for CPU and I/O, all its admitted
-    memory (``memory.low``); ``demand`` (the sum of its tasks' declarations) is its cap,
-    ``usage`` what it uses, and ``borrowed`` what it uses above its guarantee (idle shares of
-    others, work-conserving; CPU and I/O only).
-    ``fair_level`` is the highest dominant share / weight among the groups: the water level at
-    which the last filling stopped the groups a saturated resource held back.
+    share, stop) with the words of :mod:`governor.vocabulary`: ``floor``, ``demand`` (its cap:
+    the sum of its tasks' declarations), ``guarantee`` (the compressible part of its
+    allocation), ``reserved`` (memory), ``usage``, ``borrowed``; and ``lambda``, ``limits``,
+    ``pressure``, ``members``, ``idle``, ``tasks``. At the top, ``guaranteed`` and ``reserved``
+    are the sums of the groups'. ``fair_level`` is the highest dominant share / weight among the
+    groups: the water level at which the last filling stopped the groups a saturated resource
+    held back.
     """
     groups = {}
     last = kept or {}
     entries: dict[str, tuple] = {}
-    allocated = {r: 0.0 for r in capacity}
-    used = {r: 0.0 for r in capacity}
+    configured = configured or {}
+    reserved = reserved or {}
     demands = tasks.demands()
     for name, members in tasks.groups().items():
         got = allocation.groups[name] if allocation and name in allocation.groups else None
         group_usage, group_pressure = split_usage(usage.get(name, {}))
-        for resource, amount in (got.allocation if got else {}).items():
-            allocated[resource] = allocated.get(resource, 0.0) + float(amount)
-        for resource, amount in group_usage.items():
-            used[resource] = used.get(resource, 0.0) + amount
+        granted = vocabulary.guarantee(got.allocation if got else {})
+        about = configured.get(name, {})
         groups[name] = {
             **(got.to_json() if got else _NOT_ALLOCATED),
+            "floor": about.get("floor", 0.0),
+            "members": list(about.get("members", [])),
+            "idle": False,
             "demand": dict(demands[name]),
-            "guarantee": _guarantee(got.allocation if got else {}, demands[name]),
+            "guarantee": granted,
+            "reserved": dict(reserved.get(name, {})),
             "lambda": float(got.tasks) if got else 0.0,
             "limits": in_force(name),
             "usage": group_usage,
-            "borrowed": _borrowed(group_usage, got.allocation if got else {}),
+            "borrowed": vocabulary.borrowed(group_usage, granted),
             "pressure": group_pressure,
             "tasks": [_task(t, in_force, usage, last, entries) for t in members],
         }
+    for name, about in configured.items():
+        if name not in groups:
+            groups[name] = {**_NOT_ALLOCATED, "weight": about["weight"], "floor": about["floor"],
+                            "members": list(about.get("members", [])), "idle": True, "demand": {}, "guarantee": {},
+                            "reserved": {}, "lambda": 0.0, "limits": {}, "usage": {}, "borrowed": {}, "pressure": {},
+                            "tasks": []}
     if kept is not None:
         kept.clear()
         kept.update(entries)
     fair_level = max((g["dominant_share"] / g["weight"] for g in groups.values()), default=0.0)
-    return {"daemon": daemon, "capacity": dict(capacity), "allocated": allocated, "used": used,
+    return {"daemon": daemon, "capacity": dict(capacity),
+            "guaranteed": vocabulary.total(g["guarantee"] for g in groups.values()),
+            "reserved": vocabulary.total(g["reserved"] for g in groups.values()),
+            "used": vocabulary.total(g["usage"] for g in groups.values()),
             "filling": dict(filling), "fair_level": fair_level, "events": events, "groups": groups,
             "queue": queue}
 
 
 # A group with tasks but no allocation yet (its first filling is still to come).
 _NOT_ALLOCATED = {"weight": 1.0, "allocation": {}, "dominant_resources": [], "dominant_share": 0.0, "stop": ""}
-
-
-def _guarantee(allocation: Mapping[str, float], demand: Mapping[str, float]) -> dict[str, float]:
-    """What the kernel protects for the group: its allocation for the compressible resources,
-    and all of its admitted (declared) memory, which ``memory.low`` protects."""
-    guarantee = {r: float(v) for r, v in allocation.items()}
-    if demand.get("memory"):
-        guarantee["memory"] = float(demand["memory"])
-    return guarantee
-
-
-# Use is sampled over one second: a group at its guarantee reads a little above it half the
-# time. Less than this fraction of the guarantee above it is not borrowing.
-BORROW_NOISE = 0.02
-
-
-def task_guarantee(demand: Mapping[str, float], fraction: float) -> dict[str, float]:
-    """A task's part of its group's guarantee: ``fraction`` (the group's λ) of each resource
-    it declared, and all of its declared memory (``memory.low``)."""
-    return _guarantee({r: fraction * v for r, v in demand.items()}, demand)
-
-
-def _borrowed(used: Mapping[str, float], guarantee: Mapping[str, float]) -> dict[str, float]:
-    """Use above the guarantee, for the compressible resources (memory is admitted, not lent)."""
-    result = {}
-    for resource, amount in used.items():
-        floor = float(guarantee.get(resource, 0.0))
-        if resource != "memory" and amount > floor * (1 + BORROW_NOISE):
-            result[resource] = amount - floor
-    return result
 
 
 _UNSAMPLED: Mapping[str, float] = {}  # one object: an unsampled task keeps its entry too

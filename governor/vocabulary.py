@@ -1,13 +1,38 @@
 """The numbers behind DESIGN.md §1's words, each computed here once for every view. Pure.
 
-*floor*: ``w_g / Σ w``, the share of every resource DRF promises a group while every group is
-busy (sharing incentive, Ghodsi et al. §3 and §4.3 for weights), and all of it while the others
-are idle. It is what ``check-config``, ``explain`` and ``status`` call a group's floor.
+============  ==============================================================================
+floor         ``w_g / Σ w``: the share of every resource DRF promises a group while every group
+              is busy (sharing incentive, Ghodsi et al. §3, §4.3 for weights), all of it while
+              the others are idle.
+guarantee     the group's DRF allocation ``A_g`` of a *compressible* resource (cpu, I/O),
+              enforced by weights: work-conserving. A task's part of it: λ × its declaration.
+reserved      the declared memory of admitted tasks (what the admission queue counts); for a
+              session, what it uses (at most its cap): an idle shell holds nothing.
+cap           a task's declaration; a group's: the sum of its tasks' (``demand``, D_g).
+use           what the kernel measures.
+borrowed      use above the guarantee, of a compressible resource (idle shares lent).
+============  ==============================================================================
+
+Memory (and, later, GPUs) is never "guaranteed": it is admitted and reserved, never squeezed.
+``status``, ``--json``, ``ps``, ``top``, ``explain``, ``check-config`` and the metrics call
+these functions, so one word is one number on every screen.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+
+# Resources a task must fit in to start, and that are never taken back once given.
+ADMITTED = ("memory",)
+# Use is sampled over one second: a group at its guarantee reads a little above it half the
+# time. Less than this fraction of the guarantee above it is not borrowing.
+BORROW_NOISE = 0.02
+
+
+def compressible(resource: str) -> bool:
+    """Whether a task given less of ``resource`` only runs slower (cpu, I/O) rather than being
+    reclaimed into a stall or killed (memory)."""
+    return resource not in ADMITTED
 
 
 def floors(weights: Mapping[str, float]) -> dict[str, float]:
@@ -21,3 +46,49 @@ def floors(weights: Mapping[str, float]) -> dict[str, float]:
     """
     total = sum(weights.values())
     return {group: weight / total for group, weight in weights.items()} if total > 0 else {}
+
+
+def guarantee(allocation: Mapping[str, float]) -> dict[str, float]:
+    """A group's guarantee: the compressible part of its DRF allocation ``A_g`` (cores, bytes/s)."""
+    return {r: float(v) for r, v in allocation.items() if compressible(r)}
+
+
+def task_guarantee(declared: Mapping[str, float], fraction: float) -> dict[str, float]:
+    """A task's part of its group's guarantee: ``fraction`` (the group's λ) of each
+    compressible resource it declared."""
+    return {r: fraction * float(v) for r, v in declared.items() if compressible(r)}
+
+
+def reserved(declared: Mapping[str, float], *, session: bool = False,
+             used: Mapping[str, float] | None = None) -> dict[str, float]:
+    """What a task holds in the admission count: its declared memory; a session, what it uses
+    (at most its cap), so that no user queues behind their own idle shell. Empty when nothing
+    is held."""
+    if session:
+        used = used or {}
+        held = {r: min(float(used.get(r, 0.0)), float(declared[r])) for r in ADMITTED if declared.get(r)}
+    else:
+        held = {r: float(declared[r]) for r in ADMITTED if declared.get(r)}
+    return {r: v for r, v in held.items() if v > 0}
+
+
+def borrowed(used: Mapping[str, float], guarantee_: Mapping[str, float]) -> dict[str, float]:
+    """Use above the guarantee, for the compressible resources, beyond sampling noise
+    (:data:`BORROW_NOISE`)."""
+    result = {}
+    for resource, amount in used.items():
+        if not compressible(resource):
+            continue
+        floor = float(guarantee_.get(resource, 0.0))
+        if amount > floor * (1 + BORROW_NOISE):
+            result[resource] = amount - floor
+    return result
+
+
+def total(vectors: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """The sum of resource vectors (the host's guaranteed, reserved, used)."""
+    summed: dict[str, float] = {}
+    for vector in vectors:
+        for resource, amount in vector.items():
+            summed[resource] = summed.get(resource, 0.0) + float(amount)
+    return summed

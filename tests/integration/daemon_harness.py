@@ -102,6 +102,10 @@ class Governor:
         assert proc.poll() is None, f"governor run failed: {proc.communicate()}"
         return proc
 
+    def busy_groups(self) -> set[str]:
+        """The groups running a task (status lists the idle configured groups too)."""
+        return {name for name, group in self.status()["groups"].items() if group["tasks"]}
+
     def cpu_weight(self, group: str) -> int:
         """The proportional CPU weight written on ``group`` (v2 ``cpu.weight``, v1 ``cpu.shares``)."""
         if isinstance(self.driver, CgroupV2Driver):

@@ -169,6 +169,8 @@ def churn(path: str, tasks: int, parallel: int, group: str, *, linger: float = 0
             running[pid] = time.monotonic()
             started += 1
         pid, status = os.wait()
+        if pid not in running:
+            continue  # an orphan this process was handed (a subreaper's), not a client
         trips.append(time.monotonic() - running.pop(pid))
         failed += os.waitstatus_to_exitcode(status) != 0
     os.close(write_end)

@@ -129,7 +129,7 @@ def test_a_daemon_stopped_once_its_tasks_ended_leaves_nothing(tmp_path):
         gov.run("R", ["sleep", "600"], cpus=0.2, memory="32M")
         [task] = gov.status()["groups"]["R"]["tasks"]
         subprocess.run([GOVERNOR, "stop", "--socket", gov.socket, task["id"]], check=True, capture_output=True)
-        gov.wait(lambda: not gov.status()["groups"], "the task to end")
+        gov.wait(lambda: not gov.busy_groups(), "the task to end")
         gov.daemon.send_signal(signal.SIGTERM)
         gov.daemon.wait(20)
         assert not made_by(gov.root_name)
@@ -223,10 +223,18 @@ RUNNER = ("import os, sys, time\nwhile True:\n    if os.fork():\n        os._exi
           "        f.write(own.read())\n    os.replace(sys.argv[1] + '.new', sys.argv[1])\n    time.sleep(0.002)\n")
 
 
-def _become_subreaper() -> None:
+@contextlib.contextmanager
+def _subreaper():
+    """This process as the subreaper of its descendants' orphans (whatever PID 1 does), and
+    not after (other tests' orphans must not come to it)."""
     import ctypes
 
-    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    try:
+        yield
+    finally:
+        prctl(36, 0, 0, 0, 0)
 
 
 def _reap(group: int) -> None:
@@ -256,28 +264,28 @@ def test_jobs_that_fork_away_from_their_parent_are_governed_within_a_second_ever
                 time.sleep(0.01)
             if not _in_session(pid, alice):
                 late.append(("fork and exit", attempt, cgroup_of(pid)))
-        _become_subreaper()  # the runner's orphans are ours to reap (whatever PID 1 does)
-        reports = shared / "runner"
-        reports.mkdir(mode=0o777)
-        reports.chmod(0o777)
-        latest = reports / "cgroup"
-        for attempt in range(20):
-            latest.unlink(missing_ok=True)
-            # (a session of its own: its successors keep its process group, which ends them all)
-            runner = subprocess.Popen(["runuser", "-u", "gov-alice", "--", sys.executable, "-c", RUNNER, str(latest)],
-                                      start_new_session=True)
-            deadline = time.monotonic() + 1.0
-            while time.monotonic() < deadline:
+        with _subreaper():  # the runner's orphans are ours to reap
+            reports = shared / "runner"
+            reports.mkdir(mode=0o777)
+            reports.chmod(0o777)
+            latest = reports / "cgroup"
+            for attempt in range(20):
+                latest.unlink(missing_ok=True)
+                # (a session of its own: its successors keep its process group, which ends them all)
+                runner = subprocess.Popen(["runuser", "-u", "gov-alice", "--", sys.executable, "-c", RUNNER,
+                                           str(latest)], start_new_session=True)
+                deadline = time.monotonic() + 1.0
+                while time.monotonic() < deadline:
+                    _reap(runner.pid)
+                    time.sleep(0.05)
+                lines = latest.read_text().splitlines() if latest.exists() else []
+                where = next((line.split(":", 2)[2] for line in lines if "cpu" in line.split(":")[1].split(",")), None)
+                if not (where or "").endswith(f"/session-{alice}"):
+                    late.append(("successor every 2 ms", attempt, where))
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(runner.pid, signal.SIGKILL)
+                time.sleep(0.1)
                 _reap(runner.pid)
-                time.sleep(0.05)
-            lines = latest.read_text().splitlines() if latest.exists() else []
-            where = next((line.split(":", 2)[2] for line in lines if "cpu" in line.split(":")[1].split(",")), None)
-            if not (where or "").endswith(f"/session-{alice}"):
-                late.append(("successor every 2 ms", attempt, where))
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(runner.pid, signal.SIGKILL)
-            time.sleep(0.1)
-            _reap(runner.pid)
         assert not late, f"not in alice's session within 1 s: {late}"
     finally:
         users.kill_all()

@@ -82,8 +82,9 @@ def test_top_shows_real_shares_expands_sorts_reconnects_resizes_and_quits(tmp_pa
     gov = Governor(tmp_path, CONFIG)
     pane = None
     try:
-        physics = [gov.run("physics", BUSY, cpus=0.75, memory="32M") for _ in range(2)]
-        ops = gov.run("ops", BUSY, cpus=0.75, memory="64M")
+        for _ in range(2):
+            gov.run("physics", BUSY, cpus=0.75, memory="32M")
+        gov.run("ops", BUSY, cpus=0.75, memory="64M")
         # The shell records top's exit status: tmux 3.3 sometimes marks the pane dead and never
         # reports the status (2 runs in 20 here), whatever top did.
         exit_file = tmp_path / "top-exit"
@@ -100,9 +101,10 @@ def test_top_shows_real_shares_expands_sorts_reconnects_resizes_and_quits(tmp_pa
         pane.keys("j", "Enter")
         text = pane.wait_for(lambda t: "▾ ops: 1 task" in t, "ops's tasks")
         assert row(text, "ops").startswith(">▾")
-        task = next(line for line in text.splitlines() if line.split()[:1] == [str(ops.pid)])
+        pids = {name: [t["pid"] for t in group["tasks"]] for name, group in gov.status()["groups"].items()}
+        task = next(line for line in text.splitlines() if line.split()[:1] == [str(pids["ops"][0])])
         assert "root" in task and "0.75c 64M" in task  # user, declared demand
-        assert not any(line.split()[:1] == [str(p.pid)] for p in physics for line in text.splitlines())
+        assert not any(line.split()[:1] == [str(p)] for p in pids["physics"] for line in text.splitlines())
 
         pane.keys("s")
         text = pane.wait_for(lambda t: "s sort: cpu" in t, "the cpu sort")

@@ -4,7 +4,8 @@ Host: 16 cores, 64G, one disk. physics (weight 2) and ops (weight 1); both domin
 physics at twice ops's share (8/16 = 50%, 4/16 = 25%) as weighted DRF equalises s/w.
 
 Allocations are guarantees and declarations caps: physics's two tasks declare 10 cores (its cap),
-it is guaranteed 8 and uses 8.4, so it borrows 0.4 cores that ops leaves idle. The disk has no
+it is guaranteed 8 and uses 8.4, so it borrows 0.4 cores that ops leaves idle; their declared
+memory (16G) is what it reserves. The group "idle" has no task (weight 1: floor 1/4). The disk has no
 proportional I/O controller (``io.max``: guarantees are hard limits there). Two tasks wait in the
 memory queue: declared memory is 28G of 64G, so t10's 40G needs 4G more to free; t11's 8G would
 fit (``waiting_for`` 0) but is admitted in order, after t10.
@@ -29,12 +30,15 @@ STATUS = {
                "io_sharing": {"nvme0n1": "io.max"},
                "version": "a key this CLI does not know"},
     "capacity": {"cpu": 16, "memory": 64 * G, "io.nvme0n1.read": 2 * G, "io.nvme0n1.write": 1 * G},
-    "allocated": {"cpu": 12, "memory": 24 * G, "io.nvme0n1.read": 200 * M, "io.nvme0n1.write": 0},
+    "guaranteed": {"cpu": 12, "io.nvme0n1.read": 200 * M},
+    "reserved": {"memory": 28 * G},
     "used": {"cpu": 10.65, "memory": 20 * G, "io.nvme0n1.read": 150 * M, "io.nvme0n1.write": 5 * M},
     "filling": {"at": NOW - 3, "trigger": "launch", "duration_ms": 1.25},
     "groups": {
         "physics": {
-            "weight": 2.0, "demand": {"cpu": 10, "memory": 16 * G}, "allocation": {"cpu": 8, "memory": 12.8 * G},
+            "weight": 2.0, "floor": 0.5, "members": ["alice", "carol"], "idle": False,
+            "demand": {"cpu": 10, "memory": 16 * G}, "allocation": {"cpu": 8, "memory": 12.8 * G},
+            "guarantee": {"cpu": 8}, "reserved": {"memory": 16 * G},
             "lambda": 0.8, "dominant_resources": ["cpu"], "dominant_share": 0.5, "stop": "cpu saturated",
             "usage": {"cpu": 8.4, "memory": 11 * G}, "borrowed": {"cpu": 0.4},
             "tasks": [
@@ -50,8 +54,10 @@ STATUS = {
             ],
         },
         "ops": {
-            "weight": 1.0, "demand": {"cpu": 4, "memory": 12 * G, "io.nvme0n1.read": 200 * M},
+            "weight": 1.0, "floor": 0.25, "members": ["bob"], "idle": False,
+            "demand": {"cpu": 4, "memory": 12 * G, "io.nvme0n1.read": 200 * M},
             "allocation": {"cpu": 4, "memory": 12 * G, "io.nvme0n1.read": 200 * M},
+            "guarantee": {"cpu": 4, "io.nvme0n1.read": 200 * M}, "reserved": {"memory": 12 * G},
             "lambda": 1.0, "dominant_resources": ["cpu"], "dominant_share": 0.25, "stop": "demand met",
             "usage": {"cpu": 2.25, "memory": 9 * G, "io.nvme0n1.read": 150 * M}, "borrowed": {},
             "tasks": [
@@ -62,8 +68,9 @@ STATUS = {
                  "usage": {"cpu": 2.25, "memory": 9 * G, "io.nvme0n1.read": 150 * M}},
             ],
         },
-        "idle": {"weight": 1.0, "demand": {}, "allocation": {}, "lambda": 0.0, "dominant_resources": [],
-                 "dominant_share": 0.0, "stop": "no demand", "usage": {}, "borrowed": {}, "tasks": []},
+        "idle": {"weight": 1.0, "floor": 0.25, "members": ["dave"], "idle": True, "demand": {}, "allocation": {},
+                 "guarantee": {}, "reserved": {}, "lambda": 0.0, "dominant_resources": [],
+                 "dominant_share": 0.0, "stop": "", "usage": {}, "borrowed": {}, "tasks": []},
     },
     "queue": QUEUE,
 }

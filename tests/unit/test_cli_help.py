@@ -66,7 +66,7 @@ def test_explain_on_a_host_of_many_groups_fits_80_columns():
     demands = {f"group-{i}": {"cpu": 4.0 + i, "memory": (8.0 + i) * 1024**3, "io.nvme0n1.read": 1e8}
                for i in range(8)}
     allocation = progressive_filling(capacity, [GroupDemand(g, d, tasks=1) for g, d in demands.items()], trace=True)
-    answer = json.loads(json.dumps(explain_object(allocation, capacity, demands, configured={"idle": 2.0})))
+    answer = json.loads(json.dumps(explain_object(allocation, capacity, demands, configured={"idle": {"weight": 2.0, "floor": 0.2}})))
     console = Console(record=True, width=80, file=io.StringIO())
     for group in (None, "group-3", "idle"):
         for renderable in explain_renderables(answer, group, now=0.0):

@@ -94,9 +94,17 @@ def governor(*args: str, socket_path: str) -> tuple[subprocess.CompletedProcess,
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), proc.pid
 
 
-def test_run_launches_its_own_pid_then_execs_with_the_commands_exit_code(daemon):
-    result, pid = governor("run", "--group", "physics", "--cpus", "1.5", "--memory", "2G", "--io-read", "100M",
-                           "--io-write", "1.5K", "--", "sh", "-c", "echo $$; exit 3", socket_path=daemon.path)
+def test_run_launches_the_commands_own_pid_and_keeps_its_exit_code(daemon):
+    result, parent = governor("run", "--cpus", "1", "--", "sh", "-c", "echo $$; exit 3", socket_path=daemon.path)
+    assert result.returncode == 3, result.stderr
+    [(request, peer)] = daemon.seen
+    assert result.stdout == f"{request.pid}\n" and request.pid == peer.pid != parent  # the command's, a child's
+    assert result.stderr == ""  # it exited by itself: nothing to say
+
+
+def test_run_exec_launches_its_own_pid_then_execs_with_the_commands_exit_code(daemon):
+    result, pid = governor("run", "--exec", "--group", "physics", "--cpus", "1.5", "--memory", "2G", "--io-read",
+                           "100M", "--io-write", "1.5K", "--", "sh", "-c", "echo $$; exit 3", socket_path=daemon.path)
     assert result.returncode == 3, result.stderr
     assert result.stdout == f"{pid}\n"  # exec kept the pid the daemon moved into the cgroup
     [(request, peer)] = daemon.seen
@@ -158,6 +166,49 @@ def test_run_non_executable_file_is_126(daemon, tmp_path):
     assert result.stderr == f"governor: error: {script}: permission denied\n"
 
 
+def test_a_path_directory_the_user_cannot_search_is_passed_over_as_a_shell_does(tmp_path):
+    # Issue 23, point 4: execvp reported the directory's EACCES as the command's: 126. In a
+    # child that is not root (root searches any directory): nobody, if this runs as root.
+    from governor.cli.launch import execute
+
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o000)  # searchable by no one but root
+    tmp_path.chmod(0o755)
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:
+        code = 1
+        try:
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+            os.environ["PATH"] = f"{closed}:/usr/bin:/bin"
+            sys.stderr = os.fdopen(write_end, "w")
+            execute(("nosuchcmd-governor-test",))
+        except SystemExit as leaving:
+            code = leaving.code
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    said = os.read(read_end, 4096).decode()
+    _, status = os.waitpid(child, 0)
+    closed.chmod(0o700)
+    assert os.waitstatus_to_exitcode(status) == 127 and said.endswith("nosuchcmd-governor-test: command not found\n")
+
+
+def test_a_command_on_path_that_is_not_executable_is_126_and_one_found_nowhere_127(daemon, tmp_path):
+    (tmp_path / "notexec").write_text("#!/bin/sh\n")
+    (tmp_path / "notexec").chmod(0o644)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "GOVERNOR_SOCKET": daemon.path}
+    found = subprocess.run([*GOVERNOR, "run", "--", "notexec"], cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=30)
+    assert found.returncode == 126 and "notexec: permission denied" in found.stderr
+    nowhere = subprocess.run([*GOVERNOR, "run", "--", "nosuchcmd-governor-test"], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=30)
+    assert nowhere.returncode == 127 and "command not found" in nowhere.stderr
+
+
 @pytest.mark.parametrize("args", [
     ["--cpus", "0", "--", "true"],
     ["--cpus", "-1", "--", "true"],
@@ -215,7 +266,7 @@ def test_run_imports_nothing_heavy_up_to_exec(daemon):
     # execvp is replaced by a report of what is loaded at the moment governor run would exec.
     code = ("import os, sys\n"
             f"def report(file, args):\n    {_REPORT}\n    sys.stdout.flush()\n    os._exit(0)\n"
-            "os.execvp = report\n"
+            "os.execv = report\n"
             "sys.argv = ['governor', 'run', '--cpus', '1', '--memory=1G', '--', 'true']\n"
             "from governor.cli.entry import main\nmain()")
     result = subprocess.run([sys.executable, "-c", code.replace(repr(HEAVY), repr([*HEAVY, "click"]))], cwd=REPO,
@@ -225,7 +276,7 @@ def test_run_imports_nothing_heavy_up_to_exec(daemon):
     assert json.loads(result.stdout) == []  # not even click: its imports cost 3× Python's start
 
 
-PLAIN_DEFAULTS = {"name": None, "time_limit": None, "summary": False}
+PLAIN_DEFAULTS = {"name": None, "time_limit": None, "summary": False, "exec_in_place": False}
 
 
 @pytest.mark.parametrize("args, parsed", [
@@ -240,7 +291,7 @@ PLAIN_DEFAULTS = {"name": None, "time_limit": None, "summary": False}
       "socket_option": None, "cmd": ("dd",), **PLAIN_DEFAULTS}),
     (["--name", "nightly build", "--time-limit=1h30m", "--summary", "make"],
      {"demand": {}, "group": None, "no_wait": False, "socket_option": None, "cmd": ("make",),
-      "name": "nightly build", "time_limit": 5400.0, "summary": True}),
+      "name": "nightly build", "time_limit": 5400.0, "summary": True, "exec_in_place": False}),
 ])
 def test_a_plain_run_is_parsed_without_click(args, parsed):
     assert plain(args) == parsed
@@ -339,10 +390,12 @@ def test_run_waits_in_the_queue_saying_so_then_runs(daemon):
     daemon.queued = [PLACE, {**PLACE, "position": 1}]
     result, _ = governor("run", "--memory", "2G", "--", "sh", "-c", "echo ran", socket_path=daemon.path)
     assert result.returncode == 0 and result.stdout == "ran\n"
-    assert result.stderr.splitlines() == [
+    lines = result.stderr.splitlines()
+    assert lines[:2] == [
         "governor: queued (position 2): waiting for 1.0G of memory to free, held by A 3.0G; Ctrl-C leaves the queue",
         "governor: queued (position 1): waiting for 1.0G of memory to free, held by A 3.0G; Ctrl-C leaves the queue",
     ]
+    assert len(lines) == 3 and lines[2].startswith("governor: task t1 started after waiting ")
 
 
 def test_run_no_wait_refuses_with_its_own_exit_code(daemon):

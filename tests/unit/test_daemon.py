@@ -148,17 +148,25 @@ class FakeWatcher:
         self.watched.discard(key)
 
 
-@pytest.fixture
-def daemon(tmp_path):
+def make_daemon(tmp_path, config: str = CONFIG, *, driver: FakeDriver | None = None, **options) -> Daemon:
+    """A daemon on the in-memory driver: 2 CPUs, 8G, processes located where the driver moved
+    them, no user of this host in any group (none of these tests' business) unless ``members``
+    says otherwise."""
     store = TaskStore(tmp_path / "state")
     store.prepare()
-    driver = FakeDriver()
+    driver = driver or FakeDriver()
     hierarchy = Hierarchy(driver, "/fake", ())
     hierarchy.locate = Where(driver)
-    server = Daemon(parse_config(CONFIG, "test.toml"), "test.toml", hierarchy,
-                    store, host_cpus=[0, 1], host_memory=8 * GIB, resolve_device=lambda path: "8:0")
+    options.setdefault("members", lambda config: {})
+    server = Daemon(parse_config(config, "test.toml"), "test.toml", hierarchy, store, host_cpus=[0, 1],
+                    host_memory=8 * GIB, resolve_device=lambda path: "8:0", **options)
     server._watcher = FakeWatcher()
     return server
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    return make_daemon(tmp_path)
 
 
 async def collect(stream):
@@ -422,9 +430,10 @@ def test_status_reports_groups_tasks_and_the_last_filling(daemon):
     status = asyncio.run(daemon.handle(StatusRequest(), Peer(pid=1, uid=1000, gid=1000)))["status"]
     group = status["groups"]["A"]
     assert group["lambda"] == 1.0 and group["stop"] == "demand met"
-    assert group["guarantee"] == {"cpu": 1.0, "memory": float(GIB)}
+    assert group["guarantee"] == {"cpu": 1.0} and group["reserved"] == {"memory": float(GIB)}
     assert group["tasks"][0]["pid"] == 100 and group["tasks"][0]["limits"]["cpu.max"] == "100000 100000"
-    assert status["allocated"]["cpu"] == 1.0 and status["capacity"] == {"cpu": 2.0, "memory": 4.0 * GIB}
+    assert status["guaranteed"]["cpu"] == 1.0 and status["capacity"] == {"cpu": 2.0, "memory": 4.0 * GIB}
+    assert status["groups"]["B"]["idle"] and status["groups"]["B"]["tasks"] == []  # configured, no task
     assert status["filling"]["trigger"] == "launch of task 1"
 
 
@@ -442,7 +451,8 @@ def test_explain_lists_every_configured_group_with_its_weight_even_without_a_tas
     asyncio.run(daemon.handle(SetWeightRequest("B", 3.0), Peer(pid=1, uid=0, gid=0)))
     result = daemon.explain()
     assert list(result["groups"]) == ["A"]
-    assert result["configured"] == {"A": 1.0, "B": 3.0}  # B runs nothing; its weight as set now
+    # B runs nothing; its weight as set now, its floor 3 / (1 + 3).
+    assert result["configured"] == {"A": {"weight": 1.0, "floor": 0.25}, "B": {"weight": 3.0, "floor": 0.75}}
 
 
 def write_config(daemon, tmp_path, text):
@@ -606,7 +616,7 @@ def test_group_demands_follow_adds_and_removes():
 
 
 def test_borrowed_is_use_above_the_guarantee_beyond_sampling_noise():
-    from governor.status import _borrowed
+    from governor.vocabulary import borrowed as _borrowed
 
     guarantee = {"cpu": 0.5, "memory": GIB, "io.sda.write": 100.0}
     used = {"cpu": 0.9, "memory": 2 * GIB, "io.sda.write": 100.5}
@@ -685,7 +695,8 @@ def test_on_cgroup_v1_a_task_s_memory_is_capped_hard_unless_the_config_says_soft
 
     def caps(text):
         server = Daemon(parse_config(text, "t.toml"), "t.toml", Hierarchy(driver, "/fake", ()), store,
-                        host_cpus=[0, 1], host_memory=8 * GIB, resolve_device=lambda path: "8:0")
+                        host_cpus=[0, 1], host_memory=8 * GIB, resolve_device=lambda path: "8:0",
+                        members=lambda config: {})
         return server._task_caps(tuple({"cpu": 1.0, "memory": GIB}.items()))
 
     assert caps(CONFIG).memory_max_bytes == GIB  # the default on v1: hard

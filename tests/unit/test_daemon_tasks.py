@@ -39,7 +39,8 @@ def test_ps_lists_the_callers_own_tasks_with_name_guarantee_cap_and_processes(da
     rows = ask(daemon, PsRequest())["tasks"]
     assert [(r["id"], r["name"], r["state"], r["user"]) for r in rows] == [("1", "nightly", "running", "root")]
     row = rows[0]
-    assert row["demand"] == {"cpu": 0.5, "memory": GIB} and row["guarantee"] == {"cpu": 0.5, "memory": GIB}
+    assert row["demand"] == {"cpu": 0.5, "memory": GIB} and row["guarantee"] == {"cpu": 0.5}
+    assert row["reserved"] == {"memory": GIB}
     assert row["processes"] == [{"pid": os.getpid(), "ppid": os.getppid(), "name": row["processes"][0]["name"]}]
     assert row["processes_total"] == 1
     theirs = ask(daemon, PsRequest(), uid=NOBODY)["tasks"]
@@ -203,7 +204,7 @@ def test_the_ended_record_holds_the_counters_read_before_removal(daemon):
         1.5, 0.25, 700 * 1024**2, 1)
     assert record["reason"] == "oom_kill"  # the kernel killed one of its processes
     line = next(e["message"] for e in daemon.events if e["kind"] == "task_ended")
-    assert "after an OOM kill" in line and "CPU 1.5s" in line and "memory peak 700.0M" in line
+    assert "OOM-killed at its memory cap 1.0G" in line and "CPU 1.5s" in line and "memory peak 700.0M" in line
 
 
 def test_without_a_final_read_the_last_sample_is_used(daemon, monkeypatch):

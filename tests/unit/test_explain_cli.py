@@ -109,10 +109,15 @@ def test_text_gives_each_groups_reason_then_the_trace(served, width):
     assert max(len(line) for line in text.splitlines()) <= width
     assert "Capacity: cpu 1.75 cores · memory 4.0G" in text
     assert "Why each group's share stopped growing" in text
-    reasons = {line.split("│")[1].strip(): line for line in text.splitlines() if line.startswith("│ A ")
-               or line.startswith("│ B ")}
-    assert "cpu" in reasons["A"] and "63.6%" in reasons["A"] and "it got 74% of" in reasons["A"]
-    assert "memory" in reasons["B"] and "63.6%" in reasons["B"] and "it got 85% of" in reasons["B"]
+    lines = text.splitlines()
+    # Each group's row and the lines its wrapped cells continue on, joined.
+    reasons = {}
+    for i, line in enumerate(lines):
+        if line.startswith(("│ A ", "│ B ")):
+            rows = [row for row in lines[i:i + 3] if row.startswith("│")]
+            reasons[line.split("│")[1].strip()] = " ".join(row.split("│")[-2].strip() for row in rows)
+    assert "it got 74% of" in reasons["A"] and "it got 85% of" in reasons["B"]
+    assert "cpu" in next(l for l in lines if l.startswith("│ A ")) and "63.6%" in next(l for l in lines if l.startswith("│ A "))
     # The trace: one event, cpu saturates and freezes both groups at the same share.
     assert "DRF filling on this host, step by step" in text
     step = next(line for line in text.splitlines() if line.startswith("│    1 "))
@@ -144,7 +149,8 @@ def test_unknown_group_is_one_line_and_exit_2_with_the_known_ones(tmp_path):
 def configured(tmp_path):
     """A daemon whose config also has ``physics`` (weight 2), a group with no task running."""
     server = FakeSocket(str(tmp_path / "g.sock"), [{"ok": True, "explain": {
-        **with_queue(), "configured": {"A": 1.0, "B": 1.0, "physics": 2.0}}}])
+        **with_queue(), "configured": {"A": {"weight": 1.0, "floor": 0.25}, "B": {"weight": 1.0, "floor": 0.25},
+                                       "physics": {"weight": 2.0, "floor": 0.5}}}}])
     yield server
     server.close()
 
@@ -154,8 +160,9 @@ def test_a_configured_group_with_no_task_shows_its_weight_and_what_it_would_get(
     assert result.exit_code == 0, result.output
     assert max(len(line) for line in result.output.splitlines()) <= 80
     row = " ".join(line for line in result.output.splitlines() if line.startswith("│ "))
-    # Weight 2 against the running A and B (1 each): DRF's sharing incentive, 2 / (1 + 1 + 2).
-    assert "│ physics │      2 │ —" in row and "no task running" in row and "50.0%" in row
+    # Weight 2 beside A and B (1 each): its floor, DRF's sharing incentive, 2 / (1 + 1 + 2).
+    assert "│ physics │      2 │ 50.0% │ —" in row and "no task running" in row and "at least 50.0%" in row
+    assert "all it asks while the others are idle" in row.replace("│", "").replace("  ", " ") or "idle" in row
     assert "│ A " not in result.output and "waiting for memory" not in result.output  # only physics
     assert "cpu saturated" in result.output  # the host's filling, without a share column per group
     assert "A\nshare" not in result.output and "│ 63.6%" not in result.output
@@ -163,7 +170,7 @@ def test_a_configured_group_with_no_task_shows_its_weight_and_what_it_would_get(
 
 def test_json_for_a_configured_group_with_no_task(configured):
     out = json.loads(explain("physics", "--json", "--socket", configured.path).output)
-    assert out["groups"] == {} and out["configured"] == {"physics": 2.0} and out["queue"] == []
+    assert out["groups"] == {} and out["configured"] == {"physics": {"weight": 2.0, "floor": 0.5}} and out["queue"] == []
 
 
 def test_the_whole_explain_lists_configured_groups_with_no_task_too(configured):

@@ -14,13 +14,11 @@ import pytest
 
 from governor import procevents
 from governor.config import parse_config
-from governor.daemon import Daemon
 from governor.errors import RequestError
 from governor.procevents import ProcessEvents, parse_events
 from governor.sessions import NOBODY_UID, SessionOwners, login_uid_min
-from governor.state import TaskStore
 from governor.cgroups.hierarchy import Hierarchy, Location
-from test_daemon import GIB, FakeDriver, FakeWatcher, Where, collect
+from test_daemon import GIB, FakeDriver, collect, make_daemon
 from governor.protocol import LaunchRequest, Peer
 
 # uid 1 ("daemon" on Debian) stands for a login user: uid_min is set to 1 below.
@@ -138,16 +136,9 @@ def test_the_kernel_reports_an_exec_and_a_uid_change():
 
 @pytest.fixture
 def daemon(tmp_path):
-    store = TaskStore(tmp_path / "state")
-    store.prepare()
     driver = FakeDriver()
-    hierarchy = Hierarchy(driver, "/fake", ())
-    hierarchy.locate = Where(driver)
     driver.move = lambda rel, pid: driver.procs.setdefault(rel, []).append(pid)
-    server = Daemon(parse_config(CONFIG, "test.toml"), "test.toml", hierarchy, store, host_cpus=[0, 1],
-                    host_memory=8 * GIB, resolve_device=lambda path: "8:0", uid_min=1,
-                    host_pids=lambda: list(FAKE_UIDS))
-    server._watcher = FakeWatcher()
+    server = make_daemon(tmp_path, CONFIG, driver=driver, uid_min=1, host_pids=lambda: list(FAKE_UIDS))
     real, effective = server._real_uid, server._effective_uid
     server._real_uid = lambda pid: FAKE_UIDS[pid] if pid in FAKE_UIDS else real(pid)
     server._effective_uid = lambda pid: FAKE_UIDS[pid] if pid in FAKE_UIDS else effective(pid)
@@ -192,8 +183,9 @@ def test_processes_in_a_task_stay_and_those_in_another_session_move(daemon):
     assert driver.procs["A/session-1"] == [602]
 
 
-def test_a_session_counts_against_memory_so_a_launch_waits(daemon):
-    daemon.govern_process(500, 1)  # 3G of 4G
+def test_a_session_counts_what_it_uses_against_memory_so_a_launch_may_wait(daemon):
+    daemon.govern_process(500, 1)  # capped at 3G of 4G
+    daemon.usage["A/session-1"] = {"memory": 3 * GIB}  # and using it all
     request = LaunchRequest(pid=os.getpid(), group="B", demand={"memory": 2 * GIB}, command=("x",), wait=False)
     with pytest.raises(RequestError) as refused:
         asyncio.run(collect(daemon.stream(request, Peer(pid=os.getpid(), uid=0, gid=0))))

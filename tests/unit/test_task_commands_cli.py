@@ -23,14 +23,15 @@ G = 1024**3
 ROWS = [
     {"id": "7", "name": "build", "group": "physics", "user": "alice", "uid": 1000, "session": False, "pid": 4100,
      "command": ["make", "-j4"], "started": 1000.0, "time_limit": 5400.0, "state": "running",
-     "demand": {"cpu": 2.0, "memory": 4 * G}, "guarantee": {"cpu": 1.5, "memory": 4 * G},
+     "demand": {"cpu": 2.0, "memory": 4 * G}, "guarantee": {"cpu": 1.5}, "reserved": {"memory": 4 * G},
      "usage": {"cpu": 1.98, "memory": 812 * M},
      "processes": [{"pid": 4100, "ppid": 1, "name": "make"}, {"pid": 4102, "ppid": 4100, "name": "cc1"},
                    {"pid": 4101, "ppid": 4100, "name": "sh"}, {"pid": 4103, "ppid": 4101, "name": "ld"}],
      "processes_total": 4},
     {"id": "8", "name": "simulation-with-a-rather-long-name", "group": "physics", "user": "alice", "uid": 1000,
      "session": False, "pid": 4200, "command": ["sim"], "started": None, "queued_at": 1090.0, "time_limit": None,
-     "state": "queued", "position": 1, "demand": {"cpu": 1.0, "memory": 16 * G}, "guarantee": {}, "usage": {},
+     "state": "queued", "position": 1, "demand": {"cpu": 1.0, "memory": 16 * G}, "guarantee": {}, "reserved": {},
+     "reason": "memory: waits for 12.0G to free (held by physics 16.0G, ops 12.0G)", "usage": {},
      "processes": [], "processes_total": 0},
 ]
 ENDED = [{"id": "5", "name": "sleep", "group": "physics", "user": "alice", "uid": 1000, "pid": 4000,
@@ -205,4 +206,5 @@ def test_ps_cells_drop_only_a_whole_numbers_point_zero():
 
     row = {"guarantee": {"cpu": 1.05, "memory": 2 << 30}, "demand": {"cpu": 2.0, "memory": 2 << 30},
            "usage": {"cpu": 0.07, "memory": 812 << 20}}
-    assert (_triple(row, "cpu"), _triple(row, "memory")) == ("1.05/2/0.07", "2G/2G/812M")
+    row["reserved"] = {"memory": 2 << 30}
+    assert (_triple(row, "cpu", "guarantee"), _triple(row, "memory", "reserved")) == ("1.05/2/0.07", "2G/2G/812M")

@@ -65,13 +65,15 @@ def test_fits_the_screen_and_shows_groups_shares_and_bars(width, height):
     assert f"{bar} 50.0%" in row(text, "physics")
     assert f"{bar} 25.0%" in row(text, "ops")
     assert "·" * len(bar) + " 0.0%" in row(text, "idle")
-    # guarantee/use for cpu and memory, what physics borrows above its guarantee, the pressure signs.
-    assert "8/8.4" in row(text, "physics") and "13G/11G" in row(text, "physics")
+    # guarantee/use for cpu, reserved/use for memory (16G declared, not λ × 16G), what physics
+    # borrows above its guarantee, the pressure signs.
+    assert "8/8.4" in row(text, "physics") and "16G/11G" in row(text, "physics")
     assert "+0.4c" in row(text, "physics") and "+" not in row(text, "ops")
     assert "thr 12 high 3" in row(text, "physics") and "oom 1" in row(text, "ops")
     header = next(line for line in lines if line.startswith("group"))
-    assert "cpu g/u" in header and "memory g/u" in header and "borrow" in header and "a/u" not in header
+    assert "cpu g/u" in header and "memory r/u" in header and "borrow" in header and "a/u" not in header
     assert "guaranteed 12 · used 10.65 of 16 cores" in text
+    assert "reserved 28.0G · used 20.0G of 64.0G" in text
     assert "fair level 25.0% per unit of weight · last filling 3s ago (launch, 1.2 ms)" in text
     assert "3s ago refill       refill after launch: 2 groups" in text
 
@@ -79,7 +81,7 @@ def test_fits_the_screen_and_shows_groups_shares_and_bars(width, height):
 def test_wide_screens_show_weight_dominant_fair_and_io_columns_narrow_ones_drop_io():
     wide, narrow = render(TopState(status=sample()), 120, 40), render(TopState(status=sample()), 80, 24)
     header = next(line for line in wide.splitlines() if line.startswith("group"))
-    assert header.split() == ["group", "w", "tasks", "dom", "share", "▼", "fair", "cpu", "g/u", "memory", "g/u",
+    assert header.split() == ["group", "w", "tasks", "dom", "share", "▼", "fair", "cpu", "g/u", "memory", "r/u",
                               "nvme0n1", "r", "g/u", "nvme0n1", "w", "g/u", "borrow", "pressure"]
     assert "200M/150M" in row(wide, "ops")
     assert "nvme0n1 r g/u" not in narrow and "200M/150M" not in narrow
@@ -102,10 +104,11 @@ def test_enter_expands_the_selected_group_with_its_tasks_and_collapses_it():
     assert row(text, "physics").startswith(">▾")
     assert "▾ physics: 2 tasks" in text
     header = next(line for line in text.splitlines() if line.lstrip().startswith("pid"))
-    assert header.split()[-3:] == ["cap", "guarantee", "use"]
+    assert header.split()[-4:] == ["cap", "guarantee", "reserved", "use"]
     task = next(line for line in text.splitlines() if "4242" in line)
     assert task.split()[:4] == ["4242", "alice", "10m", "python"]
-    assert "8c 12G" in task and "6.4c 9.6G" in task and "7.25c 9.0G" in task  # cap, λ × cap, use
+    assert "8c 12G" in task and "6.4c" in task and "9.6G" not in task and "7.25c 9.0G" in task  # cap, λ × cpu, use
+    assert task.split()[-3] == "12G"  # reserved: all it declared
     text = render(keys(state, "enter"), 80)
     assert "4242" not in text and row(text, "physics").startswith(">▸")
 
@@ -160,13 +163,14 @@ def test_slash_filters_groups_by_name():
 
 def test_question_mark_toggles_the_help():
     state = keys(TopState(status=sample()), "?")
-    text = render(state)
+    text = render(state, height=30)
     assert "next sort column (share, cpu, memory, tasks, name)" in text
     assert "thr: periods throttled in the last second" in text and group_rows(text) == []
     lines = text.splitlines()
-    assert any(line.startswith("cpu g/u   guaranteed / used") for line in lines)
-    assert any(line.startswith("borrow    use above the guarantee") for line in lines)
-    assert any(line.startswith("queue     tasks waiting, in order, for their declared memory") for line in lines)
+    assert any(line.split()[:3] == ["cpu", "g/u", "guaranteed"] for line in lines)
+    assert any(line.split()[:3] == ["memory", "r/u", "reserved"] for line in lines)
+    assert any(line.split()[:4] == ["borrow", "use", "above", "the"] for line in lines)
+    assert any(line.split()[:4] == ["queue", "tasks", "waiting,", "in"] for line in lines)
     assert group_rows(render(keys(state, "?"))) == ["physics", "ops", "idle"]
 
 
