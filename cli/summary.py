@@ -50,14 +50,27 @@ def run_with_summary(path: str, request: dict, cmd: tuple[str, ...], *, summary:
     (``summary``) or, when governor ended the task (stopped, time limit, OOM kill), one line
     saying why, to stderr, and exit with the command's status (128 + signal when a signal
     ended it); never returns."""
+    # Signals wait for sigwaitinfo here, which says who sent each; the child gets the caller's
+    # mask back, and so does the caller however this ends (an in-process caller, such as a test,
+    # would otherwise hand SIGTERM blocked to every process it starts later).
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
+    try:
+        _run_and_wait(path, request, cmd, mask, summary=summary, verbose=verbose)
+    finally:  # what came after the command ended was meant for it: dropped, as when this exits
+        while signal.sigtimedwait(_WATCHED, 0) is not None:
+            pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _run_and_wait(path: str, request: dict, cmd: tuple[str, ...], mask: set, *, summary: bool,
+                  verbose: bool) -> None:
+    """:func:`run_with_summary` once the watched signals are blocked; never returns."""
     reader, writer = os.pipe()  # not inherited across exec: end of file once the command runs
     parent = os.getpid()
-    # Signals wait for sigwaitinfo here, which says who sent each (the child unblocks them).
-    signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
     child = os.fork()
     if child == 0:
         os.close(reader)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _WATCHED)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         _child(path, {**request, "pid": os.getpid()}, cmd, writer, parent, verbose)
     os.close(writer)
     began = time.monotonic()

@@ -1366,6 +1366,9 @@ class Daemon:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         loop.add_signal_handler(signal.SIGHUP, self._reload_on_signal)
+        # A parent may hand them blocked (a shell job, a program's child): the daemon would then
+        # ignore SIGTERM and SIGHUP, and neither stop nor reload.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
         workers = [
             asyncio.create_task(self._follow_exits()),
             asyncio.create_task(self._every(self.config.reconcile_interval_s, self._reconcile)),

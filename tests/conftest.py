@@ -6,15 +6,31 @@ pass while editing.
 Real-kernel tests skip with a reason where root or a cgroup hierarchy is missing. A run that
 must prove enforcement sets GOVERNOR_REQUIRE_MARKS (e.g. ``kernel_v1`` natively in CI,
 ``kernel_v2`` in the VM): then a skipped test with one of those marks fails the run.
+
+No test may change what later ones run under: a test that leaves this process's signal mask
+changed fails (a ``governor run`` invoked in-process once left SIGTERM and SIGHUP blocked for
+every daemon the suite started afterwards, which then neither stopped nor reloaded).
 """
 
 import os
+import signal
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("ci", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+
+@pytest.fixture(autouse=True)
+def _signal_mask_kept():
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    after = signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    assert after == before, f"the test left the signal mask changed: {sorted(after)} instead of {sorted(before)}"
+
 
 _REQUIRED = {m for m in os.environ.get("GOVERNOR_REQUIRE_MARKS", "").split(",") if m}
 _skipped_but_required: list[str] = []

@@ -5,6 +5,7 @@ connected), so nothing here is root's."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import random
@@ -140,11 +141,12 @@ def fuzz(path: str, lines: list[bytes]) -> dict:
     return {"codes": dict(codes), "seconds": time.monotonic() - start}
 
 
-def churn(path: str, tasks: int, parallel: int, group: str, *, linger: float = 0) -> dict:
-    """``tasks`` short tasks: forked clients, ``parallel`` at a time, each launching its own
-    pid over the socket and exiting once started (with ``linger``, leaving a child that sleeps
-    that long in its task). Returns counts of replies and the round trips (seconds, sorted)."""
-    line = json.dumps({"op": "launch", "pid": 0, "group": group, "demand": {"cpu": 0.01, "memory": 1 << 20},
+def churn(path: str, tasks: int, parallel: int, group: str, *, linger: float = 0, memory: int = 1 << 20) -> dict:
+    """``tasks`` short tasks of ``memory`` bytes: forked clients, ``parallel`` at a time, each
+    launching its own pid over the socket and exiting once started (with ``linger``, leaving a
+    child that sleeps that long in its task). Returns counts of replies and the round trips
+    (seconds, sorted)."""
+    line = json.dumps({"op": "launch", "pid": 0, "group": group, "demand": {"cpu": 0.01, "memory": memory},
                        "wait": True}).replace('"pid": 0', '"pid": {pid}')
     running: dict[int, float] = {}
     trips, failed = [], 0
@@ -155,6 +157,9 @@ def churn(path: str, tasks: int, parallel: int, group: str, *, linger: float = 0
         while started < tasks and len(running) < parallel:
             pid = os.fork()
             if pid == 0:
+                # A collection would touch the test process's whole heap, copying its pages,
+                # each charged to the task: how far past a small cap depends on the tests before.
+                gc.disable()
                 code = 1
                 try:
                     sock = socket.socket(socket.AF_UNIX)

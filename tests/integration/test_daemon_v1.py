@@ -1,6 +1,7 @@
 """governor end to end on this host's real cgroup v1 hierarchies (hybrid or legacy host)."""
 
 import os
+import signal
 
 import pytest
 import scenarios
@@ -14,6 +15,8 @@ from kernel_cases import (  # noqa: F401  (collected here, under this module's m
     test_memory_is_admitted_in_drf_order_and_never_squeezed,
     test_plain_processes_are_governed_whichever_way_they_start_and_share_by_drf,
 )
+
+from daemon_harness import Governor
 
 from governor.cgroups import detect
 
@@ -78,3 +81,20 @@ def test_an_oom_kill_is_recorded_as_such(tmp_path):
 
 def test_run_summary_prints_what_the_command_used(tmp_path):
     task_scenarios.summary_prints_what_the_command_used(tmp_path)
+
+
+def test_a_daemon_handed_sigterm_and_sighup_blocked_still_reloads_and_stops(tmp_path):
+    # A parent's blocked signals are inherited across exec: such a daemon ignored both.
+    handled = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, handled)
+    try:
+        gov = Governor(tmp_path, "[capacity]\ncpu = 1\nmemory = \"1G\"\n[groups.A]\nusers = [\"root\"]\n")
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    try:
+        gov.daemon.send_signal(signal.SIGHUP)
+        gov.wait(lambda: "reloaded (SIGHUP)" in gov.daemon_log(), "the reload on SIGHUP", 20)
+        gov.daemon.send_signal(signal.SIGTERM)
+        assert gov.daemon.wait(20) == 0
+    finally:
+        gov.close()

@@ -4,9 +4,12 @@ also when it is interrupted (issue 21, point 3)."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import os
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,9 +33,27 @@ def nothing_left(before: set[str]) -> None:
     assert not burners, f"the demo left its work running: {burners}"
 
 
+@contextlib.contextmanager
+def demo(**options) -> Iterator[subprocess.Popen]:
+    """``scripts/demo`` started in a session of its own; if the test fails, whatever of it is
+    still running is killed and its cgroups removed, so that no later test meets it."""
+    proc = subprocess.Popen([str(REPO / "scripts" / "demo")], start_new_session=True, text=True, **options)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            subprocess.run("find /sys/fs/cgroup -depth -type d -path '*/governor-demo*' -exec rmdir {} +",
+                           shell=True, capture_output=True)
+
+
 def test_the_demo_shows_two_groups_and_leaves_nothing_behind():
     before = set(glob.glob("/tmp/governor-demo.*"))
-    result = subprocess.run([str(REPO / "scripts" / "demo")], capture_output=True, text=True, timeout=300)
+    with demo(stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        stdout, stderr = proc.communicate(timeout=300)
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert result.returncode == 0, result.stderr
     assert "root" in result.stdout and "nobody" in result.stdout  # both groups in the status
     for noise in ("Terminated", "Killed", "Traceback"):
@@ -44,12 +65,11 @@ def test_the_demo_shows_two_groups_and_leaves_nothing_behind():
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT])
 def test_an_interrupted_demo_leaves_nothing_behind(how):
     before = set(glob.glob("/tmp/governor-demo.*"))
-    demo = subprocess.Popen([str(REPO / "scripts" / "demo")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    for line in demo.stdout:
-        if line.startswith("== governor run"):
-            break  # the daemon serves and the burners are starting
-    demo.send_signal(how)
-    rest = demo.communicate(timeout=120)[0]
-    assert demo.returncode == 128 + how, rest
+    with demo(stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+        for line in proc.stdout:
+            if line.startswith("== governor run"):
+                break  # the daemon serves and the burners are starting
+        proc.send_signal(how)
+        rest = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 128 + how, rest
     nothing_left(before)

@@ -155,16 +155,19 @@ def test_an_ordinary_user_cannot_capture_steal_or_crowd_out(gov):
 
 def test_a_daemon_killed_mid_storm_readopts_each_live_task_once_and_leaves_no_orphan(gov):
     storm = os.fork()
-    if storm == 0:  # nobody's clients: 120 launches, 8 at a time, each staying 60 s once started
+    if storm == 0:  # nobody's clients: 120 launches of 16M, 8 at a time, each staying 60 s once started
         code = 1
         try:
+            os.setpgid(0, 0)  # the storm, its clients and their sleepers: one group to kill
             os.setgroups([])
             os.setgid(65534)
             os.setuid(65534)
-            churn(gov.socket, 120, 8, "F", linger=60)
+            churn(gov.socket, 120, 8, "F", linger=60, memory=16 << 20)
             code = 0
         finally:
             os._exit(code)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.setpgid(storm, storm)  # as the child does: whichever runs first
     try:
         settle(gov, "a storm under way", lambda: len(task_cgroups(gov)) >= 20)
         gov.daemon.send_signal(signal.SIGKILL)
@@ -181,8 +184,13 @@ def test_a_daemon_killed_mid_storm_readopts_each_live_task_once_and_leaves_no_or
         assert not orphans and len(live) == len(listed)
         assert len({t["pid"] for t in listed.values()}) == len(listed)  # each adopted once
     finally:
-        # The clients' sleeping children, ours alone, in every hierarchy: a move the kill -9
-        # cut short left its process in some hierarchies' task cgroup and not in others'.
+        # The storm (if the test failed while it ran) and the clients' sleeping children, ours
+        # alone, in every hierarchy: a move the kill -9 cut short left its process in some
+        # hierarchies' task cgroup and not in others'.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(storm, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(storm, 0)
         for root in set(gov.driver.roots.values()):
             for procs in root.glob("*/*/cgroup.procs"):
                 _kill([int(pid) for pid in procs.read_text().split()])
