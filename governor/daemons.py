@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import stat
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,6 +38,9 @@ REGISTRY = Path("/run/governor/daemons")
 SESSIONS_LOCK = "sessions.lock"
 # An entry is a few hundred bytes; anything larger is not one.
 _MAX_ENTRY_BYTES = 64 * 1024
+# How old the directory's mtime must be before the entries read with it are kept: two changes
+# one clock tick apart (1-10 ms) may leave the same mtime.
+SETTLED_MTIME_NS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,8 @@ class Registry:
         self._sessions_fd: int | None = None
         self._entry: Path | None = None
         self._made: list[Path] = []  # directories this daemon created, removed again when empty
-        self._seen: tuple[int, list[DaemonEntry]] | None = None  # (directory mtime, entries)
+        # (directory mtime, entries), once the mtime is SETTLED_MTIME_NS old.
+        self._seen: tuple[int, list[DaemonEntry]] | None = None
 
     @property
     def holds_sessions(self) -> bool:
@@ -190,7 +195,10 @@ class Registry:
                     path.unlink()
                 continue
             entries.append(entry)
-        self._seen = (mtime, entries)
+        # A directory changed within the last moments may change again with the same mtime (the
+        # kernel stamps it from a coarse clock, one tick apart): read it again until it is older.
+        if time.time_ns() - mtime >= SETTLED_MTIME_NS:
+            self._seen = (mtime, entries)
         return entries
 
     def _prepare(self) -> None:

@@ -5,10 +5,11 @@ the real kernel are in tests/integration (scenarios.two_daemons_*)."""
 import asyncio
 import json
 import os
+import time
 
 import pytest
 
-from governor.daemons import DaemonEntry, Registry
+from governor.daemons import SETTLED_MTIME_NS, DaemonEntry, Registry
 from governor.errors import GovernorError, RequestError
 from governor.protocol import LaunchRequest, Peer
 from governor.cgroups.hierarchy import Location
@@ -64,6 +65,24 @@ def test_an_entry_whose_root_is_gone_is_pruned_and_one_of_a_crashed_daemon_kept(
     assert mine.owner({"cpu": "/gov-b/A/task-1"}) is None
     assert sorted(p.name for p in (tmp_path / "daemons").iterdir() if p.name.startswith("root-")) == \
         [mine._entry.name]
+
+
+def test_a_daemon_registered_within_the_same_mtime_is_seen(tmp_path):
+    # The kernel stamps a directory's mtime from a coarse clock: two changes one tick apart may
+    # leave the same mtime, and a daemon registered in between was never seen (in run-in-vm).
+    directory = tmp_path / "daemons"
+    mine = Registry(directory)
+    mine.register(entry(tmp_path, 11))
+    now = time.time_ns()
+    os.utime(directory, ns=(now, now))
+    assert mine.owner({"cpu": "/gov-b/A/task-1"}) is None
+    Registry(directory).register(entry(tmp_path, 22, "gov-b", "/gov-b"))
+    os.utime(directory, ns=(now, now))  # the same tick
+    assert mine.owner({"cpu": "/gov-b/A/task-1"}).pid == 22
+    long_ago = now - 10 * SETTLED_MTIME_NS
+    os.utime(directory, ns=(long_ago, long_ago))
+    assert mine.owner({"cpu": "/gov-b/A/task-1"}).pid == 22  # read again, and kept from now on
+    assert mine._seen is not None
 
 
 def test_forged_entries_and_an_untrusted_directory_count_for_nothing(tmp_path):
