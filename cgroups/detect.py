@@ -84,6 +84,12 @@ def _mounts(proc: Path, pid: int | str) -> list[Mount]:
     return parse_mountinfo(read_file(proc / str(pid), "mountinfo"))
 
 
+def driver_mode(cgroup_root: Path = CGROUP_ROOT, proc: Path = PROC) -> str:
+    """The driver :func:`~governor.cgroups.hierarchy.open_hierarchy` gives this host: ``"v2"``
+    on a unified host, ``"v1"`` on a hybrid or legacy one (raises as :func:`host_mode`)."""
+    return "v2" if host_mode(cgroup_root, proc) == "unified" else "v1"
+
+
 def host_mode(cgroup_root: Path = CGROUP_ROOT, proc: Path = PROC) -> Mode:
     """Tell how cgroups are mounted at ``cgroup_root``.
 

@@ -1,243 +1,81 @@
-"""What the v1 and v2 drivers share: the record of what the kernel accepted, and applying a
-whole plan in order.
+"""The one interface code above ``cgroups/`` uses to make, limit, join and read cgroups, whatever
+the host's mode: cgroup v2 (:class:`~governor.cgroups.v2.CgroupV2Driver`) or v1
+(:class:`~governor.cgroups.v1.CgroupV1Driver`), chosen once by
+:func:`~governor.cgroups.hierarchy.open_hierarchy`. The kernel's rules of each mode (which
+files, in which order, v1's parent/child constraints) are the driver's, never its caller's.
 
-Code above ``cgroups/`` talks to one interface whatever the host's mode (:class:`Driver`):
-``create``/``remove``/``children``/``enable_controllers``, ``apply``/``apply_plan``,
-``move``/``pids``/``kill``, ``read_stats``, ``in_force``, ``files``, ``directory``, ``events_path``.
-
-**The record.** A driver remembers, per cgroup, the value of every setting the kernel
-*accepted*. A refused write leaves the old value in the record, so :meth:`Driver.in_force`
-(what status shows) is what the kernel holds, never what was planned, and the next apply
-retries only what is still different. Equal records are one object (thousands of tasks with
-the same caps hold one), copied before a change.
+Cgroups are named by paths relative to governor's root (``"physics/task-7"``; ``""`` is the
+root itself). :meth:`Driver.create`, :meth:`Driver.remove` and :meth:`Driver.move` take the
+kernel's ``cgroup_mutex`` (a move may wait for an RCU grace period holding it): they may run on
+a thread of their own, and touch nothing else of the driver's; every other method belongs to
+one thread (the daemon's event loop).
 """
 
 from __future__ import annotations
 
-import contextlib
-
-import os
-import signal
-import weakref
-from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Protocol
 
+from governor.cgroups.base import ApplyReport
 from governor.cgroups.limits import CgroupLimits
-from governor.cgroups.errors import CgroupError, CgroupReadError
+from governor.cgroups.stats import CgroupStats
 
-__all__ = ["ApplyReport", "Driver", "KILL_ROUNDS"]
-
-# Rounds of SIGKILL over a cgroup's pids: a process forking as it is killed leaves a child
-# the next round finds (a fork cannot complete once SIGKILL is pending, so few are needed).
-KILL_ROUNDS = 10
+__all__ = ["Driver"]
 
 
-_NOTHING_WRITTEN: dict[str, str] = {}  # one object: callers must not modify what in_force returns
+class Driver(Protocol):
+    """What every cgroup driver offers (see the module for threads and names).
 
-
-@dataclass
-class ApplyReport:
-    """What one :meth:`Driver.apply_plan` did.
-
-    Attributes:
-        written: files written (each per-device line counts once).
-        errors: the writes the kernel refused (and reads a write needed that failed), in
-            order, each with path (value) and errno.
+    Errors: every method raises :class:`~governor.errors.CgroupError` (``CgroupReadError``,
+    ``CgroupWriteError``) naming the path, the value and the errno; ``vanished`` on the error
+    says the cgroup is gone.
     """
 
-    written: int = 0
-    errors: list[CgroupError] = field(default_factory=list)
+    mode: str  # "v2" or "v1", for people and status
 
+    def create(self, rel: str) -> None:
+        """Make cgroup ``rel`` and its missing ancestors (idempotent)."""
 
-class Driver:
-    """The interface and the shared bookkeeping of :class:`~governor.cgroups.v2.CgroupV2Driver` and
-    :class:`~governor.cgroups.v1.CgroupV1Driver`. Subclasses set :attr:`mode` and implement
-    :meth:`_apply_one` and :meth:`files`."""
+    def enable_controllers(self, rel: str, controllers: Iterable[str]) -> None:
+        """Make ``controllers`` (v2 names) available in ``rel``; raises CgroupUnsupported."""
 
-    mode: str = ""
+    def remove(self, rel: str) -> None:
+        """Remove the leaf cgroup ``rel`` (gone already is fine); its record stays until
+        :meth:`forget`."""
 
-    def __init__(self) -> None:
-        # rel → diff key → value the kernel accepted.
-        self._written: dict[str, _Record] = {}
-        # A record's items → the one record with those items that cgroups share.
-        self._shared: weakref.WeakValueDictionary[tuple, _Record] = weakref.WeakValueDictionary()
-        # rel → the limits last applied there in full: the same limits again write nothing and
-        # need no diff (most groups, on most refills).
-        self._applied: dict[str, CgroupLimits] = {}
+    def children(self, rel: str = "") -> list[str]:
+        """The names of ``rel``'s child cgroups, sorted."""
 
-    def apply(self, rel: str, limits: CgroupLimits) -> list[str]:
-        """Bring cgroup ``rel`` to ``limits``, writing only the files whose value differs from
-        the record, in the mode's fixed order; every write is tried even when one fails.
+    def move(self, rel: str, pid: int) -> None:
+        """Move process ``pid`` with all its threads into ``rel``."""
 
-        Returns:
-            The files written, in write order (per-device files once per line).
-
-        Raises:
-            CgroupWriteError: the first write the kernel refused (path, value, errno); the
-                record keeps the old value for every refused file.
-            CgroupReadError: a value needed for a write could not be read (v1 cpusets).
-        """
-        written, errors = self._apply_changed(rel, limits)
-        if errors:
-            raise errors[0]
-        return written
-
-    def apply_plan(self, planned: Mapping[str, CgroupLimits]) -> ApplyReport:
-        """Apply limits to many cgroups, parents before children (the order of ``planned``
-        must list them so: the root ``""``, then groups, then tasks).
-
-        A refused write does not stop the others; each is in the report. A cgroup that
-        vanished (``ENOENT``: its task just exited) is not an error.
-        """
-        report = ApplyReport()
-        for rel, limits in planned.items():
-            written, errors = self._apply_changed(rel, limits)
-            report.written += len(written)
-            report.errors += [e for e in errors if not e.vanished]
-        return report
-
-    def in_force(self, rel: str) -> dict[str, str]:
-        """The settings of cgroup ``rel`` the kernel accepted from this driver: file → value
-        (per-device files: their lines joined by ``", "``). One object for every cgroup with
-        an equal record (a status of 10,000 tasks builds it once): callers must not modify it."""
-        record = self._written.get(_normal(rel))
-        if record is None:
-            return _NOTHING_WRITTEN
-        if record.shown is None:
-            shown: dict[str, str] = {}
-            for key, value in record.items():
-                file = key[-2] if isinstance(key, tuple) and len(key) == 3 else key[0]
-                shown[file] = f"{shown[file]}, {value}" if file in shown else value
-            record.shown = shown
-        return record.shown
-
-    def forget(self, rel: str) -> None:
-        """Drop the record of the leaf cgroup ``rel`` after removing it (``""``, the root:
-        every record). Only a leaf can be removed, so nothing below it has a record left."""
-        gone = _normal(rel)
-        for record in (self._written, self._applied):
-            if gone:
-                record.pop(gone, None)
-            else:
-                record.clear()
+    def pids(self, rel: str) -> list[int]:
+        """The processes in ``rel`` itself."""
 
     def populated(self, rel: str) -> bool:
-        """Whether cgroup ``rel`` or a cgroup below it holds a process.
-
-        Raises:
-            CgroupReadError: it cannot be read (``vanished``: it is gone).
-        """
-        return bool(self.pids(rel))
+        """Whether ``rel`` or a cgroup below it holds a process."""
 
     def kill(self, rel: str) -> int:
-        """Send SIGKILL to every process in cgroup ``rel``, round after round (at most
-        :data:`KILL_ROUNDS`), until a round finds none it has not signalled: children forked
-        meanwhile are found by the next. The way without ``cgroup.kill`` (cgroup v1; governor
-        uses no v1 freezer hierarchy to stop the tree first). Each process is pinned by a pidfd
-        and signalled through it only if a second read still lists its pid: a pid that exited
-        and was reused by a process elsewhere is never signalled.
+        """SIGKILL every process in ``rel`` and below; how many were signalled (0: unknown)."""
 
-        Returns:
-            How many processes were signalled.
+    def apply(self, rel: str, limits: CgroupLimits) -> list[str]:
+        """Bring ``rel`` to ``limits`` (only what changed); raises the first refusal."""
 
-        Raises:
-            CgroupReadError: ``cgroup.procs`` cannot be read (``vanished``: the cgroup is gone).
-        """
-        signalled: set[int] = set()
-        for _ in range(KILL_ROUNDS):
-            fresh = [pid for pid in self.pids(rel) if pid not in signalled]
-            if not fresh:
-                break
-            pinned = {}
-            for pid in fresh:
-                try:
-                    pinned[pid] = os.pidfd_open(pid)
-                except ProcessLookupError:
-                    pass  # exited meanwhile
-            try:
-                still = set(self.pids(rel))
-                for pid, pidfd in pinned.items():
-                    if pid in still:
-                        with contextlib.suppress(ProcessLookupError):  # exited meanwhile
-                            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            finally:
-                for pidfd in pinned.values():
-                    os.close(pidfd)
-            signalled.update(fresh)
-        return len(signalled)
+    def apply_plan(self, planned: Mapping[str, CgroupLimits]) -> ApplyReport:
+        """Apply many cgroups' limits, parents first; every refusal is in the report."""
 
-    def read_stats(self, rel: str, *, peak: bool = False):
-        """Sample the counters of cgroup ``rel`` (:class:`~governor.cgroups.v2.CgroupStats`; which files,
-        per mode, in ``_read_stats``); with ``peak``, its memory peak too (one more file: read
-        when a task ends, not at every sample).
+    def in_force(self, rel: str) -> dict[str, str]:
+        """What the kernel accepted in ``rel``: file → value (shared: do not modify)."""
 
-        Raises:
-            CgroupReadError: a stat file cannot be read (e.g. the cgroup vanished), or its text
-                is not what the kernel writes (a missing key, a bad number).
-        """
-        try:
-            return self._read_stats(rel, peak)
-        except (ValueError, KeyError) as error:
-            raise CgroupReadError(f"cannot parse the counters of cgroup {rel!r}: {error!r}",
-                                  path=str(self.directory(rel))) from None
+    def forget(self, rel: str) -> None:
+        """Drop the record of ``rel`` (``""``: every record)."""
 
-    def _read_stats(self, rel: str, peak: bool):
-        raise NotImplementedError
-
-    def files(self, limits: CgroupLimits) -> dict[str, str]:
-        """The kernel files and values ``limits`` become in this mode."""
-        raise NotImplementedError
-
-    def directory(self, rel: str) -> Path:
-        """The directory of cgroup ``rel``, for people (v1: in the cpu hierarchy)."""
-        raise NotImplementedError
+    def read_stats(self, rel: str, *, peak: bool = False) -> CgroupStats:
+        """One sample of ``rel``'s counters (with ``peak``, its memory peak too)."""
 
     def events_path(self, rel: str) -> Path | None:
-        """The file whose changes tell that ``rel`` emptied (v2 ``cgroup.events``), or None
-        where the kernel has none (v1: watch the pid instead)."""
-        return None
+        """The file whose change says ``rel`` emptied, or None (then watch a pid)."""
 
-    def _apply_changed(self, rel: str, limits: CgroupLimits) -> tuple[list[str], list[CgroupError]]:
-        if self._applied.get(rel) is limits:  # the planner reuses an unchanged group's limits
-            return [], []
-        key = _normal(rel)
-        if self._applied.get(key) == limits:
-            return [], []
-        written, errors = self._apply_one(rel, limits)
-        if errors:
-            self._applied.pop(key, None)
-        else:
-            self._applied[key] = limits
-        record = self._written.get(key)
-        if record:
-            self._written[key] = self._shared.setdefault(tuple(record.items()), record)
-        return written, errors
-
-    def _apply_one(self, rel: str, limits: CgroupLimits) -> tuple[list[str], list[CgroupError]]:
-        raise NotImplementedError
-
-    def _record(self, rel: str) -> dict[Hashable, str]:
-        """The record of ``rel``, its own to change (a shared one is copied first)."""
-        key = _normal(rel)
-        record = self._written[key] = _Record(self._written.get(key, ()))
-        return record
-
-
-class _Record(dict):
-    """A cgroup's record: diff key → value the kernel accepted (a dict that weak references
-    can point at, for :attr:`Driver._shared`), and its :meth:`Driver.in_force` view once
-    built (``shown``): a record is not changed once applied (:meth:`Driver._record` copies)."""
-
-    __slots__ = ("__weakref__", "shown")
-
-    def __init__(self, *args) -> None:
-        super().__init__(*args)
-        self.shown: dict[str, str] | None = None
-
-
-def _normal(rel: str) -> str:
-    parts = rel.split("/")
-    if all(parts) and "." not in parts:
-        return rel  # the caller's string itself: a task's records share its cgroup's name
-    return "/".join(p for p in parts if p and p != ".")
+    def directory(self, rel: str) -> Path:
+        """``rel``'s directory, for people."""

@@ -1,4 +1,4 @@
-"""The one place that touches cgroupfs: read, write, create and remove cgroup files and dirs.
+"""The one place that touches cgroupfs: read, write, create, list and remove cgroup files and dirs.
 
 Every ``OSError`` becomes a :mod:`governor.errors` error that names the full path (and, for
 writes, the value) plus the errno, e.g.::
@@ -15,11 +15,23 @@ from __future__ import annotations
 
 import errno
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from governor.cgroups.errors import CgroupError, CgroupReadError, CgroupWriteError
 
-__all__ = ["read_file", "write_file", "make_dir", "remove_dir", "list_children"]
+__all__ = ["read_file", "write_file", "make_dir", "remove_dir", "list_children", "relative_parts"]
+
+
+def relative_parts(rel: str) -> tuple[str, ...]:
+    """Split a cgroup path relative to a driver's root into its components (``""`` → ``()``).
+
+    Raises:
+        ValueError: ``rel`` is absolute or contains ``..``: drivers never leave their root.
+    """
+    path = PurePosixPath(rel)
+    if path.is_absolute() or ".." in path.parts:
+        raise ValueError(f"cgroup path must be relative to the driver's root, got {rel!r}")
+    return tuple(p for p in path.parts if p != ".")
 
 
 def read_file(directory: Path, name: str) -> str:

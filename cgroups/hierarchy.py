@@ -16,24 +16,24 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from governor.cgroups import detect, devices
+from governor.cgroups.base import ApplyReport
 from governor.cgroups.driver import Driver
+from governor.cgroups.errors import CgroupError, CgroupUnsupported
+from governor.cgroups.limits import CgroupLimits, memory_high_throttles
+from governor.cgroups.logind import is_login_slice, login_uid
+from governor.cgroups.stats import CgroupStats
+from governor.cgroups.systemd import SliceDriver, systemd_slices
 from governor.cgroups.v1 import CgroupV1Driver
 from governor.cgroups.v2 import CgroupV2Driver, move_self_to_leaf
-from governor.cgroups.errors import CgroupError, CgroupUnsupported
 
 V2_CONTROLLERS = ("cpu", "cpuset", "memory", "io", "pids")
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
-
-
-# logind puts each user's login sessions in scopes below this slice (pam_systemd).
-LOGIN_SLICE = re.compile(r"/user\.slice/user-(\d+)\.slice(?:/|$)")
 
 
 class Location(NamedTuple):
@@ -50,16 +50,23 @@ class Location(NamedTuple):
 
 @dataclass
 class Hierarchy:
-    """The cgroup hierarchy governor writes to.
+    """The cgroup hierarchy governor writes to, and the one way to it from above ``cgroups/``.
+
+    A cgroup is named relative to governor's root (``"physics/task-7"``), or, for a user's
+    login slice, relative to the cgroup v2 mount (``"user.slice/user-1000.slice"``,
+    :mod:`governor.cgroups.logind`): the methods that take a name route a login slice to
+    ``slices`` (its limits set through systemd) and everything else to ``driver``.
 
     Attributes:
-        driver: the driver rooted at governor's root (one interface for v1 and v2).
+        driver: the driver rooted at governor's root (:class:`~governor.cgroups.driver.Driver`).
         root: governor's root, for people (one path on v2; the cpu hierarchy's on v1).
         controllers: what to enable below the root (v2).
         cgroup_mount: where the cgroup filesystems are mounted.
         proc_key, proc_root: the line of ``/proc/<pid>/cgroup`` that tells where a process is
             (``""``: v2's ``0::``; v1: the cpu hierarchy's), and governor's root as spelled
             there (None: unknown, no process is ever found inside).
+        slices: logind's user slices, on a systemd host with cgroup v2; None elsewhere (a
+            process in its login slice is then left where it is).
     """
 
     driver: Driver
@@ -68,14 +75,22 @@ class Hierarchy:
     cgroup_mount: Path = Path("/sys/fs/cgroup")
     proc_key: str = ""
     proc_root: str | None = None
+    slices: SliceDriver | None = None
 
     @property
     def mode(self) -> str:
         """``"v2"`` or ``"v1"``, for people and status."""
         return self.driver.mode
 
+    @property
+    def memory_high_throttles(self) -> bool:
+        """Whether a soft memory limit throttles a task at its value on this host
+        (:func:`~governor.cgroups.limits.memory_high_throttles`)."""
+        return memory_high_throttles(self.mode)
+
     def prepare(self, rel: str) -> None:
-        """Create cgroup ``rel`` (and its group) with the controllers enabled down to it.
+        """Create cgroup ``rel`` (and its group) with the controllers enabled down to it. Takes
+        the kernel's ``cgroup_mutex``: may run on a thread of its own.
 
         Raises:
             CgroupError: creation failed; CgroupUnsupported: a controller is missing.
@@ -85,7 +100,51 @@ class Hierarchy:
 
     def path(self, rel: str) -> Path:
         """Directory of cgroup ``rel`` (in the cpu hierarchy on v1)."""
-        return self.driver.directory(rel)
+        return self._of(rel).directory(rel)
+
+    def apply(self, rel: str, limits: CgroupLimits) -> list[str]:
+        """:meth:`Driver.apply <governor.cgroups.driver.Driver.apply>` on ``rel``'s driver."""
+        return self._of(rel).apply(rel, limits)
+
+    def apply_plan(self, planned: Mapping[str, CgroupLimits]) -> ApplyReport:
+        """:meth:`Driver.apply_plan <governor.cgroups.driver.Driver.apply_plan>`, login slices
+        through systemd after governor's own cgroups."""
+        logins = {rel: limits for rel, limits in planned.items() if self.slices is not None and is_login_slice(rel)}
+        report = self.driver.apply_plan({rel: limits for rel, limits in planned.items() if rel not in logins})
+        if logins:
+            more = self.slices.apply_plan(logins)
+            report.written += more.written
+            report.errors += more.errors
+        return report
+
+    def in_force(self, rel: str) -> dict[str, str]:
+        """What the kernel (or systemd) accepted in ``rel``: file or property → value."""
+        return self._of(rel).in_force(rel)
+
+    def read_stats(self, rel: str, *, peak: bool = False) -> CgroupStats:
+        """One sample of ``rel``'s counters (raises CgroupReadError)."""
+        return self._of(rel).read_stats(rel, peak=peak)
+
+    def populated(self, rel: str) -> bool:
+        """Whether ``rel`` or a cgroup below it holds a process (raises CgroupReadError)."""
+        return self._of(rel).populated(rel)
+
+    def pids(self, rel: str) -> list[int]:
+        """The processes in ``rel`` itself (raises CgroupReadError)."""
+        return self._of(rel).pids(rel)
+
+    def events_path(self, rel: str) -> Path | None:
+        """The file whose change says ``rel`` emptied, or None (v1: watch a pid instead)."""
+        return self._of(rel).events_path(rel)
+
+    def release_login(self, rel: str, limits: CgroupLimits | None = None) -> None:
+        """Reset the properties governor set on login slice ``rel`` and those ``limits`` set
+        (an earlier daemon's caps; the slice is systemd's: it stays). Raises CgroupWriteError
+        when systemctl refuses."""
+        self.slices.reset(rel, limits)
+
+    def _of(self, rel: str) -> Driver | SliceDriver:
+        return self.slices if self.slices is not None and is_login_slice(rel) else self.driver
 
     def locate(self, pid: int, proc: Path = Path("/proc")) -> Location:
         """Where process ``pid`` is (one read of ``/proc/<pid>/cgroup``).
@@ -95,8 +154,7 @@ class Hierarchy:
         """
         paths = detect.own_cgroup(pid, proc)
         path = paths.get(self.proc_key)
-        systemd = LOGIN_SLICE.match(paths.get("name=systemd", paths.get("")) or "")
-        login = int(systemd.group(1)) if systemd else None
+        login = login_uid(paths.get("name=systemd", paths.get("")) or "")
         if path is None or self.proc_root is None:
             return Location(None, login, paths)
         if path == self.proc_root:
@@ -131,7 +189,8 @@ def hold_root(directory: Path) -> int:
 
 def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("/sys/fs/cgroup"),
                    proc: Path = Path("/proc")) -> Hierarchy:
-    """Detect the host's cgroup mode and create governor's root there.
+    """Detect the host's cgroup mode, choose its driver (v2 or v1; systemd's user slices on a
+    systemd host with cgroup v2), and create governor's root there.
 
     Raises:
         CgroupUnsupported: no usable hierarchy, or a controller governor needs is missing.
@@ -160,7 +219,8 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
         driver.create("")
         hold_root(root)
         driver.delegate_root(controllers)
-        return Hierarchy(driver, str(root), controllers, cgroup_mount, "", detect.proc_path(root, proc))
+        return Hierarchy(driver, str(root), controllers, cgroup_mount, "", detect.proc_path(root, proc),
+                         systemd_slices("v2", cgroup_mount))
 
     mounts = detect.v1_mounts(proc)
     roots = {}

@@ -44,6 +44,7 @@ __all__ = [
     "V1_ORDER",
     "V2_ORDER",
     "diff_writes",
+    "memory_high_throttles",
     "v1_files",
     "v1_key",
     "v1_reset",
@@ -188,6 +189,13 @@ class CgroupLimits:
             devices = [io.device for io in getattr(self, name)]
             if len(set(devices)) != len(devices):
                 raise ValueError(f"{name} lists a device twice: {devices}")
+
+
+def memory_high_throttles(mode: str) -> bool:
+    """Whether ``memory_high_bytes`` throttles a cgroup at its value in driver ``mode``: v2's
+    ``memory.high`` does; v1's ``memory.soft_limit_in_bytes`` binds only under host-wide memory
+    pressure, so a task may run past it into memory admitted to others."""
+    return mode == "v2"
 
 
 def weight_to_shares(weight: int) -> int:

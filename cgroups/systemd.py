@@ -31,9 +31,12 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from governor.cgroups.limits import CgroupLimits
-from governor.cgroups.v2 import CgroupV2Driver, relative_parts
+from governor.cgroups.base import DriverBase
 from governor.cgroups.errors import CgroupError, CgroupUnsupported, CgroupWriteError
+from governor.cgroups.files import relative_parts
+from governor.cgroups.limits import CgroupLimits
+from governor.cgroups.stats import CgroupStats
+from governor.cgroups.v2 import CgroupV2Driver
 
 __all__ = ["SliceDriver", "systemd_slices", "unit_properties"]
 
@@ -80,8 +83,11 @@ def unit_properties(limits: CgroupLimits) -> dict[str, tuple[str, ...]]:
     return properties
 
 
-class SliceDriver(CgroupV2Driver):
-    """Limits and counters of systemd units' cgroups, by way of systemd (see the module).
+class SliceDriver(DriverBase):
+    """Limits and counters of systemd units' cgroups, by way of systemd (see the module). Not a
+    :class:`~governor.cgroups.driver.Driver`: the cgroups are systemd's to make, fill and
+    remove, so it offers only what a unit's owner may do (limits, counters, who is in it);
+    :class:`~governor.cgroups.hierarchy.Hierarchy` routes a login slice here.
 
     Args:
         mount: the cgroup v2 mount (``/sys/fs/cgroup``); cgroups are named relative to it.
@@ -89,22 +95,30 @@ class SliceDriver(CgroupV2Driver):
 
     :meth:`apply` raises :class:`~governor.errors.CgroupWriteError` (path: the unit; value:
     the assignments; errno None) when systemctl refuses; the record then keeps what systemd
-    accepted before. Creating and moving are not offered: the cgroups are systemd's.
+    accepted before.
     """
 
+    mode = "v2"
+
     def __init__(self, mount, *, run: Runner | None = None):
-        super().__init__(mount)
+        super().__init__()
+        self._reader = CgroupV2Driver(Path(mount))  # reads only: counters, members, cgroup.events
         self._run = run or _systemctl
 
-    def create(self, rel: str) -> None:
-        raise CgroupUnsupported("cgroups of systemd units are made by systemd", path=str(self.path(rel)))
+    def directory(self, rel: str) -> Path:
+        return self._reader.path(rel)
 
-    def move(self, rel: str, pid: int) -> None:
-        raise CgroupUnsupported("processes join systemd units through systemd", path=str(self.path(rel)))
+    def pids(self, rel: str) -> list[int]:
+        return self._reader.pids(rel)
 
-    def remove(self, rel: str) -> None:
-        """Reset the properties this driver set on ``rel``'s unit (see :meth:`reset`)."""
-        self.reset(rel)
+    def populated(self, rel: str) -> bool:
+        return self._reader.populated(rel)
+
+    def events_path(self, rel: str) -> Path:
+        return self._reader.events_path(rel)
+
+    def _read_stats(self, rel: str, peak: bool) -> CgroupStats:
+        return self._reader.read_stats(rel, peak=peak)
 
     def reset(self, rel: str, limits: CgroupLimits | None = None) -> None:
         """Reset the properties this driver set on ``rel``'s unit, and those ``limits`` would

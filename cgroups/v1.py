@@ -8,15 +8,14 @@ Use of cgroupspy: one :class:`cgroupspy.nodes.Node` tree per hierarchy models th
 this driver manages that have children (governor's root, the groups), each node made once and
 found again by its path (an index: cgroupspy's own lookups compare full paths with every
 sibling, milliseconds per launch at scale). A leaf (a task) is a plain directory until a cgroup
-is made below it: five nodes per task held 19 MiB of a daemon with 10,000 tasks. The
-directories are made and removed here, their ``OSError`` converted to :class:`CgroupError` (the
-one place besides :mod:`governor.cgroups.files` that touches cgroupfs). Values are *not* read or written through
-cgroupspy's controller properties: those raise bare ``OSError``/``IOError`` without the value,
-parse ``-1``/``max`` differently per file and cannot write one ``blkio`` rule per device, so all
-reads and writes go through :mod:`governor.cgroups.files`, which reports path, value and errno.
+is made below it: five nodes per task held 19 MiB of a daemon with 10,000 tasks. Directories
+are made and removed, and values read and written, through :mod:`governor.cgroups.files`
+(never cgroupspy's controller properties: those raise bare ``OSError``/``IOError`` without the
+value, parse ``-1``/``max`` differently per file and cannot write one ``blkio`` rule per
+device), so every failure names path, value and errno.
 
-Limits are diffed against what the kernel accepted (:class:`governor.cgroups.driver.Driver`) and
-written in :data:`governor.cgroups.limits.V1_ORDER`, like the v2 driver.
+Limits are diffed against what the kernel accepted (:class:`governor.cgroups.base.DriverBase`)
+and written in :data:`governor.cgroups.limits.V1_ORDER`, like the v2 driver.
 
 v1's parent/child rules are kept here, not by callers:
 
@@ -24,27 +23,32 @@ v1's parent/child rules are kept here, not by callers:
   (a new cpuset cgroup starts empty and is given a copy). A cgroup's CPUs change in three
   steps so that no write is refused (``EBUSY``): the parent widens to old ∪ new, every child
   takes the new list, the parent narrows to the new list.
-* CFS quota: a child's quota may not exceed its parent's (``EINVAL``). governor caps only the
-  root (capacity) and tasks (their declaration, at most the capacity), never a group.
+* CFS quota: a child's quota may not exceed its parent's, nor a parent's fall below a child's
+  (``EINVAL``): a group held to its guarantee keeps its largest task's cap where that is more,
+  and a parent below a new child's cap is raised first (:mod:`governor.cgroups.nesting`).
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from cgroupspy.nodes import Node
 
-from governor.cgroups.driver import Driver
-from governor.cgroups.files import list_children, read_file, write_file
-from governor.cgroups.limits import CgroupLimits, V1_ORDER, diff_writes, v1_files, v1_key, v1_reset
-from governor.cgroups.parse import (format_cpu_list, parse_blkio_service_bytes, parse_cpu_list, parse_flat_keyed,
-                           parse_int, parse_pids)
-from governor.cgroups.v2 import CgroupStats, relative_parts
+from governor.cgroups.base import DriverBase
 from governor.cgroups.errors import CgroupError, CgroupUnsupported, CgroupWriteError
+from governor.cgroups.files import list_children, make_dir, read_file, relative_parts, remove_dir, write_file
+from governor.cgroups.limits import (DEFAULT_PERIOD_USEC, V1_ORDER, CgroupLimits, diff_writes, v1_files, v1_key,
+                                     v1_reset)
+from governor.cgroups.nesting import QuotaNesting
+from governor.cgroups.parse import (format_cpu_list, parse_blkio_service_bytes, parse_cpu_list, parse_flat_keyed,
+                                    parse_int, parse_pids)
+from governor.cgroups.stats import CgroupStats
 
 __all__ = ["CgroupV1Driver", "REQUIRED_CONTROLLERS"]
 
@@ -56,9 +60,11 @@ HIERARCHY_ORDER = ("cpuset", "cpu", "cpuacct", "memory", "blkio")
 # v2 controller names that are spelt differently on v1.
 _V1_NAME = {"io": "blkio"}
 NS_PER_USEC = 1_000
+_QUOTA = v1_key("cpu", "cpu.cfs_quota_us", "")
+_PERIOD = v1_key("cpu", "cpu.cfs_period_us", "")
 
 
-class CgroupV1Driver(Driver):
+class CgroupV1Driver(DriverBase):
     """Manage cgroups below governor's own root in each v1 hierarchy.
 
     Args:
@@ -89,12 +95,13 @@ class CgroupV1Driver(Driver):
         # Ancestors of a root this driver made (systemd delegates no cpuset on v1, so a root
         # below a unit's cgroup lacks its parents there), removed again with the root.
         self._made: dict[Path, list[Path]] = {}
+        self._quotas = QuotaNesting()  # what the kernel's quota rule checks a write against
         for controller in HIERARCHY_ORDER:
             if controller in self.roots:
                 root = self.roots[controller]
                 self._trees.setdefault(root, Node(os.fsencode(root.parent)))
 
-    def path(self, controller: str, rel: str) -> Path:
+    def controller_path(self, controller: str, rel: str) -> Path:
         """Return the directory of cgroup ``rel`` in ``controller``'s hierarchy.
 
         Raises:
@@ -108,7 +115,7 @@ class CgroupV1Driver(Driver):
 
     def directory(self, rel: str) -> Path:
         """The directory of cgroup ``rel`` in the cpu hierarchy, for people."""
-        return self.path("cpu", rel)
+        return self.controller_path("cpu", rel)
 
     def create(self, rel: str) -> None:
         """Create cgroup ``rel`` and every missing ancestor, the root included, in every
@@ -132,7 +139,7 @@ class CgroupV1Driver(Driver):
                     if cpuset and depth:  # below governor's root: the kernel copies the parent's
                         self._clone_children(node, (root, "/".join(parts[:depth - 1])))
                     if depth == len(parts) > 0:  # the leaf: no node (module docstring)
-                        _make_dir(root.joinpath(*parts))
+                        make_dir(root.joinpath(*parts))
                         break
                     if not depth:
                         self._make_ancestors(root, cpuset)
@@ -143,32 +150,24 @@ class CgroupV1Driver(Driver):
 
     def remove(self, rel: str) -> None:
         """Remove the leaf cgroup ``rel`` (``""`` = the root) from every hierarchy; already
-        gone is not an error.
+        gone is not an error. Its record stays until :meth:`forget` (on the record's thread).
 
         Raises:
             CgroupError: with errno ``EBUSY`` while it holds processes or child cgroups.
         """
         for root in reversed(self._trees):
-            path = root.joinpath(*relative_parts(rel))
-            try:
-                os.rmdir(path)
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                raise CgroupError(f"failed to remove cgroup {path}", path=str(path),
-                                  errno=e.errno) from e
+            remove_dir(root.joinpath(*relative_parts(rel)))
             if not relative_parts(rel):
                 for made in reversed(self._made.pop(root, [])):
                     try:
-                        os.rmdir(made)
-                    except OSError:
+                        remove_dir(made)
+                    except CgroupError:
                         break  # another's now
             key = (root, "/".join(relative_parts(rel)))
             self._cloning.discard(key)
             node = self._nodes.pop(key, None)
             if node is not None:  # by identity: Node's == builds both full paths
                 node.parent.children = [child for child in node.parent.children if child is not node]
-        self.forget(rel)
 
     def children(self, rel: str = "") -> list[str]:
         """Return the names of the child cgroups of ``rel`` (from the cpu hierarchy), sorted.
@@ -176,7 +175,7 @@ class CgroupV1Driver(Driver):
         Raises:
             CgroupReadError: the cgroup cannot be listed.
         """
-        return list_children(self.path("cpu", rel))
+        return list_children(self.controller_path("cpu", rel))
 
     def enable_controllers(self, rel: str, controllers: Iterable[str]) -> None:
         """Nothing to enable on v1 (every hierarchy has its controller everywhere); only checks
@@ -187,22 +186,17 @@ class CgroupV1Driver(Driver):
         """
         relative_parts(rel)
         for controller in controllers:
-            self.path(_V1_NAME.get(controller, controller), "")
-
-    def files(self, limits: CgroupLimits) -> dict[str, str]:
-        """The v1 files and values ``limits`` become (per-device lines joined by ``", "``)."""
-        shown: dict[str, str] = {}
-        for _, file, value in v1_files(limits):
-            shown[file] = f"{shown[file]}, {value}" if file in shown else value
-        return shown
+            self.controller_path(_V1_NAME.get(controller, controller), "")
 
     def _apply_one(self, rel: str, limits: CgroupLimits) -> tuple[list[str], list[CgroupError]]:
+        if limits.cpu_quota_usec is not None:
+            limits = self._nested(rel, limits)
         last = self._record(rel)
         desired = [(v1_key(c, f, v), v) for c, f, v in v1_files(limits)]
         written, errors = [], []
         for key, value in diff_writes(desired, last, rank=lambda k: V1_ORDER.index(k[:2])):
             controller, file, _ = key
-            directory = self.path(controller, rel)
+            directory = self.controller_path(controller, rel)
             try:
                 target = v1_reset(controller, file, last[key]) if value is None else value
                 if target is None:  # cpuset.cpus back to the parent's CPUs
@@ -223,7 +217,41 @@ class CgroupV1Driver(Driver):
             written.append(file)
         if written:
             log.debug("applied %s to %s", ", ".join(written), rel or "<root>")
+        quota = last.get(_QUOTA)
+        self._quotas.set(rel, None if quota in (None, "-1") else int(quota), int(last.get(_PERIOD, DEFAULT_PERIOD_USEC)))
         return written, errors
+
+    def forget(self, rel: str) -> None:
+        super().forget(rel)
+        self._quotas.drop(rel)
+
+    def _nested(self, rel: str, limits: CgroupLimits) -> CgroupLimits:
+        """``limits`` with a CFS quota the kernel takes beside ``rel``'s parent and children
+        (:mod:`governor.cgroups.nesting`): at least its largest child's; a parent below it is
+        raised first."""
+        quota = self._quotas.at_least_children(rel, limits.cpu_quota_usec, limits.cpu_period_usec)
+        if rel:
+            self._raise(rel.rpartition("/")[0], quota / limits.cpu_period_usec)
+        return limits if quota == limits.cpu_quota_usec else replace(limits, cpu_quota_usec=quota)
+
+    def _raise(self, rel: str, cores: float) -> None:
+        """Raise ``rel``'s quota (and its ancestors') to ``cores`` where it is lower; the next
+        plan writes it again from there. A refusal is left to the child's write to report."""
+        held = self._quotas.cores(rel)
+        if held is None or held >= cores:
+            return
+        if rel:
+            self._raise(rel.rpartition("/")[0], cores)
+        last = self._record(rel)
+        period = int(last.get(_PERIOD, DEFAULT_PERIOD_USEC))
+        quota = math.ceil(cores * period)
+        try:
+            self._write(self.controller_path("cpu", rel), "cpu.cfs_quota_us", str(quota))
+        except CgroupError:
+            return
+        last[_QUOTA] = str(quota)
+        self._applied.pop(rel, None)
+        self._quotas.set(rel, quota, period)
 
     def _set_cpus(self, directory: Path, cpus: str) -> None:
         """Give ``directory`` (and every cpuset below it) the CPU list ``cpus`` without a
@@ -271,8 +299,8 @@ class CgroupV1Driver(Driver):
         Raises:
             CgroupReadError: a stat file cannot be read (e.g. the cgroup vanished).
         """
-        cpu = parse_flat_keyed(read_file(self.path("cpu", rel), "cpu.stat"))
-        memory_dir = self.path("memory", rel)
+        cpu = parse_flat_keyed(read_file(self.controller_path("cpu", rel), "cpu.stat"))
+        memory_dir = self.controller_path("memory", rel)
         memory_events = {"max": parse_int(read_file(memory_dir, "memory.failcnt"))}
         oom = parse_flat_keyed(read_file(memory_dir, "memory.oom_control"))
         if "oom_kill" in oom:
@@ -280,16 +308,16 @@ class CgroupV1Driver(Driver):
         io_stat = {}
         if "blkio" in self.roots:
             io_stat = parse_blkio_service_bytes(
-                read_file(self.path("blkio", rel), "blkio.throttle.io_service_bytes"))
+                read_file(self.controller_path("blkio", rel), "blkio.throttle.io_service_bytes"))
         return CgroupStats(
-            cpu_usage_usec=parse_int(read_file(self.path("cpuacct", rel), "cpuacct.usage"))
+            cpu_usage_usec=parse_int(read_file(self.controller_path("cpuacct", rel), "cpuacct.usage"))
             // NS_PER_USEC,
             cpu_nr_throttled=cpu.get("nr_throttled", 0),
             cpu_throttled_usec=cpu.get("throttled_time", 0) // NS_PER_USEC,
             memory_current_bytes=parse_int(read_file(memory_dir, "memory.usage_in_bytes")),
             memory_events=memory_events,
             io_stat=io_stat,
-            populated=self._populated(self.path("cpu", rel)),
+            populated=self._populated(self.controller_path("cpu", rel)),
             memory_peak_bytes=parse_int(read_file(memory_dir, "memory.max_usage_in_bytes")) if peak else None,
         )
 
@@ -301,7 +329,7 @@ class CgroupV1Driver(Driver):
         Raises:
             CgroupReadError: it cannot be read (``vanished``: it is gone).
         """
-        return self._populated(self.path("cpu", rel))
+        return self._populated(self.controller_path("cpu", rel))
 
     def _populated(self, directory: Path) -> bool:
         if parse_pids(read_file(directory, "cgroup.procs")):
@@ -314,7 +342,7 @@ class CgroupV1Driver(Driver):
         paths with every sibling (3 ms per launch beside 30 siblings); the index rules a
         duplicate out. An existing directory (a restart) is taken as it is."""
         child = Node(os.fsencode(name), parent=node)
-        _make_dir(Path(os.fsdecode(child.full_path)))
+        make_dir(Path(os.fsdecode(child.full_path)))
         node.children.append(child)
         return child
 
@@ -326,7 +354,7 @@ class CgroupV1Driver(Driver):
         """
         missing = [a for a in root.parents if not a.exists()]
         for ancestor in reversed(missing):
-            _make_dir(ancestor)
+            make_dir(ancestor)
             self._made.setdefault(root, []).append(ancestor)
             if cpuset:
                 self._init_cpuset(ancestor)
@@ -354,16 +382,3 @@ class CgroupV1Driver(Driver):
                 log.debug("%s (cgroup vanished, its task probably exited)", e)
             raise
 
-
-def _make_dir(path: Path) -> None:
-    """mkdir ``path``; one that exists (a restart, a second create) is taken as it is.
-
-    Raises:
-        CgroupError: mkdir failed (path and errno in the error).
-    """
-    try:
-        os.mkdir(path)
-    except FileExistsError:
-        pass
-    except OSError as e:
-        raise CgroupError(f"failed to create cgroup {path}", path=str(path), errno=e.errno) from e

@@ -1,7 +1,7 @@
 """cgroup v2 driver: create, limit, populate and observe cgroups under a root governor owns.
 
 The driver is the single writer below its root (design §3): it remembers what the kernel
-accepted in each cgroup (:class:`governor.cgroups.driver.Driver`) and :meth:`CgroupV2Driver.apply` writes
+accepted in each cgroup (:class:`governor.cgroups.base.DriverBase`) and :meth:`CgroupV2Driver.apply` writes
 only the files whose value changed, in the order of :data:`governor.cgroups.limits.V2_ORDER`. All file access goes through
 :mod:`governor.cgroups.files`; cgroups are named by paths relative to the root (``"physics/task-7"``,
 ``""`` = the root itself).
@@ -16,64 +16,19 @@ import errno
 import logging
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-from governor.cgroups.driver import Driver
-from governor.cgroups.files import list_children, make_dir, read_file, remove_dir, write_file
+from governor.cgroups.base import DriverBase
+from governor.cgroups.errors import CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError
+from governor.cgroups.files import list_children, make_dir, read_file, relative_parts, remove_dir, write_file
 from governor.cgroups.limits import CgroupLimits, V2_ORDER, diff_writes, v2_files, v2_key, v2_reset
 from governor.cgroups.parse import (parse_cgroup_events, parse_controllers, parse_flat_keyed, parse_int,
-                           parse_nested_keyed, parse_pids)
-from governor.cgroups.errors import CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError
+                                    parse_nested_keyed, parse_pids)
+from governor.cgroups.stats import MEMORY_EVENT_KEYS, CgroupStats
 
-__all__ = ["CgroupStats", "CgroupV2Driver", "move_self_to_leaf", "relative_parts"]
+__all__ = ["CgroupV2Driver", "move_self_to_leaf"]
 
 log = logging.getLogger(__name__)
-
-MEMORY_EVENT_KEYS = ("high", "max", "oom", "oom_kill")
-
-
-@dataclass(frozen=True, slots=True)
-class CgroupStats:
-    """One sample of a cgroup's counters (cumulative since the cgroup was created).
-
-    Attributes:
-        cpu_usage_usec: CPU time used, usec.
-        cpu_nr_throttled: periods in which the quota ran out.
-        cpu_throttled_usec: time spent throttled, usec.
-        memory_current_bytes: memory charged now, bytes; None when the memory controller is
-            not enabled for the cgroup.
-        memory_events: counts of ``high``, ``max``, ``oom``, ``oom_kill`` events (v1 has only
-            ``max`` (failcnt) and, on recent kernels, ``oom_kill``).
-        io_stat: per ``MAJ:MIN``: ``rbytes``, ``wbytes`` (bytes) and, on v2, ``rios``,
-            ``wios``, ``dbytes``, ``dios``.
-        populated: some process lives in the cgroup or below it.
-        memory_peak_bytes: the most memory charged since the cgroup was made, bytes (v2
-            ``memory.peak``, Linux ≥ 5.19; v1 ``memory.max_usage_in_bytes``); None unless
-            asked for (``read_stats(peak=True)``), where the kernel has no such file, or the
-            memory controller is not enabled.
-    """
-
-    cpu_usage_usec: int
-    cpu_nr_throttled: int
-    cpu_throttled_usec: int
-    memory_current_bytes: int | None
-    memory_events: dict[str, int] = field(default_factory=dict)
-    io_stat: dict[str, dict[str, int]] = field(default_factory=dict)
-    populated: bool = False
-    memory_peak_bytes: int | None = None
-
-
-def relative_parts(rel: str) -> tuple[str, ...]:
-    """Split a cgroup path relative to a driver's root into its components (``""`` → ``()``).
-
-    Raises:
-        ValueError: ``rel`` is absolute or contains ``..``: drivers never leave their root.
-    """
-    path = PurePosixPath(rel)
-    if path.is_absolute() or ".." in path.parts:
-        raise ValueError(f"cgroup path must be relative to the driver's root, got {rel!r}")
-    return tuple(p for p in path.parts if p != ".")
 
 
 def move_self_to_leaf(cgroup_dir: Path, leaf: str = "leaf") -> Path:
@@ -94,7 +49,7 @@ def move_self_to_leaf(cgroup_dir: Path, leaf: str = "leaf") -> Path:
     return target
 
 
-class CgroupV2Driver(Driver):
+class CgroupV2Driver(DriverBase):
     """Manage cgroups below ``root``, a cgroup v2 directory governor owns.
 
     Args:
@@ -134,14 +89,13 @@ class CgroupV2Driver(Driver):
 
     def remove(self, rel: str) -> None:
         """Remove the leaf cgroup ``rel`` (``""`` = the root); a cgroup already gone is not an
-        error.
+        error. Its record stays until :meth:`forget` (on the record's thread).
 
         Raises:
             CgroupError: with errno ``EBUSY`` while it holds processes or child cgroups.
         """
         if remove_dir(self.path(rel)):
             log.debug("removed cgroup %s", self.path(rel))
-        self.forget(rel)
 
     def children(self, rel: str = "") -> list[str]:
         """Return the names of the child cgroups of ``rel``, sorted.
@@ -201,13 +155,6 @@ class CgroupV2Driver(Driver):
         to_enable = [c for c in controllers if c not in enabled]
         if to_enable:
             self._write(parent, "cgroup.subtree_control", " ".join(f"+{c}" for c in to_enable))
-
-    def files(self, limits: CgroupLimits) -> dict[str, str]:
-        """The v2 files and values ``limits`` become (per-device lines joined by ``", "``)."""
-        shown: dict[str, str] = {}
-        for file, value in v2_files(limits):
-            shown[file] = f"{shown[file]}, {value}" if file in shown else value
-        return shown
 
     def _apply_one(self, rel: str, limits: CgroupLimits) -> tuple[list[str], list[CgroupError]]:
         directory = self.path(rel)
@@ -300,7 +247,7 @@ class CgroupV2Driver(Driver):
     def kill(self, rel: str) -> int:
         """Kill every process in cgroup ``rel`` and below it with SIGKILL in one write of
         ``1`` to ``cgroup.kill`` (Linux ≥ 5.14: no process can fork out of the way). A kernel
-        without the file gets :meth:`~governor.cgroups.driver.Driver.kill`'s pid by pid rounds.
+        without the file gets :meth:`~governor.cgroups.base.DriverBase.kill`'s pid by pid rounds.
 
         Returns:
             How many processes were signalled (0 after ``cgroup.kill``: the kernel does not say).

@@ -50,6 +50,7 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     if show_default:
         click.echo(DEFAULT_CONFIG, nl=False)
         return
+    from governor.cgroups.limits import memory_high_throttles
     from governor.cli.inputs import read_input
 
     config = parse_config(read_input(file, owner=None if portable else DAEMON_UID), file)
@@ -62,7 +63,7 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     click.echo(f"{file}: OK")
     for line in summary(config, host):
         click.echo(line)
-    soft = config.soft_memory_warning(host[2]) if host else None
+    soft = config.soft_memory_warning(memory_high_throttles(host[2])) if host else None
     for warning in [] if portable else unknown_names(config) + ([soft] if soft else []):
         click.echo(f"governor: warning: {file}: {warning}", err=True)
 
@@ -73,7 +74,7 @@ def cgroup_mode() -> str:
     from governor.errors import CgroupError
 
     try:
-        return "v2" if detect.host_mode() == "unified" else "v1"
+        return detect.driver_mode()
     except CgroupError:
         return "v2"  # no cgroups here: the daemon would refuse to start anyway
 
@@ -145,6 +146,7 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
     ``host``, the capacity it gives on this host, each group's members today
     (:func:`governor.access.members`) and the host's cgroup version (``v1``/``v2``): the
     groups' floors, who they are, and how memory is capped here."""
+    from governor.cgroups.limits import memory_high_throttles
     from governor.units import format_amount, format_number
     from governor.vocabulary import floors
 
@@ -175,7 +177,7 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
     lines.append(task)
     memory = f"{config.memory_enforcement or 'by cgroup version'} ({_ENFORCEMENT_FILES[config.memory_enforcement]})"
     if host is not None:
-        mode = config.memory_mode(host[2])
+        mode = config.memory_mode(memory_high_throttles(host[2]))
         memory = (f"{mode} ({_ENFORCEMENT_FILES[mode]}{'' if config.memory_enforcement else ', the default'} on "
                   f"this cgroup {host[2]} host)")
     lines.append(f"enforcement: cpu {config.cpu_enforcement} ({_ENFORCEMENT_FILES[config.cpu_enforcement]}), "

@@ -39,7 +39,6 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
 
     from governor.cgroups.devices import whole_disk
     from governor.cgroups.hierarchy import open_hierarchy
-    from governor.cgroups.systemd import systemd_slices
     from governor.cli.check_config import check_on_this_host
     from governor.cli.client import socket_path as resolve_socket
     from governor.cli.inputs import read_input
@@ -86,8 +85,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
         server = Daemon(config, config_path or "<embedded default>", hierarchy, store,
                         host_cpus=sorted(os.sched_getaffinity(0)), host_memory=psutil.virtual_memory().total,
                         resolve_device=whole_disk, load_config=load if config_path else None, notifier=Notifier(),
-                        metrics=metrics, slices=systemd_slices(hierarchy.mode, hierarchy.cgroup_mount),
-                        registry=registry)
+                        metrics=metrics, registry=registry)
         try:
             asyncio.run(server.serve(socket))
         finally:

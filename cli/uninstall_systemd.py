@@ -91,11 +91,13 @@ def uninstall(root: Path, *, purge: bool, dry_run: bool, live: bool,
 
 def _login_sessions(state: Path) -> list[int]:
     """The uids whose login sessions (logind slices) the daemon governed: its records there."""
+    from governor.kinds import uid_of_login
+
     try:
-        names = [p.stem for p in state.glob("login-*.json")]
+        uids = [uid_of_login(p.stem) for p in state.glob("*.json")]
     except OSError:
         return []
-    return sorted(int(n.removeprefix("login-")) for n in names if n.removeprefix("login-").isdigit())
+    return sorted(uid for uid in uids if uid is not None)
 
 
 def _release_slice(uid: int, mount: Path, step) -> None:

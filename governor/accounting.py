@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from governor.cgroups.v2 import CgroupStats
+from governor.cgroups.stats import CgroupStats
 from governor.exits import describe
 from governor.state import Task
 from governor.units import format_size, format_timespan

@@ -11,7 +11,9 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from governor.cgroups.names import interface_name_problem
 from governor.errors import ConfigError
+from governor.kinds import TASK_PREFIX
 from governor.units import format_size
 
 # Bounds on what a config or a request may say: beyond them no host has the amount, and the
@@ -24,31 +26,20 @@ WEIGHT_RANGE = (0.001, 1000.0)
 MIN_TASK_MEMORY = 1 << 20
 
 _GROUP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
-# Every cgroup directory already holds files named <controller>.<file> (cpu.max, cgroup.procs):
-# mkdir of a group named like one fails, so such names are refused up front.
-_INTERFACE_PREFIXES = ("cgroup", "cpu", "cpuacct", "cpuset", "memory", "io", "blkio", "pids",
-                       "hugetlb", "rdma", "misc", "freezer", "devices", "net_cls", "net_prio", "perf_event")
-# cgroup v1's interface files without a controller prefix, in every directory.
-_V1_FILES = ("tasks", "notify_on_release", "release_agent")
 
 
 def group_name_problem(name: str) -> str | None:
     """Why ``name`` cannot be a group (a cgroup directory under governor's root), or ``None``.
 
     A group name is 1–64 letters, digits, ``_ . -``, starts with a letter, digit or ``_``, does
-    not start with ``task-`` (task cgroups), is not ``<controller>.<anything>`` and is none of
-    cgroup v1's other interface files (``tasks``, ``notify_on_release``, ``release_agent``).
+    not start with ``task-`` (task cgroups, :mod:`governor.kinds`), and is no name of the
+    kernel's interface files (:func:`governor.cgroups.names.interface_name_problem`).
     """
     if not _GROUP_NAME.fullmatch(name):
         return "not a usable group name: 1-64 letters, digits, _ . -, starting with a letter, digit or _"
-    if name.startswith("task-"):
-        return "names starting with task- are kept for task cgroups"
-    if name in _V1_FILES:
-        return f"clashes with the cgroup v1 interface file {name}"
-    prefix, dot, _ = name.partition(".")
-    if dot and prefix in _INTERFACE_PREFIXES:
-        return f"clashes with the cgroup interface files {prefix}.*"
-    return None
+    if name.startswith(TASK_PREFIX):
+        return f"names starting with {TASK_PREFIX} are kept for task cgroups"
+    return interface_name_problem(name)
 
 
 @dataclass(frozen=True)
@@ -153,18 +144,21 @@ class Config:
     sessions: SessionRules
     file: str = field(compare=False)
 
-    def memory_mode(self, cgroup_mode: str) -> str:
-        """How task memory is capped on a host whose cgroups are ``cgroup_mode`` (``v1``,
-        ``v2``): as configured, else ``soft`` on v2 and ``hard`` on v1. (v1's soft limit binds
-        only under memory pressure: a task of A declared 1M used 1.4G and B's task, inside its
-        own 1G, was OOM-killed; admitted memory must never be squeezed.)"""
+    def memory_mode(self, soft_throttles: bool) -> str:
+        """How task memory is capped on a host whose soft memory limit throttles at its value
+        (``soft_throttles``: cgroup v2's ``memory.high``) or not (v1's soft limit binds only
+        under memory pressure; :func:`governor.cgroups.limits.memory_high_throttles`): as
+        configured, else ``soft`` where it throttles and ``hard`` where not. (A task of A
+        declared 1M used 1.4G under v1's soft limit and B's task, inside its own 1G, was
+        OOM-killed; admitted memory must never be squeezed.)"""
         if self.memory_enforcement is not None:
             return self.memory_enforcement
-        return "hard" if cgroup_mode == "v1" else "soft"
+        return "soft" if soft_throttles else "hard"
 
-    def soft_memory_warning(self, cgroup_mode: str) -> str | None:
-        """Why ``memory = "soft"`` breaks admission on this host (cgroup v1), or None."""
-        if self.memory_enforcement == "soft" and cgroup_mode == "v1":
+    def soft_memory_warning(self, soft_throttles: bool) -> str | None:
+        """Why ``memory = "soft"`` breaks admission on this host (its soft limit does not
+        throttle), or None."""
+        if self.memory_enforcement == "soft" and not soft_throttles:
             return ('enforcement.memory = "soft" on cgroup v1: its soft limit binds only under memory '
                     "pressure, so a task past its declaration takes memory admitted to others, whose tasks "
                     'are then OOM-killed; use "hard" (the default on v1)')

@@ -289,3 +289,13 @@ def _entry_text(data: bytes) -> str:
         return _parse(data).describe()
     except (ValueError, TypeError):
         return "its pid is unknown: it has not written its entry yet"
+
+
+def other_daemon(registry: Registry | None, location) -> DaemonEntry | None:
+    """The other governor daemon whose cgroup root holds a process at ``location`` (a
+    :class:`~governor.cgroups.hierarchy.Location`: outside this daemon's root, its
+    ``/proc/<pid>/cgroup`` read), or None; always None without a registry (no other daemon is
+    known)."""
+    if registry is None or location.rel is not None or location.paths is None:
+        return None
+    return registry.owner(location.paths)

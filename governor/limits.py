@@ -44,33 +44,6 @@ TASK_WEIGHT_PER_CORE = 100
 IoSharing = Literal["io.weight", "io.bfq.weight", "io.max"]
 
 
-SESSION_PREFIX = "session-"
-# A login session on a systemd host: the user's slice, which logind and systemd keep.
-LOGIN_PREFIX = "login-"
-LOGIN_SLICES = "user.slice"
-
-
-def task_cgroup(group: str, task_id: str) -> str:
-    """Cgroup path of a task, relative to governor's root: ``<group>/task-<id>``, or for a
-    session (id ``session-<uid>``) ``<group>/session-<uid>``; a login session's (id
-    ``login-<uid>``) is its user's systemd slice, relative to the cgroup v2 mount:
-    ``user.slice/user-<uid>.slice``."""
-    if task_id.startswith(LOGIN_PREFIX):
-        return login_cgroup(int(task_id.removeprefix(LOGIN_PREFIX)))
-    return f"{group}/{task_id}" if task_id.startswith(SESSION_PREFIX) else f"{group}/task-{task_id}"
-
-
-def login_cgroup(uid: int) -> str:
-    """The slice logind keeps user ``uid``'s sessions in, relative to the cgroup v2 mount."""
-    return f"{LOGIN_SLICES}/user-{uid}.slice"
-
-
-def is_login_cgroup(rel: str) -> bool:
-    """Whether ``rel`` is a login session's slice (:func:`login_cgroup`), not a cgroup below
-    governor's root (a task's there is ``<group>/task-<id>`` or ``<group>/session-<uid>``)."""
-    return rel.startswith(f"{LOGIN_SLICES}/user-")
-
-
 def task_limits(demand: Mapping[str, float], *, io_devices: Mapping[str, str],
                 memory_mode: Literal["soft", "hard"] = "soft",
                 period_usec: int = DEFAULT_PERIOD_USEC) -> CgroupLimits:
@@ -135,7 +108,6 @@ def group_limits(
     previous: Mapping[str, CgroupLimits] | None = None,
     met: Collection[str] = (),
     saturated: bool = False,
-    largest_task_cpu: Mapping[str, float] | None = None,
     period_usec: int = DEFAULT_PERIOD_USEC,
 ) -> dict[str, CgroupLimits]:
     """Each group's guarantee.
@@ -157,10 +129,8 @@ def group_limits(
         saturated: every group wants all of its CPU guarantee (:func:`cpu_saturated`).
             Weights alone then split the CPU only to within a few percent (measured: −1 to
             −7 % on cgroup v1, ±20 % under emulation); nobody leaves anything idle to lend, so
-            each group is also held to its guarantee: ``cpu.max`` = A_g,cpu, or its largest
-            task's cap where that is more (cgroup v1 refuses a parent quota below a child's).
-        largest_task_cpu: group → the largest cpu cap (cores) of its tasks; with ``saturated``,
-            on cgroup v1 only (None: hold each group to exactly A_g,cpu).
+            each group is also held to its guarantee: ``cpu.max`` = A_g,cpu (where the kernel
+            wants a parent's quota no lower than its children's, the driver keeps it so).
         period_usec: the CFS period of those quotas, usec.
 
     Returns:
@@ -186,10 +156,7 @@ def group_limits(
     for group, allocation in allocations.items():
         weighted = tuple(IoWeight(io_devices[name], weights[group], io_sharing[name])
                          for name, weights in io_weights.items()) if io_weights else ()
-        quota = None
-        if saturated:
-            held = max(cpu[group], (largest_task_cpu or {}).get(group, 0.0))
-            quota = max(MIN_QUOTA_USEC, round(held * period_usec))
+        quota = max(MIN_QUOTA_USEC, round(cpu[group] * period_usec)) if saturated else None
         fields = (cpu_weights[group], quota, cores.get(group), _whole(demands.get(group, {}).get("memory", 0)),
                   weighted, _io_max(allocation, fallback) if fallback else ())
         old = previous.get(group)

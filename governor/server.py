@@ -39,6 +39,9 @@ WRITE_TIMEOUT_S = 30.0
 IN_FLIGHT_PER_UID = 8 << 20
 # How often a reply waiting for its uid's budget looks again.
 _BUDGET_POLL_S = 0.05
+# Connections the kernel queues before they are accepted (asyncio's default; a storm of 1,000
+# clients connecting at once retries the rest).
+LISTEN_BACKLOG = 100
 
 
 class Handler(Protocol):
@@ -92,8 +95,10 @@ class ControlServer:
         self._streams: set[asyncio.Task] = set()
         self._encoded: tuple[dict, bytes] | None = None  # the last payload and its reply line
 
-    async def start(self) -> None:
-        """Bind and listen; returns once clients can connect.
+    async def start(self, *, serving: bool = True) -> None:
+        """Bind and listen; returns once clients can connect. Without ``serving`` their
+        connections wait in the backlog until :meth:`start_serving` (the daemon takes back
+        its tasks first).
 
         A socket file left by a dead daemon is replaced; one that still answers is not.
 
@@ -108,11 +113,18 @@ class ControlServer:
             os.chmod(self.path, self.mode)
             info = os.stat(self.path)
             self._inode = (info.st_dev, info.st_ino)
-            self._server = await asyncio.start_unix_server(self._serve, sock=sock, limit=MAX_LINE_BYTES + 1)
+            if not serving:
+                sock.listen(LISTEN_BACKLOG)
+            self._server = await asyncio.start_unix_server(self._serve, sock=sock, limit=MAX_LINE_BYTES + 1,
+                                                           backlog=LISTEN_BACKLOG, start_serving=serving)
         except OSError as exc:
             sock.close()
             raise ControlSocketError(self.path, f"cannot listen: {exc.strerror or exc}") from exc
         logger.info("control socket listening on %s (mode %o)", self.path, self.mode)
+
+    async def start_serving(self) -> None:
+        """Accept the connections waiting since :meth:`start`, and every later one."""
+        await self._server.start_serving()
 
     async def close(self) -> None:
         """Stop accepting, close open connections, wait for their handlers, remove the socket file.

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from governor.config_types import group_name_problem
 from governor.errors import GovernorError
-from governor.limits import LOGIN_PREFIX, SESSION_PREFIX, task_cgroup
+from governor.kinds import Kind, cgroup_of, kind_of, record_id_fits
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +30,8 @@ class Task:
 
     Attributes:
         id: unique within the daemon's state directory (``"7"``); a session's is
-            ``session-<uid>`` (:func:`session_id`), a login session's ``login-<uid>``
-            (:func:`login_id`: the user's systemd slice, on a systemd host).
+            ``session-<uid>``, a login session's ``login-<uid>`` (the user's systemd slice, on
+            a systemd host): its :attr:`kind` (:mod:`governor.kinds`).
         group: the group it runs in.
         pid: the pid that was moved into the task cgroup (the ``governor run`` process, which
             then became the command; a session's first process).
@@ -44,6 +44,7 @@ class Task:
             basename); empty for a session.
         time_limit: seconds after ``started`` at which the daemon ends the whole task
             (``governor run --time-limit``), or None for no limit.
+        kind: task, session or login session, from ``id``.
         cgroup: the task's cgroup, relative to governor's root (a login session's: to the
             cgroup v2 mount); derived from ``group`` and ``id``, and one string every record of
             the task (limits, samples) shares.
@@ -59,20 +60,22 @@ class Task:
     started: float
     name: str = ""
     time_limit: float | None = None
+    kind: Kind = field(init=False, repr=False, compare=False)
     cgroup: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "cgroup", task_cgroup(self.group, self.id))
+        object.__setattr__(self, "kind", kind_of(self.id))
+        object.__setattr__(self, "cgroup", cgroup_of(self.group, self.id))
 
     @property
     def is_session(self) -> bool:
         """Whether this is a user's session (a login session too) rather than a launch."""
-        return self.id.startswith((SESSION_PREFIX, LOGIN_PREFIX))
+        return self.kind.is_session
 
     @property
     def is_login(self) -> bool:
         """Whether this is a login session: the user's systemd slice, outside governor's root."""
-        return self.id.startswith(LOGIN_PREFIX)
+        return self.kind is Kind.LOGIN
 
     @property
     def label(self) -> str:
@@ -116,16 +119,6 @@ def bounded_command(command: tuple[str, ...], chars: int | None) -> tuple[list[s
         shown.append(item)
         left -= len(item)
     return shown, total - (chars - left)
-
-
-def session_id(uid: int) -> str:
-    """The id of user ``uid``'s session task (one per user)."""
-    return f"{SESSION_PREFIX}{uid}"
-
-
-def login_id(uid: int) -> str:
-    """The id of user ``uid``'s login session task (one per user, on systemd hosts)."""
-    return f"{LOGIN_PREFIX}{uid}"
 
 
 class Tasks:
@@ -376,8 +369,7 @@ def _parse_record(task_id: str, data: bytes) -> Task:
                          f"(and optionally {', '.join(sorted(_LATER_FIELDS))})")
     problem = group_name_problem(record["group"]) if isinstance(record["group"], str) else "not a string"
     checks = {
-        "id": record["id"] == task_id and (task_id.isdigit()
-                                           or task_id in (session_id(record["uid"]), login_id(record["uid"]))),
+        "id": record["id"] == task_id and _whole(record["uid"], minimum=0) and record_id_fits(task_id, record["uid"]),
         "group": problem is None,
         "pid": _whole(record["pid"], minimum=1),
         "uid": _whole(record["uid"], minimum=0),

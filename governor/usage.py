@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from governor.cgroups.v2 import CgroupStats
+from governor.cgroups.stats import CgroupStats
 
 
 @dataclass(frozen=True, slots=True)

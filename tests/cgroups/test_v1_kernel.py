@@ -88,7 +88,7 @@ def test_cpu_quota_holds_busy_child(v1, record_property):
 def test_apply_diff_reset_and_cpuset_on_real_files(v1):
     driver, children = v1
     driver.create("g")
-    cpu_dir, cpuset_dir = driver.path("cpu", "g"), driver.path("cpuset", "g")
+    cpu_dir, cpuset_dir = driver.controller_path("cpu", "g"), driver.controller_path("cpuset", "g")
     assert read_file(cpuset_dir, "cpuset.cpus").strip() == read_file(
         cpuset_dir.parent, "cpuset.cpus").strip()  # copied from the parent on create
     limits = CgroupLimits(cpu_quota_usec=50_000, cpu_weight=200, cpuset_cpus="0",
@@ -97,7 +97,7 @@ def test_apply_diff_reset_and_cpuset_on_real_files(v1):
     assert driver.apply("g", limits) == []
     assert read_file(cpu_dir, "cpu.cfs_quota_us").strip() == "50000"
     assert read_file(cpu_dir, "cpu.shares").strip() == "2048"
-    assert read_file(driver.path("memory", "g"), "memory.limit_in_bytes").strip() == str(64 << 20)
+    assert read_file(driver.controller_path("memory", "g"), "memory.limit_in_bytes").strip() == str(64 << 20)
     sleeper = children.python(SLEEPER)
     driver.move("g", sleeper.pid)
     assert psutil.Process(sleeper.pid).cpu_affinity() == [0]
@@ -117,7 +117,7 @@ def test_kernel_rejects_bad_value_with_named_error(v1):
     with pytest.raises(CgroupWriteError) as info:
         driver.apply("g", CgroupLimits(cpuset_cpus="63"))
     assert info.value.errno in (errno.EINVAL, errno.ERANGE)  # kernel-version dependent
-    assert info.value.path == str(driver.path("cpuset", "g") / "cpuset.cpus")
+    assert info.value.path == str(driver.controller_path("cpuset", "g") / "cpuset.cpus")
     assert info.value.value.endswith("63")  # widened first (old ∪ new), refused there
     assert "cpuset.cpus" not in driver.in_force("g")
 
@@ -201,8 +201,8 @@ def test_cpuset_shrinks_and_grows_under_a_populated_child(v1):
     for cpus_now in (first, second, f"{first},{second}", first):
         driver.apply("g", CgroupLimits(cpuset_cpus=cpus_now))
         shown = cpus_now.replace(",", "-") if cpus_now == f"{first},{second}" and cpus[1] == cpus[0] + 1 else cpus_now
-        assert read_file(driver.path("cpuset", "g"), "cpuset.cpus").strip() == shown
-        assert read_file(driver.path("cpuset", "g/task-1"), "cpuset.cpus").strip() == shown
+        assert read_file(driver.controller_path("cpuset", "g"), "cpuset.cpus").strip() == shown
+        assert read_file(driver.controller_path("cpuset", "g/task-1"), "cpuset.cpus").strip() == shown
         assert driver.in_force("g")["cpuset.cpus"] == cpus_now
 
 
@@ -210,3 +210,21 @@ def test_kill_ends_a_forking_tree_and_the_counters_stay_readable(v1, record_prop
     driver, children = v1
     seconds = kill_forking_tree(driver, children, "v1")
     record_property("v1_kill_ms", round(seconds * 1000))
+
+
+def test_a_parent_quota_stays_at_least_its_childrens_and_a_larger_child_raises_it_first(v1):
+    # v1 refuses (EINVAL) a parent quota below a child's and a child's above its parent's: a
+    # group held to 1 core keeps its 2-core task's cap, and a 3-core task raises it first.
+    driver, _ = v1
+    driver.create("g/t")
+    driver.apply("g/t", CgroupLimits(cpu_quota_usec=200_000))
+    driver.apply("g", CgroupLimits(cpu_quota_usec=100_000, cpu_weight=100))
+    assert driver.in_force("g")["cpu.cfs_quota_us"] == "200000"
+    assert read_file(driver.controller_path("cpu", "g"), "cpu.cfs_quota_us").strip() == "200000"
+    driver.create("g/u")
+    driver.apply("g/u", CgroupLimits(cpu_quota_usec=300_000))
+    assert [driver.in_force(rel)["cpu.cfs_quota_us"] for rel in ("g", "g/u")] == ["300000", "300000"]
+    assert read_file(driver.controller_path("cpu", "g"), "cpu.cfs_quota_us").strip() == "300000"
+    driver.apply("g", CgroupLimits(cpu_weight=100))  # no longer held
+    assert "cpu.cfs_quota_us" not in driver.in_force("g")
+    assert read_file(driver.controller_path("cpu", "g"), "cpu.cfs_quota_us").strip() == "-1"

@@ -188,6 +188,7 @@ def test_removed_cgroup_is_forgotten(driver, monkeypatch):
     monkeypatch.setattr(governor.cgroups.v2, "remove_dir", lambda d: shutil.rmtree(d) or True)
     driver.apply("g", CgroupLimits(cpu_weight=10))
     driver.remove("g")
+    driver.forget("g")
     fake_cgroup(driver.path("g"))
     assert driver.apply("g", CgroupLimits(cpu_weight=10)) == ["cpu.weight"]
 

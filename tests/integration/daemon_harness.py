@@ -110,7 +110,7 @@ class Governor:
         """The proportional CPU weight written on ``group`` (v2 ``cpu.weight``, v1 ``cpu.shares``)."""
         if isinstance(self.driver, CgroupV2Driver):
             return int(read_file(self.driver.path(group), "cpu.weight"))
-        return int(read_file(self.driver.path("cpu", group), "cpu.shares"))
+        return int(read_file(self.driver.controller_path("cpu", group), "cpu.shares"))
 
     def task_count(self, group: str) -> int:
         return len(self.status()["groups"].get(group, {}).get("tasks", []))
@@ -133,7 +133,7 @@ class Governor:
         """The value of a limit file (``memory.high``, ``memory.soft_limit_in_bytes``…) on ``group``."""
         if isinstance(self.driver, CgroupV2Driver):
             return read_file(self.driver.path(group), file)
-        return read_file(self.driver.path(file.split(".")[0], group), file)
+        return read_file(self.driver.controller_path(file.split(".")[0], group), file)
 
     def stop_tasks(self, procs: list[subprocess.Popen]) -> None:
         for proc in procs:

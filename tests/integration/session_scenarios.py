@@ -178,7 +178,8 @@ def session_ends_when_its_user_has_no_process(tmp_path) -> None:
         subprocess.run(["pkill", "-KILL", "-U", "gov-alice", "-f", "^sleep 601$"], check=True)
         second.wait()
         gov.wait(lambda: gov.task_count("A") == 0, "the session to end")
-        assert not (Path(gov.status()["daemon"]["cgroup_root"]) / "A").exists()
+        group = Path(gov.status()["daemon"]["cgroup_root"]) / "A"
+        gov.wait(lambda: not group.exists(), "A's cgroup to go (removed off the event loop)", 5)
     finally:
         gov.close()
         users.remove()

@@ -116,7 +116,7 @@ def test_embedded_default_is_what_left_out_keys_default_to():
     assert (config.reserve_cpu_cores, config.reserve_memory_bytes) == (0.25, 256 * M)
     assert (config.task_cpu_cores, config.task_memory_bytes) == (1.0, 512 * M)
     assert (config.cpu_enforcement, config.memory_enforcement) == ("quota", None)
-    assert (config.memory_mode("v2"), config.memory_mode("v1")) == ("soft", "hard")
+    assert (config.memory_mode(True), config.memory_mode(False)) == ("soft", "hard")
     assert (config.groups, config.everyone_weight, config.io_devices) == ((), 1.0, ())
     assert config.allowed_groups("anyone", ["users"]) == ["anyone"]
     assert config.sessions == SessionRules(True, 1.0, 2 * G, 0, 0, ())

@@ -8,6 +8,7 @@ import asyncio
 import errno
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -15,10 +16,10 @@ import pytest
 
 from governor.config import parse_config
 from governor.daemon import Daemon
-from governor.cgroups.driver import Driver
+from governor.cgroups.base import DriverBase
 from governor.cgroups.hierarchy import Hierarchy, Location
 from governor.cgroups.limits import v2_files
-from governor.cgroups.v2 import CgroupStats
+from governor.cgroups.stats import CgroupStats
 from governor.errors import CgroupReadError, CgroupWriteError, RequestError
 from governor.protocol import (ExplainRequest, LaunchRequest, Peer, ReloadRequest, SetWeightRequest, StatusRequest,
                                WatchRequest)
@@ -40,7 +41,7 @@ enabled = false
 GIB = 1024**3
 
 
-class FakeDriver(Driver):
+class FakeDriver(DriverBase):
     """cgroups as a dict: enough for the daemon's bookkeeping, nothing for enforcement."""
 
     mode = "v2"
@@ -61,9 +62,6 @@ class FakeDriver(Driver):
 
     def events_path(self, rel):
         return self.directory(rel) / "cgroup.events"
-
-    def files(self, limits):
-        return {file: value for file, value in v2_files(limits)}
 
     def create(self, rel):
         parts = rel.split("/")
@@ -120,7 +118,6 @@ class FakeDriver(Driver):
     def remove(self, rel):
         self.cgroups.discard(rel)
         self.procs.pop(rel, None)
-        self.forget(rel)
 
 
 class Where:
@@ -160,7 +157,7 @@ def make_daemon(tmp_path, config: str = CONFIG, *, driver: FakeDriver | None = N
     options.setdefault("members", lambda config: {})
     server = Daemon(parse_config(config, "test.toml"), "test.toml", hierarchy, store, host_cpus=[0, 1],
                     host_memory=8 * GIB, resolve_device=lambda path: "8:0", **options)
-    server._watcher = FakeWatcher()
+    server.exits.watcher = FakeWatcher()
     return server
 
 
@@ -222,29 +219,20 @@ def test_groups_are_held_to_their_guarantee_only_while_every_one_uses_it(daemon)
     launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)  # 1 core each
     daemon.usage = {"A": {"cpu": 1.0}, "B": {"cpu": 0.95}}
-    daemon._check_saturation()
+    daemon.observation.check_saturation()
     assert daemon.status()["daemon"]["cpu_saturated"]
     assert [daemon.hierarchy.driver.in_force(g)["cpu.max"] for g in ("A", "B")] == ["100000 100000"] * 2
     daemon.usage["B"]["cpu"] = 0.2  # B idles: A may borrow again
-    daemon._check_saturation()
+    daemon.observation.check_saturation()
     assert "cpu.max" not in daemon.hierarchy.driver.in_force("A")
     assert "B uses less than its CPU guarantee" in daemon.status()["events"][-2]["message"]
-
-
-def test_on_cgroup_v1_a_held_group_keeps_its_largest_tasks_cap(daemon):
-    daemon.hierarchy.driver.mode = "v1"  # which refuses a parent quota below a child's
-    launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
-    launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
-    daemon.usage = {"A": {"cpu": 1.0}, "B": {"cpu": 0.95}}
-    daemon._check_saturation()
-    assert [daemon.hierarchy.driver.in_force(g)["cpu.max"] for g in ("A", "B")] == ["200000 100000"] * 2
 
 
 def test_a_launch_releases_the_hold_before_its_cap_is_written(daemon):
     launch(daemon, 100, group="A", cpu=0.5, memory=GIB)
     launch(daemon, 200, group="B", cpu=0.5, memory=GIB)
     daemon.usage = {"A": {"cpu": 0.5}, "B": {"cpu": 0.5}}
-    daemon._check_saturation()
+    daemon.observation.check_saturation()
     assert daemon.hierarchy.driver.in_force("A")["cpu.max"] == "50000 100000"
     launch(daemon, 300, group="A", cpu=1.5, memory=GIB)  # its cap is above A's held quota
     assert not daemon.cpu_saturated and "cpu.max" not in daemon.hierarchy.driver.in_force("A")
@@ -273,7 +261,7 @@ def test_exit_removes_the_task_and_refills(daemon):
     assert guarantee_cores(daemon, "B") == pytest.approx(2.0)
     assert daemon.filling["trigger"] == "exit of task 1"
     assert daemon.store.load_all()[0][0].id == "2"
-    assert daemon._watcher.watched == {"2"}
+    assert daemon.exits.watcher.watched == {"2"}
 
 
 def test_exits_reported_together_are_one_refill(daemon):
@@ -319,13 +307,13 @@ def test_a_refill_that_came_first_makes_the_batch_skip_its_own(daemon):
 
     async def exit_then_weight():
         daemon.check(["1"], "exit")
-        settled = daemon._batch.done
+        settled = daemon.settle._batch.done
         daemon.set_weight("B", 2.0, "root")  # settles now, exit included
         await settled
 
     asyncio.run(exit_then_weight())
     assert refill_triggers(daemon)[before:] == ["refill after weight of B"]
-    assert daemon.allocation is None and daemon._batch is None
+    assert daemon.allocation is None and daemon.settle._batch is None
 
 
 def test_a_task_whose_cgroup_cannot_be_read_is_kept_not_dropped(daemon):
@@ -644,22 +632,22 @@ def test_a_task_entry_of_status_is_rebuilt_only_when_its_task_limits_or_usage_ch
     daemon.set_weight("A", 2.0, "root")  # group limits change, the tasks' caps do not
     assert all(entry is first[task_id] for task_id, entry in entries().items())
     daemon.usage["A/task-1"] = {"cpu": 0.5}
-    daemon._changes += 1
+    daemon.journal.changed()
     second = entries()
     assert second["1"] is not first["1"] and second["1"]["usage"] == {"cpu": 0.5}
     assert second["2"] is first["2"]
-    daemon.hierarchy.driver.apply("B/task-2", daemon._task_caps((("cpu", 2.0), ("memory", GIB))))
-    daemon._changes += 1
+    daemon.hierarchy.driver.apply("B/task-2", daemon.policy._task_caps((("cpu", 2.0), ("memory", GIB))))
+    daemon.journal.changed()
     third = entries()
     assert third["2"] is not second["2"] and third["2"]["limits"]["cpu.max"] == "200000 100000"
     assert third["1"] is second["1"]
 
 
 def test_a_sampling_pass_pauses_between_steps_and_a_task_ended_meanwhile_keeps_no_usage(daemon, monkeypatch):
-    monkeypatch.setattr("governor.daemon.STEP", 2)
+    monkeypatch.setattr("governor.daemon.observation.STEP", 2)
     for pid in (100, 200, 300):
         launch(daemon, pid, group="A", cpu=0.1, memory=GIB)
-    steps = daemon._sample_steps()
+    steps = daemon.observation.sample_steps()
     next(steps)  # A and A/task-1 read; the event loop may serve others here
     daemon.hierarchy.driver.procs["A/task-1"] = []
     daemon.check(["1"], "exit")
@@ -668,10 +656,10 @@ def test_a_sampling_pass_pauses_between_steps_and_a_task_ended_meanwhile_keeps_n
 
 
 def test_tasks_are_sampled_in_turn_beyond_the_bound(daemon, monkeypatch):
-    monkeypatch.setattr("governor.daemon.SAMPLED_TASKS", 2)
+    monkeypatch.setattr("governor.daemon.observation.SAMPLED_TASKS", 2)
     for pid in (100, 200, 300):
         launch(daemon, pid, group="A", cpu=0.1, memory=GIB)
-    turns = [daemon._tasks_to_sample() for _ in range(3)]
+    turns = [daemon.observation.tasks_to_sample() for _ in range(3)]
     assert turns == [["A/task-1", "A/task-2"], ["A/task-3", "A/task-1"], ["A/task-2", "A/task-3"]]
 
 
@@ -697,9 +685,37 @@ def test_on_cgroup_v1_a_task_s_memory_is_capped_hard_unless_the_config_says_soft
         server = Daemon(parse_config(text, "t.toml"), "t.toml", Hierarchy(driver, "/fake", ()), store,
                         host_cpus=[0, 1], host_memory=8 * GIB, resolve_device=lambda path: "8:0",
                         members=lambda config: {})
-        return server._task_caps(tuple({"cpu": 1.0, "memory": GIB}.items()))
+        return server.policy._task_caps(tuple({"cpu": 1.0, "memory": GIB}.items()))
 
     assert caps(CONFIG).memory_max_bytes == GIB  # the default on v1: hard
     with caplog.at_level("WARNING"):
         assert caps(CONFIG + '[enforcement]\nmemory = "soft"\n').memory_max_bytes is None
     assert 'memory = "soft" on cgroup v1' in caplog.text
+
+
+def test_a_task_whose_process_is_moving_in_is_not_taken_for_ended(daemon):
+    # The move runs on the cgroup thread; until it is made the task's cgroup is empty, and a
+    # reconcile pass then ended the task and queued its cgroup's removal behind the move (EBUSY):
+    # the process ran on in a cgroup governor no longer knew.
+    driver, release = daemon.hierarchy.driver, threading.Event()
+    plain_move = driver.move
+
+    def slow_move(rel, pid):
+        release.wait(5)
+        plain_move(rel, pid)
+
+    driver.move = slow_move
+
+    async def scenario():
+        stream = daemon.stream(launch_request(100, "A", cpu=1.0, memory=GIB), Peer(pid=100, uid=0, gid=0))
+        started = asyncio.ensure_future(collect(stream))
+        while "A/task-1" not in driver.cgroups or daemon.tasks.get("1") is None:
+            await asyncio.sleep(0.01)
+        daemon.check(["1"], "reconcile")  # the cgroup is empty: its process is moving in
+        release.set()
+        return (await started)[-1]
+
+    reply = asyncio.run(scenario())
+    assert reply["task"] == "1" and daemon.tasks.get("1") is not None
+    assert driver.procs["A/task-1"] == [100] and "A/task-1" in driver.cgroups
+    assert not daemon.ended

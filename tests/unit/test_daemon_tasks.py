@@ -11,7 +11,7 @@ import pytest
 from test_daemon import GIB, collect, launch
 from test_daemon import daemon  # noqa: F401  (the fixture)
 
-from governor.cgroups.v2 import CgroupStats
+from governor.cgroups.stats import CgroupStats
 from governor.accounting import ENDED_KEPT, exit_words
 from governor.exits import describe, kernel_keeps_exit_status
 from governor.ps import PROCESSES_SHOWN
@@ -173,7 +173,7 @@ def test_a_task_that_ends_first_leaves_no_timer(daemon):
         await asyncio.sleep(0.2)
 
     asyncio.run(scenario())
-    assert daemon.hierarchy.driver.killed == [] and not daemon._time_limits
+    assert daemon.hierarchy.driver.killed == [] and not daemon.exits._time_limits
     assert daemon.ended[-1].reason == "exit"
 
 
@@ -257,7 +257,7 @@ def test_the_launched_process_exit_status_is_recorded_once_its_parent_reaped_it(
         os.close(pidfd)
     record = daemon.ended[-1]
     assert record.to_json()["exit_status"] == {"code": "exited", "status": 3}
-    assert not daemon._pidfds
+    assert not daemon.exits._pidfds
 
 
 @pytest.mark.parametrize(("release", "keeps"), [("6.18.44-fc-v657", True), ("6.15.0", True), ("6.14.9-arch1", False),
@@ -287,7 +287,7 @@ def test_ps_looks_up_the_processes_of_the_first_tasks_only(monkeypatch):
 
 
 def test_no_exit_status_pidfd_is_held_past_the_daemons_share_of_descriptors(daemon):
-    daemon._exit_statuses, daemon._pidfds_kept = True, 0  # as if a quarter of the limit were held
+    daemon.exits._exit_statuses, daemon.exits._pidfds_kept = True, 0  # as if a quarter of the limit were held
     pidfd = os.pidfd_open(os.getpid())
 
     async def scenario():
@@ -298,7 +298,7 @@ def test_no_exit_status_pidfd_is_held_past_the_daemons_share_of_descriptors(daem
         asyncio.run(scenario())
     finally:
         os.close(pidfd)
-    assert "1" in [t.id for t in daemon.tasks] and not daemon._pidfds
+    assert "1" in [t.id for t in daemon.tasks] and not daemon.exits._pidfds
 
 
 def test_everyone_sees_a_long_command_line_cut_and_its_owner_whole(daemon):

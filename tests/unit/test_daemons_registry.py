@@ -13,7 +13,7 @@ from governor.daemons import SETTLED_MTIME_NS, DaemonEntry, Registry
 from governor.errors import GovernorError, RequestError
 from governor.protocol import LaunchRequest, Peer
 from governor.cgroups.hierarchy import Location
-from test_sessions import daemon  # noqa: F401 (fixture)
+from test_sessions import daemon, session_daemon  # noqa: F401 (fixture)
 
 
 def entry(tmp_path, pid=11, root="gov-a", proc_root="/gov-a"):
@@ -101,10 +101,10 @@ def test_forged_entries_and_an_untrusted_directory_count_for_nothing(tmp_path):
         Registry(directory).claim_sessions(entry(tmp_path))
 
 
-def test_the_daemon_leaves_another_daemons_processes_alone(tmp_path, daemon):  # noqa: F811
+def test_the_daemon_leaves_another_daemons_processes_alone(tmp_path):
     other = Registry(tmp_path / "daemons")
     other.register(entry(tmp_path, 22, "gov-b", "/gov-b"))
-    daemon.registry = Registry(tmp_path / "daemons")
+    daemon = session_daemon(tmp_path, registry=Registry(tmp_path / "daemons"))
     theirs = {500: {"cpu": "/gov-b/B/task-4"}}
     plain = daemon.hierarchy.locate
 

@@ -119,8 +119,8 @@ def test_configured_groups_are_listed_while_idle_and_keep_their_metrics(daemon):
 
 def test_an_idle_sessions_reservation_is_what_it_uses_not_its_cap(daemon):
     # Issue 23, point 5: bob's launch queued behind his own idle shell's 2G reservation.
-    daemon._use(parse_config(CONFIG.replace("enabled = false", 'memory = "3G"\ncpu = 0.5'), "t.toml"))
-    daemon._real_uid = daemon._effective_uid = lambda pid: 0
+    daemon.use(parse_config(CONFIG.replace("enabled = false", 'memory = "3G"\ncpu = 0.5'), "t.toml"))
+    daemon.sessions.real_uid = daemon.sessions.effective_uid = lambda pid: 0
     daemon.owners.owner = lambda uid: ("root", "A")
     daemon.govern_process(500, 0)  # root's session, cap 3G of 4G
     session = daemon.tasks.get("session-0")

@@ -136,12 +136,17 @@ def test_the_kernel_reports_an_exec_and_a_uid_change():
 
 @pytest.fixture
 def daemon(tmp_path):
+    return session_daemon(tmp_path)
+
+
+def session_daemon(tmp_path, **options):
+    """A daemon on a fake tree whose sessions see the made-up pids of :data:`FAKE_UIDS`."""
     driver = FakeDriver()
     driver.move = lambda rel, pid: driver.procs.setdefault(rel, []).append(pid)
-    server = make_daemon(tmp_path, CONFIG, driver=driver, uid_min=1, host_pids=lambda: list(FAKE_UIDS))
-    real, effective = server._real_uid, server._effective_uid
-    server._real_uid = lambda pid: FAKE_UIDS[pid] if pid in FAKE_UIDS else real(pid)
-    server._effective_uid = lambda pid: FAKE_UIDS[pid] if pid in FAKE_UIDS else effective(pid)
+    server = make_daemon(tmp_path, CONFIG, driver=driver, uid_min=1, host_pids=lambda: list(FAKE_UIDS), **options)
+    real, effective = server.sessions.real_uid, server.sessions.effective_uid
+    server.sessions.real_uid = lambda pid: FAKE_UIDS[pid] if pid in FAKE_UIDS else real(pid)
+    server.sessions.effective_uid = lambda pid: FAKE_UIDS[pid] if pid in FAKE_UIDS else effective(pid)
     return server
 
 
@@ -203,7 +208,7 @@ def test_a_session_ends_when_its_cgroup_empties(daemon):
 
 
 def test_sessions_off_moves_nothing(tmp_path, daemon):
-    daemon._use(parse_config(CONFIG.replace("[sessions]", "[sessions]\nenabled = false"), "t.toml"))
+    daemon.use(parse_config(CONFIG.replace("[sessions]", "[sessions]\nenabled = false"), "t.toml"))
     assert not daemon.govern_process(500, 1)
     assert daemon.rescan("test") == 0
     assert not daemon.tasks
@@ -301,17 +306,17 @@ def test_sessions_turned_on_by_a_reload_follow_process_events(tmp_path, daemon):
     off = tmp_path / "off.toml"
     off.write_text(CONFIG.replace("[sessions]", "[sessions]\nenabled = false"))
     daemon.load_config = lambda: parse_config(off.read_text(), str(off))
-    daemon._use(daemon.load_config())
+    daemon.use(daemon.load_config())
 
     async def reload_twice():
-        daemon._follow_processes()
-        assert daemon._process_events is None  # off: not subscribed
+        daemon.sessions.follow_processes()
+        assert daemon.sessions.process_events is None  # off: not subscribed
         off.write_text(CONFIG)
         daemon.reload("test")
-        subscribed = daemon._process_events is not None
+        subscribed = daemon.sessions.process_events is not None
         if subscribed:
-            asyncio.get_running_loop().remove_reader(daemon._process_events.fileno())
-            daemon._process_events.close()
+            asyncio.get_running_loop().remove_reader(daemon.sessions.process_events.fileno())
+            daemon.sessions.process_events.close()
         return subscribed
 
     assert asyncio.run(reload_twice())
@@ -319,7 +324,7 @@ def test_sessions_turned_on_by_a_reload_follow_process_events(tmp_path, daemon):
 
 def test_one_user_holds_at_most_max_tasks_per_user_and_root_is_not_bound(daemon):
     from test_daemon import launch
-    daemon._use(parse_config(CONFIG + "[daemon]\nmax_tasks_per_user = 2\n", "t.toml"))
+    daemon.use(parse_config(CONFIG + "[daemon]\nmax_tasks_per_user = 2\n", "t.toml"))
     daemon.govern_process(500, 1)  # a session does not count
     for pid in (801, 802):
         launch(daemon, pid, uid=1, group="A", memory=GIB // 8)
@@ -347,18 +352,18 @@ def test_a_forked_child_of_an_unsettled_process_is_governed_and_settled_ones_cos
     driver, locate = daemon.hierarchy.driver, daemon.hierarchy.locate
     looked: list[int] = []
     daemon.hierarchy.locate = lambda pid: looked.append(pid) or locate(pid)
-    daemon._process_events = FakeEvents(([("fork", 601, 600)], False))
-    daemon._on_process_events()
+    daemon.sessions.process_events = FakeEvents(([("fork", 601, 600)], False))
+    daemon.sessions.on_process_events()
     assert 601 in driver.procs["A/session-1"] and 600 in driver.procs["A/session-1"]
     # Issue 22, point 11: an exec storm in the session: each exec and fork of a settled
     # process is a dict lookup, never a /proc read.
     looked.clear()
-    daemon._moved = {pid: moved - 2 for pid, moved in daemon._moved.items()}  # two seconds on
-    daemon._process_events = FakeEvents(([("exec", 601, None), ("exec", 600, None), ("fork", 602, 601)], False))
-    daemon._on_process_events()
-    assert looked == [] and 602 in daemon._settled
-    daemon._process_events = FakeEvents(([("uid", 601, 1)], False))  # a uid change: looked at again
-    daemon._on_process_events()
+    daemon.sessions._moved = {pid: moved - 2 for pid, moved in daemon.sessions._moved.items()}  # two seconds on
+    daemon.sessions.process_events = FakeEvents(([("exec", 601, None), ("exec", 600, None), ("fork", 602, 601)], False))
+    daemon.sessions.on_process_events()
+    assert looked == [] and 602 in daemon.sessions._settled
+    daemon.sessions.process_events = FakeEvents(([("uid", 601, 1)], False))  # a uid change: looked at again
+    daemon.sessions.on_process_events()
     assert looked == [601]
 
 
@@ -366,8 +371,8 @@ def test_a_child_forked_after_its_parent_took_a_users_uid_is_that_users(daemon):
     # The parent 900 (root: settled) forks 601, which takes uid 1, forks 602 and exits before
     # its uid event is handled: the events must be taken in order, or 602 inherits "settled".
     daemon.govern_process(900, 0)
-    daemon._process_events = FakeEvents(([("fork", 601, 900), ("uid", 601, 1), ("fork", 602, 601)], False))
-    daemon._on_process_events()
+    daemon.sessions.process_events = FakeEvents(([("fork", 601, 900), ("uid", 601, 1), ("fork", 602, 601)], False))
+    daemon.sessions.on_process_events()
     assert 602 in daemon.hierarchy.driver.procs["A/session-1"]
 
 
@@ -397,4 +402,23 @@ def test_a_full_state_directory_leaves_the_session_governed_and_writes_its_recor
     assert not daemon.store.directory.joinpath("session-1.json").exists()
     monkeypatch.setattr(daemon.store, "save", save)
     list(daemon._reconcile())
-    assert daemon.store.directory.joinpath("session-1.json").exists() and not daemon._unsaved
+    assert daemon.store.directory.joinpath("session-1.json").exists() and not daemon.records.unsaved
+
+
+def test_a_session_whose_first_process_exited_is_made_and_joined_by_its_children(daemon):
+    # The cgroup is made and joined on the cgroup thread. Its first process (runuser's child)
+    # exited before the session was made, so watching it failed and its exit was checked at
+    # once: the session was taken for ended before its other process moved in, and that one
+    # stayed outside (issue 22's fork-away escape, first try after a start).
+    def gone(key, path, pid):
+        raise ProcessLookupError(pid)
+
+    daemon.exits.watcher.watch = gone
+
+    async def scenario():
+        assert daemon.govern_process(500, 1) and daemon.govern_process(501, 1)
+        await daemon.tree.settled()
+
+    asyncio.run(scenario())
+    assert daemon.tasks.get("session-1") is not None and not daemon.ended
+    assert 501 in daemon.hierarchy.driver.procs["A/session-1"]

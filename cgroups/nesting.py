@@ -1,0 +1,68 @@
+"""cgroup v1's rule for CFS quotas of nested cgroups, as bookkeeping. Pure.
+
+On cgroup v1 the kernel refuses (``EINVAL``) a quota that would let a child run more than its
+parent: a parent's ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` below one of its children's,
+and a child's above its parent's (``tg_cfs_schedulable_down`` in kernel/sched/core.c; cgroup v2
+takes both and lets the parent's bound the child's). governor holds a group to its guarantee
+(a quota) while its tasks keep their caps (quotas too), so the v1 driver asks this index before
+each write: a parent is written at least its largest child's quota, and a parent below a new
+child's quota is raised first.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["QuotaNesting"]
+
+
+class QuotaNesting:
+    """The CFS quota in force of every cgroup that has one, in cores (quota / period), with
+    each parent's children indexed: the largest is found among a group's own tasks, not all.
+    Cgroups are named relative to governor's root (``""`` the root, ``"g/task-1"``)."""
+
+    def __init__(self) -> None:
+        self._cores: dict[str, float] = {}
+        self._children: dict[str, dict[str, float]] = {}
+
+    def cores(self, rel: str) -> float | None:
+        """``rel``'s quota in cores; None when it has none (unlimited)."""
+        return self._cores.get(rel)
+
+    def largest_child(self, rel: str) -> float:
+        """The largest quota, in cores, of ``rel``'s children (0 when none has one)."""
+        return max(self._children.get(rel, {}).values(), default=0.0)
+
+    def at_least_children(self, rel: str, quota_usec: int, period_usec: int) -> int:
+        """``quota_usec``, or the quota over ``period_usec`` of ``rel``'s largest child where
+        that is more (rounded up: never below it)."""
+        return max(quota_usec, math.ceil(self.largest_child(rel) * period_usec))
+
+    def set(self, rel: str, quota_usec: int | None, period_usec: int) -> None:
+        """Note the quota in force in ``rel`` (None: unlimited)."""
+        parent = _parent(rel)
+        if quota_usec is None:
+            self.drop(rel)
+            return
+        cores = quota_usec / period_usec
+        self._cores[rel] = cores
+        if parent is not None:
+            self._children.setdefault(parent, {})[rel] = cores
+
+    def drop(self, rel: str) -> None:
+        """Forget ``rel``'s quota (``""``: every quota)."""
+        if not rel:
+            self._cores.clear()
+            self._children.clear()
+            return
+        self._cores.pop(rel, None)
+        siblings = self._children.get(_parent(rel))
+        if siblings is not None:
+            siblings.pop(rel, None)
+            if not siblings:
+                del self._children[_parent(rel)]
+
+
+def _parent(rel: str) -> str | None:
+    """The parent of ``rel`` (``"g"`` → ``""``); None for the root."""
+    return rel.rpartition("/")[0] if rel else None

@@ -1,0 +1,40 @@
+"""One sample of a cgroup's counters, as every driver reads it (cgroup v2, v1, systemd units)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["CgroupStats", "MEMORY_EVENT_KEYS"]
+
+MEMORY_EVENT_KEYS = ("high", "max", "oom", "oom_kill")
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupStats:
+    """One sample of a cgroup's counters (cumulative since the cgroup was created).
+
+    Attributes:
+        cpu_usage_usec: CPU time used, usec.
+        cpu_nr_throttled: periods in which the quota ran out.
+        cpu_throttled_usec: time spent throttled, usec.
+        memory_current_bytes: memory charged now, bytes; None when the memory controller is
+            not enabled for the cgroup.
+        memory_events: counts of ``high``, ``max``, ``oom``, ``oom_kill`` events (v1 has only
+            ``max`` (failcnt) and, on recent kernels, ``oom_kill``).
+        io_stat: per ``MAJ:MIN``: ``rbytes``, ``wbytes`` (bytes) and, on v2, ``rios``,
+            ``wios``, ``dbytes``, ``dios``.
+        populated: some process lives in the cgroup or below it.
+        memory_peak_bytes: the most memory charged since the cgroup was made, bytes (v2
+            ``memory.peak``, Linux ≥ 5.19; v1 ``memory.max_usage_in_bytes``); None unless
+            asked for (``read_stats(peak=True)``), where the kernel has no such file, or the
+            memory controller is not enabled.
+    """
+
+    cpu_usage_usec: int
+    cpu_nr_throttled: int
+    cpu_throttled_usec: int
+    memory_current_bytes: int | None
+    memory_events: dict[str, int] = field(default_factory=dict)
+    io_stat: dict[str, dict[str, int]] = field(default_factory=dict)
+    populated: bool = False
+    memory_peak_bytes: int | None = None

@@ -1,0 +1,29 @@
+"""The daemon: the one place that ties events, allocation and enforcement together (DESIGN.md §4),
+one stage a module, wired by :mod:`governor.daemon.root`::
+
+    requests ─► launches ─┐
+    exits ────────────────┤
+    sessions ─────────────┼─► settle: admit ─► create ─► plan + apply ─► move ─► reply
+    observation (hold) ───┤            (tree: mkdir/rmdir/moves on a thread of their own)
+    requests (reload) ────┘                  │
+                                             └─► enforcement: filling ─► limits ─► hierarchy
+
+    observation ─► status snapshot ─► status / watch / top / metrics
+    recovery: re-adoption at start;  journal: events and the log, for every stage
+
+* :mod:`~governor.daemon.requests`: the control socket's operations, checked against the caller.
+* :mod:`~governor.daemon.launches`: ``launch``: check, queue, wait, reply.
+* :mod:`~governor.daemon.settle`: the one pipeline, coalesced; the only caller of a refill.
+* :mod:`~governor.daemon.enforcement`: progressive filling, the plan, what the kernel accepted.
+* :mod:`~governor.daemon.tree`: ``mkdir``, ``rmdir`` and moves off the event loop.
+* :mod:`~governor.daemon.exits`: exit watching, ``stop``, time limits, ended records.
+* :mod:`~governor.daemon.sessions`: users' processes outside ``governor run``.
+* :mod:`~governor.daemon.recovery`: re-adoption of the tasks a restart finds.
+* :mod:`~governor.daemon.observation`: sampling, the CPU hold, the status snapshot.
+* :mod:`~governor.daemon.policy`, :mod:`~governor.daemon.records`, :mod:`~governor.daemon.journal`:
+  the config in force, the task records, the events.
+"""
+
+from governor.daemon.root import Daemon
+
+__all__ = ["Daemon"]

@@ -1,0 +1,102 @@
+"""Enforcement: from the running tasks to the limits in force (DESIGN.md §3). Progressive filling
+gives each group its allocation, the plan turns allocations into guarantees (weights, and
+quotas while every group wants all of its own), the hierarchy writes what changed, and what the
+kernel accepted is what status shows. Only settle calls :meth:`Enforcement.refill`."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from governor.cgroups.hierarchy import Hierarchy
+from governor.cgroups.limits import CgroupLimits
+from governor.daemon.journal import Journal
+from governor.daemon.policy import Policy
+from governor.drf import progressive_filling
+from governor.limits import group_limits, held_login_limits, inside_root, root_limits
+from governor.model import DEMAND_MET, Allocation, GroupDemand
+from governor.state import Tasks
+
+__all__ = ["Enforcement"]
+
+
+class Enforcement:
+    """The allocation in force and the limits that carry it.
+
+    Args:
+        hierarchy: where the limits are written; policy: the config in force; tasks: the
+            running tasks; journal: events; metrics: optional sink with ``refill(seconds)`` and
+            ``write_error()``.
+
+    Attributes:
+        allocation: the last progressive filling (paper §4.1), None with no task.
+        cpu_saturated: every group wants all of its CPU guarantee, so each is held to it
+            (:meth:`hold`).
+        filling: the last refill for status: ``at`` (unix s), ``trigger``, ``duration_ms``,
+            ``files_written``, ``delay_ms`` (from the event it answers to the last write).
+        refilled_at: ``time.perf_counter()`` when the last refill began.
+    """
+
+    def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, journal: Journal, metrics=None):
+        self.hierarchy = hierarchy
+        self.policy = policy
+        self.tasks = tasks
+        self.journal = journal
+        self.metrics = metrics
+        self.allocation: Allocation | None = None
+        self.cpu_saturated = False
+        self.filling: dict = {"at": None, "trigger": "start", "duration_ms": 0.0, "files_written": 0}
+        self.refilled_at = 0.0
+        self._guarantees: dict[str, CgroupLimits] = {}  # the last plan, whose weights a refill keeps where it can
+
+    def refill(self, trigger: str, *, since: float | None = None) -> None:
+        """Re-run progressive filling over the running tasks and write the guarantees that
+        changed: the root's and the groups' files (task caps never change, but a login
+        session's CPU quota follows the hold, its group's quota not covering it). ``since``
+        (``time.perf_counter()``) is when the event it answers was seen."""
+        start = self.refilled_at = time.perf_counter()
+        policy = self.policy
+        demands = self.tasks.demands()
+        groups = [GroupDemand(g, d, weight=policy.weight(g), tasks=1) for g, d in demands.items()]
+        self.allocation = progressive_filling(policy.capacity, groups) if groups else None
+        got = self.allocation.groups if self.allocation else {}
+        logins = self.tasks.logins()
+        outside: dict[str, dict[str, float]] = {}
+        for login in logins:
+            total = outside.setdefault(login.group, {})
+            for resource, amount in login.demand.items():
+                total[resource] = total.get(resource, 0.0) + amount
+        fractions = {g: float(a.tasks) for g, a in got.items()}
+        allocations, inside = inside_root({g: a.allocation for g, a in got.items()}, demands, fractions, outside)
+        guarantees = group_limits(
+            policy.capacity, allocations, inside,
+            io_devices=policy.io_devices, io_sharing=policy.io_sharing, cpu_mode=policy.config.cpu_enforcement,
+            cpus=policy.cpus, previous=self._guarantees, met={g for g, a in got.items() if a.stop == DEMAND_MET},
+            saturated=self.cpu_saturated,
+        )
+        self._guarantees = guarantees
+        planned = {"": root_limits(policy.capacity), **guarantees}
+        for login in logins:
+            caps = policy.caps(login)
+            planned[login.cgroup] = (held_login_limits(caps, login.demand.get("cpu", 0.0), fractions.get(login.group, 0.0))
+                                     if self.cpu_saturated else caps)
+        report = self.hierarchy.apply_plan(planned)
+        for error in report.errors:
+            if self.metrics:
+                self.metrics.write_error()
+            self.journal.event("error", f"{error}; the value in force stays", logging.ERROR)
+        end = time.perf_counter()
+        seconds = end - start
+        delay_ms = (end - (start if since is None else since)) * 1000
+        self.filling = {"at": time.time(), "trigger": trigger, "duration_ms": seconds * 1000,
+                        "files_written": report.written, "delay_ms": delay_ms}
+        if self.metrics:
+            self.metrics.refill(seconds)
+        shares = ", ".join(f"{g} {a.dominant_share:.1%}" for g, a in got.items()) or "no tasks"
+        self.journal.event("refill", f"refill after {trigger}: {shares} ({seconds * 1000:.2f} ms, "
+                                     f"{report.written} files written, {delay_ms:.2f} ms after the event)")
+
+    def hold(self, saturated: bool, why: str) -> None:
+        """Hold every group to its CPU guarantee, or let it borrow again, from the next refill."""
+        self.cpu_saturated = saturated
+        self.journal.event("saturation", why)

@@ -1,0 +1,273 @@
+"""Exits: how tasks end. The exit watcher (inotify on ``cgroup.events``, or a pidfd where the
+kernel has no such file) says which task to look at; a task whose cgroup holds no process is
+forgotten (its cgroup removed on the cgroup thread, its record deleted, its end kept for ``ps
+--ended``), and settle is asked to refill. ``governor stop`` and time limits end a task here."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import resource
+import time
+from collections import deque
+from collections.abc import Iterable
+
+from governor.accounting import ENDED_KEPT, STOP, TIME_LIMIT, Ended, exit_words, reason_of
+from governor.cgroups.hierarchy import Hierarchy
+from governor.cgroups.stats import CgroupStats
+from governor.daemon.journal import Journal
+from governor.daemon.observation import Observation
+from governor.daemon.policy import Policy
+from governor.daemon.records import Records
+from governor.daemon.settle import Settle
+from governor.daemon.tree import Tree, running_loop
+from governor.errors import CgroupError, GovernorError
+from governor.events import ExitWatcher
+from governor.exits import exit_status, kernel_keeps_exit_status
+from governor.queue import Entry
+from governor.state import Task, Tasks
+
+__all__ = ["Exits"]
+
+log = logging.getLogger("governor.daemon")
+# How often, and how many times, to ask how an ended task's launched process exited (its
+# parent reaps it a moment after the task's cgroup empties).
+EXIT_STATUS_RETRY_S = 0.25
+EXIT_STATUS_TRIES = 8
+# Pidfds held for exit statuses, at most this share of the open-file limit: every cgroupfs
+# read needs a descriptor too, and a daemon out of them cannot tell an ended task from a live
+# one (a benchmark of 10,000 tasks under a limit of 20,000 stalled so: a v1 exit watch and an
+# exit-status pidfd per task). Past it a task's exit status is unknown.
+EXIT_STATUS_FD_SHARE = 4
+# Sessions that ended sooner than this after they started are logged, not kept for ps --ended.
+SHORT_SESSION_S = 10.0
+
+
+class Exits:
+    """Watching, ending and forgetting tasks.
+
+    Args:
+        hierarchy, tree: governor's cgroups, and the thread that removes them.
+        policy, tasks, records: the config in force, the running tasks, their records.
+        settle: asked to refill when tasks end; observation: what was measured of them.
+        journal: events.
+
+    Attributes:
+        watcher: the exit watcher (:class:`~governor.events.ExitWatcher`), from
+            :meth:`start`; None before (nothing is watched).
+        ended: the last :data:`~governor.accounting.ENDED_KEPT` ended tasks, oldest first.
+    """
+
+    def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, records: Records,
+                 settle: Settle, observation: Observation, journal: Journal):
+        self.hierarchy = hierarchy
+        self.tree = tree
+        self.policy = policy
+        self.tasks = tasks
+        self.records = records
+        self.settle = settle
+        self.observation = observation
+        self.journal = journal
+        self.watcher: ExitWatcher | None = None
+        self.ended: deque[Ended] = deque(maxlen=ENDED_KEPT)
+        self._ending: dict[str, tuple[str, str | None]] = {}  # tasks the daemon killed → why, by whom
+        self._time_limits: dict[str, asyncio.TimerHandle] = {}  # task → the timer that ends it
+        self._pidfds: dict[str, int] = {}  # task → a pidfd of its launched process, for its exit status
+        self._exit_statuses = kernel_keeps_exit_status()
+        self._pidfds_kept = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // EXIT_STATUS_FD_SHARE
+
+    def start(self) -> None:
+        """Watch exits from now on (the event loop runs)."""
+        self.watcher = ExitWatcher()
+
+    async def follow_exits(self) -> None:
+        """Look at each task the watcher names; exits reported together (a killed process
+        tree, a job array ending) are one settle."""
+        while True:
+            first = await self.watcher.next()
+            self.check([first, *self.watcher.pending()], "exit", since=time.perf_counter())
+
+    def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.close()
+
+    def follow(self, task: Task, entry: Entry | None = None) -> None:
+        """Follow a task that started (or was re-adopted): watch its exit, arm its time limit
+        and, from its launch's pidfd, learn how its launched process exits."""
+        self.watch(task)
+        self._arm_time_limit(task)
+        if entry is not None and entry.pidfd is not None and self._exit_statuses \
+                and len(self._pidfds) < self._pidfds_kept:
+            try:
+                self._pidfds[task.id] = os.dup(entry.pidfd)
+            except OSError as error:
+                log.warning("task %s: no exit status will be known: %s", task.id, error)
+
+    def watch(self, task: Task) -> None:
+        """Have the watcher wake the daemon when ``task``'s cgroup may have emptied."""
+        if self.watcher is None:
+            return
+        try:
+            self.watcher.watch(task.id, self.hierarchy.events_path(task.cgroup), task.pid)
+        except OSError:
+            self.check([task.id], "exit")  # gone already: the reconcile pass would find it too
+
+    def check(self, task_ids: Iterable[str], trigger: str, *, since: float | None = None) -> None:
+        """Forget each of ``task_ids`` whose cgroup holds no process any more, and ask settle
+        to admit what now fits and refill once for all of them (``since``: when the exits were
+        seen, ``time.perf_counter()``)."""
+        ended = []
+        for task_id in task_ids:
+            task = self.tasks.get(task_id)
+            if task is None:
+                continue
+            if self.alive(task):
+                if trigger == "exit":
+                    self._rewatch(task)
+                if task.id in self._ending and trigger in ("exit", "reconcile"):
+                    self._kill_again(task)
+                continue
+            stats = self._final_stats(task)
+            reason, by = reason_of(task, self._ending.get(task.id), stats)
+            pidfd = self._pidfds.pop(task.id, None)
+            self.forget(task)
+            record = Ended(task, time.time(), reason, by, stats)
+            if not (task.is_session and record.ended - task.started < SHORT_SESSION_S):
+                self.ended.append(record)  # (every `runuser …` is a session: short ones clutter ps --ended)
+            self._learn_exit_status(record, pidfd)
+            self.journal.event("task_ended", record.line(trigger))
+            ended.append(task.label)
+        if len(ended) == 1:
+            self.settle.soon(f"{trigger} of {ended[0]}", since=since)
+        elif ended:
+            self.settle.soon(f"{trigger} of {len(ended)} tasks", since=since)
+
+    def end(self, task: Task, reason: str, by: str | None) -> bool:
+        """Kill ``task``'s whole process tree (v2 ``cgroup.kill``; v1 SIGKILL round by round)
+        and remember why, for its ended record. Returns False if the kernel refused."""
+        if not self.alive(task):  # it ended on its own first: its record must say so
+            self.check([task.id], "exit")
+            return True
+        first = task.id not in self._ending
+        self._ending.setdefault(task.id, (reason, by))
+        if first:
+            why = f"stopped by {by}" if reason == STOP else "its time limit is reached"
+            self.journal.event("task_stopping", f"{task.label} ({task.name}) ends: {why}")
+        try:
+            self.hierarchy.driver.kill(task.cgroup)
+        except CgroupError as error:
+            if not error.vanished:
+                self.journal.event("error", f"cannot end {task.label}: {error}", logging.ERROR)
+                return False
+        self.check([task.id], reason.replace("_", " "))
+        return True
+
+    def alive(self, task: Task) -> bool:
+        """Whether the task's cgroup holds a process, or one is being moved in (a task starting,
+        a session's process joining). A cgroup that is gone is not; a read that failed otherwise
+        (EMFILE, EIO) proves nothing, so the task is kept for the next look."""
+        if self.tree.moving_into(task.cgroup):
+            return True
+        try:
+            return self.hierarchy.populated(task.cgroup)
+        except CgroupError as error:
+            if error.vanished:
+                return False
+            log.warning("task %s kept: cannot tell whether it still runs: %s", task.id, error)
+            return True
+
+    def forget(self, task: Task) -> None:
+        """Drop ``task``: its watch, timer, pidfd, record and cgroup (a login session's slice
+        is systemd's: only the limits governor set are reset), and its group's cgroup once
+        nothing of the group is below governor's root."""
+        if self.watcher is not None:
+            self.watcher.unwatch(task.id)
+        self._ending.pop(task.id, None)
+        pidfd = self._pidfds.pop(task.id, None)
+        if pidfd is not None:
+            os.close(pidfd)
+        timer = self._time_limits.pop(task.id, None)
+        if timer is not None:
+            timer.cancel()
+        self.tasks.remove(task.id)
+        try:
+            self.records.delete(task.id)
+        except GovernorError as error:
+            log.warning("%s", error)
+        group = task.group if task.group not in self.tasks.inside() else None
+        for rel in (task.cgroup, group):
+            if rel is not None:
+                self.observation.forget(rel)
+        if task.is_login:
+            try:
+                self.hierarchy.release_login(task.cgroup, self.policy.caps(task))
+            except CgroupError as error:
+                log.warning("cannot reset the limits of %s: %s", task.cgroup, error)
+            self.tree.remove([], group=group)
+        else:
+            self.tree.remove([task.cgroup], group=group)
+
+    def _arm_time_limit(self, task: Task) -> None:
+        """End ``task`` when its time limit is reached (a re-adopted task: counted from its start)."""
+        loop = running_loop()
+        if task.time_limit is None or loop is None:
+            return
+        delay = max(0.0, task.started + task.time_limit - time.time())
+        self._time_limits[task.id] = loop.call_later(delay, self._time_limit_reached, task.id)
+
+    def _time_limit_reached(self, task_id: str) -> None:
+        self._time_limits.pop(task_id, None)
+        task = self.tasks.get(task_id)
+        if task is not None:
+            self.end(task, TIME_LIMIT, None)
+
+    def _learn_exit_status(self, record: Ended, pidfd: int | None, tries: int = EXIT_STATUS_TRIES) -> None:
+        """Fill in how the task's launched process exited, from its pidfd: known once its
+        parent (the user's shell) reaped it, which may be a moment after the task's cgroup
+        emptied, so it is asked again every :data:`EXIT_STATUS_RETRY_S` a few times; then the
+        pidfd is closed."""
+        if pidfd is None:
+            return
+        record.exit_status = exit_status(pidfd)
+        loop = running_loop()
+        if record.exit_status is None and tries > 1 and loop is not None:
+            loop.call_later(EXIT_STATUS_RETRY_S, self._learn_exit_status, record, pidfd, tries - 1)
+            return
+        os.close(pidfd)
+        if tries < EXIT_STATUS_TRIES and record.exit_status is not None:
+            log.info("%s: exit status %s", record.task.label, exit_words(record.exit_status))
+
+    def _kill_again(self, task: Task) -> None:
+        """A task the daemon ended still has processes (v1: one forked past every round):
+        kill what is left."""
+        try:
+            self.hierarchy.driver.kill(task.cgroup)
+        except CgroupError as error:
+            if not error.vanished:
+                log.warning("cannot end what is left of %s: %s", task.label, error)
+
+    def _final_stats(self, task: Task) -> CgroupStats | None:
+        """The counters of ``task``'s cgroup as it ends (it still exists, empty), else those
+        of its last sample, else None."""
+        try:
+            return self.hierarchy.read_stats(task.cgroup, peak=True)
+        except CgroupError:
+            return self.observation.last_stats(task.cgroup)
+
+    def _rewatch(self, task: Task) -> None:
+        """Watch a process still in ``task`` once the one watched exited (where the watcher
+        follows a pid: a session outlives its first process, a task may outlive its command)."""
+        if self.watcher is None or self.hierarchy.events_path(task.cgroup) is not None:
+            return
+        try:
+            pids = self.hierarchy.pids(task.cgroup)
+        except CgroupError:
+            return
+        for pid in pids:
+            self.watcher.unwatch(task.id)
+            try:
+                self.watcher.watch(task.id, None, pid)
+                return
+            except OSError:
+                continue  # exited meanwhile: the next one

@@ -1,0 +1,54 @@
+"""What happened, told once for every reader: the log, status's recent events, the metrics'
+counts, and the one count of changes the status snapshot is kept by."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping
+
+from governor.units import format_amount
+
+__all__ = ["EVENTS_KEPT", "Journal", "vector"]
+
+# Every stage logs under the daemon's name (journalctl -u governor; the tests' filters).
+log = logging.getLogger("governor.daemon")
+EVENTS_KEPT = 50
+
+
+class Journal:
+    """The daemon's events and its count of changes.
+
+    Args:
+        metrics: optional sink with ``event(kind)`` (:class:`governor.metrics.Metrics`).
+
+    Attributes:
+        events: the last :data:`EVENTS_KEPT` events, oldest first: ``{"at": unix s, "kind",
+            "message"}``.
+        version: counts what changes the status (an event, a sample, the queue): a status
+            built at one version is served until the next.
+    """
+
+    def __init__(self, metrics=None) -> None:
+        self.metrics = metrics
+        self.events: deque[dict] = deque(maxlen=EVENTS_KEPT)
+        self.version = 0
+
+    def changed(self) -> None:
+        """Something the status shows changed without an event (a sample, the queue)."""
+        self.version += 1
+
+    def event(self, kind: str, message: str, level: int = logging.INFO) -> None:
+        """Log ``message`` at ``level`` and keep it as an event of ``kind`` (``task_started``,
+        ``refill``, ``error``…)."""
+        self.version += 1
+        log.log(level, "%s", message)
+        self.events.append({"at": time.time(), "kind": kind, "message": message})
+        if self.metrics:
+            self.metrics.event(kind)
+
+
+def vector(amounts: Mapping[str, float]) -> str:
+    """A demand or capacity vector for the log: ``cpu 1 core, memory 1.0G``."""
+    return ", ".join(f"{r} {format_amount(r, v, unit=True)}" for r, v in amounts.items())

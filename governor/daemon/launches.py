@@ -1,0 +1,151 @@
+"""Launches: ``governor run`` asks over the control socket to govern its own pid (DESIGN.md §5).
+The caller and its demand are checked, its task queued, and settle asked to admit it; the
+client is told its place while it waits, and the started task once it runs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+from governor import access
+from governor.cgroups.hierarchy import Hierarchy, Location
+from governor.daemon.journal import Journal, vector
+from governor.daemon.policy import Policy
+from governor.daemon.settle import Settle
+from governor.daemons import Registry, other_daemon
+from governor.errors import CgroupError, RequestError
+from governor.kinds import Kind, task_in
+from governor.protocol import LaunchRequest, Peer, default_name
+from governor.queue import Entry, queue_view
+from governor.state import Task, Tasks, TaskStore
+
+__all__ = ["Launches"]
+
+
+class Launches:
+    """The ``launch`` operation.
+
+    Args:
+        hierarchy: where the caller is; policy: the config in force; tasks: the running
+            tasks; store: gives out task ids; settle: admits and starts; journal: events;
+        registry: this host's daemons: a caller in another's cgroups is refused.
+    """
+
+    def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, store: TaskStore, settle: Settle,
+                 journal: Journal, registry: Registry | None):
+        self.hierarchy = hierarchy
+        self.policy = policy
+        self.tasks = tasks
+        self.store = store
+        self.settle = settle
+        self.queue = settle.queue
+        self.journal = journal
+        self.registry = registry
+
+    async def launch(self, request: LaunchRequest, peer: Peer) -> AsyncIterator[dict]:
+        """Govern the caller's own pid as a new task: start it when its memory fits, else queue
+        it and yield ``{"queued": {...}}`` (see :func:`governor.queue.queue_view`) whenever its
+        place changes; the last payload is the started task. Closing the generator (the client
+        left, e.g. Ctrl-C) takes the task out of the queue: nothing of it remains.
+
+        Raises:
+            RequestError: ``forbidden`` (another pid, a group not the caller's), ``not_found``,
+                ``bad_request`` (a demand that cannot be governed, a pid gone), ``exceeds_capacity``
+                (a demand that can never fit), ``would_wait`` (``wait: false`` and no room now),
+                ``unavailable`` (the cgroup could not be made), ``too_many`` (the caller's uid
+                has ``max_tasks_per_user`` tasks running and queued).
+        """
+        if request.pid != peer.pid:
+            raise RequestError("forbidden", f"a client may launch only its own pid ({peer.pid}), not {request.pid}")
+        who = access.identify(peer.uid, peer.gid)
+        config = self.policy.config
+        group = access.launch_group(config, who, request.group)
+        demand = access.task_demand(config, self.policy.capacity, request.demand)
+        # Where the asker is now, never what its pid was before (a pid that wrapped round to an
+        # old task's launch pid got that task, another user's, and stayed ungoverned itself).
+        outer = self._task_of(self._where_launching(request.pid))
+        if outer is not None and outer.pid == request.pid:
+            # Its client lost the reply (a daemon restart) and asked again: it already runs.
+            yield self.settle.started_reply(outer)
+            return
+        if outer is not None:
+            # `governor run` inside a task (a script that uses it, run with it): the process
+            # stays in the task it is in, whose demand already counts; a second task would
+            # count it twice.
+            yield {**self.settle.started_reply(outer), "nested": True}
+            return
+        self._check_task_limit(peer.uid, who.user)
+        task = Task(self.store.new_id(), group, request.pid, peer.uid, who.user, tuple(request.command), demand,
+                    time.time(), request.name or default_name(request.command), request.time_limit)
+        entry = Entry(task, time.time(), peer.pidfd)
+        self.queue[task.id] = entry
+        try:
+            await asyncio.shield(self.settle.soon(f"launch of task {task.id}"))
+            if not entry.decided and not request.wait:
+                entry.decide(error=RequestError("would_wait", self.waiting_line(task.id)))
+            elif not entry.decided:
+                self.journal.event("queued", f"task {task.id} queued: user {who.user}, group {group}, "
+                                             f"demand {vector(demand)}; {self.waiting_line(task.id)}")
+            shown = None
+            while not entry.decided:
+                entry.wake.clear()  # before the yield: a change while the client reads still wakes us
+                place = self.place(task.id)
+                if place != shown:
+                    shown = place
+                    yield {"queued": place}
+                await entry.wake.wait()
+            if entry.error is not None:
+                raise entry.error
+            yield entry.reply
+        finally:
+            self.journal.changed()
+            if self.queue.get(task.id) is entry:
+                del self.queue[task.id]
+                if not entry.decided and not self.settle.closing:
+                    self.journal.event("left_queue", f"task {task.id} left the queue (its client went away)")
+                    self.settle.soon(f"task {task.id} left the queue", refill=False)
+
+    def place(self, task_id: str) -> dict:
+        """Where waiting task ``task_id`` stands (:func:`governor.queue.queue_view`)."""
+        view = queue_view(self.queue, self.settle.admission)
+        return next((item for item in view if item["task"] == task_id), {"task": task_id, "position": 0})
+
+    def waiting_line(self, task_id: str) -> str:
+        """Why ``task_id`` waits and its place, in words."""
+        place = self.place(task_id)
+        return f"{place.get('reason', 'memory: waits')}; queue position {place['position']}"
+
+    def _where_launching(self, pid: int) -> Location:
+        """Where the launching process ``pid`` is. A process in another governor daemon's
+        cgroups is refused: taken out, its task would escape its caps, and that daemon's
+        ``governor stop`` would kill nothing.
+
+        Raises:
+            RequestError: ``forbidden``, naming the other daemon's socket.
+        """
+        try:
+            location = self.hierarchy.locate(pid)
+        except CgroupError:
+            return Location(None, None)  # gone: the move will say so
+        other = other_daemon(self.registry, location)
+        if other is not None:
+            raise RequestError("forbidden", f"process {pid} is governed by another governor daemon ({other.describe()}); "
+                                            f"launch through that one: governor run --socket {other.socket} …")
+        return location
+
+    def _task_of(self, location: Location) -> Task | None:
+        """The launched task (not a session) a process at ``location`` runs in, if any."""
+        found = task_in(location.rel) if location.rel is not None else None
+        return self.tasks.get(found[1]) if found is not None and found[0] is Kind.TASK else None
+
+    def _check_task_limit(self, uid: int, user: str) -> None:
+        """Refuse a launch by ``uid`` (not root) that already has ``max_tasks_per_user``
+        tasks running and queued: one user must not fill the daemon for everyone."""
+        limit = self.policy.config.max_tasks_per_user
+        if uid == 0:
+            return
+        held = self.tasks.launched_by(uid) + sum(1 for e in self.queue.values() if e.task.uid == uid)
+        if held >= limit:
+            raise RequestError("too_many", f"{user} already has {held} tasks running or queued, the most one user "
+                                           f"may ([daemon] max_tasks_per_user = {limit})")

@@ -1,0 +1,113 @@
+"""The config in force, and what follows from it on this host: the capacity DRF divides, the
+governed devices, the weights (``set-weight``'s until the next reload), who owns a session,
+each group's members today, and each task's caps."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Collection
+
+from governor import access, vocabulary
+from governor.cgroups.hierarchy import Hierarchy
+from governor.cgroups.limits import CgroupLimits
+from governor.config import Config
+from governor.daemons import DaemonEntry, Registry
+from governor.limits import task_limits
+from governor.sessions import NOBODY_UID, SessionOwners
+from governor.state import Task
+
+__all__ = ["Policy"]
+
+log = logging.getLogger("governor.daemon")
+# Distinct task demands whose caps are kept (tasks that declare the same share one object).
+TASK_CAPS_KEPT = 1024
+
+
+class Policy:
+    """The config in force (:meth:`use`) and the host facts it is read against.
+
+    Args:
+        config: the config to put in force at once; ``source`` is its file (or
+            ``"<embedded default>"``).
+        hierarchy: governor's cgroups (a governed device's sharing, the memory mode).
+        host_cpus: CPU numbers this host offers; host_memory: bytes of memory on the host.
+        resolve_device: block device path → whole-disk ``MAJ:MIN`` (raises GovernorError).
+        uid_min: the first login uid; lower uids never have a session.
+        members: a config → its groups' users on this host (default
+            :func:`governor.access.members`).
+        registry: this host's daemons, where sessions turned on are claimed (None: no other
+            daemon is known).
+        entry: this daemon as the registry shows it (its pid, root, socket).
+
+    Raises:
+        GovernorError: (:meth:`use`, and so the constructor) a config that cannot be put in
+            force here: a capacity beyond the host, a device that is not there, sessions
+            another daemon holds.
+    """
+
+    def __init__(self, config: Config, source: str, *, hierarchy: Hierarchy, host_cpus: list[int], host_memory: int,
+                 resolve_device: Callable[[str], str], uid_min: int,
+                 members: Callable[[Config], dict[str, list[str]]] | None, registry: Registry | None,
+                 entry: Callable[[], DaemonEntry]):
+        self.source = source
+        self.hierarchy = hierarchy
+        self.cpus = host_cpus
+        self.host_memory = host_memory
+        self.resolve_device = resolve_device
+        self.uid_min = uid_min
+        self.find_members = members or (lambda config: access.members(config, self.uid_min, NOBODY_UID))
+        self.registry = registry
+        self.entry = entry
+        self.use(config)
+
+    def use(self, config: Config) -> None:
+        """Put ``config`` in force (capacity, devices, weights); raises before changing
+        anything. Sessions turned on claim them for this daemon (refused while another holds
+        them)."""
+        capacity = config.capacity(float(len(self.cpus)), self.host_memory)
+        io_devices = {device.name: self.resolve_device(device.device) for device in config.io_devices}
+        io_sharing = {name: self.hierarchy.io_sharing(disk) for name, disk in io_devices.items()}
+        if self.registry is not None:
+            if config.sessions.enabled:
+                self.registry.claim_sessions(self.entry())
+            else:
+                self.registry.release_sessions()
+        self.config, self.capacity, self.io_devices, self.io_sharing = config, capacity, io_devices, io_sharing
+        self.weights: dict[str, float] = {}
+        self.owners = SessionOwners(config, self.uid_min)
+        self.members = self.find_members(config)  # group → its users today (status, floors)
+        self._explicit = {rule.name for rule in config.groups}
+        memory_mode = config.memory_mode(self.hierarchy.memory_high_throttles)
+        # Caps follow from the demand alone: tasks that declare the same share one object.
+        self._task_caps = functools.lru_cache(maxsize=TASK_CAPS_KEPT)(
+            lambda demand: task_limits(dict(demand), io_devices=io_devices, memory_mode=memory_mode))
+        warning = config.soft_memory_warning(self.hierarchy.memory_high_throttles)
+        if warning:
+            log.warning("%s: %s", config.file, warning)
+
+    def refresh_members(self) -> None:
+        """Look users and groups up again (they change while the daemon runs)."""
+        self.owners.forget()
+        self.members = self.find_members(self.config)
+
+    def caps(self, task: Task) -> CgroupLimits:
+        """``task``'s caps (its declaration), one object per distinct demand."""
+        return self._task_caps(tuple(task.demand.items()))
+
+    def weight(self, group: str) -> float:
+        """``group``'s weight: set-weight's, else the config's, else 1."""
+        weight = self.weights.get(group, self.config.weight_of(group))
+        return 1.0 if weight is None else float(weight)
+
+    def configured(self, running: Collection[str]) -> dict[str, dict]:
+        """Every group of this host (the config's, one per ``"*"`` user, and the ``running``
+        ones) → its ``weight``, ``floor`` over all of them (:func:`governor.vocabulary.floors`)
+        and ``members`` as this host resolves them."""
+        weights = {g: self.weight(g) for g in access.configured_weights(self.config, self.members)}
+        for group in running:
+            weights.setdefault(group, self.weight(group))
+        floor = vocabulary.floors(weights)
+        return {g: {"weight": w, "floor": floor[g],
+                    "members": self.members.get(g, [g] if g not in self._explicit else [])}
+                for g, w in weights.items()}

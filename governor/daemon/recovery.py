@@ -1,0 +1,102 @@
+"""Recovery: killing the daemon never kills a task. At start it takes back every task whose
+record and populated cgroup it finds (caps written again from the record, the same values),
+forgets the rest, and deals with task cgroups that have no record."""
+
+from __future__ import annotations
+
+import logging
+
+from governor.cgroups.hierarchy import Hierarchy
+from governor.daemon.exits import Exits
+from governor.daemon.journal import Journal
+from governor.daemon.policy import Policy
+from governor.daemon.tree import Tree
+from governor.errors import CgroupError
+from governor.kinds import Kind, task_in
+from governor.state import Tasks, TaskStore
+
+__all__ = ["Recovery"]
+
+log = logging.getLogger("governor.daemon")
+
+
+class Recovery:
+    """Re-adoption at start.
+
+    Args:
+        hierarchy, tree: governor's cgroups, and the thread that removes them.
+        store: the task records; tasks: the running tasks (filled here); policy: caps;
+        exits: follows what is taken back and forgets what ended; journal: events.
+    """
+
+    def __init__(self, *, hierarchy: Hierarchy, tree: Tree, store: TaskStore, tasks: Tasks, policy: Policy,
+                 exits: Exits, journal: Journal):
+        self.hierarchy = hierarchy
+        self.tree = tree
+        self.store = store
+        self.tasks = tasks
+        self.policy = policy
+        self.exits = exits
+        self.journal = journal
+
+    def readopt(self) -> None:
+        """Take back every task whose record and populated cgroup survive a restart; their
+        caps are written again from their records (the same values)."""
+        self.store.prepare()
+        records, problems = self.store.load_all()
+        for problem in problems:
+            self.journal.event("error", problem, logging.WARNING)
+        for task in records:
+            if task.is_login and self.hierarchy.slices is None:
+                self.store.delete(task.id)  # not a systemd host (any more): nothing to take back
+                continue
+            self.tasks.add(task)
+        for task in list(self.tasks):
+            if self.exits.alive(task):
+                self.journal.event("task_started", f"{task.label} re-adopted: pid {task.pid}, group {task.group}")
+                self.exits.follow(task)
+            else:
+                self.exits.forget(task)
+        report = self.hierarchy.apply_plan({t.cgroup: self.policy.caps(t) for t in self.tasks if not t.is_login})
+        for error in report.errors:
+            self.journal.event("error", f"re-adopting: {error}", logging.ERROR)
+        self._clean_unrecorded({t.cgroup for t in records})
+
+    def _clean_unrecorded(self, recorded: set[str]) -> None:
+        """Task cgroups with no record: an empty one (a daemon killed between making it and
+        saving its record) is removed, and so is a group left with nothing below it; one with
+        processes (the state directory was lost) cannot be re-adopted without its declared
+        demand, so it is named in the log rather than governed silently wrong, and its id is
+        never given to a new task."""
+        driver = self.hierarchy.driver
+        try:
+            cgroups = [f"{g}/{t}" for g in driver.children("") for t in driver.children(g)
+                       if task_in(f"{g}/{t}") is not None]
+        except CgroupError:
+            return
+        empty = []
+        for rel in sorted(set(cgroups) - recorded):
+            try:
+                pids = driver.pids(rel)
+            except CgroupError as error:
+                log.warning("cannot clean up cgroup %s: %s", rel, error)
+                continue
+            if not pids:
+                empty.append(rel)
+                self.journal.event("cleanup", f"removed cgroup {rel}: no record and no process (a daemon killed "
+                                              "while starting it)", logging.WARNING)
+                continue
+            self.journal.event("error", f"cgroup {rel} holds pids {pids[:5]} but has no task record in "
+                                        f"{self.store.directory}: left ungoverned; its processes keep running",
+                               logging.WARNING)
+            kind, task_id = task_in(rel)
+            if kind is Kind.TASK:
+                self.store.skip_past(int(task_id))
+        self.tree.remove(empty)
+        groups = set(driver.children("")) - set(self.tasks.counts())
+        for group in groups:
+            try:
+                if not [child for child in driver.children(group) if f"{group}/{child}" not in empty]:
+                    self.tree.remove([], group=group)
+            except CgroupError as error:
+                log.warning("cannot clean up cgroup %s: %s", group, error)

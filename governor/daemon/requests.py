@@ -1,0 +1,234 @@
+"""Requests: the control socket's operations (DESIGN.md §6), each checked against its caller
+(SO_PEERCRED) and handed to the stage that owns it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable
+
+from governor import access
+from governor.accounting import STOP
+from governor.cgroups.hierarchy import Hierarchy
+from governor.config import Config
+from governor.daemon.exits import Exits
+from governor.daemon.journal import Journal
+from governor.daemon.launches import Launches
+from governor.daemon.observation import Observation
+from governor.daemon.policy import Policy
+from governor.daemon.sessions import Sessions
+from governor.daemon.settle import Settle
+from governor.drf import progressive_filling
+from governor.errors import CgroupError, GovernorError, RequestError
+from governor.explain import explain
+from governor.model import GroupDemand
+from governor.notify import Notifier
+from governor.protocol import (ExplainRequest, LaunchRequest, Peer, PsRequest, ReloadRequest, SetWeightRequest,
+                               StatusRequest, StopRequest, WatchRequest)
+from governor.ps import PROCESSES_SHOWN, processes, task_rows
+from governor.queue import queue_view
+from governor.state import SHOWN_COMMAND_CHARS, Task, Tasks
+
+__all__ = ["Requests"]
+
+
+class Requests:
+    """The control server's handler (:class:`governor.server.ControlServer`).
+
+    Args:
+        hierarchy: where a task's processes are listed; policy: the config in force; tasks:
+            the running tasks; launches, settle, exits, sessions, observation: the stages the
+            operations go to; journal: events; notifier: systemd's RELOADING/READY.
+        load_config: reads the config file again, for reload (raises ConfigError); None: the
+            daemon runs on the embedded default.
+    """
+
+    def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, launches: Launches, settle: Settle,
+                 exits: Exits, sessions: Sessions, observation: Observation, journal: Journal, notifier: Notifier,
+                 load_config: Callable[[], Config] | None):
+        self.hierarchy = hierarchy
+        self.policy = policy
+        self.tasks = tasks
+        self.launches = launches
+        self.settle = settle
+        self.queue = settle.queue
+        self.exits = exits
+        self.sessions = sessions
+        self.observation = observation
+        self.journal = journal
+        self.notifier = notifier
+        self.load_config = load_config
+
+    async def handle(self, request, peer: Peer) -> dict:
+        """One-reply operations (:mod:`governor.protocol`)."""
+        if isinstance(request, StatusRequest):
+            return self.observation.status_reply()
+        if isinstance(request, ExplainRequest):
+            return {"explain": self.explain()}
+        who = access.identify(peer.uid, peer.gid)
+        config = self.policy.config
+        if isinstance(request, PsRequest):
+            return self.ps(request, who)
+        if isinstance(request, StopRequest):
+            return self.stop(request.tasks, who)
+        if isinstance(request, ReloadRequest):
+            access.require_admin(config, who, "reload")
+            return {"reloaded": {"config": self.reload(f"reload by {who.user}")}}
+        if isinstance(request, SetWeightRequest):
+            access.require_admin(config, who, "set-weight")
+            return self.set_weight(request.group, request.weight, who.user)
+        raise RequestError("unknown_op", f"operation {type(request).__name__} is not served")
+
+    def stream(self, request, peer: Peer) -> AsyncIterator[dict]:
+        """Streamed operations: ``watch`` and ``launch``."""
+        if isinstance(request, LaunchRequest):
+            return self.launches.launch(request, peer)
+        return self.watch(request, peer)
+
+    async def watch(self, request: WatchRequest, peer: Peer) -> AsyncIterator[dict]:
+        """A status snapshot now and every ``request.interval`` seconds (``watch``)."""
+        while True:
+            yield self.observation.status_reply()
+            await asyncio.sleep(request.interval)
+
+    def ps(self, request: PsRequest, who: access.Identity) -> dict:
+        """``governor ps``: the caller's tasks, running and queued (``{"tasks": [...]}``, see
+        :func:`governor.ps.task_rows`), or its ended records (``{"ended": [...]}``, see
+        :meth:`governor.accounting.Ended.to_json`); everyone's with ``all``.
+
+        Raises:
+            RequestError: ``forbidden``, ``all`` asked by someone not root nor an admin.
+        """
+        if request.all and not access.is_admin(self.policy.config, who):
+            raise RequestError("forbidden", f"everyone's tasks (--all) are for root and admins; user {who.user} "
+                                            "sees their own")
+
+        def shown(uid: int, task_id: str) -> bool:
+            return (request.all or uid == who.uid) and request.task in (None, task_id)
+
+        if request.ended:
+            return {"ended": [record.to_json(command_chars=None if record.task.uid == who.uid else SHOWN_COMMAND_CHARS)
+                              for record in self.exits.ended if shown(record.task.uid, record.task.id)]}
+        positions = {item["task"]: item for item in queue_view(self.queue, self.settle.admission)}
+        return {"tasks": task_rows([t for t in self.tasks if shown(t.uid, t.id)],
+                                   [e for e in self.queue.values() if not e.decided and shown(e.task.uid, e.task.id)],
+                                   allocation=self.settle.enforcement.allocation, usage=self.observation.usage,
+                                   positions=positions, processes=self._processes, asker=who.uid)}
+
+    def _processes(self, task: Task) -> tuple[list[dict], int]:
+        """The first :data:`~governor.ps.PROCESSES_SHOWN` processes in ``task``'s cgroup, and
+        how many it holds (a login session's live in logind's scopes below its slice: none
+        listed). A name costs a /proc read: only those listed are looked up."""
+        if task.is_login:
+            return [], 0
+        try:
+            pids = self.hierarchy.pids(task.cgroup)
+        except CgroupError:
+            return [], 0
+        return processes(pids[:PROCESSES_SHOWN]), len(pids)
+
+    def stop(self, task_ids: Iterable[str], who: access.Identity) -> dict:
+        """End each task's whole process tree (``governor stop``), or take a queued one out
+        of the queue (its client is answered ``stopped``). Every id is checked before any is
+        stopped.
+
+        Returns:
+            ``{"stopped": [id, ...]}``.
+
+        Raises:
+            RequestError: ``not_found`` (no such task running or queued), ``forbidden`` (the
+                task is another user's and ``who`` is not root nor an admin, or it is a
+                user's session), ``unavailable`` (the kernel refused the kill).
+        """
+        admin = access.is_admin(self.policy.config, who)
+        chosen = []
+        for task_id in task_ids:
+            entry = self.queue.get(task_id)
+            task = entry.task if entry is not None else self.tasks.get(task_id)
+            if task is None:
+                raise RequestError("not_found", f"no task {task_id} is running or queued")
+            if task.is_session:
+                raise RequestError("forbidden", f"task {task_id} is the session of {task.user} (their processes "
+                                                "outside governor run): not stopped; end those processes with "
+                                                "kill, or log out")
+            if task.uid != who.uid and not admin:
+                raise RequestError("forbidden", f"task {task_id} belongs to {task.user}: only its owner, root and "
+                                                "admins may stop it")
+            chosen.append((task, entry))
+        failed = []
+        for task, entry in chosen:
+            if entry is not None:  # queued, or starting: it never runs
+                del self.queue[task.id]
+                entry.decide(error=RequestError("stopped", f"task {task.id} was stopped by {who.user} before "
+                                                           "it started"))
+                self.journal.event("task_stopped", f"task {task.id} ({task.name}) stopped by {who.user} while queued")
+                self.settle.soon(f"task {task.id} left the queue", refill=False)
+            elif not self.exits.end(task, STOP, who.user):
+                failed.append(task.id)
+        if failed:
+            done = [task.id for task, _ in chosen if task.id not in failed]
+            raise RequestError("unavailable", f"the kernel refused to end task(s) {', '.join(failed)} (the daemon "
+                                              f"tries again at its next check; stopped: {', '.join(done) or 'none'}); "
+                                              "see the daemon's log")
+        return {"stopped": [task.id for task, _ in chosen]}
+
+    def explain(self) -> dict:
+        """The live filling with its trace (``governor explain``), and the queue."""
+        demands = self.tasks.demands()
+        groups = [GroupDemand(g, d, weight=self.policy.weight(g), tasks=1) for g, d in demands.items()]
+        traced = progressive_filling(self.policy.capacity, groups, trace=True) if groups else None
+        runs = {group: (sum(not t.is_session for t in tasks),
+                        list(dict.fromkeys(t.user for t in tasks if t.is_session)))  # login + session: once
+                for group, tasks in self.tasks.groups().items()}
+        return explain(traced, self.policy.capacity, demands, queue_view(self.queue, self.settle.admission), runs,
+                       configured=self.policy.configured(self.tasks.counts()))
+
+    def use(self, config: Config) -> None:
+        """Put ``config`` in force (:meth:`Policy.use <governor.daemon.policy.Policy.use>`;
+        raises before changing anything) and look at every process afresh under it."""
+        self.policy.use(config)
+        self.sessions.reset()
+
+    def reload(self, trigger: str) -> str:
+        """Re-read the config file and put it in force; the old one stays if the new one is bad.
+        Waiting tasks that can never fit the new capacity are refused.
+
+        Raises:
+            RequestError: ``invalid_config`` with the file, key and reason.
+        """
+        self.notifier.reloading()
+        try:
+            if self.load_config is None:
+                raise RequestError("invalid_config", "the daemon runs on the embedded default: no file to reload")
+            try:
+                self.use(self.load_config())
+            except GovernorError as error:
+                self.journal.event("error", f"reload refused, the old config stays in force: {error}", logging.ERROR)
+                raise RequestError("invalid_config", str(error)) from error
+            self.journal.event("reload", f"config {self.policy.source} reloaded ({trigger})")
+            for entry in list(self.queue.values()):
+                try:
+                    access.check_fits(entry.task.demand, self.policy.capacity)
+                except RequestError as refused:
+                    del self.queue[entry.task.id]
+                    entry.decide(error=refused)
+            self.settle.now("reload")
+            if self.exits.watcher is not None:  # serving: sessions turned on follow the kernel's events
+                self.sessions.follow_processes()
+            self.sessions.rescan("reload")
+            return self.policy.source
+        finally:
+            self.notifier.send("READY=1", f"STATUS={self.settle.summary()}")
+
+    def set_weight(self, group: str, weight: float, user: str) -> dict:
+        """``governor set-weight``: ``group``'s weight until the next reload (refilled now).
+
+        Raises:
+            RequestError: ``not_found``, no such group in the config.
+        """
+        if not access.known_group(self.policy.config, group):
+            raise RequestError("not_found", f"no group {group!r} in the config")
+        self.policy.weights[group] = weight
+        self.journal.event("weight", f"{user} set the weight of {group} to {weight:g} (until the next reload)")
+        self.settle.now(f"weight of {group}")
+        return {"group": group, "weight": weight}

@@ -1,0 +1,274 @@
+"""The composition root: builds the stages, wires them, and runs them until SIGTERM.
+
+Tasks outlive the daemon: killing it never kills one, and the next daemon re-adopts them
+(:mod:`governor.daemon.recovery`). Under systemd it reports READY, STATUS, RELOADING and
+WATCHDOG through :class:`~governor.notify.Notifier`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import signal
+from collections.abc import Callable, Iterable, Iterator
+
+import psutil
+
+from governor.cgroups.hierarchy import Hierarchy
+from governor.config import Config
+from governor.daemon.enforcement import Enforcement
+from governor.daemon.exits import Exits
+from governor.daemon.journal import Journal, vector
+from governor.daemon.launches import Launches
+from governor.daemon.observation import STEP, Observation
+from governor.daemon.policy import Policy
+from governor.daemon.records import Records
+from governor.daemon.recovery import Recovery
+from governor.daemon.requests import Requests
+from governor.daemon.sessions import RESCAN_INTERVAL_S, Sessions
+from governor.daemon.settle import Settle
+from governor.daemon.tree import Tree
+from governor.daemons import DaemonEntry, Registry
+from governor.errors import CgroupError, RequestError
+from governor.notify import Notifier
+from governor.queue import Entry
+from governor.server import ControlServer
+from governor.sessions import login_uid_min
+from governor.state import Tasks, TaskStore
+
+__all__ = ["Daemon"]
+
+log = logging.getLogger("governor.daemon")
+# Tasks checked per reconcile pass, in turn (their exits are watched; this catches a miss).
+RECONCILED_TASKS = 1000
+# Young objects collected every 50,000 allocations instead of 700 (see serve()).
+GC_THRESHOLDS = (50_000, 20, 20)
+
+
+class Daemon:
+    """Serve requests, follow exits, admit waiting tasks, keep every group at its guarantee.
+
+    Args:
+        config: the config in force; ``config_source`` is its file (or ``"<embedded default>"``).
+        hierarchy: governor's cgroups (:func:`governor.cgroups.hierarchy.open_hierarchy`).
+        store: task records under the state directory.
+        host_cpus: CPU numbers this host offers (``os.sched_getaffinity``).
+        host_memory: bytes of memory on the host.
+        resolve_device: block device path → whole-disk ``MAJ:MIN`` (raises GovernorError).
+        load_config: reads ``config_source`` again, for reload (raises ConfigError).
+        metrics: optional sink with ``refill(seconds)``, ``event(kind)``, ``write_error()``,
+            ``admitted(waited_seconds)``, and ``serve()``/``close()``, which serve scrapes on the
+            event loop (:class:`governor.metrics.Metrics`; its gauges read :meth:`status`).
+        notifier: systemd's notifications (default: none).
+        uid_min: the first login uid (:func:`~governor.sessions.login_uid_min`); lower uids
+            never have a session.
+        host_pids: every process id on the host, for the sessions' rescan (``psutil.pids``).
+        registry: this host's governor daemons (:mod:`governor.daemons`): this daemon claims the
+            sessions there and never moves a process out of another's root; None (tests on a
+            fake hierarchy): no other daemon is known.
+        members: a config → its groups' users on this host (:func:`governor.access.members`).
+
+    Raises:
+        GovernorError: the config cannot be put in force here (:class:`~governor.daemon.policy.Policy`).
+
+    The stages, one module each (README "Layout"): ``requests`` → ``launches`` → ``settle``
+    (admit → create → plan → apply → move → reply) → ``enforcement``; ``exits``, ``sessions``
+    and ``observation`` report to settle; ``recovery`` at start; ``journal`` for every one.
+    """
+
+    def __init__(self, config: Config, config_source: str, hierarchy: Hierarchy, store: TaskStore, *,
+                 host_cpus: list[int], host_memory: int, resolve_device: Callable[[str], str],
+                 load_config: Callable[[], Config] | None = None, metrics=None, notifier: Notifier | None = None,
+                 uid_min: int | None = None, host_pids: Callable[[], Iterable[int]] = psutil.pids,
+                 registry: Registry | None = None, members: Callable[[Config], dict[str, list[str]]] | None = None):
+        self.hierarchy = hierarchy
+        self.store = store
+        self.registry = registry
+        self.metrics = metrics
+        self.notifier = notifier or Notifier({})
+        self.config_source = config_source
+        self.socket_path = ""
+        self.served = False  # once it served: a start refused before leaves nothing (cli/daemon_cmd.py)
+        self.tasks = Tasks()
+        self.queue: dict[str, Entry] = {}
+        self.journal = Journal(metrics)
+        self.policy = Policy(config, config_source, hierarchy=hierarchy, host_cpus=host_cpus,
+                             host_memory=host_memory, resolve_device=resolve_device,
+                             uid_min=login_uid_min() if uid_min is None else uid_min, members=members,
+                             registry=registry, entry=self._entry)
+        self.tree = Tree(hierarchy)
+        self.records = Records(store, self.tasks, self.journal)
+        self.enforcement = Enforcement(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks,
+                                       journal=self.journal, metrics=metrics)
+        self.settle = Settle(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
+                             queue=self.queue, records=self.records, enforcement=self.enforcement,
+                             journal=self.journal, notifier=self.notifier,
+                             used=lambda rel: self.observation.usage.get(rel), metrics=metrics)
+        self.observation = Observation(hierarchy=hierarchy, tasks=self.tasks, policy=self.policy,
+                                       enforcement=self.enforcement, settle=self.settle, journal=self.journal)
+        self.exits = Exits(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
+                           records=self.records, settle=self.settle, observation=self.observation,
+                           journal=self.journal)
+        self.settle.follow = self.exits.follow
+        self.sessions = Sessions(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
+                                 records=self.records, settle=self.settle, enforcement=self.enforcement,
+                                 exits=self.exits, journal=self.journal, host_pids=host_pids, registry=registry)
+        self.recovery = Recovery(hierarchy=hierarchy, tree=self.tree, store=store, tasks=self.tasks,
+                                 policy=self.policy, exits=self.exits, journal=self.journal)
+        self.launches = Launches(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, store=store,
+                                 settle=self.settle, journal=self.journal, registry=registry)
+        self.requests = Requests(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, launches=self.launches,
+                                 settle=self.settle, exits=self.exits, sessions=self.sessions,
+                                 observation=self.observation, journal=self.journal, notifier=self.notifier,
+                                 load_config=load_config)
+        # The control server's handler, and what tools and tests ask of a daemon.
+        self.handle = self.requests.handle
+        self.stream = self.requests.stream
+        self.watch = self.requests.watch
+        self.ps = self.requests.ps
+        self.status = self.observation.status
+        self.explain = self.requests.explain
+        self.reload = self.requests.reload
+        self.set_weight = self.requests.set_weight
+        self.use = self.requests.use
+        self.check = self.exits.check
+        self.govern_process = self.sessions.govern_process
+        self.rescan = self.sessions.rescan
+        self.readopt = self.recovery.readopt
+        self.sample = self.observation.sample
+
+    # What status shows, by the names the daemon's tools and tests use.
+    config = property(lambda self: self.policy.config)
+    owners = property(lambda self: self.policy.owners)
+    events = property(lambda self: self.journal.events)
+    ended = property(lambda self: self.exits.ended)
+    allocation = property(lambda self: self.enforcement.allocation)
+    filling = property(lambda self: self.enforcement.filling)
+    cpu_saturated = property(lambda self: self.enforcement.cpu_saturated)
+    usage = property(lambda self: self.observation.usage,
+                     lambda self, usage: setattr(self.observation, "usage", usage))
+    host_pids = property(lambda self: self.sessions.host_pids,
+                         lambda self, pids: setattr(self.sessions, "host_pids", pids))
+    load_config = property(lambda self: self.requests.load_config,
+                           lambda self, load: setattr(self.requests, "load_config", load))
+
+    def _entry(self) -> DaemonEntry:
+        """This daemon as the others see it (:mod:`governor.daemons`)."""
+        return DaemonEntry(os.getpid(), self.hierarchy.root, self.config_source, self.socket_path,
+                           self.hierarchy.proc_key, self.hierarchy.proc_root)
+
+    async def serve(self, socket_path: str) -> None:
+        """Run until SIGTERM or SIGINT; tasks keep running after the daemon stops.
+
+        Raises:
+            ControlSocketError: the socket is another daemon's (nothing served, nothing changed).
+
+        Connections wait in the socket's backlog until the tasks are re-adopted and the
+        processes found at start are in their sessions: the first client sees them governed.
+        """
+        self.socket_path = socket_path
+        server = ControlServer(self.requests, socket_path,
+                               connections_per_uid=lambda: self.policy.config.max_connections_per_user)
+        await server.start(serving=False)
+        self.served = True
+        if self.registry is not None:
+            self.registry.register(self._entry())
+            if self.registry.holds_sessions:
+                self.registry.claim_sessions(self._entry())  # again: now with its root and socket
+        self.exits.start()
+        self.readopt()
+        self.settle.now("start")
+        self.sessions.follow_processes()
+        self.rescan("start")
+        await self.tree.settled()  # the first clients find the sessions made and joined
+        await server.start_serving()
+        if self.metrics:
+            await self.metrics.serve()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, self._reload_on_signal)
+        # A parent may hand them blocked (a shell job, a program's child): the daemon would then
+        # ignore SIGTERM and SIGHUP, and neither stop nor reload.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+        interval = self.policy.config.reconcile_interval_s
+        workers = [
+            asyncio.create_task(self.exits.follow_exits()),
+            asyncio.create_task(_every(interval, self._reconcile)),
+            asyncio.create_task(_every(max(interval, RESCAN_INTERVAL_S), self._rescan_all)),
+            asyncio.create_task(_every(self.policy.config.sample_interval_s, self.observation.sample_steps)),
+        ]
+        if self.notifier.watchdog_interval_s:
+            workers.append(asyncio.create_task(
+                _every(self.notifier.watchdog_interval_s, lambda: self.notifier.send("WATCHDOG=1"))))
+        log.info("serving on %s; cgroup %s root %s; capacity %s", socket_path, self.hierarchy.mode,
+                 self.hierarchy.root, vector(self.policy.capacity))
+        # What was loaded to start (modules, config, re-adopted tasks) lives as long as the
+        # daemon: keep the collector from scanning it again and again. And collect less often:
+        # with the default thresholds a collection ran inside one refill of ten at 1,000 tasks,
+        # a full one costing 3–70 ms (scripts/bench-refill).
+        gc.freeze()
+        gc.set_threshold(*GC_THRESHOLDS)
+        self.notifier.send("READY=1", f"STATUS={self.settle.summary()}")
+        try:
+            await stop.wait()
+        finally:
+            await self._close(server, workers)
+
+    async def _close(self, server: ControlServer, workers: list[asyncio.Task]) -> None:
+        self.settle.closing = True
+        self.notifier.send("STOPPING=1")
+        for worker in workers:
+            worker.cancel()
+        await server.close()
+        await self.settle.drain()
+        if self.metrics:
+            await self.metrics.close()
+        self.exits.close()
+        self.sessions.close()
+        await asyncio.get_running_loop().shutdown_default_executor()  # the cgroup thread's last calls
+        if not self.tasks:
+            try:
+                self.hierarchy.driver.remove("")
+                if self.registry is not None:
+                    self.registry.unregister()
+            except CgroupError as error:
+                log.warning("cannot remove cgroup root %s: %s", self.hierarchy.root, error)
+        if self.registry is not None:
+            self.registry.release_sessions()
+        log.info("stopped; %d task(s) keep running", len(self.tasks))
+
+    def _reconcile(self) -> Iterator[None]:
+        # A safety net behind the exit watcher, in turn: checking all of 10,000 tasks at once
+        # held the event loop for 1.5 s (scripts/bench); 1,000 in one go, 30 ms.
+        self.records.save_unsaved()
+        due = [task.id for task in self.observation.in_turn("reconcile", list(self.tasks), RECONCILED_TASKS)]
+        for start in range(0, len(due), STEP):
+            self.check(due[start:start + STEP], "reconcile")
+            yield
+
+    def _rescan_all(self) -> None:
+        self.policy.refresh_members()  # users and groups change while the daemon runs
+        self.journal.changed()
+        self.rescan("periodic rescan")
+
+    def _reload_on_signal(self) -> None:
+        try:
+            self.reload("SIGHUP")
+        except RequestError:
+            pass  # logged as an event; the old config stays in force
+
+
+async def _every(seconds: float, work: Callable[[], Iterable[None] | None]) -> None:
+    """Run ``work`` every ``seconds``; when it returns steps (a generator), let the event loop
+    serve others between two."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            for _ in work() or ():
+                await asyncio.sleep(0)
+        except Exception:
+            log.exception("periodic %s failed", getattr(work, "__name__", work))

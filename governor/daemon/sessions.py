@@ -1,0 +1,341 @@
+"""Sessions (:mod:`governor.sessions`): a process of a governed user that runs ``exec`` or takes
+the user's uid (:mod:`governor.procevents`) outside any task is moved into the user's session,
+a task made on the spot (never queued). Every process is scanned at start, after a reload,
+when events were lost, and every ``RESCAN_INTERVAL_S`` (at least ``reconcile_interval``). On a
+systemd host (cgroup v2), a process in its user's own logind slice stays there: the slice is
+the user's *login session*, whose limits systemd writes, so logind keeps tracking it.
+
+A session's cgroup is made and its processes moved on the cgroup thread; the session reports
+to settle, which refills."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import errno
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+
+import psutil
+
+from governor.cgroups.hierarchy import Hierarchy
+from governor.daemon.enforcement import Enforcement
+from governor.daemon.exits import Exits
+from governor.daemon.journal import Journal, vector
+from governor.daemon.policy import Policy
+from governor.daemon.records import Records
+from governor.daemon.settle import Settle
+from governor.daemon.tree import Tree
+from governor.daemons import Registry, other_daemon
+from governor.errors import CgroupError, CgroupWriteError, GovernorError
+from governor.kinds import Kind, login_id, session_id, task_in
+from governor.procevents import FORK, UID, ProcessEvents
+from governor.state import Task, Tasks
+
+__all__ = ["RESCAN_INTERVAL_S", "Sessions"]
+
+log = logging.getLogger("governor.daemon")
+# The safety net behind the process events (which say when they lost some): a pass over every
+# process costs about 5 µs each natively, 15× that in an emulated VM.
+RESCAN_INTERVAL_S = 30.0
+# A rescan walks every pid again while a walk moved some, at most this many times.
+RESCAN_PASSES = 5
+# Processes remembered as settled (a dict lookup per exec and fork instead of /proc reads);
+# past this many the memory is cleared and rebuilt from events.
+SETTLED_KEPT = 1 << 16
+# A process moved into a session this recently does not vouch for children whose fork events
+# come now: they may have been forked before the move (events arrive within milliseconds; a
+# backlog older than this overflows the buffer, and a rescan follows).
+MOVED_DISTRUST_S = 1.0
+
+
+class _Look(enum.Enum):
+    """What a look at one process found."""
+
+    MOVING = "a move into its session was asked"
+    SETTLED = "it needs nothing until its uid changes"
+    UNKNOWN = "it could not be told (gone, unreadable, its session not made)"
+
+
+class Sessions:
+    """Users' processes outside ``governor run``, each user's governed as one task.
+
+    Args:
+        hierarchy, tree: governor's cgroups, and the thread that makes and joins them.
+        policy: the config in force (who owns a session, its demand); tasks, records: the
+            running tasks and their records; settle: asked to refill when a session starts;
+            enforcement: its CPU hold, released when a session starts; exits: watches a
+            session's end; journal: events.
+        host_pids: every process id on the host (``psutil.pids``).
+        registry: this host's daemons: a process in another daemon's cgroups is that one's.
+    """
+
+    def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, records: Records,
+                 settle: Settle, enforcement: Enforcement, exits: Exits, journal: Journal,
+                 host_pids: Callable[[], Iterable[int]], registry: Registry | None):
+        self.hierarchy = hierarchy
+        self.tree = tree
+        self.policy = policy
+        self.tasks = tasks
+        self.records = records
+        self.settle = settle
+        self.enforcement = enforcement
+        self.exits = exits
+        self.journal = journal
+        self.host_pids = host_pids
+        self.registry = registry
+        self.process_events: ProcessEvents | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget what was learnt under the config in force (it changed)."""
+        self._refused: set[int] = set()  # uids whose login session systemd would not limit
+        self._settled: dict[int, None] = {}  # pids that need nothing until their uid changes
+        self._moved: dict[int, float] = {}  # pids moved into sessions → when (time.monotonic())
+        self._moving: set[int] = set()  # pids whose move is asked and not done yet
+        self._starting: dict[int, list[int]] = {}  # uid → pids waiting for its session's cgroup
+
+    # ── events ──────────────────────────────────────────────────────────────────────────
+
+    def follow_processes(self) -> None:
+        """Subscribe to fork, exec and uid events (the kernel's process-events connector);
+        without it, only the periodic rescan moves processes into sessions."""
+        if not self.policy.owners.enabled or self.process_events is not None:
+            return
+        try:
+            self.process_events = ProcessEvents()
+        except OSError as error:
+            self.journal.event("error", f"sessions: the kernel's process events are unavailable ({error.strerror}); "
+                                        f"processes join sessions only at the rescan every "
+                                        f"{max(self.policy.config.reconcile_interval_s, RESCAN_INTERVAL_S):g} s",
+                               logging.WARNING)
+            return
+        asyncio.get_running_loop().add_reader(self.process_events.fileno(), self.on_process_events)
+
+    def close(self) -> None:
+        if self.process_events is not None:
+            asyncio.get_running_loop().remove_reader(self.process_events.fileno())
+            self.process_events.close()
+
+    def on_process_events(self) -> None:
+        """One batch of process events. A process already settled (in a task, in its user's
+        session or login slice, another daemon's, or not governed) stays so through an
+        ``exec`` and passes it on to the children it forks: neither costs a /proc read. Only
+        a uid change, or a fork of a process not known settled, is looked at again. (An exec
+        storm of 5,000 commands in a session cost the daemon 1.33 s of CPU, twice the user's.)"""
+        try:
+            events, lost = self.process_events.read()
+            now = time.monotonic()
+            for kind, pid, other in events:
+                if kind == FORK:
+                    if other in self._settled and not self._moved_since(other, now - MOVED_DISTRUST_S):
+                        self._settle_pid(pid)  # the child was forked where its parent is
+                        continue
+                    self.govern_process(other)  # a process that forks a successor and exits is caught
+                    self.govern_process(pid)
+                elif kind == UID or pid not in self._settled:
+                    self.govern_process(pid, other)
+            if lost:
+                self.journal.event("error", "sessions: process events were lost (the kernel's buffer overflowed); "
+                                            "rescanning every process", logging.WARNING)
+                self.rescan("lost events")
+        except Exception:
+            log.exception("handling process events failed")
+
+    def rescan(self, trigger: str) -> int:
+        """Move every process of a governed user that is in no task into its user's session.
+
+        Returns:
+            How many processes a move was asked for.
+        """
+        if not self.policy.owners.enabled or self.settle.closing:
+            return 0
+        self._settled.clear()  # users, groups or the config may have changed
+        moved, passes = 0, 0
+        # Again while a pass moves any: a process that forks a successor and exits every few
+        # milliseconds is missing from the pid list a pass walks.
+        while passes < RESCAN_PASSES:
+            found = sum(self.govern_process(pid) for pid in self.host_pids())
+            moved, passes = moved + found, passes + 1
+            if not found:
+                break
+        if moved:
+            self.journal.event("session", f"{moved} process(es) moved into sessions ({trigger})")
+        return moved
+
+    def govern_process(self, pid: int, uid: int | None = None) -> bool:
+        """Move process ``pid`` (real uid ``uid``, looked up when None) into its user's session,
+        unless its user is not governed, or it already is in a task or that session. A process
+        in its own user's logind slice stays there: that slice is the user's login session
+        (made now if it is the first; left ungoverned without systemd's cgroup v2). Whether it
+        is settled now is remembered for the next events (:meth:`on_process_events`).
+
+        Returns:
+            Whether a move was asked (it is made on the cgroup thread: at once when no event
+            loop runs; a process gone by then is not an error).
+        """
+        look = self._look(pid, uid)
+        if look is _Look.SETTLED:
+            self._settle_pid(pid)
+        elif look is _Look.UNKNOWN:
+            self._settled.pop(pid, None)
+        return look is _Look.MOVING
+
+    @staticmethod
+    def effective_uid(pid: int) -> int:
+        """The owner of ``/proc/<pid>``: the process's effective uid, in one stat (raises
+        OSError when it is gone)."""
+        return os.stat(f"/proc/{pid}").st_uid
+
+    @staticmethod
+    def real_uid(pid: int) -> int:
+        """Process ``pid``'s real uid now (raises psutil.Error when it is gone)."""
+        return psutil.Process(pid).uids().real
+
+    # ── one process ─────────────────────────────────────────────────────────────────────
+
+    def _look(self, pid: int, uid: int | None) -> _Look:
+        if pid in self._moving:
+            return _Look.SETTLED
+        # Every exec on the host comes here: the uid an event gave, else the owner of
+        # /proc/<pid> (its effective uid, one stat), rules out most at once. A process whose
+        # effective uid is not governed but whose real uid is (a setuid program alice runs) was
+        # forked in her session already.
+        owners = self.policy.owners
+        try:
+            if owners.owner(self.effective_uid(pid) if uid is None else uid) is None:
+                return _Look.SETTLED
+            # The uid now, not the event's: a root process that took a user's uid for a moment
+            # (runuser's parent does) and took its own back must stay where it is.
+            uid = self.real_uid(pid)
+        except (OSError, psutil.Error):
+            return _Look.UNKNOWN  # gone already
+        owner = owners.owner(uid)
+        if owner is None:
+            return _Look.SETTLED
+        try:
+            location = self.hierarchy.locate(pid)
+        except CgroupError:
+            return _Look.UNKNOWN  # gone already
+        where = location.rel
+        if other_daemon(self.registry, location) is not None:
+            return _Look.SETTLED  # another daemon's task: that daemon governs it
+        user, group = owner
+        if where is None and location.login_uid == uid:
+            # logind tracks it (loginctl, logout): governed where it is, through systemd.
+            if self.hierarchy.slices is not None and self.tasks.get(login_id(uid)) is None \
+                    and uid not in self._refused and self._start_login(uid, user, group, pid) is None:
+                self._refused.add(uid)  # not a systemctl per exec: until the next reload
+            return _Look.SETTLED
+        session = self.tasks.get(session_id(uid))
+        found = task_in(where) if where is not None else None
+        if found is not None and (found[0] is Kind.TASK or (session is not None and where == session.cgroup)):
+            return _Look.SETTLED
+        self._moving.add(pid)
+        if len(self._moved) >= SETTLED_KEPT:
+            self._moved.clear()
+        self._moved[pid] = time.monotonic()
+        if session is not None:
+            self._move(session, pid)
+        elif uid in self._starting:
+            self._starting[uid].append(pid)  # moved once its session's cgroup is made
+        else:
+            self._start_session(uid, user, group, pid)
+        return _Look.MOVING
+
+    def _move(self, session: Task, pid: int) -> None:
+        def moved(error: GovernorError | None) -> None:
+            self._moving.discard(pid)
+            if error is None:
+                self._settle_pid(pid)  # in its session now: its execs and forks need nothing
+                return
+            self._settled.pop(pid, None)
+            self._moved.pop(pid, None)
+            if not (isinstance(error, CgroupWriteError) and error.errno == errno.ESRCH):
+                log.warning("cannot move pid %d into the session of %s: %s", pid, session.user, error)
+
+        self.tree.join_soon(session.cgroup, pid, moved)
+
+    def _settle_pid(self, pid: int) -> None:
+        """Remember that process ``pid`` needs nothing until its uid changes."""
+        if len(self._settled) >= SETTLED_KEPT:
+            self._settled.clear()  # looked at again from /proc: slower, never wrong
+        self._settled[pid] = None
+
+    def _moved_since(self, pid: int, since: float) -> bool:
+        """Whether this daemon moved process ``pid`` after ``since`` (``time.monotonic()``): a
+        child it forked before the move stayed where it was, and its fork event may come after."""
+        moved = self._moved.get(pid)
+        if moved is not None and moved < since:
+            del self._moved[pid]
+            return False
+        return moved is not None
+
+    # ── a session starts ────────────────────────────────────────────────────────────────
+
+    def _demand(self) -> dict[str, float]:
+        capacity = self.policy.capacity
+        return {resource: min(amount, capacity.get(resource, amount))
+                for resource, amount in self.policy.config.session_demand().items()}
+
+    def _start_session(self, uid: int, user: str, group: str, pid: int) -> None:
+        """Make the session of ``uid`` (its cgroup, on the cgroup thread; its caps, record and
+        the moves of the processes found meanwhile once it is made)."""
+        session = Task(session_id(uid), group, pid, uid, user, (), self._demand(), time.time())
+        self._starting[uid] = [pid]
+        self.tree.run(lambda: self.tree.make([session.cgroup])[0], lambda error: self._made(session, error))
+
+    def _made(self, session: Task, error: GovernorError | None) -> None:
+        pids = self._starting.pop(session.uid, [])
+        if error is None:
+            try:
+                self.hierarchy.apply(session.cgroup, self.policy.caps(session))
+            except GovernorError as refused:
+                error = refused
+        if error is not None:
+            self.tree.remove([session.cgroup],
+                             group=session.group if session.group not in self.tasks.inside() else None)
+            self._moving.difference_update(pids)
+            for pid in pids:
+                self._settled.pop(pid, None)
+            self.journal.event("error", f"cannot start the session of {session.user}: {error}; its processes stay "
+                                        "where they are", logging.ERROR)
+            return
+        for pid in pids:  # asked first: until they are made, the session is not taken for ended
+            self._move(session, pid)
+        self._started(session)
+
+    def _start_login(self, uid: int, user: str, group: str, pid: int) -> Task | None:
+        """Make the login session of ``uid``: its systemd user slice, caps set through systemd
+        (no cgroup made); None if systemd refused them. A record that cannot be written (a
+        full state directory) does not stop it: governed unrecorded is better than ungoverned,
+        and the reconcile pass writes the record once it can."""
+        session = Task(login_id(uid), group, pid, uid, user, (), self._demand(), time.time())
+        caps = self.policy.caps(session)
+        try:
+            self.hierarchy.apply(session.cgroup, caps)
+        except GovernorError as error:
+            try:
+                self.hierarchy.release_login(session.cgroup)  # only what was set
+            except CgroupError as undone:
+                log.warning("cannot undo the start of the session of %s: %s", user, undone)
+            self.journal.event("error", f"cannot start the session of {user}: {error}; its processes stay where "
+                                        "they are (not tried again until a reload)", logging.ERROR)
+            return None
+        self._started(session)
+        return session
+
+    def _started(self, session: Task) -> None:
+        self.records.save_or_retry(session)
+        self.tasks.add(session)
+        self.exits.watch(session)
+        self.journal.event("session_started", f"session of {session.user} started: group {session.group}, pid "
+                                              f"{session.pid}, demand {vector(session.demand)}"
+                                              + (f", in {session.cgroup} (logind's, limits set through systemd)"
+                                                 if session.is_login else ""))
+        if self.enforcement.cpu_saturated:  # measured without this session: the next sample decides again
+            self.enforcement.hold(False, f"the session of {session.user} starts: groups are no longer held to "
+                                         "their CPU guarantees")
+        self.settle.soon(f"session of {session.user} started")

@@ -1,0 +1,360 @@
+"""Settle: the one pipeline every event goes through (DESIGN.md §4), and the only caller of a
+refill. Events (a launch, exits, a session, a reload, a hold) ask for a settle; those of one
+turn of the event loop, or of the :data:`SETTLE_GAP_S` since the last settle, are settled
+together (Mesos's coalescing ``allocate()``)::
+
+    admit (discrete DRF on memory) → create (the cgroups, on the cgroup thread) → caps →
+    plan + apply (one refill) → records → move (on the cgroup thread) → reply
+
+Settles run one after another: what an event brings while one runs waits for the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import signal
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+from governor import vocabulary
+from governor.admission import Waiting, admit
+from governor.cgroups.hierarchy import Hierarchy
+from governor.daemon.enforcement import Enforcement
+from governor.daemon.journal import Journal, vector
+from governor.daemon.policy import Policy
+from governor.daemon.records import Records
+from governor.daemon.tree import Tree, running_loop
+from governor.errors import CgroupWriteError, GovernorError, RequestError
+from governor.notify import Notifier
+from governor.queue import Entry
+from governor.state import Task, Tasks
+
+__all__ = ["SETTLE_GAP_S", "Settle"]
+
+log = logging.getLogger("governor.daemon")
+# Least time between two settles: under a storm the events of these milliseconds fold into one
+# settle (one refill, not one per turn of the event loop); a sparse event settles at once.
+SETTLE_GAP_S = 0.005
+
+
+class Settle:
+    """Admission, starts and refills, for every event.
+
+    Args:
+        hierarchy, tree: governor's cgroups, and the thread that makes and joins them.
+        policy: the config in force; tasks: the running tasks; queue: task id → the launch
+            waiting for it (:class:`~governor.queue.Entry`); records: their records.
+        enforcement: the refill; journal: events; notifier: systemd's STATUS line.
+        used: cgroup → its measured use (a session holds what it uses: admission counts it).
+        metrics: optional sink with ``admitted(waited_seconds)``.
+
+    Attributes:
+        admission: the last admission (:class:`~governor.admission.Admission`), for the queue's
+            views; None before the first.
+        follow: what to do with a task once it started (set by the composition root: watch
+            its exit, arm its time limit): called with the task and its launch.
+        closing: set when the daemon stops: nothing starts any more.
+    """
+
+    def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, queue: dict[str, Entry],
+                 records: Records, enforcement: Enforcement, journal: Journal, notifier: Notifier,
+                 used: Callable[[str], Mapping[str, float] | None], metrics=None):
+        self.hierarchy = hierarchy
+        self.tree = tree
+        self.policy = policy
+        self.tasks = tasks
+        self.queue = queue
+        self.records = records
+        self.enforcement = enforcement
+        self.journal = journal
+        self.notifier = notifier
+        self.used = used
+        self.metrics = metrics
+        self.admission = None
+        self.follow: Callable[[Task, Entry], None] = lambda task, entry: None
+        self.closing = False
+        self._batch: _Batch | None = None  # events waiting for the next settle
+        self._running: asyncio.Task | None = None  # the settle under way
+        self._settled_at = 0.0  # time.perf_counter() when the last settle ended
+
+    def soon(self, trigger: str, *, refill: bool = True, since: float | None = None) -> asyncio.Future | None:
+        """Settle once for every event of this turn of the event loop, or of the
+        :data:`SETTLE_GAP_S` since the last settle (later still while one runs). Without a
+        running loop (the daemon's methods called directly), refill now.
+
+        Args:
+            trigger: what happened, for the log and status (``launch of task 7``).
+            refill: False when nothing but the queue changed (a client left it).
+            since: ``time.perf_counter()`` when the event was seen (default: now), from which
+                the refill's delay is measured.
+
+        Returns:
+            A future done once settled, which raises what settling raised (also logged); None
+            when settled now.
+        """
+        since = time.perf_counter() if since is None else since
+        loop = running_loop()
+        if loop is None:
+            self._refill_now(trigger, refill, since)
+            return None
+        batch = self._batch
+        if batch is None or batch.done.get_loop() is not loop:
+            # (A batch of a loop that stopped before its turn, as when the daemon's methods
+            # are driven by one asyncio.run each, never ran: its events settle with these.)
+            batch = self._batch = _Batch(loop.create_future(), batch.triggers if batch else [],
+                                         bool(batch and batch.refill), since, since)
+            self._schedule(loop)
+        batch.triggers.append(trigger)
+        batch.refill |= refill
+        batch.since = min(batch.since, since)
+        batch.latest = time.perf_counter()
+        return batch.done
+
+    def now(self, trigger: str) -> None:
+        """Refill now, for an operation whose reply must find its change in force (a reload,
+        a weight set); waiting tasks are admitted by the next settle."""
+        self._refill_now(trigger, True, time.perf_counter())
+        if self.queue:
+            self.soon(trigger, refill=False)
+
+    async def drain(self) -> None:
+        """Wait for the settle under way, if any (the daemon stopping)."""
+        if self._running is not None and not self._running.done():
+            await asyncio.wait([self._running])
+
+    def reserved(self) -> dict[str, dict[str, float]]:
+        """Group → what its running tasks hold in the admission count
+        (:func:`governor.vocabulary.reserved`): declared memory, and a session's use."""
+        held = {g: vocabulary.reserved(d) for g, d in self.tasks.demands().items()}
+        for session in self.tasks.sessions():
+            declared = vocabulary.reserved(session.demand)
+            using = vocabulary.reserved(session.demand, session=True, used=self.used(session.cgroup))
+            group = held.setdefault(session.group, {})
+            for resource, amount in declared.items():
+                group[resource] = group.get(resource, 0.0) - amount + using.get(resource, 0.0)
+        return held
+
+    def started_reply(self, task: Task) -> dict:
+        """The launch reply of a running task: its id, group, cgroup and the caps in force."""
+        return {"task": task.id, "group": task.group, "cgroup": str(self.hierarchy.path(task.cgroup)),
+                "limits": self.hierarchy.in_force(task.cgroup)}
+
+    def summary(self) -> str:
+        """The daemon in one line, for systemd's STATUS."""
+        waiting = f", {len(self.queue)} waiting" if self.queue else ""
+        return (f"{len(self.tasks)} task(s) in {len(self.tasks.counts())} group(s){waiting}; "
+                f"last filling: {self.enforcement.filling['trigger']}")
+
+    # ── the batch ───────────────────────────────────────────────────────────────────────
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._running is not None and not self._running.done() and self._running.get_loop() is loop:
+            return  # the settle under way starts the next when it ends
+        wait = self._settled_at + SETTLE_GAP_S - time.perf_counter()
+        if wait > 0:
+            loop.call_later(wait, self._start)
+        else:
+            loop.call_soon(self._start)
+
+    def _start(self) -> None:
+        if self._batch is None or (self._running is not None and not self._running.done()):
+            return
+        batch, self._batch = self._batch, None
+        self._running = asyncio.get_running_loop().create_task(self._settle_batch(batch))
+
+    async def _settle_batch(self, batch: _Batch) -> None:
+        # A refill since the last of these events (a reload's, a weight's) already counted them.
+        refill = batch.refill and self.enforcement.refilled_at < batch.latest
+        trigger = _combined(batch.triggers)
+        try:
+            await self._settle(trigger, refill, batch.since)
+        except Exception as error:
+            log.exception("settling after %s failed", trigger)
+            batch.done.set_exception(error)
+            batch.done.exception()  # logged above: only a launch that awaits it raises it again
+        else:
+            batch.done.set_result(None)
+        finally:
+            self._settled_at = time.perf_counter()
+            self._running = None
+            if self._batch is not None:
+                self._schedule(asyncio.get_running_loop())
+
+    def _refill_now(self, trigger: str, refill: bool, since: float) -> None:
+        if self.closing:
+            return
+        self.journal.changed()
+        if refill:
+            self.enforcement.refill(trigger, since=since)
+            self.notifier.send(f"STATUS={self.summary()}")
+        for entry in self.queue.values():
+            entry.wake.set()
+
+    # ── the pipeline ────────────────────────────────────────────────────────────────────
+
+    async def _settle(self, trigger: str, refill: bool, since: float) -> None:
+        """Admit the waiting tasks that fit, start them, refill the groups once, and tell the
+        clients still waiting where they stand. Nothing starts while the daemon stops: its
+        waiting clients will ask the next one."""
+        if self.closing:
+            return
+        self.journal.changed()  # the queue changes, even when nothing is logged
+        waiting = [Waiting(e.task.id, e.task.group, e.task.demand) for e in self.queue.values() if not e.decided]
+        weights = {w.group: self.policy.weight(w.group) for w in waiting}
+        held = self.reserved()
+        running = {g: {**d, **held.get(g, {})} for g, d in self.tasks.demands().items()}
+        self.admission = admit(self.policy.capacity, running, self.tasks.counts(), weights, waiting)
+        starting = [self.queue[task_id] for task_id in self.admission.admitted]
+        if starting and self.enforcement.cpu_saturated:
+            # The hold was measured without the new tasks; the next sample decides again.
+            self.enforcement.hold(False, "a task starts: groups are no longer held to their CPU guarantees")
+            refill = True
+        started = await self._create(starting)
+        if refill or started:
+            self.enforcement.refill(trigger, since=since)
+        if await self._move_in(started) < len(started):
+            self.enforcement.refill(f"failed start after {trigger}")
+        for entry in starting:  # decided: the queue holds only what waits
+            if self.queue.get(entry.task.id) is entry:
+                del self.queue[entry.task.id]
+        for entry in self.queue.values():
+            entry.wake.set()
+        self.notifier.send(f"STATUS={self.summary()}")
+
+    async def _create(self, starting: list[Entry]) -> list[Entry]:
+        """Make the admitted tasks' cgroups with their caps; refuse the launches whose cgroup
+        could not be made. A task that waited starts now (its time limit counts from here)."""
+        if not starting:
+            return []
+        for entry in starting:
+            entry.task = replace(entry.task, started=time.time())
+        made = await self.tree.call(lambda: self.tree.make([entry.task.cgroup for entry in starting]))
+        started = []
+        for entry, error in zip(starting, made):
+            task = entry.task
+            if error is None and not self._gone(entry):
+                try:
+                    self.hierarchy.apply(task.cgroup, self.policy.caps(task))
+                except GovernorError as refused:
+                    error = refused
+            if error is not None or self._gone(entry):
+                self.tree.remove([task.cgroup], group=task.group if task.group not in self.tasks.inside() else None)
+                if not entry.decided:
+                    entry.decide(error=RequestError("unavailable", str(error)))
+                continue
+            self.tasks.add(task)
+            started.append(entry)
+        return started
+
+    async def _move_in(self, started: list[Entry]) -> int:
+        """Move each started task's pid into its cgroup and answer its client; returns how many
+        were moved.
+
+        The pid is the client's only while the client's process lives: it is checked before the
+        move, and after it (had the process ended meanwhile, the pid moved may be another's).
+        The record is written first: a daemon killed after the move must find it, or the
+        process would run on in a cgroup nobody governs (killed before the move, the record of
+        an empty cgroup is dropped at the restart)."""
+        ready = []
+        for entry in started:
+            try:
+                self._check(entry)
+                self.records.save(entry.task)
+            except GovernorError as error:
+                self._fail(entry, error)
+                continue
+            ready.append(entry)
+        if not ready:
+            return 0
+        moves = await self.tree.join([(e.task.cgroup, e.task.pid) for e in ready])
+        moved = 0
+        for entry, error in zip(ready, moves):
+            try:
+                if error is not None:
+                    raise error
+                self._check(entry)
+            except GovernorError as failed:
+                self._fail(entry, failed)
+                continue
+            moved += 1
+            self._started(entry)
+        return moved
+
+    def _started(self, entry: Entry) -> None:
+        task = entry.task
+        self.follow(task, entry)
+        waited = time.time() - entry.queued_at
+        if self.metrics:
+            self.metrics.admitted(waited)
+        self.journal.event("task_started", f"task {task.id} started: pid {task.pid}, user {task.user}, group "
+                                           f"{task.group}, demand {vector(task.demand)}"
+                                           + (f", after {waited:.1f} s in the queue" if waited >= 0.1 else ""))
+        entry.decide(reply=self.started_reply(task))
+
+    def _check(self, entry: Entry) -> None:
+        """Raise unless the launch still stands: not stopped, its client still there, and the
+        process that asked still running (its pidfd).
+
+        Raises:
+            RequestError: ``bad_request``, the process has exited; ``stopped`` (already
+                decided, or the client left the queue).
+        """
+        if self._gone(entry):
+            raise entry.error or RequestError("stopped", f"task {entry.task.id} left the queue before it started")
+        if entry.pidfd is None:
+            return
+        try:
+            signal.pidfd_send_signal(entry.pidfd, 0)
+        except ProcessLookupError:
+            raise RequestError("bad_request", f"process {entry.task.pid}, which asked to be governed, has exited; "
+                                              "its pid is not governed") from None
+        except PermissionError:
+            pass  # alive, and not ours to signal (a daemon not run as root)
+
+    def _gone(self, entry: Entry) -> bool:
+        """Whether a launch being started was decided meanwhile (stopped) or left the queue."""
+        return entry.decided or self.queue.get(entry.task.id) is not entry
+
+    def _fail(self, entry: Entry, error: GovernorError) -> None:
+        """Undo a start that failed after the task was added, and answer its client."""
+        task = entry.task
+        self.tasks.remove(task.id)
+        try:
+            self.records.delete(task.id)
+        except GovernorError as undone:
+            log.warning("cannot remove the record of task %s: %s", task.id, undone)
+        self.tree.remove([task.cgroup], group=task.group if task.group not in self.tasks.inside() else None)
+        if entry.decided:
+            return
+        if not isinstance(error, RequestError):
+            code = "bad_request" if isinstance(error, CgroupWriteError) and error.errno == errno.ESRCH else "unavailable"
+            error = RequestError(code, str(error))
+        entry.decide(error=error)
+
+
+@dataclass
+class _Batch:
+    """Events to settle together: when they are settled (``done``), what they were, whether
+    any needs a refill, when the first was seen and when the last was added
+    (``time.perf_counter()``)."""
+
+    done: asyncio.Future
+    triggers: list[str]
+    refill: bool
+    since: float
+    latest: float
+
+
+def _combined(triggers: list[str]) -> str:
+    """One trigger for events settled together: ``launch of 3 tasks, reload``."""
+    if len(triggers) == 1:
+        return triggers[0]
+    tasks: dict[str, list[str]] = {}
+    for trigger in triggers:
+        kind, of_task, _ = trigger.partition(" of task ")
+        tasks.setdefault(kind if of_task else trigger, []).append(trigger)
+    return ", ".join(same[0] if len(same) == 1 else f"{kind} of {len(same)} tasks" if " of task " in same[0]
+                     else kind for kind, same in tasks.items())

@@ -1,0 +1,160 @@
+"""The cgroup calls that take the kernel's ``cgroup_mutex`` (``mkdir``, ``rmdir``, moves), made
+on a thread of their own so that the event loop never waits for that lock (DESIGN.md §4).
+
+A move on cgroup v1 may wait for an RCU grace period holding ``cgroup_mutex`` (measured: 6–24
+ms), and every ``mkdir`` and ``rmdir`` meanwhile waits too; on the event loop, each such wait
+held up every request, exit and sample behind it. One worker thread takes the calls in the
+order they were asked for (a cgroup is made before a process joins it, emptied before it is
+removed); what they change in the daemon's state (the drivers' records, the tasks) is changed
+on the loop, before or after, never on the thread.
+
+The worker is the event loop's default executor, so a loop that ends (the daemon stopping)
+first finishes what was asked. Without a running loop (the daemon's methods called directly,
+as tools and tests do) a call is made at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import errno
+import logging
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from governor.cgroups.hierarchy import Hierarchy
+from governor.errors import CgroupError, GovernorError
+
+__all__ = ["Tree", "running_loop"]
+
+log = logging.getLogger("governor.daemon")
+T = TypeVar("T")
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, or None: the daemon's methods called directly,
+    which then do at once what the loop would do later (settle, remove, move)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+class Tree:
+    """Governor's cgroups made, joined and removed off the event loop.
+
+    Args:
+        hierarchy: governor's cgroups (:class:`~governor.cgroups.hierarchy.Hierarchy`).
+    """
+
+    def __init__(self, hierarchy: Hierarchy) -> None:
+        self.hierarchy = hierarchy
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._joining: dict[str, int] = {}  # cgroup → moves into it asked for and not yet made
+        self._pending = 0  # calls of run() not yet done
+
+    def moving_into(self, rel: str) -> bool:
+        """Whether a process is being moved into cgroup ``rel``: until the move is made, the
+        cgroup may be empty and must not be taken for ended."""
+        return rel in self._joining
+
+    async def join(self, moves: Sequence[tuple[str, int]]) -> list[GovernorError | None]:
+        """Move each ``(cgroup, pid)`` on the cgroup thread: None for each moved, else the
+        refusal. Meanwhile each cgroup is :meth:`moving_into`."""
+        self._count(moves, 1)
+        try:
+            return await self.call(lambda: [_outcome(self.hierarchy.driver.move, rel, pid) for rel, pid in moves])
+        finally:
+            self._count(moves, -1)
+
+    def join_soon(self, rel: str, pid: int, then: Callable[[GovernorError | None], None]) -> None:
+        """Move ``pid`` into ``rel`` on the cgroup thread, then ``then`` on the loop with None or
+        the refusal; ``rel`` is :meth:`moving_into` until then."""
+        self._count([(rel, pid)], 1)
+
+        def moved(outcome: GovernorError | None) -> None:
+            self._count([(rel, pid)], -1)
+            then(outcome)
+
+        self.run(lambda: self.hierarchy.driver.move(rel, pid), moved)
+
+    async def call(self, work: Callable[[], T]) -> T:
+        """Run ``work`` on the cgroup thread and return what it returns (raises what it raises)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._worker(loop), work)
+
+    def run(self, work: Callable[[], T], then: Callable[[T | GovernorError], None] | None = None) -> None:
+        """Run ``work`` on the cgroup thread, then ``then`` on the loop with what it returned, or
+        the :class:`GovernorError` it raised; both at once without a running loop."""
+        loop = running_loop()
+        if loop is None:
+            outcome = _outcome(work)
+            if then is not None:
+                then(outcome)
+            return
+        self._pending += 1
+        future = loop.run_in_executor(self._worker(loop), _outcome, work)
+
+        def done(finished: asyncio.Future) -> None:
+            self._pending -= 1
+            if then is not None:
+                then(finished.result())
+
+        future.add_done_callback(done)
+
+    async def settled(self) -> None:
+        """Wait until nothing asked of the thread with :meth:`run` is pending, what those calls'
+        ``then`` asked in turn included (the sessions of a start's rescan, made and joined)."""
+        while self._pending:
+            await asyncio.sleep(0.001)
+
+    def make(self, rels: Sequence[str]) -> list[GovernorError | None]:
+        """(On the thread) make each cgroup with the controllers enabled down to it: None for
+        each made, else what stopped it."""
+        return [_outcome(self.hierarchy.prepare, rel) for rel in rels]
+
+    def remove(self, rels: Sequence[str], *, group: str | None = None) -> None:
+        """Forget the records of task cgroups ``rels`` now and remove them on the thread, then
+        ``group`` where nothing is below it any more (a task that started there meanwhile keeps
+        it: ``EBUSY`` is not an error). A failure is logged: the cgroup stays, empty."""
+        driver = self.hierarchy.driver
+        for rel in (*rels, *([group] if group else [])):
+            driver.forget(rel)
+
+        def remove() -> None:
+            for rel in rels:
+                try:
+                    driver.remove(rel)
+                except CgroupError as error:
+                    log.warning("cannot remove cgroup %s: %s", rel, error)
+            if group:
+                try:
+                    driver.remove(group)
+                except CgroupError as error:
+                    if error.errno != errno.EBUSY:
+                        log.warning("cannot remove cgroup %s: %s", group, error)
+
+        self.run(remove)
+
+    def _count(self, moves: Sequence[tuple[str, int]], step: int) -> None:
+        for rel, _ in moves:
+            left = self._joining.get(rel, 0) + step
+            if left:
+                self._joining[rel] = left
+            else:
+                del self._joining[rel]
+
+    def _worker(self, loop: asyncio.AbstractEventLoop) -> concurrent.futures.Executor:
+        if loop is not self._loop:
+            self._loop = loop
+            self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cgroups")
+            loop.set_default_executor(self._pool)
+        return self._pool
+
+
+def _outcome(work: Callable[..., T], *args) -> T | GovernorError | None:
+    """What ``work(*args)`` returned, or the GovernorError it raised."""
+    try:
+        return work(*args)
+    except GovernorError as error:
+        return error
