@@ -98,16 +98,17 @@ def test_a_sessions_daemon_never_takes_another_daemons_processes():
         # Root's task whose processes become alice's (runuser takes her uid): the sessions
         # daemon sees the uid change, and must leave them in the task (the issue: it moved
         # them into her session, and `governor stop` of the task then ended nothing).
-        proc = tasks.run("R", ["runuser", "-u", "gov-alice", "--", "sh", "-c", "sleep 600 & sleep 601 & wait"],
+        # (durations no other test uses: pgrep looks at the whole host)
+        proc = tasks.run("R", ["runuser", "-u", "gov-alice", "--", "sh", "-c", "sleep 6110 & sleep 6111 & wait"],
                          cpus=0.2, memory="64M")
-        wait_for(lambda: len(_pgrep("^sleep 60[01]$")) >= 2, "alice's sleeps")
-        pids = _pgrep("^sleep 60[01]$")
+        wait_for(lambda: len(_pgrep("^sleep 611[01]$")) >= 2, "alice's sleeps")
+        pids = _pgrep("^sleep 611[01]$")
         time.sleep(1.5)  # the exec and uid events have been handled
         [task] = tasks.status()["groups"]["R"]["tasks"]
         for pid in pids:
             assert (cgroup_of(pid) or "").endswith(f"/R/task-{task['id']}"), cgroup_of(pid)
         subprocess.run([GOVERNOR, "stop", "--socket", tasks.socket, task["id"]], check=True, capture_output=True)
-        wait_for(lambda: not _pgrep("^sleep 60[01]$"), "the task's sleeps to end")
+        wait_for(lambda: not _pgrep("^sleep 611[01]$"), "the task's sleeps to end")
         proc.wait(10)
         # And a process in alice's session may not leave it for another daemon's task.
         asked = subprocess.run(["runuser", "-u", "gov-alice", "--", "sh", "-c",
