@@ -42,7 +42,7 @@ from cgroupspy.nodes import Node
 
 from governor.cgroups.base import DriverBase
 from governor.cgroups.errors import CgroupError, CgroupUnsupported, CgroupWriteError
-from governor.cgroups.files import list_children, make_dir, read_file, relative_parts, remove_dir, write_file
+from governor.cgroups.files import below, list_children, make_dir, read_file, relative_parts, remove_dir, write_file
 from governor.cgroups.limits import (DEFAULT_PERIOD_USEC, V1_ORDER, CgroupLimits, diff_writes, v1_files, v1_key,
                                      v1_reset)
 from governor.cgroups.nesting import QuotaNesting
@@ -111,7 +111,7 @@ class CgroupV1Driver(DriverBase):
         if controller not in self.roots:
             raise CgroupUnsupported(f"cgroup v1 controller {controller} not configured",
                                     path=str(controller))
-        return self.roots[controller].joinpath(*relative_parts(rel))
+        return below(self.roots[controller], rel)
 
     def directory(self, rel: str) -> Path:
         """The directory of cgroup ``rel`` in the cpu hierarchy, for people."""
@@ -156,7 +156,7 @@ class CgroupV1Driver(DriverBase):
             CgroupError: with errno ``EBUSY`` while it holds processes or child cgroups.
         """
         for root in reversed(self._trees):
-            remove_dir(root.joinpath(*relative_parts(rel)))
+            remove_dir(below(root, rel))
             if not relative_parts(rel):
                 for made in reversed(self._made.pop(root, [])):
                     try:
@@ -275,7 +275,7 @@ class CgroupV1Driver(DriverBase):
                 ``ENOENT`` (``rel`` vanished).
         """
         for root in self._trees:
-            self._write(root.joinpath(*relative_parts(rel)), "cgroup.procs", str(pid))
+            self._write(below(root, rel), "cgroup.procs", str(pid))
 
     def pids(self, rel: str) -> list[int]:
         """Return the pids in cgroup ``rel`` itself, in any hierarchy, sorted.
@@ -285,7 +285,7 @@ class CgroupV1Driver(DriverBase):
         """
         found: set[int] = set()
         for root in self._trees:
-            found.update(parse_pids(read_file(root.joinpath(*relative_parts(rel)), "cgroup.procs")))
+            found.update(parse_pids(read_file(below(root, rel), "cgroup.procs")))
         return sorted(found)
 
     def _read_stats(self, rel: str, peak: bool) -> CgroupStats:

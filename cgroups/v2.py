@@ -20,7 +20,7 @@ from pathlib import Path
 
 from governor.cgroups.base import DriverBase
 from governor.cgroups.errors import CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError
-from governor.cgroups.files import list_children, make_dir, read_file, relative_parts, remove_dir, write_file
+from governor.cgroups.files import below, list_children, make_dir, read_file, relative_parts, remove_dir, write_file
 from governor.cgroups.limits import CgroupLimits, V2_ORDER, diff_writes, v2_files, v2_key, v2_reset
 from governor.cgroups.parse import (parse_cgroup_events, parse_controllers, parse_flat_keyed, parse_int,
                                     parse_nested_keyed, parse_pids)
@@ -68,7 +68,7 @@ class CgroupV2Driver(DriverBase):
         Raises:
             ValueError: ``rel`` leaves the root.
         """
-        return self.root.joinpath(*relative_parts(rel))
+        return below(self.root, rel)
 
     def directory(self, rel: str) -> Path:
         """The directory of cgroup ``rel`` (as :meth:`path`)."""

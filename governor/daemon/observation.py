@@ -1,12 +1,22 @@
 """Observation: what the tasks use (sampled every ``sample_interval``), whether the groups are
 held to their CPU guarantees, and the status snapshot every viewer shares (``status``,
-``watch``, ``top``, the metrics)."""
+``watch``, ``top``, the metrics).
+
+The daemon's samples are read on a thread of their own (the sampler), not on the event loop:
+at 1,000 tasks a tick reads 300 cgroups, eight files each, and read on the loop in steps of
+25 it held the loop 10-20 ms a step; a launch waited behind a step at each of its hops
+(sparse launches 20 ms, one in two 60-140 ms; scripts/bench). The sampler reads, the loop
+turns counters into use; the cgroup thread (:mod:`governor.daemon.tree`) is kept for the calls
+that take ``cgroup_mutex``, so a launch's ``mkdir`` never queues behind a tick's reads.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Mapping, Sequence
 
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.stats import CgroupStats
@@ -21,15 +31,11 @@ from governor.state import Task, Tasks
 from governor.status import StatusReply, build_status
 from governor.usage import Sample, usage
 
-__all__ = ["Observation", "SAMPLED_TASKS", "STEP"]
+__all__ = ["Observation", "SAMPLED_TASKS"]
 
 # Task cgroups sampled per tick: groups and login sessions (the hold needs them) every tick,
 # tasks in turn. Reading all of 1,000 tasks every second took 20 % of a core (scripts/bench).
 SAMPLED_TASKS = 200
-# Cgroups read in one go by a periodic pass (sample, reconcile) before the event loop serves
-# others: ~3 ms natively. Sampling 300 cgroups at once held it for 50 ms (scripts/bench), a
-# launch meanwhile waiting as long.
-STEP = 25
 
 
 class Observation:
@@ -61,34 +67,43 @@ class Observation:
         self._status: tuple[int, dict] | None = None  # the status reply built at that version
         self._status_tasks: dict[str, tuple] = {}  # its task entries, kept while unchanged
         self._status_json: dict[int, tuple[dict, str]] = {}  # and their JSON, once encoded
+        self._sampler = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sampler")
+        self._forgotten: set[str] | None = None  # cgroups forgotten while the sampler reads
 
     # ── sampling ────────────────────────────────────────────────────────────────────────
 
     def sample(self) -> None:
         """Sample every group cgroup and login session, and tasks in turn (at most
-        :data:`SAMPLED_TASKS` a tick), and update the measured use (a status is built only
-        when asked for)."""
-        for _ in self.sample_steps():
-            pass
+        :data:`SAMPLED_TASKS` a tick), reading on this thread, and update the measured use (a
+        status is built only when asked for). The daemon samples with :meth:`sample_off_loop`."""
+        self._take(_read(self.hierarchy, self._due()))
 
-    def sample_steps(self) -> Iterator[None]:
-        """:meth:`sample`, pausing after every :data:`STEP` cgroups read (the event loop
-        serves others meanwhile)."""
+    async def sample_off_loop(self) -> None:
+        """:meth:`sample`, the cgroup files read on the sampler thread while the event loop
+        serves others."""
+        due = self._due()
+        self._forgotten = set()
+        try:
+            read = await asyncio.get_running_loop().run_in_executor(self._sampler, _read, self.hierarchy, due)
+        finally:
+            forgotten, self._forgotten = self._forgotten, None
+        # A cgroup removed meanwhile was forgotten: its use must not come back.
+        self._take({rel: sample for rel, sample in read.items() if rel not in forgotten})
+
+    def close(self) -> None:
+        """Let the sampler thread finish what it reads, and end it."""
+        self._sampler.shutdown(wait=True, cancel_futures=True)
+
+    def _due(self) -> list[str]:
+        return list(self.tasks.inside()) + [t.cgroup for t in self.tasks.logins()] + self.tasks_to_sample()
+
+    def _take(self, read: Mapping[str, Sample]) -> None:
+        """Turn fresh samples into use (against each cgroup's previous one)."""
         devices = {number: name for name, number in self.policy.io_devices.items()}
         fresh = {}
-        rels = list(self.tasks.inside()) + [t.cgroup for t in self.tasks.logins()] + self.tasks_to_sample()
-        for start in range(0, len(rels), STEP):
-            now = time.monotonic()
-            for rel in rels[start:start + STEP]:
-                try:
-                    current = Sample(now, self.hierarchy.read_stats(rel))
-                except CgroupError:
-                    continue  # vanished between exit and refill
-                fresh[rel] = usage(self._samples.get(rel), current, devices)
-                self._samples[rel] = current
-            yield
-        # A cgroup removed during a pause was forgotten: its usage must not come back.
-        fresh = {rel: used for rel, used in fresh.items() if rel in self._samples}
+        for rel, current in read.items():
+            fresh[rel] = usage(self._samples.get(rel), current, devices)
+            self._samples[rel] = current
         self.journal.changed()
         self.usage.update(fresh)
         # A group's use includes its login sessions', which run outside its cgroup.
@@ -122,6 +137,8 @@ class Observation:
         """Drop what was measured of ``rel`` (its cgroup is gone)."""
         self.usage.pop(rel, None)
         self._samples.pop(rel, None)
+        if self._forgotten is not None:
+            self._forgotten.add(rel)
 
     def check_saturation(self) -> None:
         """Hold the groups to their CPU guarantees while every one wants all of its own (exact
@@ -170,3 +187,15 @@ class Observation:
         )
         self._status = (self.journal.version, StatusReply(status, self._status_json))
         return self._status[1]
+
+
+def _read(hierarchy: Hierarchy, rels: Sequence[str]) -> dict[str, Sample]:
+    """(On the sampler thread) a sample of each of ``rels`` that can be read; a cgroup that
+    vanished between its task's exit and the refill is left out."""
+    read = {}
+    for rel in rels:
+        try:
+            read[rel] = Sample(time.monotonic(), hierarchy.read_stats(rel))
+        except CgroupError:
+            continue
+    return read

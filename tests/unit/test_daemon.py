@@ -643,16 +643,34 @@ def test_a_task_entry_of_status_is_rebuilt_only_when_its_task_limits_or_usage_ch
     assert third["1"] is second["1"]
 
 
-def test_a_sampling_pass_pauses_between_steps_and_a_task_ended_meanwhile_keeps_no_usage(daemon, monkeypatch):
-    monkeypatch.setattr("governor.daemon.observation.STEP", 2)
-    for pid in (100, 200, 300):
+def test_samples_are_read_off_the_event_loop_and_a_task_ended_meanwhile_keeps_no_usage(daemon, monkeypatch):
+    for pid in (100, 200):
         launch(daemon, pid, group="A", cpu=0.1, memory=GIB)
-    steps = daemon.observation.sample_steps()
-    next(steps)  # A and A/task-1 read; the event loop may serve others here
-    daemon.hierarchy.driver.procs["A/task-1"] = []
-    daemon.check(["1"], "exit")
-    assert len(list(steps)) == 1  # A/task-2 and A/task-3
-    assert set(daemon.usage) == {"A", "A/task-2", "A/task-3"}
+    read, threads = daemon.hierarchy.read_stats, set()
+    reading, ended = threading.Event(), threading.Event()
+
+    def slow_read(rel, **options):
+        if not options.get("peak"):  # (an ended task's last counters are read where it ends)
+            threads.add(threading.current_thread().name)
+        if rel == "A/task-2":  # the last one: task 1 has been read, and ends now
+            reading.set()
+            assert ended.wait(5)
+        return read(rel, **options)
+
+    monkeypatch.setattr(daemon.hierarchy, "read_stats", slow_read)
+
+    async def scenario():
+        sampling = asyncio.create_task(daemon.observation.sample_off_loop())
+        await asyncio.to_thread(reading.wait, 5)  # the loop serves others while the sampler reads
+        daemon.hierarchy.driver.procs["A/task-1"] = []
+        daemon.check(["1"], "exit")
+        ended.set()
+        await sampling
+
+    asyncio.run(scenario())
+    daemon.observation.close()
+    assert threads and all(name.startswith("sampler") for name in threads)
+    assert set(daemon.usage) == {"A", "A/task-2"}
 
 
 def test_tasks_are_sampled_in_turn_beyond_the_bound(daemon, monkeypatch):
