@@ -266,19 +266,22 @@ def test_status_amplification_costs_the_daemon_bounded_memory_and_no_launch_time
         sampler.join()
         for attacker in attackers:
             os.waitpid(attacker, 0)
-        p50, p99 = (lambda t: t[len(t) // 2]), _p99
+        p50, p90, p99 = (lambda t: t[len(t) // 2]), (lambda t: t[int(len(t) * 0.9)]), _p99
         print(f"\nstatus amplification: status {size / 1e6:.2f} MB with 250 long command lines; daemon RSS "
               f"{rss_before / 2**20:.0f} -> peak {max(peak) / 2**20:.0f} MiB under 32 silent connections and 32 "
               f"watchers; launch p50 {p50(before['trips']) * 1000:.1f} -> {p50(during['trips']) * 1000:.1f} ms, "
+              f"p90 {p90(before['trips']) * 1000:.1f} -> {p90(during['trips']) * 1000:.1f} ms, "
               f"p99 {p99(before['trips']) * 1000:.1f} -> {p99(during['trips']) * 1000:.1f} ms")
         assert size < 1_000_000  # command lines are cut in views of everyone's tasks
         assert max(peak) < 150 * 2**20
         assert before["failed"] == during["failed"] == 0
         # The attack made launches ten times slower (53-71 -> 620 ms). The median holds within
-        # 20 %; the p99 of 300 launches on two cores, shared with 64 attacking clients, is the
-        # third slowest and moved 1.3x between CI runs of the same code: bounded loosely, as noise allows.
+        # 20 % and the p90 within 1.5x. The p99 of 300 launches on two cores, shared with 64
+        # attacking clients, is the third slowest: CI runs of one build measured 1.07x, 1.3x and
+        # 1.84x (62.5 -> 115 ms); it is held to 3x, a third of what the attack did.
         assert p50(during["trips"]) <= max(1.2 * p50(before["trips"]), p50(before["trips"]) + 0.005)
-        assert p99(during["trips"]) <= 1.5 * p99(before["trips"]) + 0.010
+        assert p90(during["trips"]) <= 1.5 * p90(before["trips"]) + 0.010
+        assert p99(during["trips"]) <= 3 * p99(before["trips"])
     finally:
         _kill(lingering)
 
