@@ -63,14 +63,18 @@ def request(sock: socket.socket, line: bytes, timeout: float = 30) -> dict | Non
 
 
 def reply(sock: socket.socket) -> dict | None:
-    """The next line the server sends on ``sock``; None when it closed instead."""
+    """The next line the server sends on ``sock``; None when it closed instead. What follows
+    that line stays in the socket for the next call (a queued launch's updates and its start
+    may come in one read)."""
     data = b""
-    while not data.endswith(b"\n"):
-        chunk = sock.recv(65536)
-        if not chunk:
+    while True:
+        ahead = sock.recv(65536, socket.MSG_PEEK)
+        if not ahead:
             return None
-        data += chunk
-    return json.loads(data)
+        end = ahead.find(b"\n")
+        data += sock.recv(len(ahead) if end < 0 else end + 1)
+        if end >= 0:
+            return json.loads(data)
 
 
 def hostile_lines(count: int, seed: int, own_pid: int) -> list[bytes]:
