@@ -4,10 +4,11 @@ held to their CPU guarantees, and the status snapshot every viewer shares (``sta
 
 The daemon's samples are read on a thread of their own (the sampler), not on the event loop:
 at 1,000 tasks a tick reads 300 cgroups, eight files each, and read on the loop in steps of
-25 it held the loop 10-20 ms a step; a launch waited behind a step at each of its hops
-(sparse launches 20 ms, one in two 60-140 ms; scripts/bench). The sampler reads, the loop
-turns counters into use; the cgroup thread (:mod:`governor.daemon.tree`) is kept for the calls
-that take ``cgroup_mutex``, so a launch's ``mkdir`` never queues behind a tick's reads.
+25 it held the loop 10-20 ms a step (asyncio's slow-callback log); a launch waited behind a
+step at each of its hops (`scripts/bench --rate 50`: launch p99 210 ms, 59 ms with the
+sampler). The sampler reads, the loop turns counters into use; the cgroup thread
+(:mod:`governor.daemon.tree`) is kept for the calls that take ``cgroup_mutex``, so a launch's
+``mkdir`` never queues behind a tick's reads.
 """
 
 from __future__ import annotations
