@@ -153,8 +153,20 @@ class Governor:
         self.log.close()
         roots = {self.driver.root} if isinstance(self.driver, CgroupV2Driver) else set(self.driver.roots.values())
         for root in roots:
+            _kill_left_in(Path(root))
             for directory, _, _ in os.walk(root, topdown=False):
                 _rmdir_retrying(Path(directory))
+
+
+def _kill_left_in(root: Path) -> None:
+    # A failed test can leave its task's children behind (the harness killed the command
+    # only); every process under this test's own root is one it started.
+    for procs in root.rglob("cgroup.procs"):
+        for pid in procs.read_text().split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def _rmdir_retrying(directory: Path) -> None:

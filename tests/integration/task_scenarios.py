@@ -17,18 +17,23 @@ from governor.exits import kernel_keeps_exit_status
 
 KILLED = {"code": "killed", "signal": "KILL"}
 
-# Three sleeping children and a child with a child of its own, then "forked" on stdout.
+# Three sleeping children and a child with a child of its own, then "forked" on stdout once
+# each of the five has written to the pipe (a sleep was not enough in the emulated VM: CI saw 5).
 TREE = [sys.executable, "-c",
         "import os, time\n"
+        "r, w = os.pipe()\n"
         "def child(then):\n"
         "    if os.fork() == 0:\n"
+        "        os.write(w, b'.')\n"
         "        then()\n"
         "        time.sleep(600)\n"
         "        os._exit(0)\n"
         "for _ in range(3):\n"
         "    child(lambda: None)\n"
         "child(lambda: child(lambda: None))\n"
-        "time.sleep(0.2)\n"
+        "got = 0\n"
+        "while got < 5:\n"
+        "    got += len(os.read(r, 5 - got))\n"
         "print('forked', flush=True)\n"
         "time.sleep(600)\n"]
 
