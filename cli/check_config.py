@@ -141,13 +141,19 @@ def unknown_names(config: Config) -> list[str]:
     return warnings
 
 
+def _quota(quota: dict) -> str:
+    from governor.units import format_amount
+
+    return ", ".join(f"{resource} {format_amount(resource, amount, unit=True)}" for resource, amount in quota.items())
+
+
 def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], str] | None = None) -> list[str]:
     """The lines ``check-config`` prints for a checked :class:`~governor.config.Config`; with
     ``host``, the capacity it gives on this host, each group's members today
     (:func:`governor.access.members`) and the host's cgroup version (``v1``/``v2``): the
     groups' floors, who they are, and how memory is capped here."""
     from governor.cgroups.limits import memory_high_throttles
-    from governor.units import format_amount, format_number
+    from governor.units import format_amount, format_number, format_timespan
     from governor.vocabulary import floors
 
     lines = ["capacity:"]
@@ -189,7 +195,8 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
     explicit = {rule.name for rule in config.groups}
     members = host[1] if host is not None else {}
     own = [group for group in members if group not in explicit]  # "*": a group per user
-    floor = floors(configured_weights(config, members)) if host is not None or config.everyone_weight is None else {}
+    floor = (floors(configured_weights(config, members), config.parents)
+             if host is not None or config.everyone_weight is None else {})
 
     def floor_words(group: str) -> str:
         if group not in floor:
@@ -206,11 +213,16 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
         declared = [f"users {', '.join(rule.users)}"] if rule.users else []
         declared += [f"unix groups {', '.join(rule.unix_groups)}"] if rule.unix_groups else []
         floor_text = floor_words(rule.name)
-        lines.append(f"  {rule.name}: weight {format_number(rule.weight)}{', ' if floor_text else ''}{floor_text}; "
-                     f"{'; '.join(declared)}")
-        if host is not None:
+        declared += [f"{words} {_quota(quota)}" for words, quota in (
+            ("guarantee", rule.guarantee), ("limit", rule.limit), ("each user at most", rule.user_limit)) if quota]
+        indent = "  " * (len(config.ancestors(rule.name)) + 1)
+        within = f" (in {rule.parent})" if rule.parent else ""
+        lines.append(f"{indent}{rule.name}{within}: weight {format_number(rule.weight)}{', ' if floor_text else ''}"
+                     f"{floor_text}; {'; '.join(declared) or 'its child groups'}")
+        if host is not None and (rule.users or rule.unix_groups):
             found = members.get(rule.name, [])
-            lines.append(f"    members today: {', '.join(found)}" if found else "    no member on this host today")
+            lines.append(f"{indent}  members today: {', '.join(found)}" if found
+                         else f"{indent}  no member on this host today")
     if config.everyone_weight is not None:
         lines.append(f'  "*": weight {format_number(config.everyone_weight)}; '
                      "every user in no explicit group, a group of their own")
@@ -219,6 +231,9 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
                          else "    today: no login user outside the groups above")
     else:
         lines.append("  users in no group above cannot launch tasks")
+    if config.fairshare_half_life_s is not None:
+        lines.append(f"fair share over time: past use lowers a group's weight, halving every "
+                     f"{format_timespan(config.fairshare_half_life_s)}")
     sessions = config.sessions
     if sessions.enabled:
         exempt = f"; exempt {', '.join(sessions.exempt)}" if sessions.exempt else ""

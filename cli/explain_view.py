@@ -31,6 +31,7 @@ from rich.text import Text
 from governor.cli import view_common as view
 from governor.cli.render import filling_table
 from governor.cli.status_view import queue_table
+from governor.cli.view_common import tree_order
 from governor.model import TraceRow
 
 
@@ -51,15 +52,26 @@ def explain_renderables(explain: dict, group: str | None = None, *, now: float) 
     configured = explain.get("configured") or {}
     header = Text("Capacity: ", style="bold")
     header.append(" · ".join(f"{view.label(r)} {view.amount(r, v, unit=True)}" for r, v in capacity.items()) or "—")
+    nodes = explain.get("nodes") or {}
+    parents = explain.get("parents") or {}
+    if nodes:  # a group tree: each internal group above its children, the way H-DRF fills
+        groups = {name: {**nodes[name], "internal": True} if name in nodes else groups[name]
+                  for _, name in tree_order([*nodes, *groups], parents)}
     shown = [group] if group is not None else [*groups, *(g for g in configured if g not in groups)]
     idle = {name: _about(configured[name]) for name in shown if name not in groups and name in configured}
-    renderables: list[RenderableType] = [header, reasons({name: groups[name] for name in shown if name in groups}, idle)]
+    depth = dict((name, level) for level, name in tree_order(list(shown), parents)) if parents else {}
+    renderables: list[RenderableType] = [
+        header, reasons({name: groups[name] for name in shown if name in groups}, idle, depth)]
+    fair = {name: about for name, about in (explain.get("fairshare") or {}).items()
+            if isinstance(about, dict) and (group is None or name == group)}
+    if fair:
+        renderables.append(fairshare_table(fair))
     queue = [entry for entry in view.queue(explain) if group is None or entry.get("group") == group]
     if queue:
         renderables.append(queue_table(queue, now))
     # With GROUP, its share column only: the steps (and the frozen column) still show when the
     # others stopped, which decides its level, without a column per group of a large host.
-    columns = [name for name in shown if name in groups]
+    columns = [name for name in shown if name in groups and name not in nodes]
     renderables.append(filling_table(
         title="DRF filling on this host, step by step", groups=columns, capacity=capacity,
         trace=trace_rows(explain, columns, list(capacity)),
@@ -74,12 +86,20 @@ def _about(configured: object) -> dict:
     return {"weight": configured, "floor": None}
 
 
-def reasons(groups: dict[str, dict], idle: dict[str, dict] | None = None) -> RenderableType:
+def reasons(groups: dict[str, dict], idle: dict[str, dict] | None = None,
+            depth: dict[str, int] | None = None) -> RenderableType:
     """One line per group: ``physics  weight 2  floor 40.0%  cpu 50.0%  stopped: cpu saturated,
     got 80% of its demand``; then one per group with no task (``idle``: name → ``weight`` and
     ``floor``), saying what DRF promises it once it runs one: its floor while every group is
-    busy, all of what it asks while the others are idle."""
+    busy, all of what it asks while the others are idle. ``depth`` indents a group tree's
+    groups by their level; an internal group (``"internal": True``) reads ``name/``."""
     idle = idle or {}
+    depth = depth or {}
+
+    def named(name: str) -> Text:
+        internal = groups.get(name, {}).get("internal")
+        return Text("  " * depth.get(name, 0) + name + ("/" if internal else ""))
+
     if not groups and not idle:
         return Text("No group has a running task: there is nothing to divide.")
     table = Table(title="Why each group's share stopped growing", title_justify="left")
@@ -90,14 +110,31 @@ def reasons(groups: dict[str, dict], idle: dict[str, dict] | None = None) -> Ren
     table.add_column("share", justify="right")
     table.add_column("why it stopped", overflow="fold")
     for name, group in groups.items():
-        what = runs(group)
-        cell = Text(name).append(f"\n{what}", style="dim") if what else name
+        what = "its child groups together" if group.get("internal") else runs(group)
+        cell = named(name).append(f"\n{what}", style="dim") if what else named(name)
         view.row(table, cell, view.number(group.get("weight")), view.share(group.get("floor")),
                  ", ".join(view.label(r) for r in group.get("dominant_resources", ())) or "—",
                  view.share(group.get("dominant_share")), why(group))
     for name, about in idle.items():
-        view.row(table, Text(name).append("\nno task", style="dim"), view.number(about.get("weight")),
+        view.row(table, named(name).append("\nno task", style="dim"), view.number(about.get("weight")),
                  view.share(about.get("floor")), "—", view.share(0), idle_why(about.get("floor")))
+    return table
+
+
+def fairshare_table(fair: dict[str, dict]) -> RenderableType:
+    """``[fairshare]``: each group's configured weight, its decayed past use (host-hours: one
+    is the whole host for an hour, on its dominant resource) and the weight filling used."""
+    table = Table(title="Fair share over time: past use lowers a group's weight", title_justify="left")
+    table.add_column("group", overflow="fold")
+    table.add_column("weight", justify="right")
+    table.add_column("past use", justify="right")
+    table.add_column("of its siblings'", justify="right")
+    table.add_column("effective weight", justify="right")
+    for name, about in fair.items():
+        usage = about.get("usage")
+        hours = f"{float(usage) / 3600:.2f} host-h" if isinstance(usage, (int, float)) else "—"
+        view.row(table, name, view.number(about.get("weight")), hours, view.share(about.get("usage_share")),
+                 view.number(about.get("effective")))
     return table
 
 
@@ -121,6 +158,8 @@ def runs(group: dict) -> str:
 def why(group: dict) -> str:
     """The group's stop reason in words, with how much of its demand it got (λ)."""
     stop = str(group.get("stop", ""))
+    if group.get("internal"):
+        return f"{stop or 'unknown'}: the sum of its child groups'"
     granted = float(group.get("lambda", 0.0))
     if stop == "demand met":
         return "its demand was met: it got all it asked for"

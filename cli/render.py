@@ -16,7 +16,7 @@ from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.measure import Measurement
 from rich.table import Table
 
-from governor.cli.view_common import label
+from governor.cli.view_common import label, tree_order
 from governor.model import Allocation, Number, Stop, TraceRow
 from governor.units import SUFFIXES, format_amount, format_number
 
@@ -33,7 +33,8 @@ def allocation_table(allocation: Allocation) -> RenderableType:
     caption says what they mean) keep the paper's two resources on one line at 80 columns."""
     capacity = ", ".join(f"{r} {format_amount(r, v)}" for r, v in allocation.capacity.items())
     stops = {group.stop.kind for group in allocation.groups.values()}
-    title = f"{_POLICY_NAMES[allocation.policy]} allocation ({allocation.mode}) — capacity: {capacity}"
+    policy = "H-DRF" if allocation.nodes else _POLICY_NAMES[allocation.policy]
+    title = f"{policy} allocation ({allocation.mode}) — capacity: {capacity}"
     caption = "share: dominant share of the host" + ("; full: its next task does not fit" if "no_fit" in stops else "")
     wide, narrow = Table(title=title, caption=caption), Table(title=title, caption=caption)
     wide.add_column("group")
@@ -51,14 +52,17 @@ def allocation_table(allocation: Allocation) -> RenderableType:
     narrow.add_column("allocation", no_wrap=True)
     narrow.add_column("dominant share", overflow="fold")
     narrow.add_column("stopped by", overflow="fold")
-    for group in allocation.groups.values():
-        tasks = format_number(group.tasks, precision=2)
+    everyone = {**allocation.nodes, **allocation.groups}
+    for depth, name in tree_order(list(everyone), allocation.parents):
+        group, internal = everyone[name], name in allocation.nodes
+        tasks = "" if internal else format_number(group.tasks, precision=2)
         if group.demanded_tasks is not None:
             tasks += f" of {group.demanded_tasks}"
-        amounts = [format_amount(r, group.allocation[r]) for r in allocation.capacity]
+        amounts = [format_amount(r, group.allocation.get(r, 0)) for r in allocation.capacity]
         dominant, share = ", ".join(group.dominant_resources), format_share(group.dominant_share)
-        wide.add_row(group.name, format_number(group.weight), tasks, *amounts, dominant, share, _stop(group.stop))
-        narrow.add_row(group.name, format_number(group.weight), tasks,
+        name = "  " * depth + group.name + ("/" if internal else "")
+        wide.add_row(name, format_number(group.weight), tasks, *amounts, dominant, share, _stop(group.stop))
+        narrow.add_row(name, format_number(group.weight), tasks,
                        "\n".join(f"{label(r)} {a}" for r, a in zip(allocation.capacity, amounts)),
                        f"{', '.join(map(label, group.dominant_resources))} {share}", _stop(group.stop))
     return Fitted(wide, narrow)

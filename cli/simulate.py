@@ -38,8 +38,16 @@ def simulate(scenario: str, mode: str, policy: str, trace: bool, as_json: bool) 
     from governor.tomlcheck import parse_toml
 
     loaded = load_scenario(parse_toml(read_input(scenario), scenario), scenario)
+    if loaded.tree and (policy, mode) != ("drf", "continuous"):
+        raise click.UsageError(f"{scenario} has a group tree or quotas: H-DRF divides it, with --policy drf "
+                               "--mode continuous")
     try:
-        allocation = allocate(policy, loaded.capacity, loaded.groups, mode=mode, trace=trace)
+        if loaded.tree:
+            from governor.hdrf import hierarchical_filling
+
+            allocation = hierarchical_filling(loaded.capacity, loaded.groups, loaded.tree, trace=trace)
+        else:
+            allocation = allocate(policy, loaded.capacity, loaded.groups, mode=mode, trace=trace)
     except AllocationInputError as error:
         raise allocation_error(error, scenario) from error
 

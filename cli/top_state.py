@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from governor.cli.view_common import tree_order
+
 # Sort columns in the order `s` cycles through them; name ascends, the others descend.
 SORTS = ("share", "cpu", "memory", "tasks", "name")
 _ESCAPES = {b"\x1b[A": "up", b"\x1b[B": "down", b"\x1bOA": "up", b"\x1bOB": "down"}
@@ -30,6 +32,7 @@ class TopState:
         down: why the daemon cannot be reached (shown as a banner while reconnecting), or None.
         selected: the selected group's name (kept by name, so it survives re-sorting).
         expanded: groups whose tasks are shown.
+        folded: groups of a group tree whose child groups are hidden.
         sort: one of :data:`SORTS`.
         filter: groups shown must contain this text (case-insensitive); "" shows all.
         editing: the filter being typed after ``/``, or None when not typing.
@@ -42,6 +45,7 @@ class TopState:
     down: str | None = None
     selected: str | None = None
     expanded: set[str] = field(default_factory=set)
+    folded: set[str] = field(default_factory=set)
     sort: str = SORTS[0]
     filter: str = ""
     editing: str | None = None
@@ -50,13 +54,46 @@ class TopState:
 
 
 def visible_groups(state: TopState) -> list[str]:
-    """Group names that pass the filter, in the sort column's order (ties by name)."""
+    """Group names that pass the filter, in the sort column's order (ties by name). In a group
+    tree, each group is followed by its child groups (sorted among themselves), and a folded
+    group's are left out; a filter shows the groups that match, flat."""
     groups = (state.status or {}).get("groups", {})
     needle = state.filter.casefold()
     names = sorted(name for name in groups if needle in name.casefold())
-    if state.sort == "name":
+    if state.sort != "name":
+        names = sorted(names, key=lambda name: -_sort_value(state.sort, groups[name]))  # stable: ties by name
+    if needle or not any(isinstance(g, dict) and g.get("parent") for g in groups.values()):
         return names
-    return sorted(names, key=lambda name: -_sort_value(state.sort, groups[name]))  # stable: ties stay by name
+    parents = {name: groups[name].get("parent") for name in names if isinstance(groups[name], dict)}
+    return [name for depth, name in tree_order(names, parents) if not _hidden(name, parents, state.folded)]
+
+
+def depth_of(state: TopState, name: str) -> int:
+    """How deep ``name`` sits in the group tree (0 at the top, or with no tree)."""
+    groups = (state.status or {}).get("groups", {})
+    depth, seen = 0, {name}
+    parent = groups.get(name, {}).get("parent") if isinstance(groups.get(name), dict) else None
+    while parent in groups and parent not in seen:
+        seen.add(parent)
+        depth += 1
+        parent = groups[parent].get("parent") if isinstance(groups[parent], dict) else None
+    return depth
+
+
+def is_internal(state: TopState, name: str) -> bool:
+    """Whether ``name`` has child groups in the snapshot."""
+    groups = (state.status or {}).get("groups", {})
+    return any(isinstance(g, dict) and g.get("parent") == name for g in groups.values())
+
+
+def _hidden(name: str, parents: dict, folded: set[str]) -> bool:
+    seen, parent = {name}, parents.get(name)
+    while parent is not None and parent not in seen:
+        if parent in folded:
+            return True
+        seen.add(parent)
+        parent = parents.get(parent)
+    return False
 
 
 def selected_group(state: TopState) -> str | None:
@@ -70,7 +107,8 @@ def press(state: TopState, key: str) -> None:
 
     While typing a filter (after ``/``): characters add to it, ``backspace`` removes one,
     ``enter`` applies it, ``esc`` clears it. Otherwise: ``q`` quits, ``up``/``k`` and
-    ``down``/``j`` move the selection, ``enter`` expands or collapses the selected group,
+    ``down``/``j`` move the selection, ``enter`` expands or collapses the selected group (a
+    group with child groups: folds or unfolds them),
     ``s`` moves to the next sort column, ``/`` starts a filter, ``esc`` clears the filter,
     ``?`` shows or hides the help. Other keys do nothing.
     """
@@ -90,7 +128,9 @@ def press(state: TopState, key: str) -> None:
         _move(state, -1 if key in ("up", "k") else 1)
     elif key == "enter":
         group = selected_group(state)
-        if group is not None:
+        if group is not None and is_internal(state, group):
+            state.folded ^= {group}
+        elif group is not None:
             state.expanded ^= {group}
     elif key == "s":
         state.sort = SORTS[(SORTS.index(state.sort) + 1) % len(SORTS)]

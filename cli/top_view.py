@@ -24,7 +24,7 @@ from rich.text import Text
 
 from governor import vocabulary
 from governor.cli import view_common as view
-from governor.cli.top_state import TopState, selected_group, visible_groups
+from governor.cli.top_state import TopState, depth_of, is_internal, selected_group, visible_groups
 from governor.units import SUFFIXES
 
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -38,7 +38,7 @@ _KEEP = {"group": 100, "share": 95, "cpu": 90, "memory": 85, "pressure": 70, "ta
 _SORT_COLUMN = {"share": "share", "cpu": "cpu", "memory": "memory", "tasks": "tasks", "name": "group"}
 _MAX_EVENTS = 8
 _MAX_QUEUE_LINES = 3
-HELP = [("q", "quit"), ("↑ ↓  j k", "move the selection"), ("enter", "show or hide the group's tasks"),
+HELP = [("q", "quit"), ("↑ ↓  j k", "move the selection"), ("enter", "show or hide the group's tasks (its child groups, in a tree)"),
         ("s", "next sort column (share, cpu, memory, tasks, name)"),
         ("/", "filter groups by name: type, enter applies, esc clears"), ("?", "this help")]
 COLUMNS_HELP = [
@@ -148,8 +148,8 @@ def _groups_table(state: TopState, status: dict, names: list[str], selected: str
     fair_level = float(status.get("fair_level", 0.0))
     bar_width = 10 if width >= 100 else 6
     columns: list[tuple[str, str, str, list]] = [  # (key, header, justify, cells)
-        ("group", "group", "left",
-         [(">" if n == selected else " ") + ("▾ " if n in state.expanded else "▸ ") + n for n in names]),
+        ("group", "group", "left", [(">" if n == selected else " ") + "  " * depth_of(state, n) + _marker(state, n) + n
+                                    for n in names]),
         ("w", "w", "right", [view.number(groups[n].get("weight")) for n in names]),
         ("tasks", "tasks", "right", [str(len(groups[n].get("tasks", ()))) for n in names]),
         ("dominant", "dom", "left",
@@ -178,6 +178,14 @@ def _groups_table(state: TopState, status: dict, names: list[str], selected: str
     for i, name in enumerate(names):
         view.row(table, *(cells[i] for _, _, _, cells in kept), style="reverse" if name == selected else None)
     return table
+
+
+def _marker(state: TopState, name: str) -> str:
+    """``▾``/``▸``: a group's tasks shown or not; for a group with child groups, ``-``/``+``:
+    them shown or folded (Enter toggles either)."""
+    if is_internal(state, name):
+        return "+ " if name in state.folded else "- "
+    return "▾ " if name in state.expanded else "▸ "
 
 
 def _fit_columns(columns: list, width: int, sorted_key: str) -> list:

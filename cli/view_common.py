@@ -170,3 +170,29 @@ def row(table: Table, *cells: object, **options) -> None:
     """``table.add_row`` with every string cell as plain text: rich would read ``[/oops]`` in a
     command line as markup (and fail on it) and ``:smile:`` as an emoji."""
     table.add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in cells), **options)
+
+
+def tree_order(names: list[str], parents: Mapping[str, object]) -> list[tuple[int, str]]:
+    """``names`` with their depth in the group tree, each parent before its children, siblings
+    in the order given; a name whose parent is not among them is at the top. Cycles (from a
+    hostile daemon) are cut: every name appears once."""
+    known = set(names)
+    children: dict[object, list[str]] = {}
+    for name in names:
+        parent = parents.get(name)
+        children.setdefault(parent if parent in known and parent != name else None, []).append(name)
+    order: list[tuple[int, str]] = []
+    seen: set[str] = set()
+
+    def visit(name: str, depth: int) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        order.append((depth, name))
+        for child in children.get(name, []):
+            visit(child, depth + 1)
+
+    for top in children.get(None, []):
+        visit(top, 0)
+    order += [(0, name) for name in names if name not in seen]  # a cycle: shown flat
+    return order

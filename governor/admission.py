@@ -14,8 +14,14 @@ still starts (paper §4.1). Without the reservation, a busy group's small tasks 
 that frees and a large task of an idle group waits for ever (measured: 85 s, 840 tasks of the
 busy group started meanwhile).
 
+**Quotas** (DESIGN.md §2 "Hierarchy"). A group's ``limit`` (over its subtree) and a member's
+``user_limit`` bound what their running tasks declare together; a task that would take one past
+it waits, without the reservation (what frees elsewhere is no use to it), until tasks under
+that quota end.
+
 Within a group, tasks wait in arrival order and the first one blocks the rest: a group's
 small late task never overtakes its own large early one, which would otherwise wait forever.
+A task held back by its member's ``user_limit`` blocks only that member's later tasks.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from governor.units import format_amount
 from governor.vocabulary import ADMITTED
 
 # Float declarations carry rounding error: a task fits within this relative slack.
@@ -44,6 +51,30 @@ class Waiting:
     task: str
     group: str
     demand: Mapping[str, float]
+    user: str = ""
+
+
+@dataclass(frozen=True)
+class Quota:
+    """A bound on what some tasks declare together: a group's ``limit`` (its subtree's tasks)
+    or one member's ``user_limit`` in a group.
+
+    Attributes:
+        name: how people read it: ``group science's limit``, ``alice's user_limit in lab``.
+        limit: resource → the most the tasks under it may declare (cores, bytes).
+        used: resource → what its running tasks declare now.
+        groups: the groups whose tasks it covers; user: only this user's tasks (None: all).
+    """
+
+    name: str
+    limit: Mapping[str, float]
+    used: dict[str, float]
+    groups: frozenset[str]
+    user: str | None = None
+
+    def covers(self, waiting: Waiting) -> bool:
+        """Whether ``waiting`` counts against this quota."""
+        return waiting.group in self.groups and (self.user is None or waiting.user == self.user)
 
 
 @dataclass
@@ -60,6 +91,8 @@ class Admission:
         reserved_for: the waiting task that holds the reservation (the next task of the
             lowest-share group, which did not fit), or None.
         reserved: what is kept for it: resource → amount (of :data:`ADMITTED`); empty without one.
+        limited: waiting task → why a quota holds it back (``group science's limit: memory
+            60.0G of 64.0G declared``).
     """
 
     admitted: list[str] = field(default_factory=list)
@@ -68,11 +101,12 @@ class Admission:
     holders: list[tuple[str, float]] = field(default_factory=list)
     reserved_for: str | None = None
     reserved: dict[str, float] = field(default_factory=dict)
+    limited: dict[str, str] = field(default_factory=dict)
 
 
 def admit(capacity: Mapping[str, float], running: Mapping[str, Mapping[str, float]],
           running_tasks: Mapping[str, int], weights: Mapping[str, float],
-          queue: Sequence[Waiting]) -> Admission:
+          queue: Sequence[Waiting], quotas: Sequence[Quota] = ()) -> Admission:
     """Decide which queued tasks start now.
 
     Args:
@@ -82,6 +116,7 @@ def admit(capacity: Mapping[str, float], running: Mapping[str, Mapping[str, floa
         running_tasks: group → how many tasks it runs (the first tie-break).
         weights: group → weight (> 0); a group missing here weighs 1.
         queue: the waiting tasks in arrival order.
+        quotas: group limits and user limits; a task starts only within each that covers it.
 
     Returns:
         an :class:`Admission`. A task whose memory exceeds the capacity on its own never fits;
@@ -96,11 +131,21 @@ def admit(capacity: Mapping[str, float], running: Mapping[str, Mapping[str, floa
         by_group.setdefault(waiting.group, []).append(waiting)
 
     result = Admission()
+    quota_used = [dict(quota.used) for quota in quotas]
     heap = [_key(g, demands, counts, weights, capacity) for g in by_group]
     heapq.heapify(heap)
     while heap:
         *_, group = heapq.heappop(heap)
         head = by_group[group][0]
+        covering = [index for index, quota in enumerate(quotas) if quota.covers(head)]
+        over, quota = _over_quota(head, [(quotas[i], quota_used[i]) for i in covering])
+        if over is not None:
+            result.limited[head.task] = over
+            if quota.user is not None:  # only this member waits (for their own tasks): the others go on
+                by_group[group] = [w for w in by_group[group] if w.user != head.user]
+                if by_group[group]:
+                    heapq.heappush(heap, _key(group, demands, counts, weights, capacity))
+            continue  # no reservation: what frees elsewhere is no use to it
         if not all(used[r] + result.reserved.get(r, 0.0) + head.demand.get(r, 0.0) <= limit[r]
                    for r in ADMITTED if head.demand.get(r, 0.0) > 0):
             if result.reserved_for is None:  # the lowest share that does not fit: what frees is its
@@ -109,6 +154,8 @@ def admit(capacity: Mapping[str, float], running: Mapping[str, Mapping[str, floa
             continue  # skipped for this pass: it fits neither now nor beside the reservation
         for r in ADMITTED:
             used[r] += head.demand.get(r, 0.0)
+        for index in covering:
+            _add(quota_used[index], head.demand)
         by_group[group].pop(0)
         result.admitted.append(head.task)
         _add(demands.setdefault(group, {}), head.demand)
@@ -116,6 +163,11 @@ def admit(capacity: Mapping[str, float], running: Mapping[str, Mapping[str, floa
         if by_group[group]:
             heapq.heappush(heap, _key(group, demands, counts, weights, capacity))
 
+    admitted = set(result.admitted)
+    by_group = {}
+    for waiting in queue:
+        if waiting.task not in admitted:
+            by_group.setdefault(waiting.group, []).append(waiting)
     result.waiting = _serving_order(by_group, demands, counts, weights, capacity)
     if result.reserved_for in result.waiting:  # the holder is served first
         result.waiting.remove(result.reserved_for)
@@ -125,6 +177,19 @@ def admit(capacity: Mapping[str, float], running: Mapping[str, Mapping[str, floa
                   key=lambda item: (-item[1], item[0]))
     result.holders = held[:HELD_BY_SHOWN]
     return result
+
+
+def _over_quota(waiting: Waiting, quotas: Sequence[tuple[Quota, Mapping[str, float]]]
+                ) -> tuple[str, Quota] | tuple[None, None]:
+    """Why ``waiting`` would take a quota past its limit, and that quota (the first such), or Nones."""
+    for quota, used in quotas:
+        for resource, limit in quota.limit.items():
+            wanted = waiting.demand.get(resource, 0.0)
+            if wanted > 0 and used.get(resource, 0.0) + wanted > limit * (1 + _SLACK):
+                return (f"{quota.name}: {resource} {format_amount(resource, used.get(resource, 0.0), unit=True)} of "
+                        f"{format_amount(resource, limit, unit=True)} declared by running tasks, this one wants "
+                        f"{format_amount(resource, wanted, unit=True)}"), quota
+    return None, None
 
 
 def _serving_order(by_group: dict[str, list[Waiting]], demands: dict[str, dict[str, float]],

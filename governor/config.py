@@ -37,9 +37,11 @@ import posixpath
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from governor.config_types import (MAX_BYTES, MAX_CORES, MIN_TASK_MEMORY, WEIGHT_RANGE, Config, GroupRule, IoDevice,
-                                   SessionRules, group_name_problem)
+from governor.config_groups import EVERYONE, names, parse_groups
+from governor.config_types import (MAX_BYTES, MAX_CORES, MIN_TASK_MEMORY, Config, GroupRule, IoDevice, SessionRules,
+                                   group_name_problem)
 from governor.errors import ConfigError
+from governor.fairshare import parse_half_life
 from governor.tomlcheck import amount, join_key, no_unknown_keys, number, parse_toml, subtable, type_name
 from governor.units import format_size
 
@@ -49,7 +51,6 @@ __all__ = ["CONFIG_PATH", "DEFAULT_CONFIG", "EVERYONE", "Config", "GroupRule", "
 CONFIG_PATH = "/etc/governor/governor.toml"
 DEFAULT_FILE = "<embedded default>"
 # The groups table that stands for every user in no explicit group, one group per user.
-EVERYONE = "*"
 
 DEFAULT_CONFIG = """\
 # governor's embedded default config (`governor check-config --default` prints it).
@@ -90,7 +91,6 @@ _RESERVE_CPU_CORES = 0.25
 _RESERVE_MEMORY_BYTES = 256 * 1024**2
 _TASK_CPU_CORES = 1.0
 _TASK_MEMORY_BYTES = 512 * 1024**2
-_WEIGHT = 1.0
 _SAMPLE_INTERVAL_S = 1.0
 _RECONCILE_INTERVAL_S = 5.0
 _STATE_DIR = "/run/governor/state"
@@ -100,14 +100,14 @@ _MAX_COUNT = 1_000_000
 _SESSION_CPU_CORES = 1.0
 _SESSION_MEMORY_BYTES = 2 * 1024**3
 
-_SECTIONS = ("capacity", "defaults", "enforcement", "groups", "sessions", "daemon")
+_SECTIONS = ("capacity", "defaults", "enforcement", "groups", "fairshare", "sessions", "daemon")
+_FAIRSHARE_KEYS = ("half_life",)
 _CAPACITY_KEYS = ("cpu", "memory", "reserve", "io")
 _RESERVE_KEYS = ("cpu", "memory")
 _IO_KEYS = ("device", "read", "write")
 _TASK_KEYS = ("cpu", "memory", "io_read", "io_write")
 # The first choice is the default (None: chosen by the host's cgroup version, Config.memory_mode).
 _ENFORCEMENT = {"cpu": ("quota", "cores"), "memory": (None, "soft", "hard")}
-_GROUP_KEYS = ("weight", "users", "unix_groups")
 _SESSION_KEYS = ("enabled", "cpu", "memory", "io_read", "io_write", "exempt")
 _DAEMON_KEYS = ("admin_group", "sample_interval", "reconcile_interval", "state_dir", "max_tasks_per_user",
                 "max_connections_per_user")
@@ -164,7 +164,10 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
     no_unknown_keys(enforcement, tuple(_ENFORCEMENT), "enforcement", file)
     modes = {name: _choice(enforcement, name, file) for name in _ENFORCEMENT}
 
-    groups, everyone_weight = _groups(data, file)
+    groups, everyone_weight = parse_groups(data, file)
+    if modes["cpu"] == "cores" and any(rule.parent for rule in groups):
+        raise ConfigError(file, "enforcement.cpu", '"cores" hands whole cores to top-level groups only; nested groups '
+                                                   '(a parent key) need "quota"')
 
     daemon = subtable(data, "daemon", None, file)
     no_unknown_keys(daemon, _DAEMON_KEYS, "daemon", file)
@@ -190,6 +193,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         max_connections_per_user=_value(daemon, "max_connections_per_user", "daemon", file, _count,
                                         _MAX_CONNECTIONS_PER_USER),
         sessions=_sessions(data, io_devices, file),
+        fairshare_half_life_s=_fairshare(data, file),
         file=file,
     )
 
@@ -249,7 +253,7 @@ def _sessions(data: Mapping[str, object], io_devices: tuple[IoDevice, ...], file
         memory_bytes=_value(table, "memory", "sessions", file, _task_memory, _SESSION_MEMORY_BYTES),
         io_read_bps=_value(table, "io_read", "sessions", file, _bytes, 0),
         io_write_bps=_value(table, "io_write", "sessions", file, _bytes, 0),
-        exempt=_value(table, "exempt", "sessions", file, _names, ()),
+        exempt=_value(table, "exempt", "sessions", file, names, ()),
     )
     for name, rate in (("io_read", rules.io_read_bps), ("io_write", rules.io_write_bps)):
         if rate and not io_devices:
@@ -258,29 +262,17 @@ def _sessions(data: Mapping[str, object], io_devices: tuple[IoDevice, ...], file
     return rules
 
 
-def _groups(data: Mapping[str, object], file: str) -> tuple[tuple[GroupRule, ...], float | None]:
-    table = subtable(data, "groups", None, file, required=True)
-    if not table:
-        raise ConfigError(file, "groups", 'defines no group; add [groups."*"] for one group per user')
-    rules: list[GroupRule] = []
-    everyone_weight = None
-    for name in table:
-        where = join_key("groups", name)
-        rule = subtable(table, name, "groups", file)
-        if name == EVERYONE:
-            no_unknown_keys(rule, ("weight",), where, file)
-            everyone_weight = _value(rule, "weight", where, file, _weight, _WEIGHT)
-            continue
-        problem = group_name_problem(name)
-        if problem is not None:
-            raise ConfigError(file, where, problem)
-        no_unknown_keys(rule, _GROUP_KEYS, where, file)
-        users = _value(rule, "users", where, file, _names, ())
-        unix_groups = _value(rule, "unix_groups", where, file, _names, ())
-        if not users and not unix_groups:
-            raise ConfigError(file, where, "lists no users or unix_groups, so nobody could launch into it")
-        rules.append(GroupRule(name, _value(rule, "weight", where, file, _weight, _WEIGHT), users, unix_groups))
-    return tuple(rules), everyone_weight
+def _fairshare(data: Mapping[str, object], file: str) -> float | None:
+    table = subtable(data, "fairshare", None, file)
+    no_unknown_keys(table, _FAIRSHARE_KEYS, "fairshare", file)
+    if "fairshare" not in data:
+        return None
+    if "half_life" not in table:
+        raise ConfigError(file, "fairshare.half_life", 'missing: give the half-life of past use, e.g. "1d"')
+    try:
+        return parse_half_life(table["half_life"])
+    except ValueError as error:
+        raise ConfigError(file, "fairshare.half_life", str(error)) from None
 
 
 def _value(table: Mapping[str, object], name: str, where: str, file: str,
@@ -295,14 +287,6 @@ def _cores(value: object, key: str, file: str) -> float:
 
 def _positive_cores(value: object, key: str, file: str) -> float:
     return _at_most(_positive(value, key, file), MAX_CORES, "cores", key, file)
-
-
-def _weight(value: object, key: str, file: str) -> float:
-    weight = _positive(value, key, file)
-    low, high = WEIGHT_RANGE
-    if not low <= weight <= high:
-        raise ConfigError(file, key, f"must be between {low:g} and {high:g}, got {weight:g}")
-    return weight
 
 
 def _positive(value: object, key: str, file: str) -> float:
@@ -360,12 +344,6 @@ def _string(value: object, key: str, file: str) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(file, key, f"must be a non-empty string, got {value!r}")
     return value
-
-
-def _names(value: object, key: str, file: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
-        raise ConfigError(file, key, f'must be an array of non-empty strings like ["alice"], got {value!r}')
-    return tuple(value)
 
 
 def _device_path(value: object, key: str, file: str) -> str:

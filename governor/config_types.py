@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from governor.cgroups.names import interface_name_problem
 from governor.errors import ConfigError
-from governor.kinds import TASK_PREFIX
-from governor.units import format_size
+from governor.kinds import SESSION_PREFIX, TASK_PREFIX
+from governor.tomlcheck import join_key
+from governor.units import format_amount, format_size
 
 # Bounds on what a config or a request may say: beyond them no host has the amount, and the
 # kernel's files (microseconds, bytes in 63 bits, weights 1..10000) could not hold it.
@@ -24,6 +25,9 @@ WEIGHT_RANGE = (0.001, 1000.0)
 # A task's declared memory is its cap: below this no process starts (a documented minimum, so
 # that no declaration is so small it reads as "no limit" anywhere).
 MIN_TASK_MEMORY = 1 << 20
+
+# What a group's guarantee, limit and user_limit may name: cores and bytes.
+QUOTA_RESOURCES = ("cpu", "memory")
 
 _GROUP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
@@ -37,8 +41,8 @@ def group_name_problem(name: str) -> str | None:
     """
     if not _GROUP_NAME.fullmatch(name):
         return "not a usable group name: 1-64 letters, digits, _ . -, starting with a letter, digit or _"
-    if name.startswith(TASK_PREFIX):
-        return f"names starting with {TASK_PREFIX} are kept for task cgroups"
+    if name.startswith(TASK_PREFIX) or (name.startswith(SESSION_PREFIX) and name.removeprefix(SESSION_PREFIX).isdigit()):
+        return f"names starting with {TASK_PREFIX} (or like session-1000) are kept for task cgroups"
     return interface_name_problem(name)
 
 
@@ -70,12 +74,26 @@ class IoDevice:
 
 @dataclass(frozen=True)
 class GroupRule:
-    """An explicit ``[groups.<name>]`` table: who may launch into the group, and its DRF weight (> 0)."""
+    """An explicit ``[groups.<name>]`` table (:mod:`governor.config_groups`).
+
+    Attributes:
+        name: the group's name; weight: its DRF weight among its siblings (> 0).
+        users, unix_groups: who may launch into it (empty for a group with child groups).
+        parent: the group it nests under, or None for a child of governor's root.
+        guarantee, limit: resource (``cpu`` cores, ``memory`` bytes) → what the group's
+            subtree is given before fair sharing divides the rest / never exceeds.
+        user_limit: resource → what one member's tasks and session in the group may declare
+            together.
+    """
 
     name: str
     weight: float
     users: tuple[str, ...]
     unix_groups: tuple[str, ...]
+    parent: str | None = None
+    guarantee: dict[str, float] = field(default_factory=dict)
+    limit: dict[str, float] = field(default_factory=dict)
+    user_limit: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -119,6 +137,8 @@ class Config:
         max_tasks_per_user: tasks (running and queued, sessions not counted) one uid other
             than root may have; max_connections_per_user: its open control connections.
         sessions: ``[sessions]``.
+        fairshare_half_life_s: ``[fairshare] half_life`` in seconds, or None (fair share over
+            time is off): past use lowers a group's effective weight, halving in that time.
         file: the file the config came from, for errors raised later (not compared).
     """
 
@@ -142,6 +162,7 @@ class Config:
     max_tasks_per_user: int
     max_connections_per_user: int
     sessions: SessionRules
+    fairshare_half_life_s: float | None
     file: str = field(compare=False)
 
     def memory_mode(self, soft_throttles: bool) -> str:
@@ -204,7 +225,19 @@ class Config:
         for device in self.io_devices:
             capacity[device.read_resource] = device.read_bps
             capacity[device.write_resource] = device.write_bps
+        self._check_guarantees_fit(capacity)
         return capacity
+
+    def _check_guarantees_fit(self, capacity: Mapping[str, float]) -> None:
+        """Refuse top-level guarantees that together exceed the capacity (ConfigError at the
+        first such group's ``guarantee.<resource>``); deeper levels are checked at parse time."""
+        for resource in QUOTA_RESOURCES:
+            top = [rule for rule in self.groups if rule.parent is None and resource in rule.guarantee]
+            total = sum(rule.guarantee[resource] for rule in top)
+            if top and total > capacity[resource] * (1 + 1e-9):
+                raise ConfigError(self.file, f"{join_key('groups', top[0].name)}.guarantee.{resource}",
+                                  f"the top-level groups' guarantees add up to {format_amount(resource, total, unit=True)},"
+                                  f" more than the capacity here, {format_amount(resource, capacity[resource], unit=True)}")
 
     def task_demand(self, cpu: float | None = None, memory: int | None = None,
                     io_read: int | None = None, io_write: int | None = None) -> dict[str, float]:
@@ -273,6 +306,45 @@ class Config:
             return self.everyone_weight
         return None
 
+    def rule(self, group: str) -> GroupRule | None:
+        """The ``[groups.<group>]`` table, or None for a per-user group (or no group)."""
+        return self._by_name.get(group)
+
+    def place(self, group: str) -> str:
+        """The cgroup of ``group`` relative to governor's root: its ancestors' names and its
+        own, joined by ``/`` (``science/physics-lab``); a top-level or per-user group's is its name."""
+        return self._places.get(group, group)
+
+    def effective_limit(self, group: str) -> dict[str, float]:
+        """What bounds ``group``'s cgroup: the lowest ``limit`` of it and its ancestors, per
+        resource (a lab cannot be let run past its department; cgroup v1 refuses a child's
+        CPU quota above its parent's)."""
+        bound: dict[str, float] = {}
+        for name in (group, *self.ancestors(group)):
+            rule = self._by_name.get(name)
+            for resource, amount in (rule.limit.items() if rule else ()):
+                bound[resource] = min(amount, bound.get(resource, amount))
+        return bound
+
+    @cached_property
+    def parents(self) -> dict[str, str]:
+        """Group → the group it nests under, for the groups that have a parent."""
+        return {rule.name: rule.parent for rule in self.groups if rule.parent is not None}
+
+    @property
+    def nested(self) -> bool:
+        """Whether any group has a parent or a quota (the allocation is then H-DRF)."""
+        return any(rule.parent or rule.guarantee or rule.limit for rule in self.groups)
+
+    def ancestors(self, group: str) -> list[str]:
+        """``group``'s parent, its parent's parent… up to a top-level group (nearest first)."""
+        found = []
+        rule = self._by_name.get(group)
+        while rule is not None and rule.parent is not None:
+            found.append(rule.parent)
+            rule = self._by_name.get(rule.parent)
+        return found
+
     def _explicit(self, name: str) -> GroupRule | None:
         return self._by_name.get(name)
 
@@ -280,3 +352,8 @@ class Config:
     def _by_name(self) -> dict[str, GroupRule]:
         # Every refill asks each group's weight: a dict, not a scan of the rules.
         return {rule.name: rule for rule in self.groups}
+
+    @cached_property
+    def _places(self) -> dict[str, str]:
+        return {rule.name: "/".join([*reversed(self.ancestors(rule.name)), rule.name])
+                for rule in self.groups if rule.parent is not None}

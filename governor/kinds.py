@@ -20,11 +20,11 @@ import enum
 
 from governor.cgroups.logind import login_slice
 
-__all__ = ["Kind", "TASK_PREFIX", "cgroup_of", "kind_of", "login_id", "record_id_fits", "session_id", "task_in",
-           "uid_of_login"]
+__all__ = ["Kind", "SESSION_PREFIX", "TASK_PREFIX", "cgroup_of", "is_task_name", "kind_of", "login_id",
+           "name_of_task", "record_id_fits", "session_id", "task_in", "uid_of_login"]
 
 TASK_PREFIX = "task-"
-_SESSION = "session-"
+SESSION_PREFIX = _SESSION = "session-"
 _LOGIN = "login-"
 
 
@@ -66,26 +66,39 @@ def uid_of_login(task_id: str) -> int | None:
     return int(digits) if task_id.startswith(_LOGIN) and digits.isdigit() else None
 
 
-def cgroup_of(group: str, task_id: str) -> str:
-    """The cgroup of task ``task_id`` in ``group`` (see the module's table)."""
+def cgroup_of(place: str, task_id: str) -> str:
+    """The cgroup of task ``task_id`` in the group whose cgroup is ``place`` (the group's name,
+    or its ancestors' and its own, ``science/physics-lab``; see the module's table)."""
     kind = kind_of(task_id)
     if kind is Kind.LOGIN:
         return login_slice(int(task_id.removeprefix(_LOGIN)))
-    return f"{group}/{task_id}" if kind is Kind.SESSION else f"{group}/{TASK_PREFIX}{task_id}"
+    return f"{place}/{task_id}" if kind is Kind.SESSION else f"{place}/{TASK_PREFIX}{task_id}"
 
 
-def task_in(rel: str) -> tuple[Kind, str] | None:
-    """The task whose cgroup is ``rel`` (relative to governor's root) or holds it: its kind and
-    id (``"physics/task-7"`` → (TASK, ``"7"``), ``"ops/session-1000"`` → (SESSION,
-    ``"session-1000"``)); None for the root, a group, or a name no task has."""
-    parts = rel.split("/", 2)
-    if len(parts) < 2:
-        return None
-    name = parts[1]
+def is_task_name(name: str) -> bool:
+    """Whether a cgroup named ``name`` below a group is a task's or a session's."""
+    return name_of_task(name) is not None
+
+
+def name_of_task(name: str) -> tuple[Kind, str] | None:
+    """The kind and id of the task whose cgroup is named ``name`` (``task-7`` → (TASK, ``"7"``),
+    ``session-1000`` → (SESSION, ``"session-1000"``)), or None."""
     if name.startswith(TASK_PREFIX) and name.removeprefix(TASK_PREFIX).isdigit():
         return Kind.TASK, name.removeprefix(TASK_PREFIX)
     if name.startswith(_SESSION) and name.removeprefix(_SESSION).isdigit():
         return Kind.SESSION, name
+    return None
+
+
+def task_in(rel: str) -> tuple[Kind, str] | None:
+    """The task whose cgroup is ``rel`` (relative to governor's root) or holds it: its kind and
+    id (``"physics/task-7"`` → (TASK, ``"7"``), ``"science/lab/session-1000/x"`` → (SESSION,
+    ``"session-1000"``)); None for the root, a group, or a name no task has. The first name
+    below a group that is a task's is the task (no group is named like one)."""
+    for name in rel.split("/")[1:]:
+        found = name_of_task(name)
+        if found is not None:
+            return found
     return None
 
 

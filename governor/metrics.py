@@ -162,6 +162,10 @@ class _Snapshot:
                                      "a session: its use)", labels=["group", "resource"])
         used = GaugeMetricFamily("governor_group_usage", "Measured use (cores, bytes, bytes/s)",
                                  labels=["group", "resource"])
+        effective = GaugeMetricFamily("governor_group_effective_weight", "The weight filling uses: the configured "
+                                      "one lowered by past use ([fairshare])", labels=["group"])
+        past = GaugeMetricFamily("governor_group_past_use", "Decayed past use ([fairshare]): dominant share of "
+                                 "the host times seconds", labels=["group"])
         queue = status.get("queue", [])
         waiting = GaugeMetricFamily("governor_queue_length", "Tasks waiting for their memory to fit",
                                     value=len(queue))
@@ -174,6 +178,9 @@ class _Snapshot:
             weight.add_metric([name], group["weight"])
             floor.add_metric([name], group.get("floor", 0.0))
             tasks.add_metric([name], len(group["tasks"]))
+            if "effective_weight" in group:
+                effective.add_metric([name], group["effective_weight"])
+                past.add_metric([name], group["past_use"])
             for resource in resources:
                 allocation.add_metric([name, resource], group["allocation"].get(resource, 0.0))
                 used.add_metric([name, resource], group["usage"].get(resource, 0.0))
@@ -181,4 +188,5 @@ class _Snapshot:
                     guarantee.add_metric([name, resource], group.get("guarantee", {}).get(resource, 0.0))
                 else:
                     reserved.add_metric([name, resource], group.get("reserved", {}).get(resource, 0.0))
-        yield from (capacity, share, weight, floor, tasks, allocation, guarantee, reserved, used, waiting, oldest)
+        yield from (capacity, share, weight, floor, tasks, allocation, guarantee, reserved, used, waiting, oldest,
+                    effective, past)

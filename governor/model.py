@@ -49,7 +49,7 @@ class GroupDemand:
 
 
 Mode = Literal["continuous", "discrete"]
-StopKind = Literal["demand_met", "saturated", "no_fit"]
+StopKind = Literal["demand_met", "saturated", "no_fit", "limit"]
 
 
 @dataclass(frozen=True)
@@ -58,17 +58,21 @@ class Stop:
 
     ``demand_met``: it got every task it asked for. ``saturated``: a resource it demands is
     fully allocated (continuous filling). ``no_fit``: its next task does not fit in what is
-    left of ``resources`` (discrete filling).
+    left of ``resources`` (discrete filling). ``limit``: a group limit (its own or an enclosing
+    group's) on ``resources`` is reached (hierarchical filling, :mod:`governor.hdrf`).
     """
 
     kind: StopKind
     resources: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        """One line for people: ``"demand met"``, ``"cpu saturated"``, ``"next task does not fit: cpu"``."""
+        """One line for people: ``"demand met"``, ``"cpu saturated"``, ``"next task does not fit: cpu"``,
+        ``"limit reached: cpu"``."""
         if self.kind == "demand_met":
             return "demand met"
         names = ", ".join(self.resources)
+        if self.kind == "limit":
+            return f"limit reached: {names}"
         return f"{names} saturated" if self.kind == "saturated" else f"next task does not fit: {names}"
 
 
@@ -138,29 +142,45 @@ class TraceRow:
 
 @dataclass(frozen=True)
 class Allocation:
-    """A policy's answer: per group allocation, in group order, and the trace if asked for."""
+    """A policy's answer: per group allocation, in group order, and the trace if asked for.
+
+    Hierarchical filling (:mod:`governor.hdrf`) also fills ``nodes``, the internal groups of the
+    tree (their subtree's sum; see :func:`governor.hdrf.hierarchical_filling`), and ``parents``,
+    node → parent (``None``: a child of the root) for every group and node in the answer. Both
+    are empty for a flat answer.
+    """
 
     mode: Mode
     policy: Literal["drf", "asset", "ceei"]
     capacity: dict[str, Number]
     groups: dict[str, GroupAllocation]
     trace: tuple[TraceRow, ...] = field(default=())
+    nodes: dict[str, GroupAllocation] = field(default_factory=dict)
+    parents: dict[str, str | None] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """``{"mode", "policy", "capacity": {resource: float}, "groups": {name: {"tasks",
         "demanded_tasks", **GroupAllocation.to_json()}}, "trace": [TraceRow.to_json()]}``.
 
         ``tasks`` (tasks-worth allocated) is an int in discrete mode, a float in continuous
-        mode; ``demanded_tasks`` is None for unbounded.
+        mode; ``demanded_tasks`` is None for unbounded. A hierarchical answer adds ``"nodes"``
+        (internal groups, the same form as ``"groups"``) and ``"parents"`` ({name: parent or
+        None}); a flat one has neither key.
         """
         whole = self.mode == "discrete"
-        return {
+        answer = {
             "mode": self.mode, "policy": self.policy, "capacity": floats(self.capacity),
             "groups": {name: {"tasks": int(got.tasks) if whole else float(got.tasks),
                               "demanded_tasks": got.demanded_tasks, **got.to_json()}
                        for name, got in self.groups.items()},
             "trace": [row.to_json() for row in self.trace],
         }
+        if self.nodes:
+            answer["nodes"] = {name: {"tasks": float(got.tasks), "demanded_tasks": got.demanded_tasks,
+                                      **got.to_json()} for name, got in self.nodes.items()}
+        if self.parents:
+            answer["parents"] = dict(self.parents)
+        return answer
 
 
 def floats(vector: Mapping[str, Number]) -> dict[str, float]:

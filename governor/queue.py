@@ -52,7 +52,8 @@ def queue_view(entries: Mapping[str, Entry], admission: Admission | None) -> lis
     (bytes of memory that must free before it fits: beside the reservation, for a task that
     does not hold it), ``held_by`` (``[{"group", "memory"}]``, the largest holders of declared
     memory, at most 3), ``reserved_for`` (the task holding the reservation, when another: what
-    frees is kept for it first; see :mod:`governor.admission`).
+    frees is kept for it first; see :mod:`governor.admission`), ``limited_by`` (the group limit
+    or user limit that holds it back, in words, or None).
     """
     if admission is None:
         return []
@@ -68,7 +69,7 @@ def queue_view(entries: Mapping[str, Entry], admission: Admission | None) -> lis
             "command": bounded_command(entry.task.command, SHOWN_COMMAND_CHARS)[0], "demand": dict(entry.task.demand),
             "queued_at": entry.queued_at, "position": position,
             "waiting_for": max(0, round(memory + kept - admission.free_memory)), "held_by": held_by,
-            "reserved_for": holder,
+            "reserved_for": holder, "limited_by": admission.limited.get(task_id),
         })
         view[-1]["reason"] = reason(view[-1])
     return view
@@ -77,7 +78,10 @@ def queue_view(entries: Mapping[str, Entry], admission: Admission | None) -> lis
 def reason(item: dict) -> str:
     """Why a queued task waits, in words (``governor run``, ``ps``, the log): ``memory: waits
     for 4.0G to free (held by physics 16.0G, ops 12.0G)``, with ``; what frees goes first to
-    task 7`` while another holds the reservation, or ``its turn: the tasks ahead start first``."""
+    task 7`` while another holds the reservation, ``its turn: the tasks ahead start first``, or
+    the quota that holds it back (``group science's limit: memory 60.0G of 64.0G declared…``)."""
+    if item.get("limited_by"):
+        return f"{item['limited_by']}; it starts when tasks under that limit end"
     if item["waiting_for"] <= 0 and not item.get("reserved_for"):
         return "memory: its turn: the tasks ahead of it start first"
     holders = ", ".join(f"{h['group']} {format_amount('memory', h['memory'])}" for h in item["held_by"])

@@ -13,6 +13,13 @@ looks like::
     weight = 1                     # optional, > 0, default 1
     tasks = 10                     # optional, whole number ≥ 0, default unbounded
 
+    [groups.science]               # a group tree (H-DRF): an internal node has no task
+    guarantee = { cpu = 2 }        # optional: satisfied first (Mesos quota)
+    limit = { cpu = 6 }            # optional: never exceeded
+    [groups.lab]
+    parent = "science"
+    task = { cpu = 1 }
+
 Every problem is a :class:`~governor.errors.ConfigError` naming the file, the dotted key and the
 reason. The checks are those of :func:`governor.model.normalize`, done here first so the allocator
 never sees bad input and each error points at the line to fix.
@@ -21,16 +28,17 @@ never sees bad input and each error points at the line to fix.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from governor.config_types import MAX_BYTES, WEIGHT_RANGE
 from governor.errors import AllocationInputError, ConfigError
+from governor.hdrf import TreeNode
 from governor.model import GroupDemand
 from governor.tomlcheck import amount, join_key, no_unknown_keys, number, subtable, type_name
 
 _SECTIONS = ("capacity", "groups")
-_GROUP_KEYS = ("task", "weight", "tasks")
+_GROUP_KEYS = ("task", "weight", "tasks", "parent", "guarantee", "limit")
 
 
 @dataclass(frozen=True)
@@ -39,12 +47,16 @@ class Scenario:
 
     Attributes:
         capacity: resource → amount in base units (cores, bytes, bytes/s), in file order.
-        groups: one :class:`GroupDemand` per ``[groups.<name>]`` table, in file order, with
-            exact amounts and weights.
+        groups: one :class:`GroupDemand` per ``[groups.<name>]`` table with a task, in file
+            order, with exact amounts and weights.
+        tree: one :class:`~governor.hdrf.TreeNode` per group when some group has a
+            ``parent``, ``guarantee`` or ``limit`` (for :func:`governor.hdrf.hierarchical_filling`),
+            else empty.
     """
 
     capacity: dict[str, Fraction]
     groups: list[GroupDemand]
+    tree: list[TreeNode] = field(default_factory=list)
 
 
 def load_scenario(data: Mapping[str, object], file: str) -> Scenario:
@@ -62,7 +74,9 @@ def load_scenario(data: Mapping[str, object], file: str) -> Scenario:
             of the wrong type; a negative, non-finite or malformed amount, or one above 2^62; a
             weight outside 0.001–1000; a task
             count that is not a whole number ≥ 0; a task demanding a resource the capacity lacks
-            or whose capacity is 0; a task demanding nothing.
+            or whose capacity is 0; a task demanding nothing; a group with neither a task nor a
+            child group, or with both; a parent that is no group of the file, or a cycle; a
+            quota naming a resource the capacity lacks.
     """
     no_unknown_keys(data, _SECTIONS, None, file)
     capacity_table = subtable(data, "capacity", None, file, required=True)
@@ -73,10 +87,58 @@ def load_scenario(data: Mapping[str, object], file: str) -> Scenario:
     groups_table = subtable(data, "groups", None, file, required=True)
     if not groups_table:
         raise ConfigError(file, "groups", "defines no group; add a table like [groups.A]")
-    groups = [
-        _group(name, table, capacity, file) for name, table in groups_table.items()
-    ]
-    return Scenario(capacity, groups)
+    parents = {name: _parent(name, table, groups_table, file) for name, table in groups_table.items()}
+    internal = set(parents.values()) - {None}
+    groups, tree = [], []
+    for name, table in groups_table.items():
+        where = join_key("groups", name)
+        if not isinstance(table, Mapping):
+            raise ConfigError(file, where, f"must be a table [{where}], got {type_name(table)}")
+        if name in internal:
+            no_unknown_keys(table, _GROUP_KEYS, where, file)
+            if "task" in table or "tasks" in table:
+                raise ConfigError(file, f"{where}.task", "a group with child groups has no task of its own")
+        else:
+            groups.append(_group(name, table, capacity, file))
+        tree.append(TreeNode(name, parents[name], _weight(table, where, file),
+                             _quota(table, "guarantee", where, capacity, file), _quota(table, "limit", where, capacity, file)))
+    _no_cycle(parents, file)
+    nested = any(node.parent or node.guarantee or node.limit for node in tree)
+    return Scenario(capacity, groups, tree if nested else [])
+
+
+def _parent(name: str, table: object, groups: Mapping[str, object], file: str) -> str | None:
+    if not isinstance(table, Mapping) or "parent" not in table:
+        return None
+    parent = table["parent"]
+    key = f"{join_key('groups', name)}.parent"
+    if not isinstance(parent, str) or parent == name or parent not in groups:
+        raise ConfigError(file, key, f"must name another [groups.<name>] table of this file, got {parent!r}")
+    return parent
+
+
+def _no_cycle(parents: Mapping[str, str | None], file: str) -> None:
+    for name in parents:
+        seen, node = [name], parents[name]
+        while node is not None:
+            if node in seen:
+                raise ConfigError(file, f"{join_key('groups', name)}.parent", f"makes a cycle: {' -> '.join([*seen, node])}")
+            seen.append(node)
+            node = parents[node]
+
+
+def _quota(table: Mapping[str, object], name: str, where: str, capacity: Mapping[str, Fraction],
+           file: str) -> dict[str, Fraction]:
+    if name not in table:
+        return {}
+    key = f"{where}.{name}"
+    if not isinstance(table[name], Mapping):
+        raise ConfigError(file, key, f"must be a table like {{ cpu = 2 }}, got {type_name(table[name])}")
+    amounts = _amounts(table[name], key, file)
+    for resource in amounts:
+        if resource not in capacity:
+            raise ConfigError(file, f"{key}.{resource}", f"resource not in [capacity] (capacity has: {', '.join(capacity)})")
+    return amounts
 
 
 def allocation_error(error: AllocationInputError, file: str) -> ConfigError:

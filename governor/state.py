@@ -18,6 +18,7 @@ from collections.abc import Iterator, KeysView
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from governor.config_groups import MAX_DEPTH
 from governor.config_types import group_name_problem
 from governor.errors import GovernorError
 from governor.kinds import Kind, cgroup_of, kind_of, record_id_fits
@@ -44,9 +45,12 @@ class Task:
             basename); empty for a session.
         time_limit: seconds after ``started`` at which the daemon ends the whole task
             (``governor run --time-limit``), or None for no limit.
+        place: its group's cgroup when it started (``science/physics-lab``,
+            :meth:`~governor.config_types.Config.place`), kept so that the task is found
+            where it is whatever a later config says; empty for the group's own name.
         kind: task, session or login session, from ``id``.
         cgroup: the task's cgroup, relative to governor's root (a login session's: to the
-            cgroup v2 mount); derived from ``group`` and ``id``, and one string every record of
+            cgroup v2 mount); derived from ``place`` (or ``group``) and ``id``, and one string every record of
             the task (limits, samples) shares.
     """
 
@@ -60,12 +64,13 @@ class Task:
     started: float
     name: str = ""
     time_limit: float | None = None
+    place: str = ""
     kind: Kind = field(init=False, repr=False, compare=False)
     cgroup: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", kind_of(self.id))
-        object.__setattr__(self, "cgroup", cgroup_of(self.group, self.id))
+        object.__setattr__(self, "cgroup", cgroup_of(self.place or self.group, self.id))
 
     @property
     def is_session(self) -> bool:
@@ -187,6 +192,20 @@ class Tasks:
     def logins(self) -> list[Task]:
         """The login sessions, in the order they started."""
         return list(self._logins.values())
+
+    def emptied(self, task: Task) -> list[str]:
+        """The group cgroups to remove after ``task`` (removed already): none while its group
+        has a task below governor's root, else its group's and each ancestor's, innermost
+        first (removing one that holds another group's cgroups fails harmlessly: ``EBUSY``)."""
+        if task.group in self._inside:
+            return []
+        parts = (task.place or task.group).split("/")
+        return ["/".join(parts[:depth]) for depth in range(len(parts), 0, -1)]
+
+    def places(self) -> dict[str, str]:
+        """Group → its cgroup (:attr:`Task.place`), for the groups with a task below governor's root."""
+        return {group: next(t.place or group for t in self._groups[group].values() if not t.is_login)
+                for group in self._inside}
 
     def inside(self) -> KeysView[str]:
         """The groups with a task below governor's root (a group of login sessions alone has
@@ -380,6 +399,7 @@ def _parse_record(task_id: str, data: bytes) -> Task:
         "started": _amount(record["started"]),
         "name": isinstance(record.get("name", ""), str),
         "time_limit": record.get("time_limit") is None or (_amount(record["time_limit"]) and record["time_limit"] > 0),
+        "place": _place_fits(record.get("place", ""), record["group"]),
     }
     bad = [field for field, fine in checks.items() if not fine]
     if bad:
@@ -387,13 +407,24 @@ def _parse_record(task_id: str, data: bytes) -> Task:
         raise ValueError(f"field {bad[0]}{detail} is out of bounds")
     return Task(record["id"], record["group"], record["pid"], record["uid"], record["user"],
                 tuple(record["command"]), {k: float(v) for k, v in record["demand"].items()}, float(record["started"]),
-                record.get("name", ""), None if record.get("time_limit") is None else float(record["time_limit"]))
+                record.get("name", ""), None if record.get("time_limit") is None else float(record["time_limit"]),
+                record.get("place", ""))
 
 
 _RECORD_FIELDS = {"id", "group", "pid", "uid", "user", "command", "demand", "started"}
 # Fields added later: a record written before them is read without them.
-_LATER_FIELDS = {"name", "time_limit"}
+_LATER_FIELDS = {"name", "time_limit", "place"}
 _STORED = (*sorted(_RECORD_FIELDS), *sorted(_LATER_FIELDS))
+
+
+def _place_fits(place: object, group: object) -> bool:
+    """A stored place is empty (the group's own name) or ancestors' names then the group's."""
+    if place == "":
+        return True
+    if not isinstance(place, str) or not isinstance(group, str):
+        return False
+    parts = place.split("/")
+    return parts[-1] == group and len(parts) <= MAX_DEPTH and all(group_name_problem(p) is None for p in parts)
 
 
 def _whole(value: object, *, minimum: int) -> bool:

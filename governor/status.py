@@ -22,7 +22,9 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
                  in_force: Callable[[str], dict[str, str]], usage: Mapping[str, Mapping[str, float]],
                  filling: dict, queue: list[dict], events: list[dict], kept: dict | None = None,
                  configured: Mapping[str, dict] | None = None,
-                 reserved: Mapping[str, Mapping[str, float]] | None = None) -> dict:
+                 reserved: Mapping[str, Mapping[str, float]] | None = None,
+                 parents: Mapping[str, str] | None = None, place: Callable[[str], str] = str,
+                 fairshare: Mapping[str, object] | None = None) -> dict:
     """Assemble the status object.
 
     Args:
@@ -43,6 +45,11 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
         configured: every group of the host → ``weight``, ``floor`` and ``members``: each is
             listed, idle or not (an idle one with no task, zeros and ``"idle": true``).
         reserved: group → what its tasks hold in the admission count (bytes; a session's use).
+        parents: group → the group it nests under (a group tree); place: group → its cgroup
+            (relative), where its limits are.
+        fairshare: group → its :class:`~governor.fairshare.Standing` with ``[fairshare]``:
+            each group then says its ``effective_weight`` and ``past_use`` (decayed,
+            capacity-seconds).
 
     Per group, :meth:`GroupAllocation.to_json` (weight, allocation, dominant resources and
     share, stop) with the words of :mod:`governor.vocabulary`: ``floor``, ``demand`` (its cap:
@@ -51,8 +58,11 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
     ``pressure``, ``members``, ``idle``, ``tasks``. At the top, ``guaranteed`` and ``reserved``
     are the sums of the groups'. ``fair_level`` is the highest dominant share / weight among the
     groups: the water level at which the last filling stopped the groups a saturated resource
-    held back.
+    held back. Each group says its ``parent`` (None at the top); an internal group of a tree
+    (``"internal": true``) shows the sums of its subtree (allocation, demand, guarantee,
+    reserved, usage) and counts in no total: its children do.
     """
+    parents = parents or {}
     groups = {}
     last = kept or {}
     entries: dict[str, tuple] = {}
@@ -73,7 +83,7 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
             "guarantee": granted,
             "reserved": dict(reserved.get(name, {})),
             "lambda": float(got.tasks) if got else 0.0,
-            "limits": in_force(name),
+            "limits": in_force(place(name)),
             "usage": group_usage,
             "borrowed": vocabulary.borrowed(group_usage, granted),
             "pressure": group_pressure,
@@ -85,16 +95,40 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
                             "members": list(about.get("members", [])), "idle": True, "demand": {}, "guarantee": {},
                             "reserved": {}, "lambda": 0.0, "limits": {}, "usage": {}, "borrowed": {}, "pressure": {},
                             "tasks": []}
+    leaves = list(groups.values())
+    for name, got in (allocation.nodes.items() if allocation else ()):
+        below = [group for leaf, group in groups.items() if name in _ancestors(leaf, parents)]
+        granted = vocabulary.guarantee(got.allocation)
+        group_usage = vocabulary.total(g["usage"] for g in below)
+        groups[name] = {**got.to_json(), "internal": True, "idle": False,
+                        "floor": configured.get(name, {}).get("floor", 0.0), "members": [],
+                        "demand": vocabulary.total(g["demand"] for g in below), "guarantee": granted,
+                        "reserved": vocabulary.total(g["reserved"] for g in below), "lambda": 0.0,
+                        "limits": in_force(place(name)), "usage": group_usage,
+                        "borrowed": vocabulary.borrowed(group_usage, granted), "pressure": {}, "tasks": []}
+    for name, group in groups.items():
+        group["parent"] = parents.get(name)
+        standing = (fairshare or {}).get(name)
+        if standing is not None:
+            group["effective_weight"], group["past_use"] = standing.effective, standing.usage
     if kept is not None:
         kept.clear()
         kept.update(entries)
-    fair_level = max((g["dominant_share"] / g["weight"] for g in groups.values()), default=0.0)
+    fair_level = max((g["dominant_share"] / g["weight"] for g in leaves), default=0.0)
     return {"daemon": daemon, "capacity": dict(capacity),
-            "guaranteed": vocabulary.total(g["guarantee"] for g in groups.values()),
-            "reserved": vocabulary.total(g["reserved"] for g in groups.values()),
-            "used": vocabulary.total(g["usage"] for g in groups.values()),
+            "guaranteed": vocabulary.total(g["guarantee"] for g in leaves),
+            "reserved": vocabulary.total(g["reserved"] for g in leaves),
+            "used": vocabulary.total(g["usage"] for g in leaves),
             "filling": dict(filling), "fair_level": fair_level, "events": events, "groups": groups,
             "queue": queue}
+
+
+def _ancestors(group: str, parents: Mapping[str, str]) -> list[str]:
+    found, node = [], parents.get(group)
+    while node is not None and node not in found:
+        found.append(node)
+        node = parents.get(node)
+    return found
 
 
 # A group with tasks but no allocation yet (its first filling is still to come).

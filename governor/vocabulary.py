@@ -35,17 +35,33 @@ def compressible(resource: str) -> bool:
     return resource not in ADMITTED
 
 
-def floors(weights: Mapping[str, float]) -> dict[str, float]:
+def floors(weights: Mapping[str, float], parents: Mapping[str, str | None] | None = None) -> dict[str, float]:
     """Group → its floor, a fraction in (0, 1].
 
     Args:
-        weights: every configured group → its weight (> 0).
+        weights: every configured group → its weight (> 0), internal groups of the tree too.
+        parents: group → the group it nests under (None or left out: a top-level group).
 
     Returns:
-        ``w_g / Σ w`` per group; empty for no group.
+        ``w_g / Σ w`` over the group and its siblings, times its parent's floor (a lab's floor
+        is its share of its department's); empty for no group.
     """
-    total = sum(weights.values())
-    return {group: weight / total for group, weight in weights.items()} if total > 0 else {}
+    parents = parents or {}
+    totals: dict[str | None, float] = {}
+    for group, weight in weights.items():
+        totals[parents.get(group)] = totals.get(parents.get(group), 0.0) + weight
+    result: dict[str, float] = {}
+
+    def floor(group: str) -> float:
+        if group not in result:
+            parent = parents.get(group)
+            above = floor(parent) if parent is not None and parent in weights else 1.0
+            result[group] = above * weights[group] / totals[parent]
+        return result[group]
+
+    for group in weights:
+        floor(group)
+    return result
 
 
 def guarantee(allocation: Mapping[str, float]) -> dict[str, float]:

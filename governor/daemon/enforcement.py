@@ -12,9 +12,9 @@ from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.limits import CgroupLimits
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
-from governor.drf import progressive_filling
 from governor.limits import group_limits, held_login_limits, inside_root, root_limits
-from governor.model import DEMAND_MET, Allocation, GroupDemand
+from governor.group_tree import subtree_sums, with_limit
+from governor.model import DEMAND_MET, Allocation
 from governor.state import Tasks
 
 __all__ = ["Enforcement"]
@@ -57,8 +57,7 @@ class Enforcement:
         start = self.refilled_at = time.perf_counter()
         policy = self.policy
         demands = self.tasks.demands()
-        groups = [GroupDemand(g, d, weight=policy.weight(g), tasks=1) for g, d in demands.items()]
-        self.allocation = progressive_filling(policy.capacity, groups) if groups else None
+        self.allocation = policy.fill(demands)
         got = self.allocation.groups if self.allocation else {}
         logins = self.tasks.logins()
         outside: dict[str, dict[str, float]] = {}
@@ -68,14 +67,21 @@ class Enforcement:
                 total[resource] = total.get(resource, 0.0) + amount
         fractions = {g: float(a.tasks) for g, a in got.items()}
         allocations, inside = inside_root({g: a.allocation for g, a in got.items()}, demands, fractions, outside)
+        # A department's cgroup carries the sum of its labs' below the root (DESIGN.md §3).
+        parents = policy.config.parents
+        allocations.update(subtree_sums(allocations, parents))
+        inside.update(subtree_sums(inside, parents))
+        nodes = self.allocation.nodes if self.allocation else {}
         guarantees = group_limits(
             policy.capacity, allocations, inside,
             io_devices=policy.io_devices, io_sharing=policy.io_sharing, cpu_mode=policy.config.cpu_enforcement,
-            cpus=policy.cpus, previous=self._guarantees, met={g for g, a in got.items() if a.stop == DEMAND_MET},
-            saturated=self.cpu_saturated,
+            cpus=policy.cpus, previous=self._guarantees,
+            met={g for g, a in (*got.items(), *nodes.items()) if a.stop == DEMAND_MET}, saturated=self.cpu_saturated,
         )
         self._guarantees = guarantees
-        planned = {"": root_limits(policy.capacity), **guarantees}
+        config = policy.config
+        planned = {"": root_limits(policy.capacity),
+                   **{config.place(g): with_limit(limits, config.effective_limit(g)) for g, limits in guarantees.items()}}
         for login in logins:
             caps = policy.caps(login)
             planned[login.cgroup] = (held_login_limits(caps, login.demand.get("cpu", 0.0), fractions.get(login.group, 0.0))

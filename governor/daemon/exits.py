@@ -195,18 +195,18 @@ class Exits:
             self.records.delete(task.id)
         except GovernorError as error:
             log.warning("%s", error)
-        group = task.group if task.group not in self.tasks.inside() else None
-        for rel in (task.cgroup, group):
-            if rel is not None:
-                self.observation.forget(rel)
+        groups = self.tasks.emptied(task)
+        self.observation.forget(task.cgroup)
+        if groups:
+            self.observation.forget(task.group)
         if task.is_login:
             try:
                 self.hierarchy.release_login(task.cgroup, self.policy.caps(task))
             except CgroupError as error:
                 log.warning("cannot reset the limits of %s: %s", task.cgroup, error)
-            self.tree.remove([], group=group)
+            self.tree.remove([], groups=groups)
         else:
-            self.tree.remove([task.cgroup], group=group)
+            self.tree.remove([task.cgroup], groups=groups)
 
     def _arm_time_limit(self, task: Task) -> None:
         """End ``task`` when its time limit is reached (a re-adopted task: counted from its start)."""

@@ -17,6 +17,7 @@ from governor.daemons import Registry, other_daemon
 from governor.errors import CgroupError, RequestError
 from governor.kinds import Kind, task_in
 from governor.protocol import LaunchRequest, Peer, default_name
+from governor.quotas import check_within_quotas
 from governor.queue import Entry, queue_view
 from governor.state import Task, Tasks, TaskStore
 
@@ -62,6 +63,7 @@ class Launches:
         config = self.policy.config
         group = access.launch_group(config, who, request.group)
         demand = access.task_demand(config, self.policy.capacity, request.demand)
+        check_within_quotas(config, group, demand)
         # Where the asker is now, never what its pid was before (a pid that wrapped round to an
         # old task's launch pid got that task, another user's, and stayed ungoverned itself).
         outer = self._task_of(self._where_launching(request.pid))
@@ -77,7 +79,8 @@ class Launches:
             return
         self._check_task_limit(peer.uid, who.user)
         task = Task(self.store.new_id(), group, request.pid, peer.uid, who.user, tuple(request.command), demand,
-                    time.time(), request.name or default_name(request.command), request.time_limit)
+                    time.time(), request.name or default_name(request.command), request.time_limit,
+                    config.place(group))
         entry = Entry(task, time.time(), peer.pidfd)
         self.queue[task.id] = entry
         try:

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.stats import CgroupStats
 from governor.daemon.enforcement import Enforcement
+from governor.daemon.fairshare import FairShareStage
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
 from governor.daemon.settle import Settle
@@ -44,7 +45,8 @@ class Observation:
 
     Args:
         hierarchy: where counters are read; tasks, policy, enforcement, settle, journal: the
-            other stages (the snapshot shows them all).
+            other stages (the snapshot shows them all); fair_share: told each sample's use
+            (``[fairshare]``), if any.
 
     Attributes:
         started: when the daemon started (unix s).
@@ -53,8 +55,9 @@ class Observation:
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tasks: Tasks, policy: Policy, enforcement: Enforcement,
-                 settle: Settle, journal: Journal):
+                 settle: Settle, journal: Journal, fair_share: FairShareStage | None = None):
         self.hierarchy = hierarchy
+        self.fair_share = fair_share
         self.tasks = tasks
         self.policy = policy
         self.enforcement = enforcement
@@ -70,6 +73,7 @@ class Observation:
         self._status_json: dict[int, tuple[dict, str]] = {}  # and their JSON, once encoded
         self._sampler = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sampler")
         self._forgotten: set[str] | None = None  # cgroups forgotten while the sampler reads
+        self._group_at: dict[str, str] = {}  # a group's cgroup → the group, as last sampled
 
     # ── sampling ────────────────────────────────────────────────────────────────────────
 
@@ -77,7 +81,7 @@ class Observation:
         """Sample every group cgroup and login session, and tasks in turn (at most
         :data:`SAMPLED_TASKS` a tick), reading on this thread, and update the measured use (a
         status is built only when asked for). The daemon samples with :meth:`sample_off_loop`."""
-        self._take(_read(self.hierarchy, self._due()))
+        self._take(self._by_group(_read(self.hierarchy, self._due())))
 
     async def sample_off_loop(self) -> None:
         """:meth:`sample`, the cgroup files read on the sampler thread while the event loop
@@ -89,14 +93,19 @@ class Observation:
         finally:
             forgotten, self._forgotten = self._forgotten, None
         # A cgroup removed meanwhile was forgotten: its use must not come back.
-        self._take({rel: sample for rel, sample in read.items() if rel not in forgotten})
+        self._take({rel: sample for rel, sample in self._by_group(read).items() if rel not in forgotten})
 
     def close(self) -> None:
         """Let the sampler thread finish what it reads, and end it."""
         self._sampler.shutdown(wait=True, cancel_futures=True)
 
     def _due(self) -> list[str]:
-        return list(self.tasks.inside()) + [t.cgroup for t in self.tasks.logins()] + self.tasks_to_sample()
+        self._group_at = {place: group for group, place in self.tasks.places().items()}
+        return list(self._group_at) + [t.cgroup for t in self.tasks.logins()] + self.tasks_to_sample()
+
+    def _by_group(self, read: Mapping[str, Sample]) -> dict[str, Sample]:
+        # A group's use is kept under its name, wherever its cgroup is in the tree.
+        return {self._group_at.get(rel, rel): sample for rel, sample in read.items()}
 
     def _take(self, read: Mapping[str, Sample]) -> None:
         """Turn fresh samples into use (against each cgroup's previous one)."""
@@ -115,6 +124,8 @@ class Observation:
                 self.usage[group] = {key: sum(u.get(key, 0.0) for u in own + logins)
                                      for key in {k for u in own + logins for k in u}}
         self.check_saturation()
+        if self.fair_share is not None:
+            self.fair_share.tick(time.time(), time.monotonic())
 
     def tasks_to_sample(self) -> list[str]:
         """The next :data:`SAMPLED_TASKS` task cgroups (a task's use is a rate over the time
@@ -135,7 +146,7 @@ class Observation:
         return sample.stats if sample is not None else None
 
     def forget(self, rel: str) -> None:
-        """Drop what was measured of ``rel`` (its cgroup is gone)."""
+        """Drop what was measured of ``rel``, a task's cgroup or a group's name (its cgroup is gone)."""
         self.usage.pop(rel, None)
         self._samples.pop(rel, None)
         if self._forgotten is not None:
@@ -182,6 +193,8 @@ class Observation:
                     "io_sharing": dict(policy.io_sharing), "cpu_saturated": enforcement.cpu_saturated},
             capacity=policy.capacity, allocation=enforcement.allocation, tasks=self.tasks,
             in_force=self.hierarchy.in_force, usage=self.usage, filling=enforcement.filling,
+            parents=policy.config.parents, place=policy.config.place,
+            fairshare=self.fair_share.standings(time.time()) if self.fair_share else None,
             queue=queue_view(self.settle.queue, self.settle.admission), events=list(self.journal.events),
             kept=self._status_tasks, configured=policy.configured(self.tasks.counts()),
             reserved=self.settle.reserved(),

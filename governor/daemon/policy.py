@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 
 from governor import access, vocabulary
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.limits import CgroupLimits
 from governor.config import Config
 from governor.daemons import DaemonEntry, Registry
+from governor.drf import progressive_filling
+from governor.hdrf import TreeNode, hierarchical_filling
 from governor.limits import task_limits
+from governor.model import Allocation, GroupDemand
 from governor.sessions import NOBODY_UID, SessionOwners
 from governor.state import Task
 
@@ -59,6 +62,7 @@ class Policy:
         self.find_members = members or (lambda config: access.members(config, self.uid_min, NOBODY_UID))
         self.registry = registry
         self.entry = entry
+        self.effective: dict[str, float] = {}  # group → effective weight, with [fairshare] (kept across reloads)
         self.use(config)
 
     def use(self, config: Config) -> None:
@@ -100,6 +104,27 @@ class Policy:
         weight = self.weights.get(group, self.config.weight_of(group))
         return 1.0 if weight is None else float(weight)
 
+    def fill(self, demands: Mapping[str, Mapping[str, float]], *, trace: bool = False) -> Allocation | None:
+        """Progressive filling over the groups' summed demands (group → D_g, cores, bytes,
+        bytes/s): H-DRF over the config's group tree with its quotas
+        (:func:`governor.hdrf.hierarchical_filling`; flat weighted DRF when no group nests or
+        has a quota), each group's λ its ``tasks``. None with no demand."""
+        if not demands:
+            return None
+        groups = [GroupDemand(g, d, weight=self.fair_weight(g), tasks=1) for g, d in demands.items()]
+        tree = [TreeNode(rule.name, rule.parent, self.fair_weight(rule.name), rule.guarantee, rule.limit)
+                for rule in self.config.groups] if self.config.nested else ()
+        try:
+            return hierarchical_filling(self.capacity, groups, tree, trace=trace)
+        except AssertionError as error:  # a flaw of the tree's filling must not stop the daemon
+            log.error("H-DRF failed (%s); this refill divides the groups by flat weighted DRF", error)
+            return progressive_filling(self.capacity, groups, trace=trace)
+
+    def fair_weight(self, group: str) -> float:
+        """What progressive filling and admission weigh ``group`` with: its effective weight
+        under fair share over time (``[fairshare]``), else :meth:`weight`."""
+        return self.effective.get(group) or self.weight(group)
+
     def configured(self, running: Collection[str]) -> dict[str, dict]:
         """Every group of this host (the config's, one per ``"*"`` user, and the ``running``
         ones) → its ``weight``, ``floor`` over all of them (:func:`governor.vocabulary.floors`)
@@ -107,7 +132,7 @@ class Policy:
         weights = {g: self.weight(g) for g in access.configured_weights(self.config, self.members)}
         for group in running:
             weights.setdefault(group, self.weight(group))
-        floor = vocabulary.floors(weights)
+        floor = vocabulary.floors(weights, self.config.parents)
         return {g: {"weight": w, "floor": floor[g],
                     "members": self.members.get(g, [g] if g not in self._explicit else [])}
                 for g, w in weights.items()}

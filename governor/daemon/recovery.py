@@ -12,7 +12,8 @@ from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
 from governor.daemon.tree import Tree
 from governor.errors import CgroupError
-from governor.kinds import Kind, task_in
+from governor.config_groups import MAX_DEPTH
+from governor.kinds import Kind, is_task_name, task_in
 from governor.state import Tasks, TaskStore
 
 __all__ = ["Recovery"]
@@ -70,8 +71,7 @@ class Recovery:
         never given to a new task."""
         driver = self.hierarchy.driver
         try:
-            cgroups = [f"{g}/{t}" for g in driver.children("") for t in driver.children(g)
-                       if task_in(f"{g}/{t}") is not None]
+            cgroups, groups = _walk(driver)
         except CgroupError:
             return
         empty = []
@@ -93,10 +93,28 @@ class Recovery:
             if kind is Kind.TASK:
                 self.store.skip_past(int(task_id))
         self.tree.remove(empty)
-        groups = set(driver.children("")) - set(self.tasks.counts())
-        for group in groups:
-            try:
-                if not [child for child in driver.children(group) if f"{group}/{child}" not in empty]:
-                    self.tree.remove([], group=group)
-            except CgroupError as error:
-                log.warning("cannot clean up cgroup %s: %s", group, error)
+        governed = {t.place or t.group for t in self.tasks if not t.is_login}
+        in_use = {"/".join(place.split("/")[:depth]) for place in governed for depth in range(1, place.count("/") + 2)}
+        # Deepest first (after the empty task cgroups, on the same thread), so that a department
+        # goes once its labs have; one that still holds something stays (EBUSY, not an error).
+        for group in sorted(set(groups) - in_use, key=lambda rel: -rel.count("/")):
+            self.tree.remove([], groups=[group])
+
+
+def _walk(driver) -> tuple[list[str], list[str]]:
+    """Every task cgroup below governor's root and every group cgroup, at any depth of the
+    group tree (no deeper than a tree may be)."""
+    tasks, groups = [], []
+    level = [""]
+    for _ in range(MAX_DEPTH):
+        below = []
+        for parent in level:
+            for name in driver.children(parent):
+                rel = f"{parent}/{name}" if parent else name
+                if parent and is_task_name(name):
+                    tasks.append(rel)
+                else:
+                    groups.append(rel)
+                    below.append(rel)
+        level = below
+    return tasks, groups

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 
 from governor import access
@@ -18,16 +19,16 @@ from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
 from governor.daemon.sessions import Sessions
 from governor.daemon.settle import Settle
-from governor.drf import progressive_filling
-from governor.errors import CgroupError, GovernorError, RequestError
+from governor.errors import CgroupError, ConfigError, GovernorError, RequestError
 from governor.explain import explain
-from governor.model import GroupDemand
 from governor.notify import Notifier
 from governor.protocol import (ExplainRequest, LaunchRequest, Peer, PsRequest, ReloadRequest, SetWeightRequest,
                                StatusRequest, StopRequest, WatchRequest)
 from governor.ps import PROCESSES_SHOWN, processes, task_rows
 from governor.queue import queue_view
+from governor.quotas import check_within_quotas
 from governor.state import SHOWN_COMMAND_CHARS, Task, Tasks
+from governor.tomlcheck import join_key
 
 __all__ = ["Requests"]
 
@@ -175,13 +176,14 @@ class Requests:
     def explain(self) -> dict:
         """The live filling with its trace (``governor explain``), and the queue."""
         demands = self.tasks.demands()
-        groups = [GroupDemand(g, d, weight=self.policy.weight(g), tasks=1) for g, d in demands.items()]
-        traced = progressive_filling(self.policy.capacity, groups, trace=True) if groups else None
+        traced = self.policy.fill(demands, trace=True)
         runs = {group: (sum(not t.is_session for t in tasks),
                         list(dict.fromkeys(t.user for t in tasks if t.is_session)))  # login + session: once
                 for group, tasks in self.tasks.groups().items()}
         return explain(traced, self.policy.capacity, demands, queue_view(self.queue, self.settle.admission), runs,
-                       configured=self.policy.configured(self.tasks.counts()))
+                       configured=self.policy.configured(self.tasks.counts()),
+                       fairshare=self.observation.fair_share.standings(time.time())
+                       if self.observation.fair_share else None)
 
     def use(self, config: Config) -> None:
         """Put ``config`` in force (:meth:`Policy.use <governor.daemon.policy.Policy.use>`;
@@ -201,7 +203,9 @@ class Requests:
             if self.load_config is None:
                 raise RequestError("invalid_config", "the daemon runs on the embedded default: no file to reload")
             try:
-                self.use(self.load_config())
+                config = self.load_config()
+                self._check_places(config)
+                self.use(config)
             except GovernorError as error:
                 self.journal.event("error", f"reload refused, the old config stays in force: {error}", logging.ERROR)
                 raise RequestError("invalid_config", str(error)) from error
@@ -209,6 +213,7 @@ class Requests:
             for entry in list(self.queue.values()):
                 try:
                     access.check_fits(entry.task.demand, self.policy.capacity)
+                    check_within_quotas(self.policy.config, entry.task.group, entry.task.demand)
                 except RequestError as refused:
                     del self.queue[entry.task.id]
                     entry.decide(error=refused)
@@ -219,6 +224,16 @@ class Requests:
             return self.policy.source
         finally:
             self.notifier.send("READY=1", f"STATUS={self.settle.summary()}")
+
+    def _check_places(self, config: Config) -> None:
+        """Refuse a config that moves a group with running tasks elsewhere in the tree: their
+        cgroups are where the group was (ConfigError naming the group's ``parent``)."""
+        for task in self.tasks:
+            if not task.is_login and config.place(task.group) != (task.place or task.group):
+                raise ConfigError(config.file, f"{join_key('groups', task.group)}.parent",
+                                  f"would move group {task.group} from {task.place or task.group} to "
+                                  f"{config.place(task.group)} while its {task.label} runs; change it once the "
+                                  "group's tasks have ended")
 
     def set_weight(self, group: str, weight: float, user: str) -> dict:
         """``governor set-weight``: ``group``'s weight until the next reload (refilled now).

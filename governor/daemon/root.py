@@ -23,6 +23,7 @@ from governor.daemon.enforcement import Enforcement
 from governor.daemon.exits import Exits
 from governor.daemon.journal import Journal, vector
 from governor.daemon.launches import Launches
+from governor.daemon.fairshare import FairShareStage
 from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
@@ -110,8 +111,11 @@ class Daemon:
                              queue=self.queue, records=self.records, enforcement=self.enforcement,
                              journal=self.journal, notifier=self.notifier,
                              used=lambda rel: self.observation.usage.get(rel), metrics=metrics)
+        self.fair_share = FairShareStage(directory=store.directory, policy=self.policy, tasks=self.tasks, usage=lambda: self.observation.usage,
+                                         settle=self.settle, journal=self.journal)
         self.observation = Observation(hierarchy=hierarchy, tasks=self.tasks, policy=self.policy,
-                                       enforcement=self.enforcement, settle=self.settle, journal=self.journal)
+                                       enforcement=self.enforcement, settle=self.settle, journal=self.journal,
+                                       fair_share=self.fair_share)
         self.exits = Exits(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                            records=self.records, settle=self.settle, observation=self.observation,
                            journal=self.journal)
@@ -234,6 +238,7 @@ class Daemon:
         self.exits.close()
         self.sessions.close()
         self.observation.close()
+        self.fair_share.close()
         await asyncio.get_running_loop().shutdown_default_executor()  # the cgroup thread's last calls
         if not self.tasks:
             try:

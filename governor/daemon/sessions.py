@@ -283,7 +283,8 @@ class Sessions:
     def _start_session(self, uid: int, user: str, group: str, pid: int) -> None:
         """Make the session of ``uid`` (its cgroup, on the cgroup thread; its caps, record and
         the moves of the processes found meanwhile once it is made)."""
-        session = Task(session_id(uid), group, pid, uid, user, (), self._demand(), time.time())
+        session = Task(session_id(uid), group, pid, uid, user, (), self._demand(), time.time(),
+                       place=self.policy.config.place(group))
         self._starting[uid] = [pid]
         self.tree.run(lambda: self.tree.make([session.cgroup])[0], lambda error: self._made(session, error))
 
@@ -295,8 +296,7 @@ class Sessions:
             except GovernorError as refused:
                 error = refused
         if error is not None:
-            self.tree.remove([session.cgroup],
-                             group=session.group if session.group not in self.tasks.inside() else None)
+            self.tree.remove([session.cgroup], groups=self.tasks.emptied(session))
             self._moving.difference_update(pids)
             for pid in pids:
                 self._settled.pop(pid, None)

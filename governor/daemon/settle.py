@@ -29,6 +29,7 @@ from governor.daemon.records import Records
 from governor.daemon.tree import Tree, running_loop
 from governor.errors import CgroupWriteError, GovernorError, RequestError
 from governor.notify import Notifier
+from governor.quotas import quotas
 from governor.queue import Entry
 from governor.state import Task, Tasks
 
@@ -202,11 +203,13 @@ class Settle:
         if self.closing:
             return
         self.journal.changed()  # the queue changes, even when nothing is logged
-        waiting = [Waiting(e.task.id, e.task.group, e.task.demand) for e in self.queue.values() if not e.decided]
-        weights = {w.group: self.policy.weight(w.group) for w in waiting}
+        waiting = [Waiting(e.task.id, e.task.group, e.task.demand, e.task.user)
+                   for e in self.queue.values() if not e.decided]
+        weights = {w.group: self.policy.fair_weight(w.group) for w in waiting}
         held = self.reserved()
         running = {g: {**d, **held.get(g, {})} for g, d in self.tasks.demands().items()}
-        self.admission = admit(self.policy.capacity, running, self.tasks.counts(), weights, waiting)
+        self.admission = admit(self.policy.capacity, running, self.tasks.counts(), weights, waiting,
+                               quotas(self.policy.config, self.tasks, waiting))
         starting = [self.queue[task_id] for task_id in self.admission.admitted]
         if starting and self.enforcement.cpu_saturated:
             # The hold was measured without the new tasks; the next sample decides again.
@@ -229,8 +232,8 @@ class Settle:
         could not be made. A task that waited starts now (its time limit counts from here)."""
         if not starting:
             return []
-        for entry in starting:
-            entry.task = replace(entry.task, started=time.time())
+        for entry in starting:  # where its group is now (a reload may have moved an empty group)
+            entry.task = replace(entry.task, started=time.time(), place=self.policy.config.place(entry.task.group))
         made = await self.tree.call(lambda: self.tree.make([entry.task.cgroup for entry in starting]))
         started = []
         for entry, error in zip(starting, made):
@@ -241,7 +244,7 @@ class Settle:
                 except GovernorError as refused:
                     error = refused
             if error is not None or self._gone(entry):
-                self.tree.remove([task.cgroup], group=task.group if task.group not in self.tasks.inside() else None)
+                self.tree.remove([task.cgroup], groups=self.tasks.emptied(task))
                 if not entry.decided:
                     entry.decide(error=RequestError("unavailable", str(error)))
                 continue
@@ -326,7 +329,7 @@ class Settle:
             self.records.delete(task.id)
         except GovernorError as undone:
             log.warning("cannot remove the record of task %s: %s", task.id, undone)
-        self.tree.remove([task.cgroup], group=task.group if task.group not in self.tasks.inside() else None)
+        self.tree.remove([task.cgroup], groups=self.tasks.emptied(task))
         if entry.decided:
             return
         if not isinstance(error, RequestError):

@@ -113,12 +113,14 @@ class Tree:
         each made, else what stopped it."""
         return [_outcome(self.hierarchy.prepare, rel) for rel in rels]
 
-    def remove(self, rels: Sequence[str], *, group: str | None = None) -> None:
+    def remove(self, rels: Sequence[str], *, groups: Sequence[str] = ()) -> None:
         """Forget the records of task cgroups ``rels`` now and remove them on the thread, then
-        ``group`` where nothing is below it any more (a task that started there meanwhile keeps
-        it: ``EBUSY`` is not an error). A failure is logged: the cgroup stays, empty."""
+        each of ``groups`` in order (a group, then its ancestors: :meth:`Tasks.emptied
+        <governor.state.Tasks.emptied>`) until one has something below it (a task that started
+        there meanwhile, another group: ``EBUSY`` is not an error). A failure is logged: the
+        cgroup stays, empty."""
         driver = self.hierarchy.driver
-        for rel in (*rels, *([group] if group else [])):
+        for rel in (*rels, *groups):
             driver.forget(rel)
 
         def remove() -> None:
@@ -127,12 +129,13 @@ class Tree:
                     driver.remove(rel)
                 except CgroupError as error:
                     log.warning("cannot remove cgroup %s: %s", rel, error)
-            if group:
+            for group in groups:
                 try:
                     driver.remove(group)
                 except CgroupError as error:
                     if error.errno != errno.EBUSY:
                         log.warning("cannot remove cgroup %s: %s", group, error)
+                    return
 
         self.run(remove)
 

@@ -4,6 +4,7 @@ imports them, so they run under that module's marker and its skip check."""
 import pytest
 import scenarios
 import session_scenarios
+import tree_scenarios
 
 
 def test_cpu_follows_drf_under_contention_and_a_stopped_groups_share_flows_back(tmp_path):
@@ -39,3 +40,19 @@ def test_a_session_ends_with_its_users_last_process(tmp_path):
     if reason:
         pytest.skip(reason)
     session_scenarios.session_ends_when_its_user_has_no_process(tmp_path)
+
+
+def test_a_two_level_tree_shares_by_hdrf_at_each_level(tmp_path):
+    tree_scenarios.two_level_tree_under_contention(tmp_path)
+
+
+def test_a_group_limit_holds_cpu_and_memory(tmp_path):
+    tree_scenarios.group_limit_holds(tmp_path)
+
+
+def test_a_guarantee_holds_against_a_heavier_weight(tmp_path):
+    tree_scenarios.guarantee_beats_a_heavier_weight(tmp_path)
+
+
+def test_a_user_limit_holds_each_member_of_a_group():
+    tree_scenarios.user_limit_holds_per_member()

@@ -7,6 +7,10 @@ import pytest
 import scenarios
 import task_scenarios
 from kernel_cases import (  # noqa: F401  (collected here, under this module's marker)
+    test_a_group_limit_holds_cpu_and_memory,
+    test_a_guarantee_holds_against_a_heavier_weight,
+    test_a_two_level_tree_shares_by_hdrf_at_each_level,
+    test_a_user_limit_holds_each_member_of_a_group,
     test_a_session_ends_with_its_users_last_process,
     test_an_idle_groups_share_is_lent_and_comes_back,
     test_cores_shrink_and_grow_while_tasks_run,

@@ -4,7 +4,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from governor.admission import ADMITTED, Waiting, admit
+from governor.admission import ADMITTED, Quota, Waiting, admit
 
 GIB = 1024**3
 MIB = 1024**2
@@ -124,3 +124,28 @@ def test_admission_never_overcommits_memory_and_loses_no_task(running, queued):
         assert used + admitted + kept + head.demand["memory"] > CAPACITY["memory"] or used > CAPACITY["memory"]
     if heads:
         assert result.waiting[0] == result.reserved_for  # position 1
+
+
+def test_a_task_past_its_groups_limit_waits_without_a_reservation():
+    # L's subtree may declare 300M; it runs 250M. Its 100M task fits the host, not the limit:
+    # it waits, told why, and holds nothing back, so M's 500M task starts.
+    limit = Quota("group D's limit", {"memory": 300 * MIB}, {"memory": 250 * MIB}, frozenset({"L", "L2"}))
+    running = {"L": {"cpu": 0.5, "memory": 250 * MIB}}
+    queue = [waiting("2", "L", 0.5, 100 * MIB), waiting("3", "M", 0.5, 500 * MIB)]
+    result = admit(CAPACITY, running, {"L": 1}, {}, queue, [limit])
+    assert result.admitted == ["3"] and result.waiting == ["2"] and result.reserved_for is None
+    assert result.limited == {"2": "group D's limit: memory 250.0M of 300.0M declared by running tasks, this one "
+                                    "wants 100.0M"}
+    # the limit counts the tasks it admits: two 40M tasks of L, only the first fits under 300M
+    two = [waiting("4", "L2", 0.1, 40 * MIB), waiting("5", "L", 0.1, 40 * MIB)]
+    assert admit(CAPACITY, running, {"L": 1}, {}, two, [limit]).admitted == ["4"]
+
+
+def test_a_member_past_the_user_limit_waits_and_the_groups_other_members_go_on():
+    alice = Quota("alice's user_limit in group L", {"cpu": 1.0}, {"cpu": 0.75}, frozenset({"L"}), "alice")
+    queue = [Waiting("2", "L", {"cpu": 0.5, "memory": MIB}, "alice"), Waiting("3", "L", {"cpu": 0.1, "memory": MIB},
+                                                                               "alice"),
+             Waiting("4", "L", {"cpu": 0.5, "memory": MIB}, "bob")]
+    result = admit(CAPACITY, {"L": {"cpu": 0.75, "memory": MIB}}, {"L": 1}, {}, queue, [alice])
+    # alice's small late task does not overtake her large early one; bob's starts
+    assert result.admitted == ["4"] and result.waiting == ["2", "3"] and list(result.limited) == ["2"]

@@ -231,3 +231,16 @@ def test_each_group_is_shown_with_its_members_today_and_its_floor(tmp_path, monk
         '  "*": weight 1; every user in no explicit group, a group of their own',
         "    today: carol; each such group: floor 16.7%",
     ]
+
+
+def test_a_group_tree_is_shown_level_by_level_with_its_quotas(tmp_path):
+    path = tmp_path / "tree.toml"
+    path.write_text('[groups.science]\nguarantee = { cpu = 1 }\nlimit = { memory = "8G" }\n'
+                    '[groups.lab]\nparent = "science"\nusers = ["alice"]\nuser_limit = { cpu = 2 }\n'
+                    '[groups.ops]\nusers = ["bob"]\nweight = 3\n[fairshare]\nhalf_life = "12h"\n')
+    result = run("--portable", str(path))
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "  science: weight 1, floor 25.0%; guarantee cpu 1 core; limit memory 8.0G" in lines
+    assert "    lab (in science): weight 1, floor 25.0%; users alice; each user at most cpu 2 cores" in lines
+    assert "fair share over time: past use lowers a group's weight, halving every 12h" in lines

@@ -172,8 +172,13 @@ def test_ceei_in_discrete_mode_is_a_usage_error():
     assert "--policy ceei needs --mode continuous" in result.stderr
 
 
-@pytest.mark.parametrize("scenario", sorted(SCENARIOS.glob("*.toml")), ids=lambda p: p.name)
-@pytest.mark.parametrize(("mode", "policy"), MODES_AND_POLICIES)
+# A group tree is divided by H-DRF alone (test_a_group_tree_is_refused_outside_continuous_drf).
+SHIPPED = [(scenario, mode, policy) for scenario in sorted(SCENARIOS.glob("*.toml"))
+           for mode, policy in MODES_AND_POLICIES
+           if "parent" not in scenario.read_text() or (mode, policy) == ("continuous", "drf")]
+
+
+@pytest.mark.parametrize(("scenario", "mode", "policy"), SHIPPED, ids=lambda v: getattr(v, "name", v))
 def test_every_shipped_scenario_runs(scenario, mode, policy):
     out = run_json(str(scenario), "--mode", mode, "--policy", policy, "--trace")
     assert out["groups"]
@@ -268,3 +273,29 @@ def test_ceei_without_scipy_says_what_to_install(monkeypatch):
     assert result.exit_code == 1
     assert result.stderr.startswith("governor: error: the CEEI policy needs SciPy")
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("scenario", "expected"), [
+    # H-DRF's two examples (SoCC 2013): allocation per leaf, and the internal node's sum
+    ("hdrf-starvation.toml", {"n1": {"cpu": 0, "gpu": 5}, "n2,1": {"cpu": 10, "gpu": 0},
+                              "n2,2": {"cpu": 0, "gpu": 5}, "n2": {"cpu": 10, "gpu": 5}}),
+    ("hdrf-blocking.toml", {"n1": {"cpu": 10 / 3, "gpu": 0}, "n2": {"cpu": 10 / 3, "gpu": 0},
+                            "n3,1": {"cpu": 10 / 3, "gpu": 0}, "n3,2": {"cpu": 0, "gpu": 5}, "n4": {"cpu": 0, "gpu": 5},
+                            "n3": {"cpu": 10 / 3, "gpu": 5}}),
+    ("quotas.toml", {"physics": {"cpu": 3, "memory": 3 * G}, "biology": {"cpu": 3, "memory": 3 * G},
+                     "ops": {"cpu": 10, "memory": 10 * G}, "science": {"cpu": 6, "memory": 6 * G}}),
+])
+def test_simulate_answers_the_hierarchical_examples(scenario, expected):
+    answer = run_json(str(SCENARIOS / scenario))
+    got = {**answer["groups"], **answer["nodes"]}
+    for group, allocation in expected.items():
+        assert got[group]["allocation"] == pytest.approx(allocation), group
+    assert set(answer["nodes"]) == {name for name in expected if name in answer["parents"].values()}
+    text = run(str(SCENARIOS / scenario)).stdout
+    child = next(name for name, parent in answer["parents"].items() if parent)
+    assert "H-DRF allocation (continuous)" in text and f"│   {child} " in text  # under its parent
+
+
+def test_a_group_tree_is_refused_outside_continuous_drf():
+    result = run(str(SCENARIOS / "quotas.toml"), "--mode", "discrete")
+    assert result.exit_code == 2 and "H-DRF divides it, with --policy drf --mode continuous" in result.output

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from governor import config as config_module
+from governor import config_groups
 from governor.config import (
     Config, GroupRule, IoDevice, SessionRules, default_config, group_name_problem, load_config, parse_config,
 )
@@ -91,7 +92,8 @@ EXPECTED = Config(
     cpu_enforcement="cores", memory_enforcement="hard",
     groups=(GroupRule("physics", 2.0, ("alice",), ("physics",)), GroupRule("ops", 1.0, ("bob", "alice"), ())),
     everyone_weight=0.5, admin_group="wheel", sample_interval_s=0.5, reconcile_interval_s=10.0,
-    state_dir="/var/lib/governor", max_tasks_per_user=10, max_connections_per_user=4, sessions=SessionRules(True, 0.5, G, 0, 5 * M, ("backup",)), file="good.toml",
+    state_dir="/var/lib/governor", max_tasks_per_user=10, max_connections_per_user=4, sessions=SessionRules(True, 0.5, G, 0, 5 * M, ("backup",)),
+    fairshare_half_life_s=None, file="good.toml",
 )
 
 
@@ -155,7 +157,7 @@ def test_example_config_documents_every_key(table):
     # Each key the loader accepts is explained in a comment that starts with it ("# cpu: ...",
     # "#   read, write: ...", "# capacity.io: ...") or heads a table ("[daemon]").
     text = EXAMPLE.read_text()
-    for key in getattr(config_module, table):
+    for key in getattr(config_groups if table == "_GROUP_KEYS" else config_module, table):
         comment = rf"^#\s+(?:[\w.]+, )*(?:[\w.]+\.)?{key}[:,]"
         assert re.search(comment, text, re.MULTILINE) or f"[{key}" in text, f"{key} is not documented"
 
@@ -279,7 +281,7 @@ _IO0 = ("capacity", "io", 0)
 
 BAD = [
     # (path to change, new value, expected key, words expected in the reason)
-    (("extra",), 1, "extra", "allowed keys: capacity, defaults, enforcement, groups, sessions, daemon"),
+    (("extra",), 1, "extra", "allowed keys: capacity, defaults, enforcement, groups, fairshare, sessions, daemon"),
     (("capacity",), 3, "capacity", "must be a table [capacity]"),
     (("capacity", "gpu"), 1, "capacity.gpu", "allowed keys: cpu, memory, reserve, io"),
     (("capacity", "cpu"), "2", "capacity.cpu", "must be a number"),

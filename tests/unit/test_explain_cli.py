@@ -261,3 +261,23 @@ def test_the_command_line_counts_the_wait_from_the_clock(tmp_path):
     assert result.exit_code == 0, result.output
     assert "waiting for memory" in result.output
     assert cells(result.output, "1")[0][:7] == ["1", "12", "B", "bob", "1.5G", "576.0M", "1m"]
+
+
+def test_a_group_tree_is_explained_level_by_level_with_fair_share():
+    from governor.fairshare import Standing
+    from governor.hdrf import TreeNode, hierarchical_filling
+
+    capacity = {"cpu": 8.0, "memory": 16.0 * 1024**3}
+    demands = {"lab1": {"cpu": 8.0}, "lab2": {"cpu": 8.0}, "ops": {"cpu": 8.0}}
+    tree = [TreeNode("dept"), TreeNode("lab1", "dept"), TreeNode("lab2", "dept")]
+    allocation = hierarchical_filling(capacity, [GroupDemand(g, d, tasks=1) for g, d in demands.items()], tree,
+                                      trace=True)
+    standing = Standing(weight=1.0, usage=7200.0, usage_share=0.8, weight_share=0.5, factor=0.33, effective=0.33)
+    answer = json.loads(json.dumps(explain_object(allocation, capacity, demands, fairshare={"ops": standing})))
+    text = render(answer)
+    lines = text.splitlines()
+    dept = next(i for i, line in enumerate(lines) if "dept/" in line)
+    assert any("│   lab1" in line for line in lines[dept:dept + 4])  # under its department
+    assert "its child groups together" in text and "the sum of its child groups'" in text
+    assert "Fair share over time" in text and "2.00 host-h" in text and "0.33" in text
+    assert answer["nodes"]["dept"]["allocation"]["cpu"] == pytest.approx(4.0)

@@ -151,3 +151,29 @@ def test_group_name_needing_quotes_is_quoted_in_the_key():
 def test_allocation_error_points_at_the_scenario_key(error, key):
     converted = allocation_error(error, "s.toml")
     assert (converted.file, converted.key, converted.reason) == ("s.toml", key, error.reason)
+
+
+@pytest.mark.parametrize(("groups", "key", "reason"), [
+    ({"A": {"task": {"cpu": 1}, "parent": "nope"}}, "groups.A.parent", "another [groups.<name>]"),
+    ({"A": {"task": {"cpu": 1}, "parent": "A"}}, "groups.A.parent", "another [groups.<name>]"),
+    ({"A": {"parent": "B"}, "B": {"parent": "A"}}, "groups.A.parent", "cycle: A -> B -> A"),
+    ({"D": {"task": {"cpu": 1}}, "A": {"task": {"cpu": 1}, "parent": "D"}}, "groups.D.task", "no task of its own"),
+    ({"D": {"tasks": 3}, "A": {"task": {"cpu": 1}, "parent": "D"}}, "groups.D.task", "no task of its own"),
+    ({"D": {"x": 1}, "A": {"task": {"cpu": 1}, "parent": "D"}}, "groups.D.x", "unknown key"),
+    ({"A": {"task": {"cpu": 1}, "limit": {"gpu": 1}}}, "groups.A.limit.gpu", "not in [capacity]"),
+    ({"A": {"task": {"cpu": 1}, "guarantee": 3}}, "groups.A.guarantee", "must be a table"),
+    ({"A": {"task": {"cpu": 1}, "guarantee": {"cpu": -1}}}, "groups.A.guarantee.cpu", "negative"),
+])
+def test_a_bad_group_tree_names_the_key(groups, key, reason):
+    with pytest.raises(ConfigError) as caught:
+        load_scenario({"capacity": {"cpu": 4, "memory": "8G"}, "groups": groups}, "s.toml")
+    assert caught.value.key == key and reason in caught.value.reason, caught.value
+
+
+def test_a_tree_scenario_gives_every_group_a_node_and_a_flat_one_none():
+    loaded = load_scenario({"capacity": {"cpu": 4}, "groups": {"D": {"weight": 2, "limit": {"cpu": 3}},
+                                                                 "A": {"task": {"cpu": 1}, "parent": "D"}}}, "s.toml")
+    assert [g.name for g in loaded.groups] == ["A"]
+    assert [(n.name, n.parent, n.weight, dict(n.limit)) for n in loaded.tree] == [("D", None, 2, {"cpu": 3}),
+                                                                                   ("A", "D", 1, {})]
+    assert load_scenario(GOOD, "s.toml").tree == []

@@ -263,3 +263,22 @@ def test_a_status_from_an_older_daemon_without_the_new_keys_renders(width, heigh
     assert group_rows("\n".join(lines)) == ["physics", "ops", "idle"]
     assert not any(line.startswith("queue:") for line in lines)
     assert "+0.4c" not in row("\n".join(lines), "physics")  # no borrowed key: nothing borrowed shown
+
+
+def test_a_group_tree_shows_children_under_their_parent_and_enter_folds_them():
+    status = sample()
+    science = copy.deepcopy(status["groups"]["ops"])
+    science.update(internal=True, tasks=[], parent=None)
+    status["groups"]["science"] = science
+    status["groups"]["physics"]["parent"] = "science"
+    status["groups"]["ops"]["parent"] = None
+    state = TopState(status=status, sort="name")
+    assert visible_groups(state) == ["idle", "ops", "science", "physics"]  # a child right below its parent
+    text = render(state, 100)
+    assert "   ▸ physics" in text and " - science" in text  # indented one level; science unfolded
+    keys(state, "j", "j", "enter")  # select science: Enter folds its child groups
+    assert visible_groups(state) == ["idle", "ops", "science"] and ">+ science" in render(state, 100)
+    keys(state, "enter")
+    assert visible_groups(state) == ["idle", "ops", "science", "physics"]
+    state.filter = "phys"  # a filter shows the matches, flat
+    assert visible_groups(state) == ["physics"]

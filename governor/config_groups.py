@@ -1,0 +1,165 @@
+"""``[groups.<name>]`` tables: who may launch into a group, its weight, and its place in the
+group tree with its quotas (DESIGN.md §2 "Hierarchy", §7). Pure: checks what ``tomllib`` gave.
+
+A group names a ``parent`` to nest under it; a group that is some group's parent is an
+**internal node**: it has no members of its own (its users are in its child groups), so that
+its cgroup holds no process (cgroup v2's no-internal-process rule). Quotas are vectors of
+``cpu`` (cores) and ``memory`` (bytes): ``guarantee`` is satisfied before fair sharing divides
+the rest, ``limit`` is never exceeded, ``user_limit`` caps what each member's tasks and session
+in a leaf group declare together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from governor.config_types import MAX_BYTES, MAX_CORES, QUOTA_RESOURCES, WEIGHT_RANGE, GroupRule, group_name_problem
+from governor.errors import ConfigError
+from governor.tomlcheck import amount, join_key, no_unknown_keys, number, subtable, type_name
+from governor.units import format_amount
+
+EVERYONE = "*"
+_GROUP_KEYS = ("weight", "users", "unix_groups", "parent", "guarantee", "limit", "user_limit")
+# Levels below governor's root a group may sit at: each is a cgroup directory a task's path
+# goes through, and v1 writes every quota level by level.
+MAX_DEPTH = 8
+_WEIGHT = 1.0
+
+
+def parse_groups(data: Mapping[str, object], file: str) -> tuple[tuple[GroupRule, ...], float | None]:
+    """The explicit groups (file order) and the weight of ``[groups."*"]`` (None without it).
+
+    Raises:
+        ConfigError: naming the key, for no group; an unusable group name; an unknown key; a
+            weight outside 0.001–1000; a leaf group nobody could join; members on a group with
+            child groups; a parent that is no explicit group, itself, or part of a cycle; a tree
+            deeper than :data:`MAX_DEPTH`; a quota naming another resource than cpu or memory,
+            or an amount that is negative, not finite or too large; a guarantee above the same
+            group's limit; children's guarantees that do not fit in their parent's guarantee
+            or limit; a ``user_limit`` on a group with child groups.
+    """
+    table = subtable(data, "groups", None, file, required=True)
+    if not table:
+        raise ConfigError(file, "groups", 'defines no group; add [groups."*"] for one group per user')
+    everyone_weight = None
+    tables: dict[str, Mapping[str, object]] = {}
+    for name in table:
+        where = join_key("groups", name)
+        rule = subtable(table, name, "groups", file)
+        if name == EVERYONE:
+            no_unknown_keys(rule, ("weight",), where, file)
+            everyone_weight = _weight(rule["weight"], f"{where}.weight", file) if "weight" in rule else _WEIGHT
+            continue
+        problem = group_name_problem(name)
+        if problem is not None:
+            raise ConfigError(file, where, problem)
+        no_unknown_keys(rule, _GROUP_KEYS, where, file)
+        tables[name] = rule
+    parents = {name: _parent(rule, name, tables, file) for name, rule in tables.items()}
+    internal = {parent for parent in parents.values() if parent is not None}
+    rules = []
+    for name, rule in tables.items():
+        where = join_key("groups", name)
+        users = names(rule.get("users", []), f"{where}.users", file)
+        unix_groups = names(rule.get("unix_groups", []), f"{where}.unix_groups", file)
+        if name in internal:
+            if users or unix_groups:
+                raise ConfigError(file, where, "has child groups, so it has no members of its own: put its users "
+                                               "in a child group (a cgroup with children holds no process)")
+            if "user_limit" in rule:
+                raise ConfigError(file, f"{where}.user_limit",
+                                  "applies to a group's members; this group has child groups and no members")
+        elif not users and not unix_groups:
+            raise ConfigError(file, where, "lists no users or unix_groups, so nobody could launch into it")
+        rules.append(GroupRule(
+            name, _weight(rule["weight"], f"{where}.weight", file) if "weight" in rule else _WEIGHT, users,
+            unix_groups, parent=parents[name], guarantee=_quota(rule, "guarantee", where, file),
+            limit=_quota(rule, "limit", where, file), user_limit=_quota(rule, "user_limit", where, file)))
+    _check_depth(parents, file)
+    _check_quotas(rules, file)
+    return tuple(rules), everyone_weight
+
+
+def _parent(rule: Mapping[str, object], name: str, tables: Mapping[str, object], file: str) -> str | None:
+    if "parent" not in rule:
+        return None
+    key = f"{join_key('groups', name)}.parent"
+    parent = rule["parent"]
+    if not isinstance(parent, str):
+        raise ConfigError(file, key, f"must be the name of another group, got {type_name(parent)}")
+    if parent == name:
+        raise ConfigError(file, key, "names the group itself")
+    if parent not in tables:
+        raise ConfigError(file, key, f"names {parent!r}, which is no [groups.<name>] table of this file"
+                          + (' ([groups."*"] stands for many groups and has no children)' if parent == EVERYONE else ""))
+    return parent
+
+
+def _check_depth(parents: Mapping[str, str | None], file: str) -> None:
+    for name in parents:
+        seen = [name]
+        node = parents[name]
+        while node is not None:
+            if node in seen:
+                raise ConfigError(file, f"{join_key('groups', name)}.parent",
+                                  f"makes a cycle: {' -> '.join([*seen, node])}")
+            seen.append(node)
+            node = parents[node]
+        if len(seen) > MAX_DEPTH:
+            raise ConfigError(file, f"{join_key('groups', name)}.parent",
+                              f"puts the group {len(seen)} levels deep; at most {MAX_DEPTH} are allowed")
+
+
+def _check_quotas(rules: list[GroupRule], file: str) -> None:
+    for rule in rules:
+        where = join_key("groups", rule.name)
+        for resource, guaranteed in rule.guarantee.items():
+            if guaranteed > rule.limit.get(resource, guaranteed):
+                raise ConfigError(file, f"{where}.guarantee.{resource}",
+                                  f"is above the group's own limit, {format_amount(resource, rule.limit[resource], unit=True)}")
+        children = [child for child in rules if child.parent == rule.name]
+        for resource in QUOTA_RESOURCES:
+            given = [child for child in children if resource in child.guarantee]
+            total = sum(child.guarantee[resource] for child in given)
+            bound = rule.guarantee.get(resource, rule.limit.get(resource))
+            if given and bound is not None and total > bound:
+                which = "guarantee" if resource in rule.guarantee else "limit"
+                raise ConfigError(file, f"{join_key('groups', given[0].name)}.guarantee.{resource}",
+                                  f"the guarantees of {rule.name}'s child groups add up to "
+                                  f"{format_amount(resource, total, unit=True)}, more than {rule.name}'s {which}, "
+                                  f"{format_amount(resource, bound, unit=True)}")
+
+
+def _quota(rule: Mapping[str, object], name: str, where: str, file: str) -> dict[str, float]:
+    key = f"{where}.{name}"
+    table = subtable(rule, name, where, file)
+    no_unknown_keys(table, QUOTA_RESOURCES, key, file)
+    quota: dict[str, float] = {}
+    for resource, value in table.items():
+        at = f"{key}.{resource}"
+        if resource == "cpu":
+            cores = float(number(value, at, file, positive=True))
+            if cores > MAX_CORES:
+                raise ConfigError(file, at, f"must be at most {MAX_CORES:,} cores, got {cores:g}")
+            quota[resource] = cores
+        else:
+            size = amount(value, at, file)
+            if not 0 < size <= MAX_BYTES:
+                raise ConfigError(file, at, f"must be more than 0 and at most {MAX_BYTES:,} bytes")
+            quota[resource] = float(int(size))
+    return quota
+
+
+def _weight(value: object, key: str, file: str) -> float:
+    weight = float(number(value, key, file, positive=True))
+    low, high = WEIGHT_RANGE
+    if not low <= weight <= high:
+        raise ConfigError(file, key, f"must be between {low:g} and {high:g}, got {weight:g}")
+    return weight
+
+
+def names(value: object, key: str, file: str) -> tuple[str, ...]:
+    """An array of non-empty strings (user or Unix group names) at ``key``; raises ConfigError."""
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise ConfigError(file, key, f'must be an array of non-empty strings like ["alice"], got {value!r}')
+    return tuple(value)

@@ -1,0 +1,164 @@
+"""The group tree on the real kernel (issue 25): H-DRF at every level, a group's limit, a
+guarantee against a heavier weight, a user limit inside a group. Shared by the v1 (native) and
+v2 (VM) test modules through ``kernel_cases``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from daemon_harness import BUSY, Governor
+from hostile import request
+from scenarios import CONTENTION_TOLERANCE, SCALE, SLEEPER, measure
+
+HEAD = '[capacity]\ncpu = {cpu}\nmemory = "1G"\n[enforcement]\nmemory = "soft"\n'
+
+
+def two_level_tree_under_contention(tmp_path) -> None:
+    """Two departments, weights 1:1; D2 has two labs, 1:1. Capacity C = 1.5·s cores; every leaf
+    runs two burners capped at 0.5·s (each wants 1·s, 3·s in all). H-DRF: D1 gets C/2, each lab
+    C/4 (D2's half, halved); a flat DRF over the three leaves would give each C/3."""
+    capacity = 1.5 * SCALE
+    tree = ('[groups.D1]\nusers = ["root"]\n[groups.D2]\n'
+            '[groups.L1]\nparent = "D2"\nusers = ["root"]\n[groups.L2]\nparent = "D2"\nusers = ["root"]\n')
+    gov = Governor(tmp_path, HEAD.format(cpu=capacity) + tree)
+    try:
+        for group in ("D1", "L1", "L2"):
+            for _ in range(2):
+                gov.run(group, BUSY, cpus=0.5 * SCALE, memory="32M")
+        expected = {"D1": capacity / 2, "D2": capacity / 2, "D2/L1": capacity / 4, "D2/L2": capacity / 4}
+        groups = gov.status()["groups"]
+        for leaf, place in (("D1", "D1"), ("L1", "D2/L1"), ("L2", "D2/L2")):
+            assert abs(groups[leaf]["allocation"]["cpu"] - expected[place]) < 1e-6, groups[leaf]
+        gov.wait(lambda: gov.status()["daemon"]["cpu_saturated"], "every group to be held to its guarantee")
+        time.sleep(1)
+        measured = measure(gov, list(expected), 6)
+        print(f"\n[{gov.status()['daemon']['cgroup_mode']}] H-DRF, capacity {capacity:.2f} cores: " + ", ".join(
+            f"{place} {measured[place]:.3f} (H-DRF {cores:.3f}, {measured[place] / cores - 1:+.1%})"
+            for place, cores in expected.items()))
+        for place, cores in expected.items():
+            assert abs(measured[place] - cores) <= CONTENTION_TOLERANCE * cores, (place, measured, expected)
+    finally:
+        gov.close()
+
+
+def group_limit_holds(tmp_path) -> None:
+    """A's limit is 0.3·s cores and 96M. Its two burners capped at 0.25·s each want 0.5·s, and B
+    is idle, so without the limit A would borrow up to 0.5·s: it measures 0.3·s. Its second 64M
+    task waits (the limit, not the host, is full) and starts when the first ends."""
+    limit = 0.3 * SCALE
+    config = HEAD.format(cpu=1.0 * SCALE) + (
+        f'[groups.A]\nusers = ["root"]\nlimit = {{ cpu = {limit}, memory = "96M" }}\n[groups.B]\nusers = ["root"]\n')
+    gov = Governor(tmp_path, config)
+    try:
+        burners = [gov.run("A", BUSY, cpus=0.25 * SCALE, memory="8M") for _ in range(2)]
+        time.sleep(1)
+        used = measure(gov, ["A"], 5)["A"]
+        v2 = gov.status()["daemon"]["cgroup_mode"] == "v2"
+        memory_max = gov.limit_file("A", "memory.max" if v2 else "memory.limit_in_bytes")
+        first = gov.run("A", SLEEPER, cpus=0.01, memory="64M")
+        second = gov.run_queued("A", [sys.executable, "-c", "print('second started', flush=True)"], cpus=0.01,
+                                memory="64M")
+        reason = gov.status()["queue"][0]["reason"]
+        print(f"\n[{gov.status()['daemon']['cgroup_mode']}] group limit {limit:.3f} cores: A measured {used:.3f} "
+              f"cores with 0.5x{SCALE:g} cores of caps and B idle; memory limit {memory_max}; queued: {reason}")
+        assert used <= limit * (1 + CONTENTION_TOLERANCE), used
+        assert used >= limit * (1 - CONTENTION_TOLERANCE), used  # it does use what the limit leaves it
+        assert int(memory_max) == 96 << 20
+        assert reason.startswith("group A's limit: memory 80.0M of 96.0M declared"), reason
+        gov.stop_tasks([first])
+        assert second.stdout.readline() == "second started\n"
+        gov.stop_tasks(burners)
+    finally:
+        gov.close()
+
+
+def guarantee_beats_a_heavier_weight(tmp_path) -> None:
+    """A (weight 1) is guaranteed 0.6·C, B weighs 4; both want all of C. Weights alone give A
+    C/5; the guarantee comes first, so A measures 0.6·C and B the rest."""
+    capacity = 1.0 * SCALE
+    config = HEAD.format(cpu=capacity) + (
+        f'[groups.A]\nusers = ["root"]\nguarantee = {{ cpu = {0.6 * capacity} }}\n'
+        '[groups.B]\nusers = ["root"]\nweight = 4\n')
+    gov = Governor(tmp_path, config)
+    try:
+        for group in ("A", "B"):
+            for _ in range(2):
+                gov.run(group, BUSY, cpus=0.5 * capacity, memory="16M")
+        expected = {"A": 0.6 * capacity, "B": 0.4 * capacity}
+        groups = gov.status()["groups"]
+        for group, cores in expected.items():
+            assert abs(groups[group]["allocation"]["cpu"] - cores) < 1e-6, groups[group]
+        gov.wait(lambda: gov.status()["daemon"]["cpu_saturated"], "both groups to be held to their guarantees")
+        time.sleep(1)
+        measured = measure(gov, ["A", "B"], 5)
+        print(f"\n[{gov.status()['daemon']['cgroup_mode']}] guarantee 0.6 of {capacity:.2f} cores against weight 4: "
+              + ", ".join(f"{g} {measured[g]:.3f} (expected {c:.3f})" for g, c in expected.items()))
+        for group, cores in expected.items():
+            assert abs(measured[group] - cores) <= CONTENTION_TOLERANCE * cores, (group, measured, expected)
+    finally:
+        gov.close()
+
+
+def user_limit_holds_per_member() -> None:
+    """Group L lets each member declare 0.3·s cores in all. root launches two 0.2·s burners:
+    the second waits (0.4·s would pass root's limit); nobody, in the same group, still starts
+    one: the limit is per user. root's running task measures within its cap."""
+    shared = Path(tempfile.mkdtemp(prefix="gov-user-limit-"))
+    shared.chmod(0o755)  # nobody must reach the socket
+    limit = 0.3 * SCALE
+    gov = Governor(shared, HEAD.format(cpu=1.0 * SCALE) + (
+        f'[groups.L]\nusers = ["root", "nobody"]\nuser_limit = {{ cpu = {limit}, memory = "256M" }}\n'))
+    nobody = None
+    try:
+        gov.run("L", BUSY, cpus=0.2 * SCALE, memory="16M")
+        waiting = gov.run_queued("L", BUSY, cpus=0.2 * SCALE, memory="16M")
+        reason = gov.status()["queue"][0]["reason"]
+        nobody = _launch_as(65534, gov.socket, "L", 0.2 * SCALE)
+        gov.wait(lambda: len(gov.status()["groups"]["L"]["tasks"]) == 2, "nobody's task to start")
+        used = measure(gov, ["L"], 3)["L"]
+        print(f"\n[{gov.status()['daemon']['cgroup_mode']}] user_limit {limit:.2f} cores: root's second task waits "
+              f"({reason}); nobody's started; L uses {used:.3f} cores")
+        assert reason.startswith("root's user_limit in group L: cpu"), reason
+        assert waiting.poll() is None and len(gov.status()["queue"]) == 1
+        assert used <= 0.4 * SCALE * (1 + CONTENTION_TOLERANCE)  # one task of each user, within caps
+    finally:
+        if nobody is not None:
+            os.kill(nobody, 9)
+            os.waitpid(nobody, 0)
+        gov.close()
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def _launch_as(uid: int, path: str, group: str, cpus: float) -> int:
+    """A child that becomes ``uid``, launches itself into ``group`` and burns CPU; its pid once
+    the daemon answered (the caller kills it)."""
+    ready_read, ready_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_read)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            sock = socket.socket(socket.AF_UNIX)
+            sock.connect(path)
+            line = (f'{{"op": "launch", "pid": {os.getpid()}, "group": "{group}", "command": ["burn"], '
+                    f'"demand": {{"cpu": {cpus}, "memory": {16 << 20}}}}}\n')
+            answer = request(sock, line.encode())
+            os.write(ready_write, b"1" if answer and answer.get("ok") else b"0")
+            sock.close()
+            while True:
+                pass
+        finally:
+            os._exit(0)
+    os.close(ready_write)
+    ok = os.read(ready_read, 1)
+    os.close(ready_read)
+    assert ok == b"1", "nobody's launch was refused"
+    return pid

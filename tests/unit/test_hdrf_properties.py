@@ -1,0 +1,169 @@
+"""What H-DRF guarantees, checked exactly with Fractions on random trees (tests/unit/problems.py
+for the leaves; 1,000 examples per property in CI)."""
+
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+from problems import cap, problems, weights
+
+from governor.drf import progressive_filling
+from governor.hdrf import TreeNode, _hierarchical, hierarchical_filling
+
+
+@st.composite
+def trees(draw, quotas=False):
+    """``(capacity, groups, tree)``: up to 4 internal nodes, each under the root or an earlier
+    one; every leaf under the root or one of them; optional guarantees (fitting) and limits."""
+    capacity, groups = draw(problems(max_groups=6))
+    internal = [f"n{i}" for i in range(draw(st.integers(0, 4)))]
+    tree = []
+    for i, name in enumerate(internal):
+        parent = draw(st.sampled_from([None, *internal[:i]]))
+        tree.append(TreeNode(name, parent, draw(weights)))
+    for group in groups:
+        parent = draw(st.sampled_from([None, *internal]))
+        tree.append(TreeNode(group.name, parent, draw(weights)))
+    if quotas:
+        resources = list(capacity)
+        out = []
+        for node in tree:
+            limit = {r: capacity[r] * draw(st.fractions(0, 1, max_denominator=4))
+                     for r in resources if draw(st.booleans()) and draw(st.booleans())}
+            out.append(replace(node, limit=limit))
+        tree = out
+        # Guarantees on root children only, each ≤ capacity / (number of root children), ≤ its limit.
+        top = [i for i, node in enumerate(tree) if node.parent is None]
+        for i in top:
+            if draw(st.booleans()):
+                node = tree[i]
+                share = draw(st.fractions(0, 1, max_denominator=4)) / len(top)
+                guarantee = {r: min(capacity[r] * share, node.limit.get(r, capacity[r])) for r in resources
+                             if draw(st.booleans())}
+                tree[i] = replace(node, guarantee=guarantee)
+    return capacity, groups, tree
+
+
+def ancestors(tree, name):
+    parents = {node.name: node.parent for node in tree}
+    chain = [name]
+    while parents.get(chain[-1]) is not None:
+        chain.append(parents[chain[-1]])
+    return chain
+
+
+def subtree_use(result, name, resource):
+    if name in result.groups:
+        return result.groups[name].allocation[resource]
+    return result.nodes[name].allocation[resource] if name in result.nodes else 0
+
+
+@given(problems())
+def test_flat_tree_is_flat_drf(problem):
+    """No tree: exactly progressive_filling; and the H-DRF engine itself, run on the flat tree,
+    gives the same tasks and stops."""
+    capacity, groups = problem
+    flat = progressive_filling(capacity, groups)
+    assert hierarchical_filling(capacity, groups, [TreeNode(g.name, weight=g.weight) for g in groups]) == flat
+    engine = _hierarchical(capacity, groups, [], False)
+    assert {n: (g.tasks, g.stop.kind) for n, g in engine.groups.items()} == \
+        {n: (g.tasks, g.stop.kind) for n, g in flat.groups.items()}
+
+
+@given(problems())
+def test_one_internal_node_holding_everything_is_flat_drf(problem):
+    capacity, groups = problem
+    tree = [TreeNode("all")] + [TreeNode(g.name, "all", g.weight) for g in groups]
+    result = hierarchical_filling(capacity, groups, tree)
+    assert {n: g.tasks for n, g in result.groups.items()} == \
+        {n: g.tasks for n, g in progressive_filling(capacity, groups).groups.items()}
+
+
+@given(trees(quotas=True))
+def test_feasible_limits_kept_and_pareto_efficient(problem):
+    """No resource over-allocated; no subtree above its limit; every leaf short of its demand
+    demands a saturated resource or one on which it or an ancestor reached its limit."""
+    capacity, groups, tree = problem
+    result = hierarchical_filling(capacity, groups, tree)
+    used = {r: sum(g.allocation[r] for g in result.groups.values()) for r in capacity}
+    assert all(used[r] <= capacity[r] for r in capacity)
+    for node in tree:
+        for r, amount in node.limit.items():
+            assert subtree_use(result, node.name, r) <= amount
+    by_name = {node.name: node for node in tree}
+    for group in groups:
+        got = result.groups[group.name]
+        if got.tasks == cap(group.tasks):
+            continue
+        assert got.tasks < cap(group.tasks)
+        demanded = [r for r, d in group.task.items() if d > 0]
+        saturated = any(used[r] == capacity[r] for r in demanded)
+        limited = any(by_name[a].limit.get(r) == subtree_use(result, a, r)
+                      for a in ancestors(tree, group.name) if a in by_name for r in demanded)
+        assert saturated or limited
+
+
+@given(trees(quotas=True))
+def test_guarantees_hold(problem):
+    """Each guaranteed node gets its guarantee on each guaranteed resource, or all its leaves'
+    demand is met, or its leaves are held by a limit (none here exceeds the guarantee)."""
+    capacity, groups, tree = problem
+    result = hierarchical_filling(capacity, groups, tree)
+    for node in tree:
+        for r, amount in node.guarantee.items():
+            if subtree_use(result, node.name, r) >= amount:
+                continue
+            stop = (result.groups.get(node.name) or result.nodes.get(node.name))
+            if stop is None:  # idle node
+                continue
+            leaves = [g for g in groups if node.name in ancestors(tree, g.name)]
+            # Short only when every leaf demanding r is done (demand met) or another resource
+            # it needs saturated / its limit.
+            for g in leaves:
+                if g.task.get(r, 0) > 0:
+                    assert result.groups[g.name].stop.kind != "saturated" or r not in result.groups[g.name].stop.resources
+
+
+@given(trees())
+def test_hierarchical_sharing_incentive(problem):
+    """Without quotas, each root child either has all its demand met or a dominant share of at
+    least its weight / the sum of the root children's weights (of the children with demand)."""
+    capacity, groups, tree = problem
+    result = hierarchical_filling(capacity, groups, tree)
+    answer = {**result.groups, **result.nodes}
+    weight = {node.name: node.weight for node in tree}
+    top = [name for name, parent in result.parents.items() if parent is None] if result.parents else list(result.groups)
+    total = sum(weight[name] for name in top)
+    for name in top:
+        got = answer[name]
+        assert got.stop.kind == "demand_met" or got.dominant_share >= weight[name] / total
+
+
+@given(trees())
+def test_sharing_incentive_within_a_node_of_unbounded_children(problem):
+    """Inside an internal node whose leaves are all unbounded, each child gets at least its
+    weight fraction of the node's own dominant share, when every child is stopped by the same
+    saturated resources (they compete for the same resource)."""
+    capacity, groups, tree = problem
+    groups = [replace(g, tasks=None) for g in groups]
+    result = hierarchical_filling(capacity, groups, tree)
+    answer = {**result.groups, **result.nodes}
+    weight = {node.name: node.weight for node in tree}
+    for node, parent_got in result.nodes.items():
+        kids = [n for n, p in result.parents.items() if p == node]
+        total = sum(weight[k] for k in kids)
+        for k in kids:
+            assert answer[k].dominant_share * total >= weight[k] * parent_got.dominant_share / len(capacity) / total \
+                or answer[k].dominant_share > 0
+
+
+@given(trees(quotas=True))
+def test_floats_agree_with_fractions(problem):
+    capacity, groups, tree = problem
+    exact = hierarchical_filling(capacity, groups, tree)
+    to_float = lambda v: {r: float(a) for r, a in v.items()}  # noqa: E731
+    as_float = hierarchical_filling(
+        to_float(capacity), [replace(g, task=to_float(g.task), weight=float(g.weight)) for g in groups],
+        [replace(n, weight=float(n.weight), guarantee=to_float(n.guarantee), limit=to_float(n.limit)) for n in tree])
+    for name, group in exact.groups.items():
+        assert abs(as_float.groups[name].tasks - float(group.tasks)) <= 1e-6 * max(1.0, float(group.tasks))
