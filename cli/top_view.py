@@ -38,7 +38,8 @@ _KEEP = {"group": 100, "share": 95, "cpu": 90, "memory": 85, "pressure": 70, "ta
 _SORT_COLUMN = {"share": "share", "cpu": "cpu", "memory": "memory", "tasks": "tasks", "name": "group"}
 _MAX_EVENTS = 8
 _MAX_QUEUE_LINES = 3
-HELP = [("q", "quit"), ("↑ ↓  j k", "move the selection"), ("enter", "show or hide the group's tasks (its child groups, in a tree)"),
+HELP = [("q", "quit"), ("↑ ↓  j k", "move the selection"),
+        ("enter", "show or hide the group's tasks (its child groups, in a tree)"),
         ("s", "next sort column (share, cpu, memory, tasks, name)"),
         ("/", "filter groups by name: type, enter applies, esc clears"), ("?", "this help")]
 COLUMNS_HELP = [

@@ -90,8 +90,8 @@ def _parent(rule: Mapping[str, object], name: str, tables: Mapping[str, object],
     if parent == name:
         raise ConfigError(file, key, "names the group itself")
     if parent not in tables:
-        raise ConfigError(file, key, f"names {parent!r}, which is no [groups.<name>] table of this file"
-                          + (' ([groups."*"] stands for many groups and has no children)' if parent == EVERYONE else ""))
+        many = ' ([groups."*"] stands for many groups and has no children)' if parent == EVERYONE else ""
+        raise ConfigError(file, key, f"names {parent!r}, which is no [groups.<name>] table of this file{many}")
     return parent
 
 
@@ -115,8 +115,8 @@ def _check_quotas(rules: list[GroupRule], file: str) -> None:
         where = join_key("groups", rule.name)
         for resource, guaranteed in rule.guarantee.items():
             if guaranteed > rule.limit.get(resource, guaranteed):
-                raise ConfigError(file, f"{where}.guarantee.{resource}",
-                                  f"is above the group's own limit, {format_amount(resource, rule.limit[resource], unit=True)}")
+                own = format_amount(resource, rule.limit[resource], unit=True)
+                raise ConfigError(file, f"{where}.guarantee.{resource}", f"is above the group's own limit, {own}")
         children = [child for child in rules if child.parent == rule.name]
         for resource in QUOTA_RESOURCES:
             given = [child for child in children if resource in child.guarantee]

@@ -41,7 +41,8 @@ def group_name_problem(name: str) -> str | None:
     """
     if not _GROUP_NAME.fullmatch(name):
         return "not a usable group name: 1-64 letters, digits, _ . -, starting with a letter, digit or _"
-    if name.startswith(TASK_PREFIX) or (name.startswith(SESSION_PREFIX) and name.removeprefix(SESSION_PREFIX).isdigit()):
+    session_like = name.startswith(SESSION_PREFIX) and name.removeprefix(SESSION_PREFIX).isdigit()
+    if name.startswith(TASK_PREFIX) or session_like:
         return f"names starting with {TASK_PREFIX} (or like session-1000) are kept for task cgroups"
     return interface_name_problem(name)
 
@@ -235,9 +236,10 @@ class Config:
             top = [rule for rule in self.groups if rule.parent is None and resource in rule.guarantee]
             total = sum(rule.guarantee[resource] for rule in top)
             if top and total > capacity[resource] * (1 + 1e-9):
+                asked, has = (format_amount(resource, v, unit=True) for v in (total, capacity[resource]))
                 raise ConfigError(self.file, f"{join_key('groups', top[0].name)}.guarantee.{resource}",
-                                  f"the top-level groups' guarantees add up to {format_amount(resource, total, unit=True)},"
-                                  f" more than the capacity here, {format_amount(resource, capacity[resource], unit=True)}")
+                                  f"the top-level groups' guarantees add up to {asked}, more than the capacity "
+                                  f"here, {has}")
 
     def task_demand(self, cpu: float | None = None, memory: int | None = None,
                     io_read: int | None = None, io_write: int | None = None) -> dict[str, float]:

@@ -101,7 +101,8 @@ def load_scenario(data: Mapping[str, object], file: str) -> Scenario:
         else:
             groups.append(_group(name, table, capacity, file))
         tree.append(TreeNode(name, parents[name], _weight(table, where, file),
-                             _quota(table, "guarantee", where, capacity, file), _quota(table, "limit", where, capacity, file)))
+                             _quota(table, "guarantee", where, capacity, file),
+                             _quota(table, "limit", where, capacity, file)))
     _no_cycle(parents, file)
     nested = any(node.parent or node.guarantee or node.limit for node in tree)
     return Scenario(capacity, groups, tree if nested else [])
@@ -122,7 +123,8 @@ def _no_cycle(parents: Mapping[str, str | None], file: str) -> None:
         seen, node = [name], parents[name]
         while node is not None:
             if node in seen:
-                raise ConfigError(file, f"{join_key('groups', name)}.parent", f"makes a cycle: {' -> '.join([*seen, node])}")
+                raise ConfigError(file, f"{join_key('groups', name)}.parent",
+                                  f"makes a cycle: {' -> '.join([*seen, node])}")
             seen.append(node)
             node = parents[node]
 
@@ -137,7 +139,8 @@ def _quota(table: Mapping[str, object], name: str, where: str, capacity: Mapping
     amounts = _amounts(table[name], key, file)
     for resource in amounts:
         if resource not in capacity:
-            raise ConfigError(file, f"{key}.{resource}", f"resource not in [capacity] (capacity has: {', '.join(capacity)})")
+            raise ConfigError(file, f"{key}.{resource}",
+                              f"resource not in [capacity] (capacity has: {', '.join(capacity)})")
     return amounts
 
 

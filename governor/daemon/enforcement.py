@@ -81,7 +81,8 @@ class Enforcement:
         self._guarantees = guarantees
         config = policy.config
         planned = {"": root_limits(policy.capacity),
-                   **{config.place(g): with_limit(limits, config.effective_limit(g)) for g, limits in guarantees.items()}}
+                   **{config.place(g): with_limit(limits, config.effective_limit(g))
+                      for g, limits in guarantees.items()}}
         for login in logins:
             caps = policy.caps(login)
             planned[login.cgroup] = (held_login_limits(caps, login.demand.get("cpu", 0.0), fractions.get(login.group, 0.0))

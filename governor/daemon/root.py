@@ -111,8 +111,8 @@ class Daemon:
                              queue=self.queue, records=self.records, enforcement=self.enforcement,
                              journal=self.journal, notifier=self.notifier,
                              used=lambda rel: self.observation.usage.get(rel), metrics=metrics)
-        self.fair_share = FairShareStage(directory=store.directory, policy=self.policy, tasks=self.tasks, usage=lambda: self.observation.usage,
-                                         settle=self.settle, journal=self.journal)
+        self.fair_share = FairShareStage(directory=store.directory, policy=self.policy, tasks=self.tasks,
+                                         usage=lambda: self.observation.usage, settle=self.settle, journal=self.journal)
         self.observation = Observation(hierarchy=hierarchy, tasks=self.tasks, policy=self.policy,
                                        enforcement=self.enforcement, settle=self.settle, journal=self.journal,
                                        fair_share=self.fair_share)

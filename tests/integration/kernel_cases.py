@@ -56,3 +56,7 @@ def test_a_guarantee_holds_against_a_heavier_weight(tmp_path):
 
 def test_a_user_limit_holds_each_member_of_a_group():
     tree_scenarios.user_limit_holds_per_member()
+
+
+def test_fair_share_lowers_the_weight_of_a_group_that_ran_alone(tmp_path):
+    tree_scenarios.fair_share_falls_for_a_group_that_ran_alone(tmp_path)

@@ -162,3 +162,25 @@ def _launch_as(uid: int, path: str, group: str, cpus: float) -> int:
     os.close(ready_read)
     assert ok == b"1", "nobody's launch was refused"
     return pid
+
+
+def fair_share_falls_for_a_group_that_ran_alone(tmp_path) -> None:
+    """With a 20 s half-life, A runs a burner alone for a few seconds: its effective weight falls
+    below its configured 1 while B's stays; when B launches, B is guaranteed more CPU than A."""
+    capacity = 1.0 * SCALE
+    gov = Governor(tmp_path, HEAD.format(cpu=capacity) + '[groups.A]\nusers = ["root"]\n[groups.B]\nusers = ["root"]\n'
+                                                          '[fairshare]\nhalf_life = "20s"\n')
+    try:
+        gov.run("A", BUSY, cpus=capacity, memory="16M")
+        gov.wait(lambda: gov.status()["groups"]["A"].get("effective_weight", 1.0) < 0.8, "A's weight to fall")
+        gov.run("B", BUSY, cpus=capacity, memory="16M")
+        groups = gov.status()["groups"]
+        print(f"\n[{gov.status()['daemon']['cgroup_mode']}] fair share (half-life 20 s): A ran alone, effective weight "
+              f"{groups['A']['effective_weight']:.2f} (past use {groups['A']['past_use']:.1f} host-s), B "
+              f"{groups['B']['effective_weight']:.2f}; guarantees A {groups['A']['allocation']['cpu']:.3f}, "
+              f"B {groups['B']['allocation']['cpu']:.3f} cores")
+        assert groups["B"]["effective_weight"] == 1.0
+        assert groups["B"]["allocation"]["cpu"] > groups["A"]["allocation"]["cpu"]
+    finally:
+        gov.close()
+    assert (tmp_path / "state" / "fairshare.state").exists()  # saved at shutdown for the next daemon
