@@ -14,7 +14,9 @@ The object (amounts in base units: cores, bytes, bytes/s; shares are fractions o
      "queue": [{"task": str, "group": str, "user": str, "uid": int, "command": [str],
                 "demand": {res: amount}, "queued_at": float, "position": int,
                 "waiting_for": int, "held_by": [{"group": str, "memory": int}]}],
-     "configured": {name: weight}}   # every group of the config, with or without a task
+     "configured": {name: weight},   # every group of the config, with or without a task
+     "nodes": {name: {…}}, "parents": {name: parent},   # a group tree: internal groups, each group's parent
+     "fairshare": {name: {"weight", "usage", "usage_share", "weight_share", "factor", "effective"}}}
 
 ``demand`` is a group's cap and ``allocation`` its guarantee. ``queue`` (the tasks waiting, in
 admission order, for their declared memory to fit; ``waiting_for`` is the bytes that must free

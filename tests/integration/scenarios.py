@@ -219,6 +219,9 @@ def cores_shrink_and_grow_while_tasks_run(tmp_path) -> None:
         a_narrow, b_cpus = gov.limit_file("A", "cpuset.cpus").strip(), gov.limit_file("B", "cpuset.cpus").strip()
         gov.stop_tasks([b])
         gov.wait(lambda: "B" not in gov.busy_groups(), "B's exit")
+        # Status drops B's task at its exit; the refill that widens A comes on the next settle
+        # (in the emulated VM CI read A's cpuset between the two).
+        gov.wait(lambda: gov.limit_file("A", "cpuset.cpus").strip() != a_narrow, "A's cpuset to grow back", 10)
         a_again = gov.limit_file("A", "cpuset.cpus").strip()
         errors = [e["message"] for e in gov.status()["events"] if e["kind"] == "error"]
         print(f"\ncores: A {a_wide} -> {a_narrow} (B {b_cpus}) -> {a_again}; errors: {errors or 'none'}")
