@@ -75,7 +75,7 @@ def parse_groups(data: Mapping[str, object], file: str) -> tuple[tuple[GroupRule
             name, _weight(rule["weight"], f"{where}.weight", file) if "weight" in rule else _WEIGHT, users,
             unix_groups, parent=parents[name], guarantee=_quota(rule, "guarantee", where, file),
             limit=_quota(rule, "limit", where, file), user_limit=_quota(rule, "user_limit", where, file)))
-    _check_depth(parents, file)
+    check_tree(parents, file)
     _check_quotas(rules, file)
     return tuple(rules), everyone_weight
 
@@ -95,7 +95,15 @@ def _parent(rule: Mapping[str, object], name: str, tables: Mapping[str, object],
     return parent
 
 
-def _check_depth(parents: Mapping[str, str | None], file: str) -> None:
+def check_tree(parents: Mapping[str, str | None], file: str, *, max_depth: int | None = MAX_DEPTH) -> None:
+    """Refuse a cycle of ``parent`` keys, or a group deeper than ``max_depth`` levels (None: any).
+
+    Args:
+        parents: group → the group it names as ``parent`` (None: top level); every parent is a key.
+
+    Raises:
+        ConfigError: at ``groups.<name>.parent``, showing the cycle or the depth.
+    """
     for name in parents:
         seen = [name]
         node = parents[name]
@@ -105,9 +113,9 @@ def _check_depth(parents: Mapping[str, str | None], file: str) -> None:
                                   f"makes a cycle: {' -> '.join([*seen, node])}")
             seen.append(node)
             node = parents[node]
-        if len(seen) > MAX_DEPTH:
+        if max_depth is not None and len(seen) > max_depth:
             raise ConfigError(file, f"{join_key('groups', name)}.parent",
-                              f"puts the group {len(seen)} levels deep; at most {MAX_DEPTH} are allowed")
+                              f"puts the group {len(seen)} levels deep; at most {max_depth} are allowed")
 
 
 def _check_quotas(rules: list[GroupRule], file: str) -> None:

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from governor.config_groups import check_tree
 from governor.config_types import MAX_BYTES, WEIGHT_RANGE
 from governor.errors import AllocationInputError, ConfigError
 from governor.hdrf import TreeNode
@@ -103,7 +104,7 @@ def load_scenario(data: Mapping[str, object], file: str) -> Scenario:
         tree.append(TreeNode(name, parents[name], _weight(table, where, file),
                              _quota(table, "guarantee", where, capacity, file),
                              _quota(table, "limit", where, capacity, file)))
-    _no_cycle(parents, file)
+    check_tree(parents, file, max_depth=None)
     nested = any(node.parent or node.guarantee or node.limit for node in tree)
     return Scenario(capacity, groups, tree if nested else [])
 
@@ -116,17 +117,6 @@ def _parent(name: str, table: object, groups: Mapping[str, object], file: str) -
     if not isinstance(parent, str) or parent == name or parent not in groups:
         raise ConfigError(file, key, f"must name another [groups.<name>] table of this file, got {parent!r}")
     return parent
-
-
-def _no_cycle(parents: Mapping[str, str | None], file: str) -> None:
-    for name in parents:
-        seen, node = [name], parents[name]
-        while node is not None:
-            if node in seen:
-                raise ConfigError(file, f"{join_key('groups', name)}.parent",
-                                  f"makes a cycle: {' -> '.join([*seen, node])}")
-            seen.append(node)
-            node = parents[node]
 
 
 def _quota(table: Mapping[str, object], name: str, where: str, capacity: Mapping[str, Fraction],
