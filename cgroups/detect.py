@@ -15,10 +15,10 @@ from typing import Literal
 
 from governor.cgroups.files import read_file
 from governor.cgroups.parse import parse_controllers, parse_proc_cgroup
-from governor.cgroups.errors import CgroupUnsupported
+from governor.cgroups.errors import CgroupError, CgroupUnsupported
 
 __all__ = ["Mode", "Mount", "cgroup_dirs", "host_mode", "own_cgroup", "parse_mountinfo",
-           "proc_path", "v1_mounts", "v2_controllers", "v2_mount"]
+           "proc_path", "v1_mounts", "v2_controllers", "v2_mount", "device_guard", "dmem_regions"]
 
 Mode = Literal["unified", "hybrid", "legacy"]
 
@@ -195,3 +195,29 @@ def cgroup_dirs(pid: int | str = "self", proc: Path = PROC) -> dict[str, Path]:
             if key in own and key not in dirs:
                 dirs[key] = m.mount_point / _relative_to_mount(own[key], m.root)
     return dirs
+
+
+def device_guard(proc: Path = PROC, cgroup_root: Path = CGROUP_ROOT) -> str:
+    """How this host's cgroups can keep a task from device nodes, in words: the v1 ``devices``
+    controller, or (v2) a BPF device program; or why neither works here."""
+    from governor.cgroups.device_filter import bpf_device_filter_supported
+
+    if driver_mode(cgroup_root, proc) == "v1":
+        if "devices" in v1_mounts(proc):
+            return "the cgroup v1 devices controller (devices.deny on each task's cgroup)"
+        return "none: the cgroup v1 devices controller is not mounted, so the daemon refuses capacity.gpus"
+    problem = bpf_device_filter_supported()
+    if problem:
+        return f"none: {problem}; the daemon refuses capacity.gpus"
+    return "a BPF device program on each task's cgroup (BPF_PROG_TYPE_CGROUP_DEVICE, as systemd's DeviceAllow=)"
+
+
+def dmem_regions(cgroup_root: Path = CGROUP_ROOT) -> list[str] | None:
+    """The device-memory regions the kernel's ``dmem`` controller lists (``dmem.capacity`` at
+    the v2 root: ``drm/0000:03:00.0/vram0 8573157376``), or None where there is no such
+    controller (before Linux 6.14, or cgroup v1)."""
+    try:
+        text = read_file(cgroup_root, "dmem.capacity")
+    except CgroupError:
+        return None
+    return [line.strip() for line in text.splitlines() if line.strip()]

@@ -13,11 +13,12 @@ one thread (the daemon's event loop).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from governor.cgroups.base import ApplyReport
+from governor.cgroups.device_filter import Device
 from governor.cgroups.limits import CgroupLimits
 from governor.cgroups.stats import CgroupStats
 
@@ -79,3 +80,10 @@ class Driver(Protocol):
 
     def directory(self, rel: str) -> Path:
         """``rel``'s directory, for people."""
+
+    def deny_devices(self, rel: str, denied: Sequence[Device]) -> None:
+        """Forbid processes in ``rel`` (and below) to open the ``denied`` device nodes, before
+        any process joins it (:mod:`governor.cgroups.device_filter`)."""
+
+    def device_guard_problem(self) -> str | None:
+        """Why :meth:`deny_devices` cannot work here, or None."""

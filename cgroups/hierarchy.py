@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from governor.cgroups import detect, devices
 from governor.cgroups.base import ApplyReport
+from governor.cgroups.device_filter import Device
 from governor.cgroups.driver import Driver
 from governor.cgroups.errors import CgroupError, CgroupUnsupported
 from governor.cgroups.limits import CgroupLimits, memory_high_throttles
@@ -88,15 +89,23 @@ class Hierarchy:
         (:func:`~governor.cgroups.limits.memory_high_throttles`)."""
         return memory_high_throttles(self.mode)
 
-    def prepare(self, rel: str) -> None:
-        """Create cgroup ``rel`` (and its group) with the controllers enabled down to it. Takes
-        the kernel's ``cgroup_mutex``: may run on a thread of its own.
+    def prepare(self, rel: str, denied: Sequence[Device] = ()) -> None:
+        """Create cgroup ``rel`` (and its group) with the controllers enabled down to it, its
+        processes forbidden to open the ``denied`` device nodes. Takes the kernel's
+        ``cgroup_mutex``: may run on a thread of its own.
 
         Raises:
-            CgroupError: creation failed; CgroupUnsupported: a controller is missing.
+            CgroupError: creation failed, or the devices could not be denied;
+                CgroupUnsupported: a controller is missing.
         """
         self.driver.create(rel)
         self.driver.enable_controllers(rel, self.controllers)
+        if denied:
+            self.driver.deny_devices(rel, denied)
+
+    def device_guard_problem(self) -> str | None:
+        """Why this host's cgroups cannot keep a task from device nodes, or None."""
+        return self.driver.device_guard_problem()
 
     def path(self, rel: str) -> Path:
         """Directory of cgroup ``rel`` (in the cpu hierarchy on v1)."""
@@ -188,9 +197,10 @@ def hold_root(directory: Path) -> int:
 
 
 def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("/sys/fs/cgroup"),
-                   proc: Path = Path("/proc")) -> Hierarchy:
+                   proc: Path = Path("/proc"), devices: bool = False) -> Hierarchy:
     """Detect the host's cgroup mode, choose its driver (v2 or v1; systemd's user slices on a
-    systemd host with cgroup v2), and create governor's root there.
+    systemd host with cgroup v2), and create governor's root there. With ``devices`` (GPUs
+    are governed), a v1 host's devices hierarchy is used too (v2 guards devices with BPF).
 
     Raises:
         CgroupUnsupported: no usable hierarchy, or a controller governor needs is missing.
@@ -224,7 +234,7 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
 
     mounts = detect.v1_mounts(proc)
     roots = {}
-    for controller in V1_CONTROLLERS:
+    for controller in (*V1_CONTROLLERS, "devices") if devices else V1_CONTROLLERS:
         if controller in mounts:
             base = Path(str(mounts[controller]) + cgroup_root) if cgroup_root.startswith("/") else own[controller] / cgroup_root
             roots[controller] = base

@@ -34,13 +34,14 @@ import errno
 import logging
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from cgroupspy.nodes import Node
 
 from governor.cgroups.base import DriverBase
+from governor.cgroups.device_filter import Device, deny_v1_lines
 from governor.cgroups.errors import CgroupError, CgroupUnsupported, CgroupWriteError
 from governor.cgroups.files import below, list_children, make_dir, read_file, relative_parts, remove_dir, write_file
 from governor.cgroups.limits import (DEFAULT_PERIOD_USEC, V1_ORDER, CgroupLimits, diff_writes, v1_files, v1_key,
@@ -56,7 +57,7 @@ log = logging.getLogger(__name__)
 
 REQUIRED_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
 # cpuset first: a new cpuset cgroup must get CPUs and memory nodes before a task can join it.
-HIERARCHY_ORDER = ("cpuset", "cpu", "cpuacct", "memory", "blkio")
+HIERARCHY_ORDER = ("cpuset", "cpu", "cpuacct", "memory", "blkio", "devices")
 # v2 controller names that are spelt differently on v1.
 _V1_NAME = {"io": "blkio"}
 NS_PER_USEC = 1_000
@@ -70,7 +71,8 @@ class CgroupV1Driver(DriverBase):
     Args:
         roots: controller → governor's root directory in that controller's hierarchy; co-mounted
             controllers (``cpu,cpuacct``) map to the same directory. ``cpu``, ``cpuacct``,
-            ``cpuset`` and ``memory`` are required; ``blkio`` is needed only for ``io_max``.
+            ``cpuset`` and ``memory`` are required; ``blkio`` is needed only for ``io_max``,
+            ``devices`` only to guard GPUs (:meth:`deny_devices`).
 
     Raises:
         CgroupUnsupported: a required controller is missing from ``roots``.
@@ -265,6 +267,24 @@ class CgroupV1Driver(DriverBase):
             self._set_cpus(directory / child, cpus)
         if widest != new:
             self._write(directory, "cpuset.cpus", cpus)
+
+    def deny_devices(self, rel: str, denied: Sequence[Device]) -> None:
+        """Write each of ``denied`` to ``rel``'s ``devices.deny`` (one rule per write: the
+        kernel reads one). A new v1 devices cgroup copies its parent's rules, which allow all.
+
+        Raises:
+            CgroupUnsupported: the devices hierarchy was not given; CgroupWriteError: refused.
+        """
+        directory = self.controller_path("devices", rel)
+        for line in deny_v1_lines(denied):
+            self._write(directory, "devices.deny", line)
+
+    def device_guard_problem(self) -> str | None:
+        """Why :meth:`deny_devices` cannot work: no devices hierarchy was given, or None."""
+        if "devices" not in self.roots:
+            return ("the cgroup v1 devices controller is not mounted here, or the daemon started without "
+                    "capacity.gpus (restart it to govern GPUs)")
+        return None
 
     def move(self, rel: str, pid: int) -> None:
         """Move process ``pid`` (all its threads) into cgroup ``rel`` in every hierarchy,

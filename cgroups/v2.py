@@ -15,10 +15,11 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from governor.cgroups.base import DriverBase
+from governor.cgroups.device_filter import Device, attach_deny_program, bpf_device_filter_supported
 from governor.cgroups.errors import CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError
 from governor.cgroups.files import below, list_children, make_dir, read_file, relative_parts, remove_dir, write_file
 from governor.cgroups.limits import CgroupLimits, V2_ORDER, diff_writes, v2_files, v2_key, v2_reset
@@ -179,6 +180,20 @@ class CgroupV2Driver(DriverBase):
         if written:
             log.debug("applied %s to %s", ", ".join(written), directory)
         return written, errors
+
+    def deny_devices(self, rel: str, denied: Sequence[Device]) -> None:
+        """Attach a BPF device program to ``rel`` that refuses ``denied`` (cgroup v2 has no
+        devices files: systemd's ``DeviceAllow=`` and runc do the same).
+
+        Raises:
+            CgroupWriteError: the kernel refused to load or attach it.
+        """
+        attach_deny_program(self.path(rel), denied)
+
+    def device_guard_problem(self) -> str | None:
+        """Why no BPF device program can be attached here (no ``CONFIG_CGROUP_BPF``, no
+        ``CAP_SYS_ADMIN``), or None."""
+        return bpf_device_filter_supported()
 
     def move(self, rel: str, pid: int) -> None:
         """Move process ``pid`` (with all its threads) into cgroup ``rel``.

@@ -61,7 +61,7 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
 
         host = (check_on_this_host(config), access.members(config, login_uid_min(), NOBODY_UID), cgroup_mode())
     click.echo(f"{file}: OK")
-    for line in summary(config, host):
+    for line in summary(config, host) + ([] if portable or config.gpus is None else gpu_report(config)):
         click.echo(line)
     soft = config.soft_memory_warning(memory_high_throttles(host[2])) if host else None
     for warning in [] if portable else unknown_names(config) + ([soft] if soft else []):
@@ -102,7 +102,9 @@ def check_on_this_host(config: Config) -> dict[str, float]:
     from governor.errors import ConfigError, DeviceError, GovernorError
     from governor.state import TaskStore
 
-    capacity = config.capacity(float(len(os.sched_getaffinity(0))), psutil.virtual_memory().total)
+    gpus = gpus_on_this_host(config)
+    capacity = config.capacity(float(len(os.sched_getaffinity(0))), psutil.virtual_memory().total,
+                               len(gpus.gpus) if gpus else 0)
     for index, device in enumerate(config.io_devices):
         try:
             whole_disk(device.device)
@@ -113,6 +115,56 @@ def check_on_this_host(config: Config) -> dict[str, float]:
     except GovernorError as error:
         raise ConfigError(config.file, "daemon.state_dir", f"{error} (on this host)") from None
     return capacity
+
+
+def gpus_on_this_host(config: Config):
+    """The GPUs ``capacity.gpus`` finds here (a :class:`governor.gpus.GpuInventory`), or None
+    when no GPU is governed.
+
+    Raises:
+        ConfigError: at ``capacity.gpus``, as the daemon would refuse it (NVML missing, a node
+            that is not a character device, no GPU found).
+    """
+    if config.gpus is None:
+        return None
+    from governor.errors import ConfigError
+    from governor.gpus import GpuError, discover
+
+    try:
+        return discover(config.gpus, config.gpu_control)
+    except GpuError as error:
+        raise ConfigError(config.file, "capacity.gpus", error.reason) from None
+
+
+def gpu_report(config: Config) -> list[str]:
+    """What ``check-config`` says of GPUs on this host: each GPU found (governor's index, node,
+    UUID, name), the control nodes, how the kernel keeps tasks from the others' nodes, and
+    whether the ``dmem`` controller could cap GPU memory. Empty when no GPU is governed."""
+    from governor.cgroups.detect import device_guard, dmem_regions
+    from governor.errors import CgroupError
+
+    gpus = gpus_on_this_host(config)
+    if gpus is None:
+        return ["gpus: none governed (capacity.gpus)"]
+    source = "NVML" if gpus.source == "nvml" else "the listed device nodes"
+    lines = [f"gpus: {len(gpus.gpus)} found through {source}; tasks ask with governor run --gpus N"]
+    for gpu in gpus.gpus:
+        about = ", ".join(part for part in (gpu.uuid or "no UUID: CUDA_VISIBLE_DEVICES names it by minor number",
+                                            gpu.name) if part)
+        lines.append(f"  gpu {gpu.index}: {gpu.node} ({gpu.major}:{gpu.minor}), {about}")
+    control = ", ".join(path for path, _, _ in gpus.control) or "none found"
+    lines.append(f"  control nodes (open to tasks holding a GPU only): {control}")
+    lines += [f"  note: {note}" for note in gpus.notes]
+    try:
+        lines.append(f"  kept from other tasks' GPUs by: {device_guard()}")
+    except CgroupError as error:
+        lines.append(f"  kept from other tasks' GPUs by: unknown ({error})")
+    regions = dmem_regions()
+    lines.append("  GPU memory: not capped (the kernel's dmem controller is not here: Linux 6.14+ on cgroup v2)"
+                 if regions is None else
+                 f"  GPU memory: not capped; dmem lists {len(regions)} region(s) it could cap: "
+                 + "; ".join(regions))
+    return lines
 
 
 def unknown_names(config: Config) -> list[str]:
@@ -168,12 +220,17 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
     if host is not None:
         capacity = host[0]
         lines.append(f"  on this host: cpu {format_amount('cpu', capacity['cpu'], unit=True)}, "
-                     f"memory {format_amount('memory', capacity['memory'])}")
+                     f"memory {format_amount('memory', capacity['memory'])}"
+                     + (f", gpu {format_amount('gpu', capacity['gpu'])}" if "gpu" in capacity else ""))
     for device in config.io_devices:
         lines.append(f"  io {device.name} ({device.device}): read {format_amount('io.read', device.read_bps)}, "
                      f"write {format_amount('io.write', device.write_bps)}")
     if not config.io_devices:
         lines.append("  io: no block device governed")
+    if config.gpus == "auto":
+        lines.append("  gpu: every NVIDIA GPU NVML finds, whole devices")
+    elif config.gpus is not None:
+        lines.append(f"  gpu: {len(config.gpus)} whole devices: {', '.join(config.gpus)}")
 
     task = (f"default task: cpu {format_amount('cpu', config.task_cpu_cores)}, "
             f"memory {format_amount('memory', config.task_memory_bytes)}")

@@ -80,7 +80,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
             # Listening first: a taken port or a bad address stops the start before any cgroup is made.
             metrics = Metrics(lambda: server.status())
             metrics.bind(*_metrics_address(metrics_address))
-        hierarchy = open_hierarchy(cgroup_root)
+        hierarchy = open_hierarchy(cgroup_root, devices=config.gpus is not None)
         undo.callback(_remove_root, hierarchy)
         server = Daemon(config, config_path or "<embedded default>", hierarchy, store,
                         host_cpus=sorted(os.sched_getaffinity(0)), host_memory=psutil.virtual_memory().total,

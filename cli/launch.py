@@ -22,7 +22,7 @@ RESTART_GRACE_S = 60.0
 
 
 # ``governor run``'s options that take a value → :func:`start`'s keyword (cli/run.py has the help).
-_VALUED = {"--group": "group", "--cpus": "cpus", "--memory": "memory", "--io-read": "io_read",
+_VALUED = {"--group": "group", "--cpus": "cpus", "--memory": "memory", "--gpus": "gpus", "--io-read": "io_read",
            "--io-write": "io_write", "--socket": "socket_option", "--name": "name", "--time-limit": "time_limit"}
 # ``governor run``'s flags → :func:`start`'s keyword.
 _FLAGS = {"--no-wait": "no_wait", "--summary": "summary", "--exec": "exec_in_place"}
@@ -32,6 +32,13 @@ def cores(value: float) -> float:
     """A CPU demand in cores: finite and > 0 (raises ValueError otherwise)."""
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"must be a number of cores > 0, got {value}")
+    return value
+
+
+def gpus(value: int) -> int:
+    """A GPU demand: whole devices, ≥ 0 (raises ValueError otherwise)."""
+    if value < 0:
+        raise ValueError(f"must be a whole number of GPUs ≥ 0, got {value}")
     return value
 
 
@@ -77,6 +84,7 @@ def plain(args: list[str]) -> dict | None:
         return None
     try:
         demand = {"cpu": cores(float(values["cpus"])) if "cpus" in values else None,
+                  "gpu": gpus(int(values["gpus"])) if "gpus" in values else None,
                   **{key: size(values[key]) if key in values else None for key in ("memory", "io_read", "io_write")}}
         limit = time_limit(values["time_limit"]) if "time_limit" in values else None
     except ValueError:
@@ -115,7 +123,19 @@ def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | N
     if started.get("nested"):
         _say(f"governor: already in task {started.get('task')} (group {started.get('group')}): "
              f"{cmd[0]} runs there, with that task's caps")
+    hand_gpus(started)
     execute(cmd)
+
+
+def hand_gpus(started: dict) -> None:
+    """Name the started task's GPUs to CUDA and to NVIDIA's container tools before the exec:
+    ``CUDA_VISIBLE_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES`` list them (UUIDs, or minor
+    numbers, which follow PCI bus order: hence ``CUDA_DEVICE_ORDER``), so the task numbers
+    them from 0. A task without GPUs keeps its environment: its opens are refused anyway."""
+    gpus = started.get("gpus")
+    if isinstance(gpus, list) and gpus and all(isinstance(gpu, str) for gpu in gpus):
+        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["NVIDIA_VISIBLE_DEVICES"] = ",".join(gpus)
+        os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
 
 
 def execute(cmd: tuple[str, ...]) -> None:

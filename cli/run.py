@@ -21,12 +21,19 @@ from __future__ import annotations
 import click
 
 from governor.cli.completion import group_names
-from governor.cli.launch import cores, size, start, time_limit
+from governor.cli.launch import cores, gpus, size, start, time_limit
 
 
 def _cores(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
     try:
         return None if value is None else cores(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _gpus(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    try:
+        return None if value is None else gpus(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
 
@@ -51,6 +58,9 @@ def _time_limit(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--group", shell_complete=group_names, help="Group to run in (default: the daemon picks yours).")
 @click.option("--cpus", type=float, callback=_cores, help="CPU demand in cores, e.g. 1.5.")
 @click.option("--memory", metavar="SIZE", callback=_bytes, help="Memory demand, e.g. 4G.")
+@click.option("--gpus", "gpu", type=int, metavar="N", callback=_gpus,
+              help="Whole GPUs (default none): CMD starts when N are free, may open only those, and finds "
+                   "them in CUDA_VISIBLE_DEVICES.")
 @click.option("--io-read", metavar="RATE", callback=_bytes, help="Read bandwidth demand per second, e.g. 200M.")
 @click.option("--io-write", metavar="RATE", callback=_bytes, help="Write bandwidth demand per second, e.g. 100M.")
 @click.option("--no-wait", is_flag=True, help="Fail (exit 75) instead of waiting when the memory "
@@ -66,7 +76,7 @@ def _time_limit(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--socket", "socket_option", metavar="PATH",
               help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(group: str | None, cpus: float | None, memory: int | None, io_read: int | None,
+def run(group: str | None, cpus: float | None, memory: int | None, gpu: int | None, io_read: int | None,
         io_write: int | None, no_wait: bool, name: str | None, limit: float | None, summary: bool,
         exec_in_place: bool, socket_option: str | None, cmd: tuple[str, ...]) -> None:
     """Run CMD as a governed task with the given demand.
@@ -82,10 +92,11 @@ def run(group: str | None, cpus: float | None, memory: int | None, io_read: int 
     Examples:
       governor run --cpus 2 --memory 4G -- make -j2
       governor run --group physics --no-wait -- python train.py
+      governor run --gpus 2 --cpus 8 --memory 64G -- python train.py
       governor run --name nightly --time-limit 1h30m --summary -- ./build.sh
     """
     demand = {key: value for key, value in
-              (("cpu", cpus), ("memory", memory), ("io_read", io_read), ("io_write", io_write))
+              (("cpu", cpus), ("memory", memory), ("gpu", gpu), ("io_read", io_read), ("io_write", io_write))
               if value is not None}
     if summary and exec_in_place:
         raise click.UsageError("--summary needs governor run to wait for CMD: not with --exec")

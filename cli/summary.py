@@ -136,7 +136,7 @@ def ended_line(record: dict | None, task: str) -> str | None:
 def _child(path: str, request: dict, cmd: tuple[str, ...], writer: int, parent: int, verbose: bool) -> None:
     """In the child: be governed, tell the parent which task, exec; never returns."""
     from governor.cli.failures import report
-    from governor.cli.launch import execute, launch_waiting
+    from governor.cli.launch import execute, hand_gpus, launch_waiting
     from governor.errors import GovernorError
 
     code = 1
@@ -149,6 +149,7 @@ def _child(path: str, request: dict, cmd: tuple[str, ...], writer: int, parent: 
             os._exit(128 + signal.SIGKILL)
         started = launch_waiting(path, request)
         os.write(writer, json.dumps(started).encode())
+        hand_gpus(started)
         execute(cmd)
     except SystemExit as leaving:
         code = leaving.code if isinstance(leaving.code, int) else 1

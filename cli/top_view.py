@@ -124,11 +124,13 @@ def _queue(queue: list[dict], width: int, now: float) -> list[Text]:
         lead = head if i == 0 else " " * len("queue: ")
         queued_at = entry.get("queued_at")
         waited = f" {view.duration(now - float(queued_at))}" if queued_at is not None else ""
-        holders = [str(h.get("group", "?")) for h in entry.get("held_by") or []] or ["—"]
+        holders = [str(h.get("group", "?")) for h in (entry.get("gpus_held_by") if view.waits_for_gpus(entry)
+                                                      else entry.get("held_by")) or []] or ["—"]
+        wanted = view.waiting_for(entry) if view.waits_for_gpus(entry) else _short('memory', entry.get('waiting_for'))
         if view.its_turn(entry):
             tails = ["for its turn"]
         else:
-            tails = [f"for {_short('memory', entry.get('waiting_for'))} held by " + ", ".join(holders[:named])
+            tails = [f"for {wanted} held by " + ", ".join(holders[:named])
                      + (f" +{len(holders) - named}" if named < len(holders) else "")
                      for named in range(len(holders), 0, -1)]
         candidates = [

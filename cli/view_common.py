@@ -111,24 +111,42 @@ def queue(status: dict) -> list[dict]:
 
 
 def its_turn(entry: dict) -> bool:
-    """Whether a queued task's memory would fit now (``waiting_for`` 0): it waits only for the
-    tasks ahead of it."""
+    """Whether a queued task's memory and GPUs would fit now (``waiting_for`` and
+    ``gpus_waiting_for`` 0): it waits only for the tasks ahead of it."""
     value = entry.get("waiting_for")
-    return value is not None and float(value) <= 0
+    return value is not None and float(value) <= 0 and not waits_for_gpus(entry)
+
+
+def waits_for_gpus(entry: dict) -> bool:
+    """Whether a queued task's memory would fit but its GPUs would not: GPUs hold it back."""
+    gpus, memory = entry.get("gpus_waiting_for"), entry.get("waiting_for")
+    return isinstance(gpus, (int, float)) and gpus > 0 and (memory is None or float(memory) <= 0)
 
 
 def waiting_for(entry: dict) -> str:
-    """The memory that must free before a queued task fits (``4.0G``), or ``its turn`` (see
-    :func:`its_turn`)."""
+    """What must free before a queued task fits: memory (``4.0G``), GPUs (``1 GPU``), or ``its
+    turn`` (see :func:`its_turn`)."""
+    if waits_for_gpus(entry):
+        gpus = round(entry["gpus_waiting_for"])
+        return f"{gpus} GPU{'s' if gpus > 1 else ''}"
     return "its turn" if its_turn(entry) else amount("memory", entry.get("waiting_for"))
 
 
+def holders(entry: dict) -> list[str]:
+    """Who holds what a queued task waits for, one string each: ``physics 16.0G`` (memory) or
+    ``vision 2 GPUs``; empty when the entry does not say, or the task waits only for its turn."""
+    if waits_for_gpus(entry):
+        return [f"{h.get('group', '?')} {h.get('gpu', '?')} GPU{'s' if h.get('gpu') != 1 else ''}"
+                for h in entry.get("gpus_held_by") or []]
+    if its_turn(entry):
+        return []
+    return [f"{h.get('group', '?')} {amount('memory', h.get('memory'))}" for h in entry.get("held_by") or []]
+
+
 def held_by(entry: dict, *, sep: str = ", ") -> str:
-    """Who holds the declared memory a queued task waits for: ``physics 16.0G, ops 12.0G``
-    (``sep`` between holders: a newline for one per line in a table cell); ``—`` when the entry
-    does not say, or when the task waits only for its turn."""
-    holders = [] if its_turn(entry) else entry.get("held_by") or []
-    return sep.join(f"{h.get('group', '?')} {amount('memory', h.get('memory'))}" for h in holders) or "—"
+    """Who holds what a queued task waits for (:func:`holders`), joined by ``sep`` (a newline
+    for one per line in a table cell); ``—`` when nobody is named."""
+    return sep.join(holders(entry)) or "—"
 
 
 def io_sharing(status: dict) -> dict[str, str]:

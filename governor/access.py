@@ -145,6 +145,8 @@ def task_demand(config: Config, capacity: Mapping[str, float], flags: Mapping[st
         RequestError: ``bad_request`` (I/O asked with no governed device; no CPU or memory),
             ``exceeds_capacity`` (more of a resource than the host divides).
     """
+    if flags.get("gpu") and config.gpus is None:
+        raise RequestError("bad_request", "demand.gpu: no GPU is governed on this host (capacity.gpus in the config)")
     if ("io_read" in flags or "io_write" in flags) and not config.io_devices:
         raise RequestError("bad_request", "demand.io_read/io_write: no I/O device is governed "
                                           "(add a [[capacity.io]] entry to the config)")

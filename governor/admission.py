@@ -1,7 +1,9 @@
 """The admission queue: which waiting tasks start now, in discrete-DRF order. Pure.
 
 Memory is incompressible, so a task starts only when its declared memory fits beside the
-declared memory of the running tasks (DESIGN.md §3). Waiting tasks are served as in the
+declared memory of the running tasks (DESIGN.md §3); GPUs are whole devices, so a task asking
+for N starts only when N are free (each admitted resource, :data:`~governor.vocabulary.ADMITTED`,
+is counted the same way). Waiting tasks are served as in the
 paper's Algorithm 1 (§4.2, discrete progressive filling): repeatedly take the group with the
 lowest weighted dominant share ``s_g / w_g`` (over its running tasks' declarations, D_g) that
 has a task waiting, and start its next task if it fits. Ties go to the group with fewer running
@@ -88,6 +90,8 @@ class Admission:
         free_memory: bytes of capacity left beside the running and admitted tasks.
         holders: the groups holding the most declared memory after admission, largest first
             (at most 3): ``(group, bytes)``.
+        free_gpus: GPUs left beside the running and admitted tasks (0 where none is governed).
+        gpu_holders: the groups holding the most GPUs, as ``holders``: ``(group, devices)``.
         reserved_for: the waiting task that holds the reservation (the next task of the
             lowest-share group, which did not fit), or None.
         reserved: what is kept for it: resource → amount (of :data:`ADMITTED`); empty without one.
@@ -99,6 +103,8 @@ class Admission:
     waiting: list[str] = field(default_factory=list)
     free_memory: float = 0.0
     holders: list[tuple[str, float]] = field(default_factory=list)
+    free_gpus: float = 0.0
+    gpu_holders: list[tuple[str, float]] = field(default_factory=list)
     reserved_for: str | None = None
     reserved: dict[str, float] = field(default_factory=dict)
     limited: dict[str, str] = field(default_factory=dict)
@@ -110,8 +116,8 @@ def admit(capacity: Mapping[str, float], running: Mapping[str, Mapping[str, floa
     """Decide which queued tasks start now.
 
     Args:
-        capacity: resource → amount governor divides (``memory`` in bytes is the one that
-            admits; the others only weigh in the dominant share).
+        capacity: resource → amount governor divides (``memory`` in bytes and ``gpu`` in whole
+            devices admit; the others only weigh in the dominant share).
         running: group → D_g, the summed declarations of its running tasks.
         running_tasks: group → how many tasks it runs (the first tie-break).
         weights: group → weight (> 0); a group missing here weighs 1.
@@ -173,10 +179,17 @@ def admit(capacity: Mapping[str, float], running: Mapping[str, Mapping[str, floa
         result.waiting.remove(result.reserved_for)
         result.waiting.insert(0, result.reserved_for)
     result.free_memory = max(0.0, capacity.get("memory", 0.0) - used["memory"])
-    held = sorted(((g, d.get("memory", 0.0)) for g, d in demands.items() if d.get("memory", 0.0) > 0),
-                  key=lambda item: (-item[1], item[0]))
-    result.holders = held[:HELD_BY_SHOWN]
+    result.free_gpus = max(0.0, capacity.get("gpu", 0.0) - used["gpu"])
+    result.holders = _holders(demands, "memory")
+    result.gpu_holders = _holders(demands, "gpu")
     return result
+
+
+def _holders(demands: Mapping[str, Mapping[str, float]], resource: str) -> list[tuple[str, float]]:
+    """The groups holding the most of ``resource``, largest first (at most :data:`HELD_BY_SHOWN`)."""
+    held = sorted(((g, d.get(resource, 0.0)) for g, d in demands.items() if d.get(resource, 0.0) > 0),
+                  key=lambda item: (-item[1], item[0]))
+    return held[:HELD_BY_SHOWN]
 
 
 def _over_quota(waiting: Waiting, quotas: Sequence[tuple[Quota, Mapping[str, float]]]

@@ -5,6 +5,7 @@ Pure: the caller reads the file, and passes host facts (CPUs, memory) to :meth:`
 
     [capacity]                  # optional cpu / memory: divide exactly these instead of the host's
     reserve = { cpu = 0.5, memory = "1G" }   # subtracted from the host's values only
+    gpus = "auto"               # or device nodes: ["/dev/nvidia0", "/dev/nvidia1"]; off when left out
     [[capacity.io]]             # one per governed block device; read and write bytes/s required
     device = "/dev/nvme0n1"
     read = "2G"
@@ -102,7 +103,7 @@ _SESSION_MEMORY_BYTES = 2 * 1024**3
 
 _SECTIONS = ("capacity", "defaults", "enforcement", "groups", "fairshare", "sessions", "daemon")
 _FAIRSHARE_KEYS = ("half_life",)
-_CAPACITY_KEYS = ("cpu", "memory", "reserve", "io")
+_CAPACITY_KEYS = ("cpu", "memory", "reserve", "io", "gpus", "gpu_control")
 _RESERVE_KEYS = ("cpu", "memory")
 _IO_KEYS = ("device", "read", "write")
 _TASK_KEYS = ("cpu", "memory", "io_read", "io_write")
@@ -194,6 +195,8 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
                                         _MAX_CONNECTIONS_PER_USER),
         sessions=_sessions(data, io_devices, file),
         fairshare_half_life_s=_fairshare(data, file),
+        gpus=_gpus(capacity, file),
+        gpu_control=_gpu_control(capacity, file),
         file=file,
     )
 
@@ -273,6 +276,41 @@ def _fairshare(data: Mapping[str, object], file: str) -> float | None:
         return parse_half_life(table["half_life"])
     except ValueError as error:
         raise ConfigError(file, "fairshare.half_life", str(error)) from None
+
+
+def _gpus(capacity: Mapping[str, object], file: str) -> str | tuple[str, ...] | None:
+    """``capacity.gpus``: ``"auto"`` (NVML finds them), a list of device node paths, or None."""
+    if "gpus" not in capacity:
+        return None
+    value = capacity["gpus"]
+    if value == "auto":
+        return "auto"
+    if not isinstance(value, list) or not value:
+        raise ConfigError(file, "capacity.gpus", f'must be "auto" or a non-empty list of device node paths, got {value!r}')
+    paths = tuple(_node_path(path, f"capacity.gpus[{index}]", file) for index, path in enumerate(value))
+    for index, path in enumerate(paths):
+        if path in paths[:index]:
+            raise ConfigError(file, f"capacity.gpus[{index}]", f"{path} is listed twice")
+    return paths
+
+
+def _gpu_control(capacity: Mapping[str, object], file: str) -> tuple[str, ...] | None:
+    """``capacity.gpu_control``: the control nodes a task with GPUs may open, or None (NVIDIA's)."""
+    if "gpu_control" not in capacity:
+        return None
+    if "gpus" not in capacity:
+        raise ConfigError(file, "capacity.gpu_control", "has no effect: no GPU is governed (capacity.gpus)")
+    value = capacity["gpu_control"]
+    if not isinstance(value, list):
+        raise ConfigError(file, "capacity.gpu_control", f"must be a list of device node paths, got {value!r}")
+    return tuple(_node_path(path, f"capacity.gpu_control[{index}]", file) for index, path in enumerate(value))
+
+
+def _node_path(value: object, key: str, file: str) -> str:
+    path = _absolute_path(value, key, file)
+    if posixpath.normpath(path) != path:
+        raise ConfigError(file, key, f"must be a normalised absolute path like /dev/nvidia0, got {path!r}")
+    return path
 
 
 def _value(table: Mapping[str, object], name: str, where: str, file: str,

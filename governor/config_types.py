@@ -140,6 +140,10 @@ class Config:
         sessions: ``[sessions]``.
         fairshare_half_life_s: ``[fairshare] half_life`` in seconds, or None (fair share over
             time is off): past use lowers a group's effective weight, halving in that time.
+        gpus: ``capacity.gpus``: ``"auto"`` (NVML discovers them), the GPUs' device node paths,
+            or None (no GPU is governed); :func:`governor.gpus.discover` reads it on the host.
+        gpu_control: ``capacity.gpu_control``: the control nodes a task holding GPUs may open
+            (None: NVIDIA's, :data:`governor.gpus.CONTROL_NODES`).
         file: the file the config came from, for errors raised later (not compared).
     """
 
@@ -164,6 +168,8 @@ class Config:
     max_connections_per_user: int
     sessions: SessionRules
     fairshare_half_life_s: float | None
+    gpus: str | tuple[str, ...] | None
+    gpu_control: tuple[str, ...] | None
     file: str = field(compare=False)
 
     def memory_mode(self, soft_throttles: bool) -> str:
@@ -188,21 +194,24 @@ class Config:
 
     @property
     def resources(self) -> tuple[str, ...]:
-        """Resource names in a fixed order: ``cpu``, ``memory``, then each device's read and write."""
-        names = ["cpu", "memory"]
+        """Resource names in a fixed order: ``cpu``, ``memory``, ``gpu`` (when GPUs are governed),
+        then each device's read and write."""
+        names = ["cpu", "memory"] + (["gpu"] if self.gpus is not None else [])
         for device in self.io_devices:
             names += [device.read_resource, device.write_resource]
         return tuple(names)
 
-    def capacity(self, host_cpus: float, host_memory_bytes: int) -> dict[str, float]:
+    def capacity(self, host_cpus: float, host_memory_bytes: int, gpus: int = 0) -> dict[str, float]:
         """What governor divides on this host, by resource (in :attr:`resources` order).
 
         Args:
             host_cpus: CPUs the host (or the daemon's cgroup) has, cores.
             host_memory_bytes: memory the host has, bytes.
+            gpus: the GPUs found for :attr:`gpus` (counted only when GPUs are governed).
 
         Returns:
-            cores for ``cpu``, bytes for ``memory``, bytes/s for ``io.<name>.read/write``.
+            cores for ``cpu``, bytes for ``memory``, whole devices for ``gpu``, bytes/s for
+            ``io.<name>.read/write``.
 
         Raises:
             ConfigError: at ``capacity.reserve.cpu`` / ``capacity.reserve.memory`` when the
@@ -223,6 +232,8 @@ class Config:
                                   f"reserving {format_size(self.reserve_memory_bytes)} leaves nothing of the "
                                   f"host's {format_size(host_memory_bytes)}; lower it or set capacity.memory")
         capacity: dict[str, float] = {"cpu": cpu, "memory": memory}
+        if self.gpus is not None:
+            capacity["gpu"] = float(gpus)
         for device in self.io_devices:
             capacity[device.read_resource] = device.read_bps
             capacity[device.write_resource] = device.write_bps
@@ -242,11 +253,12 @@ class Config:
                                   f"here, {has}")
 
     def task_demand(self, cpu: float | None = None, memory: int | None = None,
-                    io_read: int | None = None, io_write: int | None = None) -> dict[str, float]:
+                    io_read: int | None = None, io_write: int | None = None, gpu: int | None = None) -> dict[str, float]:
         """The demand vector of one task: the given values, ``[defaults.task]`` for the rest.
 
         Args:
-            cpu: cores; memory: bytes; io_read, io_write: bytes/s on each governed device.
+            cpu: cores; memory: bytes; io_read, io_write: bytes/s on each governed device;
+            gpu: whole GPUs (none by default).
 
         Returns:
             resource → amount, in :attr:`resources` order, leaving out resources demanded at 0.
@@ -254,7 +266,7 @@ class Config:
         Raises:
             ValueError: for a given value that is negative, not finite, or a boolean.
         """
-        given = {"cpu": cpu, "memory": memory, "io_read": io_read, "io_write": io_write}
+        given = {"cpu": cpu, "memory": memory, "io_read": io_read, "io_write": io_write, "gpu": gpu}
         for name, value in given.items():
             if value is not None and (isinstance(value, bool) or not math.isfinite(value) or value < 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
@@ -263,6 +275,7 @@ class Config:
         demand = {
             "cpu": self.task_cpu_cores if cpu is None else cpu,
             "memory": self.task_memory_bytes if memory is None else memory,
+            "gpu": gpu or 0,
         }
         for device in self.io_devices:
             demand[device.read_resource] = io_read

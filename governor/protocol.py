@@ -31,7 +31,8 @@ Error codes (:data:`ERROR_CODES`):
 Operations; every field is checked and unknown fields are refused:
 
 - ``{"op": "launch", "pid": int > 0, "group": str | null, "demand": {"cpu": number ≥ 0 (cores),
-  "memory": int ≥ 0 (bytes), "io_read": int ≥ 0 (bytes/s), "io_write": int ≥ 0 (bytes/s)},
+  "memory": int ≥ 0 (bytes), "gpu": int ≥ 0 (whole GPUs), "io_read": int ≥ 0 (bytes/s),
+  "io_write": int ≥ 0 (bytes/s)},
   "command": [str, ...], "wait": bool, "name": str | null, "time_limit": number | null}``. Only
   ``op`` and ``pid`` are required; ``demand`` may give any subset; ``command`` (≤ 64 items of
   ≤ 4096 characters) is for display; ``name`` (1–64 printable characters; default: the
@@ -98,7 +99,7 @@ ERROR_CODES = frozenset({
 # A watcher gets a whole status each interval: 32 at 0.2 s took the daemon 9.4 s of CPU in 15 s.
 WATCH_INTERVAL_S = (0.5, 60.0)
 # Demand keys on the wire: cpu in cores (any number), the others whole bytes or bytes/s.
-DEMAND_KEYS = ("cpu", "memory", "io_read", "io_write")
+DEMAND_KEYS = ("cpu", "memory", "gpu", "io_read", "io_write")
 MAX_NAME_CHARS = 64
 MAX_STOP_TASKS = 64
 
@@ -126,7 +127,8 @@ class LaunchRequest:
         pid: the process to move into the task cgroup (> 0; must be the caller's own).
         group: the group to launch into, or ``None`` for the caller's default group.
         demand: the declared demand, a subset of :data:`DEMAND_KEYS`: ``cpu`` a float (cores),
-            ``memory`` an int (bytes), ``io_read``/``io_write`` ints (bytes/s).
+            ``memory`` an int (bytes), ``gpu`` an int (whole GPUs), ``io_read``/``io_write``
+            ints (bytes/s).
         command: the command line, for display only.
         wait: queue when the memory does not fit now; False refuses with ``would_wait``.
         name: the task's name (:func:`name_problem` holds for it), or None for the

@@ -48,6 +48,8 @@ class Task:
         place: its group's cgroup when it started (``science/physics-lab``,
             :meth:`~governor.config_types.Config.place`), kept so that the task is found
             where it is whatever a later config says; empty for the group's own name.
+        gpus: the GPUs it holds, by governor's index (:class:`governor.gpus.Gpu`), chosen when
+            it starts (``governor run --gpus N``); empty for none.
         kind: task, session or login session, from ``id``.
         cgroup: the task's cgroup, relative to governor's root (a login session's: to the
             cgroup v2 mount); derived from ``place`` (or ``group``) and ``id``, and one string every record of
@@ -65,6 +67,7 @@ class Task:
     name: str = ""
     time_limit: float | None = None
     place: str = ""
+    gpus: tuple[int, ...] = ()
     kind: Kind = field(init=False, repr=False, compare=False)
     cgroup: str = field(init=False, repr=False, compare=False)
 
@@ -100,7 +103,8 @@ class Task:
         command, cut = bounded_command(self.command, command_chars)
         return {"id": self.id, "name": self.name, "group": self.group, "user": self.user, "uid": self.uid,
                 "session": self.is_session, "pid": self.pid, "command": command, "command_cut": cut,
-                "started": self.started, "time_limit": self.time_limit, "demand": dict(self.demand)}
+                "started": self.started, "time_limit": self.time_limit, "demand": dict(self.demand),
+                "gpus": list(self.gpus)}
 
 
 # What a command line may cost a view of everyone's tasks (status, watch, ps --all, the queue):
@@ -143,6 +147,7 @@ class Tasks:
         self._logins: dict[str, Task] = {}
         self._sessions: dict[str, Task] = {}  # sessions and login sessions
         self._inside: Counter[str] = Counter()  # group → its tasks below governor's root
+        self._gpus: dict[int, str] = {}  # GPU index → the task holding it
 
     def add(self, task: Task) -> None:
         self._tasks[task.id] = task
@@ -156,6 +161,8 @@ class Tasks:
             self._inside[task.group] += 1
         self._groups.setdefault(task.group, {})[task.id] = task
         self._sums.pop(task.group, None)
+        for gpu in task.gpus:
+            self._gpus[gpu] = task.id
 
     def remove(self, task_id: str) -> Task | None:
         task = self._tasks.pop(task_id, None)
@@ -170,6 +177,8 @@ class Tasks:
         if not members:
             del self._groups[task.group]
         self._sums.pop(task.group, None)
+        for gpu in task.gpus:
+            self._gpus.pop(gpu, None)
         return task
 
     def get(self, task_id: str) -> Task | None:
@@ -184,6 +193,14 @@ class Tasks:
     def launched_by(self, uid: int) -> int:
         """How many running tasks ``uid`` launched (sessions not counted)."""
         return self._launched[uid]
+
+    def gpu_holders(self) -> dict[int, str]:
+        """GPU index → the id of the running task holding it (shared: do not modify)."""
+        return self._gpus
+
+    def free_gpus(self, count: int) -> list[int]:
+        """The indices among ``range(count)`` no running task holds, lowest first."""
+        return [gpu for gpu in range(count) if gpu not in self._gpus]
 
     def sessions(self) -> list[Task]:
         """The sessions (login sessions too), in the order they started."""
@@ -400,6 +417,7 @@ def _parse_record(task_id: str, data: bytes) -> Task:
         "name": isinstance(record.get("name", ""), str),
         "time_limit": record.get("time_limit") is None or (_amount(record["time_limit"]) and record["time_limit"] > 0),
         "place": _place_fits(record.get("place", ""), record["group"]),
+        "gpus": _gpus_fit(record.get("gpus", [])),
     }
     bad = [field for field, fine in checks.items() if not fine]
     if bad:
@@ -408,12 +426,13 @@ def _parse_record(task_id: str, data: bytes) -> Task:
     return Task(record["id"], record["group"], record["pid"], record["uid"], record["user"],
                 tuple(record["command"]), {k: float(v) for k, v in record["demand"].items()}, float(record["started"]),
                 record.get("name", ""), None if record.get("time_limit") is None else float(record["time_limit"]),
-                record.get("place", ""))
+                record.get("place", ""), tuple(record.get("gpus", ())))
 
 
 _RECORD_FIELDS = {"id", "group", "pid", "uid", "user", "command", "demand", "started"}
 # Fields added later: a record written before them is read without them.
-_LATER_FIELDS = {"name", "time_limit", "place"}
+_LATER_FIELDS = {"name", "time_limit", "place", "gpus"}
+_MAX_GPU_INDEX = 1023
 _STORED = (*sorted(_RECORD_FIELDS), *sorted(_LATER_FIELDS))
 
 
@@ -425,6 +444,12 @@ def _place_fits(place: object, group: object) -> bool:
         return False
     parts = place.split("/")
     return parts[-1] == group and len(parts) <= MAX_DEPTH and all(group_name_problem(p) is None for p in parts)
+
+
+def _gpus_fit(gpus: object) -> bool:
+    """Stored GPUs are distinct indices, each within :data:`_MAX_GPU_INDEX`."""
+    return (isinstance(gpus, list) and len(set(gpus)) == len(gpus)
+            and all(_whole(g, minimum=0) and g <= _MAX_GPU_INDEX for g in gpus))
 
 
 def _whole(value: object, *, minimum: int) -> bool:

@@ -24,7 +24,7 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
                  configured: Mapping[str, dict] | None = None,
                  reserved: Mapping[str, Mapping[str, float]] | None = None,
                  parents: Mapping[str, str] | None = None, place: Callable[[str], str] = str,
-                 fairshare: Mapping[str, object] | None = None) -> dict:
+                 fairshare: Mapping[str, object] | None = None, gpus: list[dict] | None = None) -> dict:
     """Assemble the status object.
 
     Args:
@@ -50,6 +50,8 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
         fairshare: group → its :class:`~governor.fairshare.Standing` with ``[fairshare]``:
             each group then says its ``effective_weight`` and ``past_use`` (decayed,
             capacity-seconds).
+        gpus: with GPUs governed, each GPU (:meth:`governor.gpus.Gpu.to_json`) with its
+            holder's ``task``, ``group`` and ``user`` (None when free): the status's ``gpus``.
 
     Per group, :meth:`GroupAllocation.to_json` (weight, allocation, dominant resources and
     share, stop) with the words of :mod:`governor.vocabulary`: ``floor``, ``demand`` (its cap:
@@ -120,7 +122,20 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
             "reserved": vocabulary.total(g["reserved"] for g in leaves),
             "used": vocabulary.total(g["usage"] for g in leaves),
             "filling": dict(filling), "fair_level": fair_level, "events": events, "groups": groups,
-            "queue": queue}
+            "queue": queue, **({"gpus": gpus} if gpus is not None else {})}
+
+
+def gpu_entries(inventory, holders: Mapping[int, str], tasks: Tasks) -> list[dict] | None:
+    """The status's ``gpus``: each GPU of ``inventory`` (a :class:`governor.gpus.GpuInventory`,
+    None: no GPU governed, None returned) with the ``task``, ``group`` and ``user`` holding it."""
+    if inventory is None:
+        return None
+    entries = []
+    for gpu in inventory.gpus:
+        holder = tasks.get(holders[gpu.index]) if gpu.index in holders else None
+        entries.append({**gpu.to_json(), "task": holder.id if holder else None,
+                        "group": holder.group if holder else None, "user": holder.user if holder else None})
+    return entries
 
 
 def _ancestors(group: str, parents: Mapping[str, str]) -> list[str]:

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-# Resources a task must fit in to start, and that are never taken back once given.
-ADMITTED = ("memory",)
+# Resources a task must fit in to start, and that are never taken back once given: memory
+# (incompressible) and GPUs (whole devices, handed over until the task ends).
+ADMITTED = ("memory", "gpu")
 # Use is sampled over one second: a group at its guarantee reads a little above it half the
 # time. Less than this fraction of the guarantee above it is not borrowing.
 BORROW_NOISE = 0.02

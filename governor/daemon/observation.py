@@ -30,7 +30,7 @@ from governor.errors import CgroupError
 from governor.limits import SATURATION, cpu_saturated
 from governor.queue import queue_view
 from governor.state import Task, Tasks
-from governor.status import StatusReply, build_status
+from governor.status import StatusReply, build_status, gpu_entries
 from governor.usage import Sample, usage
 
 __all__ = ["Observation", "SAMPLED_TASKS"]
@@ -197,7 +197,7 @@ class Observation:
             fairshare=self.fair_share.standings(time.time()) if self.fair_share else None,
             queue=queue_view(self.settle.queue, self.settle.admission), events=list(self.journal.events),
             kept=self._status_tasks, configured=policy.configured(self.tasks.counts()),
-            reserved=self.settle.reserved(),
+            reserved=self.settle.reserved(), gpus=gpu_entries(policy.gpus, self.tasks.gpu_holders(), self.tasks),
         )
         self._status = (self.journal.version, StatusReply(status, self._status_json))
         return self._status[1]

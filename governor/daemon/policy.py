@@ -1,6 +1,6 @@
 """The config in force, and what follows from it on this host: the capacity DRF divides, the
-governed devices, the weights (``set-weight``'s until the next reload), who owns a session,
-each group's members today, and each task's caps."""
+governed devices and GPUs, the weights (``set-weight``'s until the next reload), who owns a
+session, each group's members today, and each task's caps and the device nodes it may not open."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from governor.cgroups.limits import CgroupLimits
 from governor.config import Config
 from governor.daemons import DaemonEntry, Registry
 from governor.drf import progressive_filling
+from governor.errors import GovernorError
+from governor.gpus import GpuInventory, discover
 from governor.hdrf import TreeNode, hierarchical_filling
 from governor.limits import task_limits
 from governor.model import Allocation, GroupDemand
@@ -42,17 +44,23 @@ class Policy:
         registry: this host's daemons, where sessions turned on are claimed (None: no other
             daemon is known).
         entry: this daemon as the registry shows it (its pid, root, socket).
+        find_gpus: a config's ``capacity.gpus`` and ``capacity.gpu_control`` → the GPUs on this
+            host (default :func:`governor.gpus.discover`; raises GpuError).
+
+    Attributes:
+        gpus: the GPUs governor hands out (None: no GPU is governed).
 
     Raises:
         GovernorError: (:meth:`use`, and so the constructor) a config that cannot be put in
-            force here: a capacity beyond the host, a device that is not there, sessions
-            another daemon holds.
+            force here: a capacity beyond the host, a device that is not there, GPUs not found
+            or whose device nodes this host's cgroups cannot guard, sessions another daemon holds.
     """
 
     def __init__(self, config: Config, source: str, *, hierarchy: Hierarchy, host_cpus: list[int], host_memory: int,
                  resolve_device: Callable[[str], str], uid_min: int,
                  members: Callable[[Config], dict[str, list[str]]] | None, registry: Registry | None,
-                 entry: Callable[[], DaemonEntry]):
+                 entry: Callable[[], DaemonEntry],
+                 find_gpus: Callable[[str | tuple[str, ...], tuple[str, ...] | None], GpuInventory] = discover):
         self.source = source
         self.hierarchy = hierarchy
         self.cpus = host_cpus
@@ -62,6 +70,7 @@ class Policy:
         self.find_members = members or (lambda config: access.members(config, self.uid_min, NOBODY_UID))
         self.registry = registry
         self.entry = entry
+        self.find_gpus = find_gpus
         self.effective: dict[str, float] = {}  # group → effective weight, with [fairshare] (kept across reloads)
         self.use(config)
 
@@ -69,7 +78,13 @@ class Policy:
         """Put ``config`` in force (capacity, devices, weights); raises before changing
         anything. Sessions turned on claim them for this daemon (refused while another holds
         them)."""
-        capacity = config.capacity(float(len(self.cpus)), self.host_memory)
+        gpus = None
+        if config.gpus is not None:
+            gpus = self.find_gpus(config.gpus, config.gpu_control)
+            unguarded = self.hierarchy.device_guard_problem()
+            if unguarded:
+                raise GovernorError(f"{config.file}: capacity.gpus: {unguarded}")
+        capacity = config.capacity(float(len(self.cpus)), self.host_memory, len(gpus.gpus) if gpus else 0)
         io_devices = {device.name: self.resolve_device(device.device) for device in config.io_devices}
         io_sharing = {name: self.hierarchy.io_sharing(disk) for name, disk in io_devices.items()}
         if self.registry is not None:
@@ -78,6 +93,7 @@ class Policy:
             else:
                 self.registry.release_sessions()
         self.config, self.capacity, self.io_devices, self.io_sharing = config, capacity, io_devices, io_sharing
+        self.gpus = gpus
         self.weights: dict[str, float] = {}
         self.owners = SessionOwners(config, self.uid_min)
         self.members = self.find_members(config)  # group → its users today (status, floors)
@@ -98,6 +114,20 @@ class Policy:
     def caps(self, task: Task) -> CgroupLimits:
         """``task``'s caps (its declaration), one object per distinct demand."""
         return self._task_caps(tuple(task.demand.items()))
+
+    def denied_devices(self, task: Task) -> tuple[tuple[str, int, int], ...]:
+        """The device nodes ``task`` may not open (``("c", major, minor)``): every governed
+        GPU's but those it holds (a MIG instance's node is its GPU's, open to each instance's
+        holder), and NVIDIA's control nodes too when it holds none. Empty when no GPU is
+        governed: governor then guards no device."""
+        if self.gpus is None:
+            return ()
+        held = set(task.gpus)
+        allowed = {(g.major, g.minor) for g in self.gpus.gpus if g.index in held}
+        nodes = dict.fromkeys((g.major, g.minor) for g in self.gpus.gpus if (g.major, g.minor) not in allowed)
+        if not held:
+            nodes.update(dict.fromkeys((major, minor) for _, major, minor in self.gpus.control))
+        return tuple(("c", major, minor) for major, minor in nodes)
 
     def weight(self, group: str) -> float:
         """``group``'s weight: set-weight's, else the config's, else 1."""

@@ -286,7 +286,8 @@ class Sessions:
         session = Task(session_id(uid), group, pid, uid, user, (), self._demand(), time.time(),
                        place=self.policy.config.place(group))
         self._starting[uid] = [pid]
-        self.tree.run(lambda: self.tree.make([session.cgroup])[0], lambda error: self._made(session, error))
+        denied = [self.policy.denied_devices(session)]
+        self.tree.run(lambda: self.tree.make([session.cgroup], denied)[0], lambda error: self._made(session, error))
 
     def _made(self, session: Task, error: GovernorError | None) -> None:
         pids = self._starting.pop(session.uid, [])

@@ -139,9 +139,15 @@ class Settle:
         return held
 
     def started_reply(self, task: Task) -> dict:
-        """The launch reply of a running task: its id, group, cgroup and the caps in force."""
-        return {"task": task.id, "group": task.group, "cgroup": str(self.hierarchy.path(task.cgroup)),
-                "limits": self.hierarchy.in_force(task.cgroup)}
+        """The launch reply of a running task: its id, group, cgroup, the caps in force and,
+        when GPUs are governed, ``gpus``: how CUDA names each of its GPUs (UUIDs, else minor
+        numbers: :meth:`governor.gpus.Gpu.visible_id`)."""
+        reply = {"task": task.id, "group": task.group, "cgroup": str(self.hierarchy.path(task.cgroup)),
+                 "limits": self.hierarchy.in_force(task.cgroup)}
+        if self.policy.gpus is not None:
+            known = self.policy.gpus.gpus
+            reply["gpus"] = [known[i].visible_id() for i in task.gpus if i < len(known)]
+        return reply
 
     def summary(self) -> str:
         """The daemon in one line, for systemd's STATUS."""
@@ -232,9 +238,14 @@ class Settle:
         could not be made. A task that waited starts now (its time limit counts from here)."""
         if not starting:
             return []
+        free = self.tasks.free_gpus(round(self.policy.capacity.get("gpu", 0)))
         for entry in starting:  # where its group is now (a reload may have moved an empty group)
-            entry.task = replace(entry.task, started=time.time(), place=self.policy.config.place(entry.task.group))
-        made = await self.tree.call(lambda: self.tree.make([entry.task.cgroup for entry in starting]))
+            wanted = round(entry.task.demand.get("gpu", 0))  # admission counted them free
+            gpus, free = tuple(free[:wanted]), free[wanted:]
+            entry.task = replace(entry.task, started=time.time(), place=self.policy.config.place(entry.task.group),
+                                 gpus=gpus)
+        denied = [self.policy.denied_devices(entry.task) for entry in starting]
+        made = await self.tree.call(lambda: self.tree.make([entry.task.cgroup for entry in starting], denied))
         started = []
         for entry, error in zip(starting, made):
             task = entry.task

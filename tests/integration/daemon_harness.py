@@ -75,7 +75,8 @@ class Governor:
         if status["daemon"]["cgroup_mode"] == "v2":
             return CgroupV2Driver(Path(status["daemon"]["cgroup_root"]))
         own = detect.cgroup_dirs()
-        return CgroupV1Driver({c: own[c] / self.root_name for c in V1_CONTROLLERS if c in own})
+        return CgroupV1Driver({c: own[c] / self.root_name for c in (*V1_CONTROLLERS, "devices")
+                               if c in own and (own[c] / self.root_name).is_dir()})
 
     def run(self, group: str, command: list[str], *, may_end: bool = False, **demand) -> subprocess.Popen:
         """Launch ``command`` in ``group`` with ``governor run``, flags from ``demand``

@@ -1,6 +1,7 @@
 """Real-kernel cases shared by test_daemon_v1 (native) and test_daemon_v2 (VM): each module
 imports them, so they run under that module's marker and its skip check."""
 
+import gpu_scenarios
 import pytest
 import scenarios
 import session_scenarios
@@ -60,3 +61,7 @@ def test_a_user_limit_holds_each_member_of_a_group():
 
 def test_fair_share_lowers_the_weight_of_a_group_that_ran_alone(tmp_path):
     tree_scenarios.fair_share_falls_for_a_group_that_ran_alone(tmp_path)
+
+
+def test_gpus_are_admitted_in_drf_order_guarded_by_the_device_cgroup_and_handed_to_cuda(tmp_path):
+    gpu_scenarios.gpus_are_admitted_guarded_and_handed(tmp_path)

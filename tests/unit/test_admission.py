@@ -117,7 +117,7 @@ def test_admission_never_overcommits_memory_and_loses_no_task(running, queued):
         if w.task in result.waiting:
             heads.setdefault(w.group, w)
     assert (result.reserved_for is None) == (not heads)
-    assert ADMITTED == ("memory",) and result.reserved == ({"memory": next(
+    assert ADMITTED == ("memory", "gpu") and result.reserved == ({"memory": next(
         w.demand["memory"] for w in queue if w.task == result.reserved_for)} if heads else {})
     for head in heads.values():
         kept = 0 if head.task == result.reserved_for else result.reserved["memory"]

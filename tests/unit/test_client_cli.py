@@ -238,7 +238,7 @@ def test_run_help_is_help_not_a_command(daemon):
 def test_an_unknown_run_option_is_an_error_with_a_suggestion_not_a_command(daemon):
     result, _ = governor("run", "--cpu", "1", "--", "true", socket_path=daemon.path)
     assert result.returncode == 2
-    assert "No such option '--cpu'" in result.stderr and "Did you mean '--cpus'" in result.stderr
+    assert "No such option '--cpu'" in result.stderr and "'--cpus'" in result.stderr
     assert not daemon.seen
 
 

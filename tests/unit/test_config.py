@@ -94,7 +94,7 @@ EXPECTED = Config(
     everyone_weight=0.5, admin_group="wheel", sample_interval_s=0.5, reconcile_interval_s=10.0,
     state_dir="/var/lib/governor", max_tasks_per_user=10, max_connections_per_user=4,
     sessions=SessionRules(True, 0.5, G, 0, 5 * M, ("backup",)),
-    fairshare_half_life_s=None, file="good.toml",
+    fairshare_half_life_s=None, gpus=None, gpu_control=None, file="good.toml",
 )
 
 

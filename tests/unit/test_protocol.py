@@ -133,7 +133,7 @@ BAD = [
     (line({"op": "launch", "pid": 1, "group": ["a"]}), "bad_request", "group: must be a non-empty string"),
     (line({"op": "launch", "pid": 1, "demand": [1, 2]}), "bad_request", "demand: must be an object"),
     (line({"op": "launch", "pid": 1, "demand": None}), "bad_request", "demand: must be an object"),
-    (line({"op": "launch", "pid": 1, "demand": {"gpu": 1}}), "bad_request", "demand.gpu: unknown field"),
+    (line({"op": "launch", "pid": 1, "demand": {"tpu": 1}}), "bad_request", "demand.tpu: unknown field"),
     (line({"op": "launch", "pid": 1, "demand": {"cpu": "2"}}), "bad_request", "demand.cpu: must be a number"),
     (line({"op": "launch", "pid": 1, "demand": {"cpu": True}}), "bad_request", "demand.cpu: must be a number"),
     (line({"op": "launch", "pid": 1, "demand": {"cpu": -0.5}}), "bad_request", "demand.cpu: must be a finite number ≥ 0"),

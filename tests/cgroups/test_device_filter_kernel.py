@@ -1,0 +1,168 @@
+"""The device deny list against a real kernel, as root: the BPF program on cgroup v2 (the VM:
+``../shared/vm/run-in-vm``) and ``devices.deny`` on a v1 devices hierarchy (this host).
+
+Two char nodes with the numbers of ``/dev/nvidia0`` and ``/dev/nvidia1`` (195:0, 195:1) are made
+in a scratch directory (on a tmpfs mounted ``dev`` for the test when the temporary directory's
+filesystem is ``nodev``). A child started here, and only it, is moved into a test cgroup
+``governor-test-<random>`` under this process's own cgroup; it opens the nodes and reports the
+errnos. The denied node must give ``EPERM``; the other, which passes the device check, reaches
+no driver (no nvidia module here) and gives ``ENXIO``.
+"""
+
+import errno
+import json
+import os
+import secrets
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cgroup_helpers import Children
+from governor.cgroups.detect import cgroup_dirs, host_mode, v1_mounts
+from governor.cgroups.device_filter import (attach_deny_program, bpf_device_filter_supported, deny_program,
+                                            deny_v1_lines)
+from governor.cgroups.files import make_dir, remove_dir, write_file
+from governor.errors import CgroupError, CgroupWriteError
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+NVIDIA_MAJOR = 195
+# Waits for a line on stdin (sent once it is in its cgroup), then tries each "open PATH" or
+# "mknod PATH MAJOR MINOR" of its arguments and prints {argument: "ok" or the errno's name}.
+PROBE = ("import errno, json, os, stat, sys\n"
+         "sys.stdin.readline()\n"
+         "result = {}\n"
+         "for step in sys.argv[1:]:\n"
+         "    op, path, *numbers = step.split()\n"
+         "    try:\n"
+         "        if op == 'open':\n"
+         "            os.close(os.open(path, os.O_RDONLY))\n"
+         "        else:\n"
+         "            os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(*map(int, numbers)))\n"
+         "        result[step] = 'ok'\n"
+         "    except OSError as e:\n"
+         "        result[step] = errno.errorcode[e.errno]\n"
+         "print(json.dumps(result), flush=True)\n")
+
+
+def skip_reason(mode: str) -> str | None:
+    if os.geteuid() != 0:
+        return "needs root to create cgroups and device nodes"
+    try:
+        if mode == "v2" and host_mode(CGROUP_ROOT) != "unified":
+            return f"{CGROUP_ROOT} is not cgroup2: run in the VM (../shared/vm/run-in-vm)"
+        if mode == "v1" and v1_mounts().get("devices") != CGROUP_ROOT / "devices":
+            return f"{CGROUP_ROOT / 'devices'} is not a v1 devices hierarchy"
+    except CgroupError as e:
+        return f"no cgroup hierarchy: {e}"
+    if NVIDIA_MAJOR in char_majors():
+        return f"a driver holds char major {NVIDIA_MAJOR} here: an allowed open would reach it"
+    return None
+
+
+def char_majors() -> set[int]:
+    text = Path("/proc/devices").read_text()
+    block = text.split("Character devices:")[1].split("Block devices:")[0]
+    return {int(line.split()[0]) for line in block.splitlines() if line.strip()}
+
+
+@pytest.fixture
+def nodes(tmp_path):
+    """``(denied, allowed)``: char nodes 195:0 and 195:1 on a filesystem that honours them."""
+    scratch = tmp_path / "dev"
+    scratch.mkdir()
+    mounted = False
+    if os.geteuid() == 0 and os.statvfs(scratch).f_flag & os.ST_NODEV:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "dev,mode=0700,size=64k", "governor-test",
+                               str(scratch)], capture_output=True, text=True)
+        if done.returncode:
+            pytest.skip(f"{tmp_path} is nodev and a dev tmpfs cannot be mounted: {done.stderr.strip()}")
+        mounted = True
+    try:
+        paths = scratch / "nvidia0", scratch / "nvidia1"
+        for minor, path in enumerate(paths):
+            try:
+                os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
+            except PermissionError as e:
+                pytest.skip(f"cannot make device nodes here: {e}")
+        yield paths
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(scratch)], check=True)
+
+
+def probe_in(cgroup_dir: Path | None, steps: list[str]) -> dict[str, str]:
+    """Run :data:`PROBE` with ``steps`` in ``cgroup_dir`` (``None``: where this process is)."""
+    children = Children()
+    try:
+        child = children.start([sys.executable, "-c", PROBE, *steps], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+        if cgroup_dir is not None:
+            write_file(cgroup_dir, "cgroup.procs", str(child.pid))
+        out, _ = child.communicate("\n", timeout=120)
+        assert child.returncode == 0
+        return json.loads(out)
+    finally:
+        children.kill_all()
+
+
+def check_denies_only_the_listed_node(cgroup_dir: Path, denied: Path, allowed: Path, mode: str) -> None:
+    steps = [f"open {denied}", f"open {allowed}", "open /dev/null",
+             f"mknod {denied.parent}/again0 {NVIDIA_MAJOR} 0", f"mknod {denied.parent}/again1 {NVIDIA_MAJOR} 1"]
+    outside = probe_in(None, steps[:2])
+    inside = probe_in(cgroup_dir, steps)
+    print(f"{mode} device deny c {NVIDIA_MAJOR}:0: outside the cgroup {outside}, inside {inside}")
+    # Outside, both nodes reach the (absent) driver: EPERM inside comes from the deny list alone.
+    assert set(outside.values()) <= {"ENXIO", "ENODEV"}
+    assert inside[steps[0]] == "EPERM"
+    assert inside[steps[1]] in ("ENXIO", "ENODEV")
+    assert inside[steps[2]] == "ok"
+    assert inside[steps[3]] == "EPERM" and inside[steps[4]] == "ok"
+
+
+@pytest.mark.kernel_v2
+def test_bpf_program_denies_only_the_listed_node(nodes):
+    reason = skip_reason("v2")
+    if reason:
+        pytest.skip(reason)
+    assert bpf_device_filter_supported() is None
+    # No controller is enabled below this process's cgroup, so (unlike the driver tests) it
+    # need not move itself to a leaf: the no-internal-process rule does not apply.
+    cgroup_dir = cgroup_dirs()[""] / f"governor-test-{secrets.token_hex(4)}"
+    make_dir(cgroup_dir)
+    try:
+        attach_deny_program(cgroup_dir, [("c", NVIDIA_MAJOR, 0)])
+        check_denies_only_the_listed_node(cgroup_dir, *nodes, "v2")
+    finally:
+        remove_dir(cgroup_dir)
+
+
+def test_a_refused_program_reports_the_verifier_log(monkeypatch, tmp_path):
+    reason = bpf_device_filter_supported()
+    if reason:
+        pytest.skip(reason)
+    # A program that ends without exit: the verifier refuses it (EINVAL) before any cgroup is
+    # touched, so any directory will do.
+    monkeypatch.setattr("governor.cgroups.device_filter.deny_program", lambda denied: deny_program([])[:-8])
+    with pytest.raises(CgroupWriteError) as raised:
+        attach_deny_program(tmp_path, [("c", NVIDIA_MAJOR, 0)])
+    assert raised.value.errno == errno.EINVAL and raised.value.path == str(tmp_path)
+    assert raised.value.value == f"BPF device program denying c {NVIDIA_MAJOR}:0"
+    assert "verifier log: last insn is not an exit or jmp" in str(raised.value)
+
+
+@pytest.mark.kernel_v1
+def test_v1_devices_deny_denies_only_the_listed_node(nodes):
+    reason = skip_reason("v1")
+    if reason:
+        pytest.skip(reason)
+    cgroup_dir = cgroup_dirs()["devices"] / f"governor-test-{secrets.token_hex(4)}"
+    make_dir(cgroup_dir)
+    try:
+        for line in deny_v1_lines([("c", NVIDIA_MAJOR, 0)]):
+            write_file(cgroup_dir, "devices.deny", line)
+        check_denies_only_the_listed_node(cgroup_dir, *nodes, "v1")
+    finally:
+        remove_dir(cgroup_dir)
