@@ -74,16 +74,18 @@ class Policy:
         self.effective: dict[str, float] = {}  # group → effective weight, with [fairshare] (kept across reloads)
         self.use(config)
 
-    def use(self, config: Config) -> None:
-        """Put ``config`` in force (capacity, devices, weights); raises before changing
+    def use(self, config: Config, held_gpus: Mapping[int, str] | None = None) -> None:
+        """Put ``config`` in force (capacity, devices, GPUs, weights); raises before changing
         anything. Sessions turned on claim them for this daemon (refused while another holds
-        them)."""
+        them). ``held_gpus`` (GPU index → the running task holding it) must keep their
+        numbers and nodes: a config that drops or renumbers a held GPU is refused."""
         gpus = None
         if config.gpus is not None:
             gpus = self.find_gpus(config.gpus, config.gpu_control)
             unguarded = self.hierarchy.device_guard_problem()
             if unguarded:
                 raise GovernorError(f"{config.file}: capacity.gpus: {unguarded}")
+        self._check_held_gpus(config, gpus, held_gpus or {})
         capacity = config.capacity(float(len(self.cpus)), self.host_memory, len(gpus.gpus) if gpus else 0)
         io_devices = {device.name: self.resolve_device(device.device) for device in config.io_devices}
         io_sharing = {name: self.hierarchy.io_sharing(disk) for name, disk in io_devices.items()}
@@ -114,6 +116,17 @@ class Policy:
     def caps(self, task: Task) -> CgroupLimits:
         """``task``'s caps (its declaration), one object per distinct demand."""
         return self._task_caps(tuple(task.demand.items()))
+
+    def _check_held_gpus(self, config: Config, gpus: GpuInventory | None, held: Mapping[int, str]) -> None:
+        """Refuse a new inventory that drops or renumbers a GPU a running task holds (its
+        cgroup allows that GPU's node, and CUDA was told its name)."""
+        old = self.gpus.gpus if getattr(self, "gpus", None) is not None else ()
+        new = gpus.gpus if gpus is not None else ()
+        for index, task in sorted(held.items()):
+            before = old[index].node if index < len(old) else None
+            if index >= len(new) or new[index].node != before:
+                raise GovernorError(f"{config.file}: capacity.gpus: GPU {index} ({before}) is held by task {task} and "
+                                    "this config drops or renumbers it; change it once that task has ended")
 
     def denied_devices(self, task: Task) -> tuple[tuple[str, int, int], ...]:
         """The device nodes ``task`` may not open (``("c", major, minor)``): every governed

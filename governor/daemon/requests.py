@@ -188,7 +188,7 @@ class Requests:
     def use(self, config: Config) -> None:
         """Put ``config`` in force (:meth:`Policy.use <governor.daemon.policy.Policy.use>`;
         raises before changing anything) and look at every process afresh under it."""
-        self.policy.use(config)
+        self.policy.use(config, held_gpus=self.tasks.gpu_holders())
         self.sessions.reset()
 
     def reload(self, trigger: str) -> str:

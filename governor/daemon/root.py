@@ -19,6 +19,7 @@ import psutil
 
 from governor.cgroups.hierarchy import Hierarchy
 from governor.config import Config
+from governor.gpus import GpuInventory, discover
 from governor.daemon.enforcement import Enforcement
 from governor.daemon.exits import Exits
 from governor.daemon.journal import Journal, vector
@@ -74,6 +75,8 @@ class Daemon:
             sessions there and never moves a process out of another's root; None (tests on a
             fake hierarchy): no other daemon is known.
         members: a config → its groups' users on this host (:func:`governor.access.members`).
+        find_gpus: ``capacity.gpus`` and ``capacity.gpu_control`` → the GPUs here
+            (:func:`governor.gpus.discover`; tests pass a fake).
 
     Raises:
         GovernorError: the config cannot be put in force here (:class:`~governor.daemon.policy.Policy`).
@@ -87,7 +90,8 @@ class Daemon:
                  host_cpus: list[int], host_memory: int, resolve_device: Callable[[str], str],
                  load_config: Callable[[], Config] | None = None, metrics=None, notifier: Notifier | None = None,
                  uid_min: int | None = None, host_pids: Callable[[], Iterable[int]] = psutil.pids,
-                 registry: Registry | None = None, members: Callable[[Config], dict[str, list[str]]] | None = None):
+                 registry: Registry | None = None, members: Callable[[Config], dict[str, list[str]]] | None = None,
+                 find_gpus: Callable[..., GpuInventory] = discover):
         self.hierarchy = hierarchy
         self.store = store
         self.registry = registry
@@ -102,7 +106,7 @@ class Daemon:
         self.policy = Policy(config, config_source, hierarchy=hierarchy, host_cpus=host_cpus,
                              host_memory=host_memory, resolve_device=resolve_device,
                              uid_min=login_uid_min() if uid_min is None else uid_min, members=members,
-                             registry=registry, entry=self._entry)
+                             registry=registry, entry=self._entry, find_gpus=find_gpus)
         self.tree = Tree(hierarchy)
         self.records = Records(store, self.tasks, self.journal)
         self.enforcement = Enforcement(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks,

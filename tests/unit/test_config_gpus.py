@@ -1,0 +1,65 @@
+"""``capacity.gpus`` and ``capacity.gpu_control`` (issue 26): checked with the key named, a
+``gpu`` resource in the capacity and the demand, and the GPUs handed to CUDA by ``governor run``."""
+
+import json
+import os
+
+import pytest
+
+from governor.cli.launch import hand_gpus
+from governor.config import parse_config
+from governor.errors import ConfigError
+from governor.state import Task, _parse_record
+
+BASE = '[groups.A]\nusers = ["root"]\n[capacity]\ncpu = 4\nmemory = "8G"\n'
+
+
+def test_gpus_are_auto_or_listed_nodes_and_add_a_gpu_resource():
+    auto = parse_config(BASE + 'gpus = "auto"\n', "g.toml")
+    assert auto.gpus == "auto" and auto.gpu_control is None
+    assert auto.resources == ("cpu", "memory", "gpu")
+    assert auto.capacity(8, 16 << 30, gpus=4)["gpu"] == 4
+    listed = parse_config(BASE + 'gpus = ["/dev/nvidia0", "/scratch/nvidia1"]\ngpu_control = []\n', "g.toml")
+    assert listed.gpus == ("/dev/nvidia0", "/scratch/nvidia1") and listed.gpu_control == ()
+    assert listed.task_demand(gpu=2)["gpu"] == 2 and "gpu" not in listed.task_demand()
+    plain = parse_config(BASE, "g.toml")
+    assert plain.gpus is None and "gpu" not in plain.capacity(8, 16 << 30, gpus=4)
+
+
+@pytest.mark.parametrize("line, key, words", [
+    ('gpus = "all"', "capacity.gpus", 'must be "auto" or a non-empty list'),
+    ("gpus = []", "capacity.gpus", "non-empty list"),
+    ("gpus = 2", "capacity.gpus", "non-empty list"),
+    ('gpus = ["nvidia0"]', "capacity.gpus[0]", "absolute path"),
+    ('gpus = ["/dev/../dev/nvidia0"]', "capacity.gpus[0]", "normalised"),
+    ('gpus = ["/dev/nvidia0", "/dev/nvidia0"]', "capacity.gpus[1]", "listed twice"),
+    ('gpu_control = ["/dev/nvidiactl"]', "capacity.gpu_control", "no GPU is governed"),
+    ('gpus = "auto"\ngpu_control = "/dev/nvidiactl"', "capacity.gpu_control", "must be a list"),
+])
+def test_bad_gpu_keys_are_refused_naming_the_key(line, key, words):
+    with pytest.raises(ConfigError) as refused:
+        parse_config(BASE + line + "\n", "g.toml")
+    assert refused.value.key == key and words in str(refused.value)
+
+
+def test_a_records_gpus_survive_and_bad_ones_are_refused():
+    task = Task("7", "A", 100, 0, "root", ("train",), {"cpu": 1.0, "memory": 1e9, "gpu": 2.0}, 1.0, gpus=(2, 3))
+    record = task.to_record()
+    assert record["gpus"] == (2, 3)
+    again = _parse_record("7", json.dumps(record).encode())
+    assert again.gpus == (2, 3) and again.to_json()["gpus"] == [2, 3]
+    old = {k: v for k, v in record.items() if k != "gpus"}
+    assert _parse_record("7", json.dumps(old).encode()).gpus == ()
+    for bad in ([1, 1], [-1], [1.5], "0", [5000]):
+        with pytest.raises(ValueError, match="gpus"):
+            _parse_record("7", json.dumps({**record, "gpus": bad}).encode())
+
+
+def test_run_hands_the_tasks_gpus_to_cuda(monkeypatch):
+    for name in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
+        monkeypatch.delenv(name, raising=False)
+    hand_gpus({"task": "7", "gpus": []})
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
+    hand_gpus({"task": "7", "gpus": ["GPU-aaaa", "GPU-bbbb"]})
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == os.environ["NVIDIA_VISIBLE_DEVICES"] == "GPU-aaaa,GPU-bbbb"
+    assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"

@@ -1,0 +1,125 @@
+"""GPUs in the daemon (issue 26), on the in-memory cgroup driver with a fake inventory: whole
+devices admitted in DRF order, each task given distinct GPUs and denied the others' nodes (and,
+holding none, every GPU and control node), the GPUs named in the reply, freed at exit, kept in
+the task record across a restart, and a launch asking for GPUs where none is governed refused."""
+
+import asyncio
+
+import pytest
+from test_daemon import GIB, FakeDriver, collect, launch, make_daemon
+
+from governor.config import parse_config
+from governor.errors import RequestError
+from governor.gpus import Gpu, GpuInventory
+from governor.protocol import LaunchRequest, Peer
+
+CONFIG = """
+[capacity]
+cpu = 2
+memory = "4G"
+gpus = ["/dev/nvidia0", "/dev/nvidia1"]
+[groups.A]
+users = ["root"]
+[groups.B]
+users = ["root"]
+[sessions]
+enabled = false
+"""
+INVENTORY = GpuInventory(
+    gpus=(Gpu(0, "/dev/nvidia0", 195, 0, "GPU-aaaa", "Fake A100"), Gpu(1, "/dev/nvidia1", 195, 1, "GPU-bbbb")),
+    control=(("/dev/nvidiactl", 195, 255),), source="listed")
+GPU0, GPU1, CONTROL = ("c", 195, 0), ("c", 195, 1), ("c", 195, 255)
+
+
+class DeviceDriver(FakeDriver):
+    """The in-memory driver, remembering each cgroup's denied devices."""
+
+    def __init__(self):
+        super().__init__()
+        self.denied: dict[str, tuple] = {}
+
+    def deny_devices(self, rel, denied):
+        self.denied[rel] = tuple(denied)
+
+    def device_guard_problem(self):
+        return None
+
+
+@pytest.fixture
+def gpus(tmp_path):
+    return make_daemon(tmp_path, CONFIG, driver=DeviceDriver(), find_gpus=lambda spec, control: INVENTORY)
+
+
+def test_each_task_gets_its_own_gpus_and_may_open_no_other(gpus):
+    first = launch(gpus, 100, group="A", cpu=0.5, memory=GIB // 4, gpu=1)
+    second = launch(gpus, 101, group="B", cpu=0.5, memory=GIB // 4, gpu=1)
+    plain = launch(gpus, 102, group="B", cpu=0.5, memory=GIB // 4)
+    assert (first["gpus"], second["gpus"], plain["gpus"]) == (["GPU-aaaa"], ["GPU-bbbb"], [])
+    denied = gpus.hierarchy.driver.denied
+    assert denied["A/task-1"] == (GPU1,) and denied["B/task-2"] == (GPU0,)
+    assert set(denied["B/task-3"]) == {GPU0, GPU1, CONTROL}  # no GPU: no control node either
+    status = gpus.status()
+    assert status["capacity"]["gpu"] == 2
+    assert [(g["index"], g["task"], g["group"]) for g in status["gpus"]] == [(0, "1", "A"), (1, "2", "B")]
+    assert status["groups"]["A"]["reserved"]["gpu"] == 1 and "gpu" not in status["groups"]["A"]["guarantee"]
+    tasks = {t["id"]: t["gpus"] for g in status["groups"].values() for t in g["tasks"]}
+    assert tasks == {"1": [0], "2": [1], "3": []}
+
+
+def test_a_gpu_task_waits_in_drf_order_and_gets_the_gpu_a_stop_frees(gpus):
+    launch(gpus, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
+    launch(gpus, 101, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
+
+    async def scenario():
+        a_third = gpus.stream(LaunchRequest(pid=102, group="A", demand={"cpu": 0.1, "memory": GIB // 8, "gpu": 1},
+                                            command=("w",)), Peer(pid=102, uid=0, gid=0))
+        b_first = gpus.stream(LaunchRequest(pid=103, group="B", demand={"cpu": 0.1, "memory": GIB // 8, "gpu": 1},
+                                            command=("w",)), Peer(pid=103, uid=0, gid=0))
+        a_waits, b_waits = await a_third.__anext__(), await b_first.__anext__()
+        assert "queued" in a_waits and "queued" in b_waits
+        queue = gpus.status()["queue"]
+        assert [q["group"] for q in queue] == ["B", "A"]  # B's dominant share is 0, A's is 1
+        assert queue[0]["reason"] == "gpu: waits for 1 GPU to free (held by A 2)"
+        gpus.hierarchy.driver.procs["A/task-1"] = []  # A's task on GPU 0 ends
+        gpus.check(["1"], "exit")
+        started = [p async for p in b_first][-1]
+        assert started["gpus"] == ["GPU-aaaa"] and gpus.hierarchy.driver.denied["B/task-4"] == (GPU1,)
+        assert [q["group"] for q in gpus.status()["queue"]] == ["A"]
+        await a_third.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_tasks_gpus_are_kept_in_its_record_across_a_restart(tmp_path):
+    driver = DeviceDriver()
+    first = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: INVENTORY)
+    launch(first, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
+    launch(first, 101, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
+    again = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: INVENTORY)
+    again.readopt()
+    assert sorted(again.tasks.gpu_holders()) == [0, 1]
+    with pytest.raises(RequestError) as refused:
+        launch(again, 102, group="B", cpu=0.1, memory=GIB // 8, gpu=1, wait=False)
+    assert refused.value.code == "would_wait"
+
+
+def test_gpus_asked_where_none_is_governed_or_more_than_exist_are_refused(tmp_path, gpus):
+    plain = make_daemon(tmp_path / "plain", CONFIG.replace('gpus = ["/dev/nvidia0", "/dev/nvidia1"]\n', ""))
+    with pytest.raises(RequestError) as refused:
+        launch(plain, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
+    assert refused.value.code == "bad_request" and "no GPU is governed" in refused.value.message
+    with pytest.raises(RequestError) as refused:
+        launch(gpus, 101, group="A", cpu=0.1, memory=GIB // 8, gpu=3)
+    assert refused.value.code == "exceeds_capacity" and "gpu = 3 exceeds the capacity of 2" in refused.value.message
+
+
+def test_a_reload_that_drops_a_held_gpu_is_refused_and_the_old_config_stays(gpus, tmp_path):
+    launch(gpus, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
+    launch(gpus, 101, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
+    smaller = GpuInventory(gpus=INVENTORY.gpus[:1], control=(), source="listed")
+    gpus.policy.find_gpus = lambda spec, control: smaller
+    gpus.load_config = lambda: parse_config(CONFIG, "test.toml")
+    with pytest.raises(RequestError) as refused:
+        gpus.reload("test")
+    assert refused.value.code == "invalid_config" and "GPU 1 (/dev/nvidia1) is held by task 2" in refused.value.message
+    assert gpus.policy.capacity["gpu"] == 2 and gpus.policy.gpus is INVENTORY
