@@ -126,7 +126,7 @@ def _queue(queue: list[dict], width: int, now: float) -> list[Text]:
         waited = f" {view.duration(now - float(queued_at))}" if queued_at is not None else ""
         holders = [str(h.get("group", "?")) for h in (entry.get("gpus_held_by") if view.waits_for_gpus(entry)
                                                       else entry.get("held_by")) or []] or ["—"]
-        wanted = view.waiting_for(entry) if view.waits_for_gpus(entry) else _short('memory', entry.get('waiting_for'))
+        wanted = view.waiting_for(entry) if view.waits_for_gpus(entry) else _short("memory", entry.get("waiting_for"))
         if view.its_turn(entry):
             tails = ["for its turn"]
         else:

@@ -71,6 +71,7 @@ class Policy:
         self.registry = registry
         self.entry = entry
         self.find_gpus = find_gpus
+        self.gpus: GpuInventory | None = None
         self.effective: dict[str, float] = {}  # group → effective weight, with [fairshare] (kept across reloads)
         self.use(config)
 
@@ -120,7 +121,7 @@ class Policy:
     def _check_held_gpus(self, config: Config, gpus: GpuInventory | None, held: Mapping[int, str]) -> None:
         """Refuse a new inventory that drops or renumbers a GPU a running task holds (its
         cgroup allows that GPU's node, and CUDA was told its name)."""
-        old = self.gpus.gpus if getattr(self, "gpus", None) is not None else ()
+        old = self.gpus.gpus if self.gpus is not None else ()
         new = gpus.gpus if gpus is not None else ()
         for index, task in sorted(held.items()):
             before = old[index].node if index < len(old) else None
