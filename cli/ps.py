@@ -14,7 +14,7 @@ import click
               help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
 def ps(everyone: bool, ended: bool, as_json: bool, socket_option: str | None) -> None:
     """List your tasks: id, name, group, state, age, and CPU and memory as guarantee / cap /
-    use, with the processes in each.
+    use, the GPUs each holds (when one does), with the processes in each.
 
     Amounts in JSON are base units: cores, bytes; times are Unix seconds.
 

@@ -25,9 +25,10 @@ REASONS = {"exit": "exited", "stop": "stopped", "time_limit": "time limit", "oom
 def tasks_table(rows: list[dict], *, now: float, users: bool) -> view.Fitted:
     """Running then queued tasks: id, name with its process tree, group (and user with
     ``users``), state, age, cpu as guarantee / cap / use, memory as reserved / cap / use
-    (:mod:`governor.vocabulary`), and why a queued task waits: in a column where the width
-    leaves room for one, else a line per queued task under the table. Amounts are never cut:
-    names wrap instead."""
+    (:mod:`governor.vocabulary`), the GPUs it holds (``0,1``; ``wants 2`` while it waits; the
+    column only when a listed task holds or declared GPUs), and why a queued task waits: in a
+    column where the width leaves room for one, else a line per queued task under the table.
+    Amounts are never cut: names wrap instead."""
     rows = view.printable(rows)
     return view.Fitted(lambda width: _tasks_table(rows, now=now, users=users, width=width))
 
@@ -37,6 +38,7 @@ REASON_WIDTH = 24
 
 
 def _tasks_table(rows: list[dict], *, now: float, users: bool, width: int):
+    gpus = any(row.get("gpus") or (row.get("demand") or {}).get("gpu") for row in rows)
     table = Table(caption="cpu (cores): guarantee/cap/use; memory: reserved/cap/use", caption_justify="left",
                   box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
     cells_of = []
@@ -50,14 +52,18 @@ def _tasks_table(rows: list[dict], *, now: float, users: bool, width: int):
             cells.append(row.get("user", "?"))
         cells += [state, "—" if started is None else duration(now - started),
                   _triple(row, "cpu", "guarantee"), _triple(row, "memory", "reserved")]
+        if gpus:
+            cells.append(_gpus(row))
         cells_of.append(cells + [row.get("reason") or ""])
-    headers = ["id", "name, processes", "group", *(["user"] if users else []), "state", "age", "cpu", "memory"]
+    headers = ["id", "name, processes", "group", *(["user"] if users else []), "state", "age", "cpu", "memory",
+               *(["gpus"] if gpus else [])]
     widest = [max([len(header)] + [max(map(len, str(cells[index]).splitlines() or [""])) for cells in cells_of])
               for index, header in enumerate(headers)]
-    amounts = {"cpu", "memory", "age", "id", "state"}
+    amounts = {"cpu", "memory", "gpus", "age", "id", "state"}
     # What the amounts (never cut) leave the names is shared among them; each wraps past its share.
     fixed = sum(w + 1 for h, w in zip(headers, widest) if h in amounts)
-    share = max(4, (width - fixed - 2) // (len(headers) - len(amounts)) - 1)  # (2: the table's edges)
+    names = sum(1 for header in headers if header not in amounts)
+    share = max(4, (width - fixed - 2) // names - 1)  # (2: the table's edges)
     needed = fixed
     for header, most in zip(headers, widest):
         if header in amounts:
@@ -127,6 +133,17 @@ def _triple(row: dict, resource: str, held: str) -> str:
 
 
 _TRAILING_ZERO = re.compile(r"\.0(?=[KMGT]?$)")  # only a whole number's ".0": 1.05 stays 1.05
+
+
+def _gpus(row: dict) -> str:
+    """The GPUs a task holds (``0,1``, ``0-3``), ``wants 2`` for a queued task that declared
+    two, ``—`` for none."""
+    if row.get("gpus"):
+        return view.gpu_list(row["gpus"])
+    wanted = (row.get("demand") or {}).get("gpu")
+    if row.get("state") == "queued" and isinstance(wanted, (int, float)) and wanted > 0:
+        return f"wants {view.number(wanted)}"
+    return "—"
 
 
 def _span(seconds: float | None) -> str:

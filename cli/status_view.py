@@ -30,11 +30,14 @@ bytes/s; times in Unix seconds)::
                                   "pid": int, "uid": int, "user": str,
                                   "command": [str], "started": float,
                                   "demand": {res: amount}, "limits": {file: value},
-                                  "usage": {res: amount}}]}},
+                                  "usage": {res: amount},
+                                  "gpus": [int]}]}},    # the GPUs it holds, by index
      "queue": [{"task": str, "group": str, "user": str, "uid": int, "command": [str],
                 "demand": {res: amount}, "queued_at": float, "position": int,
                 "waiting_for": int,                   # bytes of memory that must free first
-                "held_by": [{"group": str, "memory": int}]}]}   # largest first, at most 3
+                "held_by": [{"group": str, "memory": int}]}],   # largest first, at most 3
+     "gpus": [{"index": int, "node": str, "uuid": str | null, "name": str,
+               "task": str | null, "group": str | null, "user": str | null}]}  # GPUs governed only
 
 ``guaranteed`` and ``reserved`` are the sums of the groups'. Every group of the host is listed,
 ``idle`` (no task) or not. ``io_sharing`` says how each governed block
@@ -44,14 +47,16 @@ guarantees are hard limits. ``cpu_saturated``: every group uses (nearly) all of 
 guarantee, so nobody has any to lend and each group is held to its own (``cpu.max``) until one
 uses less. ``queue`` is in admission order (``position`` 1 is next).
 
-Resources are ``cpu`` (cores), ``memory`` (bytes) and ``io.<dev>.read``/``io.<dev>.write``
-(bytes/s). Keys not listed here are ignored, so an older CLI can read a newer daemon's status;
-``borrowed``, ``queue`` and ``io_sharing`` may be missing (an older daemon) and read as empty.
+Resources are ``cpu`` (cores), ``memory`` (bytes), ``io.<dev>.read``/``io.<dev>.write``
+(bytes/s) and ``gpu`` (whole devices, reserved like memory). Keys not listed here are ignored,
+so an older CLI can read a newer daemon's status; ``borrowed``, ``queue``, ``io_sharing`` and
+``gpus`` may be missing (an older daemon, or no GPU governed) and read as empty.
 
 Layout: a header (daemon, I/O sharing per device, last filling), a capacity table (one row per
 resource), a groups table (scalars), a cap/guarantee/use/borrowed table (one line per group and
-resource), the memory queue (only when a task waits), then a compact task list per group. Each
-table fits 80 columns; long task lines wrap.
+resource), the GPUs and who holds each (only when GPUs are governed), the memory queue (only
+when a task waits), then a compact task list per group. Each table fits 80 columns; long task
+lines wrap.
 """
 
 from __future__ import annotations
@@ -82,6 +87,9 @@ def status_renderables(status: dict, *, now: float) -> list[RenderableType]:
         groups_table(groups),
         resources_table(groups, resources),
     ]
+    gpus = view.gpus(status)
+    if gpus:
+        renderables.append(gpus_table(gpus))
     queue = view.queue(status)
     if queue:
         renderables.append(queue_table(queue, now))
@@ -169,6 +177,26 @@ def _resources_table(groups: Mapping[str, dict], resources: list[str], *, borrow
     return table
 
 
+def gpus_table(gpus: list[dict]) -> Table:
+    """One row per governed GPU: governor's index, its device node, its UUID (cut to its first
+    eight hex digits), its name, and the task, group and user holding it, or ``free``."""
+    held = sum(1 for gpu in gpus if gpu.get("task") is not None)
+    table = Table(title=f"GPUs: {held} of {len(gpus)} held", title_justify="left")
+    table.add_column("gpu", justify="right", no_wrap=True)
+    table.add_column("node", overflow="fold")
+    table.add_column("uuid", no_wrap=True)
+    table.add_column("name", overflow="fold")
+    table.add_column("task", overflow="fold")
+    table.add_column("group", overflow="fold")
+    table.add_column("user", overflow="fold")
+    for gpu in gpus:
+        free = gpu.get("task") is None
+        view.row(table, str(gpu.get("index", "?")), str(gpu.get("node") or "—"), view.short_uuid(gpu.get("uuid")),
+                 str(gpu.get("name") or "—"), "free" if free else str(gpu.get("task")),
+                 "" if free else str(gpu.get("group", "?")), "" if free else str(gpu.get("user") or "?"))
+    return table
+
+
 def queue_table(queue: list[dict], now: float) -> Table:
     """The memory queue, in admission order: position, task, group, user, declared memory, the
     memory that must free before it fits, how long it has waited, and the groups holding the
@@ -198,8 +226,8 @@ def queue_table(queue: list[dict], now: float) -> Table:
 
 def tasks_view(name: str, group: dict) -> RenderableType:
     """A group's tasks as a compact list: id, pid, user and command (cut to 40 characters) on
-    one line, then its cap (what it declared), limits and use on a line each, wrapped to the
-    console width."""
+    one line, then its cap (what it declared), the GPUs it holds (if any), limits and use on a
+    line each, wrapped to the console width."""
     tasks = group.get("tasks", [])
     title = Text(f"{name}: {len(tasks)} task{'s' if len(tasks) != 1 else ''}", style="bold")
     grid = Table.grid(padding=(0, 1))
@@ -211,6 +239,8 @@ def tasks_view(name: str, group: dict) -> RenderableType:
         view.row(grid, str(task.get("id", "?")), "pid", f"{task.get('pid', '?')} · {user} · {view.task_command(task)}")
         limits = task.get("limits", {})
         view.row(grid, "", "cap", view.vector(task.get("demand", {})))
+        if task.get("gpus"):
+            view.row(grid, "", "gpus", view.gpu_list(task["gpus"]))
         view.row(grid, "", "limits", " · ".join(f"{f} {view.limit(f, v)}" for f, v in limits.items()) or "—")
         view.row(grid, "", "use", view.vector(task.get("usage", {})))
     return Group(title, grid)

@@ -1,7 +1,8 @@
 """``governor top``'s screen as a pure function: (state, width, height, now) → one renderable.
 
 Top to bottom: a title bar; a banner while the daemon cannot be reached; one line per governed
-resource (capacity, guaranteed or, for memory, reserved, used, as a bar); the fair level and the
+resource (capacity, guaranteed or, for memory, reserved, used, as a bar; GPUs: reserved only),
+then, with GPUs governed, a line naming the task that holds each GPU; the fair level and the
 last filling; the groups table (one row per group of the host, idle ones too, selected row
 reversed: guarantee/use of cpu and I/O, reserved/use of memory, and what it borrows above its
 guarantee); the tasks of each expanded group; the memory queue (only while a task
@@ -33,7 +34,8 @@ _EVENT_STYLES = {"task_started": "green", "task_ended": "blue", "refill": "cyan"
 # How long a column holds on as the width shrinks: the lowest goes first. Name, share and the
 # cpu/memory split are what top is for; what a group borrows is use minus guarantee, both on the
 # row already, so it goes early; the fair target, also drawn by the share bar, goes before it.
-_KEEP = {"group": 100, "share": 95, "cpu": 90, "memory": 85, "pressure": 70, "tasks": 60, "w": 55,
+# The GPUs a group holds (scarce, whole devices) outlast the task count.
+_KEEP = {"group": 100, "share": 95, "cpu": 90, "memory": 85, "pressure": 70, "gpu": 65, "tasks": 60, "w": 55,
          "dominant": 50, "io": 40, "borrow": 25, "fair": 20}
 _SORT_COLUMN = {"share": "share", "cpu": "cpu", "memory": "memory", "tasks": "tasks", "name": "group"}
 _MAX_EVENTS = 8
@@ -49,6 +51,7 @@ COLUMNS_HELP = [
     ("fair", "fair level × weight: the share the group's bar is measured against"),
     ("cpu g/u", "guaranteed / used last second (cores; I/O in bytes/s)"),
     ("memory r/u", "reserved (declared by admitted tasks; a session: its use) / used"),
+    ("gpu r", "GPUs the group's tasks hold (whole devices); the gpus line names each one's task"),
     ("borrow", "use above the guarantee, from capacity others leave idle (+0.4c)"),
     ("pressure", "thr: periods throttled in the last second; high, oom: memory events"),
     ("queue", "tasks waiting, in order, for their declared memory to fit"),
@@ -66,6 +69,8 @@ def top_view(state: TopState, *, width: int, height: int, now: float) -> Rendera
         top.append(_line("waiting for the first update from the daemon…", "dim"))
     else:
         top += [_resource_line(status, r, width) for r in status.get("capacity", {})]
+        if view.gpus(status):
+            top.append(_gpus_line(view.gpus(status), width))
         top.append(_line(f"fair level {float(status.get('fair_level', 0.0)):.1%} per unit of weight · "
                          f"{view.filling(status, now)}"))
     footer = _footer(state)
@@ -161,6 +166,10 @@ def _groups_table(state: TopState, status: dict, names: list[str], selected: str
         ("fair", "fair", "right", [f"{fair_level * float(groups[n].get('weight', 1.0)):.1%}" for n in names]),
     ]
     for resource in resources:
+        if resource == "gpu":  # held whole until the task ends; cgroups measure no use of it
+            columns.append(("gpu", "gpu r", "right", [_short(resource, (groups[n].get("reserved") or {}).get(resource))
+                                                      for n in names]))
+            continue
         key = resource if resource in ("cpu", "memory") else "io"
         held, letter = ("guarantee", "g") if vocabulary.compressible(resource) else ("reserved", "r")
         columns.append((key, f"{_short_label(resource)} {letter}/u", "right", [
@@ -206,23 +215,27 @@ def _fit_columns(columns: list, width: int, sorted_key: str) -> list:
 
 
 def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[RenderableType]:
-    """A title line and a table of the first ``shown`` tasks: pid, user, age, command, cap (its
-    declaration), its part of the group's guarantee (λ × its cpu and I/O), the memory it
-    reserves and its measured use (:mod:`governor.vocabulary`)."""
+    """A title line and a table of the first ``shown`` tasks: pid, user, age, the GPUs it holds
+    (only when one of them holds any), command, cap (its declaration), its part of the group's
+    guarantee (λ × its cpu and I/O), the memory (and GPUs) it reserves and its measured use
+    (:mod:`governor.vocabulary`)."""
     tasks = group.get("tasks", [])
     more = f" (showing {shown})" if shown < len(tasks) else ""
     title = _line(f"  ▾ {name}: {len(tasks)} task{'s' if len(tasks) != 1 else ''}{more}", "bold")
     granted = float(group.get("lambda", 0.0))
     rows = []
+    gpus = any(task.get("gpus") for task in tasks[:shown])
     for task in tasks[:shown]:
         demand = {r: float(v) for r, v in task.get("demand", {}).items()}
         used = task.get("usage", {})
         rows.append([f"  {task.get('pid', '?')}", str(task.get("user", task.get("uid", "?"))),
-                     view.duration(now - float(task.get("started", now))), task, _compact(demand),
+                     view.duration(now - float(task.get("started", now))),
+                     *([view.gpu_list(task.get("gpus"))] if gpus else []), task, _compact(demand),
                      _compact(vocabulary.task_guarantee(demand, granted)),
                      _compact(vocabulary.reserved(demand, session=bool(task.get("session")), used=used)),
                      _compact(used)])
-    headers = ("  pid", "user", "age", "command", "cap", "guarantee", "reserved", "use")
+    headers = ("  pid", "user", "age", *(("gpus",) if gpus else ()), "command", "cap", "guarantee", "reserved",
+               "use")
     others = sum(max(len(h), *(len(r[i]) for r in rows)) + 1 for i, h in enumerate(headers) if h != "command")
     # The command is cut to what the other columns leave (the full line is in `status --json`).
     chars = max(len("command"), width - others - 1)
@@ -231,8 +244,9 @@ def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[R
     for header in headers:
         table.add_column(header, justify="right" if header in ("  pid", "age") else "left", no_wrap=True,
                          overflow="ellipsis")
+    at = headers.index("command")
     for cells in rows:
-        view.row(table, *cells[:3], view.task_command(cells[3], chars), *cells[4:])
+        view.row(table, *cells[:at], view.task_command(cells[at], chars), *cells[at + 1:])
     return [title, table]
 
 
@@ -258,6 +272,8 @@ def _resource_line(status: dict, resource: str, width: int) -> Text:
     used = float(status.get("used", {}).get(resource, 0.0))
     words = (f" {word} {view.amount(resource, allocated)} · used {view.amount(resource, used)} "
              f"of {view.amount(resource, capacity, unit=True)}")
+    if resource == "gpu":  # whole devices, held until the task ends: no use is measured
+        words = f" {word} {view.amount(resource, allocated)} of {view.amount(resource, capacity)} GPUs"
     bar_width = max(8, min(40, width - 10 - len(words)))
     used_cells = round(min(1.0, used / capacity) * bar_width) if capacity else 0
     alloc_cells = max(0, round(min(1.0, allocated / capacity) * bar_width) - used_cells) if capacity else 0
@@ -265,6 +281,27 @@ def _resource_line(status: dict, resource: str, width: int) -> Text:
     text.append("█" * used_cells, style="green")
     text.append("▒" * alloc_cells, style="yellow")
     text.append("·" * (bar_width - used_cells - alloc_cells), style="dim")
+    text.append(words)
+    return _fit(text)
+
+
+def _gpus_line(gpus: list[dict], width: int) -> Text:
+    """``gpus      0,1 physics/t7 alice · 3 ops/t8 bob · 2 free``: each holder's GPUs (in the
+    order of its first), then the free ones. Too wide for ``width``, the users go, then the
+    line is cut."""
+    held: dict[str, list[int]] = {}
+    for gpu in gpus:
+        held.setdefault("" if gpu.get("task") is None else str(gpu.get("task")), []).append(gpu.get("index"))
+    by_task = {str(g.get("task")): g for g in gpus if g.get("task") is not None}
+    candidates = []
+    for users in (True, False):
+        parts = [f"{view.gpu_list(indices)} {view.gpu_holder(by_task[task], user=users)}"
+                 for task, indices in held.items() if task]
+        if "" in held:
+            parts.append(f"{view.gpu_list(held[''])} free")
+        candidates.append(" · ".join(parts))
+    words = next((c for c in candidates if 10 + cell_len(c) <= width), candidates[-1])
+    text = Text(f"{'gpus':<10}")
     text.append(words)
     return _fit(text)
 
@@ -312,7 +349,8 @@ def _short(resource: str, value: object) -> str:
 
 
 def _compact(vector: dict) -> str:
-    """A task's vector in one short cell: ``1c 512M r8.0M w2.0M`` (cores, bytes, bytes/s)."""
+    """A task's vector in one short cell: ``1c 512M r8.0M w2.0M 2gpu`` (cores, bytes, bytes/s,
+    GPUs)."""
     return " ".join(_compact_parts(vector)) or "—"
 
 
@@ -321,6 +359,8 @@ def _compact_parts(vector: dict) -> list[str]:
     for resource, value in vector.items():
         if resource == "cpu":
             parts.append(f"{view.number(value, precision=2)}c")
+        elif resource == "gpu":
+            parts.append(f"{view.number(value, precision=2)}gpu")
         elif resource.startswith("io."):
             parts.append(f"{resource.rsplit('.', 1)[-1][0]}{_short(resource, value)}")
         else:

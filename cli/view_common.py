@@ -214,3 +214,48 @@ def tree_order(names: list[str], parents: Mapping[str, object]) -> list[tuple[in
         visit(top, 0)
     order += [(0, name) for name in names if name not in seen]  # a cycle: shown flat
     return order
+
+
+def gpu_list(indices: object) -> str:
+    """GPU indices in a short cell: ``0-3,6`` (runs of three or more as a range), ``—`` for
+    none (or something that is not a list of numbers, from a hostile daemon)."""
+    if not isinstance(indices, list) or not indices:
+        return "—"
+    numbers = sorted({i for i in indices if isinstance(i, int) and not isinstance(i, bool)})
+    if not numbers:
+        return "—"
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) >= 3 else ",".join(map(str, run)) for run in runs)
+
+
+def short_uuid(uuid: object) -> str:
+    """A GPU's UUID cut to what tells GPUs apart on one host: ``GPU-8a3bbf48`` (its prefixes
+    and first eight hex digits; MIG's ``MIG-…`` alike), ``—`` when NVML gave none."""
+    if not isinstance(uuid, str) or not uuid:
+        return "—"
+    parts = uuid.split("-")
+    head = 0
+    while head < min(2, len(parts) - 1) and not all(c in "0123456789abcdefABCDEF" for c in parts[head]):
+        head += 1  # "GPU", "MIG", "MIG-GPU": the prefixes
+    return "-".join(parts[:head] + [parts[head][:8]]) if head else uuid[:12]
+
+
+def gpus(status: dict) -> list[dict]:
+    """The status's ``gpus`` (each GPU governed, with its holder), as the daemon sends it; empty
+    when no GPU is governed or the daemon predates GPUs."""
+    entries = status.get("gpus") or []
+    return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
+
+
+def gpu_holder(entry: dict, *, user: bool = True) -> str:
+    """Who holds a GPU of the status's ``gpus``: ``physics/7 alice`` (group/task, and user with
+    ``user``), or ``free``."""
+    if entry.get("task") is None:
+        return "free"
+    held = f"{entry.get('group', '?')}/{entry['task']}"
+    return f"{held} {entry['user']}" if user and entry.get("user") else held

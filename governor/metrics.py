@@ -2,7 +2,10 @@
 
 Per-group gauges are read at scrape time from the daemon's status (built once per change and
 shared, :meth:`governor.daemon.Daemon.status`). Counters and the refill histogram are updated
-by the daemon as things happen.
+by the daemon as things happen. With GPUs governed, who holds each GPU comes from the status
+too; what NVML says of them (utilization, memory, per task) from the last sample the daemon's
+sampler thread took (:meth:`Metrics.gpu_sample`, :mod:`governor.daemon.observation`): a scrape
+never calls NVML.
 
 Scrapes are served on the daemon's own event loop (:meth:`Metrics.serve`), at most
 :data:`MAX_SCRAPES` at once, each within :data:`SCRAPE_TIMEOUT_S`: prometheus-client's own
@@ -16,12 +19,13 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 from governor.errors import GovernorError
+from governor.gpus import GpuUse
 from governor.vocabulary import compressible
 
 # Scrapes served at once; a connection beyond them is closed at once (a scrape takes ~1 ms).
@@ -52,7 +56,8 @@ class Metrics:
                                      registry=self.registry)
         self._write_errors = Counter("governor_limit_write_errors", "cgroup limit writes the kernel refused",
                                      registry=self.registry)
-        self.registry.register(_Snapshot(snapshot))
+        self._gpu: tuple[GpuUse, dict[int, tuple[str, str]]] | None = None
+        self.registry.register(_Snapshot(snapshot, lambda: self._gpu))
 
     def refill(self, seconds: float) -> None:
         self._refill.observe(seconds)
@@ -65,6 +70,12 @@ class Metrics:
 
     def admitted(self, waited_s: float) -> None:
         self._queue_wait.observe(waited_s)
+
+    def gpu_sample(self, use: GpuUse | None, owners: Mapping[int, tuple[str, str]]) -> None:
+        """What NVML last said of the governed GPUs (:func:`governor.gpus.sample_use`), and pid →
+        ``(group, task id)`` of the processes it names that run in a task: exported until the
+        next sample. None (NVML did not answer): no NVML series."""
+        self._gpu = None if use is None else (use, dict(owners))
 
     def bind(self, address: str, port: int) -> None:
         """Listen on ``address:port`` (served from :meth:`serve` on; a taken port refuses the
@@ -137,14 +148,20 @@ def _response(status: bytes, body: bytes, kind: bytes, *, length: int | None = N
 
 
 class _Snapshot:
-    """Gauges built from a status snapshot on each scrape."""
+    """Gauges built from a status snapshot (and the last GPU sample) on each scrape."""
 
-    def __init__(self, snapshot: Callable[[], dict]):
+    def __init__(self, snapshot: Callable[[], dict],
+                 gpu: Callable[[], tuple[GpuUse, Mapping[int, tuple[str, str]]] | None] = lambda: None):
         self.snapshot = snapshot
+        self.gpu = gpu
 
     def collect(self):
         status = self.snapshot()
-        capacity = GaugeMetricFamily("governor_capacity", "What governor divides (cores, bytes, bytes/s)",
+        yield from self._groups(status)
+        yield from _gpus(status, self.gpu())
+
+    def _groups(self, status: dict):
+        capacity = GaugeMetricFamily("governor_capacity", "What governor divides (cores, bytes, bytes/s, GPUs)",
                                      labels=["resource"])
         for resource, amount in status.get("capacity", {}).items():
             capacity.add_metric([resource], amount)
@@ -158,10 +175,10 @@ class _Snapshot:
                                   "every group is busy (weight / sum of weights)", labels=["group"])
         guarantee = GaugeMetricFamily("governor_group_guarantee", "Guarantee: the DRF allocation of cpu and I/O, "
                                       "enforced by weights (cores, bytes/s)", labels=["group", "resource"])
-        reserved = GaugeMetricFamily("governor_group_reserved", "Memory the group's admitted tasks hold (bytes; "
-                                     "a session: its use)", labels=["group", "resource"])
-        used = GaugeMetricFamily("governor_group_usage", "Measured use (cores, bytes, bytes/s)",
-                                 labels=["group", "resource"])
+        reserved = GaugeMetricFamily("governor_group_reserved", "Memory and GPUs the group's admitted tasks hold "
+                                     "(bytes, devices; a session: its use)", labels=["group", "resource"])
+        used = GaugeMetricFamily("governor_group_usage", "Measured use (cores, bytes, bytes/s; GPUs: see "
+                                 "governor_gpu_utilization_ratio)", labels=["group", "resource"])
         effective = GaugeMetricFamily("governor_group_effective_weight", "The weight filling uses: the configured "
                                       "one lowered by past use ([fairshare])", labels=["group"])
         past = GaugeMetricFamily("governor_group_past_use", "Decayed past use ([fairshare]): dominant share of "
@@ -183,10 +200,55 @@ class _Snapshot:
                 past.add_metric([name], group["past_use"])
             for resource in resources:
                 allocation.add_metric([name, resource], group["allocation"].get(resource, 0.0))
-                used.add_metric([name, resource], group["usage"].get(resource, 0.0))
+                if resource != "gpu":  # cgroups measure no use of a GPU: no series, rather than 0
+                    used.add_metric([name, resource], group["usage"].get(resource, 0.0))
                 if compressible(resource):
                     guarantee.add_metric([name, resource], group.get("guarantee", {}).get(resource, 0.0))
                 else:
                     reserved.add_metric([name, resource], group.get("reserved", {}).get(resource, 0.0))
         yield from (capacity, share, weight, floor, tasks, allocation, guarantee, reserved, used, waiting, oldest,
                     effective, past)
+
+
+def _gpus(status: dict, sample: tuple[GpuUse, Mapping[int, tuple[str, str]]] | None):
+    """The GPU gauges: how many, who holds each (from the status), and NVML's last sample."""
+    if "gpu" in status.get("capacity", {}):
+        yield GaugeMetricFamily("governor_gpus", "GPUs governor hands out (whole devices; a MIG instance "
+                                "counts as one)", value=status["capacity"]["gpu"])
+    entries = status.get("gpus")
+    if entries is None:
+        return  # no GPU governed: no GPU series at all
+    held = GaugeMetricFamily("governor_gpu_held", "1 while a task holds the GPU (labels: its group and task), "
+                             "0 while it is free (group and task empty); one series per governed GPU",
+                             labels=["gpu", "uuid", "group", "task"])
+    for gpu in entries:
+        holder = gpu.get("task")
+        free = holder is None
+        held.add_metric([str(gpu.get("index")), gpu.get("uuid") or "", "" if free else str(gpu.get("group") or ""),
+                         "" if free else str(holder)], 0 if free else 1)
+    yield held
+    if sample is None:
+        return
+    use, owners = sample
+    utilization = GaugeMetricFamily("governor_gpu_utilization_ratio", "Fraction of NVML's last sample period a "
+                                    "kernel ran on the GPU (0..1; absent where NVML does not say, e.g. a MIG "
+                                    "instance)", labels=["gpu"])
+    for index, fraction in sorted(use.utilization.items()):
+        utilization.add_metric([str(index)], fraction)
+    memory = GaugeMetricFamily("governor_gpu_memory_used_bytes", "Device memory in use on the GPU (bytes, as "
+                               "NVML reports it)", labels=["gpu"])
+    for index, used in sorted(use.memory_used.items()):
+        memory.add_metric([str(index)], used)
+    # Only tasks that still run: one that ended since the sample has no series.
+    running = {(name, str(task.get("id"))) for name, group in status.get("groups", {}).items()
+               for task in group.get("tasks", [])}
+    by_task: dict[tuple[str, str], int] = {}
+    for pid, used in use.process_memory.items():
+        if owners.get(pid) in running:
+            by_task[owners[pid]] = by_task.get(owners[pid], 0) + used
+    task_memory = GaugeMetricFamily("governor_task_gpu_memory_bytes", "GPU memory the task's processes hold, "
+                                    "summed over its GPUs (bytes; tasks NVML names a process of)",
+                                    labels=["group", "task"])
+    for (group, task), used in sorted(by_task.items()):
+        task_memory.add_metric([group, task], used)
+    yield from (utilization, memory, task_memory)

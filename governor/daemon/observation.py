@@ -8,7 +8,10 @@ at 1,000 tasks a tick reads 300 cgroups, eight files each, and read on the loop 
 step at each of its hops (`scripts/bench --rate 50`: launch p99 210 ms, 59 ms with the
 sampler). The sampler reads, the loop turns counters into use; the cgroup thread
 (:mod:`governor.daemon.tree`) is kept for the calls that take ``cgroup_mutex``, so a launch's
-``mkdir`` never queues behind a tick's reads.
+``mkdir`` never queues behind a tick's reads. With the metrics served and GPUs governed, the
+sampler also asks NVML what the GPUs do (at most every :data:`GPU_SAMPLE_S`) and finds the task
+of each process NVML names, for the metrics' per-GPU and per-task gauges: neither a scrape nor a
+status build ever calls NVML.
 """
 
 from __future__ import annotations
@@ -27,17 +30,22 @@ from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
 from governor.daemon.settle import Settle
 from governor.errors import CgroupError
+from governor.gpus import GpuInventory, GpuUse, sample_use
+from governor.kinds import task_in
 from governor.limits import SATURATION, cpu_saturated
 from governor.queue import queue_view
 from governor.state import Task, Tasks
 from governor.status import StatusReply, build_status, gpu_entries
 from governor.usage import Sample, usage
 
-__all__ = ["Observation", "SAMPLED_TASKS"]
+__all__ = ["GPU_SAMPLE_S", "Observation", "SAMPLED_TASKS"]
 
 # Task cgroups sampled per tick: groups and login sessions (the hold needs them) every tick,
 # tasks in turn. Reading all of 1,000 tasks every second took 20 % of a core (scripts/bench).
 SAMPLED_TASKS = 200
+# NVML is asked at most this often: each sample is an nvmlInit (up to seconds per GPU without
+# persistence mode) and a shutdown, on the sampler thread; Prometheus scrapes every 15 s or so.
+GPU_SAMPLE_S = 5.0
 
 
 class Observation:
@@ -74,6 +82,7 @@ class Observation:
         self._sampler = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sampler")
         self._forgotten: set[str] | None = None  # cgroups forgotten while the sampler reads
         self._group_at: dict[str, str] = {}  # a group's cgroup → the group, as last sampled
+        self._gpus_sampled = float("-inf")  # when NVML was last asked (monotonic s)
 
     # ── sampling ────────────────────────────────────────────────────────────────────────
 
@@ -82,6 +91,9 @@ class Observation:
         :data:`SAMPLED_TASKS` a tick), reading on this thread, and update the measured use (a
         status is built only when asked for). The daemon samples with :meth:`sample_off_loop`."""
         self._take(self._by_group(_read(self.hierarchy, self._due())))
+        gpus = self._gpus_due()
+        if gpus is not None:
+            self._take_gpus(*_read_gpus(self.hierarchy, gpus))
 
     async def sample_off_loop(self) -> None:
         """:meth:`sample`, the cgroup files read on the sampler thread while the event loop
@@ -94,6 +106,10 @@ class Observation:
             forgotten, self._forgotten = self._forgotten, None
         # A cgroup removed meanwhile was forgotten: its use must not come back.
         self._take({rel: sample for rel, sample in self._by_group(read).items() if rel not in forgotten})
+        gpus = self._gpus_due()
+        if gpus is not None:
+            self._take_gpus(*await asyncio.get_running_loop().run_in_executor(self._sampler, _read_gpus,
+                                                                              self.hierarchy, gpus))
 
     def close(self) -> None:
         """Let the sampler thread finish what it reads, and end it."""
@@ -126,6 +142,30 @@ class Observation:
         self.check_saturation()
         if self.fair_share is not None:
             self.fair_share.tick(time.time(), time.monotonic())
+
+    def _gpus_due(self) -> GpuInventory | None:
+        """The GPUs to ask NVML about now: only while the metrics are served (a sink that takes
+        ``gpu_sample``), GPUs are governed and one has a UUID (NVML finds them by it), and
+        :data:`GPU_SAMPLE_S` after the last time."""
+        inventory = self.policy.gpus
+        if (getattr(self.journal.metrics, "gpu_sample", None) is None or inventory is None
+                or not any(gpu.uuid for gpu in inventory.gpus)):
+            return None
+        now = time.monotonic()
+        if now - self._gpus_sampled < GPU_SAMPLE_S:
+            return None
+        self._gpus_sampled = now
+        return inventory
+
+    def _take_gpus(self, use: GpuUse | None, where: Mapping[int, str]) -> None:
+        """Hand NVML's sample to the metrics, each process it names that runs in a task (``where``:
+        pid → task id) as that task's ``(group, id)``."""
+        owners = {}
+        for pid, task_id in where.items():
+            task = self.tasks.get(task_id)
+            if task is not None:
+                owners[pid] = (task.group, task.id)
+        self.journal.metrics.gpu_sample(use, owners)
 
     def tasks_to_sample(self) -> list[str]:
         """The next :data:`SAMPLED_TASKS` task cgroups (a task's use is a rate over the time
@@ -201,6 +241,23 @@ class Observation:
         )
         self._status = (self.journal.version, StatusReply(status, self._status_json))
         return self._status[1]
+
+
+def _read_gpus(hierarchy: Hierarchy, inventory: GpuInventory) -> tuple[GpuUse | None, dict[int, str]]:
+    """(On the sampler thread) what NVML says of ``inventory``'s GPUs, and pid → the id of the
+    task (or session) each process it names runs in; a process outside governor's tasks, or
+    gone meanwhile, is left out."""
+    use = sample_use(inventory)
+    where = {}
+    for pid in use.process_memory if use is not None else ():
+        try:
+            rel = hierarchy.locate(pid).rel
+        except CgroupError:
+            continue
+        found = task_in(rel) if rel else None
+        if found is not None:
+            where[pid] = found[1]
+    return use, where
 
 
 def _read(hierarchy: Hierarchy, rels: Sequence[str]) -> dict[str, Sample]:

@@ -87,3 +87,29 @@ def without_new_keys(status: dict) -> dict:
     for group in old.get("groups", {}).values():
         group.pop("borrowed", None)
     return old
+
+
+def with_gpus(status: dict) -> dict:
+    """``status`` on a host with four governed GPUs: physics's t7 holds 0 and 1 (it declared
+    2), ops's t8 holds 3 (a MIG instance), 2 is free (a listed node NVML does not know: no UUID)."""
+    import copy
+
+    gpus = copy.deepcopy(status)
+    gpus["capacity"]["gpu"] = 4
+    gpus["reserved"]["gpu"] = 3
+    physics, ops = gpus["groups"]["physics"], gpus["groups"]["ops"]
+    for group, task, held in ((physics, 0, [0, 1]), (ops, 0, [3])):
+        group["demand"]["gpu"] = group["reserved"]["gpu"] = len(held)
+        group["tasks"][task]["demand"]["gpu"] = len(held)
+        group["tasks"][task]["gpus"] = held
+    physics["tasks"][1]["gpus"] = []
+    gpus["gpus"] = [
+        {"index": 0, "node": "/dev/nvidia0", "uuid": "GPU-8a3bbf48-4b8c-4d2e-9f10-0123456789ab",
+         "name": "NVIDIA A100-SXM4-40GB", "task": "t7", "group": "physics", "user": "alice"},
+        {"index": 1, "node": "/dev/nvidia1", "uuid": "GPU-9b4ccf59-4b8c-4d2e-9f10-0123456789ab",
+         "name": "NVIDIA A100-SXM4-40GB", "task": "t7", "group": "physics", "user": "alice"},
+        {"index": 2, "node": "/dev/nvidia2", "uuid": None, "name": "", "task": None, "group": None, "user": None},
+        {"index": 3, "node": "/dev/nvidia3", "uuid": "MIG-4f0c1234-aaaa-4bbb-8ccc-dddddddddddd",
+         "name": "NVIDIA A100 MIG 1g.5gb", "mig_parent": 3, "task": "t8", "group": "ops", "user": "bob"},
+    ]
+    return gpus

@@ -63,3 +63,24 @@ def test_no_view_cuts_a_number_or_a_name(width, terminal):
             assert "1.5/2/1.98" in text and "4G/4G/812M" in text, text
             assert not re.search(r"\w…", text), f"a name cut short:\n{text}"  # wrapped instead
             assert "12.0G" in text  # a queued task's reason
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["tty", "piped"])
+@pytest.mark.parametrize("width", [80, 200])
+def test_no_view_cuts_a_number_with_gpus_governed(width, terminal):
+    from status_sample import with_gpus
+
+    status = with_gpus(STATUS)
+    rows = copy.deepcopy(ROWS)
+    rows[0]["gpus"], rows[0]["demand"]["gpu"] = [0, 1, 2, 3, 6], 5
+    rows[1]["gpus"], rows[1]["demand"]["gpu"] = [], 2
+    state = TopState(status=copy.deepcopy(status), received=NOW)
+    press(state, "enter")
+    for name, renderables in {"ps": [tasks_table(rows, now=1100.0, users=True)],
+                              "status": status_renderables(status, now=NOW),
+                              "top": [top_view(state, width=width, height=50, now=NOW)]}.items():
+        text = rendered(renderables, width, terminal)
+        assert max(len(line) for line in text.splitlines()) <= width, name
+        cut = re.findall(r"[\d.]+…|[\d.]+/…|[\d,-]+…", text)
+        assert not cut, f"{name} at {width} columns cut {cut}:\n{text}"
+        assert ("0-3,6" if name == "ps" else "0,1") in text, name

@@ -74,3 +74,107 @@ def test_idle_connections_cost_at_most_a_few_descriptors_for_a_few_seconds(monke
     held, answer = asyncio.run(attack())
     assert held <= module.MAX_SCRAPES + 1
     assert answer.startswith(b"HTTP/1.1 200 OK") and b"governor_group_dominant_share" in answer
+
+
+# ── GPUs (issue 26, point 3) ─────────────────────────────────────────────────────────────
+
+def gpu_status() -> dict:
+    from status_sample import with_gpus
+
+    return with_gpus(STATUS)
+
+
+def test_each_governed_gpu_has_one_held_series_1_with_its_holder_0_when_free():
+    got = samples(Metrics(gpu_status))
+    assert got[("governor_gpus", ())] == 4
+    assert got[("governor_capacity", (("resource", "gpu"),))] == 4
+    held = {labels: value for (name, labels), value in got.items() if name == "governor_gpu_held"}
+    assert held == {
+        (("gpu", "0"), ("group", "physics"), ("task", "t7"), ("uuid", "GPU-8a3bbf48-4b8c-4d2e-9f10-0123456789ab")): 1,
+        (("gpu", "1"), ("group", "physics"), ("task", "t7"), ("uuid", "GPU-9b4ccf59-4b8c-4d2e-9f10-0123456789ab")): 1,
+        (("gpu", "2"), ("group", ""), ("task", ""), ("uuid", "")): 0,
+        (("gpu", "3"), ("group", "ops"), ("task", "t8"), ("uuid", "MIG-4f0c1234-aaaa-4bbb-8ccc-dddddddddddd")): 1,
+    }
+    # GPUs are reserved like memory; cgroups measure no use of one: no usage series, not a 0.
+    assert got[("governor_group_reserved", (("group", "physics"), ("resource", "gpu")))] == 2
+    assert ("governor_group_usage", (("group", "physics"), ("resource", "gpu"))) not in got
+    assert ("governor_group_usage", (("group", "physics"), ("resource", "cpu"))) in got
+    # No NVML sample yet: no NVML series.
+    assert not any(name.startswith(("governor_gpu_utilization", "governor_gpu_memory", "governor_task_gpu"))
+                   for name, _ in got)
+
+
+def test_without_gpus_there_is_no_gpu_series():
+    got = samples(Metrics(lambda: STATUS))
+    assert not any("gpu" in name for name, _ in got)
+
+
+def test_the_nvml_sample_gives_utilization_memory_and_each_tasks_gpu_memory():
+    from governor.gpus import GpuUse
+
+    metrics = Metrics(gpu_status)
+    use = GpuUse(utilization={0: 0.75, 1: 0.0}, memory_used={0: 30 * 1024**3, 1: 1024**3, 3: 4 * 1024**3},
+                 process_memory={4242: 20 * 1024**3, 4250: 10 * 1024**3, 5001: 4 * 1024**3, 777: 1024**3,
+                                 778: 1024**3})
+    # 4242 and 4250 run in t7 (summed), 5001 in t8; 777 in no task, 778 in t99, ended since (left out).
+    metrics.gpu_sample(use, {4242: ("physics", "t7"), 4250: ("physics", "t7"), 5001: ("ops", "t8"),
+                             778: ("ops", "t99")})
+    got = samples(metrics)
+    assert got[("governor_gpu_utilization_ratio", (("gpu", "0"),))] == 0.75
+    assert got[("governor_gpu_utilization_ratio", (("gpu", "1"),))] == 0.0
+    assert ("governor_gpu_utilization_ratio", (("gpu", "3"),)) not in got  # a MIG instance: NVML does not say
+    assert got[("governor_gpu_memory_used_bytes", (("gpu", "3"),))] == 4 * 1024**3
+    assert {labels: value for (name, labels), value in got.items() if name == "governor_task_gpu_memory_bytes"} == {
+        (("group", "physics"), ("task", "t7")): 30 * 1024**3, (("group", "ops"), ("task", "t8")): 4 * 1024**3}
+    metrics.gpu_sample(None, {})  # NVML stopped answering: its series go
+    assert not any(name.startswith("governor_gpu_utilization") for name, _ in samples(metrics))
+
+
+def test_the_daemon_samples_nvml_on_its_sampler_only_for_served_metrics(tmp_path, monkeypatch):
+    import asyncio
+
+    from test_daemon import GIB, launch, make_daemon
+
+    import governor.daemon.observation as observation
+    from governor.gpus import Gpu, GpuInventory, GpuUse
+
+    calls = []
+
+    def fake_sample(inventory):
+        calls.append(inventory)
+        return GpuUse(utilization={0: 0.5}, memory_used={0: GIB}, process_memory={100: GIB, 101: GIB // 2,
+                                                                                      200: GIB // 4, 999: GIB})
+
+    monkeypatch.setattr(observation, "sample_use", fake_sample)
+    inventory = GpuInventory(gpus=(Gpu(0, "/dev/nvidia0", 195, 0, "GPU-aaaa"), Gpu(1, "/dev/nvidia1", 195, 1, None)),
+                             control=(), source="listed")
+    plain = make_daemon(tmp_path / "plain")  # no metrics served: NVML is never asked
+    plain.policy.gpus = inventory
+    plain.observation.sample()
+    assert calls == []
+
+    daemon = None
+    metrics = Metrics(lambda: daemon.status())
+    daemon = make_daemon(tmp_path / "served", metrics=metrics)
+    launch(daemon, 100, group="A", cpu=0.5, memory=GIB // 4)
+    launch(daemon, 200, group="B", cpu=0.5, memory=GIB // 4)
+    one = daemon.tasks.get("1")
+    daemon.hierarchy.driver.procs[one.cgroup].append(101)  # a child of task 1's
+    daemon.observation.sample()
+    assert calls == []  # no GPU governed
+    daemon.policy.gpus = inventory
+    asyncio.run(daemon.observation.sample_off_loop())
+    assert calls == [inventory]
+    got = samples(metrics)
+    assert got[("governor_gpu_utilization_ratio", (("gpu", "0"),))] == 0.5
+    assert {labels: value for (name, labels), value in got.items() if name == "governor_task_gpu_memory_bytes"} == {
+        (("group", "A"), ("task", "1")): GIB * 1.5, (("group", "B"), ("task", "2")): GIB // 4}
+    daemon.observation.sample()
+    assert len(calls) == 1  # at most every GPU_SAMPLE_S
+    monkeypatch.setattr(observation, "GPU_SAMPLE_S", 0.0)
+    daemon.observation.sample()
+    assert len(calls) == 2
+    daemon.policy.gpus = GpuInventory(gpus=(inventory.gpus[1],), control=(), source="listed")
+    daemon.observation.sample()
+    assert len(calls) == 2  # no GPU with a UUID: NVML cannot find one
+    daemon.observation.close()

@@ -143,3 +143,57 @@ def test_memory_is_shown_reserved_not_guaranteed():
     text = render(STATUS, 120)
     assert ["", "memory", "16.0G", "—", "16.0G", "11.0G", "—"] in rows(text, "")
     assert "12.8G" not in text
+
+
+# ── GPUs (issue 26, point 3) ─────────────────────────────────────────────────────────────
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_gpus_table_says_who_holds_each_gpu(width):
+    from status_sample import with_gpus
+
+    text = render(with_gpus(STATUS), width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert "GPUs: 3 of 4 held" in text
+    assert text.index("Cap, guarantee, reserved and use") < text.index("GPUs: 3 of 4") < text.index("Queue:")
+    assert ["gpu", "node", "uuid", "name", "task", "group", "user"] in headers(text)
+    assert rows(text, "0")[0][:3] + rows(text, "0")[0][4:] == ["0", "/dev/nvidia0", "GPU-8a3bbf48", "t7", "physics",
+                                                               "alice"]
+    assert rows(text, "2")[0] == ["2", "/dev/nvidia2", "—", "—", "free", "", ""]  # no UUID from NVML; free
+    assert rows(text, "3")[0][2:3] + rows(text, "3")[0][4:] == ["MIG-4f0c1234", "t8", "ops", "bob"]
+    # gpu is a resource like memory: capacity, reserved (never guaranteed), a plain number.
+    assert rows(text, "gpu")[0] == ["gpu", "4", "—", "3 (75%)", "—"]
+    assert ["", "gpu", "2", "—", "2", "—", "—"][:None if width >= BORROWED_WIDTH else -1] in rows(text, "")
+    # Each task says which GPUs it holds.
+    assert "cap    cpu 8 · memory 12.0G · gpu 2" in text and "gpus   0,1" in text and "gpus   3" in text
+    assert text.count("gpus   ") == 2  # t9 holds none: no line
+
+
+def test_no_gpus_governed_no_gpus_table():
+    text = render(STATUS, 120)
+    assert "GPUs" not in text and "gpus " not in text
+
+
+def test_gpu_names_and_uuids_are_shown_as_text():
+    from status_sample import with_gpus
+
+    status = with_gpus(STATUS)
+    status["gpus"][0]["name"] = "[bold red]evil[/] \x1b]0;PWNED\x07"
+    status["gpus"][1]["uuid"] = "GPU-[/oops]\x1b[8m"
+    status["gpus"][2]["node"] = "/dev/[/x]"
+    text = render(status, 120)
+    assert "\x1b" not in text and "\x07" not in text
+    assert "[bold red]evil[/]" in text and "GPU-[/oops]?[8m"[:12] in text and "/dev/[/x]" in text
+
+
+def test_gpu_lists_and_short_uuids():
+    from governor.cli.view_common import gpu_holder, gpu_list, short_uuid
+
+    assert [gpu_list(x) for x in ([0, 1], [0, 1, 2, 3, 6], [5], [], None, [2, "x", True, 1, 3])] == [
+        "0,1", "0-3,6", "5", "—", "—", "1-3"]
+    assert short_uuid("GPU-8a3bbf48-4b8c-4d2e-9f10-0123456789ab") == "GPU-8a3bbf48"
+    assert short_uuid("MIG-GPU-8a3bbf48-4b8c-4d2e-9f10-0123456789ab/1/0") == "MIG-GPU-8a3bbf48"
+    assert short_uuid("MIG-4f0c1234-aaaa-4bbb-8ccc-dddddddddddd") == "MIG-4f0c1234"
+    assert [short_uuid(x) for x in (None, "", 7)] == ["—", "—", "—"]
+    assert gpu_holder({"task": "7", "group": "A", "user": "alice"}) == "A/7 alice"
+    assert gpu_holder({"task": "7", "group": "A", "user": "alice"}, user=False) == "A/7"
+    assert gpu_holder({"task": None}) == "free"

@@ -282,3 +282,63 @@ def test_a_group_tree_shows_children_under_their_parent_and_enter_folds_them():
     assert visible_groups(state) == ["idle", "ops", "science", "physics"]
     state.filter = "phys"  # a filter shows the matches, flat
     assert visible_groups(state) == ["physics"]
+
+
+# ── GPUs (issue 26, point 3) ─────────────────────────────────────────────────────────────
+
+def gpu_sample() -> dict:
+    from status_sample import with_gpus
+
+    return with_gpus(sample())
+
+
+@pytest.mark.parametrize(("width", "height"), SIZES)
+def test_a_gpus_line_says_who_holds_each_gpu_under_the_resource_bars(width, height):
+    text = render(TopState(status=gpu_sample(), received=NOW), width, height)
+    lines = text.splitlines()
+    assert len(lines) <= height and max(len(line) for line in lines) <= width
+    gpu = next(i for i, line in enumerate(lines) if line.startswith("gpu "))
+    assert lines[gpu].rstrip().endswith("reserved 3 of 4 GPUs") and "used" not in lines[gpu]  # use unmeasured
+    assert lines[gpu + 1].rstrip() == "gpus      0,1 physics/t7 alice · 3 ops/t8 bob · 2 free"
+    assert lines[gpu + 2].startswith("fair level")
+    header = next(line for line in lines if line.startswith("group"))
+    assert "gpu r" in header and "gpu r/u" not in header
+    at = header.index("gpu r")
+    for group, gpus in (("physics", "2"), ("ops", "1"), ("idle", "—")):
+        assert row(text, group)[at:at + len("gpu r")].strip() == gpus  # the GPUs its tasks hold
+
+
+def test_a_narrow_screen_drops_the_users_from_the_gpus_line_then_cuts_it():
+    status = gpu_sample()
+    narrow = render(TopState(status=status), 50, 24)
+    assert "gpus      0,1 physics/t7 · 3 ops/t8 · 2 free" in narrow
+    assert max(len(line) for line in narrow.splitlines()) <= 50
+    tiny = render(TopState(status=status), 30, 24)
+    assert max(len(line) for line in tiny.splitlines()) <= 30
+    assert any(line.startswith("gpus      0,1 physics") and line.rstrip().endswith("…") for line in tiny.splitlines())
+
+
+def test_expanded_tasks_show_the_gpus_each_holds():
+    state = keys(TopState(status=gpu_sample()), "enter")
+    text = render(state, 100, 30)
+    header = next(line for line in text.splitlines() if line.lstrip().startswith("pid"))
+    assert header.split()[:5] == ["pid", "user", "age", "gpus", "command"]
+    t7 = next(line for line in text.splitlines() if "4242" in line)
+    t9 = next(line for line in text.splitlines() if "4300" in line)
+    assert t7.split()[3] == "0,1" and t9.split()[3] == "—"
+    assert "8c 12G 2gpu" in t7 and "12G 2gpu" in t7  # cap and reserved count the GPUs
+    # A group whose tasks hold no GPU gets no gpus column.
+    plain = render(keys(TopState(status=sample()), "enter"), 100, 30)
+    assert "gpus" not in next(line for line in plain.splitlines() if line.lstrip().startswith("pid"))
+
+
+def test_no_gpus_no_gpus_line():
+    text = render(TopState(status=sample()), 120, 40)
+    assert not any(line.startswith(("gpus", "gpu ")) for line in text.splitlines())
+
+
+def test_gpu_holders_are_shown_as_text():
+    status = gpu_sample()
+    status["gpus"][0].update(group="[bold]x[/]\x1b[8m", task="[/oops]")
+    text = render(TopState(status=status), 120, 40)
+    assert "\x1b" not in text and "[bold]x[/]?[8m/[/oops]" in text
