@@ -4,7 +4,9 @@ The units come from ``configs/``, installed with governor as the package data
 ``governor.configs`` (a wheel, pipx or a checkout alike). governor.service's ExecStart is pointed at
 the governor executable this command runs from (or ``--prefix``), and ``/etc/governor/governor.toml``
 is created from ``configs/governor.toml`` only if it does not exist: an existing config is never
-overwritten. Then ``systemctl daemon-reload``, so ``systemctl start governor`` sees the units.
+overwritten. The man pages (``governor(1)``, ``governor-<command>(1)``, ``governor.toml(5)``) are
+made from the installed commands (:mod:`governor.manpages`) into ``/usr/local/share/man``. Then
+``systemctl daemon-reload``, so ``systemctl start governor`` sees the units.
 
 Refused before anything is written: an executable the unit could not run (its sandbox hides
 ``/tmp`` and ``/var/tmp`` with ``PrivateTmp=``, homes with ``ProtectHome=yes``), and, when
@@ -21,9 +23,13 @@ CONFIG = "etc/governor/governor.toml"
 # The executable configs/governor.service names, replaced on install (a real path, so the
 # file in configs/ passes `systemd-analyze verify` as it is).
 TEMPLATE_EXECUTABLE = "/usr/local/bin/governor"
+# Where the man pages go (below --root), as a local install: in man-db's default search path.
+# A package puts them in its own place with `governor man --directory`.
+MAN_DIR = "usr/local/share/man"
+_PAGES = "man1/governor.1, man1/governor-<command>.1, man5/governor.toml.5"
 
 
-@click.command("install-systemd", short_help="Install the systemd units.")
+@click.command("install-systemd", short_help="Install the systemd units and man pages.")
 @click.option("--prefix", metavar="DIR", type=click.Path(file_okay=False),
               help="Directory of the governor executable for ExecStart. Default: the one running now.")
 @click.option("--root", "root_dir", metavar="DIR", default="/", show_default=True, type=click.Path(file_okay=False),
@@ -31,11 +37,12 @@ TEMPLATE_EXECUTABLE = "/usr/local/bin/governor"
 @click.option("--dry-run", is_flag=True, help="Print what would be written and run; change nothing.")
 @click.option("--uninstall", is_flag=True,
               help="Take governor off this host instead: stop the daemon, reset users' login slices, stop "
-                   "governor-tasks.service (its tasks and held session processes end), remove the units.")
+                   "governor-tasks.service (its tasks and held session processes end), remove the units "
+                   "and man pages.")
 @click.option("--purge", is_flag=True, help="With --uninstall: remove /etc/governor/governor.toml too.")
 def install_systemd(prefix: str | None, root_dir: str, dry_run: bool, uninstall: bool, purge: bool) -> None:
-    """Install the systemd units (and a config if there is none), then daemon-reload; or,
-    with --uninstall, take them off again.
+    """Install the systemd units, the man pages (in /usr/local/share/man) and a config if there
+    is none, then daemon-reload; or, with --uninstall, take them off again.
 
     \b
     Examples:
@@ -87,10 +94,15 @@ def install_systemd(prefix: str | None, root_dir: str, dry_run: bool, uninstall:
                                                                    executable)
     config = root / CONFIG
     reload_systemd = root.resolve() == Path("/") and Path("/run/systemd/system").is_dir()
+    from governor.manpages import pages
+
+    man_dir = root / MAN_DIR
+    man_pages = {man_dir / name: text for name, text in pages().items()}
 
     if dry_run:
         for path, text in files.items():
             click.echo(f"# would write {path}\n{text}")
+        click.echo(f"# would write {len(man_pages)} man pages to {man_dir}: {_PAGES}")
         click.echo(f"# would keep {config} (exists)" if config.exists()
                    else f"# would copy {configs / 'governor.toml'} to {config}")
         if reload_systemd:
@@ -99,16 +111,15 @@ def install_systemd(prefix: str | None, root_dir: str, dry_run: bool, uninstall:
 
     try:
         for path, text in files.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            path.chmod(0o644)
+            _write(path, text)
             click.echo(f"wrote {path}")
+        for path, text in man_pages.items():
+            _write(path, text)
+        click.echo(f"wrote {len(man_pages)} man pages to {man_dir}: {_PAGES} (e.g. man governor-run)")
         if config.exists():
             click.echo(f"kept {config} (exists)")
         else:
-            config.parent.mkdir(parents=True, exist_ok=True)
-            config.write_text((configs / "governor.toml").read_text())
-            config.chmod(0o644)
+            _write(config, (configs / "governor.toml").read_text())
             click.echo(f"wrote {config} (from configs/governor.toml: edit its [groups])")
     except OSError as error:
         raise GovernorError(f"{error.filename or root}: cannot install: {error.strerror}") from error
@@ -119,6 +130,18 @@ def install_systemd(prefix: str | None, root_dir: str, dry_run: bool, uninstall:
         click.echo("ran systemctl daemon-reload; start with: systemctl enable --now governor")
     else:
         click.echo(f"systemd is not managing {root}: no daemon-reload")
+
+
+def _write(path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o644)
+
+
+def installed_man_pages(man_dir) -> list:
+    """The man pages of governor's found in ``man_dir`` (those of commands since removed too)."""
+    return sorted([*man_dir.glob("man1/governor.1"), *man_dir.glob("man1/governor-*.1"),
+                   *man_dir.glob("man5/governor.toml.5")])
 
 
 # What a unit's sandboxing hides from its processes (systemd.exec(5)): setting → hidden trees.

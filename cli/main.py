@@ -17,6 +17,7 @@ from governor.cli.daemon_cmd import daemon
 from governor.cli.explain import explain
 from governor.cli.failures import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, describe, line
 from governor.cli.install_systemd import install_systemd
+from governor.cli.man_cmd import man
 from governor.cli.ps import ps
 from governor.cli.run import run
 from governor.cli.simulate import simulate
@@ -124,3 +125,4 @@ main.add_command(ps)
 main.add_command(stop)
 main.add_command(explain)
 main.add_command(top)
+main.add_command(man)

@@ -3,9 +3,10 @@
 In order: the daemon stops (``systemctl disable --now governor``); the limits governor set on
 users' logind slices (their login sessions) are reset through systemd; ``governor-tasks.service``
 and ``governor.slice`` stop, which ends every task and every process of a session held in
-governor's tree (systemd's SIGTERM, then SIGKILL) and removes their cgroups; the unit files go
-and systemd reloads; the runtime directory (socket, task records) goes. The config stays
-unless ``purge``. Under ``--root DIR`` (a staged tree, not this host) only files are removed.
+governor's tree (systemd's SIGTERM, then SIGKILL) and removes their cgroups; the unit files and
+the man pages install-systemd wrote go, and systemd reloads; the runtime directory (socket, task
+records) goes. The config stays unless ``purge``. Under ``--root DIR`` (a staged tree, not this
+host) only files are removed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from governor.cli.install_systemd import CONFIG, UNIT_DIR, UNITS
+from governor.cli.install_systemd import CONFIG, MAN_DIR, UNIT_DIR, UNITS, installed_man_pages
 
 RUNTIME = "run/governor"
 STATE = "run/governor/state"
@@ -60,6 +61,12 @@ def uninstall(root: Path, *, purge: bool, dry_run: bool, live: bool,
         if path.exists():
             step(f"removed {path}")
             if not dry_run:
+                _remove(path)
+    man_pages = installed_man_pages(root / MAN_DIR)
+    if man_pages:
+        step(f"removed {len(man_pages)} man pages from {root / MAN_DIR} (governor*.1, governor.toml.5)")
+        if not dry_run:
+            for path in man_pages:
                 _remove(path)
     if live:
         step("ran systemctl daemon-reload", ["systemctl", "daemon-reload"])

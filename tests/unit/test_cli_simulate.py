@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from fractions import Fraction
@@ -15,7 +16,7 @@ from rich.console import Console
 
 from governor.cli.main import main
 from governor.cli.render import allocation_table, format_share, trace_table
-from governor.cli.simulate import POLICY_NAMES
+from governor.cli.simulate import POLICY_NAMES, SCENARIO_NAMES
 from governor import policies
 from governor.drf import discrete_filling, progressive_filling
 from governor.errors import AllocationInputError, GovernorError
@@ -187,6 +188,54 @@ def test_every_shipped_scenario_runs(scenario, mode, policy):
         assert used <= capacity * (1 + 1e-6)
     human = run(str(scenario), "--mode", mode, "--policy", policy, "--trace")
     assert human.exit_code == 0, human.output
+
+
+def test_the_bundled_names_are_the_shipped_scenarios():
+    assert sorted(SCENARIO_NAMES) == sorted(p.stem for p in SCENARIOS.glob("*.toml"))
+
+
+@pytest.mark.parametrize("name", SCENARIO_NAMES)
+def test_a_bundled_scenario_runs_by_name(name, tmp_path, monkeypatch):
+    by_path = run_json(str(SCENARIOS / f"{name}.toml"))
+    monkeypatch.chdir(tmp_path)  # no file of that name here
+    assert run_json(name) == by_path
+    assert run(name).exit_code == 0
+
+
+def test_a_file_named_like_a_bundled_scenario_wins(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "paper").write_text('[capacity]\ncpu = 4\n[groups.mine]\ntask = { cpu = 1 }\n')
+    assert list(run_json("paper")["groups"]) == ["mine"]
+    assert run("./quotas").stderr.startswith("governor: error: ./quotas: cannot read: ")  # a path is a path
+
+
+def test_an_unknown_name_lists_the_bundled_ones(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("papr")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == ("governor: error: papr: no such file, nor a bundled scenario "
+                             f"(bundled: {', '.join(SCENARIO_NAMES)})\n")
+
+
+def test_help_documents_the_format_and_the_names():
+    text = CliRunner(env={"COLUMNS": "80"}).invoke(main, ["simulate", "--help"]).output
+    assert all(name in text for name in SCENARIO_NAMES)
+    format_block = text.split("Scenario format:")[1].split("Examples:")[0]
+    for line in ("[capacity]", "cpu = 9", 'memory = "18G"', "[groups.A]", 'task = { cpu = 1, memory = "4G" }',
+                 "weight = 2", "tasks = 3"):
+        assert re.search(rf"^    {re.escape(line)}( |$)", format_block, re.MULTILINE), line
+    for key in ('parent = "NAME"', "guarantee = { cpu = 2 }", "limit = { cpu = 6 }"):
+        assert key in " ".join(format_block.split()), key
+
+
+def test_the_help_example_is_a_valid_scenario(tmp_path):
+    """The format block of --help, its comments dropped, is a scenario simulate accepts."""
+    text = CliRunner(env={"COLUMNS": "80"}).invoke(main, ["simulate", "--help"]).output
+    block = text.split("Scenario format:\n")[1].split("\n\n")[0]
+    example = tmp_path / "example.toml"
+    example.write_text("\n".join(line.split("#")[0].strip() for line in block.splitlines()) + "\n")
+    out = run_json(str(example))
+    assert out["capacity"] == {"cpu": 9, "memory": 18 * G} and out["groups"]["A"]["tasks"] == 3
 
 
 def test_policy_choices_match_the_library():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from governor.cli.install_systemd import TEMPLATE_EXECUTABLE, hidden_from_unit, with_executable
+from governor.cli.install_systemd import TEMPLATE_EXECUTABLE, hidden_from_unit, installed_man_pages, with_executable
 from governor.cli.main import main
 from governor.errors import GovernorError
 
@@ -50,6 +50,17 @@ def test_install_writes_units_with_the_executable_and_a_config(tmp_path, visible
     assert "no daemon-reload" in result.output
 
 
+def test_install_writes_the_man_pages_of_every_command(tmp_path, visible):
+    result = CliRunner().invoke(main, ["install-systemd", "--prefix", str(_fake_governor(visible)),
+                                       "--root", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    man_dir = tmp_path / "r/usr/local/share/man"
+    expected = {"man1/governor.1", "man5/governor.toml.5", *(f"man1/governor-{name}.1" for name in main.commands)}
+    assert {str(p.relative_to(man_dir)) for p in installed_man_pages(man_dir)} == expected
+    assert f"wrote {len(expected)} man pages to {man_dir}: " in result.output
+    assert "--gpus" in (man_dir / "man1/governor-run.1").read_text().replace("\\-", "-")
+
+
 def test_install_never_overwrites_an_existing_config(tmp_path, visible):
     config = tmp_path / "r/etc/governor/governor.toml"
     config.parent.mkdir(parents=True)
@@ -69,6 +80,7 @@ def test_dry_run_prints_the_units_and_writes_nothing(tmp_path, visible):
     assert f"ExecStart={bin_dir}/governor daemon" in result.output
     assert "ExecStartPost=" in result.output  # the tasks unit, printed in full
     assert f"would copy {CONFIGS / 'governor.toml'}" in result.output
+    assert f"# would write {len(main.commands) + 2} man pages to {tmp_path}/r/usr/local/share/man: " in result.output
     assert not (tmp_path / "r").exists()
 
 
@@ -161,11 +173,18 @@ def test_uninstall_from_a_staged_root_removes_the_units_and_keeps_the_config(tmp
     root = tmp_path / "r"
     assert CliRunner().invoke(main, ["install-systemd", "--prefix", str(_fake_governor(visible)),
                                      "--root", str(root)]).exit_code == 0
+    man_dir = root / "usr/local/share/man"
+    (man_dir / "man1/governor-retired.1").write_text("a page of a command since removed")
+    (man_dir / "man1/git.1").write_text("not governor's")
+    pages = len(main.commands) + 3
     dry = CliRunner().invoke(main, ["install-systemd", "--uninstall", "--dry-run", "--root", str(root)])
     assert dry.exit_code == 0 and "# would remove" in dry.output and (root / "etc/systemd/system/governor.service").exists()
+    assert f" {pages} man pages from {man_dir}" in dry.output and len(installed_man_pages(man_dir)) == pages
     result = CliRunner().invoke(main, ["install-systemd", "--uninstall", "--root", str(root)])
     assert result.exit_code == 0, result.output
     assert not list((root / "etc/systemd/system").iterdir())
+    assert f"removed {pages} man pages from {man_dir}" in result.output
+    assert [p.name for p in man_dir.glob("man*/*")] == ["git.1"]
     assert f"kept {root}/etc/governor/governor.toml (--purge removes it)" in result.output
     result = CliRunner().invoke(main, ["install-systemd", "--uninstall", "--purge", "--root", str(root)])
     assert result.exit_code == 0, result.output
