@@ -42,7 +42,8 @@ def uninstall(root: Path, *, purge: bool, dry_run: bool, live: bool,
 
     def step(what: str, argv: list[str] | None = None, *, must: bool = True) -> None:
         if dry_run:
-            click.echo(f"# would {what}" + (f": {' '.join(argv)}" if argv else ""))
+            verb, _, rest = what.partition(" ")
+            click.echo(f"# would {_PRESENT.get(verb, verb)} {rest}" + (f": {' '.join(argv)}" if argv else ""))
             return
         if argv is not None:
             done = run(argv)
@@ -94,6 +95,10 @@ def uninstall(root: Path, *, purge: bool, dry_run: bool, live: bool,
         if left.exists():
             raise GovernorError(f"{left} is still there: systemctl stop {TASKS_SLICE} did not remove it")
         click.echo(f"nothing of governor is left in {cgroup_mount}")
+
+
+# Each step says what it did; a dry run says what it would do.
+_PRESENT = {"stopped": "stop", "removed": "remove", "ran": "run", "cleared": "clear", "reset": "reset"}
 
 
 def _login_sessions(state: Path) -> list[int]:
