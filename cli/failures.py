@@ -2,7 +2,7 @@
 
 ``governor: error: <what went wrong> (<hint>)`` on stderr; with ``--verbose`` the internal
 code follows in brackets (``[forbidden]``). Each kind of failure has one exit code, listed in
-the README (a test per row)::
+docs/user.md, "Errors and exit codes" (a test per row)::
 
     0    done
     1    failure: none of the below (a cgroup write refused, a daemon bug, a broken reply)

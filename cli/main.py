@@ -98,7 +98,7 @@ def main(verbose: bool) -> None:
     """Share one Linux host among user groups with Dominant Resource Fairness.
 
     Every failure is one line, "governor: error: <what> (<hint>)", and each kind of failure
-    has its own exit code (the README lists them).
+    has its own exit code (docs/user.md lists them).
 
     \b
     Examples:

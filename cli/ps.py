@@ -9,7 +9,7 @@ import click
 @click.command(short_help="List your tasks, running, queued or ended.")
 @click.option("--all", "everyone", is_flag=True, help="Everyone's tasks (root and admins).")
 @click.option("--ended", is_flag=True, help="Tasks that ended lately, with why, wall and CPU time and memory peak.")
-@click.option("--json", "as_json", is_flag=True, help="Print the list as one JSON line (schema in the README).")
+@click.option("--json", "as_json", is_flag=True, help="Print the list as one JSON line (schema in docs/user.md).")
 @click.option("--socket", "socket_option", metavar="PATH",
               help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
 def ps(everyone: bool, ended: bool, as_json: bool, socket_option: str | None) -> None:

@@ -1,5 +1,5 @@
 """``governor ps`` for people: one rich table of tasks (each with its process tree), or of
-ended tasks. Pure: renderables from the daemon's rows (README: "governor ps"), ``now`` passed in.
+ended tasks. Pure: renderables from the daemon's rows (docs/user.md: "governor ps"), ``now`` passed in.
 """
 
 from __future__ import annotations

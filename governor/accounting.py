@@ -49,7 +49,7 @@ class Ended:
     exit_status: int | None = None
 
     def to_json(self, *, command_chars: int | None = None) -> dict:
-        """The record as ``governor ps --ended --json`` shows it (schema in the README):
+        """The record as ``governor ps --ended --json`` shows it (schema in docs/user.md):
         seconds, bytes, and None where unknown; the command cut to ``command_chars`` if given
         (:meth:`~governor.state.Task.to_json`)."""
         stats = self.stats

@@ -1,6 +1,6 @@
 """The kernel's process-events connector: which processes just forked, ran ``exec`` or changed uid.
 
-Why this mechanism for sessions (README "Sessions"): it is the only one that sees every way a
+Why this mechanism for sessions (docs/admin.md, "Sessions"): it is the only one that sees every way a
 process of a user can start (an ssh login, ``su -``, ``runuser``, cron, ``setsid``, a double
 fork), on any host, with or without systemd or PAM, within a millisecond: ``sshd``, ``su`` and
 cron call ``setuid`` (a uid event) before they ``exec`` the user's command (an exec event).

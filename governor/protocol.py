@@ -45,7 +45,7 @@ Operations; every field is checked and unknown fields are refused:
   "limits": {file: value}}``; the server then closes the connection (as after a ``watch``).
   A pid that already runs as a task gets that task back, so a client that lost the reply may
   simply ask again.
-- ``{"op": "status"}``. Reply payload: ``{"status": {...}}`` (schema in README).
+- ``{"op": "status"}``. Reply payload: ``{"status": {...}}`` (schema in docs/operator.md).
 - ``{"op": "watch", "interval": number}`` (interval optional, 0.5–60 s, default 1): a stream of
   ``{"ok": true, "status": {...}}`` lines, the first at once, then one per interval, until the
   client closes the connection.
@@ -54,7 +54,7 @@ Operations; every field is checked and unknown fields are refused:
   [...]}}``: the live host's progressive filling, one trace row per event (paper Table 1).
 - ``{"op": "ps", "all": bool, "ended": bool, "task": str}`` (all optional; default false and
   every task): the caller's tasks, running and queued → ``{"tasks": [...]}``, or with
-  ``ended`` its recent ended records → ``{"ended": [...]}`` (schemas in the README); with
+  ``ended`` its recent ended records → ``{"ended": [...]}`` (schemas in docs/user.md); with
   ``task``, only that one's. Root and admins get everyone's with ``all``; anyone else asking
   for ``all`` is ``forbidden``.
 - ``{"op": "stop", "tasks": [str, ...]}`` (1–64 task ids): end each task's whole process tree

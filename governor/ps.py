@@ -1,5 +1,5 @@
 """The rows of ``governor ps``: a user's tasks, running and queued, with what each declared
-(its cap), what DRF guarantees it and what it uses (schema in the README). The processes of
+(its cap), what DRF guarantees it and what it uses (schema in docs/user.md). The processes of
 each task come from the caller (:func:`processes` names the pids of its cgroup).
 """
 

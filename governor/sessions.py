@@ -1,4 +1,4 @@
-"""Whose processes outside ``governor run`` are governed, and as what (README "Sessions").
+"""Whose processes outside ``governor run`` are governed, and as what (docs/admin.md, "Sessions").
 
 A governed user is one the config gives a group. Every process of such a user that is not in a
 task of ``governor run`` belongs to the user's **session**: one task per user, in the user's

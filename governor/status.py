@@ -1,4 +1,4 @@
-"""The status object the daemon serves (``governor status --json``; schema in the README). Pure."""
+"""The status object the daemon serves (``governor status --json``; schema in docs/operator.md). Pure."""
 
 from __future__ import annotations
 

@@ -215,7 +215,7 @@ class Observation:
     # ── the snapshot ────────────────────────────────────────────────────────────────────
 
     def status(self) -> dict:
-        """The status object of ``governor status --json`` (schema in the README), built once
+        """The status object of ``governor status --json`` (schema in docs/operator.md), built once
         per change (an event, a sample) and shared by every caller until the next: a storm of
         ``status`` requests or many ``watch`` streams cost one build, not one each. Callers must
         not modify it."""

@@ -81,7 +81,7 @@ class Daemon:
     Raises:
         GovernorError: the config cannot be put in force here (:class:`~governor.daemon.policy.Policy`).
 
-    The stages, one module each (README "Layout"): ``requests`` → ``launches`` → ``settle``
+    The stages, one module each (docs/design.md, "Code map"): ``requests`` → ``launches`` → ``settle``
     (admit → create → plan → apply → move → reply) → ``enforcement``; ``exits``, ``sessions``
     and ``observation`` report to settle; ``recovery`` at start; ``journal`` for every one.
     """

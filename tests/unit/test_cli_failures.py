@@ -1,4 +1,4 @@
-"""One error style and one exit code per kind of failure (cli/failures.py; the README's table):
+"""One error style and one exit code per kind of failure (cli/failures.py; the table in docs/user.md):
 one test per row, through click (CliRunner) and through ``governor run``'s fast path (a
 subprocess of the console script's entry, which never loads click)."""
 
