@@ -57,6 +57,9 @@ EOF
 cp "$config" "$work/governor.toml"
 $gov install-systemd
 cmp -s "$config" "$work/governor.toml" || fail "install-systemd overwrote an existing $config"
+for page in man1/governor.1 man1/governor-run.1 man5/governor.toml.5; do
+    [ -s "/usr/local/share/man/$page" ] || fail "install-systemd did not install the man page $page"
+done
 grep -qx "ExecStart=$gov daemon .*" /etc/systemd/system/governor.service \
     || fail "ExecStart does not name $gov: $(grep ExecStart= /etc/systemd/system/governor.service)"
 
@@ -180,6 +183,8 @@ done
 left=$(find /sys/fs/cgroup -name '*governor*')
 [ -z "$left" ] || fail "uninstall left in /sys/fs/cgroup: $left"
 pgrep -f 'sleep 600' >/dev/null && fail "uninstall left a task running"
+pages=$(find /usr/local/share/man -name 'governor*' 2>/dev/null)
+[ -z "$pages" ] || fail "uninstall left man pages: $pages"
 [ -f "$config" ] || fail "uninstall removed the config without --purge"
 $gov install-systemd --uninstall --purge >/dev/null || fail "uninstall --purge failed"
 [ ! -e "$config" ] || fail "uninstall --purge kept $config"
