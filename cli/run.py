@@ -64,7 +64,7 @@ def _time_limit(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--io-read", metavar="RATE", callback=_bytes, help="Read bandwidth demand per second, e.g. 200M.")
 @click.option("--io-write", metavar="RATE", callback=_bytes, help="Write bandwidth demand per second, e.g. 100M.")
 @click.option("--no-wait", is_flag=True, help="Fail (exit 75) instead of waiting when the memory "
-                                                 "does not fit now.")
+                                                 "or GPUs do not fit now.")
 @click.option("--name", help="Name of the task in `governor ps` (default: the command's name).")
 @click.option("--time-limit", "limit", metavar="DURATION", callback=_time_limit,
               help="End the whole task this long after it starts, e.g. 90s, 10m, 1h30m (plain: seconds).")
@@ -83,8 +83,8 @@ def run(group: str | None, cpus: float | None, memory: int | None, gpu: int | No
 
     Flags not given take the daemon's default task demand. Sizes use K, M, G, T (powers of
     1024). The demand is a cap: CMD never gets more; when others are idle it may use their
-    share up to it. CMD starts when its memory fits; until then it waits in a queue (and
-    says when it starts). CMD keeps this terminal and its exit code becomes governor's. At
+    share up to it. CMD starts when its memory (and GPUs) fit; until then it waits in a queue
+    (and says when it starts). CMD keeps this terminal and its exit code becomes governor's. At
     --time-limit the daemon kills every process of the task (SIGKILL), as `governor stop`
     does, and governor says so: "governor: task 12 ended: its time limit of 3s was reached".
 
