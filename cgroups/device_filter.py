@@ -1,9 +1,9 @@
 """Keep a task's processes off the GPUs it does not hold: a device deny list per cgroup.
 
-governor denies only the GPU nodes a task was not given (``/dev/nvidia1`` when it holds GPU 0),
-never "everything but": a deny list leaves ``/dev/null``, ``/dev/zero``, ttys, ``/dev/nvidiactl``
-and every other node the task's programs open as they were, so no list of harmless devices has
-to be kept in step with the host.
+governor denies only the GPU nodes a task was not given (``/dev/nvidia1`` when it holds GPU 0;
+NVIDIA's control nodes too when it holds none), never "everything but": a deny list leaves
+``/dev/null``, ``/dev/zero``, ttys and every other node the task's programs open as they were,
+so no list of harmless devices has to be kept in step with the host.
 
 cgroup v2 has no device files; access is decided by ``BPF_PROG_TYPE_CGROUP_DEVICE`` programs
 attached to the cgroup (kernel ``Documentation/admin-guide/cgroup-v2.rst``, "Device
