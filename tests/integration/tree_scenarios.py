@@ -21,20 +21,23 @@ HEAD = '[capacity]\ncpu = {cpu}\nmemory = "1G"\n[enforcement]\nmemory = "soft"\n
 
 def two_level_tree_under_contention(tmp_path) -> None:
     """Two departments, weights 1:1; D2 has two labs, 1:1. Capacity C = 1.5·s cores; every leaf
-    runs three burners capped at 0.3·s (each wants 0.9·s, 2.7·s in all). H-DRF: D1 gets C/2, each
-    lab C/4 (D2's half, halved); a flat DRF over the three leaves would give each C/3.
+    runs burners that want more than its share: on v2 two capped at 0.5·s, on v1 three capped at
+    0.3·s. H-DRF: D1 gets C/2, each lab C/4 (D2's half, halved); a flat DRF over the three leaves
+    would give each C/3.
 
-    The caps stay below a lab's C/4 = 0.375·s because cgroup v1 refuses a parent quota below a
+    On v1 the caps stay below a lab's C/4 = 0.375·s because v1 refuses a parent quota below a
     child's: with 0.5·s caps the lab's hold could not go below 0.5·s, the split inside D2 fell to
-    the weights alone, and CI measured the labs at +5.4 % and −6 %."""
+    the weights alone, and CI measured the labs at +5.4 % and −6 %. The emulated VM runs fewer
+    burners better (nine measured a lab at −7.2 %, four within 1 %)."""
     capacity = 1.5 * SCALE
     tree = ('[groups.D1]\nusers = ["root"]\n[groups.D2]\n'
             '[groups.L1]\nparent = "D2"\nusers = ["root"]\n[groups.L2]\nparent = "D2"\nusers = ["root"]\n')
     gov = Governor(tmp_path, HEAD.format(cpu=capacity) + tree)
     try:
+        count, cap = (3, 0.3) if gov.status()["daemon"]["cgroup_mode"] == "v1" else (2, 0.5)
         for group in ("D1", "L1", "L2"):
-            for _ in range(3):
-                gov.run(group, BUSY, cpus=0.3 * SCALE, memory="32M")
+            for _ in range(count):
+                gov.run(group, BUSY, cpus=cap * SCALE, memory="32M")
         expected = {"D1": capacity / 2, "D2": capacity / 2, "D2/L1": capacity / 4, "D2/L2": capacity / 4}
         groups = gov.status()["groups"]
         for leaf, place in (("D1", "D1"), ("L1", "D2/L1"), ("L2", "D2/L2")):
