@@ -139,7 +139,8 @@ def gpus_on_this_host(config: Config):
 def gpu_report(config: Config) -> list[str]:
     """What ``check-config`` says of GPUs on this host: each GPU found (governor's index, node,
     UUID, name), the control nodes, how the kernel keeps tasks from the others' nodes, and
-    whether the ``dmem`` controller could cap GPU memory. Empty when no GPU is governed."""
+    whether the ``dmem`` controller could cap GPU memory; one line saying so when no GPU is
+    governed."""
     from governor.cgroups.detect import device_guard, dmem_regions
     from governor.errors import CgroupError
 
