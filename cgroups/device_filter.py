@@ -16,8 +16,13 @@ the path from the root to the cgroup and allows an access only when all of them 
 program systemd attached above (a unit's ``DevicePolicy=``/``DeviceAllow=``) still applies and
 ours can only narrow it.
 
-cgroup v1 has the ``devices`` controller instead: :func:`deny_v1_lines` gives the same deny list
-as ``devices.deny`` lines (kernel ``Documentation/admin-guide/cgroup-v1/devices.rst``).
+A cgroup carries at most one governor program, loaded with the name :data:`PROGRAM_NAME`: a new
+list is attached before the programs of that name attached to the cgroup before are detached
+(found with ``BPF_PROG_QUERY``, so a restarted daemon finds its predecessor's too), so no
+access is allowed in between that either list denies.
+
+cgroup v1 has the ``devices`` controller instead: the deny list becomes ``devices.deny`` lines
+(:func:`governor.cgroups.limits.v1_files`; kernel ``Documentation/admin-guide/cgroup-v1/devices.rst``).
 
 Sources of the numbers below: ``include/uapi/linux/bpf.h`` and ``bpf_common.h`` (instruction
 encoding, ``union bpf_attr``, ``struct bpf_cgroup_dev_ctx``, ``BPF_DEVCG_*``); runc's
@@ -27,20 +32,23 @@ programs of the same shape.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno as _errno
 import os
 import platform
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from governor.cgroups.device_rules import Device, checked_device, devices_text
 from governor.cgroups.errors import CgroupUnsupported, CgroupWriteError
 
-__all__ = ["Device", "attach_deny_program", "bpf_device_filter_supported", "deny_program", "deny_v1_lines"]
+__all__ = ["PROGRAM_NAME", "attach_deny_program", "attached_programs", "bpf_device_filter_supported",
+           "deny_program"]
 
-Device = tuple[str, int, int]
-"""``("c" or "b", major, minor)``; a minor of ``-1`` means every minor of that major."""
+# The name governor's device programs are loaded with (at most 15 characters: BPF_OBJ_NAME_LEN).
+PROGRAM_NAME = b"governor_dev"
 
 # --- the assembler: only the five instructions the program needs ------------------------------
 
@@ -55,9 +63,6 @@ _R0, _R1, _R2, _R4, _R5 = 0, 1, 2, 4, 5
 _CTX_ACCESS_TYPE, _CTX_MAJOR, _CTX_MINOR = 0, 4, 8
 _DEVCG_TYPE = {"b": 1, "c": 2}  # BPF_DEVCG_DEV_BLOCK, BPF_DEVCG_DEV_CHAR
 
-# include/linux/kdev_t.h: MINORBITS 20, so majors have 12 bits. Keeping to these also keeps
-# every number below 2**31, where JNE's sign-extended 32-bit immediate still matches.
-_MAX_MAJOR, _MAX_MINOR = (1 << 12) - 1, (1 << 20) - 1
 
 
 def _insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
@@ -91,22 +96,6 @@ def _exit() -> bytes:
     return _insn(_BPF_JMP | _BPF_EXIT)
 
 
-def _checked(device: Device) -> Device:
-    kind, major, minor = device
-    if kind not in _DEVCG_TYPE:
-        raise ValueError(f"device type must be 'c' or 'b', not {kind!r}")
-    if not 0 <= major <= _MAX_MAJOR:
-        raise ValueError(f"device major {major} is outside 0..{_MAX_MAJOR}")
-    if minor != -1 and not 0 <= minor <= _MAX_MINOR:
-        raise ValueError(f"device minor {minor} is outside 0..{_MAX_MINOR} (or -1 for all)")
-    return kind, major, minor
-
-
-def _rule(device: Device) -> str:
-    kind, major, minor = device
-    return f"{kind} {major}:{'*' if minor == -1 else minor}"
-
-
 def deny_program(denied: Sequence[Device]) -> bytes:
     """Assemble a ``BPF_PROG_TYPE_CGROUP_DEVICE`` program that returns 0 (deny) for any access
     (read, write, mknod) to a device in ``denied`` and 1 (allow) for every other device.
@@ -126,11 +115,13 @@ def deny_program(denied: Sequence[Device]) -> bytes:
 
     Raises:
         ValueError: a type other than ``"c"``/``"b"``, or a number outside the kernel's
-            12-bit major / 20-bit minor.
+            12-bit major / 20-bit minor (:func:`~governor.cgroups.device_rules.checked_device`;
+            they also keep every number below 2**31, where JNE's sign-extended 32-bit
+            immediate still matches).
     """
     program = [_ldx_w(_R2, _R1, _CTX_ACCESS_TYPE), _and32_imm(_R2, 0xFFFF),
                _ldx_w(_R4, _R1, _CTX_MAJOR), _ldx_w(_R5, _R1, _CTX_MINOR)]
-    for kind, major, minor in map(_checked, denied):
+    for kind, major, minor in map(checked_device, denied):
         # Built back to front so that each jump's offset is simply what follows it in the block.
         block = [_mov64_imm(_R0, 0), _exit()]
         if minor != -1:
@@ -142,22 +133,13 @@ def deny_program(denied: Sequence[Device]) -> bytes:
     return b"".join(program)
 
 
-def deny_v1_lines(denied: Sequence[Device]) -> list[str]:
-    """The lines that deny ``denied`` in a v1 ``devices`` cgroup, e.g. ``["c 195:0 rwm",
-    "c 195:* rwm"]`` (minor ``-1`` → ``*``).
-
-    Write them to ``devices.deny`` one ``write(2)`` each (the kernel parses one rule per
-    write; kernel Documentation/admin-guide/cgroup-v1/devices.rst).
-
-    Raises:
-        ValueError: as :func:`deny_program`.
-    """
-    return [f"{_rule(_checked(device))} rwm" for device in denied]
-
-
 # --- bpf(2) ---------------------------------------------------------------------------------
 
-_BPF_PROG_LOAD, _BPF_PROG_ATTACH = 5, 8
+_BPF_PROG_LOAD, _BPF_PROG_ATTACH, _BPF_PROG_DETACH = 5, 8, 9
+_BPF_PROG_GET_FD_BY_ID, _BPF_OBJ_GET_INFO_BY_FD, _BPF_PROG_QUERY = 13, 15, 16
+_OBJ_NAME_LEN = 16  # BPF_OBJ_NAME_LEN, the terminating NUL included
+# Programs attached to one cgroup asked for at once; BPF_CGROUP_MAX_PROGS is 64.
+_QUERY_MAX = 64
 _BPF_PROG_TYPE_CGROUP_DEVICE, _BPF_CGROUP_DEVICE, _BPF_F_ALLOW_MULTI = 15, 6, 2
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}
 _LICENSE = b"Apache-2.0\0"  # device programs call no GPL-only helpers
@@ -173,7 +155,40 @@ class _ProgLoadAttr(ctypes.Structure):
     _fields_ = [("prog_type", ctypes.c_uint32), ("insn_cnt", ctypes.c_uint32), ("insns", ctypes.c_uint64),
                 ("license", ctypes.c_uint64), ("log_level", ctypes.c_uint32), ("log_size", ctypes.c_uint32),
                 ("log_buf", ctypes.c_uint64), ("kern_version", ctypes.c_uint32), ("prog_flags", ctypes.c_uint32),
-                ("_zero", ctypes.c_uint8 * (_ATTR_SIZE - 48))]
+                ("prog_name", ctypes.c_char * _OBJ_NAME_LEN), ("_zero", ctypes.c_uint8 * (_ATTR_SIZE - 64))]
+
+
+class _ProgQueryAttr(ctypes.Structure):
+    """The ``BPF_PROG_QUERY`` part of ``union bpf_attr`` (include/uapi/linux/bpf.h)."""
+
+    _fields_ = [("target_fd", ctypes.c_uint32), ("attach_type", ctypes.c_uint32), ("query_flags", ctypes.c_uint32),
+                ("attach_flags", ctypes.c_uint32), ("prog_ids", ctypes.c_uint64), ("prog_cnt", ctypes.c_uint32),
+                ("_zero", ctypes.c_uint8 * (_ATTR_SIZE - 28))]
+
+
+class _GetFdByIdAttr(ctypes.Structure):
+    """The ``BPF_PROG_GET_FD_BY_ID`` part of ``union bpf_attr`` (include/uapi/linux/bpf.h)."""
+
+    _fields_ = [("prog_id", ctypes.c_uint32), ("next_id", ctypes.c_uint32), ("open_flags", ctypes.c_uint32),
+                ("_zero", ctypes.c_uint8 * (_ATTR_SIZE - 12))]
+
+
+class _InfoAttr(ctypes.Structure):
+    """The ``BPF_OBJ_GET_INFO_BY_FD`` part of ``union bpf_attr`` (include/uapi/linux/bpf.h)."""
+
+    _fields_ = [("bpf_fd", ctypes.c_uint32), ("info_len", ctypes.c_uint32), ("info", ctypes.c_uint64),
+                ("_zero", ctypes.c_uint8 * (_ATTR_SIZE - 16))]
+
+
+class _ProgInfo(ctypes.Structure):
+    """The start of ``struct bpf_prog_info`` up to its ``name`` (include/uapi/linux/bpf.h): the
+    kernel fills no more than the ``info_len`` it is given."""
+
+    _fields_ = [("type", ctypes.c_uint32), ("id", ctypes.c_uint32), ("tag", ctypes.c_uint8 * 8),
+                ("jited_prog_len", ctypes.c_uint32), ("xlated_prog_len", ctypes.c_uint32),
+                ("jited_prog_insns", ctypes.c_uint64), ("xlated_prog_insns", ctypes.c_uint64),
+                ("load_time", ctypes.c_uint64), ("created_by_uid", ctypes.c_uint32), ("nr_map_ids", ctypes.c_uint32),
+                ("map_ids", ctypes.c_uint64), ("name", ctypes.c_char * _OBJ_NAME_LEN)]
 
 
 class _ProgAttachAttr(ctypes.Structure):
@@ -212,7 +227,7 @@ def _load(program: bytes, path: str, log: ctypes.Array | None = None) -> int:
     insns = ctypes.create_string_buffer(program, len(program))
     licence = ctypes.create_string_buffer(_LICENSE, len(_LICENSE))
     attr = _ProgLoadAttr(prog_type=_BPF_PROG_TYPE_CGROUP_DEVICE, insn_cnt=len(program) // 8,
-                         insns=ctypes.addressof(insns), license=ctypes.addressof(licence))
+                         insns=ctypes.addressof(insns), license=ctypes.addressof(licence), prog_name=PROGRAM_NAME)
     if log is not None:
         attr.log_level, attr.log_size, attr.log_buf = 1, len(log), ctypes.addressof(log)
     return _bpf(_BPF_PROG_LOAD, attr, path)
@@ -226,13 +241,17 @@ def _write_error(path: str, value: str, errno: int | None, detail: str = "") -> 
 
 
 def attach_deny_program(cgroup_dir: Path, denied: Sequence[Device]) -> None:
-    """Load :func:`deny_program` ``(denied)`` and attach it to the cgroup v2 directory
-    ``cgroup_dir`` (``BPF_CGROUP_DEVICE``, ``BPF_F_ALLOW_MULTI``), then close both fds: the
-    attachment holds the program for as long as the cgroup exists.
+    """Make governor's device program on the cgroup v2 directory ``cgroup_dir`` deny exactly
+    ``denied``: load :func:`deny_program` ``(denied)`` (named :data:`PROGRAM_NAME`), attach it
+    (``BPF_CGROUP_DEVICE``, ``BPF_F_ALLOW_MULTI``), then detach every program of that name
+    attached there before (:func:`attached_programs`: this daemon's, or an earlier one's).
+    The new program is in force before the old one goes, so no access either denies slips
+    through between. An empty ``denied`` attaches nothing and detaches ours. The fds are
+    closed: the attachment holds the program for as long as the cgroup exists.
 
-    Each call attaches one more program; an access is allowed only when every program on the
-    path from the root allows it (kernel Documentation/admin-guide/cgroup-v2.rst, "Device
-    controller"; include/uapi/linux/bpf.h on ``BPF_F_ALLOW_MULTI``).
+    An access is allowed only when every program on the path from the root allows it (kernel
+    Documentation/admin-guide/cgroup-v2.rst, "Device controller"; include/uapi/linux/bpf.h on
+    ``BPF_F_ALLOW_MULTI``): programs others attached (systemd's) stay and still apply.
 
     Raises:
         ValueError: as :func:`deny_program`.
@@ -240,38 +259,115 @@ def attach_deny_program(cgroup_dir: Path, denied: Sequence[Device]) -> None:
             directory, ``value`` describes the program (``"BPF device program denying c 195:0,
             c 195:255"``), ``errno`` is set (``EPERM`` without CAP_BPF/CAP_NET_ADMIN or
             CAP_SYS_ADMIN, ``EBADF`` when the directory is not on cgroup2, ``ENOENT`` when the
-            cgroup vanished); a refused load carries the verifier log in the message.
+            cgroup vanished); a refused load carries the verifier log in the message. When
+            the old program could not be detached, both stay (the access allowed is what
+            both allow): a later call detaches it.
         CgroupUnsupported: this machine's bpf syscall number is unknown.
     """
-    program, path = deny_program(denied), str(cgroup_dir)
-    value = f"BPF device program denying {', '.join(map(_rule, denied)) or 'nothing'}"
+    path = str(cgroup_dir)
+    value = f"BPF device program denying {devices_text(denied) or 'nothing'}"
+    prog_fd = _load_checked(deny_program(denied), path, value) if denied else None
     try:
-        prog_fd = _load(program, path)
+        with _directory(cgroup_dir, value) as dir_fd:
+            old: dict[int, int] = {}  # governor's programs attached before: id → an fd of it
+            try:
+                for prog_id, fd, name in _programs(dir_fd, path, value):
+                    old[prog_id] = fd
+                    if name != PROGRAM_NAME:  # another's (systemd's): it stays
+                        os.close(old.pop(prog_id))
+                if prog_fd is not None:
+                    _bpf_or_raise(_BPF_PROG_ATTACH, _ProgAttachAttr(
+                        target_fd=dir_fd, attach_bpf_fd=prog_fd, attach_type=_BPF_CGROUP_DEVICE,
+                        attach_flags=_BPF_F_ALLOW_MULTI), path, value, "bpf(BPF_PROG_ATTACH) failed")
+                for old_fd in old.values():
+                    _bpf_or_raise(_BPF_PROG_DETACH, _ProgAttachAttr(
+                        target_fd=dir_fd, attach_bpf_fd=old_fd, attach_type=_BPF_CGROUP_DEVICE), path, value,
+                        "bpf(BPF_PROG_DETACH) of the program it replaces failed")
+            finally:
+                for old_fd in old.values():
+                    os.close(old_fd)
+    finally:
+        if prog_fd is not None:
+            os.close(prog_fd)
+
+
+def attached_programs(cgroup_dir: Path) -> dict[int, bytes]:
+    """The device programs attached to the cgroup v2 directory ``cgroup_dir`` itself (not
+    above it): program id → the name it was loaded with (:data:`PROGRAM_NAME`: governor's).
+
+    Raises:
+        CgroupWriteError: as :func:`attach_deny_program` (``value``: ``"BPF device programs"``).
+        CgroupUnsupported: this machine's bpf syscall number is unknown.
+    """
+    value, names = "BPF device programs", {}
+    with _directory(cgroup_dir, value) as dir_fd:
+        for prog_id, prog_fd, name in _programs(dir_fd, str(cgroup_dir), value):
+            os.close(prog_fd)
+            names[prog_id] = name
+    return names
+
+
+@contextlib.contextmanager
+def _directory(cgroup_dir: Path, value: str) -> Iterator[int]:
+    """``cgroup_dir`` open (an fd), for ``bpf()`` to name the cgroup; closed afterwards."""
+    try:
+        dir_fd = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise _write_error(str(cgroup_dir), value, e.errno, "cannot open the cgroup directory") from e
+    try:
+        yield dir_fd
+    finally:
+        os.close(dir_fd)
+
+
+def _bpf_or_raise(cmd: int, attr: ctypes.Structure, path: str, value: str, failed: str) -> int:
+    """:func:`_bpf`, its failure a CgroupWriteError on ``path`` and ``value`` saying ``failed``."""
+    try:
+        return _bpf(cmd, attr, path)
+    except OSError as e:
+        raise _write_error(path, value, e.errno, failed) from e
+
+
+def _load_checked(program: bytes, path: str, value: str) -> int:
+    """:func:`_load`, a refusal raised as a CgroupWriteError with the verifier's log."""
+    try:
+        return _load(program, path)
     except OSError as first:
         # The first attempt goes without a log: the verifier then skips writing one for the
         # programs it accepts, which is all of them unless something is badly wrong.
         log = ctypes.create_string_buffer(_LOG_SIZE)
         try:
-            prog_fd = _load(program, path, log)
+            return _load(program, path, log)
         except OSError:
             text = log.value.decode(errors="replace").strip()
             raise _write_error(path, value, first.errno,
                                f"bpf(BPF_PROG_LOAD) verifier log: {text or '(empty)'}") from first
-    try:
+
+
+def _programs(dir_fd: int, path: str, value: str) -> Iterator[tuple[int, int, bytes]]:
+    """``(id, fd, name)`` of each device program attached to the cgroup open as ``dir_fd``
+    (``BPF_PROG_QUERY``, then each by id; one gone meanwhile is skipped). The caller closes
+    each fd it is given."""
+    ids = (ctypes.c_uint32 * _QUERY_MAX)()
+    query = _ProgQueryAttr(target_fd=dir_fd, attach_type=_BPF_CGROUP_DEVICE, prog_ids=ctypes.addressof(ids),
+                           prog_cnt=_QUERY_MAX)
+    _bpf_or_raise(_BPF_PROG_QUERY, query, path, value, "bpf(BPF_PROG_QUERY) failed")
+    for prog_id in ids[:query.prog_cnt]:
         try:
-            dir_fd = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            prog_fd = _bpf(_BPF_PROG_GET_FD_BY_ID, _GetFdByIdAttr(prog_id=prog_id), path)
         except OSError as e:
-            raise _write_error(path, value, e.errno, "cannot open the cgroup directory") from e
+            if e.errno == _errno.ENOENT:
+                continue  # detached and freed since the query
+            raise _write_error(path, value, e.errno, f"bpf(BPF_PROG_GET_FD_BY_ID) of program {prog_id} failed") from e
+        info = _ProgInfo()
         try:
-            _bpf(_BPF_PROG_ATTACH, _ProgAttachAttr(target_fd=dir_fd, attach_bpf_fd=prog_fd,
-                                                   attach_type=_BPF_CGROUP_DEVICE,
-                                                   attach_flags=_BPF_F_ALLOW_MULTI), path)
-        except OSError as e:
-            raise _write_error(path, value, e.errno, "bpf(BPF_PROG_ATTACH) failed") from e
-        finally:
-            os.close(dir_fd)
-    finally:
-        os.close(prog_fd)
+            _bpf_or_raise(_BPF_OBJ_GET_INFO_BY_FD, _InfoAttr(bpf_fd=prog_fd, info_len=ctypes.sizeof(info),
+                                                             info=ctypes.addressof(info)), path, value,
+                          "bpf(BPF_OBJ_GET_INFO_BY_FD) failed")
+        except CgroupWriteError:
+            os.close(prog_fd)
+            raise
+        yield prog_id, prog_fd, info.name
 
 
 def bpf_device_filter_supported() -> str | None:

@@ -13,12 +13,11 @@ one thread (the daemon's event loop).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Protocol
 
 from governor.cgroups.base import ApplyReport
-from governor.cgroups.device_filter import Device
 from governor.cgroups.limits import CgroupLimits
 from governor.cgroups.stats import CgroupStats
 
@@ -61,7 +60,8 @@ class Driver(Protocol):
         """SIGKILL every process in ``rel`` and below; how many were signalled (0: unknown)."""
 
     def apply(self, rel: str, limits: CgroupLimits) -> list[str]:
-        """Bring ``rel`` to ``limits`` (only what changed); raises the first refusal."""
+        """Bring ``rel`` to ``limits`` (only what changed), its device rules included; raises
+        the first refusal."""
 
     def apply_plan(self, planned: Mapping[str, CgroupLimits]) -> ApplyReport:
         """Apply many cgroups' limits, parents first; every refusal is in the report."""
@@ -81,9 +81,6 @@ class Driver(Protocol):
     def directory(self, rel: str) -> Path:
         """``rel``'s directory, for people."""
 
-    def deny_devices(self, rel: str, denied: Sequence[Device]) -> None:
-        """Forbid processes in ``rel`` (and below) to open the ``denied`` device nodes, before
-        any process joins it (:mod:`governor.cgroups.device_filter`)."""
-
     def device_guard_problem(self) -> str | None:
-        """Why :meth:`deny_devices` cannot work here, or None."""
+        """Why limits that deny devices (``CgroupLimits.devices_denied``) cannot be applied
+        here, or None."""

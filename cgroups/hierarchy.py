@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from governor.cgroups import detect, devices
 from governor.cgroups.base import ApplyReport
-from governor.cgroups.device_filter import Device
 from governor.cgroups.driver import Driver
 from governor.cgroups.errors import CgroupError, CgroupUnsupported
 from governor.cgroups.limits import CgroupLimits, memory_high_throttles
@@ -89,19 +88,16 @@ class Hierarchy:
         (:func:`~governor.cgroups.limits.memory_high_throttles`)."""
         return memory_high_throttles(self.mode)
 
-    def prepare(self, rel: str, denied: Sequence[Device] = ()) -> None:
-        """Create cgroup ``rel`` (and its group) with the controllers enabled down to it, its
-        processes forbidden to open the ``denied`` device nodes. Takes the kernel's
-        ``cgroup_mutex``: may run on a thread of its own.
+    def prepare(self, rel: str) -> None:
+        """Create cgroup ``rel`` (and its group) with the controllers enabled down to it. Takes
+        the kernel's ``cgroup_mutex``: may run on a thread of its own. Its limits, device rules
+        included, are :meth:`apply`'s, before any process joins it.
 
         Raises:
-            CgroupError: creation failed, or the devices could not be denied;
-                CgroupUnsupported: a controller is missing.
+            CgroupError: creation failed; CgroupUnsupported: a controller is missing.
         """
         self.driver.create(rel)
         self.driver.enable_controllers(rel, self.controllers)
-        if denied:
-            self.driver.deny_devices(rel, denied)
 
     def device_guard_problem(self) -> str | None:
         """Why this host's cgroups cannot keep a task from device nodes, or None."""

@@ -16,16 +16,23 @@ cgroup v2 (:data:`V2_ORDER`)
 cgroup v1 (:data:`V1_ORDER`)
     ``cpu.cfs_period_us``, ``cpu.cfs_quota_us``, ``cpu.shares``, ``cpuset.cpus``,
     ``memory.soft_limit_in_bytes``, ``memory.limit_in_bytes``, ``blkio.bfq.weight_device``,
-    ``blkio.throttle.read_bps_device``, ``blkio.throttle.write_bps_device``. v1 has no
+    ``blkio.throttle.read_bps_device``, ``blkio.throttle.write_bps_device``,
+    ``devices.deny`` (one rule per denied node; a rule no longer wanted is written to
+    ``devices.allow``, which removes it: the driver's). v1 has no
     ``memory.low`` and no io.cost: ``memory_low_bytes`` and ``io.weight`` are not written
     there (a v1 host shares I/O proportionally only under BFQ). The period goes
     before the quota because the kernel validates a quota against the period in force (v2
     writes both at once in ``cpu.max``); the soft limit goes before the hard one for the same
     reason as on v2.
 
+Device rules (``devices_denied``): the nodes a cgroup's processes may not open. v2 has no
+file for them: the v2 driver attaches a BPF device program and records it under the key
+:data:`V2_DEVICE_PROGRAM` with :func:`devices_text` as its value.
+
 Keys: every setting is identified by a key so that drivers can diff against what they last
 wrote: ``(file, device)`` on v2 and ``(controller, file, device)`` on v1, where ``device`` is
-the ``MAJ:MIN`` of io/blkio lines and ``""`` otherwise.
+the ``MAJ:MIN`` of io/blkio lines, the rule (``c 195:1``) of a ``devices.deny`` line and
+``""`` otherwise.
 """
 
 from __future__ import annotations
@@ -35,10 +42,12 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from governor.cgroups.device_rules import Device, checked_device, device_rule
 from governor.cgroups.parse import format_cpu_max, format_max
 
 __all__ = [
     "CgroupLimits",
+    "V2_DEVICE_PROGRAM",
     "IoMax",
     "IoWeight",
     "V1_ORDER",
@@ -77,7 +86,10 @@ V1_ORDER: tuple[tuple[str, str], ...] = (
     ("blkio", "blkio.bfq.weight_device"),
     ("blkio", "blkio.throttle.read_bps_device"),
     ("blkio", "blkio.throttle.write_bps_device"),
+    ("devices", "devices.deny"),
 )
+# The v2 record's key of a cgroup's device program (no file: a BPF program, see the module).
+V2_DEVICE_PROGRAM = ("device program", "")
 
 
 @dataclass(frozen=True)
@@ -157,9 +169,13 @@ class CgroupLimits:
         memory_max_bytes: hard limit, bytes; exceeding it ends in the OOM killer.
         io_weight: per-device proportional weights, at most one entry per device.
         io_max: per-device bandwidth caps, at most one entry per device.
+        devices_denied: device nodes the cgroup's processes may not open (``open``,
+            ``mknod``: ``EPERM``), canonical: sorted, each once (any iterable of
+            :data:`Device` is taken and made so).
 
     Raises:
-        ValueError: a value outside the kernel's accepted range, or a device listed twice.
+        ValueError: a value outside the kernel's accepted range, a block device listed twice,
+            or a denied device that is not a valid :data:`Device`.
     """
 
     cpu_quota_usec: int | None = None
@@ -171,8 +187,11 @@ class CgroupLimits:
     memory_max_bytes: int | None = None
     io_weight: tuple[IoWeight, ...] = ()
     io_max: tuple[IoMax, ...] = ()
+    devices_denied: tuple[Device, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.devices_denied:
+            object.__setattr__(self, "devices_denied", tuple(sorted(set(map(checked_device, self.devices_denied)))))
         low, high = _PERIOD_RANGE_USEC
         if not low <= self.cpu_period_usec <= high:
             raise ValueError(f"cpu_period_usec must be in {low}..{high}, got {self.cpu_period_usec}")
@@ -267,7 +286,8 @@ def v1_files(limits: CgroupLimits) -> list[tuple[str, str, str]]:
     ``cpu_weight`` becomes ``cpu.shares`` (:func:`weight_to_shares`); ``memory_high_bytes``
     becomes ``memory.soft_limit_in_bytes``; BFQ weights become ``blkio.bfq.weight_device``;
     ``memory_low_bytes`` and io.cost weights have no v1 file and are left out; an ``IoMax``
-    side left None writes no blkio rule.
+    side left None writes no blkio rule; each denied device is a ``devices.deny`` line
+    (``c 195:1 rwm``: read, write, mknod).
 
     >>> v1_files(CgroupLimits(cpu_quota_usec=30000, cpu_weight=200))
     [('cpu', 'cpu.cfs_period_us', '100000'), ('cpu', 'cpu.cfs_quota_us', '30000'), ('cpu', 'cpu.shares', '2048')]
@@ -293,13 +313,21 @@ def v1_files(limits: CgroupLimits) -> list[tuple[str, str, str]]:
             rate = getattr(io, side)
             if rate is not None:
                 files.append(("blkio", file, f"{io.device} {rate}"))
+    for device in limits.devices_denied:
+        files.append(("devices", "devices.deny", f"{device_rule(device)} rwm"))
     return files
 
 
 def v1_key(controller: str, file: str, value: str) -> tuple[str, str, str]:
     """The diff key of a v1 setting: ``(controller, file, "MAJ:MIN")`` for per-device blkio
-    lines, else ``(controller, file, "")``."""
-    device = value.split(maxsplit=1)[0] if file.startswith("blkio.") else ""
+    lines, ``(controller, file, "c 195:1")`` for a ``devices.deny`` line, else
+    ``(controller, file, "")``."""
+    if file.startswith("blkio."):
+        device = value.split(maxsplit=1)[0]
+    elif file == "devices.deny":
+        device = value.rsplit(maxsplit=1)[0]
+    else:
+        device = ""
     key = (controller, file, device)
     # One tuple per distinct setting, shared by every cgroup's record: a host of 10,000 tasks
     # kept 41,000 equal tuples (2.5 MiB).
@@ -317,9 +345,10 @@ def v1_reset(controller: str, file: str, value: str) -> str | None:
     parent's list.
 
     Raises:
-        ValueError: ``(controller, file)`` is not one of :data:`V1_ORDER`.
+        ValueError: ``(controller, file)`` is not one of :data:`V1_ORDER`, or it is
+            ``devices.deny``, undone in another file (the same rule to ``devices.allow``).
     """
-    if (controller, file) not in V1_ORDER:
+    if (controller, file) not in V1_ORDER or file == "devices.deny":
         raise ValueError(f"not a governed cgroup v1 file: {controller}/{file}")
     if file.startswith("blkio.throttle."):
         return f"{v1_key(controller, file, value)[2]} 0"

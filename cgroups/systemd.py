@@ -57,11 +57,12 @@ def unit_properties(limits: CgroupLimits) -> dict[str, tuple[str, ...]]:
     per-device list, in device order). Properties the limits leave unset are absent.
 
     Raises:
-        CgroupUnsupported: the limits hold something a session's caps never use (a cpuset,
-            an io weight), which this driver does not map.
+        CgroupUnsupported: the limits hold something a login session's caps never use (a
+            cpuset, an io weight, device rules: systemd's ``DeviceAllow=`` is an allow list,
+            governor's a deny list), which this driver does not map.
     """
-    if limits.cpuset_cpus is not None or limits.io_weight:
-        raise CgroupUnsupported("cpusets and io weights are not set on systemd units", path="")
+    if limits.cpuset_cpus is not None or limits.io_weight or limits.devices_denied:
+        raise CgroupUnsupported("cpusets, io weights and device rules are not set on systemd units", path="")
     properties: dict[str, tuple[str, ...]] = {}
     if limits.cpu_quota_usec is not None:
         # Rounded up: never a cap below the quota asked, and never 0 % (which systemd refuses).

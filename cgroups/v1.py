@@ -34,14 +34,13 @@ import errno
 import logging
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from cgroupspy.nodes import Node
 
 from governor.cgroups.base import DriverBase
-from governor.cgroups.device_filter import Device, deny_v1_lines
 from governor.cgroups.errors import CgroupError, CgroupUnsupported, CgroupWriteError
 from governor.cgroups.files import below, list_children, make_dir, read_file, relative_parts, remove_dir, write_file
 from governor.cgroups.limits import (DEFAULT_PERIOD_USEC, V1_ORDER, CgroupLimits, diff_writes, v1_files, v1_key,
@@ -72,7 +71,7 @@ class CgroupV1Driver(DriverBase):
         roots: controller → governor's root directory in that controller's hierarchy; co-mounted
             controllers (``cpu,cpuacct``) map to the same directory. ``cpu``, ``cpuacct``,
             ``cpuset`` and ``memory`` are required; ``blkio`` is needed only for ``io_max``,
-            ``devices`` only to guard GPUs (:meth:`deny_devices`).
+            ``devices`` only for limits that deny devices (``devices.deny``).
 
     Raises:
         CgroupUnsupported: a required controller is missing from ``roots``.
@@ -198,9 +197,12 @@ class CgroupV1Driver(DriverBase):
         written, errors = [], []
         for key, value in diff_writes(desired, last, rank=lambda k: V1_ORDER.index(k[:2])):
             controller, file, _ = key
-            directory = self.controller_path(controller, rel)
             try:
-                target = v1_reset(controller, file, last[key]) if value is None else value
+                directory = self.controller_path(controller, rel)  # devices: raises without that hierarchy
+                if value is None and file == "devices.deny":  # the rule no longer denied is allowed again
+                    file, target = "devices.allow", last[key]
+                else:
+                    target = v1_reset(controller, file, last[key]) if value is None else value
                 if target is None:  # cpuset.cpus back to the parent's CPUs
                     target = read_file(directory.parent, file).strip()
                 if file == "cpuset.cpus":
@@ -268,19 +270,8 @@ class CgroupV1Driver(DriverBase):
         if widest != new:
             self._write(directory, "cpuset.cpus", cpus)
 
-    def deny_devices(self, rel: str, denied: Sequence[Device]) -> None:
-        """Write each of ``denied`` to ``rel``'s ``devices.deny`` (one rule per write: the
-        kernel reads one). A new v1 devices cgroup copies its parent's rules, which allow all.
-
-        Raises:
-            CgroupUnsupported: the devices hierarchy was not given; CgroupWriteError: refused.
-        """
-        directory = self.controller_path("devices", rel)
-        for line in deny_v1_lines(denied):
-            self._write(directory, "devices.deny", line)
-
     def device_guard_problem(self) -> str | None:
-        """Why :meth:`deny_devices` cannot work: no devices hierarchy was given, or None."""
+        """Why limits that deny devices cannot be applied: no devices hierarchy was given, or None."""
         if "devices" not in self.roots:
             return ("the cgroup v1 devices controller is not mounted here, or the daemon started without "
                     "capacity.gpus (restart it to govern GPUs)")

@@ -15,14 +15,15 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 from governor.cgroups.base import DriverBase
-from governor.cgroups.device_filter import Device, attach_deny_program, bpf_device_filter_supported
+from governor.cgroups.device_filter import attach_deny_program, bpf_device_filter_supported
+from governor.cgroups.device_rules import devices_text
 from governor.cgroups.errors import CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError
 from governor.cgroups.files import below, list_children, make_dir, read_file, relative_parts, remove_dir, write_file
-from governor.cgroups.limits import CgroupLimits, V2_ORDER, diff_writes, v2_files, v2_key, v2_reset
+from governor.cgroups.limits import V2_DEVICE_PROGRAM, V2_ORDER, CgroupLimits, diff_writes, v2_files, v2_key, v2_reset
 from governor.cgroups.parse import (parse_cgroup_events, parse_controllers, parse_flat_keyed, parse_int,
                                     parse_nested_keyed, parse_pids)
 from governor.cgroups.stats import MEMORY_EVENT_KEYS, CgroupStats
@@ -177,18 +178,33 @@ class CgroupV2Driver(DriverBase):
             else:
                 last[key] = value
             written.append(file)
+        if not (errors and errors[-1].vanished):
+            self._apply_devices(directory, limits, last, written, errors)
         if written:
             log.debug("applied %s to %s", ", ".join(written), directory)
         return written, errors
 
-    def deny_devices(self, rel: str, denied: Sequence[Device]) -> None:
-        """Attach a BPF device program to ``rel`` that refuses ``denied`` (cgroup v2 has no
-        devices files: systemd's ``DeviceAllow=`` and runc do the same).
-
-        Raises:
-            CgroupWriteError: the kernel refused to load or attach it.
-        """
-        attach_deny_program(self.path(rel), denied)
+    @staticmethod
+    def _apply_devices(directory: Path, limits: CgroupLimits, last: dict, written: list[str],
+                       errors: list[CgroupError]) -> None:
+        """Bring the device program of ``directory`` to ``limits.devices_denied`` when the
+        record says another list is in force (v2 has no devices files: a BPF program, as
+        systemd's ``DeviceAllow=`` and runc do). The new program is attached before the old one
+        is detached (:func:`~governor.cgroups.device_filter.attach_deny_program`); the record
+        keeps the list as one text under :data:`~governor.cgroups.limits.V2_DEVICE_PROGRAM`."""
+        wanted = devices_text(limits.devices_denied)
+        if last.get(V2_DEVICE_PROGRAM, "") == wanted:
+            return
+        try:
+            attach_deny_program(directory, limits.devices_denied)
+        except CgroupError as error:
+            errors.append(error)
+            return
+        if wanted:
+            last[V2_DEVICE_PROGRAM] = wanted
+        else:
+            del last[V2_DEVICE_PROGRAM]
+        written.append(V2_DEVICE_PROGRAM[0])
 
     def device_guard_problem(self) -> str | None:
         """Why no BPF device program can be attached here (no ``CONFIG_CGROUP_BPF``, no

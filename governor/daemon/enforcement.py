@@ -49,11 +49,16 @@ class Enforcement:
         self.refilled_at = 0.0
         self._guarantees: dict[str, CgroupLimits] = {}  # the last plan, whose weights a refill keeps where it can
 
-    def refill(self, trigger: str, *, since: float | None = None) -> None:
+    def refill(self, trigger: str, *, since: float | None = None, full: bool = False) -> None:
         """Re-run progressive filling over the running tasks and write the guarantees that
-        changed: the root's and the groups' files (task caps never change, but a login
-        session's CPU quota follows the hold, its group's quota not covering it). ``since``
-        (``time.perf_counter()``) is when the event it answers was seen."""
+        changed: the root's and the groups' files (a login session's CPU quota too: it follows
+        the hold, its group's quota not covering it). ``since`` (``time.perf_counter()``) is
+        when the event it answers was seen.
+
+        With ``full`` (after a reload or a restart: the config, the inventory or the record
+        changed), every running task's and session's caps are planned and applied too, device
+        rules included, so that they follow the config in force; otherwise task caps, which
+        change only with it, are left out (a refill's cost stays flat however many run)."""
         start = self.refilled_at = time.perf_counter()
         policy = self.policy
         demands = self.tasks.demands()
@@ -83,6 +88,8 @@ class Enforcement:
         planned = {"": root_limits(policy.capacity),
                    **{config.place(g): with_limit(limits, config.effective_limit(g))
                       for g, limits in guarantees.items()}}
+        if full:
+            planned.update((task.cgroup, policy.caps(task)) for task in self.tasks if not task.is_login)
         for login in logins:
             caps = policy.caps(login)
             planned[login.cgroup] = (held_login_limits(caps, login.demand.get("cpu", 0.0), fractions.get(login.group, 0.0))

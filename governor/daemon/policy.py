@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import replace
 
 from governor import access, vocabulary
+from governor.cgroups.device_rules import Device
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.limits import CgroupLimits
 from governor.config import Config
@@ -25,7 +27,8 @@ from governor.state import Task
 __all__ = ["Policy"]
 
 log = logging.getLogger("governor.daemon")
-# Distinct task demands whose caps are kept (tasks that declare the same share one object).
+# Distinct (demand, GPUs held) whose caps are kept (tasks that declare the same and hold the
+# same GPUs share one object).
 TASK_CAPS_KEPT = 1024
 
 
@@ -102,9 +105,15 @@ class Policy:
         self.members = self.find_members(config)  # group → its users today (status, floors)
         self._explicit = {rule.name for rule in config.groups}
         memory_mode = config.memory_mode(self.hierarchy.memory_high_throttles)
-        # Caps follow from the demand alone: tasks that declare the same share one object.
-        self._task_caps = functools.lru_cache(maxsize=TASK_CAPS_KEPT)(
-            lambda demand: task_limits(dict(demand), io_devices=io_devices, memory_mode=memory_mode))
+        # Caps follow from the demand and the GPUs held (under this config and inventory):
+        # tasks that declare the same and hold the same share one object.
+
+        def caps(demand: tuple[tuple[str, float], ...], held: tuple[int, ...] | None) -> CgroupLimits:
+            limits = task_limits(dict(demand), io_devices=io_devices, memory_mode=memory_mode)
+            denied = () if held is None else self._denied(held)
+            return replace(limits, devices_denied=denied) if denied else limits
+
+        self._task_caps = functools.lru_cache(maxsize=TASK_CAPS_KEPT)(caps)
         warning = config.soft_memory_warning(self.hierarchy.memory_high_throttles)
         if warning:
             log.warning("%s: %s", config.file, warning)
@@ -115,8 +124,11 @@ class Policy:
         self.members = self.find_members(self.config)
 
     def caps(self, task: Task) -> CgroupLimits:
-        """``task``'s caps (its declaration), one object per distinct demand."""
-        return self._task_caps(tuple(task.demand.items()))
+        """``task``'s caps: its declaration, and the device nodes it may not open
+        (:meth:`denied_devices`), one object per distinct demand and GPUs held. A login
+        session's carry no device rules: its slice is systemd's, which has no deny list; the
+        guard on the login slices' parent denies them (DESIGN.md §3)."""
+        return self._task_caps(tuple(task.demand.items()), None if task.is_login else tuple(task.gpus))
 
     def _check_held_gpus(self, config: Config, gpus: GpuInventory | None, held: Mapping[int, str]) -> None:
         """Refuse a new inventory that drops or renumbers a GPU a running task holds (its
@@ -129,14 +141,18 @@ class Policy:
                 raise GovernorError(f"{config.file}: capacity.gpus: GPU {index} ({before}) is held by task {task} and "
                                     "this config drops or renumbers it; change it once that task has ended")
 
-    def denied_devices(self, task: Task) -> tuple[tuple[str, int, int], ...]:
+    def denied_devices(self, task: Task) -> tuple[Device, ...]:
         """The device nodes ``task`` may not open (``("c", major, minor)``): every governed
         GPU's but those it holds (a MIG instance's node is its GPU's, open to each instance's
         holder), and NVIDIA's control nodes too when it holds none. Empty when no GPU is
         governed: governor then guards no device."""
+        return self._denied(task.gpus)
+
+    def _denied(self, gpus: Iterable[int]) -> tuple[Device, ...]:
+        """:meth:`denied_devices` of a task holding GPUs ``gpus`` (indexes)."""
         if self.gpus is None:
             return ()
-        held = set(task.gpus)
+        held = set(gpus)
         allowed = {(g.major, g.minor) for g in self.gpus.gpus if g.index in held}
         nodes = dict.fromkeys((g.major, g.minor) for g in self.gpus.gpus if (g.major, g.minor) not in allowed)
         if not held:

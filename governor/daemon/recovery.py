@@ -1,5 +1,5 @@
 """Recovery: killing the daemon never kills a task. At start it takes back every task whose
-record and populated cgroup it finds (caps written again from the record, the same values),
+record and populated cgroup it finds (caps planned again from the record and applied),
 forgets the rest, and deals with task cgroups that have no record."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from governor.cgroups.hierarchy import Hierarchy
 from governor.daemon.exits import Exits
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
+from governor.daemon.settle import Settle
 from governor.daemon.tree import Tree
 from governor.errors import CgroupError
 from governor.config_groups import MAX_DEPTH
@@ -26,12 +27,13 @@ class Recovery:
 
     Args:
         hierarchy, tree: governor's cgroups, and the thread that removes them.
-        store: the task records; tasks: the running tasks (filled here); policy: caps;
-        exits: follows what is taken back and forgets what ended; journal: events.
+        store: the task records; tasks: the running tasks (filled here); policy: the config
+        in force; exits: follows what is taken back and forgets what ended; journal: events;
+        settle: plans and applies every cgroup's limits once the tasks are back.
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tree: Tree, store: TaskStore, tasks: Tasks, policy: Policy,
-                 exits: Exits, journal: Journal):
+                 exits: Exits, journal: Journal, settle: Settle):
         self.hierarchy = hierarchy
         self.tree = tree
         self.store = store
@@ -39,10 +41,12 @@ class Recovery:
         self.policy = policy
         self.exits = exits
         self.journal = journal
+        self.settle = settle
 
     def readopt(self) -> None:
         """Take back every task whose record and populated cgroup survive a restart; their
-        caps are written again from their records (the same values)."""
+        caps are planned again from their records under the config in force and applied
+        (device rules included: the inventory may have changed while the daemon was down)."""
         self.store.prepare()
         records, problems = self.store.load_all()
         for problem in problems:
@@ -58,9 +62,9 @@ class Recovery:
                 self.exits.follow(task)
             else:
                 self.exits.forget(task)
-        report = self.hierarchy.apply_plan({t.cgroup: self.policy.caps(t) for t in self.tasks if not t.is_login})
-        for error in report.errors:
-            self.journal.event("error", f"re-adopting: {error}", logging.ERROR)
+        # Their caps planned again under the config in force (its inventory's device rules), in
+        # the one plan with the root's and the groups'; refusals are error events.
+        self.settle.now("re-adoption", full=True)
         self._clean_unrecorded({t.cgroup for t in records})
 
     def _clean_unrecorded(self, recorded: set[str]) -> None:

@@ -217,7 +217,7 @@ class Requests:
                 except RequestError as refused:
                     del self.queue[entry.task.id]
                     entry.decide(error=refused)
-            self.settle.now("reload")
+            self.settle.now("reload", full=True)  # running tasks' caps follow it: devices of a new inventory
             if self.exits.watcher is not None:  # serving: sessions turned on follow the kernel's events
                 self.sessions.follow_processes()
             self.sessions.rescan("reload")

@@ -128,7 +128,7 @@ class Daemon:
                                  records=self.records, settle=self.settle, enforcement=self.enforcement,
                                  exits=self.exits, journal=self.journal, host_pids=host_pids, registry=registry)
         self.recovery = Recovery(hierarchy=hierarchy, tree=self.tree, store=store, tasks=self.tasks,
-                                 policy=self.policy, exits=self.exits, journal=self.journal)
+                                 policy=self.policy, exits=self.exits, journal=self.journal, settle=self.settle)
         self.launches = Launches(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, store=store,
                                  settle=self.settle, journal=self.journal, registry=registry)
         self.requests = Requests(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, launches=self.launches,

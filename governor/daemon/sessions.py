@@ -281,13 +281,13 @@ class Sessions:
                 for resource, amount in self.policy.config.session_demand().items()}
 
     def _start_session(self, uid: int, user: str, group: str, pid: int) -> None:
-        """Make the session of ``uid`` (its cgroup, on the cgroup thread; its caps, record and
-        the moves of the processes found meanwhile once it is made)."""
+        """Make the session of ``uid`` (its cgroup, on the cgroup thread; its caps, device rules
+        included, then its record and the moves of the processes found meanwhile, once it is
+        made: :meth:`_made`)."""
         session = Task(session_id(uid), group, pid, uid, user, (), self._demand(), time.time(),
                        place=self.policy.config.place(group))
         self._starting[uid] = [pid]
-        denied = [self.policy.denied_devices(session)]
-        self.tree.run(lambda: self.tree.make([session.cgroup], denied)[0], lambda error: self._made(session, error))
+        self.tree.run(lambda: self.tree.make([session.cgroup])[0], lambda error: self._made(session, error))
 
     def _made(self, session: Task, error: GovernorError | None) -> None:
         pids = self._starting.pop(session.uid, [])

@@ -114,10 +114,12 @@ class Settle:
         batch.latest = time.perf_counter()
         return batch.done
 
-    def now(self, trigger: str) -> None:
+    def now(self, trigger: str, *, full: bool = False) -> None:
         """Refill now, for an operation whose reply must find its change in force (a reload,
-        a weight set); waiting tasks are admitted by the next settle."""
-        self._refill_now(trigger, True, time.perf_counter())
+        a weight set, a restart); waiting tasks are admitted by the next settle. With ``full``
+        (a reload, a restart), every running task's caps are planned and applied again too
+        (:meth:`Enforcement.refill <governor.daemon.enforcement.Enforcement.refill>`)."""
+        self._refill_now(trigger, True, time.perf_counter(), full)
         if self.queue:
             self.soon(trigger, refill=False)
 
@@ -190,12 +192,12 @@ class Settle:
             if self._batch is not None:
                 self._schedule(asyncio.get_running_loop())
 
-    def _refill_now(self, trigger: str, refill: bool, since: float) -> None:
+    def _refill_now(self, trigger: str, refill: bool, since: float, full: bool = False) -> None:
         if self.closing:
             return
         self.journal.changed()
         if refill:
-            self.enforcement.refill(trigger, since=since)
+            self.enforcement.refill(trigger, since=since, full=full)
             self.notifier.send(f"STATUS={self.summary()}")
         for entry in self.queue.values():
             entry.wake.set()
@@ -234,8 +236,10 @@ class Settle:
         self.notifier.send(f"STATUS={self.summary()}")
 
     async def _create(self, starting: list[Entry]) -> list[Entry]:
-        """Make the admitted tasks' cgroups with their caps; refuse the launches whose cgroup
-        could not be made. A task that waited starts now (its time limit counts from here)."""
+        """Make the admitted tasks' cgroups with their caps, device rules included (before
+        :meth:`_move_in`: nothing joins a cgroup before its caps are in force); refuse the
+        launches whose cgroup could not be made or limited. A task that waited starts now (its
+        time limit counts from here)."""
         if not starting:
             return []
         free = self.tasks.free_gpus(round(self.policy.capacity.get("gpu", 0)))
@@ -244,8 +248,7 @@ class Settle:
             gpus, free = tuple(free[:wanted]), free[wanted:]
             entry.task = replace(entry.task, started=time.time(), place=self.policy.config.place(entry.task.group),
                                  gpus=gpus)
-        denied = [self.policy.denied_devices(entry.task) for entry in starting]
-        made = await self.tree.call(lambda: self.tree.make([entry.task.cgroup for entry in starting], denied))
+        made = await self.tree.call(lambda: self.tree.make([entry.task.cgroup for entry in starting]))
         started = []
         for entry, error in zip(starting, made):
             task = entry.task

@@ -22,7 +22,6 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from governor.cgroups.device_filter import Device
 from governor.cgroups.hierarchy import Hierarchy
 from governor.errors import CgroupError, GovernorError
 
@@ -109,12 +108,11 @@ class Tree:
         while self._pending:
             await asyncio.sleep(0.001)
 
-    def make(self, rels: Sequence[str], denied: Sequence[Sequence[Device]] = ()) -> list[GovernorError | None]:
-        """(On the thread) make each cgroup with the controllers enabled down to it, and its
-        processes forbidden the device nodes ``denied[i]`` (none when left out): None for each
-        made, else what stopped it."""
-        denied = denied or [()] * len(rels)
-        return [_outcome(self.hierarchy.prepare, rel, nodes) for rel, nodes in zip(rels, denied)]
+    def make(self, rels: Sequence[str]) -> list[GovernorError | None]:
+        """(On the thread) make each cgroup with the controllers enabled down to it: None for
+        each made, else what stopped it. Its caps, device rules included, are applied on the
+        loop before any process joins it."""
+        return [_outcome(self.hierarchy.prepare, rel) for rel in rels]
 
     def remove(self, rels: Sequence[str], *, groups: Sequence[str] = ()) -> None:
         """Forget the records of task cgroups ``rels`` now and remove them on the thread, then

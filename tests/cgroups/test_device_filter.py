@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from governor.cgroups.device_filter import deny_program, deny_v1_lines
+from governor.cgroups.device_filter import deny_program
+from governor.cgroups.limits import CgroupLimits, v1_files
 
 ACCESSES = (1, 2, 4)  # BPF_DEVCG_ACC_MKNOD, _READ, _WRITE (include/uapi/linux/bpf.h)
 TYPES = {"b": 1, "c": 2}  # BPF_DEVCG_DEV_BLOCK, _CHAR
@@ -85,10 +86,12 @@ def test_denies_exactly_the_listed_devices(denied, kind, major, minor, access, p
     assert run(deny_program(denied), kind, major, minor, access) == (0 if listed else 1)
 
 
-def test_deny_v1_lines():
-    assert deny_v1_lines([("c", 195, 0), ("c", 195, -1), ("b", 8, 16)]) == [
-        "c 195:0 rwm", "c 195:* rwm", "b 8:16 rwm"]
-    assert deny_v1_lines([]) == []
+def test_v1_devices_deny_lines_are_canonical():
+    limits = CgroupLimits(devices_denied=[("c", 195, 0), ("c", 195, -1), ("b", 8, 16), ("c", 195, 0)])
+    assert limits.devices_denied == (("b", 8, 16), ("c", 195, -1), ("c", 195, 0))  # sorted, each once
+    assert [value for _, file, value in v1_files(limits) if file == "devices.deny"] == [
+        "b 8:16 rwm", "c 195:* rwm", "c 195:0 rwm"]
+    assert v1_files(CgroupLimits()) == []
 
 
 @pytest.mark.parametrize("device", [("a", 1, 3), ("c", -1, 0), ("c", 4096, 0), ("c", 195, -2),
@@ -96,5 +99,5 @@ def test_deny_v1_lines():
 def test_rejects_what_the_kernel_cannot_name(device):
     with pytest.raises(ValueError):
         deny_program([device])
-    with pytest.raises(ValueError):
-        deny_v1_lines([device])
+    with pytest.raises(ValueError, match="device"):
+        CgroupLimits(devices_denied=(device,))

@@ -636,7 +636,7 @@ def test_a_task_entry_of_status_is_rebuilt_only_when_its_task_limits_or_usage_ch
     second = entries()
     assert second["1"] is not first["1"] and second["1"]["usage"] == {"cpu": 0.5}
     assert second["2"] is first["2"]
-    daemon.hierarchy.driver.apply("B/task-2", daemon.policy._task_caps((("cpu", 2.0), ("memory", GIB))))
+    daemon.hierarchy.driver.apply("B/task-2", daemon.policy._task_caps((("cpu", 2.0), ("memory", GIB)), ()))
     daemon.journal.changed()
     third = entries()
     assert third["2"] is not second["2"] and third["2"]["limits"]["cpu.max"] == "200000 100000"
@@ -703,7 +703,7 @@ def test_on_cgroup_v1_a_task_s_memory_is_capped_hard_unless_the_config_says_soft
         server = Daemon(parse_config(text, "t.toml"), "t.toml", Hierarchy(driver, "/fake", ()), store,
                         host_cpus=[0, 1], host_memory=8 * GIB, resolve_device=lambda path: "8:0",
                         members=lambda config: {})
-        return server.policy._task_caps(tuple({"cpu": 1.0, "memory": GIB}.items()))
+        return server.policy._task_caps(tuple({"cpu": 1.0, "memory": GIB}.items()), ())
 
     assert caps(CONFIG).memory_max_bytes == GIB  # the default on v1: hard
     with caplog.at_level("WARNING"):

@@ -1,13 +1,17 @@
 """GPUs in the daemon (issue 26), on the in-memory cgroup driver with a fake inventory: whole
 devices admitted in DRF order, each task given distinct GPUs and denied the others' nodes (and,
 holding none, every GPU and control node), the GPUs named in the reply, freed at exit, kept in
-the task record across a restart, and a launch asking for GPUs where none is governed refused."""
+the task record across a restart, and a launch asking for GPUs where none is governed refused.
+Device rules are part of a task's caps (issue 31): a reload or a restart with another
+inventory re-plans and re-applies them in every running task's cgroup."""
 
 import asyncio
 
 import pytest
 from test_daemon import GIB, FakeDriver, collect, launch, make_daemon
 
+from governor.cgroups.device_rules import devices_text
+from governor.cgroups.limits import V2_DEVICE_PROGRAM
 from governor.config import parse_config
 from governor.errors import RequestError
 from governor.gpus import Gpu, GpuInventory
@@ -32,14 +36,26 @@ GPU0, GPU1, CONTROL = ("c", 195, 0), ("c", 195, 1), ("c", 195, 255)
 
 
 class DeviceDriver(FakeDriver):
-    """The in-memory driver, remembering each cgroup's denied devices."""
+    """The in-memory driver, keeping each cgroup's device rules as the v2 driver records them
+    (one "device program" entry), and the lists it was asked to put in force."""
 
     def __init__(self):
         super().__init__()
-        self.denied: dict[str, tuple] = {}
+        self.denied: dict[str, tuple] = {}  # cgroup → the denied devices in force
+        self.device_writes: list[tuple[str, tuple]] = []  # (cgroup, list) for each change, in order
 
-    def deny_devices(self, rel, denied):
-        self.denied[rel] = tuple(denied)
+    def _apply_one(self, rel, limits):
+        before = self._written.get(rel, {}).get(V2_DEVICE_PROGRAM, "")
+        written, errors = super()._apply_one(rel, limits)  # rewrites the record without devices
+        wanted = devices_text(limits.devices_denied)
+        if not errors:
+            if wanted:
+                self._record(rel)[V2_DEVICE_PROGRAM] = wanted
+            if wanted != before:
+                self.denied[rel] = limits.devices_denied
+                self.device_writes.append((rel, limits.devices_denied))
+                written.append(V2_DEVICE_PROGRAM[0])
+        return written, errors
 
     def device_guard_problem(self):
         return None
@@ -123,3 +139,72 @@ def test_a_reload_that_drops_a_held_gpu_is_refused_and_the_old_config_stays(gpus
         gpus.reload("test")
     assert refused.value.code == "invalid_config" and "GPU 1 (/dev/nvidia1) is held by task 2" in refused.value.message
     assert gpus.policy.capacity["gpu"] == 2 and gpus.policy.gpus is INVENTORY
+
+
+THREE = GpuInventory(gpus=(*INVENTORY.gpus, Gpu(2, "/dev/nvidia2", 195, 2, "GPU-cccc")), control=INVENTORY.control,
+                     source="listed")
+GPU2 = ("c", 195, 2)
+
+
+def reload_with(daemon, inventory, nodes):
+    daemon.policy.find_gpus = lambda spec, control: inventory
+    config = CONFIG.replace('gpus = ["/dev/nvidia0", "/dev/nvidia1"]', f"gpus = {nodes}")
+    daemon.load_config = lambda: parse_config(config, "test.toml")
+    daemon.reload("test")
+
+
+def test_a_reload_that_adds_a_gpu_denies_it_to_the_running_tasks_that_do_not_hold_it(gpus):
+    launch(gpus, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
+    launch(gpus, 101, group="B", cpu=0.1, memory=GIB // 8)
+    driver = gpus.hierarchy.driver
+    assert driver.denied == {"A/task-1": (GPU1,), "B/task-2": (GPU0, GPU1, CONTROL)}
+    written = len(driver.device_writes)
+    reload_with(gpus, THREE, '["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2"]')
+    assert driver.denied == {"A/task-1": (GPU1, GPU2), "B/task-2": (GPU0, GPU1, GPU2, CONTROL)}
+    assert gpus.policy.capacity["gpu"] == 3
+    # status shows what is in force: the rules, as one canonical text per cgroup.
+    assert gpus.hierarchy.in_force("B/task-2")["device program"] == "c 195:0, c 195:1, c 195:2, c 195:255"
+    assert gpus.hierarchy.in_force("A/task-1")["device program"] == "c 195:1, c 195:2"
+    assert len(driver.device_writes) == written + 2
+    reload_with(gpus, THREE, '["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2"]')
+    assert len(driver.device_writes) == written + 2  # the same config again: nothing rewritten
+
+
+def test_control_nodes_added_by_a_reload_are_denied_to_a_running_task_without_gpus(tmp_path):
+    bare = GpuInventory(gpus=INVENTORY.gpus, control=(), source="listed")
+    daemon = make_daemon(tmp_path, CONFIG, driver=DeviceDriver(), find_gpus=lambda spec, control: bare)
+    launch(daemon, 100, group="B", cpu=0.1, memory=GIB // 8)
+    assert daemon.hierarchy.driver.denied["B/task-1"] == (GPU0, GPU1)
+    reload_with(daemon, INVENTORY, '["/dev/nvidia0", "/dev/nvidia1"]')
+    assert daemon.hierarchy.driver.denied["B/task-1"] == (GPU0, GPU1, CONTROL)
+
+
+def test_a_restart_with_a_new_inventory_applies_its_rules_to_the_tasks_it_takes_back(tmp_path):
+    driver = DeviceDriver()
+    first = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: INVENTORY)
+    launch(first, 100, group="B", cpu=0.1, memory=GIB // 8)
+    assert driver.denied["B/task-1"] == (GPU0, GPU1, CONTROL)
+    again = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: THREE)
+    again.readopt()
+    assert driver.denied["B/task-1"] == (GPU0, GPU1, GPU2, CONTROL)
+    assert again.hierarchy.in_force("B/task-1")["device program"] == "c 195:0, c 195:1, c 195:2, c 195:255"
+
+
+def test_a_task_cgroup_gets_its_device_rules_before_its_process_joins(gpus):
+    order = []
+    driver = gpus.hierarchy.driver
+    apply_one, move = driver._apply_one, driver.move
+    driver._apply_one = lambda rel, limits: order.append(("caps", rel, limits.devices_denied)) or apply_one(rel, limits)
+    driver.move = lambda rel, pid: order.append(("move", rel, pid)) or move(rel, pid)
+    launch(gpus, 100, group="B", cpu=0.1, memory=GIB // 8)
+    task = [step for step in order if step[1] == "B/task-1"]
+    assert task[0] == ("caps", "B/task-1", (GPU0, GPU1, CONTROL)) and task[-1] == ("move", "B/task-1", 100)
+
+
+def test_a_refused_device_rule_is_an_error_event_and_in_force_keeps_the_old_rules(gpus):
+    launch(gpus, 100, group="B", cpu=0.1, memory=GIB // 8)
+    gpus.hierarchy.driver.refuse.add("B/task-1")
+    reload_with(gpus, THREE, '["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2"]')
+    assert gpus.hierarchy.in_force("B/task-1")["device program"] == "c 195:0, c 195:1, c 195:255"
+    errors = [e for e in gpus.journal.events if e["kind"] == "error"]
+    assert any("B/task-1" in e["message"] and "the value in force stays" in e["message"] for e in errors)
