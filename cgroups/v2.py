@@ -162,12 +162,18 @@ class CgroupV2Driver(DriverBase):
         directory = self.path(rel)
         last = self._record(rel)
         desired = [(v2_key(f, v), v) for f, v in v2_files(limits)]
+        if limits.devices_denied:
+            desired.append((V2_DEVICE_PROGRAM, devices_text(limits.devices_denied)))
         written, errors = [], []
-        for key, value in diff_writes(desired, last, rank=lambda k: V2_ORDER.index(k[0])):
+        for key, value in diff_writes(desired, last, rank=_rank):
             file = key[0]
-            target = v2_reset(file, last[key]) if value is None else value
             try:
-                self._write(directory, file, target)
+                if key == V2_DEVICE_PROGRAM:
+                    # No devices files on v2: a BPF program (as systemd's DeviceAllow= and runc),
+                    # the new one attached before the old is detached; none: ours detached.
+                    attach_deny_program(directory, limits.devices_denied)
+                else:
+                    self._write(directory, file, v2_reset(file, last[key]) if value is None else value)
             except CgroupError as error:
                 errors.append(error)
                 if error.vanished:
@@ -178,33 +184,9 @@ class CgroupV2Driver(DriverBase):
             else:
                 last[key] = value
             written.append(file)
-        if not (errors and errors[-1].vanished):
-            self._apply_devices(directory, limits, last, written, errors)
         if written:
             log.debug("applied %s to %s", ", ".join(written), directory)
         return written, errors
-
-    @staticmethod
-    def _apply_devices(directory: Path, limits: CgroupLimits, last: dict, written: list[str],
-                       errors: list[CgroupError]) -> None:
-        """Bring the device program of ``directory`` to ``limits.devices_denied`` when the
-        record says another list is in force (v2 has no devices files: a BPF program, as
-        systemd's ``DeviceAllow=`` and runc do). The new program is attached before the old one
-        is detached (:func:`~governor.cgroups.device_filter.attach_deny_program`); the record
-        keeps the list as one text under :data:`~governor.cgroups.limits.V2_DEVICE_PROGRAM`."""
-        wanted = devices_text(limits.devices_denied)
-        if last.get(V2_DEVICE_PROGRAM, "") == wanted:
-            return
-        try:
-            attach_deny_program(directory, limits.devices_denied)
-        except CgroupError as error:
-            errors.append(error)
-            return
-        if wanted:
-            last[V2_DEVICE_PROGRAM] = wanted
-        else:
-            del last[V2_DEVICE_PROGRAM]
-        written.append(V2_DEVICE_PROGRAM[0])
 
     def device_guard_problem(self) -> str | None:
         """Why no BPF device program can be attached here (no ``CONFIG_CGROUP_BPF``, no
@@ -303,6 +285,12 @@ class CgroupV2Driver(DriverBase):
             if e.errno == errno.ENOENT:
                 log.debug("%s (cgroup vanished, its task probably exited)", e)
             raise
+
+
+def _rank(key: tuple[str, str]) -> int:
+    """Where the setting ``key`` comes in the write order: :data:`V2_ORDER`, then the device
+    program."""
+    return len(V2_ORDER) if key == V2_DEVICE_PROGRAM else V2_ORDER.index(key[0])
 
 
 def _optional_int(directory: Path, name: str) -> int | None:
