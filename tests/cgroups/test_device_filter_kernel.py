@@ -9,6 +9,7 @@ errnos. The denied node must give ``EPERM``; the other, which passes the device 
 no driver (no nvidia module here) and gives ``ENXIO``.
 """
 
+import contextlib
 import errno
 import json
 import os
@@ -22,9 +23,12 @@ import pytest
 
 from cgroup_helpers import Children
 from governor.cgroups.detect import cgroup_dirs, host_mode, v1_mounts
-from governor.cgroups.device_filter import (attach_deny_program, bpf_device_filter_supported, deny_program,
-                                            deny_v1_lines)
+from governor.cgroups.device_filter import (PROGRAM_NAME, attach_deny_program, attached_programs,
+                                            bpf_device_filter_supported, deny_program)
 from governor.cgroups.files import make_dir, remove_dir, write_file
+from governor.cgroups.limits import CgroupLimits
+from governor.cgroups.v1 import CgroupV1Driver
+from governor.cgroups.v2 import CgroupV2Driver
 from governor.errors import CgroupError, CgroupWriteError
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -47,7 +51,7 @@ PROBE = ("import errno, json, os, stat, sys\n"
          "print(json.dumps(result), flush=True)\n")
 
 
-def skip_reason(mode: str) -> str | None:
+def skip_reason(mode: str, major: int = NVIDIA_MAJOR) -> str | None:
     if os.geteuid() != 0:
         return "needs root to create cgroups and device nodes"
     try:
@@ -57,8 +61,8 @@ def skip_reason(mode: str) -> str | None:
             return f"{CGROUP_ROOT / 'devices'} is not a v1 devices hierarchy"
     except CgroupError as e:
         return f"no cgroup hierarchy: {e}"
-    if NVIDIA_MAJOR in char_majors():
-        return f"a driver holds char major {NVIDIA_MAJOR} here: an allowed open would reach it"
+    if major in char_majors():
+        return f"a driver holds char major {major} here: an allowed open would reach it"
     return None
 
 
@@ -68,9 +72,10 @@ def char_majors() -> set[int]:
     return {int(line.split()[0]) for line in block.splitlines() if line.strip()}
 
 
-@pytest.fixture
-def nodes(tmp_path):
-    """``(denied, allowed)``: char nodes 195:0 and 195:1 on a filesystem that honours them."""
+@contextlib.contextmanager
+def scratch_nodes(tmp_path: Path, major: int, count: int):
+    """``count`` char nodes ``major:0``, ``major:1``… in a scratch directory that honours
+    them (a tmpfs mounted ``dev`` when ``tmp_path`` is ``nodev``)."""
     scratch = tmp_path / "dev"
     scratch.mkdir()
     mounted = False
@@ -81,16 +86,41 @@ def nodes(tmp_path):
             pytest.skip(f"{tmp_path} is nodev and a dev tmpfs cannot be mounted: {done.stderr.strip()}")
         mounted = True
     try:
-        paths = scratch / "nvidia0", scratch / "nvidia1"
+        paths = tuple(scratch / f"node{minor}" for minor in range(count))
         for minor, path in enumerate(paths):
             try:
-                os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
+                os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(major, minor))
             except PermissionError as e:
                 pytest.skip(f"cannot make device nodes here: {e}")
         yield paths
     finally:
         if mounted:
             subprocess.run(["umount", str(scratch)], check=True)
+
+
+@pytest.fixture
+def nodes(tmp_path):
+    """``(denied, allowed)``: char nodes 195:0 and 195:1 on a filesystem that honours them."""
+    with scratch_nodes(tmp_path, NVIDIA_MAJOR, 2) as paths:
+        yield paths
+
+
+def free_major() -> int | None:
+    """A char major in LOCAL/EXPERIMENTAL USE (240–254, Documentation/admin-guide/devices.txt)
+    that no driver holds here: an allowed open of its nodes reaches no driver (ENXIO), on any
+    host (195 is NVIDIA's: on a GPU host 195:0 opens)."""
+    held = char_majors()
+    return next((major for major in range(240, 255) if major not in held), None)
+
+
+@pytest.fixture
+def stand_ins(tmp_path):
+    """``(major, (node0, node1, node2))``: three stand-in GPU nodes of :func:`free_major`."""
+    major = free_major()
+    if major is None:
+        pytest.skip("every char major 240-254 is held by a driver here")
+    with scratch_nodes(tmp_path, major, 3) as paths:
+        yield major, paths
 
 
 def probe_in(cgroup_dir: Path | None, steps: list[str]) -> dict[str, str]:
@@ -161,8 +191,72 @@ def test_v1_devices_deny_denies_only_the_listed_node(nodes):
     cgroup_dir = cgroup_dirs()["devices"] / f"governor-test-{secrets.token_hex(4)}"
     make_dir(cgroup_dir)
     try:
-        for line in deny_v1_lines([("c", NVIDIA_MAJOR, 0)]):
-            write_file(cgroup_dir, "devices.deny", line)
+        write_file(cgroup_dir, "devices.deny", f"c {NVIDIA_MAJOR}:0 rwm")
         check_denies_only_the_listed_node(cgroup_dir, *nodes, "v1")
     finally:
         remove_dir(cgroup_dir)
+
+
+def check_denied_exactly(cgroup_dir: Path, paths: tuple[Path, ...], denied: set[int], mode: str) -> None:
+    """A process in ``cgroup_dir`` gets EPERM opening exactly the nodes ``paths[i]`` for ``i``
+    in ``denied``, and ENXIO (no driver) opening the others."""
+    steps = [f"open {path}" for path in paths]
+    inside = probe_in(cgroup_dir, steps)
+    print(f"{mode}: denied {sorted(denied)}: {inside}")
+    assert inside == {step: "EPERM" if i in denied else "ENXIO" for i, step in enumerate(steps)}
+
+
+@pytest.mark.kernel_v1
+def test_v1_driver_follows_a_cgroups_denied_list_as_it_changes(stand_ins):
+    major, paths = stand_ins
+    reason = skip_reason("v1", major)
+    if reason:
+        pytest.skip(reason)
+    a, b = ("c", major, 0), ("c", major, 1)
+    own, name = cgroup_dirs(), f"governor-test-{secrets.token_hex(4)}"
+    driver = CgroupV1Driver({c: own[c] / name for c in ("cpu", "cpuacct", "cpuset", "memory", "devices")})
+    driver.create("t")
+    try:
+        directory = driver.controller_path("devices", "t")
+        for denied, expected in (([a], {0}), ([a, b], {0, 1}), ([b], {1}), ([], set())):
+            driver.apply("t", CgroupLimits(devices_denied=denied))
+            assert driver.in_force("t").get("devices.deny", "") == ", ".join(f"c {major}:{i} rwm" for i in sorted(expected))
+            check_denied_exactly(directory, paths, expected, "v1 devices.deny")
+    finally:
+        driver.remove("t")
+        driver.remove("")
+
+
+@pytest.mark.kernel_v2
+def test_v2_driver_replaces_its_program_and_a_restarted_one_finds_it(stand_ins):
+    major, paths = stand_ins
+    reason = skip_reason("v2", major)
+    if reason:
+        pytest.skip(reason)
+    a, b = ("c", major, 0), ("c", major, 1)
+    # No controller is enabled below this process's cgroup: it need not move to a leaf.
+    root = cgroup_dirs()[""] / f"governor-test-{secrets.token_hex(4)}"
+    driver = CgroupV2Driver(root)
+    driver.create("t")
+    directory = driver.path("t")
+    try:
+        driver.apply("t", CgroupLimits(devices_denied=[a]))
+        first = attached_programs(directory)
+        assert list(first.values()) == [PROGRAM_NAME]
+        check_denied_exactly(directory, paths, {0}, "v2 device program")
+        driver.apply("t", CgroupLimits(devices_denied=[a, b]))
+        second = attached_programs(directory)
+        assert list(second.values()) == [PROGRAM_NAME] and not second.keys() & first.keys()  # the old one detached
+        assert driver.in_force("t") == {"device program": f"c {major}:0, c {major}:1"}
+        check_denied_exactly(directory, paths, {0, 1}, "v2 device program")
+        restarted = CgroupV2Driver(root)  # no record: it finds its predecessor's program by its name
+        restarted.apply("t", CgroupLimits(devices_denied=[b]))
+        third = attached_programs(directory)
+        assert list(third.values()) == [PROGRAM_NAME] and not third.keys() & second.keys()
+        check_denied_exactly(directory, paths, {1}, "v2 device program")
+        restarted.apply("t", CgroupLimits())
+        assert attached_programs(directory) == {}
+        check_denied_exactly(directory, paths, set(), "v2 device program")
+    finally:
+        remove_dir(directory)
+        remove_dir(root)
