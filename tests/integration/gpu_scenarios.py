@@ -9,13 +9,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from daemon_harness import Governor
+import pytest
+from daemon_harness import GOVERNOR, Governor
 
 NVIDIA_MAJOR = 195
 # Prints what it was handed and what each node gives it, then holds its GPUs until killed.
@@ -96,5 +98,90 @@ def gpus_are_admitted_guarded_and_handed(tmp_path: Path) -> None:
             assert [q["group"] for q in gov.status()["queue"]] == ["A"]
             gov.stop_tasks([second])
             assert json.loads(a_third.stdout.readline())[nodes[1]] == "ENXIO"
+        finally:
+            gov.close()
+
+
+# Like PROBE, and again at each SIGUSR1: what a running task's processes may open after a reload.
+PROBE_AGAIN = ("import errno, json, os, signal, sys, time\n"
+               "def look(*_):\n"
+               "    seen = {}\n"
+               "    for path in sys.argv[1:]:\n"
+               "        try:\n"
+               "            os.close(os.open(path, os.O_RDONLY))\n"
+               "            seen[path] = 'ok'\n"
+               "        except OSError as e:\n"
+               "            seen[path] = errno.errorcode[e.errno]\n"
+               "    print(json.dumps(seen), flush=True)\n"
+               "signal.signal(signal.SIGUSR1, look)\n"
+               "look()\n"
+               "while True:\n"
+               "    time.sleep(3600)\n")
+
+
+@contextlib.contextmanager
+def stand_in_gpu_nodes(tmp_path: Path, count: int) -> Iterator[list[str]]:
+    """``count`` char nodes ``M:0``, ``M:1``… of a major M in LOCAL/EXPERIMENTAL USE (240–254)
+    that no driver holds here (so an allowed open gives ENXIO on any host; NVIDIA's 195:0 opens
+    on a GPU host), in a scratch directory as :func:`gpu_nodes` makes them."""
+    block = Path("/proc/devices").read_text().split("Character devices:")[1].split("Block devices:")[0]
+    held = {int(line.split()[0]) for line in block.splitlines() if line.strip()}
+    major = next((m for m in range(240, 255) if m not in held), None)
+    if major is None:
+        pytest.skip("every char major 240-254 is held by a driver here: no stand-in GPU nodes")
+    scratch = tmp_path / "dev"
+    scratch.mkdir()
+    mounted = False
+    if os.statvfs(scratch).f_flag & os.ST_NODEV:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "dev,mode=0755,size=64k", "governor-test", str(scratch)],
+                       check=True)
+        mounted = True
+    try:
+        nodes = []
+        for minor in range(count):
+            node = scratch / f"gpu{minor}"
+            os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+            nodes.append(str(node))
+        yield nodes
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(scratch)], check=True)
+
+
+def a_reload_that_adds_a_gpu_denies_it_to_running_tasks(tmp_path: Path) -> None:
+    """Issue 31: under ``gpus = [g0, g1]`` a task without GPUs (denied both) and one holding g0
+    run; the config is reloaded with ``[g0, g1, g2]``. Both running tasks then get EPERM on g2
+    (before the reload its node was no GPU of governor's: ENXIO), the holder still opens g0,
+    and status shows the new rules in force on each task's cgroup."""
+    with stand_in_gpu_nodes(tmp_path, 3) as nodes:
+        def config(gpus: list[str]) -> str:
+            return ('[capacity]\ncpu = 1\nmemory = "1G"\n'
+                    f'gpus = {json.dumps(gpus)}\ngpu_control = []\n'
+                    '[groups.A]\nusers = ["root"]\n')
+
+        gov = Governor(tmp_path, config(nodes[:2]))
+        path = tmp_path / "governor.toml"
+        try:
+            command = [sys.executable, "-c", PROBE_AGAIN, *nodes]
+            plain = gov.run("A", command, cpus=0.1, memory="32M")
+            holder = gov.run("A", command, gpus=1, cpus=0.1, memory="32M")
+            before = {"plain": json.loads(plain.stdout.readline()), "holder": json.loads(holder.stdout.readline())}
+            assert before["plain"] == {nodes[0]: "EPERM", nodes[1]: "EPERM", nodes[2]: "ENXIO"}, before
+            assert before["holder"] == {nodes[0]: "ENXIO", nodes[1]: "EPERM", nodes[2]: "ENXIO"}, before
+            path.write_text(path.read_text().replace(f"gpus = {json.dumps(nodes[:2])}", f"gpus = {json.dumps(nodes)}"))
+            applied = subprocess.run([GOVERNOR, "reload", "--socket", gov.socket], capture_output=True, text=True)
+            assert applied.returncode == 0, applied.stderr
+            status = gov.status()
+            assert status["capacity"]["gpu"] == 3
+            after = {}
+            for name, proc in (("plain", plain), ("holder", holder)):
+                proc.send_signal(signal.SIGUSR1)
+                after[name] = json.loads(proc.stdout.readline())
+            print(f"\n[{status['daemon']['cgroup_mode']}] opens before the reload {before}, after it {after}")
+            assert after["plain"] == {nodes[0]: "EPERM", nodes[1]: "EPERM", nodes[2]: "EPERM"}, after
+            assert after["holder"] == {nodes[0]: "ENXIO", nodes[1]: "EPERM", nodes[2]: "EPERM"}, after
+            major = os.major(os.stat(nodes[2]).st_rdev)
+            limits = [" ".join(t["limits"].values()) for t in status["groups"]["A"]["tasks"]]
+            assert len(limits) == 2 and all(f"{major}:2" in text for text in limits), limits
         finally:
             gov.close()
