@@ -110,7 +110,7 @@ class Policy:
 
         def caps(demand: tuple[tuple[str, float], ...], held: tuple[int, ...] | None) -> CgroupLimits:
             limits = task_limits(dict(demand), io_devices=io_devices, memory_mode=memory_mode)
-            denied = () if held is None else self._denied(held)
+            denied = () if held is None else self.denied_devices(held)
             return replace(limits, devices_denied=denied) if denied else limits
 
         self._task_caps = functools.lru_cache(maxsize=TASK_CAPS_KEPT)(caps)
@@ -125,7 +125,7 @@ class Policy:
 
     def caps(self, task: Task) -> CgroupLimits:
         """``task``'s caps: its declaration, and the device nodes it may not open
-        (:meth:`denied_devices`), one object per distinct demand and GPUs held. A login
+        (:meth:`denied_devices` of its GPUs), one object per distinct demand and GPUs held. A login
         session's carry no device rules: its slice is systemd's, which has no deny list; the
         guard on the login slices' parent denies them (DESIGN.md §3)."""
         return self._task_caps(tuple(task.demand.items()), None if task.is_login else tuple(task.gpus))
@@ -141,15 +141,12 @@ class Policy:
                 raise GovernorError(f"{config.file}: capacity.gpus: GPU {index} ({before}) is held by task {task} and "
                                     "this config drops or renumbers it; change it once that task has ended")
 
-    def denied_devices(self, task: Task) -> tuple[Device, ...]:
-        """The device nodes ``task`` may not open (``("c", major, minor)``): every governed
-        GPU's but those it holds (a MIG instance's node is its GPU's, open to each instance's
-        holder), and NVIDIA's control nodes too when it holds none. Empty when no GPU is
-        governed: governor then guards no device."""
-        return self._denied(task.gpus)
-
-    def _denied(self, gpus: Iterable[int]) -> tuple[Device, ...]:
-        """:meth:`denied_devices` of a task holding GPUs ``gpus`` (indexes)."""
+    def denied_devices(self, gpus: Iterable[int]) -> tuple[Device, ...]:
+        """The device nodes a task holding the GPUs ``gpus`` (indexes, ``Task.gpus``) may not
+        open (``("c", major, minor)``): every governed GPU's but those it holds (a MIG
+        instance's node is its GPU's, open to each instance's holder), and NVIDIA's control
+        nodes too when it holds none. Empty when no GPU is governed: governor then guards no
+        device."""
         if self.gpus is None:
             return ()
         held = set(gpus)

@@ -220,7 +220,8 @@ def test_v1_driver_follows_a_cgroups_denied_list_as_it_changes(stand_ins):
         directory = driver.controller_path("devices", "t")
         for denied, expected in (([a], {0}), ([a, b], {0, 1}), ([b], {1}), ([], set())):
             driver.apply("t", CgroupLimits(devices_denied=denied))
-            assert driver.in_force("t").get("devices.deny", "") == ", ".join(f"c {major}:{i} rwm" for i in sorted(expected))
+            shown = ", ".join(f"c {major}:{minor} rwm" for minor in sorted(expected))
+            assert driver.in_force("t").get("devices.deny", "") == shown
             check_denied_exactly(directory, paths, expected, "v1 devices.deny")
     finally:
         driver.remove("t")
