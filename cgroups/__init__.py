@@ -6,6 +6,8 @@
   to v2 / v1 files in a fixed order.
 - :mod:`governor.cgroups.detect`: unified / hybrid / legacy mode, own cgroup, controllers, v1 mounts.
 - :mod:`governor.cgroups.devices`: block device path → whole disk ``MAJ:MIN``.
+- :mod:`governor.cgroups.device_rules`: device nodes as limits name them (``devices_denied``);
+  :mod:`governor.cgroups.device_filter` the v2 BPF device program that enforces them.
 - :mod:`governor.cgroups.driver`: the one driver protocol; :mod:`governor.cgroups.base` what every driver
   shares (the record of what the kernel accepted, plans applied in order, kills in rounds).
 - :mod:`governor.cgroups.stats`: one sample of a cgroup's counters, whatever read it.
