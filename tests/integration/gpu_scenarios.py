@@ -148,40 +148,58 @@ def stand_in_gpu_nodes(tmp_path: Path, count: int) -> Iterator[list[str]]:
             subprocess.run(["umount", str(scratch)], check=True)
 
 
-def a_reload_that_adds_a_gpu_denies_it_to_running_tasks(tmp_path: Path) -> None:
+def a_gpu_added_by_a_reload_or_a_restart_is_denied_to_running_tasks(tmp_path: Path) -> None:
     """Issue 31: under ``gpus = [g0, g1]`` a task without GPUs (denied both) and one holding g0
     run; the config is reloaded with ``[g0, g1, g2]``. Both running tasks then get EPERM on g2
     (before the reload its node was no GPU of governor's: ENXIO), the holder still opens g0,
-    and status shows the new rules in force on each task's cgroup."""
-    with stand_in_gpu_nodes(tmp_path, 3) as nodes:
-        def config(gpus: list[str]) -> str:
-            return ('[capacity]\ncpu = 1\nmemory = "1G"\n'
-                    f'gpus = {json.dumps(gpus)}\ngpu_control = []\n'
-                    '[groups.A]\nusers = ["root"]\n')
-
-        gov = Governor(tmp_path, config(nodes[:2]))
+    and status shows the new rules in force on each task's cgroup. Then the daemon is killed,
+    g3 added to the file and the daemon started again: the tasks it takes back get EPERM on
+    g3 too (a restarted daemon has no record of what it wrote: it finds its rules again)."""
+    with stand_in_gpu_nodes(tmp_path, 4) as nodes:
+        gov = Governor(tmp_path, '[capacity]\ncpu = 1\nmemory = "1G"\n'
+                                 f'gpus = {json.dumps(nodes[:2])}\ngpu_control = []\n'
+                                 '[groups.A]\nusers = ["root"]\n')
         path = tmp_path / "governor.toml"
         try:
             command = [sys.executable, "-c", PROBE_AGAIN, *nodes]
-            plain = gov.run("A", command, cpus=0.1, memory="32M")
-            holder = gov.run("A", command, gpus=1, cpus=0.1, memory="32M")
-            before = {"plain": json.loads(plain.stdout.readline()), "holder": json.loads(holder.stdout.readline())}
-            assert before["plain"] == {nodes[0]: "EPERM", nodes[1]: "EPERM", nodes[2]: "ENXIO"}, before
-            assert before["holder"] == {nodes[0]: "ENXIO", nodes[1]: "EPERM", nodes[2]: "ENXIO"}, before
-            path.write_text(path.read_text().replace(f"gpus = {json.dumps(nodes[:2])}", f"gpus = {json.dumps(nodes)}"))
+            tasks = {"plain": gov.run("A", command, cpus=0.1, memory="32M"),
+                     "holder": gov.run("A", command, gpus=1, cpus=0.1, memory="32M")}
+            before = {name: json.loads(proc.stdout.readline()) for name, proc in tasks.items()}
+            assert list(before["plain"].values()) == ["EPERM", "EPERM", "ENXIO", "ENXIO"], before
+            assert list(before["holder"].values()) == ["ENXIO", "EPERM", "ENXIO", "ENXIO"], before
+
+            def governed(count: int) -> None:
+                path.write_text(path.read_text().replace(f"gpus = {json.dumps(nodes[:count - 1])}",
+                                                         f"gpus = {json.dumps(nodes[:count])}"))
+
+            def looked_again() -> dict:
+                seen = {}
+                for name, proc in tasks.items():
+                    proc.send_signal(signal.SIGUSR1)
+                    seen[name] = json.loads(proc.stdout.readline())
+                return seen
+
+            governed(3)
             applied = subprocess.run([GOVERNOR, "reload", "--socket", gov.socket], capture_output=True, text=True)
             assert applied.returncode == 0, applied.stderr
             status = gov.status()
             assert status["capacity"]["gpu"] == 3
-            after = {}
-            for name, proc in (("plain", plain), ("holder", holder)):
-                proc.send_signal(signal.SIGUSR1)
-                after[name] = json.loads(proc.stdout.readline())
-            print(f"\n[{status['daemon']['cgroup_mode']}] opens before the reload {before}, after it {after}")
-            assert after["plain"] == {nodes[0]: "EPERM", nodes[1]: "EPERM", nodes[2]: "EPERM"}, after
-            assert after["holder"] == {nodes[0]: "ENXIO", nodes[1]: "EPERM", nodes[2]: "EPERM"}, after
+            reloaded = looked_again()
+            print(f"\n[{status['daemon']['cgroup_mode']}] opens before the reload {before}, after it {reloaded}")
+            assert list(reloaded["plain"].values()) == ["EPERM", "EPERM", "EPERM", "ENXIO"], reloaded
+            assert list(reloaded["holder"].values()) == ["ENXIO", "EPERM", "EPERM", "ENXIO"], reloaded
             major = os.major(os.stat(nodes[2]).st_rdev)
             limits = [" ".join(t["limits"].values()) for t in status["groups"]["A"]["tasks"]]
             assert len(limits) == 2 and all(f"{major}:2" in text for text in limits), limits
+
+            gov.daemon.send_signal(signal.SIGKILL)
+            gov.daemon.wait()
+            governed(4)
+            gov.restart()
+            assert gov.status()["capacity"]["gpu"] == 4 and gov.task_count("A") == 2
+            restarted = looked_again()
+            print(f"after a restart with g3 added: {restarted}")
+            assert list(restarted["plain"].values()) == ["EPERM"] * 4, restarted
+            assert list(restarted["holder"].values()) == ["ENXIO", "EPERM", "EPERM", "EPERM"], restarted
         finally:
             gov.close()

@@ -67,5 +67,5 @@ def test_gpus_are_admitted_in_drf_order_guarded_by_the_device_cgroup_and_handed_
     gpu_scenarios.gpus_are_admitted_guarded_and_handed(tmp_path)
 
 
-def test_a_reload_that_adds_a_gpu_denies_it_to_running_tasks(tmp_path):
-    gpu_scenarios.a_reload_that_adds_a_gpu_denies_it_to_running_tasks(tmp_path)
+def test_a_gpu_added_by_a_reload_or_a_restart_is_denied_to_running_tasks(tmp_path):
+    gpu_scenarios.a_gpu_added_by_a_reload_or_a_restart_is_denied_to_running_tasks(tmp_path)
