@@ -208,3 +208,15 @@ def test_a_refused_device_rule_is_an_error_event_and_in_force_keeps_the_old_rule
     assert gpus.hierarchy.in_force("B/task-1")["device program"] == "c 195:0, c 195:1, c 195:255"
     errors = [e for e in gpus.journal.events if e["kind"] == "error"]
     assert any("B/task-1" in e["message"] and "the value in force stays" in e["message"] for e in errors)
+
+
+def test_only_a_full_refill_plans_the_running_tasks_cgroups(gpus):
+    launch(gpus, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
+    launch(gpus, 101, group="B", cpu=0.1, memory=GIB // 8)
+    planned = []
+    apply_plan = gpus.hierarchy.apply_plan
+    gpus.hierarchy.apply_plan = lambda plan: planned.append(list(plan)) or apply_plan(plan)
+    gpus.set_weight("A", 2, "root")  # a refill as every event's: groups only (flat in the tasks' number)
+    assert planned[-1] == ["", "A", "B"]
+    reload_with(gpus, INVENTORY, '["/dev/nvidia0", "/dev/nvidia1"]')
+    assert planned[-1] == ["", "A", "B", "A/task-1", "B/task-2"]  # parents before children
