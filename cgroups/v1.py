@@ -42,14 +42,14 @@ from cgroupspy.nodes import Node
 
 from governor.cgroups.base import DriverBase
 from governor.cgroups.device_filter import Device, deny_v1_lines
-from governor.cgroups.errors import CgroupError, CgroupUnsupported, CgroupWriteError
+from governor.cgroups.errors import CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError
 from governor.cgroups.files import below, list_children, make_dir, read_file, relative_parts, remove_dir, write_file
 from governor.cgroups.limits import (DEFAULT_PERIOD_USEC, V1_ORDER, CgroupLimits, diff_writes, v1_files, v1_key,
                                      v1_reset)
 from governor.cgroups.nesting import QuotaNesting
-from governor.cgroups.parse import (format_cpu_list, parse_blkio_service_bytes, parse_cpu_list, parse_flat_keyed,
-                                    parse_int, parse_pids)
+from governor.cgroups.parse import format_cpu_list, parse_cpu_list, parse_pids
 from governor.cgroups.stats import CgroupStats
+from governor.cgroups.v1_stats import populated_below, read_v1_stats
 
 __all__ = ["CgroupV1Driver", "REQUIRED_CONTROLLERS"]
 
@@ -60,7 +60,7 @@ REQUIRED_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
 HIERARCHY_ORDER = ("cpuset", "cpu", "cpuacct", "memory", "blkio", "devices")
 # v2 controller names that are spelt differently on v1.
 _V1_NAME = {"io": "blkio"}
-NS_PER_USEC = 1_000
+_COUNTED = ("cpu", "cpuacct", "memory", "blkio")  # the hierarchies read_stats reads (blkio: where given)
 _QUOTA = v1_key("cpu", "cpu.cfs_quota_us", "")
 _PERIOD = v1_key("cpu", "cpu.cfs_period_us", "")
 
@@ -298,48 +298,49 @@ class CgroupV1Driver(DriverBase):
             self._write(below(root, rel), "cgroup.procs", str(pid))
 
     def pids(self, rel: str) -> list[int]:
-        """Return the pids in cgroup ``rel`` itself, in any hierarchy, sorted.
-
-        Raises:
-            CgroupReadError: the cgroup does not exist.
-        """
+        """Return the pids in cgroup ``rel`` itself, in any hierarchy (one that joined since
+        they started lacks them, even ``rel``, until :meth:`rejoin`), sorted. Raises
+        CgroupReadError: it is in no hierarchy (``vanished``), or one cannot be read."""
         found: set[int] = set()
+        missing: list[CgroupReadError] = []
         for root in self._trees:
-            found.update(parse_pids(read_file(below(root, rel), "cgroup.procs")))
+            try:
+                found.update(parse_pids(read_file(below(root, rel), "cgroup.procs")))
+            except CgroupReadError as error:
+                if not error.vanished:
+                    raise
+                missing.append(error)
+        if len(missing) == len(self._trees):
+            raise missing[0]
         return sorted(found)
 
-    def _read_stats(self, rel: str, peak: bool) -> CgroupStats:
-        """Sample cgroup ``rel``: ``cpuacct.usage`` and ``cpu.stat`` (ns → usec),
-        ``memory.usage_in_bytes``, ``memory.failcnt`` (as ``memory_events["max"]``) and
-        ``memory.oom_control``'s ``oom_kill`` (Linux ≥ 4.13), ``memory.max_usage_in_bytes``
-        (as ``memory_peak_bytes``, with ``peak``), and, with blkio,
-        ``blkio.throttle.io_service_bytes``. ``populated`` is true when the cgroup or a
-        descendant has a process in the cpu hierarchy (v2's meaning).
+    def rejoin(self, rel: str) -> list[int]:
+        """Put every process of cgroup ``rel`` (in any hierarchy) into ``rel`` in each
+        hierarchy, made where missing: one that joined since they started (``devices``, a
+        daemon restarted to govern GPUs) holds none, and its rules would hold nobody.
+
+        Returns:
+            The pids moved into some hierarchy, sorted (not one that exited meanwhile).
 
         Raises:
-            CgroupReadError: a stat file cannot be read (e.g. the cgroup vanished).
+            CgroupError: ``rel`` cannot be made or read, or a move was refused.
         """
-        cpu = parse_flat_keyed(read_file(self.controller_path("cpu", rel), "cpu.stat"))
-        memory_dir = self.controller_path("memory", rel)
-        memory_events = {"max": parse_int(read_file(memory_dir, "memory.failcnt"))}
-        oom = parse_flat_keyed(read_file(memory_dir, "memory.oom_control"))
-        if "oom_kill" in oom:
-            memory_events["oom_kill"] = oom["oom_kill"]
-        io_stat = {}
-        if "blkio" in self.roots:
-            io_stat = parse_blkio_service_bytes(
-                read_file(self.controller_path("blkio", rel), "blkio.throttle.io_service_bytes"))
-        return CgroupStats(
-            cpu_usage_usec=parse_int(read_file(self.controller_path("cpuacct", rel), "cpuacct.usage"))
-            // NS_PER_USEC,
-            cpu_nr_throttled=cpu.get("nr_throttled", 0),
-            cpu_throttled_usec=cpu.get("throttled_time", 0) // NS_PER_USEC,
-            memory_current_bytes=parse_int(read_file(memory_dir, "memory.usage_in_bytes")),
-            memory_events=memory_events,
-            io_stat=io_stat,
-            populated=self._populated(self.controller_path("cpu", rel)),
-            memory_peak_bytes=parse_int(read_file(memory_dir, "memory.max_usage_in_bytes")) if peak else None,
-        )
+        self.create(rel)
+        inside = {root: set(parse_pids(read_file(below(root, rel), "cgroup.procs"))) for root in self._trees}
+        moved, every = set(), set().union(*inside.values())
+        for root, there in inside.items():
+            for pid in sorted(every - there):
+                try:
+                    self._write(below(root, rel), "cgroup.procs", str(pid))
+                    moved.add(pid)
+                except CgroupWriteError as error:
+                    if error.errno != errno.ESRCH:  # not: it exited meanwhile
+                        raise
+        return sorted(moved)
+
+    def _read_stats(self, rel: str, peak: bool) -> CgroupStats:
+        """Sample cgroup ``rel`` (:func:`~governor.cgroups.v1_stats.read_v1_stats`; raises CgroupReadError)."""
+        return read_v1_stats({c: self.controller_path(c, rel) for c in _COUNTED if c in self.roots}, peak)
 
     def populated(self, rel: str) -> bool:
         """Whether cgroup ``rel`` or a cgroup below it holds a process, from the cpu hierarchy
@@ -349,12 +350,7 @@ class CgroupV1Driver(DriverBase):
         Raises:
             CgroupReadError: it cannot be read (``vanished``: it is gone).
         """
-        return self._populated(self.controller_path("cpu", rel))
-
-    def _populated(self, directory: Path) -> bool:
-        if parse_pids(read_file(directory, "cgroup.procs")):
-            return True
-        return any(self._populated(directory / child) for child in list_children(directory))
+        return populated_below(self.controller_path("cpu", rel))
 
     @staticmethod
     def _create_child(node: Node, name: str) -> Node:
