@@ -168,9 +168,9 @@ class Policy:
 
         def refused(gpu: str, lacks: str) -> GovernorError:
             return GovernorError(f"{self.config.file}: capacity.gpus: task {task.id} (group {task.group}) holds GPU "
-                                 f"{gpu} and this config {lacks}: not started, or another task could get it. List "
-                                 f"that GPU again, start the daemon and stop the task (governor stop {task.id}), "
-                                 "then change the config")
+                                 f"{gpu} and this config {lacks}: the daemon does not start, lest another task get "
+                                 f"it. List that GPU again, start the daemon and stop the task (governor stop "
+                                 f"{task.id}), then change the config")
 
         identities = task.gpu_identities
         if not identities:

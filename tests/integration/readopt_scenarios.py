@@ -8,6 +8,7 @@ Shared by the v1 (native: the ``devices`` hierarchy joins at the restart) and v2
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -86,7 +87,8 @@ def restart_with_gpus_readopts_the_processes_and_stop_ends_them(tmp_path) -> Non
 def restart_with_the_gpus_reordered_keeps_each_held_gpu(tmp_path) -> None:
     """Bob's task holds the first of three GPUs (g0). The daemon is killed (-9) and started
     again with capacity.gpus reordered [g1, g0, g2]: bob's task still holds g0, and alice's
-    ``--gpus 1`` gets g1 (index 0 now): she opens g1 and may not open g0."""
+    ``--gpus 1`` gets g1 (index 0 now): she opens g1 and may not open g0. A restart whose list
+    drops g0 does not start, saying which task holds it."""
     with gpu_nodes(tmp_path, free_char_major(), minors=(0, 1, 2)) as (g0, g1, g2):
         gov = Governor(tmp_path, PLAIN.replace("[capacity]\n", f"[capacity]\ngpus = {json.dumps([g0, g1, g2])}\n"
                                                                 "gpu_control = []\n"))
@@ -101,6 +103,14 @@ def restart_with_the_gpus_reordered_keeps_each_held_gpu(tmp_path) -> None:
             assert (seen[g0], seen[g1]) == ("EPERM", "ENXIO"), seen
             held = {gpu["node"]: gpu["task"] for gpu in gov.status()["gpus"] if gpu.get("task")}
             assert sorted(held) == sorted([g0, g1]) and len(set(held.values())) == 2, held
+            with_gpus(gov, [g1, g2])  # drops bob's GPU: the daemon must not start and hand it out
+            gov.daemon.kill()
+            gov.daemon.wait()
+            refused = subprocess.run(gov.command, capture_output=True, text=True, timeout=60)
+            assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr
+            assert (f"task {held[g0]} (group A) holds GPU {os.major(os.stat(g0).st_rdev)}:0 and this config drops "
+                    f"it") in refused.stderr, refused.stderr
+            assert psutil.Process(bob.pid).status() != psutil.STATUS_ZOMBIE  # its task runs on, ungoverned meanwhile
         finally:
             gov.close()
 

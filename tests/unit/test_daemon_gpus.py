@@ -171,8 +171,8 @@ def test_a_restart_whose_inventory_lacks_a_held_gpu_refuses_to_start_naming_task
     with pytest.raises(GovernorError) as refused:
         again.recovery.load()
     assert str(refused.value) == (
-        "test.toml: capacity.gpus: task 2 (group B) holds GPU 195:1 (GPU-bbbb) and this config drops it: not "
-        "started, or another task could get it. List that GPU again, start the daemon and stop the task (governor "
+        "test.toml: capacity.gpus: task 2 (group B) holds GPU 195:1 (GPU-bbbb) and this config drops it: the daemon "
+        "does not start, lest another task get it. List that GPU again, start the daemon and stop the task (governor "
         "stop 2), then change the config")
     assert not again.tasks and [t.id for t in again.store.load_all()[0]] == ["1", "2"]  # nothing taken, nothing lost
 
