@@ -49,7 +49,7 @@ from governor.cgroups.limits import (DEFAULT_PERIOD_USEC, V1_ORDER, CgroupLimits
 from governor.cgroups.nesting import QuotaNesting
 from governor.cgroups.parse import format_cpu_list, parse_cpu_list, parse_pids
 from governor.cgroups.stats import CgroupStats
-from governor.cgroups.v1_stats import populated_below, read_v1_stats
+from governor.cgroups.v1_cgroup import init_cpuset, populated_below, read_v1_stats
 
 __all__ = ["CgroupV1Driver", "REQUIRED_CONTROLLERS"]
 
@@ -147,7 +147,7 @@ class CgroupV1Driver(DriverBase):
                         self._make_ancestors(root, cpuset)
                     known = self._nodes[key] = self._create_child(node, part)
                     if cpuset and not depth:  # the root's parent is not governor's to change
-                        self._init_cpuset(Path(os.fsdecode(known.full_path)))
+                        init_cpuset(Path(os.fsdecode(known.full_path)))
                 node = known
 
     def remove(self, rel: str) -> None:
@@ -298,38 +298,25 @@ class CgroupV1Driver(DriverBase):
             self._write(below(root, rel), "cgroup.procs", str(pid))
 
     def pids(self, rel: str) -> list[int]:
-        """Return the pids in cgroup ``rel`` itself, in any hierarchy (one that joined since
-        they started lacks them, even ``rel``, until :meth:`rejoin`), sorted. Raises
-        CgroupReadError: it is in no hierarchy (``vanished``), or one cannot be read."""
-        found: set[int] = set()
-        missing: list[CgroupReadError] = []
-        for root in self._trees:
-            try:
-                found.update(parse_pids(read_file(below(root, rel), "cgroup.procs")))
-            except CgroupReadError as error:
-                if not error.vanished:
-                    raise
-                missing.append(error)
-        if len(missing) == len(self._trees):
-            raise missing[0]
-        return sorted(found)
+        """The pids in cgroup ``rel`` itself in any hierarchy, sorted (one that joined since lacks
+        them until :meth:`rejoin`). Raises CgroupReadError: in no hierarchy (``vanished``), or unreadable."""
+        return sorted(set().union(*filter(None, self._procs(rel).values())))
 
     def rejoin(self, rel: str) -> list[int]:
         """Put every process of cgroup ``rel`` (in any hierarchy) into ``rel`` in each
         hierarchy, made where missing: one that joined since they started (``devices``, a
         daemon restarted to govern GPUs) holds none, and its rules would hold nobody.
-
-        Returns:
-            The pids moved into some hierarchy, sorted (not one that exited meanwhile).
+        Returns the pids moved into some hierarchy, sorted (not one that exited meanwhile).
 
         Raises:
-            CgroupError: ``rel`` cannot be made or read, or a move was refused.
+            CgroupError: ``rel`` is in no hierarchy (``vanished``), cannot be made or read, or a move was refused.
         """
-        self.create(rel)
-        inside = {root: set(parse_pids(read_file(below(root, rel), "cgroup.procs"))) for root in self._trees}
-        moved, every = set(), set().union(*inside.values())
+        inside = self._procs(rel)
+        if None in inside.values():
+            self.create(rel)  # only then: a mkdir, even of one that exists, takes cgroup_mutex
+        moved, every = set(), set().union(*filter(None, inside.values()))
         for root, there in inside.items():
-            for pid in sorted(every - there):
+            for pid in sorted(every - (there or set())):
                 try:
                     self._write(below(root, rel), "cgroup.procs", str(pid))
                     moved.add(pid)
@@ -338,8 +325,23 @@ class CgroupV1Driver(DriverBase):
                         raise
         return sorted(moved)
 
+    def _procs(self, rel: str) -> dict[Path, set[int] | None]:
+        """Root → the pids in ``rel`` in its hierarchy, None where ``rel`` is missing (raises
+        CgroupReadError: missing from every one, ``vanished``; or a read failed)."""
+        found: dict[Path, set[int] | None] = dict.fromkeys(self._trees)
+        for root in self._trees:
+            try:
+                found[root] = set(parse_pids(read_file(below(root, rel), "cgroup.procs")))
+            except CgroupReadError as error:
+                if not error.vanished:
+                    raise
+                missing = error
+        if all(pids is None for pids in found.values()):
+            raise missing
+        return found
+
     def _read_stats(self, rel: str, peak: bool) -> CgroupStats:
-        """Sample cgroup ``rel`` (:func:`~governor.cgroups.v1_stats.read_v1_stats`; raises CgroupReadError)."""
+        """Sample cgroup ``rel`` (:func:`~governor.cgroups.v1_cgroup.read_v1_stats`; raises CgroupReadError)."""
         return read_v1_stats({c: self.controller_path(c, rel) for c in _COUNTED if c in self.roots}, peak)
 
     def populated(self, rel: str) -> bool:
@@ -373,7 +375,7 @@ class CgroupV1Driver(DriverBase):
             make_dir(ancestor)
             self._made.setdefault(root, []).append(ancestor)
             if cpuset:
-                self._init_cpuset(ancestor)
+                init_cpuset(ancestor)
 
     def _clone_children(self, node: Node, key: tuple[Path, str]) -> None:
         """Have the kernel give new children of cpuset cgroup ``node`` its ``cpuset.cpus`` and
@@ -382,12 +384,6 @@ class CgroupV1Driver(DriverBase):
         if key not in self._cloning:
             write_file(Path(os.fsdecode(node.full_path)), "cgroup.clone_children", "1")
             self._cloning.add(key)
-
-    @staticmethod
-    def _init_cpuset(directory: Path) -> None:
-        for file in ("cpuset.cpus", "cpuset.mems"):
-            if not read_file(directory, file).strip():
-                write_file(directory, file, read_file(directory.parent, file).strip())
 
     @staticmethod
     def _write(directory: Path, file: str, value: str) -> None:

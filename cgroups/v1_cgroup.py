@@ -1,17 +1,18 @@
-"""The counters of one cgroup v1 cgroup (:meth:`CgroupV1Driver.read_stats
-<governor.cgroups.v1.CgroupV1Driver.read_stats>`), read from its directory in each hierarchy,
-in v2's terms (:class:`~governor.cgroups.stats.CgroupStats`)."""
+"""One cgroup v1 cgroup's directories, for :class:`~governor.cgroups.v1.CgroupV1Driver`: its
+counters, read from its directory in each hierarchy in v2's terms
+(:class:`~governor.cgroups.stats.CgroupStats`), whether it holds a process, and a new cpuset's
+CPUs and memory nodes."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
 
-from governor.cgroups.files import list_children, read_file
+from governor.cgroups.files import list_children, read_file, write_file
 from governor.cgroups.parse import parse_blkio_service_bytes, parse_flat_keyed, parse_int, parse_pids
 from governor.cgroups.stats import CgroupStats
 
-__all__ = ["populated_below", "read_v1_stats"]
+__all__ = ["init_cpuset", "populated_below", "read_v1_stats"]
 
 NS_PER_USEC = 1_000
 
@@ -59,3 +60,15 @@ def populated_below(directory: Path) -> bool:
     if parse_pids(read_file(directory, "cgroup.procs")):
         return True
     return any(populated_below(directory / child) for child in list_children(directory))
+
+
+def init_cpuset(directory: Path) -> None:
+    """Give the cpuset cgroup at ``directory`` its parent's ``cpuset.cpus`` and ``cpuset.mems``
+    where it has none (v1 starts a cpuset empty, and no process can join an empty one).
+
+    Raises:
+        CgroupReadError, CgroupWriteError: a read or a write failed (path and errno named).
+    """
+    for file in ("cpuset.cpus", "cpuset.mems"):
+        if not read_file(directory, file).strip():
+            write_file(directory, file, read_file(directory.parent, file).strip())
