@@ -182,7 +182,7 @@ class Tasks:
         return task
 
     def update(self, task: Task) -> None:
-        """Put ``task`` in place of the running task of its id, in launch order (GPUs re-mapped)."""
+        """Put ``task`` in place of the running task of its id (KeyError: none), in launch order (GPUs re-mapped)."""
         for gpu in self._tasks[task.id].gpus:
             if self._gpus.get(gpu) == task.id:  # not one another task, updated first, holds now
                 del self._gpus[gpu]

@@ -192,7 +192,8 @@ class Requests:
             return ""
         shown = ", ".join(map(str, left[:PROCESSES_SHOWN]))
         more = f" and {len(left) - PROCESSES_SHOWN} more" if len(left) > PROCESSES_SHOWN else ""
-        return f"pid{'s' if len(left) > 1 else ''} {shown}{more} still running {self.exits.stop_wait_s:g} s after SIGKILL"
+        plural = "s" if len(left) > 1 else ""
+        return f"pid{plural} {shown}{more} still running {self.exits.stop_wait_s:g} s after SIGKILL"
 
     def explain(self) -> dict:
         """The live filling with its trace (``governor explain``), and the queue."""

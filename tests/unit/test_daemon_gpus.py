@@ -124,7 +124,8 @@ def test_a_reload_that_drops_a_held_gpu_is_refused_and_the_old_config_stays(gpus
     gpus.load_config = lambda: parse_config(CONFIG, "test.toml")
     with pytest.raises(RequestError) as refused:
         gpus.reload("test")
-    assert refused.value.code == "invalid_config" and "GPU 1 (/dev/nvidia1, device 195:1, GPU-bbbb) is held by task 2 and this config drops it" in refused.value.message
+    assert refused.value.code == "invalid_config"
+    assert "GPU 1 (/dev/nvidia1, device 195:1, GPU-bbbb) is held by task 2 and this config drops it" in refused.value.message
     assert gpus.policy.capacity["gpu"] == 2 and gpus.policy.gpus is INVENTORY
 
 
