@@ -160,6 +160,9 @@ def test_a_restart_with_the_gpus_reordered_finds_each_held_gpu_by_identity(tmp_p
     assert alice["gpus"] == (["GPU-bbbb"] if known(REORDERED).gpus[0].uuid else ["1"])
     [record] = [t for t in again.store.load_all()[0] if t.id == "1"]
     assert record.gpu_identities == (known(INVENTORY).gpus[0].identity,)
+    again.load_config = lambda: parse_config(CONFIG, "test.toml")
+    again.reload("the same list")  # nothing moves
+    assert again.tasks.get("1").gpus == (1,) and again.tasks.get("2").gpus == (0,)
 
 
 def test_a_restart_whose_inventory_lacks_a_held_gpu_refuses_to_start_naming_task_gpu_and_what_to_do(tmp_path):
