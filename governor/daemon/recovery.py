@@ -91,8 +91,8 @@ class Recovery:
         for task in tasks:
             self.tasks.add(task)
         for task in list(self.tasks):
+            self._rejoin(task)  # first: v1 tells whether a task lives from one hierarchy alone
             if self.exits.alive(task):
-                self._rejoin(task)
                 self.journal.event("task_started", f"{task.label} re-adopted: pid {task.pid}, group {task.group}")
                 self.exits.follow(task)
             else:
@@ -103,15 +103,17 @@ class Recovery:
         self._clean_unrecorded({t.cgroup for t in tasks})
 
     def _rejoin(self, task: Task) -> None:
-        """Put ``task``'s processes into each hierarchy of its cgroup that lacks them. On the
-        event loop, though it takes the kernel's ``cgroup_mutex``: at start, before any
-        request is served, and before its device rules are written there."""
+        """Put ``task``'s processes into each hierarchy of its cgroup that lacks them: one that
+        joined since (v1's devices), or one a move cut short by a ``kill -9`` of the daemon
+        did not reach. On the event loop, though it takes the kernel's ``cgroup_mutex``: at
+        start, before any request is served, and before its device rules are written there."""
         if task.is_login:
             return  # systemd's slice: one hierarchy, not governor's to join
         try:
             moved = self.hierarchy.driver.rejoin(task.cgroup)
         except CgroupError as error:
-            self.journal.event("error", f"re-adopting {task.label}: {error}", logging.ERROR)
+            if not error.vanished:  # gone: the task ended, and is forgotten next
+                self.journal.event("error", f"re-adopting {task.label}: {error}", logging.ERROR)
             return
         if moved:
             self.journal.event("task_started", f"{task.label}: pid(s) {', '.join(map(str, moved[:5]))} put into the "
