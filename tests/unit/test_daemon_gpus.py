@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 from test_daemon import GIB, FakeDriver, collect, launch, make_daemon
 
+from governor import access
 from governor.config import parse_config
 from governor.errors import GovernorError, RequestError
 from governor.gpus import Gpu, GpuInventory
@@ -206,3 +207,29 @@ def test_an_older_record_holding_indices_is_taken_as_todays_inventorys_and_writt
     path.write_text(json.dumps({**json.loads(path.read_text()), "gpus": [2]}))
     with pytest.raises(GovernorError, match=r"holds GPU 2 \(by index: an older record\) and this config lists 2 GPUs"):
         make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: INVENTORY).recovery.load()
+
+
+class JoiningDriver(DeviceDriver):
+    """A v1 host whose devices hierarchy joined at the restart: ``elsewhere`` holds the pids of
+    a cgroup that only rejoin finds (read from the hierarchies the fake does not model)."""
+
+    def __init__(self):
+        super().__init__()
+        self.elsewhere: dict[str, list[int]] = {}
+
+    def rejoin(self, rel):
+        moved = self.elsewhere.pop(rel, [])
+        self.procs[rel] = sorted({*self.procs.get(rel, []), *moved})
+        return moved
+
+
+def test_a_restart_that_turns_gpus_on_rejoins_the_processes_before_asking_whether_a_task_lives(tmp_path):
+    driver = JoiningDriver()
+    first = make_daemon(tmp_path, CONFIG.replace('gpus = ["/dev/nvidia0", "/dev/nvidia1"]\n', ""), driver=driver)
+    launch(first, 100, group="A", cpu=0.1, memory=GIB // 8)
+    driver.procs["A/task-1"], driver.elsewhere["A/task-1"] = [], [100]
+    again = restarted(tmp_path, driver, INVENTORY)
+    assert [t.id for t in again.tasks] == ["1"] and driver.procs["A/task-1"] == [100]
+    assert any("pid(s) 100 put into the hierarchies" in e["message"] for e in again.events)
+    assert asyncio.run(again.requests.stop(["1"], access.identify(0, 0))) == {"stopped": ["1"]}
+    assert driver.killed == ["A/task-1"] and not again.tasks
