@@ -81,8 +81,8 @@ class GpuNotFound(LookupError):
     def __init__(self, identity: GpuIdentity, candidates: int):
         self.identity = identity
         self.candidates = candidates
-        which = "none of its GPUs is" if not candidates else f"{candidates} of its GPUs could be"
-        super().__init__(f"GPU {identity}: {which} that one")
+        where = "is not in the inventory" if not candidates else f"could be any of {candidates} GPUs of the inventory"
+        super().__init__(f"GPU {identity} {where}")
 
 
 def locate(held: Sequence[GpuIdentity], gpus: Sequence[Gpu]) -> tuple[tuple[int, ...], tuple[GpuIdentity, ...]]:

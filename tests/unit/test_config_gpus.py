@@ -9,7 +9,8 @@ import pytest
 from governor.cli.launch import hand_gpus
 from governor.config import parse_config
 from governor.errors import ConfigError
-from governor.gpu_identity import GpuIdentity
+from governor.gpu_identity import GpuIdentity, GpuNotFound, locate
+from governor.gpus import Gpu
 from governor.state import Task
 from governor.task_record import task_fields
 
@@ -75,3 +76,17 @@ def test_run_hands_the_tasks_gpus_to_cuda(monkeypatch):
     hand_gpus({"task": "7", "gpus": ["GPU-aaaa", "GPU-bbbb"]})
     assert os.environ["CUDA_VISIBLE_DEVICES"] == os.environ["NVIDIA_VISIBLE_DEVICES"] == "GPU-aaaa,GPU-bbbb"
     assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+
+def test_a_held_gpu_is_found_by_uuid_wherever_it_is_else_by_device_number_and_never_guessed():
+    moved = (Gpu(0, "/dev/nvidia3", 195, 3, "GPU-aaaa"), Gpu(1, "/dev/nvidia0", 195, 0, "GPU-zzzz"))
+    assert locate((GpuIdentity("195:0", "GPU-aaaa"),), moved) == ((0,), (GpuIdentity("195:3", "GPU-aaaa"),))
+    learned = (Gpu(0, "/dev/nvidia1", 195, 1, None), Gpu(1, "/dev/nvidia0", 195, 0, "GPU-aaaa"))
+    assert locate((GpuIdentity("195:0"),), learned) == ((1,), (GpuIdentity("195:0", "GPU-aaaa"),))  # NVML knows it now
+    mig = (Gpu(0, "/dev/nvidia0", 195, 0, "MIG-1", mig_parent=0), Gpu(1, "/dev/nvidia0", 195, 0, "MIG-2", mig_parent=0))
+    assert locate((GpuIdentity("195:0", "MIG-2"),), mig)[0] == (1,)
+    with pytest.raises(GpuNotFound) as ambiguous:
+        locate((GpuIdentity("195:0"),), mig)  # which instance? not guessed
+    assert ambiguous.value.candidates == 2
+    with pytest.raises(GpuNotFound, match="GPU 195:1 \\(GPU-bbbb\\) is not in the inventory"):
+        locate((GpuIdentity("195:1", "GPU-bbbb"),), moved)
