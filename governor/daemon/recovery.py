@@ -116,8 +116,8 @@ class Recovery:
                 self.journal.event("error", f"re-adopting {task.label}: {error}", logging.ERROR)
             return
         if moved:
-            self.journal.event("task_started", f"{task.label}: pid(s) {', '.join(map(str, moved[:5]))} put into the "
-                                               "hierarchies its cgroup lacked them in (joined since it started)")
+            self.journal.event("rejoin", f"{task.label}: pid(s) {', '.join(map(str, moved[:5]))} put into the "
+                                         "hierarchies of its cgroup that lacked them")
 
     def _clean_unrecorded(self, recorded: set[str]) -> None:
         """Task cgroups with no record: an empty one (a daemon killed between making it and
