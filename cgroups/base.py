@@ -194,6 +194,15 @@ class DriverBase(abc.ABC):
             CgroupReadError: it cannot be read (``vanished``: it is gone).
         """
 
+    def rejoin(self, rel: str) -> list[int]:
+        """Put every process of cgroup ``rel`` into it in each hierarchy that lacks it (a
+        re-adopted task's). One hierarchy (v2): none can. v1 overrides it.
+
+        Returns:
+            The pids moved, sorted: none here.
+        """
+        return []
+
     @abc.abstractmethod
     def directory(self, rel: str) -> Path:
         """The directory of cgroup ``rel``, for people (v1: in the cpu hierarchy)."""

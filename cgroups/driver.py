@@ -53,6 +53,10 @@ class Driver(Protocol):
     def pids(self, rel: str) -> list[int]:
         """The processes in ``rel`` itself."""
 
+    def rejoin(self, rel: str) -> list[int]:
+        """Put ``rel``'s processes into ``rel`` in each hierarchy lacking them (v1: one that
+        joined since they started); the pids moved."""
+
     def populated(self, rel: str) -> bool:
         """Whether ``rel`` or a cgroup below it holds a process."""
 

@@ -41,14 +41,14 @@ from pathlib import Path
 from cgroupspy.nodes import Node
 
 from governor.cgroups.base import DriverBase
-from governor.cgroups.errors import CgroupError, CgroupUnsupported, CgroupWriteError
+from governor.cgroups.errors import CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError
 from governor.cgroups.files import below, list_children, make_dir, read_file, relative_parts, remove_dir, write_file
 from governor.cgroups.limits import (DEFAULT_PERIOD_USEC, V1_ORDER, CgroupLimits, diff_writes, v1_files, v1_key,
                                      v1_reset)
 from governor.cgroups.nesting import QuotaNesting
-from governor.cgroups.parse import (format_cpu_list, parse_blkio_service_bytes, parse_cpu_list, parse_flat_keyed,
-                                    parse_int, parse_pids)
+from governor.cgroups.parse import format_cpu_list, parse_cpu_list, parse_pids
 from governor.cgroups.stats import CgroupStats
+from governor.cgroups.v1_cgroup import init_cpuset, populated_below, read_v1_stats
 
 __all__ = ["CgroupV1Driver", "REQUIRED_CONTROLLERS"]
 
@@ -59,7 +59,7 @@ REQUIRED_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
 HIERARCHY_ORDER = ("cpuset", "cpu", "cpuacct", "memory", "blkio", "devices")
 # v2 controller names that are spelt differently on v1.
 _V1_NAME = {"io": "blkio"}
-NS_PER_USEC = 1_000
+_COUNTED = ("cpu", "cpuacct", "memory", "blkio")  # the hierarchies read_stats reads (blkio: where given)
 _QUOTA = v1_key("cpu", "cpu.cfs_quota_us", "")
 _PERIOD = v1_key("cpu", "cpu.cfs_period_us", "")
 
@@ -146,7 +146,7 @@ class CgroupV1Driver(DriverBase):
                         self._make_ancestors(root, cpuset)
                     known = self._nodes[key] = self._create_child(node, part)
                     if cpuset and not depth:  # the root's parent is not governor's to change
-                        self._init_cpuset(Path(os.fsdecode(known.full_path)))
+                        init_cpuset(Path(os.fsdecode(known.full_path)))
                 node = known
 
     def remove(self, rel: str) -> None:
@@ -289,48 +289,51 @@ class CgroupV1Driver(DriverBase):
             self._write(below(root, rel), "cgroup.procs", str(pid))
 
     def pids(self, rel: str) -> list[int]:
-        """Return the pids in cgroup ``rel`` itself, in any hierarchy, sorted.
+        """The pids in cgroup ``rel`` itself in any hierarchy, sorted (one that joined since lacks
+        them until :meth:`rejoin`). Raises CgroupReadError: in no hierarchy (``vanished``), or unreadable."""
+        return sorted(set().union(*filter(None, self._procs(rel).values())))
+
+    def rejoin(self, rel: str) -> list[int]:
+        """Put every process of cgroup ``rel`` (in any hierarchy) into ``rel`` in each
+        hierarchy, made where missing: one that joined since they started (``devices``, a
+        daemon restarted to govern GPUs) holds none, and its rules would hold nobody.
+        Returns the pids moved into some hierarchy, sorted (not one that exited meanwhile).
 
         Raises:
-            CgroupReadError: the cgroup does not exist.
+            CgroupError: ``rel`` is in no hierarchy (``vanished``), cannot be made or read, or a move was refused.
         """
-        found: set[int] = set()
+        inside = self._procs(rel)
+        if None in inside.values():
+            self.create(rel)  # only then: a mkdir, even of one that exists, takes cgroup_mutex
+        moved, every = set(), set().union(*filter(None, inside.values()))
+        for root, there in inside.items():
+            for pid in sorted(every - (there or set())):
+                try:
+                    self._write(below(root, rel), "cgroup.procs", str(pid))
+                    moved.add(pid)
+                except CgroupWriteError as error:
+                    if error.errno != errno.ESRCH:  # not: it exited meanwhile
+                        raise
+        return sorted(moved)
+
+    def _procs(self, rel: str) -> dict[Path, set[int] | None]:
+        """Root → the pids in ``rel`` in its hierarchy, None where ``rel`` is missing (raises
+        CgroupReadError: missing from every one, ``vanished``; or a read failed)."""
+        found: dict[Path, set[int] | None] = dict.fromkeys(self._trees)
         for root in self._trees:
-            found.update(parse_pids(read_file(below(root, rel), "cgroup.procs")))
-        return sorted(found)
+            try:
+                found[root] = set(parse_pids(read_file(below(root, rel), "cgroup.procs")))
+            except CgroupReadError as error:
+                if not error.vanished:
+                    raise
+                missing = error
+        if all(pids is None for pids in found.values()):
+            raise missing
+        return found
 
     def _read_stats(self, rel: str, peak: bool) -> CgroupStats:
-        """Sample cgroup ``rel``: ``cpuacct.usage`` and ``cpu.stat`` (ns → usec),
-        ``memory.usage_in_bytes``, ``memory.failcnt`` (as ``memory_events["max"]``) and
-        ``memory.oom_control``'s ``oom_kill`` (Linux ≥ 4.13), ``memory.max_usage_in_bytes``
-        (as ``memory_peak_bytes``, with ``peak``), and, with blkio,
-        ``blkio.throttle.io_service_bytes``. ``populated`` is true when the cgroup or a
-        descendant has a process in the cpu hierarchy (v2's meaning).
-
-        Raises:
-            CgroupReadError: a stat file cannot be read (e.g. the cgroup vanished).
-        """
-        cpu = parse_flat_keyed(read_file(self.controller_path("cpu", rel), "cpu.stat"))
-        memory_dir = self.controller_path("memory", rel)
-        memory_events = {"max": parse_int(read_file(memory_dir, "memory.failcnt"))}
-        oom = parse_flat_keyed(read_file(memory_dir, "memory.oom_control"))
-        if "oom_kill" in oom:
-            memory_events["oom_kill"] = oom["oom_kill"]
-        io_stat = {}
-        if "blkio" in self.roots:
-            io_stat = parse_blkio_service_bytes(
-                read_file(self.controller_path("blkio", rel), "blkio.throttle.io_service_bytes"))
-        return CgroupStats(
-            cpu_usage_usec=parse_int(read_file(self.controller_path("cpuacct", rel), "cpuacct.usage"))
-            // NS_PER_USEC,
-            cpu_nr_throttled=cpu.get("nr_throttled", 0),
-            cpu_throttled_usec=cpu.get("throttled_time", 0) // NS_PER_USEC,
-            memory_current_bytes=parse_int(read_file(memory_dir, "memory.usage_in_bytes")),
-            memory_events=memory_events,
-            io_stat=io_stat,
-            populated=self._populated(self.controller_path("cpu", rel)),
-            memory_peak_bytes=parse_int(read_file(memory_dir, "memory.max_usage_in_bytes")) if peak else None,
-        )
+        """Sample cgroup ``rel`` (:func:`~governor.cgroups.v1_cgroup.read_v1_stats`; raises CgroupReadError)."""
+        return read_v1_stats({c: self.controller_path(c, rel) for c in _COUNTED if c in self.roots}, peak)
 
     def populated(self, rel: str) -> bool:
         """Whether cgroup ``rel`` or a cgroup below it holds a process, from the cpu hierarchy
@@ -340,12 +343,7 @@ class CgroupV1Driver(DriverBase):
         Raises:
             CgroupReadError: it cannot be read (``vanished``: it is gone).
         """
-        return self._populated(self.controller_path("cpu", rel))
-
-    def _populated(self, directory: Path) -> bool:
-        if parse_pids(read_file(directory, "cgroup.procs")):
-            return True
-        return any(self._populated(directory / child) for child in list_children(directory))
+        return populated_below(self.controller_path("cpu", rel))
 
     @staticmethod
     def _create_child(node: Node, name: str) -> Node:
@@ -368,7 +366,7 @@ class CgroupV1Driver(DriverBase):
             make_dir(ancestor)
             self._made.setdefault(root, []).append(ancestor)
             if cpuset:
-                self._init_cpuset(ancestor)
+                init_cpuset(ancestor)
 
     def _clone_children(self, node: Node, key: tuple[Path, str]) -> None:
         """Have the kernel give new children of cpuset cgroup ``node`` its ``cpuset.cpus`` and
@@ -377,12 +375,6 @@ class CgroupV1Driver(DriverBase):
         if key not in self._cloning:
             write_file(Path(os.fsdecode(node.full_path)), "cgroup.clone_children", "1")
             self._cloning.add(key)
-
-    @staticmethod
-    def _init_cpuset(directory: Path) -> None:
-        for file in ("cpuset.cpus", "cpuset.mems"):
-            if not read_file(directory, file).strip():
-                write_file(directory, file, read_file(directory.parent, file).strip())
 
     @staticmethod
     def _write(directory: Path, file: str, value: str) -> None:

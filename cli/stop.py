@@ -12,7 +12,9 @@ import click
 def stop(tasks: tuple[str, ...], socket_option: str | None) -> None:
     """End each TASK (an id from `governor ps`): every process in it is killed (SIGKILL); a
     queued task leaves the queue. Your own tasks; root and admins may stop anyone's. A
-    user's session is not stopped. Nothing is stopped unless every TASK may be.
+    user's session is not stopped. Nothing is stopped unless every TASK may be. A task is
+    said stopped once its processes are gone; those that outlive the kill for 5 s are
+    named, and the exit status is 69.
 
     \b
     Examples:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from governor.errors import GovernorError
+from governor.gpu_identity import GpuIdentity
 
 __all__ = ["CONTROL_NODES", "NVIDIA_MAJOR", "Gpu", "GpuError", "GpuInventory", "GpuUse", "discover", "sample_use"]
 
@@ -69,6 +70,11 @@ class Gpu:
     uuid: str | None
     name: str = ""
     mig_parent: int | None = None
+
+    @property
+    def identity(self) -> GpuIdentity:
+        """How a task's record names it: device number and UUID (:mod:`governor.gpu_identity`)."""
+        return GpuIdentity(f"{self.major}:{self.minor}", self.uuid)
 
     def visible_id(self) -> str:
         """What ``CUDA_VISIBLE_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` name it by: the UUID, else

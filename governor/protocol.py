@@ -58,9 +58,9 @@ Operations; every field is checked and unknown fields are refused:
   ``task``, only that one's. Root and admins get everyone's with ``all``; anyone else asking
   for ``all`` is ``forbidden``.
 - ``{"op": "stop", "tasks": [str, ...]}`` (1–64 task ids): end each task's whole process tree
-  (a queued one leaves the queue) → ``{"stopped": [id, ...]}``. Only the task's owner, root
-  and admins may (``forbidden``); a user's session is refused (``forbidden``); an unknown id
-  is ``not_found``. Nothing is stopped unless every id may be.
+  (a queued one leaves the queue) → ``{"stopped": [id, ...]}`` once their processes are gone, else
+  ``unavailable`` naming the pids left. Only the task's owner, root and admins may (``forbidden``); a
+  user's session is refused (``forbidden``); an unknown id is ``not_found``. Nothing is stopped unless every id may be.
 - Admin only (uid 0, or a member of the config's ``admin_group``):
   ``{"op": "reload"}`` re-reads the config file → ``{"reloaded": {"config": path}}``;
   ``{"op": "set-weight", "group": str, "weight": number in 0.001..1000}`` →

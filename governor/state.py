@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import stat
 from collections import Counter
@@ -18,10 +17,10 @@ from collections.abc import Iterator, KeysView
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from governor.config_groups import MAX_DEPTH
-from governor.config_types import group_name_problem
 from governor.errors import GovernorError
-from governor.kinds import Kind, cgroup_of, kind_of, record_id_fits
+from governor.gpu_identity import GpuIdentity
+from governor.kinds import Kind, cgroup_of, kind_of
+from governor.task_record import record_of, task_fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,12 +47,13 @@ class Task:
         place: its group's cgroup when it started (``science/physics-lab``,
             :meth:`~governor.config_types.Config.place`), kept so that the task is found
             where it is whatever a later config says; empty for the group's own name.
-        gpus: the GPUs it holds, by governor's index (:class:`governor.gpus.Gpu`), chosen when
-            it starts (``governor run --gpus N``); empty for none.
+        gpus: the GPUs it holds (``governor run --gpus N``) by index in the inventory in force
+            (:attr:`governor.gpus.Gpu.index`), re-mapped by identity when it changes; () for none.
+        gpu_identities: the same GPUs by identity, in order (its record keeps these:
+            :mod:`governor.task_record`; read back, a task has no ``gpus`` until re-mapped).
         kind: task, session or login session, from ``id``.
-        cgroup: the task's cgroup, relative to governor's root (a login session's: to the
-            cgroup v2 mount); derived from ``place`` (or ``group``) and ``id``, and one string every record of
-            the task (limits, samples) shares.
+        cgroup: the task's cgroup, relative to governor's root (a login session's: to the cgroup
+            v2 mount), from ``place`` (or ``group``) and ``id``; one string its records share.
     """
 
     id: str
@@ -68,6 +68,7 @@ class Task:
     time_limit: float | None = None
     place: str = ""
     gpus: tuple[int, ...] = ()
+    gpu_identities: tuple[GpuIdentity, ...] = ()
     kind: Kind = field(init=False, repr=False, compare=False)
     cgroup: str = field(init=False, repr=False, compare=False)
 
@@ -91,9 +92,8 @@ class Task:
         return f"session of {self.user}" if self.is_session else f"task {self.id}"
 
     def to_record(self) -> dict:
-        """What the task's record under the state directory holds: every field but the
-        derived ``cgroup``."""
-        return {name: getattr(self, name) for name in _STORED}
+        """What the task's record under the state directory holds (:func:`governor.task_record.record_of`)."""
+        return record_of(self)
 
     def to_json(self, *, command_chars: int | None = None) -> dict:
         """What every view of a task shares (``status``, ``ps``, ended records): ids, owner,
@@ -180,6 +180,16 @@ class Tasks:
         for gpu in task.gpus:
             self._gpus.pop(gpu, None)
         return task
+
+    def update(self, task: Task) -> None:
+        """Put ``task`` in place of the running task of its id (KeyError: none), in launch order (GPUs re-mapped)."""
+        for gpu in self._tasks[task.id].gpus:
+            if self._gpus.get(gpu) == task.id:  # not one another task, updated first, holds now
+                del self._gpus[gpu]
+        for table in (self._tasks, self._groups[task.group], self._sessions, self._logins):
+            if task.id in table:
+                table[task.id] = task
+        self._gpus.update(dict.fromkeys(task.gpus, task.id))
 
     def get(self, task_id: str) -> Task | None:
         return self._tasks.get(task_id)
@@ -352,7 +362,7 @@ class TaskStore:
         tasks, problems = [], []
         for path in sorted(self.directory.glob("*.json"), key=lambda p: int(p.stem) if p.stem.isdigit() else 0):
             try:
-                tasks.append(_parse_record(path.stem, _read_record(path)))
+                tasks.append(Task(**task_fields(path.stem, _read_record(path))))
             except (OSError, ValueError) as error:
                 reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
                 problems.append(f"task record {path} set aside as {path.name}.bad: {reason}")
@@ -388,73 +398,3 @@ def _read_record(path: Path) -> bytes:
     if len(data) > MAX_RECORD_BYTES:
         raise ValueError(f"larger than {MAX_RECORD_BYTES} bytes")
     return data
-
-
-def _parse_record(task_id: str, data: bytes) -> Task:
-    """A task from its record, every field checked as a request's would be.
-
-    Raises:
-        ValueError: what is wrong, naming the field.
-    """
-    try:
-        record = json.loads(data)
-    except (ValueError, RecursionError) as error:  # bad JSON, bad UTF-8, an integer too long
-        raise ValueError(f"not JSON: {error}") from None
-    if not isinstance(record, dict) or not _RECORD_FIELDS <= set(record) <= _RECORD_FIELDS | _LATER_FIELDS:
-        raise ValueError(f"not a task record: fields must be {', '.join(sorted(_RECORD_FIELDS))} "
-                         f"(and optionally {', '.join(sorted(_LATER_FIELDS))})")
-    problem = group_name_problem(record["group"]) if isinstance(record["group"], str) else "not a string"
-    checks = {
-        "id": record["id"] == task_id and _whole(record["uid"], minimum=0) and record_id_fits(task_id, record["uid"]),
-        "group": problem is None,
-        "pid": _whole(record["pid"], minimum=1),
-        "uid": _whole(record["uid"], minimum=0),
-        "user": isinstance(record["user"], str),
-        "command": isinstance(record["command"], list) and all(isinstance(arg, str) for arg in record["command"]),
-        "demand": isinstance(record["demand"], dict) and all(
-            isinstance(key, str) and _amount(value) for key, value in record["demand"].items()),
-        "started": _amount(record["started"]),
-        "name": isinstance(record.get("name", ""), str),
-        "time_limit": record.get("time_limit") is None or (_amount(record["time_limit"]) and record["time_limit"] > 0),
-        "place": _place_fits(record.get("place", ""), record["group"]),
-        "gpus": _gpus_fit(record.get("gpus", [])),
-    }
-    bad = [field for field, fine in checks.items() if not fine]
-    if bad:
-        detail = f" ({problem})" if "group" in bad and problem else ""
-        raise ValueError(f"field {bad[0]}{detail} is out of bounds")
-    return Task(record["id"], record["group"], record["pid"], record["uid"], record["user"],
-                tuple(record["command"]), {k: float(v) for k, v in record["demand"].items()}, float(record["started"]),
-                record.get("name", ""), None if record.get("time_limit") is None else float(record["time_limit"]),
-                record.get("place", ""), tuple(record.get("gpus", ())))
-
-
-_RECORD_FIELDS = {"id", "group", "pid", "uid", "user", "command", "demand", "started"}
-# Fields added later: a record written before them is read without them.
-_LATER_FIELDS = {"name", "time_limit", "place", "gpus"}
-_MAX_GPU_INDEX = 1023
-_STORED = (*sorted(_RECORD_FIELDS), *sorted(_LATER_FIELDS))
-
-
-def _place_fits(place: object, group: object) -> bool:
-    """A stored place is empty (the group's own name) or ancestors' names then the group's."""
-    if place == "":
-        return True
-    if not isinstance(place, str) or not isinstance(group, str):
-        return False
-    parts = place.split("/")
-    return parts[-1] == group and len(parts) <= MAX_DEPTH and all(group_name_problem(p) is None for p in parts)
-
-
-def _gpus_fit(gpus: object) -> bool:
-    """Stored GPUs are distinct indices, each within :data:`_MAX_GPU_INDEX`."""
-    return (isinstance(gpus, list) and len(set(gpus)) == len(gpus)
-            and all(_whole(g, minimum=0) and g <= _MAX_GPU_INDEX for g in gpus))
-
-
-def _whole(value: object, *, minimum: int) -> bool:
-    return type(value) is int and value >= minimum
-
-
-def _amount(value: object) -> bool:
-    return type(value) in (int, float) and math.isfinite(value) and value >= 0

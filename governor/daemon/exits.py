@@ -42,6 +42,12 @@ EXIT_STATUS_TRIES = 8
 EXIT_STATUS_FD_SHARE = 4
 # Sessions that ended sooner than this after they started are logged, not kept for ps --ended.
 SHORT_SESSION_S = 10.0
+# How long `governor stop` waits for a killed task's processes to be gone before it answers
+# with those left: SIGKILL takes effect when a process next runs in the kernel, at once for
+# most; one freeing gigabytes, or asleep uninterruptibly on a dead NFS server, takes longer.
+STOP_WAIT_S = 5.0
+# Between two looks: doubling from the first to the last (most tasks are gone at the first).
+STOP_LOOKS_S = (0.005, 0.2)
 
 
 class Exits:
@@ -57,6 +63,7 @@ class Exits:
         watcher: the exit watcher (:class:`~governor.events.ExitWatcher`), from
             :meth:`start`; None before (nothing is watched).
         ended: the last :data:`~governor.accounting.ENDED_KEPT` ended tasks, oldest first.
+        stop_wait_s: how long :meth:`survivors` waits, seconds (:data:`STOP_WAIT_S`).
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, records: Records,
@@ -71,6 +78,7 @@ class Exits:
         self.journal = journal
         self.watcher: ExitWatcher | None = None
         self.ended: deque[Ended] = deque(maxlen=ENDED_KEPT)
+        self.stop_wait_s = STOP_WAIT_S
         self._ending: dict[str, tuple[str, str | None]] = {}  # tasks the daemon killed → why, by whom
         self._time_limits: dict[str, asyncio.TimerHandle] = {}  # task → the timer that ends it
         self._pidfds: dict[str, int] = {}  # task → a pidfd of its launched process, for its exit status
@@ -162,6 +170,33 @@ class Exits:
                 return False
         self.check([task.id], reason.replace("_", " "))
         return True
+
+    async def survivors(self, task: Task) -> list[int]:
+        """Wait for the processes of ``task`` (killed by :meth:`end`) to be gone, without
+        holding the event loop, killing again what a kill round missed (v1: a child forked
+        past it); then it is forgotten and its end recorded.
+
+        Returns:
+            The pids still in its cgroup after :attr:`stop_wait_s` seconds; empty once none is.
+
+        Raises:
+            CgroupError: its cgroup cannot be read, so whether they are gone is not known.
+        """
+        deadline = time.monotonic() + self.stop_wait_s
+        pause = STOP_LOOKS_S[0]
+        while self.alive(task) and time.monotonic() < deadline:
+            await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(2 * pause, STOP_LOOKS_S[1])
+            self._kill_again(task)
+        try:
+            left = self.hierarchy.pids(task.cgroup) if self.alive(task) else []
+        except CgroupError as error:
+            if not error.vanished:
+                raise
+            left = []
+        if not left:
+            self.check([task.id], STOP)
+        return left
 
     def alive(self, task: Task) -> bool:
         """Whether the task's cgroup holds a process, or one is being moved in (a task starting,

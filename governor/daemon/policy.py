@@ -17,6 +17,7 @@ from governor.config import Config
 from governor.daemons import DaemonEntry, Registry
 from governor.drf import progressive_filling
 from governor.errors import GovernorError
+from governor.gpu_identity import GpuIdentity, GpuNotFound, locate
 from governor.gpus import GpuInventory, discover
 from governor.hdrf import TreeNode, hierarchical_filling
 from governor.limits import task_limits
@@ -78,18 +79,30 @@ class Policy:
         self.effective: dict[str, float] = {}  # group → effective weight, with [fairshare] (kept across reloads)
         self.use(config)
 
-    def use(self, config: Config, held_gpus: Mapping[int, str] | None = None) -> None:
+    def use(self, config: Config, held: Iterable[Task] = ()) -> list[Task]:
         """Put ``config`` in force (capacity, devices, GPUs, weights); raises before changing
         anything. Sessions turned on claim them for this daemon (refused while another holds
-        them). ``held_gpus`` (GPU index → the running task holding it) must keep their
-        numbers and nodes: a config that drops or renumbers a held GPU is refused."""
+        them).
+
+        Args:
+            held: the running tasks holding GPUs: each GPU is found again in the new inventory
+                by identity (:func:`governor.gpu_identity.locate`), wherever the config lists it.
+
+        Returns:
+            The tasks of ``held`` whose GPUs the new inventory numbers (or knows) otherwise,
+            re-mapped to it: the caller puts them in place of the old ones.
+
+        Raises:
+            GovernorError: as the class says; or the new inventory lacks a held GPU (or cannot
+                tell it from another), naming the task.
+        """
         gpus = None
         if config.gpus is not None:
             gpus = self.find_gpus(config.gpus, config.gpu_control)
             unguarded = self.hierarchy.device_guard_problem()
             if unguarded:
                 raise GovernorError(f"{config.file}: capacity.gpus: {unguarded}")
-        self._check_held_gpus(config, gpus, held_gpus or {})
+        remapped = self._remap_held(config, gpus, held)
         capacity = config.capacity(float(len(self.cpus)), self.host_memory, len(gpus.gpus) if gpus else 0)
         io_devices = {device.name: self.resolve_device(device.device) for device in config.io_devices}
         io_sharing = {name: self.hierarchy.io_sharing(disk) for name, disk in io_devices.items()}
@@ -117,6 +130,7 @@ class Policy:
         warning = config.soft_memory_warning(self.hierarchy.memory_high_throttles)
         if warning:
             log.warning("%s: %s", config.file, warning)
+        return remapped
 
     def refresh_members(self) -> None:
         """Look users and groups up again (they change while the daemon runs)."""
@@ -130,16 +144,61 @@ class Policy:
         guard on the login slices' parent denies them (DESIGN.md §3)."""
         return self._task_caps(tuple(task.demand.items()), None if task.is_login else tuple(task.gpus))
 
-    def _check_held_gpus(self, config: Config, gpus: GpuInventory | None, held: Mapping[int, str]) -> None:
-        """Refuse a new inventory that drops or renumbers a GPU a running task holds (its
-        cgroup allows that GPU's node, and CUDA was told its name)."""
+    def _remap_held(self, config: Config, gpus: GpuInventory | None, held: Iterable[Task]) -> list[Task]:
+        """The tasks of ``held`` re-mapped to ``gpus`` where their GPUs' indices or identities
+        differ there. A GPU the new inventory lacks is refused (its task's cgroup allows that
+        GPU's node, and CUDA was told its name), as one it cannot tell from another."""
         old = self.gpus.gpus if self.gpus is not None else ()
-        new = gpus.gpus if gpus is not None else ()
-        for index, task in sorted(held.items()):
-            before = old[index].node if index < len(old) else None
-            if index >= len(new) or new[index].node != before:
-                raise GovernorError(f"{config.file}: capacity.gpus: GPU {index} ({before}) is held by task {task} and "
-                                    "this config drops or renumbers it; change it once that task has ended")
+        remapped = []
+        for task in held:
+            try:
+                indices, identities = locate(task.gpu_identities, gpus.gpus if gpus is not None else ())
+            except GpuNotFound as lost:
+                index = task.gpus[task.gpu_identities.index(lost.identity)]
+                named = ", ".join(filter(None, (old[index].node if index < len(old) else "",
+                                                f"device {lost.identity.device}", lost.identity.uuid)))
+                raise GovernorError(f"{config.file}: capacity.gpus: GPU {index} ({named}) is held by task {task.id} "
+                                    f"and this config {_lacks(lost)}; change it once that task has ended") from None
+            if (indices, identities) != (task.gpus, task.gpu_identities):
+                remapped.append(replace(task, gpus=indices, gpu_identities=identities))
+        return remapped
+
+    def readopted(self, task: Task) -> Task:
+        """``task``, read back from its record at a restart, holding its GPUs by their indices
+        in the inventory in force, found by identity; a record written before identities
+        holds indices, taken as today's inventory's (as such a daemon took them).
+
+        Raises:
+            GovernorError: the inventory lacks a GPU the task holds, or cannot tell it from
+                another: the daemon must not start and hand it to another task. The message
+                names the task, the GPU and what to do.
+        """
+        if not task.gpus and not task.gpu_identities:
+            return task
+        gpus = self.gpus.gpus if self.gpus is not None else ()
+
+        def refused(gpu: str, lacks: str) -> GovernorError:
+            return GovernorError(f"{self.config.file}: capacity.gpus: task {task.id} (group {task.group}) holds GPU "
+                                 f"{gpu} and this config {lacks}: the daemon does not start, lest another task get "
+                                 f"it. List that GPU again, start the daemon and stop the task (governor stop "
+                                 f"{task.id}), then change the config")
+
+        identities = task.gpu_identities
+        if not identities:
+            beyond = [index for index in task.gpus if index >= len(gpus)]
+            if beyond:
+                raise refused(f"{beyond[0]} (by index: an older record)", f"lists {len(gpus)} GPUs")
+            identities = tuple(gpus[index].identity for index in task.gpus)
+        try:
+            indices, identities = locate(identities, gpus)
+        except GpuNotFound as lost:
+            raise refused(str(lost.identity), _lacks(lost)) from None
+        return replace(task, gpus=indices, gpu_identities=identities)
+
+    def gpu_identities(self, indices: Iterable[int]) -> tuple[GpuIdentity, ...]:
+        """The identities of the GPUs at ``indices`` of the inventory in force (a task's
+        :attr:`~governor.state.Task.gpu_identities`, from its ``gpus``)."""
+        return tuple(self.gpus.gpus[index].identity for index in indices)
 
     def denied_devices(self, gpus: Iterable[int]) -> tuple[Device, ...]:
         """The device nodes a task holding the GPUs ``gpus`` (indexes, ``Task.gpus``) may not
@@ -193,3 +252,9 @@ class Policy:
         return {g: {"weight": w, "floor": floor[g],
                     "members": self.members.get(g, [g] if g not in self._explicit else [])}
                 for g, w in weights.items()}
+
+
+def _lacks(lost: GpuNotFound) -> str:
+    """What a config does to a held GPU it does not have once: ``drops it`` (none of its
+    GPUs is it), or lists several it could be (MIG instances of one node without UUIDs)."""
+    return "drops it" if not lost.candidates else f"cannot tell it apart from others ({lost.candidates} match)"

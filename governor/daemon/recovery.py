@@ -1,6 +1,11 @@
 """Recovery: killing the daemon never kills a task. At start it takes back every task whose
-record and populated cgroup it finds (caps planned again from the record and applied),
-forgets the rest, and deals with task cgroups that have no record."""
+record and populated cgroup it finds (caps planned again from the record under the config in
+force and applied), forgets the rest, and deals with task cgroups that have no record.
+
+Re-adoption is exact (DESIGN.md §4): a task's GPUs are found again by identity in the inventory
+in force, or the daemon does not start; its processes are read from every hierarchy its
+cgroup is in, and put into a hierarchy that joined since (v1's ``devices``, a daemon restarted
+to govern GPUs), so that what governs them there (device rules) holds them."""
 
 from __future__ import annotations
 
@@ -12,10 +17,10 @@ from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
 from governor.daemon.settle import Settle
 from governor.daemon.tree import Tree
-from governor.errors import CgroupError
+from governor.errors import CgroupError, GovernorError
 from governor.config_groups import MAX_DEPTH
 from governor.kinds import Kind, is_task_name, task_in
-from governor.state import Tasks, TaskStore
+from governor.state import Task, Tasks, TaskStore
 
 __all__ = ["Recovery"]
 
@@ -43,29 +48,81 @@ class Recovery:
         self.journal = journal
         self.settle = settle
 
-    def readopt(self) -> None:
-        """Take back every task whose record and populated cgroup survive a restart; their
-        caps are planned again from their records under the config in force and applied
-        (device rules included: the inventory may have changed while the daemon was down)."""
+    def load(self) -> list[Task]:
+        """The tasks whose records survive, holding their GPUs by index in the inventory in
+        force, found by identity (:meth:`Policy.readopted
+        <governor.daemon.policy.Policy.readopted>`); a record whose GPUs' identities changed
+        (or that held indices, written before identities) is written again. Changes no cgroup.
+
+        Raises:
+            GovernorError: the inventory lacks a GPU a task holds (the message says which and
+                what to do): the daemon must not start.
+        """
         self.store.prepare()
         records, problems = self.store.load_all()
         for problem in problems:
             self.journal.event("error", problem, logging.WARNING)
+        kept = [task for task in records if not task.is_login or self.hierarchy.slices is not None]
+        tasks = [self.policy.readopted(task) for task in kept]
         for task in records:
             if task.is_login and self.hierarchy.slices is None:
                 self.store.delete(task.id)  # not a systemd host (any more): nothing to take back
+        for task, record in zip(tasks, kept):
+            if task.gpu_identities == record.gpu_identities:
                 continue
+            if not record.gpu_identities:
+                held = ", ".join(f"GPU {index} ({identity})" for index, identity in zip(task.gpus, task.gpu_identities))
+                self.journal.event("record", f"{task.label}: its record holds GPUs by index (an older governor's): "
+                                             f"taken as {held} of capacity.gpus, and written again by identity")
+            try:
+                self.store.save(task)
+            except GovernorError as error:
+                self.journal.event("error", f"{task.label}: its GPUs' identities are not written: {error}",
+                                   logging.ERROR)
+        return tasks
+
+    def readopt(self, tasks: list[Task] | None = None) -> None:
+        """Take back every task whose record and populated cgroup survive a restart (``tasks``:
+        what :meth:`load` returned, else it is called now); their processes are put into every
+        hierarchy of their cgroup (v1: one that joined since), and their caps are planned again
+        under the config in force and applied (device rules included: the inventory may have
+        changed while the daemon was down).
+
+        Raises:
+            GovernorError: from :meth:`load`.
+        """
+        tasks = self.load() if tasks is None else tasks
+        for task in tasks:
             self.tasks.add(task)
         for task in list(self.tasks):
+            self._rejoin(task)  # first: v1 tells whether a task lives from one hierarchy alone
             if self.exits.alive(task):
                 self.journal.event("task_started", f"{task.label} re-adopted: pid {task.pid}, group {task.group}")
                 self.exits.follow(task)
             else:
                 self.exits.forget(task)
         # Their caps planned again under the config in force (its inventory's device rules), in
-        # the one plan with the root's and the groups'; refusals are error events.
+        # the one plan with the root's and the groups', once their processes are in every
+        # hierarchy (_rejoin); refusals are error events.
         self.settle.now("re-adoption", full=True)
-        self._clean_unrecorded({t.cgroup for t in records})
+        self._clean_unrecorded({t.cgroup for t in tasks})
+
+    def _rejoin(self, task: Task) -> None:
+        """Put ``task``'s processes into each hierarchy of its cgroup that lacks them: one that
+        joined since (v1's devices), or one a move cut short by a ``kill -9`` of the daemon
+        did not reach. On the event loop, though it takes the kernel's ``cgroup_mutex``: at
+        start, before any request is served, and before its device rules are written there."""
+        if task.is_login:
+            return  # systemd's slice: one hierarchy, not governor's to join
+        try:
+            moved = self.hierarchy.driver.rejoin(task.cgroup)
+        except CgroupError as error:
+            if not error.vanished:  # gone: the task ended, and is forgotten next
+                self.journal.event("error", f"re-adopting {task.label}: {error}", logging.ERROR)
+            return
+        if moved:
+            self.journal.event("rejoin", f"{task.label}: pid(s) {', '.join(map(str, moved[:5]))} put into the "
+                                         "hierarchies of its cgroup that lacked them")
 
     def _clean_unrecorded(self, recorded: set[str]) -> None:
         """Task cgroups with no record: an empty one (a daemon killed between making it and

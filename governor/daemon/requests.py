@@ -71,7 +71,7 @@ class Requests:
         if isinstance(request, PsRequest):
             return self.ps(request, who)
         if isinstance(request, StopRequest):
-            return self.stop(request.tasks, who)
+            return await self.stop(request.tasks, who)
         if isinstance(request, ReloadRequest):
             access.require_admin(config, who, "reload")
             return {"reloaded": {"config": self.reload(f"reload by {who.user}")}}
@@ -128,18 +128,20 @@ class Requests:
             return [], 0
         return processes(pids[:PROCESSES_SHOWN]), len(pids)
 
-    def stop(self, task_ids: Iterable[str], who: access.Identity) -> dict:
+    async def stop(self, task_ids: Iterable[str], who: access.Identity) -> dict:
         """End each task's whole process tree (``governor stop``), or take a queued one out
         of the queue (its client is answered ``stopped``). Every id is checked before any is
-        stopped.
+        stopped; the answer comes once the killed processes are gone
+        (:meth:`Exits.survivors <governor.daemon.exits.Exits.survivors>`, a few seconds at most).
 
         Returns:
-            ``{"stopped": [id, ...]}``.
+            ``{"stopped": [id, ...]}``: every task asked, its processes gone.
 
         Raises:
             RequestError: ``not_found`` (no such task running or queued), ``forbidden`` (the
                 task is another user's and ``who`` is not root nor an admin, or it is a
-                user's session), ``unavailable`` (the kernel refused the kill).
+                user's session), ``unavailable`` (the kernel refused the kill, or processes
+                outlived it: the message names each such task and its pids, and those stopped).
         """
         admin = access.is_admin(self.policy.config, who)
         chosen = []
@@ -156,7 +158,8 @@ class Requests:
                 raise RequestError("forbidden", f"task {task_id} belongs to {task.user}: only its owner, root and "
                                                 "admins may stop it")
             chosen.append((task, entry))
-        failed = []
+        failed: dict[str, str] = {}  # task id → why it is not stopped
+        killed = []
         for task, entry in chosen:
             if entry is not None:  # queued, or starting: it never runs
                 del self.queue[task.id]
@@ -164,14 +167,33 @@ class Requests:
                                                            "it started"))
                 self.journal.event("task_stopped", f"task {task.id} ({task.name}) stopped by {who.user} while queued")
                 self.settle.soon(f"task {task.id} left the queue", refill=False)
-            elif not self.exits.end(task, STOP, who.user):
-                failed.append(task.id)
+            elif self.exits.end(task, STOP, who.user):
+                killed.append(task)
+            else:
+                failed[task.id] = "the kernel refused the kill (see the daemon's log)"
+        for task, left in zip(killed, await asyncio.gather(*map(self._survivors, killed))):
+            if left:
+                failed[task.id] = left
         if failed:
             done = [task.id for task, _ in chosen if task.id not in failed]
-            raise RequestError("unavailable", f"the kernel refused to end task(s) {', '.join(failed)} (the daemon "
-                                              f"tries again at its next check; stopped: {', '.join(done) or 'none'}); "
-                                              "see the daemon's log")
+            why = "; ".join(f"task {task_id}: {reason}" for task_id, reason in failed.items())
+            raise RequestError("unavailable", f"not stopped: {why}; the daemon kills them again at its next check "
+                                              f"(stopped: {', '.join(done) or 'none'})")
         return {"stopped": [task.id for task, _ in chosen]}
+
+    async def _survivors(self, task: Task) -> str:
+        """What is left of ``task`` once the wait for its killed processes is over, in words
+        (empty: nothing)."""
+        try:
+            left = await self.exits.survivors(task)
+        except CgroupError as error:
+            return f"cannot tell whether its processes are gone ({error})"
+        if not left:
+            return ""
+        shown = ", ".join(map(str, left[:PROCESSES_SHOWN]))
+        more = f" and {len(left) - PROCESSES_SHOWN} more" if len(left) > PROCESSES_SHOWN else ""
+        plural = "s" if len(left) > 1 else ""
+        return f"pid{plural} {shown}{more} still running {self.exits.stop_wait_s:g} s after SIGKILL"
 
     def explain(self) -> dict:
         """The live filling with its trace (``governor explain``), and the queue."""
@@ -187,8 +209,14 @@ class Requests:
 
     def use(self, config: Config) -> None:
         """Put ``config`` in force (:meth:`Policy.use <governor.daemon.policy.Policy.use>`;
-        raises before changing anything) and look at every process afresh under it."""
-        self.policy.use(config, held_gpus=self.tasks.gpu_holders())
+        raises before changing anything), the running tasks' GPUs re-mapped by identity to its
+        inventory (a record whose identities changed is written again), and look at every
+        process afresh under it."""
+        for task in self.policy.use(config, held=[task for task in self.tasks if task.gpus]):
+            before = self.tasks.get(task.id)
+            self.tasks.update(task)
+            if task.gpu_identities != before.gpu_identities:
+                self.settle.records.save_or_retry(task)
         self.sessions.reset()
 
     def reload(self, trigger: str) -> str:

@@ -176,11 +176,15 @@ class Daemon:
 
         Raises:
             ControlSocketError: the socket is another daemon's (nothing served, nothing changed).
+            GovernorError: a task's record holds a GPU the config's inventory lacks (nothing
+                served, no cgroup changed: :meth:`Recovery.load
+                <governor.daemon.recovery.Recovery.load>`).
 
         Connections wait in the socket's backlog until the tasks are re-adopted and the
         processes found at start are in their sessions: the first client sees them governed.
         """
         self.socket_path = socket_path
+        records = self.recovery.load()  # first: a start it refuses leaves nothing behind
         server = ControlServer(self.requests, socket_path,
                                connections_per_uid=lambda: self.policy.config.max_connections_per_user)
         await server.start(serving=False)
@@ -190,7 +194,7 @@ class Daemon:
             if self.registry.holds_sessions:
                 self.registry.claim_sessions(self._entry())  # again: now with its root and socket
         self.exits.start()
-        self.readopt()
+        self.readopt(records)
         self.settle.now("start")
         self.sessions.follow_processes()
         self.rescan("start")

@@ -247,7 +247,7 @@ class Settle:
             wanted = round(entry.task.demand.get("gpu", 0))  # admission counted them free
             gpus, free = tuple(free[:wanted]), free[wanted:]
             entry.task = replace(entry.task, started=time.time(), place=self.policy.config.place(entry.task.group),
-                                 gpus=gpus)
+                                 gpus=gpus, gpu_identities=self.policy.gpu_identities(gpus))
         made = await self.tree.call(lambda: self.tree.make([entry.task.cgroup for entry in starting]))
         started = []
         for entry, error in zip(starting, made):

@@ -228,3 +228,28 @@ def test_a_parent_quota_stays_at_least_its_childrens_and_a_larger_child_raises_i
     driver.apply("g", CgroupLimits(cpu_weight=100))  # no longer held
     assert "cpu.cfs_quota_us" not in driver.in_force("g")
     assert read_file(driver.controller_path("cpu", "g"), "cpu.cfs_quota_us").strip() == "-1"
+
+
+def test_a_hierarchy_that_joined_since_gets_the_processes_at_rejoin(v1):
+    """A daemon restarted to govern GPUs opens the devices hierarchy too: the task's cgroup is
+    not there, its processes are read from the others, and rejoin puts them in (issue 31)."""
+    driver, children = v1
+    dirs = cgroup_dirs()
+    if "devices" not in dirs:
+        pytest.skip("the cgroup v1 devices hierarchy is not mounted")
+    driver.create("g/t")
+    sleeper = children.python(SLEEPER)
+    driver.move("g/t", sleeper.pid)
+    joined = CgroupV1Driver({**driver.roots, "devices": dirs["devices"] / driver.roots["cpu"].name})
+    try:
+        assert joined.pids("g/t") == [sleeper.pid]  # the devices hierarchy lacks g/t: read from the others
+        assert joined.rejoin("g/t") == [sleeper.pid]
+        assert read_file(joined.roots["devices"] / "g" / "t", "cgroup.procs").split() == [str(sleeper.pid)]
+        assert Path(f"/proc/{sleeper.pid}/cgroup").read_text().count(f"{driver.roots['cpu'].name}/g/t\n") >= 4
+        assert joined.rejoin("g/t") == []  # in every hierarchy now
+        joined.kill("g/t")
+        assert sleeper.wait(timeout=10) == -9
+    finally:
+        children.kill_all()
+        for directory in ("g/t", "g", ""):  # the fixture removes the others
+            (joined.roots["devices"] / directory).rmdir()

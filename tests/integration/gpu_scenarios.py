@@ -34,9 +34,10 @@ PROBE = ("import errno, json, os, sys, time\n"
 
 
 @contextlib.contextmanager
-def gpu_nodes(tmp_path: Path) -> Iterator[list[str]]:
-    """Two nodes 195:0 and 195:1 in a scratch directory, on a tmpfs mounted ``dev`` when the
-    temporary directory's filesystem is ``nodev`` (whose nodes open nothing)."""
+def gpu_nodes(tmp_path: Path, major: int = NVIDIA_MAJOR, minors: tuple[int, ...] = (0, 1)) -> Iterator[list[str]]:
+    """Nodes ``major:minor`` (195:0 and 195:1 unless told) in a scratch directory, on a tmpfs
+    mounted ``dev`` when the temporary directory's filesystem is ``nodev`` (whose nodes open
+    nothing)."""
     scratch = tmp_path / "dev"
     scratch.mkdir()
     mounted = False
@@ -46,9 +47,9 @@ def gpu_nodes(tmp_path: Path) -> Iterator[list[str]]:
         mounted = True
     try:
         nodes = []
-        for minor in (0, 1):
+        for minor in minors:
             node = scratch / f"nvidia{minor}"
-            os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
+            os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
             nodes.append(str(node))
         yield nodes
     finally:

@@ -3,6 +3,7 @@ imports them, so they run under that module's marker and its skip check."""
 
 import gpu_scenarios
 import pytest
+import readopt_scenarios
 import scenarios
 import session_scenarios
 import tree_scenarios
@@ -69,3 +70,11 @@ def test_gpus_are_admitted_in_drf_order_guarded_by_the_device_cgroup_and_handed_
 
 def test_a_gpu_added_by_a_reload_or_a_restart_is_denied_to_running_tasks(tmp_path):
     gpu_scenarios.a_gpu_added_by_a_reload_or_a_restart_is_denied_to_running_tasks(tmp_path)
+
+
+def test_a_restart_that_turns_gpus_on_readopts_the_processes_and_stop_ends_them(tmp_path):
+    readopt_scenarios.restart_with_gpus_readopts_the_processes_and_stop_ends_them(tmp_path)
+
+
+def test_a_restart_with_the_gpus_reordered_keeps_each_held_gpu_with_its_task(tmp_path):
+    readopt_scenarios.restart_with_the_gpus_reordered_keeps_each_held_gpu(tmp_path)

@@ -14,6 +14,8 @@ from kernel_cases import (  # noqa: F401  (collected here, under this module's m
     test_fair_share_lowers_the_weight_of_a_group_that_ran_alone,
     test_gpus_are_admitted_in_drf_order_guarded_by_the_device_cgroup_and_handed_to_cuda,
     test_a_gpu_added_by_a_reload_or_a_restart_is_denied_to_running_tasks,
+    test_a_restart_that_turns_gpus_on_readopts_the_processes_and_stop_ends_them,
+    test_a_restart_with_the_gpus_reordered_keeps_each_held_gpu_with_its_task,
     test_a_session_ends_with_its_users_last_process,
     test_an_idle_groups_share_is_lent_and_comes_back,
     test_cores_shrink_and_grow_while_tasks_run,

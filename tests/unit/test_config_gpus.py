@@ -9,7 +9,10 @@ import pytest
 from governor.cli.launch import hand_gpus
 from governor.config import parse_config
 from governor.errors import ConfigError
-from governor.state import Task, _parse_record
+from governor.gpu_identity import GpuIdentity, GpuNotFound, locate
+from governor.gpus import Gpu
+from governor.state import Task
+from governor.task_record import task_fields
 
 BASE = '[groups.A]\nusers = ["root"]\n[capacity]\ncpu = 4\nmemory = "8G"\n'
 
@@ -42,17 +45,27 @@ def test_bad_gpu_keys_are_refused_naming_the_key(line, key, words):
     assert refused.value.key == key and words in str(refused.value)
 
 
-def test_a_records_gpus_survive_and_bad_ones_are_refused():
-    task = Task("7", "A", 100, 0, "root", ("train",), {"cpu": 1.0, "memory": 1e9, "gpu": 2.0}, 1.0, gpus=(2, 3))
+def parsed(record: dict) -> Task:
+    return Task(**task_fields("7", json.dumps(record).encode()))
+
+
+def test_a_records_gpus_survive_by_identity_and_bad_ones_are_refused():
+    held = (GpuIdentity("195:2", "GPU-cccc"), GpuIdentity("240:3"))
+    task = Task("7", "A", 100, 0, "root", ("train",), {"cpu": 1.0, "memory": 1e9, "gpu": 2.0}, 1.0, gpus=(2, 3),
+                gpu_identities=held)
     record = task.to_record()
-    assert record["gpus"] == (2, 3)
-    again = _parse_record("7", json.dumps(record).encode())
-    assert again.gpus == (2, 3) and again.to_json()["gpus"] == [2, 3]
+    assert record["gpus"] == [{"device": "195:2", "uuid": "GPU-cccc"}, {"device": "240:3", "uuid": None}]
+    again = parsed(record)
+    assert again.gpu_identities == held and again.gpus == ()  # indices come from the inventory, at re-adoption
     old = {k: v for k, v in record.items() if k != "gpus"}
-    assert _parse_record("7", json.dumps(old).encode()).gpus == ()
-    for bad in ([1, 1], [-1], [1.5], "0", [5000]):
+    assert parsed(old).gpus == parsed(old).gpu_identities == ()
+    older = parsed({**record, "gpus": [2, 3]})  # an older governor's record: indices
+    assert older.gpus == (2, 3) and older.gpu_identities == ()
+    for bad in ([1, 1], [-1], [1.5], "0", [5000], [0, {"device": "195:0", "uuid": None}],
+                [{"device": "195:0"}], [{"device": "nvidia0", "uuid": None}], [{"device": "195:0", "uuid": 7}],
+                [{"device": "195:0", "uuid": None}, {"device": "195:0", "uuid": None}]):
         with pytest.raises(ValueError, match="gpus"):
-            _parse_record("7", json.dumps({**record, "gpus": bad}).encode())
+            parsed({**record, "gpus": bad})
 
 
 def test_run_hands_the_tasks_gpus_to_cuda(monkeypatch):
@@ -63,3 +76,17 @@ def test_run_hands_the_tasks_gpus_to_cuda(monkeypatch):
     hand_gpus({"task": "7", "gpus": ["GPU-aaaa", "GPU-bbbb"]})
     assert os.environ["CUDA_VISIBLE_DEVICES"] == os.environ["NVIDIA_VISIBLE_DEVICES"] == "GPU-aaaa,GPU-bbbb"
     assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+
+def test_a_held_gpu_is_found_by_uuid_wherever_it_is_else_by_device_number_and_never_guessed():
+    moved = (Gpu(0, "/dev/nvidia3", 195, 3, "GPU-aaaa"), Gpu(1, "/dev/nvidia0", 195, 0, "GPU-zzzz"))
+    assert locate((GpuIdentity("195:0", "GPU-aaaa"),), moved) == ((0,), (GpuIdentity("195:3", "GPU-aaaa"),))
+    learned = (Gpu(0, "/dev/nvidia1", 195, 1, None), Gpu(1, "/dev/nvidia0", 195, 0, "GPU-aaaa"))
+    assert locate((GpuIdentity("195:0"),), learned) == ((1,), (GpuIdentity("195:0", "GPU-aaaa"),))  # NVML knows it now
+    mig = (Gpu(0, "/dev/nvidia0", 195, 0, "MIG-1", mig_parent=0), Gpu(1, "/dev/nvidia0", 195, 0, "MIG-2", mig_parent=0))
+    assert locate((GpuIdentity("195:0", "MIG-2"),), mig)[0] == (1,)
+    with pytest.raises(GpuNotFound) as ambiguous:
+        locate((GpuIdentity("195:0"),), mig)  # which instance? not guessed
+    assert ambiguous.value.candidates == 2
+    with pytest.raises(GpuNotFound, match="GPU 195:1 \\(GPU-bbbb\\) is not in the inventory"):
+        locate((GpuIdentity("195:1", "GPU-bbbb"),), moved)

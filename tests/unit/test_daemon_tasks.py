@@ -136,15 +136,34 @@ def test_stopping_a_queued_task_takes_it_out_and_tells_its_client(daemon):
     assert not daemon.queue and daemon.hierarchy.driver.killed == []
 
 
-def test_what_a_kill_missed_is_killed_again_at_the_next_check(daemon):
+def test_what_a_kill_missed_is_killed_again_before_stop_answers(daemon):
     launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
     driver = daemon.hierarchy.driver
     driver.survivors["A/task-1"] = [101]  # forked past the kill
-    ask(daemon, StopRequest(("1",)))
-    assert len(daemon.tasks) == 1
-    daemon.check(["1"], "reconcile")
+    assert ask(daemon, StopRequest(("1",))) == {"stopped": ["1"]}
     assert driver.killed == ["A/task-1", "A/task-1"]
-    daemon.check(["1"], "exit")  # the kernel reports the last one gone
+    assert not daemon.tasks and daemon.ended[-1].reason == "stop"
+
+
+def test_a_stop_whose_processes_outlive_the_kill_names_them_and_the_next_check_kills_again(daemon):
+    launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+    launch(daemon, 200, group="B", cpu=0.5, memory=GIB)
+    driver = daemon.hierarchy.driver
+    driver.procs["A/task-1"] = [100, 101]
+    unkillable = {"A/task-1"}  # in uninterruptible sleep, say: SIGKILL waits
+    kill = driver.kill
+    driver.kill = lambda rel: len(driver.killed.append(rel) or driver.procs[rel]) if rel in unkillable else kill(rel)
+    daemon.exits.stop_wait_s = 0.05
+    with pytest.raises(RequestError) as refused:
+        ask(daemon, StopRequest(("1", "2")))
+    assert refused.value.code == "unavailable"
+    assert refused.value.message == ("not stopped: task 1: pids 100, 101 still running 0.05 s after SIGKILL; the "
+                                     "daemon kills them again at its next check (stopped: 2)")
+    assert [t.id for t in daemon.tasks] == ["1"] and daemon.ended[-1].task.id == "2"
+    unkillable.clear()
+    daemon.check(["1"], "reconcile")
+    assert driver.killed[-1] == "A/task-1" and driver.procs["A/task-1"] == []
+    daemon.check(["1"], "exit")  # the kernel reports them gone
     assert not daemon.tasks and daemon.ended[-1].reason == "stop"
 
 

@@ -12,7 +12,8 @@ from governor.errors import RequestError
 from governor.group_tree import subtree_sums, with_limit
 from governor.kinds import Kind, cgroup_of, task_in
 from governor.quotas import check_within_quotas, quotas
-from governor.state import Task, Tasks, _parse_record
+from governor.state import Task, Tasks
+from governor.task_record import task_fields
 from governor.vocabulary import floors
 
 G = 1024**3
@@ -80,7 +81,7 @@ def test_a_tasks_place_is_stored_and_checked():
     record = task.to_record()
 
     def parsed(fields):
-        return _parse_record("1", json.dumps(fields).encode())
+        return Task(**task_fields("1", json.dumps(fields).encode()))
 
     assert parsed(record) == task and parsed({**record, "place": ""}).cgroup == "lab/task-1"
     for bad in ("other/lab2", "../lab", "science/task-3/lab", 7):

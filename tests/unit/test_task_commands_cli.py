@@ -119,6 +119,14 @@ def test_a_refused_stop_is_one_line(tasks_daemon):
     assert result.output == "governor: error: task 7 is bob's: only bob, root and admins may stop it\n"
 
 
+def test_a_stop_whose_processes_outlive_the_kill_names_them_and_fails(tasks_daemon):
+    message = ("not stopped: task 7: pids 4100, 4102 still running 5 s after SIGKILL; the daemon kills them again "
+               "at its next check (stopped: 8)")
+    tasks_daemon.refuse = RequestError("unavailable", message)
+    result = CliRunner().invoke(main, ["stop", "7", "8"])
+    assert (result.exit_code, result.output) == (69, f"governor: error: {message}\n")
+
+
 def test_stop_needs_a_task():
     result = CliRunner().invoke(main, ["stop"])
     assert result.exit_code == 2 and "Missing argument 'TASK...'" in result.output

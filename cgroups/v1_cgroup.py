@@ -1,0 +1,74 @@
+"""One cgroup v1 cgroup's directories, for :class:`~governor.cgroups.v1.CgroupV1Driver`: its
+counters, read from its directory in each hierarchy in v2's terms
+(:class:`~governor.cgroups.stats.CgroupStats`), whether it holds a process, and a new cpuset's
+CPUs and memory nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from governor.cgroups.files import list_children, read_file, write_file
+from governor.cgroups.parse import parse_blkio_service_bytes, parse_flat_keyed, parse_int, parse_pids
+from governor.cgroups.stats import CgroupStats
+
+__all__ = ["init_cpuset", "populated_below", "read_v1_stats"]
+
+NS_PER_USEC = 1_000
+
+
+def read_v1_stats(directories: Mapping[str, Path], peak: bool) -> CgroupStats:
+    """Sample one cgroup: ``cpuacct.usage`` and ``cpu.stat`` (ns → usec),
+    ``memory.usage_in_bytes``, ``memory.failcnt`` (as ``memory_events["max"]``) and
+    ``memory.oom_control``'s ``oom_kill`` (Linux ≥ 4.13), ``memory.max_usage_in_bytes`` (as
+    ``memory_peak_bytes``, with ``peak``), and, with blkio, ``blkio.throttle.io_service_bytes``.
+    ``populated`` is true when the cgroup or a descendant has a process in the cpu hierarchy
+    (v2's meaning).
+
+    Args:
+        directories: controller (``cpu``, ``cpuacct``, ``memory``; ``blkio`` where governed)
+            → the cgroup's directory in that controller's hierarchy.
+        peak: read the memory peak too.
+
+    Raises:
+        CgroupReadError: a stat file cannot be read (e.g. the cgroup vanished).
+    """
+    cpu = parse_flat_keyed(read_file(directories["cpu"], "cpu.stat"))
+    memory_dir = directories["memory"]
+    memory_events = {"max": parse_int(read_file(memory_dir, "memory.failcnt"))}
+    oom = parse_flat_keyed(read_file(memory_dir, "memory.oom_control"))
+    if "oom_kill" in oom:
+        memory_events["oom_kill"] = oom["oom_kill"]
+    io_stat = {}
+    if "blkio" in directories:
+        io_stat = parse_blkio_service_bytes(read_file(directories["blkio"], "blkio.throttle.io_service_bytes"))
+    return CgroupStats(
+        cpu_usage_usec=parse_int(read_file(directories["cpuacct"], "cpuacct.usage")) // NS_PER_USEC,
+        cpu_nr_throttled=cpu.get("nr_throttled", 0),
+        cpu_throttled_usec=cpu.get("throttled_time", 0) // NS_PER_USEC,
+        memory_current_bytes=parse_int(read_file(memory_dir, "memory.usage_in_bytes")),
+        memory_events=memory_events,
+        io_stat=io_stat,
+        populated=populated_below(directories["cpu"]),
+        memory_peak_bytes=parse_int(read_file(memory_dir, "memory.max_usage_in_bytes")) if peak else None,
+    )
+
+
+def populated_below(directory: Path) -> bool:
+    """Whether the cgroup at ``directory`` or one below it lists a process (raises
+    CgroupReadError: ``vanished``, it is gone)."""
+    if parse_pids(read_file(directory, "cgroup.procs")):
+        return True
+    return any(populated_below(directory / child) for child in list_children(directory))
+
+
+def init_cpuset(directory: Path) -> None:
+    """Give the cpuset cgroup at ``directory`` its parent's ``cpuset.cpus`` and ``cpuset.mems``
+    where it has none (v1 starts a cpuset empty, and no process can join an empty one).
+
+    Raises:
+        CgroupReadError, CgroupWriteError: a read or a write failed (path and errno named).
+    """
+    for file in ("cpuset.cpus", "cpuset.mems"):
+        if not read_file(directory, file).strip():
+            write_file(directory, file, read_file(directory.parent, file).strip())
