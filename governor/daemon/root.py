@@ -25,6 +25,7 @@ from governor.daemon.exits import Exits
 from governor.daemon.journal import Journal, vector
 from governor.daemon.launches import Launches
 from governor.daemon.fairshare import FairShareStage
+from governor.daemon.handover import Handover
 from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
@@ -124,6 +125,9 @@ class Daemon:
                            records=self.records, settle=self.settle, observation=self.observation,
                            journal=self.journal)
         self.settle.follow = self.exits.follow
+        self.handover = Handover(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, settle=self.settle,
+                                 journal=self.journal)
+        self.settle.drain = self.handover.drain
         self.sessions = Sessions(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                                  records=self.records, settle=self.settle, enforcement=self.enforcement,
                                  exits=self.exits, journal=self.journal, host_pids=host_pids, registry=registry)
@@ -242,6 +246,7 @@ class Daemon:
         self.exits.close()
         self.sessions.close()
         self.observation.close()
+        self.handover.close()
         self.fair_share.close()
         await asyncio.get_running_loop().shutdown_default_executor()  # the cgroup thread's last calls
         if not self.tasks:
