@@ -65,3 +65,7 @@ def test_fair_share_lowers_the_weight_of_a_group_that_ran_alone(tmp_path):
 
 def test_gpus_are_admitted_in_drf_order_guarded_by_the_device_cgroup_and_handed_to_cuda(tmp_path):
     gpu_scenarios.gpus_are_admitted_guarded_and_handed(tmp_path)
+
+
+def test_a_gpu_fd_passed_to_a_task_without_gpus_is_ended_before_the_gpu_is_handed_on(tmp_path):
+    gpu_scenarios.a_passed_gpu_fd_is_ended_before_the_gpu_is_handed_on(tmp_path)
