@@ -8,6 +8,7 @@ import pytest
 
 from governor.cli.launch import hand_gpus
 from governor.config import parse_config
+from governor.config_gpus import GpuGuardRules
 from governor.errors import ConfigError
 from governor.state import Task, _parse_record
 
@@ -63,3 +64,25 @@ def test_run_hands_the_tasks_gpus_to_cuda(monkeypatch):
     hand_gpus({"task": "7", "gpus": ["GPU-aaaa", "GPU-bbbb"]})
     assert os.environ["CUDA_VISIBLE_DEVICES"] == os.environ["NVIDIA_VISIBLE_DEVICES"] == "GPU-aaaa,GPU-bbbb"
     assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+
+def test_the_gpu_guard_defaults_to_where_sessions_start_and_takes_host_or_tasks():
+    assert parse_config(BASE, "g.toml").gpu_guard == GpuGuardRules("sessions", ("user.slice",))
+    stand_in = parse_config(BASE + 'gpu_guard_parents = ["test-root/user.slice", "x.slice"]\n', "g.toml")
+    assert stand_in.gpu_guard == GpuGuardRules("sessions", ("test-root/user.slice", "x.slice"))
+    assert parse_config(BASE + 'gpu_guard = "host"\n', "g.toml").gpu_guard.kind == "host"
+    assert parse_config(BASE + 'gpu_guard = "tasks"\n', "g.toml").gpu_guard.kind == "tasks"
+
+
+@pytest.mark.parametrize("lines, key, words", [
+    ('gpu_guard = "everything"', "capacity.gpu_guard", "must be one of 'sessions', 'host', 'tasks'"),
+    ('gpu_guard = "host"\ngpu_guard_parents = ["user.slice"]', "capacity.gpu_guard_parents", 'no effect with gpu_guard = "host"'),
+    ('gpu_guard_parents = "user.slice"', "capacity.gpu_guard_parents", "must be a list of cgroup paths"),
+    ('gpu_guard_parents = ["/user.slice"]', "capacity.gpu_guard_parents[0]", "relative to the cgroup mount"),
+    ('gpu_guard_parents = ["a", "../b"]', "capacity.gpu_guard_parents[1]", "relative to the cgroup mount"),
+    ('gpu_guard_parents = [3]', "capacity.gpu_guard_parents[0]", "got 3"),
+])
+def test_a_bad_gpu_guard_is_refused_naming_the_key(lines, key, words):
+    with pytest.raises(ConfigError) as refused:
+        parse_config(BASE + lines + "\n", "g.toml")
+    assert refused.value.key == key and words in str(refused.value), str(refused.value)
