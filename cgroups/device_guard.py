@@ -28,13 +28,15 @@ import os
 import platform
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from governor.cgroups.device_filter import Device, deny_program, deny_v1_lines
 from governor.cgroups.errors import CgroupError, CgroupUnsupported, CgroupWriteError
 from governor.cgroups.files import write_file
 
-__all__ = ["GUARD_NAME", "attach_guard", "detach_guards", "guard_v1", "guards_attached", "unguard_v1"]
+__all__ = ["GUARD_NAME", "GuardPlan", "attach_guard", "detach_guards", "guard_v1", "guards_attached", "plan_guard",
+           "put_guard", "take_guard", "unguard_v1"]
 
 GUARD_NAME = "gov_gpu_guard"  # BPF object names: at most 15 characters of [A-Za-z0-9_.]
 
@@ -72,6 +74,100 @@ def _attr(*fields: tuple[int, str, int]) -> ctypes.Array:
 
 def _rules(denied: Sequence[Device]) -> str:
     return ", ".join(f"{k} {major}:{'*' if minor == -1 else minor}" for k, major, minor in denied) or "nothing"
+
+
+@dataclass(frozen=True)
+class GuardPlan:
+    """Where the guard goes on this host, and what it leaves unguarded.
+
+    Attributes:
+        mode: ``"v2"`` (a BPF program) or ``"v1"`` (``devices.deny``).
+        places: the cgroup directories to guard.
+        notes: sentences for ``check-config`` and ``status``, one per place left out or not
+            covered (``/sys/fs/cgroup/user.slice does not exist here``).
+    """
+
+    mode: str
+    places: tuple[Path, ...]
+    notes: tuple[str, ...]
+
+
+def plan_guard(kind: str, parents: Sequence[str], *, mode: str, mount: Path, governor_root: Path) -> GuardPlan:
+    """Where ``[capacity] gpu_guard = kind`` puts the guard (reads which cgroups exist).
+
+    Args:
+        kind: ``"sessions"`` (``parents``, relative to ``mount``), ``"host"`` (every top-level
+            cgroup of ``mount`` but the one holding ``governor_root``) or ``"tasks"`` (none).
+        mode: ``"v2"`` or ``"v1"``; mount: the cgroup2 mount, or the v1 ``devices``
+            hierarchy's; governor_root: governor's root in that hierarchy (never guarded:
+            its tasks must open their GPUs).
+    """
+    if kind == "tasks":
+        return GuardPlan(mode, (), ('gpu_guard = "tasks": processes outside governor\'s tasks are not kept from '
+                                    "GPUs",))
+    if kind == "host":
+        candidates = sorted(p for p in _children(mount))
+        notes = [f"processes in the root cgroup {mount} itself are not kept from GPUs (it holds governor's root)"]
+    else:
+        candidates = [mount / parent for parent in parents]
+        notes = []
+    places = []
+    for place in candidates:
+        if place == governor_root or place in governor_root.parents:
+            notes.append(f"{place} is not guarded: it holds governor's root, whose tasks open their GPUs; its "
+                         "other processes are not kept from GPUs")
+        elif not place.is_dir():
+            notes.append(f"{place} does not exist here: not guarded")
+        else:
+            places.append(place)
+    return GuardPlan(mode, tuple(places), tuple(notes))
+
+
+def put_guard(plan: GuardPlan, denied: Sequence[Device]) -> list[str]:
+    """Deny ``denied`` on each of ``plan.places``; on v2 an earlier guard of ours there (a
+    daemon killed before it took its own off, or one of another device list) is replaced:
+    the new one is attached before the old is detached. Returns one sentence per place that
+    failed (nothing raised: each place is guarded on its own)."""
+    problems = []
+    for place in plan.places:
+        try:
+            if plan.mode == "v1":
+                guard_v1(place, denied)
+                continue
+            old = _ours(place)
+            try:
+                attach_guard(place, denied)
+                for fd in old:
+                    _attach(place, fd, _PROG_DETACH, f"detach an older {GUARD_NAME}")
+            finally:
+                for fd in old:
+                    os.close(fd)
+        except (CgroupError, ValueError) as error:
+            problems.append(f"cannot guard {place}: {error}")
+    return problems
+
+
+def take_guard(plan: GuardPlan, denied: Sequence[Device]) -> list[str]:
+    """Take the guard off each of ``plan.places`` (v2: every program of ours there; v1:
+    ``denied`` allowed again down the subtree). Returns one sentence per place that failed."""
+    problems = []
+    for place in plan.places:
+        try:
+            if plan.mode == "v1":
+                unguard_v1(place, denied)
+            else:
+                detach_guards(place)
+        except (CgroupError, ValueError) as error:
+            problems.append(f"cannot take the guard off {place}: {error}")
+    return problems
+
+
+def _children(mount: Path) -> list[Path]:
+    try:
+        with os.scandir(mount) as entries:
+            return [Path(entry.path) for entry in entries if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
 
 
 def attach_guard(cgroup_dir: Path, denied: Sequence[Device]) -> None:

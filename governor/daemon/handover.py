@@ -11,6 +11,10 @@ holds another MIG instance of the same GPU shares the node rightly: it is left a
 outside governor (``nvidia-persistenced``, a DCGM exporter) are never touched and never keep a
 GPU from draining. The look runs on a thread of its own: ``/proc`` of a busy host is
 thousands of directories.
+
+The same look, over every GPU, is the sweep (:meth:`Handover.sweep`): where the kernel cannot
+deny the nodes where sessions start, a session process that opened one before governor moved
+it is ended so (:mod:`governor.daemon.gpu_guard`).
 """
 
 from __future__ import annotations
@@ -84,7 +88,8 @@ class Handover:
         self.listed = listed
         self.kill = kill or self._kill
         self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpu-handover")
-        self._running: asyncio.Task | None = None
+        self._running: asyncio.Task | None = None  # the drain under way
+        self._sweeping: asyncio.Task | None = None  # the sweep under way
         self._ended: set[int] = set()  # pids killed and not yet seen gone
 
     def drain(self) -> None:
@@ -101,8 +106,9 @@ class Handover:
 
     def close(self) -> None:
         """Stop looking (the daemon stops; a GPU still draining is drained by no one)."""
-        if self._running is not None:
-            self._running.cancel()
+        for running in (self._running, self._sweeping):
+            if running is not None:
+                running.cancel()
         self._thread.shutdown(wait=True, cancel_futures=True)
 
     async def _drain(self) -> None:
@@ -138,10 +144,41 @@ class Handover:
             found.append(Holder(pid, owner_uid(pid, self.proc), frozenset(numbers), where, pid not in seen))
         return found
 
+    def sweep(self) -> None:
+        """End every governed process holding a GPU node its task (or session) was not given
+        (one look, on the hand-over thread): where the kernel cannot deny the nodes where
+        sessions start (:attr:`~governor.daemon.gpu_guard.GpuGuard.sweeps`), a process that
+        opened one before governor moved it into its session is found here."""
+        loop = running_loop()
+        inventory = self.policy.gpus
+        if inventory is None:
+            return
+        nodes = {gpu.index: (gpu.major, gpu.minor) for gpu in inventory.gpus}
+        if loop is None:
+            self._end_wrong(self._find(nodes), nodes)
+        elif self._sweeping is None or self._sweeping.done():
+            self._sweeping = loop.create_task(self._sweep(nodes))
+
+    async def _sweep(self, nodes: dict[int, tuple[int, int]]) -> None:
+        found = await asyncio.get_running_loop().run_in_executor(self._thread, self._find, nodes)
+        self._end_wrong(found, nodes)
+
     def _look(self, found: list[Holder]) -> bool:
         """Kill the governed holders of draining GPUs, free the GPUs none holds; True when
         none drains any more."""
         nodes = self._nodes()
+        blocked = self._end_wrong(found, nodes)
+        for gpu in [g for g in nodes if g not in blocked]:
+            ended = self.tasks.draining()[gpu]
+            self.tasks.drained(gpu)
+            self.journal.event("gpu_free", f"GPU {gpu} is free: no process holds it since task {ended} ended")
+            self.settle.soon(f"GPU {gpu} handed over")
+        return not self.tasks.draining()
+
+    def _end_wrong(self, found: list[Holder], nodes: Mapping[int, tuple[int, int]]) -> set[int]:
+        """Kill each governed holder of one of ``nodes`` (GPU → node) its task was not given;
+        returns the GPUs such a process holds."""
+        self._ended &= {holder.pid for holder in found}  # gone, or holding none any more
         blocked: set[int] = set()
         for holder in found:
             governed, task = self._governed(holder.where)
@@ -154,15 +191,7 @@ class Handover:
             blocked.update(wrong)
             if holder.pid not in self._ended:
                 self._end(holder, task, wrong)
-        for gpu in [g for g in nodes if g not in blocked]:
-            ended = self.tasks.draining()[gpu]
-            self.tasks.drained(gpu)
-            self.journal.event("gpu_free", f"GPU {gpu} is free: no process holds it since task {ended} ended")
-            self.settle.soon(f"GPU {gpu} handed over")
-        if not self.tasks.draining():
-            self._ended.clear()
-            return True
-        return False
+        return blocked
 
     def _governed(self, where: Location) -> tuple[bool, Task | None]:
         """Whether a process there is governor's (in its root, or in a login session it
@@ -194,11 +223,13 @@ class Handover:
             self.kill(holder)
         except OSError as error:
             self.journal.event("error", f"cannot end process {holder.pid} ({who}, {where}), which holds "
-                                        f"{names} open after its task ended: {error.strerror}", logging.ERROR)
+                                        f"{names} open: {error.strerror}", logging.ERROR)
             return
-        ended = ", ".join(f"task {self.tasks.draining()[gpu]}" for gpu in gpus)
+        draining = self.tasks.draining()
+        ended = ", ".join(f"task {draining[gpu]}" for gpu in gpus if gpu in draining)
+        why = f"after {ended} ended" if ended else f"not given to {'it' if task is None else task.label}"
         self.journal.event("gpu_holder_ended", f"process {holder.pid} ({who}, {where}) ended: it held {names} open "
-                                               f"after {ended} ended", logging.WARNING)
+                                               f"{why}", logging.WARNING)
 
     def _kill(self, holder: Holder) -> None:
         """SIGKILL ``holder`` through a pidfd taken before a last look at its descriptors.

@@ -21,7 +21,8 @@ import pytest
 from cgroup_helpers import Children
 from governor.cgroups.detect import v1_mounts
 from governor.cgroups.device_filter import attach_deny_program, bpf_device_filter_supported
-from governor.cgroups.device_guard import attach_guard, detach_guards, guard_v1, guards_attached, unguard_v1
+from governor.cgroups.device_guard import (attach_guard, detach_guards, guard_v1, guards_attached, plan_guard,
+                                           put_guard, take_guard, unguard_v1)
 from governor.cgroups.files import write_file
 from governor.errors import CgroupWriteError
 
@@ -142,4 +143,38 @@ def test_the_v1_guard_denies_below_the_parent_and_is_taken_back(node, tree):
         assert opens_in(session, "/dev/null") == ["ok"] * TRIES
     finally:
         unguard_v1(parent, [device])
+    assert opens_in(session, path) == ["ENXIO"] * TRIES
+
+
+@pytest.mark.kernel_v2
+@pytest.mark.parametrize("tree", ["v2"], indirect=True)
+def test_a_stale_v2_guard_is_replaced_not_doubled_and_taken_off_with_the_plan(node, tree):
+    # A daemon killed before it took its guard off leaves it; the next one replaces it.
+    path, device = node
+    parent, session = tree
+    plan = plan_guard("sessions", [parent.name, "absent.slice"], mode="v2", mount=parent.parent,
+                      governor_root=parent.parent / "governor")
+    assert plan.places == (parent,) and plan.notes == (f"{parent.parent / 'absent.slice'} does not exist here: "
+                                                       "not guarded",)
+    attach_guard(parent, [])  # the stale one denies nothing
+    try:
+        assert put_guard(plan, [device]) == []
+        assert guards_attached(parent) == 1
+        assert opens_in(session, path) == ["EPERM"] * TRIES
+    finally:
+        assert take_guard(plan, [device]) == []
+    assert guards_attached(parent) == 0 and opens_in(session, path) == ["ENXIO"] * TRIES
+
+
+@pytest.mark.kernel_v1
+@pytest.mark.parametrize("tree", ["v1"], indirect=True)
+def test_the_v1_guard_is_put_and_taken_with_the_plan(node, tree):
+    path, device = node
+    parent, session = tree
+    plan = plan_guard("sessions", [parent.name], mode="v1", mount=parent.parent, governor_root=parent.parent / "g")
+    assert put_guard(plan, [device]) == [] and put_guard(plan, [device]) == []  # again: no harm
+    try:
+        assert opens_in(session, path) == ["EPERM"] * TRIES
+    finally:
+        assert take_guard(plan, [device]) == []
     assert opens_in(session, path) == ["ENXIO"] * TRIES
