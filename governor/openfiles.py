@@ -16,7 +16,7 @@ import stat
 from collections.abc import Collection
 from pathlib import Path
 
-__all__ = ["PROC", "node_holders", "owner_uid"]
+__all__ = ["PROC", "node_holders", "owner_uid", "process_name"]
 
 PROC = Path("/proc")
 
@@ -80,3 +80,12 @@ def _held(fd_dir: Path, wanted: set[tuple[int, int]]) -> set[tuple[int, int]]:
     except OSError:
         pass  # the process ended, or is a kernel thread's without descriptors
     return held
+
+
+def process_name(pid: int, proc: Path = PROC) -> str | None:
+    """The command name of process ``pid`` (``/proc/<pid>/comm``, e.g. ``nvidia-persistenced``),
+    or None when it is gone."""
+    try:
+        return (proc / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return None

@@ -10,6 +10,7 @@ from governor.cli.launch import hand_gpus
 from governor.config import parse_config
 from governor.config_gpus import GpuGuardRules
 from governor.errors import ConfigError
+from governor.gpus import Gpu, GpuInventory
 from governor.state import Task, _parse_record
 
 BASE = '[groups.A]\nusers = ["root"]\n[capacity]\ncpu = 4\nmemory = "8G"\n'
@@ -86,3 +87,35 @@ def test_a_bad_gpu_guard_is_refused_naming_the_key(lines, key, words):
     with pytest.raises(ConfigError) as refused:
         parse_config(BASE + lines + "\n", "g.toml")
     assert refused.value.key == key and words in str(refused.value), str(refused.value)
+
+
+def guard_report(monkeypatch, tmp_path, text):
+    """check-config's GPU-guard lines for ``text`` on a fake v2 mount holding user.slice, with
+    nvidia-persistenced (pid 812) holding a GPU node."""
+    from governor.cgroups import detect
+    from governor.cli import check_config
+    from governor import openfiles
+
+    (tmp_path / "user.slice").mkdir()
+    monkeypatch.setattr(check_config, "cgroup_mode", lambda: "v2")
+    monkeypatch.setattr(detect, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(openfiles, "node_holders", lambda numbers: {812: {(195, 0)}})
+    monkeypatch.setattr(openfiles, "process_name", lambda pid: "nvidia-persistenced")
+    inventory = GpuInventory(gpus=(Gpu(0, "/dev/nvidia0", 195, 0, None),), control=(), source="listed")
+    return check_config.gpu_guard_report(parse_config(BASE + text, "g.toml"), inventory)
+
+
+def test_check_config_says_where_the_gpu_guard_is_and_what_it_leaves(monkeypatch, tmp_path):
+    lines = guard_report(monkeypatch, tmp_path, 'gpu_guard_parents = ["user.slice", "gone.slice"]\n')
+    assert lines[0] == '  outside governor\'s tasks (gpu_guard = "sessions"):'
+    assert lines[1] == (f"    GPU and control nodes denied on {tmp_path / 'user.slice'} (a BPF device program named "
+                        "gov_gpu_guard; descendants cannot allow them)")
+    assert lines[2] == f"    note: {tmp_path / 'gone.slice'} does not exist here: not guarded"
+    assert lines[3].endswith("(processes outside governor are left alone): nvidia-persistenced (pid 812)")
+
+
+def test_check_config_says_plainly_that_sessions_off_leave_gpus_open(monkeypatch, tmp_path):
+    lines = guard_report(monkeypatch, tmp_path, "[sessions]\nenabled = false\n")
+    assert lines[0] == '  outside governor\'s tasks (gpu_guard = "sessions", sessions off):'
+    assert lines[1].startswith("    processes outside governor's tasks are NOT kept from GPUs")
+    assert 'gpu_guard = "host" denies them' in lines[1]
