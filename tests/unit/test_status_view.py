@@ -178,6 +178,16 @@ def test_a_draining_gpu_is_shown_draining_not_free():
     assert "GPUs: 3 of 4 held" in text
 
 
+def test_the_gpus_table_says_what_keeps_others_from_the_gpus():
+    from status_sample import with_gpus
+
+    status = with_gpus(STATUS)
+    status["daemon"]["gpu_guard"] = {"kind": "tasks", "guarded": [], "notes": []}
+    assert "outside governor's tasks: processes are NOT kept from GPUs" in render(status, 120)
+    status["daemon"]["gpu_guard"] = {"kind": "sessions", "guarded": ["/sys/fs/cgroup/user.slice"], "notes": []}
+    assert "outside governor's tasks: GPU nodes denied on /sys/fs/cgroup/user.slice" in render(status, 120)
+
+
 def test_no_gpus_governed_no_gpus_table():
     text = render(STATUS, 120)
     assert "GPUs" not in text and "gpus " not in text
