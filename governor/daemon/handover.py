@@ -227,7 +227,7 @@ class Handover:
             return
         draining = self.tasks.draining()
         ended = ", ".join(f"task {draining[gpu]}" for gpu in gpus if gpu in draining)
-        why = f"after {ended} ended" if ended else f"not given to {'it' if task is None else task.label}"
+        why = f"after {ended} ended" if ended else f"though {'it' if task is None else task.label} was not given it"
         self.journal.event("gpu_holder_ended", f"process {holder.pid} ({who}, {where}) ended: it held {names} open "
                                                f"{why}", logging.WARNING)
 

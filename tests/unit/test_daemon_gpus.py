@@ -198,3 +198,22 @@ def test_processes_outside_governor_and_a_mig_sibling_keep_the_node_and_the_gpu_
     daemon.check(["1"], "exit")  # no event loop: the look is made at once
     assert ended == [] and daemon.tasks.draining() == {} and daemon.tasks.free_gpus(2) == [0]
     assert [e["kind"] for e in daemon.status()["events"]].count("gpu_free") == 1
+
+
+def test_the_sweep_ends_a_governed_process_holding_a_gpu_it_was_not_given(tmp_path):
+    # Where the kernel cannot deny the nodes where sessions start, a process that opened one
+    # before governor moved it is found by the sweep: ended and logged; the GPU's own task is not.
+    config = CONFIG.replace('gpus = ["/dev/nvidia0", "/dev/nvidia1"]', 'gpus = ["/dev/null"]')
+    daemon = make_daemon(tmp_path, config, driver=DeviceDriver(), find_gpus=lambda spec, control: ONE_GPU)
+    proc, ended = tmp_path / "proc", []
+    daemon.handover.proc, daemon.handover.listed = proc, lambda inventory, gpus: None
+    daemon.handover.kill = lambda holder: ended.append(holder.pid)
+    launch(daemon, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
+    launch(daemon, 101, group="B", cpu=0.1, memory=GIB // 8)
+    for pid in (100, 101):
+        (proc / str(pid) / "fd").mkdir(parents=True)
+        (proc / str(pid) / "fd" / "4").symlink_to("/dev/null")
+    daemon.handover.sweep()  # no event loop: at once
+    assert ended == [101]
+    event = [e["message"] for e in daemon.status()["events"] if e["kind"] == "gpu_holder_ended"]
+    assert event == ["process 101 (user root, task 2) ended: it held GPU 0 open though task 2 was not given it"]
