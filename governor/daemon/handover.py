@@ -39,11 +39,12 @@ from governor.kinds import login_id, task_in
 from governor.openfiles import PROC, node_holders, owner_uid
 from governor.state import Task, Tasks
 
-__all__ = ["DRAIN_RETRY_S", "Handover", "Holder"]
+__all__ = ["DRAIN_RETRY_MAX_S", "DRAIN_RETRY_S", "Handover", "Holder"]
 
 log = logging.getLogger("governor.daemon")
 # How long a look waits for the last one's killed holders to exit and close their descriptors.
 DRAIN_RETRY_S = 0.2
+DRAIN_RETRY_MAX_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -95,12 +96,14 @@ class Handover:
     def drain(self) -> None:
         """Look for the holders of every draining GPU, kill those governor governs, and free
         each GPU none holds; on the event loop, again every :data:`DRAIN_RETRY_S` until every
-        GPU is free (one look at a time). Without a running loop: one look, now."""
+        GPU is free, less often while a holder stays (one look at a time). Without a running
+        loop: one look, now."""
         if not self.tasks.draining():
             return
         loop = running_loop()
         if loop is None:
-            self._look(self._find(self._nodes()))
+            nodes = self._nodes()
+            self._look(self._find(nodes), nodes)
         elif self._running is None or self._running.done():
             self._running = loop.create_task(self._drain())
 
@@ -113,11 +116,14 @@ class Handover:
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
+        wait = DRAIN_RETRY_S
         while self.tasks.draining():
-            found = await loop.run_in_executor(self._thread, self._find, self._nodes())
-            if self._look(found):
+            nodes = self._nodes()
+            found = await loop.run_in_executor(self._thread, self._find, nodes)
+            if self._look(found, nodes):
                 return
-            await asyncio.sleep(DRAIN_RETRY_S)
+            await asyncio.sleep(wait)
+            wait = min(2 * wait, DRAIN_RETRY_MAX_S)  # a holder that will not die: look less often
 
     def _nodes(self) -> dict[int, tuple[int, int]]:
         """Draining GPU → its node; a GPU the inventory no longer has is free at once."""
@@ -163,10 +169,11 @@ class Handover:
         found = await asyncio.get_running_loop().run_in_executor(self._thread, self._find, nodes)
         self._end_wrong(found, nodes)
 
-    def _look(self, found: list[Holder]) -> bool:
-        """Kill the governed holders of draining GPUs, free the GPUs none holds; True when
-        none drains any more."""
-        nodes = self._nodes()
+    def _look(self, found: list[Holder], scanned: Mapping[int, tuple[int, int]]) -> bool:
+        """Kill the governed holders of the draining GPUs ``scanned`` (GPU → node) was looked
+        for, free those none holds (a GPU that began draining since waits for the next look);
+        True when none drains any more."""
+        nodes = {gpu: node for gpu, node in self._nodes().items() if scanned.get(gpu) == node}
         blocked = self._end_wrong(found, nodes)
         for gpu in [g for g in nodes if g not in blocked]:
             ended = self.tasks.draining()[gpu]
