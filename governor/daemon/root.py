@@ -131,7 +131,7 @@ class Daemon:
         self.settle.follow = self.exits.follow
         self.handover = Handover(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, settle=self.settle,
                                  journal=self.journal)
-        self.settle.drain = self.handover.drain
+        self.settle.drain_gpus = self.handover.drain
         self.gpu_guard = GpuGuard(hierarchy=hierarchy, policy=self.policy, journal=self.journal)
         self.observation.gpu_guard = self.gpu_guard.describe
         self.sessions = Sessions(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,

@@ -57,7 +57,7 @@ class Settle:
             views; None before the first.
         follow: what to do with a task once it started (set by the composition root: watch
             its exit, arm its time limit): called with the task and its launch.
-        drain: look for the processes still holding the GPUs ended tasks left (set by the
+        drain_gpus: look for the processes still holding the GPUs ended tasks left (set by the
             composition root: :meth:`~governor.daemon.handover.Handover.drain`); called at
             each settle.
         closing: set when the daemon stops: nothing starts any more.
@@ -79,7 +79,7 @@ class Settle:
         self.metrics = metrics
         self.admission = None
         self.follow: Callable[[Task, Entry], None] = lambda task, entry: None
-        self.drain: Callable[[], None] = lambda: None
+        self.drain_gpus: Callable[[], None] = lambda: None
         self.closing = False
         self._batch: _Batch | None = None  # events waiting for the next settle
         self._running: asyncio.Task | None = None  # the settle under way
@@ -198,7 +198,7 @@ class Settle:
         if self.closing:
             return
         self.journal.changed()
-        self.drain()
+        self.drain_gpus()
         if refill:
             self.enforcement.refill(trigger, since=since)
             self.notifier.send(f"STATUS={self.summary()}")
@@ -214,7 +214,7 @@ class Settle:
         if self.closing:
             return
         self.journal.changed()  # the queue changes, even when nothing is logged
-        self.drain()
+        self.drain_gpus()
         waiting = [Waiting(e.task.id, e.task.group, e.task.demand, e.task.user)
                    for e in self.queue.values() if not e.decided]
         weights = {w.group: self.policy.fair_weight(w.group) for w in waiting}

@@ -2,6 +2,7 @@
 imports them, so they run under that module's marker and its skip check."""
 
 import gpu_scenarios
+import guard_scenarios
 import pytest
 import scenarios
 import session_scenarios
@@ -69,3 +70,10 @@ def test_gpus_are_admitted_in_drf_order_guarded_by_the_device_cgroup_and_handed_
 
 def test_a_gpu_fd_passed_to_a_task_without_gpus_is_ended_before_the_gpu_is_handed_on(tmp_path):
     gpu_scenarios.a_passed_gpu_fd_is_ended_before_the_gpu_is_handed_on(tmp_path)
+
+
+def test_a_session_process_opens_no_gpu_where_it_starts_moved_yet_or_not():
+    reason = session_scenarios.missing()
+    if reason:
+        pytest.skip(reason)
+    guard_scenarios.sessions_open_no_gpu_where_they_start()
