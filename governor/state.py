@@ -210,6 +210,12 @@ class Tasks:
         process may still hold its node open (shared: do not modify)."""
         return self._draining
 
+    def drain(self, gpu: int) -> None:
+        """Hold GPU ``gpu`` back until a look finds no process holding its node: a daemon that
+        starts does not know which of the free GPUs a task left while none ran (ended task "")."""
+        if gpu not in self._gpus:
+            self._draining.setdefault(gpu, "")
+
     def drained(self, gpu: int) -> None:
         """GPU ``gpu`` is free: no process but those of its new holder may hold its node."""
         self._draining.pop(gpu, None)

@@ -93,6 +93,13 @@ class Handover:
         self._sweeping: asyncio.Task | None = None  # the sweep under way
         self._ended: set[int] = set()  # pids killed and not yet seen gone
 
+    def start(self) -> None:
+        """Drain every GPU no running task holds (the daemon starts, its tasks re-adopted): a
+        task that ended while no daemon ran may have left a holder."""
+        if self.policy.gpus is not None:
+            for gpu in self.tasks.free_gpus(len(self.policy.gpus.gpus)):
+                self.tasks.drain(gpu)
+
     def drain(self) -> None:
         """Look for the holders of every draining GPU, kill those governor governs, and free
         each GPU none holds; on the event loop, again every :data:`DRAIN_RETRY_S` until every
@@ -178,7 +185,8 @@ class Handover:
         for gpu in [g for g in nodes if g not in blocked]:
             ended = self.tasks.draining()[gpu]
             self.tasks.drained(gpu)
-            self.journal.event("gpu_free", f"GPU {gpu} is free: no process holds it since task {ended} ended")
+            since = f"since task {ended} ended" if ended else "at the daemon's start"
+            self.journal.event("gpu_free", f"GPU {gpu} is free: no process holds it {since}")
             self.settle.soon(f"GPU {gpu} handed over")
         return not self.tasks.draining()
 
@@ -233,8 +241,13 @@ class Handover:
                                         f"{names} open: {error.strerror}", logging.ERROR)
             return
         draining = self.tasks.draining()
-        ended = ", ".join(f"task {draining[gpu]}" for gpu in gpus if gpu in draining)
-        why = f"after {ended} ended" if ended else f"though {'it' if task is None else task.label} was not given it"
+        ended = ", ".join(f"task {draining[gpu]}" for gpu in gpus if draining.get(gpu))
+        if ended:
+            why = f"after {ended} ended"
+        elif any(gpu in draining for gpu in gpus):
+            why = "after its task ended, before the daemon started"
+        else:
+            why = f"though {'it' if task is None else task.label} was not given it"
         self.journal.event("gpu_holder_ended", f"process {holder.pid} ({who}, {where}) ended: it held {names} open "
                                                f"{why}", logging.WARNING)
 

@@ -202,6 +202,7 @@ class Daemon:
         self.exits.start()
         self.gpu_guard.start()  # before the first session is made: none opens a GPU meanwhile
         self.readopt()
+        self.handover.start()
         self.settle.now("start")
         self.sessions.follow_processes()
         self.rescan("start")

@@ -217,3 +217,26 @@ def test_the_sweep_ends_a_governed_process_holding_a_gpu_it_was_not_given(tmp_pa
     assert ended == [101]
     event = [e["message"] for e in daemon.status()["events"] if e["kind"] == "gpu_holder_ended"]
     assert event == ["process 101 (user root, task 2) ended: it held GPU 0 open though task 2 was not given it"]
+
+
+def test_a_starting_daemon_drains_the_free_gpus_before_handing_them_out(tmp_path):
+    # A task that ended while no daemon ran may have passed its GPU on: the next daemon looks
+    # before it hands any free GPU out.
+    config = CONFIG.replace('gpus = ["/dev/nvidia0", "/dev/nvidia1"]', 'gpus = ["/dev/null"]')
+    daemon = make_daemon(tmp_path, config, driver=DeviceDriver(), find_gpus=lambda spec, control: ONE_GPU)
+    proc, ended = tmp_path / "proc", []
+    daemon.handover.proc, daemon.handover.listed = proc, lambda inventory, gpus: None
+    daemon.handover.kill = lambda holder: ended.append(holder.pid)
+    launch(daemon, 101, group="B", cpu=0.1, memory=GIB // 8)
+    (proc / "101" / "fd").mkdir(parents=True)
+    (proc / "101" / "fd" / "4").symlink_to("/dev/null")
+    daemon.handover.start()
+    assert daemon.status()["gpus"][0]["draining"]
+    daemon.handover.drain()
+    assert ended == [101] and daemon.tasks.free_gpus(1) == []
+    (proc / "101" / "fd" / "4").unlink()
+    daemon.handover.drain()
+    assert daemon.tasks.free_gpus(1) == [0]
+    messages = [e["message"] for e in daemon.status()["events"] if e["kind"].startswith("gpu_")]
+    assert messages == ["process 101 (user root, task 1) ended: it held GPU 0 open after its task ended, before the "
+                        "daemon started", "GPU 0 is free: no process holds it at the daemon's start"]
