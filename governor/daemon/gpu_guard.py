@@ -19,6 +19,7 @@ from governor.cgroups.device_guard import GuardPlan, plan_guard, put_guard, take
 from governor.cgroups.hierarchy import Hierarchy
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
+from governor.daemons import Registry
 
 __all__ = ["GpuGuard"]
 
@@ -29,15 +30,19 @@ class GpuGuard:
     Args:
         hierarchy: governor's cgroups (which hierarchy, where its root is); policy: the GPUs
             and the config; journal: events.
+        registry: this host's daemons (:mod:`governor.daemons`): only the one that holds the
+            sessions guards where they start (two would take each other's guard off, which is
+            found by name); None: no other daemon is known.
 
     Attributes:
         plan: where the guard is now (None: off, or no GPU governed).
     """
 
-    def __init__(self, *, hierarchy: Hierarchy, policy: Policy, journal: Journal):
+    def __init__(self, *, hierarchy: Hierarchy, policy: Policy, journal: Journal, registry: Registry | None = None):
         self.hierarchy = hierarchy
         self.policy = policy
         self.journal = journal
+        self.registry = registry
         self.plan: GuardPlan | None = None
         self._denied: list[tuple[str, int, int]] = []
 
@@ -48,7 +53,7 @@ class GpuGuard:
         inventory, rules = self.policy.gpus, self.policy.config.gpu_guard
         if inventory is None:
             return
-        kind = "tasks" if rules.kind == "sessions" and not self.policy.owners.enabled else rules.kind
+        kind = "tasks" if rules.kind == "sessions" and not self._holds_sessions() else rules.kind
         self.plan = self._plan(kind, rules.parents)
         self._denied = sorted({("c", g.major, g.minor) for g in inventory.gpus}
                               | {("c", major, minor) for _, major, minor in inventory.control})
@@ -70,7 +75,10 @@ class GpuGuard:
     def sweeps(self) -> bool:
         """Whether session processes must be looked at for GPU nodes held open: sessions
         are governed and the guard covers no place where they start."""
-        return self.policy.gpus is not None and self.policy.owners.enabled and not (self.plan and self.plan.places)
+        return self.policy.gpus is not None and self._holds_sessions() and not (self.plan and self.plan.places)
+
+    def _holds_sessions(self) -> bool:
+        return self.policy.owners.enabled and (self.registry is None or self.registry.holds_sessions)
 
     def describe(self) -> dict:
         """For status: ``{"kind", "guarded": [cgroup dirs], "notes": [sentences]}``; kind

@@ -132,7 +132,7 @@ class Daemon:
         self.handover = Handover(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, settle=self.settle,
                                  journal=self.journal)
         self.settle.drain_gpus = self.handover.drain
-        self.gpu_guard = GpuGuard(hierarchy=hierarchy, policy=self.policy, journal=self.journal)
+        self.gpu_guard = GpuGuard(hierarchy=hierarchy, policy=self.policy, journal=self.journal, registry=registry)
         self.observation.gpu_guard = self.gpu_guard.describe
         self.sessions = Sessions(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                                  records=self.records, settle=self.settle, enforcement=self.enforcement,
