@@ -39,12 +39,15 @@ from governor.kinds import login_id, task_in
 from governor.openfiles import PROC, node_holders, owner_uid
 from governor.state import Task, Tasks
 
-__all__ = ["DRAIN_RETRY_MAX_S", "DRAIN_RETRY_S", "Handover", "Holder"]
+__all__ = ["DRAIN_RETRY_MAX_S", "DRAIN_RETRY_S", "SWEEP_AFTER_HANDOVER_S", "Handover", "Holder"]
 
 log = logging.getLogger("governor.daemon")
 # How long a look waits for the last one's killed holders to exit and close their descriptors.
 DRAIN_RETRY_S = 0.2
 DRAIN_RETRY_MAX_S = 5.0
+# An fd in flight at the hand-over (sent over a socket, not received yet) is held by no process:
+# one more look this long after a GPU is handed on finds its receiver.
+SWEEP_AFTER_HANDOVER_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ class Handover:
         self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpu-handover")
         self._running: asyncio.Task | None = None  # the drain under way
         self._sweeping: asyncio.Task | None = None  # the sweep under way
+        self._later: asyncio.TimerHandle | None = None  # the sweep after the last hand-over
         self._ended: set[int] = set()  # pids killed and not yet seen gone
 
     def start(self) -> None:
@@ -116,7 +120,7 @@ class Handover:
 
     def close(self) -> None:
         """Stop looking (the daemon stops; a GPU still draining is drained by no one)."""
-        for running in (self._running, self._sweeping):
+        for running in (self._running, self._sweeping, self._later):
             if running is not None:
                 running.cancel()
         self._thread.shutdown(wait=True, cancel_futures=True)
@@ -182,12 +186,16 @@ class Handover:
         True when none drains any more."""
         nodes = {gpu: node for gpu, node in self._nodes().items() if scanned.get(gpu) == node}
         blocked = self._end_wrong(found, nodes)
-        for gpu in [g for g in nodes if g not in blocked]:
+        freed = [g for g in nodes if g not in blocked]
+        for gpu in freed:
             ended = self.tasks.draining()[gpu]
             self.tasks.drained(gpu)
             since = f"since task {ended} ended" if ended else "at the daemon's start"
             self.journal.event("gpu_free", f"GPU {gpu} is free: no process holds it {since}")
             self.settle.soon(f"GPU {gpu} handed over")
+        loop = running_loop()
+        if freed and loop is not None:
+            self._later = loop.call_later(SWEEP_AFTER_HANDOVER_S, self.sweep)
         return not self.tasks.draining()
 
     def _end_wrong(self, found: list[Holder], nodes: Mapping[int, tuple[int, int]]) -> set[int]:

@@ -11,6 +11,7 @@ from test_daemon import GIB, FakeDriver, collect, launch, make_daemon
 
 from governor.config import parse_config
 from governor.errors import RequestError
+from governor.daemon.handover import SWEEP_AFTER_HANDOVER_S
 from governor.gpus import Gpu, GpuInventory
 from governor.protocol import LaunchRequest, Peer
 
@@ -174,6 +175,10 @@ def test_a_freed_gpu_goes_to_the_next_task_only_once_no_other_process_holds_it(t
         started = [p async for p in waiting][-1]
         assert started["gpus"] == ["GPU-aaaa"]
         assert [(g["task"], g["draining"]) for g in daemon.status()["gpus"]] == [("3", False)]
+        # An fd that was in flight (sent, not yet received) at the hand-over: its receiver is
+        # found by the look that follows a hand-over.
+        (proc / "101" / "fd" / "6").symlink_to("/dev/null")
+        await until(lambda: ended == [101, 101], seconds=SWEEP_AFTER_HANDOVER_S + 5)
 
     asyncio.run(scenario())
 
