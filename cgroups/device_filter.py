@@ -16,7 +16,8 @@ the path from the root to the cgroup and allows an access only when all of them 
 program systemd attached above (a unit's ``DevicePolicy=``/``DeviceAllow=``) still applies and
 ours can only narrow it.
 
-A cgroup carries at most one governor program, loaded with the name :data:`PROGRAM_NAME`: a new
+A cgroup carries at most one governor program of each name (:data:`PROGRAM_NAME` for a task's
+or session's limits; :mod:`~governor.cgroups.device_guard` names its guard otherwise): a new
 list is attached before the programs of that name attached to the cgroup before are detached
 (found with ``BPF_PROG_QUERY``, so a restarted daemon finds its predecessor's too), so no
 access is allowed in between that either list denies.
@@ -48,7 +49,7 @@ __all__ = ["PROGRAM_NAME", "attach_deny_program", "attached_programs", "bpf_devi
            "deny_program"]
 
 # The name governor's device programs are loaded with (at most 15 characters: BPF_OBJ_NAME_LEN).
-PROGRAM_NAME = b"governor_dev"
+PROGRAM_NAME = "governor_dev"
 
 # --- the assembler: only the five instructions the program needs ------------------------------
 
@@ -221,13 +222,13 @@ def _bpf(cmd: int, attr: ctypes.Structure, path: str) -> int:
     return result
 
 
-def _load(program: bytes, path: str, log: ctypes.Array | None = None) -> int:
-    """Load ``program`` as a CGROUP_DEVICE program and return its fd; with ``log``, the
-    verifier writes its log there (log_level 1)."""
+def _load(program: bytes, path: str, log: ctypes.Array | None = None, name: str = PROGRAM_NAME) -> int:
+    """Load ``program`` as a CGROUP_DEVICE program named ``name`` and return its fd; with
+    ``log``, the verifier writes its log there (log_level 1)."""
     insns = ctypes.create_string_buffer(program, len(program))
     licence = ctypes.create_string_buffer(_LICENSE, len(_LICENSE))
     attr = _ProgLoadAttr(prog_type=_BPF_PROG_TYPE_CGROUP_DEVICE, insn_cnt=len(program) // 8,
-                         insns=ctypes.addressof(insns), license=ctypes.addressof(licence), prog_name=PROGRAM_NAME)
+                         insns=ctypes.addressof(insns), license=ctypes.addressof(licence), prog_name=name.encode())
     if log is not None:
         attr.log_level, attr.log_size, attr.log_buf = 1, len(log), ctypes.addressof(log)
     return _bpf(_BPF_PROG_LOAD, attr, path)
@@ -240,9 +241,9 @@ def _write_error(path: str, value: str, errno: int | None, detail: str = "") -> 
     return error
 
 
-def attach_deny_program(cgroup_dir: Path, denied: Sequence[Device]) -> None:
-    """Make governor's device program on the cgroup v2 directory ``cgroup_dir`` deny exactly
-    ``denied``: load :func:`deny_program` ``(denied)`` (named :data:`PROGRAM_NAME`), attach it
+def attach_deny_program(cgroup_dir: Path, denied: Sequence[Device], *, name: str = PROGRAM_NAME) -> None:
+    """Make governor's device program ``name`` on the cgroup v2 directory ``cgroup_dir`` deny
+    exactly ``denied``: load :func:`deny_program` ``(denied)`` (named ``name``), attach it
     (``BPF_CGROUP_DEVICE``, ``BPF_F_ALLOW_MULTI``), then detach every program of that name
     attached there before (:func:`attached_programs`: this daemon's, or an earlier one's).
     The new program is in force before the old one goes, so no access either denies slips
@@ -266,14 +267,14 @@ def attach_deny_program(cgroup_dir: Path, denied: Sequence[Device]) -> None:
     """
     path = str(cgroup_dir)
     value = f"BPF device program denying {devices_text(denied) or 'nothing'}"
-    prog_fd = _load_checked(deny_program(denied), path, value) if denied else None
+    prog_fd = _load_checked(deny_program(denied), path, value, name) if denied else None
     try:
         with _directory(cgroup_dir, value) as dir_fd:
             old: dict[int, int] = {}  # governor's programs attached before: id → an fd of it
             try:
-                for prog_id, fd, name in _programs(dir_fd, path, value):
+                for prog_id, fd, loaded_as in _programs(dir_fd, path, value):
                     old[prog_id] = fd
-                    if name != PROGRAM_NAME:  # another's (systemd's): it stays
+                    if loaded_as != name:  # another's (systemd's, or governor's of another name): it stays
                         os.close(old.pop(prog_id))
                 if prog_fd is not None:
                     _bpf_or_raise(_BPF_PROG_ATTACH, _ProgAttachAttr(
@@ -291,7 +292,7 @@ def attach_deny_program(cgroup_dir: Path, denied: Sequence[Device]) -> None:
             os.close(prog_fd)
 
 
-def attached_programs(cgroup_dir: Path) -> dict[int, bytes]:
+def attached_programs(cgroup_dir: Path) -> dict[int, str]:
     """The device programs attached to the cgroup v2 directory ``cgroup_dir`` itself (not
     above it): program id → the name it was loaded with (:data:`PROGRAM_NAME`: governor's).
 
@@ -301,9 +302,9 @@ def attached_programs(cgroup_dir: Path) -> dict[int, bytes]:
     """
     value, names = "BPF device programs", {}
     with _directory(cgroup_dir, value) as dir_fd:
-        for prog_id, prog_fd, name in _programs(dir_fd, str(cgroup_dir), value):
+        for prog_id, prog_fd, loaded_as in _programs(dir_fd, str(cgroup_dir), value):
             os.close(prog_fd)
-            names[prog_id] = name
+            names[prog_id] = loaded_as
     return names
 
 
@@ -328,23 +329,23 @@ def _bpf_or_raise(cmd: int, attr: ctypes.Structure, path: str, value: str, faile
         raise _write_error(path, value, e.errno, failed) from e
 
 
-def _load_checked(program: bytes, path: str, value: str) -> int:
+def _load_checked(program: bytes, path: str, value: str, name: str) -> int:
     """:func:`_load`, a refusal raised as a CgroupWriteError with the verifier's log."""
     try:
-        return _load(program, path)
+        return _load(program, path, name=name)
     except OSError as first:
         # The first attempt goes without a log: the verifier then skips writing one for the
         # programs it accepts, which is all of them unless something is badly wrong.
         log = ctypes.create_string_buffer(_LOG_SIZE)
         try:
-            return _load(program, path, log)
+            return _load(program, path, log, name)
         except OSError:
             text = log.value.decode(errors="replace").strip()
             raise _write_error(path, value, first.errno,
                                f"bpf(BPF_PROG_LOAD) verifier log: {text or '(empty)'}") from first
 
 
-def _programs(dir_fd: int, path: str, value: str) -> Iterator[tuple[int, int, bytes]]:
+def _programs(dir_fd: int, path: str, value: str) -> Iterator[tuple[int, int, str]]:
     """``(id, fd, name)`` of each device program attached to the cgroup open as ``dir_fd``
     (``BPF_PROG_QUERY``, then each by id; one gone meanwhile is skipped). The caller closes
     each fd it is given."""
@@ -367,7 +368,7 @@ def _programs(dir_fd: int, path: str, value: str) -> Iterator[tuple[int, int, by
         except CgroupWriteError:
             os.close(prog_fd)
             raise
-        yield prog_id, prog_fd, info.name
+        yield prog_id, prog_fd, info.name.decode(errors="replace")
 
 
 def bpf_device_filter_supported() -> str | None:

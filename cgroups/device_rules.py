@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["Device", "checked_device", "device_rule", "devices_text"]
+__all__ = ["Device", "checked_device", "device_rule", "devices_text", "v1_line"]
 
 Device = tuple[str, int, int]
 """A device node: ``("c" or "b", major, minor)``; a minor of ``-1`` means every minor of that major."""
@@ -44,3 +44,13 @@ def devices_text(devices: Sequence[Device]) -> str:
     """``devices`` as one canonical text (:func:`device_rule` joined by ``", "``), the value a
     driver records for a device program: ``"c 195:1, c 195:255"``; ``""`` for none."""
     return ", ".join(map(device_rule, devices))
+
+
+def v1_line(device: Device) -> str:
+    """``device`` as a cgroup v1 ``devices.deny``/``devices.allow`` line, every access (read,
+    write, mknod): ``"c 195:1 rwm"`` (kernel Documentation/admin-guide/cgroup-v1/devices.rst).
+
+    Raises:
+        ValueError: as :func:`checked_device`.
+    """
+    return f"{device_rule(checked_device(device))} rwm"

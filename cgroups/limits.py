@@ -42,7 +42,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from governor.cgroups.device_rules import Device, checked_device, device_rule
+from governor.cgroups.device_rules import Device, checked_device, v1_line
 from governor.cgroups.parse import format_cpu_max, format_max
 
 __all__ = [
@@ -314,7 +314,7 @@ def v1_files(limits: CgroupLimits) -> list[tuple[str, str, str]]:
             if rate is not None:
                 files.append(("blkio", file, f"{io.device} {rate}"))
     for device in limits.devices_denied:
-        files.append(("devices", "devices.deny", f"{device_rule(device)} rwm"))
+        files.append(("devices", "devices.deny", v1_line(device)))
     return files
 
 

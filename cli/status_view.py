@@ -36,8 +36,12 @@ bytes/s; times in Unix seconds)::
                 "demand": {res: amount}, "queued_at": float, "position": int,
                 "waiting_for": int,                   # bytes of memory that must free first
                 "held_by": [{"group": str, "memory": int}]}],   # largest first, at most 3
+     # daemon.gpu_guard (GPUs governed only): {"kind": "sessions" | "host" | "tasks",
+     #     "guarded": [cgroup dir], "notes": [str]}: where GPU nodes are denied outside tasks
      "gpus": [{"index": int, "node": str, "uuid": str | null, "name": str,
-               "task": str | null, "group": str | null, "user": str | null}]}  # GPUs governed only
+               "task": str | null, "group": str | null, "user": str | null,
+               "draining": bool}]}  # GPUs governed only; draining: its task ended, a process
+                                    # may still hold its node, it goes to no one until none does
 
 ``guaranteed`` and ``reserved`` are the sums of the groups'. Every group of the host is listed,
 ``idle`` (no task) or not. ``io_sharing`` says how each governed block
@@ -89,7 +93,7 @@ def status_renderables(status: dict, *, now: float) -> list[RenderableType]:
     ]
     gpus = view.gpus(status)
     if gpus:
-        renderables.append(gpus_table(gpus))
+        renderables.append(gpus_table(gpus, status.get("daemon", {}).get("gpu_guard")))
     queue = view.queue(status)
     if queue:
         renderables.append(queue_table(queue, now))
@@ -177,11 +181,18 @@ def _resources_table(groups: Mapping[str, dict], resources: list[str], *, borrow
     return table
 
 
-def gpus_table(gpus: list[dict]) -> Table:
+def gpus_table(gpus: list[dict], guard: dict | None = None) -> Table:
     """One row per governed GPU: governor's index, its device node, its UUID (cut to its first
-    eight hex digits), its name, and the task, group and user holding it, or ``free``."""
+    eight hex digits), its name, and the task, group and user holding it, or ``free``, or
+    ``draining`` while a process may still hold a free GPU's node (its task ended). Below it,
+    what keeps processes outside governor's tasks from the GPUs (``guard``: the status's
+    ``daemon.gpu_guard``), said plainly when nothing does."""
     held = sum(1 for gpu in gpus if gpu.get("task") is not None)
-    table = Table(title=f"GPUs: {held} of {len(gpus)} held", title_justify="left")
+    guarded = (guard or {}).get("guarded") or []
+    caption = (f"outside governor's tasks: GPU nodes denied on {', '.join(map(str, guarded))}" if guarded else
+               "outside governor's tasks: processes are NOT kept from GPUs" if guard else None)
+    table = Table(title=f"GPUs: {held} of {len(gpus)} held", title_justify="left", caption=caption,
+                  caption_justify="left")
     table.add_column("gpu", justify="right", no_wrap=True)
     table.add_column("node", overflow="fold")
     table.add_column("uuid", no_wrap=True)
@@ -192,7 +203,8 @@ def gpus_table(gpus: list[dict]) -> Table:
     for gpu in gpus:
         free = gpu.get("task") is None
         view.row(table, str(gpu.get("index", "?")), str(gpu.get("node") or "—"), view.short_uuid(gpu.get("uuid")),
-                 str(gpu.get("name") or "—"), "free" if free else str(gpu.get("task")),
+                 str(gpu.get("name") or "—"),
+                 ("draining" if gpu.get("draining") else "free") if free else str(gpu.get("task")),
                  "" if free else str(gpu.get("group", "?")), "" if free else str(gpu.get("user") or "?"))
     return table
 

@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from governor.config_groups import EVERYONE, names, parse_groups
+from governor.config_gpus import gpu_guard
 from governor.config_types import (MAX_BYTES, MAX_CORES, MIN_TASK_MEMORY, Config, GroupRule, IoDevice, SessionRules,
                                    group_name_problem)
 from governor.errors import ConfigError
@@ -51,7 +52,6 @@ __all__ = ["CONFIG_PATH", "DEFAULT_CONFIG", "EVERYONE", "Config", "GroupRule", "
 
 CONFIG_PATH = "/etc/governor/governor.toml"
 DEFAULT_FILE = "<embedded default>"
-# The groups table that stands for every user in no explicit group, one group per user.
 
 DEFAULT_CONFIG = """\
 # governor's embedded default config (`governor check-config --default` prints it).
@@ -103,7 +103,7 @@ _SESSION_MEMORY_BYTES = 2 * 1024**3
 
 _SECTIONS = ("capacity", "defaults", "enforcement", "groups", "fairshare", "sessions", "daemon")
 _FAIRSHARE_KEYS = ("half_life",)
-_CAPACITY_KEYS = ("cpu", "memory", "reserve", "io", "gpus", "gpu_control")
+_CAPACITY_KEYS = ("cpu", "memory", "reserve", "io", "gpus", "gpu_control", "gpu_guard", "gpu_guard_parents")
 _RESERVE_KEYS = ("cpu", "memory")
 _IO_KEYS = ("device", "read", "write")
 _TASK_KEYS = ("cpu", "memory", "io_read", "io_write")
@@ -197,6 +197,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         fairshare_half_life_s=_fairshare(data, file),
         gpus=_gpus(capacity, file),
         gpu_control=_gpu_control(capacity, file),
+        gpu_guard=gpu_guard(capacity, file),
         file=file,
     )
 

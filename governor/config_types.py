@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from governor.cgroups.names import interface_name_problem
+from governor.config_gpus import GpuGuardRules
 from governor.errors import ConfigError
 from governor.kinds import SESSION_PREFIX, TASK_PREFIX
 from governor.tomlcheck import join_key
@@ -144,6 +145,8 @@ class Config:
             or None (no GPU is governed); :func:`governor.gpus.discover` reads it on the host.
         gpu_control: ``capacity.gpu_control``: the control nodes a task holding GPUs may open
             (None: NVIDIA's, :data:`governor.gpus.CONTROL_NODES`).
+        gpu_guard: ``capacity.gpu_guard`` and ``gpu_guard_parents``: where the GPU nodes are
+            denied outside governor's tasks (:mod:`governor.config_gpus`).
         file: the file the config came from, for errors raised later (not compared).
     """
 
@@ -170,6 +173,7 @@ class Config:
     fairshare_half_life_s: float | None
     gpus: str | tuple[str, ...] | None
     gpu_control: tuple[str, ...] | None
+    gpu_guard: GpuGuardRules
     file: str = field(compare=False)
 
     def memory_mode(self, soft_throttles: bool) -> str:

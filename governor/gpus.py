@@ -23,7 +23,7 @@ from types import ModuleType
 from governor.errors import GovernorError
 from governor.gpu_identity import GpuIdentity
 
-__all__ = ["CONTROL_NODES", "NVIDIA_MAJOR", "Gpu", "GpuError", "GpuInventory", "GpuUse", "discover", "sample_use"]
+__all__ = ["CONTROL_NODES", "NVIDIA_MAJOR", "Gpu", "GpuError", "GpuInventory", "GpuUse", "discover", "processes_on", "sample_use"]
 
 NVIDIA_MAJOR = 195
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
@@ -190,6 +190,34 @@ def sample_use(inventory: GpuInventory) -> GpuUse | None:
     finally:
         _shutdown(nvml)
     return use
+
+
+def processes_on(inventory: GpuInventory, indices: Sequence[int]) -> dict[int, set[int]] | None:
+    """The pids NVML says run on each of ``indices`` (compute and graphics contexts), found by
+    UUID; a GPU whose list NVML cannot give is left out. None without NVML or UUIDs.
+
+    Never raises for NVML errors: the GPU hand-over asks, and has the ``/proc`` scan besides.
+    """
+    nvml = _import_nvml()
+    uuids = {gpu.index: gpu.uuid for gpu in inventory.gpus if gpu.uuid and gpu.index in indices}
+    if nvml is None or not uuids:
+        return None
+    failures = _failures(nvml)
+    try:
+        nvml.nvmlInit()
+    except failures:
+        return None
+    found: dict[int, set[int]] = {}
+    try:
+        for index, uuid in uuids.items():
+            with suppress(*failures):
+                handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
+                listed = [*nvml.nvmlDeviceGetComputeRunningProcesses(handle),
+                          *nvml.nvmlDeviceGetGraphicsRunningProcesses(handle)]
+                found[index] = {int(process.pid) for process in listed}
+    finally:
+        _shutdown(nvml)
+    return found
 
 
 def _import_nvml() -> ModuleType | None:

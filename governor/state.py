@@ -148,6 +148,8 @@ class Tasks:
         self._sessions: dict[str, Task] = {}  # sessions and login sessions
         self._inside: Counter[str] = Counter()  # group → its tasks below governor's root
         self._gpus: dict[int, str] = {}  # GPU index → the task holding it
+        # GPU index → the ended task that held it, until no other process holds its node open
+        self._draining: dict[int, str] = {}
 
     def add(self, task: Task) -> None:
         self._tasks[task.id] = task
@@ -179,6 +181,7 @@ class Tasks:
         self._sums.pop(task.group, None)
         for gpu in task.gpus:
             self._gpus.pop(gpu, None)
+            self._draining[gpu] = task.id
         return task
 
     def update(self, task: Task) -> None:
@@ -209,8 +212,23 @@ class Tasks:
         return self._gpus
 
     def free_gpus(self, count: int) -> list[int]:
-        """The indices among ``range(count)`` no running task holds, lowest first."""
-        return [gpu for gpu in range(count) if gpu not in self._gpus]
+        """The indices among ``range(count)`` no running task holds and none drains, lowest first."""
+        return [gpu for gpu in range(count) if gpu not in self._gpus and gpu not in self._draining]
+
+    def draining(self) -> dict[int, str]:
+        """GPU index → the id of the ended task that held it, for each GPU not free yet: some
+        process may still hold its node open (shared: do not modify)."""
+        return self._draining
+
+    def drain(self, gpu: int) -> None:
+        """Hold GPU ``gpu`` back until a look finds no process holding its node: a daemon that
+        starts does not know which of the free GPUs a task left while none ran (ended task "")."""
+        if gpu not in self._gpus:
+            self._draining.setdefault(gpu, "")
+
+    def drained(self, gpu: int) -> None:
+        """GPU ``gpu`` is free: no process but those of its new holder may hold its node."""
+        self._draining.pop(gpu, None)
 
     def sessions(self) -> list[Task]:
         """The sessions (login sessions too), in the order they started."""

@@ -127,14 +127,17 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
 
 def gpu_entries(inventory, holders: Mapping[int, str], tasks: Tasks) -> list[dict] | None:
     """The status's ``gpus``: each GPU of ``inventory`` (a :class:`governor.gpus.GpuInventory`,
-    None: no GPU governed, None returned) with the ``task``, ``group`` and ``user`` holding it."""
+    None: no GPU governed, None returned) with the ``task``, ``group`` and ``user`` holding it,
+    and ``draining``: its task ended and a process may still hold its node (not free yet)."""
     if inventory is None:
         return None
     entries = []
+    draining = tasks.draining()
     for gpu in inventory.gpus:
         holder = tasks.get(holders[gpu.index]) if gpu.index in holders else None
         entries.append({**gpu.to_json(), "task": holder.id if holder else None,
-                        "group": holder.group if holder else None, "user": holder.user if holder else None})
+                        "group": holder.group if holder else None, "user": holder.user if holder else None,
+                        "draining": gpu.index in draining})
     return entries
 
 

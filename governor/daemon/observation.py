@@ -20,7 +20,7 @@ import asyncio
 import concurrent.futures
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.stats import CgroupStats
@@ -83,6 +83,8 @@ class Observation:
         self._forgotten: set[str] | None = None  # cgroups forgotten while the sampler reads
         self._group_at: dict[str, str] = {}  # a group's cgroup → the group, as last sampled
         self._gpus_sampled = float("-inf")  # when NVML was last asked (monotonic s)
+        # The GPU guard outside governor's tasks, for status (set by the composition root).
+        self.gpu_guard: Callable[[], dict] = lambda: {"kind": "tasks", "guarded": [], "notes": []}
 
     # ── sampling ────────────────────────────────────────────────────────────────────────
 
@@ -230,7 +232,8 @@ class Observation:
         status = build_status(
             daemon={"pid": os.getpid(), "started": self.started, "cgroup_mode": self.hierarchy.mode,
                     "cgroup_root": self.hierarchy.root, "config": policy.source,
-                    "io_sharing": dict(policy.io_sharing), "cpu_saturated": enforcement.cpu_saturated},
+                    "io_sharing": dict(policy.io_sharing), "cpu_saturated": enforcement.cpu_saturated,
+                    **({"gpu_guard": self.gpu_guard()} if policy.gpus is not None else {})},
             capacity=policy.capacity, allocation=enforcement.allocation, tasks=self.tasks,
             in_force=self.hierarchy.in_force, usage=self.usage, filling=enforcement.filling,
             parents=policy.config.parents, place=policy.config.place,

@@ -25,6 +25,8 @@ from governor.daemon.exits import Exits
 from governor.daemon.journal import Journal, vector
 from governor.daemon.launches import Launches
 from governor.daemon.fairshare import FairShareStage
+from governor.daemon.gpu_guard import GpuGuard
+from governor.daemon.handover import Handover
 from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
@@ -49,6 +51,9 @@ RECONCILED_TASKS = 1000
 # Tasks a reconcile pass checks before the event loop serves others (~3 ms natively; 300
 # cgroups read at once held it for 50 ms, a launch meanwhile waiting as long).
 STEP = 25
+# Where the kernel cannot keep session processes from GPUs, they are looked at this often
+# (a pass over /proc on the hand-over thread).
+GPU_SWEEP_S = 5.0
 # Young objects collected every 50,000 allocations instead of 700 (see serve()).
 GC_THRESHOLDS = (50_000, 20, 20)
 
@@ -124,6 +129,11 @@ class Daemon:
                            records=self.records, settle=self.settle, observation=self.observation,
                            journal=self.journal)
         self.settle.follow = self.exits.follow
+        self.handover = Handover(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, settle=self.settle,
+                                 journal=self.journal)
+        self.settle.drain_gpus = self.handover.drain
+        self.gpu_guard = GpuGuard(hierarchy=hierarchy, policy=self.policy, journal=self.journal, registry=registry)
+        self.observation.gpu_guard = self.gpu_guard.describe
         self.sessions = Sessions(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                                  records=self.records, settle=self.settle, enforcement=self.enforcement,
                                  exits=self.exits, journal=self.journal, host_pids=host_pids, registry=registry)
@@ -194,7 +204,9 @@ class Daemon:
             if self.registry.holds_sessions:
                 self.registry.claim_sessions(self._entry())  # again: now with its root and socket
         self.exits.start()
+        self.gpu_guard.start()  # before the first session is made: none opens a GPU meanwhile
         self.readopt(records)
+        self.handover.start()
         self.settle.now("start")
         self.sessions.follow_processes()
         self.rescan("start")
@@ -217,6 +229,8 @@ class Daemon:
             asyncio.create_task(_every(max(interval, RESCAN_INTERVAL_S), self._rescan_all)),
             asyncio.create_task(_every(self.policy.config.sample_interval_s, self.observation.sample_off_loop)),
         ]
+        if self.gpu_guard.sweeps:
+            workers.append(asyncio.create_task(_every(GPU_SWEEP_S, self.handover.sweep)))
         if self.notifier.watchdog_interval_s:
             workers.append(asyncio.create_task(
                 _every(self.notifier.watchdog_interval_s, lambda: self.notifier.send("WATCHDOG=1"))))
@@ -246,6 +260,8 @@ class Daemon:
         self.exits.close()
         self.sessions.close()
         self.observation.close()
+        self.handover.close()
+        self.gpu_guard.stop()
         self.fair_share.close()
         await asyncio.get_running_loop().shutdown_default_executor()  # the cgroup thread's last calls
         if not self.tasks:

@@ -57,6 +57,9 @@ class Settle:
             views; None before the first.
         follow: what to do with a task once it started (set by the composition root: watch
             its exit, arm its time limit): called with the task and its launch.
+        drain_gpus: look for the processes still holding the GPUs ended tasks left (set by the
+            composition root: :meth:`~governor.daemon.handover.Handover.drain`); called at
+            each settle.
         closing: set when the daemon stops: nothing starts any more.
     """
 
@@ -76,6 +79,7 @@ class Settle:
         self.metrics = metrics
         self.admission = None
         self.follow: Callable[[Task, Entry], None] = lambda task, entry: None
+        self.drain_gpus: Callable[[], None] = lambda: None
         self.closing = False
         self._batch: _Batch | None = None  # events waiting for the next settle
         self._running: asyncio.Task | None = None  # the settle under way
@@ -196,6 +200,7 @@ class Settle:
         if self.closing:
             return
         self.journal.changed()
+        self.drain_gpus()
         if refill:
             self.enforcement.refill(trigger, since=since, full=full)
             self.notifier.send(f"STATUS={self.summary()}")
@@ -211,12 +216,17 @@ class Settle:
         if self.closing:
             return
         self.journal.changed()  # the queue changes, even when nothing is logged
+        self.drain_gpus()
         waiting = [Waiting(e.task.id, e.task.group, e.task.demand, e.task.user)
                    for e in self.queue.values() if not e.decided]
         weights = {w.group: self.policy.fair_weight(w.group) for w in waiting}
         held = self.reserved()
         running = {g: {**d, **held.get(g, {})} for g, d in self.tasks.demands().items()}
-        self.admission = admit(self.policy.capacity, running, self.tasks.counts(), weights, waiting,
+        # A draining GPU is not free yet: it goes to no one until its last holder is gone.
+        capacity, draining = self.policy.capacity, len(self.tasks.draining())
+        if draining:
+            capacity = {**capacity, "gpu": capacity.get("gpu", 0.0) - draining}
+        self.admission = admit(capacity, running, self.tasks.counts(), weights, waiting,
                                quotas(self.policy.config, self.tasks, waiting))
         starting = [self.queue[task_id] for task_id in self.admission.admitted]
         if starting and self.enforcement.cpu_saturated:

@@ -34,10 +34,11 @@ PROBE = ("import errno, json, os, sys, time\n"
 
 
 @contextlib.contextmanager
-def gpu_nodes(tmp_path: Path, major: int = NVIDIA_MAJOR, minors: tuple[int, ...] = (0, 1)) -> Iterator[list[str]]:
-    """Nodes ``major:minor`` (195:0 and 195:1 unless told) in a scratch directory, on a tmpfs
-    mounted ``dev`` when the temporary directory's filesystem is ``nodev`` (whose nodes open
-    nothing)."""
+def gpu_nodes(tmp_path: Path, numbers: tuple[tuple[int, int], ...] = ((NVIDIA_MAJOR, 0), (NVIDIA_MAJOR, 1))
+              ) -> Iterator[list[str]]:
+    """Nodes ``numbers`` (default 195:0 and 195:1), ``nvidia0``… in a scratch directory, on a
+    tmpfs mounted ``dev`` when the temporary directory's filesystem is ``nodev`` (whose nodes
+    open nothing)."""
     scratch = tmp_path / "dev"
     scratch.mkdir()
     mounted = False
@@ -47,8 +48,8 @@ def gpu_nodes(tmp_path: Path, major: int = NVIDIA_MAJOR, minors: tuple[int, ...]
         mounted = True
     try:
         nodes = []
-        for minor in minors:
-            node = scratch / f"nvidia{minor}"
+        for index, (major, minor) in enumerate(numbers):
+            node = scratch / f"nvidia{index}"
             os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
             nodes.append(str(node))
         yield nodes
@@ -204,3 +205,67 @@ def a_gpu_added_by_a_reload_or_a_restart_is_denied_to_running_tasks(tmp_path: Pa
             assert list(restarted["holder"].values()) == ["ENXIO", "EPERM", "EPERM", "EPERM"], restarted
         finally:
             gov.close()
+
+
+# Break 4 of issue 31: a task's GPU fd, passed over a Unix socket (SCM_RIGHTS) to a task
+# without GPUs, outlives the task. The sender holds the node open, sends it, and exits once
+# told to (a file appears); the receiver keeps reading it.
+SENDER = ("import os, socket, sys, time\n"
+          "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+          "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[2])\n"
+          "socket.send_fds(s, [b'gpu'], [fd])\n"
+          "while not os.path.exists(sys.argv[3]): time.sleep(0.02)\n")
+RECEIVER = ("import json, os, socket, sys, time\n"
+            "server = socket.socket(socket.AF_UNIX); server.bind(sys.argv[1]); server.listen(1)\n"
+            "print(os.getpid(), flush=True)\n"
+            "conn, _ = server.accept()\n"
+            "_, fds, _, _ = socket.recv_fds(conn, 16, 1)\n"
+            "print(json.dumps({'fds': len(fds)}), flush=True)\n"
+            "while True: os.read(fds[0], 1); time.sleep(0.02)\n")
+# Prints the pids (but its own) holding the node open as it starts, then holds its GPU.
+HOLDERS = ("import json, os, sys, time\n"
+           "want = os.stat(sys.argv[1]).st_rdev\n"
+           "held = []\n"
+           "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+           "    try: fds = os.listdir(f'/proc/{pid}/fd')\n"
+           "    except OSError: continue\n"
+           "    for fd in fds:\n"
+           "        try: st = os.stat(f'/proc/{pid}/fd/{fd}')\n"
+           "        except OSError: continue\n"
+           "        if st.st_rdev == want and int(pid) != os.getpid(): held.append(int(pid))\n"
+           "print(json.dumps(held), flush=True)\n"
+           "time.sleep(3600)\n")
+
+
+def a_passed_gpu_fd_is_ended_before_the_gpu_is_handed_on(tmp_path: Path) -> None:
+    """One GPU, whose stand-in node opens (``/dev/full``'s numbers, 1:7: an open fd is needed).
+    A ``--gpus 1`` task passes its open node to a task of the same user without GPUs and
+    exits; a task waiting for the GPU starts only after the receiver was ended (it finds no
+    other process holding the node), the GPU shown draining meanwhile, the end logged."""
+    with gpu_nodes(tmp_path, ((1, 7),)) as (node,):
+        _a_passed_gpu_fd_is_ended(tmp_path, node)
+
+
+def _a_passed_gpu_fd_is_ended(tmp_path: Path, node: str) -> None:
+    config = ('[capacity]\ncpu = 1\nmemory = "1G"\n'
+              f'gpus = {json.dumps([str(node)])}\ngpu_control = []\n'
+              '[groups.A]\nusers = ["root"]\n[groups.B]\nusers = ["root"]\n')
+    gov = Governor(tmp_path, config)
+    try:
+        socket_path, done = str(tmp_path / "pass.sock"), tmp_path / "sender-may-exit"
+        receiver = gov.run("A", [sys.executable, "-c", RECEIVER, socket_path], cpus=0.1, memory="32M")
+        receiving = int(receiver.stdout.readline())  # listening
+        sender = gov.run("A", [sys.executable, "-c", SENDER, str(node), socket_path, str(done)],
+                         gpus=1, cpus=0.1, memory="32M")
+        assert json.loads(receiver.stdout.readline()) == {"fds": 1}
+        waiting = gov.run_queued("B", [sys.executable, "-c", HOLDERS, str(node)], gpus=1, cpus=0.1, memory="32M")
+        done.touch()
+        assert sender.wait(30) == 0
+        held = json.loads(waiting.stdout.readline())  # it started: the GPU was handed on
+        assert held == [], f"processes holding the GPU when it was handed on: {held}"
+        assert receiver.wait(10) in (-signal.SIGKILL, 128 + signal.SIGKILL), receiver.returncode  # governor run: 137
+        ended = [e["message"] for e in gov.status()["events"] if e["kind"] == "gpu_holder_ended"]
+        assert len(ended) == 1 and ended[0].startswith(f"process {receiving} (user root, task "), ended
+        assert [(g["task"] is not None, g["draining"]) for g in gov.status()["gpus"]] == [(True, False)]
+    finally:
+        gov.close()

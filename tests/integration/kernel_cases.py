@@ -2,6 +2,7 @@
 imports them, so they run under that module's marker and its skip check."""
 
 import gpu_scenarios
+import guard_scenarios
 import pytest
 import readopt_scenarios
 import scenarios
@@ -78,3 +79,14 @@ def test_a_restart_that_turns_gpus_on_readopts_the_processes_and_stop_ends_them(
 
 def test_a_restart_with_the_gpus_reordered_keeps_each_held_gpu_with_its_task(tmp_path):
     readopt_scenarios.restart_with_the_gpus_reordered_keeps_each_held_gpu(tmp_path)
+
+
+def test_a_gpu_fd_passed_to_a_task_without_gpus_is_ended_before_the_gpu_is_handed_on(tmp_path):
+    gpu_scenarios.a_passed_gpu_fd_is_ended_before_the_gpu_is_handed_on(tmp_path)
+
+
+def test_a_session_process_opens_no_gpu_where_it_starts_moved_yet_or_not():
+    reason = session_scenarios.missing()
+    if reason:
+        pytest.skip(reason)
+    guard_scenarios.sessions_open_no_gpu_where_they_start()

@@ -56,7 +56,7 @@ def restart_with_gpus_readopts_the_processes_and_stop_ends_them(tmp_path) -> Non
     again with capacity.gpus (v1: the devices hierarchy joins). The re-adopted task lists its
     processes (v1: they are in its cgroup in the devices hierarchy too), and ``governor stop``
     says ``stopped`` once they are gone."""
-    with gpu_nodes(tmp_path, free_char_major()) as nodes:
+    with gpu_nodes(tmp_path, tuple((free_char_major(), minor) for minor in (0, 1))) as nodes:
         gov = Governor(tmp_path, PLAIN)
         try:
             proc = gov.run("A", SLEEPER, cpus=0.1, memory="32M", name="sleeper")
@@ -89,7 +89,7 @@ def restart_with_the_gpus_reordered_keeps_each_held_gpu(tmp_path) -> None:
     again with capacity.gpus reordered [g1, g0, g2]: bob's task still holds g0, and alice's
     ``--gpus 1`` gets g1 (index 0 now): she opens g1 and may not open g0. A restart whose list
     drops g0 does not start, saying which task holds it."""
-    with gpu_nodes(tmp_path, free_char_major(), minors=(0, 1, 2)) as (g0, g1, g2):
+    with gpu_nodes(tmp_path, tuple((free_char_major(), minor) for minor in (0, 1, 2))) as (g0, g1, g2):
         gov = Governor(tmp_path, PLAIN.replace("[capacity]\n", f"[capacity]\ngpus = {json.dumps([g0, g1, g2])}\n"
                                                                 "gpu_control = []\n"))
         try:

@@ -6,6 +6,8 @@ import pytest
 import scenarios
 import task_scenarios
 from kernel_cases import (  # noqa: F401  (collected here, under this module's marker)
+    test_a_gpu_fd_passed_to_a_task_without_gpus_is_ended_before_the_gpu_is_handed_on,
+    test_a_session_process_opens_no_gpu_where_it_starts_moved_yet_or_not,
     test_a_group_limit_holds_cpu_and_memory,
     test_a_guarantee_holds_against_a_heavier_weight,
     test_a_two_level_tree_shares_by_hdrf_at_each_level,

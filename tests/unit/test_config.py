@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from governor import config as config_module
 from governor import config_groups
+from governor.config_gpus import GpuGuardRules
 from governor.config import (
     Config, GroupRule, IoDevice, SessionRules, default_config, group_name_problem, load_config, parse_config,
 )
@@ -94,7 +95,8 @@ EXPECTED = Config(
     everyone_weight=0.5, admin_group="wheel", sample_interval_s=0.5, reconcile_interval_s=10.0,
     state_dir="/var/lib/governor", max_tasks_per_user=10, max_connections_per_user=4,
     sessions=SessionRules(True, 0.5, G, 0, 5 * M, ("backup",)),
-    fairshare_half_life_s=None, gpus=None, gpu_control=None, file="good.toml",
+    fairshare_half_life_s=None, gpus=None, gpu_control=None, gpu_guard=GpuGuardRules("sessions", ("user.slice",)),
+    file="good.toml",
 )
 
 

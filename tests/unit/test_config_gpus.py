@@ -8,9 +8,10 @@ import pytest
 
 from governor.cli.launch import hand_gpus
 from governor.config import parse_config
+from governor.config_gpus import GpuGuardRules
 from governor.errors import ConfigError
 from governor.gpu_identity import GpuIdentity, GpuNotFound, locate
-from governor.gpus import Gpu
+from governor.gpus import Gpu, GpuInventory
 from governor.state import Task
 from governor.task_record import task_fields
 
@@ -90,3 +91,57 @@ def test_a_held_gpu_is_found_by_uuid_wherever_it_is_else_by_device_number_and_ne
     assert ambiguous.value.candidates == 2
     with pytest.raises(GpuNotFound, match="GPU 195:1 \\(GPU-bbbb\\) is not in the inventory"):
         locate((GpuIdentity("195:1", "GPU-bbbb"),), moved)
+
+
+def test_the_gpu_guard_defaults_to_where_sessions_start_and_takes_host_or_tasks():
+    assert parse_config(BASE, "g.toml").gpu_guard == GpuGuardRules("sessions", ("user.slice",))
+    stand_in = parse_config(BASE + 'gpu_guard_parents = ["test-root/user.slice", "x.slice"]\n', "g.toml")
+    assert stand_in.gpu_guard == GpuGuardRules("sessions", ("test-root/user.slice", "x.slice"))
+    assert parse_config(BASE + 'gpu_guard = "host"\n', "g.toml").gpu_guard.kind == "host"
+    assert parse_config(BASE + 'gpu_guard = "tasks"\n', "g.toml").gpu_guard.kind == "tasks"
+
+
+@pytest.mark.parametrize("lines, key, words", [
+    ('gpu_guard = "everything"', "capacity.gpu_guard", "must be one of 'sessions', 'host', 'tasks'"),
+    ('gpu_guard = "host"\ngpu_guard_parents = ["user.slice"]', "capacity.gpu_guard_parents", 'no effect with gpu_guard = "host"'),
+    ('gpu_guard_parents = "user.slice"', "capacity.gpu_guard_parents", "must be a list of cgroup paths"),
+    ('gpu_guard_parents = ["/user.slice"]', "capacity.gpu_guard_parents[0]", "relative to the cgroup mount"),
+    ('gpu_guard_parents = ["a", "../b"]', "capacity.gpu_guard_parents[1]", "relative to the cgroup mount"),
+    ('gpu_guard_parents = [3]', "capacity.gpu_guard_parents[0]", "got 3"),
+])
+def test_a_bad_gpu_guard_is_refused_naming_the_key(lines, key, words):
+    with pytest.raises(ConfigError) as refused:
+        parse_config(BASE + lines + "\n", "g.toml")
+    assert refused.value.key == key and words in str(refused.value), str(refused.value)
+
+
+def guard_report(monkeypatch, tmp_path, text):
+    """check-config's GPU-guard lines for ``text`` on a fake v2 mount holding user.slice, with
+    nvidia-persistenced (pid 812) holding a GPU node."""
+    from governor.cgroups import detect
+    from governor.cli import check_config
+    from governor import openfiles
+
+    (tmp_path / "user.slice").mkdir()
+    monkeypatch.setattr(check_config, "cgroup_mode", lambda: "v2")
+    monkeypatch.setattr(detect, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(openfiles, "node_holders", lambda numbers: {812: {(195, 0)}})
+    monkeypatch.setattr(openfiles, "process_name", lambda pid: "nvidia-persistenced")
+    inventory = GpuInventory(gpus=(Gpu(0, "/dev/nvidia0", 195, 0, None),), control=(), source="listed")
+    return check_config.gpu_guard_report(parse_config(BASE + text, "g.toml"), inventory)
+
+
+def test_check_config_says_where_the_gpu_guard_is_and_what_it_leaves(monkeypatch, tmp_path):
+    lines = guard_report(monkeypatch, tmp_path, 'gpu_guard_parents = ["user.slice", "gone.slice"]\n')
+    assert lines[0] == '  outside governor\'s tasks (gpu_guard = "sessions"):'
+    assert lines[1] == (f"    GPU and control nodes denied on {tmp_path / 'user.slice'} (a BPF device program named "
+                        "gov_gpu_guard; descendants cannot allow them)")
+    assert lines[2] == f"    note: {tmp_path / 'gone.slice'} does not exist here: not guarded"
+    assert lines[3].endswith("(processes outside governor are left alone): nvidia-persistenced (pid 812)")
+
+
+def test_check_config_says_plainly_that_sessions_off_leave_gpus_open(monkeypatch, tmp_path):
+    lines = guard_report(monkeypatch, tmp_path, "[sessions]\nenabled = false\n")
+    assert lines[0] == '  outside governor\'s tasks (gpu_guard = "sessions", sessions off):'
+    assert lines[1].startswith("    processes outside governor's tasks are NOT kept from GPUs")
+    assert 'gpu_guard = "host" denies them' in lines[1]

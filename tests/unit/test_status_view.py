@@ -168,6 +168,26 @@ def test_the_gpus_table_says_who_holds_each_gpu(width):
     assert text.count("gpus   ") == 2  # t9 holds none: no line
 
 
+def test_a_draining_gpu_is_shown_draining_not_free():
+    from status_sample import with_gpus
+
+    status = with_gpus(STATUS)
+    status["gpus"][2]["draining"] = True  # its task ended; a process may still hold its node
+    text = render(status, 120)
+    assert rows(text, "2")[0] == ["2", "/dev/nvidia2", "—", "—", "draining", "", ""]
+    assert "GPUs: 3 of 4 held" in text
+
+
+def test_the_gpus_table_says_what_keeps_others_from_the_gpus():
+    from status_sample import with_gpus
+
+    status = with_gpus(STATUS)
+    status["daemon"]["gpu_guard"] = {"kind": "tasks", "guarded": [], "notes": []}
+    assert "outside governor's tasks: processes are NOT kept from GPUs" in render(status, 120)
+    status["daemon"]["gpu_guard"] = {"kind": "sessions", "guarded": ["/sys/fs/cgroup/user.slice"], "notes": []}
+    assert "outside governor's tasks: GPU nodes denied on /sys/fs/cgroup/user.slice" in render(status, 120)
+
+
 def test_no_gpus_governed_no_gpus_table():
     text = render(STATUS, 120)
     assert "GPUs" not in text and "gpus " not in text

@@ -1,0 +1,102 @@
+"""The GPU guard outside governor's tasks (``[capacity] gpu_guard``, DESIGN.md §3 devices):
+the GPU and control nodes denied where processes start before governor governs them, put on
+when the daemon starts and taken off when it stops cleanly (a daemon killed leaves it on, and
+the next one replaces it: :func:`~governor.cgroups.device_guard.put_guard`).
+
+Where the kernel cannot deny at the start (a v1 host whose users start in the root ``devices``
+cgroup, a parent that does not exist), a session process found holding a GPU node is ended and
+logged instead, by the hand-over's sweep (:meth:`~governor.daemon.handover.Handover.sweep`):
+:attr:`GpuGuard.sweeps` says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from governor.cgroups.detect import v1_mounts
+from governor.cgroups.device_guard import GuardPlan, plan_guard, put_guard, take_guard
+from governor.cgroups.hierarchy import Hierarchy
+from governor.daemon.journal import Journal
+from governor.daemon.policy import Policy
+from governor.daemons import Registry
+
+__all__ = ["GpuGuard"]
+
+
+class GpuGuard:
+    """Put on and take off the guard the config asks for.
+
+    Args:
+        hierarchy: governor's cgroups (which hierarchy, where its root is); policy: the GPUs
+            and the config; journal: events.
+        registry: this host's daemons (:mod:`governor.daemons`): only the one that holds the
+            sessions guards where they start (two would take each other's guard off, which is
+            found by name); None: no other daemon is known.
+
+    Attributes:
+        plan: where the guard is now (None: off, or no GPU governed).
+    """
+
+    def __init__(self, *, hierarchy: Hierarchy, policy: Policy, journal: Journal, registry: Registry | None = None):
+        self.hierarchy = hierarchy
+        self.policy = policy
+        self.journal = journal
+        self.registry = registry
+        self.plan: GuardPlan | None = None
+        self._denied: list[tuple[str, int, int]] = []
+
+    def start(self) -> None:
+        """Put the guard on where the config asks (nothing when no GPU is governed, or with
+        ``"sessions"`` while sessions are off). A place the kernel refuses is an ``error``
+        event: the daemon runs on."""
+        inventory, rules = self.policy.gpus, self.policy.config.gpu_guard
+        if inventory is None:
+            return
+        kind = "tasks" if rules.kind == "sessions" and not self._holds_sessions() else rules.kind
+        self.plan = self._plan(kind, rules.parents)
+        self._denied = sorted({("c", g.major, g.minor) for g in inventory.gpus}
+                              | {("c", major, minor) for _, major, minor in inventory.control})
+        for problem in put_guard(self.plan, self._denied):
+            self.journal.event("error", f"GPU guard: {problem}", logging.ERROR)
+        guarded = ", ".join(map(str, self.plan.places)) or "nowhere"
+        self.journal.event("gpu_guard", f"GPU guard ({kind}): GPU nodes denied on {guarded}"
+                                        + "".join(f"; {note}" for note in self.plan.notes))
+
+    def stop(self) -> None:
+        """Take the guard off (the daemon stops cleanly)."""
+        if self.plan is None:
+            return
+        for problem in take_guard(self.plan, self._denied):
+            self.journal.event("error", f"GPU guard: {problem}", logging.ERROR)
+        self.plan = None
+
+    @property
+    def sweeps(self) -> bool:
+        """Whether session processes must be looked at for GPU nodes held open: sessions
+        are governed and the guard covers no place where they start."""
+        return self.policy.gpus is not None and self._holds_sessions() and not (self.plan and self.plan.places)
+
+    def _holds_sessions(self) -> bool:
+        return self.policy.owners.enabled and (self.registry is None or self.registry.holds_sessions)
+
+    def describe(self) -> dict:
+        """For status: ``{"kind", "guarded": [cgroup dirs], "notes": [sentences]}``; kind
+        ``"tasks"`` when only governor's tasks are guarded."""
+        if self.plan is None:
+            return {"kind": "tasks", "guarded": [], "notes": ["processes outside governor's tasks are not kept from "
+                                                               "GPUs"]}
+        kind = self.policy.config.gpu_guard.kind if self.plan.places else "tasks"
+        return {"kind": kind, "guarded": [str(p) for p in self.plan.places], "notes": list(self.plan.notes)}
+
+    def _plan(self, kind: str, parents: tuple[str, ...]) -> GuardPlan:
+        """Where ``kind`` goes in the hierarchy this host guards devices with."""
+        if self.hierarchy.mode == "v2":
+            return plan_guard(kind, parents, mode="v2", mount=self.hierarchy.cgroup_mount,
+                              governor_root=Path(self.hierarchy.root))
+        mount = v1_mounts().get("devices")
+        root = getattr(self.hierarchy.driver, "roots", {}).get("devices")
+        if mount is None or root is None:
+            return GuardPlan("v1", (), ("the v1 devices controller is not mounted, or governor's root has no devices "
+                                        "cgroup: processes outside governor's tasks are not kept from GPUs",))
+        return plan_guard(kind, parents, mode="v1", mount=mount, governor_root=Path(root))

@@ -1,0 +1,280 @@
+"""The GPU hand-over: a GPU a task leaves goes to the next task only once no governed process
+but its new holder's may still use it (DESIGN.md §3, devices).
+
+The kernel checks device rules at ``open()`` only: a node opened before its task ended, or
+passed over a Unix socket (``SCM_RIGHTS``) to a process without GPUs, keeps working after the
+GPU is handed on. So a GPU whose task ended *drains* (:meth:`~governor.state.Tasks.draining`):
+each process in governor's tasks and sessions (login sessions too) that still holds its node
+open (``/proc/<pid>/fd``, and NVML's process list where NVML knows the GPU) is killed and logged
+with its owner, and the GPU becomes free when a look finds none left. A process of a task that
+holds another MIG instance of the same GPU shares the node rightly: it is left alone. Processes
+outside governor (``nvidia-persistenced``, a DCGM exporter) are never touched and never keep a
+GPU from draining. The look runs on a thread of its own: ``/proc`` of a busy host is
+thousands of directories.
+
+The same look, over every GPU, is the sweep (:meth:`Handover.sweep`): where the kernel cannot
+deny the nodes where sessions start, a session process that opened one before governor moved
+it is ended so (:mod:`governor.daemon.gpu_guard`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from governor.cgroups.hierarchy import Hierarchy, Location
+from governor.daemon.journal import Journal
+from governor.daemon.policy import Policy
+from governor.daemon.settle import Settle
+from governor.daemon.tree import running_loop
+from governor.errors import CgroupError
+from governor.gpus import GpuInventory, processes_on
+from governor.kinds import login_id, task_in
+from governor.openfiles import PROC, node_holders, owner_uid
+from governor.state import Task, Tasks
+
+__all__ = ["DRAIN_RETRY_MAX_S", "DRAIN_RETRY_S", "SWEEP_AFTER_HANDOVER_S", "Handover", "Holder"]
+
+log = logging.getLogger("governor.daemon")
+# How long a look waits for the last one's killed holders to exit and close their descriptors.
+DRAIN_RETRY_S = 0.2
+DRAIN_RETRY_MAX_S = 5.0
+# An fd in flight at the hand-over (sent over a socket, not received yet) is held by no process:
+# one more look this long after a GPU is handed on finds its receiver.
+SWEEP_AFTER_HANDOVER_S = 1.0
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process found holding a draining GPU's node.
+
+    Attributes:
+        pid: the process; uid: its owner (None: gone since).
+        nodes: the ``(major, minor)`` of draining nodes it holds.
+        where: its cgroup (:class:`~governor.cgroups.hierarchy.Location`).
+        listed_only: NVML named it, ``/proc`` showed no descriptor of the node.
+    """
+
+    pid: int
+    uid: int | None
+    nodes: frozenset[tuple[int, int]]
+    where: Location
+    listed_only: bool = False
+
+
+class Handover:
+    """Draining the GPUs ended tasks held.
+
+    Args:
+        hierarchy: where a process is; policy: the GPUs governed; tasks: who holds which GPU
+            and which drain; settle: asked to admit once a GPU is free; journal: events.
+        proc: the proc filesystem (tests pass a fake one).
+        listed: NVML's processes per GPU (:func:`governor.gpus.processes_on`).
+        kill: ends a holder (default: SIGKILL through a pidfd; tests on fake pids pass a fake).
+    """
+
+    def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, settle: Settle, journal: Journal,
+                 proc: Path = PROC,
+                 listed: Callable[[GpuInventory, Sequence[int]], Mapping[int, set[int]] | None] = processes_on,
+                 kill: Callable[[Holder], None] | None = None):
+        self.hierarchy = hierarchy
+        self.policy = policy
+        self.tasks = tasks
+        self.settle = settle
+        self.journal = journal
+        self.proc = proc
+        self.listed = listed
+        self.kill = kill or self._kill
+        self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpu-handover")
+        self._running: asyncio.Task | None = None  # the drain under way
+        self._sweeping: asyncio.Task | None = None  # the sweep under way
+        self._later: asyncio.TimerHandle | None = None  # the sweep after the last hand-over
+        self._ended: set[int] = set()  # pids killed and not yet seen gone
+
+    def start(self) -> None:
+        """Drain every GPU no running task holds (the daemon starts, its tasks re-adopted): a
+        task that ended while no daemon ran may have left a holder."""
+        if self.policy.gpus is not None:
+            for gpu in self.tasks.free_gpus(len(self.policy.gpus.gpus)):
+                self.tasks.drain(gpu)
+
+    def drain(self) -> None:
+        """Look for the holders of every draining GPU, kill those governor governs, and free
+        each GPU none holds; on the event loop, again every :data:`DRAIN_RETRY_S` until every
+        GPU is free, less often while a holder stays (one look at a time). Without a running
+        loop: one look, now."""
+        if not self.tasks.draining():
+            return
+        loop = running_loop()
+        if loop is None:
+            nodes = self._nodes()
+            self._look(self._find(nodes), nodes)
+        elif self._running is None or self._running.done():
+            self._running = loop.create_task(self._drain())
+
+    def close(self) -> None:
+        """Stop looking (the daemon stops; a GPU still draining is drained by no one)."""
+        for running in (self._running, self._sweeping, self._later):
+            if running is not None:
+                running.cancel()
+        self._thread.shutdown(wait=True, cancel_futures=True)
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        wait = DRAIN_RETRY_S
+        while self.tasks.draining():
+            nodes = self._nodes()
+            found = await loop.run_in_executor(self._thread, self._find, nodes)
+            if self._look(found, nodes):
+                return
+            await asyncio.sleep(wait)
+            wait = min(2 * wait, DRAIN_RETRY_MAX_S)  # a holder that will not die: look less often
+
+    def _nodes(self) -> dict[int, tuple[int, int]]:
+        """Draining GPU → its node; a GPU the inventory no longer has is free at once."""
+        known = {gpu.index: (gpu.major, gpu.minor) for gpu in self.policy.gpus.gpus} if self.policy.gpus else {}
+        for gpu in [g for g in self.tasks.draining() if g not in known]:
+            self.tasks.drained(gpu)
+        return {gpu: known[gpu] for gpu in self.tasks.draining()}
+
+    def _find(self, nodes: Mapping[int, tuple[int, int]]) -> list[Holder]:
+        """(On the hand-over thread) every process holding one of ``nodes`` open."""
+        held = node_holders(set(nodes.values()), self.proc)
+        seen = set(held)
+        inventory = self.policy.gpus
+        listed = self.listed(inventory, list(nodes)) if inventory is not None and nodes else None
+        for gpu, pids in (listed or {}).items():
+            for pid in pids:
+                held.setdefault(pid, set()).add(nodes[gpu])
+        found = []
+        for pid, numbers in held.items():
+            try:
+                where = self.hierarchy.locate(pid)
+            except CgroupError:
+                continue  # gone
+            found.append(Holder(pid, owner_uid(pid, self.proc), frozenset(numbers), where, pid not in seen))
+        return found
+
+    def sweep(self) -> None:
+        """End every governed process holding a GPU node its task (or session) was not given
+        (one look, on the hand-over thread): where the kernel cannot deny the nodes where
+        sessions start (:attr:`~governor.daemon.gpu_guard.GpuGuard.sweeps`), a process that
+        opened one before governor moved it into its session is found here."""
+        loop = running_loop()
+        inventory = self.policy.gpus
+        if inventory is None:
+            return
+        nodes = {gpu.index: (gpu.major, gpu.minor) for gpu in inventory.gpus}
+        if loop is None:
+            self._end_wrong(self._find(nodes), nodes)
+        elif self._sweeping is None or self._sweeping.done():
+            self._sweeping = loop.create_task(self._sweep(nodes))
+
+    async def _sweep(self, nodes: dict[int, tuple[int, int]]) -> None:
+        found = await asyncio.get_running_loop().run_in_executor(self._thread, self._find, nodes)
+        self._end_wrong(found, nodes)
+
+    def _look(self, found: list[Holder], scanned: Mapping[int, tuple[int, int]]) -> bool:
+        """Kill the governed holders of the draining GPUs ``scanned`` (GPU → node) was looked
+        for, free those none holds (a GPU that began draining since waits for the next look);
+        True when none drains any more."""
+        nodes = {gpu: node for gpu, node in self._nodes().items() if scanned.get(gpu) == node}
+        blocked = self._end_wrong(found, nodes)
+        freed = [g for g in nodes if g not in blocked]
+        for gpu in freed:
+            ended = self.tasks.draining()[gpu]
+            self.tasks.drained(gpu)
+            since = f"since task {ended} ended" if ended else "at the daemon's start"
+            self.journal.event("gpu_free", f"GPU {gpu} is free: no process holds it {since}")
+            self.settle.soon(f"GPU {gpu} handed over")
+        loop = running_loop()
+        if freed and loop is not None:
+            self._later = loop.call_later(SWEEP_AFTER_HANDOVER_S, self.sweep)
+        return not self.tasks.draining()
+
+    def _end_wrong(self, found: list[Holder], nodes: Mapping[int, tuple[int, int]]) -> set[int]:
+        """Kill each governed holder of one of ``nodes`` (GPU → node) its task was not given;
+        returns the GPUs such a process holds."""
+        self._ended &= {holder.pid for holder in found}  # gone, or holding none any more
+        blocked: set[int] = set()
+        for holder in found:
+            governed, task = self._governed(holder.where)
+            if not governed:
+                continue  # outside governor: a system service (nvidia-persistenced, DCGM)
+            mine = self._own_nodes(task)
+            wrong = [gpu for gpu, node in nodes.items() if node in holder.nodes and node not in mine]
+            if not wrong:
+                continue
+            blocked.update(wrong)
+            if holder.pid not in self._ended:
+                self._end(holder, task, wrong)
+        return blocked
+
+    def _governed(self, where: Location) -> tuple[bool, Task | None]:
+        """Whether a process there is governor's (in its root, or in a login session it
+        governs), and the task or session it runs in, if known."""
+        if where.rel is not None:
+            found = task_in(where.rel) if where.rel else None
+            return True, self.tasks.get(found[1]) if found else None
+        if where.login_uid is not None:
+            login = self.tasks.get(login_id(where.login_uid))
+            return login is not None, login
+        return False, None
+
+    def _own_nodes(self, task: Task | None) -> set[tuple[int, int]]:
+        """The nodes of the GPUs ``task`` holds (a MIG instance shares its GPU's node)."""
+        if task is None or not task.gpus or self.policy.gpus is None:
+            return set()
+        return {(gpu.major, gpu.minor) for gpu in self.policy.gpus.gpus if gpu.index in task.gpus}
+
+    def _end(self, holder: Holder, task: Task | None, gpus: list[int]) -> None:
+        """Kill ``holder`` (through a pidfd, once it is sure to be the process that holds the
+        node: a pid may be reused) and log it."""
+        self._ended.add(holder.pid)
+        who = f"uid {holder.uid}" if holder.uid is not None else "an unknown user"
+        if task is not None:
+            who = f"user {task.user}" if task.uid == holder.uid else who
+        where = task.label if task is not None else "governor's cgroup " + (holder.where.rel or "?")
+        names = ", ".join(f"GPU {gpu}" for gpu in gpus)
+        try:
+            self.kill(holder)
+        except OSError as error:
+            self.journal.event("error", f"cannot end process {holder.pid} ({who}, {where}), which holds "
+                                        f"{names} open: {error.strerror}", logging.ERROR)
+            return
+        draining = self.tasks.draining()
+        ended = ", ".join(f"task {draining[gpu]}" for gpu in gpus if draining.get(gpu))
+        if ended:
+            why = f"after {ended} ended"
+        elif any(gpu in draining for gpu in gpus):
+            why = "after its task ended, before the daemon started"
+        else:
+            why = f"though {'it' if task is None else task.label} was not given it"
+        self.journal.event("gpu_holder_ended", f"process {holder.pid} ({who}, {where}) ended: it held {names} open "
+                                               f"{why}", logging.WARNING)
+
+    def _kill(self, holder: Holder) -> None:
+        """SIGKILL ``holder`` through a pidfd taken before a last look at its descriptors.
+
+        Raises:
+            OSError: the process cannot be signalled (ProcessLookupError: it is gone, which
+                is not an error: nothing is raised then).
+        """
+        try:
+            pidfd = os.pidfd_open(holder.pid)
+        except ProcessLookupError:
+            return
+        try:
+            # Only NVML named it: /proc cannot show its descriptor (another mount namespace's path).
+            if holder.listed_only or node_holders(holder.nodes, self.proc, pids=[holder.pid]):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        finally:
+            os.close(pidfd)

@@ -1,0 +1,96 @@
+"""The GPU guard where sessions start (issue 31, break 3 and point 4), on the real kernel: a
+stand-in login parent ``governor-test-<random>/user.slice`` under the hierarchy's root (never
+the host's ``user.slice``), guarded by a sessions-on daemon whose ``gpu_guard_parents`` names
+it. A process of a governed user started there opens the stand-in GPU node (a char major in
+240–254 no driver holds: ``ENXIO`` allowed, ``EPERM`` denied) as its first act: 0 of 20
+succeed, moved into its session yet or not. Once the daemon stops cleanly the guard is gone.
+Shared by the v1 (native, ``devices.deny``) and v2 (VM, a BPF program) modules."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from daemon_harness import Governor
+from gpu_scenarios import gpu_nodes
+
+from governor.cgroups import detect
+
+USER = "gov-gpu-guard"
+TRIES = 20
+OPEN = ("import errno, os, sys\n"
+        "try:\n"
+        "    os.close(os.open(sys.argv[1], os.O_RDONLY)); print('ok')\n"
+        "except OSError as e:\n"
+        "    print(errno.errorcode[e.errno])\n")
+
+
+def free_major() -> int | None:
+    """A char major in 240–254 that no driver registered here."""
+    text = Path("/proc/devices").read_text().split("Block devices:")[0]
+    taken = {int(line.split()[0]) for line in text.splitlines()[1:] if line.strip()}
+    return next((major for major in range(240, 255) if major not in taken), None)
+
+
+def guard_mount() -> Path:
+    """Where device access is decided for this host's driver: the cgroup2 mount (v2) or the
+    v1 devices hierarchy."""
+    if detect.driver_mode() == "v2":
+        return Path("/sys/fs/cgroup")
+    return detect.v1_mounts()["devices"]
+
+
+def opens_from(parent: Path, node: str) -> str:
+    """What a process of :data:`USER` started in ``parent`` gets opening ``node`` first."""
+    wrapper = f'echo $$ > {parent}/cgroup.procs && exec runuser -u {USER} -- "$0" -c "$1" "$2"'
+    done = subprocess.run(["sh", "-c", wrapper, sys.executable, OPEN, node], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def sessions_open_no_gpu_where_they_start() -> None:
+    major = free_major()
+    if major is None:
+        import pytest
+        pytest.skip("every char major in 240–254 is a driver's here")
+    created = False
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", USER], check=True)
+        created = True
+    shared = Path(tempfile.mkdtemp(prefix="gov-guard-"))
+    shared.chmod(0o755)  # the user's process must reach the node
+    root = guard_mount() / f"governor-test-{secrets.token_hex(4)}"
+    parent = root / "user.slice"
+    parent.mkdir(parents=True)
+    try:
+        with gpu_nodes(shared, ((major, 0),)) as (node,):
+            assert opens_from(parent, node) == "ENXIO"  # no guard yet: the node passes, no driver
+            gov = Governor(shared, '[capacity]\ncpu = 1\nmemory = "1G"\n'
+                                   f'gpus = ["{node}"]\ngpu_control = []\n'
+                                   f'gpu_guard_parents = ["{parent.relative_to(guard_mount())}"]\n'
+                                   f'[groups.A]\nusers = ["{USER}"]\n[sessions]\nmemory = "64M"\n')
+            try:
+                guard = gov.status()["daemon"]["gpu_guard"]
+                assert guard["kind"] == "sessions" and guard["guarded"] == [str(parent)], guard
+                seen = [opens_from(parent, node) for _ in range(TRIES)]
+                print(f"\n[{detect.driver_mode()}] a session process's first open of a GPU node: {seen}")
+                assert seen == ["EPERM"] * TRIES, seen
+            finally:
+                gov.close()
+            after = opens_from(parent, node)
+            assert after == "ENXIO", (after, (shared / "daemon.log").read_text()[-3000:])  # a clean stop took the guard off
+    finally:
+        for directory in (parent, root):
+            directory.rmdir()
+        shutil.rmtree(shared, ignore_errors=True)
+        if created:
+            subprocess.run(["userdel", USER], check=False)
