@@ -14,7 +14,7 @@ hold no processes (the no-internal-process rule). Hybrid and legacy hosts use th
 
 from __future__ import annotations
 
-import fcntl
+import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +27,7 @@ from governor.cgroups.device_filter import Device
 from governor.cgroups.driver import Driver
 from governor.cgroups.errors import CgroupError, CgroupUnsupported
 from governor.cgroups.limits import CgroupLimits, memory_high_throttles
+from governor.cgroups.locks import LockHeld, lock_directory, take
 from governor.cgroups.logind import is_login_slice, login_uid
 from governor.cgroups.stats import CgroupStats
 from governor.cgroups.systemd import SliceDriver, systemd_slices
@@ -176,24 +177,28 @@ class Hierarchy:
         return devices.io_sharing(disk, mode=self.mode, cgroup_mount=self.cgroup_mount)
 
 
-def hold_root(directory: Path) -> int:
-    """Take the lock that makes a daemon the only one writing below ``directory`` (an
-    exclusive ``flock`` on the directory, held until the process exits, ``kill -9`` included).
+def hold_root(directory: Path, locks: Path | None = None) -> int:
+    """Take the lock that makes a daemon the only one writing below ``directory``: an exclusive
+    ``flock`` on ``root-<digest of the path>.lock`` in ``locks`` (default
+    :func:`~governor.cgroups.locks.lock_directory`: ``/run/governor/locks`` for root), a
+    directory no other user may open, so no user can hold it to keep the daemon from starting.
+    Held until the process exits, ``kill -9`` included; one a dead daemon's forked child kept is
+    taken over (:mod:`governor.cgroups.locks`).
 
     Returns:
         The descriptor holding the lock (left open on purpose).
 
     Raises:
-        CgroupError: another process holds it: a second daemon on the same ``--cgroup-root``.
+        CgroupError: another live process holds it: a second daemon on the same ``--cgroup-root``.
+        GovernorError: the lock directory is not private to this user (naming it).
     """
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    key = hashlib.sha256(os.path.realpath(directory).encode()).hexdigest()[:16]
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise CgroupError(f"another governor daemon already governs {directory}: stop it, or give this one "
+        return take((locks or lock_directory()) / f"root-{key}.lock", {"root": str(directory)})
+    except LockHeld as held:
+        who = f" (pid {held.pid})" if held.pid else ""
+        raise CgroupError(f"another governor daemon{who} already governs {directory}: stop it, or give this one "
                           "another --cgroup-root", path=str(directory)) from None
-    return fd
 
 
 def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("/sys/fs/cgroup"),
