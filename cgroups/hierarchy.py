@@ -201,6 +201,21 @@ def hold_root(directory: Path, locks: Path | None = None) -> int:
                           "another --cgroup-root", path=str(directory)) from None
 
 
+def _missing_controller(needed: str, root: Path, cgroup_mount: Path, *, relative: bool) -> str:
+    """Why v2 controller ``needed`` cannot be had at ``root``, and what to do: a cgroup has a
+    controller only where its parent enables it for its children (``cgroup.subtree_control``)."""
+    where = root.parent
+    if where == cgroup_mount:
+        return f"cgroup v2 controller {needed} is not available in {where}: this kernel does not have it"
+    reason = (f"cgroup v2 controller {needed} is not available in {where}: its parent {where.parent} does not "
+              f"delegate it ({needed} is not in {where.parent / 'cgroup.subtree_control'})")
+    if relative:
+        return (f"{reason}. A relative --cgroup-root is made below the daemon's own cgroup; give an absolute "
+                f"one whose parent has {needed} (e.g. --cgroup-root /governor), or run the daemon from its "
+                "systemd unit (governor install-systemd), whose cgroup systemd delegates every controller")
+    return f"{reason}: enable it there, or give another --cgroup-root"
+
+
 def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("/sys/fs/cgroup"),
                    proc: Path = Path("/proc"), devices: bool = False) -> Hierarchy:
     """Detect the host's cgroup mode, choose its driver (v2 or v1; systemd's user slices on a
@@ -228,7 +243,7 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
         controllers = tuple(c for c in V2_CONTROLLERS if c in available)
         for needed in ("cpu", "memory"):
             if needed not in controllers:
-                raise CgroupUnsupported(f"cgroup v2 controller {needed} is not available in {root.parent}",
+                raise CgroupUnsupported(_missing_controller(needed, root, cgroup_mount, relative=not cgroup_root.startswith("/")),
                                         path=str(root.parent / "cgroup.controllers"))
         driver = CgroupV2Driver(root)
         driver.create("")
