@@ -1,23 +1,21 @@
-"""GPUs on the real kernel (issue 26), without a GPU: two char nodes with NVIDIA's numbers
-(195:0 and 195:1, made with mknod in a scratch directory the config lists) stand in for
-``/dev/nvidia0`` and ``/dev/nvidia1``. An open the device cgroup lets through reaches no driver
-(no nvidia module here): ``ENXIO``; one it refuses: ``EPERM``. Shared by the v1 (native,
-``devices.deny``) and v2 (VM, a BPF device program) test modules through ``kernel_cases``."""
+"""GPUs on the real kernel (issue 26), without a GPU: two stand-in char nodes
+(:func:`device_nodes.stand_in_nodes`: minors 0 and 1 on a major no driver holds, so on a host
+with a real NVIDIA driver too) stand in for ``/dev/nvidia0`` and ``/dev/nvidia1``. An open the
+device cgroup lets through reaches no driver: ``ENXIO``; one it refuses: ``EPERM``. NVML knows
+no GPU at them, so CUDA is told each by its minor number, with or without a real GPU here.
+Shared by the v1 (native, ``devices.deny``) and v2 (VM, a BPF device program) test modules
+through ``kernel_cases``."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 from daemon_harness import Governor
+from device_nodes import stand_in_nodes
 
-NVIDIA_MAJOR = 195
 # Prints what it was handed and what each node gives it, then holds its GPUs until killed.
 PROBE = ("import errno, json, os, sys, time\n"
          "seen = {'CUDA_VISIBLE_DEVICES': os.environ.get('CUDA_VISIBLE_DEVICES')}\n"
@@ -29,29 +27,6 @@ PROBE = ("import errno, json, os, sys, time\n"
          "        seen[path] = errno.errorcode[e.errno]\n"
          "print(json.dumps(seen), flush=True)\n"
          "time.sleep(3600)\n")
-
-
-@contextlib.contextmanager
-def gpu_nodes(tmp_path: Path) -> Iterator[list[str]]:
-    """Two nodes 195:0 and 195:1 in a scratch directory, on a tmpfs mounted ``dev`` when the
-    temporary directory's filesystem is ``nodev`` (whose nodes open nothing)."""
-    scratch = tmp_path / "dev"
-    scratch.mkdir()
-    mounted = False
-    if os.statvfs(scratch).f_flag & os.ST_NODEV:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "dev,mode=0755,size=64k", "governor-test", str(scratch)],
-                       check=True)
-        mounted = True
-    try:
-        nodes = []
-        for minor in (0, 1):
-            node = scratch / f"nvidia{minor}"
-            os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
-            nodes.append(str(node))
-        yield nodes
-    finally:
-        if mounted:
-            subprocess.run(["umount", str(scratch)], check=True)
 
 
 def probe(gov: Governor, group: str, nodes: list[str], **demand) -> tuple[subprocess.Popen, dict]:
@@ -66,7 +41,7 @@ def gpus_are_admitted_guarded_and_handed(tmp_path: Path) -> None:
     With both held by A, a third task of A queues first and a task of B after it: B's comes
     first in the queue (its dominant share is 0, A's is 1: DRF order, not arrival order),
     saying which group holds the GPUs; stopping A's task on GPU 0 hands GPU 0 to B's task."""
-    with gpu_nodes(tmp_path) as nodes:
+    with stand_in_nodes(tmp_path) as (_, nodes):
         config = ('[capacity]\ncpu = 1\nmemory = "1G"\n'
                   f'gpus = {json.dumps(nodes)}\ngpu_control = []\n'
                   '[groups.A]\nusers = ["root"]\n[groups.B]\nusers = ["root"]\n')
