@@ -226,6 +226,7 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
         CgroupUnsupported: no usable hierarchy, or a controller governor needs is missing.
         CgroupError: the root cannot be created, the daemon cannot move into its leaf, or
             another daemon governs the same root (:func:`hold_root`).
+        GovernorError: the directory of the root's lock is not private to root (:func:`hold_root`).
     """
     mode = detect.host_mode(cgroup_mount, proc)
     own = detect.cgroup_dirs("self", proc)
@@ -243,8 +244,8 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
         controllers = tuple(c for c in V2_CONTROLLERS if c in available)
         for needed in ("cpu", "memory"):
             if needed not in controllers:
-                raise CgroupUnsupported(_missing_controller(needed, root, cgroup_mount, relative=not cgroup_root.startswith("/")),
-                                        path=str(root.parent / "cgroup.controllers"))
+                why = _missing_controller(needed, root, cgroup_mount, relative=not cgroup_root.startswith("/"))
+                raise CgroupUnsupported(why, path=str(root.parent / "cgroup.controllers"))
         driver = CgroupV2Driver(root)
         driver.create("")
         hold_root(root)
