@@ -14,7 +14,7 @@ hold no processes (the no-internal-process rule). Hybrid and legacy hosts use th
 
 from __future__ import annotations
 
-import fcntl
+import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,6 +26,7 @@ from governor.cgroups.base import ApplyReport
 from governor.cgroups.driver import Driver
 from governor.cgroups.errors import CgroupError, CgroupUnsupported
 from governor.cgroups.limits import CgroupLimits, memory_high_throttles
+from governor.cgroups.locks import LockHeld, lock_directory, take
 from governor.cgroups.logind import is_login_slice, login_uid
 from governor.cgroups.stats import CgroupStats
 from governor.cgroups.systemd import SliceDriver, systemd_slices
@@ -172,24 +173,43 @@ class Hierarchy:
         return devices.io_sharing(disk, mode=self.mode, cgroup_mount=self.cgroup_mount)
 
 
-def hold_root(directory: Path) -> int:
-    """Take the lock that makes a daemon the only one writing below ``directory`` (an
-    exclusive ``flock`` on the directory, held until the process exits, ``kill -9`` included).
+def hold_root(directory: Path, locks: Path | None = None) -> int:
+    """Take the lock that makes a daemon the only one writing below ``directory``: an exclusive
+    ``flock`` on ``root-<digest of the path>.lock`` in ``locks`` (default
+    :func:`~governor.cgroups.locks.lock_directory`: ``/run/governor/locks`` for root), a
+    directory no other user may open, so no user can hold it to keep the daemon from starting.
+    Held until the process exits, ``kill -9`` included; one a dead daemon's forked child kept is
+    taken over (:mod:`governor.cgroups.locks`).
 
     Returns:
         The descriptor holding the lock (left open on purpose).
 
     Raises:
-        CgroupError: another process holds it: a second daemon on the same ``--cgroup-root``.
+        CgroupError: another live process holds it: a second daemon on the same ``--cgroup-root``.
+        GovernorError: the lock directory is not private to this user (naming it).
     """
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    key = hashlib.sha256(os.path.realpath(directory).encode()).hexdigest()[:16]
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise CgroupError(f"another governor daemon already governs {directory}: stop it, or give this one "
+        return take((locks or lock_directory()) / f"root-{key}.lock", {"root": str(directory)})
+    except LockHeld as held:
+        who = f" (pid {held.pid})" if held.pid else ""
+        raise CgroupError(f"another governor daemon{who} already governs {directory}: stop it, or give this one "
                           "another --cgroup-root", path=str(directory)) from None
-    return fd
+
+
+def _missing_controller(needed: str, root: Path, cgroup_mount: Path, *, relative: bool) -> str:
+    """Why v2 controller ``needed`` cannot be had at ``root``, and what to do: a cgroup has a
+    controller only where its parent enables it for its children (``cgroup.subtree_control``)."""
+    where = root.parent
+    if where == cgroup_mount:
+        return f"cgroup v2 controller {needed} is not available in {where}: this kernel does not have it"
+    reason = (f"cgroup v2 controller {needed} is not available in {where}: its parent {where.parent} does not "
+              f"delegate it ({needed} is not in {where.parent / 'cgroup.subtree_control'})")
+    if relative:
+        return (f"{reason}. A relative --cgroup-root is made below the daemon's own cgroup; give an absolute "
+                f"one whose parent has {needed} (e.g. --cgroup-root /governor), or run the daemon from its "
+                "systemd unit (governor install-systemd), whose cgroup systemd delegates every controller")
+    return f"{reason}: enable it there, or give another --cgroup-root"
 
 
 def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("/sys/fs/cgroup"),
@@ -202,6 +222,7 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
         CgroupUnsupported: no usable hierarchy, or a controller governor needs is missing.
         CgroupError: the root cannot be created, the daemon cannot move into its leaf, or
             another daemon governs the same root (:func:`hold_root`).
+        GovernorError: the directory of the root's lock is not private to root (:func:`hold_root`).
     """
     mode = detect.host_mode(cgroup_mount, proc)
     own = detect.cgroup_dirs("self", proc)
@@ -219,8 +240,8 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
         controllers = tuple(c for c in V2_CONTROLLERS if c in available)
         for needed in ("cpu", "memory"):
             if needed not in controllers:
-                raise CgroupUnsupported(f"cgroup v2 controller {needed} is not available in {root.parent}",
-                                        path=str(root.parent / "cgroup.controllers"))
+                why = _missing_controller(needed, root, cgroup_mount, relative=not cgroup_root.startswith("/"))
+                raise CgroupUnsupported(why, path=str(root.parent / "cgroup.controllers"))
         driver = CgroupV2Driver(root)
         driver.create("")
         hold_root(root)

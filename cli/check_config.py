@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -64,7 +67,8 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     for line in summary(config, host) + ([] if portable or config.gpus is None else gpu_report(config)):
         click.echo(line)
     soft = config.soft_memory_warning(memory_high_throttles(host[2])) if host else None
-    for warning in [] if portable else unknown_names(config) + ([soft] if soft else []):
+    unit = [] if portable else unit_warnings(config, host[2])
+    for warning in [] if portable else unknown_names(config) + ([soft] if soft else []) + unit:
         click.echo(f"governor: warning: {file}: {warning}", err=True)
 
 
@@ -173,7 +177,7 @@ def gpu_guard_report(config: Config, gpus) -> list[str]:
     """What keeps processes outside governor's tasks from the GPUs (``capacity.gpu_guard``) on
     this host: where the nodes are denied, what is not covered, and the processes holding a GPU
     node now (system services outside governor are left alone; ``gpus``: the inventory)."""
-    from governor.cgroups.detect import CGROUP_ROOT, driver_mode, v1_mounts
+    from governor.cgroups.detect import CGROUP_ROOT, v1_mounts
     from governor.cgroups.device_guard import GUARD_NAME, plan_guard
     from governor.openfiles import node_holders, process_name
     from pathlib import Path
@@ -202,6 +206,44 @@ def gpu_guard_report(config: Config, gpus) -> list[str]:
     lines.append("    holding a GPU or control node now (processes outside governor are left alone): "
                  + (", ".join(f"{process_name(pid) or '?'} (pid {pid})" for pid in sorted(held)) or "none"))
     return lines
+
+
+def unit_warnings(config: Config, mode: str, unit: Path | None = None, kernel: str | None = None) -> list[str]:
+    """What the daemon's installed systemd unit lacks for ``config`` on this host, read from
+    ``unit`` (default: where ``install-systemd`` writes governor.service) and its drop-ins:
+    with ``capacity.gpus`` on cgroup v2 (``mode`` ``"v2"``), the daemon loads a BPF device
+    program, which needs CAP_BPF (CAP_SYS_ADMIN on a ``kernel`` release before 5.8; default: this
+    host's) in ``CapabilityBoundingSet=`` and ``bpf`` in an allow-list ``SystemCallFilter=``.
+    One warning per missing item, naming it and the fix; none when no unit is installed there."""
+    from governor.cli.install_systemd import UNIT_DIR, unit_values
+
+    unit = unit or Path("/") / UNIT_DIR / "governor.service"
+    if config.gpus is None or mode != "v2" or not unit.is_file():
+        return []
+    release = tuple(int(part) for part in re.findall(r"\d+", kernel or os.uname().release)[:2])
+    capability = "CAP_BPF" if release >= (5, 8) else "CAP_SYS_ADMIN"
+    why = (f"capacity.gpus on cgroup v2: the daemon keeps tasks from other tasks' GPUs with a BPF device "
+           f"program, and {unit} lacks")
+    fix = ("run governor install-systemd again (its unit has them), or add it with a drop-in: systemctl edit "
+           "governor, [Service]")
+    warnings = []
+    bounding: set[str] | None = None  # None: not restricted
+    refused: set[str] = set()
+    for value in unit_values(unit, "CapabilityBoundingSet"):
+        if value.startswith("~"):
+            refused |= set(value[1:].split())
+        else:
+            bounding = (bounding or set()) | set(value.split()) if value else None
+    if capability in refused or (bounding is not None and capability not in bounding):
+        warnings.append(f"{why} {capability} in CapabilityBoundingSet= (the daemon would fail to start): "
+                        f"{fix} CapabilityBoundingSet={capability}")
+    filters = unit_values(unit, "SystemCallFilter")
+    allowed = [value for value in filters if value and not value.startswith("~")]
+    if any("bpf" in value[1:].split() for value in filters if value.startswith("~")) or (
+            allowed and not any("bpf" in value.split() for value in allowed)):
+        warnings.append(f"{why} the bpf system call in SystemCallFilter= (the daemon would fail to start): "
+                        f"{fix} SystemCallFilter=bpf")
+    return warnings
 
 
 def unknown_names(config: Config) -> list[str]:

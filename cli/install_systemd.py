@@ -164,6 +164,24 @@ def hidden_from_unit(unit: str, executable: str) -> str | None:
     return None
 
 
+def unit_values(unit, key: str) -> list[str]:
+    """The values of ``key`` (``CapabilityBoundingSet``, …) in the unit file ``unit`` (a
+    :class:`~pathlib.Path`, e.g. ``/etc/systemd/system/governor.service``) and then in its
+    drop-ins (``<unit>.d/*.conf``, in systemd's order: by name), one per assignment as written
+    (``""``: an empty assignment, which resets the list in systemd). A missing file gives none."""
+    values = []
+    for path in [unit, *sorted(unit.with_name(unit.name + ".d").glob("*.conf"))]:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            name, equals, value = line.strip().partition("=")
+            if equals and name.strip() == key:
+                values.append(value.strip())
+    return values
+
+
 def _pid1() -> str:
     """The name of PID 1 (``systemd`` on a systemd host), "" if it cannot be read."""
     try:

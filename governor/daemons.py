@@ -7,8 +7,11 @@ session left ``governor stop`` of the first one killing nothing). That place is 
 directory, :data:`REGISTRY` (``/run/governor/daemons``), owned by root and writable by nobody
 else (a forged entry would hide processes from governance):
 
-* ``sessions.lock``: held (``flock``) by the one daemon whose config enables sessions; it holds
-  that daemon's entry, so a second one is refused with its pid, cgroup root and config.
+* the sessions' lock, ``sessions.lock`` in :data:`~governor.cgroups.locks.LOCKS`
+  (``/run/governor/locks``, 0700: no other user may open it, so none can hold it and keep the
+  daemon from starting): held (``flock``) by the one daemon whose config enables sessions; it
+  holds that daemon's entry, so a second one is refused with its pid, cgroup root and config, and
+  one that finds it held for a daemon that is gone takes it over (:mod:`governor.cgroups.locks`).
 * ``root-<digest>.json``: one per cgroup root, written by the daemon that holds that root: its
   pid, root, config and socket, and how ``/proc/<pid>/cgroup`` spells the root. It stays after a
   crash (the root's tasks outlive the daemon, and its restart re-adopts them), is removed by a
@@ -19,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import json
 import logging
@@ -30,6 +32,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from governor.cgroups.locks import LockHeld, release, rewrite, take
 from governor.errors import GovernorError
 
 log = logging.getLogger(__name__)
@@ -76,15 +79,18 @@ class DaemonEntry:
 
 
 class Registry:
-    """This host's daemons, under ``directory`` (created 0755, owned by root, on first use).
+    """This host's daemons, under ``directory`` (created 0755, owned by root, on first use); the
+    sessions' lock in ``locks`` (default: ``locks`` beside ``directory``, ``/run/governor/locks``;
+    made 0700).
 
     Raises (every method but :meth:`owner`):
         GovernorError: the directory or a file in it is not trustworthy or cannot be written,
             naming the path; the sessions are another daemon's (:meth:`claim_sessions`).
     """
 
-    def __init__(self, directory: Path = REGISTRY):
+    def __init__(self, directory: Path = REGISTRY, locks: Path | None = None):
         self.directory = directory
+        self.locks = locks or directory.parent / "locks"
         self._sessions_fd: int | None = None
         self._entry: Path | None = None
         self._made: list[Path] = []  # directories this daemon created, removed again when empty
@@ -97,43 +103,28 @@ class Registry:
 
     def claim_sessions(self, me: DaemonEntry) -> None:
         """Become the daemon that governs this host's sessions (held until :meth:`release_sessions`
-        or the process ends, ``kill -9`` included). Claiming again only updates ``me``.
+        or the process ends, ``kill -9`` included; a claim whose daemon is gone while a process
+        it left holds the lock is taken over, logged). Claiming again only updates ``me``.
 
         Raises:
             GovernorError: another daemon holds them, named by pid, cgroup root and config.
         """
         if self._sessions_fd is not None:
-            _write(self._sessions_fd, me)
+            rewrite(self._sessions_fd, asdict(me))
             return
-        self._prepare()
-        path = self.directory / SESSIONS_LOCK
-        while True:
-            fd = _open(path, os.O_RDWR | os.O_CREAT)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = _entry_text(os.read(fd, _MAX_ENTRY_BYTES))
-                os.close(fd)
-                raise GovernorError(
-                    f"another governor daemon governs this host's sessions ({holder}): one daemon may. Stop "
-                    "it, or set [sessions] enabled = false in this daemon's config") from None
-            # The holder before may have removed the file between our open and our lock.
-            with contextlib.suppress(FileNotFoundError):
-                if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                    break
-            os.close(fd)
-        self._sessions_fd = fd
-        _write(fd, me)
+        try:
+            self._sessions_fd = take(self.locks / SESSIONS_LOCK, asdict(me))
+        except LockHeld as held:
+            raise GovernorError(
+                f"another governor daemon governs this host's sessions ({_entry_text(held.claim)}): one daemon "
+                "may. Stop it, or set [sessions] enabled = false in this daemon's config") from None
 
     def release_sessions(self) -> None:
         """Stop governing sessions: another daemon may claim them."""
         if self._sessions_fd is None:
             return
-        with contextlib.suppress(OSError):
-            os.unlink(self.directory / SESSIONS_LOCK)  # while locked: a waiter retries on a new file
-        os.close(self._sessions_fd)
+        release(self.locks / SESSIONS_LOCK, self._sessions_fd)
         self._sessions_fd = None
-        self._tidy()
 
     def register(self, me: DaemonEntry) -> None:
         """Tell the other daemons which cgroup root is ``me``'s (replacing an entry a crashed
@@ -238,11 +229,6 @@ def _open(path: Path, flags: int) -> int:
         raise GovernorError(f"cannot open {path}: {error.strerror}") from None
 
 
-def _write(fd: int, me: DaemonEntry) -> None:
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(asdict(me)).encode(), 0)
-
-
 def _untrusted(info: os.stat_result, is_kind) -> str | None:
     if stat.S_ISLNK(info.st_mode) or not is_kind(info.st_mode):
         return "not what governor made (a link, or another kind of file)"
@@ -273,7 +259,11 @@ def _read_entry(path: Path) -> DaemonEntry | None:
 
 def _parse(data: bytes) -> DaemonEntry:
     """Raises ValueError or TypeError for what is not an entry."""
-    fields = json.loads(data)
+    return _entry(json.loads(data))
+
+
+def _entry(fields: object) -> DaemonEntry:
+    """Raises ValueError or TypeError for what is not an entry."""
     if not isinstance(fields, dict):
         raise ValueError("not a daemon entry")
     entry = DaemonEntry(**fields)
@@ -284,9 +274,9 @@ def _parse(data: bytes) -> DaemonEntry:
     return entry
 
 
-def _entry_text(data: bytes) -> str:
+def _entry_text(fields: object) -> str:
     try:
-        return _parse(data).describe()
+        return _entry(fields).describe()
     except (ValueError, TypeError):
         return "its pid is unknown: it has not written its entry yet"
 

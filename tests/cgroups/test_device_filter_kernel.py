@@ -1,20 +1,18 @@
 """The device deny list against a real kernel, as root: the BPF program on cgroup v2 (the VM:
 ``../shared/vm/run-in-vm``) and ``devices.deny`` on a v1 devices hierarchy (this host).
 
-Two char nodes with the numbers of ``/dev/nvidia0`` and ``/dev/nvidia1`` (195:0, 195:1) are made
-in a scratch directory (on a tmpfs mounted ``dev`` for the test when the temporary directory's
-filesystem is ``nodev``). A child started here, and only it, is moved into a test cgroup
+Two stand-in char nodes, ``M:0`` and ``M:1`` on a major ``M`` no driver holds here
+(:func:`device_nodes.stand_in_nodes`: so on a host with a real NVIDIA driver too), are made in a
+scratch directory. A child started here, and only it, is moved into a test cgroup
 ``governor-test-<random>`` under this process's own cgroup; it opens the nodes and reports the
 errnos. The denied node must give ``EPERM``; the other, which passes the device check, reaches
-no driver (no nvidia module here) and gives ``ENXIO``.
+no driver and gives ``ENXIO``.
 """
 
-import contextlib
 import errno
 import json
 import os
 import secrets
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -22,9 +20,11 @@ from pathlib import Path
 import pytest
 
 from cgroup_helpers import Children
+from device_nodes import stand_in_nodes
 from governor.cgroups.detect import cgroup_dirs, host_mode, v1_mounts
 from governor.cgroups.device_filter import (PROGRAM_NAME, attach_deny_program, attached_programs,
                                             bpf_device_filter_supported, deny_program)
+from governor.cgroups.device_rules import v1_line
 from governor.cgroups.files import make_dir, remove_dir, write_file
 from governor.cgroups.limits import CgroupLimits
 from governor.cgroups.v1 import CgroupV1Driver
@@ -32,7 +32,8 @@ from governor.cgroups.v2 import CgroupV2Driver
 from governor.errors import CgroupError, CgroupWriteError
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-NVIDIA_MAJOR = 195
+# Any major will do where the kernel is only asked to refuse (the verifier test).
+SOME_MAJOR = 240
 # Waits for a line on stdin (sent once it is in its cgroup), then tries each "open PATH" or
 # "mknod PATH MAJOR MINOR" of its arguments and prints {argument: "ok" or the errno's name}.
 PROBE = ("import errno, json, os, stat, sys\n"
@@ -51,7 +52,7 @@ PROBE = ("import errno, json, os, stat, sys\n"
          "print(json.dumps(result), flush=True)\n")
 
 
-def skip_reason(mode: str, major: int = NVIDIA_MAJOR) -> str | None:
+def skip_reason(mode: str) -> str | None:
     if os.geteuid() != 0:
         return "needs root to create cgroups and device nodes"
     try:
@@ -61,66 +62,21 @@ def skip_reason(mode: str, major: int = NVIDIA_MAJOR) -> str | None:
             return f"{CGROUP_ROOT / 'devices'} is not a v1 devices hierarchy"
     except CgroupError as e:
         return f"no cgroup hierarchy: {e}"
-    if major in char_majors():
-        return f"a driver holds char major {major} here: an allowed open would reach it"
     return None
-
-
-def char_majors() -> set[int]:
-    text = Path("/proc/devices").read_text()
-    block = text.split("Character devices:")[1].split("Block devices:")[0]
-    return {int(line.split()[0]) for line in block.splitlines() if line.strip()}
-
-
-@contextlib.contextmanager
-def scratch_nodes(tmp_path: Path, major: int, count: int):
-    """``count`` char nodes ``major:0``, ``major:1``… in a scratch directory that honours
-    them (a tmpfs mounted ``dev`` when ``tmp_path`` is ``nodev``)."""
-    scratch = tmp_path / "dev"
-    scratch.mkdir()
-    mounted = False
-    if os.geteuid() == 0 and os.statvfs(scratch).f_flag & os.ST_NODEV:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "dev,mode=0700,size=64k", "governor-test",
-                               str(scratch)], capture_output=True, text=True)
-        if done.returncode:
-            pytest.skip(f"{tmp_path} is nodev and a dev tmpfs cannot be mounted: {done.stderr.strip()}")
-        mounted = True
-    try:
-        paths = tuple(scratch / f"node{minor}" for minor in range(count))
-        for minor, path in enumerate(paths):
-            try:
-                os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(major, minor))
-            except PermissionError as e:
-                pytest.skip(f"cannot make device nodes here: {e}")
-        yield paths
-    finally:
-        if mounted:
-            subprocess.run(["umount", str(scratch)], check=True)
 
 
 @pytest.fixture
 def nodes(tmp_path):
-    """``(denied, allowed)``: char nodes 195:0 and 195:1 on a filesystem that honours them."""
-    with scratch_nodes(tmp_path, NVIDIA_MAJOR, 2) as paths:
-        yield paths
-
-
-def free_major() -> int | None:
-    """A char major in LOCAL/EXPERIMENTAL USE (240–254, Documentation/admin-guide/devices.txt)
-    that no driver holds here: an allowed open of its nodes reaches no driver (ENXIO), on any
-    host (195 is NVIDIA's: on a GPU host 195:0 opens)."""
-    held = char_majors()
-    return next((major for major in range(240, 255) if major not in held), None)
+    """``(major, denied, allowed)``: stand-in char nodes ``major:0`` and ``major:1``."""
+    with stand_in_nodes(tmp_path) as (major, paths):
+        yield major, *map(Path, paths)
 
 
 @pytest.fixture
 def stand_ins(tmp_path):
-    """``(major, (node0, node1, node2))``: three stand-in GPU nodes of :func:`free_major`."""
-    major = free_major()
-    if major is None:
-        pytest.skip("every char major 240-254 is held by a driver here")
-    with scratch_nodes(tmp_path, major, 3) as paths:
-        yield major, paths
+    """``(major, (node0, node1, node2))``: three stand-in GPU nodes."""
+    with stand_in_nodes(tmp_path, 3) as (major, paths):
+        yield major, tuple(map(Path, paths))
 
 
 def probe_in(cgroup_dir: Path | None, steps: list[str]) -> dict[str, str]:
@@ -138,12 +94,12 @@ def probe_in(cgroup_dir: Path | None, steps: list[str]) -> dict[str, str]:
         children.kill_all()
 
 
-def check_denies_only_the_listed_node(cgroup_dir: Path, denied: Path, allowed: Path, mode: str) -> None:
+def check_denies_only_the_listed_node(cgroup_dir: Path, major: int, denied: Path, allowed: Path, mode: str) -> None:
     steps = [f"open {denied}", f"open {allowed}", "open /dev/null",
-             f"mknod {denied.parent}/again0 {NVIDIA_MAJOR} 0", f"mknod {denied.parent}/again1 {NVIDIA_MAJOR} 1"]
+             f"mknod {denied.parent}/again0 {major} 0", f"mknod {denied.parent}/again1 {major} 1"]
     outside = probe_in(None, steps[:2])
     inside = probe_in(cgroup_dir, steps)
-    print(f"{mode} device deny c {NVIDIA_MAJOR}:0: outside the cgroup {outside}, inside {inside}")
+    print(f"{mode} device deny c {major}:0: outside the cgroup {outside}, inside {inside}")
     # Outside, both nodes reach the (absent) driver: EPERM inside comes from the deny list alone.
     assert set(outside.values()) <= {"ENXIO", "ENODEV"}
     assert inside[steps[0]] == "EPERM"
@@ -163,7 +119,7 @@ def test_bpf_program_denies_only_the_listed_node(nodes):
     cgroup_dir = cgroup_dirs()[""] / f"governor-test-{secrets.token_hex(4)}"
     make_dir(cgroup_dir)
     try:
-        attach_deny_program(cgroup_dir, [("c", NVIDIA_MAJOR, 0)])
+        attach_deny_program(cgroup_dir, [("c", nodes[0], 0)])
         check_denies_only_the_listed_node(cgroup_dir, *nodes, "v2")
     finally:
         remove_dir(cgroup_dir)
@@ -177,9 +133,9 @@ def test_a_refused_program_reports_the_verifier_log(monkeypatch, tmp_path):
     # touched, so any directory will do.
     monkeypatch.setattr("governor.cgroups.device_filter.deny_program", lambda denied: deny_program([])[:-8])
     with pytest.raises(CgroupWriteError) as raised:
-        attach_deny_program(tmp_path, [("c", NVIDIA_MAJOR, 0)])
+        attach_deny_program(tmp_path, [("c", SOME_MAJOR, 0)])
     assert raised.value.errno == errno.EINVAL and raised.value.path == str(tmp_path)
-    assert raised.value.value == f"BPF device program denying c {NVIDIA_MAJOR}:0"
+    assert raised.value.value == f"BPF device program denying c {SOME_MAJOR}:0"
     assert "verifier log: last insn is not an exit or jmp" in str(raised.value)
 
 
@@ -191,7 +147,7 @@ def test_v1_devices_deny_denies_only_the_listed_node(nodes):
     cgroup_dir = cgroup_dirs()["devices"] / f"governor-test-{secrets.token_hex(4)}"
     make_dir(cgroup_dir)
     try:
-        write_file(cgroup_dir, "devices.deny", f"c {NVIDIA_MAJOR}:0 rwm")
+        write_file(cgroup_dir, "devices.deny", v1_line(("c", nodes[0], 0)))
         check_denies_only_the_listed_node(cgroup_dir, *nodes, "v1")
     finally:
         remove_dir(cgroup_dir)
@@ -209,7 +165,7 @@ def check_denied_exactly(cgroup_dir: Path, paths: tuple[Path, ...], denied: set[
 @pytest.mark.kernel_v1
 def test_v1_driver_follows_a_cgroups_denied_list_as_it_changes(stand_ins):
     major, paths = stand_ins
-    reason = skip_reason("v1", major)
+    reason = skip_reason("v1")
     if reason:
         pytest.skip(reason)
     a, b = ("c", major, 0), ("c", major, 1)
@@ -231,7 +187,7 @@ def test_v1_driver_follows_a_cgroups_denied_list_as_it_changes(stand_ins):
 @pytest.mark.kernel_v2
 def test_v2_driver_replaces_its_program_and_a_restarted_one_finds_it(stand_ins):
     major, paths = stand_ins
-    reason = skip_reason("v2", major)
+    reason = skip_reason("v2")
     if reason:
         pytest.skip(reason)
     a, b = ("c", major, 0), ("c", major, 1)

@@ -9,9 +9,7 @@ with mknod in a scratch directory: allowed, it opens nothing (``ENXIO``); denied
 v2 runs on any cgroup2 mount: the VM's ``/sys/fs/cgroup``, or a hybrid host's ``unified``.
 """
 
-import os
 import secrets
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from cgroup_helpers import Children
+from device_nodes import stand_in_nodes
 from governor.cgroups.detect import v1_mounts
 from governor.cgroups.device_filter import attach_deny_program, bpf_device_filter_supported
 from governor.cgroups.device_guard import (attach_guard, detach_guards, guard_v1, guards_attached, plan_guard,
@@ -39,12 +38,6 @@ PROBE = ("import errno, os, sys\n"
          "print(' '.join(seen), flush=True)\n")
 
 
-def free_major() -> int | None:
-    text = Path("/proc/devices").read_text()
-    taken = {int(line.split()[0]) for line in text.split("Block devices:")[0].splitlines()[1:] if line.strip()}
-    return next((major for major in range(240, 255) if major not in taken), None)
-
-
 def cgroup2_mount() -> Path | None:
     for line in Path("/proc/mounts").read_text().splitlines():
         fields = line.split()
@@ -55,24 +48,9 @@ def cgroup2_mount() -> Path | None:
 
 @pytest.fixture
 def node(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root to make cgroups and device nodes")
-    major = free_major()
-    if major is None:
-        pytest.skip("every char major in 240–254 is a driver's here")
-    scratch = tmp_path / "dev"
-    scratch.mkdir()
-    mounted = os.statvfs(scratch).f_flag & os.ST_NODEV
-    if mounted:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "dev,mode=0755,size=64k", "governor-test", str(scratch)],
-                       check=True)
-    try:
-        path = scratch / "gpu0"
-        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, 0))
-        yield path, ("c", major, 0)
-    finally:
-        if mounted:
-            subprocess.run(["umount", str(scratch)], check=True)
+    """``(path, device)``: one stand-in node (:func:`device_nodes.stand_in_nodes`)."""
+    with stand_in_nodes(tmp_path, 1) as (major, (path,)):
+        yield Path(path), ("c", major, 0)
 
 
 @pytest.fixture

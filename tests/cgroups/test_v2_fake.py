@@ -252,3 +252,30 @@ def test_memory_peak_is_read_where_the_kernel_has_it(driver):
     (group / "memory.peak").write_text("1048576\n")
     assert driver.read_stats("g", peak=True).memory_peak_bytes == 1 << 20
     assert driver.read_stats("g").memory_peak_bytes is None  # a sample does not read it
+
+
+@pytest.mark.parametrize("cgroup_root, advice", [
+    ("governor", "A relative --cgroup-root is made below the daemon's own cgroup; give an absolute one whose "
+                 "parent has cpu (e.g. --cgroup-root /governor), or run the daemon from its systemd unit"),
+    ("/a/b/governor", "enable it there, or give another --cgroup-root")])
+def test_a_root_whose_parent_lacks_a_controller_is_refused_saying_why_and_what_to_do(tmp_path, cgroup_root, advice):
+    # Issue 31, point 6: a daemon started with a relative root in a cgroup whose parent does not
+    # delegate cpu said only "cgroup v2 controller cpu is not available in …".
+    from governor.cgroups.hierarchy import open_hierarchy
+
+    mount = tmp_path / "cgroup"
+    proc = tmp_path / "proc"
+    (proc / "self").mkdir(parents=True)
+    (proc / "self" / "mountinfo").write_text(f"30 23 0:26 / {mount} rw - cgroup2 cgroup2 rw,nsdelegate\n")
+    (proc / "self" / "cgroup").write_text("0::/a/b\n")
+    fake_cgroup(mount)
+    fake_cgroup(mount / "a", controllers="cpu memory pids").joinpath("cgroup.subtree_control").write_text("memory pids\n")
+    fake_cgroup(mount / "a" / "b", controllers="memory pids")
+    fake_cgroup(mount / "a" / "b" / "daemon", controllers="memory pids")
+    with pytest.raises(CgroupUnsupported) as refused:
+        open_hierarchy(cgroup_root, cgroup_mount=mount, proc=proc)
+    assert str(refused.value) == (
+        f"cgroup v2 controller cpu is not available in {mount}/a/b: its parent {mount}/a does not delegate it "
+        f"(cpu is not in {mount}/a/cgroup.subtree_control){'. ' if cgroup_root[0] != '/' else ': '}{advice}"
+        + (" (governor install-systemd), whose cgroup systemd delegates every controller"
+           if cgroup_root[0] != "/" else ""))

@@ -1,25 +1,23 @@
-"""GPUs on the real kernel (issue 26), without a GPU: two char nodes with NVIDIA's numbers
-(195:0 and 195:1, made with mknod in a scratch directory the config lists) stand in for
-``/dev/nvidia0`` and ``/dev/nvidia1``. An open the device cgroup lets through reaches no driver
-(no nvidia module here): ``ENXIO``; one it refuses: ``EPERM``. Shared by the v1 (native,
-``devices.deny``) and v2 (VM, a BPF device program) test modules through ``kernel_cases``."""
+"""GPUs on the real kernel (issue 26), without a GPU: two stand-in char nodes
+(:func:`device_nodes.stand_in_nodes`: minors 0 and 1 on a major no driver holds, so on a host
+with a real NVIDIA driver too) stand in for ``/dev/nvidia0`` and ``/dev/nvidia1``. An open the
+device cgroup lets through reaches no driver: ``ENXIO``; one it refuses: ``EPERM``. NVML knows
+no GPU at them, so CUDA is told each by its minor number, with or without a real GPU here.
+Shared by the v1 (native, ``devices.deny``) and v2 (VM, a BPF device program) test modules
+through ``kernel_cases``."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
-import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from daemon_harness import GOVERNOR, Governor
+from device_nodes import device_nodes, stand_in_nodes
 
-NVIDIA_MAJOR = 195
 # Prints what it was handed and what each node gives it, then holds its GPUs until killed.
 PROBE = ("import errno, json, os, sys, time\n"
          "seen = {'CUDA_VISIBLE_DEVICES': os.environ.get('CUDA_VISIBLE_DEVICES')}\n"
@@ -31,31 +29,6 @@ PROBE = ("import errno, json, os, sys, time\n"
          "        seen[path] = errno.errorcode[e.errno]\n"
          "print(json.dumps(seen), flush=True)\n"
          "time.sleep(3600)\n")
-
-
-@contextlib.contextmanager
-def gpu_nodes(tmp_path: Path, numbers: tuple[tuple[int, int], ...] = ((NVIDIA_MAJOR, 0), (NVIDIA_MAJOR, 1))
-              ) -> Iterator[list[str]]:
-    """Nodes ``numbers`` (default 195:0 and 195:1), ``nvidia0``… in a scratch directory, on a
-    tmpfs mounted ``dev`` when the temporary directory's filesystem is ``nodev`` (whose nodes
-    open nothing)."""
-    scratch = tmp_path / "dev"
-    scratch.mkdir()
-    mounted = False
-    if os.statvfs(scratch).f_flag & os.ST_NODEV:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "dev,mode=0755,size=64k", "governor-test", str(scratch)],
-                       check=True)
-        mounted = True
-    try:
-        nodes = []
-        for index, (major, minor) in enumerate(numbers):
-            node = scratch / f"nvidia{index}"
-            os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
-            nodes.append(str(node))
-        yield nodes
-    finally:
-        if mounted:
-            subprocess.run(["umount", str(scratch)], check=True)
 
 
 def probe(gov: Governor, group: str, nodes: list[str], **demand) -> tuple[subprocess.Popen, dict]:
@@ -70,7 +43,7 @@ def gpus_are_admitted_guarded_and_handed(tmp_path: Path) -> None:
     With both held by A, a third task of A queues first and a task of B after it: B's comes
     first in the queue (its dominant share is 0, A's is 1: DRF order, not arrival order),
     saying which group holds the GPUs; stopping A's task on GPU 0 hands GPU 0 to B's task."""
-    with gpu_nodes(tmp_path) as nodes:
+    with stand_in_nodes(tmp_path) as (_, nodes):
         config = ('[capacity]\ncpu = 1\nmemory = "1G"\n'
                   f'gpus = {json.dumps(nodes)}\ngpu_control = []\n'
                   '[groups.A]\nusers = ["root"]\n[groups.B]\nusers = ["root"]\n')
@@ -121,35 +94,6 @@ PROBE_AGAIN = ("import errno, json, os, signal, sys, time\n"
                "    time.sleep(3600)\n")
 
 
-@contextlib.contextmanager
-def stand_in_gpu_nodes(tmp_path: Path, count: int) -> Iterator[list[str]]:
-    """``count`` char nodes ``M:0``, ``M:1``… of a major M in LOCAL/EXPERIMENTAL USE (240–254)
-    that no driver holds here (so an allowed open gives ENXIO on any host; NVIDIA's 195:0 opens
-    on a GPU host), in a scratch directory as :func:`gpu_nodes` makes them."""
-    block = Path("/proc/devices").read_text().split("Character devices:")[1].split("Block devices:")[0]
-    held = {int(line.split()[0]) for line in block.splitlines() if line.strip()}
-    major = next((m for m in range(240, 255) if m not in held), None)
-    if major is None:
-        pytest.skip("every char major 240-254 is held by a driver here: no stand-in GPU nodes")
-    scratch = tmp_path / "dev"
-    scratch.mkdir()
-    mounted = False
-    if os.statvfs(scratch).f_flag & os.ST_NODEV:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "dev,mode=0755,size=64k", "governor-test", str(scratch)],
-                       check=True)
-        mounted = True
-    try:
-        nodes = []
-        for minor in range(count):
-            node = scratch / f"gpu{minor}"
-            os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
-            nodes.append(str(node))
-        yield nodes
-    finally:
-        if mounted:
-            subprocess.run(["umount", str(scratch)], check=True)
-
-
 def a_gpu_added_by_a_reload_or_a_restart_is_denied_to_running_tasks(tmp_path: Path) -> None:
     """Issue 31: under ``gpus = [g0, g1]`` a task without GPUs (denied both) and one holding g0
     run; the config is reloaded with ``[g0, g1, g2]``. Both running tasks then get EPERM on g2
@@ -157,7 +101,7 @@ def a_gpu_added_by_a_reload_or_a_restart_is_denied_to_running_tasks(tmp_path: Pa
     and status shows the new rules in force on each task's cgroup. Then the daemon is killed,
     g3 added to the file and the daemon started again: the tasks it takes back get EPERM on
     g3 too (a restarted daemon has no record of what it wrote: it finds its rules again)."""
-    with stand_in_gpu_nodes(tmp_path, 4) as nodes:
+    with stand_in_nodes(tmp_path, 4) as (_, nodes):
         gov = Governor(tmp_path, '[capacity]\ncpu = 1\nmemory = "1G"\n'
                                  f'gpus = {json.dumps(nodes[:2])}\ngpu_control = []\n'
                                  '[groups.A]\nusers = ["root"]\n')
@@ -242,7 +186,7 @@ def a_passed_gpu_fd_is_ended_before_the_gpu_is_handed_on(tmp_path: Path) -> None
     A ``--gpus 1`` task passes its open node to a task of the same user without GPUs and
     exits; a task waiting for the GPU starts only after the receiver was ended (it finds no
     other process holding the node), the GPU shown draining meanwhile, the end logged."""
-    with gpu_nodes(tmp_path, ((1, 7),)) as (node,):
+    with device_nodes(tmp_path, ((1, 7),)) as (node,):
         _a_passed_gpu_fd_is_ended(tmp_path, node)
 
 

@@ -8,7 +8,6 @@ Shared by the v1 (native, ``devices.deny``) and v2 (VM, a BPF program) modules."
 
 from __future__ import annotations
 
-import os
 import pwd
 import secrets
 import shutil
@@ -18,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from daemon_harness import Governor
-from gpu_scenarios import gpu_nodes
+from device_nodes import device_nodes, free_major
 
 from governor.cgroups import detect
 
@@ -29,13 +28,6 @@ OPEN = ("import errno, os, sys\n"
         "    os.close(os.open(sys.argv[1], os.O_RDONLY)); print('ok')\n"
         "except OSError as e:\n"
         "    print(errno.errorcode[e.errno])\n")
-
-
-def free_major() -> int | None:
-    """A char major in 240–254 that no driver registered here."""
-    text = Path("/proc/devices").read_text().split("Block devices:")[0]
-    taken = {int(line.split()[0]) for line in text.splitlines()[1:] if line.strip()}
-    return next((major for major in range(240, 255) if major not in taken), None)
 
 
 def guard_mount() -> Path:
@@ -72,7 +64,7 @@ def sessions_open_no_gpu_where_they_start() -> None:
     parent = root / "user.slice"
     parent.mkdir(parents=True)
     try:
-        with gpu_nodes(shared, ((major, 0),)) as (node,):
+        with device_nodes(shared, ((major, 0),)) as (node,):
             assert opens_from(parent, node) == "ENXIO"  # no guard yet: the node passes, no driver
             gov = Governor(shared, '[capacity]\ncpu = 1\nmemory = "1G"\n'
                                    f'gpus = ["{node}"]\ngpu_control = []\n'

@@ -14,24 +14,13 @@ import sys
 from pathlib import Path
 
 import psutil
-import pytest
 from daemon_harness import GOVERNOR, Governor
-from gpu_scenarios import PROBE, gpu_nodes
+from device_nodes import stand_in_nodes
+from gpu_scenarios import PROBE
 from task_scenarios import _row
 
 SLEEPER = [sys.executable, "-c", "import time; print('running', flush=True); time.sleep(600)"]
 PLAIN = '[capacity]\ncpu = 1\nmemory = "1G"\n[groups.A]\nusers = ["root"]\n[groups.B]\nusers = ["root"]\n'
-
-
-def free_char_major() -> int:
-    """A character major in 240–254 (Linux's "local/experimental use" range) that no driver
-    on this host holds (``/proc/devices``); skips the test where none is."""
-    text = Path("/proc/devices").read_text()
-    held = {int(line.split()[0]) for line in text.split("Block devices:")[0].splitlines()[1:] if line.strip()}
-    free = [major for major in range(240, 255) if major not in held]
-    if not free:
-        pytest.skip("every character major in 240-254 is held by a driver here: no stand-in GPU node")
-    return free[0]
 
 
 def with_gpus(gov: Governor, nodes: list[str]) -> None:
@@ -56,7 +45,7 @@ def restart_with_gpus_readopts_the_processes_and_stop_ends_them(tmp_path) -> Non
     again with capacity.gpus (v1: the devices hierarchy joins). The re-adopted task lists its
     processes (v1: they are in its cgroup in the devices hierarchy too), and ``governor stop``
     says ``stopped`` once they are gone."""
-    with gpu_nodes(tmp_path, tuple((free_char_major(), minor) for minor in (0, 1))) as nodes:
+    with stand_in_nodes(tmp_path, 2) as (_, nodes):
         gov = Governor(tmp_path, PLAIN)
         try:
             proc = gov.run("A", SLEEPER, cpus=0.1, memory="32M", name="sleeper")
@@ -89,7 +78,7 @@ def restart_with_the_gpus_reordered_keeps_each_held_gpu(tmp_path) -> None:
     again with capacity.gpus reordered [g1, g0, g2]: bob's task still holds g0, and alice's
     ``--gpus 1`` gets g1 (index 0 now): she opens g1 and may not open g0. A restart whose list
     drops g0 does not start, saying which task holds it."""
-    with gpu_nodes(tmp_path, tuple((free_char_major(), minor) for minor in (0, 1, 2))) as (g0, g1, g2):
+    with stand_in_nodes(tmp_path, 3) as (_, (g0, g1, g2)):
         gov = Governor(tmp_path, PLAIN.replace("[capacity]\n", f"[capacity]\ngpus = {json.dumps([g0, g1, g2])}\n"
                                                                 "gpu_control = []\n"))
         try:

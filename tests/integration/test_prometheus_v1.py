@@ -19,7 +19,7 @@ from urllib.request import urlopen
 
 import pytest
 from daemon_harness import Governor
-from gpu_scenarios import gpu_nodes
+from device_nodes import stand_in_nodes
 from scenarios import GROUPS, SLEEPER
 from test_daemon_v1 import _skip_reason
 
@@ -51,7 +51,7 @@ def _needs_v1_and_prometheus():
 
 
 def test_a_real_prometheus_loads_the_rules_and_every_dashboard_and_rule_expression_returns_series(tmp_path):
-    """A daemon governing two stand-in GPUs (:func:`gpu_scenarios.gpu_nodes`) runs a task in A
+    """A daemon governing two stand-in GPUs (:func:`device_nodes.stand_in_nodes`) runs a task in A
     holding one, and queues one of B (its memory does not fit), with fair share on, so every
     family it serves has series (the queue-wait and refill histograms, the ``queued`` and
     ``task_started`` events, the fair-share and GPU gauges; not NVML's, see :data:`NVML_ONLY`).
@@ -79,7 +79,7 @@ def test_a_real_prometheus_loads_the_rules_and_every_dashboard_and_rule_expressi
 
     started = time.monotonic()
     port = _free_port()
-    with gpu_nodes(tmp_path) as nodes:
+    with stand_in_nodes(tmp_path) as (_, nodes):
         config = (f'[capacity]\ncpu = 1.0\nmemory = "1G"\ngpus = {json.dumps(nodes)}\ngpu_control = []\n'
                   f'[enforcement]\nmemory = "soft"\n[fairshare]\nhalf_life = "1h"\n{GROUPS}')
         gov = Governor(tmp_path, config, "--metrics", f"127.0.0.1:{port}")

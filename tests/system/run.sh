@@ -190,6 +190,52 @@ $gov install-systemd --uninstall --purge >/dev/null || fail "uninstall --purge f
 [ ! -e "$config" ] || fail "uninstall --purge kept $config"
 echo "uninstall: units $(ls /etc/systemd/system | grep -c governor || true), cgroups left $(echo -n "$left" | grep -c . || true)"
 
+echo "== capacity.gpus on cgroup v2: the unit loads the GPU device program (issue 31.8)"
+# Two stand-in GPUs: char nodes on a local/experimental major no driver holds (an allowed open
+# reaches no driver, ENXIO; a denied one is refused, EPERM), as tests/device_nodes.py makes them.
+taken=$(sed -n '/^Character/,/^Block/p' /proc/devices | awk '{print $1}')
+major=$(for m in $(seq 240 254); do echo "$taken" | grep -qx "$m" || { echo "$m"; break; }; done)
+[ -n "$major" ] || fail "no free character major in 240-254 for the stand-in GPUs"
+mknod -m 0666 /dev/governor-test-gpu0 c "$major" 0
+mknod -m 0666 /dev/governor-test-gpu1 c "$major" 1
+mkdir -p /etc/governor   # (the uninstall --purge above removed it)
+cat > "$config" <<'EOF'
+[capacity]
+reserve = { cpu = 0.25, memory = "256M" }
+gpus = ["/dev/governor-test-gpu0", "/dev/governor-test-gpu1"]
+gpu_control = []
+
+[groups.alice]
+users = ["alice"]
+
+[sessions]
+enabled = false
+EOF
+$gov install-systemd >/dev/null || fail "install-systemd with capacity.gpus failed"
+$gov check-config "$config" >/dev/null 2>"$work/check.err" || fail "check-config refused: $(cat "$work/check.err")"
+grep -F "lacks" "$work/check.err" && fail "check-config says the installed unit lacks something"
+# A drop-in that takes CAP_BPF away again: check-config must say so.
+mkdir -p /etc/systemd/system/governor.service.d
+printf '[Service]\nCapabilityBoundingSet=~CAP_BPF\n' > /etc/systemd/system/governor.service.d/no-bpf.conf
+$gov check-config "$config" 2>&1 >/dev/null | grep -qF "lacks CAP_BPF in CapabilityBoundingSet=" \
+    || fail "check-config does not warn of a unit without CAP_BPF"
+rm -r /etc/systemd/system/governor.service.d
+systemctl start governor || die "systemctl start governor with capacity.gpus failed"
+probe='import errno, os, sys
+seen = ["CUDA_VISIBLE_DEVICES=" + os.environ.get("CUDA_VISIBLE_DEVICES", "")]
+for path in sys.argv[1:]:
+    try:
+        os.close(os.open(path, os.O_RDONLY)); seen.append(path + " ok")
+    except OSError as e:
+        seen.append(path + " " + errno.errorcode[e.errno])
+print(", ".join(seen))'
+runuser -u alice -- "$gov" run --gpus 1 --cpus 0.1 --memory 64M -- "$py" -c "$probe" /dev/governor-test-gpu0 \
+    /dev/governor-test-gpu1 >"$work/gpu.out" 2>"$work/gpu.err" || fail "the GPU task failed: $(cat "$work/gpu.out" "$work/gpu.err")"
+systemctl is-active --quiet governor || fail "governor with capacity.gpus is not active"
+echo "gpus on v2: unit $(systemctl is-active governor), restarts $(systemctl show -p NRestarts --value governor), task saw $(cat "$work/gpu.out")"
+$gov install-systemd --uninstall --purge >/dev/null || fail "uninstall after the GPU case failed"
+rm -f /dev/governor-test-gpu0 /dev/governor-test-gpu1
+
 if [ "$failures" -gt 0 ]; then
     journalctl -u governor -u governor-tasks --no-pager -n 80
     echo "FAILED: $failures check(s)"

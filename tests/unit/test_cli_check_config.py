@@ -244,3 +244,34 @@ def test_a_group_tree_is_shown_level_by_level_with_its_quotas(tmp_path):
     assert "  science: weight 1, floor 25.0%; guarantee cpu 1 core; limit memory 8.0G" in lines
     assert "    lab (in science): weight 1, floor 25.0%; users alice; each user at most cpu 2 cores" in lines
     assert "fair share over time: past use lowers a group's weight, halving every 12h" in lines
+
+
+SHIPPED_UNIT = Path(__file__).resolve().parents[2] / "configs" / "governor.service"
+
+
+def test_the_daemons_unit_is_checked_for_what_gpus_on_cgroup_v2_need(tmp_path):
+    # Issue 31, point 8: a unit without CAP_BPF restarted forever once capacity.gpus was set,
+    # though check-config said OK.
+    from governor.cli.check_config import unit_warnings
+
+    groups = '[groups.A]\nusers = ["root"]\n'
+    gpus = parse_config('[capacity]\ngpus = ["/dev/nvidia0"]\n' + groups, "gpus.toml")
+    unit = tmp_path / "governor.service"
+    unit.write_text(SHIPPED_UNIT.read_text())
+    assert unit_warnings(gpus, "v2", unit, "6.1.0-18-amd64") == []
+    assert unit_warnings(gpus, "v2", tmp_path / "none.service", "6.1.0") == []  # not installed: run by hand
+    old = (SHIPPED_UNIT.read_text().replace(" CAP_BPF\n", "\n").replace("=@system-service bpf\n", "=@system-service\n"))
+    unit.write_text(old)
+    [capability, syscall] = unit_warnings(gpus, "v2", unit, "6.1.0")
+    assert capability.startswith(f"capacity.gpus on cgroup v2: the daemon keeps tasks from other tasks' GPUs with a "
+                                 f"BPF device program, and {unit} lacks CAP_BPF in CapabilityBoundingSet=")
+    assert capability.endswith("systemctl edit governor, [Service] CapabilityBoundingSet=CAP_BPF")
+    assert "lacks the bpf system call in SystemCallFilter=" in syscall and syscall.endswith("SystemCallFilter=bpf")
+    assert unit_warnings(gpus, "v1", unit, "6.1.0") == []  # v1 guards devices with devices.deny
+    assert unit_warnings(parse_config(groups, "plain.toml"), "v2", unit, "6.1.0") == []
+    (tmp_path / "governor.service.d").mkdir()
+    (tmp_path / "governor.service.d" / "override.conf").write_text(
+        "[Service]\nCapabilityBoundingSet=CAP_BPF\nSystemCallFilter=bpf\n")
+    assert unit_warnings(gpus, "v2", unit, "6.1.0") == []
+    [older] = unit_warnings(gpus, "v2", unit, "5.4.0-150-generic")  # CAP_BPF came with Linux 5.8
+    assert "lacks CAP_SYS_ADMIN in CapabilityBoundingSet=" in older

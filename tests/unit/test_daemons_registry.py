@@ -36,7 +36,8 @@ def test_one_daemon_holds_the_sessions_and_the_second_is_told_who(tmp_path):
     second.claim_sessions(entry(tmp_path, 22, "gov-b"))
     assert second.holds_sessions and not first.holds_sessions
     second.release_sessions()
-    assert not (tmp_path / "daemons").exists()  # made by them, removed when empty
+    assert not (tmp_path / "locks" / "sessions.lock").exists()  # removed by the last holder
+    assert not (tmp_path / "daemons").exists()  # the sessions' lock is not there (tests/unit/test_locks.py)
 
 
 def test_a_daemon_knows_the_other_roots_and_not_its_own(tmp_path):
@@ -98,7 +99,7 @@ def test_forged_entries_and_an_untrusted_directory_count_for_nothing(tmp_path):
     assert mine.owner({"cpu": "/user.slice/user-1000.slice/session-1.scope"}).pid == 33
     directory.chmod(0o777)
     with pytest.raises(GovernorError, match="writable by others"):
-        Registry(directory).claim_sessions(entry(tmp_path))
+        Registry(directory).register(entry(tmp_path, 22, "gov-b"))
 
 
 def test_the_daemon_leaves_another_daemons_processes_alone(tmp_path):

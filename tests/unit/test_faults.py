@@ -89,13 +89,14 @@ def test_a_terminal_that_cannot_show_unicode_gets_no_traceback():
 
 
 def test_one_daemon_per_cgroup_root(tmp_path):
-    first = hold_root(tmp_path)
+    locks = tmp_path / "locks"
+    first = hold_root(tmp_path, locks)
     try:
-        with pytest.raises(CgroupError, match="another governor daemon already governs"):
-            hold_root(tmp_path)
+        with pytest.raises(CgroupError, match=f"another governor daemon \\(pid {os.getpid()}\\) already governs"):
+            hold_root(tmp_path, locks)
     finally:
         os.close(first)
-    os.close(hold_root(tmp_path))  # released with its descriptor (and so when a daemon dies)
+    os.close(hold_root(tmp_path, locks))  # released with its descriptor (and so when a daemon dies)
 
 
 def test_cgroups_a_killed_daemon_left_without_records_are_cleaned_at_start(daemon):  # noqa: F811
