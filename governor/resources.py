@@ -146,6 +146,13 @@ def compressible(resource: str) -> bool:
     return entry is None or not entry.admitted
 
 
+def measured(resource: str) -> bool:
+    """Whether cgroups measure a task's use of ``resource``: not of a device, held whole until
+    the task ends (whether it computes is NVML's to say)."""
+    entry = find(resource)
+    return entry is None or entry.kind is not ResourceKind.DEVICE
+
+
 def governed(config: Config) -> tuple[str, ...]:
     """The resource names ``config`` governs: the single resources in registry order, then
     each governed device's family members (``io.sda.read``, ``io.sda.write``, ``io.sdb.read``…)."""
