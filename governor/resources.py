@@ -153,6 +153,12 @@ def measured(resource: str) -> bool:
     return entry is None or entry.kind is not ResourceKind.DEVICE
 
 
+def sized(resource: str) -> bool:
+    """Whether amounts of ``resource`` are bytes or bytes/s, written with K/M/G/T (memory, I/O)."""
+    entry = find(resource)
+    return entry is not None and entry.unit in ("bytes", "bytes/s")
+
+
 def governed(config: Config) -> tuple[str, ...]:
     """The resource names ``config`` governs: the single resources in registry order, then
     each governed device's family members (``io.sda.read``, ``io.sda.write``, ``io.sdb.read``…)."""
