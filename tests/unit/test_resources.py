@@ -37,7 +37,8 @@ def licenses(monkeypatch):
 def test_the_registry_declares_each_resource_once_with_its_kind():
     assert [(r.name, r.kind, r.flag, r.wire) for r in RESOURCES] == [
         ("cpu", ResourceKind.COMPRESSIBLE, "--cpus", "cpu"), ("memory", ResourceKind.ADMITTED, "--memory", "memory"),
-        ("gpu", ResourceKind.DEVICE, "--gpus", "gpu"), ("io.<dev>.read", ResourceKind.COMPRESSIBLE, "--io-read", "io_read"),
+        ("gpu", ResourceKind.DEVICE, "--gpus", "gpu"),
+        ("io.<dev>.read", ResourceKind.COMPRESSIBLE, "--io-read", "io_read"),
         ("io.<dev>.write", ResourceKind.COMPRESSIBLE, "--io-write", "io_write")]
     assert find("io.sda.write").wire == "io_write" and find("cpu.nr_throttled") is None
     assert [compressible(r) for r in ("cpu", "memory", "gpu", "io.sda.read", "memory.high")] == [
