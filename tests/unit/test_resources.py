@@ -1,8 +1,10 @@
 """The resource registry (issue 31): a stand-in resource declared in the registry alone is an
 option of ``governor run``, a key of the protocol's launch, a resource of the daemon's status
-(capacity, reservation, queue) and a series of the metrics."""
+(capacity, reservation, queue), a column of ``ps`` and a series of the metrics."""
 
 import asyncio
+import copy
+import io
 import json
 from dataclasses import replace
 
@@ -10,11 +12,14 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
 from test_daemon import GIB, collect, launch, make_daemon
+from test_task_commands_cli import ROWS
 
 from governor import resources
 from governor.cli.launch import plain
 from governor.cli.main import main
+from governor.cli.ps_view import tasks_table
 from governor.cli.run import command
 from governor.config import parse_config
 from governor.metrics import Metrics
@@ -102,6 +107,17 @@ def test_a_stand_in_is_admitted_reported_and_measured(tmp_path, licenses):
            for family in text_string_to_metric_families(text) for s in family.samples}
     assert got[("governor_capacity", (("resource", "licenses"),))] == 3.0
     assert got[("governor_group_reserved", (("group", "A"), ("resource", "licenses")))] == 2
+
+
+def test_ps_shows_a_stand_in_as_it_shows_memory(licenses):
+    rows = copy.deepcopy(ROWS)
+    rows[0]["demand"]["licenses"] = rows[0]["reserved"]["licenses"] = 2
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    console.print(tasks_table(rows, now=1100.0, users=True))
+    text = console.file.getvalue()
+    header = next(line.split() for line in text.splitlines() if line.split()[:1] == ["id"])
+    assert header[-4:] == ["cpu", "memory", "licenses", "reason"]
+    assert "2/2/—" in text  # reserved/declared/use: nobody measures licenses
 
 
 def test_a_launch_asking_for_more_of_a_stand_in_than_there_is_is_refused(tmp_path, licenses):
