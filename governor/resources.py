@@ -80,6 +80,9 @@ class Resource:
             empty: amounts are said as :attr:`format` writes them (``4.0G``).
         queue: of an admitted resource, what a queued task's keys for it start with
             (``gpus_`` → ``gpus_waiting_for``, ``gpus_held_by``; memory's have none).
+        absent: why a launch asking for some is refused where the config governs none of it
+            (its :attr:`names` are empty), naming the config key that would; cpu and memory
+            are always governed.
     """
 
     name: str
@@ -97,6 +100,7 @@ class Resource:
     names: Callable[[Config], tuple[str, ...]]
     noun: str = ""
     queue: str = ""
+    absent: str = ""
 
     @property
     def family(self) -> bool:
@@ -282,6 +286,7 @@ def _io(direction: str) -> tuple[Callable[[Config, Host], dict[str, float]], Cal
     return capacity_, names
 
 
+_NO_IO = "no I/O device is governed (add a [[capacity.io]] entry to the config)"
 RESOURCES: tuple[Resource, ...] = (
     Resource("cpu", "cores", ResourceKind.COMPRESSIBLE, "--cpus", "FLOAT", "CPU demand in cores, e.g. 1.5.",
              "cpu", "cpu", cores, False, _cores, _cpu_capacity, _always("cpu")),
@@ -292,12 +297,13 @@ RESOURCES: tuple[Resource, ...] = (
              "CUDA_VISIBLE_DEVICES.",
              "gpu", None, devices, True, _count,
              lambda config, host: {"gpu": float(host.gpus)} if config.gpus is not None else {}, _gpu_names,
-             noun="GPU", queue="gpus_"),
+             noun="GPU", queue="gpus_", absent="no GPU is governed on this host (capacity.gpus in the config)"),
     Resource("io.<dev>.read", "bytes/s", ResourceKind.COMPRESSIBLE, "--io-read", "RATE",
-             "Read bandwidth demand per second, e.g. 200M.", "io_read", "io_read", size, True, _rate, *_io("read")),
+             "Read bandwidth demand per second, e.g. 200M.", "io_read", "io_read", size, True, _rate, *_io("read"),
+             absent=_NO_IO),
     Resource("io.<dev>.write", "bytes/s", ResourceKind.COMPRESSIBLE, "--io-write", "RATE",
              "Write bandwidth demand per second, e.g. 100M.", "io_write", "io_write", size, True, _rate,
-             *_io("write")),
+             *_io("write"), absent=_NO_IO),
 )
 
 

@@ -25,8 +25,6 @@ from collections.abc import Iterable, Mapping
 
 from governor.resources import admitted, compressible
 
-__all__ = ["BORROW_NOISE", "borrowed", "compressible", "floors", "guarantee", "reserved", "task_guarantee", "total"]
-
 # Use is sampled over one second: a group at its guarantee reads a little above it half the
 # time. Less than this fraction of the guarantee above it is not borrowing.
 BORROW_NOISE = 0.02

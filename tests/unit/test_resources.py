@@ -125,3 +125,15 @@ def test_a_launch_asking_for_more_of_a_stand_in_than_there_is_is_refused(tmp_pat
     request = LaunchRequest(pid=100, group="A", demand={"cpu": 0.5, "memory": GIB, "licenses": 4}, command=("x",))
     with pytest.raises(Exception, match="demand licenses = 4 exceeds the capacity of 3"):
         asyncio.run(collect(daemon.stream(request, Peer(pid=100, uid=0, gid=0))))
+
+
+def test_a_launch_asking_for_a_resource_this_config_governs_none_of_is_refused(tmp_path, monkeypatch):
+    # A second device class on a host whose config names none: refused, never silently dropped.
+    fpga = replace(find("gpu"), name="fpga", flag="--fpgas", wire="fpga", names=lambda config: (),
+                   capacity=lambda config, host: {}, absent="no FPGA is governed (capacity.fpgas)")
+    monkeypatch.setattr(resources, "RESOURCES", (*RESOURCES, fpga))
+    daemon = make_daemon(tmp_path)
+    request = LaunchRequest(pid=100, group="A", demand={"cpu": 0.5, "memory": GIB, "fpga": 1}, command=("x",))
+    with pytest.raises(Exception, match=r"demand.fpga: no FPGA is governed \(capacity.fpgas\)"):
+        asyncio.run(collect(daemon.stream(request, Peer(pid=100, uid=0, gid=0))))
+    assert "fpga" not in daemon.status()["capacity"]
