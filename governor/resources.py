@@ -116,10 +116,8 @@ class Resource:
 
     def said(self, amount: float) -> str:
         """``amount`` as a sentence says it: ``2 GPUs``, ``4.0G``."""
-        if not self.noun:
-            return self.format(amount, False)
         text = self.format(amount, False)
-        return f"{text} {self.noun}" + ("" if text == "1" else "s")
+        return f"{text} {self.noun}{'' if text == '1' else 's'}" if self.noun else text
 
     @property
     def admitted(self) -> bool:
