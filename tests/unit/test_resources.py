@@ -18,6 +18,7 @@ from test_task_commands_cli import ROWS
 
 from governor import resources
 from governor.cli.launch import plain
+from governor.cli import view_common as view
 from governor.cli.main import main
 from governor.cli.ps_view import tasks_table
 from governor.cli.run import command
@@ -101,6 +102,7 @@ def test_a_stand_in_is_admitted_reported_and_measured(tmp_path, licenses):
     assert waiting["licenses_waiting_for"] == 1 and waiting["licenses_held_by"] == [{"group": "A", "licenses": 2}]
     assert waiting["reason"] == "licenses: waits for 1 license to free (held by A 2)"
     assert queued["queued"]["reason"] == waiting["reason"]
+    assert (view.waiting_for(waiting), view.holders(waiting)) == ("1 license", ["A 2 licenses"])
 
     text = generate_latest(Metrics(lambda: status).registry).decode()
     got = {(s.name, tuple(sorted(s.labels.items()))): s.value
