@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import enum
 import math
+from itertools import zip_longest
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -176,10 +177,11 @@ def sized(resource: str) -> bool:
 
 def governed(config: Config) -> tuple[str, ...]:
     """The resource names ``config`` governs: the single resources in registry order, then
-    each governed device's family members (``io.sda.read``, ``io.sda.write``, ``io.sdb.read``…)."""
+    each governed device's family members (``io.sda.read``, ``io.sda.write``, ``io.sdb.read``…);
+    a family with more members than another (not the same devices) keeps them all."""
     single = [name for entry in RESOURCES if not entry.family for name in entry.names(config)]
-    per_device = zip(*(entry.names(config) for entry in RESOURCES if entry.family))
-    return (*single, *(name for names in per_device for name in names))
+    per_device = zip_longest(*(entry.names(config) for entry in RESOURCES if entry.family))
+    return (*single, *(name for names in per_device for name in names if name is not None))
 
 
 def capacity(config: Config, host: Host) -> dict[str, float]:

@@ -139,3 +139,12 @@ def test_a_launch_asking_for_a_resource_this_config_governs_none_of_is_refused(t
     with pytest.raises(Exception, match=r"demand.fpga: no FPGA is governed \(capacity.fpgas\)"):
         asyncio.run(collect(daemon.stream(request, Peer(pid=100, uid=0, gid=0))))
     assert "fpga" not in daemon.status()["capacity"]
+
+
+def test_a_family_over_other_devices_keeps_all_its_members(monkeypatch):
+    # A later family (GPU memory per dmem region, say) need not have one member per block device.
+    regions = replace(find("io.<dev>.read"), name="dmem.<dev>", flag="--gpu-memory", wire="gpu_memory",
+                      names=lambda config: ("dmem.r0", "dmem.r1", "dmem.r2"))
+    monkeypatch.setattr(resources, "RESOURCES", (*RESOURCES, regions))
+    config = parse_config('[[capacity.io]]\ndevice = "/dev/sda"\nread = "1G"\nwrite = "1G"\n[groups."*"]\n', "t.toml")
+    assert governed(config) == ("cpu", "memory", "io.sda.read", "io.sda.write", "dmem.r0", "dmem.r1", "dmem.r2")
