@@ -19,16 +19,17 @@ entries are *families*: one resource per governed block device, the same flag an
 each. The CLI, the protocol, the config, admission, the queue, the views and the metrics iterate
 :data:`RESOURCES`: a new resource is an entry here (and, to be enforced, its mapping in
 ``cgroups/``). Tests put a stand-in in :data:`RESOURCES` (``monkeypatch.setattr``): every
-function here reads it when called, never at import.
+function here reads it when called, never at import (``governor run``'s options are made when
+:func:`governor.cli.run.command` is called: ``governor.cli.main`` calls it once, at import).
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from itertools import zip_longest
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from itertools import zip_longest
 from typing import TYPE_CHECKING
 
 from governor.errors import ConfigError
@@ -105,7 +106,8 @@ class Resource:
 
     @property
     def family(self) -> bool:
-        """Whether this is a family: one resource per governed block device."""
+        """Whether this is a family: one resource per instance :attr:`names` lists (I/O: per
+        governed block device), each named by putting the instance for ``<dev>``."""
         return _DEVICE in self.name
 
     def holds(self, resource: str) -> bool:
