@@ -3,14 +3,13 @@ request, ask the daemon (waiting in its queue if need be), exec the command.
 
 This is the hot path: :mod:`governor.cli.entry` runs it for a plain ``governor run`` without loading
 click (65 ms of imports on a slow host, three times Python's own start), so it imports the
-stdlib client and ``governor.units`` only; a test checks that click, rich, psutil, SciPy and
+stdlib client, ``governor.units`` and the resource registry only; a test checks that click, rich, psutil, SciPy and
 the allocator stay unloaded up to the exec.
 """
 
 from __future__ import annotations
 
 import errno
-import math
 import os
 import sys
 
@@ -21,33 +20,11 @@ from governor.cli.failures import line as error_line
 RESTART_GRACE_S = 60.0
 
 
-# ``governor run``'s options that take a value → :func:`start`'s keyword (cli/run.py has the help).
-_VALUED = {"--group": "group", "--cpus": "cpus", "--memory": "memory", "--gpus": "gpus", "--io-read": "io_read",
-           "--io-write": "io_write", "--socket": "socket_option", "--name": "name", "--time-limit": "time_limit"}
+# ``governor run``'s options that take a value, besides one per resource (:func:`governor.resources.flags`)
+# → :func:`start`'s keyword (cli/run.py has the help).
+_VALUED = {"--group": "group", "--socket": "socket_option", "--name": "name", "--time-limit": "time_limit"}
 # ``governor run``'s flags → :func:`start`'s keyword.
 _FLAGS = {"--no-wait": "no_wait", "--summary": "summary", "--exec": "exec_in_place"}
-
-
-def cores(value: float) -> float:
-    """A CPU demand in cores: finite and > 0 (raises ValueError otherwise)."""
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"must be a number of cores > 0, got {value}")
-    return value
-
-
-def gpus(value: int) -> int:
-    """A GPU demand: whole devices, ≥ 0 (raises ValueError otherwise)."""
-    if value < 0:
-        raise ValueError(f"must be a whole number of GPUs ≥ 0, got {value}")
-    return value
-
-
-def size(text: str) -> int:
-    """A size like ``4G`` (K/M/G/T are powers of 1024) as whole bytes, rounded to the nearest
-    (raises ValueError)."""
-    from governor.units import parse_quantity
-
-    return round(parse_quantity(text))
 
 
 def time_limit(text: str) -> float:
@@ -63,7 +40,11 @@ def plain(args: list[str]) -> dict | None:
     own options, each with a valid value, then the command. None for anything else (help, an
     unknown option, a bad value, no command), which the click command then parses and reports.
     """
+    from governor.resources import flags as resource_flags
+
+    resources = resource_flags()
     values: dict[str, str] = {}
+    demand: dict[str, str] = {}  # wire key → the text given
     flags = dict.fromkeys(_FLAGS.values(), False)
     at = 0
     while at < len(args) and args[at].startswith("-"):
@@ -74,24 +55,24 @@ def plain(args: list[str]) -> dict | None:
         if name in _FLAGS and not given:
             flags[_FLAGS[name]] = True
             continue
-        if name not in _VALUED or (not given and at == len(args)):
+        if (name not in _VALUED and name not in resources) or (not given and at == len(args)):
             return None
         if not given:
             value, at = args[at], at + 1
-        values[_VALUED[name]] = value
+        if name in resources:
+            demand[resources[name].wire] = value
+        else:
+            values[_VALUED[name]] = value
     cmd = tuple(args[at:])
     if not cmd or (flags["summary"] and flags["exec_in_place"]):
         return None
     try:
-        demand = {"cpu": cores(float(values["cpus"])) if "cpus" in values else None,
-                  "gpu": gpus(int(values["gpus"])) if "gpus" in values else None,
-                  **{key: size(values[key]) if key in values else None for key in ("memory", "io_read", "io_write")}}
+        parsed = {entry.wire: entry.parse(demand[entry.wire]) for entry in resources.values() if entry.wire in demand}
         limit = time_limit(values["time_limit"]) if "time_limit" in values else None
     except ValueError:
         return None
-    return {"demand": {key: value for key, value in demand.items() if value is not None}, "group": values.get("group"),
-            "socket_option": values.get("socket_option"), "cmd": cmd, "name": values.get("name"),
-            "time_limit": limit, **flags}
+    return {"demand": parsed, "group": values.get("group"), "socket_option": values.get("socket_option"), "cmd": cmd,
+            "name": values.get("name"), "time_limit": limit, **flags}
 
 
 def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | None, cmd: tuple[str, ...], *,

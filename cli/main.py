@@ -19,7 +19,7 @@ from governor.cli.failures import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED
 from governor.cli.install_systemd import install_systemd
 from governor.cli.man_cmd import man
 from governor.cli.ps import ps
-from governor.cli.run import run
+from governor.cli.run import command as run_command
 from governor.cli.simulate import simulate
 from governor.cli.status import status
 from governor.cli.stop import stop
@@ -117,7 +117,7 @@ main.add_command(daemon)
 main.add_command(install_systemd)
 main.add_command(reload)
 main.add_command(set_weight)
-main.add_command(run)
+main.add_command(run_command())
 main.add_command(simulate)
 main.add_command(check_config)
 main.add_command(status)

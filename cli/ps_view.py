@@ -11,6 +11,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from governor import resources
 from governor.cli import view_common as view
 from governor.cli.view_common import amount, duration
 from governor.units import format_timespan
@@ -39,6 +40,8 @@ REASON_WIDTH = 24
 
 def _tasks_table(rows: list[dict], *, now: float, users: bool, width: int):
     gpus = any(row.get("gpus") or (row.get("demand") or {}).get("gpu") for row in rows)
+    # One per resource measured whole (not per device, not a device's: the gpus column lists those).
+    columns = [r.name for r in resources.RESOURCES if not r.family and resources.measured(r.name)]
     table = Table(caption="cpu (cores): guarantee/cap/use; memory: reserved/cap/use", caption_justify="left",
                   box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
     cells_of = []
@@ -51,15 +54,15 @@ def _tasks_table(rows: list[dict], *, now: float, users: bool, width: int):
         if users:
             cells.append(row.get("user", "?"))
         cells += [state, "—" if started is None else duration(now - started),
-                  _triple(row, "cpu", "guarantee"), _triple(row, "memory", "reserved")]
+                  *(_triple(row, r, "guarantee" if resources.compressible(r) else "reserved") for r in columns)]
         if gpus:
             cells.append(_gpus(row))
         cells_of.append(cells + [row.get("reason") or ""])
-    headers = ["id", "name, processes", "group", *(["user"] if users else []), "state", "age", "cpu", "memory",
+    headers = ["id", "name, processes", "group", *(["user"] if users else []), "state", "age", *columns,
                *(["gpus"] if gpus else [])]
     widest = [max([len(header)] + [max(map(len, str(cells[index]).splitlines() or [""])) for cells in cells_of])
               for index, header in enumerate(headers)]
-    amounts = {"cpu", "memory", "gpus", "age", "id", "state"}
+    amounts = {*columns, "gpus", "age", "id", "state"}
     # What the amounts (never cut) leave the names is shared among them; each wraps past its share.
     fixed = sum(w + 1 for h, w in zip(headers, widest) if h in amounts)
     names = sum(1 for header in headers if header not in amounts)

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from governor.cli.view_common import label, tree_order
 from governor.model import Allocation, Number, Stop, TraceRow
+from governor.resources import sized
 from governor.units import SUFFIXES, format_amount, format_number
 
 _POLICY_NAMES = {"drf": "DRF", "asset": "Asset fairness", "ceei": "CEEI"}
@@ -162,10 +163,6 @@ def _event(row: TraceRow) -> str:
     return row.event.replace("_", " ")
 
 
-def _is_size(resource: str) -> bool:
-    return resource.startswith(("memory", "io"))
-
-
 def _fractions_of_capacity(resource: str, amounts: list[Number], capacity: Number) -> list[str]:
     """One trace column: each amount as a fraction of ``capacity``.
 
@@ -187,7 +184,7 @@ def _fractions_of_capacity(resource: str, amounts: list[Number], capacity: Numbe
 def _whole_units(resource: str, capacity: Fraction) -> int | None:
     """The capacity as a small whole count of its display unit (18G → 18, 9 CPUs → 9), or None."""
     scale = 1
-    if _is_size(resource):
+    if sized(resource):
         # The largest suffix the capacity is a whole number of, as format_size would show it.
         scale = next((SUFFIXES[s] for s in ("T", "G", "M", "K") if (capacity / SUFFIXES[s]).denominator == 1), 1)
     units = capacity / scale

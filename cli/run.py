@@ -20,65 +20,55 @@ from __future__ import annotations
 
 import click
 
+from governor import resources
 from governor.cli.completion import group_names
-from governor.cli.launch import cores, gpus, size, start, time_limit
+from governor.cli.launch import start, time_limit
 
 
-def _cores(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    try:
-        return None if value is None else cores(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+def _checked(parse):
+    """A click callback giving an option's text to ``parse`` (a ValueError is the user's
+    mistake, said as click says one)."""
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None):
+        try:
+            return None if value is None else parse(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return callback
 
 
-def _gpus(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
-    try:
-        return None if value is None else gpus(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+def command() -> click.Command:
+    """``governor run``, with one demand option per resource of :data:`governor.resources.RESOURCES`
+    as it is when called (a test declaring a stand-in resource builds its own)."""
+    options = [click.option("--group", shell_complete=group_names,
+                            help="Group to run in (default: the daemon picks yours).")]
+    options += [click.option(entry.flag, entry.wire, metavar=entry.metavar, callback=_checked(entry.parse),
+                             help=entry.help) for entry in resources.RESOURCES]
+    options += [
+        click.option("--no-wait", is_flag=True, help="Fail (exit 75) instead of waiting when the memory "
+                                                        "or GPUs do not fit now."),
+        click.option("--name", help="Name of the task in `governor ps` (default: the command's name)."),
+        click.option("--time-limit", "limit", metavar="DURATION", callback=_checked(time_limit),
+                     help="End the whole task this long after it starts, e.g. 90s, 10m, 1h30m (plain: seconds)."),
+        click.option("--summary", is_flag=True, help="When CMD ends, print its result, run time, CPU time and "
+                                                      "memory peak on stderr (as systemd-run --wait)."),
+        click.option("--exec", "exec_in_place", is_flag=True,
+                     help="Become CMD (its pid is this process's) instead of waiting for it: nothing is said "
+                          "when governor ends it."),
+        click.option("--socket", "socket_option", metavar="PATH",
+                     help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock)."),
+        click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED),
+    ]
+    built = run
+    for option in reversed(options):
+        built = option(built)
+    # Options end at the command's name: `governor run ls -l` gives -l to ls. Before it, an
+    # option run does not know is an error (with click's "did you mean"), not a command to run.
+    return click.command("run", context_settings={"allow_interspersed_args": False})(built)
 
 
-def _bytes(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    try:
-        return None if value is None else size(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-def _time_limit(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    try:
-        return None if value is None else time_limit(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-# Options end at the command's name: `governor run ls -l` gives -l to ls. Before it, an
-# option run does not know is an error (with click's "did you mean"), not a command to run.
-@click.command(context_settings={"allow_interspersed_args": False})
-@click.option("--group", shell_complete=group_names, help="Group to run in (default: the daemon picks yours).")
-@click.option("--cpus", type=float, callback=_cores, help="CPU demand in cores, e.g. 1.5.")
-@click.option("--memory", metavar="SIZE", callback=_bytes, help="Memory demand, e.g. 4G.")
-@click.option("--gpus", "gpu", type=int, metavar="N", callback=_gpus,
-              help="Whole GPUs (default none): CMD starts when N are free, may open only those, and finds "
-                   "them in CUDA_VISIBLE_DEVICES.")
-@click.option("--io-read", metavar="RATE", callback=_bytes, help="Read bandwidth demand per second, e.g. 200M.")
-@click.option("--io-write", metavar="RATE", callback=_bytes, help="Write bandwidth demand per second, e.g. 100M.")
-@click.option("--no-wait", is_flag=True, help="Fail (exit 75) instead of waiting when the memory "
-                                                 "or GPUs do not fit now.")
-@click.option("--name", help="Name of the task in `governor ps` (default: the command's name).")
-@click.option("--time-limit", "limit", metavar="DURATION", callback=_time_limit,
-              help="End the whole task this long after it starts, e.g. 90s, 10m, 1h30m (plain: seconds).")
-@click.option("--summary", is_flag=True, help="When CMD ends, print its result, run time, CPU time and "
-                                               "memory peak on stderr (as systemd-run --wait).")
-@click.option("--exec", "exec_in_place", is_flag=True,
-              help="Become CMD (its pid is this process's) instead of waiting for it: nothing is said "
-                   "when governor ends it.")
-@click.option("--socket", "socket_option", metavar="PATH",
-              help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
-@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(group: str | None, cpus: float | None, memory: int | None, gpu: int | None, io_read: int | None,
-        io_write: int | None, no_wait: bool, name: str | None, limit: float | None, summary: bool,
-        exec_in_place: bool, socket_option: str | None, cmd: tuple[str, ...]) -> None:
+def run(group: str | None, no_wait: bool, name: str | None, limit: float | None, summary: bool,
+        exec_in_place: bool, socket_option: str | None, cmd: tuple[str, ...], **demand: float | None) -> None:
     """Run CMD as a governed task with the given demand.
 
     Flags not given take the daemon's default task demand. Sizes use K, M, G, T (powers of
@@ -95,12 +85,9 @@ def run(group: str | None, cpus: float | None, memory: int | None, gpu: int | No
       governor run --gpus 2 --cpus 8 --memory 64G -- python train.py
       governor run --name nightly --time-limit 1h30m --summary -- ./build.sh
     """
-    demand = {key: value for key, value in
-              (("cpu", cpus), ("memory", memory), ("gpu", gpu), ("io_read", io_read), ("io_write", io_write))
-              if value is not None}
     if summary and exec_in_place:
         raise click.UsageError("--summary needs governor run to wait for CMD: not with --exec")
     # DaemonNotRunning / DaemonError propagate to governor.cli.main, which prints one line and exits 1.
     verbose = bool(click.get_current_context().find_root().params.get("verbose"))
-    start(demand, group, no_wait, socket_option, cmd, name=name, time_limit=limit, summary=summary,
-          exec_in_place=exec_in_place, verbose=verbose)
+    start({key: value for key, value in demand.items() if value is not None}, group, no_wait, socket_option, cmd,
+          name=name, time_limit=limit, summary=summary, exec_in_place=exec_in_place, verbose=verbose)

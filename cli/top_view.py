@@ -26,7 +26,7 @@ from rich.text import Text
 from governor import vocabulary
 from governor.cli import view_common as view
 from governor.cli.top_state import TopState, depth_of, is_internal, selected_group, visible_groups
-from governor.units import SUFFIXES
+from governor.resources import admitted, compressible, find, measured
 
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
 _EVENT_STYLES = {"task_started": "green", "task_ended": "blue", "refill": "cyan", "reload": "magenta",
@@ -129,9 +129,10 @@ def _queue(queue: list[dict], width: int, now: float) -> list[Text]:
         lead = head if i == 0 else " " * len("queue: ")
         queued_at = entry.get("queued_at")
         waited = f" {view.duration(now - float(queued_at))}" if queued_at is not None else ""
-        holders = [str(h.get("group", "?")) for h in (entry.get("gpus_held_by") if view.waits_for_gpus(entry)
-                                                      else entry.get("held_by")) or []] or ["—"]
-        wanted = view.waiting_for(entry) if view.waits_for_gpus(entry) else _short("memory", entry.get("waiting_for"))
+        lacking = view.short_of(entry) or admitted()[0]
+        holders = [str(h.get("group", "?")) for h in entry.get(f"{lacking.queue}held_by") or []] or ["—"]
+        wanted = (view.waiting_for(entry) if lacking.noun
+                  else view.short(lacking.name, entry.get(f"{lacking.queue}waiting_for")))
         if view.its_turn(entry):
             tails = ["for its turn"]
         else:
@@ -141,7 +142,7 @@ def _queue(queue: list[dict], width: int, now: float) -> list[Text]:
         candidates = [
             f"#{entry.get('position', i + 1)} {task}{entry.get('task', '?')} "
             f"({entry.get('group', '?')}, {entry.get('user', entry.get('uid', '?'))}) "
-            f"{_short('memory', (entry.get('demand') or {}).get('memory'))} waits{waited} {tail}"
+            f"{view.short('memory', (entry.get('demand') or {}).get('memory'))} waits{waited} {tail}"
             for task in ("task ", "") for tail in tails]
         words = next((c for c in candidates if cell_len(lead + c) <= width), candidates[-1])
         text = Text(lead, style="bold yellow" if i == 0 else "")
@@ -166,15 +167,15 @@ def _groups_table(state: TopState, status: dict, names: list[str], selected: str
         ("fair", "fair", "right", [f"{fair_level * float(groups[n].get('weight', 1.0)):.1%}" for n in names]),
     ]
     for resource in resources:
-        if resource == "gpu":  # held whole until the task ends; cgroups measure no use of it
-            columns.append(("gpu", "gpu r", "right", [_short(resource, (groups[n].get("reserved") or {}).get(resource))
-                                                      for n in names]))
+        if not measured(resource):  # a device: held whole until the task ends, no use measured
+            columns.append(("gpu", f"{resource} r", "right", [
+                view.short(resource, (groups[n].get("reserved") or {}).get(resource)) for n in names]))
             continue
         key = resource if resource in ("cpu", "memory") else "io"
-        held, letter = ("guarantee", "g") if vocabulary.compressible(resource) else ("reserved", "r")
+        held, letter = ("guarantee", "g") if compressible(resource) else ("reserved", "r")
         columns.append((key, f"{_short_label(resource)} {letter}/u", "right", [
-            f"{_short(resource, (groups[n].get(held) or {}).get(resource))}/"
-            f"{_short(resource, groups[n].get('usage', {}).get(resource))}" for n in names]))
+            f"{view.short(resource, (groups[n].get(held) or {}).get(resource))}/"
+            f"{view.short(resource, groups[n].get('usage', {}).get(resource))}" for n in names]))
     columns.append(("borrow", "borrow", "left", [_borrowed(groups[n].get("borrowed") or {}) for n in names]))
     columns.append(("pressure", "pressure", "left", [_pressure(groups[n].get("pressure", {})) for n in names]))
 
@@ -267,13 +268,13 @@ def _resource_line(status: dict, resource: str, width: int) -> Text:
     """``cpu      ███▒▒···  guaranteed 1.75 · used 1.70 of 1.75 cores`` (memory: ``reserved``):
     █ used, ▒ guaranteed (reserved) and not used, · free."""
     capacity = float(status.get("capacity", {}).get(resource, 0.0))
-    word = "guaranteed" if vocabulary.compressible(resource) else "reserved"
+    word = "guaranteed" if compressible(resource) else "reserved"
     allocated = float(status.get(word, {}).get(resource, 0.0))
     used = float(status.get("used", {}).get(resource, 0.0))
     words = (f" {word} {view.amount(resource, allocated)} · used {view.amount(resource, used)} "
              f"of {view.amount(resource, capacity, unit=True)}")
-    if resource == "gpu":  # whole devices, held until the task ends: no use is measured
-        words = f" {word} {view.amount(resource, allocated)} of {view.amount(resource, capacity)} GPUs"
+    if not measured(resource):  # a device: held whole until the task ends, no use measured
+        words = f" {word} {view.amount(resource, allocated)} of {find(resource).said(capacity)}"
     bar_width = max(8, min(40, width - 10 - len(words)))
     used_cells = round(min(1.0, used / capacity) * bar_width) if capacity else 0
     alloc_cells = max(0, round(min(1.0, allocated / capacity) * bar_width) - used_cells) if capacity else 0
@@ -334,20 +335,6 @@ def _pressure(pressure: dict) -> Text:
     return text if text else Text("·", style="dim")
 
 
-def _short(resource: str, value: object) -> str:
-    """An amount in at most 5 characters: cores ``0.88``, sizes ``256M``, ``3.5G``; ``—`` for none."""
-    if value is None:
-        return "—"
-    if resource == "cpu" or not resource.startswith(("memory", "io.")):
-        return view.number(value, precision=2)
-    number = float(value)
-    for suffix in ("T", "G", "M", "K"):
-        if abs(number) >= SUFFIXES[suffix]:
-            scaled = number / SUFFIXES[suffix]
-            return f"{scaled:.1f}{suffix}" if scaled < 10 else f"{scaled:.0f}{suffix}"
-    return f"{number:.0f}"
-
-
 def _compact(vector: dict) -> str:
     """A task's vector in one short cell: ``1c 512M r8.0M w2.0M 2gpu`` (cores, bytes, bytes/s,
     GPUs)."""
@@ -357,14 +344,12 @@ def _compact(vector: dict) -> str:
 def _compact_parts(vector: dict) -> list[str]:
     parts = []
     for resource, value in vector.items():
-        if resource == "cpu":
-            parts.append(f"{view.number(value, precision=2)}c")
-        elif resource == "gpu":
-            parts.append(f"{view.number(value, precision=2)}gpu")
+        if resource == "cpu" or not measured(resource):  # 1.5c; a device: 2gpu
+            parts.append(f"{view.number(value, precision=2)}{'c' if resource == 'cpu' else resource}")
         elif resource.startswith("io."):
-            parts.append(f"{resource.rsplit('.', 1)[-1][0]}{_short(resource, value)}")
+            parts.append(f"{resource.rsplit('.', 1)[-1][0]}{view.short(resource, value)}")
         else:
-            parts.append(_short(resource, value))
+            parts.append(view.short(resource, value))
     return parts
 
 

@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 from rich.table import Table
 from rich.text import Text
 
-from governor.units import format_amount, format_number, format_size
+from governor.resources import Resource, admitted, sized
+from governor.units import SUFFIXES, format_amount, format_number, format_size
 
 # Commands longer than this are cut with an ellipsis; the full line is in `--json`.
 COMMAND_CHARS = 40
@@ -113,34 +114,36 @@ def queue(status: dict) -> list[dict]:
 def its_turn(entry: dict) -> bool:
     """Whether a queued task's memory and GPUs would fit now (``waiting_for`` and
     ``gpus_waiting_for`` 0): it waits only for the tasks ahead of it."""
-    value = entry.get("waiting_for")
-    return value is not None and float(value) <= 0 and not waits_for_gpus(entry)
+    return entry.get("waiting_for") is not None and short_of(entry) is None
 
 
-def waits_for_gpus(entry: dict) -> bool:
-    """Whether a queued task's memory would fit but its GPUs would not: GPUs hold it back."""
-    gpus, memory = entry.get("gpus_waiting_for"), entry.get("waiting_for")
-    return isinstance(gpus, (int, float)) and gpus > 0 and (memory is None or float(memory) <= 0)
+def short_of(entry: dict) -> Resource | None:
+    """The admitted resource a queued task waits for: the first in registry order of which
+    something must free (``waiting_for`` memory, ``gpus_waiting_for`` GPUs, above 0), or None."""
+    for resource in admitted():
+        value = entry.get(f"{resource.queue}waiting_for")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return resource
+    return None
 
 
 def waiting_for(entry: dict) -> str:
     """What must free before a queued task fits: memory (``4.0G``), GPUs (``1 GPU``), or ``its
-    turn`` (see :func:`its_turn`)."""
-    if waits_for_gpus(entry):
-        gpus = round(entry["gpus_waiting_for"])
-        return f"{gpus} GPU{'s' if gpus > 1 else ''}"
-    return "its turn" if its_turn(entry) else amount("memory", entry.get("waiting_for"))
+    turn`` (see :func:`its_turn`); ``—`` when the entry does not say."""
+    short = short_of(entry)
+    if short is not None:
+        return short.said(entry[f"{short.queue}waiting_for"])
+    return "its turn" if its_turn(entry) else "—"
 
 
 def holders(entry: dict) -> list[str]:
     """Who holds what a queued task waits for, one string each: ``physics 16.0G`` (memory) or
     ``vision 2 GPUs``; empty when the entry does not say, or the task waits only for its turn."""
-    if waits_for_gpus(entry):
-        return [f"{h.get('group', '?')} {h.get('gpu', '?')} GPU{'s' if h.get('gpu') != 1 else ''}"
-                for h in entry.get("gpus_held_by") or []]
     if its_turn(entry):
         return []
-    return [f"{h.get('group', '?')} {amount('memory', h.get('memory'))}" for h in entry.get("held_by") or []]
+    short = short_of(entry) or admitted()[0]
+    return [f"{h.get('group', '?')} " + ("—" if h.get(short.name) is None else short.said(h[short.name]))
+            for h in entry.get(f"{short.queue}held_by") or []]
 
 
 def held_by(entry: dict, *, sep: str = ", ") -> str:
@@ -259,3 +262,17 @@ def gpu_holder(entry: dict, *, user: bool = True) -> str:
         return "free"
     held = f"{entry.get('group', '?')}/{entry['task']}"
     return f"{held} {entry['user']}" if user and entry.get("user") else held
+
+
+def short(resource: str, value: object) -> str:
+    """An amount in at most 5 characters (``top``): cores ``0.88``, sizes ``256M``, ``3.5G``; ``—`` for none."""
+    if value is None:
+        return "—"
+    if not sized(resource):
+        return number(value, precision=2)
+    size = float(value)
+    for suffix in ("T", "G", "M", "K"):
+        if abs(size) >= SUFFIXES[suffix]:
+            scaled = size / SUFFIXES[suffix]
+            return f"{scaled:.1f}{suffix}" if scaled < 10 else f"{scaled:.0f}{suffix}"
+    return f"{size:.0f}"

@@ -13,6 +13,7 @@ import pwd
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from governor import resources
 from governor.config import Config, group_name_problem
 from governor.config_types import MIN_TASK_MEMORY
 from governor.errors import RequestError
@@ -142,14 +143,13 @@ def task_demand(config: Config, capacity: Mapping[str, float], flags: Mapping[st
     """A launch's demand vector: its flags over ``[defaults.task]``, checked against the host.
 
     Raises:
-        RequestError: ``bad_request`` (I/O asked with no governed device; no CPU or memory),
+        RequestError: ``bad_request`` (a resource this config governs none of, such as GPUs or
+            I/O with no governed device; no CPU or memory),
             ``exceeds_capacity`` (more of a resource than the host divides).
     """
-    if flags.get("gpu") and config.gpus is None:
-        raise RequestError("bad_request", "demand.gpu: no GPU is governed on this host (capacity.gpus in the config)")
-    if ("io_read" in flags or "io_write" in flags) and not config.io_devices:
-        raise RequestError("bad_request", "demand.io_read/io_write: no I/O device is governed "
-                                          "(add a [[capacity.io]] entry to the config)")
+    for entry in resources.RESOURCES:
+        if flags.get(entry.wire) and not entry.names(config):
+            raise RequestError("bad_request", f"demand.{entry.wire}: {entry.absent}")
     demand = config.task_demand(**flags)
     for resource in ("cpu", "memory"):
         if demand.get(resource, 0) <= 0:

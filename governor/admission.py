@@ -2,7 +2,7 @@
 
 Memory is incompressible, so a task starts only when its declared memory fits beside the
 declared memory of the running tasks (DESIGN.md §3); GPUs are whole devices, so a task asking
-for N starts only when N are free (each admitted resource, :data:`~governor.vocabulary.ADMITTED`,
+for N starts only when N are free (each admitted resource, :func:`governor.resources.admitted`,
 is counted the same way). Waiting tasks are served as in the
 paper's Algorithm 1 (§4.2, discrete progressive filling): repeatedly take the group with the
 lowest weighted dominant share ``s_g / w_g`` (over its running tasks' declarations, D_g) that
@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from governor.units import format_amount
-from governor.vocabulary import ADMITTED
+from governor import resources
 
 # Float declarations carry rounding error: a task fits within this relative slack.
 _SLACK = 1e-9
@@ -87,24 +87,21 @@ class Admission:
         admitted: ids of the tasks to start now, in admission order.
         waiting: ids of the tasks that keep waiting, in the order they would be served if
             memory were free (position 1 first).
-        free_memory: bytes of capacity left beside the running and admitted tasks.
-        holders: the groups holding the most declared memory after admission, largest first
-            (at most 3): ``(group, bytes)``.
-        free_gpus: GPUs left beside the running and admitted tasks (0 where none is governed).
-        gpu_holders: the groups holding the most GPUs, as ``holders``: ``(group, devices)``.
+        free: admitted resource → what is left of it beside the running and admitted tasks
+            (bytes of memory, GPUs; 0 where none is governed).
+        holders: admitted resource → the groups holding the most of it after admission,
+            largest first (at most :data:`HELD_BY_SHOWN`): ``(group, amount)``.
         reserved_for: the waiting task that holds the reservation (the next task of the
             lowest-share group, which did not fit), or None.
-        reserved: what is kept for it: resource → amount (of :data:`ADMITTED`); empty without one.
+        reserved: what is kept for it: admitted resource → amount; empty without one.
         limited: waiting task → why a quota holds it back (``group science's limit: memory
             60.0G of 64.0G declared``).
     """
 
     admitted: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
-    free_memory: float = 0.0
-    holders: list[tuple[str, float]] = field(default_factory=list)
-    free_gpus: float = 0.0
-    gpu_holders: list[tuple[str, float]] = field(default_factory=list)
+    free: dict[str, float] = field(default_factory=dict)
+    holders: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
     reserved_for: str | None = None
     reserved: dict[str, float] = field(default_factory=dict)
     limited: dict[str, str] = field(default_factory=dict)
@@ -130,8 +127,9 @@ def admit(capacity: Mapping[str, float], running: Mapping[str, Mapping[str, floa
     """
     demands = {g: dict(d) for g, d in running.items()}
     counts = dict(running_tasks)
-    limit = {r: capacity.get(r, 0.0) * (1 + _SLACK) for r in ADMITTED}
-    used = {r: sum(d.get(r, 0.0) for d in demands.values()) for r in ADMITTED}
+    counted = [entry.name for entry in resources.admitted()]
+    limit = {r: capacity.get(r, 0.0) * (1 + _SLACK) for r in counted}
+    used = {r: sum(d.get(r, 0.0) for d in demands.values()) for r in counted}
     by_group: dict[str, list[Waiting]] = {}
     for waiting in queue:
         by_group.setdefault(waiting.group, []).append(waiting)
@@ -153,12 +151,12 @@ def admit(capacity: Mapping[str, float], running: Mapping[str, Mapping[str, floa
                     heapq.heappush(heap, _key(group, demands, counts, weights, capacity))
             continue  # no reservation: what frees elsewhere is no use to it
         if not all(used[r] + result.reserved.get(r, 0.0) + head.demand.get(r, 0.0) <= limit[r]
-                   for r in ADMITTED if head.demand.get(r, 0.0) > 0):
+                   for r in counted if head.demand.get(r, 0.0) > 0):
             if result.reserved_for is None:  # the lowest share that does not fit: what frees is its
                 result.reserved_for = head.task
-                result.reserved = {r: head.demand[r] for r in ADMITTED if head.demand.get(r, 0.0) > 0}
+                result.reserved = {r: head.demand[r] for r in counted if head.demand.get(r, 0.0) > 0}
             continue  # skipped for this pass: it fits neither now nor beside the reservation
-        for r in ADMITTED:
+        for r in counted:
             used[r] += head.demand.get(r, 0.0)
         for index in covering:
             _add(quota_used[index], head.demand)
@@ -178,10 +176,8 @@ def admit(capacity: Mapping[str, float], running: Mapping[str, Mapping[str, floa
     if result.reserved_for in result.waiting:  # the holder is served first
         result.waiting.remove(result.reserved_for)
         result.waiting.insert(0, result.reserved_for)
-    result.free_memory = max(0.0, capacity.get("memory", 0.0) - used["memory"])
-    result.free_gpus = max(0.0, capacity.get("gpu", 0.0) - used["gpu"])
-    result.holders = _holders(demands, "memory")
-    result.gpu_holders = _holders(demands, "gpu")
+    result.free = {r: max(0.0, capacity.get(r, 0.0) - used[r]) for r in counted}
+    result.holders = {r: _holders(demands, r) for r in counted}
     return result
 
 

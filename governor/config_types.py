@@ -5,18 +5,18 @@ Pure data and lookups; :mod:`governor.config` builds these from a file.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from governor import resources
 from governor.cgroups.names import interface_name_problem
 from governor.config_gpus import GpuGuardRules
 from governor.errors import ConfigError
 from governor.kinds import SESSION_PREFIX, TASK_PREFIX
 from governor.tomlcheck import join_key
-from governor.units import format_amount, format_size
+from governor.units import format_amount
 
 # Bounds on what a config or a request may say: beyond them no host has the amount, and the
 # kernel's files (microseconds, bytes in 63 bits, weights 1..10000) could not hold it.
@@ -198,12 +198,9 @@ class Config:
 
     @property
     def resources(self) -> tuple[str, ...]:
-        """Resource names in a fixed order: ``cpu``, ``memory``, ``gpu`` (when GPUs are governed),
-        then each device's read and write."""
-        names = ["cpu", "memory"] + (["gpu"] if self.gpus is not None else [])
-        for device in self.io_devices:
-            names += [device.read_resource, device.write_resource]
-        return tuple(names)
+        """Resource names in a fixed order (:func:`governor.resources.governed`): ``cpu``,
+        ``memory``, ``gpu`` (when GPUs are governed), then each device's read and write."""
+        return resources.governed(self)
 
     def capacity(self, host_cpus: float, host_memory_bytes: int, gpus: int = 0) -> dict[str, float]:
         """What governor divides on this host, by resource (in :attr:`resources` order).
@@ -215,32 +212,13 @@ class Config:
 
         Returns:
             cores for ``cpu``, bytes for ``memory``, whole devices for ``gpu``, bytes/s for
-            ``io.<name>.read/write``.
+            ``io.<name>.read/write`` (each resource's entry in :mod:`governor.resources` says).
 
         Raises:
             ConfigError: at ``capacity.reserve.cpu`` / ``capacity.reserve.memory`` when the
                 reserve leaves nothing of the host's value.
         """
-        cpu = self.cpu_cores
-        if cpu is None:
-            cpu = host_cpus - self.reserve_cpu_cores
-            if cpu <= 0:
-                raise ConfigError(self.file, "capacity.reserve.cpu",
-                                  f"reserving {self.reserve_cpu_cores:g} cores leaves nothing of the "
-                                  f"host's {host_cpus:g}; lower it or set capacity.cpu")
-        memory = self.memory_bytes
-        if memory is None:
-            memory = host_memory_bytes - self.reserve_memory_bytes
-            if memory <= 0:
-                raise ConfigError(self.file, "capacity.reserve.memory",
-                                  f"reserving {format_size(self.reserve_memory_bytes)} leaves nothing of the "
-                                  f"host's {format_size(host_memory_bytes)}; lower it or set capacity.memory")
-        capacity: dict[str, float] = {"cpu": cpu, "memory": memory}
-        if self.gpus is not None:
-            capacity["gpu"] = float(gpus)
-        for device in self.io_devices:
-            capacity[device.read_resource] = device.read_bps
-            capacity[device.write_resource] = device.write_bps
+        capacity = resources.capacity(self, resources.Host(host_cpus, host_memory_bytes, gpus))
         self._check_guarantees_fit(capacity)
         return capacity
 
@@ -256,13 +234,13 @@ class Config:
                                   f"the top-level groups' guarantees add up to {asked}, more than the capacity "
                                   f"here, {has}")
 
-    def task_demand(self, cpu: float | None = None, memory: int | None = None,
-                    io_read: int | None = None, io_write: int | None = None, gpu: int | None = None) -> dict[str, float]:
+    def task_demand(self, **given: float | None) -> dict[str, float]:
         """The demand vector of one task: the given values, ``[defaults.task]`` for the rest.
 
         Args:
-            cpu: cores; memory: bytes; io_read, io_write: bytes/s on each governed device;
-            gpu: whole GPUs (none by default).
+            given: by wire key (:data:`governor.resources.RESOURCES`): ``cpu`` cores, ``memory``
+                bytes, ``gpu`` whole GPUs, ``io_read``/``io_write`` bytes/s on each governed
+                device; one left out or None takes its default (none for GPUs).
 
         Returns:
             resource → amount, in :attr:`resources` order, leaving out resources demanded at 0.
@@ -270,26 +248,20 @@ class Config:
         Raises:
             ValueError: for a given value that is negative, not finite, or a boolean.
         """
-        given = {"cpu": cpu, "memory": memory, "io_read": io_read, "io_write": io_write, "gpu": gpu}
-        for name, value in given.items():
-            if value is not None and (isinstance(value, bool) or not math.isfinite(value) or value < 0):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        io_read = self.task_io_read_bps if io_read is None else io_read
-        io_write = self.task_io_write_bps if io_write is None else io_write
-        demand = {
-            "cpu": self.task_cpu_cores if cpu is None else cpu,
-            "memory": self.task_memory_bytes if memory is None else memory,
-            "gpu": gpu or 0,
-        }
-        for device in self.io_devices:
-            demand[device.read_resource] = io_read
-            demand[device.write_resource] = io_write
-        return {resource: amount for resource, amount in demand.items() if amount}
+        return resources.demand(given, self.task_defaults, self)
+
+    @property
+    def task_defaults(self) -> dict[str, float]:
+        """``[defaults.task]``: config key (:data:`governor.resources.RESOURCES`) → amount."""
+        return {"cpu": self.task_cpu_cores, "memory": self.task_memory_bytes, "io_read": self.task_io_read_bps,
+                "io_write": self.task_io_write_bps}
 
     def session_demand(self) -> dict[str, float]:
         """The demand vector of a session task (``[sessions]``), shaped as :meth:`task_demand`'s."""
         rules = self.sessions
-        return self.task_demand(rules.cpu_cores, rules.memory_bytes, rules.io_read_bps, rules.io_write_bps)
+        defaults = {"cpu": rules.cpu_cores, "memory": rules.memory_bytes, "io_read": rules.io_read_bps,
+                    "io_write": rules.io_write_bps}
+        return resources.demand({}, defaults, self)
 
     def allowed_groups(self, user: str, unix_groups: Collection[str]) -> list[str]:
         """Every group ``user`` may launch into, the default one first.

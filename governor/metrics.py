@@ -26,7 +26,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from governor.errors import GovernorError
 from governor.gpus import GpuUse
-from governor.vocabulary import compressible
+from governor.resources import compressible, measured
 
 # Scrapes served at once; a connection beyond them is closed at once (a scrape takes ~1 ms).
 MAX_SCRAPES = 16
@@ -200,7 +200,7 @@ class _Snapshot:
                 past.add_metric([name], group["past_use"])
             for resource in resources:
                 allocation.add_metric([name, resource], group["allocation"].get(resource, 0.0))
-                if resource != "gpu":  # cgroups measure no use of a GPU: no series, rather than 0
+                if measured(resource):  # of a GPU, none: no series, rather than 0
                     used.add_metric([name, resource], group["usage"].get(resource, 0.0))
                 if compressible(resource):
                     guarantee.add_metric([name, resource], group.get("guarantee", {}).get(resource, 0.0))

@@ -82,6 +82,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from governor import resources
 from governor.config_types import WEIGHT_RANGE
 from governor.errors import RequestError
 
@@ -98,8 +99,6 @@ ERROR_CODES = frozenset({
 })
 # A watcher gets a whole status each interval: 32 at 0.2 s took the daemon 9.4 s of CPU in 15 s.
 WATCH_INTERVAL_S = (0.5, 60.0)
-# Demand keys on the wire: cpu in cores (any number), the others whole bytes or bytes/s.
-DEMAND_KEYS = ("cpu", "memory", "gpu", "io_read", "io_write")
 MAX_NAME_CHARS = 64
 MAX_STOP_TASKS = 64
 
@@ -126,9 +125,9 @@ class LaunchRequest:
     Attributes:
         pid: the process to move into the task cgroup (> 0; must be the caller's own).
         group: the group to launch into, or ``None`` for the caller's default group.
-        demand: the declared demand, a subset of :data:`DEMAND_KEYS`: ``cpu`` a float (cores),
-            ``memory`` an int (bytes), ``gpu`` an int (whole GPUs), ``io_read``/``io_write``
-            ints (bytes/s).
+        demand: the declared demand by wire key (:func:`governor.resources.wire_keys`): ``cpu``
+            a float (cores), ``memory`` an int (bytes), ``gpu`` an int (whole GPUs),
+            ``io_read``/``io_write`` ints (bytes/s).
         command: the command line, for display only.
         wait: queue when the memory does not fit now; False refuses with ``would_wait``.
         name: the task's name (:func:`name_problem` holds for it), or None for the
@@ -423,24 +422,24 @@ def _bool(value: object, field: str) -> bool:
 def _demand(value: object) -> dict[str, float | int]:
     if not isinstance(value, dict):
         raise RequestError("bad_request", f"demand: must be an object, got {_json_type(value)}")
-    unknown = sorted(set(value) - set(DEMAND_KEYS))
+    keys = {entry.wire: entry for entry in resources.RESOURCES}
+    unknown = sorted(set(value) - set(keys))
     if unknown:
-        raise RequestError("bad_request",
-                           f"demand.{unknown[0]}: unknown field (known: {', '.join(DEMAND_KEYS)})")
+        raise RequestError("bad_request", f"demand.{unknown[0]}: unknown field (known: {', '.join(keys)})")
     demand: dict[str, float | int] = {}
-    for key in DEMAND_KEYS:
+    for key, entry in keys.items():
         if key not in value:
             continue
         field = f"demand.{key}"
-        if key == "cpu":
-            cores = value[key]
-            if isinstance(cores, bool) or not isinstance(cores, (int, float)):
-                raise RequestError("bad_request", f"{field}: must be a number of cores, got {_json_type(cores)}")
-            if not math.isfinite(cores) or cores < 0:
-                raise RequestError("bad_request", f"{field}: must be a finite number ≥ 0, got {cores!r}")
-            demand[key] = float(cores)
-        else:
+        if entry.whole:
             demand[key] = _int(value[key], field, minimum=0)
+            continue
+        amount = value[key]
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+            raise RequestError("bad_request", f"{field}: must be a number of {entry.unit}, got {_json_type(amount)}")
+        if not math.isfinite(amount) or amount < 0:
+            raise RequestError("bad_request", f"{field}: must be a finite number ≥ 0, got {amount!r}")
+        demand[key] = float(amount)
     return demand
 
 

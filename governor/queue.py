@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from governor.admission import Admission
 from governor.errors import RequestError
 from governor.state import SHOWN_COMMAND_CHARS, Task, bounded_command
-from governor.units import format_amount
+from governor.resources import ResourceKind, admitted
 
 
 @dataclass
@@ -52,53 +52,57 @@ def queue_view(entries: Mapping[str, Entry], admission: Admission | None) -> lis
     (bytes of memory that must free before it fits: beside the reservation, for a task that
     does not hold it), ``held_by`` (``[{"group", "memory"}]``, the largest holders of declared
     memory, at most 3), ``gpus_waiting_for`` (GPUs that must free before it fits, 0 when its
-    GPUs would fit) and ``gpus_held_by`` (``[{"group", "gpu"}]``, as ``held_by``), ``reserved_for`` (the task holding the reservation, when another: what
+    GPUs would fit) and ``gpus_held_by`` (``[{"group", "gpu"}]``, as ``held_by``; empty for a
+    task asking for none): the same two keys for each admitted resource, prefixed with its
+    :attr:`~governor.resources.Resource.queue`; ``reserved_for`` (the task holding the reservation, when another: what
     frees is kept for it first; see :mod:`governor.admission`), ``limited_by`` (the group limit
     or user limit that holds it back, in words, or None).
     """
     if admission is None:
         return []
-    held_by = [{"group": group, "memory": memory} for group, memory in admission.holders]
-    gpus_held_by = [{"group": group, "gpu": round(gpus)} for group, gpus in admission.gpu_holders]
+    counted = admitted()
+    held_by = {r.name: [{"group": group, r.name: round(amount) if r.kind is ResourceKind.DEVICE else amount}
+                        for group, amount in admission.holders.get(r.name, [])] for r in counted}
     view = []
     for position, task_id in enumerate(_known(admission.waiting, entries), start=1):
         entry = entries[task_id]
-        memory = entry.task.demand.get("memory", 0.0)
         holder = admission.reserved_for if admission.reserved_for != task_id else None
-        kept = admission.reserved.get("memory", 0.0) if holder is not None else 0.0
-        gpus = entry.task.demand.get("gpu", 0.0)
-        kept_gpus = admission.reserved.get("gpu", 0.0) if holder is not None else 0.0
-        view.append({
+        item = {
             "task": task_id, "group": entry.task.group, "user": entry.task.user, "uid": entry.task.uid,
             "command": bounded_command(entry.task.command, SHOWN_COMMAND_CHARS)[0], "demand": dict(entry.task.demand),
             "queued_at": entry.queued_at, "position": position,
-            "waiting_for": max(0, round(memory + kept - admission.free_memory)), "held_by": held_by,
-            "gpus_waiting_for": max(0, round(gpus + kept_gpus - admission.free_gpus)) if gpus else 0,
-            "gpus_held_by": gpus_held_by if gpus else [],
-            "reserved_for": holder, "limited_by": admission.limited.get(task_id),
-        })
-        view[-1]["reason"] = reason(view[-1])
+        }
+        for r in counted:
+            wanted = entry.task.demand.get(r.name, 0.0)
+            kept = admission.reserved.get(r.name, 0.0) if holder is not None else 0.0
+            short = max(0, round(wanted + kept - admission.free.get(r.name, 0.0)))
+            item[f"{r.queue}waiting_for"] = short if wanted else 0
+            item[f"{r.queue}held_by"] = held_by[r.name] if wanted else []
+        item.update({"reserved_for": holder, "limited_by": admission.limited.get(task_id)})
+        item["reason"] = reason(item)
+        view.append(item)
     return view
 
 
 def reason(item: dict) -> str:
     """Why a queued task waits, in words (``governor run``, ``ps``, the log): ``memory: waits
     for 4.0G to free (held by physics 16.0G, ops 12.0G)`` or ``gpu: waits for 1 GPU to free
-    (held by vision 2, nlp 2)``, with ``; what frees goes first to task 7`` while another holds
-    the reservation, ``its turn: the tasks ahead start first``, or the quota that holds it back
-    (``group science's limit: memory 60.0G of 64.0G declared…``)."""
+    (held by vision 2, nlp 2)`` (the first admitted resource it waits for, in registry order),
+    with ``; what frees goes first to task 7`` while another holds the reservation, ``its
+    turn: the tasks ahead start first``, or the quota that holds it back (``group science's
+    limit: memory 60.0G of 64.0G declared…``)."""
     if item.get("limited_by"):
         return f"{item['limited_by']}; it starts when tasks under that limit end"
     first = (f"; what frees goes first to task {item['reserved_for']}, of a group with a lower dominant share"
              if item.get("reserved_for") else "")
-    gpus = item.get("gpus_waiting_for", 0)
-    if gpus > 0 and item["waiting_for"] <= 0:
-        holders = ", ".join(f"{h['group']} {h['gpu']}" for h in item.get("gpus_held_by", []))
-        return f"gpu: waits for {gpus} GPU{'s' if gpus > 1 else ''} to free (held by {holders or 'nobody'}){first}"
-    if item["waiting_for"] <= 0 and not item.get("reserved_for"):
-        return "memory: its turn: the tasks ahead of it start first"
-    holders = ", ".join(f"{h['group']} {format_amount('memory', h['memory'])}" for h in item["held_by"])
-    return (f"memory: waits for {format_amount('memory', item['waiting_for'])} to free "
+    counted = admitted()
+    short = next((r for r in counted if item.get(f"{r.queue}waiting_for", 0) > 0), None)
+    if short is None and not item.get("reserved_for"):
+        return f"{counted[0].name}: its turn: the tasks ahead of it start first"
+    short = short or counted[0]
+    holders = ", ".join(f"{h['group']} {short.format(h[short.name], False)}"
+                        for h in item.get(f"{short.queue}held_by", []))
+    return (f"{short.name}: waits for {short.said(item.get(f'{short.queue}waiting_for', 0))} to free "
             f"(held by {holders or 'nobody'}){first}")
 
 

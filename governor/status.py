@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from governor import vocabulary
 from governor.model import Allocation
 from governor.protocol import as_line, encode_json
+from governor.resources import find
 from governor.state import SHOWN_COMMAND_CHARS, Tasks
 
 
@@ -14,7 +15,7 @@ def split_usage(vector: Mapping[str, float]) -> tuple[dict[str, float], dict[str
     """Measured usage → (resources used, pressure signs such as ``cpu.nr_throttled``)."""
     used, pressure = {}, {}
     for key, value in vector.items():
-        (used if key in ("cpu", "memory") or key.startswith("io.") else pressure)[key] = value
+        (used if find(key) is not None else pressure)[key] = value
     return used, pressure
 
 

@@ -78,20 +78,16 @@ _HUGE = 1e15
 
 
 def format_amount(resource: str, value: float | Fraction, *, unit: bool = False) -> str:
-    """An amount of ``resource`` for people, the one rule every view and message follows.
-
-    ``memory…`` is bytes (``4.0G``), ``io.…`` bytes/s (``200.0M/s``), anything else (``cpu``,
-    ``gpu``…) a plain number with up to two decimals (``1.5``; with ``unit``, cpu reads
-    ``1.5 cores``, ``1 core``). Sizes use K/M/G/T, powers of 1024 (:func:`format_size`).
+    """An amount of ``resource`` for people, the one rule every view and message follows: its
+    registry entry's (:mod:`governor.resources`). ``memory`` is bytes (``4.0G``), ``io.…``
+    bytes/s (``200.0M/s``), ``cpu``, ``gpu`` and a name that is no resource a plain number with
+    up to two decimals (``1.5``; with ``unit``, cpu reads ``1.5 cores``, ``1 core``). Sizes use
+    K/M/G/T, powers of 1024 (:func:`format_size`).
     """
-    if resource.startswith("io."):
-        return f"{format_size(value)}/s"
-    if resource.startswith("memory"):
-        return format_size(value)
-    text = format_number(value, precision=2)
-    if unit and resource == "cpu":
-        return f"{text} core" + ("" if text == "1" else "s")
-    return text
+    from governor.resources import find  # the registry builds on this module
+
+    entry = find(resource)
+    return entry.format(value, unit) if entry else format_number(value, precision=2)
 
 
 # Time span units as systemd.time(7) spells them, in seconds.

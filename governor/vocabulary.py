@@ -13,7 +13,8 @@ use           what the kernel measures.
 borrowed      use above the guarantee, of a compressible resource (idle shares lent).
 ============  ==============================================================================
 
-Memory (and, later, GPUs) is never "guaranteed": it is admitted and reserved, never squeezed.
+Memory and GPUs are never "guaranteed": they are admitted and reserved, never squeezed
+(:func:`governor.resources.compressible` says which resources are which).
 ``status``, ``--json``, ``ps``, ``top``, ``explain``, ``check-config`` and the metrics call
 these functions, so one word is one number on every screen.
 """
@@ -22,18 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-# Resources a task must fit in to start, and that are never taken back once given: memory
-# (incompressible) and GPUs (whole devices, handed over until the task ends).
-ADMITTED = ("memory", "gpu")
+from governor.resources import admitted, compressible
+
 # Use is sampled over one second: a group at its guarantee reads a little above it half the
 # time. Less than this fraction of the guarantee above it is not borrowing.
 BORROW_NOISE = 0.02
-
-
-def compressible(resource: str) -> bool:
-    """Whether a task given less of ``resource`` only runs slower (cpu, I/O) rather than being
-    reclaimed into a stall or killed (memory)."""
-    return resource not in ADMITTED
 
 
 def floors(weights: Mapping[str, float], parents: Mapping[str, str | None] | None = None) -> dict[str, float]:
@@ -78,14 +72,16 @@ def task_guarantee(declared: Mapping[str, float], fraction: float) -> dict[str, 
 
 def reserved(declared: Mapping[str, float], *, session: bool = False,
              used: Mapping[str, float] | None = None) -> dict[str, float]:
-    """What a task holds in the admission count: its declared memory; a session, what it uses
+    """What a task holds in the admission count: its declared admitted resources (memory,
+    GPUs: :func:`governor.resources.admitted`); a session, what it uses
     (at most its cap), so that no user queues behind their own idle shell. Empty when nothing
     is held."""
     if session:
         used = used or {}
-        held = {r: min(float(used.get(r, 0.0)), float(declared[r])) for r in ADMITTED if declared.get(r)}
+        held = {r.name: min(float(used.get(r.name, 0.0)), float(declared[r.name]))
+                for r in admitted() if declared.get(r.name)}
     else:
-        held = {r: float(declared[r]) for r in ADMITTED if declared.get(r)}
+        held = {r.name: float(declared[r.name]) for r in admitted() if declared.get(r.name)}
     return {r: v for r, v in held.items() if v > 0}
 
 

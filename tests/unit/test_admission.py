@@ -4,7 +4,8 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from governor.admission import ADMITTED, Quota, Waiting, admit
+from governor.admission import Quota, Waiting, admit
+from governor.resources import admitted as admitted_resources
 
 GIB = 1024**3
 MIB = 1024**2
@@ -20,8 +21,8 @@ def test_a_task_whose_memory_fits_starts_and_one_that_does_not_waits():
     running = {"A": {"cpu": 0.5, "memory": 800 * MIB}}
     result = admit(CAPACITY, running, {"A": 1}, {}, [waiting("3", "C", 0.5, 100 * MIB)])
     assert result.admitted == ["3"] and result.waiting == [] and result.reserved_for is None
-    assert result.free_memory == GIB - 900 * MIB
-    assert result.holders == [("A", 800 * MIB), ("C", 100 * MIB)]
+    assert result.free["memory"] == GIB - 900 * MIB
+    assert result.holders["memory"] == [("A", 800 * MIB), ("C", 100 * MIB)]
 
 
 def test_the_lowest_share_that_does_not_fit_holds_a_reservation_nothing_overtakes():
@@ -117,7 +118,7 @@ def test_admission_never_overcommits_memory_and_loses_no_task(running, queued):
         if w.task in result.waiting:
             heads.setdefault(w.group, w)
     assert (result.reserved_for is None) == (not heads)
-    assert ADMITTED == ("memory", "gpu") and result.reserved == ({"memory": next(
+    assert [r.name for r in admitted_resources()] == ["memory", "gpu"] and result.reserved == ({"memory": next(
         w.demand["memory"] for w in queue if w.task == result.reserved_for)} if heads else {})
     for head in heads.values():
         kept = 0 if head.task == result.reserved_for else result.reserved["memory"]
