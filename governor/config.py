@@ -44,7 +44,7 @@ from governor.config_types import (MAX_BYTES, MAX_CORES, MIN_TASK_MEMORY, Config
                                    group_name_problem)
 from governor.errors import ConfigError
 from governor.fairshare import parse_half_life
-from governor.tomlcheck import amount, join_key, no_unknown_keys, number, parse_toml, subtable, type_name
+from governor.tomlcheck import amount, no_unknown_keys, number, parse_toml, subtable, type_name
 from governor.units import format_size
 
 __all__ = ["CONFIG_PATH", "DEFAULT_CONFIG", "EVERYONE", "Config", "GroupRule", "IoDevice",
