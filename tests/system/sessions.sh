@@ -122,7 +122,10 @@ old_lock=/run/governor/daemons/sessions.lock
 install -m 0644 /dev/null "$old_lock"
 runuser -u gov-carol -- flock -x "$root_dir" -c 'exec sleep 900' &
 runuser -u gov-carol -- flock -x "$old_lock" -c 'exec sleep 900' &
-wait_for 30 "carol's two flocks" sh -c '[ "$(pgrep -u gov-carol -cx sleep)" = 2 ]' || die "carol holds no lock"
+# Both at once: a daemon that still locked one of them itself would keep carol waiting, and she
+# would take it the moment a restart let go of it (the break: every start then failed).
+wait_for 30 "carol's two flocks" sh -c '[ "$(pgrep -u gov-carol -cx sleep)" = 2 ]' \
+    || die "gov-carol cannot hold both old lock paths: the daemon locks one itself, and a user who waits for it keeps a restarted daemon down"
 [ "$(stat -c '%a %U' /run/governor/locks)" = "700 root" ] || fail "/run/governor/locks is $(stat -c '%a %U' /run/governor/locks)"
 for lock in /run/governor/locks/*.lock; do
     if runuser -u gov-carol -- flock -n "$lock" true 2>/dev/null; then fail "gov-carol can hold $lock"; fi
