@@ -151,7 +151,7 @@ su -l gov-bob -c 'exec sleep 600' </dev/null >/dev/null 2>&1 &
 bob_login='[t for t in s["groups"].get("B", {}).get("tasks", []) if t["id"] == "login-'$bob'"]'
 bob_slice=/sys/fs/cgroup/user.slice/user-$bob.slice
 if wait_for 60 "bob's login session in governor status" status_has "$bob_login" \
-        && wait_for 30 "bob's slice capped" sh -c "[ \"\$(cat $bob_slice/cpu.max)\" = '40000 100000' ]"; then
+        && wait_for 30 "bob's slice capped" sh -c "[ \"\$(cut -d' ' -f1 $bob_slice/cpu.max)\" != max ]"; then
     echo "new login after the restarts: governed (cpu.max $(cat $bob_slice/cpu.max))"
 fi
 pkill -u gov-bob -x sleep || true
