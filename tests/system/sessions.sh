@@ -122,7 +122,10 @@ old_lock=/run/governor/daemons/sessions.lock
 install -m 0644 /dev/null "$old_lock"
 runuser -u gov-carol -- flock -x "$root_dir" -c 'exec sleep 900' &
 runuser -u gov-carol -- flock -x "$old_lock" -c 'exec sleep 900' &
-wait_for 30 "carol's two flocks" sh -c '[ "$(pgrep -u gov-carol -cx sleep)" = 2 ]' || die "carol holds no lock"
+# Both at once: a daemon that still locked one of them itself would keep carol waiting, and she
+# would take it the moment a restart let go of it (the break: every start then failed).
+wait_for 30 "carol's two flocks" sh -c '[ "$(pgrep -u gov-carol -cx sleep)" = 2 ]' \
+    || die "gov-carol cannot hold both old lock paths: the daemon locks one itself, and a user who waits for it keeps a restarted daemon down"
 [ "$(stat -c '%a %U' /run/governor/locks)" = "700 root" ] || fail "/run/governor/locks is $(stat -c '%a %U' /run/governor/locks)"
 for lock in /run/governor/locks/*.lock; do
     if runuser -u gov-carol -- flock -n "$lock" true 2>/dev/null; then fail "gov-carol can hold $lock"; fi
@@ -148,7 +151,7 @@ su -l gov-bob -c 'exec sleep 600' </dev/null >/dev/null 2>&1 &
 bob_login='[t for t in s["groups"].get("B", {}).get("tasks", []) if t["id"] == "login-'$bob'"]'
 bob_slice=/sys/fs/cgroup/user.slice/user-$bob.slice
 if wait_for 60 "bob's login session in governor status" status_has "$bob_login" \
-        && wait_for 30 "bob's slice capped" sh -c "[ \"\$(cat $bob_slice/cpu.max)\" = '40000 100000' ]"; then
+        && wait_for 30 "bob's slice capped" sh -c "[ \"\$(cut -d' ' -f1 $bob_slice/cpu.max)\" != max ]"; then
     echo "new login after the restarts: governed (cpu.max $(cat $bob_slice/cpu.max))"
 fi
 pkill -u gov-bob -x sleep || true
