@@ -29,8 +29,9 @@ from governor.daemon.records import Records
 from governor.daemon.tree import Tree, running_loop
 from governor.errors import CgroupWriteError, GovernorError, RequestError
 from governor.notify import Notifier
-from governor.quotas import quotas
+from governor.quotas import headroom, quotas
 from governor.queue import Entry
+from governor.resources import admitted as admitted_resources
 from governor.state import Task, Tasks
 
 __all__ = ["SETTLE_GAP_S", "Settle"]
@@ -227,7 +228,8 @@ class Settle:
         if draining:
             capacity = {**capacity, "gpu": capacity.get("gpu", 0.0) - draining}
         self.admission = admit(capacity, running, self.tasks.counts(), weights, waiting,
-                               quotas(self.policy.config, self.tasks, waiting))
+                               quotas(self.policy.config, self.tasks, waiting),
+                               headroom(self.policy.config, [r.name for r in admitted_resources()]))
         starting = [self.queue[task_id] for task_id in self.admission.admitted]
         if starting and self.enforcement.cpu_saturated:
             # The hold was measured without the new tasks; the next sample decides again.

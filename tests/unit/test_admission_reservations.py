@@ -1,0 +1,120 @@
+"""Issue 32, points 1 and 2: the queue's head reserves only the resources it lacks, and every
+group's unused guarantee of an admitted resource is kept as headroom (DESIGN.md §2)."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from governor.admission import Guarantee, Waiting, admit
+
+GIB = 1024**3
+MIB = 1024**2
+# The measured host of issue 32: 1.6 cores, 8G, three GPUs.
+HOST = {"cpu": 1.6, "memory": 8.0 * GIB, "gpu": 3.0}
+
+
+def test_a_task_waiting_for_gpus_reserves_no_memory_and_cpu_only_work_starts_beside_it():
+    # Break 1: alice holds 2 GPUs and 64M; bob's 2-GPU, 7G task lacks GPUs only. Carol's 1G,
+    # no GPU, fits beside that reservation: before, bob reserved his 7G too and carol waited
+    # "for 64.0M to free" as long as alice's GPU job ran.
+    running = {"lab-a": {"cpu": 0.1, "memory": 64 * MIB, "gpu": 2.0}}
+    bob = Waiting("179", "lab-b", {"cpu": 0.1, "memory": 7 * GIB, "gpu": 2.0}, "bob")
+    carol = Waiting("180", "lab-a", {"cpu": 0.1, "memory": 1 * GIB}, "carol")
+    result = admit(HOST, running, {"lab-a": 1}, {}, [bob, carol])
+    assert result.admitted == ["180"]
+    assert (result.reserved_for, result.reserved) == ("179", {"gpu": 2.0})
+    # Carol took memory bob could get: he lacks it only while she runs, and reserves it then.
+    assert result.short["179"] == {"gpu": 1.0, "memory": 64 * MIB} and result.beside == ["180"]
+    # A GPU task of another group takes none of what bob waits for.
+    dave = Waiting("181", "lab-c", {"cpu": 0.1, "memory": 64 * MIB, "gpu": 1.0}, "dave")
+    assert admit(HOST, running, {"lab-a": 1}, {}, [bob, dave]).admitted == []
+
+
+def test_an_idle_groups_memory_guarantee_is_kept_free_of_other_groups():
+    # Break 2: lab-b (bob) is guaranteed 1G and idle; lab-a's tasks may take 7G, not 7.5G, so
+    # bob's 1G starts at once. Before, lab-a took 7.5G and bob waited.
+    guarantee = [Guarantee("lab-b", {"memory": 1 * GIB}, frozenset({"lab-b"}))]
+    running = {"lab-a": {"memory": 6.5 * GIB}}
+    big = Waiting("1", "lab-a", {"memory": 1 * GIB})
+    result = admit(HOST, running, {"lab-a": 1}, {}, [big], guarantees=guarantee)
+    assert result.admitted == [] and result.short["1"] == {"memory": 0.5 * GIB}
+    assert result.headroom["memory"] == [("lab-b", 1 * GIB)]
+    half = Waiting("2", "lab-a", {"memory": 0.5 * GIB})
+    assert admit(HOST, running, {"lab-a": 1}, {}, [half], guarantees=guarantee).admitted == ["2"]
+    bob = Waiting("3", "lab-b", {"memory": 1 * GIB})
+    after = {"lab-a": {"memory": 7 * GIB}}
+    assert admit(HOST, after, {"lab-a": 2}, {}, [big, bob], guarantees=guarantee).admitted == ["3"]
+
+
+def test_a_child_guarantee_is_kept_inside_its_parents():
+    # dept is guaranteed 2G, lab-a (inside it) 1G. lab-x, dept's other child, may use dept's
+    # other 1G but not lab-a's.
+    guarantees = [Guarantee("dept", {"memory": 2 * GIB}, frozenset({"dept", "lab-a", "lab-x"})),
+                  Guarantee("lab-a", {"memory": 1 * GIB}, frozenset({"lab-a"}))]
+    running = {"other": {"memory": 6 * GIB}}
+    one = Waiting("1", "lab-x", {"memory": 1 * GIB})
+    two = Waiting("2", "lab-x", {"memory": 1 * GIB})
+    result = admit(HOST, running, {"other": 1}, {}, [one, two], guarantees=guarantees)
+    assert result.admitted == ["1"] and result.short["2"] == {"memory": 1 * GIB}
+
+
+groups = st.sampled_from(["a", "b", "c"])
+tasks = st.lists(st.tuples(groups, st.integers(1, 8), st.integers(0, 2)), min_size=1, max_size=14)
+
+
+def _shares(running, capacity):
+    return {g: max(d.get(r, 0) / capacity[r] for r in capacity if capacity[r]) for g, d in running.items()}
+
+
+@settings(max_examples=300, deadline=None)
+@given(held=tasks, queued=tasks)
+def test_the_head_is_never_delayed_by_a_task_admitted_beside_it(held, queued):
+    # Memory in G and GPUs on an 8G, 3-GPU host. The tasks started beside the reservation take
+    # none of a resource the head reserved, and of the others the head lacks at most what they
+    # took: once they end, it lacks nothing but what it reserved (paper §4.1: a task that needs
+    # none of the exhausted resource starts; DESIGN.md §2).
+    capacity = {"memory": 8.0, "gpu": 3.0}
+    running: dict[str, dict[str, float]] = {}
+    for group, memory, gpus in held:
+        if sum(d["memory"] for d in running.values()) + memory <= 8 and \
+                sum(d["gpu"] for d in running.values()) + gpus <= 3:
+            d = running.setdefault(group, {"memory": 0.0, "gpu": 0.0})
+            d["memory"] += memory
+            d["gpu"] += gpus
+    queue = [Waiting(str(i), "q" + g, {"memory": float(m), "gpu": float(n)}) for i, (g, m, n) in enumerate(queued)]
+    result = admit(capacity, running, {}, {}, queue)
+    assert (result.reserved_for is None) == (not result.beside and not result.reserved)
+    if result.reserved_for is None:
+        return
+    beside = [w for w in queue if w.task in result.beside]
+    lacks = result.short[result.reserved_for]
+    assert set(result.reserved) <= set(lacks)
+    for r in capacity:
+        took = sum(w.demand[r] for w in beside)
+        if r in result.reserved:
+            assert took == 0
+        else:
+            assert lacks.get(r, 0.0) <= took
+
+
+@settings(max_examples=300, deadline=None)
+@given(arrivals=st.lists(st.tuples(groups, st.integers(1, 4)), min_size=1, max_size=20),
+       guaranteed=st.integers(1, 4))
+def test_a_task_within_its_groups_guarantee_never_waits_on_another_group(arrivals, guaranteed):
+    # Group "g" is guaranteed `guaranteed` G of an 8G host; the others arrive in any order and
+    # stay. Whenever g's task fits in what g's guarantee leaves unused, it starts at once.
+    capacity = {"memory": 8.0}
+    guarantee = [Guarantee("g", {"memory": float(guaranteed)}, frozenset({"g"}))]
+    running: dict[str, dict[str, float]] = {}
+    queue: list[Waiting] = []
+    for i, (group, memory) in enumerate([*arrivals, ("g", 1)]):
+        name = "g" if group == "a" else group  # a third of the arrivals are g's
+        task = Waiting(str(i), name, {"memory": float(memory)})
+        queue.append(task)
+        result = admit(capacity, running, {}, {}, queue, guarantees=guarantee)
+        for started in [w for w in queue if w.task in result.admitted]:
+            running.setdefault(started.group, {"memory": 0.0})["memory"] += started.demand["memory"]
+        queue = [w for w in queue if w.task not in result.admitted]
+        own = running.get("g", {}).get("memory", 0.0)
+        if name == "g" and queue == [task] and own + memory <= guaranteed:
+            raise AssertionError(f"g's {memory}G waits with {own}G of {guaranteed}G used")
+        queue = [w for w in queue if w.group != "g"]  # g's task that exceeds its guarantee leaves
