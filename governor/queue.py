@@ -49,8 +49,8 @@ def queue_view(entries: Mapping[str, Entry], admission: Admission | None) -> lis
 
     Each item: ``task``, ``group``, ``user``, ``uid``, ``command``, ``demand`` (declared:
     cores, bytes, bytes/s), ``queued_at`` (unix s), ``position`` (1 = next), ``waiting_for``
-    (bytes of memory that must free before it fits: beside the reservation, for a task that
-    does not hold it), ``held_by`` (``[{"group", "memory"}]``, the largest holders of declared
+    (bytes of memory that must free before it fits beside the others' headroom; the
+    reservation, which ``reason`` names, not counted), ``held_by`` (``[{"group", "memory"}]``, the largest holders of declared
     memory, at most 3), ``gpus_waiting_for`` (GPUs that must free before it fits, 0 when its
     GPUs would fit) and ``gpus_held_by`` (``[{"group", "gpu"}]``, as ``held_by``; empty for a
     task asking for none): the same two keys for each admitted resource, prefixed with its

@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from governor.admission import Guarantee, Waiting, admit
+from governor.queue import reason
 
 GIB = 1024**3
 MIB = 1024**2
@@ -38,6 +39,8 @@ def test_an_idle_groups_memory_guarantee_is_kept_free_of_other_groups():
     result = admit(HOST, running, {"lab-a": 1}, {}, [big], guarantees=guarantee)
     assert result.admitted == [] and result.short["1"] == {"memory": 0.5 * GIB}
     assert result.headroom["memory"] == [("lab-b", 1 * GIB)]
+    assert reason("1", "lab-a", big.demand, result) == ("memory: waits for 512.0M to free (held by lab-a 6.5G); "
+                                                        "kept free for group lab-b's guarantee")
     half = Waiting("2", "lab-a", {"memory": 0.5 * GIB})
     assert admit(HOST, running, {"lab-a": 1}, {}, [half], guarantees=guarantee).admitted == ["2"]
     bob = Waiting("3", "lab-b", {"memory": 1 * GIB})
@@ -118,3 +121,17 @@ def test_a_task_within_its_groups_guarantee_never_waits_on_another_group(arrival
         if name == "g" and queue == [task] and own + memory <= guaranteed:
             raise AssertionError(f"g's {memory}G waits with {own}G of {guaranteed}G used")
         queue = [w for w in queue if w.group != "g"]  # g's task that exceeds its guarantee leaves
+
+
+def test_on_a_one_gpu_host_a_task_behind_the_reservation_waits_for_one_gpu_not_two():
+    # Issue 32, point 5: the reservation was added to what must free ("gpu: waits for 2 GPUs to
+    # free" on a 1-GPU host). What must free is what the task lacks; the reason says who is first.
+
+    host = {"cpu": 4.0, "memory": 8.0 * GIB, "gpu": 1.0}
+    running = {"A": {"memory": GIB, "gpu": 1.0}}
+    queue = [Waiting("2", "B", {"memory": GIB, "gpu": 1.0}), Waiting("3", "C", {"memory": GIB, "gpu": 1.0})]
+    result = admit(host, running, {"A": 1}, {}, queue)
+    assert result.reserved_for == "2" and result.short["3"] == {"gpu": 1.0}
+    assert reason("3", "C", queue[1].demand, result) == ("gpu: waits for 1 GPU to free (held by A 1); what frees "
+                                                         "goes first to task 2, of a group with a lower dominant share")
+    assert reason("2", "B", queue[0].demand, result) == "gpu: waits for 1 GPU to free (held by A 1)"
