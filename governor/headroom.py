@@ -13,10 +13,47 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from governor import resources
+from governor.admission import Guarantee, Waiting, admit
 from governor.config_types import Config
-from governor.errors import ConfigError
+from governor.errors import ConfigError, RequestError
 from governor.tomlcheck import join_key
 from governor.units import format_amount
+
+
+def guarantees(config: Config) -> list[Guarantee]:
+    """Every group's guarantee of the admitted resources, which admission keeps as headroom:
+    one :class:`~governor.admission.Guarantee` per group guaranteed some of one, with its subtree."""
+    counted = {entry.name for entry in resources.admitted()}
+    found = []
+    for rule in config.groups:
+        amount = {r: a for r, a in rule.guarantee.items() if r in counted and a > 0}
+        if amount:
+            subtree = [rule.name, *(other.name for other in config.groups if rule.name in config.ancestors(other.name))]
+            found.append(Guarantee(rule.name, amount, frozenset(subtree)))
+    return found
+
+
+def check_beside_headroom(config: Config, capacity: Mapping[str, float], group: str,
+                          demand: Mapping[str, float]) -> None:
+    """Refuse a launch into ``group`` that could never start beside the other groups'
+    guarantees, even on an idle host (it would wait for ever): admission itself is asked.
+
+    Args:
+        config: the config in force; capacity: resource → what is divided (bytes, GPUs);
+        group: the task's group; demand: its declared demand vector.
+
+    Raises:
+        RequestError: ``exceeds_capacity`` naming the resource, the demand and the headroom kept.
+    """
+    kept = guarantees(config)
+    if not kept:
+        return
+    answer = admit(capacity, {}, {}, {}, [Waiting("new", group, demand)], guarantees=kept)
+    for resource, short in answer.short.get("new", {}).items():
+        asked, has = (format_amount(resource, v, unit=True) for v in (demand[resource], capacity.get(resource, 0.0)))
+        others = ", ".join(f"{g} {format_amount(resource, a, unit=True)}" for g, a in answer.headroom[resource])
+        raise RequestError("exceeds_capacity", f"demand {resource} = {asked} can never start beside the other "
+                                               f"groups' guarantees kept as headroom ({others}) in the capacity of {has}")
 
 
 def check_guarantees_held(config: Config, capacity: Mapping[str, float]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from governor.admission import Guarantee, Quota, Waiting
+from governor.admission import Quota, Waiting
 from governor.config_types import Config
 from governor.errors import RequestError
 from governor.state import Task
@@ -78,16 +78,3 @@ def check_within_quotas(config: Config, group: str, demand: Mapping[str, float])
             if demand.get(resource, 0.0) > amount * (1 + 1e-9):
                 asked, has = (format_amount(resource, v, unit=True) for v in (demand[resource], amount))
                 raise RequestError("exceeds_capacity", f"demand {resource} = {asked} exceeds {name} of {has}")
-
-
-def headroom(config: Config, admitted: Sequence[str]) -> list[Guarantee]:
-    """Every group's guarantee of the ``admitted`` resources (names from
-    :func:`governor.resources.admitted`), which admission keeps as headroom (DESIGN.md §2,
-    Mesos quota): one :class:`~governor.admission.Guarantee` per group guaranteed some of one,
-    with its subtree."""
-    found = []
-    for rule in config.groups:
-        amount = {r: a for r, a in rule.guarantee.items() if r in admitted and a > 0}
-        if amount:
-            found.append(Guarantee(rule.name, amount, frozenset(_subtree(config, rule.name))))
-    return found

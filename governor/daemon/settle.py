@@ -28,10 +28,10 @@ from governor.daemon.policy import Policy
 from governor.daemon.records import Records
 from governor.daemon.tree import Tree, running_loop
 from governor.errors import CgroupWriteError, GovernorError, RequestError
+from governor.headroom import guarantees
 from governor.notify import Notifier
-from governor.quotas import headroom, quotas
+from governor.quotas import quotas
 from governor.queue import Entry
-from governor.resources import admitted as admitted_resources
 from governor.state import Task, Tasks
 
 __all__ = ["SETTLE_GAP_S", "Settle"]
@@ -229,7 +229,7 @@ class Settle:
             capacity = {**capacity, "gpu": capacity.get("gpu", 0.0) - draining}
         self.admission = admit(capacity, running, self.tasks.counts(), weights, waiting,
                                quotas(self.policy.config, self.tasks, waiting),
-                               headroom(self.policy.config, [r.name for r in admitted_resources()]))
+                               guarantees(self.policy.config))
         starting = [self.queue[task_id] for task_id in self.admission.admitted]
         if starting and self.enforcement.cpu_saturated:
             # The hold was measured without the new tasks; the next sample decides again.

@@ -55,3 +55,12 @@ def test_a_task_within_its_groups_memory_guarantee_starts_though_others_queued_f
     assert refused.value.code == "would_wait"
     started = launch(daemon, 102, group="B", cpu=0.1, memory=GIB, wait=False)  # before: it waited
     assert started["task"] == "3" and daemon.status()["queue"] == []
+
+
+def test_a_demand_that_could_never_start_beside_the_others_guarantees_is_refused_at_the_door(tmp_path):
+    # 7.5G of 8G while B keeps 1G unused: it would wait for ever, so it is refused, not queued.
+    daemon = make_daemon(tmp_path, GUARANTEED)
+    with pytest.raises(RequestError) as refused:
+        launch(daemon, 100, group="A", cpu=0.1, memory=7.5 * GIB)
+    assert refused.value.code == "exceeds_capacity" and "headroom (B 1.0G)" in str(refused.value)
+    assert launch(daemon, 101, group="B", cpu=0.1, memory=7.5 * GIB)["task"]  # B's own guarantee is no bar to B
