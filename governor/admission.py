@@ -13,7 +13,9 @@ tasks, then to the group name (Mesos's sorter), as in :func:`governor.drf.discre
 holds a reservation of the resources it lacks, and only those: what frees of them is kept for
 it, and other groups' tasks start if they fit beside it (backfill that takes none of what it
 waits for). A task that needs none of the exhausted resource still starts (paper §4.1): a task
-waiting for GPUs holds no memory that it can already get. Without the reservation, a busy
+waiting for GPUs holds no memory that it can already get. A task started beside it may take
+memory the head could get now: the head then lacks it only while that task runs, and from the
+next pass reserves it too (:attr:`Admission.beside`). Without the reservation, a busy
 group's small tasks take every byte that frees and a large task of an idle group waits for ever
 (measured: 85 s, 840 tasks of the busy group started meanwhile).
 
