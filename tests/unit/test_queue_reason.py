@@ -77,3 +77,35 @@ def test_one_queued_snapshot_reads_the_same_in_every_view(tmp_path):
     [sample] = [s for family in text_string_to_metric_families(metrics) for s in family.samples
                 if s.name == "governor_queue_task_info"]
     assert sample.labels["reason"] == reason
+
+
+TREE = """
+[capacity]
+cpu = 2
+memory = "8G"
+[groups.dept]
+limit = { memory = "2G" }
+[groups.bio-lab]
+parent = "dept"
+users = ["root"]
+[sessions]
+enabled = false
+"""
+
+
+def test_explain_of_a_child_group_names_the_parents_limit_that_holds_it(tmp_path):
+    daemon = make_daemon(tmp_path, TREE)
+    launch(daemon, 100, group="bio-lab", cpu=0.1, memory=1.5 * GIB)
+
+    async def scenario():
+        held = daemon.stream(LaunchRequest(pid=101, group="bio-lab", demand={"cpu": 0.1, "memory": GIB},
+                                           command=("w",)), Peer(pid=101, uid=0, gid=0))
+        await held.__anext__()
+        explained = daemon.explain()
+        await held.aclose()
+        return explained
+
+    explained = asyncio.run(scenario())
+    [entry] = explained["queue"]
+    assert entry["reason"].startswith("group dept's limit: memory 1.5G of 2.0G")
+    assert entry["reason"] in text(explain_renderables(explained, "bio-lab", now=entry["queued_at"]))
