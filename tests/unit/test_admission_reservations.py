@@ -99,28 +99,35 @@ def test_the_head_is_never_delayed_by_a_task_admitted_beside_it(held, queued):
             assert lacks.get(r, 0.0) <= took
 
 
-@settings(max_examples=300, deadline=None)
-@given(arrivals=st.lists(st.tuples(groups, st.integers(1, 4)), min_size=1, max_size=20),
-       guaranteed=st.integers(1, 4))
-def test_a_task_within_its_groups_guarantee_never_waits_on_another_group(arrivals, guaranteed):
-    # Group "g" is guaranteed `guaranteed` G of an 8G host; the others arrive in any order and
-    # stay. Whenever g's task fits in what g's guarantee leaves unused, it starts at once.
-    capacity = {"memory": 8.0}
-    guarantee = [Guarantee("g", {"memory": float(guaranteed)}, frozenset({"g"}))]
-    running: dict[str, dict[str, float]] = {}
+@settings(max_examples=400, deadline=None)
+@given(events=st.lists(st.tuples(st.sampled_from(["g", "h", "x", "y", "end"]), st.integers(1, 4)), max_size=30),
+       g_has=st.integers(1, 4), h_has=st.integers(0, 4))
+def test_a_task_within_its_groups_guarantee_never_waits_on_another_group(events, g_has, h_has):
+    # g and h are guaranteed g_has and h_has G of an 8G host; x and y have none. Tasks arrive
+    # in any order and some end ("end" n: the n-th running task, cyclically). Whenever a task of
+    # g or h is its group's first waiting task and fits in what its guarantee leaves unused, it
+    # starts in that pass, whatever the others queued or hold.
+    capacity, has = {"memory": 8.0}, {"g": float(g_has), "h": float(h_has)}
+    kept = [Guarantee(group, {"memory": amount}, frozenset({group})) for group, amount in has.items() if amount]
+    running: list[Waiting] = []
     queue: list[Waiting] = []
-    for i, (group, memory) in enumerate([*arrivals, ("g", 1)]):
-        name = "g" if group == "a" else group  # a third of the arrivals are g's
-        task = Waiting(str(i), name, {"memory": float(memory)})
-        queue.append(task)
-        result = admit(capacity, running, {}, {}, queue, guarantees=guarantee)
-        for started in [w for w in queue if w.task in result.admitted]:
-            running.setdefault(started.group, {"memory": 0.0})["memory"] += started.demand["memory"]
+    for i, (group, size) in enumerate(events):
+        if group == "end":
+            if running:
+                running.pop(size % len(running))
+        else:
+            queue.append(Waiting(str(i), group, {"memory": float(size)}))
+        demands: dict[str, dict[str, float]] = {}
+        for task in running:
+            demands.setdefault(task.group, {"memory": 0.0})["memory"] += task.demand["memory"]
+        result = admit(capacity, demands, {}, {}, queue, guarantees=kept)
+        for group_name, amount in has.items():
+            head = next((w for w in queue if w.group == group_name), None)
+            own = demands.get(group_name, {}).get("memory", 0.0)
+            if head is not None and own + head.demand["memory"] <= amount:
+                assert head.task in result.admitted, f"{group_name}'s {head.demand}G waits, {own}G of {amount}G used"
+        running += [w for w in queue if w.task in result.admitted]
         queue = [w for w in queue if w.task not in result.admitted]
-        own = running.get("g", {}).get("memory", 0.0)
-        if name == "g" and queue == [task] and own + memory <= guaranteed:
-            raise AssertionError(f"g's {memory}G waits with {own}G of {guaranteed}G used")
-        queue = [w for w in queue if w.group != "g"]  # g's task that exceeds its guarantee leaves
 
 
 def test_on_a_one_gpu_host_a_task_behind_the_reservation_waits_for_one_gpu_not_two():
