@@ -35,7 +35,8 @@ bytes/s; times in Unix seconds)::
      "queue": [{"task": str, "group": str, "user": str, "uid": int, "command": [str],
                 "demand": {res: amount}, "queued_at": float, "position": int,
                 "waiting_for": int,                   # bytes of memory that must free first
-                "held_by": [{"group": str, "memory": int}]}],   # largest first, at most 3
+                "held_by": [{"group": str, "memory": int}],     # largest first, at most 3
+                "reason": str}],                      # why it waits: the one string every view shows
      # daemon.gpu_guard (GPUs governed only): {"kind": "sessions" | "host" | "tasks",
      #     "guarded": [cgroup dir], "notes": [str]}: where GPU nodes are denied outside tasks
      "gpus": [{"index": int, "node": str, "uuid": str | null, "name": str,

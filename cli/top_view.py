@@ -5,7 +5,7 @@ resource (capacity, guaranteed or, for memory, reserved, used, as a bar; GPUs: r
 then, with GPUs governed, a line naming the task that holds each GPU; the fair level and the
 last filling; the groups table (one row per group of the host, idle ones too, selected row
 reversed: guarantee/use of cpu and I/O, reserved/use of memory, and what it borrows above its
-guarantee); the tasks of each expanded group; the memory queue (only while a task
+guarantee); the tasks of each expanded group; the queue with each task's reason (only while a task
 waits); recent events; a key bar. Each element is one line per row and never wraps, so the
 screen's height is planned here: groups first (scrolled to keep the selection visible), then
 tasks, then the queue (its first line is always kept), then events. Columns that do not fit the

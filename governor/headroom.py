@@ -49,11 +49,13 @@ def check_beside_headroom(config: Config, capacity: Mapping[str, float], group: 
     if not kept:
         return
     answer = admit(capacity, {}, {}, {}, [Waiting("new", group, demand)], guarantees=kept)
-    for resource, short in answer.short.get("new", {}).items():
+    for resource in answer.short.get("new", {}):
         asked, has = (format_amount(resource, v, unit=True) for v in (demand[resource], capacity.get(resource, 0.0)))
-        others = ", ".join(f"{g} {format_amount(resource, a, unit=True)}" for g, a in answer.headroom[resource])
+        others = ", ".join(f"{g} {format_amount(resource, a, unit=True)}"
+                           for g, a in answer.headroom[resource] if g != group)
         raise RequestError("exceeds_capacity", f"demand {resource} = {asked} can never start beside the other "
-                                               f"groups' guarantees kept as headroom ({others}) in the capacity of {has}")
+                                               f"groups' guarantees kept as headroom ({others}) in the capacity "
+                                               f"of {has}")
 
 
 def check_guarantees_held(config: Config, capacity: Mapping[str, float]) -> None:

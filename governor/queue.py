@@ -50,13 +50,13 @@ def queue_view(entries: Mapping[str, Entry], admission: Admission | None) -> lis
     Each item: ``task``, ``group``, ``user``, ``uid``, ``command``, ``demand`` (declared:
     cores, bytes, bytes/s), ``queued_at`` (unix s), ``position`` (1 = next), ``waiting_for``
     (bytes of memory that must free before it fits beside the others' headroom; the
-    reservation, which ``reason`` names, not counted), ``held_by`` (``[{"group", "memory"}]``, the largest holders of declared
-    memory, at most 3), ``gpus_waiting_for`` (GPUs that must free before it fits, 0 when its
+    reservation, which ``reason`` names, not counted), ``held_by`` (``[{"group", "memory"}]``,
+    the largest holders of declared memory, at most 3), ``gpus_waiting_for`` (GPUs that must free before it fits, 0 when its
     GPUs would fit) and ``gpus_held_by`` (``[{"group", "gpu"}]``, as ``held_by``; empty for a
     task asking for none): the same two keys for each admitted resource, prefixed with its
     :attr:`~governor.resources.Resource.queue`; ``reserved_for`` (the task holding the reservation, when another: what
     frees is kept for it first; see :mod:`governor.admission`), ``limited_by`` (the group limit
-    or user limit that holds it back, in words, or None).
+    or user limit that holds it back, in words, or None), ``reason`` (:func:`reason`).
     """
     if admission is None:
         return []
