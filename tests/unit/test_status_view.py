@@ -219,3 +219,15 @@ def test_gpu_lists_and_short_uuids():
     assert gpu_holder({"task": "7", "group": "A", "user": "alice"}) == "A/7 alice"
     assert gpu_holder({"task": "7", "group": "A", "user": "alice"}, user=False) == "A/7"
     assert gpu_holder({"task": None}) == "free"
+
+
+def test_the_queue_title_names_the_resource_waited_for():
+    # Issue 32, point 5: a GPU wait was titled "waiting for memory".
+    status = copy.deepcopy(STATUS)
+    status["queue"] = status["queue"][1:]
+    status["queue"][0].update(waiting_for=0, gpus_waiting_for=1, reason="gpu: waits for 1 GPU to free (held by ops 2)")
+    text = render(status, 120)
+    assert "Queue: 1 task waiting for gpu" in text and "waiting for memory" not in text
+    status["queue"][0].update(gpus_waiting_for=0, reason="its turn: the tasks ahead of it start first")
+    assert [line.rstrip() for line in render(status, 120).splitlines() if line.startswith("Queue:")] == [
+        "Queue: 1 task waiting"]
