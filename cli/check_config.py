@@ -63,6 +63,9 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
         from governor.sessions import NOBODY_UID, login_uid_min
 
         host = (check_on_this_host(config), access.members(config, login_uid_min(), NOBODY_UID), cgroup_mode())
+        from governor.headroom import check_guarantees_held
+
+        check_guarantees_held(config, host[0])
     click.echo(f"{file}: OK")
     for line in summary(config, host) + ([] if portable or config.gpus is None else gpu_report(config)):
         click.echo(line)

@@ -13,15 +13,15 @@ The object (amounts in base units: cores, bytes, bytes/s; shares are fractions o
                 "allocated": {res: amount}}],
      "queue": [{"task": str, "group": str, "user": str, "uid": int, "command": [str],
                 "demand": {res: amount}, "queued_at": float, "position": int,
-                "waiting_for": int, "held_by": [{"group": str, "memory": int}]}],
+                "waiting_for": int, "held_by": [{"group": str, "memory": int}], "reason": str}],
      "configured": {name: weight},   # every group of the config, with or without a task
      "nodes": {name: {…}}, "parents": {name: parent},   # a group tree: internal groups, each group's parent
      "fairshare": {name: {"weight", "usage", "usage_share", "weight_share", "factor", "effective"}}}
 
 ``demand`` is a group's cap and ``allocation`` its guarantee. ``queue`` (the tasks waiting, in
-admission order, for their declared memory to fit; ``waiting_for`` is the bytes that must free
-first, ``held_by`` the groups holding the most declared memory, largest first) is as in
-``governor status`` (``cli/status_view.py``); an older daemon leaves it out.
+admission order; ``reason`` is why, the one string every view shows: what it waits for, and
+whose limit, reservation or headroom holds it) is as in ``governor status``
+(``cli/status_view.py``); an older daemon leaves it out.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from governor.model import TraceRow
 def explain_renderables(explain: dict, group: str | None = None, *, now: float) -> list[RenderableType]:
     """Renderables in print order: the capacity, one reason per group, then per configured
     group with no task (only ``group`` if given; the caller has checked it is one or the
-    other), the tasks waiting for memory (only ``group``'s, if given; nothing when none
+    other), the tasks waiting and why (only ``group``'s, if given; nothing when none
     waits), then the trace table (every step, since the level one group stopped at depends on
     the others; with ``group``, only its share column).
 

@@ -207,15 +207,11 @@ class _QueueLine:
     def show(self, place: dict) -> None:
         import time
 
-        from governor.units import format_size
+        from governor.cli.view_common import reason
 
         if self.since is None:
             self.since = time.monotonic()
-        why = place.get("reason")  # the daemon's words (one sentence for run, ps and the log)
-        if why is None:
-            holders = ", ".join(f"{h['group']} {format_size(h['memory'])}" for h in place.get("held_by", []))
-            why = (f"waiting for {format_size(place.get('waiting_for', 0))} of memory to free"
-                   + (f", held by {holders}" if holders else ""))
+        why = reason(place)  # the daemon's one reason, as ps, status, explain and top show it
         self._write(f"governor: queued (position {place.get('position', '?')}): {why}; Ctrl-C leaves the queue")
 
     def note(self, text: str) -> None:

@@ -35,7 +35,8 @@ bytes/s; times in Unix seconds)::
      "queue": [{"task": str, "group": str, "user": str, "uid": int, "command": [str],
                 "demand": {res: amount}, "queued_at": float, "position": int,
                 "waiting_for": int,                   # bytes of memory that must free first
-                "held_by": [{"group": str, "memory": int}]}],   # largest first, at most 3
+                "held_by": [{"group": str, "memory": int}],     # largest first, at most 3
+                "reason": str}],                      # why it waits: the one string every view shows
      # daemon.gpu_guard (GPUs governed only): {"kind": "sessions" | "host" | "tasks",
      #     "guarded": [cgroup dir], "notes": [str]}: where GPU nodes are denied outside tasks
      "gpus": [{"index": int, "node": str, "uuid": str | null, "name": str,
@@ -210,29 +211,24 @@ def gpus_table(gpus: list[dict], guard: dict | None = None) -> Table:
 
 
 def queue_table(queue: list[dict], now: float) -> Table:
-    """The memory queue, in admission order: position, task, group, user, declared memory, the
-    memory that must free before it fits, how long it has waited, and the groups holding the
-    most declared memory (largest first)."""
-    table = Table(title=f"Queue: {len(queue)} task{'s' if len(queue) != 1 else ''} waiting for memory",
-                  title_justify="left", caption="memory: declared; waits for: memory that must free before it fits")
+    """The queue, in admission order: position, task, group, user, declared memory, how long it
+    has waited, and why (the daemon's one reason, :func:`governor.cli.view_common.reason`)."""
+    table = Table(title=view.queue_title(queue), title_justify="left", caption="memory: declared")
     table.add_column("#", justify="right")
     table.add_column("task", overflow="fold")
     table.add_column("group", overflow="fold")
     table.add_column("user", overflow="fold")
     table.add_column("memory", justify="right")
-    table.add_column("waits for", justify="right")
     table.add_column("waiting", justify="right")
-    table.add_column("held by", overflow="fold")
+    table.add_column("reason", overflow="fold")
     for entry in queue:
         queued_at = entry.get("queued_at")
-        view.row(table, 
-            str(entry.get("position", "?")), str(entry.get("task", "?")), str(entry.get("group", "?")),
-            str(entry.get("user", entry.get("uid", "?"))),
-            view.amount("memory", (entry.get("demand") or {}).get("memory")),
-            view.waiting_for(entry),
-            "—" if queued_at is None else view.duration(now - float(queued_at)),
-            view.held_by(entry, sep="\n"),
-        )
+        view.row(table,
+                 str(entry.get("position", "?")), str(entry.get("task", "?")), str(entry.get("group", "?")),
+                 str(entry.get("user", entry.get("uid", "?"))),
+                 view.amount("memory", (entry.get("demand") or {}).get("memory")),
+                 "—" if queued_at is None else view.duration(now - float(queued_at)),
+                 view.reason(entry))
     return table
 
 

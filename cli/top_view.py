@@ -5,7 +5,7 @@ resource (capacity, guaranteed or, for memory, reserved, used, as a bar; GPUs: r
 then, with GPUs governed, a line naming the task that holds each GPU; the fair level and the
 last filling; the groups table (one row per group of the host, idle ones too, selected row
 reversed: guarantee/use of cpu and I/O, reserved/use of memory, and what it borrows above its
-guarantee); the tasks of each expanded group; the memory queue (only while a task
+guarantee); the tasks of each expanded group; the queue with each task's reason (only while a task
 waits); recent events; a key bar. Each element is one line per row and never wraps, so the
 screen's height is planned here: groups first (scrolled to keep the selection visible), then
 tasks, then the queue (its first line is always kept), then events. Columns that do not fit the
@@ -26,7 +26,7 @@ from rich.text import Text
 from governor import vocabulary
 from governor.cli import view_common as view
 from governor.cli.top_state import TopState, depth_of, is_internal, selected_group, visible_groups
-from governor.resources import admitted, compressible, find, measured
+from governor.resources import compressible, find, measured
 
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
 _EVENT_STYLES = {"task_started": "green", "task_ended": "blue", "refill": "cyan", "reload": "magenta",
@@ -119,31 +119,21 @@ def _body(state: TopState, status: dict, width: int, room: int, now: float) -> l
 
 
 def _queue(queue: list[dict], width: int, now: float) -> list[Text]:
-    """``queue: 2 waiting · #1 task t10 (ops, bob) 40G waits 42s for 4.0G held by physics, ops``,
-    then one line per further task, indented under the first (``… waits 5s for its turn`` when
-    its memory would fit and only the tasks ahead hold it back). A line too wide for ``width``
-    names fewer holders (``held by physics +1``), then drops the word "task", then is cut."""
+    """``queue: 2 waiting · #1 task t10 (ops, bob) 40G waits 42s: memory: waits for 4.0G to
+    free (held by physics 16.0G)``, then one line per further task, indented under the first:
+    the daemon's one reason (:func:`governor.cli.view_common.reason`). A line too wide for
+    ``width`` drops the word "task", then is cut."""
     head = f"queue: {len(queue)} waiting · "
     lines = []
     for i, entry in enumerate(queue):
         lead = head if i == 0 else " " * len("queue: ")
         queued_at = entry.get("queued_at")
         waited = f" {view.duration(now - float(queued_at))}" if queued_at is not None else ""
-        lacking = view.short_of(entry) or admitted()[0]
-        holders = [str(h.get("group", "?")) for h in entry.get(f"{lacking.queue}held_by") or []] or ["—"]
-        wanted = (view.waiting_for(entry) if lacking.noun
-                  else view.short(lacking.name, entry.get(f"{lacking.queue}waiting_for")))
-        if view.its_turn(entry):
-            tails = ["for its turn"]
-        else:
-            tails = [f"for {wanted} held by " + ", ".join(holders[:named])
-                     + (f" +{len(holders) - named}" if named < len(holders) else "")
-                     for named in range(len(holders), 0, -1)]
         candidates = [
             f"#{entry.get('position', i + 1)} {task}{entry.get('task', '?')} "
             f"({entry.get('group', '?')}, {entry.get('user', entry.get('uid', '?'))}) "
-            f"{view.short('memory', (entry.get('demand') or {}).get('memory'))} waits{waited} {tail}"
-            for task in ("task ", "") for tail in tails]
+            f"{view.short('memory', (entry.get('demand') or {}).get('memory'))} waits{waited}: {view.reason(entry)}"
+            for task in ("task ", "")]
         words = next((c for c in candidates if cell_len(lead + c) <= width), candidates[-1])
         text = Text(lead, style="bold yellow" if i == 0 else "")
         text.append(words)

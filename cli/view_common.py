@@ -111,12 +111,6 @@ def queue(status: dict) -> list[dict]:
     return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
 
 
-def its_turn(entry: dict) -> bool:
-    """Whether a queued task's memory and GPUs would fit now (``waiting_for`` and
-    ``gpus_waiting_for`` 0): it waits only for the tasks ahead of it."""
-    return entry.get("waiting_for") is not None and short_of(entry) is None
-
-
 def short_of(entry: dict) -> Resource | None:
     """The admitted resource a queued task waits for: the first in registry order of which
     something must free (``waiting_for`` memory, ``gpus_waiting_for`` GPUs, above 0), or None."""
@@ -127,29 +121,21 @@ def short_of(entry: dict) -> Resource | None:
     return None
 
 
-def waiting_for(entry: dict) -> str:
-    """What must free before a queued task fits: memory (``4.0G``), GPUs (``1 GPU``), or ``its
-    turn`` (see :func:`its_turn`); ``—`` when the entry does not say."""
-    short = short_of(entry)
-    if short is not None:
-        return short.said(entry[f"{short.queue}waiting_for"])
-    return "its turn" if its_turn(entry) else "—"
+def reason(entry: dict) -> str:
+    """Why a queued task waits: the daemon's one string (``reason``, :func:`governor.queue.reason`),
+    the same in ``ps``, ``status``, ``explain``, ``top`` and ``run --no-wait``; ``—`` when the
+    entry does not say."""
+    said = entry.get("reason")
+    return said if isinstance(said, str) and said else "—"
 
 
-def holders(entry: dict) -> list[str]:
-    """Who holds what a queued task waits for, one string each: ``physics 16.0G`` (memory) or
-    ``vision 2 GPUs``; empty when the entry does not say, or the task waits only for its turn."""
-    if its_turn(entry):
-        return []
-    short = short_of(entry) or admitted()[0]
-    return [f"{h.get('group', '?')} " + ("—" if h.get(short.name) is None else short.said(h[short.name]))
-            for h in entry.get(f"{short.queue}held_by") or []]
-
-
-def held_by(entry: dict, *, sep: str = ", ") -> str:
-    """Who holds what a queued task waits for (:func:`holders`), joined by ``sep`` (a newline
-    for one per line in a table cell); ``—`` when nobody is named."""
-    return sep.join(holders(entry)) or "—"
+def queue_title(queue: list[dict]) -> str:
+    """``Queue: 2 tasks waiting for memory, gpu``: the admitted resources the queued tasks are
+    actually short of (registry order); none named when they only wait for their turn or a quota."""
+    short = {resource.name for entry in queue if (resource := short_of(entry)) is not None}
+    names = [resource.name for resource in admitted() if resource.name in short]
+    return (f"Queue: {len(queue)} task{'s' if len(queue) != 1 else ''} waiting"
+            + (f" for {', '.join(names)}" if names else ""))
 
 
 def io_sharing(status: dict) -> dict[str, str]:

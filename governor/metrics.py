@@ -189,6 +189,10 @@ class _Snapshot:
         oldest = GaugeMetricFamily("governor_queue_oldest_wait_seconds", "How long the longest-waiting "
                                    "task has waited (0 with an empty queue)",
                                    value=max((time.time() - q["queued_at"] for q in queue), default=0))
+        why = GaugeMetricFamily("governor_queue_task_info", "A waiting task (always 1): its group and why it "
+                                "waits, the reason ps, status, explain and top show", labels=["task", "group", "reason"])
+        for entry in queue:
+            why.add_metric([str(entry.get("task")), str(entry.get("group")), str(entry.get("reason") or "")], 1)
         resources = list(status.get("capacity", {}))
         for name, group in status.get("groups", {}).items():  # idle groups too: their series at zero
             share.add_metric([name], group["dominant_share"])
@@ -207,7 +211,7 @@ class _Snapshot:
                 else:
                     reserved.add_metric([name, resource], group.get("reserved", {}).get(resource, 0.0))
         yield from (capacity, share, weight, floor, tasks, allocation, guarantee, reserved, used, waiting, oldest,
-                    effective, past)
+                    why, effective, past)
 
 
 def _gpus(status: dict, sample: tuple[GpuUse, Mapping[int, tuple[str, str]]] | None):

@@ -49,14 +49,14 @@ def queue_view(entries: Mapping[str, Entry], admission: Admission | None) -> lis
 
     Each item: ``task``, ``group``, ``user``, ``uid``, ``command``, ``demand`` (declared:
     cores, bytes, bytes/s), ``queued_at`` (unix s), ``position`` (1 = next), ``waiting_for``
-    (bytes of memory that must free before it fits: beside the reservation, for a task that
-    does not hold it), ``held_by`` (``[{"group", "memory"}]``, the largest holders of declared
-    memory, at most 3), ``gpus_waiting_for`` (GPUs that must free before it fits, 0 when its
+    (bytes of memory that must free before it fits beside the others' headroom; the
+    reservation, which ``reason`` names, not counted), ``held_by`` (``[{"group", "memory"}]``,
+    the largest holders of declared memory, at most 3), ``gpus_waiting_for`` (GPUs that must free before it fits, 0 when its
     GPUs would fit) and ``gpus_held_by`` (``[{"group", "gpu"}]``, as ``held_by``; empty for a
     task asking for none): the same two keys for each admitted resource, prefixed with its
     :attr:`~governor.resources.Resource.queue`; ``reserved_for`` (the task holding the reservation, when another: what
     frees is kept for it first; see :mod:`governor.admission`), ``limited_by`` (the group limit
-    or user limit that holds it back, in words, or None).
+    or user limit that holds it back, in words, or None), ``reason`` (:func:`reason`).
     """
     if admission is None:
         return []
@@ -72,38 +72,54 @@ def queue_view(entries: Mapping[str, Entry], admission: Admission | None) -> lis
             "command": bounded_command(entry.task.command, SHOWN_COMMAND_CHARS)[0], "demand": dict(entry.task.demand),
             "queued_at": entry.queued_at, "position": position,
         }
+        short = admission.short.get(task_id, {})
         for r in counted:
             wanted = entry.task.demand.get(r.name, 0.0)
-            kept = admission.reserved.get(r.name, 0.0) if holder is not None else 0.0
-            short = max(0, round(wanted + kept - admission.free.get(r.name, 0.0)))
-            item[f"{r.queue}waiting_for"] = short if wanted else 0
+            item[f"{r.queue}waiting_for"] = round(short.get(r.name, 0.0)) if wanted else 0
             item[f"{r.queue}held_by"] = held_by[r.name] if wanted else []
         item.update({"reserved_for": holder, "limited_by": admission.limited.get(task_id)})
-        item["reason"] = reason(item)
+        item["reason"] = reason(task_id, entry.task.group, entry.task.demand, admission)
         view.append(item)
     return view
 
 
-def reason(item: dict) -> str:
-    """Why a queued task waits, in words (``governor run``, ``ps``, the log): ``memory: waits
-    for 4.0G to free (held by physics 16.0G, ops 12.0G)`` or ``gpu: waits for 1 GPU to free
-    (held by vision 2, nlp 2)`` (the first admitted resource it waits for, in registry order),
-    with ``; what frees goes first to task 7`` while another holds the reservation, ``its
-    turn: the tasks ahead start first``, or the quota that holds it back (``group science's
-    limit: memory 60.0G of 64.0G declared…``)."""
-    if item.get("limited_by"):
-        return f"{item['limited_by']}; it starts when tasks under that limit end"
-    first = (f"; what frees goes first to task {item['reserved_for']}, of a group with a lower dominant share"
-             if item.get("reserved_for") else "")
+def reason(task_id: str, group: str, demand: Mapping[str, float], admission: Admission) -> str:
+    """Why a queued task waits, in words: the one string ``governor run --no-wait``, ``ps``,
+    ``status``, ``explain``, ``top``, the metrics and the log show (DESIGN.md §2).
+
+    Args: the task's id, group and declared demand (cores, bytes, GPUs); what :func:`admit`
+    decided (:class:`~governor.admission.Admission`).
+
+    ``memory: waits for 4.0G to free (held by physics 16.0G, ops 12.0G)`` or ``gpu: waits for
+    1 GPU to free (held by vision 2)`` (the first admitted resource it is short of, in registry
+    order), with ``; kept free for group bio's guarantee`` where others' headroom is part of
+    what it lacks and ``; what frees goes first to task 7`` while another holds the reservation
+    of that resource; ``gpu: task 7 of a group with a lower dominant share is served first
+    (it reserves 2 GPUs)`` when it fits now but not beside that reservation; the quota that
+    holds it back (``group science's limit: memory 60.0G of 64.0G declared…``); or ``its turn:
+    the tasks ahead of it start first``.
+    """
+    if admission.limited.get(task_id):
+        return f"{admission.limited[task_id]}; it starts when tasks under that limit end"
     counted = admitted()
-    short = next((r for r in counted if item.get(f"{r.queue}waiting_for", 0) > 0), None)
-    if short is None and not item.get("reserved_for"):
-        return f"{counted[0].name}: its turn: the tasks ahead of it start first"
-    short = short or counted[0]
-    holders = ", ".join(f"{h['group']} {short.format(h[short.name], False)}"
-                        for h in item.get(f"{short.queue}held_by", []))
-    return (f"{short.name}: waits for {short.said(item.get(f'{short.queue}waiting_for', 0))} to free "
-            f"(held by {holders or 'nobody'}){first}")
+    holder = admission.reserved_for if admission.reserved_for != task_id else None
+    short = admission.short.get(task_id, {})
+    lacking = next((r for r in counted if short.get(r.name, 0.0) > 0), None)
+    if lacking is not None:
+        holders = ", ".join(f"{group} {lacking.format(amount, False)}"
+                            for group, amount in admission.holders.get(lacking.name, []))
+        words = f"{lacking.name}: waits for {lacking.said(short[lacking.name])} to free (held by {holders or 'nobody'})"
+        if admission.lacks.get(task_id, {}).get(lacking.name, 0.0) < short[lacking.name]:
+            keepers = [g for g, _ in admission.headroom.get(lacking.name, []) if g != group]
+            words += f"; kept free for {', '.join(f'group {g}' for g in keepers) or 'other groups'}'s guarantee"
+        if holder is not None and lacking.name in admission.reserved:
+            words += f"; what frees goes first to task {holder}, of a group with a lower dominant share"
+        return words
+    kept = next((r for r in counted if demand.get(r.name, 0.0) > 0 and r.name in admission.reserved), None)
+    if holder is not None and kept is not None:
+        return (f"{kept.name}: task {holder}, of a group with a lower dominant share, is served first "
+                f"(it reserves {kept.said(admission.reserved[kept.name])})")
+    return "its turn: the tasks ahead of it start first"
 
 
 def _known(order: Sequence[str], entries: Mapping[str, Entry]) -> list[str]:

@@ -11,10 +11,15 @@ reserved      the declared memory of admitted tasks (what the admission queue co
 cap           a task's declaration; a group's: the sum of its tasks' (``demand``, D_g).
 use           what the kernel measures.
 borrowed      use above the guarantee, of a compressible resource (idle shares lent).
+reservation   what the queue's head holds of the admitted resources it lacks, only those: what
+              frees of them goes to it first (:mod:`governor.admission`).
+headroom      the unused part of a group's ``guarantee`` of an admitted resource, kept free of
+              other groups' admissions (Mesos quota; :mod:`governor.admission`).
 ============  ==============================================================================
 
-Memory and GPUs are never "guaranteed": they are admitted and reserved, never squeezed
-(:func:`governor.resources.compressible` says which resources are which).
+Memory and GPUs are not shared by weights: they are admitted and reserved, never squeezed
+(:func:`governor.resources.compressible` says which resources are which); a group's guarantee
+of them is kept at the door as headroom.
 ``status``, ``--json``, ``ps``, ``top``, ``explain``, ``check-config`` and the metrics call
 these functions, so one word is one number on every screen.
 """

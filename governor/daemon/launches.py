@@ -15,6 +15,7 @@ from governor.daemon.policy import Policy
 from governor.daemon.settle import Settle
 from governor.daemons import Registry, other_daemon
 from governor.errors import CgroupError, RequestError
+from governor.headroom import check_beside_headroom
 from governor.kinds import Kind, task_in
 from governor.protocol import LaunchRequest, Peer, default_name
 from governor.quotas import check_within_quotas
@@ -64,6 +65,7 @@ class Launches:
         group = access.launch_group(config, who, request.group)
         demand = access.task_demand(config, self.policy.capacity, request.demand)
         check_within_quotas(config, group, demand)
+        check_beside_headroom(config, self.policy.capacity, group, demand)
         # Where the asker is now, never what its pid was before (a pid that wrapped round to an
         # old task's launch pid got that task, another user's, and stayed ungoverned itself).
         outer = self._task_of(self._where_launching(request.pid))

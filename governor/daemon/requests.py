@@ -21,6 +21,7 @@ from governor.daemon.sessions import Sessions
 from governor.daemon.settle import Settle
 from governor.errors import CgroupError, ConfigError, GovernorError, RequestError
 from governor.explain import explain
+from governor.headroom import check_beside_headroom
 from governor.notify import Notifier
 from governor.protocol import (ExplainRequest, LaunchRequest, Peer, PsRequest, ReloadRequest, SetWeightRequest,
                                StatusRequest, StopRequest, WatchRequest)
@@ -242,6 +243,8 @@ class Requests:
                 try:
                     access.check_fits(entry.task.demand, self.policy.capacity)
                     check_within_quotas(self.policy.config, entry.task.group, entry.task.demand)
+                    check_beside_headroom(self.policy.config, self.policy.capacity, entry.task.group,
+                                          entry.task.demand)
                 except RequestError as refused:
                     del self.queue[entry.task.id]
                     entry.decide(error=refused)

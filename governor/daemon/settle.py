@@ -28,6 +28,7 @@ from governor.daemon.policy import Policy
 from governor.daemon.records import Records
 from governor.daemon.tree import Tree, running_loop
 from governor.errors import CgroupWriteError, GovernorError, RequestError
+from governor.headroom import guarantees
 from governor.notify import Notifier
 from governor.quotas import quotas
 from governor.queue import Entry
@@ -227,7 +228,8 @@ class Settle:
         if draining:
             capacity = {**capacity, "gpu": capacity.get("gpu", 0.0) - draining}
         self.admission = admit(capacity, running, self.tasks.counts(), weights, waiting,
-                               quotas(self.policy.config, self.tasks, waiting))
+                               quotas(self.policy.config, self.tasks, waiting),
+                               guarantees(self.policy.config))
         starting = [self.queue[task_id] for task_id in self.admission.admitted]
         if starting and self.enforcement.cpu_saturated:
             # The hold was measured without the new tasks; the next sample decides again.

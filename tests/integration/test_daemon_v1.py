@@ -3,6 +3,7 @@
 import os
 import signal
 
+import admission_scenarios
 import pytest
 import scenarios
 import task_scenarios
@@ -109,3 +110,7 @@ def test_a_daemon_handed_sigterm_and_sighup_blocked_still_reloads_and_stops(tmp_
         assert gov.daemon.wait(20) == 0
     finally:
         gov.close()
+
+
+def test_guaranteed_memory_is_kept_as_headroom(tmp_path):
+    admission_scenarios.guaranteed_memory_is_kept_as_headroom(tmp_path)

@@ -18,10 +18,12 @@ NOW = 1_700_000_100.0
 QUEUE = [
     {"task": "t10", "group": "ops", "user": "bob", "uid": 1002, "command": ["pg_restore", "-j", "4", "dump.pgdata"],
      "demand": {"cpu": 2, "memory": 40 * G}, "queued_at": NOW - 42, "position": 1, "waiting_for": 4 * G,
-     "held_by": [{"group": "physics", "memory": 16 * G}, {"group": "ops", "memory": 12 * G}]},
+     "held_by": [{"group": "physics", "memory": 16 * G}, {"group": "ops", "memory": 12 * G}],
+     "reason": "memory: waits for 4.0G to free (held by physics 16.0G, ops 12.0G)"},
     {"task": "t11", "group": "physics", "user": "carol", "uid": 1003, "command": ["python", "big.py"],
      "demand": {"cpu": 0.5, "memory": 8 * G}, "queued_at": NOW - 5, "position": 2, "waiting_for": 0,
-     "held_by": [{"group": "physics", "memory": 16 * G}, {"group": "ops", "memory": 12 * G}]},
+     "held_by": [{"group": "physics", "memory": 16 * G}, {"group": "ops", "memory": 12 * G}],
+     "reason": "its turn: the tasks ahead of it start first"},
 ]
 
 STATUS = {

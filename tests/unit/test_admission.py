@@ -149,4 +149,6 @@ def test_a_member_past_the_user_limit_waits_and_the_groups_other_members_go_on()
              Waiting("4", "L", {"cpu": 0.5, "memory": MIB}, "bob")]
     result = admit(CAPACITY, {"L": {"cpu": 0.75, "memory": MIB}}, {"L": 1}, {}, queue, [alice])
     # alice's small late task does not overtake her large early one; bob's starts
-    assert result.admitted == ["4"] and result.waiting == ["2", "3"] and list(result.limited) == ["2"]
+    assert result.admitted == ["4"] and result.waiting == ["2", "3"] and list(result.limited) == ["2", "3"]
+    # Her later task says what holds it, not "its turn" (issue 32, point 5).
+    assert result.limited["3"] == f"behind task 2, held by {result.limited['2']}"

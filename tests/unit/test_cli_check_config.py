@@ -275,3 +275,35 @@ def test_the_daemons_unit_is_checked_for_what_gpus_on_cgroup_v2_need(tmp_path):
     assert unit_warnings(gpus, "v2", unit, "6.1.0") == []
     [older] = unit_warnings(gpus, "v2", unit, "5.4.0-150-generic")  # CAP_BPF came with Linux 5.8
     assert "lacks CAP_SYS_ADMIN in CapabilityBoundingSet=" in older
+
+
+NESTED_GUARANTEES = """
+[capacity]
+memory = "1G"
+[groups.dept]
+[groups.lab-a]
+parent = "dept"
+users = ["root"]
+guarantee = { memory = "600M" }
+[groups.lab-b]
+parent = "dept"
+users = ["root"]
+guarantee = { memory = "600M" }
+"""
+
+
+def test_guarantees_that_cannot_all_be_held_as_headroom_are_refused(tmp_path):
+    # Issue 32, point 2: two children of a group with no guarantee ask 1.2G of a 1G capacity;
+    # the daemon's own check counts only top-level guarantees and let them through.
+    from governor.errors import ConfigError
+    from governor.headroom import check_guarantees_held
+
+    config = parse_config(NESTED_GUARANTEES, "g.toml")
+    with pytest.raises(ConfigError, match=r"groups\.lab-a\.guarantee\.memory: .*lab-a, lab-b\) add up to 1\.2G"):
+        check_guarantees_held(config, {"memory": 1024.0**3})
+    check_guarantees_held(config, {"memory": 2 * 1024.0**3})  # room for both: nothing to say
+    path = tmp_path / "g.toml"
+    path.write_text(NESTED_GUARANTEES)
+    result = run(str(path))
+    assert result.exit_code == 2 and "they cannot all be held" in result.stderr
+    assert run("--portable", str(path)).exit_code == 0

@@ -383,7 +383,8 @@ def test_call_broken_replies_are_control_socket_errors(tmp_path, reply, timeout,
     thread.join(5)
 
 
-PLACE = {"position": 2, "waiting_for": 1 * G, "held_by": [{"group": "A", "memory": 3 * G}]}
+PLACE = {"position": 2, "waiting_for": 1 * G, "held_by": [{"group": "A", "memory": 3 * G}],
+         "reason": "memory: waits for 1.0G to free (held by A 3.0G)"}
 
 
 def test_run_waits_in_the_queue_saying_so_then_runs(daemon):
@@ -392,8 +393,8 @@ def test_run_waits_in_the_queue_saying_so_then_runs(daemon):
     assert result.returncode == 0 and result.stdout == "ran\n"
     lines = result.stderr.splitlines()
     assert lines[:2] == [
-        "governor: queued (position 2): waiting for 1.0G of memory to free, held by A 3.0G; Ctrl-C leaves the queue",
-        "governor: queued (position 1): waiting for 1.0G of memory to free, held by A 3.0G; Ctrl-C leaves the queue",
+        "governor: queued (position 2): memory: waits for 1.0G to free (held by A 3.0G); Ctrl-C leaves the queue",
+        "governor: queued (position 1): memory: waits for 1.0G to free (held by A 3.0G); Ctrl-C leaves the queue",
     ]
     assert len(lines) == 3 and lines[2].startswith("governor: task t1 started after waiting ")
 

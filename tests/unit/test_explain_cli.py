@@ -38,10 +38,12 @@ NOW = 1_700_000_100.0
 QUEUE = [
     {"task": "12", "group": "B", "user": "bob", "uid": 1001, "command": ["python", "big.py"],
      "demand": {"cpu": 0.5, "memory": 1536 * M}, "queued_at": NOW - 42, "position": 1, "waiting_for": 576 * M,
-     "held_by": [{"group": "B", "memory": 3 * G}, {"group": "A", "memory": 64 * M}]},
+     "held_by": [{"group": "B", "memory": 3 * G}, {"group": "A", "memory": 64 * M}],
+     "reason": "memory: waits for 576.0M to free (held by B 3.0G, A 64.0M)"},
     {"task": "13", "group": "A", "user": "alice", "uid": 1000, "command": ["make", "-j4"],
      "demand": {"cpu": 1, "memory": 512 * M}, "queued_at": NOW - 3 * 3600 - 5 * 60, "position": 2,
-     "waiting_for": 0, "held_by": [{"group": "B", "memory": 3 * G}, {"group": "A", "memory": 64 * M}]},
+     "waiting_for": 0, "held_by": [{"group": "B", "memory": 3 * G}, {"group": "A", "memory": 64 * M}],
+     "reason": "its turn: the tasks ahead of it start first"},
 ]
 
 
@@ -74,10 +76,10 @@ def with_queue() -> dict:
 
 
 def cells(text: str, first: str) -> list[list[str]]:
-    """Rows of the "waiting for memory" table whose first cell is ``first``, as stripped cells."""
-    if "waiting for memory" not in text:
+    """Rows of the queue table whose first cell is ``first``, as stripped cells."""
+    if "Queue: " not in text:
         return []
-    table = text[text.index("waiting for memory"):text.index("DRF filling on this host")]
+    table = text[text.index("Queue: "):text.index("DRF filling on this host")]
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in table.splitlines() if line.startswith("│")]
     return [row for row in rows if row and row[0] == first]
 
@@ -219,19 +221,20 @@ def test_simulate_trace_and_explain_share_one_table(monkeypatch, served, tmp_pat
 def test_tasks_waiting_for_memory_follow_the_reasons(width):
     text = render(with_queue(), width=width)
     assert max(len(line) for line in text.splitlines()) <= width
-    assert (text.index("Why each group's share stopped growing") < text.index("waiting for memory")
+    assert (text.index("Why each group's share stopped growing") < text.index("Queue: 2 tasks waiting for memory")
             < text.index("DRF filling on this host"))
     header = next(line for line in text.splitlines() if line.startswith("┃ # "))
-    assert [c.strip() for c in header.split("┃")[1:-1]] == ["#", "task", "group", "user", "memory", "waits for",
-                                                            "waiting", "held by"]
-    # position, task, group, user, declared memory, what must free, wait so far (now - queued_at), holders
-    assert cells(text, "1") == [["1", "12", "B", "bob", "1.5G", "576.0M", "42s", "B 3.0G"]]
-    assert ["", "", "", "", "", "", "", "A 64.0M"] in cells(text, "")
-    assert cells(text, "2") == [["2", "13", "A", "alice", "512.0M", "its turn", "3h 05m", "—"]]
+    assert [c.strip() for c in header.split("┃")[1:-1]] == ["#", "task", "group", "user", "memory", "waiting",
+                                                            "reason"]
+    # position, task, group, user, declared memory, wait so far (now - queued_at), the daemon's reason
+    assert cells(text, "1")[0][:6] == ["1", "12", "B", "bob", "1.5G", "42s"]
+    folded = [cells(text, "1")[0][6], *(row[6] for row in cells(text, "")[:5] if row[6])]
+    assert " ".join(folded).split()[:6] == QUEUE[0]["reason"].split()[:6]
+    assert cells(text, "2")[0][:6] == ["2", "13", "A", "alice", "512.0M", "3h 05m"]
 
 
 def test_the_wait_so_far_is_counted_from_now():
-    assert cells(render(with_queue(), now=NOW + 60), "1")[0][6] == "1m"
+    assert cells(render(with_queue(), now=NOW + 60), "1")[0][5] == "1m"
 
 
 def test_one_group_shows_only_its_waiting_tasks():
@@ -239,7 +242,7 @@ def test_one_group_shows_only_its_waiting_tasks():
     assert cells(text, "2")[0][:3] == ["2", "13", "A"] and cells(text, "1") == []
     answer = with_queue()
     answer["queue"] = answer["queue"][:1]  # only B waits
-    assert "waiting for memory" not in render(answer, "A")
+    assert "Queue:" not in render(answer, "A")
 
 
 def test_an_empty_queue_and_a_payload_from_an_older_daemon_without_one_render():
@@ -260,7 +263,7 @@ def test_the_command_line_counts_the_wait_from_the_clock(tmp_path):
     server.close()
     assert result.exit_code == 0, result.output
     assert "waiting for memory" in result.output
-    assert cells(result.output, "1")[0][:7] == ["1", "12", "B", "bob", "1.5G", "576.0M", "1m"]
+    assert cells(result.output, "1")[0][:6] == ["1", "12", "B", "bob", "1.5G", "1m"]
 
 
 def test_a_group_tree_is_explained_level_by_level_with_fair_share():

@@ -108,13 +108,15 @@ def test_queue_table_in_admission_order(width):
     assert max(len(line) for line in text.splitlines()) <= width
     assert "Queue: 2 tasks waiting for memory" in text
     assert text.index("Cap, guarantee, reserved and use") < text.index("Queue:") < text.index("physics: 2 tasks")
-    assert ["#", "task", "group", "user", "memory", "waits for", "waiting", "held by"] in headers(text)
-    # #1 needs 4G more to free; the largest holders, one per line; #2 would fit and waits its turn.
-    assert rows(text, "1") == [["1", "t10", "ops", "bob", "40.0G", "4.0G", "42s", "physics 16.0G"]]
-    assert ["", "", "", "", "", "", "", "ops 12.0G"] in rows(text, "")
-    assert rows(text, "2") == [["2", "t11", "physics", "carol", "8.0G", "its turn", "5s", "—"]]
+    assert ["#", "task", "group", "user", "memory", "waiting", "reason"] in headers(text)
+    # #1 needs 4G more to free; #2 would fit and waits its turn: the daemon's one reason each.
+    first = rows(text, "1")[0]
+    assert first[:6] == ["1", "t10", "ops", "bob", "40.0G", "42s"]
+    folded = " ".join([first[6], *(row[6] for row in rows(text, "") if len(row) == 7)])
+    assert folded.split()[:8] == STATUS["queue"][0]["reason"].split()[:8]
+    assert rows(text, "2")[0][:6] == ["2", "t11", "physics", "carol", "8.0G", "5s"]
     later = render(STATUS, width, now=NOW + 3600)
-    assert rows(later, "1")[0][6] == "1h 00m"
+    assert rows(later, "1")[0][5] == "1h 00m"
 
 
 def test_no_queue_no_queue_table_and_proportional_io_says_so():
@@ -217,3 +219,15 @@ def test_gpu_lists_and_short_uuids():
     assert gpu_holder({"task": "7", "group": "A", "user": "alice"}) == "A/7 alice"
     assert gpu_holder({"task": "7", "group": "A", "user": "alice"}, user=False) == "A/7"
     assert gpu_holder({"task": None}) == "free"
+
+
+def test_the_queue_title_names_the_resource_waited_for():
+    # Issue 32, point 5: a GPU wait was titled "waiting for memory".
+    status = copy.deepcopy(STATUS)
+    status["queue"] = status["queue"][1:]
+    status["queue"][0].update(waiting_for=0, gpus_waiting_for=1, reason="gpu: waits for 1 GPU to free (held by ops 2)")
+    text = render(status, 120)
+    assert "Queue: 1 task waiting for gpu" in text and "waiting for memory" not in text
+    status["queue"][0].update(gpus_waiting_for=0, reason="its turn: the tasks ahead of it start first")
+    assert [line.rstrip() for line in render(status, 120).splitlines() if line.startswith("Queue:")] == [
+        "Queue: 1 task waiting"]
