@@ -144,7 +144,7 @@ class Daemon:
         self.requests = Requests(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, launches=self.launches,
                                  settle=self.settle, exits=self.exits, sessions=self.sessions,
                                  observation=self.observation, journal=self.journal, notifier=self.notifier,
-                                 load_config=load_config)
+                                 gpu_guard=self.gpu_guard, load_config=load_config)
         # The control server's handler, and what tools and tests ask of a daemon.
         self.handle = self.requests.handle
         self.stream = self.requests.stream
