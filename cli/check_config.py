@@ -104,7 +104,7 @@ def check_on_this_host(config: Config) -> dict[str, float]:
 
     from governor.cgroups.devices import whole_disk
     from governor.errors import ConfigError, DeviceError, GovernorError
-    from governor.state import TaskStore
+    from governor.task_store import TaskStore
 
     gpus = gpus_on_this_host(config)
     capacity = config.capacity(float(len(os.sched_getaffinity(0))), psutil.virtual_memory().total,
@@ -132,7 +132,8 @@ def gpus_on_this_host(config: Config):
     if config.gpus is None:
         return None
     from governor.errors import ConfigError
-    from governor.gpus import GpuError, discover
+    from governor.gpus import GpuError
+    from governor.nvml import discover
 
     try:
         return discover(config.gpus, config.gpu_control)

@@ -142,7 +142,7 @@ class Config:
         fairshare_half_life_s: ``[fairshare] half_life`` in seconds, or None (fair share over
             time is off): past use lowers a group's effective weight, halving in that time.
         gpus: ``capacity.gpus``: ``"auto"`` (NVML discovers them), the GPUs' device node paths,
-            or None (no GPU is governed); :func:`governor.gpus.discover` reads it on the host.
+            or None (no GPU is governed); :func:`governor.nvml.discover` reads it on the host.
         gpu_control: ``capacity.gpu_control``: the control nodes a task holding GPUs may open
             (None: NVIDIA's, :data:`governor.gpus.CONTROL_NODES`).
         gpu_guard: ``capacity.gpu_guard`` and ``gpu_guard_parents``: where the GPU nodes are
