@@ -14,7 +14,8 @@ Capacity: ``capacity.cpu`` and ``capacity.memory`` (else the host's minus ``capa
 the GPUs found for ``capacity.gpus``, each ``[[capacity.io]]`` device's ``read`` and ``write``.
 
 The wire key names the resource in a launch request's ``demand``; the config key in
-``[defaults.task]`` and ``[sessions]`` (— : none, a task asks for 0 unless it says). The I/O
+``[defaults.task]`` and ``[sessions]``, its value checked by the entry's ``setting`` (— : none,
+a task asks for 0 unless it says). The I/O
 entries are *families*: one resource per governed block device, the same flag and default for
 each. The CLI, the protocol, the config, admission, the queue, the views and the metrics iterate
 :data:`RESOURCES`: a new resource is an entry here (and, to be enforced, its mapping in
