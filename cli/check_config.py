@@ -107,7 +107,7 @@ def check_on_this_host(config: Config) -> dict[str, float]:
 
     from governor.cgroups.devices import whole_disk
     from governor.errors import ConfigError, DeviceError, GovernorError
-    from governor.state import TaskStore
+    from governor.task_store import TaskStore
 
     gpus = gpus_on_this_host(config)
     capacity = config.capacity(float(len(os.sched_getaffinity(0))), psutil.virtual_memory().total,
@@ -135,7 +135,8 @@ def gpus_on_this_host(config: Config):
     if config.gpus is None:
         return None
     from governor.errors import ConfigError
-    from governor.gpus import GpuError, discover
+    from governor.gpus import GpuError
+    from governor.nvml import discover
 
     try:
         return discover(config.gpus, config.gpu_control)
@@ -314,11 +315,11 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
     elif config.gpus is not None:
         lines.append(f"  gpu: {len(config.gpus)} whole devices: {', '.join(config.gpus)}")
 
-    task = (f"default task: cpu {format_amount('cpu', config.task_cpu_cores)}, "
-            f"memory {format_amount('memory', config.task_memory_bytes)}")
+    task = (f"default task: cpu {format_amount('cpu', config.task_defaults['cpu'])}, "
+            f"memory {format_amount('memory', config.task_defaults['memory'])}")
     if config.io_devices:
-        task += (f", io read {format_amount('io.read', config.task_io_read_bps)}, "
-                 f"write {format_amount('io.write', config.task_io_write_bps)} on each device")
+        task += (f", io read {format_amount('io.read', config.task_defaults['io_read'])}, "
+                 f"write {format_amount('io.write', config.task_defaults['io_write'])} on each device")
     lines.append(task)
     memory = f"{config.memory_enforcement or 'by cgroup version'} ({_ENFORCEMENT_FILES[config.memory_enforcement]})"
     if host is not None:
@@ -377,8 +378,8 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
     if sessions.enabled:
         exempt = f"; exempt {', '.join(sessions.exempt)}" if sessions.exempt else ""
         lines.append(f"sessions: every other process of a governed user, one session each: cpu "
-                     f"{format_amount('cpu', sessions.cpu_cores)}, "
-                     f"memory {format_amount('memory', sessions.memory_bytes)}{exempt}; one daemon per host "
+                     f"{format_amount('cpu', sessions.demand['cpu'])}, "
+                     f"memory {format_amount('memory', sessions.demand['memory'])}{exempt}; one daemon per host "
                      "may govern sessions")
     else:
         lines.append("sessions: off (only governor run is governed)")

@@ -48,7 +48,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
     from governor.errors import GovernorError
     from governor.logs import setup_logging
     from governor.notify import Notifier
-    from governor.state import TaskStore
+    from governor.task_store import TaskStore
 
     setup_logging()
     if os.geteuid() != 0:

@@ -38,14 +38,14 @@ import posixpath
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
+from governor import resources
 from governor.config_groups import EVERYONE, names, parse_groups
 from governor.config_gpus import gpu_guard
-from governor.config_types import (MAX_BYTES, MAX_CORES, MIN_TASK_MEMORY, Config, GroupRule, IoDevice, SessionRules,
-                                   group_name_problem)
+from governor.config_types import Config, GroupRule, IoDevice, SessionRules, group_name_problem
 from governor.errors import ConfigError
 from governor.fairshare import parse_half_life
-from governor.tomlcheck import amount, no_unknown_keys, number, parse_toml, subtable, type_name
-from governor.units import format_size
+from governor.resources import bytes_setting, cores_setting
+from governor.tomlcheck import no_unknown_keys, number, parse_toml, subtable, type_name
 
 __all__ = ["CONFIG_PATH", "DEFAULT_CONFIG", "EVERYONE", "Config", "GroupRule", "IoDevice",
            "default_config", "group_name_problem", "load_config", "parse_config"]
@@ -90,26 +90,23 @@ max_connections_per_user = 32
 # Values of left-out keys; DEFAULT_CONFIG spells the same ones out (a test keeps them equal).
 _RESERVE_CPU_CORES = 0.25
 _RESERVE_MEMORY_BYTES = 256 * 1024**2
-_TASK_CPU_CORES = 1.0
-_TASK_MEMORY_BYTES = 512 * 1024**2
+# [defaults.task] and [sessions] by config key (governor.resources); a key not here: 0.
+_TASK_DEFAULTS = {"cpu": 1.0, "memory": 512 * 1024**2}
+_SESSION_DEFAULTS = {"cpu": 1.0, "memory": 2 * 1024**3}
 _SAMPLE_INTERVAL_S = 1.0
 _RECONCILE_INTERVAL_S = 5.0
 _STATE_DIR = "/run/governor/state"
 _MAX_TASKS_PER_USER = 256
 _MAX_CONNECTIONS_PER_USER = 32
 _MAX_COUNT = 1_000_000
-_SESSION_CPU_CORES = 1.0
-_SESSION_MEMORY_BYTES = 2 * 1024**3
 
 _SECTIONS = ("capacity", "defaults", "enforcement", "groups", "fairshare", "sessions", "daemon")
 _FAIRSHARE_KEYS = ("half_life",)
 _CAPACITY_KEYS = ("cpu", "memory", "reserve", "io", "gpus", "gpu_control", "gpu_guard", "gpu_guard_parents")
 _RESERVE_KEYS = ("cpu", "memory")
 _IO_KEYS = ("device", "read", "write")
-_TASK_KEYS = ("cpu", "memory", "io_read", "io_write")
 # The first choice is the default (None: chosen by the host's cgroup version, Config.memory_mode).
 _ENFORCEMENT = {"cpu": ("quota", "cores"), "memory": (None, "soft", "hard")}
-_SESSION_KEYS = ("enabled", "cpu", "memory", "io_read", "io_write", "exempt")
 _DAEMON_KEYS = ("admin_group", "sample_interval", "reconcile_interval", "state_dir", "max_tasks_per_user",
                 "max_connections_per_user")
 
@@ -159,7 +156,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
             raise ConfigError(file, f"capacity.reserve.{name}",
                               f"has no effect: capacity.{name} is given and is divided as it is")
     io_devices = _io_devices(capacity, file)
-    task = _task(data, io_devices, file)
+    task = _task(data, file)
 
     enforcement = subtable(data, "enforcement", None, file)
     no_unknown_keys(enforcement, tuple(_ENFORCEMENT), "enforcement", file)
@@ -172,16 +169,14 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
 
     daemon = subtable(data, "daemon", None, file)
     no_unknown_keys(daemon, _DAEMON_KEYS, "daemon", file)
-    return Config(
+    config = Config(
         cpu_cores=cpu_cores,
         memory_bytes=memory_bytes,
-        reserve_cpu_cores=_value(reserve, "cpu", "capacity.reserve", file, _cores, _RESERVE_CPU_CORES),
-        reserve_memory_bytes=_value(reserve, "memory", "capacity.reserve", file, _bytes, _RESERVE_MEMORY_BYTES),
+        reserve_cpu_cores=_value(reserve, "cpu", "capacity.reserve", file, cores_setting, _RESERVE_CPU_CORES),
+        reserve_memory_bytes=_value(reserve, "memory", "capacity.reserve", file, bytes_setting,
+                                    _RESERVE_MEMORY_BYTES),
         io_devices=io_devices,
-        task_cpu_cores=task["cpu"],
-        task_memory_bytes=task["memory"],
-        task_io_read_bps=task["io_read"],
-        task_io_write_bps=task["io_write"],
+        task_defaults=task,
         cpu_enforcement=modes["cpu"],
         memory_enforcement=modes["memory"],
         groups=groups,
@@ -193,13 +188,15 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         max_tasks_per_user=_value(daemon, "max_tasks_per_user", "daemon", file, _count, _MAX_TASKS_PER_USER),
         max_connections_per_user=_value(daemon, "max_connections_per_user", "daemon", file, _count,
                                         _MAX_CONNECTIONS_PER_USER),
-        sessions=_sessions(data, io_devices, file),
+        sessions=_sessions(data, file),
         fairshare_half_life_s=_fairshare(data, file),
         gpus=_gpus(capacity, file),
         gpu_control=_gpu_control(capacity, file),
         gpu_guard=gpu_guard(capacity, file),
         file=file,
     )
+    _governed(config)
+    return config
 
 
 def _io_devices(capacity: Mapping[str, object], file: str) -> tuple[IoDevice, ...]:
@@ -230,40 +227,47 @@ def _io_devices(capacity: Mapping[str, object], file: str) -> tuple[IoDevice, ..
     return tuple(devices)
 
 
-def _task(data: Mapping[str, object], io_devices: tuple[IoDevice, ...], file: str) -> dict[str, float]:
+def _demand_keys() -> tuple[str, ...]:
+    """The config keys of :data:`governor.resources.RESOURCES`, in registry order."""
+    return tuple(entry.config for entry in resources.RESOURCES if entry.config)
+
+
+def _session_keys() -> tuple[str, ...]:
+    return ("enabled", *_demand_keys(), "exempt")
+
+
+def _demand(table: Mapping[str, object], where: str, defaults: Mapping[str, float], file: str) -> dict[str, float]:
+    """Each resource's config key in ``table`` (key ``where.<config key>``) checked by its
+    entry's ``setting``: config key → amount, ``defaults`` (else 0) for one left out."""
+    return {entry.config: _value(table, entry.config, where, file, entry.setting, defaults.get(entry.config, 0))
+            for entry in resources.RESOURCES if entry.config}
+
+
+def _task(data: Mapping[str, object], file: str) -> dict[str, float]:
     defaults = subtable(data, "defaults", None, file)
     no_unknown_keys(defaults, ("task",), "defaults", file)
     table = subtable(defaults, "task", "defaults", file)
-    no_unknown_keys(table, _TASK_KEYS, "defaults.task", file)
-    task = {
-        "cpu": _value(table, "cpu", "defaults.task", file, _cores, _TASK_CPU_CORES),
-        "memory": _value(table, "memory", "defaults.task", file, _task_memory, _TASK_MEMORY_BYTES),
-        "io_read": _value(table, "io_read", "defaults.task", file, _bytes, 0),
-        "io_write": _value(table, "io_write", "defaults.task", file, _bytes, 0),
-    }
-    for name in ("io_read", "io_write"):
-        if task[name] and not io_devices:
-            raise ConfigError(file, f"defaults.task.{name}",
-                              "no block device is governed; add a [[capacity.io]] entry or leave this out")
-    return task
+    no_unknown_keys(table, _demand_keys(), "defaults.task", file)
+    return _demand(table, "defaults.task", _TASK_DEFAULTS, file)
 
 
-def _sessions(data: Mapping[str, object], io_devices: tuple[IoDevice, ...], file: str) -> SessionRules:
+def _sessions(data: Mapping[str, object], file: str) -> SessionRules:
     table = subtable(data, "sessions", None, file)
-    no_unknown_keys(table, _SESSION_KEYS, "sessions", file)
-    rules = SessionRules(
+    no_unknown_keys(table, _session_keys(), "sessions", file)
+    return SessionRules(
         enabled=_value(table, "enabled", "sessions", file, _boolean, True),
-        cpu_cores=_value(table, "cpu", "sessions", file, _cores, _SESSION_CPU_CORES),
-        memory_bytes=_value(table, "memory", "sessions", file, _task_memory, _SESSION_MEMORY_BYTES),
-        io_read_bps=_value(table, "io_read", "sessions", file, _bytes, 0),
-        io_write_bps=_value(table, "io_write", "sessions", file, _bytes, 0),
+        demand=_demand(table, "sessions", _SESSION_DEFAULTS, file),
         exempt=_value(table, "exempt", "sessions", file, names, ()),
     )
-    for name, rate in (("io_read", rules.io_read_bps), ("io_write", rules.io_write_bps)):
-        if rate and not io_devices:
-            raise ConfigError(file, f"sessions.{name}",
-                              "no block device is governed; add a [[capacity.io]] entry or leave this out")
-    return rules
+
+
+def _governed(config: Config) -> None:
+    """Refuse a default demand of a resource ``config`` governs none of (I/O with no
+    ``[[capacity.io]]``): ConfigError at its ``defaults.task`` or ``sessions`` key."""
+    for where, demand in (("defaults.task", config.task_defaults), ("sessions", config.sessions.demand)):
+        for entry in resources.RESOURCES:
+            if entry.config and demand[entry.config] and not entry.names(config):
+                raise ConfigError(config.file, f"{where}.{entry.config}", f"{entry.absent}, or leave this out")
 
 
 def _fairshare(data: Mapping[str, object], file: str) -> float | None:
@@ -320,38 +324,17 @@ def _value(table: Mapping[str, object], name: str, where: str, file: str,
     return convert(table[name], f"{where}.{name}", file) if name in table else default
 
 
-def _cores(value: object, key: str, file: str) -> float:
-    return _at_most(float(number(value, key, file)), MAX_CORES, "cores", key, file)
-
-
 def _positive_cores(value: object, key: str, file: str) -> float:
-    return _at_most(_positive(value, key, file), MAX_CORES, "cores", key, file)
+    _positive(value, key, file)
+    return cores_setting(value, key, file)
 
 
 def _positive(value: object, key: str, file: str) -> float:
     return float(number(value, key, file, positive=True))
 
 
-def _bytes(value: object, key: str, file: str) -> int:
-    # Rounded down: "1.3G" is fine to write, and no kernel limit takes a fraction of a byte.
-    return int(_at_most(amount(value, key, file), MAX_BYTES, "bytes", key, file))
-
-
-def _task_memory(value: object, key: str, file: str) -> int:
-    result = _bytes(value, key, file)
-    if result < MIN_TASK_MEMORY:
-        raise ConfigError(file, key, f"must be at least {format_size(MIN_TASK_MEMORY)}: no process starts in less")
-    return result
-
-
-def _at_most(value, bound: int, unit: str, key: str, file: str):
-    if value > bound:
-        raise ConfigError(file, key, f"must be at most {bound:,} {unit}, got {float(value):g}")
-    return value
-
-
 def _positive_bytes(value: object, key: str, file: str) -> int:
-    result = _bytes(value, key, file)
+    result = bytes_setting(value, key, file)
     if result == 0:
         raise ConfigError(file, key, "must be > 0")
     return result

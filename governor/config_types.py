@@ -105,16 +105,14 @@ class SessionRules:
 
     Attributes:
         enabled: whether sessions are governed at all.
-        cpu_cores, memory_bytes: the session task's demand, its cap and what DRF guarantees;
-            io_read_bps, io_write_bps: bytes/s on each governed device.
+        demand: the session task's demand, its cap and what DRF guarantees: config key
+            (:data:`governor.resources.RESOURCES`: ``cpu`` cores, ``memory`` bytes,
+            ``io_read``/``io_write`` bytes/s on each governed device) → amount, every key there.
         exempt: user names never governed, besides root and system users.
     """
 
     enabled: bool
-    cpu_cores: float
-    memory_bytes: int
-    io_read_bps: int
-    io_write_bps: int
+    demand: dict[str, float]
     exempt: tuple[str, ...]
 
 
@@ -127,8 +125,8 @@ class Config:
             take the host's value minus the reserve.
         reserve_cpu_cores, reserve_memory_bytes: ``capacity.reserve``.
         io_devices: ``[[capacity.io]]``, in file order.
-        task_cpu_cores, task_memory_bytes, task_io_read_bps, task_io_write_bps: ``[defaults.task]``;
-            the I/O rates apply to each governed device.
+        task_defaults: ``[defaults.task]``: config key (:data:`governor.resources.RESOURCES`)
+            → amount, every key there; the I/O rates apply to each governed device.
         cpu_enforcement: ``"quota"`` or ``"cores"``; memory_enforcement: ``"soft"``, ``"hard"``
             or None (left out: :meth:`memory_mode` chooses by the host's cgroup version).
         groups: the explicit groups, in file order.
@@ -142,7 +140,7 @@ class Config:
         fairshare_half_life_s: ``[fairshare] half_life`` in seconds, or None (fair share over
             time is off): past use lowers a group's effective weight, halving in that time.
         gpus: ``capacity.gpus``: ``"auto"`` (NVML discovers them), the GPUs' device node paths,
-            or None (no GPU is governed); :func:`governor.gpus.discover` reads it on the host.
+            or None (no GPU is governed); :func:`governor.nvml.discover` reads it on the host.
         gpu_control: ``capacity.gpu_control``: the control nodes a task holding GPUs may open
             (None: NVIDIA's, :data:`governor.gpus.CONTROL_NODES`).
         gpu_guard: ``capacity.gpu_guard`` and ``gpu_guard_parents``: where the GPU nodes are
@@ -155,10 +153,7 @@ class Config:
     reserve_cpu_cores: float
     reserve_memory_bytes: int
     io_devices: tuple[IoDevice, ...]
-    task_cpu_cores: float
-    task_memory_bytes: int
-    task_io_read_bps: int
-    task_io_write_bps: int
+    task_defaults: dict[str, float]
     cpu_enforcement: str
     memory_enforcement: str | None
     groups: tuple[GroupRule, ...]
@@ -250,18 +245,9 @@ class Config:
         """
         return resources.demand(given, self.task_defaults, self)
 
-    @property
-    def task_defaults(self) -> dict[str, float]:
-        """``[defaults.task]``: config key (:data:`governor.resources.RESOURCES`) → amount."""
-        return {"cpu": self.task_cpu_cores, "memory": self.task_memory_bytes, "io_read": self.task_io_read_bps,
-                "io_write": self.task_io_write_bps}
-
     def session_demand(self) -> dict[str, float]:
         """The demand vector of a session task (``[sessions]``), shaped as :meth:`task_demand`'s."""
-        rules = self.sessions
-        defaults = {"cpu": rules.cpu_cores, "memory": rules.memory_bytes, "io_read": rules.io_read_bps,
-                    "io_write": rules.io_write_bps}
-        return resources.demand({}, defaults, self)
+        return resources.demand({}, self.sessions.demand, self)
 
     def allowed_groups(self, user: str, unix_groups: Collection[str]) -> list[str]:
         """Every group ``user`` may launch into, the default one first.

@@ -72,7 +72,7 @@ class Metrics:
         self._queue_wait.observe(waited_s)
 
     def gpu_sample(self, use: GpuUse | None, owners: Mapping[int, tuple[str, str]]) -> None:
-        """What NVML last said of the governed GPUs (:func:`governor.gpus.sample_use`), and pid →
+        """What NVML last said of the governed GPUs (:func:`governor.nvml.sample_use`), and pid →
         ``(group, task id)`` of the processes it names that run in a task: exported until the
         next sample. None (NVML did not answer): no NVML series."""
         self._gpu = None if use is None else (use, dict(owners))

@@ -14,7 +14,8 @@ Capacity: ``capacity.cpu`` and ``capacity.memory`` (else the host's minus ``capa
 the GPUs found for ``capacity.gpus``, each ``[[capacity.io]]`` device's ``read`` and ``write``.
 
 The wire key names the resource in a launch request's ``demand``; the config key in
-``[defaults.task]`` and ``[sessions]`` (— : none, a task asks for 0 unless it says). The I/O
+``[defaults.task]`` and ``[sessions]``, its value checked by the entry's ``setting`` (— : none,
+a task asks for 0 unless it says). The I/O
 entries are *families*: one resource per governed block device, the same flag and default for
 each. The CLI, the protocol, the config, admission, the queue, the views and the metrics iterate
 :data:`RESOURCES`: a new resource is an entry here (and, to be enforced, its mapping in
@@ -33,6 +34,7 @@ from itertools import zip_longest
 from typing import TYPE_CHECKING
 
 from governor.errors import ConfigError
+from governor.tomlcheck import amount, number
 from governor.units import format_number, format_size, parse_quantity
 
 if TYPE_CHECKING:  # config_types builds on this module
@@ -70,6 +72,9 @@ class Resource:
         wire: its key in a launch request's ``demand``.
         config: its key in ``[defaults.task]`` and ``[sessions]``, or None (a task asks for 0
             unless it says).
+        setting: with :attr:`config`, (value, dotted key, file) → the amount that key gives
+            (:func:`cores_setting`, :func:`bytes_setting`, :func:`memory_setting`); raises
+            ConfigError naming the file, the key and the reason.
         parse: ``governor run``'s text → an amount in :attr:`unit`; raises ValueError saying
             what is wrong.
         whole: amounts are integers on the wire (bytes, devices), not any number (cores).
@@ -103,6 +108,7 @@ class Resource:
     noun: str = ""
     queue: str = ""
     absent: str = ""
+    setting: Callable[[object, str, str], float] | None = None
 
     @property
     def family(self) -> bool:
@@ -239,6 +245,49 @@ def size(text: str) -> int:
     return round(parse_quantity(text))
 
 
+# Checking a config key's value: (value, dotted key, file) → amount. The bounds are
+# config_types', read when called (it builds on this module).
+
+def cores_setting(value: object, key: str, file: str) -> float:
+    """Cores: a number ≥ 0 (not a string), at most ``MAX_CORES``.
+
+    Raises:
+        ConfigError: at ``key`` in ``file``, saying what is wrong.
+    """
+    from governor.config_types import MAX_CORES
+    return float(_at_most(number(value, key, file), MAX_CORES, "cores", key, file))
+
+
+def bytes_setting(value: object, key: str, file: str) -> int:
+    """Bytes (or bytes/s): a number or a size like ``"1.5G"``, ≥ 0, rounded down to whole
+    bytes (no kernel limit takes a fraction of one), at most ``MAX_BYTES``.
+
+    Raises:
+        ConfigError: at ``key`` in ``file``, saying what is wrong.
+    """
+    from governor.config_types import MAX_BYTES
+    return int(_at_most(amount(value, key, file), MAX_BYTES, "bytes", key, file))
+
+
+def memory_setting(value: object, key: str, file: str) -> int:
+    """A task's memory: as :func:`bytes_setting`, and at least ``MIN_TASK_MEMORY``.
+
+    Raises:
+        ConfigError: at ``key`` in ``file``, saying what is wrong.
+    """
+    from governor.config_types import MIN_TASK_MEMORY
+    result = bytes_setting(value, key, file)
+    if result < MIN_TASK_MEMORY:
+        raise ConfigError(file, key, f"must be at least {format_size(MIN_TASK_MEMORY)}: no process starts in less")
+    return result
+
+
+def _at_most(value, bound: int, unit: str, key: str, file: str):
+    if value > bound:
+        raise ConfigError(file, key, f"must be at most {bound:,} {unit}, got {float(value):g}")
+    return value
+
+
 # Formatting amounts: (amount, with its unit?) → text.
 
 def _cores(value: float, unit: bool) -> str:
@@ -304,9 +353,9 @@ def _io(direction: str) -> tuple[Callable[[Config, Host], dict[str, float]], Cal
 _NO_IO = "no I/O device is governed (add a [[capacity.io]] entry to the config)"
 RESOURCES: tuple[Resource, ...] = (
     Resource("cpu", "cores", ResourceKind.COMPRESSIBLE, "--cpus", "FLOAT", "CPU demand in cores, e.g. 1.5.",
-             "cpu", "cpu", cores, False, _cores, _cpu_capacity, _always("cpu")),
+             "cpu", "cpu", cores, False, _cores, _cpu_capacity, _always("cpu"), setting=cores_setting),
     Resource("memory", "bytes", ResourceKind.ADMITTED, "--memory", "SIZE", "Memory demand, e.g. 4G.",
-             "memory", "memory", size, True, _bytes, _memory_capacity, _always("memory")),
+             "memory", "memory", size, True, _bytes, _memory_capacity, _always("memory"), setting=memory_setting),
     Resource("gpu", "devices", ResourceKind.DEVICE, "--gpus", "N",
              "Whole GPUs (default none): CMD starts when N are free, may open only those, and finds them in "
              "CUDA_VISIBLE_DEVICES.",
@@ -315,10 +364,10 @@ RESOURCES: tuple[Resource, ...] = (
              noun="GPU", queue="gpus_", absent="no GPU is governed on this host (capacity.gpus in the config)"),
     Resource("io.<dev>.read", "bytes/s", ResourceKind.COMPRESSIBLE, "--io-read", "RATE",
              "Read bandwidth demand per second, e.g. 200M.", "io_read", "io_read", size, True, _rate, *_io("read"),
-             absent=_NO_IO),
+             absent=_NO_IO, setting=bytes_setting),
     Resource("io.<dev>.write", "bytes/s", ResourceKind.COMPRESSIBLE, "--io-write", "RATE",
              "Write bandwidth demand per second, e.g. 100M.", "io_write", "io_write", size, True, _rate,
-             *_io("write"), absent=_NO_IO),
+             *_io("write"), absent=_NO_IO, setting=bytes_setting),
 )
 
 

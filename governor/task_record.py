@@ -1,4 +1,4 @@
-"""A task's record as JSON (DESIGN.md §8): what :class:`governor.state.TaskStore` writes for a
+"""A task's record as JSON (DESIGN.md §8): what :class:`governor.task_store.TaskStore` writes for a
 running task, and every field checked as a request's would be when it is read back.
 
 A record names the GPUs its task holds by identity (``"gpus": [{"device": "195:0", "uuid":

@@ -41,7 +41,7 @@ class FairShareHistory:
 
     Args:
         directory: the state directory (trusted and made 0700 by
-            :class:`~governor.state.TaskStore`); half_life_s: the configured half-life, seconds;
+            :class:`~governor.task_store.TaskStore`); half_life_s: the configured half-life, seconds;
         journal: where a file that could not be read or written is told.
     """
 

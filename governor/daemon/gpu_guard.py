@@ -1,7 +1,7 @@
 """The GPU guard outside governor's tasks (``[capacity] gpu_guard``, DESIGN.md §3 devices):
 the GPU and control nodes denied where processes start before governor governs them, put on
-when the daemon starts and taken off when it stops cleanly (a daemon killed leaves it on, and
-the next one replaces it: :func:`~governor.cgroups.device_guard.put_guard`).
+when the daemon starts, put again after a reload, and taken off when it stops cleanly (a daemon
+killed leaves it on, and the next one replaces it: :func:`~governor.cgroups.device_guard.put_guard`).
 
 Where the kernel cannot deny at the start (a v1 host whose users start in the root ``devices``
 cgroup, a parent that does not exist), a session process found holding a GPU node is ended and
@@ -62,6 +62,27 @@ class GpuGuard:
         guarded = ", ".join(map(str, self.plan.places)) or "nowhere"
         self.journal.event("gpu_guard", f"GPU guard ({kind}): GPU nodes denied on {guarded}"
                                         + "".join(f"; {note}" for note in self.plan.notes))
+
+    def reapply(self) -> None:
+        """Put the guard the config now in force asks for (after a reload: ``capacity.gpus``,
+        ``gpu_control``, ``gpu_guard`` or ``gpu_guard_parents`` may have changed), as
+        :meth:`start` does; then take it off the places the earlier one guarded and this one
+        does not, and, on v1 (whose denials add up, where v2's program of the same name is
+        replaced), allow again on the places kept the nodes no longer denied. A place the kernel
+        refuses is an ``error`` event."""
+        before, denied_before = self.plan, self._denied
+        self.plan, self._denied = None, []
+        self.start()
+        if before is None:
+            return
+        kept = set(self.plan.places) if self.plan is not None else set()
+        undone = [(GuardPlan(before.mode, tuple(p for p in before.places if p not in kept), ()), denied_before)]
+        if before.mode == "v1":
+            undone.append((GuardPlan("v1", tuple(p for p in before.places if p in kept), ()),
+                           [device for device in denied_before if device not in self._denied]))
+        for plan, denied in undone:
+            for problem in take_guard(plan, denied) if plan.places and denied else ():
+                self.journal.event("error", f"GPU guard: {problem}", logging.ERROR)
 
     def stop(self) -> None:
         """Take the guard off (the daemon stops cleanly)."""

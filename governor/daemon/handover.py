@@ -34,8 +34,9 @@ from governor.daemon.policy import Policy
 from governor.daemon.settle import Settle
 from governor.daemon.tree import running_loop
 from governor.errors import CgroupError
-from governor.gpus import GpuInventory, processes_on
+from governor.gpus import GpuInventory
 from governor.kinds import login_id, task_in
+from governor.nvml import processes_on
 from governor.openfiles import PROC, node_holders, owner_uid
 from governor.state import Task, Tasks
 
@@ -75,7 +76,7 @@ class Handover:
         hierarchy: where a process is; policy: the GPUs governed; tasks: who holds which GPU
             and which drain; settle: asked to admit once a GPU is free; journal: events.
         proc: the proc filesystem (tests pass a fake one).
-        listed: NVML's processes per GPU (:func:`governor.gpus.processes_on`).
+        listed: NVML's processes per GPU (:func:`governor.nvml.processes_on`).
         kill: ends a holder (default: SIGKILL through a pidfd; tests on fake pids pass a fake).
     """
 

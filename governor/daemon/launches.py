@@ -20,7 +20,8 @@ from governor.kinds import Kind, task_in
 from governor.protocol import LaunchRequest, Peer, default_name
 from governor.quotas import check_within_quotas
 from governor.queue import Entry, queue_view
-from governor.state import Task, Tasks, TaskStore
+from governor.state import Task, Tasks
+from governor.task_store import TaskStore
 
 __all__ = ["Launches"]
 

@@ -30,9 +30,10 @@ from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
 from governor.daemon.settle import Settle
 from governor.errors import CgroupError
-from governor.gpus import GpuInventory, GpuUse, sample_use
+from governor.gpus import GpuInventory, GpuUse
 from governor.kinds import task_in
 from governor.limits import SATURATION, cpu_saturated
+from governor.nvml import sample_use
 from governor.queue import queue_view
 from governor.state import Task, Tasks
 from governor.status import StatusReply, build_status, gpu_entries

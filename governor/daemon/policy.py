@@ -18,10 +18,11 @@ from governor.daemons import DaemonEntry, Registry
 from governor.drf import progressive_filling
 from governor.errors import GovernorError
 from governor.gpu_identity import GpuIdentity, GpuNotFound, locate
-from governor.gpus import GpuInventory, discover
+from governor.gpus import GpuInventory
 from governor.hdrf import TreeNode, hierarchical_filling
 from governor.limits import task_limits
 from governor.model import Allocation, GroupDemand
+from governor.nvml import discover
 from governor.sessions import NOBODY_UID, SessionOwners
 from governor.state import Task
 
@@ -49,7 +50,7 @@ class Policy:
             daemon is known).
         entry: this daemon as the registry shows it (its pid, root, socket).
         find_gpus: a config's ``capacity.gpus`` and ``capacity.gpu_control`` → the GPUs on this
-            host (default :func:`governor.gpus.discover`; raises GpuError).
+            host (default :func:`governor.nvml.discover`; raises GpuError).
 
     Attributes:
         gpus: the GPUs governor hands out (None: no GPU is governed).

@@ -20,7 +20,8 @@ from governor.daemon.tree import Tree
 from governor.errors import CgroupError, GovernorError
 from governor.config_groups import MAX_DEPTH
 from governor.kinds import Kind, is_task_name, task_in
-from governor.state import Task, Tasks, TaskStore
+from governor.state import Task, Tasks
+from governor.task_store import TaskStore
 
 __all__ = ["Recovery"]
 

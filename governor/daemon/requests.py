@@ -13,6 +13,7 @@ from governor.accounting import STOP
 from governor.cgroups.hierarchy import Hierarchy
 from governor.config import Config
 from governor.daemon.exits import Exits
+from governor.daemon.gpu_guard import GpuGuard
 from governor.daemon.journal import Journal
 from governor.daemon.launches import Launches
 from governor.daemon.observation import Observation
@@ -40,14 +41,15 @@ class Requests:
     Args:
         hierarchy: where a task's processes are listed; policy: the config in force; tasks:
             the running tasks; launches, settle, exits, sessions, observation: the stages the
-            operations go to; journal: events; notifier: systemd's RELOADING/READY.
+            operations go to; journal: events; notifier: systemd's RELOADING/READY; gpu_guard:
+            put again when a reload is put in force.
         load_config: reads the config file again, for reload (raises ConfigError); None: the
             daemon runs on the embedded default.
     """
 
     def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, launches: Launches, settle: Settle,
                  exits: Exits, sessions: Sessions, observation: Observation, journal: Journal, notifier: Notifier,
-                 load_config: Callable[[], Config] | None):
+                 gpu_guard: GpuGuard, load_config: Callable[[], Config] | None):
         self.hierarchy = hierarchy
         self.policy = policy
         self.tasks = tasks
@@ -59,6 +61,7 @@ class Requests:
         self.observation = observation
         self.journal = journal
         self.notifier = notifier
+        self.gpu_guard = gpu_guard
         self.load_config = load_config
 
     async def handle(self, request, peer: Peer) -> dict:
@@ -221,7 +224,8 @@ class Requests:
         self.sessions.reset()
 
     def reload(self, trigger: str) -> str:
-        """Re-read the config file and put it in force; the old one stays if the new one is bad.
+        """Re-read the config file and put it in force (the GPU guard put again under it); the old
+        one stays if the new one is bad.
         Waiting tasks that can never fit the new capacity are refused.
 
         Raises:
@@ -235,6 +239,7 @@ class Requests:
                 config = self.load_config()
                 self._check_places(config)
                 self.use(config)
+                self.gpu_guard.reapply()  # a changed inventory or guard config is in force now, not at restart
             except GovernorError as error:
                 self.journal.event("error", f"reload refused, the old config stays in force: {error}", logging.ERROR)
                 raise RequestError("invalid_config", str(error)) from error

@@ -19,7 +19,7 @@ import psutil
 
 from governor.cgroups.hierarchy import Hierarchy
 from governor.config import Config
-from governor.gpus import GpuInventory, discover
+from governor.gpus import GpuInventory
 from governor.daemon.enforcement import Enforcement
 from governor.daemon.exits import Exits
 from governor.daemon.journal import Journal, vector
@@ -38,10 +38,12 @@ from governor.daemon.tree import Tree
 from governor.daemons import DaemonEntry, Registry
 from governor.errors import CgroupError, RequestError
 from governor.notify import Notifier
+from governor.nvml import discover
 from governor.queue import Entry
 from governor.server import ControlServer
 from governor.sessions import login_uid_min
-from governor.state import Tasks, TaskStore
+from governor.state import Tasks
+from governor.task_store import TaskStore
 
 __all__ = ["Daemon"]
 
@@ -81,7 +83,7 @@ class Daemon:
             fake hierarchy): no other daemon is known.
         members: a config → its groups' users on this host (:func:`governor.access.members`).
         find_gpus: ``capacity.gpus`` and ``capacity.gpu_control`` → the GPUs here
-            (:func:`governor.gpus.discover`; tests pass a fake).
+            (:func:`governor.nvml.discover`; tests pass a fake).
 
     Raises:
         GovernorError: the config cannot be put in force here (:class:`~governor.daemon.policy.Policy`).
@@ -144,7 +146,7 @@ class Daemon:
         self.requests = Requests(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, launches=self.launches,
                                  settle=self.settle, exits=self.exits, sessions=self.sessions,
                                  observation=self.observation, journal=self.journal, notifier=self.notifier,
-                                 load_config=load_config)
+                                 gpu_guard=self.gpu_guard, load_config=load_config)
         # The control server's handler, and what tools and tests ask of a daemon.
         self.handle = self.requests.handle
         self.stream = self.requests.stream

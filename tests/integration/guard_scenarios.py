@@ -3,7 +3,8 @@ stand-in login parent ``governor-test-<random>/user.slice`` under the hierarchy'
 the host's ``user.slice``), guarded by a sessions-on daemon whose ``gpu_guard_parents`` names
 it. A process of a governed user started there opens the stand-in GPU node (a char major in
 240–254 no driver holds: ``ENXIO`` allowed, ``EPERM`` denied) as its first act: 0 of 20
-succeed, moved into its session yet or not. Once the daemon stops cleanly the guard is gone.
+succeed, moved into its session yet or not. A reload to ``gpu_guard = "tasks"`` takes the
+guard off, one back puts it on again. Once the daemon stops cleanly the guard is gone.
 Shared by the v1 (native, ``devices.deny``) and v2 (VM, a BPF program) modules."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from daemon_harness import Governor
+from daemon_harness import GOVERNOR, Governor
 from device_nodes import device_nodes, free_major
 
 from governor.cgroups import detect
@@ -76,6 +77,18 @@ def sessions_open_no_gpu_where_they_start() -> None:
                 seen = [opens_from(parent, node) for _ in range(TRIES)]
                 print(f"\n[{detect.driver_mode()}] a session process's first open of a GPU node: {seen}")
                 assert seen == ["EPERM"] * TRIES, seen
+                guarded = (shared / "governor.toml").read_text()
+                parents = f'gpu_guard_parents = ["{parent.relative_to(guard_mount())}"]\n'
+                # Off: the user exempt too, or the process, moved into its session, would meet its rules.
+                off = guarded.replace(parents, 'gpu_guard = "tasks"\n').replace("[sessions]\n",
+                                                                                  f'[sessions]\nexempt = ["{USER}"]\n')
+                for text, opened in ((off, "ENXIO"), (guarded, "EPERM")):
+                    (shared / "governor.toml").write_text(text)
+                    reloaded = subprocess.run([GOVERNOR, "reload", "--socket", gov.socket], capture_output=True,
+                                              text=True, timeout=60)
+                    assert reloaded.returncode == 0, reloaded.stderr
+                    seen = opens_from(parent, node)
+                    assert seen == opened, (seen, text)  # the reload's guard is in force, not the old one
             finally:
                 gov.close()
             after = opens_from(parent, node)

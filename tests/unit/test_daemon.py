@@ -23,7 +23,8 @@ from governor.cgroups.stats import CgroupStats
 from governor.errors import CgroupReadError, CgroupWriteError, RequestError
 from governor.protocol import (ExplainRequest, LaunchRequest, Peer, ReloadRequest, SetWeightRequest, StatusRequest,
                                WatchRequest)
-from governor.state import Task, Tasks, TaskStore
+from governor.state import Task, Tasks
+from governor.task_store import TaskStore
 
 GONE_PID = 999_999
 CONFIG = """

@@ -18,6 +18,7 @@ from governor import access
 from governor.cgroups.device_rules import devices_text
 from governor.cgroups.limits import V2_DEVICE_PROGRAM
 from governor.config import parse_config
+from governor.daemon import gpu_guard
 from governor.daemon.handover import SWEEP_AFTER_HANDOVER_S
 from governor.errors import GovernorError, RequestError
 from governor.gpus import Gpu, GpuInventory
@@ -175,6 +176,14 @@ def test_a_reload_that_adds_a_gpu_denies_it_to_the_running_tasks_that_do_not_hol
     assert len(driver.device_writes) == written + 2
     reload_with(gpus, THREE, '["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2"]')
     assert len(driver.device_writes) == written + 2  # the same config again: nothing rewritten
+
+
+def test_a_reload_puts_the_gpu_guard_again_denying_the_gpus_it_adds(gpus, monkeypatch):
+    put = []
+    monkeypatch.setattr(gpu_guard, "put_guard", lambda plan, denied: put.append(tuple(denied)) or [])
+    reload_with(gpus, THREE, '["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2"]')
+    assert put == [(GPU0, GPU1, GPU2, CONTROL)]
+    assert gpus.gpu_guard.plan is not None
 
 
 def test_control_nodes_added_by_a_reload_are_denied_to_a_running_task_without_gpus(tmp_path):

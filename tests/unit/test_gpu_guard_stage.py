@@ -59,3 +59,36 @@ def test_where_no_login_parent_exists_sessions_are_swept(tmp_path, calls):
     missing.start()
     assert missing.sweeps and missing.describe()["kind"] == "tasks"
     assert missing.describe()["notes"] == [f"{tmp_path / 'user.slice'} does not exist here: not guarded"]
+
+
+def test_a_reload_puts_the_guard_the_new_config_asks_for_and_takes_it_off_places_left(tmp_path, calls):
+    for parent in ("user.slice", "other.slice"):
+        (tmp_path / parent).mkdir()
+    reloaded = guard(tmp_path, sessions=True)
+    reloaded.start()
+    reloaded.policy.config = SimpleNamespace(gpu_guard=GpuGuardRules("sessions", ("other.slice",)))
+    reloaded.reapply()
+    denied = [("c", 195, 0), ("c", 195, 255)]
+    assert calls[1:] == [("put", (tmp_path / "other.slice",), denied), ("take", (tmp_path / "user.slice",), denied)]
+    assert reloaded.describe()["guarded"] == [str(tmp_path / "other.slice")]
+
+
+def test_a_reload_that_governs_no_gpu_takes_the_guard_off(tmp_path, calls):
+    (tmp_path / "user.slice").mkdir()
+    reloaded = guard(tmp_path, sessions=True)
+    reloaded.start()
+    reloaded.policy.gpus = None
+    reloaded.reapply()
+    assert calls[-1] == ("take", (tmp_path / "user.slice",), [("c", 195, 0), ("c", 195, 255)])
+    assert reloaded.plan is None
+
+
+def test_a_reload_on_v1_allows_again_the_nodes_no_longer_denied_where_the_guard_stays(tmp_path, calls):
+    (tmp_path / "user.slice").mkdir()
+    reloaded = guard(tmp_path, sessions=True)
+    reloaded._plan = lambda kind, parents: stage.GuardPlan("v1", (tmp_path / "user.slice",), ())
+    reloaded.start()
+    reloaded.policy.gpus = GpuInventory(gpus=(), control=INVENTORY.control, source="listed")
+    reloaded.reapply()
+    assert calls[1:] == [("put", (tmp_path / "user.slice",), [("c", 195, 255)]),
+                         ("take", (tmp_path / "user.slice",), [("c", 195, 0)])]

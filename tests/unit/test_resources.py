@@ -23,9 +23,11 @@ from governor.cli.main import main
 from governor.cli.ps_view import tasks_table
 from governor.cli.run import command
 from governor.config import parse_config
+from governor.errors import ConfigError
 from governor.metrics import Metrics
 from governor.protocol import LaunchRequest, Peer, parse_request
 from governor.resources import RESOURCES, ResourceKind, compressible, find, governed
+from governor.tomlcheck import number
 
 # A site's software licenses, 3 of them, counted at the door as memory is.
 LICENSES = replace(find("memory"), name="licenses", unit="licenses", flag="--licenses", metavar="N",
@@ -72,6 +74,18 @@ def test_the_main_commands_run_is_built_from_the_registry_as_it_was_at_import():
     # Without the stand-in, `governor run --licenses` is no option: what the registry holds is what run offers.
     result = CliRunner().invoke(main, ["run", "--licenses", "2", "--", "true"])
     assert result.exit_code == 2 and "No such option" in result.output
+
+
+def test_a_stand_in_with_a_config_key_is_a_key_of_the_config_and_reaches_the_default_demand(monkeypatch):
+    solver = replace(LICENSES, config="licenses", setting=lambda value, key, file: float(number(value, key, file)))
+    monkeypatch.setattr(resources, "RESOURCES", (*RESOURCES, solver))
+    config = parse_config('[defaults.task]\nlicenses = 2\n[sessions]\nlicenses = 1\n[groups."*"]\n', "t.toml")
+    assert config.task_defaults == {"cpu": 1.0, "memory": 512 * 1024**2, "io_read": 0, "io_write": 0, "licenses": 2.0}
+    assert config.task_demand()["licenses"] == 2 and config.task_demand(licenses=1)["licenses"] == 1
+    assert config.session_demand()["licenses"] == 1
+    assert "licenses" not in parse_config('[groups."*"]\n', "t.toml").task_demand()  # left out: 0, not asked
+    with pytest.raises(ConfigError, match="t.toml: defaults.task.licenses: must be a number"):
+        parse_config('[defaults.task]\nlicenses = "two"\n[groups."*"]\n', "t.toml")
 
 
 def test_a_stand_in_travels_in_a_launch_request(licenses):

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from governor.errors import GovernorError
-from governor.state import MAX_RECORD_BYTES, Task, TaskStore
+from governor.state import Task
+from governor.task_store import MAX_RECORD_BYTES, TaskStore
 
 TASK = Task("1", "A", 100, 1000, "alice", ("sleep", "9"), {"cpu": 0.5, "memory": 1024.0}, 1.5)
 
@@ -100,7 +101,8 @@ def test_a_record_that_cannot_be_written_leaves_no_partial_file_and_utf8_is_kept
     import errno
 
     from governor.errors import GovernorError
-    from governor.state import Task, TaskStore
+    from governor.state import Task
+    from governor.task_store import TaskStore
 
     store = TaskStore(tmp_path / "state")
     store.prepare()
@@ -111,7 +113,7 @@ def test_a_record_that_cannot_be_written_leaves_no_partial_file_and_utf8_is_kept
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("governor.state.os.replace", full)
+    monkeypatch.setattr("governor.task_store.os.replace", full)
     with pytest.raises(GovernorError, match="No space left"):
         store.save(Task("2", "A", 101, 0, "root", ("x",), {"cpu": 1.0}, 0.0))
     assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["1.json"]

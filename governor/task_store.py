@@ -1,0 +1,155 @@
+"""Task metadata on disk (DESIGN.md §8): what the cgroup tree cannot hold of a running task
+(:class:`governor.state.Task`: owner, declared demand, command, start time).
+
+Each task's record is one JSON file ``<state_dir>/<task id>.json``, written atomically (write a
+temporary file, then rename) so a daemon killed mid-write leaves either the old record or the
+new one, never half.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from pathlib import Path
+
+from governor.errors import GovernorError
+from governor.state import Task
+from governor.task_record import task_fields
+
+__all__ = ["MAX_RECORD_BYTES", "TaskStore"]
+
+
+class TaskStore:
+    """Task metadata files under ``directory`` (created 0700 on first use).
+
+    A record decides which cgroup the daemon writes and which process it governs, so the
+    directory is trusted only when it is what the daemon made: a real directory (not a
+    symlink), owned by the daemon's user, writable by nobody else. Records are read without
+    following links, only as regular files of at most :data:`MAX_RECORD_BYTES`.
+
+    Raises (every method):
+        GovernorError: the directory is not trustworthy, or it or a file cannot be written or
+            read, naming the path.
+    """
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self._next_id = 1
+
+    def prepare(self) -> None:
+        """Create the directory (or check the one there), remove temporary files a killed
+        daemon left, and continue numbering after the highest stored id."""
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as error:
+            raise GovernorError(f"state directory {self.directory}: {error.strerror}") from None
+        self.check()
+        try:
+            for stale in self.directory.glob(".*.tmp"):
+                stale.unlink(missing_ok=True)
+            ids = [int(p.stem) for p in self.directory.glob("*.json") if p.stem.isdigit()]
+        except OSError as error:
+            raise GovernorError(f"state directory {self.directory}: {error.strerror}") from None
+        self._next_id = max(ids, default=0) + 1
+
+    def check(self) -> None:
+        """Refuse a directory the daemon could not trust; one not made yet is fine (it will be
+        made 0700). Creates nothing (``check-config`` asks too).
+
+        Raises:
+            GovernorError: it is a link, not a directory, another user's, or writable by others.
+        """
+        try:
+            info = os.lstat(self.directory)
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            raise GovernorError(f"state directory {self.directory}: {error.strerror}") from None
+        problem = _untrusted(info, "a directory", stat.S_ISDIR)
+        if problem:
+            raise GovernorError(f"state directory {self.directory} is {problem}; task records there could be "
+                                f"forged: make it a directory of the daemon's user, mode 0700")
+
+    def skip_past(self, task_id: int) -> None:
+        """Never give out ``task_id`` or a lower id (one whose cgroup exists without a record)."""
+        self._next_id = max(self._next_id, task_id + 1)
+
+    def new_id(self) -> str:
+        task_id = str(self._next_id)
+        self._next_id += 1
+        return task_id
+
+    def save(self, task: Task) -> None:
+        """Write ``task``'s record atomically (a reader sees the old record or the new one).
+
+        Not synced to disk: a record must outlive the daemon, not the host, whose reboot ends
+        every task it describes (and an fsync per launch cost more than the launch's writes).
+        """
+        target = self.directory / f"{task.id}.json"
+        temporary = self.directory / f".{task.id}.tmp"  # the daemon is the directory's one writer
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "wb") as stream:
+                # UTF-8 as UTF-8: escaped, an accented command line took three times its size.
+                # (A lone surrogate, from a user name the database gave undecoded, stays a JSON escape.)
+                stream.write(json.dumps(task.to_record(), ensure_ascii=False).encode("utf-8", "backslashreplace"))
+            os.replace(temporary, target)
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)  # a full disk leaves no partial file
+            raise GovernorError(f"cannot write task record {target}: {error.strerror}") from None
+
+    def delete(self, task_id: str) -> None:
+        try:
+            (self.directory / f"{task_id}.json").unlink(missing_ok=True)
+        except OSError as error:
+            raise GovernorError(f"cannot remove task record {task_id}: {error.strerror}") from None
+
+    def load_all(self) -> tuple[list[Task], list[str]]:
+        """Every stored record, oldest id first, and what was wrong with the others.
+
+        A record that cannot be trusted or read (a link, not a regular file, another owner,
+        too large, not JSON, a field out of bounds) is set aside as ``<name>.bad`` so that it
+        neither stops the daemon nor comes back, and described in the second list.
+        """
+        tasks, problems = [], []
+        for path in sorted(self.directory.glob("*.json"), key=lambda p: int(p.stem) if p.stem.isdigit() else 0):
+            try:
+                tasks.append(Task(**task_fields(path.stem, _read_record(path))))
+            except (OSError, ValueError) as error:
+                reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+                problems.append(f"task record {path} set aside as {path.name}.bad: {reason}")
+                with contextlib.suppress(OSError):
+                    os.replace(path, path.with_name(path.name + ".bad"))
+        return tasks, problems
+
+
+# A record is a few hundred bytes; a command line may make it a few hundred KiB at most.
+MAX_RECORD_BYTES = 1 << 20
+
+
+def _untrusted(info: os.stat_result, kind: str, is_kind) -> str | None:
+    """Why a file with this ``lstat`` cannot be trusted, or None."""
+    if stat.S_ISLNK(info.st_mode):
+        return "a symbolic link"
+    if not is_kind(info.st_mode):
+        return f"not {kind}"
+    if info.st_uid != os.geteuid():
+        return f"owned by uid {info.st_uid}, not {os.geteuid()}"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
+
+
+def _read_record(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as stream:
+        problem = _untrusted(os.fstat(fd), "a regular file", stat.S_ISREG)
+        if problem:
+            raise ValueError(f"it is {problem}")
+        data = stream.read(MAX_RECORD_BYTES + 1)
+    if len(data) > MAX_RECORD_BYTES:
+        raise ValueError(f"larger than {MAX_RECORD_BYTES} bytes")
+    return data
