@@ -137,20 +137,15 @@ class Tree:
                     log.warning("cannot remove cgroup %s: %s", rel, error)
             read = []
             for group in groups:
-                try:
-                    used = self.hierarchy.read_stats(group).cpu_usage_usec if told is not None else 0
-                except CgroupError:
-                    used = None  # gone already, or unreadable: nothing to charge
+                used = _cpu_used(self.hierarchy, group) if told is not None else None
                 try:
                     driver.remove(group)
                 except CgroupError as error:
                     if error.errno != errno.EBUSY:
                         log.warning("cannot remove cgroup %s: %s", group, error)
-                    if used is not None:
-                        read.append((group, used, False))
+                    read += [(group, used, False)] if used is not None else []
                     return read
-                if used is not None:
-                    read.append((group, used, True))
+                read += [(group, used, True)] if used is not None else []
             return read
 
         def then(read: list[tuple[str, int, bool]] | GovernorError) -> None:
@@ -173,6 +168,15 @@ class Tree:
             self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cgroups")
             loop.set_default_executor(self._pool)
         return self._pool
+
+
+def _cpu_used(hierarchy: Hierarchy, rel: str) -> int | None:
+    """(On the thread) cgroup ``rel``'s cumulative CPU counter, µs; None when it cannot be read
+    (gone already: nothing to charge)."""
+    try:
+        return hierarchy.read_stats(rel).cpu_usage_usec
+    except CgroupError:
+        return None
 
 
 def _outcome(work: Callable[..., T], *args) -> T | GovernorError | None:

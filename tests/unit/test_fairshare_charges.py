@@ -163,3 +163,18 @@ def test_the_daemon_charges_short_tasks_from_their_groups_counter_read_before_re
     assert past["lab-c"] == pytest.approx(60 * 7 / 8, rel=0.02)  # the idle reservation
     saved = json.loads((tmp_path / "state" / FILE_NAME).read_text())
     assert saved["at"] >= clock.now - SAVE_EVERY_S  # what a kill -9 now would leave
+
+
+def test_a_task_that_ended_between_ticks_is_charged_its_reservation_up_to_its_end(tmp_path, monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr("governor.daemon.observation.time", clock)
+    daemon = make_daemon(tmp_path, FAIR)
+    reply = launch(daemon, 100, group="lab-c", cpu=0.01, memory=7 * GIB)
+    clock.now = daemon.tasks.get(reply["task"]).started + 1
+    daemon.observation.sample()
+    clock.now += 10
+    daemon.hierarchy.driver.procs[f"lab-c/task-{reply['task']}"] = []
+    daemon.check([reply["task"]], "exit")  # 10 s after the tick
+    clock.now += 10
+    daemon.observation.sample()
+    assert daemon.status()["groups"]["lab-c"]["past_use"] == pytest.approx(10 * 7 / 8, rel=0.01)
