@@ -215,6 +215,8 @@ class FairShareStage:
         history.history.half_life_s = config.fairshare_half_life_s  # a reload may change it
         seconds = monotonic - self._ticked if self._ticked is not None else 0.0
         self._ticked = monotonic
+        # Reservations over wall-clock spans (tasks' starts are unix times): a clock stepped
+        # forward charges at most the whole host for the tick (FairShare.add cuts a share at 1).
         if self._since is not None:
             for task in self.tasks:
                 self.charges.reserved(task.group, task.demand, now - max(task.started, self._since), _held)
