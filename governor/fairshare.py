@@ -2,9 +2,11 @@
 (opt-in, ``[fairshare] half_life = "1d"``), as Slurm's fair-share factor (``PriorityDecayHalfLife``)
 and HTCondor's ``PRIORITY_HALFLIFE`` do.
 
-A group's **usage** is its dominant share of measured use (at each sample: the largest, over
-resources, of use / capacity, a fraction of capacity) times the seconds it lasted, in
-capacity-seconds, decayed by half every ``half_life_s``. Its **effective weight** is Slurm's
+A group's **usage** is its dominant share of what it was charged (at each sample: the largest,
+over resources, of its charge / capacity, a fraction of capacity) times the seconds it lasted,
+in capacity-seconds, decayed by half every ``half_life_s``. Charged, as Slurm charges a job's
+allocated TRES over its run: CPU from the kernel's cumulative counters, memory and GPUs as
+reserved × time (:class:`governor.usage.Charges`), never from samples that miss short tasks. Its **effective weight** is Slurm's
 classic fair-share factor applied to its configured weight::
 
     effective = weight × 2^(−U/S)
@@ -117,8 +119,8 @@ class FairShare:
         seconds × ln 2 / (2 × half-life): 4e−5 for a 10 s sample against a day).
 
         Args:
-            shares: group → its dominant share of measured use over the sample, a fraction of
-                capacity. A share that is not a finite number ≥ 0 is ignored (a counter that
+            shares: group → its dominant share of what it was charged over the sample, a
+                fraction of capacity. A share that is not a finite number ≥ 0 is ignored (a counter that
                 could not be read must not poison days of history); one above 1 counts as 1 (no
                 group uses more than the whole host; a reading above it is a counter's hiccup).
             seconds: how long the sample lasted (up to ``now``). Nothing is added when it is not

@@ -231,6 +231,7 @@ class Exits:
         except GovernorError as error:
             log.warning("%s", error)
         groups = self.tasks.emptied(task)
+        self.observation.ended(task)
         self.observation.forget(task.cgroup)
         if groups:
             self.observation.forget(task.group)

@@ -54,7 +54,8 @@ class Observation:
 
     Args:
         hierarchy: where counters are read; tasks, policy, enforcement, settle, journal: the
-            other stages (the snapshot shows them all); fair_share: told each sample's use
+            other stages (the snapshot shows them all); fair_share: told each sample's
+            cumulative CPU counters of the groups and login sessions, and each task that ended
             (``[fairshare]``), if any.
 
     Attributes:
@@ -144,7 +145,19 @@ class Observation:
                                      for key in {k for u in own + logins for k in u}}
         self.check_saturation()
         if self.fair_share is not None:
+            self._count(read)
             self.fair_share.tick(time.time(), time.monotonic())
+
+    def _count(self, read: Mapping[str, Sample]) -> None:
+        """Hand fair share the cumulative CPU counter of each group cgroup and login session
+        read (a group's keeps what its ended tasks used, so no task is missed between ticks)."""
+        for group in self._group_at.values():
+            if group in read:
+                self.fair_share.counted(group, group, read[group].stats.cpu_usage_usec)
+        for login in self.tasks.logins():
+            if login.cgroup in read:  # systemd's, made before: its first reading is where counting starts
+                self.fair_share.counted(login.cgroup, login.group, read[login.cgroup].stats.cpu_usage_usec,
+                                        made_here=False)
 
     def _gpus_due(self) -> GpuInventory | None:
         """The GPUs to ask NVML about now: only while the metrics are served (a sink that takes
@@ -187,6 +200,11 @@ class Observation:
         """The counters of ``rel``'s last sample, if any."""
         sample = self._samples.get(rel)
         return sample.stats if sample is not None else None
+
+    def ended(self, task: Task) -> None:
+        """``task`` ended (its record is gone): fair share charges what it reserved up to now."""
+        if self.fair_share is not None:
+            self.fair_share.ended(task, time.time())
 
     def forget(self, rel: str) -> None:
         """Drop what was measured of ``rel``, a task's cgroup or a group's name (its cgroup is gone)."""

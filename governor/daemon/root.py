@@ -123,7 +123,8 @@ class Daemon:
                              journal=self.journal, notifier=self.notifier,
                              used=lambda rel: self.observation.usage.get(rel), metrics=metrics)
         self.fair_share = FairShareStage(directory=store.directory, policy=self.policy, tasks=self.tasks,
-                                         usage=lambda: self.observation.usage, settle=self.settle, journal=self.journal)
+                                         settle=self.settle, journal=self.journal)
+        self.tree.read_before_removal = self.fair_share.removed
         self.observation = Observation(hierarchy=hierarchy, tasks=self.tasks, policy=self.policy,
                                        enforcement=self.enforcement, settle=self.settle, journal=self.journal,
                                        fair_share=self.fair_share)

@@ -52,6 +52,9 @@ class Tree:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._joining: dict[str, int] = {}  # cgroup → moves into it asked for and not yet made
         self._pending = 0  # calls of run() not yet done
+        # Told on the loop (rel, CPU counter µs, removed) of each group cgroup read just before
+        # its removal: the counter keeps what its ended tasks used, and goes with the cgroup.
+        self.read_before_removal: Callable[[str, int, bool], None] | None = None
 
     def moving_into(self, rel: str) -> bool:
         """Whether a process is being moved into cgroup ``rel``: until the move is made, the
@@ -119,26 +122,37 @@ class Tree:
         each of ``groups`` in order (a group, then its ancestors: :meth:`Tasks.emptied
         <governor.state.Tasks.emptied>`) until one has something below it (a task that started
         there meanwhile, another group: ``EBUSY`` is not an error). A failure is logged: the
-        cgroup stays, empty."""
+        cgroup stays, empty. Each group's CPU counter is read first, once its tasks' cgroups
+        are gone, and handed to :attr:`read_before_removal` on the loop (fair share charges it)."""
         driver = self.hierarchy.driver
         for rel in (*rels, *groups):
             driver.forget(rel)
+        told = self.read_before_removal
 
-        def remove() -> None:
+        def remove() -> list[tuple[str, int, bool]]:
             for rel in rels:
                 try:
                     driver.remove(rel)
                 except CgroupError as error:
                     log.warning("cannot remove cgroup %s: %s", rel, error)
+            read = []
             for group in groups:
+                used = _cpu_used(self.hierarchy, group) if told is not None else None
                 try:
                     driver.remove(group)
                 except CgroupError as error:
                     if error.errno != errno.EBUSY:
                         log.warning("cannot remove cgroup %s: %s", group, error)
-                    return
+                    read += [(group, used, False)] if used is not None else []
+                    return read
+                read += [(group, used, True)] if used is not None else []
+            return read
 
-        self.run(remove)
+        def then(read: list[tuple[str, int, bool]] | GovernorError) -> None:
+            for rel, used, gone in read if told is not None and isinstance(read, list) else ():
+                told(rel, used, gone)
+
+        self.run(remove, then)
 
     def _count(self, moves: Sequence[tuple[str, int]], step: int) -> None:
         for rel, _ in moves:
@@ -154,6 +168,15 @@ class Tree:
             self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cgroups")
             loop.set_default_executor(self._pool)
         return self._pool
+
+
+def _cpu_used(hierarchy: Hierarchy, rel: str) -> int | None:
+    """(On the thread) cgroup ``rel``'s cumulative CPU counter, µs; None when it cannot be read
+    (gone already: nothing to charge)."""
+    try:
+        return hierarchy.read_stats(rel).cpu_usage_usec
+    except CgroupError:
+        return None
 
 
 def _outcome(work: Callable[..., T], *args) -> T | GovernorError | None:

@@ -90,3 +90,7 @@ def test_a_session_process_opens_no_gpu_where_it_starts_moved_yet_or_not():
     if reason:
         pytest.skip(reason)
     guard_scenarios.sessions_open_no_gpu_where_they_start()
+
+
+def test_fair_share_charges_short_tasks_as_a_steady_tasks_equal_use(tmp_path):
+    tree_scenarios.fair_share_charges_short_tasks_as_a_steady_tasks_equal_use(tmp_path)

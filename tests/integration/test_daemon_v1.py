@@ -14,6 +14,7 @@ from kernel_cases import (  # noqa: F401  (collected here, under this module's m
     test_a_guarantee_holds_against_a_heavier_weight,
     test_a_two_level_tree_shares_by_hdrf_at_each_level,
     test_a_user_limit_holds_each_member_of_a_group,
+    test_fair_share_charges_short_tasks_as_a_steady_tasks_equal_use,
     test_fair_share_lowers_the_weight_of_a_group_that_ran_alone,
     test_gpus_are_admitted_in_drf_order_guarded_by_the_device_cgroup_and_handed_to_cuda,
     test_a_gpu_added_by_a_reload_or_a_restart_is_denied_to_running_tasks,

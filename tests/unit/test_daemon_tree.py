@@ -149,10 +149,11 @@ def test_a_group_that_ran_alone_weighs_less_and_its_history_survives_a_restart(t
     daemon = make_daemon(tmp_path, FAIR)
     launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
     stage = daemon.fair_share
-    daemon.usage["A"] = {"cpu": 2.0}  # A used the whole host…
     now = time.time()
+    stage.counted("A", "A", 5_000_000)  # A's cgroup's cumulative CPU counter, as the sampler reads it…
     stage.tick(now - 3600, 0.0)
-    stage.tick(now, 3600.0)  # …for the last hour (an injected clock)
+    stage.counted("A", "A", 5_000_000 + 7200 * 10**6)  # …rose by the whole host's 2 cores…
+    stage.tick(now, 3600.0)  # …over the last hour (an injected clock)
     weights = daemon.policy.effective
     assert weights["A"] < 0.6 and weights["B"] == 1.0  # 2^-(U/S) = 2^-(1/0.5) = 0.25, floored at none
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
