@@ -62,7 +62,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from governor.drf import _FLOAT_SLACK, progressive_filling
-from governor.errors import AllocationInputError
+from governor.errors import AllocationInputError, FillingDiverged
 from governor.model import (
     DEMAND_MET,
     Allocation,
@@ -351,11 +351,11 @@ class _Filling:
             if state is None:
                 break
             guard += 1
-            if guard > 100 * (self.n + self.m + 10) ** 2:
-                raise AssertionError("hierarchical filling does not converge")
             rates = self._rates(state)
             tau, cause = self._next_event(state, rates)
-            assert tau is not None, "no event ahead while leaves still grow"
+            if tau is None or guard > 100 * (self.n + self.m + 10) ** 2:
+                raise FillingDiverged("H-DRF: " + ("no event ahead while leaves still grow" if tau is None else
+                                                   f"no answer after {guard - 1} events"))
             xdot = rates["xdot"]
             if tau:
                 for g, v in xdot.items():

@@ -56,6 +56,9 @@ class Metrics:
                                      registry=self.registry)
         self._write_errors = Counter("governor_limit_write_errors", "cgroup limit writes the kernel refused",
                                      registry=self.registry)
+        # Exported from the start (0): the alert on it has a series to evaluate.
+        self._allocation_failures = Counter("governor_allocation_failures", "Refills whose progressive filling "
+                                            "diverged (the last good plan stayed in force)", registry=self.registry)
         self._gpu: tuple[GpuUse, dict[int, tuple[str, str]]] | None = None
         self.registry.register(_Snapshot(snapshot, lambda: self._gpu))
 
@@ -67,6 +70,9 @@ class Metrics:
 
     def write_error(self) -> None:
         self._write_errors.inc()
+
+    def allocation_failure(self) -> None:
+        self._allocation_failures.inc()
 
     def admitted(self, waited_s: float) -> None:
         self._queue_wait.observe(waited_s)

@@ -15,8 +15,7 @@ from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.limits import CgroupLimits
 from governor.config import Config
 from governor.daemons import DaemonEntry, Registry
-from governor.drf import progressive_filling
-from governor.errors import GovernorError
+from governor.errors import FillingDiverged, GovernorError
 from governor.gpu_identity import GpuIdentity, GpuNotFound, locate
 from governor.gpus import GpuInventory, discover
 from governor.hdrf import TreeNode, hierarchical_filling
@@ -224,7 +223,13 @@ class Policy:
         """Progressive filling over the groups' summed demands (group → D_g, cores, bytes,
         bytes/s): H-DRF over the config's group tree with its quotas
         (:func:`governor.hdrf.hierarchical_filling`; flat weighted DRF when no group nests or
-        has a quota), each group's λ its ``tasks``. None with no demand."""
+        has a quota), each group's λ its ``tasks``. None with no demand.
+
+        Raises:
+            FillingDiverged: the filling reached no answer (or one of its own checks failed):
+                the caller keeps the plan in force. No other division stands in for it: flat
+                DRF would drop every guarantee and limit of the tree (DESIGN.md §2).
+        """
         if not demands:
             return None
         groups = [GroupDemand(g, d, weight=self.fair_weight(g), tasks=1) for g, d in demands.items()]
@@ -232,9 +237,8 @@ class Policy:
                 for rule in self.config.groups] if self.config.nested else ()
         try:
             return hierarchical_filling(self.capacity, groups, tree, trace=trace)
-        except AssertionError as error:  # a flaw of the tree's filling must not stop the daemon
-            log.error("H-DRF failed (%s); this refill divides the groups by flat weighted DRF", error)
-            return progressive_filling(self.capacity, groups, trace=trace)
+        except AssertionError as error:  # an invariant of the filling's own, on input it accepted
+            raise FillingDiverged(f"{'H-DRF' if tree else 'DRF'}: {error or 'an invariant failed'}") from error
 
     def fair_weight(self, group: str) -> float:
         """What progressive filling and admission weigh ``group`` with: its effective weight

@@ -19,7 +19,7 @@ from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
 from governor.daemon.sessions import Sessions
 from governor.daemon.settle import Settle
-from governor.errors import CgroupError, ConfigError, GovernorError, RequestError
+from governor.errors import CgroupError, ConfigError, FillingDiverged, GovernorError, RequestError
 from governor.explain import explain
 from governor.notify import Notifier
 from governor.protocol import (ExplainRequest, LaunchRequest, Peer, PsRequest, ReloadRequest, SetWeightRequest,
@@ -196,9 +196,18 @@ class Requests:
         return f"pid{plural} {shown}{more} still running {self.exits.stop_wait_s:g} s after SIGKILL"
 
     def explain(self) -> dict:
-        """The live filling with its trace (``governor explain``), and the queue."""
+        """The live filling with its trace (``governor explain``), and the queue.
+
+        Raises:
+            RequestError: ``unavailable``, the filling diverged (the plan in force is the last
+                good one; status's ``filling.error`` says so too).
+        """
         demands = self.tasks.demands()
-        traced = self.policy.fill(demands, trace=True)
+        try:
+            traced = self.policy.fill(demands, trace=True)
+        except FillingDiverged as error:
+            raise RequestError("unavailable", f"the allocation failed ({error}); the last good plan stays "
+                                              "in force") from error
         runs = {group: (sum(not t.is_session for t in tasks),
                         list(dict.fromkeys(t.user for t in tasks if t.is_session)))  # login + session: once
                 for group, tasks in self.tasks.groups().items()}
