@@ -78,7 +78,7 @@ class Policy:
         self.effective: dict[str, float] = {}  # group → effective weight, with [fairshare] (kept across reloads)
         self.use(config)
 
-    def use(self, config: Config, held: Iterable[Task] = ()) -> list[Task]:
+    def use(self, config: Config, held: Iterable[Task] = (), members: dict[str, list[str]] | None = None) -> list[Task]:
         """Put ``config`` in force (capacity, devices, GPUs, weights); raises before changing
         anything. Sessions turned on claim them for this daemon (refused while another holds
         them).
@@ -86,6 +86,9 @@ class Policy:
         Args:
             held: the running tasks holding GPUs: each GPU is found again in the new inventory
                 by identity (:func:`governor.gpu_identity.locate`), wherever the config lists it.
+            members: ``config``'s groups → their users on this host, as ``members`` (the
+                constructor's) finds them, looked up by the caller off the event loop (2 s at
+                10,000 groups); None: looked up here.
 
         Returns:
             The tasks of ``held`` whose GPUs the new inventory numbers (or knows) otherwise,
@@ -114,7 +117,7 @@ class Policy:
         self.gpus = gpus
         self.weights: dict[str, float] = {}
         self.owners = SessionOwners(config, self.uid_min)
-        self.members = self.find_members(config)  # group → its users today (status, floors)
+        self.members = self.find_members(config) if members is None else members  # group → its users today
         self._explicit = {rule.name for rule in config.groups}
         memory_mode = config.memory_mode(self.hierarchy.memory_high_throttles)
         # Caps follow from the demand and the GPUs held (under this config and inventory):

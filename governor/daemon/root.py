@@ -105,6 +105,7 @@ class Daemon:
         self.config_source = config_source
         self.socket_path = ""
         self.served = False  # once it served: a start refused before leaves nothing (cli/daemon_cmd.py)
+        self._signal_reloads: set[asyncio.Task] = set()  # SIGHUP's reloads under way (the loop keeps weak refs)
         self.tasks = Tasks()
         self.queue: dict[str, Entry] = {}
         self.journal = Journal(metrics)
@@ -251,7 +252,7 @@ class Daemon:
     async def _close(self, server: ControlServer, workers: list[asyncio.Task]) -> None:
         self.settle.closing = True
         self.notifier.send("STOPPING=1")
-        for worker in workers:
+        for worker in (*workers, *self._signal_reloads):
             worker.cancel()
         await server.close()
         await self.settle.drain()
@@ -290,8 +291,14 @@ class Daemon:
         self.rescan("periodic rescan")
 
     def _reload_on_signal(self) -> None:
+        # The handler only starts it: the file is parsed on a thread (Requests.reload_off_loop).
+        reload = asyncio.get_running_loop().create_task(self._reload_quietly("SIGHUP"))
+        self._signal_reloads.add(reload)
+        reload.add_done_callback(self._signal_reloads.discard)
+
+    async def _reload_quietly(self, trigger: str) -> None:
         try:
-            self.reload("SIGHUP")
+            await self.requests.reload_off_loop(trigger)
         except RequestError:
             pass  # logged as an event; the old config stays in force
 
