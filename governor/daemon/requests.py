@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -252,9 +253,25 @@ class Requests:
         """
         self.notifier.reloading()
         try:
-            return self._put_in_force(trigger, await asyncio.to_thread(self._read))
+            return self._put_in_force(trigger, await asyncio.to_thread(self._read_without_collecting))
         finally:
             self.notifier.send("READY=1", f"STATUS={self.settle.summary()}")
+
+    def _read_without_collecting(self) -> tuple[Config, dict[str, list[str]]] | GovernorError:
+        """:meth:`_read`, the garbage collector paused meanwhile and what it made frozen after:
+        the parse's allocations set off collections that ran on this thread holding the GIL,
+        220-300 ms each at 10,000 groups (tests/benchmarks/test_reload_bench.py), and the new
+        config would be scanned again and again. It lives until the next reload, as what the
+        daemon loaded at start, which it freezes too (:meth:`Daemon.serve
+        <governor.daemon.root.Daemon.serve>`)."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._read()
+        finally:
+            gc.freeze()
+            if collecting:
+                gc.enable()
 
     def _read(self) -> tuple[Config, dict[str, list[str]]] | GovernorError:
         """The config file read, parsed and checked, with its groups' members on this host; or
