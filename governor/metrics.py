@@ -195,6 +195,10 @@ class _Snapshot:
         oldest = GaugeMetricFamily("governor_queue_oldest_wait_seconds", "How long the longest-waiting "
                                    "task has waited (0 with an empty queue)",
                                    value=max((time.time() - q["queued_at"] for q in queue), default=0))
+        # The idle groups of [groups."*"] (one per account) are one group, "*": one series set.
+        accounts = GaugeMetricFamily("governor_idle_accounts", 'Idle groups of [groups."*"] (one per account) '
+                                     'the group "*" stands for', value=status.get("groups", {}).get("*", {})
+                                     .get("accounts", 0))
         resources = list(status.get("capacity", {}))
         for name, group in status.get("groups", {}).items():  # idle groups too: their series at zero
             share.add_metric([name], group["dominant_share"])
@@ -213,7 +217,7 @@ class _Snapshot:
                 else:
                     reserved.add_metric([name, resource], group.get("reserved", {}).get(resource, 0.0))
         yield from (capacity, share, weight, floor, tasks, allocation, guarantee, reserved, used, waiting, oldest,
-                    effective, past)
+                    effective, past, accounts)
 
 
 def _gpus(status: dict, sample: tuple[GpuUse, Mapping[int, tuple[str, str]]] | None):

@@ -250,14 +250,18 @@ class Policy:
 
     def configured(self, running: Collection[str]) -> dict[str, dict]:
         """Every group of this host (the config's, one per ``"*"`` user, and the ``running``
-        ones) → its ``weight``, ``floor`` over all of them (:func:`governor.vocabulary.floors`)
-        and ``members`` as this host resolves them."""
+        ones) → its ``weight``, ``floor`` over all of them (:func:`governor.vocabulary.floors`),
+        ``members`` as this host resolves them, and ``everyone``: a user's own group of
+        ``[groups."*"]`` at that rule's weight (no ``set-weight`` of its own), one of many alike
+        that status sums up while idle."""
         weights = {g: self.weight(g) for g in access.configured_weights(self.config, self.members)}
         for group in running:
             weights.setdefault(group, self.weight(group))
         floor = vocabulary.floors(weights, self.config.parents)
+        everyone = self.config.everyone_weight
         return {g: {"weight": w, "floor": floor[g],
-                    "members": self.members.get(g, [g] if g not in self._explicit else [])}
+                    "members": self.members.get(g, [g] if g not in self._explicit else []),
+                    "everyone": everyone is not None and g not in self._explicit and w == everyone}
                 for g, w in weights.items()}
 
 

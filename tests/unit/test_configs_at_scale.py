@@ -5,16 +5,24 @@ metrics summarise the idle groups of ``"*"``."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 
 import pytest
 from click.testing import CliRunner
-from test_daemon import make_daemon
+from status_sample import STATUS
+from test_daemon import GIB, launch, make_daemon
+from test_metrics import samples
+from test_status_view import render
 
 from governor.cli.main import main
 from governor.config import parse_config
 from governor.errors import ConfigError
+from governor.fairshare import Standing
+from governor.metrics import Metrics
 from governor.protocol import Peer, ReloadRequest, StatusRequest
+from governor.state import Tasks
+from governor.status import build_status
 
 CONFIG = '[capacity]\ncpu = 2\nmemory = "4G"\n[groups.A]\nweight = 1\nusers = ["root"]\n[sessions]\nenabled = false\n'
 
@@ -105,3 +113,50 @@ def test_sighup_starts_the_same_reload_off_the_loop_and_a_bad_file_leaves_the_co
     asyncio.run(signalled())  # the refusal is an event, not an exception out of the handler
     assert daemon.status()["groups"]["A"]["weight"] == 3
     assert "reload refused, the old config stays in force" in daemon.events[-1]["message"]
+
+
+EVERYONE = '[capacity]\ncpu = 2\nmemory = "4G"\n[groups.A]\nusers = ["root"]\n[groups."*"]\nweight = 2\n' \
+           '[sessions]\nenabled = false\n'
+ACCOUNTS = 1_000
+
+
+def accounts(config):
+    # Two of this host's users (a launch and set-weight find a group's user), the rest made up.
+    made_up = {f"u{i:04d}": [f"u{i:04d}"] for i in range(ACCOUNTS - 2)}
+    return {"A": ["root"], "daemon": ["daemon"], "bin": ["bin"], **made_up}
+
+
+def test_status_and_metrics_sum_up_the_idle_groups_of_everyone_and_list_one_with_tasks(tmp_path):
+    metrics = Metrics(lambda: daemon.status())
+    daemon = make_daemon(tmp_path, EVERYONE, members=accounts, metrics=metrics)
+    launch(daemon, 100, group="daemon", cpu=1.0, memory=GIB // 4)
+    daemon.set_weight("bin", 5.0, "root")  # a weight of its own: listed
+    groups = daemon.status()["groups"]
+    assert set(groups) == {"A", "daemon", "bin", "*"}
+    row = groups["*"]
+    assert row["accounts"] == ACCOUNTS - 2 and row["idle"] and row["tasks"] == [] and row["weight"] == 2
+    assert row["floor"] == pytest.approx(2 / (1 + 2 * (ACCOUNTS - 1) + 5))  # each account's floor
+    assert groups["daemon"]["tasks"] and not groups["daemon"]["idle"] and groups["bin"]["weight"] == 5
+    got = samples(metrics)
+    shares = {labels for name, labels in got if name == "governor_group_dominant_share"}
+    assert shares == {(("group", g),) for g in ("A", "daemon", "bin", "*")}
+    assert got[("governor_idle_accounts", ())] == ACCOUNTS - 2
+    assert len(daemon.observation.status_reply().encoded()) < 10_000  # 1,000 rows were ~400 KB
+
+
+def test_an_idle_group_of_everyone_with_past_use_is_listed():
+    configured = {"u1": {"weight": 1.0, "floor": 0.5, "members": ["u1"], "everyone": True},
+                  "u2": {"weight": 1.0, "floor": 0.5, "members": ["u2"], "everyone": True},
+                  "u3": {"weight": 1.0, "floor": 0.5, "members": ["u3"], "everyone": True}}
+    past = {"u2": Standing(weight=1.0, usage=30.0, usage_share=1.0, weight_share=0.5, factor=0.25, effective=0.25)}
+    status = build_status(daemon={}, capacity={"cpu": 2.0}, allocation=None, tasks=Tasks(), in_force=lambda rel: {},
+                          usage={}, filling={}, queue=[], events=[], configured=configured, fairshare=past)
+    assert set(status["groups"]) == {"u2", "*"} and status["groups"]["*"]["accounts"] == 2
+    assert status["groups"]["u2"]["past_use"] == 30.0
+
+
+def test_status_view_shows_the_row_of_everyone_with_its_accounts():
+    status = copy.deepcopy(STATUS)
+    status["groups"]["*"] = {**copy.deepcopy(status["groups"]["idle"]), "accounts": 9_998, "weight": 2.0}
+    text = render(status, 120)
+    assert "* (9,998 idle accounts, each)" in " ".join(text.split())
