@@ -134,10 +134,16 @@ class Policy:
             log.warning("%s: %s", config.file, warning)
         return remapped
 
-    def refresh_members(self) -> None:
-        """Look users and groups up again (they change while the daemon runs)."""
+    def refresh_members(self, members: dict[str, list[str]] | None = None) -> None:
+        """Look users and groups up again (they change while the daemon runs).
+
+        Args:
+            members: the config in force's groups → their users, as ``members`` (the
+                constructor's) finds them, looked up by the caller off the event loop; None:
+                looked up here.
+        """
         self.owners.forget()
-        self.members = self.find_members(self.config)
+        self.members = self.find_members(self.config) if members is None else members
 
     def caps(self, task: Task) -> CgroupLimits:
         """``task``'s caps: its declaration, and the device nodes it may not open

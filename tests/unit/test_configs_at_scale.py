@@ -160,3 +160,24 @@ def test_status_view_shows_the_row_of_everyone_with_its_accounts():
     status["groups"]["*"] = {**copy.deepcopy(status["groups"]["idle"]), "accounts": 9_998, "weight": 2.0}
     text = render(status, 120)
     assert "* (9,998 idle accounts, each)" in " ".join(text.split())
+
+
+def test_the_periodic_rescan_looks_members_up_off_the_loop_and_drops_them_if_a_reload_came_between(tmp_path):
+    daemon = make_daemon(tmp_path, CONFIG)
+    looked_up = []
+
+    def members(config):
+        looked_up.append(threading.current_thread())
+        return {"A": ["root", "bin"]}
+
+    daemon.policy.find_members = members
+    asyncio.run(daemon._rescan_all())
+    assert looked_up[0] is not threading.main_thread() and daemon.policy.members == {"A": ["root", "bin"]}
+
+    def reloaded_meanwhile(config):
+        daemon.use(parse_config(CONFIG, "test.toml"), {"A": ["root"]})  # (the test's stand-in for a reload)
+        return {"A": ["stale"]}
+
+    daemon.policy.find_members = reloaded_meanwhile
+    asyncio.run(daemon._rescan_all())
+    assert daemon.policy.members == {"A": ["root"]}
