@@ -90,14 +90,9 @@ DAEMON_UID = 0
 
 
 def check_fixed_capacity(config: Config) -> None:
-    """What the daemon refuses on any host: top-level guarantees over the capacity the file
-    fixes (``capacity.cpu``, ``capacity.memory``), by the daemon's own check
-    (:meth:`~governor.config_types.Config.check_guarantees_fit`); a capacity left to the host
-    is checked on it (:func:`check_on_this_host`).
-
-    Raises:
-        ConfigError: at the first top-level group's ``guarantee.<resource>``.
-    """
+    """Refuse, as the daemon does on any host, top-level guarantees over the capacity the file
+    fixes (``capacity.cpu``/``memory``; :meth:`~governor.config_types.Config.check_guarantees_fit`
+    raises ConfigError at the first group's ``guarantee.<resource>``)."""
     fixed = {"cpu": config.cpu_cores, "memory": config.memory_bytes}
     config.check_guarantees_fit({resource: amount for resource, amount in fixed.items() if amount is not None})
 

@@ -105,8 +105,9 @@ def filling(status: dict, now: float) -> str:
         f"{float(last.get('duration_ms', 0)):.1f} ms)")
     error = last.get("error")
     if isinstance(error, dict):
-        text += (f"\nALLOCATION FAILED {duration(now - float(error.get('at', now)))} ago ({error.get('trigger', '?')}): "
-                 f"{error.get('message', '?')}; the last good plan stays in force")
+        ago = duration(now - float(error.get("at", now)))
+        text += (f"\nALLOCATION FAILED {ago} ago ({error.get('trigger', '?')}): {error.get('message', '?')}; "
+                 "the last good plan stays in force")
     return text
 
 

@@ -70,8 +70,9 @@ class Daemon:
         resolve_device: block device path → whole-disk ``MAJ:MIN`` (raises GovernorError).
         load_config: reads ``config_source`` again, for reload (raises ConfigError).
         metrics: optional sink with ``refill(seconds)``, ``event(kind)``, ``write_error()``,
-            ``allocation_failure()``, ``admitted(waited_seconds)``, and ``serve()``/``close()``, which serve scrapes on the
-            event loop (:class:`governor.metrics.Metrics`; its gauges read :meth:`status`).
+            ``allocation_failure()``, ``admitted(waited_seconds)``, and ``serve()``/``close()``,
+            which serve scrapes on the event loop (:class:`governor.metrics.Metrics`; its gauges
+            read :meth:`status`).
         notifier: systemd's notifications (default: none).
         uid_min: the first login uid (:func:`~governor.sessions.login_uid_min`); lower uids
             never have a session.

@@ -80,7 +80,8 @@ def test_reload_loop_hold(benchmark, daemon):
     assert daemon.status()["groups"]["g09999"]["weight"] == 4
 
 
-EVERYONE = '[capacity]\ncpu = 2\nmemory = "4G"\n[groups.A]\nusers = ["root"]\n[groups."*"]\n[sessions]\nenabled = false\n'
+EVERYONE = ('[capacity]\ncpu = 2\nmemory = "4G"\n[groups.A]\nusers = ["root"]\n[groups."*"]\n'
+            '[sessions]\nenabled = false\n')
 
 
 def test_status_of_10000_accounts(benchmark, tmp_path):
