@@ -58,7 +58,9 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
 
     config = parse_config(read_input(file, owner=None if portable else DAEMON_UID), file)
     host = None
-    if not portable:
+    if portable:
+        check_fixed_capacity(config)
+    else:
         from governor import access
         from governor.sessions import NOBODY_UID, login_uid_min
 
@@ -88,6 +90,14 @@ def cgroup_mode() -> str:
 
 # The daemon runs as root, and trusts only a config root owns (cli/daemon_cmd.py).
 DAEMON_UID = 0
+
+
+def check_fixed_capacity(config: Config) -> None:
+    """Refuse, as the daemon does on any host, top-level guarantees over the capacity the file
+    fixes (``capacity.cpu``/``memory``; :meth:`~governor.config_types.Config.check_guarantees_fit`
+    raises ConfigError at the first group's ``guarantee.<resource>``)."""
+    fixed = {"cpu": config.cpu_cores, "memory": config.memory_bytes}
+    config.check_guarantees_fit({resource: amount for resource, amount in fixed.items() if amount is not None})
 
 
 def check_on_this_host(config: Config) -> dict[str, float]:

@@ -138,7 +138,7 @@ def groups_table(groups: Mapping[str, dict]) -> Table:
     for name, group in groups.items():
         idle = group.get("idle")
         view.row(table,
-                 name,
+                 _group_name(name, group),
                  view.number(group.get("weight")),
                  view.share(group.get("floor")),
                  str(len(group.get("tasks", ()))),
@@ -147,6 +147,15 @@ def groups_table(groups: Mapping[str, dict]) -> Table:
                  view.share(group.get("dominant_share")),
                  "idle" if idle else str(group.get("stop", "")))
     return table
+
+
+def _group_name(name: str, group: dict) -> str:
+    """A group's name; the row of the idle groups of ``[groups."*"]``, ``"*"``, says how many
+    accounts it stands for (its weight and floor are each one's)."""
+    accounts = group.get("accounts")
+    if name == "*" and isinstance(accounts, int):
+        return f"* ({accounts:,} idle account{'s' if accounts != 1 else ''}, each)"
+    return name
 
 
 def resources_table(groups: Mapping[str, dict], resources: list[str]) -> view.Fitted:

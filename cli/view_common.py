@@ -96,12 +96,19 @@ def duration(seconds: float) -> str:
 
 
 def filling(status: dict, now: float) -> str:
-    """``last filling 3s ago (launch, 1.2 ms)``, or ``last filling: never``."""
+    """``last filling 3s ago (launch, 1.2 ms)``, or ``last filling: never``; then, while the
+    last filling diverged, a line saying so (its trigger and message) and that the last good
+    plan stays in force."""
     last = status.get("filling", {})
-    if last.get("at") is None:
-        return "last filling: never"
-    return (f"last filling {duration(now - last['at'])} ago ({last.get('trigger', '?')}, "
-            f"{float(last.get('duration_ms', 0)):.1f} ms)")
+    text = "last filling: never" if last.get("at") is None else (
+        f"last filling {duration(now - last['at'])} ago ({last.get('trigger', '?')}, "
+        f"{float(last.get('duration_ms', 0)):.1f} ms)")
+    error = last.get("error")
+    if isinstance(error, dict):
+        ago = duration(now - float(error.get("at", now)))
+        text += (f"\nALLOCATION FAILED {ago} ago ({error.get('trigger', '?')}): {error.get('message', '?')}; "
+                 "the last good plan stays in force")
+    return text
 
 
 def queue(status: dict) -> list[dict]:

@@ -119,13 +119,18 @@ def check_tree(parents: Mapping[str, str | None], file: str, *, max_depth: int |
 
 
 def _check_quotas(rules: list[GroupRule], file: str) -> None:
+    # Children by parent, once: a scan of every rule for each took 40 s at 10,000 groups.
+    children_of: dict[str, list[GroupRule]] = {}
+    for rule in rules:
+        if rule.parent is not None:
+            children_of.setdefault(rule.parent, []).append(rule)
     for rule in rules:
         where = join_key("groups", rule.name)
         for resource, guaranteed in rule.guarantee.items():
             if guaranteed > rule.limit.get(resource, guaranteed):
                 own = format_amount(resource, rule.limit[resource], unit=True)
                 raise ConfigError(file, f"{where}.guarantee.{resource}", f"is above the group's own limit, {own}")
-        children = [child for child in rules if child.parent == rule.name]
+        children = children_of.get(rule.name, [])
         for resource in QUOTA_RESOURCES:
             given = [child for child in children if resource in child.guarantee]
             total = sum(child.guarantee[resource] for child in given)

@@ -211,19 +211,29 @@ class Config:
 
         Raises:
             ConfigError: at ``capacity.reserve.cpu`` / ``capacity.reserve.memory`` when the
-                reserve leaves nothing of the host's value.
+                reserve leaves nothing of the host's value; top-level guarantees over it
+                (:meth:`check_guarantees_fit`).
         """
         capacity = resources.capacity(self, resources.Host(host_cpus, host_memory_bytes, gpus))
-        self._check_guarantees_fit(capacity)
+        self.check_guarantees_fit(capacity)
         return capacity
 
-    def _check_guarantees_fit(self, capacity: Mapping[str, float]) -> None:
-        """Refuse top-level guarantees that together exceed the capacity (ConfigError at the
-        first such group's ``guarantee.<resource>``); deeper levels are checked at parse time."""
+    def check_guarantees_fit(self, capacity: Mapping[str, float]) -> None:
+        """Refuse top-level guarantees that together exceed the capacity; deeper levels are
+        checked at parse time. The daemon checks what it divides on its host (:meth:`capacity`),
+        ``check-config --portable`` the capacity the file fixes (``capacity.cpu``/``memory``).
+
+        Args:
+            capacity: resource → amount (cores, bytes); a resource it lacks is not checked.
+
+        Raises:
+            ConfigError: at the first such group's ``guarantee.<resource>``, with the sum and
+                the capacity.
+        """
         for resource in QUOTA_RESOURCES:
             top = [rule for rule in self.groups if rule.parent is None and resource in rule.guarantee]
             total = sum(rule.guarantee[resource] for rule in top)
-            if top and total > capacity[resource] * (1 + 1e-9):
+            if top and resource in capacity and total > capacity[resource] * (1 + 1e-9):
                 asked, has = (format_amount(resource, v, unit=True) for v in (total, capacity[resource]))
                 raise ConfigError(self.file, f"{join_key('groups', top[0].name)}.guarantee.{resource}",
                                   f"the top-level groups' guarantees add up to {asked}, more than the capacity "

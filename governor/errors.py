@@ -8,6 +8,7 @@ tree and every message says what was wrong and where::
 
     GovernorError
     ├── AllocationInputError      bad capacity/demand/weight given to the allocator (group, resource)
+    ├── FillingDiverged           the filling reached no answer (a flaw of the allocator, not its input)
     ├── ConfigError               bad scenario or config file (file, key, reason)
     ├── CgroupError               a cgroupfs operation failed (path, errno)
     │   ├── CgroupReadError       reading a cgroup file failed
@@ -27,8 +28,8 @@ from governor.cgroups.errors import (CgroupError, CgroupReadError, CgroupUnsuppo
                             GovernorError)
 
 __all__ = ["AllocationInputError", "CgroupError", "CgroupReadError", "CgroupUnsupported", "CgroupWriteError",
-           "ConfigError", "ControlSocketError", "DaemonError", "DaemonNotRunning", "DeviceError", "GovernorError",
-           "RequestError", "SocketPermissionError"]
+           "ConfigError", "ControlSocketError", "DaemonError", "DaemonNotRunning", "DeviceError", "FillingDiverged",
+           "GovernorError", "RequestError", "SocketPermissionError"]
 
 
 class AllocationInputError(GovernorError, ValueError):
@@ -51,6 +52,12 @@ class AllocationInputError(GovernorError, ValueError):
             where.append(f"resource {resource!r}")
         prefix = ", ".join(where)
         super().__init__(f"{prefix}: {reason}" if prefix else reason)
+
+
+class FillingDiverged(GovernorError):
+    """Progressive filling reached no answer on valid input (no event ahead while groups still
+    grow, or more events than the problem can have): a flaw of the allocator. The daemon keeps
+    the last good plan in force and reports it (DESIGN.md §2); it never divides otherwise."""
 
 
 class ConfigError(GovernorError, ValueError):

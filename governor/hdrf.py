@@ -62,7 +62,9 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from governor.drf import _FLOAT_SLACK, progressive_filling
-from governor.errors import AllocationInputError
+from governor.errors import AllocationInputError, FillingDiverged
+from governor.hdrf_step import ROOT as _ROOT
+from governor.hdrf_step import Rates, Step, rates as step_rates, state as step_state
 from governor.model import (
     DEMAND_MET,
     Allocation,
@@ -202,9 +204,6 @@ def _hierarchical(capacity: Vector, groups: Sequence[GroupDemand], tree: Sequenc
         capacity = {r: float(v) for r, v in capacity.items()}
     problem = normalize(capacity, groups)
     return _Filling(problem, tree, trace).run()
-
-
-_ROOT = -1
 
 
 class _Filling:
@@ -347,159 +346,24 @@ class _Filling:
                     self.stops[g] = Stop("saturated", hit)
         guard = 0
         while True:
-            state = self._state()
+            state = step_state(self)
             if state is None:
                 break
             guard += 1
-            if guard > 100 * (self.n + self.m + 10) ** 2:
-                raise AssertionError("hierarchical filling does not converge")
-            rates = self._rates(state)
+            rates = step_rates(self, state)
             tau, cause = self._next_event(state, rates)
-            assert tau is not None, "no event ahead while leaves still grow"
-            xdot = rates["xdot"]
+            if tau is None or guard > 100 * (self.n + self.m + 10) ** 2:
+                raise FillingDiverged("H-DRF: " + ("no event ahead while leaves still grow" if tau is None else
+                                                   f"no answer after {guard - 1} events"))
+            xdot = rates.xdot
             if tau:
                 for g, v in xdot.items():
                     self.x[g] += v * tau
             self._apply_events(cause)
 
-    def _state(self):
-        """Usage, blocked flags, shares, rule-1 vectors and min sets, bottom-up. None when all blocked."""
-        n, m, p = self.n, self.m, self.p
-        zero = self.zero
-        caps = self.caps
-        # Resources saturated for a node: global, or a limit/cap reached by it or an ancestor.
-        sat = {}
-        for k in self.depth_first:
-            up = self.parent[k]
-            base = self.saturated if up == _ROOT else sat[up]
-            own = self.limit_hit[k]
-            phase = self.cap_hit[k]
-            sat[k] = [base[j] or own[j] or phase[j] for j in range(m)]
-        use: dict[int, list[Number]] = {}
-        blocked: dict[int, bool] = {}
-        share: dict[int, Number] = {}
-        vector: dict[int, list[Number]] = {}
-        dominant: dict[int, list[int]] = {}
-        level: dict[int, Number] = {}
-        growing: dict[int, list[int]] = {}
-        waiting: dict[int, list[int]] = {}
-        capacity = p.capacity
-        tol = self.slack
-        for k in self.order + [_ROOT]:
-            if k != _ROOT and k < self.n_leaves:
-                x = self.x[k]
-                use[k] = [x * d for d in self.demand[k]]
-                blocked[k] = self._blocked_leaf(k)
-                share[k] = x * self.delta[k]
-                continue
-            kids = [c for c in self.children[k] if c in use]
-            total = [zero] * m
-            for c in kids:
-                total = [a + b for a, b in zip(total, use[c])]
-            use[k] = total
-            live = [c for c in kids if not blocked[c]]
-            blocked[k] = not live
-            if not live:
-                continue
-            weighted = {c: share[c] / self.weight[c] for c in live}
-            low = min(weighted.values())
-            bound = low + tol * max(low, abs(low))
-            grow = [c for c in live if weighted[c] <= bound]
-            wait = [c for c in live if weighted[c] > bound]
-            for c in grow:
-                self.started[c] = True
-            level[k] = low
-            growing[k] = grow
-            waiting[k] = wait
-            if k == _ROOT:
-                continue
-            vec = [zero] * m
-            for c in kids:
-                if c in wait and self.started[c]:
-                    factor = low * self.weight[c] / share[c]
-                    vec = [a + b * factor for a, b in zip(vec, use[c])]
-                else:
-                    vec = [a + b for a, b in zip(vec, use[c])]
-            vector[k] = vec
-            shares = [(vec[j] / capacity[j], j) for j in range(m) if not sat[k][j]]
-            top = max(s for s, _ in shares) if shares else zero
-            share[k] = top
-            cut = top - tol * top
-            dominant[k] = [j for s, j in shares if s >= cut]
-        if blocked.get(_ROOT, True):
-            return None
-        return {"sat": sat, "use": use, "blocked": blocked, "share": share, "vector": vector,
-                "dominant": dominant, "level": level, "growing": growing, "waiting": waiting}
-
-    def _rates(self, st):
-        """Directions bottom-up (per unit of a node's own share, or flat), rates top-down."""
-        m, p = self.m, self.p
-        zero = self.zero
-        capacity = p.capacity
-        unit_use: dict[int, list[Number]] = {}
-        unit_vec: dict[int, list[Number]] = {}
-        flat: dict[int, bool] = {}
-        coef: dict[int, dict[int, Number]] = {}
-        unit_level: dict[int, Number] = {}
-        blocked = st["blocked"]
-        for k in self.order + [_ROOT]:
-            if blocked.get(k, True):
-                continue
-            if k != _ROOT and k < self.n_leaves:
-                unit_use[k] = [d / self.delta[k] for d in self.demand[k]]
-                flat[k] = False
-                continue
-            grow = st["growing"][k]
-            free = [c for c in grow if flat[c]]
-            if free:
-                co = {c: 1 for c in free}
-                u = [zero] * m
-                for c in free:
-                    u = [a + b for a, b in zip(u, unit_use[c])]
-                v = list(u)
-                lvl = zero
-            else:
-                co = {c: self.weight[c] for c in grow}
-                u = [zero] * m
-                for c in grow:
-                    w = self.weight[c]
-                    u = [a + w * b for a, b in zip(u, unit_use[c])]
-                v = list(u)
-                if k != _ROOT:
-                    for c in st["waiting"][k]:
-                        if self.started[c]:
-                            f = self.weight[c] / st["share"][c]
-                            v = [a + f * b for a, b in zip(v, st["use"][c])]
-                lvl = 1
-            if k == _ROOT:
-                coef[k], unit_use[k], unit_level[k], flat[k] = co, u, lvl, False
-                continue
-            sigma = max((v[j] / capacity[j] for j in st["dominant"][k]), default=zero)
-            if sigma == 0:
-                flat[k] = True
-                coef[k], unit_use[k], unit_vec[k], unit_level[k] = co, u, v, lvl
-            else:
-                flat[k] = False
-                coef[k] = {c: a / sigma for c, a in co.items()}
-                unit_use[k] = [a / sigma for a in u]
-                unit_vec[k] = [a / sigma for a in v]
-                unit_level[k] = lvl / sigma
-        rho = {_ROOT: 1}
-        xdot: dict[int, Number] = {}
-        for k in [_ROOT] + self.depth_first:
-            r = rho.get(k)
-            if not r:
-                continue
-            if k != _ROOT and k < self.n_leaves:
-                xdot[k] = r / self.delta[k]
-                continue
-            for c, a in coef[k].items():
-                rho[c] = r * a
-        return {"rho": rho, "xdot": xdot, "unit_use": unit_use, "unit_vec": unit_vec, "unit_level": unit_level}
-
-    def _next_event(self, st, rates):
+    def _next_event(self, st: Step, rates: Rates):
         p, m = self.p, self.m
-        rho, xdot = rates["rho"], rates["xdot"]
+        rho, xdot = rates.rho, rates.xdot
         best = None
 
         def offer(tau, cause):
@@ -531,7 +395,7 @@ class _Filling:
             rc = node_rate.get(k)
             if rc is not None:
                 total = [a + b for a, b in zip(total, rc)]
-        use = st["use"]
+        use = st.use
         for j in range(m):
             if not self.saturated[j] and total[j] > 0:
                 offer((p.capacity[j] - use[_ROOT][j]) / total[j], ("saturated", j))
@@ -547,12 +411,12 @@ class _Filling:
         for k, r in rho.items():
             if k == _ROOT or k < self.n_leaves or not r:
                 continue
-            vec, vdot = st["vector"][k], rates["unit_vec"][k]
-            top = st["share"][k]
-            dom = st["dominant"][k]
+            vec, vdot = st.vector[k], rates.unit_vec[k]
+            top = st.share[k]
+            dom = st.dominant[k]
             cap = p.capacity
             speed = max(vdot[j] / cap[j] for j in dom) * r
-            sat = st["sat"][k]
+            sat = st.sat[k]
             for j in range(m):
                 if sat[j] or j in dom:
                     continue
@@ -562,12 +426,12 @@ class _Filling:
         for k, r in rho.items():
             if k < self.n_leaves and k != _ROOT or not r:
                 continue
-            lvl_rate = r * rates["unit_level"][k]
+            lvl_rate = r * rates.unit_level[k]
             if not lvl_rate:
                 continue
-            low = st["level"][k]
-            for c in st["waiting"][k]:
-                offer((st["share"][c] / self.weight[c] - low) / lvl_rate, ("reached", c))
+            low = st.level[k]
+            for c in st.waiting[k]:
+                offer((st.share[c] / self.weight[c] - low) / lvl_rate, ("reached", c))
         return (None, None) if best is None else best
 
     def _apply_events(self, cause) -> None:

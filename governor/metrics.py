@@ -56,6 +56,9 @@ class Metrics:
                                      registry=self.registry)
         self._write_errors = Counter("governor_limit_write_errors", "cgroup limit writes the kernel refused",
                                      registry=self.registry)
+        # Exported from the start (0): the alert on it has a series to evaluate.
+        self._allocation_failures = Counter("governor_allocation_failures", "Refills whose progressive filling "
+                                            "diverged (the last good plan stayed in force)", registry=self.registry)
         self._gpu: tuple[GpuUse, dict[int, tuple[str, str]]] | None = None
         self.registry.register(_Snapshot(snapshot, lambda: self._gpu))
 
@@ -67,6 +70,9 @@ class Metrics:
 
     def write_error(self) -> None:
         self._write_errors.inc()
+
+    def allocation_failure(self) -> None:
+        self._allocation_failures.inc()
 
     def admitted(self, waited_s: float) -> None:
         self._queue_wait.observe(waited_s)
@@ -193,6 +199,10 @@ class _Snapshot:
                                 "waits, the reason ps, status, explain and top show", labels=["task", "group", "reason"])
         for entry in queue:
             why.add_metric([str(entry.get("task")), str(entry.get("group")), str(entry.get("reason") or "")], 1)
+        # The idle groups of [groups."*"] (one per account) are one group, "*": one series set.
+        accounts = GaugeMetricFamily("governor_idle_accounts", 'Idle groups of [groups."*"] (one per account) '
+                                     'the group "*" stands for', value=status.get("groups", {}).get("*", {})
+                                     .get("accounts", 0))
         resources = list(status.get("capacity", {}))
         for name, group in status.get("groups", {}).items():  # idle groups too: their series at zero
             share.add_metric([name], group["dominant_share"])
@@ -211,7 +221,7 @@ class _Snapshot:
                 else:
                     reserved.add_metric([name, resource], group.get("reserved", {}).get(resource, 0.0))
         yield from (capacity, share, weight, floor, tasks, allocation, guarantee, reserved, used, waiting, oldest,
-                    why, effective, past)
+                    why, effective, past, accounts)
 
 
 def _gpus(status: dict, sample: tuple[GpuUse, Mapping[int, tuple[str, str]]] | None):

@@ -12,6 +12,7 @@ from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.limits import CgroupLimits
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
+from governor.errors import FillingDiverged
 from governor.limits import group_limits, held_login_limits, inside_root, root_limits
 from governor.group_tree import subtree_sums, with_limit
 from governor.model import DEMAND_MET, Allocation
@@ -25,15 +26,18 @@ class Enforcement:
 
     Args:
         hierarchy: where the limits are written; policy: the config in force; tasks: the
-            running tasks; journal: events; metrics: optional sink with ``refill(seconds)`` and
-            ``write_error()``.
+            running tasks; journal: events; metrics: optional sink with ``refill(seconds)``,
+            ``write_error()`` and ``allocation_failure()``.
 
     Attributes:
         allocation: the last progressive filling (paper §4.1), None with no task.
         cpu_saturated: every group wants all of its CPU guarantee, so each is held to it
             (:meth:`hold`).
         filling: the last refill for status: ``at`` (unix s), ``trigger``, ``duration_ms``,
-            ``files_written``, ``delay_ms`` (from the event it answers to the last write).
+            ``files_written``, ``delay_ms`` (from the event it answers to the last write);
+            ``failures``: refills whose filling diverged since the start; ``error``: while the
+            last one did, ``{"at": unix s, "trigger", "message"}`` (its plan not made: the last
+            good one stays in force), else None.
         refilled_at: ``time.perf_counter()`` when the last refill began.
     """
 
@@ -45,9 +49,11 @@ class Enforcement:
         self.metrics = metrics
         self.allocation: Allocation | None = None
         self.cpu_saturated = False
-        self.filling: dict = {"at": None, "trigger": "start", "duration_ms": 0.0, "files_written": 0}
+        self.filling: dict = {"at": None, "trigger": "start", "duration_ms": 0.0, "files_written": 0,
+                              "failures": 0, "error": None}
         self.refilled_at = 0.0
         self._guarantees: dict[str, CgroupLimits] = {}  # the last plan, whose weights a refill keeps where it can
+        self._full_due = False  # a full refill diverged: the next one that succeeds plans the caps too
 
     def refill(self, trigger: str, *, since: float | None = None, full: bool = False) -> None:
         """Re-run progressive filling over the running tasks and write the guarantees that
@@ -58,11 +64,20 @@ class Enforcement:
         With ``full`` (after a reload or a restart: the config, the inventory or the record
         changed), every running task's and session's caps are planned and applied too, device
         rules included, so that they follow the config in force; otherwise task caps, which
-        change only with it, are left out (a refill's cost stays flat however many run)."""
+        change only with it, are left out (a refill's cost stays flat however many run).
+
+        A filling that diverges (:class:`~governor.errors.FillingDiverged`) changes nothing:
+        the last good allocation and plan stay in force, and it is an error event, counted in
+        ``filling`` and the metrics (DESIGN.md §2)."""
         start = self.refilled_at = time.perf_counter()
         policy = self.policy
         demands = self.tasks.demands()
-        self.allocation = policy.fill(demands)
+        try:
+            self.allocation = policy.fill(demands)
+        except FillingDiverged as error:
+            self._diverged(trigger, error, full)
+            return
+        full, self._full_due = full or self._full_due, False
         got = self.allocation.groups if self.allocation else {}
         logins = self.tasks.logins()
         outside: dict[str, dict[str, float]] = {}
@@ -103,12 +118,24 @@ class Enforcement:
         seconds = end - start
         delay_ms = (end - (start if since is None else since)) * 1000
         self.filling = {"at": time.time(), "trigger": trigger, "duration_ms": seconds * 1000,
-                        "files_written": report.written, "delay_ms": delay_ms}
+                        "files_written": report.written, "delay_ms": delay_ms,
+                        "failures": self.filling["failures"], "error": None}
         if self.metrics:
             self.metrics.refill(seconds)
         shares = ", ".join(f"{g} {a.dominant_share:.1%}" for g, a in got.items()) or "no tasks"
         self.journal.event("refill", f"refill after {trigger}: {shares} ({seconds * 1000:.2f} ms, "
                                      f"{report.written} files written, {delay_ms:.2f} ms after the event)")
+
+    def _diverged(self, trigger: str, error: FillingDiverged, full: bool) -> None:
+        """Report a filling that diverged; the plan in force is left as it is (no fallback
+        division: flat DRF would drop the tree's guarantees and limits)."""
+        self._full_due |= full
+        message = f"refill after {trigger}: the allocation failed ({error}); the last good plan stays in force"
+        self.filling = {**self.filling, "failures": self.filling["failures"] + 1,
+                        "error": {"at": time.time(), "trigger": trigger, "message": str(error)}}
+        if self.metrics:
+            self.metrics.allocation_failure()
+        self.journal.event("error", message, logging.ERROR)
 
     def hold(self, saturated: bool, why: str) -> None:
         """Hold every group to its CPU guarantee, or let it borrow again, from the next refill."""

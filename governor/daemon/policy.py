@@ -15,8 +15,7 @@ from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.limits import CgroupLimits
 from governor.config import Config
 from governor.daemons import DaemonEntry, Registry
-from governor.drf import progressive_filling
-from governor.errors import GovernorError
+from governor.errors import FillingDiverged, GovernorError
 from governor.gpu_identity import GpuIdentity, GpuNotFound, locate
 from governor.gpus import GpuInventory
 from governor.hdrf import TreeNode, hierarchical_filling
@@ -80,7 +79,7 @@ class Policy:
         self.effective: dict[str, float] = {}  # group → effective weight, with [fairshare] (kept across reloads)
         self.use(config)
 
-    def use(self, config: Config, held: Iterable[Task] = ()) -> list[Task]:
+    def use(self, config: Config, held: Iterable[Task] = (), members: dict[str, list[str]] | None = None) -> list[Task]:
         """Put ``config`` in force (capacity, devices, GPUs, weights); raises before changing
         anything. Sessions turned on claim them for this daemon (refused while another holds
         them).
@@ -88,6 +87,9 @@ class Policy:
         Args:
             held: the running tasks holding GPUs: each GPU is found again in the new inventory
                 by identity (:func:`governor.gpu_identity.locate`), wherever the config lists it.
+            members: ``config``'s groups → their users on this host, as ``members`` (the
+                constructor's) finds them, looked up by the caller off the event loop (2 s at
+                10,000 groups); None: looked up here.
 
         Returns:
             The tasks of ``held`` whose GPUs the new inventory numbers (or knows) otherwise,
@@ -116,7 +118,7 @@ class Policy:
         self.gpus = gpus
         self.weights: dict[str, float] = {}
         self.owners = SessionOwners(config, self.uid_min)
-        self.members = self.find_members(config)  # group → its users today (status, floors)
+        self.members = self.find_members(config) if members is None else members  # group → its users today
         self._explicit = {rule.name for rule in config.groups}
         memory_mode = config.memory_mode(self.hierarchy.memory_high_throttles)
         # Caps follow from the demand and the GPUs held (under this config and inventory):
@@ -133,10 +135,16 @@ class Policy:
             log.warning("%s: %s", config.file, warning)
         return remapped
 
-    def refresh_members(self) -> None:
-        """Look users and groups up again (they change while the daemon runs)."""
+    def refresh_members(self, members: dict[str, list[str]] | None = None) -> None:
+        """Look users and groups up again (they change while the daemon runs).
+
+        Args:
+            members: the config in force's groups → their users, as ``members`` (the
+                constructor's) finds them, looked up by the caller off the event loop; None:
+                looked up here.
+        """
         self.owners.forget()
-        self.members = self.find_members(self.config)
+        self.members = self.find_members(self.config) if members is None else members
 
     def caps(self, task: Task) -> CgroupLimits:
         """``task``'s caps: its declaration, and the device nodes it may not open
@@ -225,7 +233,13 @@ class Policy:
         """Progressive filling over the groups' summed demands (group → D_g, cores, bytes,
         bytes/s): H-DRF over the config's group tree with its quotas
         (:func:`governor.hdrf.hierarchical_filling`; flat weighted DRF when no group nests or
-        has a quota), each group's λ its ``tasks``. None with no demand."""
+        has a quota), each group's λ its ``tasks``. None with no demand.
+
+        Raises:
+            FillingDiverged: the filling reached no answer (or one of its own checks failed):
+                the caller keeps the plan in force. No other division stands in for it: flat
+                DRF would drop every guarantee and limit of the tree (DESIGN.md §2).
+        """
         if not demands:
             return None
         groups = [GroupDemand(g, d, weight=self.fair_weight(g), tasks=1) for g, d in demands.items()]
@@ -233,9 +247,8 @@ class Policy:
                 for rule in self.config.groups] if self.config.nested else ()
         try:
             return hierarchical_filling(self.capacity, groups, tree, trace=trace)
-        except AssertionError as error:  # a flaw of the tree's filling must not stop the daemon
-            log.error("H-DRF failed (%s); this refill divides the groups by flat weighted DRF", error)
-            return progressive_filling(self.capacity, groups, trace=trace)
+        except AssertionError as error:  # an invariant of the filling's own, on input it accepted
+            raise FillingDiverged(f"{'H-DRF' if tree else 'DRF'}: {error or 'an invariant failed'}") from error
 
     def fair_weight(self, group: str) -> float:
         """What progressive filling and admission weigh ``group`` with: its effective weight
@@ -244,14 +257,18 @@ class Policy:
 
     def configured(self, running: Collection[str]) -> dict[str, dict]:
         """Every group of this host (the config's, one per ``"*"`` user, and the ``running``
-        ones) → its ``weight``, ``floor`` over all of them (:func:`governor.vocabulary.floors`)
-        and ``members`` as this host resolves them."""
+        ones) → its ``weight``, ``floor`` over all of them (:func:`governor.vocabulary.floors`),
+        ``members`` as this host resolves them, and ``everyone``: a user's own group of
+        ``[groups."*"]`` at that rule's weight (no ``set-weight`` of its own), one of many alike
+        that status sums up while idle."""
         weights = {g: self.weight(g) for g in access.configured_weights(self.config, self.members)}
         for group in running:
             weights.setdefault(group, self.weight(group))
         floor = vocabulary.floors(weights, self.config.parents)
+        everyone = self.config.everyone_weight
         return {g: {"weight": w, "floor": floor[g],
-                    "members": self.members.get(g, [g] if g not in self._explicit else [])}
+                    "members": self.members.get(g, [g] if g not in self._explicit else []),
+                    "everyone": everyone is not None and g not in self._explicit and w == everyone}
                 for g, w in weights.items()}
 
 

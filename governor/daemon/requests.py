@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -20,7 +21,7 @@ from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
 from governor.daemon.sessions import Sessions
 from governor.daemon.settle import Settle
-from governor.errors import CgroupError, ConfigError, GovernorError, RequestError
+from governor.errors import CgroupError, ConfigError, FillingDiverged, GovernorError, RequestError
 from governor.explain import explain
 from governor.headroom import check_beside_headroom
 from governor.notify import Notifier
@@ -78,7 +79,7 @@ class Requests:
             return await self.stop(request.tasks, who)
         if isinstance(request, ReloadRequest):
             access.require_admin(config, who, "reload")
-            return {"reloaded": {"config": self.reload(f"reload by {who.user}")}}
+            return {"reloaded": {"config": await self.reload_off_loop(f"reload by {who.user}")}}
         if isinstance(request, SetWeightRequest):
             access.require_admin(config, who, "set-weight")
             return self.set_weight(request.group, request.weight, who.user)
@@ -200,9 +201,18 @@ class Requests:
         return f"pid{plural} {shown}{more} still running {self.exits.stop_wait_s:g} s after SIGKILL"
 
     def explain(self) -> dict:
-        """The live filling with its trace (``governor explain``), and the queue."""
+        """The live filling with its trace (``governor explain``), and the queue.
+
+        Raises:
+            RequestError: ``unavailable``, the filling diverged (the plan in force is the last
+                good one; status's ``filling.error`` says so too).
+        """
         demands = self.tasks.demands()
-        traced = self.policy.fill(demands, trace=True)
+        try:
+            traced = self.policy.fill(demands, trace=True)
+        except FillingDiverged as error:
+            raise RequestError("unavailable", f"the allocation failed ({error}); the last good plan stays "
+                                              "in force") from error
         runs = {group: (sum(not t.is_session for t in tasks),
                         list(dict.fromkeys(t.user for t in tasks if t.is_session)))  # login + session: once
                 for group, tasks in self.tasks.groups().items()}
@@ -211,12 +221,12 @@ class Requests:
                        fairshare=self.observation.fair_share.standings(time.time())
                        if self.observation.fair_share else None)
 
-    def use(self, config: Config) -> None:
+    def use(self, config: Config, members: dict[str, list[str]] | None = None) -> None:
         """Put ``config`` in force (:meth:`Policy.use <governor.daemon.policy.Policy.use>`;
-        raises before changing anything), the running tasks' GPUs re-mapped by identity to its
-        inventory (a record whose identities changed is written again), and look at every
-        process afresh under it."""
-        for task in self.policy.use(config, held=[task for task in self.tasks if task.gpus]):
+        raises before changing anything; ``members`` as it takes them), the running tasks' GPUs
+        re-mapped by identity to its inventory (a record whose identities changed is written
+        again), and look at every process afresh under it."""
+        for task in self.policy.use(config, held=[task for task in self.tasks if task.gpus], members=members):
             before = self.tasks.get(task.id)
             self.tasks.update(task)
             if task.gpu_identities != before.gpu_identities:
@@ -224,42 +234,90 @@ class Requests:
         self.sessions.reset()
 
     def reload(self, trigger: str) -> str:
-        """Re-read the config file and put it in force (the GPU guard put again under it); the old
-        one stays if the new one is bad.
-        Waiting tasks that can never fit the new capacity are refused.
+        """Re-read the config file and put it in force (the GPU guard put again under it); the
+        old one stays if the new one is bad. Waiting tasks that can never fit the new capacity
+        are refused. Everything runs here:
+        :meth:`reload_off_loop` is the daemon's (the control socket's, SIGHUP's).
 
         Raises:
             RequestError: ``invalid_config`` with the file, key and reason.
         """
         self.notifier.reloading()
         try:
-            if self.load_config is None:
-                raise RequestError("invalid_config", "the daemon runs on the embedded default: no file to reload")
-            try:
-                config = self.load_config()
-                self._check_places(config)
-                self.use(config)
-                self.gpu_guard.reapply()  # a changed inventory or guard config is in force now, not at restart
-            except GovernorError as error:
-                self.journal.event("error", f"reload refused, the old config stays in force: {error}", logging.ERROR)
-                raise RequestError("invalid_config", str(error)) from error
-            self.journal.event("reload", f"config {self.policy.source} reloaded ({trigger})")
-            for entry in list(self.queue.values()):
-                try:
-                    access.check_fits(entry.task.demand, self.policy.capacity)
-                    check_within_quotas(self.policy.config, entry.task.group, entry.task.demand)
-                    check_beside_headroom(self.policy.config, self.policy.capacity, entry.task.group,
-                                          entry.task.demand)
-                except RequestError as refused:
-                    del self.queue[entry.task.id]
-                    entry.decide(error=refused)
-            self.settle.now("reload", full=True)  # running tasks' caps follow it: devices of a new inventory
-            if self.exits.watcher is not None:  # serving: sessions turned on follow the kernel's events
-                self.sessions.follow_processes()
-            self.sessions.rescan("reload")
-            return self.policy.source
+            return self._put_in_force(trigger, self._read())
         finally:
             self.notifier.send("READY=1", f"STATUS={self.settle.summary()}")
+
+    async def reload_off_loop(self, trigger: str) -> str:
+        """:meth:`reload`, with the file read, parsed and checked and its groups' members looked
+        up on a thread (:meth:`_read`): at 10,000 groups that held the event loop for seconds.
+        What then changes the daemon's state runs on the loop.
+
+        Raises:
+            RequestError: ``invalid_config`` with the file, key and reason.
+        """
+        self.notifier.reloading()
+        try:
+            return self._put_in_force(trigger, await asyncio.to_thread(self._read_without_collecting))
+        finally:
+            self.notifier.send("READY=1", f"STATUS={self.settle.summary()}")
+
+    def _read_without_collecting(self) -> tuple[Config, dict[str, list[str]]] | GovernorError:
+        """:meth:`_read`, the garbage collector paused meanwhile and what it made frozen after:
+        the parse's allocations set off collections that ran on this thread holding the GIL,
+        220-300 ms each at 10,000 groups (tests/benchmarks/test_reload_bench.py), and the new
+        config would be scanned again and again. It lives until the next reload, as what the
+        daemon loaded at start, which it freezes too (:meth:`Daemon.serve
+        <governor.daemon.root.Daemon.serve>`)."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._read()
+        finally:
+            gc.freeze()
+            if collecting:
+                gc.enable()
+
+    def _read(self) -> tuple[Config, dict[str, list[str]]] | GovernorError:
+        """The config file read, parsed and checked, with its groups' members on this host; or
+        why it cannot be used. Reads the file and the user database only (safe on a thread)."""
+        try:
+            if self.load_config is None:
+                raise RequestError("invalid_config", "the daemon runs on the embedded default: no file to reload")
+            config = self.load_config()
+            return config, self.policy.find_members(config)
+        except GovernorError as error:
+            return error
+
+    def _put_in_force(self, trigger: str, read: tuple[Config, dict[str, list[str]]] | GovernorError) -> str:
+        """Put what :meth:`_read` gave in force, or refuse it (an error event; the old config
+        stays). Returns the config's source."""
+        try:
+            if isinstance(read, GovernorError):
+                raise read
+            config, members = read
+            self._check_places(config)
+            self.use(config, members)
+            self.gpu_guard.reapply()  # a changed inventory or guard config is in force now, not at restart
+        except RequestError:
+            raise
+        except GovernorError as error:
+            self.journal.event("error", f"reload refused, the old config stays in force: {error}", logging.ERROR)
+            raise RequestError("invalid_config", str(error)) from error
+        self.journal.event("reload", f"config {self.policy.source} reloaded ({trigger})")
+        for entry in list(self.queue.values()):
+            try:
+                access.check_fits(entry.task.demand, self.policy.capacity)
+                check_within_quotas(self.policy.config, entry.task.group, entry.task.demand)
+                check_beside_headroom(self.policy.config, self.policy.capacity, entry.task.group, entry.task.demand)
+            except RequestError as refused:
+                del self.queue[entry.task.id]
+                entry.decide(error=refused)
+        self.settle.now("reload", full=True)  # running tasks' caps follow it: devices of a new inventory
+        if self.exits.watcher is not None:  # serving: sessions turned on follow the kernel's events
+            self.sessions.follow_processes()
+        self.sessions.rescan("reload")
+        return self.policy.source
 
     def _check_places(self, config: Config) -> None:
         """Refuse a config that moves a group with running tasks elsewhere in the tree: their

@@ -72,8 +72,9 @@ class Daemon:
         resolve_device: block device path → whole-disk ``MAJ:MIN`` (raises GovernorError).
         load_config: reads ``config_source`` again, for reload (raises ConfigError).
         metrics: optional sink with ``refill(seconds)``, ``event(kind)``, ``write_error()``,
-            ``admitted(waited_seconds)``, and ``serve()``/``close()``, which serve scrapes on the
-            event loop (:class:`governor.metrics.Metrics`; its gauges read :meth:`status`).
+            ``allocation_failure()``, ``admitted(waited_seconds)``, and ``serve()``/``close()``,
+            which serve scrapes on the event loop (:class:`governor.metrics.Metrics`; its gauges
+            read :meth:`status`).
         notifier: systemd's notifications (default: none).
         uid_min: the first login uid (:func:`~governor.sessions.login_uid_min`); lower uids
             never have a session.
@@ -107,6 +108,7 @@ class Daemon:
         self.config_source = config_source
         self.socket_path = ""
         self.served = False  # once it served: a start refused before leaves nothing (cli/daemon_cmd.py)
+        self._signal_reloads: set[asyncio.Task] = set()  # SIGHUP's reloads under way (the loop keeps weak refs)
         self.tasks = Tasks()
         self.queue: dict[str, Entry] = {}
         self.journal = Journal(metrics)
@@ -254,7 +256,7 @@ class Daemon:
     async def _close(self, server: ControlServer, workers: list[asyncio.Task]) -> None:
         self.settle.closing = True
         self.notifier.send("STOPPING=1")
-        for worker in workers:
+        for worker in (*workers, *self._signal_reloads):
             worker.cancel()
         await server.close()
         await self.settle.drain()
@@ -287,14 +289,25 @@ class Daemon:
             self.check(due[start:start + STEP], "reconcile")
             yield
 
-    def _rescan_all(self) -> None:
-        self.policy.refresh_members()  # users and groups change while the daemon runs
+    async def _rescan_all(self) -> None:
+        # Users and groups change while the daemon runs. Looking them up took 2 s at 10,000
+        # groups: on a thread, as a reload's; one that reload meanwhile did for its own config.
+        config = self.policy.config
+        members = await asyncio.to_thread(self.policy.find_members, config)
+        if config is self.policy.config:
+            self.policy.refresh_members(members)
         self.journal.changed()
         self.rescan("periodic rescan")
 
     def _reload_on_signal(self) -> None:
+        # The handler only starts it: the file is parsed on a thread (Requests.reload_off_loop).
+        reload = asyncio.get_running_loop().create_task(self._reload_quietly("SIGHUP"))
+        self._signal_reloads.add(reload)
+        reload.add_done_callback(self._signal_reloads.discard)
+
+    async def _reload_quietly(self, trigger: str) -> None:
         try:
-            self.reload("SIGHUP")
+            await self.requests.reload_off_loop(trigger)
         except RequestError:
             pass  # logged as an event; the old config stays in force
 
