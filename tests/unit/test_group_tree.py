@@ -91,3 +91,11 @@ def test_a_tasks_place_is_stored_and_checked():
     assert tasks.places() == {"lab": "science/lab"}
     tasks.remove("1")
     assert tasks.emptied(task) == ["science/lab", "science"]
+
+
+def test_a_users_login_slice_and_session_cgroup_count_one_session_under_her_user_limit():
+    """Issue 32, break 9: her two places were two session demands against her user_limit."""
+    running = [_task("1", "lab", "alice", 0.5), Task("login-1000", "lab", 7, 1000, "alice", (), {"cpu": 0.5}, 0.0),
+               Task("session-1000", "lab", 8, 1000, "alice", (), {"cpu": 0.5}, 0.0)]
+    [_, mine] = quotas(CONFIG, running, [Waiting("9", "lab", {"cpu": 1.0}, "alice")])
+    assert mine.used == {"cpu": 1.0}  # her task and one session: a 1-core task still fits in 2
