@@ -244,11 +244,12 @@ class Policy:
     def configured(self, running: Collection[str]) -> dict[str, dict]:
         """Every group of this host (the config's, one per ``"*"`` user, and the ``running``
         ones) → its ``weight``, ``floor`` over all of them (:func:`governor.vocabulary.floors`)
-        and ``members`` as this host resolves them."""
+        (clipped to its limit) and ``members`` as this host resolves them."""
         weights = {g: self.weight(g) for g in access.configured_weights(self.config, self.members)}
         for group in running:
             weights.setdefault(group, self.weight(group))
-        floor = vocabulary.floors(weights, self.config.parents)
+        floor = vocabulary.floors(weights, self.config.parents, capacity=self.capacity,
+                                  limits={g: self.config.effective_limit(g) for g in weights})
         return {g: {"weight": w, "floor": floor[g],
                     "members": self.members.get(g, [g] if g not in self._explicit else [])}
                 for g, w in weights.items()}

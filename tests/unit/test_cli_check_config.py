@@ -275,3 +275,13 @@ def test_the_daemons_unit_is_checked_for_what_gpus_on_cgroup_v2_need(tmp_path):
     assert unit_warnings(gpus, "v2", unit, "6.1.0") == []
     [older] = unit_warnings(gpus, "v2", unit, "5.4.0-150-generic")  # CAP_BPF came with Linux 5.8
     assert "lacks CAP_SYS_ADMIN in CapabilityBoundingSet=" in older
+
+
+def test_a_floor_is_clipped_to_the_groups_limit(tmp_path):
+    # Issue 32, break 6: "floor 66.7% (1.17 cores, 15.5G); limit cpu 1.5 cores, memory 2.0G".
+    path = tmp_path / "limited.toml"
+    path.write_text('[capacity]\ncpu = 3\nmemory = "24G"\n[groups.A]\nweight = 2\nusers = ["alice"]\n'
+                    'limit = { cpu = 1.5, memory = "2G" }\n[groups.B]\nusers = ["bob"]\n')
+    lines = run("--portable", str(path)).output.splitlines()
+    assert "  A: weight 2, floor 8.3%; users alice; limit cpu 1.5 cores, memory 2.0G" in lines  # 2G of 24G
+    assert "  B: weight 1, floor 33.3%; users bob" in lines
