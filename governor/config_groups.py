@@ -5,9 +5,9 @@ A group names a ``parent`` to nest under it; a group that is some group's parent
 **internal node**: it has no members of its own (its users are in its child groups), so that
 its cgroup holds no process (cgroup v2's no-internal-process rule). Quotas are vectors keyed
 by each resource's quota key (:func:`governor.resources.quota_keys`): ``cpu`` (cores),
-``memory`` (bytes), ``gpus`` (whole devices, where ``capacity.gpus`` governs some): ``guarantee`` is satisfied before fair sharing divides
-the rest, ``limit`` is never exceeded, ``user_limit`` caps what each member's tasks and session
-in a leaf group declare together.
+``memory`` (bytes), ``gpus`` (whole devices, where ``capacity.gpus`` governs some).
+``guarantee`` is satisfied before fair sharing divides the rest, ``limit`` is never exceeded,
+``user_limit`` caps what each member's tasks and session in a leaf group declare together.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ def parse_groups(data: Mapping[str, object], file: str) -> tuple[tuple[GroupRule
             child groups; a parent that is no explicit group, itself, or part of a cycle; a tree
             deeper than :data:`MAX_DEPTH`; a quota naming no quota key (cpu, memory, gpus), an
             amount that is negative, not finite or too large, a ``gpus`` that is no whole
-            number, names GPUs where ``capacity.gpus`` governs none, or more than it lists; a guarantee above the same
-            group's limit; children's guarantees that do not fit in their parent's guarantee
+            number, where ``capacity.gpus`` governs none, or above how many it lists; a
+            guarantee above the same group's limit; children's guarantees that do not fit in their parent's guarantee
             or limit; a ``user_limit`` on a group with child groups.
     """
     table = subtable(data, "groups", None, file, required=True)
@@ -123,9 +123,9 @@ def check_tree(parents: Mapping[str, str | None], file: str, *, max_depth: int |
 
 
 def _check_quotas(rules: list[GroupRule], file: str) -> None:
+    keys = {entry.name: key for key, entry in quota_keys().items()}  # resource → the key it was given as
     for rule in rules:
         where = join_key("groups", rule.name)
-        keys = {entry.name: key for key, entry in quota_keys().items()}
         for resource, guaranteed in rule.guarantee.items():
             if guaranteed > rule.limit.get(resource, guaranteed):
                 own = format_amount(resource, rule.limit[resource], unit=True)
