@@ -273,9 +273,12 @@ def unknown_names(config: Config) -> list[str]:
 
 
 def _quota(quota: dict) -> str:
+    """A group's quota as its table says it: by quota key (``gpus 2``, ``cpu 1.5 cores``)."""
+    from governor.resources import find
     from governor.units import format_amount
 
-    return ", ".join(f"{resource} {format_amount(resource, amount, unit=True)}" for resource, amount in quota.items())
+    return ", ".join(f"{find(resource).quota} {format_amount(resource, amount, unit=True)}"
+                     for resource, amount in quota.items())
 
 
 def _fixed_capacity(config: Config) -> dict[str, float]:

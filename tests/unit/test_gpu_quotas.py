@@ -73,3 +73,11 @@ def test_gpu_quotas_need_governed_gpus():
     with pytest.raises(ConfigError) as refused:
         parse_config(text, "t.toml")
     assert "groups.A.limit.gpus: names GPUs, but no GPU is governed" in str(refused.value)
+
+
+def test_check_config_shows_gpu_quotas_by_their_key():
+    from governor.cli.check_config import summary
+
+    lines = summary(parse_config(QUOTAS, "t.toml"))
+    assert "  A: weight 1, floor 50.0%; users root; limit gpus 1" in lines
+    assert "  B: weight 1, floor 50.0%; users root; guarantee gpus 1; each user at most gpus 1" in lines
