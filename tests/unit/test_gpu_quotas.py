@@ -81,3 +81,12 @@ def test_check_config_shows_gpu_quotas_by_their_key():
     lines = summary(parse_config(QUOTAS, "t.toml"))
     assert "  A: weight 1, floor 50.0%; users root; limit gpus 1" in lines
     assert "  B: weight 1, floor 50.0%; users root; guarantee gpus 1; each user at most gpus 1" in lines
+
+
+def test_gpu_guarantees_past_the_gpus_found_are_refused_at_start():
+    config = parse_config(QUOTAS.replace('gpus = ["/dev/nvidia0", "/dev/nvidia1"]', 'gpus = "auto"'), "t.toml")
+    assert config.capacity(2, 4 * GIB, gpus=1)["gpu"] == 1
+    with pytest.raises(ConfigError) as refused:
+        config.capacity(2, 4 * GIB, gpus=0)  # "auto" found none
+    assert "groups.B.guarantee.gpus: the top-level groups' guarantees add up to 1, more than the capacity here, 0" \
+        in str(refused.value)
