@@ -287,9 +287,19 @@ def unknown_names(config: Config) -> list[str]:
 
 
 def _quota(quota: dict) -> str:
+    """A group's quota as its table says it: by quota key (``gpus 2``, ``cpu 1.5 cores``)."""
+    from governor.resources import find
     from governor.units import format_amount
 
-    return ", ".join(f"{resource} {format_amount(resource, amount, unit=True)}" for resource, amount in quota.items())
+    return ", ".join(f"{find(resource).quota} {format_amount(resource, amount, unit=True)}"
+                     for resource, amount in quota.items())
+
+
+def _fixed_capacity(config: Config) -> dict[str, float]:
+    """The capacity the config fixes without a host (``capacity.cpu``, ``capacity.memory``):
+    what a floor is clipped to a limit against where no host says the rest."""
+    fixed = {"cpu": config.cpu_cores, "memory": config.memory_bytes}
+    return {resource: float(amount) for resource, amount in fixed.items() if amount is not None}
 
 
 def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], str] | None = None) -> list[str]:
@@ -345,7 +355,9 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
     explicit = {rule.name for rule in config.groups}
     members = host[1] if host is not None else {}
     own = [group for group in members if group not in explicit]  # "*": a group per user
-    floor = (floors(configured_weights(config, members), config.parents)
+    weights = configured_weights(config, members)
+    floor = (floors(weights, config.parents, capacity=host[0] if host is not None else _fixed_capacity(config),
+                    limits={group: config.effective_limit(group) for group in weights})
              if host is not None or config.everyone_weight is None else {})
 
     def floor_words(group: str) -> str:

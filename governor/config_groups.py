@@ -3,18 +3,20 @@ group tree with its quotas (DESIGN.md §2 "Hierarchy", §7). Pure: checks what `
 
 A group names a ``parent`` to nest under it; a group that is some group's parent is an
 **internal node**: it has no members of its own (its users are in its child groups), so that
-its cgroup holds no process (cgroup v2's no-internal-process rule). Quotas are vectors of
-``cpu`` (cores) and ``memory`` (bytes): ``guarantee`` is satisfied before fair sharing divides
-the rest, ``limit`` is never exceeded, ``user_limit`` caps what each member's tasks and session
-in a leaf group declare together.
+its cgroup holds no process (cgroup v2's no-internal-process rule). Quotas are vectors keyed
+by each resource's quota key (:func:`governor.resources.quota_keys`): ``cpu`` (cores),
+``memory`` (bytes), ``gpus`` (whole devices, where ``capacity.gpus`` governs some).
+``guarantee`` is satisfied before fair sharing divides the rest, ``limit`` is never exceeded,
+``user_limit`` caps what each member's tasks and session in a leaf group declare together.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from governor.config_types import MAX_BYTES, MAX_CORES, QUOTA_RESOURCES, WEIGHT_RANGE, GroupRule, group_name_problem
+from governor.config_types import MAX_BYTES, MAX_CORES, WEIGHT_RANGE, GroupRule, group_name_problem
 from governor.errors import ConfigError
+from governor.resources import Resource, quota_keys
 from governor.tomlcheck import amount, join_key, no_unknown_keys, number, subtable, type_name
 from governor.units import format_amount
 
@@ -33,9 +35,10 @@ def parse_groups(data: Mapping[str, object], file: str) -> tuple[tuple[GroupRule
         ConfigError: naming the key, for no group; an unusable group name; an unknown key; a
             weight outside 0.001–1000; a leaf group nobody could join; members on a group with
             child groups; a parent that is no explicit group, itself, or part of a cycle; a tree
-            deeper than :data:`MAX_DEPTH`; a quota naming another resource than cpu or memory,
-            or an amount that is negative, not finite or too large; a guarantee above the same
-            group's limit; children's guarantees that do not fit in their parent's guarantee
+            deeper than :data:`MAX_DEPTH`; a quota naming no quota key (cpu, memory, gpus), an
+            amount that is negative, not finite or too large, a ``gpus`` that is no whole
+            number, where ``capacity.gpus`` governs none, or above how many it lists; a
+            guarantee above the same group's limit; children's guarantees that do not fit in their parent's guarantee
             or limit; a ``user_limit`` on a group with child groups.
     """
     table = subtable(data, "groups", None, file, required=True)
@@ -57,6 +60,7 @@ def parse_groups(data: Mapping[str, object], file: str) -> tuple[tuple[GroupRule
         tables[name] = rule
     parents = {name: _parent(rule, name, tables, file) for name, rule in tables.items()}
     internal = {parent for parent in parents.values() if parent is not None}
+    gpus = _gpu_count(data)
     rules = []
     for name, rule in tables.items():
         where = join_key("groups", name)
@@ -73,8 +77,8 @@ def parse_groups(data: Mapping[str, object], file: str) -> tuple[tuple[GroupRule
             raise ConfigError(file, where, "lists no users or unix_groups, so nobody could launch into it")
         rules.append(GroupRule(
             name, _weight(rule["weight"], f"{where}.weight", file) if "weight" in rule else _WEIGHT, users,
-            unix_groups, parent=parents[name], guarantee=_quota(rule, "guarantee", where, file),
-            limit=_quota(rule, "limit", where, file), user_limit=_quota(rule, "user_limit", where, file)))
+            unix_groups, parent=parents[name], guarantee=_quota(rule, "guarantee", where, file, gpus),
+            limit=_quota(rule, "limit", where, file, gpus), user_limit=_quota(rule, "user_limit", where, file, gpus)))
     check_tree(parents, file)
     _check_quotas(rules, file)
     return tuple(rules), everyone_weight
@@ -124,43 +128,65 @@ def _check_quotas(rules: list[GroupRule], file: str) -> None:
     for rule in rules:
         if rule.parent is not None:
             children_of.setdefault(rule.parent, []).append(rule)
+    keys = {entry.name: key for key, entry in quota_keys().items()}  # resource → the key it was given as
     for rule in rules:
         where = join_key("groups", rule.name)
         for resource, guaranteed in rule.guarantee.items():
             if guaranteed > rule.limit.get(resource, guaranteed):
                 own = format_amount(resource, rule.limit[resource], unit=True)
-                raise ConfigError(file, f"{where}.guarantee.{resource}", f"is above the group's own limit, {own}")
+                raise ConfigError(file, f"{where}.guarantee.{keys[resource]}", f"is above the group's own limit, {own}")
         children = children_of.get(rule.name, [])
-        for resource in QUOTA_RESOURCES:
+        for resource in keys:
             given = [child for child in children if resource in child.guarantee]
             total = sum(child.guarantee[resource] for child in given)
             bound = rule.guarantee.get(resource, rule.limit.get(resource))
             if given and bound is not None and total > bound:
                 which = "guarantee" if resource in rule.guarantee else "limit"
-                raise ConfigError(file, f"{join_key('groups', given[0].name)}.guarantee.{resource}",
+                raise ConfigError(file, f"{join_key('groups', given[0].name)}.guarantee.{keys[resource]}",
                                   f"the guarantees of {rule.name}'s child groups add up to "
                                   f"{format_amount(resource, total, unit=True)}, more than {rule.name}'s {which}, "
                                   f"{format_amount(resource, bound, unit=True)}")
 
 
-def _quota(rule: Mapping[str, object], name: str, where: str, file: str) -> dict[str, float]:
+def _quota(rule: Mapping[str, object], name: str, where: str, file: str, gpus: int | None) -> dict[str, float]:
+    """``guarantee``, ``limit`` or ``user_limit`` of one group: resource name → amount."""
     key = f"{where}.{name}"
     table = subtable(rule, name, where, file)
-    no_unknown_keys(table, QUOTA_RESOURCES, key, file)
-    quota: dict[str, float] = {}
-    for resource, value in table.items():
-        at = f"{key}.{resource}"
-        if resource == "cpu":
-            cores = float(number(value, at, file, positive=True))
-            if cores > MAX_CORES:
-                raise ConfigError(file, at, f"must be at most {MAX_CORES:,} cores, got {cores:g}")
-            quota[resource] = cores
-        else:
-            size = amount(value, at, file)
-            if not 0 < size <= MAX_BYTES:
-                raise ConfigError(file, at, f"must be more than 0 and at most {MAX_BYTES:,} bytes")
-            quota[resource] = float(int(size))
-    return quota
+    keys = quota_keys()
+    no_unknown_keys(table, tuple(keys), key, file)
+    return {keys[given].name: _quota_amount(keys[given], value, f"{key}.{given}", file, gpus)
+            for given, value in table.items()}
+
+
+def _quota_amount(entry: Resource, value: object, at: str, file: str, gpus: int | None) -> float:
+    """One quota's amount of ``entry``, by its unit: cores > 0, bytes > 0, whole devices ≥ 0
+    (``gpus = 0`` keeps a group off the GPUs) no more than ``gpus`` (None: not known here)."""
+    if entry.unit == "cores":
+        cores = float(number(value, at, file, positive=True))
+        if cores > MAX_CORES:
+            raise ConfigError(file, at, f"must be at most {MAX_CORES:,} cores, got {cores:g}")
+        return cores
+    if entry.unit == "devices":
+        count = number(value, at, file)
+        if count.denominator != 1:
+            raise ConfigError(file, at, f"must be a whole number of GPUs, got {float(count):g}")
+        if gpus is None and entry.absent:
+            raise ConfigError(file, at, f"names GPUs, but {entry.absent}")
+        if gpus and count > gpus:
+            raise ConfigError(file, at, f"must be at most the {gpus} GPUs capacity.gpus lists, got {count}")
+        return float(count)
+    size = amount(value, at, file)
+    if not 0 < size <= MAX_BYTES:
+        raise ConfigError(file, at, f"must be more than 0 and at most {MAX_BYTES:,} bytes")
+    return float(int(size))
+
+
+def _gpu_count(data: Mapping[str, object]) -> int | None:
+    """How many GPUs ``capacity.gpus`` governs: its list's length, 0 for ``"auto"`` (found at
+    start), None where it is left out (checked in full with ``[capacity]``)."""
+    capacity = data.get("capacity")
+    gpus = capacity.get("gpus") if isinstance(capacity, Mapping) else None
+    return len(gpus) if isinstance(gpus, list) else None if gpus is None else 0
 
 
 def _weight(value: object, key: str, file: str) -> float:

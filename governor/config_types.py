@@ -27,9 +27,6 @@ WEIGHT_RANGE = (0.001, 1000.0)
 # that no declaration is so small it reads as "no limit" anywhere).
 MIN_TASK_MEMORY = 1 << 20
 
-# What a group's guarantee, limit and user_limit may name: cores and bytes.
-QUOTA_RESOURCES = ("cpu", "memory")
-
 _GROUP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
@@ -82,8 +79,9 @@ class GroupRule:
         name: the group's name; weight: its DRF weight among its siblings (> 0).
         users, unix_groups: who may launch into it (empty for a group with child groups).
         parent: the group it nests under, or None for a child of governor's root.
-        guarantee, limit: resource (``cpu`` cores, ``memory`` bytes) → what the group's
-            subtree is given before fair sharing divides the rest / never exceeds.
+        guarantee, limit: resource (``cpu`` cores, ``memory`` bytes, ``gpu`` whole devices:
+            :func:`governor.resources.quota_keys`) → what the group's subtree is given before
+            fair sharing divides the rest / never exceeds.
         user_limit: resource → what one member's tasks and session in the group may declare
             together.
     """
@@ -230,12 +228,13 @@ class Config:
             ConfigError: at the first such group's ``guarantee.<resource>``, with the sum and
                 the capacity.
         """
-        for resource in QUOTA_RESOURCES:
+        for entry in resources.quota_keys().values():
+            resource = entry.name
             top = [rule for rule in self.groups if rule.parent is None and resource in rule.guarantee]
             total = sum(rule.guarantee[resource] for rule in top)
             if top and resource in capacity and total > capacity[resource] * (1 + 1e-9):
                 asked, has = (format_amount(resource, v, unit=True) for v in (total, capacity[resource]))
-                raise ConfigError(self.file, f"{join_key('groups', top[0].name)}.guarantee.{resource}",
+                raise ConfigError(self.file, f"{join_key('groups', top[0].name)}.guarantee.{entry.quota}",
                                   f"the top-level groups' guarantees add up to {asked}, more than the capacity "
                                   f"here, {has}")
 

@@ -3,8 +3,10 @@
 
 A group's memory is incompressible, so its limit is kept at the door as well as by the
 kernel (its cgroup's ``memory.max``): a task that would take its group past it waits rather
-than starting into an OOM kill. A group's CPU limit needs no door: its cgroup's ``cpu.max``
-shares it. A user limit is "admission plus caps": every task runs within the cap it
+than starting into an OOM kill. GPUs are whole devices no cgroup file counts, so the door is
+all that keeps a group's ``gpus`` limit: every admitted resource
+(:func:`governor.resources.admitted`) is held there. A group's CPU limit needs no door: its
+cgroup's ``cpu.max`` shares it. A user limit is "admission plus caps": every task runs within the cap it
 declared, so holding the declarations of one member's tasks and session to ``user_limit``
 holds what they use to it, without a cgroup level per user.
 """
@@ -13,32 +15,32 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from governor import resources
 from governor.admission import Quota, Waiting
 from governor.config_types import Config
 from governor.errors import RequestError
-from governor.state import Task
+from governor.state import Task, one_session_each
 from governor.units import format_amount
-
-# What a group's limit holds at the door (its CPU limit is its cgroup's cpu.max).
-GROUP_LIMITED = ("memory",)
 
 
 def quotas(config: Config, running: Iterable[Task], waiting: Sequence[Waiting]) -> list[Quota]:
     """The quotas that cover some waiting task, with what the running tasks declare under each.
 
     Args:
-        config: the config in force; running: the running tasks (sessions too);
+        config: the config in force; running: the running tasks (sessions too: one per user
+            and group, :func:`~governor.state.one_session_each`);
         waiting: the queue.
 
     Returns:
         one :class:`~governor.admission.Quota` per limited group above a waiting task (its
-        memory limit) and per waiting member of a group with a ``user_limit``.
+        limit of admitted resources: memory bytes, whole GPUs) and per waiting member of a group with a ``user_limit``.
     """
     found: dict[tuple[str, str | None], Quota] = {}
+    at_door = {entry.name for entry in resources.admitted()}  # a CPU limit is its cgroup's cpu.max
     for entry in waiting:
         for group in (entry.group, *config.ancestors(entry.group)):
             rule = config.rule(group)
-            limit = {r: a for r, a in rule.limit.items() if r in GROUP_LIMITED} if rule else {}
+            limit = {r: a for r, a in rule.limit.items() if r in at_door} if rule else {}
             if limit and (group, None) not in found:
                 found[(group, None)] = Quota(f"group {group}'s limit", limit, {}, frozenset(_subtree(config, group)))
         rule = config.rule(entry.group)
@@ -47,7 +49,7 @@ def quotas(config: Config, running: Iterable[Task], waiting: Sequence[Waiting]) 
                                                      rule.user_limit, {}, frozenset([entry.group]), entry.user)
     if not found:
         return []
-    for task in running:
+    for task in one_session_each(running):
         probe = Waiting(task.id, task.group, task.demand, task.user)
         for quota in found.values():
             if quota.covers(probe):

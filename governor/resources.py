@@ -1,21 +1,22 @@
 """The resources governor divides, each declared once here (DESIGN.md §1, "resource"). Pure.
 
-======================  =======  ============  ==============  ==========  ==========
-resource                unit     kind          ``run`` flag    wire key    config key
-======================  =======  ============  ==============  ==========  ==========
-``cpu``                 cores    compressible  ``--cpus``      cpu         cpu
-``memory``              bytes    admitted      ``--memory``    memory      memory
-``gpu``                 devices  device        ``--gpus``      gpu         —
-``io.<dev>.read``       bytes/s  compressible  ``--io-read``   io_read     io_read
-``io.<dev>.write``      bytes/s  compressible  ``--io-write``  io_write    io_write
-======================  =======  ============  ==============  ==========  ==========
+======================  =======  ============  ==============  ==========  ==========  =========
+resource                unit     kind          ``run`` flag    wire key    config key  quota key
+======================  =======  ============  ==============  ==========  ==========  =========
+``cpu``                 cores    compressible  ``--cpus``      cpu         cpu         cpu
+``memory``              bytes    admitted      ``--memory``    memory      memory      memory
+``gpu``                 devices  device        ``--gpus``      gpu         —           gpus
+``io.<dev>.read``       bytes/s  compressible  ``--io-read``   io_read     io_read     —
+``io.<dev>.write``      bytes/s  compressible  ``--io-write``  io_write    io_write    —
+======================  =======  ============  ==============  ==========  ==========  =========
 
 Capacity: ``capacity.cpu`` and ``capacity.memory`` (else the host's minus ``capacity.reserve``),
 the GPUs found for ``capacity.gpus``, each ``[[capacity.io]]`` device's ``read`` and ``write``.
 
 The wire key names the resource in a launch request's ``demand``; the config key in
 ``[defaults.task]`` and ``[sessions]``, its value checked by the entry's ``setting`` (— : none,
-a task asks for 0 unless it says). The I/O
+a task asks for 0 unless it says); the quota key in a group's ``guarantee``, ``limit`` and
+``user_limit`` (— : none). The I/O
 entries are *families*: one resource per governed block device, the same flag and default for
 each. The CLI, the protocol, the config, admission, the queue, the views and the metrics iterate
 :data:`RESOURCES`: a new resource is an entry here (and, to be enforced, its mapping in
@@ -90,6 +91,8 @@ class Resource:
         absent: why a launch asking for some is refused where the config governs none of it
             (its :attr:`names` are empty), naming the config key that would; cpu and memory
             are always governed.
+        quota: its key in a group's ``guarantee``, ``limit`` and ``user_limit``, or empty
+            (no quota names it: a family's devices have none).
     """
 
     name: str
@@ -109,6 +112,7 @@ class Resource:
     queue: str = ""
     absent: str = ""
     setting: Callable[[object, str, str], float] | None = None
+    quota: str = ""
 
     @property
     def family(self) -> bool:
@@ -204,6 +208,12 @@ def capacity(config: Config, host: Host) -> dict[str, float]:
     for entry in RESOURCES:
         amounts.update(entry.capacity(config, host))
     return {name: amounts[name] for name in governed(config)}
+
+
+def quota_keys() -> dict[str, Resource]:
+    """What a group's ``guarantee``, ``limit`` and ``user_limit`` may name: quota key
+    (``cpu``, ``memory``, ``gpus``) → its resource, in registry order."""
+    return {entry.quota: entry for entry in RESOURCES if entry.quota}
 
 
 def flags() -> dict[str, Resource]:
@@ -353,15 +363,17 @@ def _io(direction: str) -> tuple[Callable[[Config, Host], dict[str, float]], Cal
 _NO_IO = "no I/O device is governed (add a [[capacity.io]] entry to the config)"
 RESOURCES: tuple[Resource, ...] = (
     Resource("cpu", "cores", ResourceKind.COMPRESSIBLE, "--cpus", "FLOAT", "CPU demand in cores, e.g. 1.5.",
-             "cpu", "cpu", cores, False, _cores, _cpu_capacity, _always("cpu"), setting=cores_setting),
+             "cpu", "cpu", cores, False, _cores, _cpu_capacity, _always("cpu"), setting=cores_setting, quota="cpu"),
     Resource("memory", "bytes", ResourceKind.ADMITTED, "--memory", "SIZE", "Memory demand, e.g. 4G.",
-             "memory", "memory", size, True, _bytes, _memory_capacity, _always("memory"), setting=memory_setting),
+             "memory", "memory", size, True, _bytes, _memory_capacity, _always("memory"), setting=memory_setting,
+             quota="memory"),
     Resource("gpu", "devices", ResourceKind.DEVICE, "--gpus", "N",
              "Whole GPUs (default none): CMD starts when N are free, may open only those, and finds them in "
              "CUDA_VISIBLE_DEVICES.",
              "gpu", None, devices, True, _count,
              lambda config, host: {"gpu": float(host.gpus)} if config.gpus is not None else {}, _gpu_names,
-             noun="GPU", queue="gpus_", absent="no GPU is governed on this host (capacity.gpus in the config)"),
+             noun="GPU", queue="gpus_", absent="no GPU is governed on this host (capacity.gpus in the config)",
+             quota="gpus"),
     Resource("io.<dev>.read", "bytes/s", ResourceKind.COMPRESSIBLE, "--io-read", "RATE",
              "Read bandwidth demand per second, e.g. 200M.", "io_read", "io_read", size, True, _rate, *_io("read"),
              absent=_NO_IO, setting=bytes_setting),

@@ -8,7 +8,7 @@ declared demand, command, start time) is what the tree cannot hold.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, KeysView
+from collections.abc import Iterable, Iterator, KeysView
 from dataclasses import dataclass, field
 
 from governor.gpu_identity import GpuIdentity
@@ -260,14 +260,24 @@ class Tasks:
         return {group: len(members) for group, members in self._groups.items()}
 
     def demands(self) -> dict[str, dict[str, float]]:
-        """Group → D_g, the sum of its tasks' declared demands (shared: do not modify)."""
+        """Group → D_g, the sum of its tasks' declared demands, one session per user
+        (:func:`one_session_each`) (shared: do not modify)."""
         for group in self._groups.keys() - self._sums.keys():
             total: dict[str, float] = {}
-            for task in self._groups[group].values():
+            for task in one_session_each(self._groups[group].values()):
                 for resource, amount in task.demand.items():
                     total[resource] = total.get(resource, 0.0) + amount
             self._sums[group] = total
         return {group: self._sums[group] for group in self._groups}
+
+
+def one_session_each(tasks: Iterable[Task]) -> list[Task]:
+    """``tasks`` less each login session whose user also has a session cgroup in its group: a
+    user's session is one demand per group wherever its processes live (logind's slice or
+    governor's session cgroup), counted once, where governor's root holds it."""
+    tasks = list(tasks)
+    inside = {(task.uid, task.group) for task in tasks if task.kind is Kind.SESSION}
+    return [task for task in tasks if not (task.is_login and (task.uid, task.group) in inside)]
 
 
 def _drop(counter: Counter, key, counted: bool) -> None:

@@ -3,7 +3,7 @@
 ============  ==============================================================================
 floor         ``w_g / Σ w``: the share of every resource DRF promises a group while every group
               is busy (sharing incentive, Ghodsi et al. §3, §4.3 for weights), all of it while
-              the others are idle.
+              the others are idle; never more than its ``limit`` lets it have.
 guarantee     the group's DRF allocation ``A_g`` of a *compressible* resource (cpu, I/O),
               enforced by weights: work-conserving. A task's part of it: λ × its declaration.
 reserved      the declared memory of admitted tasks (what the admission queue counts); for a
@@ -35,16 +35,24 @@ from governor.resources import admitted, compressible
 BORROW_NOISE = 0.02
 
 
-def floors(weights: Mapping[str, float], parents: Mapping[str, str | None] | None = None) -> dict[str, float]:
-    """Group → its floor, a fraction in (0, 1].
+def floors(weights: Mapping[str, float], parents: Mapping[str, str | None] | None = None, *,
+           capacity: Mapping[str, float] | None = None,
+           limits: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, float]:
+    """Group → its floor, a fraction in [0, 1].
 
     Args:
         weights: every configured group → its weight (> 0), internal groups of the tree too.
         parents: group → the group it nests under (None or left out: a top-level group).
+        capacity: resource → what governor divides (cores, bytes, devices, bytes/s); with
+            ``limits``, what a limit is a fraction of.
+        limits: group → its effective limit (:meth:`~governor.config_types.Config.effective_limit`:
+            resource → amount, in capacity's units); a group left out has none.
 
     Returns:
         ``w_g / Σ w`` over the group and its siblings, times its parent's floor (a lab's floor
-        is its share of its department's); empty for no group.
+        is its share of its department's), no more than its limit's smallest fraction of the
+        capacity: DRF never gives a group past its limit, so it cannot promise more of every
+        resource (issue 32: 66.7% of 23G shown beside a 2G limit). Empty for no group.
     """
     parents = parents or {}
     totals: dict[str | None, float] = {}
@@ -56,8 +64,15 @@ def floors(weights: Mapping[str, float], parents: Mapping[str, str | None] | Non
         if group not in result:
             parent = parents.get(group)
             above = floor(parent) if parent is not None and parent in weights else 1.0
-            result[group] = above * weights[group] / totals[parent]
+            result[group] = min(above * weights[group] / totals[parent], ceiling(group))
         return result[group]
+
+    def ceiling(group: str) -> float:
+        # A limit of 0 (gpus = 0) keeps the group off that resource; its tasks then ask for
+        # none of it, so it lowers no promise of the others.
+        limit = (limits or {}).get(group, {})
+        return min((amount / capacity[r] for r, amount in limit.items() if amount > 0 and capacity and capacity.get(r)),
+                   default=1.0)
 
     for group in weights:
         floor(group)

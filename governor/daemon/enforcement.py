@@ -16,7 +16,7 @@ from governor.errors import FillingDiverged
 from governor.limits import group_limits, held_login_limits, inside_root, root_limits
 from governor.group_tree import subtree_sums, with_limit
 from governor.model import DEMAND_MET, Allocation
-from governor.state import Tasks
+from governor.state import Tasks, one_session_each
 
 __all__ = ["Enforcement"]
 
@@ -81,7 +81,9 @@ class Enforcement:
         got = self.allocation.groups if self.allocation else {}
         logins = self.tasks.logins()
         outside: dict[str, dict[str, float]] = {}
-        for login in logins:
+        for login in one_session_each(self.tasks.sessions()):  # a user's two places count once
+            if not login.is_login:
+                continue
             total = outside.setdefault(login.group, {})
             for resource, amount in login.demand.items():
                 total[resource] = total.get(resource, 0.0) + amount

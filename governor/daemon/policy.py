@@ -257,14 +257,16 @@ class Policy:
 
     def configured(self, running: Collection[str]) -> dict[str, dict]:
         """Every group of this host (the config's, one per ``"*"`` user, and the ``running``
-        ones) → its ``weight``, ``floor`` over all of them (:func:`governor.vocabulary.floors`),
+        ones) → its ``weight``, ``floor`` over all of them (:func:`governor.vocabulary.floors`, clipped
+        to its limit),
         ``members`` as this host resolves them, and ``everyone``: a user's own group of
         ``[groups."*"]`` at that rule's weight (no ``set-weight`` of its own), one of many alike
         that status sums up while idle."""
         weights = {g: self.weight(g) for g in access.configured_weights(self.config, self.members)}
         for group in running:
             weights.setdefault(group, self.weight(group))
-        floor = vocabulary.floors(weights, self.config.parents)
+        floor = vocabulary.floors(weights, self.config.parents, capacity=self.capacity,
+                                  limits={g: self.config.effective_limit(g) for g in weights})
         everyone = self.config.everyone_weight
         return {g: {"weight": w, "floor": floor[g],
                     "members": self.members.get(g, [g] if g not in self._explicit else []),

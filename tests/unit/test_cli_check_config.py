@@ -307,3 +307,23 @@ def test_guarantees_that_cannot_all_be_held_as_headroom_are_refused(tmp_path):
     result = run(str(path))
     assert result.exit_code == 2 and "they cannot all be held" in result.stderr
     assert run("--portable", str(path)).exit_code == 0
+
+
+def test_a_floor_is_clipped_to_the_groups_limit(tmp_path):
+    # Issue 32, break 6: "floor 66.7% (1.17 cores, 15.5G); limit cpu 1.5 cores, memory 2.0G".
+    path = tmp_path / "limited.toml"
+    path.write_text('[capacity]\ncpu = 3\nmemory = "24G"\n[groups.A]\nweight = 2\nusers = ["alice"]\n'
+                    'limit = { cpu = 1.5, memory = "2G" }\n[groups.B]\nusers = ["bob"]\n')
+    lines = run("--portable", str(path)).output.splitlines()
+    assert "  A: weight 2, floor 8.3%; users alice; limit cpu 1.5 cores, memory 2.0G" in lines  # 2G of 24G
+    assert "  B: weight 1, floor 33.3%; users bob" in lines
+
+
+def test_the_floor_on_this_host_is_within_the_limit_it_is_shown_beside():
+    # Issue 32, break 6, as measured: "floor 66.7% (1.17 cores, 15.5G); limit cpu 1.5 cores, memory 2.0G".
+    from governor.cli.check_config import summary
+
+    config = parse_config('[groups.A]\nweight = 2\nusers = ["alice"]\nlimit = { cpu = 1.5, memory = "2G" }\n'
+                          '[groups.B]\nusers = ["bob"]\n', "t.toml")
+    lines = summary(config, ({"cpu": 1.75, "memory": 23.25 * 1024**3}, {"A": ["alice"], "B": ["bob"]}, "v2"))
+    assert "  A: weight 2, floor 8.6% (0.15 cores, 2.0G); users alice; limit cpu 1.5 cores, memory 2.0G" in lines

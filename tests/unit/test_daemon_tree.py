@@ -167,3 +167,12 @@ def test_a_group_that_ran_alone_weighs_less_and_its_history_survives_a_restart(t
     again = make_daemon(tmp_path, FAIR)
     again.fair_share.tick(now, 0.0)
     assert again.policy.effective["A"] == pytest.approx(weights["A"], rel=1e-6)
+
+
+def test_status_and_explain_show_a_floor_clipped_to_the_groups_limit(tmp_path):
+    # Issue 32, break 6: A's weight promises 2/3, its limit lets it have 1G of 4G.
+    daemon = make_daemon(tmp_path, '[capacity]\ncpu = 2\nmemory = "4G"\n[groups.A]\nweight = 2\nusers = ["root"]\n'
+                                   'limit = { memory = "1G" }\n[groups.B]\nusers = ["root"]\n'
+                                   '[sessions]\nenabled = false\n')
+    assert daemon.status()["groups"]["A"]["floor"] == 0.25 and daemon.status()["groups"]["B"]["floor"] == 1 / 3
+    assert daemon.explain()["configured"]["A"]["floor"] == 0.25

@@ -91,3 +91,18 @@ def test_a_tasks_place_is_stored_and_checked():
     assert tasks.places() == {"lab": "science/lab"}
     tasks.remove("1")
     assert tasks.emptied(task) == ["science/lab", "science"]
+
+
+def test_a_users_login_slice_and_session_cgroup_count_one_session_under_her_user_limit():
+    """Issue 32, break 9: her two places were two session demands against her user_limit."""
+    running = [_task("1", "lab", "alice", 0.5), Task("login-1000", "lab", 7, 1000, "alice", (), {"cpu": 0.5}, 0.0),
+               Task("session-1000", "lab", 8, 1000, "alice", (), {"cpu": 0.5}, 0.0)]
+    [_, mine] = quotas(CONFIG, running, [Waiting("9", "lab", {"cpu": 1.0}, "alice")])
+    assert mine.used == {"cpu": 1.0}  # her task and one session: a 1-core task still fits in 2
+
+
+def test_a_floor_is_no_more_than_its_limits_smallest_fraction_and_a_labs_follows_its_departments():
+    got = floors({"science": 3, "lab": 1, "ops": 1}, {"lab": "science"}, capacity={"cpu": 4, "memory": 8 * G, "gpu": 2},
+                 limits={"science": {"memory": 2 * G, "gpu": 0}, "lab": {"memory": 2 * G, "gpu": 0}})
+    assert got == {"science": 0.25, "lab": 0.25, "ops": 0.25}  # 2G of 8G; gpus = 0 lowers no promise
+    assert floors({"a": 1}, limits={"a": {"cpu": 1}}) == {"a": 1.0}  # no capacity: nothing to clip against

@@ -213,3 +213,16 @@ def test_slices_are_governed_only_where_systemd_runs_cgroup_v2(tmp_path):
     assert systemd_slices("v2", tmp_path, booted=tmp_path / "missing") is None
     found = systemd_slices("v2", tmp_path, booted=tmp_path)
     assert (found is None) == (shutil.which("systemctl") is None)
+
+
+def test_a_user_in_her_logind_slice_and_in_governors_session_counts_one_session_demand(systemd):
+    """Issue 32, break 9: both places of one user's session were two demands (cap 1.0 core)."""
+    daemon, _ = systemd
+    daemon.govern_process(700, 1)  # her logind slice: login-1
+    assert daemon.govern_process(602, 1)  # moved into governor's session cgroup: session-1
+    assert {t.id for t in daemon.tasks} == {"login-1", "session-1"}
+    assert daemon.tasks.demands()["A"] == {"cpu": 0.5, "memory": 3 * GIB}
+    assert daemon.status()["groups"]["A"]["demand"]["cpu"] == 0.5
+    daemon.settle.now("test")
+    assert daemon.allocation.groups["A"].allocation["cpu"] == 0.5  # all of its one session's demand
+    assert "A" in daemon.hierarchy.driver.cgroups  # counted inside, where its session cgroup is
