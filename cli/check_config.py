@@ -93,11 +93,16 @@ DAEMON_UID = 0
 
 
 def check_fixed_capacity(config: Config) -> None:
-    """Refuse, as the daemon does on any host, top-level guarantees over the capacity the file
-    fixes (``capacity.cpu``/``memory``; :meth:`~governor.config_types.Config.check_guarantees_fit`
-    raises ConfigError at the first group's ``guarantee.<resource>``)."""
+    """Refuse, as the daemon does on any host, guarantees over the capacity the file fixes
+    (``capacity.cpu``/``memory``): top-level ones (:meth:`~governor.config_types.Config.check_guarantees_fit`)
+    and headroom that cannot all be kept (:func:`~governor.headroom.check_guarantees_held`);
+    ConfigError at the first group's ``guarantee.<resource>``."""
+    from governor.headroom import check_guarantees_held
+
     fixed = {"cpu": config.cpu_cores, "memory": config.memory_bytes}
-    config.check_guarantees_fit({resource: amount for resource, amount in fixed.items() if amount is not None})
+    capacity = {resource: amount for resource, amount in fixed.items() if amount is not None}
+    config.check_guarantees_fit(capacity)
+    check_guarantees_held(config, capacity)
 
 
 def check_on_this_host(config: Config) -> dict[str, float]:

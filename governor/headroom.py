@@ -62,18 +62,22 @@ def check_guarantees_held(config: Config, capacity: Mapping[str, float]) -> None
     """Refuse guarantees of admitted resources that cannot all be held at once.
 
     Args:
-        config: the parsed config; capacity: resource → what the daemon divides (bytes, GPUs).
+        config: the parsed config; capacity: resource → what the daemon divides (bytes, GPUs);
+            a resource it lacks is not checked (``check-config --portable`` without ``capacity.memory``).
 
     Raises:
         ConfigError: at the first outermost group's ``guarantee.<resource>``, naming the groups,
             their sum and the capacity.
     """
-    for resource in (entry.name for entry in resources.admitted()):
+    for entry in resources.admitted():
+        resource = entry.name
+        if resource not in capacity:
+            continue
         outer = [rule for rule in config.groups if rule.guarantee.get(resource, 0) > 0
                  and not any(resource in config.rule(above).guarantee for above in config.ancestors(rule.name))]
         total = sum(rule.guarantee[resource] for rule in outer)
-        if outer and total > capacity.get(resource, 0.0) * (1 + 1e-9):
-            asked, has = (format_amount(resource, v, unit=True) for v in (total, capacity.get(resource, 0.0)))
-            raise ConfigError(config.file, f"{join_key('groups', outer[0].name)}.guarantee.{resource}",
+        if outer and total > capacity[resource] * (1 + 1e-9):
+            asked, has = (format_amount(resource, v, unit=True) for v in (total, capacity[resource]))
+            raise ConfigError(config.file, f"{join_key('groups', outer[0].name)}.guarantee.{entry.quota or resource}",
                               f"the guarantees kept as headroom ({', '.join(rule.name for rule in outer)}) add up "
                               f"to {asked}, more than the capacity here, {has}: they cannot all be held")

@@ -19,6 +19,7 @@ from governor.errors import FillingDiverged, GovernorError
 from governor.gpu_identity import GpuIdentity, GpuNotFound, locate
 from governor.gpus import GpuInventory
 from governor.hdrf import TreeNode, hierarchical_filling
+from governor.headroom import check_guarantees_held
 from governor.limits import task_limits
 from governor.model import Allocation, GroupDemand
 from governor.nvml import discover
@@ -107,6 +108,7 @@ class Policy:
                 raise GovernorError(f"{config.file}: capacity.gpus: {unguarded}")
         remapped = self._remap_held(config, gpus, held)
         capacity = config.capacity(float(len(self.cpus)), self.host_memory, len(gpus.gpus) if gpus else 0)
+        check_guarantees_held(config, capacity)  # as check-config does: headroom that cannot all be kept
         io_devices = {device.name: self.resolve_device(device.device) for device in config.io_devices}
         io_sharing = {name: self.hierarchy.io_sharing(disk) for name, disk in io_devices.items()}
         if self.registry is not None:

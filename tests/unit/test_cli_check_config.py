@@ -306,7 +306,21 @@ def test_guarantees_that_cannot_all_be_held_as_headroom_are_refused(tmp_path):
     path.write_text(NESTED_GUARANTEES)
     result = run(str(path))
     assert result.exit_code == 2 and "they cannot all be held" in result.stderr
-    assert run("--portable", str(path)).exit_code == 0
+    portable = run("--portable", str(path))  # capacity.memory is fixed: the same verdict anywhere
+    assert portable.exit_code == 2 and "they cannot all be held" in portable.stderr
+
+
+def test_the_daemon_refuses_guarantees_that_cannot_all_be_held_as_check_config_does(tmp_path):
+    from test_daemon import make_daemon
+
+    from governor.errors import RequestError
+
+    daemon = make_daemon(tmp_path, NESTED_GUARANTEES.replace('memory = "1G"', 'memory = "2G"'))
+    daemon.load_config = lambda: parse_config(NESTED_GUARANTEES, "g.toml")
+    with pytest.raises(RequestError) as refused:
+        daemon.reload("test")
+    assert refused.value.code == "invalid_config" and "they cannot all be held" in refused.value.message
+    assert daemon.policy.capacity["memory"] == 2 * 1024**3  # the old config stays in force
 
 
 def test_a_floor_is_clipped_to_the_groups_limit(tmp_path):
