@@ -1,0 +1,129 @@
+"""Re-adoption is exact (issue 31): a record keeps each GPU by identity, and a restart or a
+reload whose inventory lists the GPUs otherwise finds each held one again, or refuses; on the
+in-memory cgroup driver with a fake inventory (:mod:`gpu_fakes`)."""
+
+import asyncio
+import json
+from dataclasses import replace
+
+import pytest
+from gpu_fakes import CONFIG, GPU0, GPU1, INVENTORY, DeviceDriver
+from test_daemon import GIB, launch, make_daemon
+
+from governor import access
+from governor.config import parse_config
+from governor.errors import GovernorError
+from governor.gpus import Gpu, GpuInventory
+
+
+@pytest.fixture
+def gpus(tmp_path):
+    return make_daemon(tmp_path, CONFIG, driver=DeviceDriver(), find_gpus=lambda spec, control: INVENTORY)
+
+
+    assert planned[-1] == ["", "A", "B", "A/task-1", "B/task-2"]  # parents before children
+
+
+# Re-adoption is exact (issue 31): a record keeps each GPU by identity, and a restart or a
+# reload whose inventory lists the GPUs otherwise finds each held one again, or refuses.
+REORDERED = GpuInventory(gpus=(Gpu(0, "/dev/nvidia1", 195, 1, "GPU-bbbb"), Gpu(1, "/dev/nvidia0", 195, 0, "GPU-aaaa")),
+                         control=INVENTORY.control, source="listed")
+
+
+def without_uuids(inventory):
+    """The inventory as listed nodes NVML does not know: found by device number alone."""
+    return replace(inventory, gpus=tuple(replace(gpu, uuid=None) for gpu in inventory.gpus))
+
+
+def restarted(tmp_path, driver, inventory):
+    daemon = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: inventory)
+    daemon.readopt()
+    return daemon
+
+
+@pytest.mark.parametrize("known", [lambda inventory: inventory, without_uuids], ids=["by UUID", "by device number"])
+def test_a_restart_with_the_gpus_reordered_finds_each_held_gpu_by_identity(tmp_path, known):
+    driver = DeviceDriver()
+    first = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: known(INVENTORY))
+    launch(first, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)  # bob's, on /dev/nvidia0
+    again = restarted(tmp_path, driver, known(REORDERED))  # [nvidia1, nvidia0]: index 0 is another GPU now
+    bob = again.tasks.get("1")
+    assert bob.gpus == (1,) and again.tasks.gpu_holders() == {1: "1"}
+    assert again.policy.denied_devices(bob.gpus) == (GPU1,)  # still may open /dev/nvidia0 alone
+    alice = launch(again, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)
+    assert again.tasks.get("2").gpus == (0,) and driver.denied["B/task-2"] == (GPU0,)  # /dev/nvidia1
+    assert alice["gpus"] == (["GPU-bbbb"] if known(REORDERED).gpus[0].uuid else ["1"])
+    [record] = [t for t in again.store.load_all()[0] if t.id == "1"]
+    assert record.gpu_identities == (known(INVENTORY).gpus[0].identity,)
+    again.load_config = lambda: parse_config(CONFIG, "test.toml")
+    again.reload("the same list")  # nothing moves
+    assert again.tasks.get("1").gpus == (1,) and again.tasks.get("2").gpus == (0,)
+
+
+def test_a_restart_whose_inventory_lacks_a_held_gpu_refuses_to_start_naming_task_gpu_and_what_to_do(tmp_path):
+    driver = DeviceDriver()
+    first = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: INVENTORY)
+    launch(first, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
+    launch(first, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)
+    only_first = replace(INVENTORY, gpus=INVENTORY.gpus[:1])
+    again = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: only_first)
+    with pytest.raises(GovernorError) as refused:
+        again.recovery.load()
+    assert str(refused.value) == (
+        "test.toml: capacity.gpus: task 2 (group B) holds GPU 195:1 (GPU-bbbb) and this config drops it: the daemon "
+        "does not start, lest another task get it. List that GPU again, start the daemon and stop the task (governor "
+        "stop 2), then change the config")
+    assert not again.tasks and [t.id for t in again.store.load_all()[0]] == ["1", "2"]  # nothing taken, nothing lost
+
+
+def test_a_reload_that_reorders_the_gpus_re_maps_the_held_ones(gpus):
+    launch(gpus, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)  # nvidia0
+    launch(gpus, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)  # nvidia1
+    gpus.policy.find_gpus = lambda spec, control: REORDERED
+    gpus.load_config = lambda: parse_config(CONFIG, "test.toml")
+    gpus.reload("test")
+    assert [(t.id, t.gpus) for t in gpus.tasks] == [("1", (1,)), ("2", (0,))]  # launch order kept
+    assert gpus.tasks.gpu_holders() == {1: "1", 0: "2"}
+    assert gpus.policy.denied_devices(gpus.tasks.get("1").gpus) == (GPU1,)
+    assert gpus.policy.denied_devices(gpus.tasks.get("2").gpus) == (GPU0,)
+
+
+def test_an_older_record_holding_indices_is_taken_as_todays_inventorys_and_written_by_identity(tmp_path):
+    driver = DeviceDriver()
+    first = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: INVENTORY)
+    launch(first, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
+    path = first.store.directory / "1.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "gpus": [1]}))  # as an older governor wrote it
+    again = restarted(tmp_path, driver, INVENTORY)
+    assert again.tasks.get("1").gpus == (1,)
+    assert json.loads(path.read_text())["gpus"] == [{"device": "195:1", "uuid": "GPU-bbbb"}]
+    assert any(e["kind"] == "record" and "its record holds GPUs by index" in e["message"] for e in again.events)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "gpus": [2]}))
+    with pytest.raises(GovernorError, match=r"holds GPU 2 \(by index: an older record\) and this config lists 2 GPUs"):
+        make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: INVENTORY).recovery.load()
+
+
+class JoiningDriver(DeviceDriver):
+    """A v1 host whose devices hierarchy joined at the restart: ``elsewhere`` holds the pids of
+    a cgroup that only rejoin finds (read from the hierarchies the fake does not model)."""
+
+    def __init__(self):
+        super().__init__()
+        self.elsewhere: dict[str, list[int]] = {}
+
+    def rejoin(self, rel):
+        moved = self.elsewhere.pop(rel, [])
+        self.procs[rel] = sorted({*self.procs.get(rel, []), *moved})
+        return moved
+
+
+def test_a_restart_that_turns_gpus_on_rejoins_the_processes_before_asking_whether_a_task_lives(tmp_path):
+    driver = JoiningDriver()
+    first = make_daemon(tmp_path, CONFIG.replace('gpus = ["/dev/nvidia0", "/dev/nvidia1"]\n', ""), driver=driver)
+    launch(first, 100, group="A", cpu=0.1, memory=GIB // 8)
+    driver.procs["A/task-1"], driver.elsewhere["A/task-1"] = [], [100]
+    again = restarted(tmp_path, driver, INVENTORY)
+    assert [t.id for t in again.tasks] == ["1"] and driver.procs["A/task-1"] == [100]
+    assert any("pid(s) 100 put into the hierarchies" in e["message"] for e in again.events)
+    assert asyncio.run(again.requests.stop(["1"], access.identify(0, 0))) == {"stopped": ["1"]}
+    assert driver.killed == ["A/task-1"] and not again.tasks
