@@ -261,7 +261,8 @@ class Handover:
                                                f"{why}", logging.WARNING)
 
     def _kill(self, holder: Holder) -> None:
-        """SIGKILL ``holder`` through a pidfd taken before a last look at its descriptors.
+        """SIGKILL ``holder`` through a pidfd, once a last look after opening it (:meth:`_still_wrong`)
+        shows it is still a governed process holding a node it was not given.
 
         Raises:
             OSError: the process cannot be signalled (ProcessLookupError: it is gone, which
@@ -272,10 +273,25 @@ class Handover:
         except ProcessLookupError:
             return
         try:
-            # Only NVML named it: /proc cannot show its descriptor (another mount namespace's path).
-            if holder.listed_only or node_holders(holder.nodes, self.proc, pids=[holder.pid]):
+            if self._still_wrong(holder):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         except ProcessLookupError:
             return
         finally:
             os.close(pidfd)
+
+    def _still_wrong(self, holder: Holder) -> bool:
+        """Whether the process now at ``holder.pid`` is governed (where it is now, not where it
+        was found: the pid may have been reused since) and holds one of ``holder.nodes`` its
+        task or session was not given. Called once its pidfd is open: from then on the pid
+        names that process, whatever the look finds is about it."""
+        try:
+            where = self.hierarchy.locate(holder.pid)
+        except CgroupError:
+            return False  # gone
+        governed, task = self._governed(where)
+        wrong = holder.nodes - self._own_nodes(task)
+        if not governed or not wrong:
+            return False  # another process now (outside governor), or one given that GPU
+        # Only NVML named it: /proc cannot show its descriptor (another mount namespace's path).
+        return holder.listed_only or bool(node_holders(wrong, self.proc, pids=[holder.pid]))
