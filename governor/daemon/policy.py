@@ -204,6 +204,31 @@ class Policy:
             raise refused(str(lost.identity), _lacks(lost)) from None
         return replace(task, gpus=indices, gpu_identities=identities)
 
+    def starting(self, task: Task, taken: Collection[int]) -> Task:
+        """``task``, given its GPUs under an inventory that a reload may have replaced since
+        (while its cgroup was made), holding them by their indices in the inventory in force,
+        found by identity.
+
+        Args:
+            taken: the indices no starting task may get (held by another, or draining).
+
+        Raises:
+            GovernorError: a GPU it was given is not in the inventory any more (or cannot be
+                told from another), or is now at an index in ``taken``: the launch is refused.
+        """
+        if not task.gpus:
+            return task
+        try:
+            indices, identities = locate(task.gpu_identities, self.gpus.gpus if self.gpus is not None else ())
+        except GpuNotFound as lost:
+            raise GovernorError(f"task {task.id} cannot start: a reload while it started changed the GPUs: {lost}; "
+                                f"launch it again") from None
+        clash = sorted(set(indices) & set(taken))
+        if clash:
+            raise GovernorError(f"task {task.id} cannot start: a reload while it started renumbered the GPUs and "
+                                f"GPU {clash[0]} is held by another task or draining; launch it again")
+        return replace(task, gpus=indices, gpu_identities=identities)
+
     def gpu_identities(self, indices: Iterable[int]) -> tuple[GpuIdentity, ...]:
         """The identities of the GPUs at ``indices`` of the inventory in force (a task's
         :attr:`~governor.state.Task.gpu_identities`, from its ``gpus``)."""

@@ -12,7 +12,7 @@ from test_daemon import GIB, launch, make_daemon
 
 from governor import access
 from governor.config import parse_config
-from governor.errors import GovernorError
+from governor.errors import GovernorError, RequestError
 from governor.gpus import Gpu, GpuInventory
 
 
@@ -127,3 +127,46 @@ def test_a_restart_that_turns_gpus_on_rejoins_the_processes_before_asking_whethe
     assert any("pid(s) 100 put into the hierarchies" in e["message"] for e in again.events)
     assert asyncio.run(again.requests.stop(["1"], access.identify(0, 0))) == {"stopped": ["1"]}
     assert driver.killed == ["A/task-1"] and not again.tasks
+
+
+def reload_during_the_make(daemon, inventory, nodes):
+    """Put a reload to ``inventory`` in force while the next launch's cgroup is made (the await
+    on the cgroup thread, where a reload can run)."""
+    call = daemon.settle.tree.call
+
+    async def make_then_reload(work):
+        made = await call(work)
+        if daemon.settle.tree.call is make_then_reload:
+            daemon.settle.tree.call = call
+            daemon.policy.find_gpus = lambda spec, control: inventory
+            config = CONFIG.replace('gpus = ["/dev/nvidia0", "/dev/nvidia1"]', f"gpus = {nodes}")
+            daemon.load_config = lambda: parse_config(config, "test.toml")
+            daemon.reload("test")
+        return made
+
+    daemon.settle.tree.call = make_then_reload
+
+
+def test_a_reload_during_a_launch_gives_the_starting_task_its_gpu_at_its_new_index(gpus):
+    # Break 2: A holds nvidia0 (index 0); B starts with nvidia1 (index 1); a reload reorders
+    # them while B's cgroup is made: B must hold nvidia1, now index 0, and may not open nvidia0.
+    launch(gpus, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
+    reload_during_the_make(gpus, REORDERED, '["/dev/nvidia1", "/dev/nvidia0"]')
+    started = launch(gpus, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)
+    assert started["gpus"] == ["GPU-bbbb"]
+    assert gpus.tasks.get("2").gpus == (0,) and gpus.tasks.gpu_holders() == {1: "1", 0: "2"}
+    assert gpus.hierarchy.driver.denied["B/task-2"] == (GPU0,)  # nvidia0 is A's
+    [record] = [t for t in gpus.store.load_all()[0] if t.id == "2"]
+    assert record.gpu_identities == (INVENTORY.gpus[1].identity,)  # nvidia1, by identity
+
+
+def test_a_reload_during_a_launch_that_drops_its_gpu_refuses_the_launch(gpus):
+    launch(gpus, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
+    only_first = replace(INVENTORY, gpus=INVENTORY.gpus[:1])
+    reload_during_the_make(gpus, only_first, '["/dev/nvidia0"]')
+    with pytest.raises(RequestError) as refused:
+        launch(gpus, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)
+    assert refused.value.code == "unavailable"
+    assert "task 2 cannot start: a reload while it started changed the GPUs: GPU 195:1 (GPU-bbbb) is not in the " \
+           "inventory" in refused.value.message
+    assert gpus.tasks.gpu_holders() == {0: "1"} and "B/task-2" not in gpus.hierarchy.driver.cgroups
