@@ -204,6 +204,21 @@ class Policy:
             raise refused(str(lost.identity), _lacks(lost)) from None
         return replace(task, gpus=indices, gpu_identities=identities)
 
+    def renumbered(self, old: GpuInventory | None, draining: Mapping[int, str]) -> dict[int, str]:
+        """The draining GPUs (index → the ended task that held it, :meth:`Tasks.draining
+        <governor.state.Tasks.draining>`) of the inventory ``old``, by their indices in the
+        inventory in force (found by identity, as held ones are). A GPU it no longer governs
+        is left out (there is no hand-over of a node governor does not guard); one it cannot
+        tell from others drains at each index it could be (they share a node: MIG instances
+        without UUIDs)."""
+        known = old.gpus if old is not None else ()
+        now = self.gpus.gpus if self.gpus is not None else ()
+        moved: dict[int, str] = {}
+        for index, ended in draining.items():
+            if index < len(known):
+                moved.update((gpu.index, ended) for gpu in now if known[index].identity.matches(gpu.identity))
+        return moved
+
     def starting(self, task: Task, taken: Collection[int]) -> Task:
         """``task``, given its GPUs under an inventory that a reload may have replaced since
         (while its cgroup was made), holding them by their indices in the inventory in force,

@@ -170,3 +170,22 @@ def test_a_reload_during_a_launch_that_drops_its_gpu_refuses_the_launch(gpus):
     assert "task 2 cannot start: a reload while it started changed the GPUs: GPU 195:1 (GPU-bbbb) is not in the " \
            "inventory" in refused.value.message
     assert gpus.tasks.gpu_holders() == {0: "1"} and "B/task-2" not in gpus.hierarchy.driver.cgroups
+
+
+def test_a_reload_that_reorders_the_gpus_re_maps_the_draining_ones(gpus):
+    # Break 3: task 1's nvidia0 drains (a holder may keep it); a reload reorders the GPUs:
+    # nvidia0, now index 1, still drains, and the GPU now at index 0 (task 2's) is not free.
+    gpus.settle.drain_gpus = lambda: None  # no look: the GPU stays draining
+    launch(gpus, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)  # nvidia0
+    launch(gpus, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)  # nvidia1
+    gpus.hierarchy.driver.procs["A/task-1"] = []
+    gpus.check(["1"], "exit")
+    assert gpus.tasks.draining() == {0: "1"}
+    gpus.policy.find_gpus = lambda spec, control: REORDERED
+    gpus.load_config = lambda: parse_config(CONFIG, "test.toml")
+    gpus.reload("test")
+    assert gpus.tasks.gpu_holders() == {0: "2"} and gpus.tasks.draining() == {1: "1"}
+    assert gpus.tasks.free_gpus(2) == []
+    gpus.policy.find_gpus = lambda spec, control: replace(REORDERED, gpus=REORDERED.gpus[:1])
+    gpus.reload("nvidia0 dropped")  # a GPU governor no longer governs has nothing to hand over
+    assert gpus.tasks.draining() == {}
