@@ -13,6 +13,7 @@ from test_daemon import GIB, launch, make_daemon
 from governor import access
 from governor.config import parse_config
 from governor.errors import GovernorError, RequestError
+from governor.gpu_identity import GpuNotFound, locate
 from governor.gpus import Gpu, GpuInventory
 
 
@@ -189,3 +190,51 @@ def test_a_reload_that_reorders_the_gpus_re_maps_the_draining_ones(gpus):
     gpus.policy.find_gpus = lambda spec, control: replace(REORDERED, gpus=REORDERED.gpus[:1])
     gpus.reload("nvidia0 dropped")  # a GPU governor no longer governs has nothing to hand over
     assert gpus.tasks.draining() == {}
+
+
+def test_a_dead_tasks_record_holding_a_dropped_gpu_is_removed_and_the_daemon_starts(tmp_path):
+    # Break 9: task 2 ended while no daemon ran; the new config drops its GPU. Only a live
+    # task's GPU keeps the daemon from starting (the refusal above).
+    driver = DeviceDriver()
+    first = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: INVENTORY)
+    launch(first, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
+    launch(first, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)
+    driver.procs["B/task-2"] = []
+    again = restarted(tmp_path, driver, replace(INVENTORY, gpus=INVENTORY.gpus[:1]))
+    assert [t.id for t in again.tasks] == ["1"] and [t.id for t in again.store.load_all()[0]] == ["1"]
+    assert any(e["kind"] == "cleanup" and "task 2" in e["message"] and "ended while no daemon ran" in e["message"]
+               for e in again.events)
+    assert "B/task-2" not in driver.cgroups
+
+
+# Task 2's GPU is known by its device number alone; a new inventory renumbers task 1's GPU
+# (found by its UUID) to that device number: both would be found at index 0.
+NO_UUID = replace(INVENTORY, gpus=(INVENTORY.gpus[0], replace(INVENTORY.gpus[1], uuid=None)))
+CLASHING = replace(INVENTORY, gpus=(Gpu(0, "/dev/nvidia1", 195, 1, "GPU-aaaa"), Gpu(1, "/dev/nvidia0", 195, 0, "GPU-cccc")))
+
+
+def test_two_held_gpus_found_at_one_index_are_refused_by_a_reload_and_by_a_restart(tmp_path):
+    # Break 11: a reload or restart must not give one GPU to two tasks.
+    driver = DeviceDriver()
+    daemon = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: NO_UUID)
+    launch(daemon, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)  # GPU-aaaa
+    launch(daemon, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)  # 195:1, no UUID
+    daemon.policy.find_gpus = lambda spec, control: CLASHING
+    daemon.load_config = lambda: parse_config(CONFIG, "test.toml")
+    with pytest.raises(RequestError) as refused:
+        daemon.reload("test")
+    assert refused.value.code == "invalid_config"
+    assert "tasks 1 and 2 would both hold GPU 0 (/dev/nvidia1)" in refused.value.message
+    assert daemon.tasks.gpu_holders() == {0: "1", 1: "2"} and daemon.policy.gpus is NO_UUID
+    again = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: CLASHING)
+    with pytest.raises(GovernorError, match="tasks 1 and 2 would both hold GPU 0: this config cannot tell"):
+        again.recovery.load()
+    assert not again.tasks and [t.id for t in again.store.load_all()[0]] == ["1", "2"]
+
+
+def test_two_gpus_of_one_task_found_at_one_index_are_not_located():
+    held = (INVENTORY.gpus[0].identity, NO_UUID.gpus[1].identity)
+    with pytest.raises(GpuNotFound) as lost:
+        locate(held, CLASHING.gpus)
+    assert lost.value.same_as == held[0] and str(lost.value) == (
+        "GPU 195:1 is where 195:0 (GPU-aaaa) is too in the inventory")
