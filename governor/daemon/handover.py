@@ -99,11 +99,15 @@ class Handover:
         self._ended: set[int] = set()  # pids killed and not yet seen gone
 
     def start(self) -> None:
-        """Drain every GPU no running task holds (the daemon starts, its tasks re-adopted): a
-        task that ended while no daemon ran may have left a holder."""
+        """Drain every GPU no running task holds, and sweep every GPU once (the daemon starts,
+        its tasks re-adopted): a task that ended while no daemon ran may have left a holder,
+        and while none ran no guard kept a session's process from opening a GPU a running
+        task holds (a clean stop takes the guard off: :meth:`GpuGuard.stop
+        <governor.daemon.gpu_guard.GpuGuard.stop>`)."""
         if self.policy.gpus is not None:
             for gpu in self.tasks.free_gpus(len(self.policy.gpus.gpus)):
                 self.tasks.drain(gpu)
+            self.sweep()
 
     def drain(self) -> None:
         """Look for the holders of every draining GPU, kill those governor governs, and free

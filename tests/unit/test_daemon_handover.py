@@ -128,3 +128,26 @@ def test_a_starting_daemon_drains_the_free_gpus_before_handing_them_out(tmp_path
     messages = [e["message"] for e in daemon.status()["events"] if e["kind"].startswith("gpu_")]
     assert messages == ["process 101 (user root, task 1) ended: it held GPU 0 open after its task ended, before the "
                         "daemon started", "GPU 0 is free: no process holds it at the daemon's start"]
+
+
+def test_a_starting_daemon_ends_a_governed_process_holding_a_gpu_a_running_task_holds(tmp_path):
+    # Break 6: while no daemon ran (a clean stop takes the guard off), task 2's process, given
+    # no GPU, opened the one task 1 holds. The new daemon sweeps every GPU once it has its
+    # tasks back: that process is ended; task 1's own is not.
+    config = CONFIG.replace('gpus = ["/dev/nvidia0", "/dev/nvidia1"]', 'gpus = ["/dev/null"]')
+    driver = DeviceDriver()
+    first = make_daemon(tmp_path, config, driver=driver, find_gpus=lambda spec, control: ONE_GPU)
+    launch(first, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
+    launch(first, 101, group="B", cpu=0.1, memory=GIB // 8)
+    proc, ended = tmp_path / "proc", []
+    for pid in (100, 101):
+        (proc / str(pid) / "fd").mkdir(parents=True)
+        (proc / str(pid) / "fd" / "4").symlink_to("/dev/null")
+    again = make_daemon(tmp_path, config, driver=driver, find_gpus=lambda spec, control: ONE_GPU)
+    again.handover.proc, again.handover.listed = proc, lambda inventory, gpus: None
+    again.handover.kill = lambda holder: ended.append(holder.pid)
+    again.readopt()
+    again.handover.start()  # as serve() does, after re-adoption
+    assert ended == [101] and again.tasks.gpu_holders() == {0: "1"}
+    event = [e["message"] for e in again.status()["events"] if e["kind"] == "gpu_holder_ended"]
+    assert event == ["process 101 (user root, task 2) ended: it held GPU 0 open though task 2 was not given it"]
