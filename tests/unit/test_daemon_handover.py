@@ -4,6 +4,8 @@ in-memory cgroup driver, with a fake /proc whose fds point at /dev/null (:mod:`g
 
 import asyncio
 import os
+import pwd
+from types import SimpleNamespace
 
 from gpu_fakes import CONFIG, DeviceDriver
 from test_daemon import GIB, launch, make_daemon
@@ -151,3 +153,55 @@ def test_a_starting_daemon_ends_a_governed_process_holding_a_gpu_a_running_task_
     assert ended == [101] and again.tasks.gpu_holders() == {0: "1"}
     event = [e["message"] for e in again.status()["events"] if e["kind"] == "gpu_holder_ended"]
     assert event == ["process 101 (user root, task 2) ended: it held GPU 0 open though task 2 was not given it"]
+
+
+USER = pwd.getpwuid(1).pw_name  # uid 1 stands for a login user: uid_min is 1 below
+SESSIONS = f"""
+[capacity]
+cpu = 2
+memory = "4G"
+gpus = ["/dev/null"]
+[groups.A]
+users = ["{USER}"]
+[sessions]
+cpu = 0.5
+memory = "1G"
+"""
+
+
+def test_a_process_moved_into_a_session_holding_a_gpu_open_is_ended(tmp_path):
+    # Break 7: a cron job of a governed user (system.slice, outside the guarded login slices)
+    # opened the GPU before governor moved it into the user's session: once moved, it is
+    # ended and logged; one holding no GPU node is not.
+    driver = DeviceDriver()
+    driver.move = lambda rel, pid: driver.procs.setdefault(rel, []).append(pid)
+    daemon = make_daemon(tmp_path, SESSIONS, driver=driver, uid_min=1, host_pids=lambda: [500, 501],
+                         find_gpus=lambda spec, control: ONE_GPU)
+    daemon.sessions.real_uid = daemon.sessions.effective_uid = lambda pid: 1
+    proc, ended = tmp_path / "proc", []
+    daemon.handover.proc, daemon.handover.listed = proc, lambda inventory, gpus: None
+    daemon.handover.kill = lambda holder: ended.append(holder.pid)
+    for pid in (500, 501):
+        (proc / str(pid) / "fd").mkdir(parents=True)
+    (proc / "500" / "fd" / "3").symlink_to("/dev/null")
+    assert daemon.govern_process(501, 1) and daemon.govern_process(500, 1)  # no event loop: looked at once
+    assert driver.procs["A/session-1"] == [501, 500] and ended == [500]
+    [event] = [e["message"] for e in daemon.status()["events"] if e["kind"] == "gpu_holder_ended"]
+    assert event.startswith("process 500 (") and event.endswith(
+        f", session of {USER}) ended: it held GPU 0 open though session of {USER} was not given it")
+
+
+def test_the_periodic_sweep_follows_the_guard_in_force(tmp_path):
+    # Break 7: whether the daemon sweeps is asked at each turn, not only at start: a reload
+    # that leaves the sessions' places unguarded starts the sweeping, one that guards them
+    # stops it.
+    daemon = make_daemon(tmp_path, SESSIONS, driver=DeviceDriver(), uid_min=1, host_pids=lambda: [],
+                         find_gpus=lambda spec, control: ONE_GPU)
+    swept = []
+    daemon.handover.sweep = lambda: swept.append(True)
+    daemon.gpu_guard.plan = SimpleNamespace(places=("user.slice",))  # guarded where they start
+    daemon.sweep()
+    assert swept == []
+    daemon.gpu_guard.plan = None  # a reload left them unguarded
+    daemon.sweep()
+    assert swept == [True]
