@@ -73,19 +73,26 @@ class Recovery:
                 continue
             try:
                 task = self.policy.readopted(record)
-                both = clash([*tasks, task])
-                if both is not None:
-                    raise GovernorError(f"{self.policy.config.file}: capacity.gpus: tasks {both[1].id} and "
-                                        f"{both[2].id} would both hold GPU {both[0]}: this config cannot tell their "
-                                        "GPUs apart; the daemon does not start. Stop one of them (governor stop), "
-                                        "then change the config")
             except GovernorError:
                 if self._lives(record):
                     raise
-                self.store.delete(record.id)
-                self.journal.event("cleanup", f"{record.label} ended while no daemon ran: its record, holding GPUs "
-                                              f"this config cannot give it back, is removed", logging.WARNING)
+                self._forget_dead(record, "holding GPUs this config cannot give it back")
                 continue
+            both = clash([*tasks, task])
+            if both is not None:  # one of the two may have ended while no daemon ran
+                index, earlier, _ = both
+                dead = next((t for t in (task, earlier) if not self._lives(t)), None)
+                if dead is None:
+                    raise GovernorError(f"{self.policy.config.file}: capacity.gpus: tasks {earlier.id} and {task.id} "
+                                        f"would both hold GPU {index}: this config cannot tell their GPUs apart; the "
+                                        "daemon does not start. Stop one of them (governor stop), then change the "
+                                        "config")
+                self._forget_dead(dead, f"holding GPU {index}, which task {(earlier if dead is task else task).id} "
+                                        "holds too under this config")
+                if dead is task:
+                    continue
+                at = tasks.index(earlier)
+                del kept[at], tasks[at]
             kept.append(record)
             tasks.append(task)
         for task in records:
@@ -130,6 +137,13 @@ class Recovery:
         # hierarchy (_rejoin); refusals are error events.
         self.settle.now("re-adoption", full=True)
         self._clean_unrecorded({t.cgroup for t in tasks})
+
+    def _forget_dead(self, task: Task, holding: str) -> None:
+        """Remove the record of ``task``, which ended while no daemon ran (its cgroup, empty, is
+        removed with the others that have no record), and log it."""
+        self.store.delete(task.id)
+        self.journal.event("cleanup", f"{task.label} ended while no daemon ran: its record, {holding}, is removed",
+                           logging.WARNING)
 
     def _lives(self, task: Task) -> bool:
         """Whether ``task``'s cgroup holds a process, once its processes are in every hierarchy

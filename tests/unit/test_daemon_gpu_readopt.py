@@ -230,6 +230,12 @@ def test_two_held_gpus_found_at_one_index_are_refused_by_a_reload_and_by_a_resta
     with pytest.raises(GovernorError, match="tasks 1 and 2 would both hold GPU 0: this config cannot tell"):
         again.recovery.load()
     assert not again.tasks and [t.id for t in again.store.load_all()[0]] == ["1", "2"]
+    driver.procs["A/task-1"] = []  # task 1 ends: only the live task keeps the GPU
+    again = restarted(tmp_path, driver, CLASHING)
+    assert again.tasks.gpu_holders() == {0: "2"} and [t.id for t in again.store.load_all()[0]] == ["2"]
+    assert any(e["kind"] == "cleanup" and e["message"].startswith("task 1 ended while no daemon ran: its record, "
+                                                                  "holding GPU 0, which task 2 holds too")
+               for e in again.events)
 
 
 def test_two_gpus_of_one_task_found_at_one_index_are_not_located():
