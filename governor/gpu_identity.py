@@ -71,17 +71,21 @@ class GpuIdentity:
 
 class GpuNotFound(LookupError):
     """A held GPU that an inventory does not have once (none of its GPUs is that one, or
-    several could be).
+    several could be), or finds where it finds another held one too.
 
     Attributes:
         identity: the GPU looked for; candidates: how many of the inventory's matched it (0
-            or more than 1).
+            or more than 1; 1 with ``same_as``); same_as: the held GPU found at the same place
+            (one by UUID, one by device number alone), or None.
     """
 
-    def __init__(self, identity: GpuIdentity, candidates: int):
+    def __init__(self, identity: GpuIdentity, candidates: int, same_as: GpuIdentity | None = None):
         self.identity = identity
         self.candidates = candidates
-        where = "is not in the inventory" if not candidates else f"could be any of {candidates} GPUs of the inventory"
+        self.same_as = same_as
+        where = ("is not in the inventory" if not candidates
+                 else f"is where {same_as} is too in the inventory" if same_as is not None
+                 else f"could be any of {candidates} GPUs of the inventory")
         super().__init__(f"GPU {identity} {where}")
 
 
@@ -97,13 +101,16 @@ def locate(held: Sequence[GpuIdentity], gpus: Sequence[Gpu]) -> tuple[tuple[int,
         The indices and the identities, each in the order of ``held``.
 
     Raises:
-        GpuNotFound: the first of ``held`` that matches no GPU of ``gpus``, or several.
+        GpuNotFound: the first of ``held`` that matches no GPU of ``gpus``, or several, or the
+            one another of ``held`` matches too (two GPUs of one task cannot be one GPU).
     """
     indices, identities = [], []
     for identity in held:
         found = [gpu for gpu in gpus if identity.matches(gpu.identity)]
         if len(found) != 1:
             raise GpuNotFound(identity, len(found))
+        if found[0].index in indices:
+            raise GpuNotFound(identity, 1, same_as=held[indices.index(found[0].index)])
         indices.append(found[0].index)
         identities.append(found[0].identity)
     return tuple(indices), tuple(identities)

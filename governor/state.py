@@ -8,7 +8,7 @@ declared demand, command, start time) is what the tree cannot hold.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, KeysView
+from collections.abc import Iterable, Iterator, KeysView, Mapping
 from dataclasses import dataclass, field
 
 from governor.gpu_identity import GpuIdentity
@@ -218,6 +218,13 @@ class Tasks:
         starts does not know which of the free GPUs a task left while none ran (ended task "")."""
         if gpu not in self._gpus:
             self._draining.setdefault(gpu, "")
+
+    def redrain(self, draining: Mapping[int, str]) -> None:
+        """Put ``draining`` (GPU index → the ended task that held it) in place of the draining
+        GPUs: a reload renumbered them. An index a running task holds is left out."""
+        renumbered = {gpu: ended for gpu, ended in draining.items() if gpu not in self._gpus}
+        self._draining.clear()  # in place: draining() hands out this very table
+        self._draining.update(renumbered)
 
     def drained(self, gpu: int) -> None:
         """GPU ``gpu`` is free: no process but those of its new holder may hold its node."""

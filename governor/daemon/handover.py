@@ -14,7 +14,9 @@ thousands of directories.
 
 The same look, over every GPU, is the sweep (:meth:`Handover.sweep`): where the kernel cannot
 deny the nodes where sessions start, a session process that opened one before governor moved
-it is ended so (:mod:`governor.daemon.gpu_guard`).
+it is ended so (:mod:`governor.daemon.gpu_guard`); and each process moved into a session is
+looked at so once moved (:meth:`Handover.moved`): it may have started outside the guarded
+places.
 """
 
 from __future__ import annotations
@@ -96,14 +98,20 @@ class Handover:
         self._running: asyncio.Task | None = None  # the drain under way
         self._sweeping: asyncio.Task | None = None  # the sweep under way
         self._later: asyncio.TimerHandle | None = None  # the sweep after the last hand-over
+        self._checking: asyncio.Task | None = None  # the look at processes moved into sessions
+        self._moved: set[int] = set()  # pids moved into sessions, not looked at yet
         self._ended: set[int] = set()  # pids killed and not yet seen gone
 
     def start(self) -> None:
-        """Drain every GPU no running task holds (the daemon starts, its tasks re-adopted): a
-        task that ended while no daemon ran may have left a holder."""
+        """Drain every GPU no running task holds, and sweep every GPU once (the daemon starts,
+        its tasks re-adopted): a task that ended while no daemon ran may have left a holder,
+        and while none ran no guard kept a session's process from opening a GPU a running
+        task holds (a clean stop takes the guard off: :meth:`GpuGuard.stop
+        <governor.daemon.gpu_guard.GpuGuard.stop>`)."""
         if self.policy.gpus is not None:
             for gpu in self.tasks.free_gpus(len(self.policy.gpus.gpus)):
                 self.tasks.drain(gpu)
+            self.sweep()
 
     def drain(self) -> None:
         """Look for the holders of every draining GPU, kill those governor governs, and free
@@ -121,7 +129,7 @@ class Handover:
 
     def close(self) -> None:
         """Stop looking (the daemon stops; a GPU still draining is drained by no one)."""
-        for running in (self._running, self._sweeping, self._later):
+        for running in (self._running, self._sweeping, self._later, self._checking):
             if running is not None:
                 running.cancel()
         self._thread.shutdown(wait=True, cancel_futures=True)
@@ -144,14 +152,15 @@ class Handover:
             self.tasks.drained(gpu)
         return {gpu: known[gpu] for gpu in self.tasks.draining()}
 
-    def _find(self, nodes: Mapping[int, tuple[int, int]]) -> list[Holder]:
-        """(On the hand-over thread) every process holding one of ``nodes`` open."""
-        held = node_holders(set(nodes.values()), self.proc)
+    def _find(self, nodes: Mapping[int, tuple[int, int]], only: set[int] | None = None) -> list[Holder]:
+        """(On the hand-over thread) every process holding one of ``nodes`` open; of the pids
+        ``only``, where given."""
+        held = node_holders(set(nodes.values()), self.proc, pids=only)
         seen = set(held)
         inventory = self.policy.gpus
         listed = self.listed(inventory, list(nodes)) if inventory is not None and nodes else None
         for gpu, pids in (listed or {}).items():
-            for pid in pids:
+            for pid in pids if only is None else pids & only:
                 held.setdefault(pid, set()).add(nodes[gpu])
         found = []
         for pid, numbers in held.items():
@@ -181,6 +190,31 @@ class Handover:
         found = await asyncio.get_running_loop().run_in_executor(self._thread, self._find, nodes)
         self._end_wrong(found, nodes)
 
+    def moved(self, pid: int) -> None:
+        """Process ``pid`` was just moved into a session: end it if it holds a GPU node open
+        that its session was not given, as the sweep does. It may have started where no guard
+        denies the nodes (a cron job in ``system.slice``, where the guard covers the login
+        slices) and opened one before the move. Pids moved meanwhile are looked at together,
+        on the hand-over thread; without a running loop, at once."""
+        inventory = self.policy.gpus
+        if inventory is None:
+            return
+        self._moved.add(pid)
+        loop = running_loop()
+        if loop is None:
+            pids, self._moved = self._moved, set()
+            nodes = {gpu.index: (gpu.major, gpu.minor) for gpu in inventory.gpus}
+            self._end_wrong(self._find(nodes, pids), nodes, pids)
+        elif self._checking is None or self._checking.done():
+            self._checking = loop.create_task(self._check_moved())
+
+    async def _check_moved(self) -> None:
+        while self._moved and self.policy.gpus is not None:
+            pids, self._moved = self._moved, set()
+            nodes = {gpu.index: (gpu.major, gpu.minor) for gpu in self.policy.gpus.gpus}
+            found = await asyncio.get_running_loop().run_in_executor(self._thread, self._find, nodes, pids)
+            self._end_wrong(found, nodes, pids)
+
     def _look(self, found: list[Holder], scanned: Mapping[int, tuple[int, int]]) -> bool:
         """Kill the governed holders of the draining GPUs ``scanned`` (GPU → node) was looked
         for, free those none holds (a GPU that began draining since waits for the next look);
@@ -199,10 +233,17 @@ class Handover:
             self._later = loop.call_later(SWEEP_AFTER_HANDOVER_S, self.sweep)
         return not self.tasks.draining()
 
-    def _end_wrong(self, found: list[Holder], nodes: Mapping[int, tuple[int, int]]) -> set[int]:
-        """Kill each governed holder of one of ``nodes`` (GPU → node) its task was not given;
-        returns the GPUs such a process holds."""
-        self._ended &= {holder.pid for holder in found}  # gone, or holding none any more
+    def _end_wrong(self, found: list[Holder], nodes: Mapping[int, tuple[int, int]],
+                   looked: set[int] | None = None) -> set[int]:
+        """Kill each governed holder of one of ``nodes`` (GPU → node) its task was not given
+        (``found`` by a look at every process, or at the pids ``looked``); returns the GPUs
+        such a process holds."""
+        holding = {holder.pid for holder in found}
+        # Those looked at and holding none any more (or gone) may be ended again if they do.
+        if looked is None:
+            self._ended &= holding
+        else:
+            self._ended -= looked - holding
         blocked: set[int] = set()
         for holder in found:
             governed, task = self._governed(holder.where)
@@ -261,7 +302,8 @@ class Handover:
                                                f"{why}", logging.WARNING)
 
     def _kill(self, holder: Holder) -> None:
-        """SIGKILL ``holder`` through a pidfd taken before a last look at its descriptors.
+        """SIGKILL ``holder`` through a pidfd, once a last look after opening it (:meth:`_still_wrong`)
+        shows it is still a governed process holding a node it was not given.
 
         Raises:
             OSError: the process cannot be signalled (ProcessLookupError: it is gone, which
@@ -272,10 +314,25 @@ class Handover:
         except ProcessLookupError:
             return
         try:
-            # Only NVML named it: /proc cannot show its descriptor (another mount namespace's path).
-            if holder.listed_only or node_holders(holder.nodes, self.proc, pids=[holder.pid]):
+            if self._still_wrong(holder):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         except ProcessLookupError:
             return
         finally:
             os.close(pidfd)
+
+    def _still_wrong(self, holder: Holder) -> bool:
+        """Whether the process now at ``holder.pid`` is governed (where it is now, not where it
+        was found: the pid may have been reused since) and holds one of ``holder.nodes`` its
+        task or session was not given. Called once its pidfd is open: from then on the pid
+        names that process, whatever the look finds is about it."""
+        try:
+            where = self.hierarchy.locate(holder.pid)
+        except CgroupError:
+            return False  # gone
+        governed, task = self._governed(where)
+        wrong = holder.nodes - self._own_nodes(task)
+        if not governed or not wrong:
+            return False  # another process now (outside governor), or one given that GPU
+        # Only NVML named it: /proc cannot show its descriptor (another mount namespace's path).
+        return holder.listed_only or bool(node_holders(wrong, self.proc, pids=[holder.pid]))

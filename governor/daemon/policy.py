@@ -26,7 +26,7 @@ from governor.nvml import discover
 from governor.sessions import NOBODY_UID, SessionOwners
 from governor.state import Task
 
-__all__ = ["Policy"]
+__all__ = ["Policy", "clash"]
 
 log = logging.getLogger("governor.daemon")
 # Distinct (demand, GPUs held) whose caps are kept (tasks that declare the same and hold the
@@ -158,9 +158,10 @@ class Policy:
     def _remap_held(self, config: Config, gpus: GpuInventory | None, held: Iterable[Task]) -> list[Task]:
         """The tasks of ``held`` re-mapped to ``gpus`` where their GPUs' indices or identities
         differ there. A GPU the new inventory lacks is refused (its task's cgroup allows that
-        GPU's node, and CUDA was told its name), as one it cannot tell from another."""
+        GPU's node, and CUDA was told its name), as one it cannot tell from another, and two
+        tasks' GPUs found at one index (:func:`clash`)."""
         old = self.gpus.gpus if self.gpus is not None else ()
-        remapped = []
+        held, remapped = list(held), []
         for task in held:
             try:
                 indices, identities = locate(task.gpu_identities, gpus.gpus if gpus is not None else ())
@@ -172,6 +173,13 @@ class Policy:
                                     f"and this config {_lacks(lost)}; change it once that task has ended") from None
             if (indices, identities) != (task.gpus, task.gpu_identities):
                 remapped.append(replace(task, gpus=indices, gpu_identities=identities))
+        moved = {task.id: task for task in remapped}
+        both = clash(moved.get(task.id, task) for task in held)
+        if both is not None:
+            index, first, second = both
+            raise GovernorError(f"{config.file}: capacity.gpus: tasks {first.id} and {second.id} would both hold "
+                                f"GPU {index} ({gpus.gpus[index].node}) under this config: it cannot tell their GPUs "
+                                f"apart; change it once one of them has ended")
         return remapped
 
     def readopted(self, task: Task) -> Task:
@@ -204,6 +212,46 @@ class Policy:
             indices, identities = locate(identities, gpus)
         except GpuNotFound as lost:
             raise refused(str(lost.identity), _lacks(lost)) from None
+        return replace(task, gpus=indices, gpu_identities=identities)
+
+    def renumbered(self, old: GpuInventory | None, draining: Mapping[int, str]) -> dict[int, str]:
+        """The draining GPUs (index → the ended task that held it, :meth:`Tasks.draining
+        <governor.state.Tasks.draining>`) of the inventory ``old``, by their indices in the
+        inventory in force (found by identity, as held ones are). A GPU it no longer governs
+        is left out (there is no hand-over of a node governor does not guard); one it cannot
+        tell from others drains at each index it could be (they share a node: MIG instances
+        without UUIDs)."""
+        known = old.gpus if old is not None else ()
+        now = self.gpus.gpus if self.gpus is not None else ()
+        moved: dict[int, str] = {}
+        for index, ended in draining.items():
+            if index < len(known):
+                moved.update((gpu.index, ended) for gpu in now if known[index].identity.matches(gpu.identity))
+        return moved
+
+    def starting(self, task: Task, taken: Collection[int]) -> Task:
+        """``task``, given its GPUs under an inventory that a reload may have replaced since
+        (while its cgroup was made), holding them by their indices in the inventory in force,
+        found by identity.
+
+        Args:
+            taken: the indices no starting task may get (held by another, or draining).
+
+        Raises:
+            GovernorError: a GPU it was given is not in the inventory any more (or cannot be
+                told from another), or is now at an index in ``taken``: the launch is refused.
+        """
+        if not task.gpus:
+            return task
+        try:
+            indices, identities = locate(task.gpu_identities, self.gpus.gpus if self.gpus is not None else ())
+        except GpuNotFound as lost:
+            raise GovernorError(f"task {task.id} cannot start: a reload while it started changed the GPUs: {lost}; "
+                                f"launch it again") from None
+        clash = sorted(set(indices) & set(taken))
+        if clash:
+            raise GovernorError(f"task {task.id} cannot start: a reload while it started renumbered the GPUs and "
+                                f"GPU {clash[0]} is held by another task or draining; launch it again")
         return replace(task, gpus=indices, gpu_identities=identities)
 
     def gpu_identities(self, indices: Iterable[int]) -> tuple[GpuIdentity, ...]:
@@ -278,5 +326,19 @@ class Policy:
 
 def _lacks(lost: GpuNotFound) -> str:
     """What a config does to a held GPU it does not have once: ``drops it`` (none of its
-    GPUs is it), or lists several it could be (MIG instances of one node without UUIDs)."""
+    GPUs is it), lists several it could be (MIG instances of one node without UUIDs), or
+    finds it where it finds another GPU the same task holds."""
+    if lost.same_as is not None:
+        return f"finds it where it finds GPU {lost.same_as} too"
     return "drops it" if not lost.candidates else f"cannot tell it apart from others ({lost.candidates} match)"
+
+
+def clash(tasks: Iterable[Task]) -> tuple[int, Task, Task] | None:
+    """The first GPU index two of ``tasks`` hold (identities that the inventory in force finds
+    at one place: one by UUID, one by device number alone), and those two; None when none is."""
+    holders: dict[int, Task] = {}
+    for task in tasks:
+        for index in task.gpus:
+            if holders.setdefault(index, task) is not task:
+                return index, holders[index], task
+    return None

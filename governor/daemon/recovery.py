@@ -14,7 +14,7 @@ import logging
 from governor.cgroups.hierarchy import Hierarchy
 from governor.daemon.exits import Exits
 from governor.daemon.journal import Journal
-from governor.daemon.policy import Policy
+from governor.daemon.policy import Policy, clash
 from governor.daemon.settle import Settle
 from governor.daemon.tree import Tree
 from governor.errors import CgroupError, GovernorError
@@ -53,18 +53,48 @@ class Recovery:
         """The tasks whose records survive, holding their GPUs by index in the inventory in
         force, found by identity (:meth:`Policy.readopted
         <governor.daemon.policy.Policy.readopted>`); a record whose GPUs' identities changed
-        (or that held indices, written before identities) is written again. Changes no cgroup.
+        (or that held indices, written before identities) is written again. The record of a
+        task whose GPUs cannot be given back is removed when its cgroup holds no process (it
+        ended while no daemon ran); to tell, that task's processes are put into every hierarchy
+        of its cgroup (:meth:`_rejoin`): no other cgroup is changed.
 
         Raises:
-            GovernorError: the inventory lacks a GPU a task holds (the message says which and
-                what to do): the daemon must not start.
+            GovernorError: the inventory lacks a GPU a live task holds, or two tasks' GPUs are
+                found at one index (the message says which and what to do): the daemon must
+                not start.
         """
         self.store.prepare()
         records, problems = self.store.load_all()
         for problem in problems:
             self.journal.event("error", problem, logging.WARNING)
-        kept = [task for task in records if not task.is_login or self.hierarchy.slices is not None]
-        tasks = [self.policy.readopted(task) for task in kept]
+        kept, tasks = [], []
+        for record in records:
+            if record.is_login and self.hierarchy.slices is None:
+                continue
+            try:
+                task = self.policy.readopted(record)
+            except GovernorError:
+                if self._lives(record):
+                    raise
+                self._forget_dead(record, "holding GPUs this config cannot give it back")
+                continue
+            both = clash([*tasks, task])
+            if both is not None:  # one of the two may have ended while no daemon ran
+                index, earlier, _ = both
+                dead = next((t for t in (task, earlier) if not self._lives(t)), None)
+                if dead is None:
+                    raise GovernorError(f"{self.policy.config.file}: capacity.gpus: tasks {earlier.id} and {task.id} "
+                                        f"would both hold GPU {index}: this config cannot tell their GPUs apart; the "
+                                        "daemon does not start. Stop one of them (governor stop), then change the "
+                                        "config")
+                self._forget_dead(dead, f"holding GPU {index}, which task {(earlier if dead is task else task).id} "
+                                        "holds too under this config")
+                if dead is task:
+                    continue
+                at = tasks.index(earlier)
+                del kept[at], tasks[at]
+            kept.append(record)
+            tasks.append(task)
         for task in records:
             if task.is_login and self.hierarchy.slices is None:
                 self.store.delete(task.id)  # not a systemd host (any more): nothing to take back
@@ -107,6 +137,19 @@ class Recovery:
         # hierarchy (_rejoin); refusals are error events.
         self.settle.now("re-adoption", full=True)
         self._clean_unrecorded({t.cgroup for t in tasks})
+
+    def _forget_dead(self, task: Task, holding: str) -> None:
+        """Remove the record of ``task``, which ended while no daemon ran (its cgroup, empty, is
+        removed with the others that have no record), and log it."""
+        self.store.delete(task.id)
+        self.journal.event("cleanup", f"{task.label} ended while no daemon ran: its record, {holding}, is removed",
+                           logging.WARNING)
+
+    def _lives(self, task: Task) -> bool:
+        """Whether ``task``'s cgroup holds a process, once its processes are in every hierarchy
+        of it (:meth:`_rejoin`, as :meth:`readopt` asks)."""
+        self._rejoin(task)
+        return self.exits.alive(task)
 
     def _rejoin(self, task: Task) -> None:
         """Put ``task``'s processes into each hierarchy of its cgroup that lacks them: one that

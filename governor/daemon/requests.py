@@ -225,12 +225,15 @@ class Requests:
         """Put ``config`` in force (:meth:`Policy.use <governor.daemon.policy.Policy.use>`;
         raises before changing anything; ``members`` as it takes them), the running tasks' GPUs
         re-mapped by identity to its inventory (a record whose identities changed is written
-        again), and look at every process afresh under it."""
+        again), the GPUs still draining re-mapped so too, and look at every process afresh
+        under it."""
+        inventory = self.policy.gpus
         for task in self.policy.use(config, held=[task for task in self.tasks if task.gpus], members=members):
             before = self.tasks.get(task.id)
             self.tasks.update(task)
             if task.gpu_identities != before.gpu_identities:
                 self.settle.records.save_or_retry(task)
+        self.tasks.redrain(self.policy.renumbered(inventory, self.tasks.draining()))
         self.sessions.reset()
 
     def reload(self, trigger: str) -> str:

@@ -142,6 +142,7 @@ class Daemon:
         self.sessions = Sessions(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                                  records=self.records, settle=self.settle, enforcement=self.enforcement,
                                  exits=self.exits, journal=self.journal, host_pids=host_pids, registry=registry)
+        self.sessions.moved_in = self.handover.moved
         self.recovery = Recovery(hierarchy=hierarchy, tree=self.tree, store=store, tasks=self.tasks,
                                  policy=self.policy, exits=self.exits, journal=self.journal, settle=self.settle)
         self.launches = Launches(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, store=store,
@@ -234,8 +235,7 @@ class Daemon:
             asyncio.create_task(_every(max(interval, RESCAN_INTERVAL_S), self._rescan_all)),
             asyncio.create_task(_every(self.policy.config.sample_interval_s, self.observation.sample_off_loop)),
         ]
-        if self.gpu_guard.sweeps:
-            workers.append(asyncio.create_task(_every(GPU_SWEEP_S, self.handover.sweep)))
+        workers.append(asyncio.create_task(_every(GPU_SWEEP_S, self.sweep)))
         if self.notifier.watchdog_interval_s:
             workers.append(asyncio.create_task(
                 _every(self.notifier.watchdog_interval_s, lambda: self.notifier.send("WATCHDOG=1"))))
@@ -279,6 +279,14 @@ class Daemon:
         if self.registry is not None:
             self.registry.release_sessions()
         log.info("stopped; %d task(s) keep running", len(self.tasks))
+
+    def sweep(self) -> None:
+        """The periodic sweep (:meth:`Handover.sweep <governor.daemon.handover.Handover.sweep>`),
+        where the GPU guard in force asks for one (:attr:`GpuGuard.sweeps
+        <governor.daemon.gpu_guard.GpuGuard.sweeps>`): asked again each time, as a reload may
+        have changed the guard."""
+        if self.gpu_guard.sweeps:
+            self.handover.sweep()
 
     def _reconcile(self) -> Iterator[None]:
         # A safety net behind the exit watcher, in turn: checking all of 10,000 tasks at once

@@ -70,6 +70,11 @@ class Sessions:
             session's end; journal: events.
         host_pids: every process id on the host (``psutil.pids``).
         registry: this host's daemons: a process in another daemon's cgroups is that one's.
+
+    Attributes:
+        moved_in: called on the loop with each pid once its move into a session is done (set
+            by the composition root: :meth:`Handover.moved
+            <governor.daemon.handover.Handover.moved>`, which ends it if it holds a GPU open).
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, records: Records,
@@ -87,6 +92,7 @@ class Sessions:
         self.host_pids = host_pids
         self.registry = registry
         self.process_events: ProcessEvents | None = None
+        self.moved_in: Callable[[int], None] = lambda pid: None
         self.reset()
 
     def reset(self) -> None:
@@ -250,6 +256,7 @@ class Sessions:
             self._moving.discard(pid)
             if error is None:
                 self._settle_pid(pid)  # in its session now: its execs and forks need nothing
+                self.moved_in(pid)
                 return
             self._settled.pop(pid, None)
             self._moved.pop(pid, None)

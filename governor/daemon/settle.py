@@ -250,8 +250,9 @@ class Settle:
     async def _create(self, starting: list[Entry]) -> list[Entry]:
         """Make the admitted tasks' cgroups with their caps, device rules included (before
         :meth:`_move_in`: nothing joins a cgroup before its caps are in force); refuse the
-        launches whose cgroup could not be made or limited. A task that waited starts now (its
-        time limit counts from here)."""
+        launches whose cgroup could not be made or limited, or whose GPUs a reload during the
+        make took away (:meth:`Policy.starting <governor.daemon.policy.Policy.starting>`). A
+        task that waited starts now (its time limit counts from here)."""
         if not starting:
             return []
         free = self.tasks.free_gpus(round(self.policy.capacity.get("gpu", 0)))
@@ -263,12 +264,13 @@ class Settle:
         made = await self.tree.call(lambda: self.tree.make([entry.task.cgroup for entry in starting]))
         started = []
         for entry, error in zip(starting, made):
-            task = entry.task
             if error is None and not self._gone(entry):
-                try:
-                    self.hierarchy.apply(task.cgroup, self.policy.caps(task))
+                try:  # a reload meanwhile may have renumbered the GPUs: found again by identity
+                    entry.task = self.policy.starting(entry.task, {*self.tasks.gpu_holders(), *self.tasks.draining()})
+                    self.hierarchy.apply(entry.task.cgroup, self.policy.caps(entry.task))
                 except GovernorError as refused:
                     error = refused
+            task = entry.task
             if error is not None or self._gone(entry):
                 self.tree.remove([task.cgroup], groups=self.tasks.emptied(task))
                 if not entry.decided:
