@@ -44,7 +44,7 @@ from governor.config_gpus import gpu_guard
 from governor.config_types import Config, GroupRule, IoDevice, SessionRules, group_name_problem
 from governor.errors import ConfigError
 from governor.fairshare import parse_half_life
-from governor.resources import bytes_setting, cores_setting
+from governor.resource_values import bytes_setting, cores_setting
 from governor.tomlcheck import no_unknown_keys, number, parse_toml, subtable, type_name
 
 __all__ = ["CONFIG_PATH", "DEFAULT_CONFIG", "EVERYONE", "Config", "GroupRule", "IoDevice",

@@ -35,8 +35,9 @@ from itertools import zip_longest
 from typing import TYPE_CHECKING
 
 from governor.errors import ConfigError
-from governor.tomlcheck import amount, number
-from governor.units import format_number, format_size, parse_quantity
+from governor.resource_values import (bytes_setting, cores, cores_setting, devices, format_bytes, format_cores,
+                                      format_count, format_rate, memory_setting, size)
+from governor.units import format_size
 
 if TYPE_CHECKING:  # config_types builds on this module
     from governor.config_types import Config
@@ -226,97 +227,6 @@ def wire_keys() -> tuple[str, ...]:
     return tuple(entry.wire for entry in RESOURCES)
 
 
-# Parsing ``governor run``'s values: each raises ValueError saying what is wrong.
-
-def cores(text: str | float) -> float:
-    """A CPU demand in cores: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a valid float.") from None  # click's words, as before
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"must be a number of cores > 0, got {value}")
-    return value
-
-
-def devices(text: str | int) -> int:
-    """A count of whole devices, ≥ 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a valid integer.") from None  # click's words, as before
-    if value < 0:
-        raise ValueError(f"must be a whole number of GPUs ≥ 0, got {value}")
-    return value
-
-
-def size(text: str) -> int:
-    """A size like ``4G`` (K/M/G/T are powers of 1024) as whole bytes, rounded to the nearest."""
-    return round(parse_quantity(text))
-
-
-# Checking a config key's value: (value, dotted key, file) → amount. The bounds are
-# config_types', read when called (it builds on this module).
-
-def cores_setting(value: object, key: str, file: str) -> float:
-    """Cores: a number ≥ 0 (not a string), at most ``MAX_CORES``.
-
-    Raises:
-        ConfigError: at ``key`` in ``file``, saying what is wrong.
-    """
-    from governor.config_types import MAX_CORES
-    return float(_at_most(number(value, key, file), MAX_CORES, "cores", key, file))
-
-
-def bytes_setting(value: object, key: str, file: str) -> int:
-    """Bytes (or bytes/s): a number or a size like ``"1.5G"``, ≥ 0, rounded down to whole
-    bytes (no kernel limit takes a fraction of one), at most ``MAX_BYTES``.
-
-    Raises:
-        ConfigError: at ``key`` in ``file``, saying what is wrong.
-    """
-    from governor.config_types import MAX_BYTES
-    return int(_at_most(amount(value, key, file), MAX_BYTES, "bytes", key, file))
-
-
-def memory_setting(value: object, key: str, file: str) -> int:
-    """A task's memory: as :func:`bytes_setting`, and at least ``MIN_TASK_MEMORY``.
-
-    Raises:
-        ConfigError: at ``key`` in ``file``, saying what is wrong.
-    """
-    from governor.config_types import MIN_TASK_MEMORY
-    result = bytes_setting(value, key, file)
-    if result < MIN_TASK_MEMORY:
-        raise ConfigError(file, key, f"must be at least {format_size(MIN_TASK_MEMORY)}: no process starts in less")
-    return result
-
-
-def _at_most(value, bound: int, unit: str, key: str, file: str):
-    if value > bound:
-        raise ConfigError(file, key, f"must be at most {bound:,} {unit}, got {float(value):g}")
-    return value
-
-
-# Formatting amounts: (amount, with its unit?) → text.
-
-def _cores(value: float, unit: bool) -> str:
-    text = format_number(value, precision=2)
-    return f"{text} core" + ("" if text == "1" else "s") if unit else text
-
-
-def _bytes(value: float, unit: bool) -> str:
-    return format_size(value)
-
-
-def _rate(value: float, unit: bool) -> str:
-    return f"{format_size(value)}/s"
-
-
-def _count(value: float, unit: bool) -> str:
-    return format_number(value, precision=2)
-
-
 # Capacities: (config, host) → name → amount.
 
 def _cpu_capacity(config: Config, host: Host) -> dict[str, float]:
@@ -363,22 +273,22 @@ def _io(direction: str) -> tuple[Callable[[Config, Host], dict[str, float]], Cal
 _NO_IO = "no I/O device is governed (add a [[capacity.io]] entry to the config)"
 RESOURCES: tuple[Resource, ...] = (
     Resource("cpu", "cores", ResourceKind.COMPRESSIBLE, "--cpus", "FLOAT", "CPU demand in cores, e.g. 1.5.",
-             "cpu", "cpu", cores, False, _cores, _cpu_capacity, _always("cpu"), setting=cores_setting, quota="cpu"),
+             "cpu", "cpu", cores, False, format_cores, _cpu_capacity, _always("cpu"), setting=cores_setting, quota="cpu"),
     Resource("memory", "bytes", ResourceKind.ADMITTED, "--memory", "SIZE", "Memory demand, e.g. 4G.",
-             "memory", "memory", size, True, _bytes, _memory_capacity, _always("memory"), setting=memory_setting,
+             "memory", "memory", size, True, format_bytes, _memory_capacity, _always("memory"), setting=memory_setting,
              quota="memory"),
     Resource("gpu", "devices", ResourceKind.DEVICE, "--gpus", "N",
              "Whole GPUs (default none): CMD starts when N are free, may open only those, and finds them in "
              "CUDA_VISIBLE_DEVICES.",
-             "gpu", None, devices, True, _count,
+             "gpu", None, devices, True, format_count,
              lambda config, host: {"gpu": float(host.gpus)} if config.gpus is not None else {}, _gpu_names,
              noun="GPU", queue="gpus_", absent="no GPU is governed on this host (capacity.gpus in the config)",
              quota="gpus"),
     Resource("io.<dev>.read", "bytes/s", ResourceKind.COMPRESSIBLE, "--io-read", "RATE",
-             "Read bandwidth demand per second, e.g. 200M.", "io_read", "io_read", size, True, _rate, *_io("read"),
+             "Read bandwidth demand per second, e.g. 200M.", "io_read", "io_read", size, True, format_rate, *_io("read"),
              absent=_NO_IO, setting=bytes_setting),
     Resource("io.<dev>.write", "bytes/s", ResourceKind.COMPRESSIBLE, "--io-write", "RATE",
-             "Write bandwidth demand per second, e.g. 100M.", "io_write", "io_write", size, True, _rate,
+             "Write bandwidth demand per second, e.g. 100M.", "io_write", "io_write", size, True, format_rate,
              *_io("write"), absent=_NO_IO, setting=bytes_setting),
 )
 
