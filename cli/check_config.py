@@ -308,7 +308,8 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
                    f"memory {memory}")
     together = "  all governed memory together: at most the memory capacity (memory.max on governor's root)"
     if host is not None and host[2] == "v1":
-        enforcement, together = (_V1_FILES.sub(lambda name: _V1_NAMES[name[0]], line) for line in (enforcement, together))
+        enforcement, together = (_V1_FILES.sub(lambda name: _V1_NAMES[name[0]], line)
+                                 for line in (enforcement, together))
     lines += [enforcement, together]
 
     from governor.access import configured_weights

@@ -212,7 +212,8 @@ class _Snapshot:
         parents = {group.get("parent") for group in groups.values()}
         for name, group in groups.items():  # idle groups too: their series at zero
             # An internal group's series are its subtree's sums: leaf="false" keeps them out of a sum.
-            tree = [name, group.get("parent") or "", "false" if group.get("internal") or name in parents else "true"]
+            leaf = not group.get("internal") and name not in parents
+            tree = [name, group.get("parent") or "", "true" if leaf else "false"]
             share.add_metric(tree, group["dominant_share"])
             weight.add_metric(tree, group["weight"])
             floor.add_metric(tree, group.get("floor", 0.0))
