@@ -17,6 +17,7 @@ from pathlib import Path
 from governor.errors import GovernorError
 from governor.state import Task
 from governor.task_record import task_fields
+from governor.trust import writable_by_others
 
 __all__ = ["MAX_RECORD_BYTES", "TaskStore"]
 
@@ -141,9 +142,7 @@ def _untrusted(info: os.stat_result, kind: str, is_kind, owner: int | None = Non
         return f"not {kind}"
     if info.st_uid != owner:
         return f"owned by uid {info.st_uid}, not {owner}"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
-    return None
+    return writable_by_others(info.st_mode)
 
 
 def _read_record(path: Path) -> bytes:

@@ -398,3 +398,21 @@ def test_on_cgroup_v1_the_summary_names_v1_files():
     assert "memory.soft_limit_in_bytes" in text
     assert not any(name in text for name in ("cpu.max", "memory.high", "memory.max")), text
     assert "cpu.max" in "\n".join(summary(config, ({**host[0]}, {}, "v2")))
+
+
+@pytest.mark.parametrize(("mode", "words"), [(0o664, "writable by its group (mode 0664)"),
+                                             (0o646, "writable by others (mode 0646)"),
+                                             (0o666, "writable by others and its group (mode 0666)")])
+def test_a_writable_config_says_who_may_write_it(tmp_path, mode, words):
+    # Issue 33, point 9: mode 0664 was called "writable by others" (chmod's o: neither owner nor group).
+    from governor.cli.inputs import read_input
+    from governor.errors import ConfigError
+
+    path = tmp_path / "g.toml"
+    path.write_text('[groups."*"]\n')
+    path.chmod(mode)
+    with pytest.raises(ConfigError) as refused:
+        read_input(str(path), owner=os.geteuid())
+    assert refused.value.reason == f"not trusted: {words}"
+    path.chmod(0o644)
+    assert read_input(str(path), owner=os.geteuid()) == b'[groups."*"]\n'
