@@ -82,6 +82,7 @@ def test_default_style_file_summary():
     assert "  cpu: host CPUs minus 0.5 reserved" in lines
     assert "  io: no block device governed" in lines
     assert any(line.startswith("  ops: weight 1, floor ") and line.endswith("; users bob, carol") for line in lines)
+    assert "daemon.admin_group" not in result.stderr  # "wheel" warned on Debian (issue 33, point 9)
 
 
 @needs_root
