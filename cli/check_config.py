@@ -42,8 +42,10 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     exists, the state directory can be trusted), prints who each group is today (its users,
     the members of its Unix groups, the users of "*") with its floor, the share of every
     resource DRF promises it while every group is busy, and warns, on stderr, of names this
-    host does not know (users, Unix groups, the admin group). Sizes print with K/M/G/T
-    suffixes (powers of 1024); CPU is in cores.
+    host does not know (users, Unix groups, the admin group) and of a default task or session
+    larger than this host divides. Sizes print with K/M/G/T suffixes (powers of 1024); CPU is
+    in cores. Any admin may run it without sudo: what must be root's is checked against root,
+    the daemon's user; where the caller cannot read what the daemon reads, it says to use sudo.
 
     \b
     Examples:
