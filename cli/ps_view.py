@@ -96,15 +96,23 @@ def _table_width(widths) -> int:
     return sum(widths) + 2 * len(widths)
 
 
-def ended_table(records: list[dict], *, now: float, users: bool) -> Table:
+def ended_table(records: list[dict], *, now: float, users: bool) -> view.Fitted:
     """Ended tasks, latest last: id, name, group (and user), when and why it ended (and whether
     its caps held it back: throttled CPU time, memory over its soft cap), its exit code or the
     signal that ended it, its wall time, CPU time and memory peak. No value is cut or wrapped
-    but the why (its words fold)."""
+    but the why, whose words fold; where the width is short, whole columns are left out (ended,
+    then user, group), and the caption says which."""
+    records = view.printable(records)
+    return view.Fitted(lambda width: _ended_table(records, now=now, users=users, width=width))
+
+
+# Width the why column keeps at least (its words fold past it).
+WHY_WIDTH = 20
+
+
+def _ended_table(records: list[dict], *, now: float, users: bool, width: int) -> Table:
     from governor.cli.ps_plain import exit_words
 
-    records = view.printable(records)
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
     rows = []
     for record in records:
         cells = [record.get("id", "?"), record.get("name") or "—", record.get("group", "?")]
@@ -115,15 +123,26 @@ def ended_table(records: list[dict], *, now: float, users: bool) -> Table:
                   amount("memory", record.get("memory_peak")), ended_why(record)]
         rows.append(cells)
     headers = ["id", "name", "group", *(["user"] if users else []), "ended", "exit", "wall", "cpu", "peak", "why"]
-    for index, header in enumerate(headers):
+    widest = {header: max([len(header)] + [len(str(cells[index])) for cells in rows])
+              for index, header in enumerate(headers)}
+    widest["why"] = min(widest["why"], WHY_WIDTH)
+    shown = list(headers)
+    for header in ("ended", "user", "group"):
+        if _table_width(widest[h] for h in shown) > width and header in shown:
+            shown.remove(header)
+    left_out = [header for header in headers if header not in shown]
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, caption_justify="left",
+                  caption=f"left out at this width: {', '.join(left_out)} (governor ps --format picks columns)"
+                  if left_out else None)
+    for header in shown:
         if header == "why":
-            table.add_column(header, overflow="fold", min_width=min(len(header), 5))
+            table.add_column(header, overflow="fold", min_width=widest[header])
         else:
-            widest = max([len(header)] + [len(str(cells[index])) for cells in rows])
-            table.add_column(header, no_wrap=True, min_width=widest,
+            table.add_column(header, no_wrap=True, min_width=widest[header],
                              justify="left" if header in ("id", "name", "group", "user") else "right")
+    keep = [index for index, header in enumerate(headers) if header in shown]
     for cells in rows:
-        view.row(table, *cells)
+        view.row(table, *(cells[index] for index in keep))
     return table
 
 
