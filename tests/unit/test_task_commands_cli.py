@@ -275,3 +275,5 @@ def test_ps_ended_shows_the_exit_code_or_the_signal(tasks_daemon, monkeypatch):
     rows = [line.split() for line in table.splitlines() if line.split()[:1] in (["5"], ["6"], ["9"], ["10"])]
     exits = {"5": "127", "6": "SIGKILL", "9": "SIGSEGV+core", "10": "-"}
     assert len(rows) == 4 and all(exits[cells[0]] in cells[1:] for cells in rows), table
+    everyone = CliRunner(env={"COLUMNS": "80"}).invoke(main, ["ps", "--ended", "--all"]).output
+    assert "why" in everyone.splitlines()[1].split() and "OOM kill" in everyone, everyone  # rich dropped it
