@@ -22,6 +22,12 @@ _ENFORCEMENT_FILES = {
 }
 
 
+# What cgroup v1 calls the v2 files above (cgroups/limits.py writes these on a v1 host).
+_V1_NAMES = {"cpu.max": "cpu.cfs_quota_us", "memory.high": "memory.soft_limit_in_bytes",
+             "memory.max": "memory.limit_in_bytes"}
+_V1_FILES = re.compile(r"\b(?:cpu\.max|memory\.high|memory\.max)\b")
+
+
 @click.command("check-config", short_help="Check a config file and summarise it.")
 @click.argument("file", required=False, type=click.Path())
 @click.option("--default", "show_default", is_flag=True,
@@ -36,8 +42,10 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     exists, the state directory can be trusted), prints who each group is today (its users,
     the members of its Unix groups, the users of "*") with its floor, the share of every
     resource DRF promises it while every group is busy, and warns, on stderr, of names this
-    host does not know (users, Unix groups, the admin group). Sizes print with K/M/G/T
-    suffixes (powers of 1024); CPU is in cores.
+    host does not know (users, Unix groups, the admin group) and of a default task or session
+    larger than this host divides. Sizes print with K/M/G/T suffixes (powers of 1024); CPU is
+    in cores. Any admin may run it without sudo: what must be root's is checked against root,
+    the daemon's user; where the caller cannot read what the daemon reads, it says to use sudo.
 
     \b
     Examples:
@@ -56,25 +64,63 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     from governor.cgroups.limits import memory_high_throttles
     from governor.cli.inputs import read_input
 
-    config = parse_config(read_input(file, owner=None if portable else DAEMON_UID), file)
-    host = None
-    if portable:
-        check_fixed_capacity(config)
-    else:
-        from governor import access
-        from governor.sessions import NOBODY_UID, login_uid_min
+    from governor.cli.check_config_gpus import gpu_report
+    from governor.errors import ConfigError
 
-        host = (check_on_this_host(config), access.members(config, login_uid_min(), NOBODY_UID), cgroup_mode())
-        from governor.headroom import check_guarantees_held
+    try:
+        config = parse_config(read_input(file, owner=None if portable else DAEMON_UID), file)
+        host = None
+        if portable:
+            check_fixed_capacity(config)
+        else:
+            from governor import access
+            from governor.headroom import check_guarantees_held
+            from governor.sessions import NOBODY_UID, login_uid_min
 
-        check_guarantees_held(config, host[0])
+            host = (check_on_this_host(config), access.members(config, login_uid_min(), NOBODY_UID), cgroup_mode())
+            check_guarantees_held(config, host[0])
+        gpus = [] if portable or config.gpus is None else gpu_report(config, host[2])
+    except ConfigError as error:
+        raise as_root_hint(error, file) from None
     click.echo(f"{file}: OK")
-    for line in summary(config, host) + ([] if portable or config.gpus is None else gpu_report(config)):
+    for line in summary(config, host) + gpus:
         click.echo(line)
     soft = config.soft_memory_warning(memory_high_throttles(host[2])) if host else None
     unit = [] if portable else unit_warnings(config, host[2])
-    for warning in [] if portable else unknown_names(config) + ([soft] if soft else []) + unit:
+    fit = [] if portable else fit_warnings(config, host[0])
+    for warning in [] if portable else unknown_names(config) + ([soft] if soft else []) + unit + fit:
         click.echo(f"governor: warning: {file}: {warning}", err=True)
+
+
+def as_root_hint(error, file: str):
+    """``error`` (a ConfigError), told to use sudo when this user was denied what the daemon, as
+    root, may read (``nginx -t`` says the same): the check itself is no less strict."""
+    from governor.errors import ConfigError
+
+    if os.geteuid() == DAEMON_UID or "Permission denied" not in error.reason:
+        return error
+    return ConfigError(error.file, error.key, f"{error.reason}; the daemon reads it as root: "
+                                              f"sudo governor check-config {file}")
+
+
+def fit_warnings(config: Config, capacity: dict[str, float]) -> list[str]:
+    """What of ``config`` could never run on a host of ``capacity`` (resource → cores, bytes):
+    a default task (``[defaults.task]``) or a session's demand (``[sessions]``) larger than the
+    host divides, each refused by the daemon at every launch or login."""
+    from governor.access import check_fits
+    from governor.errors import RequestError
+
+    demands = [("defaults.task", config.task_demand(),
+                "every governor run that does not ask for less is refused")]
+    if config.sessions.enabled:
+        demands.append(("sessions", config.session_demand(), "no login session can be governed"))
+    warnings = []
+    for key, demand, consequence in demands:
+        try:
+            check_fits(demand, capacity)
+        except RequestError as error:
+            warnings.append(f"{key}: {error.message} on this host: {consequence}")
+    return warnings
 
 
 def cgroup_mode() -> str:
@@ -124,6 +170,8 @@ def check_on_this_host(config: Config) -> dict[str, float]:
     from governor.errors import ConfigError, DeviceError, GovernorError
     from governor.task_store import TaskStore
 
+    from governor.cli.check_config_gpus import gpus_on_this_host
+
     gpus = gpus_on_this_host(config)
     capacity = config.capacity(float(len(os.sched_getaffinity(0))), psutil.virtual_memory().total,
                                len(gpus.gpus) if gpus else 0)
@@ -133,98 +181,10 @@ def check_on_this_host(config: Config) -> dict[str, float]:
         except DeviceError as error:
             raise ConfigError(config.file, f"capacity.io[{index}].device", f"{error} (on this host)") from None
     try:
-        TaskStore(Path(config.state_dir)).check()
+        TaskStore(Path(config.state_dir)).check(owner=DAEMON_UID)
     except GovernorError as error:
         raise ConfigError(config.file, "daemon.state_dir", f"{error} (on this host)") from None
     return capacity
-
-
-def gpus_on_this_host(config: Config):
-    """The GPUs ``capacity.gpus`` finds here (a :class:`governor.gpus.GpuInventory`), or None
-    when no GPU is governed.
-
-    Raises:
-        ConfigError: at ``capacity.gpus``, as the daemon would refuse it (NVML missing, a node
-            that is not a character device, no GPU found).
-    """
-    if config.gpus is None:
-        return None
-    from governor.errors import ConfigError
-    from governor.gpus import GpuError
-    from governor.nvml import discover
-
-    try:
-        return discover(config.gpus, config.gpu_control)
-    except GpuError as error:
-        raise ConfigError(config.file, "capacity.gpus", error.reason) from None
-
-
-def gpu_report(config: Config) -> list[str]:
-    """What ``check-config`` says of GPUs on this host: each GPU found (governor's index, node,
-    UUID, name), the control nodes, how the kernel keeps tasks from the others' nodes, and
-    whether the ``dmem`` controller could cap GPU memory; one line saying so when no GPU is
-    governed."""
-    from governor.cgroups.detect import device_guard, dmem_regions
-    from governor.errors import CgroupError
-
-    gpus = gpus_on_this_host(config)
-    if gpus is None:
-        return ["gpus: none governed (capacity.gpus)"]
-    source = "NVML" if gpus.source == "nvml" else "the listed device nodes"
-    lines = [f"gpus: {len(gpus.gpus)} found through {source}; tasks ask with governor run --gpus N"]
-    for gpu in gpus.gpus:
-        about = ", ".join(part for part in (gpu.uuid or "no UUID: CUDA_VISIBLE_DEVICES names it by minor number",
-                                            gpu.name) if part)
-        lines.append(f"  gpu {gpu.index}: {gpu.node} ({gpu.major}:{gpu.minor}), {about}")
-    control = ", ".join(path for path, _, _ in gpus.control) or "none found"
-    lines.append(f"  control nodes (denied to governor's tasks holding no GPU): {control}")
-    lines += [f"  note: {note}" for note in gpus.notes]
-    try:
-        lines.append(f"  kept from other tasks' GPUs by: {device_guard()}")
-    except CgroupError as error:
-        lines.append(f"  kept from other tasks' GPUs by: unknown ({error})")
-    lines += gpu_guard_report(config, gpus)
-    regions = dmem_regions()
-    lines.append("  GPU memory: not capped (the kernel's dmem controller is not here: Linux 6.14+ on cgroup v2)"
-                 if regions is None else
-                 f"  GPU memory: not capped; dmem lists {len(regions)} region(s) it could cap: "
-                 + "; ".join(regions))
-    return lines
-
-
-def gpu_guard_report(config: Config, gpus) -> list[str]:
-    """What keeps processes outside governor's tasks from the GPUs (``capacity.gpu_guard``) on
-    this host: where the nodes are denied, what is not covered, and the processes holding a GPU
-    node now (system services outside governor are left alone; ``gpus``: the inventory)."""
-    from governor.cgroups.detect import CGROUP_ROOT, v1_mounts
-    from governor.cgroups.device_guard import GUARD_NAME, plan_guard
-    from governor.openfiles import node_holders, process_name
-    from pathlib import Path
-
-    rules = config.gpu_guard
-    kind = "tasks" if rules.kind == "sessions" and not config.sessions.enabled else rules.kind
-    mode = cgroup_mode()
-    mount = CGROUP_ROOT if mode == "v2" else v1_mounts().get("devices", CGROUP_ROOT / "devices")
-    # The daemon's root is not known here: nothing is left out for holding it.
-    plan = plan_guard(kind, rules.parents, mode=mode, mount=mount, governor_root=Path("/"))
-    how = f"a BPF device program named {GUARD_NAME}" if mode == "v2" else "devices.deny"
-    lines = [f"  outside governor's tasks (gpu_guard = \"{rules.kind}\""
-             + (", sessions off" if kind != rules.kind else "") + "):"]
-    if plan.places:
-        lines.append(f"    GPU and control nodes denied on {', '.join(map(str, plan.places))} ({how}; "
-                     "descendants cannot allow them)" + (" but the one holding governor's root" if kind == "host" else ""))
-    else:
-        lines.append("    processes outside governor's tasks are NOT kept from GPUs: nowhere to deny them"
-                     + ('; gpu_guard = "host" denies them on every top-level cgroup but governor\'s' if kind == "tasks"
-                        else ""))
-    if kind == "sessions" and not plan.places:
-        lines.append("    a session process found holding a GPU node is ended and logged instead (every 5 s)")
-    lines += [f"    note: {note}" for note in plan.notes if not note.startswith('gpu_guard = "tasks"')]
-    numbers = {(gpu.major, gpu.minor) for gpu in gpus.gpus} | {(major, minor) for _, major, minor in gpus.control}
-    held = node_holders(numbers)
-    lines.append("    holding a GPU or control node now (processes outside governor are left alone): "
-                 + (", ".join(f"{process_name(pid) or '?'} (pid {pid})" for pid in sorted(held)) or "none"))
-    return lines
 
 
 def unit_warnings(config: Config, mode: str, unit: Path | None = None, kernel: str | None = None) -> list[str]:
@@ -351,9 +311,13 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
         mode = config.memory_mode(memory_high_throttles(host[2]))
         memory = (f"{mode} ({_ENFORCEMENT_FILES[mode]}{'' if config.memory_enforcement else ', the default'} on "
                   f"this cgroup {host[2]} host)")
-    lines.append(f"enforcement: cpu {config.cpu_enforcement} ({_ENFORCEMENT_FILES[config.cpu_enforcement]}), "
-                 f"memory {memory}")
-    lines.append("  all governed memory together: at most the memory capacity (memory.max on governor's root)")
+    enforcement = (f"enforcement: cpu {config.cpu_enforcement} ({_ENFORCEMENT_FILES[config.cpu_enforcement]}), "
+                   f"memory {memory}")
+    together = "  all governed memory together: at most the memory capacity (memory.max on governor's root)"
+    if host is not None and host[2] == "v1":
+        enforcement, together = (_V1_FILES.sub(lambda name: _V1_NAMES[name[0]], line)
+                                 for line in (enforcement, together))
+    lines += [enforcement, together]
 
     from governor.access import configured_weights
 

@@ -6,6 +6,7 @@ import os
 import stat
 
 from governor.errors import ConfigError
+from governor.trust import writable_by_others
 
 # A config with 10,000 groups is about 400 KiB; anything far larger would stall the daemon's
 # event loop while it is parsed (a reload runs on it).
@@ -33,8 +34,8 @@ def read_input(path: str, *, owner: int | None = None) -> bytes:
             raise ConfigError(path, None, "cannot read: not a regular file")
         if owner is not None and info.st_uid != owner:
             raise ConfigError(path, None, f"not trusted: owned by uid {info.st_uid}, not {owner}")
-        if owner is not None and info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise ConfigError(path, None, f"not trusted: writable by others (mode {stat.S_IMODE(info.st_mode):04o})")
+        if owner is not None and writable_by_others(info.st_mode):
+            raise ConfigError(path, None, f"not trusted: {writable_by_others(info.st_mode)}")
         data = os.read(fd, MAX_INPUT_BYTES + 1)
     except OSError as error:
         raise ConfigError(path, None, f"cannot read: {error.strerror}") from None

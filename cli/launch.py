@@ -101,9 +101,6 @@ def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | N
 
         run_with_summary(socket_path(socket_option), request, cmd, summary=summary, verbose=verbose)
     started = launch_waiting(socket_path(socket_option), request)
-    if started.get("nested"):
-        _say(f"governor: already in task {started.get('task')} (group {started.get('group')}): "
-             f"{cmd[0]} runs there, with that task's caps")
     hand_gpus(started)
     execute(cmd)
 
@@ -161,7 +158,8 @@ def _say(line: str) -> None:
 
 def launch_waiting(path: str, request: dict) -> dict:
     """Ask the daemon to start this process as a task, waiting in its queue if need be; the
-    started task's payload (``nested``: this process already was in that task)."""
+    started task's payload (``nested``: this process already was in that task, which is said
+    on stderr, with and without ``--exec``)."""
     import time
 
     from governor.cli.client import QueueInterrupted, launch
@@ -173,6 +171,9 @@ def launch_waiting(path: str, request: dict) -> dict:
         while True:
             try:
                 started = launch(path, request, line.show)
+                if started.get("nested"):
+                    _say(f"governor: already in task {started.get('task')} (group {started.get('group')}): "
+                         f"{request['command'][0]} runs there, with that task's caps")
                 if line.since is not None and not started.get("nested"):
                     from governor.units import format_timespan
 
@@ -203,6 +204,7 @@ class _QueueLine:
         self.live = sys.stderr.isatty()
         self.shown = False
         self.since: float | None = None  # time.monotonic() of the first "queued"
+        self.last: str | None = None  # the line written last
 
     def show(self, place: dict) -> None:
         import time
@@ -212,7 +214,9 @@ class _QueueLine:
         if self.since is None:
             self.since = time.monotonic()
         why = reason(place)  # the daemon's one reason, as ps, status, explain and top show it
-        self._write(f"governor: queued (position {place.get('position', '?')}): {why}; Ctrl-C leaves the queue")
+        text = f"governor: queued (position {place.get('position', '?')}): {why}; Ctrl-C leaves the queue"
+        if text != self.last:  # the daemon tells every change of its place; a line says only what is new
+            self._write(text)
 
     def note(self, text: str) -> None:
         self._write(f"governor: {text}")
@@ -229,4 +233,4 @@ class _QueueLine:
         else:
             sys.stderr.write(text + "\n")
         sys.stderr.flush()
-        self.shown = True
+        self.shown, self.last = True, text

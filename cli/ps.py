@@ -10,12 +10,21 @@ import click
 @click.option("--all", "everyone", is_flag=True, help="Everyone's tasks (root and admins).")
 @click.option("--ended", is_flag=True, help="Tasks that ended lately, with why, wall and CPU time and memory peak.")
 @click.option("--json", "as_json", is_flag=True, help="Print the list as one JSON line (schema in docs/user.md).")
+@click.option("--format", "fields", metavar="FIELDS",
+              help="Plain columns of these comma-separated fields, e.g. id,state,memory. Fields: id, name, group, "
+                   "user, pid, state, position, age, cpu, memory, gpus, processes, reason; with --ended: id, name, "
+                   "group, user, ended, exit, wall, cpu, peak, reason, why.")
+@click.option("--noheader", is_flag=True, help="Plain columns without the header line.")
 @click.option("--socket", "socket_option", metavar="PATH",
               help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
-def ps(everyone: bool, ended: bool, as_json: bool, socket_option: str | None) -> None:
+def ps(everyone: bool, ended: bool, as_json: bool, fields: str | None, noheader: bool,
+       socket_option: str | None) -> None:
     """List your tasks: id, name, group, state, age, and CPU and memory as guarantee / cap /
-    use, the GPUs each holds (when one does), with the processes in each.
+    use, the GPUs each holds (when one does), with the processes in each. With --ended, each
+    ended task's exit code or the signal that ended it (-: not known).
 
+    On a terminal, a table that leaves out whole columns rather than wrap or cut a value.
+    Piped, or with --format or --noheader, plain columns, one line per task, for scripts.
     Amounts in JSON are base units: cores, bytes; times are Unix seconds.
 
     \b
@@ -23,13 +32,19 @@ def ps(everyone: bool, ended: bool, as_json: bool, socket_option: str | None) ->
       governor ps
       sudo governor ps --all
       governor ps --ended --json
+      governor ps --noheader --format id,state,memory
     """
     import json
     import time
 
+    from governor.cli import ps_plain
     from governor.cli.client import call, socket_path
     from governor.errors import ControlSocketError
 
+    try:
+        chosen = None if fields is None else ps_plain.parse_fields(fields, ended=ended)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--format") from None
     path = socket_path(socket_option)
     key = "ended" if ended else "tasks"
     rows = call(path, {"op": "ps", "all": everyone, "ended": ended}).get(key)
@@ -38,8 +53,15 @@ def ps(everyone: bool, ended: bool, as_json: bool, socket_option: str | None) ->
     if as_json:
         click.echo(json.dumps(rows))
         return
-    if not rows:
+    plain = chosen is not None or noheader or not on_terminal()
+    if not rows and not plain:
         click.echo("no tasks ended lately" if ended else "no tasks running or queued")
+        return
+    if plain:
+        gpus = any(row.get("gpus") or (row.get("demand") or {}).get("gpu") for row in rows if isinstance(row, dict))
+        chosen = chosen or ps_plain.default_fields(ended=ended, users=everyone, gpus=gpus)
+        for line in ps_plain.lines(rows, chosen, now=time.time(), ended=ended, header=not noheader):
+            click.echo(line)
         return
     from rich.console import Console
 
@@ -47,3 +69,10 @@ def ps(everyone: bool, ended: bool, as_json: bool, socket_option: str | None) ->
 
     table = ended_table if ended else tasks_table
     Console().print(table(rows, now=time.time(), users=everyone))
+
+
+def on_terminal() -> bool:
+    """Whether ps writes to a terminal (a person reads a table) rather than a pipe or a file."""
+    import sys
+
+    return sys.stdout.isatty()

@@ -18,8 +18,6 @@ from governor.units import format_timespan
 
 # Process lines shown under a task's name; the rest are counted (`--json` lists 32).
 TREE_LINES = 8
-# A name (task, group, user) or a process line is shown whole up to this width, wrapped past it.
-TEXT_WIDTH = 16
 REASONS = {"exit": "exited", "stop": "stopped", "time_limit": "time limit", "oom_kill": "OOM kill"}
 
 
@@ -29,21 +27,22 @@ def tasks_table(rows: list[dict], *, now: float, users: bool) -> view.Fitted:
     (:mod:`governor.vocabulary`), the GPUs it holds (``0,1``; ``wants 2`` while it waits; the
     column only when a listed task holds or declared GPUs), and why a queued task waits: in a
     column where the width leaves room for one, else a line per queued task under the table.
-    Amounts are never cut: names wrap instead."""
+    No value is wrapped or cut: where the width is short, whole columns are left out (age,
+    then user, group, gpus), and a line under the table says which."""
     rows = view.printable(rows)
     return view.Fitted(lambda width: _tasks_table(rows, now=now, users=users, width=width))
 
 
 # Width a reason column needs to be worth having (else the reasons go under the table).
 REASON_WIDTH = 24
+# The columns left out, in this order, where the width is short (the amounts and names stay).
+DROPPED_FIRST = ("age", "user", "group", "gpus")
 
 
 def _tasks_table(rows: list[dict], *, now: float, users: bool, width: int):
     gpus = any(row.get("gpus") or (row.get("demand") or {}).get("gpu") for row in rows)
     # One per resource measured whole (not per device, not a device's: the gpus column lists those).
     columns = [r.name for r in resources.RESOURCES if not r.family and resources.measured(r.name)]
-    table = Table(caption="cpu (cores): guarantee/cap/use; memory: reserved/cap/use", caption_justify="left",
-                  box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
     cells_of = []
     for row in rows:
         started = row.get("started") if row.get("state") == "running" else row.get("queued_at")
@@ -54,33 +53,33 @@ def _tasks_table(rows: list[dict], *, now: float, users: bool, width: int):
         if users:
             cells.append(row.get("user", "?"))
         cells += [state, "—" if started is None else duration(now - started),
-                  *(_triple(row, r, "guarantee" if resources.compressible(r) else "reserved") for r in columns)]
+                  *(triple(row, r, "guarantee" if resources.compressible(r) else "reserved") for r in columns)]
         if gpus:
             cells.append(_gpus(row))
         cells_of.append(cells + [row.get("reason") or ""])
     headers = ["id", "name, processes", "group", *(["user"] if users else []), "state", "age", *columns,
                *(["gpus"] if gpus else [])]
-    widest = [max([len(header)] + [max(map(len, str(cells[index]).splitlines() or [""])) for cells in cells_of])
-              for index, header in enumerate(headers)]
-    amounts = {*columns, "gpus", "age", "id", "state"}
-    # What the amounts (never cut) leave the names is shared among them; each wraps past its share.
-    fixed = sum(w + 1 for h, w in zip(headers, widest) if h in amounts)
-    names = sum(1 for header in headers if header not in amounts)
-    share = max(4, (width - fixed - 2) // names - 1)  # (2: the table's edges)
-    needed = fixed
-    for header, most in zip(headers, widest):
-        if header in amounts:
-            table.add_column(header, no_wrap=True, min_width=most, justify="left" if header == "id" else "right")
-        else:
-            least = min(most, TEXT_WIDTH, share)
-            table.add_column(header, overflow="fold", min_width=least)
-            needed += least + 1
+    widest = {header: max([len(header)] + [max(map(len, str(cells[index]).splitlines() or [""]))
+                                           for cells in cells_of]) for index, header in enumerate(headers)}
+    shown = list(headers)
+    for header in DROPPED_FIRST:
+        if _table_width(widest[h] for h in shown) > width and header in shown:
+            shown.remove(header)
+    left_out = [header for header in headers if header not in shown]
+    caption = "cpu (cores): guarantee/cap/use; memory: reserved/cap/use"
+    if left_out:
+        caption += f"; left out at this width: {', '.join(left_out)} (governor ps --format picks columns)"
+    table = Table(caption=caption, caption_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    for header in shown:
+        table.add_column(header, no_wrap=True, min_width=widest[header],
+                         justify="left" if header in ("id", "name, processes", "group", "user") else "right")
     reasons = [(cells[0], cells[-1]) for cells in cells_of if cells[-1]]
-    column = bool(reasons) and needed + REASON_WIDTH <= width
+    column = bool(reasons) and _table_width([*(widest[h] for h in shown), REASON_WIDTH]) <= width
     if column:
         table.add_column("reason", overflow="fold", min_width=REASON_WIDTH)
+    keep = [index for index, header in enumerate(headers) if header in shown] + ([len(headers)] if column else [])
     for cells in cells_of:
-        view.row(table, *(cells if column else cells[:-1]))
+        view.row(table, *(cells[index] for index in keep))
     if column or not reasons:
         return table
     below = Text()
@@ -90,29 +89,60 @@ def _tasks_table(rows: list[dict], *, now: float, users: bool, width: int):
     return Group(table, below)
 
 
-def ended_table(records: list[dict], *, now: float, users: bool) -> Table:
+def _table_width(widths) -> int:
+    """The width of a table of columns this wide: each but the last padded 1 on its right, a
+    1-character separator between columns, and the two edges."""
+    widths = list(widths)
+    return sum(widths) + 2 * len(widths)
+
+
+def ended_table(records: list[dict], *, now: float, users: bool) -> view.Fitted:
     """Ended tasks, latest last: id, name, group (and user), when and why it ended (and whether
-    its caps held it back: throttled CPU time, memory over its soft cap), its wall time, CPU
-    time and memory peak. Amounts are never cut."""
+    its caps held it back: throttled CPU time, memory over its soft cap), its exit code or the
+    signal that ended it, its wall time, CPU time and memory peak. No value is cut or wrapped
+    but the why, whose words fold; where the width is short, whole columns are left out (ended,
+    then user, group), and the caption says which."""
     records = view.printable(records)
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    return view.Fitted(lambda width: _ended_table(records, now=now, users=users, width=width))
+
+
+# Width the why column keeps at least (its words fold past it).
+WHY_WIDTH = 20
+
+
+def _ended_table(records: list[dict], *, now: float, users: bool, width: int) -> Table:
+    from governor.cli.ps_plain import exit_words
+
     rows = []
     for record in records:
         cells = [record.get("id", "?"), record.get("name") or "—", record.get("group", "?")]
         if users:
             cells.append(record.get("user", "?"))
-        cells += [f"{duration(now - record.get('ended', now))} ago", ended_why(record), _span(record.get("wall_s")),
-                  _span(record.get("cpu_s")), amount("memory", record.get("memory_peak"))]
+        cells += [f"{duration(now - record.get('ended', now))} ago", exit_words(record.get("exit_status")),
+                  _span(record.get("wall_s")), _span(record.get("cpu_s")),
+                  amount("memory", record.get("memory_peak")), ended_why(record)]
         rows.append(cells)
-    headers = ["id", "name", "group", *(["user"] if users else []), "ended", "why", "wall", "cpu", "peak"]
-    for index, header in enumerate(headers):
-        if header in ("id", "ended", "wall", "cpu", "peak"):
-            widest = max([len(header)] + [len(str(cells[index])) for cells in rows])
-            table.add_column(header, no_wrap=True, min_width=widest, justify="left" if header == "id" else "right")
+    headers = ["id", "name", "group", *(["user"] if users else []), "ended", "exit", "wall", "cpu", "peak", "why"]
+    widest = {header: max([len(header)] + [len(str(cells[index])) for cells in rows])
+              for index, header in enumerate(headers)}
+    widest["why"] = min(widest["why"], WHY_WIDTH)
+    shown = list(headers)
+    for header in ("ended", "user", "group"):
+        if _table_width(widest[h] for h in shown) > width and header in shown:
+            shown.remove(header)
+    left_out = [header for header in headers if header not in shown]
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, caption_justify="left",
+                  caption=f"left out at this width: {', '.join(left_out)} (governor ps --format picks columns)"
+                  if left_out else None)
+    for header in shown:
+        if header == "why":
+            table.add_column(header, overflow="fold", min_width=widest[header])
         else:
-            table.add_column(header, overflow="fold", min_width=min(len(header), 5))
+            table.add_column(header, no_wrap=True, min_width=widest[header],
+                             justify="left" if header in ("id", "name", "group", "user") else "right")
+    keep = [index for index, header in enumerate(headers) if header in shown]
     for cells in rows:
-        view.row(table, *cells)
+        view.row(table, *(cells[index] for index in keep))
     return table
 
 
@@ -129,7 +159,7 @@ def ended_why(record: dict) -> str:
     return "; ".join(words)
 
 
-def _triple(row: dict, resource: str, held: str) -> str:
+def triple(row: dict, resource: str, held: str) -> str:
     # "812M", not "812.0M": three amounts share the cell.
     return "/".join(_TRAILING_ZERO.sub("", amount(resource, row.get(vector, {}).get(resource)))
                     for vector in (held, "demand", "usage"))

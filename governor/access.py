@@ -110,7 +110,8 @@ def launch_group(config: Config, who: Identity, requested: str | None) -> str:
     Root may name any configured group or any host user's own group.
 
     Raises:
-        RequestError: ``forbidden`` (not the caller's group, or no group at all), ``not_found``.
+        RequestError: ``forbidden`` (not the caller's group, or no group at all), ``not_found``
+            (a group the config does not have, for anyone: a typo is bad input, exit 2).
     """
     allowed = config.allowed_groups(who.user, who.groups)
     if requested is None:
@@ -120,8 +121,9 @@ def launch_group(config: Config, who: Identity, requested: str | None) -> str:
         return group
     if requested in allowed or (who.uid == 0 and known_group(config, requested)):
         return requested
-    if who.uid == 0:
-        raise RequestError("not_found", f"no group {requested!r} in the config")
+    if not known_group(config, requested):
+        yours = "" if who.uid == 0 else f" (yours: {', '.join(allowed) or 'none'})"
+        raise RequestError("not_found", f"no group {requested!r} in the config{yours}")
     raise RequestError("forbidden", f"user {who.user} may not launch into group {requested!r} "
                                     f"(allowed: {', '.join(allowed) or 'none'})")
 

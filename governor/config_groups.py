@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from governor.config_types import MAX_BYTES, MAX_CORES, WEIGHT_RANGE, GroupRule, group_name_problem
 from governor.errors import ConfigError
 from governor.resources import Resource, quota_keys
-from governor.tomlcheck import amount, join_key, no_unknown_keys, number, subtable, type_name
+from governor.tomlcheck import amount, in_range, join_key, no_unknown_keys, number, subtable, type_name
 from governor.units import format_amount
 
 EVERYONE = "*"
@@ -190,11 +190,7 @@ def _gpu_count(data: Mapping[str, object]) -> int | None:
 
 
 def _weight(value: object, key: str, file: str) -> float:
-    weight = float(number(value, key, file, positive=True))
-    low, high = WEIGHT_RANGE
-    if not low <= weight <= high:
-        raise ConfigError(file, key, f"must be between {low:g} and {high:g}, got {weight:g}")
-    return weight
+    return float(in_range(value, key, file, *WEIGHT_RANGE))
 
 
 def names(value: object, key: str, file: str) -> tuple[str, ...]:

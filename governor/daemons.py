@@ -34,6 +34,7 @@ from pathlib import Path
 
 from governor.cgroups.locks import LockHeld, release, rewrite, take
 from governor.errors import GovernorError
+from governor.trust import writable_by_others
 
 log = logging.getLogger(__name__)
 
@@ -234,9 +235,7 @@ def _untrusted(info: os.stat_result, is_kind) -> str | None:
         return "not what governor made (a link, or another kind of file)"
     if info.st_uid != os.geteuid():
         return f"owned by uid {info.st_uid}, not {os.geteuid()}"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
-    return None
+    return writable_by_others(info.st_mode)
 
 
 def _read_entry(path: Path) -> DaemonEntry | None:

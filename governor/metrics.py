@@ -36,6 +36,10 @@ SCRAPE_TIMEOUT_S = 5.0
 MAX_REQUEST_BYTES = 8192
 
 REFILL_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
+# The labels of every per-group series: the group, the group it nests under ("" at the top),
+# and whether it is a leaf ("true") or an internal group whose series sum its subtree
+# ("false"): sum(governor_group_usage{leaf="true"}) counts each task once.
+TREE_LABELS = ["group", "parent", "leaf"]
 QUEUE_WAIT_BUCKETS_S = (0.01, 0.1, 1, 10, 60, 300, 1800, 3600, 4 * 3600, 24 * 3600)
 
 
@@ -172,23 +176,23 @@ class _Snapshot:
         for resource, amount in status.get("capacity", {}).items():
             capacity.add_metric([resource], amount)
         share = GaugeMetricFamily("governor_group_dominant_share", "Dominant share of the host (0..1)",
-                                  labels=["group"])
-        weight = GaugeMetricFamily("governor_group_weight", "Group weight", labels=["group"])
-        tasks = GaugeMetricFamily("governor_group_tasks", "Running tasks", labels=["group"])
+                                  labels=TREE_LABELS)
+        weight = GaugeMetricFamily("governor_group_weight", "Group weight", labels=TREE_LABELS)
+        tasks = GaugeMetricFamily("governor_group_tasks", "Running tasks", labels=TREE_LABELS)
         allocation = GaugeMetricFamily("governor_group_allocation", "DRF allocation A_g (cores, bytes, bytes/s)",
-                                       labels=["group", "resource"])
+                                       labels=[*TREE_LABELS, "resource"])
         floor = GaugeMetricFamily("governor_group_floor", "Share of every resource DRF promises the group while "
-                                  "every group is busy (weight / sum of weights)", labels=["group"])
+                                  "every group is busy (weight / sum of weights)", labels=TREE_LABELS)
         guarantee = GaugeMetricFamily("governor_group_guarantee", "Guarantee: the DRF allocation of cpu and I/O, "
-                                      "enforced by weights (cores, bytes/s)", labels=["group", "resource"])
+                                      "enforced by weights (cores, bytes/s)", labels=[*TREE_LABELS, "resource"])
         reserved = GaugeMetricFamily("governor_group_reserved", "Memory and GPUs the group's admitted tasks hold "
-                                     "(bytes, devices; a session: its use)", labels=["group", "resource"])
+                                     "(bytes, devices; a session: its use)", labels=[*TREE_LABELS, "resource"])
         used = GaugeMetricFamily("governor_group_usage", "Measured use (cores, bytes, bytes/s; GPUs: see "
-                                 "governor_gpu_utilization_ratio)", labels=["group", "resource"])
+                                 "governor_gpu_utilization_ratio)", labels=[*TREE_LABELS, "resource"])
         effective = GaugeMetricFamily("governor_group_effective_weight", "The weight filling uses: the configured "
-                                      "one lowered by past use ([fairshare])", labels=["group"])
+                                      "one lowered by past use ([fairshare])", labels=TREE_LABELS)
         past = GaugeMetricFamily("governor_group_past_use", "Decayed past use ([fairshare]): dominant share of "
-                                 "the host times seconds", labels=["group"])
+                                 "the host times seconds", labels=TREE_LABELS)
         queue = status.get("queue", [])
         waiting = GaugeMetricFamily("governor_queue_length", "Tasks waiting for their memory to fit",
                                     value=len(queue))
@@ -204,22 +208,27 @@ class _Snapshot:
                                      'the group "*" stands for', value=status.get("groups", {}).get("*", {})
                                      .get("accounts", 0))
         resources = list(status.get("capacity", {}))
-        for name, group in status.get("groups", {}).items():  # idle groups too: their series at zero
-            share.add_metric([name], group["dominant_share"])
-            weight.add_metric([name], group["weight"])
-            floor.add_metric([name], group.get("floor", 0.0))
-            tasks.add_metric([name], len(group["tasks"]))
+        groups = status.get("groups", {})
+        parents = {group.get("parent") for group in groups.values()}
+        for name, group in groups.items():  # idle groups too: their series at zero
+            # An internal group's series are its subtree's sums: leaf="false" keeps them out of a sum.
+            leaf = not group.get("internal") and name not in parents
+            tree = [name, group.get("parent") or "", "true" if leaf else "false"]
+            share.add_metric(tree, group["dominant_share"])
+            weight.add_metric(tree, group["weight"])
+            floor.add_metric(tree, group.get("floor", 0.0))
+            tasks.add_metric(tree, len(group["tasks"]))
             if "effective_weight" in group:
-                effective.add_metric([name], group["effective_weight"])
-                past.add_metric([name], group["past_use"])
+                effective.add_metric(tree, group["effective_weight"])
+                past.add_metric(tree, group["past_use"])
             for resource in resources:
-                allocation.add_metric([name, resource], group["allocation"].get(resource, 0.0))
+                allocation.add_metric([*tree, resource], group["allocation"].get(resource, 0.0))
                 if measured(resource):  # of a GPU, none: no series, rather than 0
-                    used.add_metric([name, resource], group["usage"].get(resource, 0.0))
+                    used.add_metric([*tree, resource], group["usage"].get(resource, 0.0))
                 if compressible(resource):
-                    guarantee.add_metric([name, resource], group.get("guarantee", {}).get(resource, 0.0))
+                    guarantee.add_metric([*tree, resource], group.get("guarantee", {}).get(resource, 0.0))
                 else:
-                    reserved.add_metric([name, resource], group.get("reserved", {}).get(resource, 0.0))
+                    reserved.add_metric([*tree, resource], group.get("reserved", {}).get(resource, 0.0))
         yield from (capacity, share, weight, floor, tasks, allocation, guarantee, reserved, used, waiting, oldest,
                     why, effective, past, accounts)
 

@@ -36,7 +36,7 @@ from governor.config_types import MAX_BYTES, WEIGHT_RANGE
 from governor.errors import AllocationInputError, ConfigError
 from governor.hdrf import TreeNode
 from governor.model import GroupDemand
-from governor.tomlcheck import amount, join_key, no_unknown_keys, number, subtable, type_name
+from governor.tomlcheck import amount, in_range, join_key, no_unknown_keys, subtable, type_name
 
 _SECTIONS = ("capacity", "groups")
 _GROUP_KEYS = ("task", "weight", "tasks", "parent", "guarantee", "limit")
@@ -178,11 +178,7 @@ def _group(name: str, table: object, capacity: Mapping[str, Fraction], file: str
 def _weight(table: Mapping[str, object], where: str, file: str) -> Fraction:
     if "weight" not in table:
         return Fraction(1)
-    weight = number(table["weight"], f"{where}.weight", file, positive=True)
-    low, high = WEIGHT_RANGE
-    if not low <= weight <= high:
-        raise ConfigError(file, f"{where}.weight", f"must be between {low:g} and {high:g}, got {float(weight):g}")
-    return weight
+    return in_range(table["weight"], f"{where}.weight", file, *WEIGHT_RANGE)
 
 
 def _tasks(table: Mapping[str, object], where: str, file: str) -> int | None:

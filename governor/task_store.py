@@ -17,6 +17,7 @@ from pathlib import Path
 from governor.errors import GovernorError
 from governor.state import Task
 from governor.task_record import task_fields
+from governor.trust import writable_by_others
 
 __all__ = ["MAX_RECORD_BYTES", "TaskStore"]
 
@@ -54,9 +55,10 @@ class TaskStore:
             raise GovernorError(f"state directory {self.directory}: {error.strerror}") from None
         self._next_id = max(ids, default=0) + 1
 
-    def check(self) -> None:
+    def check(self, owner: int | None = None) -> None:
         """Refuse a directory the daemon could not trust; one not made yet is fine (it will be
-        made 0700). Creates nothing (``check-config`` asks too).
+        made 0700). Creates nothing (``check-config`` asks too, for the daemon's ``owner``: by
+        default this process's user).
 
         Raises:
             GovernorError: it is a link, not a directory, another user's, or writable by others.
@@ -67,7 +69,7 @@ class TaskStore:
             return
         except OSError as error:
             raise GovernorError(f"state directory {self.directory}: {error.strerror}") from None
-        problem = _untrusted(info, "a directory", stat.S_ISDIR)
+        problem = _untrusted(info, "a directory", stat.S_ISDIR, owner)
         if problem:
             raise GovernorError(f"state directory {self.directory} is {problem}; task records there could be "
                                 f"forged: make it a directory of the daemon's user, mode 0700")
@@ -130,17 +132,17 @@ class TaskStore:
 MAX_RECORD_BYTES = 1 << 20
 
 
-def _untrusted(info: os.stat_result, kind: str, is_kind) -> str | None:
-    """Why a file with this ``lstat`` cannot be trusted, or None."""
+def _untrusted(info: os.stat_result, kind: str, is_kind, owner: int | None = None) -> str | None:
+    """Why a file with this ``lstat`` cannot be trusted by ``owner`` (default: this process's
+    user), or None."""
+    owner = os.geteuid() if owner is None else owner
     if stat.S_ISLNK(info.st_mode):
         return "a symbolic link"
     if not is_kind(info.st_mode):
         return f"not {kind}"
-    if info.st_uid != os.geteuid():
-        return f"owned by uid {info.st_uid}, not {os.geteuid()}"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
-    return None
+    if info.st_uid != owner:
+        return f"owned by uid {info.st_uid}, not {owner}"
+    return writable_by_others(info.st_mode)
 
 
 def _read_record(path: Path) -> bytes:

@@ -6,6 +6,7 @@ becomes one :class:`~governor.errors.ConfigError` naming the file, the dotted ke
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -106,3 +107,18 @@ def number(value: object, key: str, file: str, *, positive: bool = False) -> Fra
     if positive and result == 0:
         raise ConfigError(file, key, "must be > 0")
     return result
+
+
+def in_range(value: object, key: str, file: str, low: float, high: float) -> Fraction:
+    """A number from ``low`` to ``high`` (a weight), exact. Every value out of it, 0, negative,
+    too large or not a number, is refused in the same words, which say the range.
+
+    Raises:
+        ConfigError: at ``key``: ``must be a number between <low> and <high>, got <value>``.
+    """
+    words = f"must be a number between {low:g} and {high:g}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(file, key, f"{words}, got {type_name(value)} {value!r}")
+    if not (math.isfinite(value) and low <= value <= high):
+        raise ConfigError(file, key, f"{words}, got {value:g}")
+    return Fraction(repr(value))  # as written: 0.1 is 1/10, not the float nearest it

@@ -14,6 +14,7 @@ from pathlib import Path
 from governor.daemon.journal import Journal
 from governor.fairshare import FairShare, Standing
 from governor.resources import compressible
+from governor.trust import writable_by_others
 from governor.usage import Charges
 
 __all__ = ["FILE_NAME", "MAX_FILE_BYTES", "SAVE_EVERY_S", "FairShareHistory", "FairShareStage", "save_due"]
@@ -134,8 +135,8 @@ def _read(path: Path) -> bytes:
             raise ValueError("it is not a regular file")
         if info.st_uid != os.geteuid():
             raise ValueError(f"it is owned by uid {info.st_uid}, not {os.geteuid()}")
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise ValueError(f"it is writable by others (mode {stat.S_IMODE(info.st_mode):04o})")
+        if writable_by_others(info.st_mode):
+            raise ValueError(f"it is {writable_by_others(info.st_mode)}")
         data = stream.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
         raise ValueError(f"it is larger than {MAX_FILE_BYTES} bytes")

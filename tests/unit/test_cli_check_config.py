@@ -82,6 +82,7 @@ def test_default_style_file_summary():
     assert "  cpu: host CPUs minus 0.5 reserved" in lines
     assert "  io: no block device governed" in lines
     assert any(line.startswith("  ops: weight 1, floor ") and line.endswith("; users bob, carol") for line in lines)
+    assert "daemon.admin_group" not in result.stderr  # "wheel" warned on Debian (issue 33, point 9)
 
 
 @needs_root
@@ -341,3 +342,92 @@ def test_the_floor_on_this_host_is_within_the_limit_it_is_shown_beside():
                           '[groups.B]\nusers = ["bob"]\n', "t.toml")
     lines = summary(config, ({"cpu": 1.75, "memory": 23.25 * 1024**3}, {"A": ["alice"], "B": ["bob"]}, "v2"))
     assert "  A: weight 2, floor 8.6% (0.15 cores, 2.0G); users alice; limit cpu 1.5 cores, memory 2.0G" in lines
+
+
+def as_admin(monkeypatch, memory: int = 64 << 30):
+    """Run check-config as uid 1000 (an admin without sudo) on a host of ``memory`` bytes."""
+    import collections
+
+    import psutil
+
+    from governor.cli import check_config
+
+    monkeypatch.setattr(check_config.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    memory_info = collections.namedtuple("memory_info", "total")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: memory_info(memory))
+
+
+@needs_root
+def test_an_admin_without_sudo_is_checked_against_the_daemons_user(tmp_path, monkeypatch):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)  # root's, as the running daemon made it
+    path = tmp_path / "g.toml"
+    path.write_text(f'[groups."*"]\n[daemon]\nstate_dir = "{state}"\n')
+    as_admin(monkeypatch)
+    result = run(str(path))
+    assert result.exit_code == 0, result.output  # was: "owned by uid 0, not 1000", rc 2
+    assert result.stdout.startswith(f"{path}: OK")
+
+
+def test_a_file_an_admin_cannot_read_says_to_use_sudo(tmp_path, monkeypatch):
+    from governor.cli import inputs
+    from governor.errors import ConfigError
+
+    def denied(path, owner=None):
+        raise ConfigError(path, None, "cannot read: Permission denied")
+
+    monkeypatch.setattr(inputs, "read_input", denied)
+    as_admin(monkeypatch)
+    result = run("/etc/governor/governor.toml")
+    assert result.exit_code == 2
+    assert result.stderr.strip().endswith("the daemon reads it as root: sudo governor check-config "
+                                          "/etc/governor/governor.toml"), result.stderr
+
+
+@needs_root
+def test_a_default_task_or_session_the_host_cannot_hold_is_warned_about(tmp_path, monkeypatch):
+    path = tmp_path / "g.toml"
+    path.write_text(f'[groups."*"]\n[capacity]\nreserve = {{ memory = "1G" }}\n[defaults.task]\nmemory = "1G"\n'
+                    f'[sessions]\nenabled = true\nmemory = "512M"\n[daemon]\nstate_dir = "{tmp_path / "s"}"\n')
+    as_admin(monkeypatch, memory=2 << 30)  # 1G left to divide
+    assert run(str(path)).stderr == ""  # 1G fits in 1G
+    path.write_text(path.read_text().replace('"1G"\n[sessions]', '"1.5G"\n[sessions]').replace('"512M"', '"2G"'))
+    result = run(str(path))
+    assert result.exit_code == 0, result.output
+    warnings = result.stderr.splitlines()
+    assert warnings == [
+        f"governor: warning: {path}: defaults.task: demand memory = 1.5G exceeds the capacity of 1.0G on this "
+        "host: every governor run that does not ask for less is refused",
+        f"governor: warning: {path}: sessions: demand memory = 2.0G exceeds the capacity of 1.0G on this host: "
+        "no login session can be governed"], result.stderr
+
+
+def test_on_cgroup_v1_the_summary_names_v1_files():
+    from governor.cli.check_config import summary
+
+    config = parse_config('[groups."*"]\n[enforcement]\ncpu = "quota"\nmemory = "hard"\n', "g.toml")
+    host = ({"cpu": 4.0, "memory": 8.0 * 2**30}, {}, "v1")
+    text = "\n".join(summary(config, host))
+    assert "cpu.cfs_quota_us" in text and "memory.limit_in_bytes" in text
+    assert "memory.soft_limit_in_bytes" in text
+    assert not any(name in text for name in ("cpu.max", "memory.high", "memory.max")), text
+    assert "cpu.max" in "\n".join(summary(config, ({**host[0]}, {}, "v2")))
+
+
+@pytest.mark.parametrize(("mode", "words"), [(0o664, "writable by its group (mode 0664)"),
+                                             (0o646, "writable by others (mode 0646)"),
+                                             (0o666, "writable by others and its group (mode 0666)")])
+def test_a_writable_config_says_who_may_write_it(tmp_path, mode, words):
+    # Issue 33, point 9: mode 0664 was called "writable by others" (chmod's o: neither owner nor group).
+    from governor.cli.inputs import read_input
+    from governor.errors import ConfigError
+
+    path = tmp_path / "g.toml"
+    path.write_text('[groups."*"]\n')
+    path.chmod(mode)
+    with pytest.raises(ConfigError) as refused:
+        read_input(str(path), owner=os.geteuid())
+    assert refused.value.reason == f"not trusted: {words}"
+    path.chmod(0o644)
+    assert read_input(str(path), owner=os.geteuid()) == b'[groups."*"]\n'

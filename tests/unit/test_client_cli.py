@@ -44,6 +44,7 @@ class FakeDaemon:
         self.status: object = STATUS
         self.queued: list[dict] = []
         self.hold = False  # after the queued places, wait until the client leaves
+        self.nested = False  # answer that the caller already is in task t1
         self.left = threading.Event()
 
     async def handle(self, request, peer: Peer) -> dict:
@@ -65,7 +66,7 @@ class FakeDaemon:
         finally:
             self.left.set()
         yield {"task": "t1", "group": request.group or "root", "cgroup": "/sys/fs/cgroup/g/t1",
-               "limits": {"cpu.max": "100000 100000"}}
+               "limits": {"cpu.max": "100000 100000"}, **({"nested": True} if self.nested else {})}
 
 
 @pytest.fixture
@@ -397,6 +398,25 @@ def test_run_waits_in_the_queue_saying_so_then_runs(daemon):
         "governor: queued (position 1): memory: waits for 1.0G to free (held by A 3.0G); Ctrl-C leaves the queue",
     ]
     assert len(lines) == 3 and lines[2].startswith("governor: task t1 started after waiting ")
+
+
+def test_run_says_a_place_in_the_queue_once(daemon):
+    # Issue 33, point 9: "governor: queued (position 1)" was printed twice.
+    daemon.queued = [PLACE, {**PLACE, "held_by": [{"group": "A", "memory": 3 * G}]}, {**PLACE, "position": 1}]
+    result, _ = governor("run", "--", "sh", "-c", "echo ran", socket_path=daemon.path)
+    assert result.returncode == 0, result.stderr
+    assert [line.split(":")[1] for line in result.stderr.splitlines()[:-1]] == [" queued (position 2)",
+                                                                               " queued (position 1)"]
+
+
+@pytest.mark.parametrize("exec_in_place", [False, True])
+def test_run_inside_a_task_says_it_starts_none(daemon, exec_in_place):
+    # Issue 33, point 9: a nested governor run printed nothing though docs/user.md says it does.
+    daemon.nested = True
+    result, _ = governor("run", *(["--exec"] if exec_in_place else []), "--", "sh", "-c", "echo ran",
+                         socket_path=daemon.path)
+    assert result.returncode == 0 and result.stdout == "ran\n"
+    assert result.stderr == "governor: already in task t1 (group root): sh runs there, with that task's caps\n"
 
 
 def test_run_no_wait_refuses_with_its_own_exit_code(daemon):

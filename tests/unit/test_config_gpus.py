@@ -119,16 +119,15 @@ def guard_report(monkeypatch, tmp_path, text):
     """check-config's GPU-guard lines for ``text`` on a fake v2 mount holding user.slice, with
     nvidia-persistenced (pid 812) holding a GPU node."""
     from governor.cgroups import detect
-    from governor.cli import check_config
     from governor import openfiles
+    from governor.cli import check_config_gpus
 
     (tmp_path / "user.slice").mkdir()
-    monkeypatch.setattr(check_config, "cgroup_mode", lambda: "v2")
     monkeypatch.setattr(detect, "CGROUP_ROOT", tmp_path)
     monkeypatch.setattr(openfiles, "node_holders", lambda numbers: {812: {(195, 0)}})
     monkeypatch.setattr(openfiles, "process_name", lambda pid: "nvidia-persistenced")
     inventory = GpuInventory(gpus=(Gpu(0, "/dev/nvidia0", 195, 0, None),), control=(), source="listed")
-    return check_config.gpu_guard_report(parse_config(BASE + text, "g.toml"), inventory)
+    return check_config_gpus.gpu_guard_report(parse_config(BASE + text, "g.toml"), inventory, "v2")
 
 
 def test_check_config_says_where_the_gpu_guard_is_and_what_it_leaves(monkeypatch, tmp_path):

@@ -139,7 +139,7 @@ def test_status_and_metrics_sum_up_the_idle_groups_of_everyone_and_list_one_with
     assert groups["daemon"]["tasks"] and not groups["daemon"]["idle"] and groups["bin"]["weight"] == 5
     got = samples(metrics)
     shares = {labels for name, labels in got if name == "governor_group_dominant_share"}
-    assert shares == {(("group", g),) for g in ("A", "daemon", "bin", "*")}
+    assert shares == {(("group", g), ("leaf", "true"), ("parent", "")) for g in ("A", "daemon", "bin", "*")}
     assert got[("governor_idle_accounts", ())] == ACCOUNTS - 2
     assert len(daemon.observation.status_reply().encoded()) < 10_000  # 1,000 rows were ~400 KB
 

@@ -340,6 +340,7 @@ def test_a_live_task_is_kept_on_a_spurious_wake_up(daemon):
     (100, 101, 0, None, {}, "forbidden", "only its own pid"),
     (100, 100, 65534, "A", {}, "forbidden", "may not launch into group 'A'"),
     (100, 100, 0, "nosuch", {}, "not_found", "no group 'nosuch'"),
+    (100, 100, 65534, "nosuch", {}, "not_found", "no group 'nosuch' in the config (yours: "),  # was forbidden: 77
     (100, 100, 0, None, {"cpu": 3.0}, "exceeds_capacity", "exceeds the capacity of 2 cores"),
     (100, 100, 0, None, {"memory": 5 * GIB}, "exceeds_capacity", "memory"),
     (100, 100, 0, None, {"io_write": 1000}, "bad_request", "no I/O device is governed"),

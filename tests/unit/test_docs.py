@@ -142,3 +142,10 @@ def test_mkdocs_builds_strict(tmp_path):
     cli = (site / "cli" / "index.html").read_text()
     for name in main.commands:
         assert f'id="{name}"' in cli, f"docs/cli.md does not document `governor {name}`"
+
+
+def test_the_shipped_configs_cite_pages_that_exist():
+    # Issue 33, point 9: the unit file cited "DESIGN.md §8", a file and section that are no more.
+    for path in sorted((REPO / "configs").glob("governor*")):
+        for cited in re.findall(r"[\w./-]+\.md\b", path.read_text()):
+            assert (REPO / cited).is_file(), f"{path.name} cites {cited}, which is not in the repository"

@@ -49,7 +49,7 @@ def test_the_daemons_config_must_be_its_own_and_not_writable_by_others(tmp_path)
     config.chmod(0o644)
     assert read_input(str(config), owner=os.geteuid())
     config.chmod(0o666)
-    with pytest.raises(ConfigError, match=r"writable by others \(mode 0666\)"):
+    with pytest.raises(ConfigError, match=r"writable by others and its group \(mode 0666\)"):
         read_input(str(config), owner=os.geteuid())
     with pytest.raises(ConfigError, match=f"owned by uid {os.geteuid()}, not {os.geteuid() + 1}"):
         read_input(str(config), owner=os.geteuid() + 1)

@@ -17,10 +17,10 @@ def test_group_gauges_come_from_the_snapshot():
     metrics = Metrics(lambda: STATUS)
     got = samples(metrics)
     for name, group in STATUS["groups"].items():
-        assert got[("governor_group_dominant_share", (("group", name),))] == group["dominant_share"]
-        assert got[("governor_group_tasks", (("group", name),))] == len(group["tasks"])
+        assert got[("governor_group_dominant_share", (("group", name), ("leaf", "true"), ("parent", "")))] == group["dominant_share"]
+        assert got[("governor_group_tasks", (("group", name), ("leaf", "true"), ("parent", "")))] == len(group["tasks"])
         for resource, amount in group["allocation"].items():
-            assert got[("governor_group_allocation", (("group", name), ("resource", resource)))] == amount
+            assert got[("governor_group_allocation", (("group", name), ("leaf", "true"), ("parent", ""), ("resource", resource)))] == amount
 
 
 def test_counters_and_the_refill_histogram_count_what_happened():
@@ -96,9 +96,9 @@ def test_each_governed_gpu_has_one_held_series_1_with_its_holder_0_when_free():
         (("gpu", "3"), ("group", "ops"), ("task", "t8"), ("uuid", "MIG-4f0c1234-aaaa-4bbb-8ccc-dddddddddddd")): 1,
     }
     # GPUs are reserved like memory; cgroups measure no use of one: no usage series, not a 0.
-    assert got[("governor_group_reserved", (("group", "physics"), ("resource", "gpu")))] == 2
-    assert ("governor_group_usage", (("group", "physics"), ("resource", "gpu"))) not in got
-    assert ("governor_group_usage", (("group", "physics"), ("resource", "cpu"))) in got
+    assert got[("governor_group_reserved", (("group", "physics"), ("leaf", "true"), ("parent", ""), ("resource", "gpu")))] == 2
+    assert ("governor_group_usage", (("group", "physics"), ("leaf", "true"), ("parent", ""), ("resource", "gpu"))) not in got
+    assert ("governor_group_usage", (("group", "physics"), ("leaf", "true"), ("parent", ""), ("resource", "cpu"))) in got
     # No NVML sample yet: no NVML series.
     assert not any(name.startswith(("governor_gpu_utilization", "governor_gpu_memory", "governor_task_gpu"))
                    for name, _ in got)
@@ -178,3 +178,23 @@ def test_the_daemon_samples_nvml_on_its_sampler_only_for_served_metrics(tmp_path
     daemon.observation.sample()
     assert len(calls) == 2  # no GPU with a UUID: NVML cannot find one
     daemon.observation.close()
+
+
+def test_a_group_tree_is_labelled_so_a_sum_over_leaves_counts_each_task_once(tmp_path):
+    # Issue 33, point 8: D2's series are the sums of L1's and L2's, unlabelled they were counted twice.
+    from test_daemon import GIB, launch, make_daemon
+    from test_daemon_tree import TREE
+
+    daemon = make_daemon(tmp_path, TREE)
+    for group, pid in (("D1", 100), ("L1", 200), ("L2", 300)):
+        launch(daemon, pid, group=group, cpu=0.5, memory=GIB // 4)
+    got = samples(Metrics(daemon.status))
+    reserved = {labels[:3]: value for (name, labels), value in got.items()
+                if name == "governor_group_reserved" and ("resource", "memory") in labels}
+    assert set(reserved) == {(("group", "D1"), ("leaf", "true"), ("parent", "")),
+                             (("group", "D2"), ("leaf", "false"), ("parent", "")),
+                             (("group", "L1"), ("leaf", "true"), ("parent", "D2")),
+                             (("group", "L2"), ("leaf", "true"), ("parent", "D2"))}
+    leaves = sum(value for labels, value in reserved.items() if ("leaf", "true") in labels)
+    assert leaves == 3 * (GIB // 4)  # each task once
+    assert sum(reserved.values()) == 5 * (GIB // 4)  # what sum() without the label counts

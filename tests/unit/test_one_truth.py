@@ -75,21 +75,21 @@ def test_every_view_shows_the_same_floor_guarantee_reserved_and_cap(daemon):
     # floor: w / Σw over the host's groups, idle C included: 0.2, 0.3, 0.5.
     for name, floor in (("A", 0.2), ("B", 0.3), ("C", 0.5)):
         assert groups[name]["floor"] == pytest.approx(floor)
-        assert scraped[("governor_group_floor", (("group", name),))] == pytest.approx(floor)
+        assert scraped[("governor_group_floor", (("group", name), ("leaf", "true"), ("parent", "")))] == pytest.approx(floor)
     assert explain["configured"]["C"]["floor"] == pytest.approx(0.5)
     assert explain["groups"]["A"]["floor"] == pytest.approx(0.2)
 
     # guarantee: cpu only, the allocation; a task's part is λ × its declaration.
     assert groups["A"]["guarantee"] == pytest.approx({"cpu": 0.8}) and "memory" not in groups["A"]["guarantee"]
     assert status["guaranteed"] == pytest.approx({"cpu": 2.0})
-    assert scraped[("governor_group_guarantee", (("group", "A"), ("resource", "cpu")))] == pytest.approx(0.8)
+    assert scraped[("governor_group_guarantee", (("group", "A"), ("leaf", "true"), ("parent", ""), ("resource", "cpu")))] == pytest.approx(0.8)
     assert rows["1"]["guarantee"] == pytest.approx(vocabulary.task_guarantee({"cpu": 2.0}, 0.4))
 
     # reserved: the declared memory of admitted tasks; the same in status, ps and the metrics.
     assert groups["A"]["reserved"] == {"memory": GIB} and groups["B"]["reserved"] == {"memory": GIB // 2}
     assert status["reserved"] == {"memory": 1.5 * GIB}
     assert rows["1"]["reserved"] == {"memory": GIB}
-    assert scraped[("governor_group_reserved", (("group", "B"), ("resource", "memory")))] == GIB // 2
+    assert scraped[("governor_group_reserved", (("group", "B"), ("leaf", "true"), ("parent", ""), ("resource", "memory")))] == GIB // 2
 
     # The views print those numbers, in the same words.
     state = TopState(status=status, received=0.0)
@@ -113,8 +113,8 @@ def test_configured_groups_are_listed_while_idle_and_keep_their_metrics(daemon):
     assert all(g["idle"] and g["tasks"] == [] for g in status["groups"].values())
     assert status["groups"]["C"]["members"] == ["carol"]
     text = generate_latest(Metrics(lambda: status).registry).decode()
-    assert 'governor_group_tasks{group="C"} 0.0' in text
-    assert 'governor_group_guarantee{group="C",resource="cpu"} 0.0' in text
+    assert 'governor_group_tasks{group="C",leaf="true",parent=""} 0.0' in text
+    assert 'governor_group_guarantee{group="C",leaf="true",parent="",resource="cpu"} 0.0' in text
 
 
 def test_an_idle_sessions_reservation_is_what_it_uses_not_its_cap(daemon):

@@ -122,7 +122,7 @@ def test_a_stand_in_is_admitted_reported_and_measured(tmp_path, licenses):
     got = {(s.name, tuple(sorted(s.labels.items()))): s.value
            for family in text_string_to_metric_families(text) for s in family.samples}
     assert got[("governor_capacity", (("resource", "licenses"),))] == 3.0
-    assert got[("governor_group_reserved", (("group", "A"), ("resource", "licenses")))] == 2
+    assert got[("governor_group_reserved", (("group", "A"), ("leaf", "true"), ("parent", ""), ("resource", "licenses")))] == 2
 
 
 def test_ps_shows_a_stand_in_as_it_shows_memory(licenses):

@@ -80,11 +80,12 @@ def test_ps_json_is_the_daemons_list_and_asks_for_the_callers_own(tasks_daemon):
 
 def test_ps_shows_each_task_with_its_process_tree_at_80_columns(tasks_daemon, monkeypatch):
     monkeypatch.setattr("time.time", lambda: 1100.0)
+    monkeypatch.setattr("governor.cli.ps.on_terminal", lambda: True)
     result = CliRunner(env={"COLUMNS": "80"}).invoke(main, ["ps", "--all"])
     assert result.exit_code == 0, result.output
     assert max(len(line) for line in result.output.splitlines()) <= 80
-    for text in ("build", "4100 make", "  4101 sh", "    4103 ld", "running", "queued 1", "1m",
-                 "1.5/2/1.98", "4G/4G/812M", "alice"):
+    for text in ("build", "4100 make", "  4101 sh", "    4103 ld", "running", "queued 1",
+                 "1.5/2/1.98", "4G/4G/812M", "left out at this"):  # age, user: left out, not cut
         assert text in result.output, text
 
 
@@ -94,14 +95,18 @@ def test_process_tree_indents_children_below_their_parent():
 
 def test_ps_ended_says_why_each_task_ended(tasks_daemon, monkeypatch):
     monkeypatch.setattr("time.time", lambda: 960.0)
+    monkeypatch.setattr("governor.cli.ps.on_terminal", lambda: True)
     result = CliRunner(env={"COLUMNS": "80"}).invoke(main, ["ps", "--ended"])
     assert result.exit_code == 0, result.output
     for text in ("sleep", "time limit", "2.01s", "1.996s", "1.2M", "57s ago"):
         assert text in result.output, text
 
 
-def test_ps_with_nothing_to_show_says_so(tasks_daemon):
+def test_ps_with_nothing_to_show_says_so(tasks_daemon, monkeypatch):
     tasks_daemon.ended = []
+    assert CliRunner().invoke(main, ["ps", "--ended"]).output.split() == [  # piped: the header alone
+        "id", "name", "group", "ended", "exit", "wall", "cpu", "peak", "why"]
+    monkeypatch.setattr("governor.cli.ps.on_terminal", lambda: True)
     assert CliRunner().invoke(main, ["ps", "--ended"]).output == "no tasks ended lately\n"
 
 
@@ -210,9 +215,65 @@ def test_an_unknown_task_is_one_line_without_a_group_hint(tasks_daemon):
 
 
 def test_ps_cells_drop_only_a_whole_numbers_point_zero():
-    from governor.cli.ps_view import _triple
+    from governor.cli.ps_view import triple
 
     row = {"guarantee": {"cpu": 1.05, "memory": 2 << 30}, "demand": {"cpu": 2.0, "memory": 2 << 30},
            "usage": {"cpu": 0.07, "memory": 812 << 20}}
     row["reserved"] = {"memory": 2 << 30}
-    assert (_triple(row, "cpu", "guarantee"), _triple(row, "memory", "reserved")) == ("1.05/2/0.07", "2G/2G/812M")
+    assert (triple(row, "cpu", "guarantee"), triple(row, "memory", "reserved")) == ("1.05/2/0.07", "2G/2G/812M")
+
+
+@pytest.mark.parametrize("columns", ["80", "200"])
+@pytest.mark.parametrize("terminal", [True, False])
+def test_ps_never_wraps_or_cuts_a_value(tasks_daemon, monkeypatch, columns, terminal):
+    # Issue 33, point 6: at 80 columns and piped, "name," / "processes" and long names wrapped.
+    monkeypatch.setattr("time.time", lambda: 1100.0)
+    monkeypatch.setattr("governor.cli.ps.on_terminal", lambda: terminal)
+    result = CliRunner(env={"COLUMNS": columns}).invoke(main, ["ps", "--all"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    whole = ("simulation-with-a-rather-long-name", "1.5/2/1.98", "4G/4G/812M", "—/16G/—" if terminal else "-/16G/-")
+    for value in whole:
+        assert any(value in line for line in lines), (value, result.output)
+    if terminal:
+        assert max(map(len, lines)) <= int(columns)
+        assert any("name, processes" in line for line in lines)
+        return
+    # Piped: one line per task, the same at any width, every field whole.
+    assert [line.split()[:9] for line in lines] == [
+        ["id", "name", "group", "user", "state", "age", "cpu", "memory", "reason"],
+        ["7", "build", "physics", "alice", "running", "1m", "1.5/2/1.98", "4G/4G/812M", "-"],
+        ["8", "simulation-with-a-rather-long-name", "physics", "alice", "queued", "10s", "-/1/-", "-/16G/-",
+         "memory:"]]
+    assert lines[2].endswith("waits for 12.0G to free (held by physics 16.0G, ops 12.0G)")
+
+
+def test_ps_format_and_noheader_print_the_fields_asked_for(tasks_daemon, monkeypatch):
+    monkeypatch.setattr("governor.cli.ps.on_terminal", lambda: True)  # chosen fields are plain anyway
+    result = CliRunner().invoke(main, ["ps", "--noheader", "--format", "id,state,position,memory"])
+    assert result.exit_code == 0, result.output
+    assert result.output == "7  running  -  4G/4G/812M\n8  queued   1  -/16G/-\n"
+    result = CliRunner().invoke(main, ["ps", "--format", "id,nosuch"])
+    assert result.exit_code == 2
+    assert "unknown field 'nosuch'; ps fields: id, name" in result.output, result.output
+
+
+def test_ps_ended_shows_the_exit_code_or_the_signal(tasks_daemon, monkeypatch):
+    # Issue 33, point 6: an exit 127 read "why: exited", its code only in --json.
+    monkeypatch.setattr("time.time", lambda: 960.0)
+    tasks_daemon.ended = [
+        {**ENDED[0], "id": "5", "reason": "exit", "exit_status": {"code": "exited", "status": 127}},
+        {**ENDED[0], "id": "6", "reason": "oom_kill", "exit_status": {"code": "killed", "signal": "KILL"}},
+        {**ENDED[0], "id": "9", "reason": "exit", "exit_status": {"code": "dumped", "signal": "SEGV"}},
+        {**ENDED[0], "id": "10", "exit_status": None}]
+    piped = CliRunner().invoke(main, ["ps", "--ended", "--noheader", "--format", "id,exit,reason"]).output
+    assert piped.splitlines() == ["5   127           exit", "6   SIGKILL       oom_kill", "9   SIGSEGV+core  exit",
+                                  "10  -             time_limit"]
+    monkeypatch.setattr("governor.cli.ps.on_terminal", lambda: True)
+    table = CliRunner(env={"COLUMNS": "80"}).invoke(main, ["ps", "--ended"]).output
+    assert "exit" in table.splitlines()[1].split()
+    rows = [line.split() for line in table.splitlines() if line.split()[:1] in (["5"], ["6"], ["9"], ["10"])]
+    exits = {"5": "127", "6": "SIGKILL", "9": "SIGSEGV+core", "10": "-"}
+    assert len(rows) == 4 and all(exits[cells[0]] in cells[1:] for cells in rows), table
+    everyone = CliRunner(env={"COLUMNS": "80"}).invoke(main, ["ps", "--ended", "--all"]).output
+    assert "why" in everyone.splitlines()[1].split() and "OOM kill" in everyone, everyone  # rich dropped it

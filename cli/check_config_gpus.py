@@ -1,0 +1,101 @@
+"""What ``governor check-config`` says of GPUs on this host: the GPUs ``capacity.gpus`` finds,
+their control nodes, and what keeps processes outside governor's tasks from them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from governor.config import Config
+
+
+def gpus_on_this_host(config: Config):
+    """The GPUs ``capacity.gpus`` finds here (a :class:`governor.gpus.GpuInventory`), or None
+    when no GPU is governed.
+
+    Raises:
+        ConfigError: at ``capacity.gpus``, as the daemon would refuse it (NVML missing, a node
+            that is not a character device, no GPU found).
+    """
+    if config.gpus is None:
+        return None
+    from governor.errors import ConfigError
+    from governor.gpus import GpuError
+    from governor.nvml import discover
+
+    try:
+        return discover(config.gpus, config.gpu_control)
+    except GpuError as error:
+        raise ConfigError(config.file, "capacity.gpus", error.reason) from None
+
+
+def gpu_report(config: Config, mode: str) -> list[str]:
+    """What ``check-config`` says of GPUs on this host (cgroup ``mode``: ``v1``/``v2``): each GPU
+    found (governor's index, node, UUID, name), the control nodes, how the kernel keeps tasks
+    from the others' nodes, and whether the ``dmem`` controller could cap GPU memory; one line
+    saying so when no GPU is governed.
+
+    Raises:
+        ConfigError: at ``capacity.gpus`` (:func:`gpus_on_this_host`).
+    """
+    from governor.cgroups.detect import device_guard, dmem_regions
+    from governor.errors import CgroupError
+
+    gpus = gpus_on_this_host(config)
+    if gpus is None:
+        return ["gpus: none governed (capacity.gpus)"]
+    source = "NVML" if gpus.source == "nvml" else "the listed device nodes"
+    lines = [f"gpus: {len(gpus.gpus)} found through {source}; tasks ask with governor run --gpus N"]
+    for gpu in gpus.gpus:
+        about = ", ".join(part for part in (gpu.uuid or "no UUID: CUDA_VISIBLE_DEVICES names it by minor number",
+                                            gpu.name) if part)
+        lines.append(f"  gpu {gpu.index}: {gpu.node} ({gpu.major}:{gpu.minor}), {about}")
+    control = ", ".join(path for path, _, _ in gpus.control) or "none found"
+    lines.append(f"  control nodes (denied to governor's tasks holding no GPU): {control}")
+    lines += [f"  note: {note}" for note in gpus.notes]
+    try:
+        lines.append(f"  kept from other tasks' GPUs by: {device_guard()}")
+    except CgroupError as error:
+        lines.append(f"  kept from other tasks' GPUs by: unknown ({error})")
+    lines += gpu_guard_report(config, gpus, mode)
+    regions = dmem_regions()
+    lines.append("  GPU memory: not capped (the kernel's dmem controller is not here: Linux 6.14+ on cgroup v2)"
+                 if regions is None else
+                 f"  GPU memory: not capped; dmem lists {len(regions)} region(s) it could cap: "
+                 + "; ".join(regions))
+    return lines
+
+
+def gpu_guard_report(config: Config, gpus, mode: str) -> list[str]:
+    """What keeps processes outside governor's tasks from the GPUs (``capacity.gpu_guard``) on
+    this host (cgroup ``mode``: ``v1``/``v2``): where the nodes are denied, what is not covered,
+    and the processes holding a GPU node now (system services outside governor are left alone;
+    ``gpus``: the inventory)."""
+    from governor.cgroups.detect import CGROUP_ROOT, v1_mounts
+    from governor.cgroups.device_guard import GUARD_NAME, plan_guard
+    from governor.openfiles import node_holders, process_name
+    from pathlib import Path
+
+    rules = config.gpu_guard
+    kind = "tasks" if rules.kind == "sessions" and not config.sessions.enabled else rules.kind
+    mount = CGROUP_ROOT if mode == "v2" else v1_mounts().get("devices", CGROUP_ROOT / "devices")
+    # The daemon's root is not known here: nothing is left out for holding it.
+    plan = plan_guard(kind, rules.parents, mode=mode, mount=mount, governor_root=Path("/"))
+    how = f"a BPF device program named {GUARD_NAME}" if mode == "v2" else "devices.deny"
+    lines = [f"  outside governor's tasks (gpu_guard = \"{rules.kind}\""
+             + (", sessions off" if kind != rules.kind else "") + "):"]
+    if plan.places:
+        lines.append(f"    GPU and control nodes denied on {', '.join(map(str, plan.places))} ({how}; "
+                     "descendants cannot allow them)" + (" but the one holding governor's root" if kind == "host" else ""))
+    else:
+        lines.append("    processes outside governor's tasks are NOT kept from GPUs: nowhere to deny them"
+                     + ('; gpu_guard = "host" denies them on every top-level cgroup but governor\'s' if kind == "tasks"
+                        else ""))
+    if kind == "sessions" and not plan.places:
+        lines.append("    a session process found holding a GPU node is ended and logged instead (every 5 s)")
+    lines += [f"    note: {note}" for note in plan.notes if not note.startswith('gpu_guard = "tasks"')]
+    numbers = {(gpu.major, gpu.minor) for gpu in gpus.gpus} | {(major, minor) for _, major, minor in gpus.control}
+    held = node_holders(numbers)
+    lines.append("    holding a GPU or control node now (processes outside governor are left alone): "
+                 + (", ".join(f"{process_name(pid) or '?'} (pid {pid})" for pid in sorted(held)) or "none"))
+    return lines

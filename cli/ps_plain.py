@@ -1,0 +1,114 @@
+"""``governor ps`` for scripts: plain text columns, one line per task, never wrapped or cut.
+
+Used when the output is not a terminal, or with ``--format``/``--noheader`` (as squeue's). Pure:
+lines from the daemon's rows (docs/user.md: "governor ps"), ``now`` passed in.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from governor.cli import view_common as view
+from governor.cli.ps_view import REASONS, ended_why, triple
+from governor.units import format_timespan
+
+# Each field: what it shows. Amounts as ps shows them; "-" where there is none.
+TASK_FIELDS = {
+    "id": "task id", "name": "task name", "group": "group", "user": "user", "pid": "the launched command's pid",
+    "state": "running or queued", "position": "place in the queue", "age": "time running, or queued",
+    "cpu": "cores: guarantee/cap/use", "memory": "reserved/cap/use", "gpus": "GPUs held",
+    "processes": "how many processes", "reason": "why a queued task waits",
+}
+ENDED_FIELDS = {
+    "id": "task id", "name": "task name", "group": "group", "user": "user", "ended": "how long ago",
+    "exit": "exit code, or the signal that ended it", "wall": "wall time", "cpu": "CPU time",
+    "peak": "memory peak", "reason": "exit, stop, time_limit or oom_kill", "why": "why, in words",
+}
+
+
+def default_fields(*, ended: bool, users: bool, gpus: bool) -> list[str]:
+    """The fields plain output shows without ``--format`` (``users``: with ``--all``;
+    ``gpus``: a listed task holds or declared GPUs); the one with spaces last."""
+    if ended:
+        return ["id", "name", "group", *(["user"] if users else []), "ended", "exit", "wall", "cpu", "peak", "why"]
+    return ["id", "name", "group", *(["user"] if users else []), "state", "age", "cpu", "memory",
+            *(["gpus"] if gpus else []), "reason"]
+
+
+def parse_fields(text: str, *, ended: bool) -> list[str]:
+    """``--format``'s comma-separated field names, checked.
+
+    Raises:
+        ValueError: naming the unknown field and listing the known ones.
+    """
+    known = ENDED_FIELDS if ended else TASK_FIELDS
+    fields = [field.strip() for field in text.split(",") if field.strip()]
+    for field in fields:
+        if field not in known:
+            raise ValueError(f"unknown field {field!r}; {'ps --ended' if ended else 'ps'} fields: {', '.join(known)}")
+    if not fields:
+        raise ValueError(f"no field given; fields: {', '.join(known)}")
+    return fields
+
+
+def lines(rows: list[dict], fields: list[str], *, now: float, ended: bool, header: bool = True) -> list[str]:
+    """``rows`` as aligned columns of ``fields`` (two spaces apart, the last unpadded), with a
+    header line of the field names unless ``header`` is False. A value is never cut: a column
+    is as wide as its widest value."""
+    cell = _ended_cell if ended else _task_cell
+    table = [[cell(row, field, now) for field in fields] for row in view.printable(rows)]
+    if header:
+        table.insert(0, list(fields))
+    widths = [max(len(cells[index]) for cells in table) for index in range(len(fields))]
+    return ["  ".join(value.ljust(width) for value, width in zip(cells, widths)).rstrip() for cells in table]
+
+
+def _one_line(value: object) -> str:
+    """A cell on one line, ``-`` for nothing (a script splits on whitespace)."""
+    text = " ".join(str(value).split()) if value not in (None, "") else ""
+    return text or "-"
+
+
+def _task_cell(row: dict, field: str, now: float) -> str:
+    if field in ("cpu", "memory"):
+        return triple(row, field, "guarantee" if field == "cpu" else "reserved").replace("—", "-")
+    if field == "age":
+        started = row.get("started") if row.get("state") == "running" else row.get("queued_at")
+        return "-" if started is None else view.duration(now - started).replace(" ", "")
+    if field == "gpus":
+        return view.gpu_list(row.get("gpus")).replace("—", "-")
+    if field == "processes":
+        return _one_line(row.get("processes_total"))
+    return _one_line(row.get(field))
+
+
+def _ended_cell(record: dict, field: str, now: float) -> str:
+    if field == "ended":
+        return view.duration(now - record.get("ended", now)).replace(" ", "")
+    if field == "exit":
+        return exit_words(record.get("exit_status"))
+    if field in ("wall", "cpu"):
+        seconds = record.get(f"{field}_s")
+        return "-" if seconds is None else format_timespan(seconds).replace(" ", "")
+    if field == "peak":
+        return view.amount("memory", record.get("memory_peak")).replace("—", "-")
+    if field == "why":
+        return ended_why(record)
+    if field == "reason":
+        return _one_line(record.get("reason") if record.get("reason") in REASONS else None)
+    return _one_line(record.get(field))
+
+
+def exit_words(status: object) -> str:
+    """An ended task's ``exit_status`` in a cell: its exit code (``127``), or the signal that
+    ended it (``SIGKILL``, ``SIGSEGV+core`` where it dumped core); ``-`` where the daemon does
+    not know it (Linux before 6.15, sessions, re-adopted tasks)."""
+    if not isinstance(status, dict):
+        return "-"
+    if status.get("code") == "exited" and isinstance(status.get("status"), int):
+        return str(status["status"])
+    name = str(status.get("signal") or "?")
+    name = name if name.startswith("SIG") else f"SIG{name}"
+    if name not in signal.Signals.__members__ and not name[3:].isdigit():
+        name = "SIG?"  # from a hostile daemon: only a signal's name reaches the terminal
+    return name + ("+core" if status.get("code") == "dumped" else "")
