@@ -226,16 +226,21 @@ def unit_warnings(config: Config, mode: str, unit: Path | None = None, kernel: s
     """What the daemon's installed systemd unit lacks for ``config`` on this host, read from
     ``unit`` (default: where ``install-systemd`` writes governor.service) and its drop-ins:
     with ``capacity.gpus`` on cgroup v2 (``mode`` ``"v2"``), the daemon loads a BPF device
-    program, which needs CAP_BPF (CAP_SYS_ADMIN on a ``kernel`` release before 5.8; default: this
-    host's) in ``CapabilityBoundingSet=`` and ``bpf`` in an allow-list ``SystemCallFilter=``.
-    One warning per missing item, naming it and the fix; none when no unit is installed there."""
+    program, which needs CAP_BPF (CAP_SYS_ADMIN stands in on a ``kernel`` release before 5.8;
+    default: this host's), and replaces or takes off programs attached earlier (a reload, a
+    restart, the GPU guard), which needs CAP_SYS_ADMIN (``BPF_PROG_GET_FD_BY_ID``), both in
+    ``CapabilityBoundingSet=``; and ``bpf`` in an allow-list ``SystemCallFilter=``. One warning
+    per missing item, naming it and the fix; none when no unit is installed there."""
     from governor.cli.install_systemd import UNIT_DIR, unit_values
 
     unit = unit or Path("/") / UNIT_DIR / "governor.service"
     if config.gpus is None or mode != "v2" or not unit.is_file():
         return []
     release = tuple(int(part) for part in re.findall(r"\d+", kernel or os.uname().release)[:2])
-    capability = "CAP_BPF" if release >= (5, 8) else "CAP_SYS_ADMIN"
+    needed = {"CAP_SYS_ADMIN": "a device program attached earlier could not be replaced or taken off (EPERM at "
+                               "the first reload, restart or stop that changes one)"}
+    if release >= (5, 8):
+        needed = {"CAP_BPF": "the daemon would fail to start", **needed}
     why = (f"capacity.gpus on cgroup v2: the daemon keeps tasks from other tasks' GPUs with a BPF device "
            f"program, and {unit} lacks")
     fix = ("run governor install-systemd again (its unit has them), or add it with a drop-in: systemctl edit "
@@ -248,9 +253,10 @@ def unit_warnings(config: Config, mode: str, unit: Path | None = None, kernel: s
             refused |= set(value[1:].split())
         else:
             bounding = (bounding or set()) | set(value.split()) if value else None
-    if capability in refused or (bounding is not None and capability not in bounding):
-        warnings.append(f"{why} {capability} in CapabilityBoundingSet= (the daemon would fail to start): "
-                        f"{fix} CapabilityBoundingSet={capability}")
+    for capability, without in needed.items():
+        if capability in refused or (bounding is not None and capability not in bounding):
+            warnings.append(f"{why} {capability} in CapabilityBoundingSet= ({without}): "
+                            f"{fix} CapabilityBoundingSet={capability}")
     filters = unit_values(unit, "SystemCallFilter")
     allowed = [value for value in filters if value and not value.startswith("~")]
     if any("bpf" in value[1:].split() for value in filters if value.startswith("~")) or (

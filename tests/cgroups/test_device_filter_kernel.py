@@ -13,6 +13,7 @@ import errno
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -123,6 +124,19 @@ def test_bpf_program_denies_only_the_listed_node(nodes):
         check_denies_only_the_listed_node(cgroup_dir, *nodes, "v2")
     finally:
         remove_dir(cgroup_dir)
+
+
+def test_without_cap_sys_admin_the_filter_is_reported_unsupported():
+    # Review of main, finding 1: under the unit's CAP_BPF alone a program loaded, but none could
+    # be replaced or detached later (BPF_PROG_GET_FD_BY_ID needs CAP_SYS_ADMIN): say so at once.
+    reason = bpf_device_filter_supported() or (None if shutil.which("setpriv") else "no setpriv here")
+    if reason:
+        pytest.skip(reason)
+    check = "from governor.cgroups.device_filter import bpf_device_filter_supported as s; print(s())"
+    out = subprocess.run(["setpriv", "--inh-caps=-sys_admin", "--bounding-set=-sys_admin", sys.executable, "-c",
+                          check], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("bpf(BPF_PROG_GET_FD_BY_ID) of a device program it loaded failed: Operation not "
+                          "permitted: this process lacks CAP_SYS_ADMIN"), out
 
 
 def test_a_refused_program_reports_the_verifier_log(monkeypatch, tmp_path):
