@@ -269,7 +269,12 @@ def test_the_daemons_unit_is_checked_for_what_gpus_on_cgroup_v2_need(tmp_path):
     assert capability.endswith("systemctl edit governor, [Service] CapabilityBoundingSet=CAP_BPF")
     assert "lacks CAP_SYS_ADMIN in CapabilityBoundingSet= (a device program attached earlier could not be " in admin
     assert "lacks the bpf system call in SystemCallFilter=" in syscall and syscall.endswith("SystemCallFilter=bpf")
-    assert unit_warnings(gpus, "v1", unit, "6.1.0") == []  # v1 guards devices with devices.deny
+    [v1] = unit_warnings(gpus, "v1", unit, "6.1.0")  # v1 guards devices with devices.deny: CAP_SYS_ADMIN only
+    assert v1.startswith(f"capacity.gpus on cgroup v1: the daemon keeps tasks from other tasks' GPUs with "
+                         f"devices.deny, and {unit} lacks CAP_SYS_ADMIN in CapabilityBoundingSet= (the kernel refuses")
+    unit.write_text(SHIPPED_UNIT.read_text())
+    assert unit_warnings(gpus, "v1", unit, "6.1.0") == []
+    unit.write_text(old)
     assert unit_warnings(parse_config(groups, "plain.toml"), "v2", unit, "6.1.0") == []
     (tmp_path / "governor.service.d").mkdir()
     (tmp_path / "governor.service.d" / "override.conf").write_text(
