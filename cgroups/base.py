@@ -65,6 +65,9 @@ class DriverBase(abc.ABC):
         # rel → the limits last applied there in full: the same limits again write nothing and
         # need no diff (most groups, on most refills).
         self._applied: dict[str, CgroupLimits] = {}
+        # The cgroups whose device rules were reconciled with the kernel's since this driver
+        # began: until then an earlier daemon's rules may be there, which the record lacks.
+        self._devices_known: set[str] = set()
 
     def apply(self, rel: str, limits: CgroupLimits) -> list[str]:
         """Bring cgroup ``rel`` to ``limits``, writing only the files whose value differs from
@@ -121,6 +124,10 @@ class DriverBase(abc.ABC):
                 record.pop(gone, None)
             else:
                 record.clear()
+        if gone:
+            self._devices_known.discard(gone)
+        else:
+            self._devices_known.clear()
 
     def populated(self, rel: str) -> bool:
         """Whether cgroup ``rel`` or a cgroup below it holds a process.
@@ -232,6 +239,13 @@ class DriverBase(abc.ABC):
     def _apply_one(self, rel: str, limits: CgroupLimits) -> tuple[list[str], list[CgroupError]]:
         """Write what differs from the record of ``rel`` in this mode's order: the files
         written, and every refusal (the record keeps the old value of each)."""
+
+    def _devices_unknown(self, rel: str, known: bool = False) -> bool:
+        """Whether ``rel``'s device rules are yet to be reconciled with the kernel's (an earlier
+        daemon's may be there, which the record lacks); with ``known``, they now are."""
+        if known:
+            self._devices_known.add(_normal(rel))
+        return _normal(rel) not in self._devices_known
 
     def _record(self, rel: str) -> dict[Hashable, str]:
         """The record of ``rel``, its own to change (a shared one is copied first)."""

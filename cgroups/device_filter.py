@@ -45,8 +45,7 @@ from pathlib import Path
 from governor.cgroups.device_rules import Device, checked_device, devices_text
 from governor.cgroups.errors import CgroupUnsupported, CgroupWriteError
 
-__all__ = ["PROGRAM_NAME", "attach_deny_program", "attached_programs", "bpf_device_filter_supported",
-           "deny_program"]
+__all__ = ["PROGRAM_NAME", "attach_deny_program", "attached_programs", "bpf_device_filter_supported", "deny_program"]
 
 # The name governor's device programs are loaded with (at most 15 characters: BPF_OBJ_NAME_LEN).
 PROGRAM_NAME = "governor_dev"
@@ -63,7 +62,6 @@ _R0, _R1, _R2, _R4, _R5 = 0, 1, 2, 4, 5
 # low 16 bits of access_type are the device type, the high 16 the access (BPF_DEVCG_ACC_*).
 _CTX_ACCESS_TYPE, _CTX_MAJOR, _CTX_MINOR = 0, 4, 8
 _DEVCG_TYPE = {"b": 1, "c": 2}  # BPF_DEVCG_DEV_BLOCK, BPF_DEVCG_DEV_CHAR
-
 
 
 def _insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
@@ -258,8 +256,8 @@ def attach_deny_program(cgroup_dir: Path, denied: Sequence[Device], *, name: str
         ValueError: as :func:`deny_program`.
         CgroupWriteError: ``bpf()`` or opening the directory failed; ``path`` is the cgroup
             directory, ``value`` describes the program (``"BPF device program denying c 195:0,
-            c 195:255"``), ``errno`` is set (``EPERM`` without CAP_BPF/CAP_NET_ADMIN or
-            CAP_SYS_ADMIN, ``EBADF`` when the directory is not on cgroup2, ``ENOENT`` when the
+            c 195:255"``), ``errno`` is set (``EPERM`` without CAP_BPF/CAP_NET_ADMIN, or without
+            CAP_SYS_ADMIN once a program is attached there, ``EBADF`` when not cgroup2, ``ENOENT`` when the
             cgroup vanished); a refused load carries the verifier log in the message. When
             the old program could not be detached, both stay (the access allowed is what
             both allow): a later call detaches it.
@@ -372,26 +370,30 @@ def _programs(dir_fd: int, path: str, value: str) -> Iterator[tuple[int, int, st
 
 
 def bpf_device_filter_supported() -> str | None:
-    """``None`` when this process can load a ``BPF_PROG_TYPE_CGROUP_DEVICE`` program here
-    (it loads :func:`deny_program` ``([])`` and closes it), else a sentence saying why not.
-
-    Only loading is tried: attaching also needs a cgroup2 directory, which the caller checks.
-    Never raises.
-    """
+    """``None`` when this process can load a ``BPF_PROG_TYPE_CGROUP_DEVICE`` program and get its
+    fd by its id (``BPF_PROG_GET_FD_BY_ID``, as :func:`attach_deny_program` does for each program
+    it replaces or detaches: CAP_SYS_ADMIN only, CAP_BPF does not cover it), else a sentence
+    saying why not. Attaching needs a cgroup2 directory too, which the caller checks. Never raises."""
     try:
-        os.close(_load(deny_program([]), "bpf"))
+        prog_fd = _load(deny_program([]), "bpf")
     except CgroupUnsupported as e:
         return str(e)
     except OSError as e:
-        name = _errno.errorcode.get(e.errno, str(e.errno))
-        failed = f"bpf(BPF_PROG_LOAD) of a device program failed: {os.strerror(e.errno)} ({name})"
-        if e.errno == _errno.EPERM:
-            return (f"{failed}: this process lacks CAP_BPF and CAP_NET_ADMIN (CAP_SYS_ADMIN before "
-                    "Linux 5.8), or, before 5.11, its RLIMIT_MEMLOCK is too low")
-        if e.errno == _errno.EINVAL:
-            return (f"{failed}: the kernel does not know BPF_PROG_TYPE_CGROUP_DEVICE (built without "
-                    "CONFIG_CGROUP_BPF, or older than 4.15)")
-        if e.errno == _errno.ENOSYS:
-            return f"{failed}: the kernel has no bpf() syscall (built without CONFIG_BPF_SYSCALL)"
-        return failed
+        why = {_errno.EPERM: ": this process lacks CAP_BPF and CAP_NET_ADMIN (CAP_SYS_ADMIN before Linux 5.8), or, "
+                             "before 5.11, its RLIMIT_MEMLOCK is too low",
+               _errno.EINVAL: ": the kernel does not know BPF_PROG_TYPE_CGROUP_DEVICE (built without "
+                              "CONFIG_CGROUP_BPF, or older than 4.15)",
+               _errno.ENOSYS: ": the kernel has no bpf() syscall (built without CONFIG_BPF_SYSCALL)"}
+        return f"bpf(BPF_PROG_LOAD) of a device program failed: {os.strerror(e.errno)}{why.get(e.errno, '')}"
+    info = _ProgInfo()
+    try:
+        _bpf(_BPF_OBJ_GET_INFO_BY_FD, _InfoAttr(bpf_fd=prog_fd, info_len=ctypes.sizeof(info),
+                                                info=ctypes.addressof(info)), "bpf")
+        os.close(_bpf(_BPF_PROG_GET_FD_BY_ID, _GetFdByIdAttr(prog_id=info.id), "bpf"))
+    except OSError as e:
+        lacks = (": this process lacks CAP_SYS_ADMIN, without which a device program attached earlier (by this daemon, "
+                 "or one before a restart) can be neither replaced nor taken off") if e.errno == _errno.EPERM else ""
+        return f"bpf(BPF_PROG_GET_FD_BY_ID) of a device program it loaded failed: {os.strerror(e.errno)}{lacks}"
+    finally:
+        os.close(prog_fd)
     return None

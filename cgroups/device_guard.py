@@ -54,15 +54,21 @@ class GuardPlan:
     notes: tuple[str, ...]
 
 
-def plan_guard(kind: str, parents: Sequence[str], *, mode: str, mount: Path, governor_root: Path) -> GuardPlan:
+def plan_guard(kind: str, parents: Sequence[str], *, mode: str, mount: Path, governor_root: Path,
+               daemon_cgroup: Path | None = None) -> GuardPlan:
     """Where ``[capacity] gpu_guard = kind`` puts the guard (reads which cgroups exist).
 
     Args:
         kind: ``"sessions"`` (``parents``, relative to ``mount``), ``"host"`` (every top-level
-            cgroup of ``mount`` but the one holding ``governor_root``) or ``"tasks"`` (none).
+            cgroup of ``mount`` but those holding ``governor_root`` or ``daemon_cgroup``) or
+            ``"tasks"`` (none).
         mode: ``"v2"`` or ``"v1"``; mount: the cgroup2 mount, or the v1 ``devices``
             hierarchy's; governor_root: governor's root in that hierarchy (never guarded:
             its tasks must open their GPUs).
+        daemon_cgroup: the directory of the daemon's own cgroup in that hierarchy (from
+            ``/proc/self/cgroup``; ``system.slice/governor.service`` under the shipped unit),
+            never guarded either: the daemon's own NVML calls open ``/dev/nvidiactl``. None:
+            not known.
     """
     if kind == "tasks":
         return GuardPlan(mode, (), ('gpu_guard = "tasks": processes outside governor\'s tasks are not kept from '
@@ -78,6 +84,9 @@ def plan_guard(kind: str, parents: Sequence[str], *, mode: str, mount: Path, gov
         if place == governor_root or place in governor_root.parents:
             notes.append(f"{place} is not guarded: it holds governor's root, whose tasks open their GPUs; its "
                          "other processes are not kept from GPUs")
+        elif daemon_cgroup is not None and (place == daemon_cgroup or place in daemon_cgroup.parents):
+            notes.append(f"{place} is not guarded: it holds the governor daemon ({daemon_cgroup}), which opens the "
+                         "GPUs' control nodes itself; its other processes are not kept from GPUs")
         elif not place.is_dir():
             notes.append(f"{place} does not exist here: not guarded")
         else:

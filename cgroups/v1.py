@@ -48,7 +48,7 @@ from governor.cgroups.limits import (DEFAULT_PERIOD_USEC, V1_ORDER, CgroupLimits
 from governor.cgroups.nesting import QuotaNesting
 from governor.cgroups.parse import format_cpu_list, parse_cpu_list, parse_pids
 from governor.cgroups.stats import CgroupStats
-from governor.cgroups.v1_cgroup import init_cpuset, populated_below, read_v1_stats
+from governor.cgroups.v1_cgroup import init_cpuset, populated_below, read_v1_stats, reset_devices
 
 __all__ = ["CgroupV1Driver", "REQUIRED_CONTROLLERS"]
 
@@ -195,6 +195,13 @@ class CgroupV1Driver(DriverBase):
         last = self._record(rel)
         desired = [(v1_key(c, f, v), v) for c, f, v in v1_files(limits)]
         written, errors = [], []
+        if ("devices" in self.roots and not limits.devices_denied and self._devices_unknown(rel)
+                and not any(key[1] == "devices.deny" for key in last)):
+            try:  # nothing to deny: the diff would leave an earlier daemon's devices.deny lines
+                reset_devices(self.controller_path("devices", rel))
+                self._devices_unknown(rel, known=True)
+            except CgroupError as error:
+                errors.append(error)
         for key, value in diff_writes(desired, last, rank=lambda k: V1_ORDER.index(k[:2])):
             controller, file, _ = key
             try:

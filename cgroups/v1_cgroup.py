@@ -1,18 +1,20 @@
 """One cgroup v1 cgroup's directories, for :class:`~governor.cgroups.v1.CgroupV1Driver`: its
 counters, read from its directory in each hierarchy in v2's terms
-(:class:`~governor.cgroups.stats.CgroupStats`), whether it holds a process, and a new cpuset's
-CPUs and memory nodes."""
+(:class:`~governor.cgroups.stats.CgroupStats`), whether it holds a process, a new cpuset's
+CPUs and memory nodes, and its device rules taken back to its parent's."""
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Mapping
 from pathlib import Path
 
+from governor.cgroups.errors import CgroupWriteError
 from governor.cgroups.files import list_children, read_file, write_file
 from governor.cgroups.parse import parse_blkio_service_bytes, parse_flat_keyed, parse_int, parse_pids
 from governor.cgroups.stats import CgroupStats
 
-__all__ = ["init_cpuset", "populated_below", "read_v1_stats"]
+__all__ = ["init_cpuset", "populated_below", "read_v1_stats", "reset_devices"]
 
 NS_PER_USEC = 1_000
 
@@ -72,3 +74,23 @@ def init_cpuset(directory: Path) -> None:
     for file in ("cpuset.cpus", "cpuset.mems"):
         if not read_file(directory, file).strip():
             write_file(directory, file, read_file(directory.parent, file).strip())
+
+
+def reset_devices(devices_dir: Path) -> None:
+    """Take the device rules of the v1 ``devices`` cgroup ``devices_dir`` back to its parent's:
+    ``a`` written to ``devices.allow`` makes the kernel drop the cgroup's own exceptions and copy
+    its parent's (security/device_cgroup.c), so whatever a daemon before this one denied there
+    goes. Its ``devices.list`` cannot say which those are: while a cgroup allows by default the
+    kernel lists only ``a *:* rwm``, never the denials. Left as they are, and no error: a cgroup
+    with children (``EINVAL``: governor's root and groups, which it gives no device rules), one
+    whose parent does not allow every device (``EPERM``: nothing was reset), one that is not in
+    the devices hierarchy (``ENOENT``: a task's that started before it was used).
+
+    Raises:
+        CgroupWriteError: the kernel refused otherwise (``errno`` set).
+    """
+    try:
+        write_file(devices_dir, "devices.allow", "a")
+    except CgroupWriteError as error:
+        if error.errno not in (errno.EINVAL, errno.EPERM, errno.ENOENT):
+            raise

@@ -63,6 +63,7 @@ class CgroupV2Driver(DriverBase):
     def __init__(self, root: Path):
         super().__init__()
         self.root = root
+        self._bpf_usable: bool | None = None  # whether device programs can be attached here: asked once
 
     def path(self, rel: str) -> Path:
         """Return the directory of cgroup ``rel``.
@@ -165,6 +166,15 @@ class CgroupV2Driver(DriverBase):
         if limits.devices_denied:
             desired.append((V2_DEVICE_PROGRAM, devices_text(limits.devices_denied)))
         written, errors = [], []
+        if V2_DEVICE_PROGRAM not in last and not limits.devices_denied and self._devices_unknown(rel):
+            try:  # nothing to attach: the diff would leave an earlier daemon's program in place
+                self._forget_earlier_program(directory)
+                self._devices_unknown(rel, known=True)
+            except CgroupError as error:
+                errors.append(error)
+                if error.vanished:
+                    log.debug("%s (cgroup vanished, its task probably exited)", error)
+                    return written, errors
         for key, value in diff_writes(desired, last, rank=_rank):
             file = key[0]
             try:
@@ -187,6 +197,26 @@ class CgroupV2Driver(DriverBase):
         if written:
             log.debug("applied %s to %s", ", ".join(written), directory)
         return written, errors
+
+    def _forget_earlier_program(self, directory: Path) -> None:
+        """Detach governor's device program from ``directory`` if an earlier daemon left one
+        there (this driver has no record of it, and the plan denies nothing): the record then
+        says what the kernel holds. Only where this process can attach programs at all
+        (:func:`bpf_device_filter_supported`, asked once): elsewhere none of ours can be there.
+
+        Raises:
+            CgroupWriteError: as :func:`attach_deny_program`; a directory not on cgroup2
+                (``EBADF``) holds no program and is no error.
+        """
+        if self._bpf_usable is None:
+            self._bpf_usable = bpf_device_filter_supported() is None
+        if not self._bpf_usable:
+            return
+        try:
+            attach_deny_program(directory, ())
+        except CgroupWriteError as error:
+            if error.errno != errno.EBADF:
+                raise
 
     def device_guard_problem(self) -> str | None:
         """Why no BPF device program can be attached here (no ``CONFIG_CGROUP_BPF``, no

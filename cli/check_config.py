@@ -189,20 +189,30 @@ def check_on_this_host(config: Config) -> dict[str, float]:
 
 def unit_warnings(config: Config, mode: str, unit: Path | None = None, kernel: str | None = None) -> list[str]:
     """What the daemon's installed systemd unit lacks for ``config`` on this host, read from
-    ``unit`` (default: where ``install-systemd`` writes governor.service) and its drop-ins:
-    with ``capacity.gpus`` on cgroup v2 (``mode`` ``"v2"``), the daemon loads a BPF device
-    program, which needs CAP_BPF (CAP_SYS_ADMIN on a ``kernel`` release before 5.8; default: this
-    host's) in ``CapabilityBoundingSet=`` and ``bpf`` in an allow-list ``SystemCallFilter=``.
-    One warning per missing item, naming it and the fix; none when no unit is installed there."""
+    ``unit`` (default: where ``install-systemd`` writes governor.service) and its drop-ins.
+    With ``capacity.gpus`` on cgroup v2 (``mode`` ``"v2"``), the daemon loads a BPF device
+    program, which needs CAP_BPF (CAP_SYS_ADMIN stands in on a ``kernel`` release before 5.8;
+    default: this host's), and replaces or takes off programs attached earlier (a reload, a
+    restart, the GPU guard), which needs CAP_SYS_ADMIN (``BPF_PROG_GET_FD_BY_ID``), both in
+    ``CapabilityBoundingSet=``, and ``bpf`` in an allow-list ``SystemCallFilter=``; on v1
+    (``"v1"``), the kernel takes a ``devices.deny`` line only from CAP_SYS_ADMIN. One warning
+    per missing item, naming it and the fix; none when no unit is installed there."""
     from governor.cli.install_systemd import UNIT_DIR, unit_values
 
     unit = unit or Path("/") / UNIT_DIR / "governor.service"
-    if config.gpus is None or mode != "v2" or not unit.is_file():
+    if config.gpus is None or mode not in ("v1", "v2") or not unit.is_file():
         return []
     release = tuple(int(part) for part in re.findall(r"\d+", kernel or os.uname().release)[:2])
-    capability = "CAP_BPF" if release >= (5, 8) else "CAP_SYS_ADMIN"
+    needed = {"CAP_SYS_ADMIN": "a device program attached earlier could not be replaced or taken off (EPERM at "
+                               "the first reload, restart or stop that changes one)"}
+    if release >= (5, 8):
+        needed = {"CAP_BPF": "the daemon would fail to start", **needed}
     why = (f"capacity.gpus on cgroup v2: the daemon keeps tasks from other tasks' GPUs with a BPF device "
            f"program, and {unit} lacks")
+    if mode == "v1":
+        needed = {"CAP_SYS_ADMIN": "the kernel refuses every devices.deny line without it: EPERM at each GPU launch"}
+        why = (f"capacity.gpus on cgroup v1: the daemon keeps tasks from other tasks' GPUs with devices.deny, and "
+               f"{unit} lacks")
     fix = ("run governor install-systemd again (its unit has them), or add it with a drop-in: systemctl edit "
            "governor, [Service]")
     warnings = []
@@ -213,10 +223,11 @@ def unit_warnings(config: Config, mode: str, unit: Path | None = None, kernel: s
             refused |= set(value[1:].split())
         else:
             bounding = (bounding or set()) | set(value.split()) if value else None
-    if capability in refused or (bounding is not None and capability not in bounding):
-        warnings.append(f"{why} {capability} in CapabilityBoundingSet= (the daemon would fail to start): "
-                        f"{fix} CapabilityBoundingSet={capability}")
-    filters = unit_values(unit, "SystemCallFilter")
+    for capability, without in needed.items():
+        if capability in refused or (bounding is not None and capability not in bounding):
+            warnings.append(f"{why} {capability} in CapabilityBoundingSet= ({without}): "
+                            f"{fix} CapabilityBoundingSet={capability}")
+    filters = unit_values(unit, "SystemCallFilter") if mode == "v2" else []
     allowed = [value for value in filters if value and not value.startswith("~")]
     if any("bpf" in value[1:].split() for value in filters if value.startswith("~")) or (
             allowed and not any("bpf" in value.split() for value in allowed)):

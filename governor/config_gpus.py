@@ -6,7 +6,8 @@ is the daemon's to find (:mod:`governor.cgroups.device_guard`).
   before governor moves them, ``gpu_guard_parents`` (default ``["user.slice"]``, logind's),
   so none opens a GPU, moved yet or not. With sessions off nothing outside governor's tasks is
   guarded, and ``check-config`` and ``status`` say so.
-- ``"host"``: every top-level cgroup but the one holding governor's root, sessions on or off.
+- ``"host"``: every top-level cgroup but those holding governor's root or the daemon itself,
+  sessions on or off.
 - ``"tasks"``: governor's tasks only (each denied the GPUs it does not hold).
 """
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from governor.cgroups.detect import v1_mounts
+from governor.cgroups.detect import cgroup_dirs, v1_mounts
 from governor.cgroups.device_guard import GuardPlan, plan_guard, put_guard, take_guard
+from governor.cgroups.errors import CgroupError
 from governor.cgroups.hierarchy import Hierarchy
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
@@ -114,10 +115,21 @@ class GpuGuard:
         """Where ``kind`` goes in the hierarchy this host guards devices with."""
         if self.hierarchy.mode == "v2":
             return plan_guard(kind, parents, mode="v2", mount=self.hierarchy.cgroup_mount,
-                              governor_root=Path(self.hierarchy.root))
+                              governor_root=Path(self.hierarchy.root), daemon_cgroup=_own_cgroup(""))
         mount = v1_mounts().get("devices")
         root = getattr(self.hierarchy.driver, "roots", {}).get("devices")
         if mount is None or root is None:
             return GuardPlan("v1", (), ("the v1 devices controller is not mounted, or governor's root has no devices "
                                         "cgroup: processes outside governor's tasks are not kept from GPUs",))
-        return plan_guard(kind, parents, mode="v1", mount=mount, governor_root=Path(root))
+        return plan_guard(kind, parents, mode="v1", mount=mount, governor_root=Path(root),
+                          daemon_cgroup=_own_cgroup("devices"))
+
+
+def _own_cgroup(hierarchy: str) -> Path | None:
+    """The directory of this daemon's own cgroup in ``hierarchy`` (``""``: cgroup v2,
+    ``"devices"``), which the guard must leave alone (:func:`plan_guard`); None where
+    ``/proc/self/cgroup`` does not say (then nothing is left out for it)."""
+    try:
+        return cgroup_dirs().get(hierarchy)
+    except CgroupError:
+        return None

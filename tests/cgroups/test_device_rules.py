@@ -8,6 +8,7 @@ import errno
 import pytest
 
 import governor.cgroups.v1
+import governor.cgroups.v1_cgroup
 import governor.cgroups.v2
 from governor.cgroups.limits import CgroupLimits, v1_files, v1_key
 from governor.cgroups.v1 import CgroupV1Driver
@@ -26,9 +27,11 @@ def v1(tmp_path, monkeypatch):
     """A v1 driver over empty directories, and every (hierarchy, file, value) it writes."""
     roots = {c: tmp_path / c / "governor" for c in ("cpu", "cpuacct", "cpuset", "memory", "devices")}
     writes = []
-    monkeypatch.setattr(governor.cgroups.v1, "write_file",
-                        lambda directory, file, value: writes.append((directory.relative_to(tmp_path).parts[0], file,
-                                                                      value)))
+    def write(directory, file, value):
+        writes.append((directory.relative_to(tmp_path).parts[0], file, value))
+
+    monkeypatch.setattr(governor.cgroups.v1, "write_file", write)
+    monkeypatch.setattr(governor.cgroups.v1_cgroup, "write_file", write)
     return CgroupV1Driver(roots), writes
 
 
@@ -75,12 +78,27 @@ def test_v1_rules_without_a_devices_hierarchy_are_refused_naming_it(tmp_path, mo
     assert driver.device_guard_problem() is not None
 
 
+def test_v1_a_cgroup_first_given_no_rules_is_reset_to_its_parents_rules(v1):
+    # Review of main, finding 3: after a restart the record is empty, so a task whose list is
+    # now empty kept the devices.deny lines the daemon before wrote (devices.list, which lists no
+    # denial while a cgroup allows by default, cannot say which): "a" to devices.allow drops them.
+    driver, writes = v1
+    driver.apply("t", CgroupLimits())
+    assert writes == [("devices", "devices.allow", "a")] and driver.in_force("t") == {}
+    driver.apply("t", CgroupLimits(cpu_weight=50))  # once per cgroup: the rules are known now
+    assert [w for w in writes if w[0] == "devices"] == [("devices", "devices.allow", "a")]
+    writes.clear()
+    driver.apply("u", denying(A))  # something to deny: never allow all first, not even for a moment
+    assert writes == [("devices", "devices.deny", "c 241:0 rwm")]
+
+
 @pytest.fixture
 def v2(tmp_path, monkeypatch):
     """A v2 driver over an empty directory, and every (cgroup, list) it asks the kernel for."""
     asked = []
     monkeypatch.setattr(governor.cgroups.v2, "attach_deny_program",
                         lambda directory, denied: asked.append((directory.name, tuple(denied))))
+    monkeypatch.setattr(governor.cgroups.v2, "bpf_device_filter_supported", lambda: None)
     (tmp_path / "root" / "t").mkdir(parents=True)
     return CgroupV2Driver(tmp_path / "root"), asked
 
@@ -118,3 +136,45 @@ def test_v2_a_refused_program_keeps_the_old_list_in_force_and_is_tried_again(v2,
 def test_limits_refuse_a_device_the_kernel_cannot_name(device):
     with pytest.raises(ValueError, match="device"):
         CgroupLimits(devices_denied=(device,))
+
+
+def test_v2_a_cgroup_first_given_no_rules_loses_an_earlier_daemons_program(v2, monkeypatch):
+    # Review of main, finding 3: a restarted daemon's record is empty; with an empty list the
+    # diff wrote nothing, and the program the daemon before attached stayed while in_force said
+    # none. Now the first apply takes governor's program off (attach_deny_program(dir, ())).
+    driver, asked = v2
+    (driver.path("t") / "cpu.weight").write_text("100")
+    assert driver.apply("t", CgroupLimits(cpu_weight=50)) == ["cpu.weight"]
+    assert asked == [("t", ())] and driver.in_force("t") == {"cpu.weight": "50"}
+    driver.apply("t", CgroupLimits(cpu_weight=60))
+    assert asked == [("t", ())]  # once per cgroup
+    driver.forget("t")
+    driver.apply("t", CgroupLimits())
+    assert asked == [("t", ()), ("t", ())]  # a new cgroup of that name: looked at again
+
+    def refuse(directory, denied):
+        raise CgroupWriteError(str(directory), "BPF device program denying nothing", errno.EPERM)
+
+    monkeypatch.setattr(governor.cgroups.v2, "attach_deny_program", refuse)
+    with pytest.raises(CgroupWriteError):
+        driver.apply("u", CgroupLimits())
+    monkeypatch.setattr(governor.cgroups.v2, "attach_deny_program",
+                        lambda directory, denied: asked.append((directory.name, tuple(denied))))
+    driver.apply("u", CgroupLimits())  # refused: tried again
+    assert asked[-1] == ("u", ())
+
+
+def test_v2_no_earlier_program_is_looked_for_where_none_can_be(tmp_path, monkeypatch):
+    asked = []
+    monkeypatch.setattr(governor.cgroups.v2, "bpf_device_filter_supported", lambda: "no bpf() here")
+    monkeypatch.setattr(governor.cgroups.v2, "attach_deny_program", lambda directory, denied: asked.append(denied))
+    (tmp_path / "root" / "t").mkdir(parents=True)
+    CgroupV2Driver(tmp_path / "root").apply("t", CgroupLimits())
+    assert asked == []
+    monkeypatch.setattr(governor.cgroups.v2, "bpf_device_filter_supported", lambda: None)
+
+    def not_cgroup2(directory, denied):
+        raise CgroupWriteError(str(directory), "BPF device program denying nothing", errno.EBADF)
+
+    monkeypatch.setattr(governor.cgroups.v2, "attach_deny_program", not_cgroup2)
+    assert CgroupV2Driver(tmp_path / "root").apply("t", CgroupLimits()) == []  # not cgroup2: nothing there

@@ -233,8 +233,52 @@ runuser -u alice -- "$gov" run --gpus 1 --cpus 0.1 --memory 64M -- "$py" -c "$pr
     /dev/governor-test-gpu1 >"$work/gpu.out" 2>"$work/gpu.err" || fail "the GPU task failed: $(cat "$work/gpu.out" "$work/gpu.err")"
 systemctl is-active --quiet governor || fail "governor with capacity.gpus is not active"
 echo "gpus on v2: unit $(systemctl is-active governor), restarts $(systemctl show -p NRestarts --value governor), task saw $(cat "$work/gpu.out")"
+
+echo "== capacity.gpus on cgroup v2: device programs replaced at a reload, found again after a restart"
+# Under the unit a program attached earlier can be replaced or taken off only with CAP_SYS_ADMIN
+# (BPF_PROG_GET_FD_BY_ID): a reload that adds a GPU replaces the running task's program, the
+# guard's ("host": every top-level cgroup but governor's and the daemon's own) is put again, a
+# restart finds both, and no step logs an error.
+mknod -m 0666 /dev/governor-test-gpu2 c "$major" 2
+sed -i 's/^gpu_control = \[\]$/gpu_control = []\ngpu_guard = "host"/' "$config"
+systemctl restart governor || die "restart with gpu_guard = host failed"
+runuser -u alice -- "$gov" run --gpus 1 --cpus 0.1 --memory 64M -- sleep 600 >>"$work/run.log" 2>&1 &
+wait_for 120 "the GPU task in governor status" count_status_tasks 1 || die "$(cat "$work/run.log")"
+gpu_pid=$(pgrep -u alice -x sleep)
+gpu_cg=/sys/fs/cgroup$(sed -n 's/^0:://p' "/proc/$gpu_pid/cgroup")
+# in_task NODE…: open each node from a process in the GPU task's cgroup (the kernel asks its
+# device programs at each open; root is refused as anyone is).
+in_task() { sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$gpu_cg" "$py" -c "$probe" "$@" | cut -d, -f2-; }
+ours() { "$py" -c 'import sys; from governor.cgroups.device_filter import attached_programs as a
+print(" ".join(sorted(a(__import__("pathlib").Path(sys.argv[1])).values())) or "none")' "$1"; }
+nodes=(/dev/governor-test-gpu0 /dev/governor-test-gpu1 /dev/governor-test-gpu2)
+saw=$(in_task "${nodes[@]:0:2}")
+[ "$(echo "$saw" | grep -o EPERM | wc -l)" = 1 ] || fail "the GPU task is not denied exactly the other GPU: $saw"
+guarded=$($gov status --json | "$py" -c 'import json,sys; print(" ".join(json.load(sys.stdin)["daemon"]["gpu_guard"]["guarded"]))')
+case " $guarded " in *" /sys/fs/cgroup/system.slice "*|*" /sys/fs/cgroup/governor.slice "*)
+    fail "gpu_guard = host guards the daemon's or the tasks' slice: $guarded";; esac
+since=$(date +%s)
+sleep 1   # journalctl --since has one-second resolution
+sed -i 's|^gpus = .*|gpus = ["/dev/governor-test-gpu0", "/dev/governor-test-gpu1", "/dev/governor-test-gpu2"]|' "$config"
+systemctl reload governor || fail "reload adding a GPU failed"
+wait_for 60 "the config with 3 GPUs reloaded" sh -c "journalctl -u governor --since @$since -o cat | grep -F 'config $config reloaded'"
+after_reload=$(in_task "${nodes[@]}")
+systemctl restart governor || die "restart with 3 GPUs failed"
+wait_for 60 "the restarted daemon to re-adopt the GPU task" count_status_tasks 1
+after_restart=$(in_task "${nodes[@]}")
+errors=$(journalctl -u governor -p err --since "@$since" -o cat)
+[ -z "$errors" ] || fail "the daemon logged errors at the reload or restart: $errors"
+for saw in "$after_reload" "$after_restart"; do
+    [ "$(echo "$saw" | grep -o EPERM | wc -l)" = 2 ] && echo "$saw" | grep -qF "gpu2 EPERM" \
+        || fail "the GPU task is not denied the other GPU and the added one: $saw"
+done
+programs="task $(ours "$gpu_cg"), guard $(for place in $guarded; do ours "$place"; done | sort -u | tr '\n' ' ')"
+echo "gpus reload and restart: task saw$after_reload after the reload,$after_restart after the restart; programs: $programs; errors logged $(echo -n "$errors" | grep -c . || true)"
 $gov install-systemd --uninstall --purge >/dev/null || fail "uninstall after the GPU case failed"
-rm -f /dev/governor-test-gpu0 /dev/governor-test-gpu1
+for place in $guarded; do
+    [ -d "$place" ] && [ "$(ours "$place")" != none ] && fail "the guard stayed on $place after the daemon stopped"
+done
+rm -f /dev/governor-test-gpu0 /dev/governor-test-gpu1 /dev/governor-test-gpu2
 
 if [ "$failures" -gt 0 ]; then
     journalctl -u governor -u governor-tasks --no-pager -n 80

@@ -79,6 +79,11 @@ def test_tasks_survive_restart_kill_reload_and_stop():
     # the stand-in node (no driver behind it) lets the task's GPU through and refuses the other.
     assert ("gpus on v2: unit active, restarts 0, task saw CUDA_VISIBLE_DEVICES=0, /dev/governor-test-gpu0 ENXIO, "
             "/dev/governor-test-gpu1 EPERM") in lines
+    # Review of main, finding 1: under the unit a reload adding a GPU replaced the task's device
+    # program and the guard's, and a restart found both (BPF_PROG_GET_FD_BY_ID: CAP_SYS_ADMIN).
+    [reloaded] = [line for line in lines if line.startswith("gpus reload and restart: ")]
+    assert reloaded.endswith("programs: task governor_dev, guard gov_gpu_guard ; errors logged 0"), reloaded
+    assert reloaded.count("gpu2 EPERM") == 2, reloaded
 
 
 SPLIT = re.compile(r"^split: alice ([0-9.]+) bob ([0-9.]+) drf ([0-9.]+)$")

@@ -261,21 +261,48 @@ def test_the_daemons_unit_is_checked_for_what_gpus_on_cgroup_v2_need(tmp_path):
     unit.write_text(SHIPPED_UNIT.read_text())
     assert unit_warnings(gpus, "v2", unit, "6.1.0-18-amd64") == []
     assert unit_warnings(gpus, "v2", tmp_path / "none.service", "6.1.0") == []  # not installed: run by hand
-    old = (SHIPPED_UNIT.read_text().replace(" CAP_BPF\n", "\n").replace("=@system-service bpf\n", "=@system-service\n"))
+    old = (SHIPPED_UNIT.read_text().replace(" CAP_BPF CAP_SYS_ADMIN\n", "\n")
+           .replace("=@system-service bpf\n", "=@system-service\n"))
     unit.write_text(old)
-    [capability, syscall] = unit_warnings(gpus, "v2", unit, "6.1.0")
+    [capability, admin, syscall] = unit_warnings(gpus, "v2", unit, "6.1.0")
     assert capability.startswith(f"capacity.gpus on cgroup v2: the daemon keeps tasks from other tasks' GPUs with a "
                                  f"BPF device program, and {unit} lacks CAP_BPF in CapabilityBoundingSet=")
     assert capability.endswith("systemctl edit governor, [Service] CapabilityBoundingSet=CAP_BPF")
+    assert "lacks CAP_SYS_ADMIN in CapabilityBoundingSet= (a device program attached earlier could not be " in admin
     assert "lacks the bpf system call in SystemCallFilter=" in syscall and syscall.endswith("SystemCallFilter=bpf")
-    assert unit_warnings(gpus, "v1", unit, "6.1.0") == []  # v1 guards devices with devices.deny
+    [v1] = unit_warnings(gpus, "v1", unit, "6.1.0")  # v1 guards devices with devices.deny: CAP_SYS_ADMIN only
+    assert v1.startswith(f"capacity.gpus on cgroup v1: the daemon keeps tasks from other tasks' GPUs with "
+                         f"devices.deny, and {unit} lacks CAP_SYS_ADMIN in CapabilityBoundingSet= (the kernel refuses")
+    unit.write_text(SHIPPED_UNIT.read_text())
+    assert unit_warnings(gpus, "v1", unit, "6.1.0") == []
+    unit.write_text(old)
     assert unit_warnings(parse_config(groups, "plain.toml"), "v2", unit, "6.1.0") == []
     (tmp_path / "governor.service.d").mkdir()
     (tmp_path / "governor.service.d" / "override.conf").write_text(
-        "[Service]\nCapabilityBoundingSet=CAP_BPF\nSystemCallFilter=bpf\n")
+        "[Service]\nCapabilityBoundingSet=CAP_BPF CAP_SYS_ADMIN\nSystemCallFilter=bpf\n")
     assert unit_warnings(gpus, "v2", unit, "6.1.0") == []
+    (tmp_path / "governor.service.d" / "override.conf").write_text(
+        "[Service]\nCapabilityBoundingSet=CAP_BPF\nSystemCallFilter=bpf\n")
     [older] = unit_warnings(gpus, "v2", unit, "5.4.0-150-generic")  # CAP_BPF came with Linux 5.8
     assert "lacks CAP_SYS_ADMIN in CapabilityBoundingSet=" in older
+
+
+def test_a_unit_with_cap_bpf_but_not_cap_sys_admin_is_warned_of(tmp_path):
+    # Review of main, finding 1: the unit had CAP_BPF only, so the first device program loaded
+    # but none could be replaced or taken off later (BPF_PROG_GET_FD_BY_ID needs CAP_SYS_ADMIN).
+    from governor.cli.check_config import unit_warnings
+
+    gpus = parse_config('[capacity]\ngpus = ["/dev/nvidia0"]\n[groups.A]\nusers = ["root"]\n', "gpus.toml")
+    unit = tmp_path / "governor.service"
+    unit.write_text(SHIPPED_UNIT.read_text().replace(" CAP_BPF CAP_SYS_ADMIN\n", " CAP_BPF\n"))
+    [warning] = unit_warnings(gpus, "v2", unit, "6.1.0")
+    assert f"{unit} lacks CAP_SYS_ADMIN in CapabilityBoundingSet= (a device program attached earlier" in warning
+    assert warning.endswith("CapabilityBoundingSet=CAP_SYS_ADMIN")
+    (tmp_path / "governor.service.d").mkdir()
+    (tmp_path / "governor.service.d" / "no-admin.conf").write_text("[Service]\nCapabilityBoundingSet=~CAP_SYS_ADMIN\n")
+    unit.write_text(SHIPPED_UNIT.read_text())
+    [refused] = unit_warnings(gpus, "v2", unit, "6.1.0")
+    assert "lacks CAP_SYS_ADMIN" in refused
 
 
 NESTED_GUARANTEES = """

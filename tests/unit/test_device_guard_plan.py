@@ -37,3 +37,25 @@ def test_tasks_guard_nothing_outside_and_say_so(tmp_path):
                       governor_root=tmp_path / "governor")
     assert plan.places == () and plan.notes == ('gpu_guard = "tasks": processes outside governor\'s tasks are not '
                                                 "kept from GPUs",)
+
+
+def test_host_never_guards_the_cgroup_holding_the_daemon_itself(tmp_path):
+    # Review of main, finding 2: under the shipped unit the daemon runs in
+    # system.slice/governor.service, beside (not below) its root in governor.slice; "host"
+    # guarded system.slice and the daemon's own NVML calls (/dev/nvidiactl) were refused.
+    mount = mount_with(tmp_path, "user.slice", "system.slice/governor.service",
+                       "governor.slice/governor-tasks.service/governed")
+    plan = plan_guard("host", [], mode="v2", mount=mount,
+                      governor_root=mount / "governor.slice/governor-tasks.service/governed",
+                      daemon_cgroup=mount / "system.slice/governor.service")
+    assert plan.places == (mount / "user.slice",)
+    assert plan.notes[2] == (f"{mount / 'system.slice'} is not guarded: it holds the governor daemon "
+                             f"({mount / 'system.slice/governor.service'}), which opens the GPUs' control nodes "
+                             "itself; its other processes are not kept from GPUs")
+    # Run by hand from a login shell, the daemon is in user.slice: "sessions" leaves it too.
+    daemon = mount / "user.slice/user-0.slice/session-1.scope"
+    daemon.mkdir(parents=True)
+    by_hand = plan_guard("sessions", ["user.slice"], mode="v1", mount=mount, governor_root=mount / "governor.slice",
+                         daemon_cgroup=daemon)
+    assert by_hand.places == () and by_hand.notes[0].startswith(f"{mount / 'user.slice'} is not guarded: it holds "
+                                                                 "the governor daemon")
