@@ -145,6 +145,22 @@ def oom_kill_is_the_recorded_reason(tmp_path) -> None:
         gov.close()
 
 
+def default_memory_cap_is_hard(tmp_path) -> None:
+    """With ``[enforcement] memory`` left out, a task declaring 50M that allocates 120M at once
+    is OOM-killed at its cap, and ``governor run`` says so (issue 33: it used to peak at 125M and
+    succeed under v2's soft limit)."""
+    gov = Governor(tmp_path, config(cpu=1.0 * SCALE, enforcement=None))
+    try:
+        hog = gov.run("C", [sys.executable, "-c", "x = bytearray(120 * 1024 * 1024)"], cpus=0.5 * SCALE,
+                      memory="50M", name="big", may_end=True)
+        assert hog.wait(timeout=120) == 128 + 9
+        record = _ended(gov, _task_id_of(gov, "big"))
+        assert f"task {record['id']} ended: OOM-killed at its memory cap 50.0M" in hog.stderr.read()
+        assert record["reason"] == "oom_kill" and 0 < record["memory_peak"] <= 50 * MIB
+    finally:
+        gov.close()
+
+
 def summary_prints_what_the_command_used(tmp_path) -> None:
     """``governor run --summary`` keeps the command's exit code and prints systemd-run's
     summary with the CPU time the task's cgroup counted."""

@@ -56,7 +56,7 @@ def test_good_file_prints_a_summary(tmp_path):
         "  memory: host memory minus 1.0G reserved",
         "  io nvme0n1 (/dev/nvme0n1): read 2.0G/s, write 1.0G/s",
         "default task: cpu 1, memory 1.0G, io read 10.0M/s, write 0/s on each device",
-        "enforcement: cpu cores (cpu.max + exclusive cpuset.cpus), memory hard (memory.high + memory.max)",
+        "enforcement: cpu cores (cpu.max + exclusive cpuset.cpus), memory hard cap (memory.max)",
         "  all governed memory together: at most the memory capacity (memory.max on governor's root)",
         "groups:",
         "  physics: weight 2; users alice; unix groups physics",
