@@ -166,6 +166,24 @@ def test_run_non_executable_file_is_126(daemon, tmp_path):
     assert result.stderr == f"governor: error: {script}: permission denied\n"
 
 
+@pytest.mark.parametrize("exec_in_place", [False, True])
+def test_a_command_that_cannot_run_fails_at_once_without_asking_the_daemon(daemon, tmp_path, exec_in_place):
+    # Issue 33, point 3: a typo queued behind others and said "command not found" only when it
+    # reached the head. The daemon here would keep it queued for ever.
+    daemon.queued, daemon.hold = [{"position": 3, "why": "waits for memory"}], True
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o644)
+    flags = ["--exec"] if exec_in_place else []
+    for cmd, code, said in (("nosuchcmd-governor-test", 127, "nosuchcmd-governor-test: command not found"),
+                            (str(tmp_path / "nowhere"), 127, f"{tmp_path / 'nowhere'}: No such file or directory"),
+                            (str(tmp_path), 126, f"{tmp_path}: Is a directory"),
+                            (str(script), 126, f"{script}: permission denied")):
+        result, _ = governor("run", *flags, "--", cmd, socket_path=daemon.path)
+        assert (result.returncode, result.stderr) == (code, f"governor: error: {said}\n")
+    assert daemon.seen == []
+
+
 def test_a_path_directory_the_user_cannot_search_is_passed_over_as_a_shell_does(tmp_path):
     # Issue 23, point 4: execvp reported the directory's EACCES as the command's: 126. In a
     # child that is not root (root searches any directory): nobody, if this runs as root.
