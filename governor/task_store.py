@@ -3,7 +3,9 @@
 
 Each task's record is one JSON file ``<state_dir>/<task id>.json``, written atomically (write a
 temporary file, then rename) so a daemon killed mid-write leaves either the old record or the
-new one, never half.
+new one, never half. ``<state_dir>/next-id`` holds the next task id (decimal), written the same
+way before an id is handed out: ids never repeat on a host, even after every task has ended and
+the daemon restarted (a log's "task 14" is one task).
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from governor.errors import GovernorError
 from governor.state import Task
 from governor.task_record import task_fields
 
-__all__ = ["MAX_RECORD_BYTES", "TaskStore"]
+__all__ = ["MAX_RECORD_BYTES", "NEXT_ID", "TaskStore"]
+
+# The file of the next task id, in the state directory (not ``*.json``: no task's record).
+NEXT_ID = "next-id"
 
 
 class TaskStore:
@@ -40,7 +45,13 @@ class TaskStore:
 
     def prepare(self) -> None:
         """Create the directory (or check the one there), remove temporary files a killed
-        daemon left, and continue numbering after the highest stored id."""
+        daemon left, and continue numbering where the last daemon stopped (:data:`NEXT_ID`), or
+        after the highest stored id where that is higher.
+
+        Raises:
+            GovernorError: as the class says; also a :data:`NEXT_ID` file that cannot be trusted
+                or is not a number (naming it, and what to do).
+        """
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as error:
@@ -52,7 +63,22 @@ class TaskStore:
             ids = [int(p.stem) for p in self.directory.glob("*.json") if p.stem.isdigit()]
         except OSError as error:
             raise GovernorError(f"state directory {self.directory}: {error.strerror}") from None
-        self._next_id = max(ids, default=0) + 1
+        self._next_id = max(max(ids, default=0) + 1, self._stored_next_id())
+
+    def _stored_next_id(self) -> int:
+        """The id :data:`NEXT_ID` says comes next, 1 where there is no such file yet."""
+        path = self.directory / NEXT_ID
+        try:
+            text = _read_record(path).decode("ascii").strip()
+            if not text.isdigit():
+                raise ValueError(f"not a task id: {text[:40]!r}")
+            return int(text)
+        except FileNotFoundError:
+            return 1
+        except (OSError, ValueError) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+            raise GovernorError(f"task id file {path}: {reason}; the daemon writes it alone: remove it to "
+                                "number on after the highest task id on record") from None
 
     def check(self) -> None:
         """Refuse a directory the daemon could not trust; one not made yet is fine (it will be
@@ -77,9 +103,15 @@ class TaskStore:
         self._next_id = max(self._next_id, task_id + 1)
 
     def new_id(self) -> str:
-        task_id = str(self._next_id)
-        self._next_id += 1
-        return task_id
+        """A task id never given out on this host before, stored as given before it is returned.
+
+        Raises:
+            GovernorError: :data:`NEXT_ID` cannot be written (the id is not handed out).
+        """
+        task_id = self._next_id
+        self._write(self.directory / NEXT_ID, f"{task_id + 1}\n".encode("ascii"), "task id file")
+        self._next_id = task_id + 1
+        return str(task_id)
 
     def save(self, task: Task) -> None:
         """Write ``task``'s record atomically (a reader sees the old record or the new one).
@@ -87,19 +119,23 @@ class TaskStore:
         Not synced to disk: a record must outlive the daemon, not the host, whose reboot ends
         every task it describes (and an fsync per launch cost more than the launch's writes).
         """
-        target = self.directory / f"{task.id}.json"
-        temporary = self.directory / f".{task.id}.tmp"  # the daemon is the directory's one writer
+        # UTF-8 as UTF-8: escaped, an accented command line took three times its size.
+        # (A lone surrogate, from a user name the database gave undecoded, stays a JSON escape.)
+        self._write(self.directory / f"{task.id}.json",
+                    json.dumps(task.to_record(), ensure_ascii=False).encode("utf-8", "backslashreplace"), "task record")
+
+    def _write(self, target: Path, data: bytes, what: str) -> None:
+        """Replace ``target`` with ``data`` atomically (raises GovernorError naming ``what``)."""
+        temporary = self.directory / f".{target.stem}.tmp"  # the daemon is the directory's one writer
         try:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             with os.fdopen(fd, "wb") as stream:
-                # UTF-8 as UTF-8: escaped, an accented command line took three times its size.
-                # (A lone surrogate, from a user name the database gave undecoded, stays a JSON escape.)
-                stream.write(json.dumps(task.to_record(), ensure_ascii=False).encode("utf-8", "backslashreplace"))
+                stream.write(data)
             os.replace(temporary, target)
         except OSError as error:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)  # a full disk leaves no partial file
-            raise GovernorError(f"cannot write task record {target}: {error.strerror}") from None
+            raise GovernorError(f"cannot write {what} {target}: {error.strerror}") from None
 
     def delete(self, task_id: str) -> None:
         try:
