@@ -5,7 +5,8 @@ Each task's record is one JSON file ``<state_dir>/<task id>.json``, written atom
 temporary file, then rename) so a daemon killed mid-write leaves either the old record or the
 new one, never half. ``<state_dir>/next-id`` holds the next task id (decimal), written the same
 way before an id is handed out: ids never repeat on a host, even after every task has ended and
-the daemon restarted (a log's "task 14" is one task).
+the daemon restarted (a log's "task 14" is one task). ``<state_dir>/ended.state`` keeps the
+last ended tasks' records (``governor ps --ended``) across restarts.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from governor.errors import GovernorError
 from governor.state import Task
 from governor.task_record import task_fields
 
-__all__ = ["MAX_RECORD_BYTES", "NEXT_ID", "TaskStore"]
+__all__ = ["ENDED", "MAX_ENDED_BYTES", "MAX_RECORD_BYTES", "NEXT_ID", "TaskStore"]
 
-# The file of the next task id, in the state directory (not ``*.json``: no task's record).
+# The file of the next task id, and that of the ended tasks' records, in the state directory
+# (not ``*.json``: neither is a task's record).
 NEXT_ID = "next-id"
+ENDED = "ended.state"
 
 
 class TaskStore:
@@ -137,6 +140,30 @@ class TaskStore:
                 os.unlink(temporary)  # a full disk leaves no partial file
             raise GovernorError(f"cannot write {what} {target}: {error.strerror}") from None
 
+    def save_ended(self, saved: list[dict]) -> None:
+        """Write the ended tasks' records (:meth:`governor.accounting.Ended.to_saved`, oldest
+        first) atomically, as one JSON list (raises GovernorError naming the file)."""
+        data = json.dumps(saved, ensure_ascii=False).encode("utf-8", "backslashreplace")
+        self._write(self.directory / ENDED, data, "ended tasks' records")
+
+    def load_ended(self) -> tuple[list[dict], list[str]]:
+        """The ended tasks' records :meth:`save_ended` wrote (none where there is no file yet),
+        and what was wrong: a file that cannot be trusted or read is set aside as
+        ``ended.state.bad`` (the history starts afresh; the daemon runs on)."""
+        path = self.directory / ENDED
+        try:
+            saved = json.loads(_read_record(path, MAX_ENDED_BYTES))
+            if not isinstance(saved, list) or not all(isinstance(item, dict) for item in saved):
+                raise ValueError("not a list of records")
+            return saved, []
+        except FileNotFoundError:
+            return [], []
+        except (OSError, ValueError, RecursionError) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+            with contextlib.suppress(OSError):
+                os.replace(path, path.with_name(path.name + ".bad"))
+            return [], [f"ended tasks' records {path} set aside as {path.name}.bad: {reason}"]
+
     def delete(self, task_id: str) -> None:
         try:
             (self.directory / f"{task_id}.json").unlink(missing_ok=True)
@@ -164,6 +191,8 @@ class TaskStore:
 
 # A record is a few hundred bytes; a command line may make it a few hundred KiB at most.
 MAX_RECORD_BYTES = 1 << 20
+# The ended tasks' records: about 1 KiB each (ENDED_KEPT of them), long command lines allowed for.
+MAX_ENDED_BYTES = 64 << 20
 
 
 def _untrusted(info: os.stat_result, kind: str, is_kind) -> str | None:
@@ -179,13 +208,15 @@ def _untrusted(info: os.stat_result, kind: str, is_kind) -> str | None:
     return None
 
 
-def _read_record(path: Path) -> bytes:
+def _read_record(path: Path, limit: int = MAX_RECORD_BYTES) -> bytes:
+    """The file at ``path`` if it is a regular file of the daemon's own, not a link, of at most
+    ``limit`` bytes (raises OSError, ValueError: why not)."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as stream:
         problem = _untrusted(os.fstat(fd), "a regular file", stat.S_ISREG)
         if problem:
             raise ValueError(f"it is {problem}")
-        data = stream.read(MAX_RECORD_BYTES + 1)
-    if len(data) > MAX_RECORD_BYTES:
-        raise ValueError(f"larger than {MAX_RECORD_BYTES} bytes")
+        data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit} bytes")
     return data
