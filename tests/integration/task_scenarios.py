@@ -161,6 +161,31 @@ def default_memory_cap_is_hard(tmp_path) -> None:
         gov.close()
 
 
+# Grows 1M at a time until its cgroup holds 95% of its cap (as the kernel counts it: the
+# interpreter's own pages too), then says so and waits.
+NEAR_THE_CAP = ("import time\n"
+                "rel = open('/proc/self/cgroup').read().strip().split('::')[-1]\n"
+                "chunks = []\n"
+                "while int(open(f'/sys/fs/cgroup{{rel}}/memory.current').read()) < 0.95 * {cap}:\n"
+                "    chunks.append(bytearray(1 << 20))\n"
+                "print('near', flush=True)\n"
+                "time.sleep(600)\n")
+
+
+def run_warns_before_the_memory_cap(tmp_path) -> None:
+    """A task that grows past 90% of its memory cap is not killed yet, and ``governor run``
+    says so on stderr, once, before anything else (v2: it reads the task's memory.current)."""
+    gov = Governor(tmp_path, config(cpu=1.0 * SCALE, enforcement=None))
+    try:
+        near = gov.run("C", [sys.executable, "-c", NEAR_THE_CAP.format(cap=80 * MIB)], cpus=0.5 * SCALE,
+                       memory="80M", name="near")
+        assert near.stdout.readline() == "near\n"
+        line = near.stderr.readline()
+        assert line.startswith("governor: task ") and line.endswith(" of its 80.0M memory cap\n"), line
+    finally:
+        gov.close()
+
+
 def summary_prints_what_the_command_used(tmp_path) -> None:
     """``governor run --summary`` keeps the command's exit code and prints systemd-run's
     summary with the CPU time the task's cgroup counted."""

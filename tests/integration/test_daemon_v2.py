@@ -73,5 +73,9 @@ def test_a_declared_memory_is_a_hard_cap_by_default(tmp_path):
     task_scenarios.default_memory_cap_is_hard(tmp_path)
 
 
+def test_governor_run_warns_when_its_task_nears_its_memory_cap(tmp_path):
+    task_scenarios.run_warns_before_the_memory_cap(tmp_path)
+
+
 def test_stop_ends_a_tasks_whole_tree_with_cgroup_kill(tmp_path):
     task_scenarios.stop_ends_the_whole_tree(tmp_path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -45,6 +46,7 @@ class FakeDaemon:
         self.queued: list[dict] = []
         self.hold = False  # after the queued places, wait until the client leaves
         self.left = threading.Event()
+        self.started: dict = {}  # what the started reply says besides the defaults below
 
     async def handle(self, request, peer: Peer) -> dict:
         self.seen.append((request, peer))
@@ -65,7 +67,7 @@ class FakeDaemon:
         finally:
             self.left.set()
         yield {"task": "t1", "group": request.group or "root", "cgroup": "/sys/fs/cgroup/g/t1",
-               "limits": {"cpu.max": "100000 100000"}}
+               "limits": {"cpu.max": "100000 100000"}, **self.started}
 
 
 @pytest.fixture
@@ -164,6 +166,41 @@ def test_run_non_executable_file_is_126(daemon, tmp_path):
     result, _ = governor("run", "--", str(script), socket_path=daemon.path)
     assert result.returncode == 126
     assert result.stderr == f"governor: error: {script}: permission denied\n"
+
+
+@pytest.mark.parametrize("limits, said", [
+    ({"memory.max": str(50 * M)}, "governor: task t1 is at 46.0M of its 50.0M memory cap\n"),
+    ({"memory.high": str(50 * M)}, "governor: task t1 is at 46.0M of its 50.0M soft memory cap\n"),
+])
+def test_run_warns_once_when_its_task_passes_90_percent_of_its_memory_cap(daemon, tmp_path, limits, said):
+    # Issue 33, point 1: users heard of their memory cap only after the kill. The task's
+    # cgroup here is a directory whose memory.current says 46M of a 50M cap.
+    (tmp_path / "memory.current").write_text(f"{46 * M}\n")
+    (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    daemon.started = {"cgroup": str(tmp_path), "limits": limits}
+    env = {**os.environ, "GOVERNOR_SOCKET": daemon.path}
+    with subprocess.Popen([*GOVERNOR, "run", "--", "sleep", "60"], cwd=REPO, env=env, text=True,
+                          stderr=subprocess.PIPE) as proc:
+        try:
+            assert proc.stderr.readline() == said
+        finally:
+            proc.terminate()  # forwarded to sleep: governor run exits as it did
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        assert proc.stderr.read() == ""  # once
+
+
+def test_a_task_held_at_its_soft_cap_is_warned_of_and_one_far_from_its_cap_is_not():
+    from governor.cli.memory_warning import MemoryWatch
+
+    held = MemoryWatch({"task": "7", "cgroup": "/g/t7", "limits": {"memory.high": str(100 * M)}},
+                       lambda directory: (60 * M, 3))
+    assert held.look() == "governor: task 7 is held at its 100.0M soft memory cap (60.0M in use): it is throttled there"
+    assert held.look() is None  # once
+    far = MemoryWatch({"task": "8", "cgroup": "/g/t8", "limits": {"memory.max": str(100 * M)}},
+                      lambda directory: (89 * M, 3))  # a hard cap: no memory.high events matter
+    assert far.look() is None and not far.warned
+    unread = MemoryWatch({"task": "9", "cgroup": "/g/t9", "limits": {"memory.max": str(100 * M)}}, lambda d: None)
+    assert unread.look() is None
 
 
 @pytest.mark.parametrize("exec_in_place", [False, True])
