@@ -4,6 +4,7 @@ Shared by the v1 (native) and v2 (VM) test modules."""
 
 from __future__ import annotations
 
+import select
 import subprocess
 import sys
 import time
@@ -180,6 +181,9 @@ def run_warns_before_the_memory_cap(tmp_path) -> None:
         near = gov.run("C", [sys.executable, "-c", NEAR_THE_CAP.format(cap=80 * MIB)], cpus=0.5 * SCALE,
                        memory="80M", name="near")
         assert near.stdout.readline() == "near\n"
+        # governor run looks every second: the line is due within a few (a missed one fails, not hangs)
+        ready, _, _ = select.select([near.stderr], [], [], 60)
+        assert ready, f"no warning from governor run:\n{gov.daemon_log()}"
         line = near.stderr.readline()
         assert line.startswith("governor: task ") and line.endswith(" of its 80.0M memory cap\n"), line
     finally:
