@@ -17,8 +17,8 @@ _ENFORCEMENT_FILES = {
     "quota": "cpu.max",
     "cores": "cpu.max + exclusive cpuset.cpus",
     "soft": "memory.high",
-    "hard": "memory.high + memory.max",
-    None: "soft (memory.high) on cgroup v2, hard (+ memory.max) on cgroup v1",
+    "hard": "memory.max",
+    None: "memory.max, the default",
 }
 
 
@@ -283,7 +283,6 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
     ``host``, the capacity it gives on this host, each group's members today
     (:func:`governor.access.members`) and the host's cgroup version (``v1``/``v2``): the
     groups' floors, who they are, and how memory is capped here."""
-    from governor.cgroups.limits import memory_high_throttles
     from governor.units import format_amount, format_number, format_timespan
     from governor.vocabulary import floors
 
@@ -317,11 +316,7 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
         task += (f", io read {format_amount('io.read', config.task_defaults['io_read'])}, "
                  f"write {format_amount('io.write', config.task_defaults['io_write'])} on each device")
     lines.append(task)
-    memory = f"{config.memory_enforcement or 'by cgroup version'} ({_ENFORCEMENT_FILES[config.memory_enforcement]})"
-    if host is not None:
-        mode = config.memory_mode(memory_high_throttles(host[2]))
-        memory = (f"{mode} ({_ENFORCEMENT_FILES[mode]}{'' if config.memory_enforcement else ', the default'} on "
-                  f"this cgroup {host[2]} host)")
+    memory = f"{config.memory_mode()} cap ({_ENFORCEMENT_FILES[config.memory_enforcement]})"
     enforcement = (f"enforcement: cpu {config.cpu_enforcement} ({_ENFORCEMENT_FILES[config.cpu_enforcement]}), "
                    f"memory {memory}")
     together = "  all governed memory together: at most the memory capacity (memory.max on governor's root)"

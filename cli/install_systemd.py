@@ -214,17 +214,22 @@ def _executable(prefix: str | None) -> str:
 
 
 def with_executable(unit: str, executable: str) -> str:
-    """``unit`` with the template executable in its ExecStart= line replaced by ``executable``,
-    quoted for systemd (``%`` and ``$`` doubled; quotes around a path with blanks)."""
+    """``unit`` with the template executable in its ExecStart= and ExecReload= lines replaced by
+    ``executable``, quoted for systemd (``%`` and ``$`` doubled; quotes around a path with blanks).
+
+    Raises:
+        GovernorError: ``unit`` lacks one of those lines, or has it twice.
+    """
     from governor.errors import GovernorError
 
     quoted = executable.replace("%", "%%").replace("$", "$$")
     if any(c.isspace() or c in "\"'\\" for c in quoted):
         quoted = '"' + quoted.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    start = f"ExecStart={TEMPLATE_EXECUTABLE} "
     lines = unit.splitlines(keepends=True)
-    hits = [i for i, line in enumerate(lines) if line.startswith(start)]
-    if len(hits) != 1:
-        raise GovernorError(f"governor.service: expected one line starting with {start!r}, found {len(hits)}")
-    lines[hits[0]] = f"ExecStart={quoted} " + lines[hits[0]][len(start):]
+    for key in ("ExecStart", "ExecReload"):
+        start = f"{key}={TEMPLATE_EXECUTABLE} "
+        hits = [i for i, line in enumerate(lines) if line.startswith(start)]
+        if len(hits) != 1:
+            raise GovernorError(f"governor.service: expected one line starting with {start!r}, found {len(hits)}")
+        lines[hits[0]] = f"{key}={quoted} " + lines[hits[0]][len(start):]
     return "".join(lines)

@@ -93,6 +93,7 @@ def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | N
     """
     from governor.cli.client import socket_path
 
+    resolve(cmd[0])
     request = {"op": "launch", "pid": os.getpid(), "group": group, "demand": demand, "command": list(cmd),
                "wait": not no_wait, **({"name": name} if name is not None else {}),
                **({"time_limit": time_limit} if time_limit is not None else {})}
@@ -116,6 +117,28 @@ def hand_gpus(started: dict) -> None:
         os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
 
 
+def resolve(name: str) -> str:
+    """The file ``name`` runs, checked before the daemon is asked: found on ``PATH`` as
+    :func:`execute` finds it, or (with a slash) the path itself; exits as a shell would when it
+    cannot run: 127 (not found), 126 (a directory, or no exec permission). ``execute`` still
+    reports what changes between the two (the file removed meanwhile)."""
+    path = name if "/" in name else _find(name)
+    if path is None:
+        _fail(f"{name}: command not found", EXIT_NOT_FOUND)
+    elif not os.path.exists(path):
+        _fail(f"{name}: No such file or directory", EXIT_NOT_FOUND)
+    elif os.path.isdir(path):
+        _fail(f"{name}: Is a directory", EXIT_CANNOT_EXECUTE)
+    elif not os.access(path, os.X_OK):
+        _fail(f"{name}: permission denied", EXIT_CANNOT_EXECUTE)
+    return path
+
+
+def _fail(reason: str, status: int) -> None:
+    _say(error_line(reason))
+    sys.exit(status)
+
+
 def execute(cmd: tuple[str, ...]) -> None:
     """Exec ``cmd``, found on ``PATH`` as a POSIX shell finds it; never returns. A command
     found nowhere exits 127 (``command not found``), one found but not executable 126 (a
@@ -123,8 +146,7 @@ def execute(cmd: tuple[str, ...]) -> None:
     report its EACCES as the command's)."""
     path = cmd[0] if "/" in cmd[0] else _find(cmd[0])
     if path is None:
-        _say(error_line(f"{cmd[0]}: command not found"))
-        sys.exit(EXIT_NOT_FOUND)
+        _fail(f"{cmd[0]}: command not found", EXIT_NOT_FOUND)
     try:
         os.execv(path, cmd)
     except OSError as exc:
@@ -134,8 +156,7 @@ def execute(cmd: tuple[str, ...]) -> None:
             reason, status = "permission denied", EXIT_CANNOT_EXECUTE
         else:
             reason, status = exc.strerror or str(exc), EXIT_CANNOT_EXECUTE
-        _say(error_line(f"{cmd[0]}: {reason}"))
-        sys.exit(status)
+        _fail(f"{cmd[0]}: {reason}", status)
 
 
 def _find(name: str) -> str | None:

@@ -85,17 +85,27 @@ def _run_and_wait(path: str, request: dict, cmd: tuple[str, ...], mask: set, *, 
                 break
             told += data
     os.close(reader)
-    while True:
+    started = json.loads(told) if told else None
+    watch = None
+    if started is not None and not started.get("nested"):  # a nested one is its outer task's
+        from governor.cgroups.memory_now import memory_now
+        from governor.cli.memory_warning import LOOK_EVERY_S, MemoryWatch
+
+        watch = MemoryWatch(started, memory_now)
+    while True:  # the command's end, forwarding signals and warning of its memory meanwhile
         done, status = os.waitpid(child, os.WNOHANG)
         if done:
             break
-        _forward(child, signal.sigwaitinfo(_WATCHED))
+        if watch is None or watch.warned:
+            _forward(child, signal.sigwaitinfo(_WATCHED))
+        else:
+            _forward(child, signal.sigtimedwait(_WATCHED, LOOK_EVERY_S))
+            watch.look()
     wall = time.monotonic() - began
     code = os.waitstatus_to_exitcode(status)
     exit_code = code if code >= 0 else 128 - code
-    if not told:  # refused, or left the queue: the child said why
+    if started is None:  # refused, or left the queue: the child said why
         sys.exit(exit_code)
-    started = json.loads(told)
     task = None if started.get("nested") else str(started.get("task"))
     if summary:
         record = None if task is None else _ended_record(path, task)

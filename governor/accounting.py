@@ -3,14 +3,15 @@ logs, one line per task (Slurm's ``sacct``, systemd's unit accounting).
 
 The figures are the task cgroup's counters read just before the cgroup is removed (it still
 exists once it holds no process), or, if that read fails, at the last sample; the exit status
-of its launched process from a pidfd (:mod:`governor.exits`). Records live in the daemon's
-memory only (:data:`ENDED_KEPT` of them): a restart forgets them, and a task that ended while
-the daemon was down has none.
+of its launched process from a pidfd (:mod:`governor.exits`). The daemon keeps the last
+:data:`ENDED_KEPT` records and saves them in its state directory (:meth:`Ended.to_saved`), so a
+restart keeps them; a task that ended while the daemon was down has none.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 
 from governor.cgroups.stats import CgroupStats
 from governor.exits import describe
@@ -65,6 +66,13 @@ class Ended:
                 "memory_high_events": None if stats is None else stats.memory_events.get("high"),
                 "memory_max_events": None if stats is None else stats.memory_events.get("max")}
 
+    def to_saved(self) -> dict:
+        """The record as the state directory keeps it (:func:`ended_from_saved` reads it back):
+        the task's own record, then what ended it, its counters and its exit status."""
+        return {"task": self.task.to_record(), "id": self.task.id, "ended": self.ended, "reason": self.reason,
+                "stopped_by": self.stopped_by, "stats": None if self.stats is None else asdict(self.stats),
+                "exit_status": self.exit_status}
+
     def line(self, seen: str) -> str:
         """The log line, ``seen`` being how the end was noticed: ``task 7 ended (exit): its
         time limit of 2s was reached; name sleep, user alice, group A, wall 2.01s, ...``."""
@@ -75,6 +83,26 @@ class Ended:
                 f"wall {format_timespan(record['wall_s'])}, CPU {_span(record['cpu_s'])}, "
                 f"throttled {_span(record['throttled_s'])}, memory peak {_bytes(record['memory_peak'])}, "
                 f"OOM kills {_count(record['oom_kills'])}, exit status {exit_words(self.exit_status)}")
+
+
+def ended_from_saved(saved: dict) -> Ended:
+    """An :class:`Ended` from :meth:`Ended.to_saved`'s form, checked as a task record is.
+
+    Raises:
+        ValueError: what is wrong with it.
+    """
+    from governor.task_record import task_fields
+
+    try:
+        task = Task(**task_fields(str(saved["id"]), json.dumps(saved["task"]).encode()))
+        stats = None if saved["stats"] is None else CgroupStats(**saved["stats"])
+        ended, reason, by, status = saved["ended"], saved["reason"], saved["stopped_by"], saved["exit_status"]
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"not an ended record: {error!r}") from None
+    if not isinstance(ended, (int, float)) or reason not in REASONS or not isinstance(by, (str, type(None))) \
+            or not isinstance(status, (int, type(None))):
+        raise ValueError(f"ended record of task {task.id}: a field out of bounds")
+    return Ended(task, float(ended), reason, by, stats, status)
 
 
 def why_ended(record: dict) -> str:

@@ -15,7 +15,7 @@ Pure: the caller reads the file, and passes host facts (CPUs, memory) to :meth:`
     memory = "1G"
     [enforcement]
     cpu = "quota"               # or "cores"
-    memory = "soft"             # or "hard"
+    memory = "hard"             # or "soft" (v2: throttled, never killed)
     [groups.physics]            # explicit groups, by users and Unix groups
     weight = 2
     unix_groups = ["physics"]
@@ -67,8 +67,8 @@ memory = "512M"
 
 [enforcement]
 cpu = "quota"
-# memory: "soft" on cgroup v2, "hard" on cgroup v1 (whose soft limit would let one task's
-# excess be taken from another's admitted memory)
+# memory: "hard" (memory.max: a task never holds more than it declared); "soft" (memory.high,
+# cgroup v2) only throttles a task past its declaration
 
 [groups."*"]
 weight = 1
@@ -105,7 +105,7 @@ _FAIRSHARE_KEYS = ("half_life",)
 _CAPACITY_KEYS = ("cpu", "memory", "reserve", "io", "gpus", "gpu_control", "gpu_guard", "gpu_guard_parents")
 _RESERVE_KEYS = ("cpu", "memory")
 _IO_KEYS = ("device", "read", "write")
-# The first choice is the default (None: chosen by the host's cgroup version, Config.memory_mode).
+# The first choice is the default (None: left out, Config.memory_mode gives "hard").
 _ENFORCEMENT = {"cpu": ("quota", "cores"), "memory": (None, "soft", "hard")}
 _DAEMON_KEYS = ("admin_group", "sample_interval", "reconcile_interval", "state_dir", "max_tasks_per_user",
                 "max_connections_per_user")

@@ -126,7 +126,7 @@ class Config:
         task_defaults: ``[defaults.task]``: config key (:data:`governor.resources.RESOURCES`)
             → amount, every key there; the I/O rates apply to each governed device.
         cpu_enforcement: ``"quota"`` or ``"cores"``; memory_enforcement: ``"soft"``, ``"hard"``
-            or None (left out: :meth:`memory_mode` chooses by the host's cgroup version).
+            or None (left out: :meth:`memory_mode` gives the default, ``hard``).
         groups: the explicit groups, in file order.
         everyone_weight: the weight of ``[groups."*"]``, or ``None`` when there is no such table.
         admin_group: the Unix group allowed admin operations besides root, or ``None``.
@@ -169,16 +169,12 @@ class Config:
     gpu_guard: GpuGuardRules
     file: str = field(compare=False)
 
-    def memory_mode(self, soft_throttles: bool) -> str:
-        """How task memory is capped on a host whose soft memory limit throttles at its value
-        (``soft_throttles``: cgroup v2's ``memory.high``) or not (v1's soft limit binds only
-        under memory pressure; :func:`governor.cgroups.limits.memory_high_throttles`): as
-        configured, else ``soft`` where it throttles and ``hard`` where not. (A task of A
-        declared 1M used 1.4G under v1's soft limit and B's task, inside its own 1G, was
-        OOM-killed; admitted memory must never be squeezed.)"""
-        if self.memory_enforcement is not None:
-            return self.memory_enforcement
-        return "soft" if soft_throttles else "hard"
+    def memory_mode(self) -> str:
+        """How task memory is capped: as configured, else ``hard`` (``memory.max``: a task
+        never holds more than it declared; beyond it the kernel reclaims, then OOM-kills it),
+        as ``systemd-run -p MemoryMax=`` and ``srun --mem`` do. ``soft`` (v2's ``memory.high``)
+        only throttles: a task declared 50M peaked at 125M and succeeded (DESIGN.md §3)."""
+        return self.memory_enforcement or "hard"
 
     def soft_memory_warning(self, soft_throttles: bool) -> str | None:
         """Why ``memory = "soft"`` breaks admission on this host (its soft limit does not
@@ -186,7 +182,7 @@ class Config:
         if self.memory_enforcement == "soft" and not soft_throttles:
             return ('enforcement.memory = "soft" on cgroup v1: its soft limit binds only under memory '
                     "pressure, so a task past its declaration takes memory admitted to others, whose tasks "
-                    'are then OOM-killed; use "hard" (the default on v1)')
+                    'are then OOM-killed; use "hard" (the default)')
         return None
 
     @property

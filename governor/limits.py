@@ -10,8 +10,8 @@ Allocations are guarantees, declarations are caps::
                         memory.low = D_g,memory (what was admitted)
         task-<id>/      cap, written once when the task starts: cpu.max = declared cpu,
         session-<uid>/  (a user's session: the same, with the [sessions] demand)
-                        cpu.weight ∝ declared cpu, memory.high (soft) / + memory.max (hard)
-                        = declared, memory.low = declared, io.max = declared
+                        cpu.weight ∝ declared cpu, memory.max (hard, the default) or
+                        memory.high (soft) = declared, memory.low = declared, io.max = declared
 
 Under full contention CFS gives each group ``capacity × w_g / Σ w = A_g`` (the weights are
 proportional to the allocation and the allocations add up to the capacity of a saturated
@@ -45,19 +45,21 @@ IoSharing = Literal["io.weight", "io.bfq.weight", "io.max"]
 
 
 def task_limits(demand: Mapping[str, float], *, io_devices: Mapping[str, str],
-                memory_mode: Literal["soft", "hard"] = "soft",
+                memory_mode: Literal["soft", "hard"] = "hard",
                 period_usec: int = DEFAULT_PERIOD_USEC) -> CgroupLimits:
     """A task's caps: its declaration, set once when it starts and never changed.
 
     Args:
         demand: declared demand: ``cpu`` cores, ``memory`` bytes, ``io.<name>.read/write`` bytes/s.
         io_devices: governed device name → whole-disk ``MAJ:MIN``.
-        memory_mode: ``"hard"`` also sets ``memory.max`` (the OOM killer beyond it).
+        memory_mode: ``"hard"`` sets ``memory.max`` (reclaim, then the OOM killer, at the
+            declaration), ``"soft"`` ``memory.high`` (throttled and reclaimed past it, never killed).
         period_usec: the CFS period, usec.
 
     Returns:
         ``cpu.max`` = declared cores × period (at least the kernel's 1 ms), ``cpu.weight`` =
-        cores × 100 (1..10000), ``memory.high``/``memory.low`` = declared bytes, ``io.max`` =
+        cores × 100 (1..10000), ``memory.max`` (hard) or ``memory.high`` (soft) and ``memory.low``
+        = declared bytes, ``io.max`` =
         declared rates (a direction declared 0 is not throttled: the kernel has no "0 bytes/s").
     """
     cores = demand.get("cpu", 0.0)
@@ -67,7 +69,8 @@ def task_limits(demand: Mapping[str, float], *, io_devices: Mapping[str, str],
         cpu_period_usec=period_usec,
         cpu_weight=_clamp(round(cores * TASK_WEIGHT_PER_CORE)),
         memory_low_bytes=memory,
-        memory_high_bytes=memory,
+        # Not both: memory.high at memory.max never binds (usage cannot pass the max).
+        memory_high_bytes=None if memory_mode == "hard" else memory,
         memory_max_bytes=memory if memory_mode == "hard" else None,
         io_max=_io_max(demand, io_devices),
     )

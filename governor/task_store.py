@@ -3,7 +3,10 @@
 
 Each task's record is one JSON file ``<state_dir>/<task id>.json``, written atomically (write a
 temporary file, then rename) so a daemon killed mid-write leaves either the old record or the
-new one, never half.
+new one, never half. ``<state_dir>/next-id`` holds the next task id (decimal), written the same
+way before an id is handed out: ids never repeat on a host, even after every task has ended and
+the daemon restarted (a log's "task 14" is one task). ``<state_dir>/ended.state`` keeps the
+last ended tasks' records (``governor ps --ended``) across restarts.
 """
 
 from __future__ import annotations
@@ -19,7 +22,12 @@ from governor.state import Task
 from governor.task_record import task_fields
 from governor.trust import writable_by_others
 
-__all__ = ["MAX_RECORD_BYTES", "TaskStore"]
+__all__ = ["ENDED", "MAX_ENDED_BYTES", "MAX_RECORD_BYTES", "NEXT_ID", "TaskStore"]
+
+# The file of the next task id, and that of the ended tasks' records, in the state directory
+# (not ``*.json``: neither is a task's record).
+NEXT_ID = "next-id"
+ENDED = "ended.state"
 
 
 class TaskStore:
@@ -41,7 +49,13 @@ class TaskStore:
 
     def prepare(self) -> None:
         """Create the directory (or check the one there), remove temporary files a killed
-        daemon left, and continue numbering after the highest stored id."""
+        daemon left, and continue numbering where the last daemon stopped (:data:`NEXT_ID`), or
+        after the highest stored id where that is higher.
+
+        Raises:
+            GovernorError: as the class says; also a :data:`NEXT_ID` file that cannot be trusted
+                or is not a number (naming it, and what to do).
+        """
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as error:
@@ -53,7 +67,22 @@ class TaskStore:
             ids = [int(p.stem) for p in self.directory.glob("*.json") if p.stem.isdigit()]
         except OSError as error:
             raise GovernorError(f"state directory {self.directory}: {error.strerror}") from None
-        self._next_id = max(ids, default=0) + 1
+        self._next_id = max(max(ids, default=0) + 1, self._stored_next_id())
+
+    def _stored_next_id(self) -> int:
+        """The id :data:`NEXT_ID` says comes next, 1 where there is no such file yet."""
+        path = self.directory / NEXT_ID
+        try:
+            text = _read_record(path).decode("ascii").strip()
+            if not text.isdigit():
+                raise ValueError(f"not a task id: {text[:40]!r}")
+            return int(text)
+        except FileNotFoundError:
+            return 1
+        except (OSError, ValueError) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+            raise GovernorError(f"task id file {path}: {reason}; the daemon writes it alone: remove it to "
+                                "number on after the highest task id on record") from None
 
     def check(self, owner: int | None = None) -> None:
         """Refuse a directory the daemon could not trust; one not made yet is fine (it will be
@@ -79,9 +108,15 @@ class TaskStore:
         self._next_id = max(self._next_id, task_id + 1)
 
     def new_id(self) -> str:
-        task_id = str(self._next_id)
-        self._next_id += 1
-        return task_id
+        """A task id never given out on this host before, stored as given before it is returned.
+
+        Raises:
+            GovernorError: :data:`NEXT_ID` cannot be written (the id is not handed out).
+        """
+        task_id = self._next_id
+        self._write(self.directory / NEXT_ID, f"{task_id + 1}\n".encode("ascii"), "task id file")
+        self._next_id = task_id + 1
+        return str(task_id)
 
     def save(self, task: Task) -> None:
         """Write ``task``'s record atomically (a reader sees the old record or the new one).
@@ -89,19 +124,47 @@ class TaskStore:
         Not synced to disk: a record must outlive the daemon, not the host, whose reboot ends
         every task it describes (and an fsync per launch cost more than the launch's writes).
         """
-        target = self.directory / f"{task.id}.json"
-        temporary = self.directory / f".{task.id}.tmp"  # the daemon is the directory's one writer
+        # UTF-8 as UTF-8: escaped, an accented command line took three times its size.
+        # (A lone surrogate, from a user name the database gave undecoded, stays a JSON escape.)
+        self._write(self.directory / f"{task.id}.json",
+                    json.dumps(task.to_record(), ensure_ascii=False).encode("utf-8", "backslashreplace"), "task record")
+
+    def _write(self, target: Path, data: bytes, what: str) -> None:
+        """Replace ``target`` with ``data`` atomically (raises GovernorError naming ``what``)."""
+        temporary = self.directory / f".{target.stem}.tmp"  # the daemon is the directory's one writer
         try:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             with os.fdopen(fd, "wb") as stream:
-                # UTF-8 as UTF-8: escaped, an accented command line took three times its size.
-                # (A lone surrogate, from a user name the database gave undecoded, stays a JSON escape.)
-                stream.write(json.dumps(task.to_record(), ensure_ascii=False).encode("utf-8", "backslashreplace"))
+                stream.write(data)
             os.replace(temporary, target)
         except OSError as error:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)  # a full disk leaves no partial file
-            raise GovernorError(f"cannot write task record {target}: {error.strerror}") from None
+            raise GovernorError(f"cannot write {what} {target}: {error.strerror}") from None
+
+    def save_ended(self, saved: list[dict]) -> None:
+        """Write the ended tasks' records (:meth:`governor.accounting.Ended.to_saved`, oldest
+        first) atomically, as one JSON list (raises GovernorError naming the file)."""
+        data = json.dumps(saved, ensure_ascii=False).encode("utf-8", "backslashreplace")
+        self._write(self.directory / ENDED, data, "ended tasks' records")
+
+    def load_ended(self) -> tuple[list[dict], list[str]]:
+        """The ended tasks' records :meth:`save_ended` wrote (none where there is no file yet),
+        and what was wrong: a file that cannot be trusted or read is set aside as
+        ``ended.state.bad`` (the history starts afresh; the daemon runs on)."""
+        path = self.directory / ENDED
+        try:
+            saved = json.loads(_read_record(path, MAX_ENDED_BYTES))
+            if not isinstance(saved, list) or not all(isinstance(item, dict) for item in saved):
+                raise ValueError("not a list of records")
+            return saved, []
+        except FileNotFoundError:
+            return [], []
+        except (OSError, ValueError, RecursionError) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+            with contextlib.suppress(OSError):
+                os.replace(path, path.with_name(path.name + ".bad"))
+            return [], [f"ended tasks' records {path} set aside as {path.name}.bad: {reason}"]
 
     def delete(self, task_id: str) -> None:
         try:
@@ -130,6 +193,8 @@ class TaskStore:
 
 # A record is a few hundred bytes; a command line may make it a few hundred KiB at most.
 MAX_RECORD_BYTES = 1 << 20
+# The ended tasks' records: about 1 KiB each (ENDED_KEPT of them), long command lines allowed for.
+MAX_ENDED_BYTES = 64 << 20
 
 
 def _untrusted(info: os.stat_result, kind: str, is_kind, owner: int | None = None) -> str | None:
@@ -145,13 +210,15 @@ def _untrusted(info: os.stat_result, kind: str, is_kind, owner: int | None = Non
     return writable_by_others(info.st_mode)
 
 
-def _read_record(path: Path) -> bytes:
+def _read_record(path: Path, limit: int = MAX_RECORD_BYTES) -> bytes:
+    """The file at ``path`` if it is a regular file of the daemon's own, not a link, of at most
+    ``limit`` bytes (raises OSError, ValueError: why not)."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as stream:
         problem = _untrusted(os.fstat(fd), "a regular file", stat.S_ISREG)
         if problem:
             raise ValueError(f"it is {problem}")
-        data = stream.read(MAX_RECORD_BYTES + 1)
-    if len(data) > MAX_RECORD_BYTES:
-        raise ValueError(f"larger than {MAX_RECORD_BYTES} bytes")
+        data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit} bytes")
     return data

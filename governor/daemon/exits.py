@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 
-from governor.accounting import ENDED_KEPT, STOP, TIME_LIMIT, Ended, exit_words, reason_of
+from governor.accounting import ENDED_KEPT, STOP, TIME_LIMIT, Ended, ended_from_saved, exit_words, reason_of
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.stats import CgroupStats
 from governor.daemon.journal import Journal
@@ -62,7 +62,8 @@ class Exits:
     Attributes:
         watcher: the exit watcher (:class:`~governor.events.ExitWatcher`), from
             :meth:`start`; None before (nothing is watched).
-        ended: the last :data:`~governor.accounting.ENDED_KEPT` ended tasks, oldest first.
+        ended: the last :data:`~governor.accounting.ENDED_KEPT` ended tasks, oldest first (kept
+            in the state directory across restarts: :meth:`restore_ended`, :meth:`save_ended`).
         stop_wait_s: how long :meth:`survivors` waits, seconds (:data:`STOP_WAIT_S`).
     """
 
@@ -78,6 +79,7 @@ class Exits:
         self.journal = journal
         self.watcher: ExitWatcher | None = None
         self.ended: deque[Ended] = deque(maxlen=ENDED_KEPT)
+        self._ended_changed = False  # since the last save_ended
         self.stop_wait_s = STOP_WAIT_S
         self._ending: dict[str, tuple[str, str | None]] = {}  # tasks the daemon killed → why, by whom
         self._time_limits: dict[str, asyncio.TimerHandle] = {}  # task → the timer that ends it
@@ -143,6 +145,7 @@ class Exits:
             record = Ended(task, time.time(), reason, by, stats)
             if not (task.is_session and record.ended - task.started < SHORT_SESSION_S):
                 self.ended.append(record)  # (every `runuser …` is a session: short ones clutter ps --ended)
+                self._ended_changed = True
             self._learn_exit_status(record, pidfd)
             self.journal.event("task_ended", record.line(trigger))
             ended.append(task.label)
@@ -150,6 +153,31 @@ class Exits:
             self.settle.soon(f"{trigger} of {ended[0]}", since=since)
         elif ended:
             self.settle.soon(f"{trigger} of {len(ended)} tasks", since=since)
+
+    def restore_ended(self) -> None:
+        """Take back the ended records the last daemon saved (``ps --ended`` outlives a
+        restart); a file or record that cannot be used is logged and left out."""
+        saved, problems = self.records.store.load_ended()
+        for item in saved[-ENDED_KEPT:]:
+            try:
+                self.ended.append(ended_from_saved(item))
+            except ValueError as error:
+                problems.append(f"an ended task's record left out: {error}")
+        for problem in problems:
+            self.journal.event("error", problem, logging.WARNING)
+
+    def save_ended(self) -> None:
+        """Save the ended records if they changed since the last save (a reconcile pass, and
+        when the daemon stops): a daemon killed meanwhile loses at most that much. A failure
+        is logged and tried again at the next pass."""
+        if not self._ended_changed:
+            return
+        try:
+            self.records.store.save_ended([record.to_saved() for record in self.ended])
+            self._ended_changed = False
+        except GovernorError as error:
+            self.journal.event("error", f"{error}; kept in memory and written again at the next reconcile",
+                               logging.WARNING)
 
     def end(self, task: Task, reason: str, by: str | None) -> bool:
         """Kill ``task``'s whole process tree (v2 ``cgroup.kill``; v1 SIGKILL round by round)
@@ -266,6 +294,7 @@ class Exits:
         if pidfd is None:
             return
         record.exit_status = exit_status(pidfd)
+        self._ended_changed = self._ended_changed or record.exit_status is not None
         loop = running_loop()
         if record.exit_status is None and tries > 1 and loop is not None:
             loop.call_later(EXIT_STATUS_RETRY_S, self._learn_exit_status, record, pidfd, tries - 1)

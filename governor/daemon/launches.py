@@ -14,7 +14,7 @@ from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
 from governor.daemon.settle import Settle
 from governor.daemons import Registry, other_daemon
-from governor.errors import CgroupError, RequestError
+from governor.errors import CgroupError, GovernorError, RequestError
 from governor.headroom import check_beside_headroom
 from governor.kinds import Kind, task_in
 from governor.protocol import LaunchRequest, Peer, default_name
@@ -81,7 +81,11 @@ class Launches:
             yield {**self.settle.started_reply(outer), "nested": True}
             return
         self._check_task_limit(peer.uid, who.user)
-        task = Task(self.store.new_id(), group, request.pid, peer.uid, who.user, tuple(request.command), demand,
+        try:
+            task_id = self.store.new_id()
+        except GovernorError as error:  # a full or read-only state directory: the user hears why
+            raise RequestError("unavailable", f"no task id could be given out: {error}") from None
+        task = Task(task_id, group, request.pid, peer.uid, who.user, tuple(request.command), demand,
                     time.time(), request.name or default_name(request.command), request.time_limit,
                     config.place(group))
         entry = Entry(task, time.time(), peer.pidfd)

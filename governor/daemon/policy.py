@@ -122,7 +122,7 @@ class Policy:
         self.owners = SessionOwners(config, self.uid_min)
         self.members = self.find_members(config) if members is None else members  # group → its users today
         self._explicit = {rule.name for rule in config.groups}
-        memory_mode = config.memory_mode(self.hierarchy.memory_high_throttles)
+        memory_mode = config.memory_mode()
         # Caps follow from the demand and the GPUs held (under this config and inventory):
         # tasks that declare the same and hold the same share one object.
 

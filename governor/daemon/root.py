@@ -201,6 +201,7 @@ class Daemon:
         """
         self.socket_path = socket_path
         records = self.recovery.load()  # first: a start it refuses leaves nothing behind
+        self.exits.restore_ended()
         server = ControlServer(self.requests, socket_path,
                                connections_per_uid=lambda: self.policy.config.max_connections_per_user)
         await server.start(serving=False)
@@ -263,6 +264,7 @@ class Daemon:
         if self.metrics:
             await self.metrics.close()
         self.exits.close()
+        self.exits.save_ended()
         self.sessions.close()
         self.observation.close()
         self.handover.close()
@@ -292,6 +294,7 @@ class Daemon:
         # A safety net behind the exit watcher, in turn: checking all of 10,000 tasks at once
         # held the event loop for 1.5 s (scripts/bench); 1,000 in one go, 30 ms.
         self.records.save_unsaved()
+        self.exits.save_ended()
         due = [task.id for task in self.observation.in_turn("reconcile", list(self.tasks), RECONCILED_TASKS)]
         for start in range(0, len(due), STEP):
             self.check(due[start:start + STEP], "reconcile")

@@ -42,9 +42,12 @@ SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 GROUPS = "".join(f'[groups.{g}]\nusers = ["root"]\n' for g in ("A", "B", "C"))
 
 
-def config(*, cpu: float, memory: str = "1G", enforcement: str = "soft", io: str = "") -> str:
-    return (f'[capacity]\ncpu = {cpu}\nmemory = "{memory}"\n{io}\n'
-            f'[enforcement]\nmemory = "{enforcement}"\n{GROUPS}')
+def config(*, cpu: float, memory: str = "1G", enforcement: str | None = "soft", io: str = "") -> str:
+    """A config for the kernel tests; ``enforcement`` None leaves ``[enforcement] memory`` out
+    (its default)."""
+    chosen = "" if enforcement is None else f'[enforcement]\nmemory = "{enforcement}"\n'
+    return f'[capacity]\ncpu = {cpu}\nmemory = "{memory}"\n{io}\n{chosen}{GROUPS}'
+
 
 
 def measure(gov: Governor, groups: list[str], seconds: float) -> dict[str, float]:
@@ -245,7 +248,7 @@ def cores_shrink_and_grow_while_tasks_run(tmp_path) -> None:
 def memory_soft_limit_throttles_without_killing(tmp_path, *, v2: bool) -> None:
     """A task declaring 64M that touches 160M keeps running: memory.high throttles and reclaims
     it on v2; v1's soft limit (its closest file) only marks it for reclaim under pressure."""
-    gov = Governor(tmp_path, config(cpu=1.0 * SCALE))
+    gov = Governor(tmp_path, config(cpu=1.0 * SCALE, enforcement="soft"))
     try:
         hog = gov.run("C", [sys.executable, "-c", HOG.format(mib=160)], cpus=0.5 * SCALE, memory="64M")
         limit = "memory.high" if v2 else "memory.soft_limit_in_bytes"

@@ -4,6 +4,7 @@ Shared by the v1 (native) and v2 (VM) test modules."""
 
 from __future__ import annotations
 
+import select
 import subprocess
 import sys
 import time
@@ -141,6 +142,50 @@ def oom_kill_is_the_recorded_reason(tmp_path) -> None:
               f"peak {record['memory_peak'] / MIB:.1f} MiB of 64")
         assert record["reason"] == "oom_kill" and record["oom_kills"] >= 1
         assert 0 < record["memory_peak"] <= 64 * MIB
+    finally:
+        gov.close()
+
+
+def default_memory_cap_is_hard(tmp_path) -> None:
+    """With ``[enforcement] memory`` left out, a task declaring 50M that allocates 120M at once
+    is OOM-killed at its cap, and ``governor run`` says so (issue 33: it used to peak at 125M and
+    succeed under v2's soft limit)."""
+    gov = Governor(tmp_path, config(cpu=1.0 * SCALE, enforcement=None))
+    try:
+        hog = gov.run("C", [sys.executable, "-c", "x = bytearray(120 * 1024 * 1024)"], cpus=0.5 * SCALE,
+                      memory="50M", name="big", may_end=True)
+        assert hog.wait(timeout=120) == 128 + 9
+        record = _ended(gov, _task_id_of(gov, "big"))
+        assert f"task {record['id']} ended: OOM-killed at its memory cap 50.0M" in hog.stderr.read()
+        assert record["reason"] == "oom_kill" and 0 < record["memory_peak"] <= 50 * MIB
+    finally:
+        gov.close()
+
+
+# Grows 1M at a time until its cgroup holds 95% of its cap (as the kernel counts it: the
+# interpreter's own pages too), then says so and waits.
+NEAR_THE_CAP = ("import time\n"
+                "rel = open('/proc/self/cgroup').read().strip().split('::')[-1]\n"
+                "chunks = []\n"
+                "while int(open(f'/sys/fs/cgroup{{rel}}/memory.current').read()) < 0.95 * {cap}:\n"
+                "    chunks.append(bytearray(1 << 20))\n"
+                "print('near', flush=True)\n"
+                "time.sleep(600)\n")
+
+
+def run_warns_before_the_memory_cap(tmp_path) -> None:
+    """A task that grows past 90% of its memory cap is not killed yet, and ``governor run``
+    says so on stderr, once, before anything else (v2: it reads the task's memory.current)."""
+    gov = Governor(tmp_path, config(cpu=1.0 * SCALE, enforcement=None))
+    try:
+        near = gov.run("C", [sys.executable, "-c", NEAR_THE_CAP.format(cap=80 * MIB)], cpus=0.5 * SCALE,
+                       memory="80M", name="near")
+        assert near.stdout.readline() == "near\n"
+        # governor run looks every second: the line is due within a few (a missed one fails, not hangs)
+        ready, _, _ = select.select([near.stderr], [], [], 60)
+        assert ready, f"no warning from governor run:\n{gov.daemon_log()}"
+        line = near.stderr.readline()
+        assert line.startswith("governor: task ") and line.endswith(" of its 80.0M memory cap\n"), line
     finally:
         gov.close()
 

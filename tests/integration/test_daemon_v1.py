@@ -88,6 +88,10 @@ def test_a_time_limit_ends_the_whole_tree_and_is_recorded(tmp_path):
     task_scenarios.time_limit_ends_the_whole_tree(tmp_path)
 
 
+def test_a_declared_memory_is_a_hard_cap_by_default(tmp_path):
+    task_scenarios.default_memory_cap_is_hard(tmp_path)
+
+
 def test_an_oom_kill_is_recorded_as_such(tmp_path):
     task_scenarios.oom_kill_is_the_recorded_reason(tmp_path)
 

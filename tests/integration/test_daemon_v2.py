@@ -69,5 +69,13 @@ def test_io_weight_shares_a_busy_disk_where_io_cost_is_on(tmp_path):
     scenarios.io_weight_shares_a_busy_disk(tmp_path, disks[0], detect.CGROUP_ROOT)
 
 
+def test_a_declared_memory_is_a_hard_cap_by_default(tmp_path):
+    task_scenarios.default_memory_cap_is_hard(tmp_path)
+
+
+def test_governor_run_warns_when_its_task_nears_its_memory_cap(tmp_path):
+    task_scenarios.run_warns_before_the_memory_cap(tmp_path)
+
+
 def test_stop_ends_a_tasks_whole_tree_with_cgroup_kill(tmp_path):
     task_scenarios.stop_ends_the_whole_tree(tmp_path)

@@ -133,8 +133,11 @@ pid=$(main_pid)
 since=$(date +%s)
 sleep 1   # journalctl --since has one-second resolution
 sed -i 's/^weight = 2$/weight = -1/' "$config"
-systemctl reload governor || fail "systemctl reload failed"
-refused="$config: groups.alice.weight: must not be negative"
+refused="$config: groups.alice.weight: must be a number between 0.001 and 1000, got -1"
+# ExecReload runs `governor reload`, which waits for the verdict: a refused config fails visibly.
+if systemctl reload governor 2>"$work/systemctl-reload.out"; then
+    fail "systemctl reload governor exited 0 for a broken config"
+fi
 wait_for 60 "the refused reload in the journal at priority err" \
     sh -c "journalctl -u governor -p err --since @$since -o cat | grep -F '$refused'" \
     || journalctl -u governor --since "@$since" --no-pager

@@ -66,7 +66,7 @@ grep -q "/user.slice/user-$alice.slice/session-$session.scope" /proc/"$burner"/c
 loginctl session-status "$session" --no-pager | grep -q "$burner" \
     || fail "loginctl session-status $session does not list the burner $burner"
 [ "$(cat $slice/cpu.max)" = "40000 100000" ] || fail "alice's slice cpu.max is $(cat $slice/cpu.max), not her 0.4-core cap"
-[ "$(cat $slice/memory.high)" = $((128 << 20)) ] || fail "alice's slice memory.high is $(cat $slice/memory.high)"
+[ "$(cat $slice/memory.max)" = $((128 << 20)) ] || fail "alice's slice memory.max (her hard memory cap) is $(cat $slice/memory.max)"
 $gov status | grep -q "session of gov-alice" || fail "governor status does not show the session of gov-alice"
 # The unit's sandbox must let the daemon follow process events (AF_NETLINK, CAP_NET_ADMIN).
 if journalctl -u governor -o cat | grep -F "process events are unavailable"; then
@@ -96,10 +96,10 @@ then :; else fail "the split is not DRF's"; fi
 $gov status | sed -n 1,12p
 
 echo "== systemctl daemon-reload keeps alice's limits"
-before="$(cat $slice/cpu.max) $(cat $slice/memory.high)"
+before="$(cat $slice/cpu.max) $(cat $slice/memory.max)"
 systemctl daemon-reload
 sleep 1
-after="$(cat $slice/cpu.max) $(cat $slice/memory.high)"
+after="$(cat $slice/cpu.max) $(cat $slice/memory.max)"
 echo "systemctl daemon-reload: slice limits before $before, after $after"
 [ "$before" = "$after" ] || fail "daemon-reload changed alice's slice limits: $before → $after"
 

@@ -56,7 +56,7 @@ def test_good_file_prints_a_summary(tmp_path):
         "  memory: host memory minus 1.0G reserved",
         "  io nvme0n1 (/dev/nvme0n1): read 2.0G/s, write 1.0G/s",
         "default task: cpu 1, memory 1.0G, io read 10.0M/s, write 0/s on each device",
-        "enforcement: cpu cores (cpu.max + exclusive cpuset.cpus), memory hard (memory.high + memory.max)",
+        "enforcement: cpu cores (cpu.max + exclusive cpuset.cpus), memory hard cap (memory.max)",
         "  all governed memory together: at most the memory capacity (memory.max on governor's root)",
         "groups:",
         "  physics: weight 2; users alice; unix groups physics",
@@ -437,9 +437,10 @@ def test_on_cgroup_v1_the_summary_names_v1_files():
     host = ({"cpu": 4.0, "memory": 8.0 * 2**30}, {}, "v1")
     text = "\n".join(summary(config, host))
     assert "cpu.cfs_quota_us" in text and "memory.limit_in_bytes" in text
-    assert "memory.soft_limit_in_bytes" in text
     assert not any(name in text for name in ("cpu.max", "memory.high", "memory.max")), text
     assert "cpu.max" in "\n".join(summary(config, ({**host[0]}, {}, "v2")))
+    soft = parse_config('[groups."*"]\n[enforcement]\nmemory = "soft"\n', "g.toml")
+    assert "memory soft cap (memory.soft_limit_in_bytes)" in "\n".join(summary(soft, host))
 
 
 @pytest.mark.parametrize(("mode", "words"), [(0o664, "writable by its group (mode 0664)"),

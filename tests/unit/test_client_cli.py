@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -46,6 +47,7 @@ class FakeDaemon:
         self.hold = False  # after the queued places, wait until the client leaves
         self.nested = False  # answer that the caller already is in task t1
         self.left = threading.Event()
+        self.started: dict = {}  # what the started reply says besides the defaults below
 
     async def handle(self, request, peer: Peer) -> dict:
         self.seen.append((request, peer))
@@ -66,7 +68,7 @@ class FakeDaemon:
         finally:
             self.left.set()
         yield {"task": "t1", "group": request.group or "root", "cgroup": "/sys/fs/cgroup/g/t1",
-               "limits": {"cpu.max": "100000 100000"}, **({"nested": True} if self.nested else {})}
+               "limits": {"cpu.max": "100000 100000"}, **({"nested": True} if self.nested else {}), **self.started}
 
 
 @pytest.fixture
@@ -165,6 +167,59 @@ def test_run_non_executable_file_is_126(daemon, tmp_path):
     result, _ = governor("run", "--", str(script), socket_path=daemon.path)
     assert result.returncode == 126
     assert result.stderr == f"governor: error: {script}: permission denied\n"
+
+
+@pytest.mark.parametrize("limits, said", [
+    ({"memory.max": str(50 * M)}, "governor: task t1 is at 46.0M of its 50.0M memory cap\n"),
+    ({"memory.high": str(50 * M)}, "governor: task t1 is at 46.0M of its 50.0M soft memory cap\n"),
+])
+def test_run_warns_once_when_its_task_passes_90_percent_of_its_memory_cap(daemon, tmp_path, limits, said):
+    # Issue 33, point 1: users heard of their memory cap only after the kill. The task's
+    # cgroup here is a directory whose memory.current says 46M of a 50M cap.
+    (tmp_path / "memory.current").write_text(f"{46 * M}\n")
+    (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    daemon.started = {"cgroup": str(tmp_path), "limits": limits}
+    env = {**os.environ, "GOVERNOR_SOCKET": daemon.path}
+    with subprocess.Popen([*GOVERNOR, "run", "--", "sleep", "60"], cwd=REPO, env=env, text=True,
+                          stderr=subprocess.PIPE) as proc:
+        try:
+            assert proc.stderr.readline() == said
+        finally:
+            proc.terminate()  # forwarded to sleep: governor run exits as it did
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        assert proc.stderr.read() == ""  # once
+
+
+def test_a_task_held_at_its_soft_cap_is_warned_of_and_one_far_from_its_cap_is_not():
+    from governor.cli.memory_warning import MemoryWatch
+
+    held = MemoryWatch({"task": "7", "cgroup": "/g/t7", "limits": {"memory.high": str(100 * M)}},
+                       lambda directory: (60 * M, 3))
+    assert held.look() == "governor: task 7 is held at its 100.0M soft memory cap (60.0M in use): it is throttled there"
+    assert held.look() is None  # once
+    far = MemoryWatch({"task": "8", "cgroup": "/g/t8", "limits": {"memory.max": str(100 * M)}},
+                      lambda directory: (89 * M, 3))  # a hard cap: no memory.high events matter
+    assert far.look() is None and not far.warned
+    unread = MemoryWatch({"task": "9", "cgroup": "/g/t9", "limits": {"memory.max": str(100 * M)}}, lambda d: None)
+    assert unread.look() is None
+
+
+@pytest.mark.parametrize("exec_in_place", [False, True])
+def test_a_command_that_cannot_run_fails_at_once_without_asking_the_daemon(daemon, tmp_path, exec_in_place):
+    # Issue 33, point 3: a typo queued behind others and said "command not found" only when it
+    # reached the head. The daemon here would keep it queued for ever.
+    daemon.queued, daemon.hold = [{"position": 3, "why": "waits for memory"}], True
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o644)
+    flags = ["--exec"] if exec_in_place else []
+    for cmd, code, said in (("nosuchcmd-governor-test", 127, "nosuchcmd-governor-test: command not found"),
+                            (str(tmp_path / "nowhere"), 127, f"{tmp_path / 'nowhere'}: No such file or directory"),
+                            (str(tmp_path), 126, f"{tmp_path}: Is a directory"),
+                            (str(script), 126, f"{script}: permission denied")):
+        result, _ = governor("run", *flags, "--", cmd, socket_path=daemon.path)
+        assert (result.returncode, result.stderr) == (code, f"governor: error: {said}\n")
+    assert daemon.seen == []
 
 
 def test_a_path_directory_the_user_cannot_search_is_passed_over_as_a_shell_does(tmp_path):

@@ -121,7 +121,8 @@ def test_embedded_default_is_what_left_out_keys_default_to():
     assert (config.reserve_cpu_cores, config.reserve_memory_bytes) == (0.25, 256 * M)
     assert config.task_defaults == {"cpu": 1.0, "memory": 512 * M, "io_read": 0, "io_write": 0}
     assert (config.cpu_enforcement, config.memory_enforcement) == ("quota", None)
-    assert (config.memory_mode(True), config.memory_mode(False)) == ("soft", "hard")
+    assert config.memory_mode() == "hard"  # a declared memory is a hard cap, on v1 and v2 alike
+    assert load_config({"groups": {"*": {}}, "enforcement": {"memory": "soft"}}, "soft.toml").memory_mode() == "soft"
     assert (config.groups, config.everyone_weight, config.io_devices) == ((), 1.0, ())
     assert config.allowed_groups("anyone", ["users"]) == ["anyone"]
     assert config.sessions == SessionRules(True, {"cpu": 1.0, "memory": 2 * G, "io_read": 0, "io_write": 0}, ())

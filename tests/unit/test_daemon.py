@@ -189,7 +189,7 @@ def test_launch_places_the_caller_and_replies_with_its_caps(daemon):
     reply = launch(daemon, 100, cpu=1.0, memory=GIB)
     assert reply["group"] == "A"  # root's first group
     assert reply["limits"]["cpu.max"] == "100000 100000"
-    assert reply["limits"]["memory.high"] == str(GIB)
+    assert reply["limits"]["memory.max"] == str(GIB)  # a hard cap by default
     assert daemon.hierarchy.driver.procs["A/task-1"] == [100]
     assert daemon.store.load_all()[0][0].demand == {"cpu": 1.0, "memory": GIB}
 
@@ -707,7 +707,7 @@ def test_on_cgroup_v1_a_task_s_memory_is_capped_hard_unless_the_config_says_soft
                         members=lambda config: {})
         return server.policy._task_caps(tuple({"cpu": 1.0, "memory": GIB}.items()), ())
 
-    assert caps(CONFIG).memory_max_bytes == GIB  # the default on v1: hard
+    assert caps(CONFIG).memory_max_bytes == GIB  # the default: hard
     with caplog.at_level("WARNING"):
         assert caps(CONFIG + '[enforcement]\nmemory = "soft"\n').memory_max_bytes is None
     assert 'memory = "soft" on cgroup v1' in caplog.text

@@ -333,3 +333,30 @@ def test_everyone_sees_a_long_command_line_cut_and_its_owner_whole(daemon):
     [theirs] = ps.task_rows(daemon.tasks, [], allocation=None, usage={}, positions={},
                             processes=lambda task: ([], 0), asker=7)  # an admin's ps --all
     assert theirs["command_cut"] == entry["command_cut"]
+
+
+def test_a_restart_keeps_the_ended_records_and_numbers_on_where_the_last_daemon_stopped(daemon, tmp_path):
+    # Issue 33, point 4: once every task had ended, a restarted daemon numbered from 1 again
+    # (14 was `passwd`, later `g1`) and `ps --ended` had forgotten what ended before.
+    from test_daemon import make_daemon
+
+    launch_as(daemon, 200, NOBODY, name="passwd")
+    launch_as(daemon, 300, NOBODY, name="sim")
+    ask(daemon, StopRequest(("1", "2")))
+    assert not daemon.tasks
+    daemon.exits.save_ended()  # a reconcile pass, or the stop
+    again = make_daemon(tmp_path, driver=daemon.hierarchy.driver)
+    again.exits.restore_ended()
+    ended = ask(again, PsRequest(ended=True), uid=NOBODY)["ended"]
+    assert [(r["id"], r["name"], r["reason"], r["stopped_by"]) for r in ended] == [
+        ("1", "passwd", "stop", "root"), ("2", "sim", "stop", "root")]
+    assert ended == ask(daemon, PsRequest(ended=True), uid=NOBODY)["ended"]  # as the old daemon said
+    assert launch_as(again, 400, NOBODY)["task"] == "3"
+
+
+def test_ended_records_that_cannot_be_used_are_set_aside_and_the_daemon_runs_on(daemon, tmp_path):
+    (daemon.store.directory / "ended.state").write_text("[{\"id\": \"1\"}, 7]")
+    daemon.exits.restore_ended()
+    assert not daemon.exits.ended and (daemon.store.directory / "ended.state.bad").exists()
+    assert any("ended.state set aside as ended.state.bad: not a list of records" in e["message"]
+               for e in daemon.events)

@@ -100,11 +100,28 @@ def test_the_executable_is_quoted_for_systemd(path, expected):
     unit = with_executable((CONFIGS / "governor.service").read_text(), path)
     [exec_start] = _settings(unit, "ExecStart")
     assert exec_start.startswith(f"{expected} daemon ")
+    [exec_reload] = _settings(unit, "ExecReload")
+    assert exec_reload.startswith(f"{expected} reload ")
+
+
+def test_systemctl_reload_waits_for_the_daemons_verdict():
+    # Issue 33, point 6: ExecReload=kill -HUP returned 0 for a refused config. `governor reload`
+    # exits 2 then, so systemctl reload fails; it asks on the socket the unit's daemon serves.
+    from governor.cli.client import DEFAULT_SOCKET
+
+    unit = (CONFIGS / "governor.service").read_text()
+    [exec_reload] = _settings(unit, "ExecReload")
+    assert exec_reload == f"{TEMPLATE_EXECUTABLE} reload --socket {DEFAULT_SOCKET}"
+    [runtime] = _settings(unit, "RuntimeDirectory")
+    assert DEFAULT_SOCKET.startswith(f"/run/{runtime}/")
 
 
 def test_a_unit_without_the_template_execstart_is_refused():
     with pytest.raises(GovernorError, match="expected one line starting with"):
         with_executable("[Service]\nExecStart=/bin/true\n", "/usr/bin/governor")
+    with pytest.raises(GovernorError, match="expected one line starting with 'ExecReload="):
+        with_executable(f"[Service]\nExecStart={TEMPLATE_EXECUTABLE} daemon\nExecReload=/bin/kill -HUP $MAINPID\n",
+                        "/usr/bin/governor")
 
 
 def test_the_daemon_root_is_inside_the_tasks_unit_cgroup():

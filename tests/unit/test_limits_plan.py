@@ -14,15 +14,16 @@ MIB = 1024**2
 
 def test_a_task_is_capped_at_its_declaration_whatever_the_allocation():
     caps = task_limits({"cpu": 0.5, "memory": 800 * MIB, "io.sda.write": 10_000_000},
-                       io_devices={"sda": "8:0"}, memory_mode="hard")
+                       io_devices={"sda": "8:0"})  # hard, the default
     assert (caps.cpu_quota_usec, caps.cpu_period_usec) == (50_000, 100_000)
     assert caps.cpu_weight == 50  # 0.5 core × 100: a fixed scale, siblings never rewritten
-    assert caps.memory_high_bytes == caps.memory_max_bytes == caps.memory_low_bytes == 800 * MIB
+    assert caps.memory_max_bytes == caps.memory_low_bytes == 800 * MIB
+    assert caps.memory_high_bytes is None  # at memory.max it could never bind
     assert caps.io_max[0].device == "8:0" and caps.io_max[0].wbps == 10_000_000 and caps.io_max[0].rbps is None
 
 
 def test_soft_memory_sets_no_hard_limit_and_tiny_declarations_stay_limits():
-    caps = task_limits({"cpu": 0.001, "memory": 1}, io_devices={})
+    caps = task_limits({"cpu": 0.001, "memory": 1}, io_devices={}, memory_mode="soft")
     assert caps.memory_max_bytes is None
     assert caps.cpu_quota_usec == 1_000 and caps.cpu_weight == 1  # the kernel minimums
     assert caps.memory_high_bytes == 1  # a positive declaration never becomes "no limit"

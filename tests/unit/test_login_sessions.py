@@ -131,7 +131,7 @@ def test_a_process_in_its_users_logind_slice_makes_their_login_session_there(sys
     assert (login.group, login.cgroup, login.is_session) == ("A", "user.slice/user-1.slice", True)
     [call] = systemctl.calls  # once per user, not per process
     assert call[4:] == ["user-1.slice", "CPUQuota=50%", "CPUWeight=50",
-                        f"MemoryLow={3 * GIB}", f"MemoryHigh={3 * GIB}"]
+                        f"MemoryLow={3 * GIB}", f"MemoryMax={3 * GIB}"]  # a hard cap, as a task's
     assert daemon.hierarchy.driver.procs == {}
     assert "A" not in daemon.hierarchy.driver.cgroups  # nothing of A below governor's root
     assert daemon.store.directory.joinpath("login-1.json").exists()
@@ -170,7 +170,7 @@ def test_a_login_session_ends_with_its_slice_and_its_properties_are_reset(system
     daemon.check(["login-1"], "exit")
     assert daemon.tasks.get("login-1") is None
     assert not daemon.store.directory.joinpath("login-1.json").exists()
-    assert sorted(systemctl.calls[-1][5:]) == ["CPUQuota=", "CPUWeight=", "MemoryHigh=infinity", "MemoryLow="]
+    assert sorted(systemctl.calls[-1][5:]) == ["CPUQuota=", "CPUWeight=", "MemoryLow=", "MemoryMax=infinity"]
 
 
 def test_a_slice_systemd_will_not_limit_is_not_asked_again_at_each_exec(systemd):

@@ -117,3 +117,26 @@ def test_a_record_that_cannot_be_written_leaves_no_partial_file_and_utf8_is_kept
     with pytest.raises(GovernorError, match="No space left"):
         store.save(Task("2", "A", 101, 0, "root", ("x",), {"cpu": 1.0}, 0.0))
     assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["1.json"]
+
+
+def test_task_ids_continue_after_a_restart_with_no_task_left(tmp_path):
+    # Issue 33, point 4: once every task had ended, a restarted daemon numbered from 1 again.
+    store = store_at(tmp_path / "state")
+    assert [store.new_id() for _ in range(3)] == ["1", "2", "3"]  # every record deleted: none was saved
+    assert store_at(tmp_path / "state").new_id() == "4"
+
+
+@pytest.mark.parametrize("content, reason", [(b"twelve\n", "not a task id: 'twelve'"), (b"", "not a task id: ''")])
+def test_a_task_id_file_that_is_not_a_number_stops_the_daemon_naming_it(tmp_path, content, reason):
+    (tmp_path / "state").mkdir(mode=0o700)
+    (tmp_path / "state" / "next-id").write_bytes(content)
+    with pytest.raises(GovernorError, match=rf"task id file {tmp_path}/state/next-id: {reason}; .* remove it"):
+        store_at(tmp_path / "state")
+
+
+def test_a_task_id_file_that_others_could_write_is_not_trusted(tmp_path):
+    (tmp_path / "state").mkdir(mode=0o700)
+    (tmp_path / "state" / "next-id").write_text("99\n")
+    (tmp_path / "state" / "next-id").chmod(0o666)
+    with pytest.raises(GovernorError, match="next-id: it is writable by others"):
+        store_at(tmp_path / "state")

@@ -1,0 +1,62 @@
+"""``governor run``'s one warning before a memory kill: while it waits for its command, it looks
+at the task's memory now and then, and the first time the task passes :data:`WARN_AT` of its
+memory cap, or is being held at its soft cap, says so once on stderr::
+
+    governor: task 12 is at 46.0M of its 50.0M memory cap
+
+so that the user hears before the kernel OOM-kills it, not only after.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from governor.units import format_size
+
+# The share of its memory cap past which a task's user is warned.
+WARN_AT = 0.9
+# How often governor run looks, seconds: a file read or two, the daemon never asked.
+LOOK_EVERY_S = 1.0
+
+
+class MemoryWatch:
+    """Looks at one started task's memory (:meth:`look`) and warns once.
+
+    Args:
+        started: the launch reply: ``task`` (its id), ``cgroup`` (its directory), ``limits``
+            (the caps in force: ``memory.max``, a hard cap, or ``memory.high``, a soft one, in
+            bytes as text).
+        read: cgroup directory → ``(bytes in use, times held at memory.high)`` or None
+            (:func:`governor.cgroups.memory_now.memory_now`; a test's stand-in).
+    """
+
+    def __init__(self, started: dict, read: Callable[[str], tuple[int, int] | None]) -> None:
+        limits = started.get("limits") or {}
+        self.task, self.cgroup, self.read = started.get("task"), started.get("cgroup"), read
+        self.soft = "memory.max" not in limits
+        cap = limits.get("memory.max", limits.get("memory.high"))
+        self.cap = int(cap) if isinstance(cap, str) and cap.isdigit() else None
+        self.warned = self.cap is None or not isinstance(self.cgroup, str)  # nothing to watch
+
+    def look(self) -> str | None:
+        """Read the task's memory; the warning's line the first time it is due (also written
+        to stderr), else None."""
+        if self.warned:
+            return None
+        now = self.read(self.cgroup)
+        if now is None:
+            return None
+        used, held = now
+        kind = "soft memory cap" if self.soft else "memory cap"
+        if used >= WARN_AT * self.cap:
+            line = f"governor: task {self.task} is at {format_size(used)} of its {format_size(self.cap)} {kind}"
+        elif self.soft and held:
+            line = (f"governor: task {self.task} is held at its {format_size(self.cap)} {kind} "
+                    f"({format_size(used)} in use): it is throttled there")
+        else:
+            return None
+        self.warned = True
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+        return line
