@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator, Sequence
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from types import ModuleType
 
 from governor.gpus import CONTROL_NODES, NVIDIA_MAJOR, Gpu, GpuError, GpuInventory, GpuUse
@@ -63,17 +63,11 @@ def sample_use(inventory: GpuInventory) -> GpuUse | None:
 
     Never raises for NVML errors: it is called from the metrics endpoint.
     """
-    nvml = _import_nvml()
-    uuids = {gpu.index: gpu.uuid for gpu in inventory.gpus if gpu.uuid}
-    if nvml is None or not uuids:
-        return None
-    failures = _failures(nvml)
-    try:
-        nvml.nvmlInit()
-    except failures:
-        return None
-    use = GpuUse(utilization={}, memory_used={}, process_memory={})
-    try:
+    with _session(inventory, None) as opened:
+        if opened is None:
+            return None
+        nvml, failures, uuids = opened
+        use = GpuUse(utilization={}, memory_used={}, process_memory={})
         for index, uuid in uuids.items():
             try:
                 handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
@@ -89,9 +83,7 @@ def sample_use(inventory: GpuInventory) -> GpuUse | None:
                     if process.usedGpuMemory is not None:
                         use.process_memory[process.pid] = (use.process_memory.get(process.pid, 0)
                                                            + int(process.usedGpuMemory))
-    finally:
-        _shutdown(nvml)
-    return use
+        return use
 
 
 def processes_on(inventory: GpuInventory, indices: Sequence[int]) -> dict[int, set[int]] | None:
@@ -100,26 +92,41 @@ def processes_on(inventory: GpuInventory, indices: Sequence[int]) -> dict[int, s
 
     Never raises for NVML errors: the GPU hand-over asks, and has the ``/proc`` scan besides.
     """
-    nvml = _import_nvml()
-    uuids = {gpu.index: gpu.uuid for gpu in inventory.gpus if gpu.uuid and gpu.index in indices}
-    if nvml is None or not uuids:
-        return None
-    failures = _failures(nvml)
-    try:
-        nvml.nvmlInit()
-    except failures:
-        return None
-    found: dict[int, set[int]] = {}
-    try:
+    with _session(inventory, indices) as opened:
+        if opened is None:
+            return None
+        nvml, failures, uuids = opened
+        found: dict[int, set[int]] = {}
         for index, uuid in uuids.items():
             with suppress(*failures):
                 handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
                 listed = [*nvml.nvmlDeviceGetComputeRunningProcesses(handle),
                           *nvml.nvmlDeviceGetGraphicsRunningProcesses(handle)]
                 found[index] = {int(process.pid) for process in listed}
+        return found
+
+
+@contextmanager
+def _session(inventory: GpuInventory, indices: Sequence[int] | None):
+    """NVML initialised for the inventory's GPUs with a UUID (only ``indices``, unless None):
+    ``(nvml, its failure types, index → UUID)``, shut down afterwards; None when NVML is not
+    importable, does not initialise, or no such GPU has a UUID."""
+    nvml = _import_nvml()
+    uuids = {gpu.index: gpu.uuid for gpu in inventory.gpus
+             if gpu.uuid and (indices is None or gpu.index in indices)}
+    if nvml is None or not uuids:
+        yield None
+        return
+    failures = _failures(nvml)
+    try:
+        nvml.nvmlInit()
+    except failures:
+        yield None
+        return
+    try:
+        yield nvml, failures, uuids
     finally:
         _shutdown(nvml)
-    return found
 
 
 def _import_nvml() -> ModuleType | None:
