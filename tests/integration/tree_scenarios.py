@@ -175,7 +175,8 @@ def _launch_as(uid: int, path: str, group: str, cpus: float) -> int:
 
 def fair_share_falls_for_a_group_that_ran_alone(tmp_path) -> None:
     """With a 20 s half-life, A runs a burner alone for a few seconds: its effective weight falls
-    below its configured 1 while B's stays; when B launches, B is guaranteed more CPU than A."""
+    below its configured 1; when B launches, B (charged only for its first moments) weighs more
+    and is guaranteed more CPU than A."""
     capacity = 1.0 * SCALE
     gov = Governor(tmp_path, HEAD.format(cpu=capacity) + '[groups.A]\nusers = ["root"]\n[groups.B]\nusers = ["root"]\n'
                                                           '[fairshare]\nhalf_life = "20s"\n')
@@ -188,7 +189,9 @@ def fair_share_falls_for_a_group_that_ran_alone(tmp_path) -> None:
               f"{groups['A']['effective_weight']:.2f} (past use {groups['A']['past_use']:.1f} host-s), B "
               f"{groups['B']['effective_weight']:.2f}; guarantees A {groups['A']['allocation']['cpu']:.3f}, "
               f"B {groups['B']['allocation']['cpu']:.3f} cores")
-        assert groups["B"]["effective_weight"] == 1.0
+        # B is charged from its counters from its first sample on (issue 32), so by the time of
+        # this status its weight may have left 1.0: what matters is that it is above A's.
+        assert groups["B"]["effective_weight"] > groups["A"]["effective_weight"]
         assert groups["B"]["allocation"]["cpu"] > groups["A"]["allocation"]["cpu"]
     finally:
         gov.close()
