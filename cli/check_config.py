@@ -265,7 +265,7 @@ def unknown_names(config: Config) -> list[str]:
 def _quota(quota: dict) -> str:
     """A group's quota as its table says it: by quota key (``gpus 2``, ``cpu 1.5 cores``)."""
     from governor.resources import find
-    from governor.units import format_amount
+    from governor.resources import format_amount
 
     return ", ".join(f"{find(resource).quota} {format_amount(resource, amount, unit=True)}"
                      for resource, amount in quota.items())
@@ -283,7 +283,8 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
     ``host``, the capacity it gives on this host, each group's members today
     (:func:`governor.access.members`) and the host's cgroup version (``v1``/``v2``): the
     groups' floors, who they are, and how memory is capped here."""
-    from governor.units import format_amount, format_number, format_timespan
+    from governor.resources import format_amount
+    from governor.units import format_number, format_timespan
     from governor.vocabulary import floors
 
     lines = ["capacity:"]

@@ -3,7 +3,7 @@
 
 Pure: every function returns a value and prints nothing, so tests render to a string.
 
-Amounts read as everywhere else (:func:`governor.units.format_amount`): ``memory…`` in bytes
+Amounts read as everywhere else (:func:`governor.resources.format_amount`): ``memory…`` in bytes
 and ``io.…`` in bytes/s with K/M/G/T suffixes, the rest (``cpu``, ``gpu``…) plain numbers.
 """
 
@@ -19,7 +19,8 @@ from rich.table import Table
 from governor.cli.view_common import label, tree_order
 from governor.model import Allocation, Number, Stop, TraceRow
 from governor.resources import sized
-from governor.units import SUFFIXES, format_amount, format_number
+from governor.resources import format_amount
+from governor.units import SUFFIXES, format_number
 
 _POLICY_NAMES = {"drf": "DRF", "asset": "Asset fairness", "ceei": "CEEI"}
 

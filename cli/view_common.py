@@ -14,7 +14,8 @@ from rich.table import Table
 from rich.text import Text
 
 from governor.resources import Resource, admitted, sized
-from governor.units import SUFFIXES, format_amount, format_number, format_size
+from governor.resources import format_amount
+from governor.units import SUFFIXES, format_number, format_size
 
 # Commands longer than this are cut with an ellipsis; the full line is in `--json`.
 COMMAND_CHARS = 40
@@ -41,7 +42,7 @@ def label(resource: str) -> str:
 
 
 def amount(resource: str, value: object, *, unit: bool = False) -> str:
-    """:func:`governor.units.format_amount` (``3.5``, ``3.5 cores`` with ``unit``, ``4.0G``,
+    """:func:`governor.resources.format_amount` (``3.5``, ``3.5 cores`` with ``unit``, ``4.0G``,
     ``2.0G/s``), ``—`` for None."""
     return "—" if value is None else format_amount(resource, value, unit=unit)
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from governor import resources
 from governor.config import Config, group_name_problem
-from governor.config_types import MIN_TASK_MEMORY
+from governor.resource_values import MIN_TASK_MEMORY
 from governor.errors import RequestError
-from governor.units import format_amount
+from governor.resources import format_amount
 
 
 @dataclass(frozen=True)

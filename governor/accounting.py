@@ -17,6 +17,7 @@ from governor.cgroups.stats import CgroupStats
 from governor.exits import describe
 from governor.state import Task
 from governor.units import format_size, format_timespan
+from governor.task_record import record_of, task_fields
 
 # How many ended records the daemon keeps (the oldest go first): about 1 KiB each.
 ENDED_KEPT = 1000
@@ -69,7 +70,7 @@ class Ended:
     def to_saved(self) -> dict:
         """The record as the state directory keeps it (:func:`ended_from_saved` reads it back):
         the task's own record, then what ended it, its counters and its exit status."""
-        return {"task": self.task.to_record(), "id": self.task.id, "ended": self.ended, "reason": self.reason,
+        return {"task": record_of(self.task), "id": self.task.id, "ended": self.ended, "reason": self.reason,
                 "stopped_by": self.stopped_by, "stats": None if self.stats is None else asdict(self.stats),
                 "exit_status": self.exit_status}
 
@@ -91,8 +92,6 @@ def ended_from_saved(saved: dict) -> Ended:
     Raises:
         ValueError: what is wrong with it.
     """
-    from governor.task_record import task_fields
-
     try:
         task = Task(**task_fields(str(saved["id"]), json.dumps(saved["task"]).encode()))
         stats = None if saved["stats"] is None else CgroupStats(**saved["stats"])

@@ -41,7 +41,7 @@ import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from governor.units import format_amount
+from governor.resources import format_amount
 from governor import resources
 
 # Float declarations carry rounding error: a task fits within this relative slack.

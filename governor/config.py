@@ -43,12 +43,12 @@ from governor.config_groups import EVERYONE, names, parse_groups
 from governor.config_gpus import gpu_guard
 from governor.config_types import Config, GroupRule, IoDevice, SessionRules, group_name_problem
 from governor.errors import ConfigError
-from governor.fairshare import parse_half_life
 from governor.resource_values import bytes_setting, cores_setting
 from governor.tomlcheck import no_unknown_keys, number, parse_toml, subtable, type_name
+from governor.units import parse_duration
 
 __all__ = ["CONFIG_PATH", "DEFAULT_CONFIG", "EVERYONE", "Config", "GroupRule", "IoDevice",
-           "default_config", "group_name_problem", "load_config", "parse_config"]
+           "default_config", "group_name_problem", "load_config", "parse_config", "parse_half_life"]
 
 CONFIG_PATH = "/etc/governor/governor.toml"
 DEFAULT_FILE = "<embedded default>"
@@ -268,6 +268,18 @@ def _governed(config: Config) -> None:
         for entry in resources.RESOURCES:
             if entry.config and demand[entry.config] and not entry.names(config):
                 raise ConfigError(config.file, f"{where}.{entry.config}", f"{entry.absent}, or leave this out")
+
+
+def parse_half_life(value: object) -> float:
+    """The ``half_life`` setting in seconds: a time span as systemd writes one (``"1d"``,
+    ``"12h"``, ``"1h30m"``; :func:`governor.units.parse_duration`).
+
+    Raises:
+        ValueError: not a string, not a span, or not above zero.
+    """
+    if not isinstance(value, str):
+        raise ValueError(f'expected a time span string like "1d" or "12h", got {type(value).__name__}')
+    return parse_duration(value)
 
 
 def _fairshare(data: Mapping[str, object], file: str) -> float | None:

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from governor.config_types import MAX_BYTES, MAX_CORES, WEIGHT_RANGE, GroupRule, group_name_problem
+from governor.config_types import WEIGHT_RANGE, GroupRule, group_name_problem
+from governor.resource_values import MAX_BYTES, MAX_CORES
 from governor.errors import ConfigError
 from governor.resources import Resource, quota_keys
 from governor.tomlcheck import amount, in_range, join_key, no_unknown_keys, number, subtable, type_name
-from governor.units import format_amount
+from governor.resources import format_amount
 
 EVERYONE = "*"
 _GROUP_KEYS = ("weight", "users", "unix_groups", "parent", "guarantee", "limit", "user_limit")

@@ -16,16 +16,11 @@ from governor.config_gpus import GpuGuardRules
 from governor.errors import ConfigError
 from governor.kinds import SESSION_PREFIX, TASK_PREFIX
 from governor.tomlcheck import join_key
-from governor.units import format_amount
+from governor.resources import format_amount
 
-# Bounds on what a config or a request may say: beyond them no host has the amount, and the
-# kernel's files (microseconds, bytes in 63 bits, weights 1..10000) could not hold it.
-MAX_CORES = 65_536
-MAX_BYTES = 1 << 62
+# Bounds on a weight a config or a request may say (the amounts' bounds are in
+# resource_values): the kernel's weights 1..10000 could not hold a wider ratio.
 WEIGHT_RANGE = (0.001, 1000.0)
-# A task's declared memory is its cap: below this no process starts (a documented minimum, so
-# that no declaration is so small it reads as "no limit" anywhere).
-MIN_TASK_MEMORY = 1 << 20
 
 _GROUP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 

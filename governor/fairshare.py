@@ -37,27 +37,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from governor.config_types import WEIGHT_RANGE, group_name_problem
-from governor.units import parse_duration
 
-__all__ = ["MIN_EFFECTIVE_WEIGHT", "FORMAT_VERSION", "FairShare", "Standing", "parse_half_life"]
+__all__ = ["MIN_EFFECTIVE_WEIGHT", "FORMAT_VERSION", "FairShare", "Standing"]
 
 MIN_EFFECTIVE_WEIGHT = WEIGHT_RANGE[0]
 FORMAT_VERSION = 1
 # Usage below this (a millisecond at a thousandth of the host) is dropped: per-user groups come
 # and go, and a history of every user ever seen would only grow.
 _FORGOTTEN = 1e-6
-
-
-def parse_half_life(value: object) -> float:
-    """The ``half_life`` setting in seconds: a time span as systemd writes one (``"1d"``,
-    ``"12h"``, ``"1h30m"``; :func:`governor.units.parse_duration`).
-
-    Raises:
-        ValueError: not a string, not a span, or not above zero.
-    """
-    if not isinstance(value, str):
-        raise ValueError(f'expected a time span string like "1d" or "12h", got {type(value).__name__}')
-    return parse_duration(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,10 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from governor.gpus import Gpu
+from typing import Protocol
 
 __all__ = ["GpuIdentity", "GpuNotFound", "locate"]
 
@@ -89,7 +86,18 @@ class GpuNotFound(LookupError):
         super().__init__(f"GPU {identity} {where}")
 
 
-def locate(held: Sequence[GpuIdentity], gpus: Sequence[Gpu]) -> tuple[tuple[int, ...], tuple[GpuIdentity, ...]]:
+class InventoryEntry(Protocol):
+    """What :func:`locate` reads of a GPU of the inventory (:class:`governor.gpus.Gpu`, which
+    builds on this module: named here by its shape, not imported)."""
+
+    @property
+    def index(self) -> int: ...  # its place in the inventory
+
+    @property
+    def identity(self) -> GpuIdentity: ...
+
+
+def locate(held: Sequence[GpuIdentity], gpus: Sequence[InventoryEntry]) -> tuple[tuple[int, ...], tuple[GpuIdentity, ...]]:
     """Where each of ``held`` is in an inventory: its index there, and its identity as the
     inventory knows it now (a UUID NVML learned since, a device number that changed).
 

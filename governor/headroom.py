@@ -17,7 +17,7 @@ from governor.admission import Guarantee, Waiting, admit
 from governor.config_types import Config
 from governor.errors import ConfigError, RequestError
 from governor.tomlcheck import join_key
-from governor.units import format_amount
+from governor.resources import format_amount
 
 
 def guarantees(config: Config) -> list[Guarantee]:

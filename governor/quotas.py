@@ -20,7 +20,7 @@ from governor.admission import Quota, Waiting
 from governor.config_types import Config
 from governor.errors import RequestError
 from governor.state import Task, one_session_each
-from governor.units import format_amount
+from governor.resources import format_amount
 
 
 def quotas(config: Config, running: Iterable[Task], waiting: Sequence[Waiting]) -> list[Quota]:

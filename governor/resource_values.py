@@ -44,8 +44,16 @@ def size(text: str) -> int:
     return round(parse_quantity(text))
 
 
-# Checking a config key's value: (value, dotted key, file) → amount. The bounds are
-# config_types', read when called (it builds on this module).
+# Bounds on what a config or a request may say: beyond them no host has the amount, and the
+# kernel's files (microseconds, bytes in 63 bits) could not hold it.
+MAX_CORES = 65_536
+MAX_BYTES = 1 << 62
+# A task's declared memory is its cap: below this no process starts (a documented minimum, so
+# that no declaration is so small it reads as "no limit" anywhere).
+MIN_TASK_MEMORY = 1 << 20
+
+
+# Checking a config key's value: (value, dotted key, file) → amount.
 
 def cores_setting(value: object, key: str, file: str) -> float:
     """Cores: a number ≥ 0 (not a string), at most ``MAX_CORES``.
@@ -53,7 +61,6 @@ def cores_setting(value: object, key: str, file: str) -> float:
     Raises:
         ConfigError: at ``key`` in ``file``, saying what is wrong.
     """
-    from governor.config_types import MAX_CORES
     return float(_at_most(number(value, key, file), MAX_CORES, "cores", key, file))
 
 
@@ -64,7 +71,6 @@ def bytes_setting(value: object, key: str, file: str) -> int:
     Raises:
         ConfigError: at ``key`` in ``file``, saying what is wrong.
     """
-    from governor.config_types import MAX_BYTES
     return int(_at_most(amount(value, key, file), MAX_BYTES, "bytes", key, file))
 
 
@@ -74,7 +80,6 @@ def memory_setting(value: object, key: str, file: str) -> int:
     Raises:
         ConfigError: at ``key`` in ``file``, saying what is wrong.
     """
-    from governor.config_types import MIN_TASK_MEMORY
     result = bytes_setting(value, key, file)
     if result < MIN_TASK_MEMORY:
         raise ConfigError(file, key, f"must be at least {format_size(MIN_TASK_MEMORY)}: no process starts in less")

@@ -31,16 +31,28 @@ import enum
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from itertools import zip_longest
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from governor.errors import ConfigError
 from governor.resource_values import (bytes_setting, cores, cores_setting, devices, format_bytes, format_cores,
                                       format_count, format_rate, memory_setting, size)
-from governor.units import format_size
+from governor.units import format_number, format_size
 
-if TYPE_CHECKING:  # config_types builds on this module
-    from governor.config_types import Config
+
+
+class Settings(Protocol):
+    """What the registry reads of a config (:class:`governor.config_types.Config` has it all;
+    the config model builds on this module, so it is named by its shape here, not imported)."""
+
+    file: str
+    cpu_cores: float | None  # capacity.cpu, cores, or None: the host's less the reserve
+    reserve_cpu_cores: float
+    memory_bytes: int | None  # capacity.memory, bytes, or None: the host's less the reserve
+    reserve_memory_bytes: int
+    gpus: object  # capacity.gpus: None when no GPU is governed
+    io_devices: tuple  # [[capacity.io]] entries: .name, .read_bps, .write_bps (bytes/s)
 
 
 class ResourceKind(enum.Enum):
@@ -107,8 +119,8 @@ class Resource:
     parse: Callable[[str], float]
     whole: bool
     format: Callable[[float, bool], str]
-    capacity: Callable[[Config, Host], dict[str, float]]
-    names: Callable[[Config], tuple[str, ...]]
+    capacity: Callable[[Settings, Host], dict[str, float]]
+    names: Callable[[Settings], tuple[str, ...]]
     noun: str = ""
     queue: str = ""
     absent: str = ""
@@ -188,7 +200,7 @@ def sized(resource: str) -> bool:
     return entry is not None and entry.unit in ("bytes", "bytes/s")
 
 
-def governed(config: Config) -> tuple[str, ...]:
+def governed(config: Settings) -> tuple[str, ...]:
     """The resource names ``config`` governs: the single resources in registry order, then
     each governed device's family members (``io.sda.read``, ``io.sda.write``, ``io.sdb.read``…);
     a family with more members than another (not the same devices) keeps them all."""
@@ -197,7 +209,7 @@ def governed(config: Config) -> tuple[str, ...]:
     return (*single, *(name for names in per_device for name in names if name is not None))
 
 
-def capacity(config: Config, host: Host) -> dict[str, float]:
+def capacity(config: Settings, host: Host) -> dict[str, float]:
     """What governor divides on ``host`` under ``config``, by resource, in :func:`governed`
     order (cores, bytes, devices, bytes/s).
 
@@ -227,9 +239,20 @@ def wire_keys() -> tuple[str, ...]:
     return tuple(entry.wire for entry in RESOURCES)
 
 
+def format_amount(resource: str, value: float | Fraction, *, unit: bool = False) -> str:
+    """An amount of ``resource`` for people, the one rule every view and message follows: its
+    registry entry's. ``memory`` is bytes (``4.0G``), ``io.…`` bytes/s (``200.0M/s``), ``cpu``,
+    ``gpu`` and a name that is no resource a plain number with up to two decimals (``1.5``;
+    with ``unit``, cpu reads ``1.5 cores``, ``1 core``). Sizes use K/M/G/T, powers of 1024
+    (:func:`governor.units.format_size`).
+    """
+    entry = find(resource)
+    return entry.format(value, unit) if entry else format_number(value, precision=2)
+
+
 # Capacities: (config, host) → name → amount.
 
-def _cpu_capacity(config: Config, host: Host) -> dict[str, float]:
+def _cpu_capacity(config: Settings, host: Host) -> dict[str, float]:
     if config.cpu_cores is not None:
         return {"cpu": config.cpu_cores}
     cpu = host.cpus - config.reserve_cpu_cores
@@ -240,7 +263,7 @@ def _cpu_capacity(config: Config, host: Host) -> dict[str, float]:
     return {"cpu": cpu}
 
 
-def _memory_capacity(config: Config, host: Host) -> dict[str, float]:
+def _memory_capacity(config: Settings, host: Host) -> dict[str, float]:
     if config.memory_bytes is not None:
         return {"memory": config.memory_bytes}
     memory = host.memory_bytes - config.reserve_memory_bytes
@@ -251,20 +274,20 @@ def _memory_capacity(config: Config, host: Host) -> dict[str, float]:
     return {"memory": memory}
 
 
-def _always(name: str) -> Callable[[Config], tuple[str, ...]]:
+def _always(name: str) -> Callable[[Settings], tuple[str, ...]]:
     return lambda config: (name,)
 
 
-def _gpu_names(config: Config) -> tuple[str, ...]:
+def _gpu_names(config: Settings) -> tuple[str, ...]:
     return ("gpu",) if config.gpus is not None else ()
 
 
-def _io(direction: str) -> tuple[Callable[[Config, Host], dict[str, float]], Callable[[Config], tuple[str, ...]]]:
+def _io(direction: str) -> tuple[Callable[[Settings, Host], dict[str, float]], Callable[[Settings], tuple[str, ...]]]:
     """A family's capacity and names: ``io.<dev>.<direction>`` for each ``[[capacity.io]]``."""
-    def capacity_(config: Config, host: Host) -> dict[str, float]:
+    def capacity_(config: Settings, host: Host) -> dict[str, float]:
         return {f"io.{d.name}.{direction}": getattr(d, f"{direction}_bps") for d in config.io_devices}
 
-    def names(config: Config) -> tuple[str, ...]:
+    def names(config: Settings) -> tuple[str, ...]:
         return tuple(f"io.{d.name}.{direction}" for d in config.io_devices)
 
     return capacity_, names
@@ -293,7 +316,7 @@ RESOURCES: tuple[Resource, ...] = (
 )
 
 
-def demand(given: Mapping[str, float | None], defaults: Mapping[str, float], config: Config) -> dict[str, float]:
+def demand(given: Mapping[str, float | None], defaults: Mapping[str, float], config: Settings) -> dict[str, float]:
     """One task's demand vector under ``config``.
 
     Args:

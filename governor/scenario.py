@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from governor.config_groups import check_tree
-from governor.config_types import MAX_BYTES, WEIGHT_RANGE
+from governor.config_types import WEIGHT_RANGE
+from governor.resource_values import MAX_BYTES
 from governor.errors import AllocationInputError, ConfigError
 from governor.hdrf import TreeNode
 from governor.model import GroupDemand

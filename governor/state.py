@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 from governor.gpu_identity import GpuIdentity
 from governor.kinds import Kind, cgroup_of, kind_of
-from governor.task_record import record_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +82,6 @@ class Task:
     def label(self) -> str:
         """How people see it in the log: ``task 7`` or ``session of alice``."""
         return f"session of {self.user}" if self.is_session else f"task {self.id}"
-
-    def to_record(self) -> dict:
-        """What the task's record under the state directory holds (:func:`governor.task_record.record_of`)."""
-        return record_of(self)
 
     def to_json(self, *, command_chars: int | None = None) -> dict:
         """What every view of a task shares (``status``, ``ps``, ended records): ids, owner,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from governor.errors import GovernorError
 from governor.state import Task
-from governor.task_record import task_fields
+from governor.task_record import record_of, task_fields
 from governor.trust import writable_by_others
 
 __all__ = ["ENDED", "MAX_ENDED_BYTES", "MAX_RECORD_BYTES", "NEXT_ID", "TaskStore"]
@@ -127,7 +127,7 @@ class TaskStore:
         # UTF-8 as UTF-8: escaped, an accented command line took three times its size.
         # (A lone surrogate, from a user name the database gave undecoded, stays a JSON escape.)
         self._write(self.directory / f"{task.id}.json",
-                    json.dumps(task.to_record(), ensure_ascii=False).encode("utf-8", "backslashreplace"), "task record")
+                    json.dumps(record_of(task), ensure_ascii=False).encode("utf-8", "backslashreplace"), "task record")
 
     def _write(self, target: Path, data: bytes, what: str) -> None:
         """Replace ``target`` with ``data`` atomically (raises GovernorError naming ``what``)."""

@@ -77,19 +77,6 @@ def format_number(value: float | Fraction, *, precision: int = 3) -> str:
 _HUGE = 1e15
 
 
-def format_amount(resource: str, value: float | Fraction, *, unit: bool = False) -> str:
-    """An amount of ``resource`` for people, the one rule every view and message follows: its
-    registry entry's (:mod:`governor.resources`). ``memory`` is bytes (``4.0G``), ``io.…``
-    bytes/s (``200.0M/s``), ``cpu``, ``gpu`` and a name that is no resource a plain number with
-    up to two decimals (``1.5``; with ``unit``, cpu reads ``1.5 cores``, ``1 core``). Sizes use
-    K/M/G/T, powers of 1024 (:func:`format_size`).
-    """
-    from governor.resources import find  # the registry builds on this module
-
-    entry = find(resource)
-    return entry.format(value, unit) if entry else format_number(value, precision=2)
-
-
 # Time span units as systemd.time(7) spells them, in seconds.
 _SPAN_UNITS = {"us": 1e-6, "usec": 1e-6, "ms": 1e-3, "msec": 1e-3, "": 1.0, "s": 1.0, "sec": 1.0, "second": 1.0,
                "seconds": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0, "minutes": 60.0, "h": 3600.0, "hr": 3600.0,

@@ -8,7 +8,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 
-from governor.units import format_amount
+from governor.resources import format_amount
 
 __all__ = ["EVENTS_KEPT", "Journal", "vector"]
 

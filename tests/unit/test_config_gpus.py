@@ -14,6 +14,7 @@ from governor.gpu_identity import GpuIdentity, GpuNotFound, locate
 from governor.gpus import Gpu, GpuInventory
 from governor.state import Task
 from governor.task_record import task_fields
+from governor.task_record import record_of
 
 BASE = '[groups.A]\nusers = ["root"]\n[capacity]\ncpu = 4\nmemory = "8G"\n'
 
@@ -54,7 +55,7 @@ def test_a_records_gpus_survive_by_identity_and_bad_ones_are_refused():
     held = (GpuIdentity("195:2", "GPU-cccc"), GpuIdentity("240:3"))
     task = Task("7", "A", 100, 0, "root", ("train",), {"cpu": 1.0, "memory": 1e9, "gpu": 2.0}, 1.0, gpus=(2, 3),
                 gpu_identities=held)
-    record = task.to_record()
+    record = record_of(task)
     assert record["gpus"] == [{"device": "195:2", "uuid": "GPU-cccc"}, {"device": "240:3", "uuid": None}]
     again = parsed(record)
     assert again.gpu_identities == held and again.gpus == ()  # indices come from the inventory, at re-adoption

@@ -15,6 +15,7 @@ from governor.quotas import check_within_quotas, quotas
 from governor.state import Task, Tasks
 from governor.task_record import task_fields
 from governor.vocabulary import floors
+from governor.task_record import record_of
 
 G = 1024**3
 CONFIG = load_config({"groups": {
@@ -78,7 +79,7 @@ def test_a_tasks_place_is_stored_and_checked():
     tasks = Tasks()
     task = Task("1", "lab", 5, 0, "root", ("w",), {"cpu": 1.0}, 0.0, place="science/lab")
     assert task.cgroup == "science/lab/task-1"
-    record = task.to_record()
+    record = record_of(task)
 
     def parsed(fields):
         return Task(**task_fields("1", json.dumps(fields).encode()))

@@ -23,7 +23,7 @@ from governor.cli.top_view import top_view
 from governor.config import parse_config
 from governor.metrics import Metrics
 from governor.protocol import ExplainRequest, Peer, PsRequest, StatusRequest
-from governor.units import format_amount
+from governor.resources import format_amount
 from test_daemon import GIB, launch, make_daemon
 
 CONFIG = """

@@ -10,6 +10,7 @@ import pytest
 from governor.errors import GovernorError
 from governor.state import Task
 from governor.task_store import MAX_RECORD_BYTES, TaskStore
+from governor.task_record import record_of
 
 TASK = Task("1", "A", 100, 1000, "alice", ("sleep", "9"), {"cpu": 0.5, "memory": 1024.0}, 1.5)
 
@@ -64,7 +65,7 @@ def test_a_bad_record_is_set_aside_with_its_reason_and_the_others_still_load(tmp
     store.save(TASK)
     path = tmp_path / "state" / name
     if isinstance(content, dict):
-        record = {**TASK.to_record(), "command": list(TASK.command), "id": path.stem, **content}
+        record = {**record_of(TASK), "command": list(TASK.command), "id": path.stem, **content}
         path.write_text(json.dumps(record))
     elif isinstance(content, str):
         path.symlink_to(content)
@@ -92,7 +93,7 @@ def test_a_name_and_time_limit_are_kept_and_a_record_written_before_them_still_l
     store = store_at(tmp_path / "state")
     named = Task("2", "A", 200, 1000, "alice", ("make",), {"cpu": 1.0}, 1.5, "nightly", 5400.0)
     store.save(named)
-    older = {key: value for key, value in TASK.to_record().items() if key not in ("name", "time_limit")}
+    older = {key: value for key, value in record_of(TASK).items() if key not in ("name", "time_limit")}
     (tmp_path / "state" / "1.json").write_text(json.dumps({**older, "command": list(TASK.command)}))
     assert store.load_all() == ([TASK, named], [])
 

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from governor.units import format_amount
+from governor.resources import format_amount
 
 G = 1024**3
 
@@ -37,7 +37,7 @@ def test_every_view_uses_it():
 
 
 def test_hostile_magnitudes_stay_short():
-    from governor.units import format_amount
+    from governor.resources import format_amount
 
     assert format_amount("cpu", 1e308) == "1e+308"
     assert format_amount("memory", 1e308) == "1e+308"
