@@ -38,7 +38,8 @@ def explain(group: str | None, as_json: bool, socket_option: str | None) -> None
         raise ControlSocketError(path, "the daemon's explain reply has no explain object")
     configured = answer.get("configured") if isinstance(answer.get("configured"), dict) else {}
     if group is not None and group not in answer["groups"] and group not in configured:
-        from governor.cli.main import EXIT_BAD_INPUT, Failure
+        from governor.cli.command_failure import Failure
+        from governor.cli.failures import EXIT_BAD_INPUT
 
         known = ", ".join(dict.fromkeys([*answer["groups"], *configured])) or "none"
         raise Failure(f"no group {group!r} on this host", EXIT_BAD_INPUT, hint=f"groups: {known}", code="not_found")

@@ -97,7 +97,8 @@ def install_systemd(prefix: str | None, root_dir: str, dry_run: bool, uninstall:
     from governor.manpages import pages
 
     man_dir = root / MAN_DIR
-    man_pages = {man_dir / name: text for name, text in pages().items()}
+    governor = click.get_current_context().find_root().command  # the group this command is in
+    man_pages = {man_dir / name: text for name, text in pages(governor).items()}
 
     if dry_run:
         for path, text in files.items():

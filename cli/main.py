@@ -15,7 +15,8 @@ from governor.cli.admin import reload, set_weight
 from governor.cli.check_config import check_config
 from governor.cli.daemon_cmd import daemon
 from governor.cli.explain import explain
-from governor.cli.failures import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, describe, line
+from governor.cli.command_failure import Failure
+from governor.cli.failures import EXIT_INTERRUPTED
 from governor.cli.install_systemd import install_systemd
 from governor.cli.man_cmd import man
 from governor.cli.ps import ps
@@ -26,38 +27,11 @@ from governor.cli.stop import stop
 from governor.cli.top import top
 from governor.errors import GovernorError
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILURE", "Failure", "main"]
+__all__ = ["main"]
 
 # A command given no arguments shows its help (click ≥ 8.2 raises this usage error for it):
 # that is help, not a failure to put on one line.
 _HELP_ONLY = getattr(click.exceptions, "NoArgsIsHelpError", ())
-
-
-class Failure(click.ClickException):
-    """One line on stderr in governor's style (:mod:`governor.cli.failures`): ``governor: error: <what>
-    (<hint>)``, and `` [<code>]`` once the group has set ``verbose``."""
-
-    def __init__(self, message: str, exit_code: int, *, hint: str | None = None, code: str = "error"):
-        super().__init__(message)
-        self.exit_code = exit_code
-        self.hint = hint
-        self.code = code
-        self.verbose = False
-
-    @classmethod
-    def of(cls, error: GovernorError) -> Failure:
-        """The failure for a library error, with its hint and exit code from :mod:`governor.cli.failures`."""
-        what, hint, code, status = describe(error)
-        return cls(what, status, hint=hint, code=code)
-
-    @classmethod
-    def usage(cls, error: click.UsageError) -> Failure:
-        """A click usage error (unknown option, bad value...) as one line, exit 2."""
-        where = error.ctx.command_path if error.ctx else "governor"
-        return cls(error.format_message().rstrip("."), EXIT_BAD_INPUT, hint=f"see {where} -h", code="usage")
-
-    def show(self, file=None) -> None:
-        click.echo(line(self.format_message(), self.hint, self.code if self.verbose else None), err=True, file=file)
 
 
 class _Group(click.Group):

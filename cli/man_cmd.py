@@ -24,7 +24,7 @@ def man(directory: str) -> None:
     from governor.manpages import write_pages
 
     try:
-        written = write_pages(directory)
+        written = write_pages(directory, click.get_current_context().find_root().command)
     except OSError as error:
         raise GovernorError(f"{error.filename or directory}: cannot write the man pages: {error.strerror}") from error
     click.echo(f"wrote {len(written)} man pages to {directory}")

@@ -6,10 +6,8 @@ lines from the daemon's rows (docs/user.md: "governor ps"), ``now`` passed in.
 
 from __future__ import annotations
 
-import signal
-
 from governor.cli import view_common as view
-from governor.cli.ps_view import REASONS, ended_why, triple
+from governor.cli.ps_view import REASONS, ended_why, exit_words, triple
 from governor.units import format_timespan
 
 # Each field: what it shows. Amounts as ps shows them; "-" where there is none.
@@ -97,18 +95,3 @@ def _ended_cell(record: dict, field: str, now: float) -> str:
     if field == "reason":
         return _one_line(record.get("reason") if record.get("reason") in REASONS else None)
     return _one_line(record.get(field))
-
-
-def exit_words(status: object) -> str:
-    """An ended task's ``exit_status`` in a cell: its exit code (``127``), or the signal that
-    ended it (``SIGKILL``, ``SIGSEGV+core`` where it dumped core); ``-`` where the daemon does
-    not know it (Linux before 6.15, sessions, re-adopted tasks)."""
-    if not isinstance(status, dict):
-        return "-"
-    if status.get("code") == "exited" and isinstance(status.get("status"), int):
-        return str(status["status"])
-    name = str(status.get("signal") or "?")
-    name = name if name.startswith("SIG") else f"SIG{name}"
-    if name not in signal.Signals.__members__ and not name[3:].isdigit():
-        name = "SIG?"  # from a hostile daemon: only a signal's name reaches the terminal
-    return name + ("+core" if status.get("code") == "dumped" else "")

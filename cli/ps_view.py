@@ -5,6 +5,7 @@ ended tasks. Pure: renderables from the daemon's rows (docs/user.md: "governor p
 from __future__ import annotations
 
 import re
+import signal
 
 from rich import box
 from rich.console import Group
@@ -111,7 +112,6 @@ WHY_WIDTH = 20
 
 
 def _ended_table(records: list[dict], *, now: float, users: bool, width: int) -> Table:
-    from governor.cli.ps_plain import exit_words
 
     rows = []
     for record in records:
@@ -214,3 +214,18 @@ def process_tree(processes: list[dict]) -> list[str]:
         lines.append(f"{'  ' * depth}{process.get('pid')} {process.get('name', '?')}")
         stack += [(child, depth + 1) for child in reversed(children.get(process.get("pid"), []))]
     return lines
+
+
+def exit_words(status: object) -> str:
+    """An ended task's ``exit_status`` in a cell: its exit code (``127``), or the signal that
+    ended it (``SIGKILL``, ``SIGSEGV+core`` where it dumped core); ``-`` where the daemon does
+    not know it (Linux before 6.15, sessions, re-adopted tasks)."""
+    if not isinstance(status, dict):
+        return "-"
+    if status.get("code") == "exited" and isinstance(status.get("status"), int):
+        return str(status["status"])
+    name = str(status.get("signal") or "?")
+    name = name if name.startswith("SIG") else f"SIG{name}"
+    if name not in signal.Signals.__members__ and not name[3:].isdigit():
+        name = "SIG?"  # from a hostile daemon: only a signal's name reaches the terminal
+    return name + ("+core" if status.get("code") == "dumped" else "")

@@ -84,7 +84,8 @@ def run(path: str, interval: float) -> None:
         click.ClickException: stdin or stdout is not a terminal.
     """
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        from governor.cli.main import EXIT_FAILURE, Failure
+        from governor.cli.command_failure import Failure
+        from governor.cli.failures import EXIT_FAILURE
 
         raise Failure("governor top needs a terminal (for a snapshot: governor status --json)", EXIT_FAILURE)
     # Exported COLUMNS/LINES are a snapshot of some terminal's size: rich would prefer them to

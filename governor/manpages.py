@@ -30,17 +30,15 @@ _KEY = re.compile(r'([a-z\[][\w.\[\]"*-]*(?:, [a-z][\w.]*)*): (.*)')
 _COMMENTED_TOML = re.compile(r'#( ?\[.*\]| ?[A-Za-z_][\w."*-]* = .*)$')
 
 
-def pages(command=None, *, version: str | None = None, date: str | None = None) -> dict[str, str]:
+def pages(command, *, version: str | None = None, date: str | None = None) -> dict[str, str]:
     """Every page, as ``{"man1/governor-run.1": roff, ..., "man5/governor.toml.5": roff}``.
 
     Args:
-        command: the click group to document (default: governor's own).
+        command: the click group to document (a command passes its context's root: governor's own).
         version: shown in each page's footer (default: the installed drf-governor's).
         date: ``YYYY-MM-DD`` in the footer (default: ``$SOURCE_DATE_EPOCH``'s day, else today's),
             so a packager's build is reproducible.
     """
-    if command is None:
-        from governor.cli.main import main as command
     version = version or _version()
     date = date or time.strftime("%Y-%m-%d", time.gmtime(int(os.environ.get("SOURCE_DATE_EPOCH", time.time()))))
     found = {f"man1/{name}.1": text for name, text in _command_pages(command, PROGRAM, None, version, date)}
@@ -51,7 +49,7 @@ def pages(command=None, *, version: str | None = None, date: str | None = None) 
     return found
 
 
-def write_pages(directory, command=None, **footer) -> list:
+def write_pages(directory, command, **footer) -> list:
     """Write :func:`pages` below ``directory`` (``man1/``, ``man5/``, made if missing), mode 0644;
     return the paths written. OSError propagates."""
     from pathlib import Path

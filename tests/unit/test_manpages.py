@@ -141,7 +141,7 @@ def test_a_help_text_roff_would_misread_renders_as_written(tmp_path):
 
 def test_the_date_follows_source_date_epoch(monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "86400")
-    assert all('"1970-01-02"' in page.splitlines()[0] for page in pages().values())
+    assert all('"1970-01-02"' in page.splitlines()[0] for page in pages(main).values())
 
 
 def test_an_unwritable_directory_is_one_line(tmp_path):
