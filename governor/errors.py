@@ -14,6 +14,8 @@ tree and every message says what was wrong and where::
     ├── CgroupError               a cgroupfs operation failed (path, errno)
     │   ├── CgroupReadError       reading a cgroup file failed
     │   ├── CgroupWriteError      writing a value to a cgroup file failed (path, value, errno)
+    │   │   └── ProcessGone       the process to move into a cgroup is gone (ESRCH)
+    │   ├── CgroupBusy            a cgroup to remove still holds processes or child cgroups (EBUSY)
     │   └── CgroupUnsupported     the host lacks a hierarchy or controller governor needs
     ├── DeviceError               a configured block device cannot be governed (path, reason)
     ├── RequestError              a control-socket request the daemon refuses (code, message)
@@ -25,12 +27,12 @@ tree and every message says what was wrong and where::
 
 from __future__ import annotations
 
-from governor.cgroups.errors import (CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError, DeviceError,
-                            GovernorError)
+from governor.cgroups.errors import (CgroupBusy, CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError,
+                                     DeviceError, GovernorError, ProcessGone)
 
-__all__ = ["AllocationInputError", "CgroupError", "CgroupReadError", "CgroupUnsupported", "CgroupWriteError",
+__all__ = ["AllocationInputError", "CgroupBusy", "CgroupError", "CgroupReadError", "CgroupUnsupported", "CgroupWriteError",
            "ConfigError", "ControlSocketError", "DaemonError", "DaemonNotRunning", "DeviceError", "FillingDiverged",
-           "GovernorError", "RequestError", "SocketPermissionError", "StateFileError"]
+           "GovernorError", "ProcessGone", "RequestError", "SocketPermissionError", "StateFileError"]
 
 
 class AllocationInputError(GovernorError, ValueError):
