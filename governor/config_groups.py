@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from governor.config_types import MAX_BYTES, MAX_CORES, WEIGHT_RANGE, GroupRule, group_name_problem
+from governor.config_types import GROUP_WEIGHT_RANGE, MAX_BYTES, MAX_CORES, GroupRule, group_name_problem
 from governor.errors import ConfigError
 from governor.resources import Resource, quota_keys
 from governor.tomlcheck import amount, in_range, join_key, no_unknown_keys, number, subtable, type_name
@@ -190,7 +190,7 @@ def _gpu_count(data: Mapping[str, object]) -> int | None:
 
 
 def _weight(value: object, key: str, file: str) -> float:
-    return float(in_range(value, key, file, *WEIGHT_RANGE))
+    return float(in_range(value, key, file, *GROUP_WEIGHT_RANGE))
 
 
 def names(value: object, key: str, file: str) -> tuple[str, ...]:

@@ -22,7 +22,9 @@ from governor.units import format_amount
 # kernel's files (microseconds, bytes in 63 bits, weights 1..10000) could not hold it.
 MAX_CORES = 65_536
 MAX_BYTES = 1 << 62
-WEIGHT_RANGE = (0.001, 1000.0)
+# A group's weight as a config (``[groups.X] weight``), ``set-weight`` and a scenario give it:
+# governor's scale, not the kernel's (cgroups.limits.CGROUP_WEIGHT_RANGE, what weights are written as).
+GROUP_WEIGHT_RANGE = (0.001, 1000.0)
 # A task's declared memory is its cap: below this no process starts (a documented minimum, so
 # that no declaration is so small it reads as "no limit" anywhere).
 MIN_TASK_MEMORY = 1 << 20
