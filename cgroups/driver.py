@@ -42,13 +42,14 @@ class Driver(Protocol):
 
     def remove(self, rel: str) -> None:
         """Remove the leaf cgroup ``rel`` (gone already is fine); its record stays until
-        :meth:`forget`."""
+        :meth:`forget`. Raises CgroupBusy: it holds processes or child cgroups."""
 
     def children(self, rel: str = "") -> list[str]:
         """The names of ``rel``'s child cgroups, sorted."""
 
     def move(self, rel: str, pid: int) -> None:
-        """Move process ``pid`` with all its threads into ``rel``."""
+        """Move process ``pid`` with all its threads into ``rel``. Raises ProcessGone: there
+        is no such process."""
 
     def pids(self, rel: str) -> list[int]:
         """The processes in ``rel`` itself."""

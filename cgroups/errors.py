@@ -1,7 +1,10 @@
 """The errors of cgroup and device operations, and the base of every governor error.
 
 They live here, in the lowest layer, so that ``cgroups/`` imports nothing from ``governor/``;
-:mod:`governor.errors` re-exports them beside the rest of the tree.
+:mod:`governor.errors` re-exports them beside the rest of the tree. What an errno means is
+decided here and in :mod:`governor.cgroups.files`, where the OS error happens: code above
+``cgroups/`` catches :class:`ProcessGone` or :class:`CgroupBusy`, or asks
+:attr:`CgroupError.vanished`, and never compares errno values.
 """
 
 from __future__ import annotations
@@ -49,6 +52,19 @@ class CgroupWriteError(CgroupError):
     def __init__(self, path: str, value: str, errno: int | None):
         self.value = value
         super().__init__(f"failed to write {value!r} to {path}", path=path, errno=errno)
+
+
+class ProcessGone(CgroupWriteError):
+    """Moving a process into a cgroup (writing its pid to ``cgroup.procs``) failed because
+    there is no such process any more (``ESRCH``): it exited meanwhile, or never was."""
+
+    def __init__(self, path: str, value: str):
+        super().__init__(path, value, _errno.ESRCH)
+
+
+class CgroupBusy(CgroupError):
+    """Removing a cgroup failed because it still holds processes or child cgroups (``EBUSY``;
+    ``ENOTEMPTY`` where a plain directory tree stands in for cgroupfs): it is in use, not broken."""
 
 
 class CgroupUnsupported(CgroupError):

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import errno
 import functools
+import logging
 import os
 from pathlib import Path, PurePosixPath
 
-from governor.cgroups.errors import CgroupError, CgroupReadError, CgroupWriteError
+from governor.cgroups.errors import CgroupBusy, CgroupError, CgroupReadError, CgroupWriteError, ProcessGone
 
 __all__ = ["read_file", "write_file", "make_dir", "remove_dir", "list_children", "relative_parts", "below"]
+
+log = logging.getLogger(__name__)
 
 READ_CHUNK = 1 << 16
 # Cgroup paths kept parsed: pathlib's parsing cost as much as the eight reads of a sample
@@ -80,9 +83,14 @@ def write_file(directory: Path, name: str, value: str) -> None:
     call matters because the kernel parses each ``write(2)`` as one setting (one ``io.max``
     line, one pid for ``cgroup.procs``).
 
+    A cgroup that vanished (``ENOENT``: its task exited and it was removed) is logged at debug
+    level, not as a fault (systemd's ``LOG_LEVEL_CGROUP_WRITE``); the error is raised all the same.
+
     Raises:
-        CgroupWriteError: open or write failed; carries the path, the value and the errno
-            (``ENOENT`` when the cgroup vanished, ``EINVAL`` for a rejected value,
+        ProcessGone: the pid written to ``cgroup.procs`` (or v1's ``tasks``) names no process
+            (``ESRCH``: it exited meanwhile).
+        CgroupWriteError: open or write failed otherwise; carries the path, the value and the
+            errno (``ENOENT`` when the cgroup vanished, ``EINVAL`` for a rejected value,
             ``EBUSY``/``ENOSPC`` for refused moves...).
     """
     path = os.path.join(directory, name)
@@ -94,7 +102,11 @@ def write_file(directory: Path, name: str, value: str) -> None:
         finally:
             os.close(fd)
     except OSError as e:
-        raise CgroupWriteError(str(path), value, e.errno) from e
+        # ESRCH: only a pid written to a procs file draws it.
+        error = ProcessGone(path, value) if e.errno == errno.ESRCH else CgroupWriteError(path, value, e.errno)
+        if error.vanished:
+            log.debug("%s (cgroup vanished, its task probably exited)", error)
+        raise error from e
     if written != len(data):
         # kernfs accepts a whole page per write; a short write means the value was cut.
         raise CgroupWriteError(str(path), value, errno.EIO)
@@ -126,15 +138,17 @@ def remove_dir(directory: Path) -> bool:
         True if it was removed, False if it did not exist.
 
     Raises:
-        CgroupError: rmdir failed, e.g. ``EBUSY`` while it still holds processes or children.
+        CgroupBusy: it still holds processes or child cgroups (``EBUSY``; ``ENOTEMPTY`` on a
+            plain directory tree).
+        CgroupError: rmdir failed otherwise (path and errno in the error).
     """
     try:
         os.rmdir(directory)
     except FileNotFoundError:
         return False
     except OSError as e:
-        raise CgroupError(f"failed to remove cgroup {directory}", path=str(directory),
-                          errno=e.errno) from e
+        kind = CgroupBusy if e.errno in (errno.EBUSY, errno.ENOTEMPTY) else CgroupError
+        raise kind(f"failed to remove cgroup {directory}", path=str(directory), errno=e.errno) from e
     return True
 
 

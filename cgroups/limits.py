@@ -50,6 +50,8 @@ __all__ = [
     "V2_DEVICE_PROGRAM",
     "IoMax",
     "IoWeight",
+    "CGROUP_WEIGHT_RANGE",
+    "MIN_QUOTA_USEC",
     "V1_ORDER",
     "V2_ORDER",
     "diff_writes",
@@ -63,13 +65,16 @@ __all__ = [
     "weight_to_shares",
 ]
 
+# The kernel's facts, here alone (governor's planner imports them): the CFS period by default
+# and its bounds, 1 ms .. 1 s; a quota of at least 1 ms; a cgroup v2 weight (cpu.weight,
+# io.weight) 1..10000, 100 by default (CGROUP_WEIGHT_MIN/MAX/DFL); v1 cpu.shares 2..262144,
+# 1024 by default; BFQ's weights 1..1000.
 DEFAULT_PERIOD_USEC = 100_000
 DEFAULT_CPU_WEIGHT = 100
 DEFAULT_CPU_SHARES = 1024
-# Kernel bounds: CFS period 1 ms .. 1 s, quota >= 1 ms; cgroup v2 weight 1..10000; v1 shares 2..262144.
 _PERIOD_RANGE_USEC = (1_000, 1_000_000)
-_MIN_QUOTA_USEC = 1_000
-_WEIGHT_RANGE = (1, 10_000)
+MIN_QUOTA_USEC = 1_000
+CGROUP_WEIGHT_RANGE = (1, 10_000)
 _SHARES_RANGE = (2, 262_144)
 _BFQ_WEIGHT_RANGE = (1, 1_000)
 _DEVICE_RE = re.compile(r"\d+:\d+")
@@ -141,7 +146,7 @@ class IoWeight:
     def __post_init__(self) -> None:
         if not _DEVICE_RE.fullmatch(self.device):
             raise ValueError(f"io device must be 'MAJ:MIN', got {self.device!r}")
-        low, high = _WEIGHT_RANGE
+        low, high = CGROUP_WEIGHT_RANGE
         if not low <= self.weight <= high:
             raise ValueError(f"io weight must be in {low}..{high}, got {self.weight}")
         if self.controller not in ("io.weight", "io.bfq.weight"):
@@ -195,9 +200,9 @@ class CgroupLimits:
         low, high = _PERIOD_RANGE_USEC
         if not low <= self.cpu_period_usec <= high:
             raise ValueError(f"cpu_period_usec must be in {low}..{high}, got {self.cpu_period_usec}")
-        if self.cpu_quota_usec is not None and self.cpu_quota_usec < _MIN_QUOTA_USEC:
-            raise ValueError(f"cpu_quota_usec must be >= {_MIN_QUOTA_USEC}, got {self.cpu_quota_usec}")
-        low, high = _WEIGHT_RANGE
+        if self.cpu_quota_usec is not None and self.cpu_quota_usec < MIN_QUOTA_USEC:
+            raise ValueError(f"cpu_quota_usec must be >= {MIN_QUOTA_USEC}, got {self.cpu_quota_usec}")
+        low, high = CGROUP_WEIGHT_RANGE
         if self.cpu_weight is not None and not low <= self.cpu_weight <= high:
             raise ValueError(f"cpu_weight must be in {low}..{high}, got {self.cpu_weight}")
         for name in ("memory_low_bytes", "memory_high_bytes", "memory_max_bytes"):

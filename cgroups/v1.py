@@ -30,7 +30,7 @@ v1's parent/child rules are kept here, not by callers:
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import logging
 import math
 import os
@@ -41,7 +41,7 @@ from pathlib import Path
 from cgroupspy.nodes import Node
 
 from governor.cgroups.base import DriverBase
-from governor.cgroups.errors import CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError
+from governor.cgroups.errors import CgroupError, CgroupReadError, CgroupUnsupported, ProcessGone
 from governor.cgroups.files import below, list_children, make_dir, read_file, relative_parts, remove_dir, write_file
 from governor.cgroups.limits import (DEFAULT_PERIOD_USEC, V1_ORDER, CgroupLimits, diff_writes, v1_files, v1_key,
                                      v1_reset)
@@ -154,7 +154,8 @@ class CgroupV1Driver(DriverBase):
         gone is not an error. Its record stays until :meth:`forget` (on the record's thread).
 
         Raises:
-            CgroupError: with errno ``EBUSY`` while it holds processes or child cgroups.
+            CgroupBusy: it holds processes or child cgroups.
+            CgroupError: it cannot be removed otherwise.
         """
         for root in reversed(self._trees):
             remove_dir(below(root, rel))
@@ -215,7 +216,7 @@ class CgroupV1Driver(DriverBase):
                 if file == "cpuset.cpus":
                     self._set_cpus(directory, target)
                 else:
-                    self._write(directory, file, target)
+                    write_file(directory, file, target)
             except CgroupError as error:
                 errors.append(error)
                 if error.vanished:
@@ -257,7 +258,7 @@ class CgroupV1Driver(DriverBase):
         period = int(last.get(_PERIOD, DEFAULT_PERIOD_USEC))
         quota = math.ceil(cores * period)
         try:
-            self._write(self.controller_path("cpu", rel), "cpu.cfs_quota_us", str(quota))
+            write_file(self.controller_path("cpu", rel), "cpu.cfs_quota_us", str(quota))
         except CgroupError:
             return
         last[_QUOTA] = str(quota)
@@ -271,11 +272,11 @@ class CgroupV1Driver(DriverBase):
         new = parse_cpu_list(cpus)
         widest = old | new
         if widest != old:
-            self._write(directory, "cpuset.cpus", format_cpu_list(widest))
+            write_file(directory, "cpuset.cpus", format_cpu_list(widest))
         for child in list_children(directory):
             self._set_cpus(directory / child, cpus)
         if widest != new:
-            self._write(directory, "cpuset.cpus", cpus)
+            write_file(directory, "cpuset.cpus", cpus)
 
     def device_guard_problem(self) -> str | None:
         """Why limits that deny devices cannot be applied: no devices hierarchy was given, or None."""
@@ -289,11 +290,12 @@ class CgroupV1Driver(DriverBase):
         cpuset first.
 
         Raises:
-            CgroupWriteError: e.g. ``ESRCH`` (no such process), ``ENOSPC`` (empty cpuset),
-                ``ENOENT`` (``rel`` vanished).
+            ProcessGone: there is no such process (it exited meanwhile).
+            CgroupWriteError: refused otherwise, e.g. ``ENOSPC`` (empty cpuset), ``ENOENT``
+                (``rel`` vanished).
         """
         for root in self._trees:
-            self._write(below(root, rel), "cgroup.procs", str(pid))
+            write_file(below(root, rel), "cgroup.procs", str(pid))
 
     def pids(self, rel: str) -> list[int]:
         """The pids in cgroup ``rel`` itself in any hierarchy, sorted (one that joined since lacks
@@ -315,12 +317,9 @@ class CgroupV1Driver(DriverBase):
         moved, every = set(), set().union(*filter(None, inside.values()))
         for root, there in inside.items():
             for pid in sorted(every - (there or set())):
-                try:
-                    self._write(below(root, rel), "cgroup.procs", str(pid))
+                with contextlib.suppress(ProcessGone):  # it exited meanwhile
+                    write_file(below(root, rel), "cgroup.procs", str(pid))
                     moved.add(pid)
-                except CgroupWriteError as error:
-                    if error.errno != errno.ESRCH:  # not: it exited meanwhile
-                        raise
         return sorted(moved)
 
     def _procs(self, rel: str) -> dict[Path, set[int] | None]:
@@ -382,13 +381,3 @@ class CgroupV1Driver(DriverBase):
         if key not in self._cloning:
             write_file(Path(os.fsdecode(node.full_path)), "cgroup.clone_children", "1")
             self._cloning.add(key)
-
-    @staticmethod
-    def _write(directory: Path, file: str, value: str) -> None:
-        try:
-            write_file(directory, file, value)
-        except CgroupWriteError as e:
-            if e.errno == errno.ENOENT:
-                log.debug("%s (cgroup vanished, its task probably exited)", e)
-            raise
-

@@ -95,7 +95,8 @@ class CgroupV2Driver(DriverBase):
         error. Its record stays until :meth:`forget` (on the record's thread).
 
         Raises:
-            CgroupError: with errno ``EBUSY`` while it holds processes or child cgroups.
+            CgroupBusy: it holds processes or child cgroups.
+            CgroupError: it cannot be removed otherwise.
         """
         if remove_dir(self.path(rel)):
             log.debug("removed cgroup %s", self.path(rel))
@@ -137,8 +138,8 @@ class CgroupV2Driver(DriverBase):
             enabled = parse_controllers(read_file(directory, "cgroup.subtree_control"))
             to_enable = [c for c in wanted if c not in enabled]
             if to_enable:
-                self._write(directory, "cgroup.subtree_control",
-                            " ".join(f"+{c}" for c in to_enable))
+                write_file(directory, "cgroup.subtree_control",
+                           " ".join(f"+{c}" for c in to_enable))
 
     def delegate_root(self, controllers: Iterable[str]) -> None:
         """Enable ``controllers`` in the root's parent's ``cgroup.subtree_control`` so the root
@@ -157,7 +158,7 @@ class CgroupV2Driver(DriverBase):
         enabled = parse_controllers(read_file(parent, "cgroup.subtree_control"))
         to_enable = [c for c in controllers if c not in enabled]
         if to_enable:
-            self._write(parent, "cgroup.subtree_control", " ".join(f"+{c}" for c in to_enable))
+            write_file(parent, "cgroup.subtree_control", " ".join(f"+{c}" for c in to_enable))
 
     def _apply_one(self, rel: str, limits: CgroupLimits) -> tuple[list[str], list[CgroupError]]:
         directory = self.path(rel)
@@ -183,7 +184,7 @@ class CgroupV2Driver(DriverBase):
                     # the new one attached before the old is detached; none: ours detached.
                     attach_deny_program(directory, limits.devices_denied)
                 else:
-                    self._write(directory, file, v2_reset(file, last[key]) if value is None else value)
+                    write_file(directory, file, v2_reset(file, last[key]) if value is None else value)
             except CgroupError as error:
                 errors.append(error)
                 if error.vanished:
@@ -227,10 +228,11 @@ class CgroupV2Driver(DriverBase):
         """Move process ``pid`` (with all its threads) into cgroup ``rel``.
 
         Raises:
-            CgroupWriteError: e.g. ``ESRCH`` (no such process), ``EBUSY`` (``rel`` has
-                children with controllers), ``ENOENT`` (``rel`` vanished).
+            ProcessGone: there is no such process (it exited meanwhile).
+            CgroupWriteError: refused otherwise, e.g. ``EBUSY`` (``rel`` has children with
+                controllers), ``ENOENT`` (``rel`` vanished).
         """
-        self._write(self.path(rel), "cgroup.procs", str(pid))
+        write_file(self.path(rel), "cgroup.procs", str(pid))
 
     def pids(self, rel: str) -> list[int]:
         """Return the pids (processes, not threads) in cgroup ``rel`` itself.
@@ -300,21 +302,12 @@ class CgroupV2Driver(DriverBase):
         """
         directory = self.path(rel)
         try:
-            self._write(directory, "cgroup.kill", "1")
+            write_file(directory, "cgroup.kill", "1")
         except CgroupWriteError as error:
             if error.errno == errno.ENOENT and directory.is_dir():
                 return super().kill(rel)
             raise
         return 0
-
-    @staticmethod
-    def _write(directory: Path, file: str, value: str) -> None:
-        try:
-            write_file(directory, file, value)
-        except CgroupWriteError as e:
-            if e.errno == errno.ENOENT:
-                log.debug("%s (cgroup vanished, its task probably exited)", e)
-            raise
 
 
 def _rank(key: tuple[str, str]) -> int:

@@ -6,7 +6,7 @@ import os
 import stat
 
 from governor.errors import ConfigError
-from governor.trust import writable_by_others
+from governor.trust import untrusted
 
 # A config with 10,000 groups is about 400 KiB; anything far larger would stall the daemon's
 # event loop while it is parsed (a reload runs on it).
@@ -32,10 +32,9 @@ def read_input(path: str, *, owner: int | None = None) -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise ConfigError(path, None, "cannot read: not a regular file")
-        if owner is not None and info.st_uid != owner:
-            raise ConfigError(path, None, f"not trusted: owned by uid {info.st_uid}, not {owner}")
-        if owner is not None and writable_by_others(info.st_mode):
-            raise ConfigError(path, None, f"not trusted: {writable_by_others(info.st_mode)}")
+        problem = untrusted(info, owner=owner) if owner is not None else None
+        if problem:
+            raise ConfigError(path, None, f"not trusted: {problem}")
         data = os.read(fd, MAX_INPUT_BYTES + 1)
     except OSError as error:
         raise ConfigError(path, None, f"cannot read: {error.strerror}") from None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from governor.config_types import WEIGHT_RANGE, GroupRule, group_name_problem
+from governor.config_types import GROUP_WEIGHT_RANGE, GroupRule, group_name_problem
 from governor.resource_values import MAX_BYTES, MAX_CORES
 from governor.errors import ConfigError
 from governor.resources import Resource, quota_keys
@@ -191,7 +191,7 @@ def _gpu_count(data: Mapping[str, object]) -> int | None:
 
 
 def _weight(value: object, key: str, file: str) -> float:
-    return float(in_range(value, key, file, *WEIGHT_RANGE))
+    return float(in_range(value, key, file, *GROUP_WEIGHT_RANGE))
 
 
 def names(value: object, key: str, file: str) -> tuple[str, ...]:

@@ -18,9 +18,10 @@ from governor.kinds import SESSION_PREFIX, TASK_PREFIX
 from governor.tomlcheck import join_key
 from governor.resources import format_amount
 
-# Bounds on a weight a config or a request may say (the amounts' bounds are in
-# resource_values): the kernel's weights 1..10000 could not hold a wider ratio.
-WEIGHT_RANGE = (0.001, 1000.0)
+# A group's weight as a config (``[groups.X] weight``), ``set-weight`` and a scenario give it:
+# governor's scale, not the kernel's (cgroups.limits.CGROUP_WEIGHT_RANGE, what weights are written as).
+# The amounts' bounds are in resource_values.
+GROUP_WEIGHT_RANGE = (0.001, 1000.0)
 
 _GROUP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 

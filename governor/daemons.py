@@ -26,15 +26,15 @@ import hashlib
 import json
 import logging
 import os
-import stat
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from governor.cgroups.locks import LockHeld, release, rewrite, take
-from governor.errors import GovernorError
-from governor.trust import writable_by_others
+from governor.errors import GovernorError, StateFileError
+from governor.state_files import read_trusted, write_atomically
+from governor.trust import untrusted
 
 log = logging.getLogger(__name__)
 
@@ -132,16 +132,7 @@ class Registry:
         daemon of the same root left)."""
         self._prepare()
         path = self.directory / f"root-{hashlib.sha256(me.root.encode()).hexdigest()[:16]}.json"
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            fd = _open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            with os.fdopen(fd, "wb") as stream:
-                stream.write(json.dumps(asdict(me)).encode())
-            os.replace(temporary, path)
-        except OSError as error:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise GovernorError(f"cannot register in {self.directory}: {error.strerror}") from None
+        write_atomically(path, json.dumps(asdict(me)).encode(), "this daemon's entry", mode=0o644)
         self._entry = path
 
     def unregister(self) -> None:
@@ -171,7 +162,7 @@ class Registry:
             return self._seen[1]
         entries = []
         try:
-            problem = _untrusted(os.lstat(self.directory), stat.S_ISDIR)
+            problem = untrusted(os.lstat(self.directory), directory=True)
             names = [] if problem else sorted(os.listdir(self.directory))
         except OSError:
             names = []
@@ -205,7 +196,7 @@ class Registry:
                 os.chmod(directory, 0o755)  # mkdir's mode is masked by the umask
                 self._made.append(directory)
             for directory in (self.directory, self.directory.parent):
-                problem = _untrusted(os.lstat(directory), stat.S_ISDIR)
+                problem = untrusted(os.lstat(directory), directory=True)
                 if problem:
                     raise GovernorError(f"{directory} is {problem}: it tells which daemon governs what, so only "
                                         "root may write it")
@@ -223,37 +214,16 @@ class Registry:
         self._made = [d for d in self._made if d.exists()]
 
 
-def _open(path: Path, flags: int) -> int:
-    try:
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as error:
-        raise GovernorError(f"cannot open {path}: {error.strerror}") from None
-
-
-def _untrusted(info: os.stat_result, is_kind) -> str | None:
-    if stat.S_ISLNK(info.st_mode) or not is_kind(info.st_mode):
-        return "not what governor made (a link, or another kind of file)"
-    if info.st_uid != os.geteuid():
-        return f"owned by uid {info.st_uid}, not {os.geteuid()}"
-    return writable_by_others(info.st_mode)
-
-
 def _read_entry(path: Path) -> DaemonEntry | None:
+    """The entry in ``path``; None, logged, where it cannot be trusted or is not an entry (and
+    where it was removed meanwhile, not logged)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None  # removed meanwhile, or a link
-    try:
-        problem = _untrusted(os.fstat(fd), stat.S_ISREG)
-        if problem:
-            log.warning("ignoring %s: it is %s", path, problem)
-            return None
-        return _parse(os.read(fd, _MAX_ENTRY_BYTES))
-    except (OSError, ValueError, TypeError) as error:
-        log.warning("ignoring %s: %s", path, error)
+        return _parse(read_trusted(path, _MAX_ENTRY_BYTES))
+    except FileNotFoundError:
         return None
-    finally:
-        os.close(fd)
+    except (StateFileError, ValueError, TypeError) as error:
+        log.warning("ignoring %s: %s", path, error.reason if isinstance(error, StateFileError) else error)
+        return None
 
 
 def _parse(data: bytes) -> DaemonEntry:

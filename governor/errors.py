@@ -10,9 +10,12 @@ tree and every message says what was wrong and where::
     ├── AllocationInputError      bad capacity/demand/weight given to the allocator (group, resource)
     ├── FillingDiverged           the filling reached no answer (a flaw of the allocator, not its input)
     ├── ConfigError               bad scenario or config file (file, key, reason)
+    ├── StateFileError            a state file cannot be written, trusted or read (path, reason)
     ├── CgroupError               a cgroupfs operation failed (path, errno)
     │   ├── CgroupReadError       reading a cgroup file failed
     │   ├── CgroupWriteError      writing a value to a cgroup file failed (path, value, errno)
+    │   │   └── ProcessGone       the process to move into a cgroup is gone (ESRCH)
+    │   ├── CgroupBusy            a cgroup to remove still holds processes or child cgroups (EBUSY)
     │   └── CgroupUnsupported     the host lacks a hierarchy or controller governor needs
     ├── DeviceError               a configured block device cannot be governed (path, reason)
     ├── RequestError              a control-socket request the daemon refuses (code, message)
@@ -24,12 +27,12 @@ tree and every message says what was wrong and where::
 
 from __future__ import annotations
 
-from governor.cgroups.errors import (CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError, DeviceError,
-                            GovernorError)
+from governor.cgroups.errors import (CgroupBusy, CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError,
+                                     DeviceError, GovernorError, ProcessGone)
 
-__all__ = ["AllocationInputError", "CgroupError", "CgroupReadError", "CgroupUnsupported", "CgroupWriteError",
+__all__ = ["AllocationInputError", "CgroupBusy", "CgroupError", "CgroupReadError", "CgroupUnsupported", "CgroupWriteError",
            "ConfigError", "ControlSocketError", "DaemonError", "DaemonNotRunning", "DeviceError", "FillingDiverged",
-           "GovernorError", "RequestError", "SocketPermissionError"]
+           "GovernorError", "ProcessGone", "RequestError", "SocketPermissionError", "StateFileError"]
 
 
 class AllocationInputError(GovernorError, ValueError):
@@ -75,6 +78,23 @@ class ConfigError(GovernorError, ValueError):
         self.reason = reason
         where = f"{file}: {key}" if key else file
         super().__init__(f"{where}: {reason}")
+
+
+class StateFileError(GovernorError):
+    """A file the daemon keeps between runs (:mod:`governor.state_files`) cannot be written, or
+    cannot be trusted or read back.
+
+    Attributes:
+        path: the file.
+        reason: what is wrong, in words: the OS's (``No space left on device``, ``Too many
+            levels of symbolic links`` for a link) or the check's (``it is writable by others
+            (mode 0666)``, ``it is larger than 1048576 bytes``).
+    """
+
+    def __init__(self, message: str, *, path: str, reason: str):
+        self.path = path
+        self.reason = reason
+        super().__init__(message)
 
 
 class RequestError(GovernorError):

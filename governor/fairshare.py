@@ -36,11 +36,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from governor.config_types import WEIGHT_RANGE, group_name_problem
+from governor.config_types import GROUP_WEIGHT_RANGE, group_name_problem
 
 __all__ = ["MIN_EFFECTIVE_WEIGHT", "FORMAT_VERSION", "FairShare", "Standing"]
 
-MIN_EFFECTIVE_WEIGHT = WEIGHT_RANGE[0]
+MIN_EFFECTIVE_WEIGHT = GROUP_WEIGHT_RANGE[0]
 FORMAT_VERSION = 1
 # Usage below this (a millisecond at a thousandth of the host) is dropped: per-user groups come
 # and go, and a history of every user ever seen would only grow.

@@ -33,14 +33,13 @@ from dataclasses import replace
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Literal
 
-from governor.cgroups.limits import DEFAULT_PERIOD_USEC, CgroupLimits, IoMax, IoWeight
+from governor.cgroups.limits import (CGROUP_WEIGHT_RANGE, DEFAULT_CPU_WEIGHT, DEFAULT_PERIOD_USEC, MIN_QUOTA_USEC,
+                                     CgroupLimits, IoMax, IoWeight)
 from governor.cgroups.parse import format_cpu_list
 
-MIN_QUOTA_USEC = 1_000
-WEIGHT_RANGE = (1, 10_000)
 # A task's cpu.weight is its declared cores × 100 (1 core = the kernel's default weight 100),
 # a fixed scale so that a new task never changes its siblings' weights.
-TASK_WEIGHT_PER_CORE = 100
+TASK_WEIGHT_PER_CORE = DEFAULT_CPU_WEIGHT
 IoSharing = Literal["io.weight", "io.bfq.weight", "io.max"]
 
 
@@ -281,7 +280,7 @@ def proportional_weights(
     Returns:
         key → weight, in the order of ``amounts``; a zero amount gets the minimum 1.
     """
-    low, high = WEIGHT_RANGE
+    low, high = CGROUP_WEIGHT_RANGE
     top = max(amounts.values(), default=0.0)
     if not top > 0:
         return {key: low for key in amounts}
@@ -321,7 +320,7 @@ def _keepers(fractions: Mapping[str, float], previous: Mapping[str, int],
         # The minimum weight is what any smaller exact value rounds and clamps to: it may stay
         # at every scale below its upper end (else a refill moved the largest weight to keep
         # the smallest ones, and the next one moved it back).
-        lowest = key in met or weight <= WEIGHT_RANGE[0]
+        lowest = key in met or weight <= CGROUP_WEIGHT_RANGE[0]
         bounds[key] = (0.0 if lowest else (weight - slack) / fraction, (weight + slack) / fraction)
     return bounds
 
@@ -410,5 +409,5 @@ def _whole(amount: float) -> int | None:
 
 
 def _clamp(weight: int) -> int:
-    low, high = WEIGHT_RANGE
+    low, high = CGROUP_WEIGHT_RANGE
     return min(high, max(low, weight))

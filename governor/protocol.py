@@ -83,7 +83,7 @@ import re
 from dataclasses import dataclass
 
 from governor import resources
-from governor.config_types import WEIGHT_RANGE
+from governor.config_types import GROUP_WEIGHT_RANGE
 from governor.errors import RequestError
 
 MAX_LINE_BYTES = 65536
@@ -255,7 +255,7 @@ def parse_request(line: bytes) -> Request:
         if not (isinstance(group, str) and group):
             raise RequestError("bad_request", f"group: must be a non-empty string, got {_json_type(group)}")
         weight = _number(message["weight"], "weight")
-        low, high = WEIGHT_RANGE
+        low, high = GROUP_WEIGHT_RANGE
         if not low <= weight <= high:
             raise RequestError("bad_request", f"weight: must be between {low:g} and {high:g}, got {weight!r}")
         return SetWeightRequest(group, float(weight))

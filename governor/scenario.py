@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from governor.config_groups import check_tree
-from governor.config_types import WEIGHT_RANGE
+from governor.config_types import GROUP_WEIGHT_RANGE
 from governor.resource_values import MAX_BYTES
 from governor.errors import AllocationInputError, ConfigError
 from governor.hdrf import TreeNode
@@ -179,7 +179,7 @@ def _group(name: str, table: object, capacity: Mapping[str, Fraction], file: str
 def _weight(table: Mapping[str, object], where: str, file: str) -> Fraction:
     if "weight" not in table:
         return Fraction(1)
-    return in_range(table["weight"], f"{where}.weight", file, *WEIGHT_RANGE)
+    return in_range(table["weight"], f"{where}.weight", file, *GROUP_WEIGHT_RANGE)
 
 
 def _tasks(table: Mapping[str, object], where: str, file: str) -> int | None:

@@ -1,9 +1,9 @@
 """Task metadata on disk (DESIGN.md §8): what the cgroup tree cannot hold of a running task
 (:class:`governor.state.Task`: owner, declared demand, command, start time).
 
-Each task's record is one JSON file ``<state_dir>/<task id>.json``, written atomically (write a
-temporary file, then rename) so a daemon killed mid-write leaves either the old record or the
-new one, never half. ``<state_dir>/next-id`` holds the next task id (decimal), written the same
+Each task's record is one JSON file ``<state_dir>/<task id>.json``, written atomically
+(:func:`governor.state_files.write_atomically`) so a daemon killed mid-write leaves either the
+old record or the new one, never half. ``<state_dir>/next-id`` holds the next task id (decimal), written the same
 way before an id is handed out: ids never repeat on a host, even after every task has ended and
 the daemon restarted (a log's "task 14" is one task). ``<state_dir>/ended.state`` keeps the
 last ended tasks' records (``governor ps --ended``) across restarts.
@@ -11,16 +11,15 @@ last ended tasks' records (``governor ps --ended``) across restarts.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import stat
 from pathlib import Path
 
-from governor.errors import GovernorError
+from governor.errors import GovernorError, StateFileError
 from governor.state import Task
+from governor.state_files import load, read_trusted, write_atomically
 from governor.task_record import record_of, task_fields
-from governor.trust import writable_by_others
+from governor.trust import untrusted
 
 __all__ = ["ENDED", "MAX_ENDED_BYTES", "MAX_RECORD_BYTES", "NEXT_ID", "TaskStore"]
 
@@ -35,8 +34,9 @@ class TaskStore:
 
     A record decides which cgroup the daemon writes and which process it governs, so the
     directory is trusted only when it is what the daemon made: a real directory (not a
-    symlink), owned by the daemon's user, writable by nobody else. Records are read without
-    following links, only as regular files of at most :data:`MAX_RECORD_BYTES`.
+    symlink), owned by the daemon's user, writable by nobody else. Its files are read as
+    :func:`governor.state_files.read_trusted` reads them (records: of at most
+    :data:`MAX_RECORD_BYTES`), and a bad one is set aside as ``<name>.bad``.
 
     Raises (every method):
         GovernorError: the directory is not trustworthy, or it or a file cannot be written or
@@ -73,14 +73,14 @@ class TaskStore:
         """The id :data:`NEXT_ID` says comes next, 1 where there is no such file yet."""
         path = self.directory / NEXT_ID
         try:
-            text = _read_record(path).decode("ascii").strip()
+            text = read_trusted(path, MAX_RECORD_BYTES).decode("ascii").strip()
             if not text.isdigit():
                 raise ValueError(f"not a task id: {text[:40]!r}")
             return int(text)
         except FileNotFoundError:
             return 1
-        except (OSError, ValueError) as error:
-            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        except (StateFileError, ValueError) as error:
+            reason = error.reason if isinstance(error, StateFileError) else str(error)
             raise GovernorError(f"task id file {path}: {reason}; the daemon writes it alone: remove it to "
                                 "number on after the highest task id on record") from None
 
@@ -98,7 +98,7 @@ class TaskStore:
             return
         except OSError as error:
             raise GovernorError(f"state directory {self.directory}: {error.strerror}") from None
-        problem = _untrusted(info, "a directory", stat.S_ISDIR, owner)
+        problem = untrusted(info, directory=True, owner=owner)
         if problem:
             raise GovernorError(f"state directory {self.directory} is {problem}; task records there could be "
                                 f"forged: make it a directory of the daemon's user, mode 0700")
@@ -114,7 +114,7 @@ class TaskStore:
             GovernorError: :data:`NEXT_ID` cannot be written (the id is not handed out).
         """
         task_id = self._next_id
-        self._write(self.directory / NEXT_ID, f"{task_id + 1}\n".encode("ascii"), "task id file")
+        write_atomically(self.directory / NEXT_ID, f"{task_id + 1}\n".encode("ascii"), "task id file")
         self._next_id = task_id + 1
         return str(task_id)
 
@@ -126,45 +126,22 @@ class TaskStore:
         """
         # UTF-8 as UTF-8: escaped, an accented command line took three times its size.
         # (A lone surrogate, from a user name the database gave undecoded, stays a JSON escape.)
-        self._write(self.directory / f"{task.id}.json",
-                    json.dumps(record_of(task), ensure_ascii=False).encode("utf-8", "backslashreplace"), "task record")
-
-    def _write(self, target: Path, data: bytes, what: str) -> None:
-        """Replace ``target`` with ``data`` atomically (raises GovernorError naming ``what``)."""
-        temporary = self.directory / f".{target.stem}.tmp"  # the daemon is the directory's one writer
-        try:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "wb") as stream:
-                stream.write(data)
-            os.replace(temporary, target)
-        except OSError as error:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)  # a full disk leaves no partial file
-            raise GovernorError(f"cannot write {what} {target}: {error.strerror}") from None
+        write_atomically(self.directory / f"{task.id}.json",
+                         json.dumps(record_of(task), ensure_ascii=False).encode("utf-8", "backslashreplace"),
+                         "task record")
 
     def save_ended(self, saved: list[dict]) -> None:
         """Write the ended tasks' records (:meth:`governor.accounting.Ended.to_saved`, oldest
         first) atomically, as one JSON list (raises GovernorError naming the file)."""
         data = json.dumps(saved, ensure_ascii=False).encode("utf-8", "backslashreplace")
-        self._write(self.directory / ENDED, data, "ended tasks' records")
+        write_atomically(self.directory / ENDED, data, "ended tasks' records")
 
     def load_ended(self) -> tuple[list[dict], list[str]]:
         """The ended tasks' records :meth:`save_ended` wrote (none where there is no file yet),
         and what was wrong: a file that cannot be trusted or read is set aside as
         ``ended.state.bad`` (the history starts afresh; the daemon runs on)."""
-        path = self.directory / ENDED
-        try:
-            saved = json.loads(_read_record(path, MAX_ENDED_BYTES))
-            if not isinstance(saved, list) or not all(isinstance(item, dict) for item in saved):
-                raise ValueError("not a list of records")
-            return saved, []
-        except FileNotFoundError:
-            return [], []
-        except (OSError, ValueError, RecursionError) as error:
-            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-            with contextlib.suppress(OSError):
-                os.replace(path, path.with_name(path.name + ".bad"))
-            return [], [f"ended tasks' records {path} set aside as {path.name}.bad: {reason}"]
+        saved, problem = load(self.directory / ENDED, "ended tasks' records", _ended_records, MAX_ENDED_BYTES)
+        return saved or [], [problem] if problem else []
 
     def delete(self, task_id: str) -> None:
         try:
@@ -181,13 +158,10 @@ class TaskStore:
         """
         tasks, problems = [], []
         for path in sorted(self.directory.glob("*.json"), key=lambda p: int(p.stem) if p.stem.isdigit() else 0):
-            try:
-                tasks.append(Task(**task_fields(path.stem, _read_record(path))))
-            except (OSError, ValueError) as error:
-                reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-                problems.append(f"task record {path} set aside as {path.name}.bad: {reason}")
-                with contextlib.suppress(OSError):
-                    os.replace(path, path.with_name(path.name + ".bad"))
+            task, problem = load(path, "task record", lambda data, stem=path.stem: Task(**task_fields(stem, data)),
+                                 MAX_RECORD_BYTES)
+            tasks += [task] if task is not None else []
+            problems += [problem] if problem else []
         return tasks, problems
 
 
@@ -197,28 +171,9 @@ MAX_RECORD_BYTES = 1 << 20
 MAX_ENDED_BYTES = 64 << 20
 
 
-def _untrusted(info: os.stat_result, kind: str, is_kind, owner: int | None = None) -> str | None:
-    """Why a file with this ``lstat`` cannot be trusted by ``owner`` (default: this process's
-    user), or None."""
-    owner = os.geteuid() if owner is None else owner
-    if stat.S_ISLNK(info.st_mode):
-        return "a symbolic link"
-    if not is_kind(info.st_mode):
-        return f"not {kind}"
-    if info.st_uid != owner:
-        return f"owned by uid {info.st_uid}, not {owner}"
-    return writable_by_others(info.st_mode)
-
-
-def _read_record(path: Path, limit: int = MAX_RECORD_BYTES) -> bytes:
-    """The file at ``path`` if it is a regular file of the daemon's own, not a link, of at most
-    ``limit`` bytes (raises OSError, ValueError: why not)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as stream:
-        problem = _untrusted(os.fstat(fd), "a regular file", stat.S_ISREG)
-        if problem:
-            raise ValueError(f"it is {problem}")
-        data = stream.read(limit + 1)
-    if len(data) > limit:
-        raise ValueError(f"larger than {limit} bytes")
-    return data
+def _ended_records(data: bytes) -> list[dict]:
+    """The ended tasks' records in ``data`` (raises ValueError: not a JSON list of objects)."""
+    saved = json.loads(data)
+    if not isinstance(saved, list) or not all(isinstance(item, dict) for item in saved):
+        raise ValueError("not a list of records")
+    return saved

@@ -3,18 +3,16 @@ directory that the next daemon reads back (:mod:`governor.fairshare` has the ari
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 
 from governor.daemon.journal import Journal
+from governor.errors import StateFileError
 from governor.fairshare import FairShare, Standing
 from governor.resources import compressible
-from governor.trust import writable_by_others
+from governor.state_files import load, write_atomically
 from governor.usage import Charges
 
 __all__ = ["FILE_NAME", "MAX_FILE_BYTES", "SAVE_EVERY_S", "FairShareHistory", "FairShareStage", "save_due"]
@@ -58,20 +56,16 @@ class FairShareHistory:
 
     def load(self, half_life_s: float) -> FairShare:
         """The history in the file; an empty one when there is none yet, or when it cannot be
-        used (not a regular file of the daemon's own, too large, not JSON, a value out of
+        used (:func:`governor.state_files.load`: not a regular file of the daemon's own that
+        nobody else may write, larger than :data:`MAX_FILE_BYTES`, not JSON, a value out of
         bounds): then it is set aside as ``fairshare.state.bad`` and a warning says why.
         Never raises but for a bad ``half_life_s`` (ValueError)."""
-        try:
-            return FairShare.from_json(json.loads(_read(self.path)), half_life_s)
-        except FileNotFoundError:
-            return FairShare(half_life_s)
-        except (OSError, ValueError, RecursionError) as error:
-            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-            with contextlib.suppress(OSError):
-                os.replace(self.path, self.path.with_name(self.path.name + ".bad"))
-            self.journal.event("error", f"fair-share history {self.path} set aside as {self.path.name}.bad and "
-                                        f"started afresh: {reason}", logging.WARNING)
-            return FairShare(half_life_s)
+        fresh = FairShare(half_life_s)  # a bad half-life raises here, not as a bad file set aside
+        history, problem = load(self.path, "fair-share history",
+                                lambda data: FairShare.from_json(json.loads(data), half_life_s), MAX_FILE_BYTES)
+        if problem:
+            self.journal.event("error", f"{problem}; it starts afresh", logging.WARNING)
+        return fresh if history is None else history
 
     def record(self, now: float, shares: Mapping[str, float], seconds: float) -> None:
         """Add a sample: ``shares`` (group → dominant share of what it was charged, fraction of
@@ -97,50 +91,18 @@ class FairShareHistory:
             whether it was written. A failure is told once (until a save succeeds again), not
             raised: the daemon runs on with the history in memory.
         """
-        temporary = self.path.with_name(f".{FILE_NAME}.tmp")  # removed at start by TaskStore.prepare
         try:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary)
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-            with os.fdopen(fd, "wb") as stream:
-                os.fchmod(fd, 0o644)  # whatever the daemon's umask
-                stream.write(json.dumps(self.history.to_json()).encode())
-            os.replace(temporary, self.path)
-        except OSError as error:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
+            write_atomically(self.path, json.dumps(self.history.to_json()).encode(), "fair-share history", mode=0o644)
+        except StateFileError as error:
             if not self._save_failed:
-                self.journal.event("error", f"cannot write fair-share history {self.path}: {error.strerror}; kept "
-                                            "in memory and written again at the next save", logging.WARNING)
+                self.journal.event("error", f"{error}; kept in memory and written again at the next save",
+                                   logging.WARNING)
             self._save_failed = True
             return False
         if self._save_failed:
             self.journal.event("record", f"fair-share history {self.path} is written again")
         self._save_failed = False
         return True
-
-
-def _read(path: Path) -> bytes:
-    """The file's bytes, read only as a regular file of the daemon's user that nobody else can
-    write (a forged history would move every group's weight), of at most :data:`MAX_FILE_BYTES`.
-
-    Raises:
-        FileNotFoundError: there is none; OSError: it cannot be opened or read (a link);
-        ValueError: it is not such a file, or too large.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as stream:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError("it is not a regular file")
-        if info.st_uid != os.geteuid():
-            raise ValueError(f"it is owned by uid {info.st_uid}, not {os.geteuid()}")
-        if writable_by_others(info.st_mode):
-            raise ValueError(f"it is {writable_by_others(info.st_mode)}")
-        data = stream.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise ValueError(f"it is larger than {MAX_FILE_BYTES} bytes")
-    return data
 
 
 # A refill for fair share only when some effective weight moved by more than this (relative):

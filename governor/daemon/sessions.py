@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import errno
 import logging
 import os
 import time
@@ -29,7 +28,7 @@ from governor.daemon.records import Records
 from governor.daemon.settle import Settle
 from governor.daemon.tree import Tree
 from governor.daemons import Registry, other_daemon
-from governor.errors import CgroupError, CgroupWriteError, GovernorError
+from governor.errors import CgroupError, GovernorError, ProcessGone
 from governor.kinds import Kind, login_id, session_id, task_in
 from governor.procevents import FORK, UID, ProcessEvents
 from governor.state import Task, Tasks
@@ -260,7 +259,7 @@ class Sessions:
                 return
             self._settled.pop(pid, None)
             self._moved.pop(pid, None)
-            if not (isinstance(error, CgroupWriteError) and error.errno == errno.ESRCH):
+            if not isinstance(error, ProcessGone):
                 log.warning("cannot move pid %d into the session of %s: %s", pid, session.user, error)
 
         self.tree.join_soon(session.cgroup, pid, moved)

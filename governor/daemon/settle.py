@@ -12,7 +12,6 @@ Settles run one after another: what an event brings while one runs waits for the
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import signal
 import time
@@ -27,7 +26,7 @@ from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
 from governor.daemon.tree import Tree, running_loop
-from governor.errors import CgroupWriteError, GovernorError, RequestError
+from governor.errors import GovernorError, ProcessGone, RequestError
 from governor.headroom import guarantees
 from governor.notify import Notifier
 from governor.quotas import quotas
@@ -361,7 +360,7 @@ class Settle:
         if entry.decided:
             return
         if not isinstance(error, RequestError):
-            code = "bad_request" if isinstance(error, CgroupWriteError) and error.errno == errno.ESRCH else "unavailable"
+            code = "bad_request" if isinstance(error, ProcessGone) else "unavailable"
             error = RequestError(code, str(error))
         entry.decide(error=error)
 

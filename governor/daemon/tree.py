@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import errno
 import logging
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from governor.cgroups.hierarchy import Hierarchy
-from governor.errors import CgroupError, GovernorError
+from governor.errors import CgroupBusy, CgroupError, GovernorError
 
 __all__ = ["Tree", "running_loop"]
 
@@ -141,7 +140,7 @@ class Tree:
                 try:
                     driver.remove(group)
                 except CgroupError as error:
-                    if error.errno != errno.EBUSY:
+                    if not isinstance(error, CgroupBusy):
                         log.warning("cannot remove cgroup %s: %s", group, error)
                     read += [(group, used, False)] if used is not None else []
                     return read

@@ -2,12 +2,13 @@
 value and errno."""
 
 import errno
+import logging
 import os
 
 import pytest
 
 from governor.cgroups.files import list_children, make_dir, read_file, remove_dir, write_file
-from governor.errors import CgroupError, CgroupReadError, CgroupWriteError
+from governor.errors import CgroupBusy, CgroupError, CgroupReadError, CgroupWriteError, ProcessGone
 
 
 def test_read_and_write_round_trip(tmp_path):
@@ -26,6 +27,30 @@ def test_write_to_missing_dir_names_path_value_errno(tmp_path):
     assert e.errno == errno.ENOENT
     assert str(e) == (f"failed to write '20000 100000' to {directory / 'cpu.max'}: "
                       "No such file or directory (ENOENT)")
+
+
+def test_a_vanished_cgroup_is_logged_at_debug_and_still_raised(tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="governor.cgroups.files")
+    with pytest.raises(CgroupWriteError) as info:
+        write_file(tmp_path / "gone", "cpu.max", "max")
+    assert info.value.vanished
+    assert [(r.levelno, "cgroup vanished" in r.getMessage()) for r in caplog.records] == [(logging.DEBUG, True)]
+
+
+def test_a_pid_that_names_no_process_is_process_gone_not_an_errno_to_compare(tmp_path, monkeypatch):
+    (tmp_path / "cgroup.procs").write_text("")
+    real_write = os.write
+
+    def no_such_process(fd, data):
+        if data != b"4242":
+            return real_write(fd, data)
+        raise ProcessLookupError(errno.ESRCH, "No such process")  # what cgroupfs says to a dead pid
+
+    monkeypatch.setattr("governor.cgroups.files.os.write", no_such_process)
+    with pytest.raises(ProcessGone) as info:
+        write_file(tmp_path, "cgroup.procs", "4242")
+    assert isinstance(info.value, CgroupWriteError) and info.value.value == "4242"
+    assert str(info.value) == f"failed to write '4242' to {tmp_path / 'cgroup.procs'}: No such process (ESRCH)"
 
 
 def test_write_never_creates_a_file(tmp_path):
@@ -64,9 +89,9 @@ def test_remove_dir_absent_ok_nonempty_raises(tmp_path):
     assert remove_dir(tmp_path / "absent") is False
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "child").mkdir()
-    with pytest.raises(CgroupError) as info:
+    with pytest.raises(CgroupBusy) as info:
         remove_dir(tmp_path / "busy")
-    # cgroupfs says EBUSY for a cgroup with children; a plain fs says ENOTEMPTY.
+    # cgroupfs says EBUSY for a cgroup with children; a plain fs says ENOTEMPTY: the same fact.
     assert info.value.errno == errno.ENOTEMPTY
     assert remove_dir(tmp_path / "busy" / "child") is True
     assert not (tmp_path / "busy" / "child").exists()

@@ -122,7 +122,7 @@ def test_failed_write_names_file_value_errno_and_is_retried(driver, writes):
 
 def test_vanished_cgroup_is_logged_at_debug(driver, tmp_path, caplog):
     vanished = CgroupV2Driver(tmp_path / "root")
-    caplog.set_level(logging.DEBUG, logger="governor.cgroups.v2")
+    caplog.set_level(logging.DEBUG, logger="governor.cgroups")
     with pytest.raises(CgroupWriteError) as info:
         vanished.apply("task-gone", CgroupLimits(cpu_weight=10))
     assert info.value.errno == errno.ENOENT

@@ -20,7 +20,7 @@ from governor.cgroups.base import DriverBase
 from governor.cgroups.hierarchy import Hierarchy, Location
 from governor.cgroups.limits import v2_files
 from governor.cgroups.stats import CgroupStats
-from governor.errors import CgroupReadError, CgroupWriteError, RequestError
+from governor.errors import CgroupReadError, CgroupWriteError, ProcessGone, RequestError
 from governor.protocol import (ExplainRequest, LaunchRequest, Peer, ReloadRequest, SetWeightRequest, StatusRequest,
                                WatchRequest)
 from governor.state import Task, Tasks
@@ -88,7 +88,7 @@ class FakeDriver(DriverBase):
 
     def move(self, rel, pid):
         if pid == GONE_PID:
-            raise CgroupWriteError(f"/fake/{rel}/cgroup.procs", str(pid), errno.ESRCH)
+            raise ProcessGone(f"/fake/{rel}/cgroup.procs", str(pid))
         self.procs[rel] = [pid]
 
     def pids(self, rel):

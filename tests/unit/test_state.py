@@ -114,7 +114,7 @@ def test_a_record_that_cannot_be_written_leaves_no_partial_file_and_utf8_is_kept
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("governor.task_store.os.replace", full)
+    monkeypatch.setattr("governor.state_files.os.replace", full)
     with pytest.raises(GovernorError, match="No space left"):
         store.save(Task("2", "A", 101, 0, "root", ("x",), {"cpu": 1.0}, 0.0))
     assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["1.json"]
