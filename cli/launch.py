@@ -12,9 +12,14 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from governor.cli.failures import EXIT_CANNOT_EXECUTE, EXIT_INTERRUPTED, EXIT_NOT_FOUND
 from governor.cli.failures import line as error_line
+
+if TYPE_CHECKING:
+    from governor.wire_replies import Started
+    from governor.wire_requests import LaunchRequest
 
 # How long to wait for a restarting daemon before giving up a queued launch.
 RESTART_GRACE_S = 60.0
@@ -93,10 +98,11 @@ def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | N
     """
     from governor.cli.client import socket_path
 
+    from governor.wire_requests import LaunchRequest
+
     resolve(cmd[0])
-    request = {"op": "launch", "pid": os.getpid(), "group": group, "demand": demand, "command": list(cmd),
-               "wait": not no_wait, **({"name": name} if name is not None else {}),
-               **({"time_limit": time_limit} if time_limit is not None else {})}
+    request = LaunchRequest(pid=os.getpid(), group=group, demand=demand, command=cmd, wait=not no_wait, name=name,
+                            time_limit=time_limit)
     if not exec_in_place:
         from governor.cli.summary import run_with_summary
 
@@ -106,14 +112,13 @@ def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | N
     execute(cmd)
 
 
-def hand_gpus(started: dict) -> None:
+def hand_gpus(started: Started) -> None:
     """Name the started task's GPUs to CUDA and to NVIDIA's container tools before the exec:
     ``CUDA_VISIBLE_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES`` list them (UUIDs, or minor
     numbers, which follow PCI bus order: hence ``CUDA_DEVICE_ORDER``), so the task numbers
     them from 0. A task without GPUs keeps its environment: its opens are refused anyway."""
-    gpus = started.get("gpus")
-    if isinstance(gpus, list) and gpus and all(isinstance(gpu, str) for gpu in gpus):
-        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["NVIDIA_VISIBLE_DEVICES"] = ",".join(gpus)
+    if started.gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["NVIDIA_VISIBLE_DEVICES"] = ",".join(started.gpus)
         os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
 
 
@@ -177,9 +182,9 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
-def launch_waiting(path: str, request: dict) -> dict:
+def launch_waiting(path: str, request: LaunchRequest) -> Started:
     """Ask the daemon to start this process as a task, waiting in its queue if need be; the
-    started task's payload (``nested``: this process already was in that task, which is said
+    started task (``nested``: this process already was in that task, which is said
     on stderr, with and without ``--exec``)."""
     import time
 
@@ -192,14 +197,14 @@ def launch_waiting(path: str, request: dict) -> dict:
         while True:
             try:
                 started = launch(path, request, line.show)
-                if started.get("nested"):
-                    _say(f"governor: already in task {started.get('task')} (group {started.get('group')}): "
-                         f"{request['command'][0]} runs there, with that task's caps")
-                if line.since is not None and not started.get("nested"):
+                if started.nested:
+                    _say(f"governor: already in task {started.task} (group {started.group}): "
+                         f"{request.command[0]} runs there, with that task's caps")
+                if line.since is not None and not started.nested:
                     from governor.units import format_timespan
 
                     line.done()
-                    _say(f"governor: task {started.get('task')} started after waiting "
+                    _say(f"governor: task {started.task} started after waiting "
                          f"{format_timespan(time.monotonic() - line.since)}")
                 return started
             except QueueInterrupted:

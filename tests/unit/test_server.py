@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from governor.errors import ControlSocketError, RequestError
-from governor.protocol import MAX_LINE_BYTES, Peer, SetWeightRequest, StatusRequest
+from governor.protocol import MAX_LINE_BYTES, OPERATIONS, Peer, SetWeightRequest, StatusRequest
 from governor.server import ControlServer
 
 
@@ -40,6 +40,19 @@ class FakeHandler:
             return self.behaviour(request)
         return {"peer": [peer.pid, peer.uid, peer.gid], "request": type(request).__name__}
 
+    def handlers(self) -> dict:
+        """The server's handler of each operation: :meth:`handle`'s or :meth:`stream`'s
+        payloads, sent as they are."""
+        async def one(request, peer):
+            return Payload(await self.handle(request, peer))
+
+        async def lines(request, peer):
+            async with contextlib.aclosing(self.stream(request, peer)) as payloads:
+                async for payload in payloads:
+                    yield Payload(payload)
+
+        return {name: lines if operation.streamed else one for name, operation in OPERATIONS.items()}
+
     async def stream(self, request, peer: Peer):
         try:
             yield {"queued": {"position": 1}}
@@ -49,9 +62,19 @@ class FakeHandler:
             self.left.append(request.pid)
 
 
+class Payload:
+    """A reply of any shape (the server sends a reply's ``to_json()``)."""
+
+    def __init__(self, payload: dict):
+        self.payload = payload
+
+    def to_json(self) -> dict:
+        return self.payload
+
+
 @contextlib.asynccontextmanager
 async def running(handler, path, **kwargs):
-    server = ControlServer(handler, str(path), **kwargs)
+    server = ControlServer(handler.handlers(), str(path), **kwargs)
     await server.start()
     try:
         yield server
@@ -279,7 +302,7 @@ def test_a_live_socket_is_not_stolen(tmp_path):
         async with running(FakeHandler(), path):
             inode = os.stat(path).st_ino
             with pytest.raises(ControlSocketError, match="another process is serving"):
-                await ControlServer(FakeHandler(), str(path)).start()
+                await ControlServer(FakeHandler().handlers(), str(path)).start()
             assert os.stat(path).st_ino == inode
             return await exchange(path, STATUS)
 
@@ -292,7 +315,7 @@ def test_a_file_that_is_not_a_socket_is_left_alone(tmp_path):
     path.write_text("precious")
 
     async def scenario():
-        await ControlServer(FakeHandler(), str(path)).start()
+        await ControlServer(FakeHandler().handlers(), str(path)).start()
 
     with pytest.raises(ControlSocketError, match="not a socket"):
         asyncio.run(scenario())
@@ -303,7 +326,7 @@ def test_close_does_not_remove_a_socket_another_server_bound_since(tmp_path):
     path = tmp_path / "g.sock"
 
     async def scenario():
-        first = ControlServer(FakeHandler(), str(path))
+        first = ControlServer(FakeHandler().handlers(), str(path))
         await first.start()
         os.unlink(path)  # e.g. an admin removed it and a new daemon took the path
         async with running(FakeHandler(), path):
@@ -316,7 +339,7 @@ def test_close_does_not_remove_a_socket_another_server_bound_since(tmp_path):
 
 def test_close_ends_idle_connections(tmp_path):
     async def scenario():
-        server = ControlServer(FakeHandler(), str(tmp_path / "g.sock"))
+        server = ControlServer(FakeHandler().handlers(), str(tmp_path / "g.sock"))
         await server.start()
         reader, writer = await asyncio.open_unix_connection(str(tmp_path / "g.sock"))
         writer.write(STATUS)
