@@ -199,5 +199,4 @@ def _reply(path: str, reply: bytes, request: Request):
     try:
         return parse_reply(request, message)
     except ValueError as error:
-        raise ControlSocketError(path, f"the daemon sent a malformed {request.op} reply ({error}): "
-                                       f"{reply[:100]!r}") from None
+        raise ControlSocketError(path, f"the daemon's {request.op} reply {error}") from None

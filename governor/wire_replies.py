@@ -4,7 +4,8 @@ line without its ``"ok": true``), with ``to_json`` (what a daemon sends) and ``f
 
 The bodies of ``status``, ``explain`` and ``ps`` stay JSON objects here: their schemas are in
 docs/operator.md and docs/user.md, and the views read them. ``from_json`` checks the
-envelope and raises ValueError naming the field for a payload that is not the operation's.
+envelope and raises ValueError ("has no status object") for a payload that is not the
+operation's.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+_KIND_NAMES = {dict: "object", list: "list", str: "string"}
+
+
 def _field(payload: object, key: str, kind: type | tuple[type, ...]):
-    """``payload[key]``, which must be a ``kind`` (raises ValueError naming ``key``)."""
-    if not isinstance(payload, dict) or key not in payload:
-        raise ValueError(f"{key}: missing field")
-    value = payload[key]
+    """``payload[key]``, which must be a ``kind`` (else ValueError: "has no ``key`` object")."""
+    value = payload.get(key) if isinstance(payload, dict) else None
     if not isinstance(value, kind) or isinstance(value, bool):  # no field of a reply is a boolean
-        raise ValueError(f"{key}: not a {getattr(kind, '__name__', kind)}")
+        raise ValueError(f"has no {key} {_KIND_NAMES.get(kind, 'number')}")
     return value
 
 
@@ -183,7 +185,7 @@ class Started(LaunchReply):
         """The reply (raises ValueError for another payload)."""
         gpus = payload.get("gpus") if isinstance(payload, dict) else None
         if gpus is not None and not (isinstance(gpus, list) and all(isinstance(gpu, str) for gpu in gpus)):
-            raise ValueError("gpus: not a list of strings")
+            raise ValueError("has no gpus list of strings")
         return cls(_field(payload, "task", str), _field(payload, "group", str), _field(payload, "cgroup", str),
                    _field(payload, "limits", dict), None if gpus is None else tuple(gpus),
                    payload.get("nested") is True)

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from governor.errors import ControlSocketError, RequestError
-from governor.protocol import MAX_LINE_BYTES, OPERATIONS, Peer, SetWeightRequest, StatusRequest
+from governor.protocol import MAX_LINE_BYTES, Peer, SetWeightRequest, StatusRequest
 from governor.server import ControlServer
+from wire_fakes import handlers_of
 
 
 class FakeHandler:
@@ -41,17 +42,7 @@ class FakeHandler:
         return {"peer": [peer.pid, peer.uid, peer.gid], "request": type(request).__name__}
 
     def handlers(self) -> dict:
-        """The server's handler of each operation: :meth:`handle`'s or :meth:`stream`'s
-        payloads, sent as they are."""
-        async def one(request, peer):
-            return Payload(await self.handle(request, peer))
-
-        async def lines(request, peer):
-            async with contextlib.aclosing(self.stream(request, peer)) as payloads:
-                async for payload in payloads:
-                    yield Payload(payload)
-
-        return {name: lines if operation.streamed else one for name, operation in OPERATIONS.items()}
+        return handlers_of(self)
 
     async def stream(self, request, peer: Peer):
         try:
@@ -60,16 +51,6 @@ class FakeHandler:
             yield {"task": f"t{request.pid}"}
         finally:
             self.left.append(request.pid)
-
-
-class Payload:
-    """A reply of any shape (the server sends a reply's ``to_json()``)."""
-
-    def __init__(self, payload: dict):
-        self.payload = payload
-
-    def to_json(self) -> dict:
-        return self.payload
 
 
 @contextlib.asynccontextmanager
