@@ -63,7 +63,8 @@ class QueueInterrupted(ControlSocketError):
     stopped or restarted): nothing was started, the launch may be sent again."""
 
 
-def launch(socket_path: str, request: LaunchRequest, on_queued: Callable[[dict], None], timeout: float = 30) -> Started:
+def launch(socket_path: str, request: LaunchRequest, on_queued: Callable[[dict], None],
+           timeout: float = 30) -> Started:
     """Send a ``launch`` and wait, as long as it takes, until the task starts.
 
     Args:

@@ -150,6 +150,29 @@ def test_malformed_json_is_bad_request_and_the_server_serves_the_next_client(tmp
     assert good["ok"] is True
 
 
+@pytest.mark.parametrize(("request_line", "code", "message"), [
+    (b'{"op": "frobnicate"}\n', "unknown_op",
+     "op: unknown operation 'frobnicate' (known: launch, status, watch, explain, ps, stop, reload, set-weight)"),
+    (b'{"op": "launch", "pid": "me"}\n', "bad_request", "pid: must be an integer, got a string"),
+    (b'{"op": "stop", "tasks": ["7", 8]}\n', "bad_request", "tasks[1]: must be a task id"),
+    (b'{"op": "status", "verbose": true}\n', "bad_request", "verbose: unknown field for op 'status'"),
+], ids=["unknown op", "mistyped field", "mistyped item", "unknown field"])
+def test_a_bad_request_gets_a_clear_error_and_the_server_keeps_serving(tmp_path, request_line, code, message):
+    handler = FakeHandler()
+
+    async def scenario():
+        async with running(handler, tmp_path / "g.sock"):
+            same = await exchange(tmp_path / "g.sock", request_line + STATUS, replies=2)
+            return same + await exchange(tmp_path / "g.sock", STATUS)
+
+    refused, after, other = asyncio.run(scenario())
+    assert refused["ok"] is False and refused["error"]["code"] == code
+    assert refused["error"]["message"].startswith(message)
+    assert after["ok"] is True and other["ok"] is True
+    # The bad one reached no handler.
+    assert [type(request) for request, _ in handler.seen] == [StatusRequest, StatusRequest]
+
+
 @pytest.mark.parametrize("newline", [b"", b"\n"], ids=["no newline yet", "complete line"])
 def test_line_over_64_kib_is_too_large_and_closes_the_connection(tmp_path, newline):
     async def scenario():
