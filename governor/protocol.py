@@ -1,4 +1,5 @@
-"""The control-socket protocol: request parsing and reply encoding, with no I/O.
+"""The control-socket protocol, with no I/O: its transport and errors, the table of operations
+(:data:`OPERATIONS`), request parsing and reply encoding.
 
 Transport: a Unix stream socket (default ``/run/governor/governor.sock``). A client sends one
 JSON object per line (UTF-8, at most :data:`MAX_LINE_BYTES` bytes before the newline) and gets

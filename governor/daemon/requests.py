@@ -40,7 +40,8 @@ __all__ = ["Requests"]
 
 
 class Requests:
-    """The control server's handler (:class:`governor.server.ControlServer`).
+    """The control server's handlers (:class:`governor.server.ControlServer`), one per
+    operation (:meth:`handlers`).
 
     Args:
         hierarchy: where a task's processes are listed; policy: the config in force; tasks:
