@@ -243,8 +243,8 @@ class Observation:
         return self.status_reply().status
 
     def status_reply(self) -> StatusReply:
-        """The status reply (``{"status": <status>}``), the same object until the status changes: the server
-        encodes a reply it just sent once, for every watcher."""
+        """The status reply (``{"status": <status>}``), the same object until the status
+        changes: the server encodes a reply it just sent once, for every watcher."""
         if self._status is not None and self._status[0] == self.journal.version:
             return self._status[1]
         enforcement, policy = self.enforcement, self.policy
