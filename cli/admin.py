@@ -20,9 +20,10 @@ def reload(socket_option: str | None) -> None:
       sudo governor reload
     """
     from governor.cli.client import call, socket_path
+    from governor.wire_requests import ReloadRequest
 
-    reply = call(socket_path(socket_option), {"op": "reload"})
-    click.echo(f"reloaded {reply['reloaded']['config']}")
+    reply = call(socket_path(socket_option), ReloadRequest())
+    click.echo(f"reloaded {reply.config}")
 
 
 @click.command("set-weight", short_help="Set a group's weight until the next reload.")
@@ -37,6 +38,7 @@ def set_weight(group: str, weight: float, socket_option: str | None) -> None:
       sudo governor set-weight physics 3
     """
     from governor.cli.client import call, socket_path
+    from governor.wire_requests import SetWeightRequest
 
-    reply = call(socket_path(socket_option), {"op": "set-weight", "group": group, "weight": weight})
-    click.echo(f"weight of {reply['group']} is now {reply['weight']:g}")
+    reply = call(socket_path(socket_option), SetWeightRequest(group, weight))
+    click.echo(f"weight of {reply.group} is now {reply.weight:g}")

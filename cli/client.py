@@ -1,7 +1,9 @@
 """A small synchronous client for the control socket (protocol in ``governor/protocol.py``).
 
-Only the standard library and the error classes: ``governor run`` imports this on its way to
-exec the user's command, so every module loaded here delays the user's work.
+Only the standard library, the error classes and the wire's table and types: ``governor run``
+imports this on its way to exec the user's command, so every module loaded here delays the
+user's work. Requests go out typed and replies come back typed, through
+:data:`governor.protocol.OPERATIONS`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import struct
 from collections.abc import Callable, Iterator
 
 from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning, SocketPermissionError
+from governor.protocol import parse_reply, request_line
+from governor.wire_replies import Queued, Started
+from governor.wire_requests import LaunchRequest, Request
 
 DEFAULT_SOCKET = "/run/governor/governor.sock"
 _RECV_BYTES = 65536
@@ -24,12 +29,13 @@ def socket_path(option: str | None) -> str:
     return option or os.environ.get("GOVERNOR_SOCKET") or DEFAULT_SOCKET
 
 
-def call(socket_path: str, request: dict, timeout: float = 30) -> dict:
-    """Send one request and return the reply's payload (the reply without its ``ok`` key).
+def call(socket_path: str, request: Request, timeout: float = 30):
+    """Send one request and return its typed reply (the operation's reply type in
+    :data:`governor.protocol.OPERATIONS`).
 
     Args:
         socket_path: the daemon's Unix socket.
-        request: the request object, e.g. ``{"op": "status"}``.
+        request: the request, e.g. ``StatusRequest()``.
         timeout: seconds allowed for connecting, and again for each send and receive.
 
     Raises:
@@ -37,11 +43,11 @@ def call(socket_path: str, request: dict, timeout: float = 30) -> dict:
         SocketPermissionError: the caller may not connect to the socket.
         DaemonError: the daemon answered ``ok: false`` (carries its code, message and op).
         ControlSocketError: anything else: no reply within ``timeout``, the connection
-            closed early, or a reply that is not a JSON object.
+            closed early, or a reply that is not the operation's.
     """
     with _connect(socket_path, timeout) as sock:
         try:
-            sock.sendall(_encode(request))
+            sock.sendall(request_line(request))
             reply = _read_line(sock)
         except TimeoutError:
             raise ControlSocketError(socket_path, f"no reply from the daemon within {timeout:g} s") from None
@@ -49,7 +55,7 @@ def call(socket_path: str, request: dict, timeout: float = 30) -> dict:
             raise ControlSocketError(socket_path, f"connection failed: {exc.strerror or exc}") from exc
     if not reply.endswith(b"\n"):
         raise ControlSocketError(socket_path, "the daemon closed the connection without replying")
-    return _payload(socket_path, reply, request.get("op"))
+    return _reply(socket_path, reply, request)
 
 
 class QueueInterrupted(ControlSocketError):
@@ -57,19 +63,20 @@ class QueueInterrupted(ControlSocketError):
     stopped or restarted): nothing was started, the launch may be sent again."""
 
 
-def launch(socket_path: str, request: dict, on_queued: Callable[[dict], None], timeout: float = 30) -> dict:
+def launch(socket_path: str, request: LaunchRequest, on_queued: Callable[[dict], None],
+           timeout: float = 30) -> Started:
     """Send a ``launch`` and wait, as long as it takes, until the task starts.
 
     Args:
         socket_path: the daemon's Unix socket.
-        request: the launch request object.
-        on_queued: called with each ``queued`` payload (position, waiting_for, held_by...)
+        request: the launch request.
+        on_queued: called with each queue place (:class:`~governor.wire_replies.Queued`) (position, waiting_for, held_by...)
             while the task waits for its memory to fit.
         timeout: seconds allowed for connecting and for the first reply line; once queued,
             the wait has no limit (a Ctrl-C ends it and, with the connection, the place).
 
     Returns:
-        the started task's payload (``task``, ``group``, ``cgroup``, ``limits``).
+        the started task.
 
     Raises:
         DaemonNotRunning, DaemonError, ControlSocketError: as :func:`call`;
@@ -77,11 +84,11 @@ def launch(socket_path: str, request: dict, on_queued: Callable[[dict], None], t
     """
     queued = False
     try:
-        for payload in stream(socket_path, request, timeout):
-            if "queued" not in payload:
-                return payload
+        for reply in stream(socket_path, request, timeout):
+            if not isinstance(reply, Queued):
+                return reply
             queued = True
-            on_queued(payload["queued"])
+            on_queued(reply.place)
     except DaemonError:
         raise
     except ControlSocketError as error:
@@ -91,8 +98,8 @@ def launch(socket_path: str, request: dict, on_queued: Callable[[dict], None], t
     raise ControlSocketError(socket_path, "the daemon closed the connection without replying")
 
 
-def stream(socket_path: str, request: dict, timeout: float = 30) -> Iterator[dict]:
-    """Send one request for a streamed operation (``watch``) and yield each reply's payload.
+def stream(socket_path: str, request: Request, timeout: float = 30) -> Iterator:
+    """Send one request for a streamed operation (``watch``, ``launch``) and yield each typed reply.
 
     The daemon answers with one line per update for as long as the connection is open; closing
     the generator (or leaving the ``for`` loop) closes the connection, which is how a client
@@ -100,12 +107,12 @@ def stream(socket_path: str, request: dict, timeout: float = 30) -> Iterator[dic
 
     Args:
         socket_path: the daemon's Unix socket.
-        request: the request object, e.g. ``{"op": "watch", "interval": 1.0}``.
+        request: the request, e.g. ``WatchRequest(1.0)``.
         timeout: seconds allowed for connecting, and for each reply line to arrive; pick it
             above the stream's interval.
 
     Yields:
-        each reply's payload (the reply without its ``ok`` key), in order.
+        each line's reply, in order.
 
     Raises:
         DaemonNotRunning: the socket file is missing or nobody listens on it.
@@ -117,7 +124,7 @@ def stream(socket_path: str, request: dict, timeout: float = 30) -> Iterator[dic
     with _connect(socket_path, timeout) as sock:
         buffered = b""
         try:
-            sock.sendall(_encode(request))
+            sock.sendall(request_line(request))
             while True:
                 chunk = sock.recv(_RECV_BYTES)
                 if not chunk:
@@ -125,10 +132,10 @@ def stream(socket_path: str, request: dict, timeout: float = 30) -> Iterator[dic
                 lines = (buffered + chunk).split(b"\n")
                 buffered = lines.pop()  # the part after the last newline: an incomplete line
                 for line in lines:
-                    payload = _payload(socket_path, line, request.get("op"))
-                    if "queued" in payload:
+                    reply = _reply(socket_path, line, request)
+                    if isinstance(reply, Queued):
                         sock.settimeout(None)  # a queue may be long: only the daemon's end stops it
-                    yield payload
+                    yield reply
         except TimeoutError:
             raise ControlSocketError(socket_path, f"no update from the daemon within {timeout:g} s") from None
         except ControlSocketError:
@@ -165,10 +172,6 @@ def _connect(socket_path: str, timeout: float) -> socket.socket:
     return sock
 
 
-def _encode(request: dict) -> bytes:
-    return json.dumps(request, separators=(",", ":")).encode() + b"\n"
-
-
 def _read_line(sock: socket.socket) -> bytes:
     """Bytes up to and including the first newline, or all bytes until EOF if there is none."""
     chunks = []
@@ -180,7 +183,8 @@ def _read_line(sock: socket.socket) -> bytes:
             return b"".join(chunks)
 
 
-def _payload(path: str, reply: bytes, op: str | None) -> dict:
+def _reply(path: str, reply: bytes, request: Request):
+    """The typed reply in one line to ``request`` (errors as in :func:`call`)."""
     try:
         message = json.loads(reply)
     except ValueError:
@@ -191,6 +195,9 @@ def _payload(path: str, reply: bytes, op: str | None) -> dict:
         failure = message.get("error")
         if not isinstance(failure, dict):
             raise ControlSocketError(path, f"the daemon sent a malformed error reply: {reply[:100]!r}")
-        raise DaemonError(str(failure.get("code", "unknown")), str(failure.get("message", "")), op)
+        raise DaemonError(str(failure.get("code", "unknown")), str(failure.get("message", "")), request.op)
     del message["ok"]
-    return message
+    try:
+        return parse_reply(request, message)
+    except ValueError as error:
+        raise ControlSocketError(path, f"the daemon's {request.op} reply {error}") from None

@@ -43,11 +43,10 @@ def _from_daemon(socket_option: str | None) -> list[str]:
     answer in time or at all."""
     from governor.cli.client import call, socket_path
     from governor.errors import GovernorError
+    from governor.wire_requests import ExplainRequest
 
     try:
-        answer = call(socket_path(socket_option), {"op": "explain"}, timeout=DAEMON_TIMEOUT_S).get("explain")
+        answer = call(socket_path(socket_option), ExplainRequest(), timeout=DAEMON_TIMEOUT_S).explain
     except GovernorError:
-        return []
-    if not isinstance(answer, dict):
         return []
     return [str(name) for key in ("groups", "configured") if isinstance(answer.get(key), dict) for name in answer[key]]

@@ -31,10 +31,11 @@ def explain(group: str | None, as_json: bool, socket_option: str | None) -> None
 
     from governor.cli.client import call, socket_path
     from governor.errors import ControlSocketError
+    from governor.wire_requests import ExplainRequest
 
     path = socket_path(socket_option)
-    answer = call(path, {"op": "explain"}).get("explain")
-    if not isinstance(answer, dict) or not isinstance(answer.get("groups"), dict):
+    answer = call(path, ExplainRequest()).explain
+    if not isinstance(answer.get("groups"), dict):
         raise ControlSocketError(path, "the daemon's explain reply has no explain object")
     configured = answer.get("configured") if isinstance(answer.get("configured"), dict) else {}
     if group is not None and group not in answer["groups"] and group not in configured:

@@ -12,19 +12,40 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from governor.cli.failures import EXIT_CANNOT_EXECUTE, EXIT_INTERRUPTED, EXIT_NOT_FOUND
 from governor.cli.failures import line as error_line
+
+if TYPE_CHECKING:
+    from governor.wire_replies import Started
+    from governor.wire_requests import LaunchRequest
 
 # How long to wait for a restarting daemon before giving up a queued launch.
 RESTART_GRACE_S = 60.0
 
 
-# ``governor run``'s options that take a value, besides one per resource (:func:`governor.resources.flags`)
-# → :func:`start`'s keyword (cli/run.py has the help).
-_VALUED = {"--group": "group", "--socket": "socket_option", "--name": "name", "--time-limit": "time_limit"}
-# ``governor run``'s flags → :func:`start`'s keyword.
-_FLAGS = {"--no-wait": "no_wait", "--summary": "summary", "--exec": "exec_in_place"}
+@dataclass(frozen=True)
+class RunOption:
+    """One of ``governor run``'s own options, besides one per resource
+    (:func:`governor.resources.flags`): both :func:`plain` and the click command
+    (:mod:`governor.cli.run`) are built from :data:`RUN_OPTIONS`.
+
+    Attributes:
+        flag: the option (``--group``).
+        keyword: :func:`start`'s keyword for its value.
+        parse: its text → its value (raises ValueError); None for a flag without a value (True
+            when given, else False).
+        metavar, help: as ``governor run --help`` shows it.
+    """
+
+    flag: str
+    keyword: str
+    parse: Callable[[str], object] | None
+    metavar: str | None
+    help: str
 
 
 def time_limit(text: str) -> float:
@@ -35,6 +56,23 @@ def time_limit(text: str) -> float:
     return parse_duration(text)
 
 
+RUN_OPTIONS = (
+    RunOption("--group", "group", str, None, "Group to run in (default: the daemon picks yours)."),
+    RunOption("--no-wait", "no_wait", None, None,
+              "Fail (exit 75) instead of waiting when the memory or GPUs do not fit now."),
+    RunOption("--name", "name", str, None, "Name of the task in `governor ps` (default: the command's name)."),
+    RunOption("--time-limit", "time_limit", time_limit, "DURATION",
+              "End the whole task this long after it starts, e.g. 90s, 10m, 1h30m (plain: seconds)."),
+    RunOption("--summary", "summary", None, None,
+              "When CMD ends, print its result, run time, CPU time and memory peak on stderr (as systemd-run --wait)."),
+    RunOption("--exec", "exec_in_place", None, None,
+              "Become CMD (its pid is this process's) instead of waiting for it: nothing is said when governor "
+              "ends it."),
+    RunOption("--socket", "socket_option", str, "PATH",
+              "Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock)."),
+)
+
+
 def plain(args: list[str]) -> dict | None:
     """The arguments after ``run`` as :func:`start`'s keywords when they are plain: only run's
     own options, each with a valid value, then the command. None for anything else (help, an
@@ -43,36 +81,36 @@ def plain(args: list[str]) -> dict | None:
     from governor.resources import flags as resource_flags
 
     resources = resource_flags()
-    values: dict[str, str] = {}
-    demand: dict[str, str] = {}  # wire key → the text given
-    flags = dict.fromkeys(_FLAGS.values(), False)
+    own = {option.flag: option for option in RUN_OPTIONS}
+    given_text: dict[str, str] = {}  # flag → the text given
+    flags = {option.keyword: False for option in RUN_OPTIONS if option.parse is None}
     at = 0
     while at < len(args) and args[at].startswith("-"):
         name, given, value = args[at].partition("=")
         at += 1
         if name == "--" and not given:
             break
-        if name in _FLAGS and not given:
-            flags[_FLAGS[name]] = True
+        option = own.get(name)
+        if option is not None and option.parse is None:
+            if given:  # a flag takes no value (--no-wait=yes)
+                return None
+            flags[option.keyword] = True
             continue
-        if (name not in _VALUED and name not in resources) or (not given and at == len(args)):
+        if (option is None and name not in resources) or (not given and at == len(args)):
             return None
         if not given:
             value, at = args[at], at + 1
-        if name in resources:
-            demand[resources[name].wire] = value
-        else:
-            values[_VALUED[name]] = value
+        given_text[name] = value
     cmd = tuple(args[at:])
     if not cmd or (flags["summary"] and flags["exec_in_place"]):
         return None
     try:
-        parsed = {entry.wire: entry.parse(demand[entry.wire]) for entry in resources.values() if entry.wire in demand}
-        limit = time_limit(values["time_limit"]) if "time_limit" in values else None
+        demand = {resources[flag].wire: resources[flag].parse(text) for flag, text in given_text.items()
+                  if flag in resources}
+        values = {own[flag].keyword: own[flag].parse(text) for flag, text in given_text.items() if flag in own}
     except ValueError:
         return None
-    return {"demand": parsed, "group": values.get("group"), "socket_option": values.get("socket_option"), "cmd": cmd,
-            "name": values.get("name"), "time_limit": limit, **flags}
+    return {**{option.keyword: None for option in RUN_OPTIONS}, **values, **flags, "demand": demand, "cmd": cmd}
 
 
 def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | None, cmd: tuple[str, ...], *,
@@ -93,10 +131,11 @@ def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | N
     """
     from governor.cli.client import socket_path
 
+    from governor.wire_requests import LaunchRequest
+
     resolve(cmd[0])
-    request = {"op": "launch", "pid": os.getpid(), "group": group, "demand": demand, "command": list(cmd),
-               "wait": not no_wait, **({"name": name} if name is not None else {}),
-               **({"time_limit": time_limit} if time_limit is not None else {})}
+    request = LaunchRequest(pid=os.getpid(), group=group, demand=demand, command=cmd, wait=not no_wait, name=name,
+                            time_limit=time_limit)
     if not exec_in_place:
         from governor.cli.summary import run_with_summary
 
@@ -106,14 +145,13 @@ def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | N
     execute(cmd)
 
 
-def hand_gpus(started: dict) -> None:
+def hand_gpus(started: Started) -> None:
     """Name the started task's GPUs to CUDA and to NVIDIA's container tools before the exec:
     ``CUDA_VISIBLE_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES`` list them (UUIDs, or minor
     numbers, which follow PCI bus order: hence ``CUDA_DEVICE_ORDER``), so the task numbers
     them from 0. A task without GPUs keeps its environment: its opens are refused anyway."""
-    gpus = started.get("gpus")
-    if isinstance(gpus, list) and gpus and all(isinstance(gpu, str) for gpu in gpus):
-        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["NVIDIA_VISIBLE_DEVICES"] = ",".join(gpus)
+    if started.gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["NVIDIA_VISIBLE_DEVICES"] = ",".join(started.gpus)
         os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
 
 
@@ -177,9 +215,9 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
-def launch_waiting(path: str, request: dict) -> dict:
+def launch_waiting(path: str, request: LaunchRequest) -> Started:
     """Ask the daemon to start this process as a task, waiting in its queue if need be; the
-    started task's payload (``nested``: this process already was in that task, which is said
+    started task (``nested``: this process already was in that task, which is said
     on stderr, with and without ``--exec``)."""
     import time
 
@@ -192,14 +230,14 @@ def launch_waiting(path: str, request: dict) -> dict:
         while True:
             try:
                 started = launch(path, request, line.show)
-                if started.get("nested"):
-                    _say(f"governor: already in task {started.get('task')} (group {started.get('group')}): "
-                         f"{request['command'][0]} runs there, with that task's caps")
-                if line.since is not None and not started.get("nested"):
+                if started.nested:
+                    _say(f"governor: already in task {started.task} (group {started.group}): "
+                         f"{request.command[0]} runs there, with that task's caps")
+                if line.since is not None and not started.nested:
                     from governor.units import format_timespan
 
                     line.done()
-                    _say(f"governor: task {started.get('task')} started after waiting "
+                    _say(f"governor: task {started.task} started after waiting "
                          f"{format_timespan(time.monotonic() - line.since)}")
                 return started
             except QueueInterrupted:

@@ -40,6 +40,7 @@ def ps(everyone: bool, ended: bool, as_json: bool, fields: str | None, noheader:
     from governor.cli import ps_plain
     from governor.cli.client import call, socket_path
     from governor.errors import ControlSocketError
+    from governor.wire_requests import PsRequest
 
     try:
         chosen = None if fields is None else ps_plain.parse_fields(fields, ended=ended)
@@ -47,7 +48,7 @@ def ps(everyone: bool, ended: bool, as_json: bool, fields: str | None, noheader:
         raise click.BadParameter(str(error), param_hint="--format") from None
     path = socket_path(socket_option)
     key = "ended" if ended else "tasks"
-    rows = call(path, {"op": "ps", "all": everyone, "ended": ended}).get(key)
+    rows = getattr(call(path, PsRequest(all=everyone, ended=ended)), key)
     if not isinstance(rows, list):
         raise ControlSocketError(path, f"the daemon's ps reply has no {key} list")
     if as_json:

@@ -22,7 +22,7 @@ import click
 
 from governor import resources
 from governor.cli.completion import group_names
-from governor.cli.launch import start, time_limit
+from governor.cli.launch import RUN_OPTIONS, start
 
 
 def _checked(parse):
@@ -38,27 +38,18 @@ def _checked(parse):
 
 
 def command() -> click.Command:
-    """``governor run``, with one demand option per resource of :data:`governor.resources.RESOURCES`
-    as it is when called (a test declaring a stand-in resource builds its own)."""
-    options = [click.option("--group", shell_complete=group_names,
-                            help="Group to run in (default: the daemon picks yours).")]
-    options += [click.option(entry.flag, entry.wire, metavar=entry.metavar, callback=_checked(entry.parse),
-                             help=entry.help) for entry in resources.RESOURCES]
-    options += [
-        click.option("--no-wait", is_flag=True, help="Fail (exit 75) instead of waiting when the memory "
-                                                        "or GPUs do not fit now."),
-        click.option("--name", help="Name of the task in `governor ps` (default: the command's name)."),
-        click.option("--time-limit", "limit", metavar="DURATION", callback=_checked(time_limit),
-                     help="End the whole task this long after it starts, e.g. 90s, 10m, 1h30m (plain: seconds)."),
-        click.option("--summary", is_flag=True, help="When CMD ends, print its result, run time, CPU time and "
-                                                      "memory peak on stderr (as systemd-run --wait)."),
-        click.option("--exec", "exec_in_place", is_flag=True,
-                     help="Become CMD (its pid is this process's) instead of waiting for it: nothing is said "
-                          "when governor ends it."),
-        click.option("--socket", "socket_option", metavar="PATH",
-                     help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock)."),
-        click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED),
-    ]
+    """``governor run``, with its own options (:data:`governor.cli.launch.RUN_OPTIONS`, which
+    a plain ``governor run`` is parsed by too) and one demand option per resource of
+    :data:`governor.resources.RESOURCES` as it is when called (a test declaring a stand-in
+    resource builds its own)."""
+    own = [click.option(option.flag, option.keyword, is_flag=option.parse is None, metavar=option.metavar,
+                        callback=None if option.parse in (None, str) else _checked(option.parse), help=option.help,
+                        **({"shell_complete": group_names} if option.flag == "--group" else {}))
+           for option in RUN_OPTIONS]
+    demand = [click.option(entry.flag, entry.wire, metavar=entry.metavar, callback=_checked(entry.parse),
+                           help=entry.help) for entry in resources.RESOURCES]
+    # --help lists the group, then the demand, then the rest.
+    options = [own[0], *demand, *own[1:], click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)]
     built = run
     for option in reversed(options):
         built = option(built)
@@ -67,7 +58,7 @@ def command() -> click.Command:
     return click.command("run", context_settings={"allow_interspersed_args": False})(built)
 
 
-def run(group: str | None, no_wait: bool, name: str | None, limit: float | None, summary: bool,
+def run(group: str | None, no_wait: bool, name: str | None, time_limit: float | None, summary: bool,
         exec_in_place: bool, socket_option: str | None, cmd: tuple[str, ...], **demand: float | None) -> None:
     """Run CMD as a governed task with the given demand.
 
@@ -90,4 +81,4 @@ def run(group: str | None, no_wait: bool, name: str | None, limit: float | None,
     # DaemonNotRunning / DaemonError propagate to governor.cli.main, which prints one line and exits 1.
     verbose = bool(click.get_current_context().find_root().params.get("verbose"))
     start({key: value for key, value in demand.items() if value is not None}, group, no_wait, socket_option, cmd,
-          name=name, time_limit=limit, summary=summary, exec_in_place=exec_in_place, verbose=verbose)
+          name=name, time_limit=time_limit, summary=summary, exec_in_place=exec_in_place, verbose=verbose)

@@ -23,12 +23,9 @@ def status(as_json: bool, socket_option: str | None) -> None:
     import time
 
     from governor.cli.client import call, socket_path
-    from governor.errors import ControlSocketError
+    from governor.wire_requests import StatusRequest
 
-    path = socket_path(socket_option)
-    snapshot = call(path, {"op": "status"}).get("status")
-    if not isinstance(snapshot, dict):
-        raise ControlSocketError(path, "the daemon's status reply has no status object")
+    snapshot = call(socket_path(socket_option), StatusRequest()).status
     if as_json:
         click.echo(json.dumps(snapshot))
         return

@@ -22,7 +22,7 @@ def stop(tasks: tuple[str, ...], socket_option: str | None) -> None:
       governor stop 7 12
     """
     from governor.cli.client import call, socket_path
+    from governor.wire_requests import StopRequest
 
-    stopped = call(socket_path(socket_option), {"op": "stop", "tasks": list(tasks)}).get("stopped", [])
-    for task in stopped:
+    for task in call(socket_path(socket_option), StopRequest(tuple(tasks))).stopped:
         click.echo(f"stopped task {task}")

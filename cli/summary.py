@@ -21,6 +21,7 @@ the started task to this process through a close-on-exec pipe, and dies with thi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -29,6 +30,7 @@ import sys
 import time
 
 from governor.units import format_size, format_timespan
+from governor.wire_requests import LaunchRequest, PsRequest
 
 # How long to wait for the daemon's ended record once the command exited: it notices the
 # emptied cgroup within milliseconds, or at its next reconcile pass.
@@ -44,7 +46,7 @@ RESULTS = {"time_limit": "timeout", "oom_kill": "oom-kill", "stop": "stopped"}
 _PR_SET_PDEATHSIG = 1
 
 
-def run_with_summary(path: str, request: dict, cmd: tuple[str, ...], *, summary: bool = True,
+def run_with_summary(path: str, request: LaunchRequest, cmd: tuple[str, ...], *, summary: bool = True,
                      verbose: bool = False) -> None:
     """Launch ``cmd`` in a child governed as ``request`` asks, wait for it, print the summary
     (``summary``) or, when governor ended the task (stopped, time limit, OOM kill), one line
@@ -62,7 +64,7 @@ def run_with_summary(path: str, request: dict, cmd: tuple[str, ...], *, summary:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
-def _run_and_wait(path: str, request: dict, cmd: tuple[str, ...], mask: set, *, summary: bool,
+def _run_and_wait(path: str, request: LaunchRequest, cmd: tuple[str, ...], mask: set, *, summary: bool,
                   verbose: bool) -> None:
     """:func:`run_with_summary` once the watched signals are blocked; never returns."""
     reader, writer = os.pipe()  # not inherited across exec: end of file once the command runs
@@ -71,7 +73,7 @@ def _run_and_wait(path: str, request: dict, cmd: tuple[str, ...], mask: set, *, 
     if child == 0:
         os.close(reader)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        _child(path, {**request, "pid": os.getpid()}, cmd, writer, parent, verbose)
+        _child(path, dataclasses.replace(request, pid=os.getpid()), cmd, writer, parent, verbose)
     os.close(writer)
     began = time.monotonic()
     told = b""
@@ -143,7 +145,7 @@ def ended_line(record: dict | None, task: str) -> str | None:
     return f"governor: task {task} ended: {why_ended(record)}"
 
 
-def _child(path: str, request: dict, cmd: tuple[str, ...], writer: int, parent: int, verbose: bool) -> None:
+def _child(path: str, request: LaunchRequest, cmd: tuple[str, ...], writer: int, parent: int, verbose: bool) -> None:
     """In the child: be governed, tell the parent which task, exec; never returns."""
     from governor.cli.failures import report
     from governor.cli.launch import execute, hand_gpus, launch_waiting
@@ -158,7 +160,7 @@ def _child(path: str, request: dict, cmd: tuple[str, ...], writer: int, parent: 
         if os.getppid() != parent:  # it died before the signal was armed
             os._exit(128 + signal.SIGKILL)
         started = launch_waiting(path, request)
-        os.write(writer, json.dumps(started).encode())
+        os.write(writer, json.dumps(started.to_json()).encode())
         hand_gpus(started)
         execute(cmd)
     except SystemExit as leaving:
@@ -180,7 +182,7 @@ def _ended_record(path: str, task: str) -> dict | None:
     deadline = time.monotonic() + RECORD_WAIT_S
     while True:
         try:
-            records = call(path, {"op": "ps", "ended": True, "task": task}).get("ended") or []
+            records = call(path, PsRequest(ended=True, task=task)).ended or []
         except GovernorError:
             return None
         found = next((r for r in reversed(records) if isinstance(r, dict) and r.get("id") == task), None)

@@ -22,6 +22,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.live import Live
 
 from governor.cli.client import stream
+from governor.wire_requests import WatchRequest
 from governor.cli.top_state import TopState, parse_keys, press
 from governor.cli.top_view import top_view
 from governor.errors import ControlSocketError, DaemonError
@@ -50,10 +51,8 @@ class Feed(threading.Thread):
         timeout = max(5.0, 3 * self.interval)
         while not self.stopped.is_set():
             try:
-                for payload in stream(self.path, {"op": "watch", "interval": self.interval}, timeout):
-                    if not isinstance(payload.get("status"), dict):
-                        raise ControlSocketError(self.path, "the daemon's watch reply has no status object")
-                    self._send("status", payload["status"])
+                for reply in stream(self.path, WatchRequest(self.interval), timeout):
+                    self._send("status", reply.status)
                     if self.stopped.is_set():
                         return
             except DaemonError as error:

@@ -17,12 +17,10 @@ import socket
 import stat
 import struct
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from governor.errors import ControlSocketError, RequestError
-from governor.protocol import (MAX_LINE_BYTES, READ_TIMEOUT_S, LaunchRequest, Peer, Request, WatchRequest, error,
-                               ok, parse_request)
+from governor.protocol import MAX_LINE_BYTES, OPERATIONS, READ_TIMEOUT_S, Peer, Request, error, ok, parse_request
 
 logger = logging.getLogger(__name__)
 
@@ -44,29 +42,21 @@ _BUDGET_POLL_S = 0.05
 LISTEN_BACKLOG = 100
 
 
-class Handler(Protocol):
-    """What the server dispatches parsed requests to (the daemon)."""
-
-    async def handle(self, request: Request, peer: Peer) -> dict:
-        """Carry out ``request`` for ``peer`` and return the reply payload (without ``ok``).
-
-        Raises:
-            RequestError: to refuse the request with that error code and message.
-        """
-        ...
-
-    def stream(self, request: WatchRequest | LaunchRequest, peer: Peer) -> AsyncIterator[dict]:
-        """Payloads to send for a streamed request (``watch``, ``launch``), one line each, until
-        the iterator ends or the client closes (the iterator is then closed: its ``finally``
-        runs). It may raise RequestError to end with an error line."""
-        ...
+# What the daemon registers for each operation of :data:`~governor.protocol.OPERATIONS`: called
+# with the parsed request and the caller, it returns the reply (awaited), or for a streamed
+# operation an async iterator of replies, one line each, until it ends or the client closes (the
+# iterator is then closed: its ``finally`` runs). Replies are the table's reply types (``to_json``;
+# one with an ``encoded()`` method encodes itself: :class:`~governor.status.StatusReply`). It
+# raises RequestError to refuse with that code and message (a stream: to end with that line).
+Handler = Callable[[Request, Peer], Awaitable | AsyncIterator]
 
 
 class ControlServer:
     """Serve the control protocol on a Unix socket at ``path``.
 
     Args:
-        handler: receives every valid request with the caller's credentials.
+        handlers: operation name → its :data:`Handler`, one for every operation of the table;
+            each receives its valid requests with the caller's credentials.
         path: the socket path; its parent directory is created (mode 0755) if missing.
         mode: permission bits of the socket file; 0666 lets every user connect, since
             authorisation comes from the peer credentials, not from file permissions.
@@ -75,12 +65,17 @@ class ControlServer:
             connection is closed.
         connections_per_uid: how many connections one uid other than root may hold open
             (asked at each connection, so a reload may change it); None: no bound.
+
+    Raises:
+        ValueError: ``handlers`` misses an operation of the table, or names one it lacks.
     """
 
-    def __init__(self, handler: Handler, path: str, *, mode: int = 0o666,
+    def __init__(self, handlers: Mapping[str, Handler], path: str, *, mode: int = 0o666,
                  read_timeout_s: float = READ_TIMEOUT_S, write_timeout_s: float = WRITE_TIMEOUT_S,
                  connections_per_uid: Callable[[], int] | None = None):
-        self.handler = handler
+        if set(handlers) != set(OPERATIONS):
+            raise ValueError(f"handlers for {sorted(handlers)}, operations {sorted(OPERATIONS)}")
+        self.handlers = handlers
         self.path = path
         self.mode = mode
         self.read_timeout_s = read_timeout_s
@@ -93,7 +88,7 @@ class ControlServer:
         self._inode: tuple[int, int] | None = None
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._streams: set[asyncio.Task] = set()
-        self._encoded: tuple[dict, bytes] | None = None  # the last payload and its reply line
+        self._encoded: tuple[object, bytes] | None = None  # the last reply and its line
 
     async def start(self, *, serving: bool = True) -> None:
         """Bind and listen; returns once clients can connect. Without ``serving`` their
@@ -250,14 +245,14 @@ class ControlServer:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    def _ok(self, payload: dict) -> bytes:
-        """:func:`~governor.protocol.ok`, encoding a payload sent just before once (a handler
-        hands every watcher the same status object, and never modifies a payload it gave); a
-        payload with an ``encoded()`` method encodes itself
-        (:class:`~governor.status.StatusReply`)."""
-        if self._encoded is None or self._encoded[0] is not payload:
-            encoded = getattr(payload, "encoded", None)
-            self._encoded = (payload, encoded() if encoded is not None else ok(payload))
+    def _ok(self, reply) -> bytes:
+        """The success line of a typed reply (:func:`~governor.protocol.ok` of its
+        ``to_json()``), encoding a reply sent just before once (a handler hands every watcher
+        the same status object, and never modifies a reply it gave); a reply with an
+        ``encoded()`` method encodes itself (:class:`~governor.status.StatusReply`)."""
+        if self._encoded is None or self._encoded[0] is not reply:
+            encoded = getattr(reply, "encoded", None)
+            self._encoded = (reply, encoded() if encoded is not None else ok(reply.to_json()))
         return self._encoded[1]
 
     async def _send(self, writer: asyncio.StreamWriter, reply: bytes) -> None:
@@ -289,7 +284,7 @@ class ControlServer:
             await self._send(writer, error(refused.code, refused.message))
             return True
         logger.debug("request from pid %d uid %d: %r", peer.pid, peer.uid, request)
-        if isinstance(request, (WatchRequest, LaunchRequest)):
+        if OPERATIONS[request.op].streamed:
             await self._stream(request, peer, reader, writer)
             return False
         await self._send(writer, await self._reply(request, peer))
@@ -298,20 +293,20 @@ class ControlServer:
     async def _reply(self, request: Request, peer: Peer) -> bytes:
         """The reply line for one request; never raises (a bug becomes an ``internal`` reply)."""
         try:
-            return self._ok(await self.handler.handle(request, peer))
+            return self._ok(await self.handlers[request.op](request, peer))
         except RequestError as refused:
             return error(refused.code, refused.message)
         except Exception:
             logger.exception("internal error handling %r from pid %d uid %d", request, peer.pid, peer.uid)
             return error("internal", "internal error in the governor daemon; see its log")
 
-    async def _stream(self, request: WatchRequest | LaunchRequest, peer: Peer, reader: asyncio.StreamReader,
+    async def _stream(self, request: Request, peer: Peer, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:
         """Send the handler's payloads as they come until they end, the client leaves (end of
         input, noticed at once even while the handler waits) or the server closes."""
         task = asyncio.current_task()
         self._streams.add(task)
-        payloads = self.handler.stream(request, peer)
+        payloads = self.handlers[request.op](request, peer)
         # The end of the client's input means it is gone (a Ctrl-C'd `governor run` leaves the
         # queue at once); anything it sends meanwhile is not a request and is dropped.
         gone = asyncio.ensure_future(_until_eof(reader))

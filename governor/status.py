@@ -9,6 +9,7 @@ from governor.model import Allocation
 from governor.protocol import as_line, encode_json
 from governor.resources import find
 from governor.state import SHOWN_COMMAND_CHARS, Tasks
+from governor.wire_replies import StatusReply as WireStatusReply
 
 
 def split_usage(vector: Mapping[str, float]) -> tuple[dict[str, float], dict[str, float]]:
@@ -195,8 +196,8 @@ def _task(task, in_force: Callable[[str], dict[str, str]], usage: Mapping[str, M
     return entry
 
 
-class StatusReply(dict):
-    """The reply ``{"status": status}``, whose line (:meth:`encoded`, what
+class StatusReply(WireStatusReply):
+    """The daemon's reply ``{"status": status}``, whose line (:meth:`encoded`, what
     :func:`governor.protocol.ok` makes of it, with ``groups`` last) reuses the JSON of every
     task entry of the last status encoded: a status of 1,000 tasks took 10-20 ms to encode
     whole, 10 times a second under a launch storm, each time holding the event loop. The
@@ -209,7 +210,7 @@ class StatusReply(dict):
     """
 
     def __init__(self, status: dict, kept: dict[int, tuple[dict, str]]):
-        super().__init__(status=status)
+        super().__init__(status)
         self._kept = kept
         self._line: bytes | None = None
 
@@ -220,7 +221,7 @@ class StatusReply(dict):
             ValueError, TypeError: as :func:`governor.protocol.encode_json`.
         """
         if self._line is None:
-            status, fresh = self["status"], {}
+            status, fresh = self.status, {}
             groups = ",".join(f"{encode_json(str(name))}:{self._group(group, fresh)}"
                               for name, group in status["groups"].items())
             self._kept.clear()

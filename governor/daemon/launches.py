@@ -17,11 +17,12 @@ from governor.daemons import Registry, other_daemon
 from governor.errors import CgroupError, GovernorError, RequestError
 from governor.headroom import check_beside_headroom
 from governor.kinds import Kind, task_in
-from governor.protocol import LaunchRequest, Peer, default_name
+from governor.protocol import LaunchRequest, Peer
 from governor.quotas import check_within_quotas
 from governor.queue import Entry, queue_view
 from governor.state import Task, Tasks
 from governor.task_store import TaskStore
+from governor.wire_fields import default_name
 
 __all__ = ["Launches"]
 

@@ -240,11 +240,11 @@ class Observation:
         per change (an event, a sample) and shared by every caller until the next: a storm of
         ``status`` requests or many ``watch`` streams cost one build, not one each. Callers must
         not modify it."""
-        return self.status_reply()["status"]
+        return self.status_reply().status
 
-    def status_reply(self) -> dict:
-        """``{"status": <status>}``, the same object until the status changes: the server
-        encodes a reply it just sent once, for every watcher."""
+    def status_reply(self) -> StatusReply:
+        """The status reply (``{"status": <status>}``), the same object until the status
+        changes: the server encodes a reply it just sent once, for every watcher."""
         if self._status is not None and self._status[0] == self.journal.version:
             return self._status[1]
         enforcement, policy = self.enforcement, self.policy

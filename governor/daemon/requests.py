@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import time
@@ -25,19 +26,22 @@ from governor.errors import CgroupError, ConfigError, FillingDiverged, GovernorE
 from governor.explain import explain
 from governor.headroom import check_beside_headroom
 from governor.notify import Notifier
-from governor.protocol import (ExplainRequest, LaunchRequest, Peer, PsRequest, ReloadRequest, SetWeightRequest,
-                               StatusRequest, StopRequest, WatchRequest)
+from governor.protocol import (ExplainRequest, LaunchRequest, Peer, PsRequest, ReloadRequest, Request,
+                               SetWeightRequest, StatusRequest, StopRequest, WatchRequest)
 from governor.ps import PROCESSES_SHOWN, processes, task_rows
 from governor.queue import queue_view
 from governor.quotas import check_within_quotas
 from governor.state import SHOWN_COMMAND_CHARS, Task, Tasks
 from governor.tomlcheck import join_key
+from governor.wire_replies import (ExplainReply, LaunchReply, PsReply, Queued, ReloadReply, SetWeightReply, Started,
+                                   StatusReply, StopReply)
 
 __all__ = ["Requests"]
 
 
 class Requests:
-    """The control server's handler (:class:`governor.server.ControlServer`).
+    """The control server's handlers (:class:`governor.server.ControlServer`), one per
+    operation (:meth:`handlers`).
 
     Args:
         hierarchy: where a task's processes are listed; policy: the config in force; tasks:
@@ -65,33 +69,57 @@ class Requests:
         self.gpu_guard = gpu_guard
         self.load_config = load_config
 
-    async def handle(self, request, peer: Peer) -> dict:
-        """One-reply operations (:mod:`governor.protocol`)."""
-        if isinstance(request, StatusRequest):
-            return self.observation.status_reply()
-        if isinstance(request, ExplainRequest):
-            return {"explain": self.explain()}
+    def handlers(self) -> dict[str, Callable]:
+        """The control server's handler of each operation (:data:`governor.protocol.OPERATIONS`):
+        ``(request, peer)`` → its typed reply (awaited), or for ``launch`` and ``watch`` an
+        async iterator of replies."""
+        return {"launch": self._launch, "status": self._status, "watch": self.watch, "explain": self._explain,
+                "ps": self._ps, "stop": self._stop, "reload": self._reload, "set-weight": self._set_weight}
+
+    async def handle(self, request: Request, peer: Peer) -> dict:
+        """A one-reply operation carried out through its handler, as the reply's JSON payload
+        (what a client reads; tools and tests ask a daemon this way).
+
+        Raises:
+            RequestError: the handler refused the request.
+        """
+        return (await self.handlers()[request.op](request, peer)).to_json()
+
+    async def stream(self, request: Request, peer: Peer) -> AsyncIterator[dict]:
+        """A streamed operation (``launch``, ``watch``) through its handler, each line's JSON payload."""
+        async with contextlib.aclosing(self.handlers()[request.op](request, peer)) as replies:
+            async for reply in replies:
+                yield reply.to_json()
+
+    async def _launch(self, request: LaunchRequest, peer: Peer) -> AsyncIterator[Queued | Started]:
+        # The launch stage (and settle, which answers a queued launch) speak the payloads.
+        async with contextlib.aclosing(self.launches.launch(request, peer)) as payloads:
+            async for payload in payloads:
+                yield LaunchReply.from_json(payload)
+
+    async def _status(self, request: StatusRequest, peer: Peer) -> StatusReply:
+        return self.observation.status_reply()
+
+    async def _explain(self, request: ExplainRequest, peer: Peer) -> ExplainReply:
+        return ExplainReply(self.explain())
+
+    async def _ps(self, request: PsRequest, peer: Peer) -> PsReply:
+        return PsReply(**self.ps(request, access.identify(peer.uid, peer.gid)))
+
+    async def _stop(self, request: StopRequest, peer: Peer) -> StopReply:
+        return StopReply(tuple((await self.stop(request.tasks, access.identify(peer.uid, peer.gid)))["stopped"]))
+
+    async def _reload(self, request: ReloadRequest, peer: Peer) -> ReloadReply:
         who = access.identify(peer.uid, peer.gid)
-        config = self.policy.config
-        if isinstance(request, PsRequest):
-            return self.ps(request, who)
-        if isinstance(request, StopRequest):
-            return await self.stop(request.tasks, who)
-        if isinstance(request, ReloadRequest):
-            access.require_admin(config, who, "reload")
-            return {"reloaded": {"config": await self.reload_off_loop(f"reload by {who.user}")}}
-        if isinstance(request, SetWeightRequest):
-            access.require_admin(config, who, "set-weight")
-            return self.set_weight(request.group, request.weight, who.user)
-        raise RequestError("unknown_op", f"operation {type(request).__name__} is not served")
+        access.require_admin(self.policy.config, who, "reload")
+        return ReloadReply(await self.reload_off_loop(f"reload by {who.user}"))
 
-    def stream(self, request, peer: Peer) -> AsyncIterator[dict]:
-        """Streamed operations: ``watch`` and ``launch``."""
-        if isinstance(request, LaunchRequest):
-            return self.launches.launch(request, peer)
-        return self.watch(request, peer)
+    async def _set_weight(self, request: SetWeightRequest, peer: Peer) -> SetWeightReply:
+        who = access.identify(peer.uid, peer.gid)
+        access.require_admin(self.policy.config, who, "set-weight")
+        return SetWeightReply(**self.set_weight(request.group, request.weight, who.user))
 
-    async def watch(self, request: WatchRequest, peer: Peer) -> AsyncIterator[dict]:
+    async def watch(self, request: WatchRequest, peer: Peer) -> AsyncIterator[StatusReply]:
         """A status snapshot now and every ``request.interval`` seconds (``watch``)."""
         while True:
             yield self.observation.status_reply()

@@ -202,7 +202,7 @@ class Daemon:
         self.socket_path = socket_path
         records = self.recovery.load()  # first: a start it refuses leaves nothing behind
         self.exits.restore_ended()
-        server = ControlServer(self.requests, socket_path,
+        server = ControlServer(self.requests.handlers(), socket_path,
                                connections_per_uid=lambda: self.policy.config.max_connections_per_user)
         await server.start(serving=False)
         self.served = True

@@ -18,6 +18,7 @@ from governor.cgroups.v2 import CgroupV2Driver
 from governor.cgroups.hierarchy import V1_CONTROLLERS
 from governor.cli.client import call
 from governor.errors import GovernorError
+from governor.wire_requests import StatusRequest
 
 GOVERNOR = str(Path(sys.executable).with_name("governor"))
 BUSY = [sys.executable, "-c", "while True: pass"]
@@ -68,7 +69,7 @@ class Governor:
         return (self.dir / "daemon.log").read_text()
 
     def status(self) -> dict:
-        return call(self.socket, {"op": "status"}, timeout=20)["status"]
+        return call(self.socket, StatusRequest(), timeout=20).status
 
     def _reading_driver(self):
         status = self.status()

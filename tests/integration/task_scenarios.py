@@ -15,6 +15,7 @@ from scenarios import HOG, SCALE, config
 
 from governor.cli.client import call
 from governor.exits import kernel_keeps_exit_status
+from governor.wire_requests import PsRequest
 
 KILLED = {"code": "killed", "signal": "KILL"}
 
@@ -40,7 +41,7 @@ TREE = [sys.executable, "-c",
 
 
 def _row(gov: Governor, name: str) -> dict:
-    return next(row for row in call(gov.socket, {"op": "ps"})["tasks"] if row["name"] == name)
+    return next(row for row in call(gov.socket, PsRequest()).tasks if row["name"] == name)
 
 
 def _ended(gov: Governor, task: str, timeout: float = 30) -> dict:
@@ -48,7 +49,7 @@ def _ended(gov: Governor, task: str, timeout: float = 30) -> dict:
     (the test reaped the command)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for record in call(gov.socket, {"op": "ps", "ended": True})["ended"]:
+        for record in call(gov.socket, PsRequest(ended=True)).ended:
             if record["id"] == task and (record["exit_status"] is not None or not kernel_keeps_exit_status()):
                 return record
         time.sleep(0.05)
@@ -121,7 +122,7 @@ def time_limit_ends_the_whole_tree(tmp_path) -> None:
 def _task_id_of(gov: Governor, name: str) -> str:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        for record in call(gov.socket, {"op": "ps", "ended": True})["ended"]:
+        for record in call(gov.socket, PsRequest(ended=True)).ended:
             if record["name"] == name:
                 return record["id"]
         time.sleep(0.05)
@@ -205,7 +206,7 @@ def summary_prints_what_the_command_used(tmp_path) -> None:
         assert lines[:2] == ["Finished with result: exit-code", "Main processes terminated with: code=exited/status=3"]
         assert lines[2].startswith("Service runtime: ") and lines[3].startswith("CPU time consumed: ")
         assert any(line.startswith("Memory peak: ") for line in lines)
-        record = _ended(gov, call(gov.socket, {"op": "ps", "ended": True})["ended"][-1]["id"])
+        record = _ended(gov, call(gov.socket, PsRequest(ended=True)).ended[-1]["id"])
         assert record["reason"] == "exit" and record["cpu_s"] >= 0.3
         assert record["exit_status"] == ({"code": "exited", "status": 3} if kernel_keeps_exit_status() else None)
     finally:

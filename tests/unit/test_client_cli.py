@@ -28,6 +28,7 @@ from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning, R
 from governor.protocol import LaunchRequest, Peer, StatusRequest
 from governor.server import ControlServer
 from status_sample import STATUS
+from wire_fakes import handlers_of
 
 REPO = Path(__file__).resolve().parents[2]
 G = 1024**3
@@ -79,7 +80,7 @@ def daemon(tmp_path):
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    server = ControlServer(fake, fake.path)
+    server = ControlServer(handlers_of(fake), fake.path)
     asyncio.run_coroutine_threadsafe(server.start(), loop).result(5)
     yield fake
     asyncio.run_coroutine_threadsafe(server.close(), loop).result(5)
@@ -394,12 +395,13 @@ def test_socket_path_precedence(monkeypatch):
 
 
 def test_call_returns_the_payload_and_raises_daemon_errors(daemon):
-    assert call(daemon.path, {"op": "launch", "pid": os.getpid()})["task"] == "t1"
+    assert call(daemon.path, LaunchRequest(pid=os.getpid(), group=None, demand={}, command=())).task == "t1"
+    daemon.refuse = RequestError("not_found", "no group 'x' in the config")
     with pytest.raises(DaemonError) as info:
-        call(daemon.path, {"op": "launch"})
-    assert info.value.code == "bad_request" and info.value.message.startswith("pid: missing")
+        call(daemon.path, StatusRequest())
+    assert (info.value.code, info.value.message, info.value.op) == ("not_found", "no group 'x' in the config", "status")
     with pytest.raises(DaemonNotRunning):
-        call(daemon.path + ".absent", {"op": "status"})
+        call(daemon.path + ".absent", StatusRequest())
 
 
 def one_shot(path: str, reply: bytes | None) -> threading.Thread:
@@ -434,7 +436,7 @@ def test_call_broken_replies_are_control_socket_errors(tmp_path, reply, timeout,
     path = str(tmp_path / "odd.sock")
     thread = one_shot(path, reply)
     with pytest.raises(ControlSocketError, match=message) as info:
-        call(path, {"op": "status"}, timeout=timeout)
+        call(path, StatusRequest(), timeout=timeout)
     assert not isinstance(info.value, DaemonNotRunning)
     thread.join(5)
 

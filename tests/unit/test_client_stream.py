@@ -15,6 +15,8 @@ from fake_socket import FakeSocket
 from governor.cli.client import call, stream
 from governor.cli.top_terminal import Feed
 from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning
+from governor.wire_replies import StatusReply
+from governor.wire_requests import LaunchRequest, WatchRequest
 
 
 @pytest.fixture
@@ -30,10 +32,10 @@ def test_stream_yields_each_payload_then_an_unexpected_end_is_an_error(path):
     server = FakeSocket(path, [status(1), status(2), status(3)])
     got = []
     with pytest.raises(ControlSocketError, match="the daemon closed the stream") as info:
-        for payload in stream(path, {"op": "watch", "interval": 0.5}, timeout=5):
+        for payload in stream(path, WatchRequest(0.5), timeout=5):
             got.append(payload)
     assert not isinstance(info.value, DaemonNotRunning)
-    assert got == [{"status": {"n": 1}}, {"status": {"n": 2}}, {"status": {"n": 3}}]
+    assert got == [StatusReply({"n": 1}), StatusReply({"n": 2}), StatusReply({"n": 3})]
     assert server.requests == [{"op": "watch", "interval": 0.5}]
     server.close()
 
@@ -42,8 +44,8 @@ def test_stream_reassembles_lines_split_across_reads(path):
     # One line in three pieces, the second piece also carrying the start of the next line.
     server = FakeSocket(path, [b'{"ok": true, "sta', b'tus": {"n": 1}}\n{"ok": tr', b'ue, "status": {"n": 2}}\n'],
                         pause=0.05, hold=True)
-    updates = stream(path, {"op": "watch"}, timeout=5)
-    assert [next(updates), next(updates)] == [{"status": {"n": 1}}, {"status": {"n": 2}}]
+    updates = stream(path, WatchRequest(), timeout=5)
+    assert [next(updates), next(updates)] == [StatusReply({"n": 1}), StatusReply({"n": 2})]
     updates.close()  # closing the generator hangs up: that is how a client ends a stream
     assert server.closed.wait(5)
     server.close()
@@ -51,8 +53,8 @@ def test_stream_reassembles_lines_split_across_reads(path):
 
 def test_stream_error_line_is_a_daemon_error(path):
     server = FakeSocket(path, [status(1), {"ok": False, "error": {"code": "forbidden", "message": "no"}}], hold=True)
-    updates = stream(path, {"op": "watch"}, timeout=5)
-    assert next(updates) == {"status": {"n": 1}}
+    updates = stream(path, WatchRequest(), timeout=5)
+    assert next(updates) == StatusReply({"n": 1})
     with pytest.raises(DaemonError) as info:
         next(updates)
     assert (info.value.code, info.value.message) == ("forbidden", "no")
@@ -61,7 +63,7 @@ def test_stream_error_line_is_a_daemon_error(path):
 
 def test_stream_silence_longer_than_the_timeout_is_an_error(path):
     server = FakeSocket(path, [status(1)], hold=True)
-    updates = stream(path, {"op": "watch"}, timeout=0.3)
+    updates = stream(path, WatchRequest(), timeout=0.3)
     next(updates)
     with pytest.raises(ControlSocketError, match="no update from the daemon within 0.3 s"):
         next(updates)
@@ -71,13 +73,13 @@ def test_stream_silence_longer_than_the_timeout_is_an_error(path):
 def test_stream_garbage_line_is_an_error(path):
     server = FakeSocket(path, [b"<html>\n"], hold=True)
     with pytest.raises(ControlSocketError, match="not JSON"):
-        next(stream(path, {"op": "watch"}, timeout=5))
+        next(stream(path, WatchRequest(), timeout=5))
     server.close()
 
 
 def test_stream_without_a_daemon(path, tmp_path):
     with pytest.raises(DaemonNotRunning, match="no socket"):
-        next(stream(path, {"op": "watch"}))
+        next(stream(path, WatchRequest()))
 
 
 def test_feed_reports_the_daemon_down_then_reconnects_when_it_is_back(path):
@@ -138,7 +140,7 @@ def test_a_server_not_run_by_root_or_oneself_is_refused_before_anything_is_sent(
     assert os.read(ready_read, 1) == b"x"
     try:
         with pytest.raises(ControlSocketError, match="uid 65534, not as root"):
-            call(path, {"op": "launch", "pid": os.getpid(), "command": ["secret"]})
+            call(path, LaunchRequest(pid=os.getpid(), group=None, demand={}, command=("secret",)))
     finally:
         os.waitpid(pid, 0)
     assert os.read(ready_read, 4096) == b"<nothing>"

@@ -15,6 +15,7 @@ from governor.gpus import Gpu, GpuInventory
 from governor.state import Task
 from governor.task_record import task_fields
 from governor.task_record import record_of
+from governor.wire_replies import Started
 
 BASE = '[groups.A]\nusers = ["root"]\n[capacity]\ncpu = 4\nmemory = "8G"\n'
 
@@ -73,9 +74,9 @@ def test_a_records_gpus_survive_by_identity_and_bad_ones_are_refused():
 def test_run_hands_the_tasks_gpus_to_cuda(monkeypatch):
     for name in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
         monkeypatch.delenv(name, raising=False)
-    hand_gpus({"task": "7", "gpus": []})
+    hand_gpus(Started("7", "A", "/sys/fs/cgroup/A/7", {}, gpus=()))
     assert "CUDA_VISIBLE_DEVICES" not in os.environ
-    hand_gpus({"task": "7", "gpus": ["GPU-aaaa", "GPU-bbbb"]})
+    hand_gpus(Started("7", "A", "/sys/fs/cgroup/A/7", {}, gpus=("GPU-aaaa", "GPU-bbbb")))
     assert os.environ["CUDA_VISIBLE_DEVICES"] == os.environ["NVIDIA_VISIBLE_DEVICES"] == "GPU-aaaa,GPU-bbbb"
     assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 

@@ -491,7 +491,7 @@ def test_watch_streams_status_with_events_and_fair_level(daemon):
         return [await anext(stream), await anext(stream)]
 
     snapshots = asyncio.run(first_two())
-    status = snapshots[1]["status"]
+    status = snapshots[1].status
     assert status["fair_level"] == pytest.approx(0.5)
     assert [e["kind"] for e in status["events"]] == ["refill", "task_started"]
     assert status["queue"] == []

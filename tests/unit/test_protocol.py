@@ -19,11 +19,11 @@ from governor.protocol import (
     StatusRequest,
     StopRequest,
     WatchRequest,
-    default_name,
     error,
     ok,
     parse_request,
 )
+from governor.wire_fields import default_name
 
 
 def line(obj: object) -> bytes:

@@ -21,6 +21,7 @@ import pytest
 from governor.errors import ControlSocketError, RequestError
 from governor.protocol import MAX_LINE_BYTES, Peer, SetWeightRequest, StatusRequest
 from governor.server import ControlServer
+from wire_fakes import handlers_of
 
 
 class FakeHandler:
@@ -40,6 +41,9 @@ class FakeHandler:
             return self.behaviour(request)
         return {"peer": [peer.pid, peer.uid, peer.gid], "request": type(request).__name__}
 
+    def handlers(self) -> dict:
+        return handlers_of(self)
+
     async def stream(self, request, peer: Peer):
         try:
             yield {"queued": {"position": 1}}
@@ -51,7 +55,7 @@ class FakeHandler:
 
 @contextlib.asynccontextmanager
 async def running(handler, path, **kwargs):
-    server = ControlServer(handler, str(path), **kwargs)
+    server = ControlServer(handler.handlers(), str(path), **kwargs)
     await server.start()
     try:
         yield server
@@ -144,6 +148,29 @@ def test_malformed_json_is_bad_request_and_the_server_serves_the_next_client(tmp
     bad, good = asyncio.run(scenario())
     assert bad["ok"] is False and bad["error"]["code"] == "bad_request" and "not JSON" in bad["error"]["message"]
     assert good["ok"] is True
+
+
+@pytest.mark.parametrize(("request_line", "code", "message"), [
+    (b'{"op": "frobnicate"}\n', "unknown_op",
+     "op: unknown operation 'frobnicate' (known: launch, status, watch, explain, ps, stop, reload, set-weight)"),
+    (b'{"op": "launch", "pid": "me"}\n', "bad_request", "pid: must be an integer, got a string"),
+    (b'{"op": "stop", "tasks": ["7", 8]}\n', "bad_request", "tasks[1]: must be a task id"),
+    (b'{"op": "status", "verbose": true}\n', "bad_request", "verbose: unknown field for op 'status'"),
+], ids=["unknown op", "mistyped field", "mistyped item", "unknown field"])
+def test_a_bad_request_gets_a_clear_error_and_the_server_keeps_serving(tmp_path, request_line, code, message):
+    handler = FakeHandler()
+
+    async def scenario():
+        async with running(handler, tmp_path / "g.sock"):
+            same = await exchange(tmp_path / "g.sock", request_line + STATUS, replies=2)
+            return same + await exchange(tmp_path / "g.sock", STATUS)
+
+    refused, after, other = asyncio.run(scenario())
+    assert refused["ok"] is False and refused["error"]["code"] == code
+    assert refused["error"]["message"].startswith(message)
+    assert after["ok"] is True and other["ok"] is True
+    # The bad one reached no handler.
+    assert [type(request) for request, _ in handler.seen] == [StatusRequest, StatusRequest]
 
 
 @pytest.mark.parametrize("newline", [b"", b"\n"], ids=["no newline yet", "complete line"])
@@ -279,7 +306,7 @@ def test_a_live_socket_is_not_stolen(tmp_path):
         async with running(FakeHandler(), path):
             inode = os.stat(path).st_ino
             with pytest.raises(ControlSocketError, match="another process is serving"):
-                await ControlServer(FakeHandler(), str(path)).start()
+                await ControlServer(FakeHandler().handlers(), str(path)).start()
             assert os.stat(path).st_ino == inode
             return await exchange(path, STATUS)
 
@@ -292,7 +319,7 @@ def test_a_file_that_is_not_a_socket_is_left_alone(tmp_path):
     path.write_text("precious")
 
     async def scenario():
-        await ControlServer(FakeHandler(), str(path)).start()
+        await ControlServer(FakeHandler().handlers(), str(path)).start()
 
     with pytest.raises(ControlSocketError, match="not a socket"):
         asyncio.run(scenario())
@@ -303,7 +330,7 @@ def test_close_does_not_remove_a_socket_another_server_bound_since(tmp_path):
     path = tmp_path / "g.sock"
 
     async def scenario():
-        first = ControlServer(FakeHandler(), str(path))
+        first = ControlServer(FakeHandler().handlers(), str(path))
         await first.start()
         os.unlink(path)  # e.g. an admin removed it and a new daemon took the path
         async with running(FakeHandler(), path):
@@ -316,7 +343,7 @@ def test_close_does_not_remove_a_socket_another_server_bound_since(tmp_path):
 
 def test_close_ends_idle_connections(tmp_path):
     async def scenario():
-        server = ControlServer(FakeHandler(), str(tmp_path / "g.sock"))
+        server = ControlServer(FakeHandler().handlers(), str(tmp_path / "g.sock"))
         await server.start()
         reader, writer = await asyncio.open_unix_connection(str(tmp_path / "g.sock"))
         writer.write(STATUS)
