@@ -197,7 +197,8 @@ def unit_warnings(config: Config, mode: str, unit: Path | None = None, kernel: s
     ``CapabilityBoundingSet=``, and ``bpf`` in an allow-list ``SystemCallFilter=``; on v1
     (``"v1"``), the kernel takes a ``devices.deny`` line only from CAP_SYS_ADMIN. One warning
     per missing item, naming it and the fix; none when no unit is installed there."""
-    from governor.cli.install_systemd import UNIT_DIR, unit_values
+    from governor.cli.install_systemd import unit_values
+    from governor.cli.systemd_files import UNIT_DIR
 
     unit = unit or Path("/") / UNIT_DIR / "governor.service"
     if config.gpus is None or mode not in ("v1", "v2") or not unit.is_file():

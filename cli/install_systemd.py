@@ -17,15 +17,11 @@ from __future__ import annotations
 
 import click
 
-UNITS = ("governor.service", "governor-tasks.service")
-UNIT_DIR = "etc/systemd/system"
-CONFIG = "etc/governor/governor.toml"
+from governor.cli.systemd_files import CONFIG, MAN_DIR, UNIT_DIR, UNITS
+
 # The executable configs/governor.service names, replaced on install (a real path, so the
 # file in configs/ passes `systemd-analyze verify` as it is).
 TEMPLATE_EXECUTABLE = "/usr/local/bin/governor"
-# Where the man pages go (below --root), as a local install: in man-db's default search path.
-# A package puts them in its own place with `governor man --directory`.
-MAN_DIR = "usr/local/share/man"
 _PAGES = "man1/governor.1, man1/governor-<command>.1, man5/governor.toml.5"
 
 
@@ -137,12 +133,6 @@ def _write(path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     path.chmod(0o644)
-
-
-def installed_man_pages(man_dir) -> list:
-    """The man pages of governor's found in ``man_dir`` (those of commands since removed too)."""
-    return sorted([*man_dir.glob("man1/governor.1"), *man_dir.glob("man1/governor-*.1"),
-                   *man_dir.glob("man5/governor.toml.5")])
 
 
 # What a unit's sandboxing hides from its processes (systemd.exec(5)): setting → hidden trees.

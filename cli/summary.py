@@ -148,7 +148,7 @@ def ended_line(record: dict | None, task: str) -> str | None:
 def _child(path: str, request: LaunchRequest, cmd: tuple[str, ...], writer: int, parent: int, verbose: bool) -> None:
     """In the child: be governed, tell the parent which task, exec; never returns."""
     from governor.cli.failures import report
-    from governor.cli.launch import execute, hand_gpus, launch_waiting
+    from governor.cli.become_task import execute, hand_gpus, launch_waiting
     from governor.errors import GovernorError
 
     code = 1

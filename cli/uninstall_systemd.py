@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from governor.cli.install_systemd import CONFIG, MAN_DIR, UNIT_DIR, UNITS, installed_man_pages
+from governor.cli.systemd_files import CONFIG, MAN_DIR, UNIT_DIR, UNITS, installed_man_pages
 
 RUNTIME = "run/governor"
 STATE = "run/governor/state"

@@ -226,7 +226,7 @@ def test_a_command_that_cannot_run_fails_at_once_without_asking_the_daemon(daemo
 def test_a_path_directory_the_user_cannot_search_is_passed_over_as_a_shell_does(tmp_path):
     # Issue 23, point 4: execvp reported the directory's EACCES as the command's: 126. In a
     # child that is not root (root searches any directory): nobody, if this runs as root.
-    from governor.cli.launch import execute
+    from governor.cli.become_task import execute
 
     closed = tmp_path / "closed"
     closed.mkdir(mode=0o000)  # searchable by no one but root

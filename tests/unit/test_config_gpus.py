@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from governor.cli.launch import hand_gpus
+from governor.cli.become_task import hand_gpus
 from governor.config import parse_config
 from governor.config_gpus import GpuGuardRules
 from governor.errors import ConfigError

@@ -1,0 +1,173 @@
+"""How ``governor run`` becomes its task once its request is built: the command resolved
+before the daemon is asked (127/126 at once), the wait in the daemon's queue, the GPUs named to
+CUDA, the exec. Shared by :func:`governor.cli.launch.start` and the child that
+:mod:`governor.cli.summary` forks; the hot path's rule holds (:mod:`governor.cli.launch`): the
+stdlib and the error classes only, the rest imported where used.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from governor.cli.failures import EXIT_CANNOT_EXECUTE, EXIT_INTERRUPTED, EXIT_NOT_FOUND
+from governor.cli.failures import line as error_line
+
+if TYPE_CHECKING:
+    from governor.wire_replies import Started
+    from governor.wire_requests import LaunchRequest
+
+# How long to wait for a restarting daemon before giving up a queued launch.
+RESTART_GRACE_S = 60.0
+
+
+def hand_gpus(started: Started) -> None:
+    """Name the started task's GPUs to CUDA and to NVIDIA's container tools before the exec:
+    ``CUDA_VISIBLE_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES`` list them (UUIDs, or minor
+    numbers, which follow PCI bus order: hence ``CUDA_DEVICE_ORDER``), so the task numbers
+    them from 0. A task without GPUs keeps its environment: its opens are refused anyway."""
+    if started.gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = os.environ["NVIDIA_VISIBLE_DEVICES"] = ",".join(started.gpus)
+        os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+
+
+def resolve(name: str) -> str:
+    """The file ``name`` runs, checked before the daemon is asked: found on ``PATH`` as
+    :func:`execute` finds it, or (with a slash) the path itself; exits as a shell would when it
+    cannot run: 127 (not found), 126 (a directory, or no exec permission). ``execute`` still
+    reports what changes between the two (the file removed meanwhile)."""
+    path = name if "/" in name else _find(name)
+    if path is None:
+        _fail(f"{name}: command not found", EXIT_NOT_FOUND)
+    elif not os.path.exists(path):
+        _fail(f"{name}: No such file or directory", EXIT_NOT_FOUND)
+    elif os.path.isdir(path):
+        _fail(f"{name}: Is a directory", EXIT_CANNOT_EXECUTE)
+    elif not os.access(path, os.X_OK):
+        _fail(f"{name}: permission denied", EXIT_CANNOT_EXECUTE)
+    return path
+
+
+def _fail(reason: str, status: int) -> None:
+    _say(error_line(reason))
+    sys.exit(status)
+
+
+def execute(cmd: tuple[str, ...]) -> None:
+    """Exec ``cmd``, found on ``PATH`` as a POSIX shell finds it; never returns. A command
+    found nowhere exits 127 (``command not found``), one found but not executable 126 (a
+    directory of ``PATH`` this user cannot search is passed over, as bash does: execvp would
+    report its EACCES as the command's)."""
+    path = cmd[0] if "/" in cmd[0] else _find(cmd[0])
+    if path is None:
+        _fail(f"{cmd[0]}: command not found", EXIT_NOT_FOUND)
+    try:
+        os.execv(path, cmd)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            reason, status = "No such file or directory", EXIT_NOT_FOUND
+        elif exc.errno in (errno.EACCES, errno.EPERM):
+            reason, status = "permission denied", EXIT_CANNOT_EXECUTE
+        else:
+            reason, status = exc.strerror or str(exc), EXIT_CANNOT_EXECUTE
+        _fail(f"{cmd[0]}: {reason}", status)
+
+
+def _find(name: str) -> str | None:
+    """The first ``PATH`` entry holding an executable file ``name``; else the first holding
+    a file by that name (exec then fails: 126); else None."""
+    found = None
+    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(directory or ".", name)
+        if os.path.isfile(candidate):
+            if os.access(candidate, os.X_OK):
+                return candidate
+            found = found or candidate
+    return found
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def launch_waiting(path: str, request: LaunchRequest) -> Started:
+    """Ask the daemon to start this process as a task, waiting in its queue if need be; the
+    started task (``nested``: this process already was in that task, which is said
+    on stderr, with and without ``--exec``)."""
+    import time
+
+    from governor.cli.client import QueueInterrupted, launch
+    from governor.errors import DaemonNotRunning
+
+    line = _QueueLine()
+    restarted_by = None  # once the daemon went away: how long to wait for it to come back
+    try:
+        while True:
+            try:
+                started = launch(path, request, line.show)
+                if started.nested:
+                    _say(f"governor: already in task {started.task} (group {started.group}): "
+                         f"{request.command[0]} runs there, with that task's caps")
+                if line.since is not None and not started.nested:
+                    from governor.units import format_timespan
+
+                    line.done()
+                    _say(f"governor: task {started.task} started after waiting "
+                         f"{format_timespan(time.monotonic() - line.since)}")
+                return started
+            except QueueInterrupted:
+                line.note("the daemon went away; queueing again when it is back")
+                restarted_by = time.monotonic() + RESTART_GRACE_S
+            except DaemonNotRunning:
+                if restarted_by is None or time.monotonic() > restarted_by:
+                    raise
+                time.sleep(0.5)
+    except KeyboardInterrupt:
+        line.done()
+        _say("governor: left the queue; nothing was started")
+        sys.exit(EXIT_INTERRUPTED)
+    finally:
+        line.done()
+
+
+class _QueueLine:
+    """The "waiting" message on stderr: rewritten in place on a terminal, one line per change
+    otherwise (logs, pipes)."""
+
+    def __init__(self) -> None:
+        self.live = sys.stderr.isatty()
+        self.shown = False
+        self.since: float | None = None  # time.monotonic() of the first "queued"
+        self.last: str | None = None  # the line written last
+
+    def show(self, place: dict) -> None:
+        import time
+
+        from governor.cli.view_common import reason
+
+        if self.since is None:
+            self.since = time.monotonic()
+        why = reason(place)  # the daemon's one reason, as ps, status, explain and top show it
+        text = f"governor: queued (position {place.get('position', '?')}): {why}; Ctrl-C leaves the queue"
+        if text != self.last:  # the daemon tells every change of its place; a line says only what is new
+            self._write(text)
+
+    def note(self, text: str) -> None:
+        self._write(f"governor: {text}")
+
+    def done(self) -> None:
+        if self.live and self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+        self.shown = False
+
+    def _write(self, text: str) -> None:
+        if self.live:
+            sys.stderr.write("\r\x1b[K" + text)
+        else:
+            sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+        self.shown, self.last = True, text
