@@ -67,6 +67,8 @@ class Filling:
     """
 
     def __init__(self, problem: Problem, tree: Sequence[TreeNode], trace: bool):
+        """Number ``tree`` (checked by :func:`governor.hdrf.hierarchical_filling`) over the leaves
+        of ``problem``; nothing is filled yet. ``trace``: record a row per event."""
         p = self.p = problem
         self.trace = trace
         self.slack = 0 if problem.exact else FLOAT_SLACK
@@ -79,11 +81,11 @@ class Filling:
         internal = {node.parent for node in tree if node.parent is not None}
         # Nodes: the leaves (problem order), then the internal nodes (tree order).
         names = list(problem.names) + [node.name for node in tree if node.name in internal]
-        self.names = names
+        self.names: list[str] = names
         index = {name: k for k, name in enumerate(names)}
         n = self.n = len(names)
         self.n_leaves = len(problem.names)
-        self.parent = [ROOT] * n
+        self.parent: list[int] = [ROOT] * n
         self.weight: list[Number] = [self.zero] * n
         self.children: dict[int, list[int]] = {ROOT: []}
         for k in range(n):
@@ -107,18 +109,18 @@ class Filling:
         self.order: list[int] = []
         self.leaves_under: list[list[int]] = [[] for _ in range(n)]
         self._walk(ROOT)
-        self.depth_first = list(reversed(self.order))  # parents before children
-        self.demand = problem.demands
-        self.delta = problem.dominant_shares
+        self.depth_first: list[int] = list(reversed(self.order))  # parents before children
+        self.demand: tuple[tuple[Number, ...], ...] = problem.demands
+        self.delta: tuple[Number, ...] = problem.dominant_shares
         # State.
         self.x: list[Number] = [self.zero] * self.n_leaves
         self.stops: dict[int, Stop] = {}
-        self.saturated = [False] * m
-        self.limit_hit = [[False] * m for _ in range(n)]  # real limits reached (permanent)
-        self.cap_hit = [[False] * m for _ in range(n)]  # phase caps (guarantees) reached
+        self.saturated: list[bool] = [False] * m
+        self.limit_hit: list[list[bool]] = [[False] * m for _ in range(n)]  # real limits reached (permanent)
+        self.cap_hit: list[list[bool]] = [[False] * m for _ in range(n)]  # phase caps (guarantees) reached
         self.caps: list[list[Number | None]] = self.limit
-        self.participating = [True] * self.n_leaves
-        self.started = [False] * n
+        self.participating: list[bool] = [True] * self.n_leaves
+        self.started: list[bool] = [False] * n
         self.phase_stops: dict[int, Stop] = {}
         self.rows: list[TraceRow] = []
 
