@@ -1,7 +1,8 @@
 """One step of H-DRF's continuous filling (:mod:`governor.hdrf`), typed: the state of the
 tree at the current level (:class:`Step`: what each node uses, whether it is blocked, its
 dominant share and rule-1 vector, which children grow and which wait) and the rates at which
-it moves (:class:`Rates`). Pure: no I/O; the run's event loop is :class:`governor.hdrf_filling.Filling`.
+it moves (:class:`Rates`). Pure: no I/O. The run is :class:`governor.hdrf_filling.Filling`;
+the events the rates lead to are in :mod:`governor.hdrf_events`.
 
 Nodes are numbered as the run numbers them: the leaves first, then the internal nodes;
 :data:`ROOT` (-1) is the tree's root. Vectors are per resource, in the problem's order.
