@@ -28,6 +28,7 @@ from typing import Literal
 from governor.errors import AllocationInputError
 from governor.model import (
     DEMAND_MET,
+    FLOAT_SLACK,
     Allocation,
     GroupDemand,
     Number,
@@ -41,10 +42,6 @@ from governor.model import (
 
 Measure = Literal["dominant", "aggregate"]
 _POLICY = {"dominant": "drf", "aggregate": "asset"}
-
-# Float inputs (production) carry rounding error: a resource counts as saturated, and a task
-# as fitting, within this relative slack. Exact inputs (tests, simulate) use none.
-_FLOAT_SLACK = 1e-9
 
 # Unbounded task counts in discrete mode place tasks one by one; a demand that is tiny against
 # the capacity would loop for hours, so refuse it with a clear error instead.
@@ -98,7 +95,7 @@ def discrete_filling(
     """
     problem = normalize(capacity, groups)
     costs = _costs(problem, measure)
-    slack = 0 if problem.exact else _FLOAT_SLACK
+    slack = 0 if problem.exact else FLOAT_SLACK
     limit = [r * (1 + slack) for r in problem.capacity]
     used: list[Number] = [r * 0 for r in problem.capacity]
     placed = [0] * len(problem.names)
@@ -229,7 +226,7 @@ class _Continuous:
         """Mark every resource saturated at ``level`` and freeze the active groups demanding them."""
         p = self.p
         newly = [j]
-        slack = 0 if p.exact else _FLOAT_SLACK
+        slack = 0 if p.exact else FLOAT_SLACK
         for k, cap in enumerate(p.capacity):
             if k != j and not self.saturated[k] and self.active_demanders[k]:
                 if self.frozen_use[k] + self.rate[k] * level >= cap * (1 - slack):

@@ -1,7 +1,8 @@
 """One step of H-DRF's continuous filling (:mod:`governor.hdrf`), typed: the state of the
 tree at the current level (:class:`Step`: what each node uses, whether it is blocked, its
 dominant share and rule-1 vector, which children grow and which wait) and the rates at which
-it moves (:class:`Rates`). Pure: no I/O; the run's event loop is :class:`governor.hdrf._Filling`.
+it moves (:class:`Rates`). Pure: no I/O. The run is :class:`governor.hdrf_filling.Filling`;
+the events the rates lead to are in :mod:`governor.hdrf_events`.
 
 Nodes are numbered as the run numbers them: the leaves first, then the internal nodes;
 :data:`ROOT` (-1) is the tree's root. Vectors are per resource, in the problem's order.
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 from governor.model import Number
 
 if TYPE_CHECKING:
-    from governor.hdrf import _Filling
+    from governor.hdrf_filling import Filling
 
 __all__ = ["ROOT", "Rates", "Step", "rates", "state"]
 
@@ -66,7 +67,7 @@ class Rates:
     unit_level: dict[int, Number]
 
 
-def state(f: _Filling) -> Step | None:
+def state(f: Filling) -> Step | None:
     """Usage, blocked flags, shares, rule-1 vectors and min sets, bottom-up. None when all blocked."""
     n, m, p = f.n, f.m, f.p
     zero = f.zero
@@ -93,7 +94,7 @@ def state(f: _Filling) -> Step | None:
         if k != ROOT and k < f.n_leaves:
             x = f.x[k]
             use[k] = [x * d for d in f.demand[k]]
-            blocked[k] = f._blocked_leaf(k)
+            blocked[k] = f.blocked_leaf(k)
             share[k] = x * f.delta[k]
             continue
         kids = [c for c in f.children[k] if c in use]
@@ -136,7 +137,7 @@ def state(f: _Filling) -> Step | None:
             dominant=dominant, level=level, growing=growing, waiting=waiting)
 
 
-def rates(f: _Filling, st: Step) -> Rates:
+def rates(f: Filling, st: Step) -> Rates:
     """Directions bottom-up (per unit of a node's own share, or flat), rates top-down."""
     m, p = f.m, f.p
     zero = f.zero

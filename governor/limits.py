@@ -17,10 +17,11 @@ Under full contention CFS gives each group ``capacity × w_g / Σ w = A_g`` (the
 proportional to the allocation and the allocations add up to the capacity of a saturated
 resource); what a group leaves idle the others use up to their caps, and it comes back within
 a scheduling period. Weights split a group's share across CPUs by where its tasks run, which
-can leave a group well short of its guarantee (:func:`cpu_saturated`); when nobody has any to
-lend, each group is held to its guarantee too. Only ratios matter, so the scale of the group
-weights is chosen to keep as many weights in force as it can (:func:`proportional_weights`):
-a refill after one launch or exit writes a few files, not one per group.
+can leave a group well short of its guarantee; when nobody has any to lend
+(:func:`governor.cpu_saturation.cpu_saturated`), each group is held to its guarantee too.
+Only ratios matter, so the scale of the group weights is chosen to keep as many weights in
+force as it can (:func:`proportional_weights`): a refill after one launch or exit writes a
+few files, not one per group.
 
 Resources are named as in the allocator: ``cpu`` (cores), ``memory`` (bytes),
 ``io.<device>.read`` / ``io.<device>.write`` (bytes/s).
@@ -128,7 +129,8 @@ def group_limits(
         previous: group → the limits in force, so that weights are rewritten only where the
             ratios need it (see :func:`proportional_weights`).
         met: the groups whose allocation is their whole demand.
-        saturated: every group wants all of its CPU guarantee (:func:`cpu_saturated`).
+        saturated: every group wants all of its CPU guarantee
+            (:func:`governor.cpu_saturation.cpu_saturated`).
             Weights alone then split the CPU only to within a few percent (measured: −1 to
             −7 % on cgroup v1, ±20 % under emulation); nobody leaves anything idle to lend, so
             each group is also held to its guarantee: ``cpu.max`` = A_g,cpu (where the kernel
@@ -210,48 +212,6 @@ def held_login_limits(caps: CgroupLimits, cpu: float, fraction: float) -> Cgroup
     runs outside its group's cgroup, so its group's quota does not hold it)."""
     quota = max(MIN_QUOTA_USEC, round(fraction * cpu * caps.cpu_period_usec))
     return replace(caps, cpu_quota_usec=min(quota, caps.cpu_quota_usec or quota))
-
-# When a group counts as wanting all of its CPU guarantee (fractions of it): when it uses this
-# much; or, while the governed CPU is busy (this much of the capacity in use), when it uses
-# this much, weights alone having left it short (measured on cgroup v1: 0.34 of a 0.5-core
-# guarantee, when its one task shared a CPU with one of the other group's two).
-SATURATION = 0.9
-STARVED = 0.5
-BUSY = 0.95
-# A group that used less than its guarantee while it was held to it did not want more; it is
-# believed until its use rises by this much of its guarantee.
-RISE = 0.1
-
-
-def cpu_saturated(guarantees: Mapping[str, float], use: Mapping[str, float], *, capacity: float, held: bool,
-                  satisfied: Mapping[str, float]) -> tuple[bool, dict[str, float]]:
-    """Whether every group wants all of its CPU guarantee, so that none leaves any to lend and
-    each may be held to its own without taking anything from anyone.
-
-    Args:
-        guarantees: group → A_g,cpu, cores.
-        use: group → cores used over the last sample; a group not sampled yet counts as idle.
-        capacity: the governed CPU, cores.
-        held: whether the groups are held to their guarantees now.
-        satisfied: group → its use when a hold showed that it did not want all of its guarantee.
-
-    Returns:
-        (hold, satisfied): hold when there is a group with a guarantee and each wants all of it
-        (see :data:`SATURATION`, :data:`STARVED`); the groups known to want less, updated.
-    """
-    wanted = {group: cores for group, cores in guarantees.items() if cores > 0}
-    used = {group: use.get(group, 0.0) for group in wanted}
-    known = {group: at for group, at in satisfied.items()
-             if group in wanted and used[group] < at + RISE * wanted[group]}
-    if held:
-        known.update((group, u) for group, u in used.items() if u < SATURATION * wanted[group])
-    busy = sum(used.values()) >= BUSY * capacity
-
-    def wants(group: str) -> bool:
-        share = used[group] / wanted[group]
-        return share >= SATURATION or (busy and group not in known and share >= STARVED)
-
-    return bool(wanted) and all(map(wants, wanted)), known
 
 
 def proportional_weights(

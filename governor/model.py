@@ -28,6 +28,11 @@ from governor.errors import AllocationInputError
 Number = Union[int, float, Fraction]
 Vector = Mapping[str, Number]
 
+# Float inputs (production) carry rounding error: a resource counts as saturated, a limit as
+# reached, a task as fitting and shares as equal within this relative slack (DRF and H-DRF
+# alike). Exact inputs (tests, simulate) use none.
+FLOAT_SLACK = 1e-9
+
 
 @dataclass(slots=True)
 class GroupDemand:

@@ -32,7 +32,7 @@ from governor.daemon.settle import Settle
 from governor.errors import CgroupError
 from governor.gpus import GpuInventory, GpuUse
 from governor.kinds import task_in
-from governor.limits import SATURATION, cpu_saturated
+from governor.cpu_saturation import SATURATION, cpu_saturated
 from governor.nvml import sample_use
 from governor.queue import queue_view
 from governor.state import Task, Tasks
