@@ -60,37 +60,17 @@ The run is :class:`governor.hdrf_filling.Filling`; one step's state and rates ar
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from fractions import Fraction
 
 from governor.drf import progressive_filling
 from governor.errors import AllocationInputError
+from governor.hdrf_events import advance
 from governor.hdrf_filling import Filling
-from governor.model import Allocation, GroupDemand, Number, Vector, normalize
+from governor.model import Allocation, GroupDemand, TreeNode, Vector, normalize
 
 __all__ = ["TreeNode", "hierarchical_filling"]
-
-
-@dataclass(frozen=True)
-class TreeNode:
-    """One node of the group tree.
-
-    Attributes:
-        name: the group's name; a leaf when a :class:`GroupDemand` of that name is given, an
-            internal node when some node names it as ``parent``, idle otherwise.
-        parent: the enclosing group's name; ``None`` for a child of the root.
-        weight: > 0, among its siblings. For a leaf it replaces ``GroupDemand.weight``.
-        guarantee: resource → amount (base units) the subtree gets first, before fair sharing
-            (bounded by its demand).
-        limit: resource → amount the subtree never exceeds.
-    """
-
-    name: str
-    parent: str | None = None  # None: a child of the root
-    weight: Number = 1  # > 0, among its siblings
-    guarantee: Mapping[str, Number] = field(default_factory=dict)
-    limit: Mapping[str, Number] = field(default_factory=dict)
 
 
 def hierarchical_filling(
@@ -194,4 +174,4 @@ def _hierarchical(capacity: Vector, groups: Sequence[GroupDemand], tree: Sequenc
     if floats:
         capacity = {r: float(v) for r, v in capacity.items()}
     problem = normalize(capacity, groups)
-    return Filling(problem, tree, trace).run()
+    return Filling(problem, tree, trace).run(advance)

@@ -6,21 +6,20 @@ saturated, limits and guarantees reached, each a :class:`Fired` event (one trace
 Pure: no I/O.
 
 Nodes are numbered as the run numbers them (the leaves first, then the internal nodes;
-:data:`governor.hdrf_step.ROOT` the root); resources by their index in the problem's order.
+:data:`governor.hdrf_filling.ROOT` the root); resources by their index in the problem's order.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from governor.hdrf_step import ROOT, Rates, Step
+from governor.errors import FillingDiverged
+from governor.hdrf_filling import ROOT, Filling
+from governor.hdrf_step import Rates, Step, rates, state
 from governor.model import DEMAND_MET, Number, Stop, TraceRow
 
-if TYPE_CHECKING:
-    from governor.hdrf_filling import Filling
-
-__all__ = ["Ahead", "Fired", "apply_events", "next_event"]
+__all__ = ["Ahead", "Fired", "advance", "apply_events", "next_event"]
 
 AheadKind = Literal["demand_met", "saturated", "cap", "dominant_resource", "reached"]
 FiredKind = Literal["demand_met", "saturated", "limit", "guarantee", "dominant_resource", "reached"]
@@ -217,3 +216,28 @@ def _record(f: Filling, event: Fired, use: dict[int, list[Number]]) -> None:
         frozen=tuple(f.names[g] for g in event.frozen), dominant_shares=shares,
         allocated=dict(zip(p.resources, use[ROOT])),
     ))
+
+def advance(f: Filling) -> None:
+    """One phase's event loop (the paper's progressive filling, §5, as a sequence of events):
+    from the step's state and rates, move every growing leaf to the next event and apply it,
+    until every leaf is blocked.
+
+    Raises:
+        FillingDiverged: no event ahead while leaves still grow, or no answer after a bound
+            on the number of events (a bug, never an input: the daemon keeps its last plan).
+    """
+    events = 0
+    while True:
+        current = state(f)
+        if current is None:
+            break
+        events += 1
+        speeds = rates(f, current)
+        ahead = next_event(f, current, speeds)
+        if ahead is None or events > 100 * (f.n + f.m + 10) ** 2:
+            raise FillingDiverged("H-DRF: " + ("no event ahead while leaves still grow" if ahead is None else
+                                               f"no answer after {events - 1} events"))
+        if ahead.after:
+            for g, v in speeds.xdot.items():
+                f.x[g] += v * ahead.after
+        apply_events(f, ahead)

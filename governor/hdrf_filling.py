@@ -7,13 +7,9 @@ the events in :mod:`governor.hdrf_events`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
-from typing import TYPE_CHECKING
 
-from governor.errors import FillingDiverged
-from governor.hdrf_events import apply_events, next_event
-from governor.hdrf_step import ROOT, rates as step_rates, state as step_state
 from governor.model import (
     DEMAND_MET,
     FLOAT_SLACK,
@@ -23,19 +19,20 @@ from governor.model import (
     Problem,
     Stop,
     TraceRow,
+    TreeNode,
 )
 
-if TYPE_CHECKING:
-    from governor.hdrf import TreeNode
+__all__ = ["ROOT", "Filling"]
 
-__all__ = ["Filling"]
+# The tree's root, as a node number (leaves and internal nodes are 0 and up).
+ROOT = -1
 
 
 class Filling:
     """The tree and the state of one run (mutable, owned by the run); see :mod:`governor.hdrf`.
 
     Nodes are numbered: the leaves ``0 .. n_leaves-1`` in the problem's order, then the
-    internal nodes in the tree's order; :data:`governor.hdrf_step.ROOT` (-1) is the root.
+    internal nodes in the tree's order; :data:`governor.hdrf_filling.ROOT` (-1) is the root.
     Resources are numbered in the problem's order; amounts are in base units (cores, bytes,
     bytes/s); numbers are all exact (Fraction) or all float, as in ``p``.
 
@@ -69,7 +66,7 @@ class Filling:
     def __init__(self, problem: Problem, tree: Sequence[TreeNode], trace: bool):
         """Number ``tree`` (checked by :func:`governor.hdrf.hierarchical_filling`) over the leaves
         of ``problem``; nothing is filled yet. ``trace``: record a row per event."""
-        p = self.p = problem
+        self.p = problem
         self.trace = trace
         self.slack = 0 if problem.exact else FLOAT_SLACK
         convert = Fraction if problem.exact else float
@@ -142,9 +139,12 @@ class Filling:
 
     # ---- phases -------------------------------------------------------------------------------
 
-    def run(self) -> Allocation:
+    def run(self, advance: Callable[[Filling], None]) -> Allocation:
         """Fill: the guarantee phases, innermost first, then H-DRF over every leaf; the answer as
-        :func:`governor.hdrf.hierarchical_filling` returns it. Raises FillingDiverged."""
+        :func:`governor.hdrf.hierarchical_filling` returns it. ``advance`` runs one phase's
+        event loop (:func:`governor.hdrf_events.advance`: it builds on this state, so it is
+        handed in rather than imported). Raises FillingDiverged."""
+        self.advance = advance
         n, m = self.n, self.m
         # Guarantee depth: guaranteed nodes on the path from the root to a node, inclusive.
         gdepth = [0] * n
@@ -203,21 +203,7 @@ class Filling:
                 hit = tuple(self.p.resources[j] for j in range(self.m) if self.saturated[j] and self.demand[g][j] > 0)
                 if hit:
                     self.stops[g] = Stop("saturated", hit)
-        guard = 0
-        while True:
-            state = step_state(self)
-            if state is None:
-                break
-            guard += 1
-            rates = step_rates(self, state)
-            ahead = next_event(self, state, rates)
-            if ahead is None or guard > 100 * (self.n + self.m + 10) ** 2:
-                raise FillingDiverged("H-DRF: " + ("no event ahead while leaves still grow" if ahead is None else
-                                                   f"no answer after {guard - 1} events"))
-            if ahead.after:
-                for g, v in rates.xdot.items():
-                    self.x[g] += v * ahead.after
-            apply_events(self, ahead)
+        self.advance(self)
 
     def usage(self) -> dict[int, list[Number]]:
         """Node (and ROOT) → what its subtree uses now, per resource (base units)."""

@@ -5,22 +5,18 @@ it moves (:class:`Rates`). Pure: no I/O. The run is :class:`governor.hdrf_fillin
 the events the rates lead to are in :mod:`governor.hdrf_events`.
 
 Nodes are numbered as the run numbers them: the leaves first, then the internal nodes;
-:data:`ROOT` (-1) is the tree's root. Vectors are per resource, in the problem's order.
+:data:`governor.hdrf_filling.ROOT` (-1) is the tree's root. Vectors are per resource, in the problem's order.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from governor.hdrf_filling import ROOT, Filling
 from governor.model import Number
 
-if TYPE_CHECKING:
-    from governor.hdrf_filling import Filling
+__all__ = ["Rates", "Step", "rates", "state"]
 
-__all__ = ["ROOT", "Rates", "Step", "rates", "state"]
-
-ROOT = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +65,8 @@ class Rates:
 
 def state(f: Filling) -> Step | None:
     """Usage, blocked flags, shares, rule-1 vectors and min sets, bottom-up. None when all blocked."""
-    n, m, p = f.n, f.m, f.p
+    m, p = f.m, f.p
     zero = f.zero
-    caps = f.caps
     # Resources saturated for a node: global, or a limit/cap reached by it or an ancestor.
     sat = {}
     for k in f.depth_first:

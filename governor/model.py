@@ -342,3 +342,24 @@ def assemble(
         )
     capacity = dict(zip(problem.resources, problem.capacity))
     return Allocation(mode, policy, capacity, groups, tuple(rows))
+
+
+@dataclass(frozen=True)
+class TreeNode:
+    """One node of the group tree.
+
+    Attributes:
+        name: the group's name; a leaf when a :class:`GroupDemand` of that name is given, an
+            internal node when some node names it as ``parent``, idle otherwise.
+        parent: the enclosing group's name; ``None`` for a child of the root.
+        weight: > 0, among its siblings. For a leaf it replaces ``GroupDemand.weight``.
+        guarantee: resource → amount (base units) the subtree gets first, before fair sharing
+            (bounded by its demand).
+        limit: resource → amount the subtree never exceeds.
+    """
+
+    name: str
+    parent: str | None = None  # None: a child of the root
+    weight: Number = 1  # > 0, among its siblings
+    guarantee: Mapping[str, Number] = field(default_factory=dict)
+    limit: Mapping[str, Number] = field(default_factory=dict)

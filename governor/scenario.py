@@ -35,7 +35,7 @@ from governor.config_groups import check_tree
 from governor.config_types import GROUP_WEIGHT_RANGE
 from governor.resource_values import MAX_BYTES
 from governor.errors import AllocationInputError, ConfigError
-from governor.hdrf import TreeNode
+from governor.model import TreeNode
 from governor.model import GroupDemand
 from governor.tomlcheck import amount, in_range, join_key, no_unknown_keys, subtable, type_name
 
