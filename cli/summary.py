@@ -21,6 +21,7 @@ the started task to this process through a close-on-exec pipe, and dies with thi
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import select
@@ -91,7 +92,7 @@ def _run_and_wait(path: str, request: dict, cmd: tuple[str, ...], mask: set, *, 
         from governor.cgroups.memory_now import memory_now
         from governor.cli.memory_warning import LOOK_EVERY_S, MemoryWatch
 
-        watch = MemoryWatch(started, memory_now)
+        watch = MemoryWatch(started, functools.partial(memory_now, pid=child))
     while True:  # the command's end, forwarding signals and warning of its memory meanwhile
         done, status = os.waitpid(child, os.WNOHANG)
         if done:
