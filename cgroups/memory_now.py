@@ -1,8 +1,7 @@
 """What a task's cgroup holds of memory now, for ``governor run`` to warn its user before a
 kill (:mod:`governor.cli.memory_warning`): read from the cgroup directory the launch reply
 named (v2), or from the task's memory hierarchy (v1, whose memory lives in another tree than
-the directory the reply names), by the user who launched it (the files are world-readable);
-and which kernel files cap a cgroup's memory, and how (:data:`MEMORY_CAPS`).
+the directory the reply names), by the user who launched it (the files are world-readable).
 """
 
 from __future__ import annotations
@@ -14,24 +13,7 @@ from governor.cgroups.errors import CgroupError
 from governor.cgroups.files import read_file
 from governor.cgroups.parse import parse_flat_keyed, parse_int
 
-__all__ = ["MEMORY_CAPS", "memory_cap", "memory_now"]
-
-# Kernel file → the kind of memory cap it is: the driver writes the hard one (v2 memory.max,
-# v1 memory.limit_in_bytes) by default, the soft one (memory.high, memory.soft_limit_in_bytes)
-# with [enforcement] memory = "soft" (cgroups/limits.py: v2_files, v1_files).
-MEMORY_CAPS = {"memory.max": "hard", "memory.limit_in_bytes": "hard",
-               "memory.high": "soft", "memory.soft_limit_in_bytes": "soft"}
-
-
-def memory_cap(limits: dict[str, str]) -> tuple[str, int] | None:
-    """The memory cap among a cgroup's limits in force (file → value as written, e.g. a launch
-    reply's ``limits``): ``("hard" | "soft", bytes)``, the hard one where both are set; None
-    where neither is set to a number of bytes."""
-    for kind in ("hard", "soft"):
-        for file, value in limits.items():
-            if MEMORY_CAPS.get(file) == kind and isinstance(value, str) and value.isdigit():
-                return kind, int(value)
-    return None
+__all__ = ["memory_now"]
 
 
 def memory_now(directory: str, pid: int) -> tuple[int, int] | None:

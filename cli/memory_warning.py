@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from governor.cgroups.memory_now import memory_cap
+from governor.cgroups.limits import memory_cap
 from governor.units import format_size
 
 # The share of its memory cap past which a task's user is warned.
@@ -28,7 +28,7 @@ class MemoryWatch:
         started: the launch reply: ``task`` (its id), ``cgroup`` (its directory), ``limits``
             (the caps in force, in bytes as text: a hard cap, ``memory.max`` or v1's
             ``memory.limit_in_bytes``, or a soft one, ``memory.high`` or
-            ``memory.soft_limit_in_bytes``: :data:`governor.cgroups.memory_now.MEMORY_CAPS`).
+            ``memory.soft_limit_in_bytes``: :data:`governor.cgroups.limits.MEMORY_CAPS`).
         read: cgroup directory → ``(bytes in use, times held at the soft cap)`` or None
             (:func:`governor.cgroups.memory_now.memory_now` with the task's pid; a test's
             stand-in).
