@@ -52,9 +52,11 @@ __all__ = [
     "IoWeight",
     "CGROUP_WEIGHT_RANGE",
     "MIN_QUOTA_USEC",
+    "MEMORY_CAPS",
     "V1_ORDER",
     "V2_ORDER",
     "diff_writes",
+    "memory_cap",
     "memory_high_throttles",
     "v1_files",
     "v1_key",
@@ -93,6 +95,10 @@ V1_ORDER: tuple[tuple[str, str], ...] = (
     ("blkio", "blkio.throttle.write_bps_device"),
     ("devices", "devices.deny"),
 )
+# Kernel file → the kind of memory cap it is: memory_max_bytes is the hard one (the default),
+# memory_high_bytes the soft one ([enforcement] memory = "soft"), on v2 and v1.
+MEMORY_CAPS = {"memory.max": "hard", "memory.limit_in_bytes": "hard",
+               "memory.high": "soft", "memory.soft_limit_in_bytes": "soft"}
 # The v2 record's key of a cgroup's device program (no file: a BPF program, see the module).
 V2_DEVICE_PROGRAM = ("device program", "")
 
@@ -220,6 +226,17 @@ def memory_high_throttles(mode: str) -> bool:
     ``memory.high`` does; v1's ``memory.soft_limit_in_bytes`` binds only under host-wide memory
     pressure, so a task may run past it into memory admitted to others."""
     return mode == "v2"
+
+
+def memory_cap(limits: Mapping[str, str]) -> tuple[str, int] | None:
+    """The memory cap among a cgroup's limits in force (file → value as written, e.g. a launch
+    reply's ``limits``; bytes as text or int): ``("hard" | "soft", bytes)``, the hard one where both are set; None
+    where neither is set to a number of bytes."""
+    for kind in ("hard", "soft"):
+        for file, value in limits.items():
+            if MEMORY_CAPS.get(file) == kind and (type(value) is int or isinstance(value, str) and value.isdigit()):
+                return kind, int(value)
+    return None
 
 
 def weight_to_shares(weight: int) -> int:

@@ -9,10 +9,18 @@ way, with the same exit code (:mod:`governor.cli.failures`).
 
 from __future__ import annotations
 
+import signal
 import sys
 
 
 def main() -> None:
+    # A Ctrl-C while the modules load ends governor quietly, by SIGINT as a C program ends (the
+    # shell sees it and stops a script), not with a KeyboardInterrupt traceback from an import;
+    # Python's handler is back before the command runs. An ignored SIGINT (a script's
+    # background job) stays ignored.
+    interrupt = signal.getsignal(signal.SIGINT)
+    if interrupt is signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
     args = sys.argv[1:]
     verbose = args[:1] in (["-v"], ["--verbose"])
     if args[verbose:verbose + 1] == ["run"]:
@@ -24,6 +32,7 @@ def main() -> None:
             from governor.errors import GovernorError
 
             sys.stderr.reconfigure(errors="replace")
+            signal.signal(signal.SIGINT, interrupt)
             try:
                 start(**parsed, verbose=verbose)
             except GovernorError as error:  # as governor.cli.main shows one
@@ -32,4 +41,5 @@ def main() -> None:
                 sys.exit(status)
     from governor.cli.main import main as commands
 
+    signal.signal(signal.SIGINT, interrupt)
     commands(prog_name="governor")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+from governor.cgroups.limits import memory_cap
 from governor.units import format_size
 
 # The share of its memory cap past which a task's user is warned.
@@ -25,18 +26,20 @@ class MemoryWatch:
 
     Args:
         started: the launch reply: ``task`` (its id), ``cgroup`` (its directory), ``limits``
-            (the caps in force: ``memory.max``, a hard cap, or ``memory.high``, a soft one, in
-            bytes as text).
-        read: cgroup directory → ``(bytes in use, times held at memory.high)`` or None
-            (:func:`governor.cgroups.memory_now.memory_now`; a test's stand-in).
+            (the caps in force, in bytes as text: a hard cap, ``memory.max`` or v1's
+            ``memory.limit_in_bytes``, or a soft one, ``memory.high`` or
+            ``memory.soft_limit_in_bytes``: :data:`governor.cgroups.limits.MEMORY_CAPS`).
+        read: cgroup directory → ``(bytes in use, times held at the soft cap)`` or None
+            (:func:`governor.cgroups.memory_now.memory_now` with the task's pid; a test's
+            stand-in).
     """
 
     def __init__(self, started: dict, read: Callable[[str], tuple[int, int] | None]) -> None:
         limits = started.get("limits") or {}
         self.task, self.cgroup, self.read = started.get("task"), started.get("cgroup"), read
-        self.soft = "memory.max" not in limits
-        cap = limits.get("memory.max", limits.get("memory.high"))
-        self.cap = int(cap) if isinstance(cap, str) and cap.isdigit() else None
+        cap = memory_cap(limits)
+        self.soft = cap is not None and cap[0] == "soft"
+        self.cap = None if cap is None else cap[1]
         self.warned = self.cap is None or not isinstance(self.cgroup, str)  # nothing to watch
 
     def look(self) -> str | None:

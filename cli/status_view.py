@@ -258,7 +258,7 @@ def tasks_view(name: str, group: dict) -> RenderableType:
         view.row(grid, "", "cap", view.vector(task.get("demand", {})))
         if task.get("gpus"):
             view.row(grid, "", "gpus", view.gpu_list(task["gpus"]))
-        view.row(grid, "", "limits", " · ".join(f"{f} {view.limit(f, v)}" for f, v in limits.items()) or "—")
+        view.row(grid, "", "limits", " · ".join(f"{view.limit_name(f)} {view.limit(f, v)}" for f, v in limits.items()) or "—")
         view.row(grid, "", "use", view.vector(task.get("usage", {})))
     return Group(title, grid)
 

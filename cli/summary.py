@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import select
@@ -93,7 +94,7 @@ def _run_and_wait(path: str, request: LaunchRequest, cmd: tuple[str, ...], mask:
         from governor.cgroups.memory_now import memory_now
         from governor.cli.memory_warning import LOOK_EVERY_S, MemoryWatch
 
-        watch = MemoryWatch(started, memory_now)
+        watch = MemoryWatch(started, functools.partial(memory_now, pid=child))
     while True:  # the command's end, forwarding signals and warning of its memory meanwhile
         done, status = os.waitpid(child, os.WNOHANG)
         if done:

@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from governor import vocabulary
+from governor.cgroups.limits import memory_cap
 from governor.cli import view_common as view
 from governor.cli.top_state import TopState, depth_of, is_internal, selected_group, visible_groups
 from governor.resources import compressible, find, measured
@@ -53,7 +54,8 @@ COLUMNS_HELP = [
     ("memory r/u", "reserved (declared by admitted tasks; a session: its use) / used"),
     ("gpu r", "GPUs the group's tasks hold (whole devices); the gpus line names each one's task"),
     ("borrow", "use above the guarantee, from capacity others leave idle (+0.4c)"),
-    ("pressure", "thr: periods throttled in the last second; high, oom: memory events"),
+    ("pressure", "thr: periods throttled in the last second; soft: times held at a soft memory cap; "
+                 "oom: OOM kills"),
     ("queue", "tasks waiting, in order, for their declared memory to fit"),
 ]
 
@@ -207,7 +209,8 @@ def _fit_columns(columns: list, width: int, sorted_key: str) -> list:
 
 def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[RenderableType]:
     """A title line and a table of the first ``shown`` tasks: pid, user, age, the GPUs it holds
-    (only when one of them holds any), command, cap (its declaration), its part of the group's
+    (only when one of them holds any), command, cap (its declaration; ``soft`` when its memory
+    cap is a soft one), its part of the group's
     guarantee (λ × its cpu and I/O), the memory (and GPUs) it reserves and its measured use
     (:mod:`governor.vocabulary`)."""
     tasks = group.get("tasks", [])
@@ -221,7 +224,7 @@ def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[R
         used = task.get("usage", {})
         rows.append([f"  {task.get('pid', '?')}", str(task.get("user", task.get("uid", "?"))),
                      view.duration(now - float(task.get("started", now))),
-                     *([view.gpu_list(task.get("gpus"))] if gpus else []), task, _compact(demand),
+                     *([view.gpu_list(task.get("gpus"))] if gpus else []), task, _cap(demand, task.get("limits", {})),
                      _compact(vocabulary.task_guarantee(demand, granted)),
                      _compact(vocabulary.reserved(demand, session=bool(task.get("session")), used=used)),
                      _compact(used)])
@@ -316,13 +319,21 @@ def _share_cell(group: dict, fair_level: float, bar_width: int) -> Text:
 
 
 def _pressure(pressure: dict) -> Text:
-    """``thr 12 high 3 oom 1`` for the signs that are non-zero, ``·`` when none is."""
+    """``thr 12 soft 3 oom 1`` for the signs that are non-zero, ``·`` when none is (soft: the
+    kernel's memory.high events, times held at a soft memory cap)."""
     text = Text()
-    for key, short, style in (("cpu.nr_throttled", "thr", "yellow"), ("memory.high", "high", "yellow"),
+    for key, short, style in (("cpu.nr_throttled", "thr", "yellow"), ("memory.high", "soft", "yellow"),
                               ("memory.oom_kill", "oom", "bold red")):
         if pressure.get(key):
             text.append(f"{' ' if text else ''}{short} {int(pressure[key])}", style=style)
     return text if text else Text("·", style="dim")
+
+
+def _cap(demand: dict, limits: dict) -> str:
+    """A task's declaration, ``1c 512M``, and ``1c 512M soft`` where its memory is held only at
+    a soft cap (it may run past it: ``[enforcement] memory = "soft"``)."""
+    cap = memory_cap(limits)
+    return _compact(demand) + (" soft" if cap is not None and cap[0] == "soft" else "")
 
 
 def _compact(vector: dict) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from rich.table import Table
 from rich.text import Text
 
+from governor.cgroups.limits import MEMORY_CAPS
 from governor.resources import Resource, admitted, sized
 from governor.resources import format_amount
 from governor.units import SUFFIXES, format_number, format_size
@@ -52,11 +53,20 @@ def vector(values: Mapping[str, object]) -> str:
     return " · ".join(f"{label(r)} {amount(r, v)}" for r, v in values.items()) or "—"
 
 
+def limit_name(file: str) -> str:
+    """A kernel limit file as people read it: a memory cap as ``memory hard cap`` or ``memory
+    soft cap`` (v1 and v2 files alike: :data:`~governor.cgroups.limits.MEMORY_CAPS`),
+    other files (``cpu.max``) as they are named."""
+    kind = MEMORY_CAPS.get(file)
+    return f"memory {kind} cap" if kind else file
+
+
 def limit(file: str, value: object) -> str:
-    """A kernel limit file's value for people: byte limits with K/M/G/T, others as written."""
+    """A kernel limit file's value for people: byte limits (an int, or digits as the kernel
+    files hold them) with K/M/G/T, others as written."""
     # Byte limits are unreadable as raw integers; other files (cpu.max, io.max) are shown as written.
-    if file.startswith("memory.") and isinstance(value, int) and not isinstance(value, bool):
-        return format_size(value)
+    if file.startswith("memory.") and (type(value) is int or isinstance(value, str) and value.isdigit()):
+        return format_size(int(value))
     return str(value)
 
 

@@ -5,6 +5,7 @@ Shared by the v1 (native) and v2 (VM) test modules."""
 from __future__ import annotations
 
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -164,11 +165,15 @@ def default_memory_cap_is_hard(tmp_path) -> None:
 
 
 # Grows 1M at a time until its cgroup holds 95% of its cap (as the kernel counts it: the
-# interpreter's own pages too), then says so and waits.
+# interpreter's own pages too; v2 memory.current, v1 memory.usage_in_bytes in the memory
+# hierarchy), then says so and waits.
 NEAR_THE_CAP = ("import time\n"
-                "rel = open('/proc/self/cgroup').read().strip().split('::')[-1]\n"
+                "lines = open('/proc/self/cgroup').read().splitlines()\n"
+                "v1 = [line.split(':', 2)[2] for line in lines if 'memory' in line.split(':')[1].split(',')]\n"
+                "path = (f'/sys/fs/cgroup/memory{{v1[0]}}/memory.usage_in_bytes' if v1 else\n"
+                "        f'/sys/fs/cgroup{{lines[0].split(\"::\")[-1]}}/memory.current')\n"
                 "chunks = []\n"
-                "while int(open(f'/sys/fs/cgroup{{rel}}/memory.current').read()) < 0.95 * {cap}:\n"
+                "while int(open(path).read()) < 0.95 * {cap}:\n"
                 "    chunks.append(bytearray(1 << 20))\n"
                 "print('near', flush=True)\n"
                 "time.sleep(600)\n")
@@ -176,7 +181,8 @@ NEAR_THE_CAP = ("import time\n"
 
 def run_warns_before_the_memory_cap(tmp_path) -> None:
     """A task that grows past 90% of its memory cap is not killed yet, and ``governor run``
-    says so on stderr, once, before anything else (v2: it reads the task's memory.current)."""
+    says so on stderr, once, before anything else (v2: it reads the task's memory.current; v1:
+    memory.usage_in_bytes in the memory hierarchy, against memory.limit_in_bytes)."""
     gov = Governor(tmp_path, config(cpu=1.0 * SCALE, enforcement=None))
     try:
         near = gov.run("C", [sys.executable, "-c", NEAR_THE_CAP.format(cap=80 * MIB)], cpus=0.5 * SCALE,
@@ -187,6 +193,9 @@ def run_warns_before_the_memory_cap(tmp_path) -> None:
         assert ready, f"no warning from governor run:\n{gov.daemon_log()}"
         line = near.stderr.readline()
         assert line.startswith("governor: task ") and line.endswith(" of its 80.0M memory cap\n"), line
+        near.terminate()  # forwarded to the task: governor run ends as it did, and said nothing more
+        assert near.wait(timeout=60) == 128 + signal.SIGTERM
+        assert near.stderr.read() == ""
     finally:
         gov.close()
 

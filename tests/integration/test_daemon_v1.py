@@ -92,6 +92,11 @@ def test_a_declared_memory_is_a_hard_cap_by_default(tmp_path):
     task_scenarios.default_memory_cap_is_hard(tmp_path)
 
 
+def test_governor_run_warns_when_its_task_nears_its_memory_cap(tmp_path):
+    # Issue 33, point 1: the warning read only v2's memory.current, so a v1 task was never warned.
+    task_scenarios.run_warns_before_the_memory_cap(tmp_path)
+
+
 def test_an_oom_kill_is_recorded_as_such(tmp_path):
     task_scenarios.oom_kill_is_the_recorded_reason(tmp_path)
 

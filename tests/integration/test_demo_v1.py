@@ -5,10 +5,13 @@ also when it is interrupted (issue 21, point 3)."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob
 import os
+import select
 import signal
 import subprocess
+import termios
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,3 +76,45 @@ def test_an_interrupted_demo_leaves_nothing_behind(how):
         rest = proc.communicate(timeout=120)[0]
     assert proc.returncode == 128 + how, rest
     nothing_left(before)
+
+
+
+def test_ctrl_c_on_its_terminal_stops_the_demo_with_130_and_says_nothing_else():
+    # Issue 33, point 9: Ctrl-C on a terminal sends SIGINT to the whole foreground process
+    # group. The daemon was in it and stopped, so `governor status` under way said "governor
+    # daemon is not running" (69) instead of the demo stopping with 130; and one caught loading
+    # its modules printed a KeyboardInterrupt traceback. Here the demo runs on a terminal of its
+    # own, and ^C is typed as `governor status` starts.
+    before = set(glob.glob("/tmp/governor-demo.*"))
+    master, terminal = os.openpty()
+    with demo(stdin=terminal, stdout=terminal, stderr=terminal, preexec_fn=_take_the_terminal) as proc:
+        os.close(terminal)
+        said = _read_until(master, b"== governor status")
+        os.write(master, b"\x03")  # the terminal's Ctrl-C: SIGINT to its foreground group
+        said += _read_until(master, None)
+        assert proc.wait(timeout=120) == 130, said
+    os.close(master)
+    assert b"daemon is not running" not in said and b"Traceback" not in said, said
+    nothing_left(before)
+
+
+def _take_the_terminal() -> None:
+    """In the demo's new session: make its stdin its controlling terminal, its group the foreground."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def _read_until(master: int, marker: bytes | None, timeout: float = 300) -> bytes:
+    """What the terminal shows until ``marker`` appears (None: until every writer closed it)."""
+    said = b""
+    while marker is None or marker not in said:
+        ready, _, _ = select.select([master], [], [], timeout)
+        assert ready, f"the demo said nothing more in {timeout} s: {said!r}"
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the terminal's last writer closed it
+            chunk = b""
+        if not chunk:
+            assert marker is None, f"the demo ended before {marker!r}: {said!r}"
+            return said
+        said += chunk
+    return said

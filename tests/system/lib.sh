@@ -12,17 +12,15 @@ wait_for() {
     done
 }
 
-# install_governor: governor as a sysadmin installs it, a wheel in a venv under /opt, outside
-# the checkout (whose path the unit may not see: PrivateTmp= hides /tmp). The VM has no network
-# and no ensurepip: tests/system/test_systemd_vm.py builds the wheelhouse on the host, and pip
-# runs from its own wheel. Sets $gov and $py.
+# install_governor: governor as the README's offline install says, a wheel in a venv under /opt,
+# outside the checkout (whose path the unit may not see: PrivateTmp= hides /tmp), from the
+# wheelhouse tests/system/test_systemd_vm.py built on the host (`pip wheel -w wheelhouse ./`):
+# the VM has no network. Sets $gov and $py.
 install_governor() {
-    local wheels=$PWD/build/vm-wheelhouse pip
-    pip=$(ls "$wheels"/pip-*.whl 2>/dev/null | head -1)
-    [ -n "$pip" ] || { echo "no pip wheel in $wheels: tests/system/test_systemd_vm.py builds it on the host"; exit 2; }
-    python3 -m venv --without-pip /opt/governor
-    /opt/governor/bin/python "$pip/pip" install --quiet --disable-pip-version-check --no-index \
-        --find-links "$wheels" drf-governor
+    local wheels=$PWD/build/vm-wheelhouse
+    ls "$wheels"/drf_governor-*.whl >/dev/null 2>&1 || { echo "no governor wheel in $wheels: tests/system/test_systemd_vm.py builds it on the host"; exit 2; }
+    python3 -m venv /opt/governor
+    /opt/governor/bin/pip install --quiet --no-index --find-links "$wheels" drf-governor
     gov=/opt/governor/bin/governor
     py=/opt/governor/bin/python
 }

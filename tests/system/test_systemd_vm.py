@@ -38,17 +38,15 @@ def _skip_reason() -> str | None:
 
 
 def _wheelhouse() -> None:
-    """Wheels of governor, its dependencies and pip in build/vm-wheelhouse (the VM, which has
-    no network, installs governor from them into /opt, as a sysadmin would)."""
+    """Wheels of governor and its dependencies in build/vm-wheelhouse, built with the README's
+    command (``pip wheel -w wheelhouse ./``); the VM, which has no network, installs governor
+    from them alone with the README's other line (tests/system/lib.sh: install_governor)."""
     wheels = REPO / "build" / "vm-wheelhouse"
     shutil.rmtree(wheels, ignore_errors=True)
-    # --use-pep517: cgroupspy ships only an sdist, whose legacy build needs the wheel package,
-    # which a fresh venv lacks; an isolated build brings its own.
     with tempfile.TemporaryDirectory() as scratch:  # a copy without build/ (test_wheel_install)
         source = Path(scratch) / "source"
         shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".hypothesis"))
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
-                        "--use-pep517", "-w", str(wheels), str(source), "pip"], check=True)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "-w", str(wheels), str(source)], check=True)
 
 
 def _run_in_vm(script: str, *options: str) -> list[str]:

@@ -205,6 +205,19 @@ def test_a_task_held_at_its_soft_cap_is_warned_of_and_one_far_from_its_cap_is_no
     assert unread.look() is None
 
 
+def test_v1_caps_are_watched_as_v2_ones():
+    from governor.cli.memory_warning import MemoryWatch
+
+    # memory.limit_in_bytes is v1's hard cap, memory.soft_limit_in_bytes its soft one (issue 33).
+    hard = MemoryWatch({"task": "7", "cgroup": "/g/t7", "limits": {"memory.soft_limit_in_bytes": str(10 * M),
+                                                                    "memory.limit_in_bytes": str(100 * M)}},
+                       lambda directory: (91 * M, 0))
+    assert hard.look() == "governor: task 7 is at 91.0M of its 100.0M memory cap"
+    soft = MemoryWatch({"task": "8", "cgroup": "/g/t8", "limits": {"memory.soft_limit_in_bytes": str(100 * M)}},
+                       lambda directory: (95 * M, 0))
+    assert soft.look() == "governor: task 8 is at 95.0M of its 100.0M soft memory cap"
+
+
 @pytest.mark.parametrize("exec_in_place", [False, True])
 def test_a_command_that_cannot_run_fails_at_once_without_asking_the_daemon(daemon, tmp_path, exec_in_place):
     # Issue 33, point 3: a typo queued behind others and said "command not found" only when it

@@ -80,9 +80,18 @@ def test_task_list_truncates_the_command_and_humanises_byte_limits():
     text = render(STATUS, 80)
     assert "t7 pid    4242 · alice · python train.py --epochs 100 --data /sc…" in text
     assert "/scratch/alice/imagenet" not in text
-    assert "cpu.max 800000 100000 · memory.high 12.0G" in text
+    assert "cpu.max 800000 100000 · memory soft cap 12.0G" in text  # memory.high: a soft cap, so called
     assert "cap    cpu 8 · memory 12.0G" in text  # what the task declared
     assert "use    cpu 7.25 · memory 9.0G" in text
+
+
+def test_a_hard_memory_cap_is_called_so_on_v2_and_v1():
+    # Issue 33, point 1: status named the kernel file (memory.max), not the kind of cap.
+    for file in ("memory.max", "memory.limit_in_bytes"):
+        status = copy.deepcopy(STATUS)
+        status["groups"]["physics"]["tasks"][0]["limits"] = {file: str(12 * 1024**3)}
+        text = render(status, 120)
+        assert "limits memory hard cap 12.0G" in text and file not in text
 
 
 def test_groups_without_tasks_get_no_task_list():

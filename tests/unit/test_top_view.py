@@ -69,7 +69,7 @@ def test_fits_the_screen_and_shows_groups_shares_and_bars(width, height):
     # borrows above its guarantee, the pressure signs.
     assert "8/8.4" in row(text, "physics") and "16G/11G" in row(text, "physics")
     assert "+0.4c" in row(text, "physics") and "+" not in row(text, "ops")
-    assert "thr 12 high 3" in row(text, "physics") and "oom 1" in row(text, "ops")
+    assert "thr 12 soft 3" in row(text, "physics") and "oom 1" in row(text, "ops")  # soft: held at a soft cap
     header = next(line for line in lines if line.startswith("group"))
     assert "cpu g/u" in header and "memory r/u" in header and "borrow" in header and "a/u" not in header
     assert "guaranteed 12 · used 10.65 of 16 cores" in text
@@ -111,6 +111,17 @@ def test_enter_expands_the_selected_group_with_its_tasks_and_collapses_it():
     assert task.split()[-3] == "12G"  # reserved: all it declared
     text = render(keys(state, "enter"), 80)
     assert "4242" not in text and row(text, "physics").startswith(">▸")
+
+
+def test_a_task_held_at_a_soft_memory_cap_says_soft_and_one_at_a_hard_cap_does_not():
+    # Issue 33, point 1: every view calls a soft cap a soft cap (the sample's tasks: memory.high).
+    status = sample()
+    soft = next(line for line in render(keys(TopState(status=status), "enter"), 120, 40).splitlines() if "4242" in line)
+    assert "8c 12G soft" in soft
+    for task in status["groups"]["physics"]["tasks"]:
+        task["limits"] = {"memory.limit_in_bytes": str(12 * 1024**3)}  # v1's hard cap
+    hard = next(line for line in render(keys(TopState(status=status), "enter"), 120, 40).splitlines() if "4242" in line)
+    assert "8c 12G" in hard and "soft" not in hard
 
 
 def test_j_k_and_arrows_move_the_selection():
