@@ -282,6 +282,16 @@ class Daemon:
             self.registry.release_sessions()
         log.info("stopped; %d task(s) keep running", len(self.tasks))
 
+    async def settled(self) -> None:
+        """Wait until what the events so far asked for is done: every settle asked for, and
+        the cgroup thread's calls (and what those asked in turn). Tools and tests wait on this
+        fact, never on time."""
+        while True:
+            await self.settle.drain()
+            await self.tree.settled()
+            if not self.settle.pending:
+                return
+
     def sweep(self) -> None:
         """The periodic sweep (:meth:`Handover.sweep <governor.daemon.handover.Handover.sweep>`),
         where the GPU guard in force asks for one (:attr:`GpuGuard.sweeps

@@ -26,7 +26,7 @@ from governor.daemon.enforcement import Enforcement
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
-from governor.daemon.tree import Tree, running_loop
+from governor.daemon.tree import Tree
 from governor.errors import CgroupWriteError, GovernorError, RequestError
 from governor.headroom import guarantees
 from governor.notify import Notifier
@@ -86,10 +86,9 @@ class Settle:
         self._running: asyncio.Task | None = None  # the settle under way
         self._settled_at = 0.0  # time.perf_counter() when the last settle ended
 
-    def soon(self, trigger: str, *, refill: bool = True, since: float | None = None) -> asyncio.Future | None:
+    def soon(self, trigger: str, *, refill: bool = True, since: float | None = None) -> asyncio.Future:
         """Settle once for every event of this turn of the event loop, or of the
-        :data:`SETTLE_GAP_S` since the last settle (later still while one runs). Without a
-        running loop (the daemon's methods called directly), refill now.
+        :data:`SETTLE_GAP_S` since the last settle (later still while one runs).
 
         Args:
             trigger: what happened, for the log and status (``launch of task 7``).
@@ -98,20 +97,16 @@ class Settle:
                 the refill's delay is measured.
 
         Returns:
-            A future done once settled, which raises what settling raised (also logged); None
-            when settled now.
+            A future done once settled, which raises what settling raised (also logged).
+
+        Raises:
+            RuntimeError: no event loop runs in this thread (the daemon runs on one).
         """
         since = time.perf_counter() if since is None else since
-        loop = running_loop()
-        if loop is None:
-            self._refill_now(trigger, refill, since)
-            return None
+        loop = asyncio.get_running_loop()
         batch = self._batch
-        if batch is None or batch.done.get_loop() is not loop:
-            # (A batch of a loop that stopped before its turn, as when the daemon's methods
-            # are driven by one asyncio.run each, never ran: its events settle with these.)
-            batch = self._batch = _Batch(loop.create_future(), batch.triggers if batch else [],
-                                         bool(batch and batch.refill), since, since)
+        if batch is None:
+            batch = self._batch = _Batch(loop.create_future(), [], False, since, since)
             self._schedule(loop)
         batch.triggers.append(trigger)
         batch.refill |= refill
@@ -129,9 +124,16 @@ class Settle:
             self.soon(trigger, refill=False)
 
     async def drain(self) -> None:
-        """Wait for the settle under way, if any (the daemon stopping)."""
-        if self._running is not None and not self._running.done():
-            await asyncio.wait([self._running])
+        """Wait until every settle asked for so far is done (the daemon stopping; or
+        :meth:`Daemon.settled <governor.daemon.root.Daemon.settled>`)."""
+        while self.pending:
+            running = self._running is not None and not self._running.done()
+            await asyncio.wait([self._running if running else self._batch.done])
+
+    @property
+    def pending(self) -> bool:
+        """Whether a settle is asked for or under way."""
+        return self._batch is not None or (self._running is not None and not self._running.done())
 
     def reserved(self) -> dict[str, dict[str, float]]:
         """Group → what its running tasks hold in the admission count
@@ -165,7 +167,7 @@ class Settle:
     # ── the batch ───────────────────────────────────────────────────────────────────────
 
     def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._running is not None and not self._running.done() and self._running.get_loop() is loop:
+        if self._running is not None and not self._running.done():
             return  # the settle under way starts the next when it ends
         wait = self._settled_at + SETTLE_GAP_S - time.perf_counter()
         if wait > 0:

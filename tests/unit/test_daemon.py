@@ -6,6 +6,7 @@ paths a kernel test cannot reach cheaply: refusals, rollback, ordering, re-adopt
 
 import asyncio
 import errno
+import inspect
 import os
 import subprocess
 import threading
@@ -171,10 +172,23 @@ async def collect(stream):
     return [payload async for payload in stream]
 
 
+def on_loop(daemon, work):
+    """Run ``work()`` on an event loop, as the daemon runs it, and return what it returned (or
+    what it returned awaited) once what it asked for is done (:meth:`Daemon.settled`)."""
+    async def run():
+        done = work()
+        if inspect.isawaitable(done):
+            done = await done
+        await daemon.settled()
+        return done
+
+    return asyncio.run(run())
+
+
 def launch(daemon, pid, *, group=None, uid=0, wait=True, **demand):
     """Launch and return the final reply (the started task)."""
     request = LaunchRequest(pid=pid, group=group, demand=demand, command=("work",), wait=wait)
-    return asyncio.run(collect(daemon.stream(request, Peer(pid=pid, uid=uid, gid=0))))[-1]
+    return on_loop(daemon, lambda: collect(daemon.stream(request, Peer(pid=pid, uid=uid, gid=0))))[-1]
 
 
 def guarantee_cores(daemon, group):
@@ -220,11 +234,11 @@ def test_groups_are_held_to_their_guarantee_only_while_every_one_uses_it(daemon)
     launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)  # 1 core each
     daemon.usage = {"A": {"cpu": 1.0}, "B": {"cpu": 0.95}}
-    daemon.observation.check_saturation()
+    on_loop(daemon, lambda: daemon.observation.check_saturation())
     assert daemon.status()["daemon"]["cpu_saturated"]
     assert [daemon.hierarchy.driver.in_force(g)["cpu.max"] for g in ("A", "B")] == ["100000 100000"] * 2
     daemon.usage["B"]["cpu"] = 0.2  # B idles: A may borrow again
-    daemon.observation.check_saturation()
+    on_loop(daemon, lambda: daemon.observation.check_saturation())
     assert "cpu.max" not in daemon.hierarchy.driver.in_force("A")
     assert "B uses less than its CPU guarantee" in daemon.status()["events"][-2]["message"]
 
@@ -233,7 +247,7 @@ def test_a_launch_releases_the_hold_before_its_cap_is_written(daemon):
     launch(daemon, 100, group="A", cpu=0.5, memory=GIB)
     launch(daemon, 200, group="B", cpu=0.5, memory=GIB)
     daemon.usage = {"A": {"cpu": 0.5}, "B": {"cpu": 0.5}}
-    daemon.observation.check_saturation()
+    on_loop(daemon, lambda: daemon.observation.check_saturation())
     assert daemon.hierarchy.driver.in_force("A")["cpu.max"] == "50000 100000"
     launch(daemon, 300, group="A", cpu=1.5, memory=GIB)  # its cap is above A's held quota
     assert not daemon.cpu_saturated and "cpu.max" not in daemon.hierarchy.driver.in_force("A")
@@ -257,7 +271,7 @@ def test_exit_removes_the_task_and_refills(daemon):
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
     assert guarantee_cores(daemon, "B") == pytest.approx(1.0)
     daemon.hierarchy.driver.procs["A/task-1"] = []
-    daemon.check(["1"], "exit")
+    on_loop(daemon, lambda: daemon.check(["1"], "exit"))
     assert "A" not in daemon.hierarchy.driver.cgroups and "A/task-1" not in daemon.hierarchy.driver.cgroups
     assert guarantee_cores(daemon, "B") == pytest.approx(2.0)
     assert daemon.filling["trigger"] == "exit of task 1"
@@ -270,7 +284,7 @@ def test_exits_reported_together_are_one_refill(daemon):
         launch(daemon, pid, group="A", cpu=0.5, memory=GIB)
     daemon.hierarchy.driver.procs["A/task-1"] = daemon.hierarchy.driver.procs["A/task-3"] = []
     before = [e for e in daemon.status()["events"] if e["kind"] == "refill"]
-    daemon.check(["1", "2", "3"], "exit")  # task 2 is alive: a spurious wake-up
+    on_loop(daemon, lambda: daemon.check(["1", "2", "3"], "exit"))  # task 2 is alive: a spurious wake-up
     refills = [e for e in daemon.status()["events"] if e["kind"] == "refill"][len(before):]
     assert [e["message"].split(":")[0] for e in refills] == ["refill after exit of 2 tasks"]
     assert [task.id for task in daemon.tasks] == ["2"]
@@ -322,17 +336,17 @@ def test_a_task_whose_cgroup_cannot_be_read_is_kept_not_dropped(daemon):
     # task ended (it once dropped a live task and leaked its cgroup with stale limits).
     launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
     daemon.hierarchy.driver.unreadable.add("A/task-1")
-    daemon.check(["1"], "reconcile")
+    on_loop(daemon, lambda: daemon.check(["1"], "reconcile"))
     assert [task.id for task in daemon.tasks] == ["1"] and "A/task-1" in daemon.hierarchy.driver.cgroups
     daemon.hierarchy.driver.unreadable.clear()
     daemon.hierarchy.driver.procs["A/task-1"] = []
-    daemon.check(["1"], "reconcile")
+    on_loop(daemon, lambda: daemon.check(["1"], "reconcile"))
     assert not daemon.tasks
 
 
 def test_a_live_task_is_kept_on_a_spurious_wake_up(daemon):
     launch(daemon, 100, cpu=1.0, memory=GIB)
-    daemon.check(["1"], "exit")
+    on_loop(daemon, lambda: daemon.check(["1"], "exit"))
     assert len(daemon.tasks) == 1
 
 
@@ -408,7 +422,7 @@ def test_restart_readopts_live_tasks_and_drops_dead_ones(daemon):
         store.save(Task(task_id, group, pid, 0, "root", ("work",), {"cpu": 1.0, "memory": GIB}, 0.0))
         driver.create(f"{group}/task-{task_id}")
     driver.procs["A/task-1"] = [100]
-    daemon.readopt()
+    on_loop(daemon, lambda: daemon.readopt())
     assert [t.id for t in daemon.tasks] == ["1"]
     assert [t.id for t in store.load_all()[0]] == ["1"]
     assert "B" not in driver.cgroups
@@ -500,7 +514,7 @@ def test_watch_streams_status_with_events_and_fair_level(daemon):
 def test_a_live_task_cgroup_without_a_record_is_reported(daemon):
     daemon.hierarchy.driver.create("A/task-9")
     daemon.hierarchy.driver.procs["A/task-9"] = [900]
-    daemon.readopt()
+    on_loop(daemon, lambda: daemon.readopt())
     assert len(daemon.tasks) == 0
     assert "A/task-9 holds pids [900] but has no task record" in daemon.events[-1]["message"]
 

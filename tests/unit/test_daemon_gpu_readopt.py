@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 from gpu_fakes import CONFIG, GPU0, GPU1, INVENTORY, DeviceDriver
-from test_daemon import GIB, launch, make_daemon
+from test_daemon import GIB, launch, make_daemon, on_loop
 
 from governor import access
 from governor.config import parse_config
@@ -38,7 +38,7 @@ def without_uuids(inventory):
 
 def restarted(tmp_path, driver, inventory):
     daemon = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: inventory)
-    daemon.readopt()
+    on_loop(daemon, lambda: daemon.readopt())
     return daemon
 
 
@@ -180,7 +180,7 @@ def test_a_reload_that_reorders_the_gpus_re_maps_the_draining_ones(gpus):
     launch(gpus, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)  # nvidia0
     launch(gpus, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)  # nvidia1
     gpus.hierarchy.driver.procs["A/task-1"] = []
-    gpus.check(["1"], "exit")
+    on_loop(gpus, lambda: gpus.check(["1"], "exit"))
     assert gpus.tasks.draining() == {0: "1"}
     gpus.policy.find_gpus = lambda spec, control: REORDERED
     gpus.load_config = lambda: parse_config(CONFIG, "test.toml")

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 from gpu_fakes import CONFIG, CONTROL, GPU0, GPU1, INVENTORY, DeviceDriver
-from test_daemon import GIB, launch, make_daemon
+from test_daemon import GIB, launch, make_daemon, on_loop
 
 from governor.config import parse_config
 from governor.daemon import gpu_guard
@@ -70,7 +70,7 @@ def test_a_tasks_gpus_are_kept_in_its_record_across_a_restart(tmp_path):
     launch(first, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
     launch(first, 101, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
     again = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: INVENTORY)
-    again.readopt()
+    on_loop(again, lambda: again.readopt())
     assert sorted(again.tasks.gpu_holders()) == [0, 1]
     with pytest.raises(RequestError) as refused:
         launch(again, 102, group="B", cpu=0.1, memory=GIB // 8, gpu=1, wait=False)
@@ -152,7 +152,7 @@ def test_a_restart_with_a_new_inventory_applies_its_rules_to_the_tasks_it_takes_
     launch(first, 100, group="B", cpu=0.1, memory=GIB // 8)
     assert driver.denied["B/task-1"] == (GPU0, GPU1, CONTROL)
     again = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: THREE)
-    again.readopt()
+    on_loop(again, lambda: again.readopt())
     assert driver.denied["B/task-1"] == (GPU0, GPU1, GPU2, CONTROL)
     assert again.hierarchy.in_force("B/task-1")["device program"] == "c 195:0, c 195:1, c 195:2, c 195:255"
 

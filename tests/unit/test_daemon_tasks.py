@@ -8,7 +8,7 @@ import signal
 import subprocess
 
 import pytest
-from test_daemon import GIB, collect, launch
+from test_daemon import GIB, collect, launch, on_loop
 from test_daemon import daemon  # noqa: F401  (the fixture)
 
 from governor.cgroups.stats import CgroupStats
@@ -161,9 +161,9 @@ def test_a_stop_whose_processes_outlive_the_kill_names_them_and_the_next_check_k
                                      "daemon kills them again at its next check (stopped: 2)")
     assert [t.id for t in daemon.tasks] == ["1"] and daemon.ended[-1].task.id == "2"
     unkillable.clear()
-    daemon.check(["1"], "reconcile")
+    on_loop(daemon, lambda: daemon.check(["1"], "reconcile"))
     assert driver.killed[-1] == "A/task-1" and driver.procs["A/task-1"] == []
-    daemon.check(["1"], "exit")  # the kernel reports them gone
+    on_loop(daemon, lambda: daemon.check(["1"], "exit"))  # the kernel reports them gone
     assert not daemon.tasks and daemon.ended[-1].reason == "stop"
 
 
@@ -217,7 +217,7 @@ def test_the_ended_record_holds_the_counters_read_before_removal(daemon):
                                            memory_current_bytes=0, memory_events={"oom_kill": 1},
                                            memory_peak_bytes=700 * 1024**2)
     driver.procs["A/task-1"] = []
-    daemon.check(["1"], "exit")
+    on_loop(daemon, lambda: daemon.check(["1"], "exit"))
     record = daemon.ended[-1].to_json()
     assert (record["cpu_s"], record["throttled_s"], record["memory_peak"], record["oom_kills"]) == (
         1.5, 0.25, 700 * 1024**2, 1)
@@ -237,7 +237,7 @@ def test_without_a_final_read_the_last_sample_is_used(daemon, monkeypatch):
 
     monkeypatch.setattr(driver, "_read_stats", unreadable)
     driver.procs["A/task-1"] = []
-    daemon.check(["1"], "exit")
+    on_loop(daemon, lambda: daemon.check(["1"], "exit"))
     assert daemon.ended[-1].to_json()["cpu_s"] == 2.0
 
 

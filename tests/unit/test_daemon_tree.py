@@ -8,7 +8,7 @@ import math
 import time
 
 import pytest
-from test_daemon import GIB, collect, launch, make_daemon
+from test_daemon import GIB, collect, launch, make_daemon, on_loop
 
 from governor.errors import RequestError
 from governor.protocol import LaunchRequest, Peer
@@ -100,7 +100,7 @@ def test_restart_readopts_nested_tasks_and_removes_empty_groups_at_every_depth(t
     for rel in ("D2/L1/task-1", "D2/L2/task-2", "D9/old/task-7"):
         driver.create(rel)
     driver.procs["D2/L1/task-1"] = [100]
-    tree.readopt()
+    on_loop(tree, lambda: tree.readopt())
     asyncio.run(tree.tree.settled())
     assert [t.id for t in tree.tasks] == ["1"] and tree.tasks.get("1").cgroup == "D2/L1/task-1"
     assert "D2/L2" not in driver.cgroups and "D2/L1/task-1" in driver.cgroups
@@ -112,7 +112,7 @@ def test_the_last_task_of_a_lab_takes_its_cgroup_and_an_emptied_department_with_
     launch(tree, 100, group="L1", cpu=0.5, memory=GIB // 4)
     launch(tree, 200, group="D1", cpu=0.5, memory=GIB // 4)
     tree.hierarchy.driver.procs["D2/L1/task-1"] = []
-    tree.check(["1"], "exit")
+    on_loop(tree, lambda: tree.check(["1"], "exit"))
     asyncio.run(tree.tree.settled())
     assert not {"D2/L1", "D2"} & tree.hierarchy.driver.cgroups and "D1" in tree.hierarchy.driver.cgroups
 
@@ -151,9 +151,9 @@ def test_a_group_that_ran_alone_weighs_less_and_its_history_survives_a_restart(t
     stage = daemon.fair_share
     now = time.time()
     stage.counted("A", "A", 5_000_000)  # A's cgroup's cumulative CPU counter, as the sampler reads it…
-    stage.tick(now - 3600, 0.0)
+    on_loop(daemon, lambda: stage.tick(now - 3600, 0.0))
     stage.counted("A", "A", 5_000_000 + 7200 * 10**6)  # …rose by the whole host's 2 cores…
-    stage.tick(now, 3600.0)  # …over the last hour (an injected clock)
+    on_loop(daemon, lambda: stage.tick(now, 3600.0))  # …over the last hour (an injected clock)
     weights = daemon.policy.effective
     assert weights["A"] < 0.6 and weights["B"] == 1.0  # 2^-(U/S) = 2^-(1/0.5) = 0.25, floored at none
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)

@@ -21,7 +21,7 @@ from governor.errors import CgroupError, CgroupWriteError, ConfigError, Governor
 from governor.metrics import Metrics
 from governor.protocol import Peer, StatusRequest
 from governor.state import Task
-from test_daemon import GIB, daemon  # noqa: F401  (the fixture)
+from test_daemon import GIB, daemon, on_loop  # noqa: F401  (the fixture)
 
 GOVERNOR = str(Path(sys.executable).with_name("governor"))
 SCENARIO = Path(__file__).resolve().parents[2] / "configs" / "scenarios" / "paper.toml"
@@ -106,7 +106,7 @@ def test_cgroups_a_killed_daemon_left_without_records_are_cleaned_at_start(daemo
         driver.create(rel)
     driver.procs["A/task-1"] = [100]
     driver.procs["B/task-9"] = [900]  # a live process without a record: left, and named
-    daemon.readopt()
+    on_loop(daemon, lambda: daemon.readopt())
     assert "A/task-2" not in driver.cgroups and "C" not in driver.cgroups
     assert {"A/task-1", "B/task-9"} <= driver.cgroups
     assert any("B/task-9 holds pids [900]" in e["message"] for e in daemon.events)

@@ -40,6 +40,7 @@ def test_a_task_past_a_gpu_quota_waits_naming_it_though_a_gpu_is_free(daemon, gr
         [waiting] = daemon.status()["queue"]
         assert words in waiting["reason"] and len(daemon.tasks.free_gpus(2)) == 1
         await second.aclose()
+        await daemon.settled()
 
     asyncio.run(scenario())
     assert launch(daemon, 102, group="A" if group == "B" else "B", cpu=0.1, memory=GIB // 8, gpu=1)["gpus"]

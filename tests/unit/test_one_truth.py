@@ -24,7 +24,7 @@ from governor.config import parse_config
 from governor.metrics import Metrics
 from governor.protocol import ExplainRequest, Peer, PsRequest, StatusRequest
 from governor.units import format_amount
-from test_daemon import GIB, launch, make_daemon
+from test_daemon import GIB, launch, make_daemon, on_loop
 
 CONFIG = """
 [capacity]
@@ -122,7 +122,7 @@ def test_an_idle_sessions_reservation_is_what_it_uses_not_its_cap(daemon):
     daemon.use(parse_config(CONFIG.replace("enabled = false", 'memory = "3G"\ncpu = 0.5'), "t.toml"))
     daemon.sessions.real_uid = daemon.sessions.effective_uid = lambda pid: 0
     daemon.owners.owner = lambda uid: ("root", "A")
-    daemon.govern_process(500, 0)  # root's session, cap 3G of 4G
+    on_loop(daemon, lambda: daemon.govern_process(500, 0))  # root's session, cap 3G of 4G
     session = daemon.tasks.get("session-0")
     daemon.usage[session.cgroup] = {"memory": 20 * 1024**2}
     reply = launch(daemon, 600, group="B", cpu=0.5, memory=2 * GIB, wait=False)  # 2G fits beside 20M
