@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from governor.accounting import ENDED_KEPT, STOP, TIME_LIMIT, Ended, ended_from_saved, exit_words, reason_of
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.stats import CgroupStats
+from governor.daemon.inbox import Exit
 from governor.daemon.journal import Journal
 from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
@@ -149,10 +150,8 @@ class Exits:
             self._learn_exit_status(record, pidfd)
             self.journal.event("task_ended", record.line(trigger))
             ended.append(task.label)
-        if len(ended) == 1:
-            self.settle.soon(f"{trigger} of {ended[0]}", since=since)
-        elif ended:
-            self.settle.soon(f"{trigger} of {len(ended)} tasks", since=since)
+        if ended:
+            self.settle.put(Exit(trigger, tuple(ended), since))
 
     def restore_ended(self) -> None:
         """Take back the ended records the last daemon saved (``ps --ended`` outlives a

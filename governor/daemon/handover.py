@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from governor.cgroups.hierarchy import Hierarchy, Location
+from governor.daemon import inbox
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
 from governor.daemon.settle import Settle
@@ -212,7 +213,7 @@ class Handover:
             self.tasks.drained(gpu)
             since = f"since task {ended} ended" if ended else "at the daemon's start"
             self.journal.event("gpu_free", f"GPU {gpu} is free: no process holds it {since}")
-            self.settle.soon(f"GPU {gpu} handed over")
+            self.settle.put(inbox.Handover(gpu))
         if freed:
             self._later = asyncio.get_running_loop().call_later(SWEEP_AFTER_HANDOVER_S, self.sweep)
         return not self.tasks.draining()

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.stats import CgroupStats
 from governor.daemon.enforcement import Enforcement
+from governor.daemon import inbox
 from governor.daemon.fairshare import FairShareStage
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
@@ -231,7 +232,7 @@ class Observation:
             idle = [group for group, cores in guarantees.items() if use[group] < SATURATION * cores]
             enforcement.hold(False, f"{', '.join(idle) or 'a group'} uses less than its CPU guarantee: the others "
                                     "may borrow it again")
-        self.settle.soon("saturation" if saturated else "slack")
+        self.settle.put(inbox.Sample(saturated))
 
     # ── the snapshot ────────────────────────────────────────────────────────────────────
 

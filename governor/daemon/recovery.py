@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from governor.cgroups.hierarchy import Hierarchy
+from governor.daemon.inbox import Reload
 from governor.daemon.exits import Exits
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy, clash
@@ -135,7 +136,7 @@ class Recovery:
         # Their caps planned again under the config in force (its inventory's device rules), in
         # the one plan with the root's and the groups', once their processes are in every
         # hierarchy (_rejoin); refusals are error events.
-        self.settle.now("re-adoption", full=True)
+        self.settle.now(Reload("re-adoption", full=True))
         self._clean_unrecorded({t.cgroup for t in tasks})
 
     def _forget_dead(self, task: Task, holding: str) -> None:

@@ -21,6 +21,7 @@ from governor.cgroups.hierarchy import Hierarchy
 from governor.config import Config
 from governor.gpus import GpuInventory
 from governor.daemon.enforcement import Enforcement
+from governor.daemon.inbox import Reload
 from governor.daemon.exits import Exits
 from governor.daemon.journal import Journal, vector
 from governor.daemon.launches import Launches
@@ -214,7 +215,7 @@ class Daemon:
         self.gpu_guard.start()  # before the first session is made: none opens a GPU meanwhile
         self.readopt(records)
         self.handover.start()
-        self.settle.now("start")
+        self.settle.now(Reload("start"))
         self.sessions.follow_processes()
         self.rescan("start")
         await self.tree.settled()  # the first clients find the sessions made and joined

@@ -22,6 +22,7 @@ import psutil
 
 from governor.cgroups.hierarchy import Hierarchy
 from governor.daemon.enforcement import Enforcement
+from governor.daemon.inbox import Session
 from governor.daemon.exits import Exits
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
@@ -346,4 +347,4 @@ class Sessions:
         if self.enforcement.cpu_saturated:  # measured without this session: the next sample decides again
             self.enforcement.hold(False, f"the session of {session.user} starts: groups are no longer held to "
                                          "their CPU guarantees")
-        self.settle.soon(f"session of {session.user} started")
+        self.settle.put(Session(session.user))

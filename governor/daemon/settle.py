@@ -1,5 +1,6 @@
 """Settle: the one pipeline every event goes through (DESIGN.md §4), and the only caller of a
-refill. Events (a launch, exits, a session, a reload, a hold) ask for a settle; those of one
+refill. Events (:mod:`governor.daemon.inbox`: a launch, exits, a session, a reload, a
+sample, a GPU handed over) are put in its inbox; those of one
 turn of the event loop, or of the :data:`SETTLE_GAP_S` since the last settle, are settled
 together (Mesos's coalescing ``allocate()``)::
 
@@ -23,6 +24,7 @@ from governor import vocabulary
 from governor.admission import Waiting, admit
 from governor.cgroups.hierarchy import Hierarchy
 from governor.daemon.enforcement import Enforcement
+from governor.daemon.inbox import Event, Exit, Reload
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
@@ -86,15 +88,11 @@ class Settle:
         self._running: asyncio.Task | None = None  # the settle under way
         self._settled_at = 0.0  # time.perf_counter() when the last settle ended
 
-    def soon(self, trigger: str, *, refill: bool = True, since: float | None = None) -> asyncio.Future:
-        """Settle once for every event of this turn of the event loop, or of the
-        :data:`SETTLE_GAP_S` since the last settle (later still while one runs).
-
-        Args:
-            trigger: what happened, for the log and status (``launch of task 7``).
-            refill: False when nothing but the queue changed (a client left it).
-            since: ``time.perf_counter()`` when the event was seen (default: now), from which
-                the refill's delay is measured.
+    def put(self, event: Event) -> asyncio.Future:
+        """Settle once for ``event`` and every other of this turn of the event loop, or of the
+        :data:`SETTLE_GAP_S` since the last settle (later still while one runs). The refill's
+        delay is measured from the event's ``since`` (an :class:`~governor.daemon.inbox.Exit`;
+        others: now).
 
         Returns:
             A future done once settled, which raises what settling raised (also logged).
@@ -102,7 +100,19 @@ class Settle:
         Raises:
             RuntimeError: no event loop runs in this thread (the daemon runs on one).
         """
-        since = time.perf_counter() if since is None else since
+        since = event.since if isinstance(event, Exit) and event.since is not None else time.perf_counter()
+        return self._soon(event.trigger, event.refill, since)
+
+    def now(self, event: Reload) -> None:
+        """Refill now, for an operation whose reply must find its change in force (a reload,
+        a weight set, a restart); waiting tasks are admitted by the next settle. With
+        ``event.full`` (a reload, a restart), every running task's caps are planned and applied
+        again too (:meth:`Enforcement.refill <governor.daemon.enforcement.Enforcement.refill>`)."""
+        self._refill_now(event.trigger, True, time.perf_counter(), event.full)
+        if self.queue:
+            self._soon(event.trigger, False, time.perf_counter())
+
+    def _soon(self, trigger: str, refill: bool, since: float) -> asyncio.Future:
         loop = asyncio.get_running_loop()
         batch = self._batch
         if batch is None:
@@ -113,15 +123,6 @@ class Settle:
         batch.since = min(batch.since, since)
         batch.latest = time.perf_counter()
         return batch.done
-
-    def now(self, trigger: str, *, full: bool = False) -> None:
-        """Refill now, for an operation whose reply must find its change in force (a reload,
-        a weight set, a restart); waiting tasks are admitted by the next settle. With ``full``
-        (a reload, a restart), every running task's caps are planned and applied again too
-        (:meth:`Enforcement.refill <governor.daemon.enforcement.Enforcement.refill>`)."""
-        self._refill_now(trigger, True, time.perf_counter(), full)
-        if self.queue:
-            self.soon(trigger, refill=False)
 
     async def drain(self) -> None:
         """Wait until every settle asked for so far is done (the daemon stopping; or

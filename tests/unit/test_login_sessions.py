@@ -11,6 +11,7 @@ import pytest
 from governor.cgroups.limits import CgroupLimits, IoMax
 from governor.cgroups.systemd import SliceDriver, unit_properties
 from governor.config import parse_config
+from governor.daemon.inbox import Reload
 from governor.errors import CgroupUnsupported, CgroupWriteError
 from governor.limits import held_login_limits, inside_root
 from governor.state import Task
@@ -153,13 +154,13 @@ def test_held_groups_hold_a_login_session_to_its_part_of_the_guarantee(systemd):
     daemon.hierarchy.driver.create("B/task-9")
     daemon.tasks.add(Task("9", "B", 9, 0, "root", ("x",), {"cpu": 2.0, "memory": 3.0 * GIB}, 0.0))
     daemon.enforcement.cpu_saturated = True
-    daemon.settle.now("saturation")
+    daemon.settle.now(Reload("saturation"))
     fraction = float(daemon.allocation.groups["A"].tasks)
     assert 0.7 < fraction < 0.8  # memory is contended: A gets 3/4 of its demand
     assert "A" not in daemon.hierarchy.driver.cgroups  # its quota is its slice's
     assert systemctl.calls[-1][5:] == [f"CPUQuota={math.ceil(fraction * 50)}%"]
     daemon.enforcement.cpu_saturated = False
-    daemon.settle.now("slack")
+    daemon.settle.now(Reload("slack"))
     assert systemctl.calls[-1][5:] == ["CPUQuota=50%"]
 
 
@@ -223,6 +224,6 @@ def test_a_user_in_her_logind_slice_and_in_governors_session_counts_one_session_
     assert {t.id for t in daemon.tasks} == {"login-1", "session-1"}
     assert daemon.tasks.demands()["A"] == {"cpu": 0.5, "memory": 3 * GIB}
     assert daemon.status()["groups"]["A"]["demand"]["cpu"] == 0.5
-    daemon.settle.now("test")
+    daemon.settle.now(Reload("test"))
     assert daemon.allocation.groups["A"].allocation["cpu"] == 0.5  # all of its one session's demand
     assert "A" in daemon.hierarchy.driver.cgroups  # counted inside, where its session cgroup is
