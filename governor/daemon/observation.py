@@ -58,6 +58,8 @@ class Observation:
             other stages (the snapshot shows them all); fair_share: told each sample's
             cumulative CPU counters of the groups and login sessions, and each task that ended
             (``[fairshare]``), if any.
+        gpu_guard: the GPU guard outside governor's tasks, for status
+            (:meth:`GpuGuard.describe <governor.daemon.gpu_guard.GpuGuard.describe>`).
 
     Attributes:
         started: when the daemon started (unix s).
@@ -66,7 +68,8 @@ class Observation:
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tasks: Tasks, policy: Policy, enforcement: Enforcement,
-                 settle: Settle, journal: Journal, fair_share: FairShareStage | None = None):
+                 settle: Settle, journal: Journal, gpu_guard: Callable[[], dict],
+                 fair_share: FairShareStage | None = None):
         self.hierarchy = hierarchy
         self.fair_share = fair_share
         self.tasks = tasks
@@ -86,8 +89,7 @@ class Observation:
         self._forgotten: set[str] | None = None  # cgroups forgotten while the sampler reads
         self._group_at: dict[str, str] = {}  # a group's cgroup → the group, as last sampled
         self._gpus_sampled = float("-inf")  # when NVML was last asked (monotonic s)
-        # The GPU guard outside governor's tasks, for status (set by the composition root).
-        self.gpu_guard: Callable[[], dict] = lambda: {"kind": "tasks", "guarded": [], "notes": []}
+        self.gpu_guard = gpu_guard
 
     # ── sampling ────────────────────────────────────────────────────────────────────────
 

@@ -128,9 +128,10 @@ class Daemon:
         self.fair_share = FairShareStage(directory=store.directory, policy=self.policy, tasks=self.tasks,
                                          settle=self.settle, journal=self.journal)
         self.tree.read_before_removal = self.fair_share.removed
+        self.gpu_guard = GpuGuard(hierarchy=hierarchy, policy=self.policy, journal=self.journal, registry=registry)
         self.observation = Observation(hierarchy=hierarchy, tasks=self.tasks, policy=self.policy,
                                        enforcement=self.enforcement, settle=self.settle, journal=self.journal,
-                                       fair_share=self.fair_share)
+                                       gpu_guard=self.gpu_guard.describe, fair_share=self.fair_share)
         self.exits = Exits(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                            records=self.records, settle=self.settle, observation=self.observation,
                            journal=self.journal)
@@ -138,12 +139,10 @@ class Daemon:
         self.handover = Handover(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, settle=self.settle,
                                  journal=self.journal)
         self.settle.drain_gpus = self.handover.drain
-        self.gpu_guard = GpuGuard(hierarchy=hierarchy, policy=self.policy, journal=self.journal, registry=registry)
-        self.observation.gpu_guard = self.gpu_guard.describe
         self.sessions = Sessions(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                                  records=self.records, settle=self.settle, enforcement=self.enforcement,
-                                 exits=self.exits, journal=self.journal, host_pids=host_pids, registry=registry)
-        self.sessions.moved_in = self.handover.moved
+                                 exits=self.exits, journal=self.journal, host_pids=host_pids, registry=registry,
+                                 moved_in=self.handover.moved)
         self.recovery = Recovery(hierarchy=hierarchy, tree=self.tree, store=store, tasks=self.tasks,
                                  policy=self.policy, exits=self.exits, journal=self.journal, settle=self.settle)
         self.launches = Launches(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, store=store,

@@ -71,16 +71,15 @@ class Sessions:
             session's end; journal: events.
         host_pids: every process id on the host (``psutil.pids``).
         registry: this host's daemons: a process in another daemon's cgroups is that one's.
-
-    Attributes:
-        moved_in: called on the loop with each pid once its move into a session is done (set
-            by the composition root: :meth:`Handover.moved
-            <governor.daemon.handover.Handover.moved>`, which ends it if it holds a GPU open).
+        moved_in: called on the loop with each pid once its move into a session is done
+            (:meth:`Handover.moved <governor.daemon.handover.Handover.moved>`, which ends it
+            if it holds a GPU open).
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, records: Records,
                  settle: Settle, enforcement: Enforcement, exits: Exits, journal: Journal,
-                 host_pids: Callable[[], Iterable[int]], registry: Registry | None):
+                 host_pids: Callable[[], Iterable[int]], registry: Registry | None,
+                 moved_in: Callable[[int], None]):
         self.hierarchy = hierarchy
         self.tree = tree
         self.policy = policy
@@ -93,7 +92,7 @@ class Sessions:
         self.host_pids = host_pids
         self.registry = registry
         self.process_events: ProcessEvents | None = None
-        self.moved_in: Callable[[int], None] = lambda pid: None
+        self.moved_in = moved_in
         self.reset()
 
     def reset(self) -> None:
