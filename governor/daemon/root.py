@@ -151,36 +151,6 @@ class Daemon:
                                  settle=self.settle, exits=self.exits, sessions=self.sessions,
                                  observation=self.observation, journal=self.journal, notifier=self.notifier,
                                  gpu_guard=self.gpu_guard, load_config=load_config)
-        # The control server's handler, and what tools and tests ask of a daemon.
-        self.handle = self.requests.handle
-        self.stream = self.requests.stream
-        self.watch = self.requests.watch
-        self.ps = self.requests.ps
-        self.status = self.observation.status
-        self.explain = self.requests.explain
-        self.reload = self.requests.reload
-        self.set_weight = self.requests.set_weight
-        self.use = self.requests.use
-        self.check = self.exits.check
-        self.govern_process = self.sessions.govern_process
-        self.rescan = self.sessions.rescan
-        self.readopt = self.recovery.readopt
-        self.sample = self.observation.sample
-
-    # What status shows, by the names the daemon's tools and tests use.
-    config = property(lambda self: self.policy.config)
-    owners = property(lambda self: self.policy.owners)
-    events = property(lambda self: self.journal.events)
-    ended = property(lambda self: self.exits.ended)
-    allocation = property(lambda self: self.enforcement.allocation)
-    filling = property(lambda self: self.enforcement.filling)
-    cpu_saturated = property(lambda self: self.enforcement.cpu_saturated)
-    usage = property(lambda self: self.observation.usage,
-                     lambda self, usage: setattr(self.observation, "usage", usage))
-    host_pids = property(lambda self: self.sessions.host_pids,
-                         lambda self, pids: setattr(self.sessions, "host_pids", pids))
-    load_config = property(lambda self: self.requests.load_config,
-                           lambda self, load: setattr(self.requests, "load_config", load))
 
     def _entry(self) -> DaemonEntry:
         """This daemon as the others see it (:mod:`governor.daemons`)."""
@@ -212,11 +182,11 @@ class Daemon:
                 self.registry.claim_sessions(self._entry())  # again: now with its root and socket
         self.exits.start()
         self.gpu_guard.start()  # before the first session is made: none opens a GPU meanwhile
-        self.readopt(records)
+        self.recovery.readopt(records)
         self.handover.start()
         self.settle.now(Reload("start"))
         self.sessions.follow_processes()
-        self.rescan("start")
+        self.sessions.rescan("start")
         await self.tree.settled()  # the first clients find the sessions made and joined
         await server.start_serving()
         if self.metrics:
@@ -307,7 +277,7 @@ class Daemon:
         self.exits.save_ended()
         due = [task.id for task in self.observation.in_turn("reconcile", list(self.tasks), RECONCILED_TASKS)]
         for start in range(0, len(due), STEP):
-            self.check(due[start:start + STEP], "reconcile")
+            self.exits.check(due[start:start + STEP], "reconcile")
             yield
 
     async def _rescan_all(self) -> None:
@@ -318,7 +288,7 @@ class Daemon:
         if config is self.policy.config:
             self.policy.refresh_members(members)
         self.journal.changed()
-        self.rescan("periodic rescan")
+        self.sessions.rescan("periodic rescan")
 
     def _reload_on_signal(self) -> None:
         # The handler only starts it: the file is parsed on a thread (Requests.reload_off_loop).

@@ -38,7 +38,7 @@ def without_uuids(inventory):
 
 def restarted(tmp_path, driver, inventory):
     daemon = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: inventory)
-    on_loop(daemon, lambda: daemon.readopt())
+    on_loop(daemon, lambda: daemon.recovery.readopt())
     return daemon
 
 
@@ -56,8 +56,8 @@ def test_a_restart_with_the_gpus_reordered_finds_each_held_gpu_by_identity(tmp_p
     assert alice["gpus"] == (["GPU-bbbb"] if known(REORDERED).gpus[0].uuid else ["1"])
     [record] = [t for t in again.store.load_all()[0] if t.id == "1"]
     assert record.gpu_identities == (known(INVENTORY).gpus[0].identity,)
-    again.load_config = lambda: parse_config(CONFIG, "test.toml")
-    again.reload("the same list")  # nothing moves
+    again.requests.load_config = lambda: parse_config(CONFIG, "test.toml")
+    again.requests.reload("the same list")  # nothing moves
     assert again.tasks.get("1").gpus == (1,) and again.tasks.get("2").gpus == (0,)
 
 
@@ -81,8 +81,8 @@ def test_a_reload_that_reorders_the_gpus_re_maps_the_held_ones(gpus):
     launch(gpus, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)  # nvidia0
     launch(gpus, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)  # nvidia1
     gpus.policy.find_gpus = lambda spec, control: REORDERED
-    gpus.load_config = lambda: parse_config(CONFIG, "test.toml")
-    gpus.reload("test")
+    gpus.requests.load_config = lambda: parse_config(CONFIG, "test.toml")
+    gpus.requests.reload("test")
     assert [(t.id, t.gpus) for t in gpus.tasks] == [("1", (1,)), ("2", (0,))]  # launch order kept
     assert gpus.tasks.gpu_holders() == {1: "1", 0: "2"}
     assert gpus.policy.denied_devices(gpus.tasks.get("1").gpus) == (GPU1,)
@@ -98,7 +98,7 @@ def test_an_older_record_holding_indices_is_taken_as_todays_inventorys_and_writt
     again = restarted(tmp_path, driver, INVENTORY)
     assert again.tasks.get("1").gpus == (1,)
     assert json.loads(path.read_text())["gpus"] == [{"device": "195:1", "uuid": "GPU-bbbb"}]
-    assert any(e["kind"] == "record" and "its record holds GPUs by index" in e["message"] for e in again.events)
+    assert any(e["kind"] == "record" and "its record holds GPUs by index" in e["message"] for e in again.journal.events)
     path.write_text(json.dumps({**json.loads(path.read_text()), "gpus": [2]}))
     with pytest.raises(GovernorError, match=r"holds GPU 2 \(by index: an older record\) and this config lists 2 GPUs"):
         make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: INVENTORY).recovery.load()
@@ -125,7 +125,7 @@ def test_a_restart_that_turns_gpus_on_rejoins_the_processes_before_asking_whethe
     driver.procs["A/task-1"], driver.elsewhere["A/task-1"] = [], [100]
     again = restarted(tmp_path, driver, INVENTORY)
     assert [t.id for t in again.tasks] == ["1"] and driver.procs["A/task-1"] == [100]
-    assert any("pid(s) 100 put into the hierarchies" in e["message"] for e in again.events)
+    assert any("pid(s) 100 put into the hierarchies" in e["message"] for e in again.journal.events)
     assert asyncio.run(again.requests.stop(["1"], access.identify(0, 0))) == {"stopped": ["1"]}
     assert driver.killed == ["A/task-1"] and not again.tasks
 
@@ -141,8 +141,8 @@ def reload_during_the_make(daemon, inventory, nodes):
             daemon.settle.tree.call = call
             daemon.policy.find_gpus = lambda spec, control: inventory
             config = CONFIG.replace('gpus = ["/dev/nvidia0", "/dev/nvidia1"]', f"gpus = {nodes}")
-            daemon.load_config = lambda: parse_config(config, "test.toml")
-            daemon.reload("test")
+            daemon.requests.load_config = lambda: parse_config(config, "test.toml")
+            daemon.requests.reload("test")
         return made
 
     daemon.settle.tree.call = make_then_reload
@@ -180,15 +180,15 @@ def test_a_reload_that_reorders_the_gpus_re_maps_the_draining_ones(gpus):
     launch(gpus, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)  # nvidia0
     launch(gpus, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)  # nvidia1
     gpus.hierarchy.driver.procs["A/task-1"] = []
-    on_loop(gpus, lambda: gpus.check(["1"], "exit"))
+    on_loop(gpus, lambda: gpus.exits.check(["1"], "exit"))
     assert gpus.tasks.draining() == {0: "1"}
     gpus.policy.find_gpus = lambda spec, control: REORDERED
-    gpus.load_config = lambda: parse_config(CONFIG, "test.toml")
-    gpus.reload("test")
+    gpus.requests.load_config = lambda: parse_config(CONFIG, "test.toml")
+    gpus.requests.reload("test")
     assert gpus.tasks.gpu_holders() == {0: "2"} and gpus.tasks.draining() == {1: "1"}
     assert gpus.tasks.free_gpus(2) == []
     gpus.policy.find_gpus = lambda spec, control: replace(REORDERED, gpus=REORDERED.gpus[:1])
-    gpus.reload("nvidia0 dropped")  # a GPU governor no longer governs has nothing to hand over
+    gpus.requests.reload("nvidia0 dropped")  # a GPU governor no longer governs has nothing to hand over
     assert gpus.tasks.draining() == {}
 
 
@@ -203,7 +203,7 @@ def test_a_dead_tasks_record_holding_a_dropped_gpu_is_removed_and_the_daemon_sta
     again = restarted(tmp_path, driver, replace(INVENTORY, gpus=INVENTORY.gpus[:1]))
     assert [t.id for t in again.tasks] == ["1"] and [t.id for t in again.store.load_all()[0]] == ["1"]
     assert any(e["kind"] == "cleanup" and "task 2" in e["message"] and "ended while no daemon ran" in e["message"]
-               for e in again.events)
+               for e in again.journal.events)
     assert "B/task-2" not in driver.cgroups
 
 
@@ -220,9 +220,9 @@ def test_two_held_gpus_found_at_one_index_are_refused_by_a_reload_and_by_a_resta
     launch(daemon, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)  # GPU-aaaa
     launch(daemon, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)  # 195:1, no UUID
     daemon.policy.find_gpus = lambda spec, control: CLASHING
-    daemon.load_config = lambda: parse_config(CONFIG, "test.toml")
+    daemon.requests.load_config = lambda: parse_config(CONFIG, "test.toml")
     with pytest.raises(RequestError) as refused:
-        daemon.reload("test")
+        daemon.requests.reload("test")
     assert refused.value.code == "invalid_config"
     assert "tasks 1 and 2 would both hold GPU 0 (/dev/nvidia1)" in refused.value.message
     assert daemon.tasks.gpu_holders() == {0: "1", 1: "2"} and daemon.policy.gpus is NO_UUID
@@ -235,7 +235,7 @@ def test_two_held_gpus_found_at_one_index_are_refused_by_a_reload_and_by_a_resta
     assert again.tasks.gpu_holders() == {0: "2"} and [t.id for t in again.store.load_all()[0]] == ["2"]
     assert any(e["kind"] == "cleanup" and e["message"].startswith("task 1 ended while no daemon ran: its record, "
                                                                   "holding GPU 0, which task 2 holds too")
-               for e in again.events)
+               for e in again.journal.events)
 
 
 def test_two_gpus_of_one_task_found_at_one_index_are_not_located():

@@ -116,9 +116,9 @@ def test_the_daemon_leaves_another_daemons_processes_alone(tmp_path):
 
     daemon.hierarchy.locate = locate
     # In the other daemon's task: its stop must find it.
-    assert not on_loop(daemon, lambda: daemon.govern_process(500, 1))
-    assert on_loop(daemon, lambda: daemon.govern_process(501, 1))  # anywhere else: into the session
+    assert not on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))
+    assert on_loop(daemon, lambda: daemon.sessions.govern_process(501, 1))  # anywhere else: into the session
     request = LaunchRequest(pid=500, group="A", demand={"memory": 1 << 30}, command=("x",))
     with pytest.raises(RequestError) as refused:
-        asyncio.run(anext(daemon.stream(request, Peer(pid=500, uid=0, gid=0))))
+        asyncio.run(anext(daemon.requests.stream(request, Peer(pid=500, uid=0, gid=0))))
     assert refused.value.code == "forbidden" and "governor run --socket /run/gov-b.sock" in refused.value.message

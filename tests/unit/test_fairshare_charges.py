@@ -151,13 +151,13 @@ def test_the_daemon_charges_short_tasks_from_their_groups_counter_read_before_re
         reply = launch(daemon, pid, group="lab-b", cpu=0.6, memory=1 << 20)
         driver.stats["lab-b"] = CgroupStats(600_000, 0, 0, 0)  # its new cgroup's counter: 0.6 s
         driver.procs[f"lab-b/task-{reply['task']}"] = []
-        on_loop(daemon, lambda: daemon.check([reply["task"]], "exit"))  # ended before the tick: its group's cgroup goes
+        on_loop(daemon, lambda: daemon.exits.check([reply["task"]], "exit"))  # ended before the tick: its group's cgroup goes
         assert "lab-b" not in driver.cgroups
         del driver.stats["lab-b"]
         driver.stats["lab-a"] = CgroupStats(600_000 * second, 0, 0, 0)
         clock.now += 1
         on_loop(daemon, lambda: daemon.observation.sample())
-    past = {group: entry["past_use"] for group, entry in daemon.status()["groups"].items()}
+    past = {group: entry["past_use"] for group, entry in daemon.observation.status()["groups"].items()}
     assert past["lab-b"] == pytest.approx(past["lab-a"], rel=0.05)
     assert past["lab-a"] == pytest.approx(60 * 0.6 / 2, rel=0.01)
     assert past["lab-c"] == pytest.approx(60 * 7 / 8, rel=0.02)  # the idle reservation
@@ -174,7 +174,7 @@ def test_a_task_that_ended_between_ticks_is_charged_its_reservation_up_to_its_en
     on_loop(daemon, lambda: daemon.observation.sample())
     clock.now += 10
     daemon.hierarchy.driver.procs[f"lab-c/task-{reply['task']}"] = []
-    on_loop(daemon, lambda: daemon.check([reply["task"]], "exit"))  # 10 s after the tick
+    on_loop(daemon, lambda: daemon.exits.check([reply["task"]], "exit"))  # 10 s after the tick
     clock.now += 10
     on_loop(daemon, lambda: daemon.observation.sample())
-    assert daemon.status()["groups"]["lab-c"]["past_use"] == pytest.approx(10 * 7 / 8, rel=0.01)
+    assert daemon.observation.status()["groups"]["lab-c"]["past_use"] == pytest.approx(10 * 7 / 8, rel=0.01)

@@ -42,8 +42,8 @@ def test_every_view_shows_hostile_text_as_text(daemon, width):  # noqa: F811
     launch(daemon, 100, group="A", cpu=0.5, memory=GIB)
     daemon.tasks.add(daemon.tasks.get("1").__class__(
         "2", "A", 200, 0, "root", tuple(HOSTILE), {"cpu": 0.5, "memory": GIB}, 0.0, name="[/oops]\x1b[8m"))
-    on_loop(daemon, lambda: daemon.check(["1"], "exit"))  # task 1 ended: an ended record
-    handle = lambda request: over_the_wire(asyncio.run(daemon.handle(request, ROOT)))  # noqa: E731
+    on_loop(daemon, lambda: daemon.exits.check(["1"], "exit"))  # task 1 ended: an ended record
+    handle = lambda request: over_the_wire(asyncio.run(daemon.requests.handle(request, ROOT)))  # noqa: E731
     status, explain = handle(StatusRequest())["status"], handle(ExplainRequest())["explain"]
     running, ended = handle(PsRequest(all=True))["tasks"], handle(PsRequest(all=True, ended=True))["ended"]
     state = TopState(status=status, received=0.0)
