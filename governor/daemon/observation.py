@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.stats import CgroupStats
-from governor.daemon.enforcement import Enforcement
 from governor.daemon import inbox
+from governor.daemon.enforcement import Enforcement
 from governor.daemon.fairshare import FairShareStage
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy

@@ -13,9 +13,10 @@ from governor import access
 from governor.accounting import STOP
 from governor.cgroups.hierarchy import Hierarchy
 from governor.config import Config
-from governor.daemon.inbox import Left, Reload
+from governor.daemon import gpu_places
 from governor.daemon.exits import Exits
 from governor.daemon.gpu_guard import GpuGuard
+from governor.daemon.inbox import Left, Reload
 from governor.daemon.journal import Journal
 from governor.daemon.launches import Launches
 from governor.daemon.observation import Observation
@@ -234,7 +235,7 @@ class Requests:
             self.tasks.update(task)
             if task.gpu_identities != before.gpu_identities:
                 self.settle.records.save_or_retry(task)
-        self.tasks.redrain(self.policy.renumbered(inventory, self.tasks.draining()))
+        self.tasks.redrain(gpu_places.renumbered(inventory, self.policy.gpus, self.tasks.draining()))
         self.sessions.reset()
 
     def reload(self, trigger: str) -> str:

@@ -21,13 +21,13 @@ from governor.cgroups.hierarchy import Hierarchy
 from governor.config import Config
 from governor.gpus import GpuInventory
 from governor.daemon.enforcement import Enforcement
-from governor.daemon.inbox import Reload
 from governor.daemon.exits import Exits
-from governor.daemon.journal import Journal, vector
-from governor.daemon.launches import Launches
 from governor.daemon.fairshare import FairShareStage
 from governor.daemon.gpu_guard import GpuGuard
 from governor.daemon.handover import Handover
+from governor.daemon.inbox import Reload
+from governor.daemon.journal import Journal, vector
+from governor.daemon.launches import Launches
 from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records

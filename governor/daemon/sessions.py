@@ -22,8 +22,8 @@ import psutil
 
 from governor.cgroups.hierarchy import Hierarchy
 from governor.daemon.enforcement import Enforcement
-from governor.daemon.inbox import Session
 from governor.daemon.exits import Exits
+from governor.daemon.inbox import Session
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from governor import vocabulary
 from governor.admission import Waiting, admit
 from governor.cgroups.hierarchy import Hierarchy
+from governor.daemon import gpu_places
 from governor.daemon.enforcement import Enforcement
 from governor.daemon.inbox import Event, Exit, Reload
 from governor.daemon.journal import Journal, vector
@@ -254,7 +255,7 @@ class Settle:
         """Make the admitted tasks' cgroups with their caps, device rules included (before
         :meth:`_move_in`: nothing joins a cgroup before its caps are in force); refuse the
         launches whose cgroup could not be made or limited, or whose GPUs a reload during the
-        make took away (:meth:`Policy.starting <governor.daemon.policy.Policy.starting>`). A
+        make took away (:func:`~governor.daemon.gpu_places.starting`). A
         task that waited starts now (its time limit counts from here)."""
         if not starting:
             return []
@@ -263,13 +264,14 @@ class Settle:
             wanted = round(entry.task.demand.get("gpu", 0))  # admission counted them free
             gpus, free = tuple(free[:wanted]), free[wanted:]
             entry.task = replace(entry.task, started=time.time(), place=self.policy.config.place(entry.task.group),
-                                 gpus=gpus, gpu_identities=self.policy.gpu_identities(gpus))
+                                 gpus=gpus, gpu_identities=gpu_places.identities(self.policy.gpus, gpus))
         made = await self.tree.call(lambda: self.tree.make([entry.task.cgroup for entry in starting]))
         started = []
         for entry, error in zip(starting, made):
             if error is None and not self._gone(entry):
                 try:  # a reload meanwhile may have renumbered the GPUs: found again by identity
-                    entry.task = self.policy.starting(entry.task, {*self.tasks.gpu_holders(), *self.tasks.draining()})
+                    entry.task = gpu_places.starting(self.policy.gpus, entry.task,
+                                                     {*self.tasks.gpu_holders(), *self.tasks.draining()})
                     self.hierarchy.apply(entry.task.cgroup, self.policy.caps(entry.task))
                 except GovernorError as refused:
                     error = refused

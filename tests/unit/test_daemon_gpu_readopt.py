@@ -12,6 +12,7 @@ from test_daemon import GIB, launch, make_daemon, on_loop
 
 from governor import access
 from governor.config import parse_config
+from governor.daemon.gpu_places import denied_devices
 from governor.errors import GovernorError, RequestError
 from governor.gpu_identity import GpuNotFound, locate
 from governor.gpus import Gpu, GpuInventory
@@ -50,7 +51,7 @@ def test_a_restart_with_the_gpus_reordered_finds_each_held_gpu_by_identity(tmp_p
     again = restarted(tmp_path, driver, known(REORDERED))  # [nvidia1, nvidia0]: index 0 is another GPU now
     bob = again.tasks.get("1")
     assert bob.gpus == (1,) and again.tasks.gpu_holders() == {1: "1"}
-    assert again.policy.denied_devices(bob.gpus) == (GPU1,)  # still may open /dev/nvidia0 alone
+    assert denied_devices(again.policy.gpus, bob.gpus) == (GPU1,)  # still may open /dev/nvidia0 alone
     alice = launch(again, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)
     assert again.tasks.get("2").gpus == (0,) and driver.denied["B/task-2"] == (GPU0,)  # /dev/nvidia1
     assert alice["gpus"] == (["GPU-bbbb"] if known(REORDERED).gpus[0].uuid else ["1"])
@@ -85,8 +86,8 @@ def test_a_reload_that_reorders_the_gpus_re_maps_the_held_ones(gpus):
     gpus.requests.reload("test")
     assert [(t.id, t.gpus) for t in gpus.tasks] == [("1", (1,)), ("2", (0,))]  # launch order kept
     assert gpus.tasks.gpu_holders() == {1: "1", 0: "2"}
-    assert gpus.policy.denied_devices(gpus.tasks.get("1").gpus) == (GPU1,)
-    assert gpus.policy.denied_devices(gpus.tasks.get("2").gpus) == (GPU0,)
+    assert denied_devices(gpus.policy.gpus, gpus.tasks.get("1").gpus) == (GPU1,)
+    assert denied_devices(gpus.policy.gpus, gpus.tasks.get("2").gpus) == (GPU0,)
 
 
 def test_an_older_record_holding_indices_is_taken_as_todays_inventorys_and_written_by_identity(tmp_path):
