@@ -60,16 +60,17 @@ class Observation:
             (``[fairshare]``), if any.
         gpu_guard: the GPU guard outside governor's tasks, for status
             (:meth:`GpuGuard.describe <governor.daemon.gpu_guard.GpuGuard.describe>`).
+        usage: kept up to date here, read by settle too: cgroup → its use over the last two
+            samples (:func:`governor.usage.usage`: cores, bytes, bytes/s); a group's includes
+            its login sessions'.
 
     Attributes:
         started: when the daemon started (unix s).
-        usage: cgroup → its use over the last two samples (:func:`governor.usage.usage`:
-            cores, bytes, bytes/s); a group's includes its login sessions'.
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tasks: Tasks, policy: Policy, enforcement: Enforcement,
                  settle: Settle, journal: Journal, gpu_guard: Callable[[], dict],
-                 fair_share: FairShareStage | None = None):
+                 usage: dict[str, dict[str, float]], fair_share: FairShareStage | None = None):
         self.hierarchy = hierarchy
         self.fair_share = fair_share
         self.tasks = tasks
@@ -78,7 +79,7 @@ class Observation:
         self.settle = settle
         self.journal = journal
         self.started = time.time()
-        self.usage: dict[str, dict[str, float]] = {}
+        self.usage = usage
         self._samples: dict[str, Sample] = {}
         self._satisfied: dict[str, float] = {}  # groups that used less while held: their use then
         self._turns: dict[str, int] = {}  # periodic work done in turn → where it starts next

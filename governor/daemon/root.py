@@ -121,17 +121,18 @@ class Daemon:
         self.records = Records(store, self.tasks, self.journal)
         self.enforcement = Enforcement(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks,
                                        journal=self.journal, metrics=metrics)
+        usage: dict[str, dict[str, float]] = {}  # measured by observation, counted by settle's admission
         self.settle = Settle(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                              queue=self.queue, records=self.records, enforcement=self.enforcement,
                              journal=self.journal, notifier=self.notifier,
-                             used=lambda rel: self.observation.usage.get(rel), metrics=metrics)
+                             usage=usage, metrics=metrics)
         self.fair_share = FairShareStage(directory=store.directory, policy=self.policy, tasks=self.tasks,
                                          settle=self.settle, journal=self.journal)
         self.tree.read_before_removal = self.fair_share.removed
         self.gpu_guard = GpuGuard(hierarchy=hierarchy, policy=self.policy, journal=self.journal, registry=registry)
         self.observation = Observation(hierarchy=hierarchy, tasks=self.tasks, policy=self.policy,
                                        enforcement=self.enforcement, settle=self.settle, journal=self.journal,
-                                       gpu_guard=self.gpu_guard.describe, fair_share=self.fair_share)
+                                       gpu_guard=self.gpu_guard.describe, usage=usage, fair_share=self.fair_share)
         self.exits = Exits(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                            records=self.records, settle=self.settle, observation=self.observation,
                            journal=self.journal)

@@ -53,7 +53,8 @@ class Settle:
         policy: the config in force; tasks: the running tasks; queue: task id → the launch
             waiting for it (:class:`~governor.queue.Entry`); records: their records.
         enforcement: the refill; journal: events; notifier: systemd's STATUS line.
-        used: cgroup → its measured use (a session holds what it uses: admission counts it).
+        usage: cgroup → its measured use, as observation keeps it (a session holds what it
+            uses: admission counts it).
         metrics: optional sink with ``admitted(waited_seconds)``.
 
     Attributes:
@@ -69,7 +70,7 @@ class Settle:
 
     def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, queue: dict[str, Entry],
                  records: Records, enforcement: Enforcement, journal: Journal, notifier: Notifier,
-                 used: Callable[[str], Mapping[str, float] | None], metrics=None):
+                 usage: Mapping[str, Mapping[str, float]], metrics=None):
         self.hierarchy = hierarchy
         self.tree = tree
         self.policy = policy
@@ -79,7 +80,7 @@ class Settle:
         self.enforcement = enforcement
         self.journal = journal
         self.notifier = notifier
-        self.used = used
+        self.usage = usage
         self.metrics = metrics
         self.admission = None
         self.follow: Callable[[Task, Entry], None] = lambda task, entry: None
@@ -143,7 +144,7 @@ class Settle:
         held = {g: vocabulary.reserved(d) for g, d in self.tasks.demands().items()}
         for session in self.tasks.sessions():
             declared = vocabulary.reserved(session.demand)
-            using = vocabulary.reserved(session.demand, session=True, used=self.used(session.cgroup))
+            using = vocabulary.reserved(session.demand, session=True, used=self.usage.get(session.cgroup))
             group = held.setdefault(session.group, {})
             for resource, amount in declared.items():
                 group[resource] = group.get(resource, 0.0) - amount + using.get(resource, 0.0)

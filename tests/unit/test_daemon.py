@@ -233,7 +233,7 @@ def test_a_refill_after_a_start_writes_group_files_not_the_other_tasks(daemon):
 def test_groups_are_held_to_their_guarantee_only_while_every_one_uses_it(daemon):
     launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)  # 1 core each
-    daemon.observation.usage = {"A": {"cpu": 1.0}, "B": {"cpu": 0.95}}
+    daemon.observation.usage.update({"A": {"cpu": 1.0}, "B": {"cpu": 0.95}})
     on_loop(daemon, lambda: daemon.observation.check_saturation())
     assert daemon.observation.status()["daemon"]["cpu_saturated"]
     assert [daemon.hierarchy.driver.in_force(g)["cpu.max"] for g in ("A", "B")] == ["100000 100000"] * 2
@@ -246,7 +246,7 @@ def test_groups_are_held_to_their_guarantee_only_while_every_one_uses_it(daemon)
 def test_a_launch_releases_the_hold_before_its_cap_is_written(daemon):
     launch(daemon, 100, group="A", cpu=0.5, memory=GIB)
     launch(daemon, 200, group="B", cpu=0.5, memory=GIB)
-    daemon.observation.usage = {"A": {"cpu": 0.5}, "B": {"cpu": 0.5}}
+    daemon.observation.usage.update({"A": {"cpu": 0.5}, "B": {"cpu": 0.5}})
     on_loop(daemon, lambda: daemon.observation.check_saturation())
     assert daemon.hierarchy.driver.in_force("A")["cpu.max"] == "50000 100000"
     launch(daemon, 300, group="A", cpu=1.5, memory=GIB)  # its cap is above A's held quota
