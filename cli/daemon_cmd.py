@@ -78,7 +78,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
             from governor.metrics import Metrics
 
             # Listening first: a taken port or a bad address stops the start before any cgroup is made.
-            metrics = Metrics(lambda: server.status())
+            metrics = Metrics(lambda: server.observation.status())
             metrics.bind(*_metrics_address(metrics_address))
         hierarchy = open_hierarchy(cgroup_root, devices=config.gpus is not None)
         undo.callback(_remove_root, hierarchy)

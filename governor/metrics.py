@@ -1,11 +1,11 @@
 """Prometheus metrics for ``governor daemon --metrics [ADDR:]PORT`` (prometheus-client).
 
 Per-group gauges are read at scrape time from the daemon's status (built once per change and
-shared, :meth:`governor.daemon.Daemon.status`). Counters and the refill histogram are updated
-by the daemon as things happen. With GPUs governed, who holds each GPU comes from the status
-too; what NVML says of them (utilization, memory, per task) from the last sample the daemon's
-sampler thread took (:meth:`Metrics.gpu_sample`, :mod:`governor.daemon.observation`): a scrape
-never calls NVML.
+shared, :meth:`Observation.status <governor.daemon.observation.Observation.status>`). Counters
+and the refill histogram are updated by the daemon as things happen. With GPUs governed, who
+holds each GPU comes from the status too; what NVML says of them (utilization, memory, per
+task) from the last sample the daemon's sampler thread took (:meth:`Metrics.gpu_sample`,
+:mod:`governor.daemon.observation`): a scrape never calls NVML.
 
 Scrapes are served on the daemon's own event loop (:meth:`Metrics.serve`), at most
 :data:`MAX_SCRAPES` at once, each within :data:`SCRAPE_TIMEOUT_S`: prometheus-client's own

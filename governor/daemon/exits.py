@@ -16,12 +16,13 @@ from collections.abc import Iterable
 from governor.accounting import ENDED_KEPT, STOP, TIME_LIMIT, Ended, ended_from_saved, exit_words, reason_of
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.stats import CgroupStats
+from governor.daemon.inbox import Exit
 from governor.daemon.journal import Journal
 from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
 from governor.daemon.settle import Settle
-from governor.daemon.tree import Tree, running_loop
+from governor.daemon.tree import Tree
 from governor.errors import CgroupError, GovernorError
 from governor.events import ExitWatcher
 from governor.exits import exit_status, kernel_keeps_exit_status
@@ -149,10 +150,8 @@ class Exits:
             self._learn_exit_status(record, pidfd)
             self.journal.event("task_ended", record.line(trigger))
             ended.append(task.label)
-        if len(ended) == 1:
-            self.settle.soon(f"{trigger} of {ended[0]}", since=since)
-        elif ended:
-            self.settle.soon(f"{trigger} of {len(ended)} tasks", since=since)
+        if ended:
+            self.settle.put(Exit(trigger, tuple(ended), since))
 
     def restore_ended(self) -> None:
         """Take back the ended records the last daemon saved (``ps --ended`` outlives a
@@ -274,11 +273,10 @@ class Exits:
 
     def _arm_time_limit(self, task: Task) -> None:
         """End ``task`` when its time limit is reached (a re-adopted task: counted from its start)."""
-        loop = running_loop()
-        if task.time_limit is None or loop is None:
+        if task.time_limit is None:
             return
         delay = max(0.0, task.started + task.time_limit - time.time())
-        self._time_limits[task.id] = loop.call_later(delay, self._time_limit_reached, task.id)
+        self._time_limits[task.id] = asyncio.get_running_loop().call_later(delay, self._time_limit_reached, task.id)
 
     def _time_limit_reached(self, task_id: str) -> None:
         self._time_limits.pop(task_id, None)
@@ -295,9 +293,9 @@ class Exits:
             return
         record.exit_status = exit_status(pidfd)
         self._ended_changed = self._ended_changed or record.exit_status is not None
-        loop = running_loop()
-        if record.exit_status is None and tries > 1 and loop is not None:
-            loop.call_later(EXIT_STATUS_RETRY_S, self._learn_exit_status, record, pidfd, tries - 1)
+        if record.exit_status is None and tries > 1:
+            asyncio.get_running_loop().call_later(EXIT_STATUS_RETRY_S, self._learn_exit_status, record, pidfd,
+                                                  tries - 1)
             return
         os.close(pidfd)
         if tries < EXIT_STATUS_TRIES and record.exit_status is not None:

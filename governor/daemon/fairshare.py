@@ -8,6 +8,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+from governor.daemon import inbox
 from governor.daemon.journal import Journal
 from governor.errors import StateFileError
 from governor.fairshare import FairShare, Standing
@@ -191,7 +192,7 @@ class FairShareStage:
         if effective.keys() != old.keys() or any(abs(w / old[g] - 1) > WEIGHT_STEP for g, w in effective.items()):
             self.policy.effective = effective
             if self.tasks:
-                self.settle.soon("fair share: effective weights moved")
+                self.settle.put(inbox.FairShare())
         if self._saved is None or save_due(self._saved, monotonic, config.sample_interval_s):
             history.save()
             self._saved = monotonic

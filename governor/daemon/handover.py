@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from governor.cgroups.hierarchy import Hierarchy, Location
+from governor.daemon import inbox
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
 from governor.daemon.settle import Settle
-from governor.daemon.tree import running_loop
 from governor.errors import CgroupError
 from governor.gpus import GpuInventory
 from governor.kinds import login_id, task_in
@@ -116,16 +116,11 @@ class Handover:
     def drain(self) -> None:
         """Look for the holders of every draining GPU, kill those governor governs, and free
         each GPU none holds; on the event loop, again every :data:`DRAIN_RETRY_S` until every
-        GPU is free, less often while a holder stays (one look at a time). Without a running
-        loop: one look, now."""
+        GPU is free, less often while a holder stays (one look at a time)."""
         if not self.tasks.draining():
             return
-        loop = running_loop()
-        if loop is None:
-            nodes = self._nodes()
-            self._look(self._find(nodes), nodes)
-        elif self._running is None or self._running.done():
-            self._running = loop.create_task(self._drain())
+        if self._running is None or self._running.done():
+            self._running = asyncio.get_running_loop().create_task(self._drain())
 
     def close(self) -> None:
         """Stop looking (the daemon stops; a GPU still draining is drained by no one)."""
@@ -176,15 +171,12 @@ class Handover:
         (one look, on the hand-over thread): where the kernel cannot deny the nodes where
         sessions start (:attr:`~governor.daemon.gpu_guard.GpuGuard.sweeps`), a process that
         opened one before governor moved it into its session is found here."""
-        loop = running_loop()
         inventory = self.policy.gpus
         if inventory is None:
             return
         nodes = {gpu.index: (gpu.major, gpu.minor) for gpu in inventory.gpus}
-        if loop is None:
-            self._end_wrong(self._find(nodes), nodes)
-        elif self._sweeping is None or self._sweeping.done():
-            self._sweeping = loop.create_task(self._sweep(nodes))
+        if self._sweeping is None or self._sweeping.done():
+            self._sweeping = asyncio.get_running_loop().create_task(self._sweep(nodes))
 
     async def _sweep(self, nodes: dict[int, tuple[int, int]]) -> None:
         found = await asyncio.get_running_loop().run_in_executor(self._thread, self._find, nodes)
@@ -195,18 +187,12 @@ class Handover:
         that its session was not given, as the sweep does. It may have started where no guard
         denies the nodes (a cron job in ``system.slice``, where the guard covers the login
         slices) and opened one before the move. Pids moved meanwhile are looked at together,
-        on the hand-over thread; without a running loop, at once."""
-        inventory = self.policy.gpus
-        if inventory is None:
+        on the hand-over thread."""
+        if self.policy.gpus is None:
             return
         self._moved.add(pid)
-        loop = running_loop()
-        if loop is None:
-            pids, self._moved = self._moved, set()
-            nodes = {gpu.index: (gpu.major, gpu.minor) for gpu in inventory.gpus}
-            self._end_wrong(self._find(nodes, pids), nodes, pids)
-        elif self._checking is None or self._checking.done():
-            self._checking = loop.create_task(self._check_moved())
+        if self._checking is None or self._checking.done():
+            self._checking = asyncio.get_running_loop().create_task(self._check_moved())
 
     async def _check_moved(self) -> None:
         while self._moved and self.policy.gpus is not None:
@@ -227,10 +213,9 @@ class Handover:
             self.tasks.drained(gpu)
             since = f"since task {ended} ended" if ended else "at the daemon's start"
             self.journal.event("gpu_free", f"GPU {gpu} is free: no process holds it {since}")
-            self.settle.soon(f"GPU {gpu} handed over")
-        loop = running_loop()
-        if freed and loop is not None:
-            self._later = loop.call_later(SWEEP_AFTER_HANDOVER_S, self.sweep)
+            self.settle.put(inbox.Handover(gpu))
+        if freed:
+            self._later = asyncio.get_running_loop().call_later(SWEEP_AFTER_HANDOVER_S, self.sweep)
         return not self.tasks.draining()
 
     def _end_wrong(self, found: list[Holder], nodes: Mapping[int, tuple[int, int]],

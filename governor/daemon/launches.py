@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 from governor import access
 from governor.cgroups.hierarchy import Hierarchy, Location
+from governor.daemon.inbox import Launch, Left
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
 from governor.daemon.settle import Settle
@@ -92,7 +93,7 @@ class Launches:
         entry = Entry(task, time.time(), peer.pidfd)
         self.queue[task.id] = entry
         try:
-            await asyncio.shield(self.settle.soon(f"launch of task {task.id}"))
+            await asyncio.shield(self.settle.put(Launch(task.id)))
             if not entry.decided and not request.wait:
                 entry.decide(error=RequestError("would_wait", self.waiting_line(task.id)))
             elif not entry.decided:
@@ -115,7 +116,7 @@ class Launches:
                 del self.queue[task.id]
                 if not entry.decided and not self.settle.closing:
                     self.journal.event("left_queue", f"task {task.id} left the queue (its client went away)")
-                    self.settle.soon(f"task {task.id} left the queue", refill=False)
+                    self.settle.put(Left(task.id))
 
     def place(self, task_id: str) -> dict:
         """Where waiting task ``task_id`` stands (:func:`governor.queue.queue_view`)."""

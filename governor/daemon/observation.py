@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.stats import CgroupStats
+from governor.daemon import inbox
 from governor.daemon.enforcement import Enforcement
 from governor.daemon.fairshare import FairShareStage
 from governor.daemon.journal import Journal
@@ -57,15 +58,19 @@ class Observation:
             other stages (the snapshot shows them all); fair_share: told each sample's
             cumulative CPU counters of the groups and login sessions, and each task that ended
             (``[fairshare]``), if any.
+        gpu_guard: the GPU guard outside governor's tasks, for status
+            (:meth:`GpuGuard.describe <governor.daemon.gpu_guard.GpuGuard.describe>`).
+        usage: kept up to date here, read by settle too: cgroup → its use over the last two
+            samples (:func:`governor.usage.usage`: cores, bytes, bytes/s); a group's includes
+            its login sessions'.
 
     Attributes:
         started: when the daemon started (unix s).
-        usage: cgroup → its use over the last two samples (:func:`governor.usage.usage`:
-            cores, bytes, bytes/s); a group's includes its login sessions'.
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tasks: Tasks, policy: Policy, enforcement: Enforcement,
-                 settle: Settle, journal: Journal, fair_share: FairShareStage | None = None):
+                 settle: Settle, journal: Journal, gpu_guard: Callable[[], dict],
+                 usage: dict[str, dict[str, float]], fair_share: FairShareStage | None = None):
         self.hierarchy = hierarchy
         self.fair_share = fair_share
         self.tasks = tasks
@@ -74,7 +79,7 @@ class Observation:
         self.settle = settle
         self.journal = journal
         self.started = time.time()
-        self.usage: dict[str, dict[str, float]] = {}
+        self.usage = usage
         self._samples: dict[str, Sample] = {}
         self._satisfied: dict[str, float] = {}  # groups that used less while held: their use then
         self._turns: dict[str, int] = {}  # periodic work done in turn → where it starts next
@@ -85,8 +90,7 @@ class Observation:
         self._forgotten: set[str] | None = None  # cgroups forgotten while the sampler reads
         self._group_at: dict[str, str] = {}  # a group's cgroup → the group, as last sampled
         self._gpus_sampled = float("-inf")  # when NVML was last asked (monotonic s)
-        # The GPU guard outside governor's tasks, for status (set by the composition root).
-        self.gpu_guard: Callable[[], dict] = lambda: {"kind": "tasks", "guarded": [], "notes": []}
+        self.gpu_guard = gpu_guard
 
     # ── sampling ────────────────────────────────────────────────────────────────────────
 
@@ -231,7 +235,7 @@ class Observation:
             idle = [group for group, cores in guarantees.items() if use[group] < SATURATION * cores]
             enforcement.hold(False, f"{', '.join(idle) or 'a group'} uses less than its CPU guarantee: the others "
                                     "may borrow it again")
-        self.settle.soon("saturation" if saturated else "slack")
+        self.settle.put(inbox.Sample(saturated))
 
     # ── the snapshot ────────────────────────────────────────────────────────────────────
 

@@ -10,13 +10,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 
 from governor import access, vocabulary
-from governor.cgroups.device_rules import Device
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.limits import CgroupLimits
 from governor.config import Config
+from governor.daemon import gpu_places
 from governor.daemons import DaemonEntry, Registry
 from governor.errors import FillingDiverged, GovernorError
-from governor.gpu_identity import GpuIdentity, GpuNotFound, locate
 from governor.gpus import GpuInventory
 from governor.hdrf import TreeNode, hierarchical_filling
 from governor.headroom import check_guarantees_held
@@ -26,7 +25,7 @@ from governor.nvml import discover
 from governor.sessions import NOBODY_UID, SessionOwners
 from governor.state import Task
 
-__all__ = ["Policy", "clash"]
+__all__ = ["Policy"]
 
 log = logging.getLogger("governor.daemon")
 # Distinct (demand, GPUs held) whose caps are kept (tasks that declare the same and hold the
@@ -106,7 +105,7 @@ class Policy:
             unguarded = self.hierarchy.device_guard_problem()
             if unguarded:
                 raise GovernorError(f"{config.file}: capacity.gpus: {unguarded}")
-        remapped = self._remap_held(config, gpus, held)
+        remapped = gpu_places.remap_held(config, self.gpus, gpus, held)
         capacity = config.capacity(float(len(self.cpus)), self.host_memory, len(gpus.gpus) if gpus else 0)
         check_guarantees_held(config, capacity)  # as check-config does: headroom that cannot all be kept
         io_devices = {device.name: self.resolve_device(device.device) for device in config.io_devices}
@@ -128,7 +127,7 @@ class Policy:
 
         def caps(demand: tuple[tuple[str, float], ...], held: tuple[int, ...] | None) -> CgroupLimits:
             limits = task_limits(dict(demand), io_devices=io_devices, memory_mode=memory_mode)
-            denied = () if held is None else self.denied_devices(held)
+            denied = () if held is None else gpu_places.denied_devices(self.gpus, held)
             return replace(limits, devices_denied=denied) if denied else limits
 
         self._task_caps = functools.lru_cache(maxsize=TASK_CAPS_KEPT)(caps)
@@ -150,129 +149,11 @@ class Policy:
 
     def caps(self, task: Task) -> CgroupLimits:
         """``task``'s caps: its declaration, and the device nodes it may not open
-        (:meth:`denied_devices` of its GPUs), one object per distinct demand and GPUs held. A login
-        session's carry no device rules: its slice is systemd's, which has no deny list; the
-        guard on the login slices' parent denies them (DESIGN.md §3)."""
+        (:func:`~governor.daemon.gpu_places.denied_devices` of its GPUs), one object per
+        distinct demand and GPUs held. A login session's carry no device rules: its slice is
+        systemd's, which has no deny list; the guard on the login slices' parent denies them
+        (DESIGN.md §3)."""
         return self._task_caps(tuple(task.demand.items()), None if task.is_login else tuple(task.gpus))
-
-    def _remap_held(self, config: Config, gpus: GpuInventory | None, held: Iterable[Task]) -> list[Task]:
-        """The tasks of ``held`` re-mapped to ``gpus`` where their GPUs' indices or identities
-        differ there. A GPU the new inventory lacks is refused (its task's cgroup allows that
-        GPU's node, and CUDA was told its name), as one it cannot tell from another, and two
-        tasks' GPUs found at one index (:func:`clash`)."""
-        old = self.gpus.gpus if self.gpus is not None else ()
-        held, remapped = list(held), []
-        for task in held:
-            try:
-                indices, identities = locate(task.gpu_identities, gpus.gpus if gpus is not None else ())
-            except GpuNotFound as lost:
-                index = task.gpus[task.gpu_identities.index(lost.identity)]
-                named = ", ".join(filter(None, (old[index].node if index < len(old) else "",
-                                                f"device {lost.identity.device}", lost.identity.uuid)))
-                raise GovernorError(f"{config.file}: capacity.gpus: GPU {index} ({named}) is held by task {task.id} "
-                                    f"and this config {_lacks(lost)}; change it once that task has ended") from None
-            if (indices, identities) != (task.gpus, task.gpu_identities):
-                remapped.append(replace(task, gpus=indices, gpu_identities=identities))
-        moved = {task.id: task for task in remapped}
-        both = clash(moved.get(task.id, task) for task in held)
-        if both is not None:
-            index, first, second = both
-            raise GovernorError(f"{config.file}: capacity.gpus: tasks {first.id} and {second.id} would both hold "
-                                f"GPU {index} ({gpus.gpus[index].node}) under this config: it cannot tell their GPUs "
-                                f"apart; change it once one of them has ended")
-        return remapped
-
-    def readopted(self, task: Task) -> Task:
-        """``task``, read back from its record at a restart, holding its GPUs by their indices
-        in the inventory in force, found by identity; a record written before identities
-        holds indices, taken as today's inventory's (as such a daemon took them).
-
-        Raises:
-            GovernorError: the inventory lacks a GPU the task holds, or cannot tell it from
-                another: the daemon must not start and hand it to another task. The message
-                names the task, the GPU and what to do.
-        """
-        if not task.gpus and not task.gpu_identities:
-            return task
-        gpus = self.gpus.gpus if self.gpus is not None else ()
-
-        def refused(gpu: str, lacks: str) -> GovernorError:
-            return GovernorError(f"{self.config.file}: capacity.gpus: task {task.id} (group {task.group}) holds GPU "
-                                 f"{gpu} and this config {lacks}: the daemon does not start, lest another task get "
-                                 f"it. List that GPU again, start the daemon and stop the task (governor stop "
-                                 f"{task.id}), then change the config")
-
-        identities = task.gpu_identities
-        if not identities:
-            beyond = [index for index in task.gpus if index >= len(gpus)]
-            if beyond:
-                raise refused(f"{beyond[0]} (by index: an older record)", f"lists {len(gpus)} GPUs")
-            identities = tuple(gpus[index].identity for index in task.gpus)
-        try:
-            indices, identities = locate(identities, gpus)
-        except GpuNotFound as lost:
-            raise refused(str(lost.identity), _lacks(lost)) from None
-        return replace(task, gpus=indices, gpu_identities=identities)
-
-    def renumbered(self, old: GpuInventory | None, draining: Mapping[int, str]) -> dict[int, str]:
-        """The draining GPUs (index → the ended task that held it, :meth:`Tasks.draining
-        <governor.state.Tasks.draining>`) of the inventory ``old``, by their indices in the
-        inventory in force (found by identity, as held ones are). A GPU it no longer governs
-        is left out (there is no hand-over of a node governor does not guard); one it cannot
-        tell from others drains at each index it could be (they share a node: MIG instances
-        without UUIDs)."""
-        known = old.gpus if old is not None else ()
-        now = self.gpus.gpus if self.gpus is not None else ()
-        moved: dict[int, str] = {}
-        for index, ended in draining.items():
-            if index < len(known):
-                moved.update((gpu.index, ended) for gpu in now if known[index].identity.matches(gpu.identity))
-        return moved
-
-    def starting(self, task: Task, taken: Collection[int]) -> Task:
-        """``task``, given its GPUs under an inventory that a reload may have replaced since
-        (while its cgroup was made), holding them by their indices in the inventory in force,
-        found by identity.
-
-        Args:
-            taken: the indices no starting task may get (held by another, or draining).
-
-        Raises:
-            GovernorError: a GPU it was given is not in the inventory any more (or cannot be
-                told from another), or is now at an index in ``taken``: the launch is refused.
-        """
-        if not task.gpus:
-            return task
-        try:
-            indices, identities = locate(task.gpu_identities, self.gpus.gpus if self.gpus is not None else ())
-        except GpuNotFound as lost:
-            raise GovernorError(f"task {task.id} cannot start: a reload while it started changed the GPUs: {lost}; "
-                                f"launch it again") from None
-        clash = sorted(set(indices) & set(taken))
-        if clash:
-            raise GovernorError(f"task {task.id} cannot start: a reload while it started renumbered the GPUs and "
-                                f"GPU {clash[0]} is held by another task or draining; launch it again")
-        return replace(task, gpus=indices, gpu_identities=identities)
-
-    def gpu_identities(self, indices: Iterable[int]) -> tuple[GpuIdentity, ...]:
-        """The identities of the GPUs at ``indices`` of the inventory in force (a task's
-        :attr:`~governor.state.Task.gpu_identities`, from its ``gpus``)."""
-        return tuple(self.gpus.gpus[index].identity for index in indices)
-
-    def denied_devices(self, gpus: Iterable[int]) -> tuple[Device, ...]:
-        """The device nodes a task holding the GPUs ``gpus`` (indexes, ``Task.gpus``) may not
-        open (``("c", major, minor)``): every governed GPU's but those it holds (a MIG
-        instance's node is its GPU's, open to each instance's holder), and NVIDIA's control
-        nodes too when it holds none. Empty when no GPU is governed: governor then guards no
-        device."""
-        if self.gpus is None:
-            return ()
-        held = set(gpus)
-        allowed = {(g.major, g.minor) for g in self.gpus.gpus if g.index in held}
-        nodes = dict.fromkeys((g.major, g.minor) for g in self.gpus.gpus if (g.major, g.minor) not in allowed)
-        if not held:
-            nodes.update(dict.fromkeys((major, minor) for _, major, minor in self.gpus.control))
-        return tuple(("c", major, minor) for major, minor in nodes)
 
     def weight(self, group: str) -> float:
         """``group``'s weight: set-weight's, else the config's, else 1."""
@@ -322,23 +203,3 @@ class Policy:
                     "members": self.members.get(g, [g] if g not in self._explicit else []),
                     "everyone": everyone is not None and g not in self._explicit and w == everyone}
                 for g, w in weights.items()}
-
-
-def _lacks(lost: GpuNotFound) -> str:
-    """What a config does to a held GPU it does not have once: ``drops it`` (none of its
-    GPUs is it), lists several it could be (MIG instances of one node without UUIDs), or
-    finds it where it finds another GPU the same task holds."""
-    if lost.same_as is not None:
-        return f"finds it where it finds GPU {lost.same_as} too"
-    return "drops it" if not lost.candidates else f"cannot tell it apart from others ({lost.candidates} match)"
-
-
-def clash(tasks: Iterable[Task]) -> tuple[int, Task, Task] | None:
-    """The first GPU index two of ``tasks`` hold (identities that the inventory in force finds
-    at one place: one by UUID, one by device number alone), and those two; None when none is."""
-    holders: dict[int, Task] = {}
-    for task in tasks:
-        for index in task.gpus:
-            if holders.setdefault(index, task) is not task:
-                return index, holders[index], task
-    return None

@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 
 from governor.cgroups.hierarchy import Hierarchy
+from governor.daemon import gpu_places
 from governor.daemon.exits import Exits
+from governor.daemon.inbox import Reload
 from governor.daemon.journal import Journal
-from governor.daemon.policy import Policy, clash
+from governor.daemon.policy import Policy
 from governor.daemon.settle import Settle
 from governor.daemon.tree import Tree
 from governor.errors import CgroupError, GovernorError
@@ -51,9 +53,9 @@ class Recovery:
 
     def load(self) -> list[Task]:
         """The tasks whose records survive, holding their GPUs by index in the inventory in
-        force, found by identity (:meth:`Policy.readopted
-        <governor.daemon.policy.Policy.readopted>`); a record whose GPUs' identities changed
-        (or that held indices, written before identities) is written again. The record of a
+        force, found by identity (:func:`~governor.daemon.gpu_places.readopted`); a record
+        whose GPUs' identities changed (or that held indices, written before identities) is
+        written again. The record of a
         task whose GPUs cannot be given back is removed when its cgroup holds no process (it
         ended while no daemon ran); to tell, that task's processes are put into every hierarchy
         of its cgroup (:meth:`_rejoin`): no other cgroup is changed.
@@ -72,13 +74,13 @@ class Recovery:
             if record.is_login and self.hierarchy.slices is None:
                 continue
             try:
-                task = self.policy.readopted(record)
+                task = gpu_places.readopted(self.policy.config, self.policy.gpus, record)
             except GovernorError:
                 if self._lives(record):
                     raise
                 self._forget_dead(record, "holding GPUs this config cannot give it back")
                 continue
-            both = clash([*tasks, task])
+            both = gpu_places.clash([*tasks, task])
             if both is not None:  # one of the two may have ended while no daemon ran
                 index, earlier, _ = both
                 dead = next((t for t in (task, earlier) if not self._lives(t)), None)
@@ -135,7 +137,7 @@ class Recovery:
         # Their caps planned again under the config in force (its inventory's device rules), in
         # the one plan with the root's and the groups', once their processes are in every
         # hierarchy (_rejoin); refusals are error events.
-        self.settle.now("re-adoption", full=True)
+        self.settle.now(Reload("re-adoption", full=True))
         self._clean_unrecorded({t.cgroup for t in tasks})
 
     def _forget_dead(self, task: Task, holding: str) -> None:

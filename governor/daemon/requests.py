@@ -14,8 +14,10 @@ from governor import access
 from governor.accounting import STOP
 from governor.cgroups.hierarchy import Hierarchy
 from governor.config import Config
+from governor.daemon import gpu_places
 from governor.daemon.exits import Exits
 from governor.daemon.gpu_guard import GpuGuard
+from governor.daemon.inbox import Left, Reload
 from governor.daemon.journal import Journal
 from governor.daemon.launches import Launches
 from governor.daemon.observation import Observation
@@ -199,7 +201,7 @@ class Requests:
                 entry.decide(error=RequestError("stopped", f"task {task.id} was stopped by {who.user} before "
                                                            "it started"))
                 self.journal.event("task_stopped", f"task {task.id} ({task.name}) stopped by {who.user} while queued")
-                self.settle.soon(f"task {task.id} left the queue", refill=False)
+                self.settle.put(Left(task.id))
             elif self.exits.end(task, STOP, who.user):
                 killed.append(task)
             else:
@@ -261,7 +263,7 @@ class Requests:
             self.tasks.update(task)
             if task.gpu_identities != before.gpu_identities:
                 self.settle.records.save_or_retry(task)
-        self.tasks.redrain(self.policy.renumbered(inventory, self.tasks.draining()))
+        self.tasks.redrain(gpu_places.renumbered(inventory, self.policy.gpus, self.tasks.draining()))
         self.sessions.reset()
 
     def reload(self, trigger: str) -> str:
@@ -344,7 +346,7 @@ class Requests:
             except RequestError as refused:
                 del self.queue[entry.task.id]
                 entry.decide(error=refused)
-        self.settle.now("reload", full=True)  # running tasks' caps follow it: devices of a new inventory
+        self.settle.now(Reload("reload", full=True))  # running tasks' caps follow it: devices of a new inventory
         if self.exits.watcher is not None:  # serving: sessions turned on follow the kernel's events
             self.sessions.follow_processes()
         self.sessions.rescan("reload")
@@ -370,5 +372,5 @@ class Requests:
             raise RequestError("not_found", f"no group {group!r} in the config")
         self.policy.weights[group] = weight
         self.journal.event("weight", f"{user} set the weight of {group} to {weight:g} (until the next reload)")
-        self.settle.now(f"weight of {group}")
+        self.settle.now(Reload(f"weight of {group}"))
         return {"group": group, "weight": weight}

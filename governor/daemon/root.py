@@ -22,11 +22,12 @@ from governor.config import Config
 from governor.gpus import GpuInventory
 from governor.daemon.enforcement import Enforcement
 from governor.daemon.exits import Exits
-from governor.daemon.journal import Journal, vector
-from governor.daemon.launches import Launches
 from governor.daemon.fairshare import FairShareStage
 from governor.daemon.gpu_guard import GpuGuard
 from governor.daemon.handover import Handover
+from governor.daemon.inbox import Reload
+from governor.daemon.journal import Journal, vector
+from governor.daemon.launches import Launches
 from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
@@ -120,16 +121,18 @@ class Daemon:
         self.records = Records(store, self.tasks, self.journal)
         self.enforcement = Enforcement(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks,
                                        journal=self.journal, metrics=metrics)
+        usage: dict[str, dict[str, float]] = {}  # measured by observation, counted by settle's admission
         self.settle = Settle(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                              queue=self.queue, records=self.records, enforcement=self.enforcement,
                              journal=self.journal, notifier=self.notifier,
-                             used=lambda rel: self.observation.usage.get(rel), metrics=metrics)
+                             usage=usage, metrics=metrics)
         self.fair_share = FairShareStage(directory=store.directory, policy=self.policy, tasks=self.tasks,
                                          settle=self.settle, journal=self.journal)
         self.tree.read_before_removal = self.fair_share.removed
+        self.gpu_guard = GpuGuard(hierarchy=hierarchy, policy=self.policy, journal=self.journal, registry=registry)
         self.observation = Observation(hierarchy=hierarchy, tasks=self.tasks, policy=self.policy,
                                        enforcement=self.enforcement, settle=self.settle, journal=self.journal,
-                                       fair_share=self.fair_share)
+                                       gpu_guard=self.gpu_guard.describe, usage=usage, fair_share=self.fair_share)
         self.exits = Exits(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                            records=self.records, settle=self.settle, observation=self.observation,
                            journal=self.journal)
@@ -137,12 +140,10 @@ class Daemon:
         self.handover = Handover(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, settle=self.settle,
                                  journal=self.journal)
         self.settle.drain_gpus = self.handover.drain
-        self.gpu_guard = GpuGuard(hierarchy=hierarchy, policy=self.policy, journal=self.journal, registry=registry)
-        self.observation.gpu_guard = self.gpu_guard.describe
         self.sessions = Sessions(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                                  records=self.records, settle=self.settle, enforcement=self.enforcement,
-                                 exits=self.exits, journal=self.journal, host_pids=host_pids, registry=registry)
-        self.sessions.moved_in = self.handover.moved
+                                 exits=self.exits, journal=self.journal, host_pids=host_pids, registry=registry,
+                                 moved_in=self.handover.moved)
         self.recovery = Recovery(hierarchy=hierarchy, tree=self.tree, store=store, tasks=self.tasks,
                                  policy=self.policy, exits=self.exits, journal=self.journal, settle=self.settle)
         self.launches = Launches(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, store=store,
@@ -151,36 +152,6 @@ class Daemon:
                                  settle=self.settle, exits=self.exits, sessions=self.sessions,
                                  observation=self.observation, journal=self.journal, notifier=self.notifier,
                                  gpu_guard=self.gpu_guard, load_config=load_config)
-        # The control server's handler, and what tools and tests ask of a daemon.
-        self.handle = self.requests.handle
-        self.stream = self.requests.stream
-        self.watch = self.requests.watch
-        self.ps = self.requests.ps
-        self.status = self.observation.status
-        self.explain = self.requests.explain
-        self.reload = self.requests.reload
-        self.set_weight = self.requests.set_weight
-        self.use = self.requests.use
-        self.check = self.exits.check
-        self.govern_process = self.sessions.govern_process
-        self.rescan = self.sessions.rescan
-        self.readopt = self.recovery.readopt
-        self.sample = self.observation.sample
-
-    # What status shows, by the names the daemon's tools and tests use.
-    config = property(lambda self: self.policy.config)
-    owners = property(lambda self: self.policy.owners)
-    events = property(lambda self: self.journal.events)
-    ended = property(lambda self: self.exits.ended)
-    allocation = property(lambda self: self.enforcement.allocation)
-    filling = property(lambda self: self.enforcement.filling)
-    cpu_saturated = property(lambda self: self.enforcement.cpu_saturated)
-    usage = property(lambda self: self.observation.usage,
-                     lambda self, usage: setattr(self.observation, "usage", usage))
-    host_pids = property(lambda self: self.sessions.host_pids,
-                         lambda self, pids: setattr(self.sessions, "host_pids", pids))
-    load_config = property(lambda self: self.requests.load_config,
-                           lambda self, load: setattr(self.requests, "load_config", load))
 
     def _entry(self) -> DaemonEntry:
         """This daemon as the others see it (:mod:`governor.daemons`)."""
@@ -212,11 +183,11 @@ class Daemon:
                 self.registry.claim_sessions(self._entry())  # again: now with its root and socket
         self.exits.start()
         self.gpu_guard.start()  # before the first session is made: none opens a GPU meanwhile
-        self.readopt(records)
+        self.recovery.readopt(records)
         self.handover.start()
-        self.settle.now("start")
+        self.settle.now(Reload("start"))
         self.sessions.follow_processes()
-        self.rescan("start")
+        self.sessions.rescan("start")
         await self.tree.settled()  # the first clients find the sessions made and joined
         await server.start_serving()
         if self.metrics:
@@ -282,6 +253,16 @@ class Daemon:
             self.registry.release_sessions()
         log.info("stopped; %d task(s) keep running", len(self.tasks))
 
+    async def settled(self) -> None:
+        """Wait until what the events so far asked for is done: every settle asked for, and
+        the cgroup thread's calls (and what those asked in turn). Tools and tests wait on this
+        fact, never on time."""
+        while True:
+            await self.settle.drain()
+            await self.tree.settled()
+            if not self.settle.pending:
+                return
+
     def sweep(self) -> None:
         """The periodic sweep (:meth:`Handover.sweep <governor.daemon.handover.Handover.sweep>`),
         where the GPU guard in force asks for one (:attr:`GpuGuard.sweeps
@@ -297,7 +278,7 @@ class Daemon:
         self.exits.save_ended()
         due = [task.id for task in self.observation.in_turn("reconcile", list(self.tasks), RECONCILED_TASKS)]
         for start in range(0, len(due), STEP):
-            self.check(due[start:start + STEP], "reconcile")
+            self.exits.check(due[start:start + STEP], "reconcile")
             yield
 
     async def _rescan_all(self) -> None:
@@ -308,7 +289,7 @@ class Daemon:
         if config is self.policy.config:
             self.policy.refresh_members(members)
         self.journal.changed()
-        self.rescan("periodic rescan")
+        self.sessions.rescan("periodic rescan")
 
     def _reload_on_signal(self) -> None:
         # The handler only starts it: the file is parsed on a thread (Requests.reload_off_loop).

@@ -22,6 +22,7 @@ import psutil
 from governor.cgroups.hierarchy import Hierarchy
 from governor.daemon.enforcement import Enforcement
 from governor.daemon.exits import Exits
+from governor.daemon.inbox import Session
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
@@ -69,16 +70,15 @@ class Sessions:
             session's end; journal: events.
         host_pids: every process id on the host (``psutil.pids``).
         registry: this host's daemons: a process in another daemon's cgroups is that one's.
-
-    Attributes:
-        moved_in: called on the loop with each pid once its move into a session is done (set
-            by the composition root: :meth:`Handover.moved
-            <governor.daemon.handover.Handover.moved>`, which ends it if it holds a GPU open).
+        moved_in: called on the loop with each pid once its move into a session is done
+            (:meth:`Handover.moved <governor.daemon.handover.Handover.moved>`, which ends it
+            if it holds a GPU open).
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, records: Records,
                  settle: Settle, enforcement: Enforcement, exits: Exits, journal: Journal,
-                 host_pids: Callable[[], Iterable[int]], registry: Registry | None):
+                 host_pids: Callable[[], Iterable[int]], registry: Registry | None,
+                 moved_in: Callable[[int], None]):
         self.hierarchy = hierarchy
         self.tree = tree
         self.policy = policy
@@ -91,7 +91,7 @@ class Sessions:
         self.host_pids = host_pids
         self.registry = registry
         self.process_events: ProcessEvents | None = None
-        self.moved_in: Callable[[int], None] = lambda pid: None
+        self.moved_in = moved_in
         self.reset()
 
     def reset(self) -> None:
@@ -345,4 +345,4 @@ class Sessions:
         if self.enforcement.cpu_saturated:  # measured without this session: the next sample decides again
             self.enforcement.hold(False, f"the session of {session.user} starts: groups are no longer held to "
                                          "their CPU guarantees")
-        self.settle.soon(f"session of {session.user} started")
+        self.settle.put(Session(session.user))

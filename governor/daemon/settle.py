@@ -1,5 +1,6 @@
 """Settle: the one pipeline every event goes through (DESIGN.md §4), and the only caller of a
-refill. Events (a launch, exits, a session, a reload, a hold) ask for a settle; those of one
+refill. Events (:mod:`governor.daemon.inbox`: a launch, exits, a session, a reload, a
+sample, a GPU handed over) are put in its inbox; those of one
 turn of the event loop, or of the :data:`SETTLE_GAP_S` since the last settle, are settled
 together (Mesos's coalescing ``allocate()``)::
 
@@ -21,11 +22,13 @@ from dataclasses import dataclass, replace
 from governor import vocabulary
 from governor.admission import Waiting, admit
 from governor.cgroups.hierarchy import Hierarchy
+from governor.daemon import gpu_places
 from governor.daemon.enforcement import Enforcement
+from governor.daemon.inbox import Event, Exit, Reload
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
-from governor.daemon.tree import Tree, running_loop
+from governor.daemon.tree import Tree
 from governor.errors import GovernorError, ProcessGone, RequestError
 from governor.headroom import guarantees
 from governor.notify import Notifier
@@ -49,7 +52,8 @@ class Settle:
         policy: the config in force; tasks: the running tasks; queue: task id → the launch
             waiting for it (:class:`~governor.queue.Entry`); records: their records.
         enforcement: the refill; journal: events; notifier: systemd's STATUS line.
-        used: cgroup → its measured use (a session holds what it uses: admission counts it).
+        usage: cgroup → its measured use, as observation keeps it (a session holds what it
+            uses: admission counts it).
         metrics: optional sink with ``admitted(waited_seconds)``.
 
     Attributes:
@@ -65,7 +69,7 @@ class Settle:
 
     def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, queue: dict[str, Entry],
                  records: Records, enforcement: Enforcement, journal: Journal, notifier: Notifier,
-                 used: Callable[[str], Mapping[str, float] | None], metrics=None):
+                 usage: Mapping[str, Mapping[str, float]], metrics=None):
         self.hierarchy = hierarchy
         self.tree = tree
         self.policy = policy
@@ -75,7 +79,7 @@ class Settle:
         self.enforcement = enforcement
         self.journal = journal
         self.notifier = notifier
-        self.used = used
+        self.usage = usage
         self.metrics = metrics
         self.admission = None
         self.follow: Callable[[Task, Entry], None] = lambda task, entry: None
@@ -85,32 +89,35 @@ class Settle:
         self._running: asyncio.Task | None = None  # the settle under way
         self._settled_at = 0.0  # time.perf_counter() when the last settle ended
 
-    def soon(self, trigger: str, *, refill: bool = True, since: float | None = None) -> asyncio.Future | None:
-        """Settle once for every event of this turn of the event loop, or of the
-        :data:`SETTLE_GAP_S` since the last settle (later still while one runs). Without a
-        running loop (the daemon's methods called directly), refill now.
-
-        Args:
-            trigger: what happened, for the log and status (``launch of task 7``).
-            refill: False when nothing but the queue changed (a client left it).
-            since: ``time.perf_counter()`` when the event was seen (default: now), from which
-                the refill's delay is measured.
+    def put(self, event: Event) -> asyncio.Future:
+        """Settle once for ``event`` and every other of this turn of the event loop, or of the
+        :data:`SETTLE_GAP_S` since the last settle (later still while one runs). The refill's
+        delay is measured from the event's ``since`` (an :class:`~governor.daemon.inbox.Exit`;
+        others: now).
 
         Returns:
-            A future done once settled, which raises what settling raised (also logged); None
-            when settled now.
+            A future done once settled, which raises what settling raised (also logged).
+
+        Raises:
+            RuntimeError: no event loop runs in this thread (the daemon runs on one).
         """
-        since = time.perf_counter() if since is None else since
-        loop = running_loop()
-        if loop is None:
-            self._refill_now(trigger, refill, since)
-            return None
+        since = event.since if isinstance(event, Exit) and event.since is not None else time.perf_counter()
+        return self._soon(event.trigger, event.refill, since)
+
+    def now(self, event: Reload) -> None:
+        """Refill now, for an operation whose reply must find its change in force (a reload,
+        a weight set, a restart); waiting tasks are admitted by the next settle. With
+        ``event.full`` (a reload, a restart), every running task's caps are planned and applied
+        again too (:meth:`Enforcement.refill <governor.daemon.enforcement.Enforcement.refill>`)."""
+        self._refill_now(event.trigger, True, time.perf_counter(), event.full)
+        if self.queue:
+            self._soon(event.trigger, False, time.perf_counter())
+
+    def _soon(self, trigger: str, refill: bool, since: float) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
         batch = self._batch
-        if batch is None or batch.done.get_loop() is not loop:
-            # (A batch of a loop that stopped before its turn, as when the daemon's methods
-            # are driven by one asyncio.run each, never ran: its events settle with these.)
-            batch = self._batch = _Batch(loop.create_future(), batch.triggers if batch else [],
-                                         bool(batch and batch.refill), since, since)
+        if batch is None:
+            batch = self._batch = _Batch(loop.create_future(), [], False, since, since)
             self._schedule(loop)
         batch.triggers.append(trigger)
         batch.refill |= refill
@@ -118,19 +125,17 @@ class Settle:
         batch.latest = time.perf_counter()
         return batch.done
 
-    def now(self, trigger: str, *, full: bool = False) -> None:
-        """Refill now, for an operation whose reply must find its change in force (a reload,
-        a weight set, a restart); waiting tasks are admitted by the next settle. With ``full``
-        (a reload, a restart), every running task's caps are planned and applied again too
-        (:meth:`Enforcement.refill <governor.daemon.enforcement.Enforcement.refill>`)."""
-        self._refill_now(trigger, True, time.perf_counter(), full)
-        if self.queue:
-            self.soon(trigger, refill=False)
-
     async def drain(self) -> None:
-        """Wait for the settle under way, if any (the daemon stopping)."""
-        if self._running is not None and not self._running.done():
-            await asyncio.wait([self._running])
+        """Wait until every settle asked for so far is done (the daemon stopping; or
+        :meth:`Daemon.settled <governor.daemon.root.Daemon.settled>`)."""
+        while self.pending:
+            running = self._running is not None and not self._running.done()
+            await asyncio.wait([self._running if running else self._batch.done])
+
+    @property
+    def pending(self) -> bool:
+        """Whether a settle is asked for or under way."""
+        return self._batch is not None or (self._running is not None and not self._running.done())
 
     def reserved(self) -> dict[str, dict[str, float]]:
         """Group → what its running tasks hold in the admission count
@@ -138,7 +143,7 @@ class Settle:
         held = {g: vocabulary.reserved(d) for g, d in self.tasks.demands().items()}
         for session in self.tasks.sessions():
             declared = vocabulary.reserved(session.demand)
-            using = vocabulary.reserved(session.demand, session=True, used=self.used(session.cgroup))
+            using = vocabulary.reserved(session.demand, session=True, used=self.usage.get(session.cgroup))
             group = held.setdefault(session.group, {})
             for resource, amount in declared.items():
                 group[resource] = group.get(resource, 0.0) - amount + using.get(resource, 0.0)
@@ -164,7 +169,7 @@ class Settle:
     # ── the batch ───────────────────────────────────────────────────────────────────────
 
     def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._running is not None and not self._running.done() and self._running.get_loop() is loop:
+        if self._running is not None and not self._running.done():
             return  # the settle under way starts the next when it ends
         wait = self._settled_at + SETTLE_GAP_S - time.perf_counter()
         if wait > 0:
@@ -250,7 +255,7 @@ class Settle:
         """Make the admitted tasks' cgroups with their caps, device rules included (before
         :meth:`_move_in`: nothing joins a cgroup before its caps are in force); refuse the
         launches whose cgroup could not be made or limited, or whose GPUs a reload during the
-        make took away (:meth:`Policy.starting <governor.daemon.policy.Policy.starting>`). A
+        make took away (:func:`~governor.daemon.gpu_places.starting`). A
         task that waited starts now (its time limit counts from here)."""
         if not starting:
             return []
@@ -259,13 +264,14 @@ class Settle:
             wanted = round(entry.task.demand.get("gpu", 0))  # admission counted them free
             gpus, free = tuple(free[:wanted]), free[wanted:]
             entry.task = replace(entry.task, started=time.time(), place=self.policy.config.place(entry.task.group),
-                                 gpus=gpus, gpu_identities=self.policy.gpu_identities(gpus))
+                                 gpus=gpus, gpu_identities=gpu_places.identities(self.policy.gpus, gpus))
         made = await self.tree.call(lambda: self.tree.make([entry.task.cgroup for entry in starting]))
         started = []
         for entry, error in zip(starting, made):
             if error is None and not self._gone(entry):
                 try:  # a reload meanwhile may have renumbered the GPUs: found again by identity
-                    entry.task = self.policy.starting(entry.task, {*self.tasks.gpu_holders(), *self.tasks.draining()})
+                    entry.task = gpu_places.starting(self.policy.gpus, entry.task,
+                                                     {*self.tasks.gpu_holders(), *self.tasks.draining()})
                     self.hierarchy.apply(entry.task.cgroup, self.policy.caps(entry.task))
                 except GovernorError as refused:
                     error = refused

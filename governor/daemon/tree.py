@@ -9,8 +9,7 @@ removed); what they change in the daemon's state (the drivers' records, the task
 on the loop, before or after, never on the thread.
 
 The worker is the event loop's default executor, so a loop that ends (the daemon stopping)
-first finishes what was asked. Without a running loop (the daemon's methods called directly,
-as tools and tests do) a call is made at once.
+first finishes what was asked.
 """
 
 from __future__ import annotations
@@ -24,19 +23,10 @@ from typing import TypeVar
 from governor.cgroups.hierarchy import Hierarchy
 from governor.errors import CgroupBusy, CgroupError, GovernorError
 
-__all__ = ["Tree", "running_loop"]
+__all__ = ["Tree"]
 
 log = logging.getLogger("governor.daemon")
 T = TypeVar("T")
-
-
-def running_loop() -> asyncio.AbstractEventLoop | None:
-    """The event loop running in this thread, or None: the daemon's methods called directly,
-    which then do at once what the loop would do later (settle, remove, move)."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 class Tree:
@@ -87,13 +77,11 @@ class Tree:
 
     def run(self, work: Callable[[], T], then: Callable[[T | GovernorError], None] | None = None) -> None:
         """Run ``work`` on the cgroup thread, then ``then`` on the loop with what it returned, or
-        the :class:`GovernorError` it raised; both at once without a running loop."""
-        loop = running_loop()
-        if loop is None:
-            outcome = _outcome(work)
-            if then is not None:
-                then(outcome)
-            return
+        the :class:`GovernorError` it raised.
+
+        Raises:
+            RuntimeError: no event loop runs in this thread (the daemon runs on one)."""
+        loop = asyncio.get_running_loop()
         self._pending += 1
         future = loop.run_in_executor(self._worker(loop), _outcome, work)
 

@@ -43,7 +43,7 @@ CONFIG = ('[capacity]\ncpu = 1.5\nmemory = "64G"\n[sessions]\nenabled = false\n'
 def daemon(tmp_path_factory):
     server = make_daemon(tmp_path_factory.mktemp("reload"), CONFIG,
                          members=lambda config: access.members(config, 1000, NOBODY_UID))
-    server.load_config = lambda: parse_config(CONFIG, "test.toml")
+    server.requests.load_config = lambda: parse_config(CONFIG, "test.toml")
     return server
 
 
@@ -77,7 +77,7 @@ def test_reload_loop_hold(benchmark, daemon):
     benchmark.extra_info["loop_hold_ms"] = [round(hold * 1000, 1) for hold in holds]
     print(f"\n{GROUPS:,} groups: reload's longest hold of the event loop per round (ms): "
           f"{', '.join(f'{hold * 1000:.1f}' for hold in holds)}")
-    assert daemon.status()["groups"]["g09999"]["weight"] == 4
+    assert daemon.observation.status()["groups"]["g09999"]["weight"] == 4
 
 
 EVERYONE = ('[capacity]\ncpu = 2\nmemory = "4G"\n[groups.A]\nusers = ["root"]\n[groups."*"]\n'
@@ -86,7 +86,7 @@ EVERYONE = ('[capacity]\ncpu = 2\nmemory = "4G"\n[groups.A]\nusers = ["root"]\n[
 
 def test_status_of_10000_accounts(benchmark, tmp_path):
     accounts = {"A": ["root"], "daemon": ["daemon"], **{f"u{i:05d}": [f"u{i:05d}"] for i in range(GROUPS - 1)}}
-    metrics = Metrics(lambda: server.status())
+    metrics = Metrics(lambda: server.observation.status())
     server = make_daemon(tmp_path, EVERYONE, members=lambda config: accounts, metrics=metrics)
     launch(server, 100, group="daemon", cpu=1.0, memory=GIB // 4)
 

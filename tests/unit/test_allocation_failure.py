@@ -19,7 +19,7 @@ from governor.metrics import Metrics
 
 @pytest.fixture
 def tree(tmp_path):
-    metrics = Metrics(lambda: daemon.status())
+    metrics = Metrics(lambda: daemon.observation.status())
     daemon = make_daemon(tmp_path, TREE, metrics=metrics)
     return daemon
 
@@ -33,17 +33,17 @@ def test_a_diverging_filling_keeps_the_plan_in_force_and_is_an_error_everywhere(
     launch(tree, 200, group="L1", cpu=1.0, memory=GIB // 4)
     driver = tree.hierarchy.driver
     before = {cgroup: dict(driver.in_force(cgroup)) for cgroup in ("D1", "D2", "D2/L1")}
-    allocation = tree.allocation
+    allocation = tree.enforcement.allocation
     assert samples(tree.metrics)[("governor_allocation_failures_total", ())] == 0  # a series from the start
 
     monkeypatch.setattr(policy, "hierarchical_filling", diverging)
     # L2's task starts (its own caps), but no refill divides the host otherwise: before this
     # issue, flat DRF gave D1, L1 and L2 a third each and dropped D2's limit and its labs' split.
     launch(tree, 300, group="L2", cpu=1.0, memory=GIB // 4)
-    assert tree.allocation is allocation
+    assert tree.enforcement.allocation is allocation
     assert {cgroup: dict(driver.in_force(cgroup)) for cgroup in before} == before
     assert "D2/L2" not in driver.cgroups or "cpu.weight" not in driver.in_force("D2/L2")
-    status = tree.status()
+    status = tree.observation.status()
     error = status["filling"]["error"]
     assert status["filling"]["failures"] == 1 and error["message"] == "H-DRF: no event ahead while leaves still grow"
     assert error["trigger"].startswith("launch")
@@ -54,15 +54,15 @@ def test_a_diverging_filling_keeps_the_plan_in_force_and_is_an_error_everywhere(
     assert got[("governor_allocation_failures_total", ())] == 1
     assert got[("governor_events_total", (("kind", "error"),))] == 1
     with pytest.raises(RequestError) as refused:
-        tree.explain()
+        tree.requests.explain()
     assert refused.value.code == "unavailable" and "the allocation failed" in refused.value.message
 
     monkeypatch.setattr(policy, "hierarchical_filling", hierarchical_filling)
-    tree.set_weight("D1", 2.0, "root")
-    status = tree.status()
+    tree.requests.set_weight("D1", 2.0, "root")
+    status = tree.observation.status()
     assert status["filling"]["error"] is None and status["filling"]["failures"] == 1
     assert "cpu.weight" in driver.in_force("D2/L2")  # the plan follows all three groups again
-    assert tree.allocation.groups["L2"].allocation["cpu"] > 0
+    assert tree.enforcement.allocation.groups["L2"].allocation["cpu"] > 0
 
 
 def test_a_full_refill_that_diverges_leaves_the_caps_to_the_next_one_that_succeeds(tree, monkeypatch):
@@ -73,7 +73,7 @@ def test_a_full_refill_that_diverges_leaves_the_caps_to_the_next_one_that_succee
     monkeypatch.setattr(hierarchy, "apply_plan", lambda plan: planned.append(set(plan)) or apply_plan(plan))
     monkeypatch.setattr(policy, "hierarchical_filling", diverging)
     enforcement.refill("reload", full=True)
-    assert tree.status()["filling"]["error"]["trigger"] == "reload" and planned == []
+    assert tree.observation.status()["filling"]["error"]["trigger"] == "reload" and planned == []
     monkeypatch.setattr(policy, "hierarchical_filling", hierarchical_filling)
     enforcement.refill("weight of D1")
     enforcement.refill("weight of D1")

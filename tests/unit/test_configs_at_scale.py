@@ -76,20 +76,20 @@ def test_a_reload_parses_the_file_and_looks_members_up_off_the_event_loop_which_
         on["members"] = threading.current_thread()
         return {}
 
-    daemon.load_config, daemon.policy.find_members = load, members
+    daemon.requests.load_config, daemon.policy.find_members = load, members
 
     async def scenario():
-        reload = asyncio.create_task(daemon.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
+        reload = asyncio.create_task(daemon.requests.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
         await asyncio.to_thread(parsing.wait, 10)
         # While the file is parsed, the loop answers a status, under the old config.
-        served = await daemon.handle(StatusRequest(), Peer(pid=1, uid=0, gid=0))
+        served = await daemon.requests.handle(StatusRequest(), Peer(pid=1, uid=0, gid=0))
         assert served["status"]["groups"]["A"]["weight"] == 1 and not reload.done()
         release.set()
         return await reload
 
     assert asyncio.run(scenario()) == {"reloaded": {"config": "test.toml"}}
     assert on["load"] is not threading.main_thread() and on["members"] is not threading.main_thread()
-    assert daemon.status()["groups"]["A"]["weight"] == 3
+    assert daemon.observation.status()["groups"]["A"]["weight"] == 3
 
 
 def test_sighup_starts_the_same_reload_off_the_loop_and_a_bad_file_leaves_the_config_in_force(tmp_path):
@@ -102,17 +102,17 @@ def test_sighup_starts_the_same_reload_off_the_loop_and_a_bad_file_leaves_the_co
             return parse_config("[groups.A]\nweight = 0\n", "test.toml")  # raises ConfigError
         return parse_config(CONFIG.replace("weight = 1", "weight = 3"), "test.toml")
 
-    daemon.load_config = load
+    daemon.requests.load_config = load
 
     async def signalled():
         daemon._reload_on_signal()
         await asyncio.gather(*daemon._signal_reloads)
 
     asyncio.run(signalled())
-    assert daemon.status()["groups"]["A"]["weight"] == 3 and loaded[0] is not threading.main_thread()
+    assert daemon.observation.status()["groups"]["A"]["weight"] == 3 and loaded[0] is not threading.main_thread()
     asyncio.run(signalled())  # the refusal is an event, not an exception out of the handler
-    assert daemon.status()["groups"]["A"]["weight"] == 3
-    assert "reload refused, the old config stays in force" in daemon.events[-1]["message"]
+    assert daemon.observation.status()["groups"]["A"]["weight"] == 3
+    assert "reload refused, the old config stays in force" in daemon.journal.events[-1]["message"]
 
 
 EVERYONE = '[capacity]\ncpu = 2\nmemory = "4G"\n[groups.A]\nusers = ["root"]\n[groups."*"]\nweight = 2\n' \
@@ -127,11 +127,11 @@ def accounts(config):
 
 
 def test_status_and_metrics_sum_up_the_idle_groups_of_everyone_and_list_one_with_tasks(tmp_path):
-    metrics = Metrics(lambda: daemon.status())
+    metrics = Metrics(lambda: daemon.observation.status())
     daemon = make_daemon(tmp_path, EVERYONE, members=accounts, metrics=metrics)
     launch(daemon, 100, group="daemon", cpu=1.0, memory=GIB // 4)
-    daemon.set_weight("bin", 5.0, "root")  # a weight of its own: listed
-    groups = daemon.status()["groups"]
+    daemon.requests.set_weight("bin", 5.0, "root")  # a weight of its own: listed
+    groups = daemon.observation.status()["groups"]
     assert set(groups) == {"A", "daemon", "bin", "*"}
     row = groups["*"]
     assert row["accounts"] == ACCOUNTS - 2 and row["idle"] and row["tasks"] == [] and row["weight"] == 2
@@ -175,7 +175,7 @@ def test_the_periodic_rescan_looks_members_up_off_the_loop_and_drops_them_if_a_r
     assert looked_up[0] is not threading.main_thread() and daemon.policy.members == {"A": ["root", "bin"]}
 
     def reloaded_meanwhile(config):
-        daemon.use(parse_config(CONFIG, "test.toml"), {"A": ["root"]})  # (the test's stand-in for a reload)
+        daemon.requests.use(parse_config(CONFIG, "test.toml"), {"A": ["root"]})  # (the test's stand-in for a reload)
         return {"A": ["stale"]}
 
     daemon.policy.find_members = reloaded_meanwhile

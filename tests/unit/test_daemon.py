@@ -6,6 +6,7 @@ paths a kernel test cannot reach cheaply: refusals, rollback, ordering, re-adopt
 
 import asyncio
 import errno
+import inspect
 import os
 import subprocess
 import threading
@@ -171,14 +172,27 @@ async def collect(stream):
     return [payload async for payload in stream]
 
 
+def on_loop(daemon, work):
+    """Run ``work()`` on an event loop, as the daemon runs it, and return what it returned (or
+    what it returned awaited) once what it asked for is done (:meth:`Daemon.settled`)."""
+    async def run():
+        done = work()
+        if inspect.isawaitable(done):
+            done = await done
+        await daemon.settled()
+        return done
+
+    return asyncio.run(run())
+
+
 def launch(daemon, pid, *, group=None, uid=0, wait=True, **demand):
     """Launch and return the final reply (the started task)."""
     request = LaunchRequest(pid=pid, group=group, demand=demand, command=("work",), wait=wait)
-    return asyncio.run(collect(daemon.stream(request, Peer(pid=pid, uid=uid, gid=0))))[-1]
+    return on_loop(daemon, lambda: collect(daemon.requests.stream(request, Peer(pid=pid, uid=uid, gid=0))))[-1]
 
 
 def guarantee_cores(daemon, group):
-    return daemon.allocation.groups[group].allocation["cpu"]
+    return daemon.enforcement.allocation.groups[group].allocation["cpu"]
 
 
 def weight(daemon, group):
@@ -213,30 +227,30 @@ def test_a_refill_after_a_start_writes_group_files_not_the_other_tasks(daemon):
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
     written = [rel for rel, _ in daemon.hierarchy.driver.writes]
     assert "A/task-1" not in written and written == ["B/task-2", "B"]
-    assert daemon.filling["files_written"] == 2  # B's cpu.weight and memory.low; A's weight stays 10000
+    assert daemon.enforcement.filling["files_written"] == 2  # B's cpu.weight and memory.low; A's weight stays 10000
 
 
 def test_groups_are_held_to_their_guarantee_only_while_every_one_uses_it(daemon):
     launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)  # 1 core each
-    daemon.usage = {"A": {"cpu": 1.0}, "B": {"cpu": 0.95}}
-    daemon.observation.check_saturation()
-    assert daemon.status()["daemon"]["cpu_saturated"]
+    daemon.observation.usage.update({"A": {"cpu": 1.0}, "B": {"cpu": 0.95}})
+    on_loop(daemon, lambda: daemon.observation.check_saturation())
+    assert daemon.observation.status()["daemon"]["cpu_saturated"]
     assert [daemon.hierarchy.driver.in_force(g)["cpu.max"] for g in ("A", "B")] == ["100000 100000"] * 2
-    daemon.usage["B"]["cpu"] = 0.2  # B idles: A may borrow again
-    daemon.observation.check_saturation()
+    daemon.observation.usage["B"]["cpu"] = 0.2  # B idles: A may borrow again
+    on_loop(daemon, lambda: daemon.observation.check_saturation())
     assert "cpu.max" not in daemon.hierarchy.driver.in_force("A")
-    assert "B uses less than its CPU guarantee" in daemon.status()["events"][-2]["message"]
+    assert "B uses less than its CPU guarantee" in daemon.observation.status()["events"][-2]["message"]
 
 
 def test_a_launch_releases_the_hold_before_its_cap_is_written(daemon):
     launch(daemon, 100, group="A", cpu=0.5, memory=GIB)
     launch(daemon, 200, group="B", cpu=0.5, memory=GIB)
-    daemon.usage = {"A": {"cpu": 0.5}, "B": {"cpu": 0.5}}
-    daemon.observation.check_saturation()
+    daemon.observation.usage.update({"A": {"cpu": 0.5}, "B": {"cpu": 0.5}})
+    on_loop(daemon, lambda: daemon.observation.check_saturation())
     assert daemon.hierarchy.driver.in_force("A")["cpu.max"] == "50000 100000"
     launch(daemon, 300, group="A", cpu=1.5, memory=GIB)  # its cap is above A's held quota
-    assert not daemon.cpu_saturated and "cpu.max" not in daemon.hierarchy.driver.in_force("A")
+    assert not daemon.enforcement.cpu_saturated and "cpu.max" not in daemon.hierarchy.driver.in_force("A")
     assert daemon.hierarchy.driver.in_force("A/task-3")["cpu.max"] == "150000 100000"
 
 
@@ -247,7 +261,7 @@ def test_a_refused_write_keeps_the_value_in_force_and_raises_an_error_event(daem
     # CPU saturates at level 0.6: A 0.8 core (not its whole demand), B 1.2: A's weight must drop
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB // 2)
     assert guarantee_cores(daemon, "A") == pytest.approx(0.8)
-    status = daemon.status()
+    status = daemon.observation.status()
     assert status["groups"]["A"]["limits"] == before
     assert any(e["kind"] == "error" and "EBUSY" in e["message"] for e in status["events"])
 
@@ -257,10 +271,10 @@ def test_exit_removes_the_task_and_refills(daemon):
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
     assert guarantee_cores(daemon, "B") == pytest.approx(1.0)
     daemon.hierarchy.driver.procs["A/task-1"] = []
-    daemon.check(["1"], "exit")
+    on_loop(daemon, lambda: daemon.exits.check(["1"], "exit"))
     assert "A" not in daemon.hierarchy.driver.cgroups and "A/task-1" not in daemon.hierarchy.driver.cgroups
     assert guarantee_cores(daemon, "B") == pytest.approx(2.0)
-    assert daemon.filling["trigger"] == "exit of task 1"
+    assert daemon.enforcement.filling["trigger"] == "exit of task 1"
     assert daemon.store.load_all()[0][0].id == "2"
     assert daemon.exits.watcher.watched == {"2"}
 
@@ -269,15 +283,15 @@ def test_exits_reported_together_are_one_refill(daemon):
     for pid in (100, 200, 300):
         launch(daemon, pid, group="A", cpu=0.5, memory=GIB)
     daemon.hierarchy.driver.procs["A/task-1"] = daemon.hierarchy.driver.procs["A/task-3"] = []
-    before = [e for e in daemon.status()["events"] if e["kind"] == "refill"]
-    daemon.check(["1", "2", "3"], "exit")  # task 2 is alive: a spurious wake-up
-    refills = [e for e in daemon.status()["events"] if e["kind"] == "refill"][len(before):]
+    before = [e for e in daemon.observation.status()["events"] if e["kind"] == "refill"]
+    on_loop(daemon, lambda: daemon.exits.check(["1", "2", "3"], "exit"))  # task 2 is alive: a spurious wake-up
+    refills = [e for e in daemon.observation.status()["events"] if e["kind"] == "refill"][len(before):]
     assert [e["message"].split(":")[0] for e in refills] == ["refill after exit of 2 tasks"]
     assert [task.id for task in daemon.tasks] == ["2"]
 
 
 def refill_triggers(daemon):
-    return [e["message"].split(":")[0] for e in daemon.status()["events"] if e["kind"] == "refill"]
+    return [e["message"].split(":")[0] for e in daemon.observation.status()["events"] if e["kind"] == "refill"]
 
 
 def test_launches_and_exits_of_one_turn_are_one_refill(daemon):
@@ -289,15 +303,15 @@ def test_launches_and_exits_of_one_turn_are_one_refill(daemon):
         requests = [LaunchRequest(pid=pid, group="B", demand={"cpu": 0.5, "memory": GIB}, command=("work",))
                     for pid in (200, 300)]
         async def exit():
-            daemon.check(["1"], "exit", since=time.perf_counter() - 1000)  # seen 1,000 s ago
+            daemon.exits.check(["1"], "exit", since=time.perf_counter() - 1000)  # seen 1,000 s ago
 
-        launched = [collect(daemon.stream(r, Peer(pid=r.pid, uid=0, gid=0))) for r in requests]
+        launched = [collect(daemon.requests.stream(r, Peer(pid=r.pid, uid=0, gid=0))) for r in requests]
         return (await asyncio.gather(exit(), *launched))[1:]
 
     replies = asyncio.run(together())
     assert [r[-1]["task"] for r in replies] == ["2", "3"]
     assert refill_triggers(daemon)[before:] == ["refill after exit of task 1, launch of 2 tasks"]
-    assert daemon.filling["delay_ms"] >= 1000 * 1000  # measured from the first event's time
+    assert daemon.enforcement.filling["delay_ms"] >= 1000 * 1000  # measured from the first event's time
     assert not daemon.queue  # the started left it at once
 
 
@@ -307,14 +321,14 @@ def test_a_refill_that_came_first_makes_the_batch_skip_its_own(daemon):
     before = len(refill_triggers(daemon))
 
     async def exit_then_weight():
-        daemon.check(["1"], "exit")
+        daemon.exits.check(["1"], "exit")
         settled = daemon.settle._batch.done
-        daemon.set_weight("B", 2.0, "root")  # settles now, exit included
+        daemon.requests.set_weight("B", 2.0, "root")  # settles now, exit included
         await settled
 
     asyncio.run(exit_then_weight())
     assert refill_triggers(daemon)[before:] == ["refill after weight of B"]
-    assert daemon.allocation is None and daemon.settle._batch is None
+    assert daemon.enforcement.allocation is None and daemon.settle._batch is None
 
 
 def test_a_task_whose_cgroup_cannot_be_read_is_kept_not_dropped(daemon):
@@ -322,17 +336,17 @@ def test_a_task_whose_cgroup_cannot_be_read_is_kept_not_dropped(daemon):
     # task ended (it once dropped a live task and leaked its cgroup with stale limits).
     launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
     daemon.hierarchy.driver.unreadable.add("A/task-1")
-    daemon.check(["1"], "reconcile")
+    on_loop(daemon, lambda: daemon.exits.check(["1"], "reconcile"))
     assert [task.id for task in daemon.tasks] == ["1"] and "A/task-1" in daemon.hierarchy.driver.cgroups
     daemon.hierarchy.driver.unreadable.clear()
     daemon.hierarchy.driver.procs["A/task-1"] = []
-    daemon.check(["1"], "reconcile")
+    on_loop(daemon, lambda: daemon.exits.check(["1"], "reconcile"))
     assert not daemon.tasks
 
 
 def test_a_live_task_is_kept_on_a_spurious_wake_up(daemon):
     launch(daemon, 100, cpu=1.0, memory=GIB)
-    daemon.check(["1"], "exit")
+    on_loop(daemon, lambda: daemon.exits.check(["1"], "exit"))
     assert len(daemon.tasks) == 1
 
 
@@ -349,7 +363,7 @@ def test_a_live_task_is_kept_on_a_spurious_wake_up(daemon):
 def test_refusals_leave_nothing_behind(daemon, pid, peer_pid, uid, group, demand, code, words):
     request = LaunchRequest(pid=pid, group=group, demand=demand, command=())
     with pytest.raises(RequestError) as caught:
-        asyncio.run(collect(daemon.stream(request, Peer(pid=peer_pid, uid=uid, gid=0))))
+        asyncio.run(collect(daemon.requests.stream(request, Peer(pid=peer_pid, uid=uid, gid=0))))
     assert caught.value.code == code
     assert words in caught.value.message
     assert len(daemon.tasks) == 0 and daemon.hierarchy.driver.cgroups == {""}
@@ -384,7 +398,7 @@ def test_a_client_whose_process_exited_cannot_have_its_pid_governed(daemon):
     try:
         request = LaunchRequest(pid=gone.pid, group="A", demand={"cpu": 1.0, "memory": GIB}, command=("work",))
         with pytest.raises(RequestError) as caught:
-            asyncio.run(collect(daemon.stream(request, Peer(pid=gone.pid, uid=0, gid=0, pidfd=pidfd))))
+            asyncio.run(collect(daemon.requests.stream(request, Peer(pid=gone.pid, uid=0, gid=0, pidfd=pidfd))))
     finally:
         os.close(pidfd)
     assert caught.value.code == "bad_request" and "has exited" in caught.value.message
@@ -396,7 +410,7 @@ def test_a_running_client_with_a_pidfd_is_governed(daemon):
     pidfd = os.pidfd_open(os.getpid())
     try:
         request = LaunchRequest(pid=os.getpid(), group="A", demand={"cpu": 1.0, "memory": GIB}, command=("work",))
-        reply = asyncio.run(collect(daemon.stream(request, Peer(pid=os.getpid(), uid=0, gid=0, pidfd=pidfd))))[-1]
+        reply = asyncio.run(collect(daemon.requests.stream(request, Peer(pid=os.getpid(), uid=0, gid=0, pidfd=pidfd))))[-1]
     finally:
         os.close(pidfd)
     assert reply["task"] == "1" and daemon.hierarchy.driver.procs["A/task-1"] == [os.getpid()]
@@ -408,7 +422,7 @@ def test_restart_readopts_live_tasks_and_drops_dead_ones(daemon):
         store.save(Task(task_id, group, pid, 0, "root", ("work",), {"cpu": 1.0, "memory": GIB}, 0.0))
         driver.create(f"{group}/task-{task_id}")
     driver.procs["A/task-1"] = [100]
-    daemon.readopt()
+    on_loop(daemon, lambda: daemon.recovery.readopt())
     assert [t.id for t in daemon.tasks] == ["1"]
     assert [t.id for t in store.load_all()[0]] == ["1"]
     assert "B" not in driver.cgroups
@@ -417,7 +431,7 @@ def test_restart_readopts_live_tasks_and_drops_dead_ones(daemon):
 
 def test_status_reports_groups_tasks_and_the_last_filling(daemon):
     launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
-    status = asyncio.run(daemon.handle(StatusRequest(), Peer(pid=1, uid=1000, gid=1000)))["status"]
+    status = asyncio.run(daemon.requests.handle(StatusRequest(), Peer(pid=1, uid=1000, gid=1000)))["status"]
     group = status["groups"]["A"]
     assert group["lambda"] == 1.0 and group["stop"] == "demand met"
     assert group["guarantee"] == {"cpu": 1.0} and group["reserved"] == {"memory": float(GIB)}
@@ -430,7 +444,7 @@ def test_status_reports_groups_tasks_and_the_last_filling(daemon):
 def test_explain_gives_the_live_trace_and_each_groups_reason(daemon):
     launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
-    result = asyncio.run(daemon.handle(ExplainRequest(), Peer(pid=1, uid=1000, gid=1000)))["explain"]
+    result = asyncio.run(daemon.requests.handle(ExplainRequest(), Peer(pid=1, uid=1000, gid=1000)))["explain"]
     assert result["groups"]["A"]["stop"] == "cpu saturated" and result["groups"]["A"]["lambda"] == 0.5
     assert [(row["event"], row["resource"], row["frozen"]) for row in result["trace"]] == [
         ("saturated", "cpu", ["A", "B"])]
@@ -438,8 +452,8 @@ def test_explain_gives_the_live_trace_and_each_groups_reason(daemon):
 
 def test_explain_lists_every_configured_group_with_its_weight_even_without_a_task(daemon):
     launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
-    asyncio.run(daemon.handle(SetWeightRequest("B", 3.0), Peer(pid=1, uid=0, gid=0)))
-    result = daemon.explain()
+    asyncio.run(daemon.requests.handle(SetWeightRequest("B", 3.0), Peer(pid=1, uid=0, gid=0)))
+    result = daemon.requests.explain()
     assert list(result["groups"]) == ["A"]
     # B runs nothing; its weight as set now, its floor 3 / (1 + 3).
     assert result["configured"] == {"A": {"weight": 1.0, "floor": 0.25}, "B": {"weight": 3.0, "floor": 0.75}}
@@ -448,38 +462,38 @@ def test_explain_lists_every_configured_group_with_its_weight_even_without_a_tas
 def write_config(daemon, tmp_path, text):
     path = tmp_path / "governor.toml"
     path.write_text(text)
-    daemon.load_config = lambda: parse_config(path.read_text(), str(path))
+    daemon.requests.load_config = lambda: parse_config(path.read_text(), str(path))
 
 
 def test_reload_applies_a_good_config_and_refuses_a_bad_one(daemon, tmp_path):
     launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
     write_config(daemon, tmp_path, CONFIG.replace('[groups.B]\n', '[groups.B]\nweight = 3\n'))
-    asyncio.run(daemon.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
+    asyncio.run(daemon.requests.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
     assert guarantee_cores(daemon, "B") == pytest.approx(1.5)  # weight 3 : 1
     write_config(daemon, tmp_path, CONFIG.replace("[capacity]", "[capacity]\nbogus = 1"))
     with pytest.raises(RequestError) as caught:
-        asyncio.run(daemon.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
+        asyncio.run(daemon.requests.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
     assert caught.value.code == "invalid_config" and "capacity.bogus" in caught.value.message
     assert guarantee_cores(daemon, "B") == pytest.approx(1.5)  # the old config stays in force
-    assert daemon.events[-1]["kind"] == "error"
+    assert daemon.journal.events[-1]["kind"] == "error"
 
 
 def test_admin_operations_need_root(daemon):
     for request in (ReloadRequest(), SetWeightRequest("A", 2.0)):
         with pytest.raises(RequestError) as caught:
-            asyncio.run(daemon.handle(request, Peer(pid=1, uid=65534, gid=65534)))
+            asyncio.run(daemon.requests.handle(request, Peer(pid=1, uid=65534, gid=65534)))
         assert caught.value.code == "forbidden"
 
 
 def test_set_weight_refills_until_the_next_reload(daemon):
     launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
-    asyncio.run(daemon.handle(SetWeightRequest("A", 3.0), Peer(pid=1, uid=0, gid=0)))
+    asyncio.run(daemon.requests.handle(SetWeightRequest("A", 3.0), Peer(pid=1, uid=0, gid=0)))
     assert guarantee_cores(daemon, "A") == pytest.approx(1.5)
     assert weight(daemon, "B") / weight(daemon, "A") == pytest.approx(0.5 / 1.5, rel=0.005)
     with pytest.raises(RequestError) as caught:
-        asyncio.run(daemon.handle(SetWeightRequest("nosuch", 3.0), Peer(pid=1, uid=0, gid=0)))
+        asyncio.run(daemon.requests.handle(SetWeightRequest("nosuch", 3.0), Peer(pid=1, uid=0, gid=0)))
     assert caught.value.code == "not_found"
 
 
@@ -487,7 +501,7 @@ def test_watch_streams_status_with_events_and_fair_level(daemon):
     launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
 
     async def first_two():
-        stream = daemon.watch(WatchRequest(0.2), Peer(pid=1, uid=1000, gid=1000))
+        stream = daemon.requests.watch(WatchRequest(0.2), Peer(pid=1, uid=1000, gid=1000))
         return [await anext(stream), await anext(stream)]
 
     snapshots = asyncio.run(first_two())
@@ -500,9 +514,9 @@ def test_watch_streams_status_with_events_and_fair_level(daemon):
 def test_a_live_task_cgroup_without_a_record_is_reported(daemon):
     daemon.hierarchy.driver.create("A/task-9")
     daemon.hierarchy.driver.procs["A/task-9"] = [900]
-    daemon.readopt()
+    on_loop(daemon, lambda: daemon.recovery.readopt())
     assert len(daemon.tasks) == 0
-    assert "A/task-9 holds pids [900] but has no task record" in daemon.events[-1]["message"]
+    assert "A/task-9 holds pids [900] but has no task record" in daemon.journal.events[-1]["message"]
 
 
 def launch_request(pid, group, *, wait=True, **demand):
@@ -514,12 +528,12 @@ def test_a_task_whose_memory_does_not_fit_waits_and_starts_when_memory_frees(dae
     launch(daemon, 100, group="A", cpu=1.0, memory=3 * GIB)
 
     async def scenario():
-        stream = daemon.stream(launch_request(200, "B", cpu=1.0, memory=2 * GIB), Peer(pid=200, uid=0, gid=0))
+        stream = daemon.requests.stream(launch_request(200, "B", cpu=1.0, memory=2 * GIB), Peer(pid=200, uid=0, gid=0))
         first = await anext(stream)
         assert daemon.hierarchy.driver.procs.get("B/task-2") is None and "B" not in daemon.hierarchy.driver.cgroups
-        queued = daemon.status()["queue"]
+        queued = daemon.observation.status()["queue"]
         daemon.hierarchy.driver.procs["A/task-1"] = []
-        daemon.check(["1"], "exit")
+        daemon.exits.check(["1"], "exit")
         return first, queued, await anext(stream)
 
     first, queued, started = asyncio.run(scenario())
@@ -527,7 +541,7 @@ def test_a_task_whose_memory_does_not_fit_waits_and_starts_when_memory_frees(dae
     assert first["queued"]["held_by"] == [{"group": "A", "memory": 3 * GIB}]
     assert [(q["task"], q["group"]) for q in queued] == [("2", "B")]
     assert started["task"] == "2" and daemon.hierarchy.driver.procs["B/task-2"] == [200]
-    assert not daemon.queue and [e["kind"] for e in daemon.events][-2:] == ["refill", "task_started"]
+    assert not daemon.queue and [e["kind"] for e in daemon.journal.events][-2:] == ["refill", "task_started"]
 
 
 def test_with_two_groups_waiting_the_lower_dominant_share_starts_first(daemon):
@@ -538,15 +552,15 @@ def test_with_two_groups_waiting_the_lower_dominant_share_starts_first(daemon):
 
     async def scenario():
         peer = lambda pid: Peer(pid=pid, uid=0, gid=0)  # noqa: E731
-        b = daemon.stream(launch_request(200, "B", cpu=0.1, memory=GIB), peer(200))
-        c = daemon.stream(launch_request(300, "A", cpu=0.1, memory=GIB), peer(300))
+        b = daemon.requests.stream(launch_request(200, "B", cpu=0.1, memory=GIB), peer(200))
+        c = daemon.requests.stream(launch_request(300, "A", cpu=0.1, memory=GIB), peer(300))
         await anext(b), await anext(c)
         daemon.hierarchy.driver.procs["A/task-1"] = []
-        daemon.check(["1"], "exit")  # 3G frees: both fit now, in share order
+        daemon.exits.check(["1"], "exit")  # 3G frees: both fit now, in share order
         return (await anext(b))["task"], (await anext(c))["task"]
 
     asyncio.run(scenario())
-    started = [e["message"].split(":")[0] for e in daemon.events if e["kind"] == "task_started"]
+    started = [e["message"].split(":")[0] for e in daemon.journal.events if e["kind"] == "task_started"]
     # A (share 0 after its task ended) goes before B (share 1/2), though B queued first.
     assert started[-2:] == ["task 4 started", "task 3 started"]
 
@@ -557,20 +571,20 @@ def test_no_wait_refuses_at_once_and_leaves_nothing(daemon):
         launch(daemon, 200, group="B", cpu=1.0, memory=2 * GIB, wait=False)
     assert caught.value.code == "would_wait" and "held by A 3.0G" in caught.value.message
     assert not daemon.queue and "B" not in daemon.hierarchy.driver.cgroups
-    assert [e["kind"] for e in daemon.events if e["kind"] in ("queued", "left_queue")] == []
+    assert [e["kind"] for e in daemon.journal.events if e["kind"] in ("queued", "left_queue")] == []
 
 
 def test_a_client_that_leaves_the_queue_leaves_nothing(daemon):
     launch(daemon, 100, group="A", cpu=1.0, memory=3 * GIB)
 
     async def scenario():
-        stream = daemon.stream(launch_request(200, "B", cpu=1.0, memory=2 * GIB), Peer(pid=200, uid=0, gid=0))
+        stream = daemon.requests.stream(launch_request(200, "B", cpu=1.0, memory=2 * GIB), Peer(pid=200, uid=0, gid=0))
         await anext(stream)
         await stream.aclose()  # what the server does when the client's connection ends
 
     asyncio.run(scenario())
-    assert not daemon.queue and daemon.status()["queue"] == []
-    assert "B" not in daemon.hierarchy.driver.cgroups and daemon.events[-1]["kind"] == "left_queue"
+    assert not daemon.queue and daemon.observation.status()["queue"] == []
+    assert "B" not in daemon.hierarchy.driver.cgroups and daemon.journal.events[-1]["kind"] == "left_queue"
 
 
 def test_a_reload_that_shrinks_the_host_refuses_waiting_tasks_that_can_never_fit(daemon, tmp_path):
@@ -578,9 +592,9 @@ def test_a_reload_that_shrinks_the_host_refuses_waiting_tasks_that_can_never_fit
     write_config(daemon, tmp_path, CONFIG.replace('memory = "4G"', 'memory = "3G"'))
 
     async def scenario():
-        stream = daemon.stream(launch_request(200, "B", cpu=1.0, memory=int(3.5 * GIB)), Peer(pid=200, uid=0, gid=0))
+        stream = daemon.requests.stream(launch_request(200, "B", cpu=1.0, memory=int(3.5 * GIB)), Peer(pid=200, uid=0, gid=0))
         await anext(stream)
-        await daemon.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0))
+        await daemon.requests.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0))
         return await anext(stream)
 
     with pytest.raises(RequestError) as caught:
@@ -617,10 +631,10 @@ def test_borrowed_is_use_above_the_guarantee_beyond_sampling_noise():
 
 def test_status_is_built_once_per_change_and_shared(daemon):
     launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
-    first = daemon.status()
-    assert daemon.status() is first  # many watchers, one build
-    daemon.set_weight("A", 2.0, "root")
-    assert daemon.status() is not first and daemon.status()["groups"]["A"]["weight"] == 2.0
+    first = daemon.observation.status()
+    assert daemon.observation.status() is first  # many watchers, one build
+    daemon.requests.set_weight("A", 2.0, "root")
+    assert daemon.observation.status() is not first and daemon.observation.status()["groups"]["A"]["weight"] == 2.0
 
 
 def test_a_task_entry_of_status_is_rebuilt_only_when_its_task_limits_or_usage_change(daemon):
@@ -628,12 +642,12 @@ def test_a_task_entry_of_status_is_rebuilt_only_when_its_task_limits_or_usage_ch
     launch(daemon, 200, group="B", cpu=1.0, memory=GIB)
 
     def entries():
-        return {t["id"]: t for group in daemon.status()["groups"].values() for t in group["tasks"]}
+        return {t["id"]: t for group in daemon.observation.status()["groups"].values() for t in group["tasks"]}
 
     first = entries()
-    daemon.set_weight("A", 2.0, "root")  # group limits change, the tasks' caps do not
+    daemon.requests.set_weight("A", 2.0, "root")  # group limits change, the tasks' caps do not
     assert all(entry is first[task_id] for task_id, entry in entries().items())
-    daemon.usage["A/task-1"] = {"cpu": 0.5}
+    daemon.observation.usage["A/task-1"] = {"cpu": 0.5}
     daemon.journal.changed()
     second = entries()
     assert second["1"] is not first["1"] and second["1"]["usage"] == {"cpu": 0.5}
@@ -665,14 +679,14 @@ def test_samples_are_read_off_the_event_loop_and_a_task_ended_meanwhile_keeps_no
         sampling = asyncio.create_task(daemon.observation.sample_off_loop())
         await asyncio.to_thread(reading.wait, 5)  # the loop serves others while the sampler reads
         daemon.hierarchy.driver.procs["A/task-1"] = []
-        daemon.check(["1"], "exit")
+        daemon.exits.check(["1"], "exit")
         ended.set()
         await sampling
 
     asyncio.run(scenario())
     daemon.observation.close()
     assert threads and all(name.startswith("sampler") for name in threads)
-    assert set(daemon.usage) == {"A", "A/task-2"}
+    assert set(daemon.observation.usage) == {"A", "A/task-2"}
 
 
 def test_tasks_are_sampled_in_turn_beyond_the_bound(daemon, monkeypatch):
@@ -727,15 +741,15 @@ def test_a_task_whose_process_is_moving_in_is_not_taken_for_ended(daemon):
     driver.move = slow_move
 
     async def scenario():
-        stream = daemon.stream(launch_request(100, "A", cpu=1.0, memory=GIB), Peer(pid=100, uid=0, gid=0))
+        stream = daemon.requests.stream(launch_request(100, "A", cpu=1.0, memory=GIB), Peer(pid=100, uid=0, gid=0))
         started = asyncio.ensure_future(collect(stream))
         while "A/task-1" not in driver.cgroups or daemon.tasks.get("1") is None:
             await asyncio.sleep(0.01)
-        daemon.check(["1"], "reconcile")  # the cgroup is empty: its process is moving in
+        daemon.exits.check(["1"], "reconcile")  # the cgroup is empty: its process is moving in
         release.set()
         return (await started)[-1]
 
     reply = asyncio.run(scenario())
     assert reply["task"] == "1" and daemon.tasks.get("1") is not None
     assert driver.procs["A/task-1"] == [100] and "A/task-1" in driver.cgroups
-    assert not daemon.ended
+    assert not daemon.exits.ended

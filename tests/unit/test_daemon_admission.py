@@ -32,14 +32,14 @@ def test_a_task_waiting_for_gpus_does_not_hold_back_work_without_gpus(tmp_path):
     launch(gpus, 100, group="A", cpu=0.1, memory=64 * MIB, gpu=1)  # alice: 1 GPU of 2, 64M of 4G
 
     async def scenario():
-        bob = gpus.stream(LaunchRequest(pid=101, group="B", demand={"cpu": 0.1, "memory": 3.5 * GIB, "gpu": 2},
+        bob = gpus.requests.stream(LaunchRequest(pid=101, group="B", demand={"cpu": 0.1, "memory": 3.5 * GIB, "gpu": 2},
                                         command=("w",)), Peer(pid=101, uid=0, gid=0))
         assert "queued" in await bob.__anext__()
-        queue = gpus.status()["queue"]
+        queue = gpus.observation.status()["queue"]
         assert queue[0]["reason"].startswith("gpu: waits for 1 GPU to free")
         # carol's --no-wait 512M, no GPU: before, bob's reservation held his 3.5G too and she got
         # "waits for 64.0M to free … what frees goes first to task 2".
-        carol = await collect(gpus.stream(LaunchRequest(pid=102, group="A", demand={"cpu": 0.1, "memory": GIB / 2},
+        carol = await collect(gpus.requests.stream(LaunchRequest(pid=102, group="A", demand={"cpu": 0.1, "memory": GIB / 2},
                                                         command=("w",), wait=False), Peer(pid=102, uid=0, gid=0)))
         assert carol[-1]["task"] == "3"
         await bob.aclose()
@@ -54,7 +54,7 @@ def test_a_task_within_its_groups_memory_guarantee_starts_though_others_queued_f
         launch(daemon, 101, group="A", cpu=0.1, memory=GIB // 2, wait=False)
     assert refused.value.code == "would_wait"
     started = launch(daemon, 102, group="B", cpu=0.1, memory=GIB, wait=False)  # before: it waited
-    assert started["task"] == "3" and daemon.status()["queue"] == []
+    assert started["task"] == "3" and daemon.observation.status()["queue"] == []
 
 
 def test_a_demand_that_could_never_start_beside_the_others_guarantees_is_refused_at_the_door(tmp_path):

@@ -8,10 +8,11 @@ from dataclasses import replace
 
 import pytest
 from gpu_fakes import CONFIG, GPU0, GPU1, INVENTORY, DeviceDriver
-from test_daemon import GIB, launch, make_daemon
+from test_daemon import GIB, launch, make_daemon, on_loop
 
 from governor import access
 from governor.config import parse_config
+from governor.daemon.gpu_places import denied_devices
 from governor.errors import GovernorError, RequestError
 from governor.gpu_identity import GpuNotFound, locate
 from governor.gpus import Gpu, GpuInventory
@@ -38,7 +39,7 @@ def without_uuids(inventory):
 
 def restarted(tmp_path, driver, inventory):
     daemon = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: inventory)
-    daemon.readopt()
+    on_loop(daemon, lambda: daemon.recovery.readopt())
     return daemon
 
 
@@ -50,14 +51,14 @@ def test_a_restart_with_the_gpus_reordered_finds_each_held_gpu_by_identity(tmp_p
     again = restarted(tmp_path, driver, known(REORDERED))  # [nvidia1, nvidia0]: index 0 is another GPU now
     bob = again.tasks.get("1")
     assert bob.gpus == (1,) and again.tasks.gpu_holders() == {1: "1"}
-    assert again.policy.denied_devices(bob.gpus) == (GPU1,)  # still may open /dev/nvidia0 alone
+    assert denied_devices(again.policy.gpus, bob.gpus) == (GPU1,)  # still may open /dev/nvidia0 alone
     alice = launch(again, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)
     assert again.tasks.get("2").gpus == (0,) and driver.denied["B/task-2"] == (GPU0,)  # /dev/nvidia1
     assert alice["gpus"] == (["GPU-bbbb"] if known(REORDERED).gpus[0].uuid else ["1"])
     [record] = [t for t in again.store.load_all()[0] if t.id == "1"]
     assert record.gpu_identities == (known(INVENTORY).gpus[0].identity,)
-    again.load_config = lambda: parse_config(CONFIG, "test.toml")
-    again.reload("the same list")  # nothing moves
+    again.requests.load_config = lambda: parse_config(CONFIG, "test.toml")
+    again.requests.reload("the same list")  # nothing moves
     assert again.tasks.get("1").gpus == (1,) and again.tasks.get("2").gpus == (0,)
 
 
@@ -81,12 +82,12 @@ def test_a_reload_that_reorders_the_gpus_re_maps_the_held_ones(gpus):
     launch(gpus, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)  # nvidia0
     launch(gpus, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)  # nvidia1
     gpus.policy.find_gpus = lambda spec, control: REORDERED
-    gpus.load_config = lambda: parse_config(CONFIG, "test.toml")
-    gpus.reload("test")
+    gpus.requests.load_config = lambda: parse_config(CONFIG, "test.toml")
+    gpus.requests.reload("test")
     assert [(t.id, t.gpus) for t in gpus.tasks] == [("1", (1,)), ("2", (0,))]  # launch order kept
     assert gpus.tasks.gpu_holders() == {1: "1", 0: "2"}
-    assert gpus.policy.denied_devices(gpus.tasks.get("1").gpus) == (GPU1,)
-    assert gpus.policy.denied_devices(gpus.tasks.get("2").gpus) == (GPU0,)
+    assert denied_devices(gpus.policy.gpus, gpus.tasks.get("1").gpus) == (GPU1,)
+    assert denied_devices(gpus.policy.gpus, gpus.tasks.get("2").gpus) == (GPU0,)
 
 
 def test_an_older_record_holding_indices_is_taken_as_todays_inventorys_and_written_by_identity(tmp_path):
@@ -98,7 +99,7 @@ def test_an_older_record_holding_indices_is_taken_as_todays_inventorys_and_writt
     again = restarted(tmp_path, driver, INVENTORY)
     assert again.tasks.get("1").gpus == (1,)
     assert json.loads(path.read_text())["gpus"] == [{"device": "195:1", "uuid": "GPU-bbbb"}]
-    assert any(e["kind"] == "record" and "its record holds GPUs by index" in e["message"] for e in again.events)
+    assert any(e["kind"] == "record" and "its record holds GPUs by index" in e["message"] for e in again.journal.events)
     path.write_text(json.dumps({**json.loads(path.read_text()), "gpus": [2]}))
     with pytest.raises(GovernorError, match=r"holds GPU 2 \(by index: an older record\) and this config lists 2 GPUs"):
         make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: INVENTORY).recovery.load()
@@ -125,7 +126,7 @@ def test_a_restart_that_turns_gpus_on_rejoins_the_processes_before_asking_whethe
     driver.procs["A/task-1"], driver.elsewhere["A/task-1"] = [], [100]
     again = restarted(tmp_path, driver, INVENTORY)
     assert [t.id for t in again.tasks] == ["1"] and driver.procs["A/task-1"] == [100]
-    assert any("pid(s) 100 put into the hierarchies" in e["message"] for e in again.events)
+    assert any("pid(s) 100 put into the hierarchies" in e["message"] for e in again.journal.events)
     assert asyncio.run(again.requests.stop(["1"], access.identify(0, 0))) == {"stopped": ["1"]}
     assert driver.killed == ["A/task-1"] and not again.tasks
 
@@ -141,8 +142,8 @@ def reload_during_the_make(daemon, inventory, nodes):
             daemon.settle.tree.call = call
             daemon.policy.find_gpus = lambda spec, control: inventory
             config = CONFIG.replace('gpus = ["/dev/nvidia0", "/dev/nvidia1"]', f"gpus = {nodes}")
-            daemon.load_config = lambda: parse_config(config, "test.toml")
-            daemon.reload("test")
+            daemon.requests.load_config = lambda: parse_config(config, "test.toml")
+            daemon.requests.reload("test")
         return made
 
     daemon.settle.tree.call = make_then_reload
@@ -180,15 +181,15 @@ def test_a_reload_that_reorders_the_gpus_re_maps_the_draining_ones(gpus):
     launch(gpus, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)  # nvidia0
     launch(gpus, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)  # nvidia1
     gpus.hierarchy.driver.procs["A/task-1"] = []
-    gpus.check(["1"], "exit")
+    on_loop(gpus, lambda: gpus.exits.check(["1"], "exit"))
     assert gpus.tasks.draining() == {0: "1"}
     gpus.policy.find_gpus = lambda spec, control: REORDERED
-    gpus.load_config = lambda: parse_config(CONFIG, "test.toml")
-    gpus.reload("test")
+    gpus.requests.load_config = lambda: parse_config(CONFIG, "test.toml")
+    gpus.requests.reload("test")
     assert gpus.tasks.gpu_holders() == {0: "2"} and gpus.tasks.draining() == {1: "1"}
     assert gpus.tasks.free_gpus(2) == []
     gpus.policy.find_gpus = lambda spec, control: replace(REORDERED, gpus=REORDERED.gpus[:1])
-    gpus.reload("nvidia0 dropped")  # a GPU governor no longer governs has nothing to hand over
+    gpus.requests.reload("nvidia0 dropped")  # a GPU governor no longer governs has nothing to hand over
     assert gpus.tasks.draining() == {}
 
 
@@ -203,7 +204,7 @@ def test_a_dead_tasks_record_holding_a_dropped_gpu_is_removed_and_the_daemon_sta
     again = restarted(tmp_path, driver, replace(INVENTORY, gpus=INVENTORY.gpus[:1]))
     assert [t.id for t in again.tasks] == ["1"] and [t.id for t in again.store.load_all()[0]] == ["1"]
     assert any(e["kind"] == "cleanup" and "task 2" in e["message"] and "ended while no daemon ran" in e["message"]
-               for e in again.events)
+               for e in again.journal.events)
     assert "B/task-2" not in driver.cgroups
 
 
@@ -220,9 +221,9 @@ def test_two_held_gpus_found_at_one_index_are_refused_by_a_reload_and_by_a_resta
     launch(daemon, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)  # GPU-aaaa
     launch(daemon, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)  # 195:1, no UUID
     daemon.policy.find_gpus = lambda spec, control: CLASHING
-    daemon.load_config = lambda: parse_config(CONFIG, "test.toml")
+    daemon.requests.load_config = lambda: parse_config(CONFIG, "test.toml")
     with pytest.raises(RequestError) as refused:
-        daemon.reload("test")
+        daemon.requests.reload("test")
     assert refused.value.code == "invalid_config"
     assert "tasks 1 and 2 would both hold GPU 0 (/dev/nvidia1)" in refused.value.message
     assert daemon.tasks.gpu_holders() == {0: "1", 1: "2"} and daemon.policy.gpus is NO_UUID
@@ -235,7 +236,7 @@ def test_two_held_gpus_found_at_one_index_are_refused_by_a_reload_and_by_a_resta
     assert again.tasks.gpu_holders() == {0: "2"} and [t.id for t in again.store.load_all()[0]] == ["2"]
     assert any(e["kind"] == "cleanup" and e["message"].startswith("task 1 ended while no daemon ran: its record, "
                                                                   "holding GPU 0, which task 2 holds too")
-               for e in again.events)
+               for e in again.journal.events)
 
 
 def test_two_gpus_of_one_task_found_at_one_index_are_not_located():

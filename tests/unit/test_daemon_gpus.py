@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 from gpu_fakes import CONFIG, CONTROL, GPU0, GPU1, INVENTORY, DeviceDriver
-from test_daemon import GIB, launch, make_daemon
+from test_daemon import GIB, launch, make_daemon, on_loop
 
 from governor.config import parse_config
 from governor.daemon import gpu_guard
@@ -32,7 +32,7 @@ def test_each_task_gets_its_own_gpus_and_may_open_no_other(gpus):
     denied = gpus.hierarchy.driver.denied
     assert denied["A/task-1"] == (GPU1,) and denied["B/task-2"] == (GPU0,)
     assert set(denied["B/task-3"]) == {GPU0, GPU1, CONTROL}  # no GPU: no control node either
-    status = gpus.status()
+    status = gpus.observation.status()
     assert status["capacity"]["gpu"] == 2
     assert [(g["index"], g["task"], g["group"]) for g in status["gpus"]] == [(0, "1", "A"), (1, "2", "B")]
     assert status["groups"]["A"]["reserved"]["gpu"] == 1 and "gpu" not in status["groups"]["A"]["guarantee"]
@@ -45,20 +45,20 @@ def test_a_gpu_task_waits_in_drf_order_and_gets_the_gpu_a_stop_frees(gpus):
     launch(gpus, 101, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
 
     async def scenario():
-        a_third = gpus.stream(LaunchRequest(pid=102, group="A", demand={"cpu": 0.1, "memory": GIB // 8, "gpu": 1},
+        a_third = gpus.requests.stream(LaunchRequest(pid=102, group="A", demand={"cpu": 0.1, "memory": GIB // 8, "gpu": 1},
                                             command=("w",)), Peer(pid=102, uid=0, gid=0))
-        b_first = gpus.stream(LaunchRequest(pid=103, group="B", demand={"cpu": 0.1, "memory": GIB // 8, "gpu": 1},
+        b_first = gpus.requests.stream(LaunchRequest(pid=103, group="B", demand={"cpu": 0.1, "memory": GIB // 8, "gpu": 1},
                                             command=("w",)), Peer(pid=103, uid=0, gid=0))
         a_waits, b_waits = await a_third.__anext__(), await b_first.__anext__()
         assert "queued" in a_waits and "queued" in b_waits
-        queue = gpus.status()["queue"]
+        queue = gpus.observation.status()["queue"]
         assert [q["group"] for q in queue] == ["B", "A"]  # B's dominant share is 0, A's is 1
         assert queue[0]["reason"] == "gpu: waits for 1 GPU to free (held by A 2)"
         gpus.hierarchy.driver.procs["A/task-1"] = []  # A's task on GPU 0 ends
-        gpus.check(["1"], "exit")
+        gpus.exits.check(["1"], "exit")
         started = [p async for p in b_first][-1]
         assert started["gpus"] == ["GPU-aaaa"] and gpus.hierarchy.driver.denied["B/task-4"] == (GPU1,)
-        assert [q["group"] for q in gpus.status()["queue"]] == ["A"]
+        assert [q["group"] for q in gpus.observation.status()["queue"]] == ["A"]
         await a_third.aclose()
 
     asyncio.run(scenario())
@@ -70,7 +70,7 @@ def test_a_tasks_gpus_are_kept_in_its_record_across_a_restart(tmp_path):
     launch(first, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
     launch(first, 101, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
     again = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: INVENTORY)
-    again.readopt()
+    on_loop(again, lambda: again.recovery.readopt())
     assert sorted(again.tasks.gpu_holders()) == [0, 1]
     with pytest.raises(RequestError) as refused:
         launch(again, 102, group="B", cpu=0.1, memory=GIB // 8, gpu=1, wait=False)
@@ -92,9 +92,9 @@ def test_a_reload_that_drops_a_held_gpu_is_refused_and_the_old_config_stays(gpus
     launch(gpus, 101, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
     smaller = GpuInventory(gpus=INVENTORY.gpus[:1], control=(), source="listed")
     gpus.policy.find_gpus = lambda spec, control: smaller
-    gpus.load_config = lambda: parse_config(CONFIG, "test.toml")
+    gpus.requests.load_config = lambda: parse_config(CONFIG, "test.toml")
     with pytest.raises(RequestError) as refused:
-        gpus.reload("test")
+        gpus.requests.reload("test")
     assert refused.value.code == "invalid_config"
     assert "GPU 1 (/dev/nvidia1, device 195:1, GPU-bbbb) is held by task 2 and this config drops it" in refused.value.message
     assert gpus.policy.capacity["gpu"] == 2 and gpus.policy.gpus is INVENTORY
@@ -108,8 +108,8 @@ GPU2 = ("c", 195, 2)
 def reload_with(daemon, inventory, nodes):
     daemon.policy.find_gpus = lambda spec, control: inventory
     config = CONFIG.replace('gpus = ["/dev/nvidia0", "/dev/nvidia1"]', f"gpus = {nodes}")
-    daemon.load_config = lambda: parse_config(config, "test.toml")
-    daemon.reload("test")
+    daemon.requests.load_config = lambda: parse_config(config, "test.toml")
+    daemon.requests.reload("test")
 
 
 def test_a_reload_that_adds_a_gpu_denies_it_to_the_running_tasks_that_do_not_hold_it(gpus):
@@ -152,7 +152,7 @@ def test_a_restart_with_a_new_inventory_applies_its_rules_to_the_tasks_it_takes_
     launch(first, 100, group="B", cpu=0.1, memory=GIB // 8)
     assert driver.denied["B/task-1"] == (GPU0, GPU1, CONTROL)
     again = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: THREE)
-    again.readopt()
+    on_loop(again, lambda: again.recovery.readopt())
     assert driver.denied["B/task-1"] == (GPU0, GPU1, GPU2, CONTROL)
     assert again.hierarchy.in_force("B/task-1")["device program"] == "c 195:0, c 195:1, c 195:2, c 195:255"
 
@@ -183,4 +183,4 @@ def test_only_a_full_refill_plans_the_running_tasks_cgroups(gpus):
     planned = []
     apply_plan = gpus.hierarchy.apply_plan
     gpus.hierarchy.apply_plan = lambda plan: planned.append(list(plan)) or apply_plan(plan)
-    gpus.set_weight("A", 2, "root")  # a refill as every event's: groups only (flat in the tasks' number)
+    gpus.requests.set_weight("A", 2, "root")  # a refill as every event's: groups only (flat in the tasks' number)

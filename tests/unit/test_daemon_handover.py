@@ -44,14 +44,14 @@ def test_a_freed_gpu_goes_to_the_next_task_only_once_no_other_process_holds_it(t
     (proc / "101" / "fd" / "5").symlink_to("/dev/null")  # the receiver holds GPU 0's node
 
     async def scenario():
-        waiting = daemon.stream(LaunchRequest(pid=102, group="B", demand={"cpu": 0.1, "memory": GIB // 8, "gpu": 1},
+        waiting = daemon.requests.stream(LaunchRequest(pid=102, group="B", demand={"cpu": 0.1, "memory": GIB // 8, "gpu": 1},
                                               command=("w",)), Peer(pid=102, uid=0, gid=0))
         assert "queued" in await waiting.__anext__()
         daemon.hierarchy.driver.procs["A/task-1"] = []
-        daemon.check(["1"], "exit")
+        daemon.exits.check(["1"], "exit")
         await until(lambda: ended and len(looks) >= 3)  # looked again and again: the holder stays
         assert ended == [101]  # ended once, not at every look
-        status = daemon.status()
+        status = daemon.observation.status()
         assert status["gpus"][0]["draining"] and status["gpus"][0]["task"] is None
         assert [q["task"] for q in status["queue"]] == ["3"]
         event = [e["message"] for e in status["events"] if e["kind"] == "gpu_holder_ended"]
@@ -59,7 +59,7 @@ def test_a_freed_gpu_goes_to_the_next_task_only_once_no_other_process_holds_it(t
         (proc / "101" / "fd" / "5").unlink()  # the process is gone
         started = [p async for p in waiting][-1]
         assert started["gpus"] == ["GPU-aaaa"]
-        assert [(g["task"], g["draining"]) for g in daemon.status()["gpus"]] == [("3", False)]
+        assert [(g["task"], g["draining"]) for g in daemon.observation.status()["gpus"]] == [("3", False)]
         # An fd that was in flight (sent, not yet received) at the hand-over: its receiver is
         # found by the look that follows a hand-over.
         (proc / "101" / "fd" / "6").symlink_to("/dev/null")
@@ -85,9 +85,14 @@ def test_processes_outside_governor_and_a_mig_sibling_keep_the_node_and_the_gpu_
         (proc / str(pid) / "fd").mkdir(parents=True)
         (proc / str(pid) / "fd" / "3").symlink_to("/dev/null")
     daemon.hierarchy.driver.procs["A/task-1"] = []
-    daemon.check(["1"], "exit")  # no event loop: the look is made at once
-    assert ended == [] and daemon.tasks.draining() == {} and daemon.tasks.free_gpus(2) == [0]
-    assert [e["kind"] for e in daemon.status()["events"]].count("gpu_free") == 1
+
+    async def ended_task_1():
+        daemon.exits.check(["1"], "exit")
+        await until(lambda: daemon.tasks.draining() == {})  # the look, on the hand-over thread
+
+    asyncio.run(ended_task_1())
+    assert ended == [] and daemon.tasks.free_gpus(2) == [0]
+    assert [e["kind"] for e in daemon.observation.status()["events"]].count("gpu_free") == 1
 
 
 def test_the_sweep_ends_a_governed_process_holding_a_gpu_it_was_not_given(tmp_path):
@@ -103,9 +108,14 @@ def test_the_sweep_ends_a_governed_process_holding_a_gpu_it_was_not_given(tmp_pa
     for pid in (100, 101):
         (proc / str(pid) / "fd").mkdir(parents=True)
         (proc / str(pid) / "fd" / "4").symlink_to("/dev/null")
-    daemon.handover.sweep()  # no event loop: at once
+
+    async def sweep():
+        daemon.handover.sweep()
+        await until(lambda: ended)  # the look, on the hand-over thread
+
+    asyncio.run(sweep())
     assert ended == [101]
-    event = [e["message"] for e in daemon.status()["events"] if e["kind"] == "gpu_holder_ended"]
+    event = [e["message"] for e in daemon.observation.status()["events"] if e["kind"] == "gpu_holder_ended"]
     assert event == ["process 101 (user root, task 2) ended: it held GPU 0 open though task 2 was not given it"]
 
 
@@ -120,14 +130,18 @@ def test_a_starting_daemon_drains_the_free_gpus_before_handing_them_out(tmp_path
     launch(daemon, 101, group="B", cpu=0.1, memory=GIB // 8)
     (proc / "101" / "fd").mkdir(parents=True)
     (proc / "101" / "fd" / "4").symlink_to("/dev/null")
-    daemon.handover.start()
-    assert daemon.status()["gpus"][0]["draining"]
-    daemon.handover.drain()
-    assert ended == [101] and daemon.tasks.free_gpus(1) == []
-    (proc / "101" / "fd" / "4").unlink()
-    daemon.handover.drain()
-    assert daemon.tasks.free_gpus(1) == [0]
-    messages = [e["message"] for e in daemon.status()["events"] if e["kind"].startswith("gpu_")]
+
+    async def start():
+        daemon.handover.start()
+        assert daemon.observation.status()["gpus"][0]["draining"]
+        daemon.handover.drain()
+        await until(lambda: ended)  # the first look
+        assert ended == [101] and daemon.tasks.free_gpus(1) == []
+        (proc / "101" / "fd" / "4").unlink()
+        await until(lambda: daemon.tasks.free_gpus(1) == [0])  # the next look
+
+    asyncio.run(start())
+    messages = [e["message"] for e in daemon.observation.status()["events"] if e["kind"].startswith("gpu_")]
     assert messages == ["process 101 (user root, task 1) ended: it held GPU 0 open after its task ended, before the "
                         "daemon started", "GPU 0 is free: no process holds it at the daemon's start"]
 
@@ -148,10 +162,15 @@ def test_a_starting_daemon_ends_a_governed_process_holding_a_gpu_a_running_task_
     again = make_daemon(tmp_path, config, driver=driver, find_gpus=lambda spec, control: ONE_GPU)
     again.handover.proc, again.handover.listed = proc, lambda inventory, gpus: None
     again.handover.kill = lambda holder: ended.append(holder.pid)
-    again.readopt()
-    again.handover.start()  # as serve() does, after re-adoption
+
+    async def restart():
+        again.recovery.readopt()
+        again.handover.start()  # as serve() does, after re-adoption
+        await until(lambda: ended)  # the sweep, on the hand-over thread
+
+    asyncio.run(restart())
     assert ended == [101] and again.tasks.gpu_holders() == {0: "1"}
-    event = [e["message"] for e in again.status()["events"] if e["kind"] == "gpu_holder_ended"]
+    event = [e["message"] for e in again.observation.status()["events"] if e["kind"] == "gpu_holder_ended"]
     assert event == ["process 101 (user root, task 2) ended: it held GPU 0 open though task 2 was not given it"]
 
 
@@ -184,9 +203,15 @@ def test_a_process_moved_into_a_session_holding_a_gpu_open_is_ended(tmp_path):
     for pid in (500, 501):
         (proc / str(pid) / "fd").mkdir(parents=True)
     (proc / "500" / "fd" / "3").symlink_to("/dev/null")
-    assert daemon.govern_process(501, 1) and daemon.govern_process(500, 1)  # no event loop: looked at once
+
+    async def govern():
+        assert daemon.sessions.govern_process(501, 1) and daemon.sessions.govern_process(500, 1)
+        await daemon.settled()
+        await until(lambda: ended)  # the look at the moved pids, on the hand-over thread
+
+    asyncio.run(govern())
     assert driver.procs["A/session-1"] == [501, 500] and ended == [500]
-    [event] = [e["message"] for e in daemon.status()["events"] if e["kind"] == "gpu_holder_ended"]
+    [event] = [e["message"] for e in daemon.observation.status()["events"] if e["kind"] == "gpu_holder_ended"]
     assert event.startswith("process 500 (") and event.endswith(
         f", session of {USER}) ended: it held GPU 0 open though session of {USER} was not given it")
 

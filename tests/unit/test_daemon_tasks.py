@@ -8,7 +8,7 @@ import signal
 import subprocess
 
 import pytest
-from test_daemon import GIB, collect, launch
+from test_daemon import GIB, collect, launch, on_loop
 from test_daemon import daemon  # noqa: F401  (the fixture)
 
 from governor.cgroups.stats import CgroupStats
@@ -24,13 +24,13 @@ NOBODY = 65534  # a host user in no configured group: its own group "nobody"
 
 
 def ask(daemon, request, uid=0):
-    return asyncio.run(daemon.handle(request, Peer(pid=1, uid=uid, gid=uid)))
+    return asyncio.run(daemon.requests.handle(request, Peer(pid=1, uid=uid, gid=uid)))
 
 
 def launch_as(daemon, pid, uid, **fields):
     request = LaunchRequest(pid=pid, group=None, demand={"cpu": 0.5, "memory": GIB}, command=("/usr/bin/work", "-v"),
                             **fields)
-    return asyncio.run(collect(daemon.stream(request, Peer(pid=pid, uid=uid, gid=uid))))[-1]
+    return asyncio.run(collect(daemon.requests.stream(request, Peer(pid=pid, uid=uid, gid=uid))))[-1]
 
 
 def test_ps_lists_the_callers_own_tasks_with_name_guarantee_cap_and_processes(daemon):
@@ -70,7 +70,7 @@ def while_one_waits(daemon, then):
 
     async def scenario():
         request = LaunchRequest(pid=200, group="B", demand={"cpu": 1.0, "memory": 2 * GIB}, command=("big",))
-        waiting = daemon.stream(request, Peer(pid=200, uid=0, gid=0))
+        waiting = daemon.requests.stream(request, Peer(pid=200, uid=0, gid=0))
         assert "queued" in await anext(waiting)
         try:
             return await then(waiting)
@@ -82,7 +82,7 @@ def while_one_waits(daemon, then):
 
 def test_ps_shows_a_queued_task_with_its_place(daemon):
     async def ps(waiting):
-        return (await daemon.handle(PsRequest(), Peer(pid=1, uid=0, gid=0)))["tasks"]
+        return (await daemon.requests.handle(PsRequest(), Peer(pid=1, uid=0, gid=0)))["tasks"]
 
     rows = while_one_waits(daemon, ps)
     assert [(r["id"], r["state"], r.get("position")) for r in rows] == [("1", "running", None), ("2", "queued", 1)]
@@ -96,7 +96,7 @@ def test_the_owner_stops_a_task_its_whole_cgroup_is_killed_and_the_record_says_s
     [record] = ask(daemon, PsRequest(ended=True), uid=NOBODY)["ended"]
     assert (record["id"], record["name"], record["reason"], record["stopped_by"]) == ("1", "sim", "stop", "nobody")
     assert record["exit_status"] is None
-    assert any(e["kind"] == "task_ended" and "stopped by nobody" in e["message"] for e in daemon.events)
+    assert any(e["kind"] == "task_ended" and "stopped by nobody" in e["message"] for e in daemon.journal.events)
 
 
 def test_another_user_may_not_stop_a_task_but_root_may(daemon):
@@ -126,7 +126,7 @@ def test_a_session_is_not_stopped(daemon):
 
 def test_stopping_a_queued_task_takes_it_out_and_tells_its_client(daemon):
     async def stop(waiting):
-        assert (await daemon.handle(StopRequest(("2",)), Peer(pid=1, uid=0, gid=0))) == {"stopped": ["2"]}
+        assert (await daemon.requests.handle(StopRequest(("2",)), Peer(pid=1, uid=0, gid=0))) == {"stopped": ["2"]}
         with pytest.raises(RequestError) as told:
             await anext(waiting)
         return told.value
@@ -142,7 +142,7 @@ def test_what_a_kill_missed_is_killed_again_before_stop_answers(daemon):
     driver.survivors["A/task-1"] = [101]  # forked past the kill
     assert ask(daemon, StopRequest(("1",))) == {"stopped": ["1"]}
     assert driver.killed == ["A/task-1", "A/task-1"]
-    assert not daemon.tasks and daemon.ended[-1].reason == "stop"
+    assert not daemon.tasks and daemon.exits.ended[-1].reason == "stop"
 
 
 def test_a_stop_whose_processes_outlive_the_kill_names_them_and_the_next_check_kills_again(daemon):
@@ -159,41 +159,41 @@ def test_a_stop_whose_processes_outlive_the_kill_names_them_and_the_next_check_k
     assert refused.value.code == "unavailable"
     assert refused.value.message == ("not stopped: task 1: pids 100, 101 still running 0.05 s after SIGKILL; the "
                                      "daemon kills them again at its next check (stopped: 2)")
-    assert [t.id for t in daemon.tasks] == ["1"] and daemon.ended[-1].task.id == "2"
+    assert [t.id for t in daemon.tasks] == ["1"] and daemon.exits.ended[-1].task.id == "2"
     unkillable.clear()
-    daemon.check(["1"], "reconcile")
+    on_loop(daemon, lambda: daemon.exits.check(["1"], "reconcile"))
     assert driver.killed[-1] == "A/task-1" and driver.procs["A/task-1"] == []
-    daemon.check(["1"], "exit")  # the kernel reports them gone
-    assert not daemon.tasks and daemon.ended[-1].reason == "stop"
+    on_loop(daemon, lambda: daemon.exits.check(["1"], "exit"))  # the kernel reports them gone
+    assert not daemon.tasks and daemon.exits.ended[-1].reason == "stop"
 
 
 def test_a_task_is_ended_at_its_time_limit(daemon):
     async def scenario():
         request = LaunchRequest(pid=100, group="A", demand={"cpu": 1.0, "memory": GIB}, command=("sleep", "60"),
                                 time_limit=0.05)
-        await collect(daemon.stream(request, Peer(pid=100, uid=0, gid=0)))
+        await collect(daemon.requests.stream(request, Peer(pid=100, uid=0, gid=0)))
         assert len(daemon.tasks) == 1
         await asyncio.sleep(0.2)
 
     asyncio.run(scenario())
     assert daemon.hierarchy.driver.killed == ["A/task-1"] and not daemon.tasks
-    record = daemon.ended[-1].to_json()
+    record = daemon.exits.ended[-1].to_json()
     assert record["reason"] == "time_limit" and record["time_limit"] == 0.05
-    assert any("its time limit of 0.05s was reached" in e["message"] for e in daemon.events)
+    assert any("its time limit of 0.05s was reached" in e["message"] for e in daemon.journal.events)
 
 
 def test_a_task_that_ends_first_leaves_no_timer(daemon):
     async def scenario():
         request = LaunchRequest(pid=100, group="A", demand={"cpu": 1.0, "memory": GIB}, command=("true",),
                                 time_limit=0.1)
-        await collect(daemon.stream(request, Peer(pid=100, uid=0, gid=0)))
+        await collect(daemon.requests.stream(request, Peer(pid=100, uid=0, gid=0)))
         daemon.hierarchy.driver.procs["A/task-1"] = []
-        daemon.check(["1"], "exit")
+        daemon.exits.check(["1"], "exit")
         await asyncio.sleep(0.2)
 
     asyncio.run(scenario())
     assert daemon.hierarchy.driver.killed == [] and not daemon.exits._time_limits
-    assert daemon.ended[-1].reason == "exit"
+    assert daemon.exits.ended[-1].reason == "exit"
 
 
 def test_a_readopted_task_past_its_time_limit_is_ended(daemon):
@@ -203,11 +203,11 @@ def test_a_readopted_task_past_its_time_limit_is_ended(daemon):
     driver.procs["A/task-1"] = [100]
 
     async def scenario():
-        daemon.readopt()
+        daemon.recovery.readopt()
         await asyncio.sleep(0.05)
 
     asyncio.run(scenario())
-    assert driver.killed == ["A/task-1"] and daemon.ended[-1].reason == "time_limit"
+    assert driver.killed == ["A/task-1"] and daemon.exits.ended[-1].reason == "time_limit"
 
 
 def test_the_ended_record_holds_the_counters_read_before_removal(daemon):
@@ -217,12 +217,12 @@ def test_the_ended_record_holds_the_counters_read_before_removal(daemon):
                                            memory_current_bytes=0, memory_events={"oom_kill": 1},
                                            memory_peak_bytes=700 * 1024**2)
     driver.procs["A/task-1"] = []
-    daemon.check(["1"], "exit")
-    record = daemon.ended[-1].to_json()
+    on_loop(daemon, lambda: daemon.exits.check(["1"], "exit"))
+    record = daemon.exits.ended[-1].to_json()
     assert (record["cpu_s"], record["throttled_s"], record["memory_peak"], record["oom_kills"]) == (
         1.5, 0.25, 700 * 1024**2, 1)
     assert record["reason"] == "oom_kill"  # the kernel killed one of its processes
-    line = next(e["message"] for e in daemon.events if e["kind"] == "task_ended")
+    line = next(e["message"] for e in daemon.journal.events if e["kind"] == "task_ended")
     assert "OOM-killed at its memory cap 1.0G" in line and "CPU 1.5s" in line and "memory peak 700.0M" in line
 
 
@@ -230,19 +230,19 @@ def test_without_a_final_read_the_last_sample_is_used(daemon, monkeypatch):
     launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
     driver = daemon.hierarchy.driver
     driver.stats["A/task-1"] = CgroupStats(2_000_000, 0, 0, 0, populated=True)
-    daemon.sample()
+    daemon.observation.sample()
 
     def unreadable(rel, peak):
         raise CgroupReadError("cannot read cpu.stat", path=rel, errno=errno.EIO)
 
     monkeypatch.setattr(driver, "_read_stats", unreadable)
     driver.procs["A/task-1"] = []
-    daemon.check(["1"], "exit")
-    assert daemon.ended[-1].to_json()["cpu_s"] == 2.0
+    on_loop(daemon, lambda: daemon.exits.check(["1"], "exit"))
+    assert daemon.exits.ended[-1].to_json()["cpu_s"] == 2.0
 
 
 def test_ended_records_are_bounded(daemon):
-    assert daemon.ended.maxlen == ENDED_KEPT == 1000
+    assert daemon.exits.ended.maxlen == ENDED_KEPT == 1000
 
 
 def test_ps_names_the_first_processes_of_a_large_task_and_counts_the_rest(daemon):
@@ -260,12 +260,12 @@ def test_the_launched_process_exit_status_is_recorded_once_its_parent_reaped_it(
 
     async def scenario():
         request = LaunchRequest(pid=child.pid, group="A", demand={"cpu": 1.0, "memory": GIB}, command=("sh",))
-        await collect(daemon.stream(request, Peer(pid=child.pid, uid=0, gid=0, pidfd=pidfd)))
+        await collect(daemon.requests.stream(request, Peer(pid=child.pid, uid=0, gid=0, pidfd=pidfd)))
         child.stdin.close()  # read gets end of input: the shell exits 3
         await asyncio.sleep(0.3)  # exited, not reaped yet
         daemon.hierarchy.driver.procs["A/task-1"] = []
-        daemon.check(["1"], "exit")
-        pending = daemon.ended[-1].exit_status
+        daemon.exits.check(["1"], "exit")
+        pending = daemon.exits.ended[-1].exit_status
         child.wait()
         await asyncio.sleep(0.6)
         return pending
@@ -274,7 +274,7 @@ def test_the_launched_process_exit_status_is_recorded_once_its_parent_reaped_it(
         assert asyncio.run(scenario()) is None
     finally:
         os.close(pidfd)
-    record = daemon.ended[-1]
+    record = daemon.exits.ended[-1]
     assert record.to_json()["exit_status"] == {"code": "exited", "status": 3}
     assert not daemon.exits._pidfds
 
@@ -311,7 +311,7 @@ def test_no_exit_status_pidfd_is_held_past_the_daemons_share_of_descriptors(daem
 
     async def scenario():
         request = LaunchRequest(pid=os.getpid(), group="A", demand={"cpu": 1.0, "memory": GIB}, command=("x",))
-        await collect(daemon.stream(request, Peer(pid=os.getpid(), uid=0, gid=0, pidfd=pidfd)))
+        await collect(daemon.requests.stream(request, Peer(pid=os.getpid(), uid=0, gid=0, pidfd=pidfd)))
 
     try:
         asyncio.run(scenario())
@@ -323,11 +323,11 @@ def test_no_exit_status_pidfd_is_held_past_the_daemons_share_of_descriptors(daem
 def test_everyone_sees_a_long_command_line_cut_and_its_owner_whole(daemon):
     long = tuple(["x" * 4000] * 15)  # 60,000 characters: 250 such tasks made a status 15.6 MB
     request = LaunchRequest(pid=100, group="A", demand={"cpu": 0.5, "memory": GIB}, command=long)
-    asyncio.run(collect(daemon.stream(request, Peer(pid=100, uid=0, gid=0))))
-    [entry] = daemon.status()["groups"]["A"]["tasks"]
+    asyncio.run(collect(daemon.requests.stream(request, Peer(pid=100, uid=0, gid=0))))
+    [entry] = daemon.observation.status()["groups"]["A"]["tasks"]
     assert sum(map(len, entry["command"])) <= SHOWN_COMMAND_CHARS + 1 and entry["command"][-1].endswith("…")
     assert entry["command_cut"] == 60_000 - SHOWN_COMMAND_CHARS
-    mine = daemon.ps(PsRequest(), access.identify(0, 0))["tasks"][0]
+    mine = daemon.requests.ps(PsRequest(), access.identify(0, 0))["tasks"][0]
     assert (len(mine["command"]), mine["command_cut"]) == (15, 0)  # its owner gets it whole
     import governor.ps as ps
     [theirs] = ps.task_rows(daemon.tasks, [], allocation=None, usage={}, positions={},
@@ -359,4 +359,4 @@ def test_ended_records_that_cannot_be_used_are_set_aside_and_the_daemon_runs_on(
     daemon.exits.restore_ended()
     assert not daemon.exits.ended and (daemon.store.directory / "ended.state.bad").exists()
     assert any("ended.state set aside as ended.state.bad: not a list of records" in e["message"]
-               for e in daemon.events)
+               for e in daemon.journal.events)

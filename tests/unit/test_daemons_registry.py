@@ -13,6 +13,7 @@ from governor.daemons import SETTLED_MTIME_NS, DaemonEntry, Registry
 from governor.errors import GovernorError, RequestError
 from governor.protocol import LaunchRequest, Peer
 from governor.cgroups.hierarchy import Location
+from test_daemon import on_loop
 from test_sessions import daemon, session_daemon  # noqa: F401 (fixture)
 
 
@@ -114,9 +115,10 @@ def test_the_daemon_leaves_another_daemons_processes_alone(tmp_path):
         return Location(found.rel, found.login_uid, theirs.get(pid, {"cpu": "/user.slice"}))
 
     daemon.hierarchy.locate = locate
-    assert not daemon.govern_process(500, 1)  # in the other daemon's task: its stop must find it
-    assert daemon.govern_process(501, 1)  # anywhere else: into the session
+    # In the other daemon's task: its stop must find it.
+    assert not on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))
+    assert on_loop(daemon, lambda: daemon.sessions.govern_process(501, 1))  # anywhere else: into the session
     request = LaunchRequest(pid=500, group="A", demand={"memory": 1 << 30}, command=("x",))
     with pytest.raises(RequestError) as refused:
-        asyncio.run(anext(daemon.stream(request, Peer(pid=500, uid=0, gid=0))))
+        asyncio.run(anext(daemon.requests.stream(request, Peer(pid=500, uid=0, gid=0))))
     assert refused.value.code == "forbidden" and "governor run --socket /run/gov-b.sock" in refused.value.message

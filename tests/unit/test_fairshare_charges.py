@@ -6,7 +6,7 @@ task's equal use; the history a kill -9 leaves is at most 5 s old. A fake clock 
 import json
 
 import pytest
-from test_daemon import GIB, launch, make_daemon
+from test_daemon import GIB, launch, make_daemon, on_loop
 
 from governor.cgroups.stats import CgroupStats
 from governor.daemon.fairshare import FILE_NAME, SAVE_EVERY_S, save_due
@@ -145,19 +145,19 @@ def test_the_daemon_charges_short_tasks_from_their_groups_counter_read_before_re
     launch(daemon, 100, group="lab-a", cpu=0.6, memory=1 << 20)  # steady
     launch(daemon, 101, group="lab-c", cpu=0.01, memory=7 * GIB)  # reserves 7G, uses none of it
     clock.now = daemon.tasks.get("2").started + 1  # after both started
-    daemon.observation.sample()  # the first tick: where counting starts
+    on_loop(daemon, lambda: daemon.observation.sample())  # the first tick: where counting starts
     for second in range(1, 61):
         pid = 1000 + second
         reply = launch(daemon, pid, group="lab-b", cpu=0.6, memory=1 << 20)
         driver.stats["lab-b"] = CgroupStats(600_000, 0, 0, 0)  # its new cgroup's counter: 0.6 s
         driver.procs[f"lab-b/task-{reply['task']}"] = []
-        daemon.check([reply["task"]], "exit")  # ended before the tick: its group's cgroup goes
+        on_loop(daemon, lambda: daemon.exits.check([reply["task"]], "exit"))  # ended before the tick: its group's cgroup goes
         assert "lab-b" not in driver.cgroups
         del driver.stats["lab-b"]
         driver.stats["lab-a"] = CgroupStats(600_000 * second, 0, 0, 0)
         clock.now += 1
-        daemon.observation.sample()
-    past = {group: entry["past_use"] for group, entry in daemon.status()["groups"].items()}
+        on_loop(daemon, lambda: daemon.observation.sample())
+    past = {group: entry["past_use"] for group, entry in daemon.observation.status()["groups"].items()}
     assert past["lab-b"] == pytest.approx(past["lab-a"], rel=0.05)
     assert past["lab-a"] == pytest.approx(60 * 0.6 / 2, rel=0.01)
     assert past["lab-c"] == pytest.approx(60 * 7 / 8, rel=0.02)  # the idle reservation
@@ -171,10 +171,10 @@ def test_a_task_that_ended_between_ticks_is_charged_its_reservation_up_to_its_en
     daemon = make_daemon(tmp_path, FAIR)
     reply = launch(daemon, 100, group="lab-c", cpu=0.01, memory=7 * GIB)
     clock.now = daemon.tasks.get(reply["task"]).started + 1
-    daemon.observation.sample()
+    on_loop(daemon, lambda: daemon.observation.sample())
     clock.now += 10
     daemon.hierarchy.driver.procs[f"lab-c/task-{reply['task']}"] = []
-    daemon.check([reply["task"]], "exit")  # 10 s after the tick
+    on_loop(daemon, lambda: daemon.exits.check([reply["task"]], "exit"))  # 10 s after the tick
     clock.now += 10
-    daemon.observation.sample()
-    assert daemon.status()["groups"]["lab-c"]["past_use"] == pytest.approx(10 * 7 / 8, rel=0.01)
+    on_loop(daemon, lambda: daemon.observation.sample())
+    assert daemon.observation.status()["groups"]["lab-c"]["past_use"] == pytest.approx(10 * 7 / 8, rel=0.01)

@@ -21,7 +21,7 @@ from governor.errors import CgroupError, CgroupWriteError, ConfigError, Governor
 from governor.metrics import Metrics
 from governor.protocol import Peer, StatusRequest
 from governor.state import Task
-from test_daemon import GIB, daemon  # noqa: F401  (the fixture)
+from test_daemon import GIB, daemon, on_loop  # noqa: F401  (the fixture)
 
 GOVERNOR = str(Path(sys.executable).with_name("governor"))
 SCENARIO = Path(__file__).resolve().parents[2] / "configs" / "scenarios" / "paper.toml"
@@ -106,10 +106,10 @@ def test_cgroups_a_killed_daemon_left_without_records_are_cleaned_at_start(daemo
         driver.create(rel)
     driver.procs["A/task-1"] = [100]
     driver.procs["B/task-9"] = [900]  # a live process without a record: left, and named
-    daemon.readopt()
+    on_loop(daemon, lambda: daemon.recovery.readopt())
     assert "A/task-2" not in driver.cgroups and "C" not in driver.cgroups
     assert {"A/task-1", "B/task-9"} <= driver.cgroups
-    assert any("B/task-9 holds pids [900]" in e["message"] for e in daemon.events)
+    assert any("B/task-9 holds pids [900]" in e["message"] for e in daemon.journal.events)
     assert int(store.new_id()) > 9  # the id of the unrecorded cgroup is never given out
 
 
@@ -124,7 +124,7 @@ def test_a_read_only_cgroupfs_refuses_launches_truthfully_and_the_daemon_serves_
     with pytest.raises(RequestError) as refused:
         launch(daemon, 100, memory=GIB)
     assert refused.value.code == "unavailable" and "EROFS" in str(refused.value)
-    status = asyncio.run(daemon.handle(StatusRequest(), Peer(pid=1, uid=0, gid=0)))["status"]
+    status = asyncio.run(daemon.requests.handle(StatusRequest(), Peer(pid=1, uid=0, gid=0)))["status"]
     assert not any(g["tasks"] for g in status["groups"].values()) and not daemon.store.load_all()[0]  # none shown
 
 

@@ -34,12 +34,13 @@ def test_a_task_past_a_gpu_quota_waits_naming_it_though_a_gpu_is_free(daemon, gr
     launch(daemon, 100, group=group, cpu=0.1, memory=GIB // 8, gpu=1)
 
     async def scenario():
-        second = daemon.stream(LaunchRequest(pid=101, group=group, demand={"cpu": 0.1, "memory": GIB // 8, "gpu": 1},
+        second = daemon.requests.stream(LaunchRequest(pid=101, group=group, demand={"cpu": 0.1, "memory": GIB // 8, "gpu": 1},
                                              command=("w",)), Peer(pid=101, uid=0, gid=0))
         assert "queued" in await second.__anext__()
-        [waiting] = daemon.status()["queue"]
+        [waiting] = daemon.observation.status()["queue"]
         assert words in waiting["reason"] and len(daemon.tasks.free_gpus(2)) == 1
         await second.aclose()
+        await daemon.settled()
 
     asyncio.run(scenario())
     assert launch(daemon, 102, group="A" if group == "B" else "B", cpu=0.1, memory=GIB // 8, gpu=1)["gpus"]

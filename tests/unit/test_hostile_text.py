@@ -19,7 +19,7 @@ from governor.cli.status_view import status_renderables
 from governor.cli.top_state import TopState, press
 from governor.cli.top_view import top_view
 from governor.protocol import ExplainRequest, Peer, PsRequest, StatusRequest
-from test_daemon import GIB, daemon, launch  # noqa: F401 (fixture)
+from test_daemon import GIB, daemon, launch, on_loop  # noqa: F401 (fixture)
 
 HOSTILE = ["[/oops]", "[bold red]x[/]", "\x1b]0;PWNED\x1b\\", "\x1b[8m", "\x9b31m", "\u202eevil", ":smile:",
            "tab\there", "bell\x07"]
@@ -42,8 +42,8 @@ def test_every_view_shows_hostile_text_as_text(daemon, width):  # noqa: F811
     launch(daemon, 100, group="A", cpu=0.5, memory=GIB)
     daemon.tasks.add(daemon.tasks.get("1").__class__(
         "2", "A", 200, 0, "root", tuple(HOSTILE), {"cpu": 0.5, "memory": GIB}, 0.0, name="[/oops]\x1b[8m"))
-    daemon.check(["1"], "exit")  # task 1 ended: an ended record
-    handle = lambda request: over_the_wire(asyncio.run(daemon.handle(request, ROOT)))  # noqa: E731
+    on_loop(daemon, lambda: daemon.exits.check(["1"], "exit"))  # task 1 ended: an ended record
+    handle = lambda request: over_the_wire(asyncio.run(daemon.requests.handle(request, ROOT)))  # noqa: E731
     status, explain = handle(StatusRequest())["status"], handle(ExplainRequest())["explain"]
     running, ended = handle(PsRequest(all=True))["tasks"], handle(PsRequest(all=True, ended=True))["ended"]
     state = TopState(status=status, received=0.0)

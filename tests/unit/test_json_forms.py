@@ -45,8 +45,8 @@ def test_simulate_explain_and_status_render_an_allocation_identically(daemon, tm
     scenario = tmp_path / "s.toml"
     scenario.write_text(SCENARIO)
     simulated = cli_json("simulate", str(scenario), "--trace", "--json")
-    server = FakeSocket(str(tmp_path / "g.sock"), [{"ok": True, "explain": daemon.explain(),
-                                                    "status": daemon.status()}])
+    server = FakeSocket(str(tmp_path / "g.sock"), [{"ok": True, "explain": daemon.requests.explain(),
+                                                    "status": daemon.observation.status()}])
     explained = cli_json("explain", "--json", "--socket", server.path)
     status = cli_json("status", "--json", "--socket", server.path)
     server.close()

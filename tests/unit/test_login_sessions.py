@@ -11,10 +11,11 @@ import pytest
 from governor.cgroups.limits import CgroupLimits, IoMax
 from governor.cgroups.systemd import SliceDriver, unit_properties
 from governor.config import parse_config
+from governor.daemon.inbox import Reload
 from governor.errors import CgroupUnsupported, CgroupWriteError
 from governor.limits import held_login_limits, inside_root
 from governor.state import Task
-from test_daemon import GIB
+from test_daemon import GIB, on_loop
 from test_sessions import CONFIG, USER, daemon  # noqa: F401 (fixture)
 
 
@@ -125,8 +126,8 @@ def systemd(daemon, tmp_path):  # noqa: F811
 
 def test_a_process_in_its_users_logind_slice_makes_their_login_session_there(systemd):
     daemon, systemctl = systemd
-    assert not daemon.govern_process(700, 1)  # not moved: logind keeps tracking it
-    assert not daemon.govern_process(701, 1)
+    assert not on_loop(daemon, lambda: daemon.sessions.govern_process(700, 1))  # not moved: logind keeps tracking it
+    assert not on_loop(daemon, lambda: daemon.sessions.govern_process(701, 1))
     login = daemon.tasks.get("login-1")
     assert (login.group, login.cgroup, login.is_session) == ("A", "user.slice/user-1.slice", True)
     [call] = systemctl.calls  # once per user, not per process
@@ -135,39 +136,39 @@ def test_a_process_in_its_users_logind_slice_makes_their_login_session_there(sys
     assert daemon.hierarchy.driver.procs == {}
     assert "A" not in daemon.hierarchy.driver.cgroups  # nothing of A below governor's root
     assert daemon.store.directory.joinpath("login-1.json").exists()
-    [shown] = daemon.status()["groups"]["A"]["tasks"]
+    [shown] = daemon.observation.status()["groups"]["A"]["tasks"]
     assert (shown["id"], shown["session"], shown["limits"]["CPUQuota"]) == ("login-1", True, "50%")
-    daemon.sample()
-    assert daemon.usage["A"]["memory"] == 4096  # the group's use is its slice's
+    daemon.observation.sample()
+    assert daemon.observation.usage["A"]["memory"] == 4096  # the group's use is its slice's
 
 
 def test_a_users_process_in_another_users_slice_joins_their_session_in_the_root(systemd):
     daemon, _ = systemd
-    assert daemon.govern_process(602, 1)  # alice's process in root's slice (sudo -u, runuser)
+    assert on_loop(daemon, lambda: daemon.sessions.govern_process(602, 1))  # alice's process in root's slice (sudo -u, runuser)
     assert daemon.hierarchy.driver.procs["A/session-1"] == [602]
 
 
 def test_held_groups_hold_a_login_session_to_its_part_of_the_guarantee(systemd):
     daemon, systemctl = systemd
-    daemon.govern_process(700, 1)
+    on_loop(daemon, lambda: daemon.sessions.govern_process(700, 1))
     daemon.hierarchy.driver.create("B/task-9")
     daemon.tasks.add(Task("9", "B", 9, 0, "root", ("x",), {"cpu": 2.0, "memory": 3.0 * GIB}, 0.0))
     daemon.enforcement.cpu_saturated = True
-    daemon.settle.now("saturation")
-    fraction = float(daemon.allocation.groups["A"].tasks)
+    daemon.settle.now(Reload("saturation"))
+    fraction = float(daemon.enforcement.allocation.groups["A"].tasks)
     assert 0.7 < fraction < 0.8  # memory is contended: A gets 3/4 of its demand
     assert "A" not in daemon.hierarchy.driver.cgroups  # its quota is its slice's
     assert systemctl.calls[-1][5:] == [f"CPUQuota={math.ceil(fraction * 50)}%"]
     daemon.enforcement.cpu_saturated = False
-    daemon.settle.now("slack")
+    daemon.settle.now(Reload("slack"))
     assert systemctl.calls[-1][5:] == ["CPUQuota=50%"]
 
 
 def test_a_login_session_ends_with_its_slice_and_its_properties_are_reset(systemd, tmp_path):
     daemon, systemctl = systemd
-    daemon.govern_process(700, 1)
+    on_loop(daemon, lambda: daemon.sessions.govern_process(700, 1))
     make_slice(tmp_path / "mount", 1, {}, populated=False)
-    daemon.check(["login-1"], "exit")
+    on_loop(daemon, lambda: daemon.exits.check(["login-1"], "exit"))
     assert daemon.tasks.get("login-1") is None
     assert not daemon.store.directory.joinpath("login-1.json").exists()
     assert sorted(systemctl.calls[-1][5:]) == ["CPUQuota=", "CPUWeight=", "MemoryLow=", "MemoryMax=infinity"]
@@ -177,34 +178,34 @@ def test_a_slice_systemd_will_not_limit_is_not_asked_again_at_each_exec(systemd)
     daemon, systemctl = systemd
     systemctl.refuse = True
     for _ in range(5):
-        assert not daemon.govern_process(700, 1)
+        assert not on_loop(daemon, lambda: daemon.sessions.govern_process(700, 1))
     assert len(systemctl.calls) == 1 and daemon.tasks.get("login-1") is None
-    assert "not tried again until a reload" in daemon.events[-1]["message"]
+    assert "not tried again until a reload" in daemon.journal.events[-1]["message"]
     systemctl.refuse = False
-    daemon.use(daemon.config)  # a reload
-    daemon.govern_process(700, 1)
+    daemon.requests.use(daemon.policy.config)  # a reload
+    on_loop(daemon, lambda: daemon.sessions.govern_process(700, 1))
     assert daemon.tasks.get("login-1") is not None
 
 
 def test_a_restart_takes_a_login_session_back_only_where_systemd_writes_limits(systemd):
     daemon, _ = systemd
-    daemon.govern_process(700, 1)
+    on_loop(daemon, lambda: daemon.sessions.govern_process(700, 1))
     daemon.tasks.remove("login-1")
-    daemon.readopt()
+    on_loop(daemon, lambda: daemon.recovery.readopt())
     assert daemon.tasks.get("login-1") is not None
     daemon.tasks.remove("login-1")
     daemon.hierarchy.slices = None
-    daemon.readopt()
+    on_loop(daemon, lambda: daemon.recovery.readopt())
     assert daemon.tasks.get("login-1") is None
     assert not daemon.store.directory.joinpath("login-1.json").exists()
 
 
 def test_sessions_config_is_shared_by_both_kinds(systemd):
     daemon, _ = systemd
-    daemon.use(parse_config(CONFIG.replace("cpu = 0.5", "cpu = 0.25"), "t.toml"))
-    daemon.govern_process(700, 1)
+    daemon.requests.use(parse_config(CONFIG.replace("cpu = 0.5", "cpu = 0.25"), "t.toml"))
+    on_loop(daemon, lambda: daemon.sessions.govern_process(700, 1))
     assert daemon.tasks.get("login-1").demand["cpu"] == 0.25
-    assert USER in daemon.explain()["groups"]["A"]["sessions"]
+    assert USER in daemon.requests.explain()["groups"]["A"]["sessions"]
 
 
 def test_slices_are_governed_only_where_systemd_runs_cgroup_v2(tmp_path):
@@ -218,11 +219,11 @@ def test_slices_are_governed_only_where_systemd_runs_cgroup_v2(tmp_path):
 def test_a_user_in_her_logind_slice_and_in_governors_session_counts_one_session_demand(systemd):
     """Issue 32, break 9: both places of one user's session were two demands (cap 1.0 core)."""
     daemon, _ = systemd
-    daemon.govern_process(700, 1)  # her logind slice: login-1
-    assert daemon.govern_process(602, 1)  # moved into governor's session cgroup: session-1
+    on_loop(daemon, lambda: daemon.sessions.govern_process(700, 1))  # her logind slice: login-1
+    assert on_loop(daemon, lambda: daemon.sessions.govern_process(602, 1))  # moved into governor's session cgroup: session-1
     assert {t.id for t in daemon.tasks} == {"login-1", "session-1"}
     assert daemon.tasks.demands()["A"] == {"cpu": 0.5, "memory": 3 * GIB}
-    assert daemon.status()["groups"]["A"]["demand"]["cpu"] == 0.5
-    daemon.settle.now("test")
-    assert daemon.allocation.groups["A"].allocation["cpu"] == 0.5  # all of its one session's demand
+    assert daemon.observation.status()["groups"]["A"]["demand"]["cpu"] == 0.5
+    daemon.settle.now(Reload("test"))
+    assert daemon.enforcement.allocation.groups["A"].allocation["cpu"] == 0.5  # all of its one session's demand
     assert "A" in daemon.hierarchy.driver.cgroups  # counted inside, where its session cgroup is

@@ -154,7 +154,7 @@ def test_the_daemon_samples_nvml_on_its_sampler_only_for_served_metrics(tmp_path
     assert calls == []
 
     daemon = None
-    metrics = Metrics(lambda: daemon.status())
+    metrics = Metrics(lambda: daemon.observation.status())
     daemon = make_daemon(tmp_path / "served", metrics=metrics)
     launch(daemon, 100, group="A", cpu=0.5, memory=GIB // 4)
     launch(daemon, 200, group="B", cpu=0.5, memory=GIB // 4)
@@ -188,7 +188,7 @@ def test_a_group_tree_is_labelled_so_a_sum_over_leaves_counts_each_task_once(tmp
     daemon = make_daemon(tmp_path, TREE)
     for group, pid in (("D1", 100), ("L1", 200), ("L2", 300)):
         launch(daemon, pid, group=group, cpu=0.5, memory=GIB // 4)
-    got = samples(Metrics(daemon.status))
+    got = samples(Metrics(daemon.observation.status))
     reserved = {labels[:3]: value for (name, labels), value in got.items()
                 if name == "governor_group_reserved" and ("resource", "memory") in labels}
     assert set(reserved) == {(("group", "D1"), ("leaf", "true"), ("parent", "")),

@@ -24,7 +24,7 @@ from governor.config import parse_config
 from governor.metrics import Metrics
 from governor.protocol import ExplainRequest, Peer, PsRequest, StatusRequest
 from governor.resources import format_amount
-from test_daemon import GIB, launch, make_daemon
+from test_daemon import GIB, launch, make_daemon, on_loop
 
 CONFIG = """
 [capacity]
@@ -63,7 +63,7 @@ def test_every_view_shows_the_same_floor_guarantee_reserved_and_cap(daemon):
     # A 0.8 and B 1.2 (λ 0.4 and 0.6). Memory is reserved, not guaranteed: A 1G, B 512M.
     launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB // 2)
-    handle = lambda request: json.loads(json.dumps(asyncio.run(daemon.handle(request, ROOT))))  # noqa: E731
+    handle = lambda request: json.loads(json.dumps(asyncio.run(daemon.requests.handle(request, ROOT))))  # noqa: E731
     status = handle(StatusRequest())["status"]
     explain = handle(ExplainRequest())["explain"]
     rows = {row["id"]: row for row in handle(PsRequest(all=True))["tasks"]}
@@ -108,7 +108,7 @@ def test_every_view_shows_the_same_floor_guarantee_reserved_and_cap(daemon):
 
 
 def test_configured_groups_are_listed_while_idle_and_keep_their_metrics(daemon):
-    status = asyncio.run(daemon.handle(StatusRequest(), ROOT))["status"]
+    status = asyncio.run(daemon.requests.handle(StatusRequest(), ROOT))["status"]
     assert sorted(status["groups"]) == ["A", "B", "C"]
     assert all(g["idle"] and g["tasks"] == [] for g in status["groups"].values())
     assert status["groups"]["C"]["members"] == ["carol"]
@@ -119,12 +119,12 @@ def test_configured_groups_are_listed_while_idle_and_keep_their_metrics(daemon):
 
 def test_an_idle_sessions_reservation_is_what_it_uses_not_its_cap(daemon):
     # Issue 23, point 5: bob's launch queued behind his own idle shell's 2G reservation.
-    daemon.use(parse_config(CONFIG.replace("enabled = false", 'memory = "3G"\ncpu = 0.5'), "t.toml"))
+    daemon.requests.use(parse_config(CONFIG.replace("enabled = false", 'memory = "3G"\ncpu = 0.5'), "t.toml"))
     daemon.sessions.real_uid = daemon.sessions.effective_uid = lambda pid: 0
-    daemon.owners.owner = lambda uid: ("root", "A")
-    daemon.govern_process(500, 0)  # root's session, cap 3G of 4G
+    daemon.policy.owners.owner = lambda uid: ("root", "A")
+    on_loop(daemon, lambda: daemon.sessions.govern_process(500, 0))  # root's session, cap 3G of 4G
     session = daemon.tasks.get("session-0")
-    daemon.usage[session.cgroup] = {"memory": 20 * 1024**2}
+    daemon.observation.usage[session.cgroup] = {"memory": 20 * 1024**2}
     reply = launch(daemon, 600, group="B", cpu=0.5, memory=2 * GIB, wait=False)  # 2G fits beside 20M
     assert reply["task"]
-    assert daemon.status()["groups"]["A"]["reserved"] == {"memory": 20 * 1024**2}
+    assert daemon.observation.status()["groups"]["A"]["reserved"] == {"memory": 20 * 1024**2}

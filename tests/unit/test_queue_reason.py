@@ -46,11 +46,11 @@ def test_one_queued_snapshot_reads_the_same_in_every_view(tmp_path):
     launch(daemon, 100, group="A", cpu=0.4, memory=GIB)
 
     async def scenario():
-        held = daemon.stream(LaunchRequest(pid=101, group="A", demand={"cpu": 0.4, "memory": GIB}, command=("w",)),
+        held = daemon.requests.stream(LaunchRequest(pid=101, group="A", demand={"cpu": 0.4, "memory": GIB}, command=("w",)),
                              Peer(pid=101, uid=0, gid=0))
         await held.__anext__()
         try:
-            launch_later = daemon.stream(LaunchRequest(pid=102, group="A", demand={"cpu": 0.1, "memory": GIB},
+            launch_later = daemon.requests.stream(LaunchRequest(pid=102, group="A", demand={"cpu": 0.1, "memory": GIB},
                                                        command=("w",), wait=False), Peer(pid=102, uid=0, gid=0))
             async for _ in launch_later:
                 pass
@@ -58,8 +58,8 @@ def test_one_queued_snapshot_reads_the_same_in_every_view(tmp_path):
             no_wait = str(refused)
         else:
             raise AssertionError("the task behind a held one started")
-        snapshot = daemon.status()
-        explained, listed = daemon.explain(), daemon.ps(PsRequest(), access.identify(0, 0))
+        snapshot = daemon.observation.status()
+        explained, listed = daemon.requests.explain(), daemon.requests.ps(PsRequest(), access.identify(0, 0))
         await held.aclose()
         return no_wait, snapshot, explained, listed
 
@@ -98,10 +98,10 @@ def test_explain_of_a_child_group_names_the_parents_limit_that_holds_it(tmp_path
     launch(daemon, 100, group="bio-lab", cpu=0.1, memory=1.5 * GIB)
 
     async def scenario():
-        held = daemon.stream(LaunchRequest(pid=101, group="bio-lab", demand={"cpu": 0.1, "memory": GIB},
+        held = daemon.requests.stream(LaunchRequest(pid=101, group="bio-lab", demand={"cpu": 0.1, "memory": GIB},
                                            command=("w",)), Peer(pid=101, uid=0, gid=0))
         await held.__anext__()
-        explained = daemon.explain()
+        explained = daemon.requests.explain()
         await held.aclose()
         return explained
 

@@ -102,10 +102,10 @@ def test_a_stand_in_is_admitted_reported_and_measured(tmp_path, licenses):
     launch(daemon, 100, group="A", cpu=0.5, memory=GIB, licenses=2)
 
     async def waits():
-        stream = daemon.stream(LaunchRequest(pid=200, group="B", demand={"cpu": 0.5, "memory": GIB, "licenses": 2},
+        stream = daemon.requests.stream(LaunchRequest(pid=200, group="B", demand={"cpu": 0.5, "memory": GIB, "licenses": 2},
                                              command=("solve",)), Peer(pid=200, uid=0, gid=0))
         queued = await anext(stream)
-        status = json.loads(json.dumps(daemon.status()))  # as `governor status --json` prints it
+        status = json.loads(json.dumps(daemon.observation.status()))  # as `governor status --json` prints it
         await stream.aclose()  # the client leaves the queue
         return queued, status
 
@@ -140,7 +140,7 @@ def test_a_launch_asking_for_more_of_a_stand_in_than_there_is_is_refused(tmp_pat
     daemon = make_daemon(tmp_path)
     request = LaunchRequest(pid=100, group="A", demand={"cpu": 0.5, "memory": GIB, "licenses": 4}, command=("x",))
     with pytest.raises(Exception, match="demand licenses = 4 exceeds the capacity of 3"):
-        asyncio.run(collect(daemon.stream(request, Peer(pid=100, uid=0, gid=0))))
+        asyncio.run(collect(daemon.requests.stream(request, Peer(pid=100, uid=0, gid=0))))
 
 
 def test_a_launch_asking_for_a_resource_this_config_governs_none_of_is_refused(tmp_path, monkeypatch):
@@ -151,8 +151,8 @@ def test_a_launch_asking_for_a_resource_this_config_governs_none_of_is_refused(t
     daemon = make_daemon(tmp_path)
     request = LaunchRequest(pid=100, group="A", demand={"cpu": 0.5, "memory": GIB, "fpga": 1}, command=("x",))
     with pytest.raises(Exception, match=r"demand.fpga: no FPGA is governed \(capacity.fpgas\)"):
-        asyncio.run(collect(daemon.stream(request, Peer(pid=100, uid=0, gid=0))))
-    assert "fpga" not in daemon.status()["capacity"]
+        asyncio.run(collect(daemon.requests.stream(request, Peer(pid=100, uid=0, gid=0))))
+    assert "fpga" not in daemon.observation.status()["capacity"]
 
 
 def test_a_family_over_other_devices_keeps_all_its_members(monkeypatch):

@@ -18,7 +18,7 @@ from governor.errors import RequestError
 from governor.procevents import ProcessEvents, parse_events
 from governor.sessions import NOBODY_UID, SessionOwners, login_uid_min
 from governor.cgroups.hierarchy import Hierarchy, Location
-from test_daemon import GIB, FakeDriver, collect, make_daemon
+from test_daemon import GIB, FakeDriver, collect, make_daemon, on_loop
 from governor.protocol import LaunchRequest, Peer
 
 # uid 1 ("daemon" on Debian) stands for a login user: uid_min is set to 1 below.
@@ -156,25 +156,25 @@ FAKE_UIDS = {500: 1, 501: 1, 600: 1, 601: 1, 602: 1, 700: 1, 801: 0, 900: 0}
 
 def test_an_event_uid_a_process_no_longer_has_moves_nothing(daemon):
     # runuser's parent takes the user's uid for a moment and its own back: the event says 1.
-    assert not daemon.govern_process(900, 1)
+    assert not on_loop(daemon, lambda: daemon.sessions.govern_process(900, 1))
     assert not daemon.tasks
 
 
 def test_a_process_of_a_governed_user_starts_their_session_once(daemon):
     driver = daemon.hierarchy.driver
-    assert daemon.govern_process(500, 1)
-    assert daemon.govern_process(501, 1)
-    assert not daemon.govern_process(500, 1)  # already there
-    assert not daemon.govern_process(502, 0)  # root: never
+    assert on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))
+    assert on_loop(daemon, lambda: daemon.sessions.govern_process(501, 1))
+    assert not on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))  # already there
+    assert not on_loop(daemon, lambda: daemon.sessions.govern_process(502, 0))  # root: never
     session = daemon.tasks.get("session-1")
     assert (session.group, session.cgroup, session.user) == ("A", "A/session-1", USER)
     assert session.demand == {"cpu": 0.5, "memory": 3 * GIB}
     assert driver.procs["A/session-1"] == [500, 501]
     assert daemon.store.directory.joinpath("session-1.json").exists()
-    assert daemon.allocation.groups["A"].allocation["cpu"] == pytest.approx(0.5)
-    [task] = daemon.status()["groups"]["A"]["tasks"]
+    assert daemon.enforcement.allocation.groups["A"].allocation["cpu"] == pytest.approx(0.5)
+    [task] = daemon.observation.status()["groups"]["A"]["tasks"]
     assert (task["id"], task["session"], task["command"]) == ("session-1", True, [])
-    assert any(e["message"].startswith(f"session of {USER} started") for e in daemon.events)
+    assert any(e["message"].startswith(f"session of {USER} started") for e in daemon.journal.events)
 
 
 def test_processes_in_a_task_stay_and_those_in_another_session_move(daemon):
@@ -182,35 +182,35 @@ def test_processes_in_a_task_stay_and_those_in_another_session_move(daemon):
     driver.procs["B/task-9"] = [600]
     driver.procs["B/task-9/sub"] = [601]
     driver.procs["A/session-7"] = [602]
-    assert not daemon.govern_process(600, 1)
-    assert not daemon.govern_process(601, 1)
-    assert daemon.govern_process(602, 1)
+    assert not on_loop(daemon, lambda: daemon.sessions.govern_process(600, 1))
+    assert not on_loop(daemon, lambda: daemon.sessions.govern_process(601, 1))
+    assert on_loop(daemon, lambda: daemon.sessions.govern_process(602, 1))
     assert driver.procs["A/session-1"] == [602]
 
 
 def test_a_session_counts_what_it_uses_against_memory_so_a_launch_may_wait(daemon):
-    daemon.govern_process(500, 1)  # capped at 3G of 4G
-    daemon.usage["A/session-1"] = {"memory": 3 * GIB}  # and using it all
+    on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))  # capped at 3G of 4G
+    daemon.observation.usage["A/session-1"] = {"memory": 3 * GIB}  # and using it all
     request = LaunchRequest(pid=os.getpid(), group="B", demand={"memory": 2 * GIB}, command=("x",), wait=False)
     with pytest.raises(RequestError) as refused:
-        asyncio.run(collect(daemon.stream(request, Peer(pid=os.getpid(), uid=0, gid=0))))
+        asyncio.run(collect(daemon.requests.stream(request, Peer(pid=os.getpid(), uid=0, gid=0))))
     assert refused.value.code == "would_wait"
 
 
 def test_a_session_ends_when_its_cgroup_empties(daemon):
-    daemon.govern_process(500, 1)
+    on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))
     daemon.hierarchy.driver.procs["A/session-1"] = []
-    daemon.check(["session-1"], "exit")
+    on_loop(daemon, lambda: daemon.exits.check(["session-1"], "exit"))
     assert daemon.tasks.get("session-1") is None
     assert "A/session-1" not in daemon.hierarchy.driver.cgroups
     assert not daemon.store.directory.joinpath("session-1.json").exists()
-    assert any(e["message"].startswith(f"session of {USER} ended (exit)") for e in daemon.events)
+    assert any(e["message"].startswith(f"session of {USER} ended (exit)") for e in daemon.journal.events)
 
 
 def test_sessions_off_moves_nothing(tmp_path, daemon):
-    daemon.use(parse_config(CONFIG.replace("[sessions]", "[sessions]\nenabled = false"), "t.toml"))
-    assert not daemon.govern_process(500, 1)
-    assert daemon.rescan("test") == 0
+    daemon.requests.use(parse_config(CONFIG.replace("[sessions]", "[sessions]\nenabled = false"), "t.toml"))
+    assert not on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))
+    assert daemon.sessions.rescan("test") == 0
     assert not daemon.tasks
 
 
@@ -218,28 +218,28 @@ def test_rescan_moves_a_governed_users_running_process(daemon, monkeypatch):
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         real = pwd.getpwuid(os.getuid())
-        daemon.host_pids = lambda: [os.getpid(), sleeper.pid]
-        monkeypatch.setattr(daemon.owners, "owner",
+        daemon.sessions.host_pids = lambda: [os.getpid(), sleeper.pid]
+        monkeypatch.setattr(daemon.policy.owners, "owner",
                             lambda uid: (real.pw_name, "A") if uid == os.getuid() else None)
-        assert daemon.rescan("test") >= 1
+        assert on_loop(daemon, lambda: daemon.sessions.rescan("test")) >= 1
         session = daemon.tasks.get(f"session-{os.getuid()}")
         assert sleeper.pid in daemon.hierarchy.driver.procs[session.cgroup]
-        assert daemon.rescan("again") == 0
+        assert on_loop(daemon, lambda: daemon.sessions.rescan("again")) == 0
     finally:
         sleeper.kill()
         sleeper.wait()
 
 
 def test_a_process_in_a_session_launches_a_task_of_its_own(daemon):
-    daemon.govern_process(500, 1)
+    on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))
     request = LaunchRequest(pid=500, group="B", demand={"memory": GIB}, command=("x",))
-    reply = asyncio.run(collect(daemon.stream(request, Peer(pid=500, uid=0, gid=0))))[-1]
+    reply = asyncio.run(collect(daemon.requests.stream(request, Peer(pid=500, uid=0, gid=0))))[-1]
     assert reply["task"] == "1" and "nested" not in reply and 500 in daemon.hierarchy.driver.procs["B/task-1"]
 
 
 def test_without_systemd_a_process_in_a_login_session_is_left_to_logind(daemon):
     daemon.hierarchy.locate.logind[700] = 1
-    assert not daemon.govern_process(700, 1)
+    assert not on_loop(daemon, lambda: daemon.sessions.govern_process(700, 1))
     assert not daemon.tasks
 
 
@@ -262,8 +262,8 @@ def test_locate_reads_proc(tmp_path):
 
 def test_explain_says_what_each_group_runs(daemon):
     from governor.cli.explain_view import runs
-    daemon.govern_process(500, 1)
-    group = daemon.explain()["groups"]["A"]
+    on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))
+    group = daemon.requests.explain()["groups"]["A"]
     assert (group["tasks"], group["sessions"]) == (0, [USER])
     assert runs(group) == f"session of {USER}"
     assert runs({"tasks": 2, "sessions": ["bob"]}) == "2 tasks, session of bob"
@@ -280,9 +280,9 @@ def test_top_and_status_name_a_session():
 def test_an_exec_event_looks_the_real_uid_up(daemon):
     child = subprocess.Popen(["sleep", "30"], preexec_fn=lambda: os.setuid(1))
     try:
-        assert not daemon.govern_process(os.getpid())  # root
-        assert not daemon.govern_process(999_999_999)  # no such process
-        assert daemon.govern_process(child.pid)
+        assert not on_loop(daemon, lambda: daemon.sessions.govern_process(os.getpid()))  # root
+        assert not on_loop(daemon, lambda: daemon.sessions.govern_process(999_999_999))  # no such process
+        assert on_loop(daemon, lambda: daemon.sessions.govern_process(child.pid))
         assert child.pid in daemon.hierarchy.driver.procs["A/session-1"]
     finally:
         child.kill()
@@ -292,7 +292,7 @@ def test_an_exec_event_looks_the_real_uid_up(daemon):
 def test_governor_run_inside_a_task_stays_in_it_and_counts_once(daemon):
     def launch(pid):
         request = LaunchRequest(pid=pid, group="B", demand={"cpu": 0.5, "memory": GIB}, command=("x",))
-        return asyncio.run(collect(daemon.stream(request, Peer(pid=pid, uid=0, gid=0))))[-1]
+        return asyncio.run(collect(daemon.requests.stream(request, Peer(pid=pid, uid=0, gid=0))))[-1]
 
     first = launch(os.getpid())
     daemon.hierarchy.driver.procs[f"B/task-{first['task']}"].append(801)  # a child of the task's command
@@ -305,14 +305,14 @@ def test_governor_run_inside_a_task_stays_in_it_and_counts_once(daemon):
 def test_sessions_turned_on_by_a_reload_follow_process_events(tmp_path, daemon):
     off = tmp_path / "off.toml"
     off.write_text(CONFIG.replace("[sessions]", "[sessions]\nenabled = false"))
-    daemon.load_config = lambda: parse_config(off.read_text(), str(off))
-    daemon.use(daemon.load_config())
+    daemon.requests.load_config = lambda: parse_config(off.read_text(), str(off))
+    daemon.requests.use(daemon.requests.load_config())
 
     async def reload_twice():
         daemon.sessions.follow_processes()
         assert daemon.sessions.process_events is None  # off: not subscribed
         off.write_text(CONFIG)
-        daemon.reload("test")
+        daemon.requests.reload("test")
         subscribed = daemon.sessions.process_events is not None
         if subscribed:
             asyncio.get_running_loop().remove_reader(daemon.sessions.process_events.fileno())
@@ -324,8 +324,8 @@ def test_sessions_turned_on_by_a_reload_follow_process_events(tmp_path, daemon):
 
 def test_one_user_holds_at_most_max_tasks_per_user_and_root_is_not_bound(daemon):
     from test_daemon import launch
-    daemon.use(parse_config(CONFIG + "[daemon]\nmax_tasks_per_user = 2\n", "t.toml"))
-    daemon.govern_process(500, 1)  # a session does not count
+    daemon.requests.use(parse_config(CONFIG + "[daemon]\nmax_tasks_per_user = 2\n", "t.toml"))
+    on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))  # a session does not count
     for pid in (801, 802):
         launch(daemon, pid, uid=1, group="A", memory=GIB // 8)
     with pytest.raises(RequestError) as refused:
@@ -353,34 +353,34 @@ def test_a_forked_child_of_an_unsettled_process_is_governed_and_settled_ones_cos
     looked: list[int] = []
     daemon.hierarchy.locate = lambda pid: looked.append(pid) or locate(pid)
     daemon.sessions.process_events = FakeEvents(([("fork", 601, 600)], False))
-    daemon.sessions.on_process_events()
+    on_loop(daemon, lambda: daemon.sessions.on_process_events())
     assert 601 in driver.procs["A/session-1"] and 600 in driver.procs["A/session-1"]
     # Issue 22, point 11: an exec storm in the session: each exec and fork of a settled
     # process is a dict lookup, never a /proc read.
     looked.clear()
     daemon.sessions._moved = {pid: moved - 2 for pid, moved in daemon.sessions._moved.items()}  # two seconds on
     daemon.sessions.process_events = FakeEvents(([("exec", 601, None), ("exec", 600, None), ("fork", 602, 601)], False))
-    daemon.sessions.on_process_events()
+    on_loop(daemon, lambda: daemon.sessions.on_process_events())
     assert looked == [] and 602 in daemon.sessions._settled
     daemon.sessions.process_events = FakeEvents(([("uid", 601, 1)], False))  # a uid change: looked at again
-    daemon.sessions.on_process_events()
+    on_loop(daemon, lambda: daemon.sessions.on_process_events())
     assert looked == [601]
 
 
 def test_a_child_forked_after_its_parent_took_a_users_uid_is_that_users(daemon):
     # The parent 900 (root: settled) forks 601, which takes uid 1, forks 602 and exits before
     # its uid event is handled: the events must be taken in order, or 602 inherits "settled".
-    daemon.govern_process(900, 0)
+    on_loop(daemon, lambda: daemon.sessions.govern_process(900, 0))
     daemon.sessions.process_events = FakeEvents(([("fork", 601, 900), ("uid", 601, 1), ("fork", 602, 601)], False))
-    daemon.sessions.on_process_events()
+    on_loop(daemon, lambda: daemon.sessions.on_process_events())
     assert 602 in daemon.hierarchy.driver.procs["A/session-1"]
 
 
 def test_a_rescan_walks_again_while_it_finds_processes(daemon):
     # A process that forks a successor and exits every 2 ms is missing from one pid list.
     lists = [[500], [501], [], [700]]
-    daemon.host_pids = lambda: lists.pop(0)
-    assert daemon.rescan("test") == 2 and lists == [[700]]
+    daemon.sessions.host_pids = lambda: lists.pop(0)
+    assert on_loop(daemon, lambda: daemon.sessions.rescan("test")) == 2 and lists == [[700]]
 
 
 def test_a_full_state_directory_leaves_the_session_governed_and_writes_its_record_later(daemon, monkeypatch):
@@ -395,9 +395,9 @@ def test_a_full_state_directory_leaves_the_session_governed_and_writes_its_recor
         raise GovernorError(f"cannot write task record {task.id}: {os.strerror(errnos.ENOSPC)}")
 
     monkeypatch.setattr(daemon.store, "save", full)
-    assert daemon.govern_process(500, 1)
+    assert on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))
     assert 500 in daemon.hierarchy.driver.procs["A/session-1"]
-    assert any("record is not written" in e["message"] for e in daemon.events)
+    assert any("record is not written" in e["message"] for e in daemon.journal.events)
     list(daemon._reconcile())  # still full: tried again later
     assert not daemon.store.directory.joinpath("session-1.json").exists()
     monkeypatch.setattr(daemon.store, "save", save)
@@ -416,9 +416,9 @@ def test_a_session_whose_first_process_exited_is_made_and_joined_by_its_children
     daemon.exits.watcher.watch = gone
 
     async def scenario():
-        assert daemon.govern_process(500, 1) and daemon.govern_process(501, 1)
+        assert daemon.sessions.govern_process(500, 1) and daemon.sessions.govern_process(501, 1)
         await daemon.tree.settled()
 
     asyncio.run(scenario())
-    assert daemon.tasks.get("session-1") is not None and not daemon.ended
+    assert daemon.tasks.get("session-1") is not None and not daemon.exits.ended
     assert 501 in daemon.hierarchy.driver.procs["A/session-1"]
