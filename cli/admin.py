@@ -20,7 +20,7 @@ def reload(socket_option: str | None) -> None:
       sudo governor reload
     """
     from governor.cli.client import call, socket_path
-    from governor.wire_requests import ReloadRequest
+    from governor.wire.request_types import ReloadRequest
 
     reply = call(socket_path(socket_option), ReloadRequest())
     click.echo(f"reloaded {reply.config}")
@@ -38,7 +38,7 @@ def set_weight(group: str, weight: float, socket_option: str | None) -> None:
       sudo governor set-weight physics 3
     """
     from governor.cli.client import call, socket_path
-    from governor.wire_requests import SetWeightRequest
+    from governor.wire.request_types import SetWeightRequest
 
     reply = call(socket_path(socket_option), SetWeightRequest(group, weight))
     click.echo(f"weight of {reply.group} is now {reply.weight:g}")

@@ -16,8 +16,8 @@ from governor.cli.failures import EXIT_CANNOT_EXECUTE, EXIT_INTERRUPTED, EXIT_NO
 from governor.cli.failures import line as error_line
 
 if TYPE_CHECKING:
-    from governor.wire_replies import Started
-    from governor.wire_requests import LaunchRequest
+    from governor.wire.reply_types import Started
+    from governor.wire.request_types import LaunchRequest
 
 # How long to wait for a restarting daemon before giving up a queued launch.
 RESTART_GRACE_S = 60.0
@@ -112,7 +112,7 @@ def launch_waiting(path: str, request: LaunchRequest) -> Started:
                     _say(f"governor: already in task {started.task} (group {started.group}): "
                          f"{request.command[0]} runs there, with that task's caps")
                 if line.since is not None and not started.nested:
-                    from governor.units import format_timespan
+                    from governor.config.units import format_timespan
 
                     line.done()
                     _say(f"governor: task {started.task} started after waiting "

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from governor.config import Config
+    from governor.config.load import Config
 
 # What each enforcement mode writes, for the summary.
 _ENFORCEMENT_FILES = {
@@ -54,7 +54,7 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
       governor check-config --default > governor.toml
     """
     # Imported here so `governor run` does not load the config checker.
-    from governor.config import DEFAULT_CONFIG, parse_config
+    from governor.config.load import DEFAULT_CONFIG, parse_config
 
     if show_default == (file is not None):
         raise click.UsageError("give FILE to check, or --default to print the embedded default")
@@ -73,9 +73,9 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
         if portable:
             check_fixed_capacity(config)
         else:
-            from governor import access
-            from governor.headroom import check_guarantees_held
-            from governor.sessions import NOBODY_UID, login_uid_min
+            from governor.host import access
+            from governor.core.headroom import check_guarantees_held
+            from governor.host.session_rules import NOBODY_UID, login_uid_min
 
             host = (check_on_this_host(config), access.members(config, login_uid_min(), NOBODY_UID), cgroup_mode())
             check_guarantees_held(config, host[0])
@@ -107,7 +107,7 @@ def fit_warnings(config: Config, capacity: dict[str, float]) -> list[str]:
     """What of ``config`` could never run on a host of ``capacity`` (resource → cores, bytes):
     a default task (``[defaults.task]``) or a session's demand (``[sessions]``) larger than the
     host divides, each refused by the daemon at every launch or login."""
-    from governor.access import check_fits
+    from governor.host.access import check_fits
     from governor.errors import RequestError
 
     demands = [("defaults.task", config.task_demand(),
@@ -140,10 +140,10 @@ DAEMON_UID = 0
 
 def check_fixed_capacity(config: Config) -> None:
     """Refuse, as the daemon does on any host, guarantees over the capacity the file fixes
-    (``capacity.cpu``/``memory``): top-level ones (:meth:`~governor.config_types.Config.check_guarantees_fit`)
-    and headroom that cannot all be kept (:func:`~governor.headroom.check_guarantees_held`);
+    (``capacity.cpu``/``memory``): top-level ones (:meth:`~governor.config.settings.Config.check_guarantees_fit`)
+    and headroom that cannot all be kept (:func:`~governor.core.headroom.check_guarantees_held`);
     ConfigError at the first group's ``guarantee.<resource>``."""
-    from governor.headroom import check_guarantees_held
+    from governor.core.headroom import check_guarantees_held
 
     fixed = {"cpu": config.cpu_cores, "memory": config.memory_bytes}
     capacity = {resource: amount for resource, amount in fixed.items() if amount is not None}
@@ -168,7 +168,7 @@ def check_on_this_host(config: Config) -> dict[str, float]:
 
     from governor.cgroups.devices import whole_disk
     from governor.errors import ConfigError, DeviceError, GovernorError
-    from governor.task_store import TaskStore
+    from governor.host.task_store import TaskStore
 
     from governor.cli.check_config_gpus import gpus_on_this_host
 
@@ -265,8 +265,8 @@ def unknown_names(config: Config) -> list[str]:
 
 def _quota(quota: dict) -> str:
     """A group's quota as its table says it: by quota key (``gpus 2``, ``cpu 1.5 cores``)."""
-    from governor.resources import find
-    from governor.resources import format_amount
+    from governor.config.resources import find
+    from governor.config.resources import format_amount
 
     return ", ".join(f"{find(resource).quota} {format_amount(resource, amount, unit=True)}"
                      for resource, amount in quota.items())
@@ -280,13 +280,13 @@ def _fixed_capacity(config: Config) -> dict[str, float]:
 
 
 def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], str] | None = None) -> list[str]:
-    """The lines ``check-config`` prints for a checked :class:`~governor.config.Config`; with
+    """The lines ``check-config`` prints for a checked :class:`~governor.config.load.Config`; with
     ``host``, the capacity it gives on this host, each group's members today
-    (:func:`governor.access.members`) and the host's cgroup version (``v1``/``v2``): the
+    (:func:`governor.host.access.members`) and the host's cgroup version (``v1``/``v2``): the
     groups' floors, who they are, and how memory is capped here."""
-    from governor.resources import format_amount
-    from governor.units import format_number, format_timespan
-    from governor.vocabulary import floors
+    from governor.config.resources import format_amount
+    from governor.config.units import format_number, format_timespan
+    from governor.core.vocabulary import floors
 
     lines = ["capacity:"]
     if config.cpu_cores is None:
@@ -327,7 +327,7 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
                                  for line in (enforcement, together))
     lines += [enforcement, together]
 
-    from governor.access import configured_weights
+    from governor.host.access import configured_weights
 
     explicit = {rule.name for rule in config.groups}
     members = host[1] if host is not None else {}

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from governor.config import Config
+    from governor.config.load import Config
 
 
 def gpus_on_this_host(config: Config):
-    """The GPUs ``capacity.gpus`` finds here (a :class:`governor.gpus.GpuInventory`), or None
+    """The GPUs ``capacity.gpus`` finds here (a :class:`governor.core.gpus.GpuInventory`), or None
     when no GPU is governed.
 
     Raises:
@@ -20,8 +20,8 @@ def gpus_on_this_host(config: Config):
     if config.gpus is None:
         return None
     from governor.errors import ConfigError
-    from governor.gpus import GpuError
-    from governor.nvml import discover
+    from governor.core.gpus import GpuError
+    from governor.host.nvml import discover
 
     try:
         return discover(config.gpus, config.gpu_control)
@@ -73,7 +73,7 @@ def gpu_guard_report(config: Config, gpus, mode: str) -> list[str]:
     ``gpus``: the inventory)."""
     from governor.cgroups.detect import CGROUP_ROOT, v1_mounts
     from governor.cgroups.device_guard import GUARD_NAME, plan_guard
-    from governor.openfiles import node_holders, process_name
+    from governor.host.openfiles import node_holders, process_name
     from pathlib import Path
 
     rules = config.gpu_guard

@@ -1,9 +1,9 @@
-"""A small synchronous client for the control socket (protocol in ``governor/protocol.py``).
+"""A small synchronous client for the control socket (protocol in ``governor/wire/protocol.py``).
 
 Only the standard library, the error classes and the wire's table and types: ``governor run``
 imports this on its way to exec the user's command, so every module loaded here delays the
 user's work. Requests go out typed and replies come back typed, through
-:data:`governor.protocol.OPERATIONS`.
+:data:`governor.wire.protocol.OPERATIONS`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import struct
 from collections.abc import Callable, Iterator
 
 from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning, SocketPermissionError
-from governor.protocol import parse_reply, request_line
-from governor.wire_replies import Queued, Started
-from governor.wire_requests import LaunchRequest, Request
+from governor.wire.protocol import parse_reply, request_line
+from governor.wire.reply_types import Queued, Started
+from governor.wire.request_types import LaunchRequest, Request
 
 DEFAULT_SOCKET = "/run/governor/governor.sock"
 _RECV_BYTES = 65536
@@ -31,7 +31,7 @@ def socket_path(option: str | None) -> str:
 
 def call(socket_path: str, request: Request, timeout: float = 30):
     """Send one request and return its typed reply (the operation's reply type in
-    :data:`governor.protocol.OPERATIONS`).
+    :data:`governor.wire.protocol.OPERATIONS`).
 
     Args:
         socket_path: the daemon's Unix socket.
@@ -70,7 +70,7 @@ def launch(socket_path: str, request: LaunchRequest, on_queued: Callable[[dict],
     Args:
         socket_path: the daemon's Unix socket.
         request: the launch request.
-        on_queued: called with each queue place (:class:`~governor.wire_replies.Queued`) (position, waiting_for, held_by...)
+        on_queued: called with each queue place (:class:`~governor.wire.reply_types.Queued`) (position, waiting_for, held_by...)
             while the task waits for its memory to fit.
         timeout: seconds allowed for connecting and for the first reply line; once queued,
             the wait has no limit (a Ctrl-C ends it and, with the connection, the place).

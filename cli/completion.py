@@ -43,7 +43,7 @@ def _from_daemon(socket_option: str | None) -> list[str]:
     answer in time or at all."""
     from governor.cli.client import call, socket_path
     from governor.errors import GovernorError
-    from governor.wire_requests import ExplainRequest
+    from governor.wire.request_types import ExplainRequest
 
     try:
         answer = call(socket_path(socket_option), ExplainRequest(), timeout=DAEMON_TIMEOUT_S).explain

@@ -42,13 +42,13 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
     from governor.cli.check_config import check_on_this_host
     from governor.cli.client import socket_path as resolve_socket
     from governor.cli.inputs import read_input
-    from governor.config import default_config, parse_config
+    from governor.config.load import default_config, parse_config
     from governor.daemon import Daemon
-    from governor.daemons import DaemonEntry, Registry
+    from governor.host.daemons import DaemonEntry, Registry
     from governor.errors import GovernorError
-    from governor.logs import setup_logging
-    from governor.notify import Notifier
-    from governor.task_store import TaskStore
+    from governor.host.logs import setup_logging
+    from governor.host.notify import Notifier
+    from governor.host.task_store import TaskStore
 
     setup_logging()
     if os.geteuid() != 0:
@@ -75,7 +75,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
             undo.callback(registry.release_sessions)
         metrics = None
         if metrics_address:
-            from governor.metrics import Metrics
+            from governor.wire.metrics import Metrics
 
             # Listening first: a taken port or a bad address stops the start before any cgroup is made.
             metrics = Metrics(lambda: server.observation.status())

@@ -31,7 +31,7 @@ def explain(group: str | None, as_json: bool, socket_option: str | None) -> None
 
     from governor.cli.client import call, socket_path
     from governor.errors import ControlSocketError
-    from governor.wire_requests import ExplainRequest
+    from governor.wire.request_types import ExplainRequest
 
     path = socket_path(socket_option)
     answer = call(path, ExplainRequest()).explain

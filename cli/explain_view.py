@@ -34,7 +34,7 @@ from governor.cli import view_common as view
 from governor.cli.render import filling_table
 from governor.cli.status_view import queue_table
 from governor.cli.view_common import tree_order
-from governor.model import TraceRow
+from governor.core.model import TraceRow
 
 
 def explain_renderables(explain: dict, group: str | None = None, *, now: float) -> list[RenderableType]:

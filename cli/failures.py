@@ -42,7 +42,7 @@ JOIN_A_GROUP = "ask an admin to add you to a [groups] entry"
 # Internal code (the daemon's error code, or a name for a failure found on this side) →
 # (exit code, hint for a user who is stuck, or None when the message says it all).
 KINDS: dict[str, tuple[int, str | None]] = {
-    # The daemon's codes (governor/protocol.py ERROR_CODES).
+    # The daemon's codes (governor/wire/protocol.py ERROR_CODES).
     "bad_request": (EXIT_BAD_INPUT, None),
     "too_large": (EXIT_BAD_INPUT, None),
     "timeout": (EXIT_FAILURE, None),

@@ -6,7 +6,7 @@ import os
 import stat
 
 from governor.errors import ConfigError
-from governor.trust import untrusted
+from governor.host.trust import untrusted
 
 # A config with 10,000 groups is about 400 KiB; anything far larger would stall the daemon's
 # event loop while it is parsed (a reload runs on it).

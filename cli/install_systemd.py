@@ -5,7 +5,7 @@ The units come from ``configs/``, installed with governor as the package data
 the governor executable this command runs from (or ``--prefix``), and ``/etc/governor/governor.toml``
 is created from ``configs/governor.toml`` only if it does not exist: an existing config is never
 overwritten. The man pages (``governor(1)``, ``governor-<command>(1)``, ``governor.toml(5)``) are
-made from the installed commands (:mod:`governor.manpages`) into ``/usr/local/share/man``. Then
+made from the installed commands (:mod:`governor.cli.manpages`) into ``/usr/local/share/man``. Then
 ``systemctl daemon-reload``, so ``systemctl start governor`` sees the units.
 
 Refused before anything is written: an executable the unit could not run (its sandbox hides
@@ -90,7 +90,7 @@ def install_systemd(prefix: str | None, root_dir: str, dry_run: bool, uninstall:
                                                                    executable)
     config = root / CONFIG
     reload_systemd = root.resolve() == Path("/") and Path("/run/systemd/system").is_dir()
-    from governor.manpages import pages
+    from governor.cli.manpages import pages
 
     man_dir = root / MAN_DIR
     governor = click.get_current_context().find_root().command  # the group this command is in

@@ -3,7 +3,7 @@ request, ask the daemon (waiting in its queue if need be), exec the command.
 
 This is the hot path: :mod:`governor.cli.entry` runs it for a plain ``governor run`` without loading
 click (65 ms of imports on a slow host, three times Python's own start), so it imports the
-stdlib client, ``governor.units`` and the resource registry only; a test checks that click, rich, psutil, SciPy and
+stdlib client, ``governor.config.units`` and the resource registry only; a test checks that click, rich, psutil, SciPy and
 the allocator stay unloaded up to the exec.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class RunOption:
     """One of ``governor run``'s own options, besides one per resource
-    (:func:`governor.resources.flags`): both :func:`plain` and the click command
+    (:func:`governor.config.resources.flags`): both :func:`plain` and the click command
     (:mod:`governor.cli.run`) are built from :data:`RUN_OPTIONS`.
 
     Attributes:
@@ -38,7 +38,7 @@ class RunOption:
 def time_limit(text: str) -> float:
     """A ``--time-limit`` like ``90s``, ``10m``, ``1h30m`` or plain seconds, in seconds > 0
     (raises ValueError)."""
-    from governor.units import parse_duration
+    from governor.config.units import parse_duration
 
     return parse_duration(text)
 
@@ -65,7 +65,7 @@ def plain(args: list[str]) -> dict | None:
     own options, each with a valid value, then the command. None for anything else (help, an
     unknown option, a bad value, no command), which the click command then parses and reports.
     """
-    from governor.resources import flags as resource_flags
+    from governor.config.resources import flags as resource_flags
 
     resources = resource_flags()
     own = {option.flag: option for option in RUN_OPTIONS}
@@ -118,7 +118,7 @@ def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | N
     """
     from governor.cli.become_task import execute, hand_gpus, launch_waiting, resolve
     from governor.cli.client import socket_path
-    from governor.wire_requests import LaunchRequest
+    from governor.wire.request_types import LaunchRequest
 
     resolve(cmd[0])
     request = LaunchRequest(pid=os.getpid(), group=group, demand=demand, command=cmd, wait=not no_wait, name=name,

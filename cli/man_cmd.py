@@ -21,7 +21,7 @@ def man(directory: str) -> None:
       governor man --directory "$DESTDIR/usr/share/man"    # in a package build
     """
     from governor.errors import GovernorError
-    from governor.manpages import write_pages
+    from governor.cli.manpages import write_pages
 
     try:
         written = write_pages(directory, click.get_current_context().find_root().command)

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 
 from governor.cgroups.limits import memory_cap
-from governor.units import format_size
+from governor.config.units import format_size
 
 # The share of its memory cap past which a task's user is warned.
 WARN_AT = 0.9

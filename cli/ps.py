@@ -40,7 +40,7 @@ def ps(everyone: bool, ended: bool, as_json: bool, fields: str | None, noheader:
     from governor.cli import ps_plain
     from governor.cli.client import call, socket_path
     from governor.errors import ControlSocketError
-    from governor.wire_requests import PsRequest
+    from governor.wire.request_types import PsRequest
 
     try:
         chosen = None if fields is None else ps_plain.parse_fields(fields, ended=ended)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from governor.cli import view_common as view
 from governor.cli.ps_view import REASONS, ended_why, exit_words, triple
-from governor.units import format_timespan
+from governor.config.units import format_timespan
 
 # Each field: what it shows. Amounts as ps shows them; "-" where there is none.
 TASK_FIELDS = {

@@ -12,10 +12,10 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from governor import resources
+from governor.config import resources
 from governor.cli import view_common as view
 from governor.cli.view_common import amount, duration
-from governor.units import format_timespan
+from governor.config.units import format_timespan
 
 # Process lines shown under a task's name; the rest are counted (`--json` lists 32).
 TREE_LINES = 8
@@ -25,7 +25,7 @@ REASONS = {"exit": "exited", "stop": "stopped", "time_limit": "time limit", "oom
 def tasks_table(rows: list[dict], *, now: float, users: bool) -> view.Fitted:
     """Running then queued tasks: id, name with its process tree, group (and user with
     ``users``), state, age, cpu as guarantee / cap / use, memory as reserved / cap / use
-    (:mod:`governor.vocabulary`), the GPUs it holds (``0,1``; ``wants 2`` while it waits; the
+    (:mod:`governor.core.vocabulary`), the GPUs it holds (``0,1``; ``wants 2`` while it waits; the
     column only when a listed task holds or declared GPUs), and why a queued task waits: in a
     column where the width leaves room for one, else a line per queued task under the table.
     No value is wrapped or cut: where the width is short, whole columns are left out (age,
@@ -190,7 +190,7 @@ def _name_and_tree(row: dict) -> Text:
     for line in lines[:TREE_LINES]:
         text.append("\n" + line)
     total = row.get("processes_total", len(lines))
-    if total is None:  # past the trees one reply lists (governor.ps.TREES_LISTED)
+    if total is None:  # past the trees one reply lists (governor.wire.ps.TREES_LISTED)
         text.append("\n(processes not listed: governor ps shows your own)")
         return text
     hidden = int(total) - min(len(lines), TREE_LINES)

@@ -1,9 +1,9 @@
-"""Views of an :class:`~governor.model.Allocation` for people: rich tables (its JSON form is
-:meth:`~governor.model.Allocation.to_json`).
+"""Views of an :class:`~governor.core.model.Allocation` for people: rich tables (its JSON form is
+:meth:`~governor.core.model.Allocation.to_json`).
 
 Pure: every function returns a value and prints nothing, so tests render to a string.
 
-Amounts read as everywhere else (:func:`governor.resources.format_amount`): ``memory…`` in bytes
+Amounts read as everywhere else (:func:`governor.config.resources.format_amount`): ``memory…`` in bytes
 and ``io.…`` in bytes/s with K/M/G/T suffixes, the rest (``cpu``, ``gpu``…) plain numbers.
 """
 
@@ -17,10 +17,10 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from governor.cli.view_common import label, tree_order
-from governor.model import Allocation, Number, Stop, TraceRow
-from governor.resources import sized
-from governor.resources import format_amount
-from governor.units import SUFFIXES, format_number
+from governor.core.model import Allocation, Number, Stop, TraceRow
+from governor.config.resources import sized
+from governor.config.resources import format_amount
+from governor.config.units import SUFFIXES, format_number
 
 _POLICY_NAMES = {"drf": "DRF", "asset": "Asset fairness", "ceei": "CEEI"}
 

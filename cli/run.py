@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import click
 
-from governor import resources
+from governor.config import resources
 from governor.cli.completion import group_names
 from governor.cli.launch import RUN_OPTIONS, start
 
@@ -40,7 +40,7 @@ def _checked(parse):
 def command() -> click.Command:
     """``governor run``, with its own options (:data:`governor.cli.launch.RUN_OPTIONS`, which
     a plain ``governor run`` is parsed by too) and one demand option per resource of
-    :data:`governor.resources.RESOURCES` as it is when called (a test declaring a stand-in
+    :data:`governor.config.resources.RESOURCES` as it is when called (a test declaring a stand-in
     resource builds its own)."""
     own = [click.option(option.flag, option.keyword, is_flag=option.parse is None, metavar=option.metavar,
                         callback=None if option.parse in (None, str) else _checked(option.parse), help=option.help,

@@ -11,7 +11,7 @@ import click
 
 from governor.errors import AllocationInputError
 
-# Spelled out, not read from governor.policies.POLICIES, so `--help` loads no allocator code.
+# Spelled out, not read from governor.core.policies.POLICIES, so `--help` loads no allocator code.
 POLICY_NAMES = ("drf", "asset", "ceei")
 MODES = ("continuous", "discrete")
 # The bundled scenarios (configs/scenarios/<name>.toml), spelled out for `--help` like the
@@ -58,9 +58,9 @@ def simulate(scenario: str, mode: str, policy: str, trace: bool, as_json: bool) 
     if policy == "ceei" and mode == "discrete":
         raise click.BadOptionUsage("policy", "--policy ceei needs --mode continuous (CEEI divides tasks)")
     # Imported here so commands that never simulate do not pay for them.
-    from governor.policies import allocate
-    from governor.scenario import allocation_error, load_scenario
-    from governor.tomlcheck import parse_toml
+    from governor.core.policies import allocate
+    from governor.core.scenario import allocation_error, load_scenario
+    from governor.config.tomlcheck import parse_toml
 
     loaded = load_scenario(parse_toml(_read_scenario(scenario), scenario), scenario)
     if loaded.tree and (policy, mode) != ("drf", "continuous"):
@@ -68,7 +68,7 @@ def simulate(scenario: str, mode: str, policy: str, trace: bool, as_json: bool) 
                                "--mode continuous")
     try:
         if loaded.tree:
-            from governor.hdrf import hierarchical_filling
+            from governor.core.hdrf import hierarchical_filling
 
             allocation = hierarchical_filling(loaded.capacity, loaded.groups, loaded.tree, trace=trace)
         else:

@@ -23,7 +23,7 @@ def status(as_json: bool, socket_option: str | None) -> None:
     import time
 
     from governor.cli.client import call, socket_path
-    from governor.wire_requests import StatusRequest
+    from governor.wire.request_types import StatusRequest
 
     snapshot = call(socket_path(socket_option), StatusRequest()).status
     if as_json:

@@ -1,6 +1,6 @@
 """``governor status`` views: pure functions from a status snapshot to rich renderables.
 
-The words are DESIGN.md §1's, one number each (:mod:`governor.vocabulary`): a group's
+The words are DESIGN.md §1's, one number each (:mod:`governor.core.vocabulary`): a group's
 **floor** is ``w / Σ w``, what DRF promises it while every group is busy; its **guarantee** is
 its DRF allocation of cpu and I/O (work-conserving weights); it **reserves** the declared
 memory of its admitted tasks (a session: what it uses); its **cap** is the sum of its tasks'

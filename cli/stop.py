@@ -22,7 +22,7 @@ def stop(tasks: tuple[str, ...], socket_option: str | None) -> None:
       governor stop 7 12
     """
     from governor.cli.client import call, socket_path
-    from governor.wire_requests import StopRequest
+    from governor.wire.request_types import StopRequest
 
     for task in call(socket_path(socket_option), StopRequest(tuple(tasks))).stopped:
         click.echo(f"stopped task {task}")

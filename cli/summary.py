@@ -30,8 +30,8 @@ import signal
 import sys
 import time
 
-from governor.units import format_size, format_timespan
-from governor.wire_requests import LaunchRequest, PsRequest
+from governor.config.units import format_size, format_timespan
+from governor.wire.request_types import LaunchRequest, PsRequest
 
 # How long to wait for the daemon's ended record once the command exited: it notices the
 # emptied cgroup within milliseconds, or at its next reconcile pass.
@@ -139,7 +139,7 @@ def _forward(child: int, info) -> bool:
 def ended_line(record: dict | None, task: str) -> str | None:
     """``governor: task 12 ended: stopped by alice`` for a task governor ended, or None (it
     exited by itself, or no record came)."""
-    from governor.accounting import EXIT, why_ended
+    from governor.host.accounting import EXIT, why_ended
 
     if record is None or record.get("reason") in (None, EXIT):
         return None
@@ -196,7 +196,7 @@ def summary_lines(record: dict | None, status: int, wall: float, *, task: str | 
     """The summary of a command that ended with wait ``status`` (:func:`os.waitpid`) after
     ``wall`` seconds, from its task's ended ``record`` (None: unknown, said so unless ``task``
     is None: the command ran inside an enclosing task, which goes on)."""
-    from governor.accounting import exit_words  # after the command: its imports cost no launch time
+    from governor.host.accounting import exit_words  # after the command: its imports cost no launch time
 
     if os.WIFEXITED(status):
         result = "success" if os.WEXITSTATUS(status) == 0 else "exit-code"

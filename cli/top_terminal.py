@@ -22,7 +22,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.live import Live
 
 from governor.cli.client import stream
-from governor.wire_requests import WatchRequest
+from governor.wire.request_types import WatchRequest
 from governor.cli.top_state import TopState, parse_keys, press
 from governor.cli.top_view import top_view
 from governor.errors import ControlSocketError, DaemonError

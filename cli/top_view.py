@@ -23,11 +23,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from governor import vocabulary
+from governor.core import vocabulary
 from governor.cgroups.limits import memory_cap
 from governor.cli import view_common as view
 from governor.cli.top_state import TopState, depth_of, is_internal, selected_group, visible_groups
-from governor.resources import compressible, find, measured
+from governor.config.resources import compressible, find, measured
 
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
 _EVENT_STYLES = {"task_started": "green", "task_ended": "blue", "refill": "cyan", "reload": "magenta",
@@ -212,7 +212,7 @@ def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[R
     (only when one of them holds any), command, cap (its declaration; ``soft`` when its memory
     cap is a soft one), its part of the group's
     guarantee (λ × its cpu and I/O), the memory (and GPUs) it reserves and its measured use
-    (:mod:`governor.vocabulary`)."""
+    (:mod:`governor.core.vocabulary`)."""
     tasks = group.get("tasks", [])
     more = f" (showing {shown})" if shown < len(tasks) else ""
     title = _line(f"  ▾ {name}: {len(tasks)} task{'s' if len(tasks) != 1 else ''}{more}", "bold")

@@ -103,7 +103,7 @@ _PRESENT = {"stopped": "stop", "removed": "remove", "ran": "run", "cleared": "cl
 
 def _login_sessions(state: Path) -> list[int]:
     """The uids whose login sessions (logind slices) the daemon governed: its records there."""
-    from governor.kinds import uid_of_login
+    from governor.config.kinds import uid_of_login
 
     try:
         uids = [uid_of_login(p.stem) for p in state.glob("*.json")]

@@ -14,9 +14,9 @@ from rich.table import Table
 from rich.text import Text
 
 from governor.cgroups.limits import MEMORY_CAPS
-from governor.resources import Resource, admitted, sized
-from governor.resources import format_amount
-from governor.units import SUFFIXES, format_number, format_size
+from governor.config.resources import Resource, admitted, sized
+from governor.config.resources import format_amount
+from governor.config.units import SUFFIXES, format_number, format_size
 
 # Commands longer than this are cut with an ellipsis; the full line is in `--json`.
 COMMAND_CHARS = 40
@@ -43,7 +43,7 @@ def label(resource: str) -> str:
 
 
 def amount(resource: str, value: object, *, unit: bool = False) -> str:
-    """:func:`governor.resources.format_amount` (``3.5``, ``3.5 cores`` with ``unit``, ``4.0G``,
+    """:func:`governor.config.resources.format_amount` (``3.5``, ``3.5 cores`` with ``unit``, ``4.0G``,
     ``2.0G/s``), ``—`` for None."""
     return "—" if value is None else format_amount(resource, value, unit=unit)
 
@@ -140,7 +140,7 @@ def short_of(entry: dict) -> Resource | None:
 
 
 def reason(entry: dict) -> str:
-    """Why a queued task waits: the daemon's one string (``reason``, :func:`governor.queue.reason`),
+    """Why a queued task waits: the daemon's one string (``reason``, :func:`governor.core.queue.reason`),
     the same in ``ps``, ``status``, ``explain``, ``top`` and ``run --no-wait``; ``—`` when the
     entry does not say."""
     said = entry.get("reason")

@@ -81,7 +81,7 @@ class ConfigError(GovernorError, ValueError):
 
 
 class StateFileError(GovernorError):
-    """A file the daemon keeps between runs (:mod:`governor.state_files`) cannot be written, or
+    """A file the daemon keeps between runs (:mod:`governor.host.state_files`) cannot be written, or
     cannot be trusted or read back.
 
     Attributes:
@@ -101,9 +101,9 @@ class RequestError(GovernorError):
     """A control-socket request the daemon refuses; the server sends it back as
     ``{"ok": false, "error": {"code": code, "message": message}}``.
 
-    Raised by ``governor.protocol.parse_request`` (``bad_request``, ``too_large``,
+    Raised by ``governor.wire.protocol.parse_request`` (``bad_request``, ``too_large``,
     ``unknown_op``) and by the daemon's request handler (``forbidden``, ``not_found``,
-    ``exceeds_capacity``, ``unavailable``). The codes are listed in ``governor/protocol.py``.
+    ``exceeds_capacity``, ``unavailable``). The codes are listed in ``governor/wire/protocol.py``.
 
     Attributes:
         code: the machine-readable error code.

@@ -13,10 +13,10 @@ from governor.cgroups.limits import CgroupLimits
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
 from governor.errors import FillingDiverged
-from governor.limits import group_limits, held_login_limits, inside_root, root_limits
-from governor.group_tree import subtree_sums, with_limit
-from governor.model import DEMAND_MET, Allocation
-from governor.state import Tasks, one_session_each
+from governor.core.plan import group_limits, held_login_limits, inside_root, root_limits
+from governor.core.group_tree import subtree_sums, with_limit
+from governor.core.model import DEMAND_MET, Allocation
+from governor.core.state import Tasks, one_session_each
 
 __all__ = ["Enforcement"]
 

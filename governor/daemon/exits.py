@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 
-from governor.accounting import ENDED_KEPT, STOP, TIME_LIMIT, Ended, ended_from_saved, exit_words, reason_of
+from governor.host.accounting import ENDED_KEPT, STOP, TIME_LIMIT, Ended, ended_from_saved, exit_words, reason_of
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.stats import CgroupStats
 from governor.daemon.inbox import Exit
@@ -24,10 +24,10 @@ from governor.daemon.records import Records
 from governor.daemon.settle import Settle
 from governor.daemon.tree import Tree
 from governor.errors import CgroupError, GovernorError
-from governor.events import ExitWatcher
-from governor.exits import exit_status, kernel_keeps_exit_status
-from governor.queue import Entry
-from governor.state import Task, Tasks
+from governor.host.events import ExitWatcher
+from governor.host.exit_status import exit_status, kernel_keeps_exit_status
+from governor.core.queue import Entry
+from governor.core.state import Task, Tasks
 
 __all__ = ["Exits"]
 
@@ -61,9 +61,9 @@ class Exits:
         journal: events.
 
     Attributes:
-        watcher: the exit watcher (:class:`~governor.events.ExitWatcher`), from
+        watcher: the exit watcher (:class:`~governor.host.events.ExitWatcher`), from
             :meth:`start`; None before (nothing is watched).
-        ended: the last :data:`~governor.accounting.ENDED_KEPT` ended tasks, oldest first (kept
+        ended: the last :data:`~governor.host.accounting.ENDED_KEPT` ended tasks, oldest first (kept
             in the state directory across restarts: :meth:`restore_ended`, :meth:`save_ended`).
         stop_wait_s: how long :meth:`survivors` waits, seconds (:data:`STOP_WAIT_S`).
     """

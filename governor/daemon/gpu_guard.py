@@ -20,7 +20,7 @@ from governor.cgroups.errors import CgroupError
 from governor.cgroups.hierarchy import Hierarchy
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
-from governor.daemons import Registry
+from governor.host.daemons import Registry
 
 __all__ = ["GpuGuard"]
 
@@ -31,7 +31,7 @@ class GpuGuard:
     Args:
         hierarchy: governor's cgroups (which hierarchy, where its root is); policy: the GPUs
             and the config; journal: events.
-        registry: this host's daemons (:mod:`governor.daemons`): only the one that holds the
+        registry: this host's daemons (:mod:`governor.host.daemons`): only the one that holds the
             sessions guards where they start (two would take each other's guard off, which is
             found by name); None: no other daemon is known.
 

@@ -9,11 +9,11 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 
 from governor.cgroups.device_rules import Device
-from governor.config import Config
+from governor.config.load import Config
 from governor.errors import GovernorError
-from governor.gpu_identity import GpuIdentity, GpuNotFound, locate
-from governor.gpus import GpuInventory
-from governor.state import Task
+from governor.core.gpu_identity import GpuIdentity, GpuNotFound, locate
+from governor.core.gpus import GpuInventory
+from governor.core.state import Task
 
 __all__ = ["clash", "denied_devices", "identities", "readopted", "remap_held", "renumbered", "starting"]
 
@@ -86,7 +86,7 @@ def readopted(config: Config, inventory: GpuInventory | None, task: Task) -> Tas
 
 def renumbered(old: GpuInventory | None, inventory: GpuInventory | None, draining: Mapping[int, str]) -> dict[int, str]:
     """The draining GPUs (index → the ended task that held it, :meth:`Tasks.draining
-    <governor.state.Tasks.draining>`) of the inventory ``old``, by their indices in the
+    <governor.core.state.Tasks.draining>`) of the inventory ``old``, by their indices in the
     inventory in force (found by identity, as held ones are). A GPU it no longer governs
     is left out (there is no hand-over of a node governor does not guard); one it cannot
     tell from others drains at each index it could be (they share a node: MIG instances
@@ -128,7 +128,7 @@ def starting(inventory: GpuInventory | None, task: Task, taken: Collection[int])
 
 def identities(inventory: GpuInventory, indices: Iterable[int]) -> tuple[GpuIdentity, ...]:
     """The identities of the GPUs at ``indices`` of ``inventory`` (the one in force) (a task's
-    :attr:`~governor.state.Task.gpu_identities`, from its ``gpus``)."""
+    :attr:`~governor.core.state.Task.gpu_identities`, from its ``gpus``)."""
     return tuple(inventory.gpus[index].identity for index in indices)
 
 

@@ -3,7 +3,7 @@ but its new holder's may still use it (DESIGN.md §3, devices).
 
 The kernel checks device rules at ``open()`` only: a node opened before its task ended, or
 passed over a Unix socket (``SCM_RIGHTS``) to a process without GPUs, keeps working after the
-GPU is handed on. So a GPU whose task ended *drains* (:meth:`~governor.state.Tasks.draining`):
+GPU is handed on. So a GPU whose task ended *drains* (:meth:`~governor.core.state.Tasks.draining`):
 each process in governor's tasks and sessions (login sessions too) that still holds its node
 open (``/proc/<pid>/fd``, and NVML's process list where NVML knows the GPU) is killed and logged
 with its owner, and the GPU becomes free when a look finds none left. A process of a task that
@@ -36,11 +36,11 @@ from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
 from governor.daemon.settle import Settle
 from governor.errors import CgroupError
-from governor.gpus import GpuInventory
-from governor.kinds import login_id, task_in
-from governor.nvml import processes_on
-from governor.openfiles import PROC, node_holders, owner_uid
-from governor.state import Task, Tasks
+from governor.core.gpus import GpuInventory
+from governor.config.kinds import login_id, task_in
+from governor.host.nvml import processes_on
+from governor.host.openfiles import PROC, node_holders, owner_uid
+from governor.core.state import Task, Tasks
 
 __all__ = ["DRAIN_RETRY_MAX_S", "DRAIN_RETRY_S", "SWEEP_AFTER_HANDOVER_S", "Handover", "Holder"]
 
@@ -78,7 +78,7 @@ class Handover:
         hierarchy: where a process is; policy: the GPUs governed; tasks: who holds which GPU
             and which drain; settle: asked to admit once a GPU is free; journal: events.
         proc: the proc filesystem (tests pass a fake one).
-        listed: NVML's processes per GPU (:func:`governor.nvml.processes_on`).
+        listed: NVML's processes per GPU (:func:`governor.host.nvml.processes_on`).
         kill: ends a holder (default: SIGKILL through a pidfd; tests on fake pids pass a fake).
     """
 

@@ -8,7 +8,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 
-from governor.resources import format_amount
+from governor.config.resources import format_amount
 
 __all__ = ["EVENTS_KEPT", "Journal", "vector"]
 
@@ -21,7 +21,7 @@ class Journal:
     """The daemon's events and its count of changes.
 
     Args:
-        metrics: optional sink with ``event(kind)`` (:class:`governor.metrics.Metrics`).
+        metrics: optional sink with ``event(kind)`` (:class:`governor.wire.metrics.Metrics`).
 
     Attributes:
         events: the last :data:`EVENTS_KEPT` events, oldest first: ``{"at": unix s, "kind",

@@ -8,22 +8,22 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from governor import access
+from governor.host import access
 from governor.cgroups.hierarchy import Hierarchy, Location
 from governor.daemon.inbox import Launch, Left
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
 from governor.daemon.settle import Settle
-from governor.daemons import Registry, other_daemon
+from governor.host.daemons import Registry, other_daemon
 from governor.errors import CgroupError, GovernorError, RequestError
-from governor.headroom import check_beside_headroom
-from governor.kinds import Kind, task_in
-from governor.protocol import LaunchRequest, Peer
-from governor.quotas import check_within_quotas
-from governor.queue import Entry, queue_view
-from governor.state import Task, Tasks
-from governor.task_store import TaskStore
-from governor.wire_fields import default_name
+from governor.core.headroom import check_beside_headroom
+from governor.config.kinds import Kind, task_in
+from governor.wire.protocol import LaunchRequest, Peer
+from governor.core.quotas import check_within_quotas
+from governor.core.queue import Entry, queue_view
+from governor.core.state import Task, Tasks
+from governor.host.task_store import TaskStore
+from governor.wire.fields import default_name
 
 __all__ = ["Launches"]
 
@@ -50,7 +50,7 @@ class Launches:
 
     async def launch(self, request: LaunchRequest, peer: Peer) -> AsyncIterator[dict]:
         """Govern the caller's own pid as a new task: start it when its memory fits, else queue
-        it and yield ``{"queued": {...}}`` (see :func:`governor.queue.queue_view`) whenever its
+        it and yield ``{"queued": {...}}`` (see :func:`governor.core.queue.queue_view`) whenever its
         place changes; the last payload is the started task. Closing the generator (the client
         left, e.g. Ctrl-C) takes the task out of the queue: nothing of it remains.
 
@@ -119,7 +119,7 @@ class Launches:
                     self.settle.put(Left(task.id))
 
     def place(self, task_id: str) -> dict:
-        """Where waiting task ``task_id`` stands (:func:`governor.queue.queue_view`)."""
+        """Where waiting task ``task_id`` stands (:func:`governor.core.queue.queue_view`)."""
         view = queue_view(self.queue, self.settle.admission)
         return next((item for item in view if item["task"] == task_id), {"task": task_id, "position": 0})
 

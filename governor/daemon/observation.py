@@ -26,19 +26,19 @@ from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.stats import CgroupStats
 from governor.daemon import inbox
 from governor.daemon.enforcement import Enforcement
-from governor.daemon.fairshare import FairShareStage
+from governor.daemon.fairshare_history import FairShareStage
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
 from governor.daemon.settle import Settle
 from governor.errors import CgroupError
-from governor.gpus import GpuInventory, GpuUse
-from governor.kinds import task_in
-from governor.cpu_saturation import SATURATION, cpu_saturated
-from governor.nvml import sample_use
-from governor.queue import queue_view
-from governor.state import Task, Tasks
-from governor.status import StatusReply, build_status, gpu_entries
-from governor.usage import Sample, usage
+from governor.core.gpus import GpuInventory, GpuUse
+from governor.config.kinds import task_in
+from governor.core.cpu_saturation import SATURATION, cpu_saturated
+from governor.host.nvml import sample_use
+from governor.core.queue import queue_view
+from governor.core.state import Task, Tasks
+from governor.wire.status import StatusReply, build_status, gpu_entries
+from governor.core.usage import Sample, usage
 
 __all__ = ["GPU_SAMPLE_S", "Observation", "SAMPLED_TASKS"]
 
@@ -61,7 +61,7 @@ class Observation:
         gpu_guard: the GPU guard outside governor's tasks, for status
             (:meth:`GpuGuard.describe <governor.daemon.gpu_guard.GpuGuard.describe>`).
         usage: kept up to date here, read by settle too: cgroup → its use over the last two
-            samples (:func:`governor.usage.usage`: cores, bytes, bytes/s); a group's includes
+            samples (:func:`governor.core.usage.usage`: cores, bytes, bytes/s); a group's includes
             its login sessions'.
 
     Attributes:

@@ -9,21 +9,23 @@ import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 
-from governor import access, vocabulary
+from governor.host import access
+
+from governor.core import vocabulary
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.limits import CgroupLimits
-from governor.config import Config
+from governor.config.load import Config
 from governor.daemon import gpu_places
-from governor.daemons import DaemonEntry, Registry
+from governor.host.daemons import DaemonEntry, Registry
 from governor.errors import FillingDiverged, GovernorError
-from governor.gpus import GpuInventory
-from governor.hdrf import TreeNode, hierarchical_filling
-from governor.headroom import check_guarantees_held
-from governor.limits import task_limits
-from governor.model import Allocation, GroupDemand
-from governor.nvml import discover
-from governor.sessions import NOBODY_UID, SessionOwners
-from governor.state import Task
+from governor.core.gpus import GpuInventory
+from governor.core.hdrf import TreeNode, hierarchical_filling
+from governor.core.headroom import check_guarantees_held
+from governor.core.plan import task_limits
+from governor.core.model import Allocation, GroupDemand
+from governor.host.nvml import discover
+from governor.host.session_rules import NOBODY_UID, SessionOwners
+from governor.core.state import Task
 
 __all__ = ["Policy"]
 
@@ -44,12 +46,12 @@ class Policy:
         resolve_device: block device path → whole-disk ``MAJ:MIN`` (raises GovernorError).
         uid_min: the first login uid; lower uids never have a session.
         members: a config → its groups' users on this host (default
-            :func:`governor.access.members`).
+            :func:`governor.host.access.members`).
         registry: this host's daemons, where sessions turned on are claimed (None: no other
             daemon is known).
         entry: this daemon as the registry shows it (its pid, root, socket).
         find_gpus: a config's ``capacity.gpus`` and ``capacity.gpu_control`` → the GPUs on this
-            host (default :func:`governor.nvml.discover`; raises GpuError).
+            host (default :func:`governor.host.nvml.discover`; raises GpuError).
 
     Attributes:
         gpus: the GPUs governor hands out (None: no GPU is governed).
@@ -86,7 +88,7 @@ class Policy:
 
         Args:
             held: the running tasks holding GPUs: each GPU is found again in the new inventory
-                by identity (:func:`governor.gpu_identity.locate`), wherever the config lists it.
+                by identity (:func:`governor.core.gpu_identity.locate`), wherever the config lists it.
             members: ``config``'s groups → their users on this host, as ``members`` (the
                 constructor's) finds them, looked up by the caller off the event loop (2 s at
                 10,000 groups); None: looked up here.
@@ -163,7 +165,7 @@ class Policy:
     def fill(self, demands: Mapping[str, Mapping[str, float]], *, trace: bool = False) -> Allocation | None:
         """Progressive filling over the groups' summed demands (group → D_g, cores, bytes,
         bytes/s): H-DRF over the config's group tree with its quotas
-        (:func:`governor.hdrf.hierarchical_filling`; flat weighted DRF when no group nests or
+        (:func:`governor.core.hdrf.hierarchical_filling`; flat weighted DRF when no group nests or
         has a quota), each group's λ its ``tasks``. None with no demand.
 
         Raises:
@@ -188,7 +190,7 @@ class Policy:
 
     def configured(self, running: Collection[str]) -> dict[str, dict]:
         """Every group of this host (the config's, one per ``"*"`` user, and the ``running``
-        ones) → its ``weight``, ``floor`` over all of them (:func:`governor.vocabulary.floors`, clipped
+        ones) → its ``weight``, ``floor`` over all of them (:func:`governor.core.vocabulary.floors`, clipped
         to its limit),
         ``members`` as this host resolves them, and ``everyone``: a user's own group of
         ``[groups."*"]`` at that rule's weight (no ``set-weight`` of its own), one of many alike

@@ -8,14 +8,14 @@ import logging
 
 from governor.daemon.journal import Journal
 from governor.errors import GovernorError
-from governor.state import Task, Tasks
-from governor.task_store import TaskStore
+from governor.core.state import Task, Tasks
+from governor.host.task_store import TaskStore
 
 __all__ = ["Records"]
 
 
 class Records:
-    """The records of running tasks (:class:`~governor.task_store.TaskStore`), and those still to
+    """The records of running tasks (:class:`~governor.host.task_store.TaskStore`), and those still to
     write.
 
     Args:

@@ -20,10 +20,10 @@ from governor.daemon.policy import Policy
 from governor.daemon.settle import Settle
 from governor.daemon.tree import Tree
 from governor.errors import CgroupError, GovernorError
-from governor.config_groups import MAX_DEPTH
-from governor.kinds import Kind, is_task_name, task_in
-from governor.state import Task, Tasks
-from governor.task_store import TaskStore
+from governor.config.groups import MAX_DEPTH
+from governor.config.kinds import Kind, is_task_name, task_in
+from governor.core.state import Task, Tasks
+from governor.host.task_store import TaskStore
 
 __all__ = ["Recovery"]
 

@@ -10,10 +10,10 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 
-from governor import access
-from governor.accounting import STOP
+from governor.host import access
+from governor.host.accounting import STOP
 from governor.cgroups.hierarchy import Hierarchy
-from governor.config import Config
+from governor.config.load import Config
 from governor.daemon import gpu_places
 from governor.daemon.exits import Exits
 from governor.daemon.gpu_guard import GpuGuard
@@ -25,24 +25,24 @@ from governor.daemon.policy import Policy
 from governor.daemon.sessions import Sessions
 from governor.daemon.settle import Settle
 from governor.errors import CgroupError, ConfigError, FillingDiverged, GovernorError, RequestError
-from governor.explain import explain
-from governor.headroom import check_beside_headroom
-from governor.notify import Notifier
-from governor.protocol import (ExplainRequest, LaunchRequest, Peer, PsRequest, ReloadRequest, Request,
+from governor.core.explain import explain
+from governor.core.headroom import check_beside_headroom
+from governor.host.notify import Notifier
+from governor.wire.protocol import (ExplainRequest, LaunchRequest, Peer, PsRequest, ReloadRequest, Request,
                                SetWeightRequest, StatusRequest, StopRequest, WatchRequest)
-from governor.ps import PROCESSES_SHOWN, processes, task_rows
-from governor.queue import queue_view
-from governor.quotas import check_within_quotas
-from governor.state import SHOWN_COMMAND_CHARS, Task, Tasks
-from governor.tomlcheck import join_key
-from governor.wire_replies import (ExplainReply, LaunchReply, PsReply, Queued, ReloadReply, SetWeightReply, Started,
+from governor.wire.ps import PROCESSES_SHOWN, processes, task_rows
+from governor.core.queue import queue_view
+from governor.core.quotas import check_within_quotas
+from governor.core.state import SHOWN_COMMAND_CHARS, Task, Tasks
+from governor.config.tomlcheck import join_key
+from governor.wire.reply_types import (ExplainReply, LaunchReply, PsReply, Queued, ReloadReply, SetWeightReply, Started,
                                    StatusReply, StopReply)
 
 __all__ = ["Requests"]
 
 
 class Requests:
-    """The control server's handlers (:class:`governor.server.ControlServer`), one per
+    """The control server's handlers (:class:`governor.wire.server.ControlServer`), one per
     operation (:meth:`handlers`).
 
     Args:
@@ -72,7 +72,7 @@ class Requests:
         self.load_config = load_config
 
     def handlers(self) -> dict[str, Callable]:
-        """The control server's handler of each operation (:data:`governor.protocol.OPERATIONS`):
+        """The control server's handler of each operation (:data:`governor.wire.protocol.OPERATIONS`):
         ``(request, peer)`` → its typed reply (awaited), or for ``launch`` and ``watch`` an
         async iterator of replies."""
         return {"launch": self._launch, "status": self._status, "watch": self.watch, "explain": self._explain,
@@ -129,8 +129,8 @@ class Requests:
 
     def ps(self, request: PsRequest, who: access.Identity) -> dict:
         """``governor ps``: the caller's tasks, running and queued (``{"tasks": [...]}``, see
-        :func:`governor.ps.task_rows`), or its ended records (``{"ended": [...]}``, see
-        :meth:`governor.accounting.Ended.to_json`); everyone's with ``all``.
+        :func:`governor.wire.ps.task_rows`), or its ended records (``{"ended": [...]}``, see
+        :meth:`governor.host.accounting.Ended.to_json`); everyone's with ``all``.
 
         Raises:
             RequestError: ``forbidden``, ``all`` asked by someone not root nor an admin.
@@ -152,7 +152,7 @@ class Requests:
                                    positions=positions, processes=self._processes, asker=who.uid)}
 
     def _processes(self, task: Task) -> tuple[list[dict], int]:
-        """The first :data:`~governor.ps.PROCESSES_SHOWN` processes in ``task``'s cgroup, and
+        """The first :data:`~governor.wire.ps.PROCESSES_SHOWN` processes in ``task``'s cgroup, and
         how many it holds (a login session's live in logind's scopes below its slice: none
         listed). A name costs a /proc read: only those listed are looked up."""
         if task.is_login:

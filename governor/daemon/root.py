@@ -2,7 +2,7 @@
 
 Tasks outlive the daemon: killing it never kills one, and the next daemon re-adopts them
 (:mod:`governor.daemon.recovery`). Under systemd it reports READY, STATUS, RELOADING and
-WATCHDOG through :class:`~governor.notify.Notifier`.
+WATCHDOG through :class:`~governor.host.notify.Notifier`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 import psutil
 
 from governor.cgroups.hierarchy import Hierarchy
-from governor.config import Config
-from governor.gpus import GpuInventory
+from governor.config.load import Config
+from governor.core.gpus import GpuInventory
 from governor.daemon.enforcement import Enforcement
 from governor.daemon.exits import Exits
-from governor.daemon.fairshare import FairShareStage
+from governor.daemon.fairshare_history import FairShareStage
 from governor.daemon.gpu_guard import GpuGuard
 from governor.daemon.handover import Handover
 from governor.daemon.inbox import Reload
@@ -36,15 +36,15 @@ from governor.daemon.requests import Requests
 from governor.daemon.sessions import RESCAN_INTERVAL_S, Sessions
 from governor.daemon.settle import Settle
 from governor.daemon.tree import Tree
-from governor.daemons import DaemonEntry, Registry
+from governor.host.daemons import DaemonEntry, Registry
 from governor.errors import CgroupError, RequestError
-from governor.notify import Notifier
-from governor.nvml import discover
-from governor.queue import Entry
-from governor.server import ControlServer
-from governor.sessions import login_uid_min
-from governor.state import Tasks
-from governor.task_store import TaskStore
+from governor.host.notify import Notifier
+from governor.host.nvml import discover
+from governor.core.queue import Entry
+from governor.wire.server import ControlServer
+from governor.host.session_rules import login_uid_min
+from governor.core.state import Tasks
+from governor.host.task_store import TaskStore
 
 __all__ = ["Daemon"]
 
@@ -74,18 +74,18 @@ class Daemon:
         load_config: reads ``config_source`` again, for reload (raises ConfigError).
         metrics: optional sink with ``refill(seconds)``, ``event(kind)``, ``write_error()``,
             ``allocation_failure()``, ``admitted(waited_seconds)``, and ``serve()``/``close()``,
-            which serve scrapes on the event loop (:class:`governor.metrics.Metrics`; its gauges
+            which serve scrapes on the event loop (:class:`governor.wire.metrics.Metrics`; its gauges
             read :meth:`status`).
         notifier: systemd's notifications (default: none).
-        uid_min: the first login uid (:func:`~governor.sessions.login_uid_min`); lower uids
+        uid_min: the first login uid (:func:`~governor.host.session_rules.login_uid_min`); lower uids
             never have a session.
         host_pids: every process id on the host, for the sessions' rescan (``psutil.pids``).
-        registry: this host's governor daemons (:mod:`governor.daemons`): this daemon claims the
+        registry: this host's governor daemons (:mod:`governor.host.daemons`): this daemon claims the
             sessions there and never moves a process out of another's root; None (tests on a
             fake hierarchy): no other daemon is known.
-        members: a config → its groups' users on this host (:func:`governor.access.members`).
+        members: a config → its groups' users on this host (:func:`governor.host.access.members`).
         find_gpus: ``capacity.gpus`` and ``capacity.gpu_control`` → the GPUs here
-            (:func:`governor.nvml.discover`; tests pass a fake).
+            (:func:`governor.host.nvml.discover`; tests pass a fake).
 
     Raises:
         GovernorError: the config cannot be put in force here (:class:`~governor.daemon.policy.Policy`).
@@ -154,7 +154,7 @@ class Daemon:
                                  gpu_guard=self.gpu_guard, load_config=load_config)
 
     def _entry(self) -> DaemonEntry:
-        """This daemon as the others see it (:mod:`governor.daemons`)."""
+        """This daemon as the others see it (:mod:`governor.host.daemons`)."""
         return DaemonEntry(os.getpid(), self.hierarchy.root, self.config_source, self.socket_path,
                            self.hierarchy.proc_key, self.hierarchy.proc_root)
 

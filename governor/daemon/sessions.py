@@ -1,5 +1,5 @@
-"""Sessions (:mod:`governor.sessions`): a process of a governed user that runs ``exec`` or takes
-the user's uid (:mod:`governor.procevents`) outside any task is moved into the user's session,
+"""Sessions (:mod:`governor.host.session_rules`): a process of a governed user that runs ``exec`` or takes
+the user's uid (:mod:`governor.host.procevents`) outside any task is moved into the user's session,
 a task made on the spot (never queued). Every process is scanned at start, after a reload,
 when events were lost, and every ``RESCAN_INTERVAL_S`` (at least ``reconcile_interval``). On a
 systemd host (cgroup v2), a process in its user's own logind slice stays there: the slice is
@@ -28,11 +28,11 @@ from governor.daemon.policy import Policy
 from governor.daemon.records import Records
 from governor.daemon.settle import Settle
 from governor.daemon.tree import Tree
-from governor.daemons import Registry, other_daemon
+from governor.host.daemons import Registry, other_daemon
 from governor.errors import CgroupError, GovernorError, ProcessGone
-from governor.kinds import Kind, login_id, session_id, task_in
-from governor.procevents import FORK, UID, ProcessEvents
-from governor.state import Task, Tasks
+from governor.config.kinds import Kind, login_id, session_id, task_in
+from governor.host.procevents import FORK, UID, ProcessEvents
+from governor.core.state import Task, Tasks
 
 __all__ = ["RESCAN_INTERVAL_S", "Sessions"]
 

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from governor import vocabulary
-from governor.admission import Waiting, admit
+from governor.core import vocabulary
+from governor.core.admission import Waiting, admit
 from governor.cgroups.hierarchy import Hierarchy
 from governor.daemon import gpu_places
 from governor.daemon.enforcement import Enforcement
@@ -30,11 +30,11 @@ from governor.daemon.policy import Policy
 from governor.daemon.records import Records
 from governor.daemon.tree import Tree
 from governor.errors import GovernorError, ProcessGone, RequestError
-from governor.headroom import guarantees
-from governor.notify import Notifier
-from governor.quotas import quotas
-from governor.queue import Entry
-from governor.state import Task, Tasks
+from governor.core.headroom import guarantees
+from governor.host.notify import Notifier
+from governor.core.quotas import quotas
+from governor.core.queue import Entry
+from governor.core.state import Task, Tasks
 
 __all__ = ["SETTLE_GAP_S", "Settle"]
 
@@ -50,14 +50,14 @@ class Settle:
     Args:
         hierarchy, tree: governor's cgroups, and the thread that makes and joins them.
         policy: the config in force; tasks: the running tasks; queue: task id → the launch
-            waiting for it (:class:`~governor.queue.Entry`); records: their records.
+            waiting for it (:class:`~governor.core.queue.Entry`); records: their records.
         enforcement: the refill; journal: events; notifier: systemd's STATUS line.
         usage: cgroup → its measured use, as observation keeps it (a session holds what it
             uses: admission counts it).
         metrics: optional sink with ``admitted(waited_seconds)``.
 
     Attributes:
-        admission: the last admission (:class:`~governor.admission.Admission`), for the queue's
+        admission: the last admission (:class:`~governor.core.admission.Admission`), for the queue's
             views; None before the first.
         follow: what to do with a task once it started (set by the composition root: watch
             its exit, arm its time limit): called with the task and its launch.
@@ -139,7 +139,7 @@ class Settle:
 
     def reserved(self) -> dict[str, dict[str, float]]:
         """Group → what its running tasks hold in the admission count
-        (:func:`governor.vocabulary.reserved`): declared memory, and a session's use."""
+        (:func:`governor.core.vocabulary.reserved`): declared memory, and a session's use."""
         held = {g: vocabulary.reserved(d) for g, d in self.tasks.demands().items()}
         for session in self.tasks.sessions():
             declared = vocabulary.reserved(session.demand)
@@ -152,7 +152,7 @@ class Settle:
     def started_reply(self, task: Task) -> dict:
         """The launch reply of a running task: its id, group, cgroup, the caps in force and,
         when GPUs are governed, ``gpus``: how CUDA names each of its GPUs (UUIDs, else minor
-        numbers: :meth:`governor.gpus.Gpu.visible_id`)."""
+        numbers: :meth:`governor.core.gpus.Gpu.visible_id`)."""
         reply = {"task": task.id, "group": task.group, "cgroup": str(self.hierarchy.path(task.cgroup)),
                  "limits": self.hierarchy.in_force(task.cgroup)}
         if self.policy.gpus is not None:

@@ -107,7 +107,7 @@ class Tree:
     def remove(self, rels: Sequence[str], *, groups: Sequence[str] = ()) -> None:
         """Forget the records of task cgroups ``rels`` now and remove them on the thread, then
         each of ``groups`` in order (a group, then its ancestors: :meth:`Tasks.emptied
-        <governor.state.Tasks.emptied>`) until one has something below it (a task that started
+        <governor.core.state.Tasks.emptied>`) until one has something below it (a task that started
         there meanwhile, another group: ``EBUSY`` is not an error). A failure is logged: the
         cgroup stays, empty. Each group's CPU counter is read first, once its tasks' cgroups
         are gone, and handed to :attr:`read_before_removal` on the loop (fair share charges it)."""

@@ -11,8 +11,8 @@ import random
 
 import pytest
 
-from governor.drf import discrete_filling, progressive_filling
-from governor.model import GroupDemand
+from governor.core.drf import discrete_filling, progressive_filling
+from governor.core.model import GroupDemand
 
 GIB = 1024**3
 CAPACITY = {"cpu": 64.0, "memory": 256.0 * GIB, "io.nvme0n1.read": 2.0 * GIB, "io.nvme0n1.write": 1.0 * GIB}

@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
 from prometheus_client import generate_latest  # noqa: E402
 from test_daemon import GIB, launch, make_daemon  # noqa: E402  (the unit tests' in-memory daemon)
 
-from governor import access  # noqa: E402
-from governor.config import parse_config  # noqa: E402
-from governor.metrics import Metrics  # noqa: E402
-from governor.sessions import NOBODY_UID  # noqa: E402
+from governor.host import access  # noqa: E402
+from governor.config.load import parse_config  # noqa: E402
+from governor.wire.metrics import Metrics  # noqa: E402
+from governor.host.session_rules import NOBODY_UID  # noqa: E402
 
 GROUPS = 10_000
 CONFIG = ('[capacity]\ncpu = 1.5\nmemory = "64G"\n[sessions]\nenabled = false\n'

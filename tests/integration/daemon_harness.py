@@ -18,7 +18,7 @@ from governor.cgroups.v2 import CgroupV2Driver
 from governor.cgroups.hierarchy import V1_CONTROLLERS
 from governor.cli.client import call
 from governor.errors import GovernorError
-from governor.wire_requests import StatusRequest
+from governor.wire.request_types import StatusRequest
 
 GOVERNOR = str(Path(sys.executable).with_name("governor"))
 BUSY = [sys.executable, "-c", "while True: pass"]

@@ -15,8 +15,8 @@ from daemon_harness import GOVERNOR, MIB, Governor
 from scenarios import HOG, SCALE, config
 
 from governor.cli.client import call
-from governor.exits import kernel_keeps_exit_status
-from governor.wire_requests import PsRequest
+from governor.host.exit_status import kernel_keeps_exit_status
+from governor.wire.request_types import PsRequest
 
 KILLED = {"code": "killed", "signal": "KILL"}
 

@@ -22,7 +22,7 @@ from session_scenarios import SessionUsers, cgroup_of, missing, wait_for
 from test_daemon_v1 import _skip_reason
 
 from governor.cgroups import detect
-from governor.daemons import REGISTRY
+from governor.host.daemons import REGISTRY
 
 pytestmark = pytest.mark.kernel_v1
 SESSIONS = '[groups.A]\nusers = ["gov-alice"]\n[sessions]\ncpu = 0.5\nmemory = "256M"\n'

@@ -4,7 +4,7 @@ from fractions import Fraction
 
 from hypothesis import strategies as st
 
-from governor.model import GroupDemand
+from governor.core.model import GroupDemand
 
 amounts = st.fractions(min_value=Fraction(1, 4), max_value=10, max_denominator=6)
 weights = st.sampled_from([Fraction(1), Fraction(1), Fraction(2), Fraction(3), Fraction(1, 2)])

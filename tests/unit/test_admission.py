@@ -4,8 +4,8 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from governor.admission import Quota, Waiting, admit
-from governor.resources import admitted as admitted_resources
+from governor.core.admission import Quota, Waiting, admit
+from governor.config.resources import admitted as admitted_resources
 
 GIB = 1024**3
 MIB = 1024**2

@@ -4,8 +4,8 @@ group's unused guarantee of an admitted resource is kept as headroom (DESIGN.md 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from governor.admission import Guarantee, Waiting, admit
-from governor.queue import reason
+from governor.core.admission import Guarantee, Waiting, admit
+from governor.core.queue import reason
 
 GIB = 1024**3
 MIB = 1024**2

@@ -13,8 +13,8 @@ from test_status_view import render
 
 from governor.daemon import policy
 from governor.errors import FillingDiverged, RequestError
-from governor.hdrf import hierarchical_filling
-from governor.metrics import Metrics
+from governor.core.hdrf import hierarchical_filling
+from governor.wire.metrics import Metrics
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from governor.cli.main import main
-from governor.config import default_config, parse_config
+from governor.config.load import default_config, parse_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "governor.toml"
 
@@ -209,8 +209,7 @@ def test_a_state_directory_the_daemon_would_not_trust_is_refused(tmp_path):
 @needs_root
 def test_each_group_is_shown_with_its_members_today_and_its_floor(tmp_path, monkeypatch):
     import pwd
-    from governor import access
-
+    from governor.host import access
     people = {"alice": (1001, ["lab"]), "bob": (1002, ["lab", "ops"]), "carol": (1003, []), "daemon": (1, ["lab"])}
     monkeypatch.setattr(pwd, "getpwall", lambda: [
         pwd.struct_passwd((name, "x", uid, uid, "", "/", "/bin/sh")) for name, (uid, _) in people.items()])
@@ -324,7 +323,7 @@ def test_guarantees_that_cannot_all_be_held_as_headroom_are_refused(tmp_path):
     # Issue 32, point 2: two children of a group with no guarantee ask 1.2G of a 1G capacity;
     # the daemon's own check counts only top-level guarantees and let them through.
     from governor.errors import ConfigError
-    from governor.headroom import check_guarantees_held
+    from governor.core.headroom import check_guarantees_held
 
     config = parse_config(NESTED_GUARANTEES, "g.toml")
     with pytest.raises(ConfigError, match=r"groups\.lab-a\.guarantee\.memory: .*lab-a, lab-b\) add up to 1\.2G"):

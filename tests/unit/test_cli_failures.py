@@ -16,7 +16,7 @@ from fake_socket import FakeSocket
 from governor.cli import client as cli_client
 from governor.cli.failures import KINDS
 from governor.cli.main import main
-from governor.protocol import ERROR_CODES
+from governor.wire.protocol import ERROR_CODES
 
 REPO = Path(__file__).resolve().parents[2]
 GOVERNOR = [sys.executable, "-c", "from governor.cli.entry import main; main()"]

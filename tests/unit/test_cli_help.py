@@ -14,9 +14,9 @@ from rich.console import Console
 
 from governor.cli.explain_view import explain_renderables
 from governor.cli.main import main
-from governor.drf import progressive_filling
-from governor.explain import explain as explain_object
-from governor.model import GroupDemand
+from governor.core.drf import progressive_filling
+from governor.core.explain import explain as explain_object
+from governor.core.model import GroupDemand
 
 SCENARIOS = sorted((Path(__file__).resolve().parents[2] / "configs" / "scenarios").glob("*.toml"))
 COMMANDS = sorted(main.commands)

@@ -17,10 +17,10 @@ from rich.console import Console
 from governor.cli.main import main
 from governor.cli.render import allocation_table, format_share, trace_table
 from governor.cli.simulate import POLICY_NAMES, SCENARIO_NAMES
-from governor import policies
-from governor.drf import discrete_filling, progressive_filling
+from governor.core import policies
+from governor.core.drf import discrete_filling, progressive_filling
 from governor.errors import AllocationInputError, GovernorError
-from governor.model import GroupDemand
+from governor.core.model import GroupDemand
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "configs" / "scenarios"
 PAPER = str(SCENARIOS / "paper.toml")
@@ -246,7 +246,7 @@ def test_importing_the_cli_loads_no_heavy_module():
     # `governor run` must start fast: the command group may not pull in rich, SciPy or the allocator.
     code = (
         "import sys, governor.cli.main; print(sorted(m for m in sys.modules if m.split('.')[0] in"
-        " ('rich', 'scipy', 'numpy') or m in ('governor.policies', 'governor.drf')))"
+        " ('rich', 'scipy', 'numpy') or m in ('governor.core.policies', 'governor.core.drf')))"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             cwd=SCENARIOS.parents[1])

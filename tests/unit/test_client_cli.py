@@ -25,8 +25,8 @@ from governor.cli.client import DEFAULT_SOCKET, call, socket_path
 from governor.cli.launch import plain
 from governor.cli.main import main
 from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning, RequestError
-from governor.protocol import LaunchRequest, Peer, StatusRequest
-from governor.server import ControlServer
+from governor.wire.protocol import LaunchRequest, Peer, StatusRequest
+from governor.wire.server import ControlServer
 from status_sample import STATUS
 from wire_fakes import handlers_of
 
@@ -318,8 +318,8 @@ def test_options_after_the_command_are_the_commands(daemon):
     assert result.stdout == "ran --cpus\n"
 
 
-HEAVY = ["rich", "scipy", "numpy", "psutil", "cgroupspy", "asyncio", "governor.drf", "governor.policies",
-         "governor.scenario", "governor.config", "governor.model", "governor.daemon", "governor.server"]
+HEAVY = ["rich", "scipy", "numpy", "psutil", "cgroupspy", "asyncio", "governor.core.drf", "governor.core.policies",
+         "governor.core.scenario", "governor.config.load", "governor.core.model", "governor.daemon", "governor.wire.server"]
 _REPORT = f"import json, sys; print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
 
 

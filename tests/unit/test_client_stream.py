@@ -15,8 +15,8 @@ from fake_socket import FakeSocket
 from governor.cli.client import call, stream
 from governor.cli.top_terminal import Feed
 from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning
-from governor.wire_replies import StatusReply
-from governor.wire_requests import LaunchRequest, WatchRequest
+from governor.wire.reply_types import StatusReply
+from governor.wire.request_types import LaunchRequest, WatchRequest
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""governor.config: good files become exact values; lookups; each bad input names its key."""
+"""governor.config.load: good files become exact values; lookups; each bad input names its key."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from governor import config as config_module
-from governor import config_groups
-from governor.config_gpus import GpuGuardRules
-from governor.config import (
+from governor.config import load as config_module
+from governor.config import groups as config_groups
+from governor.config.gpu_rules import GpuGuardRules
+from governor.config.load import (
     Config, GroupRule, IoDevice, SessionRules, default_config, group_name_problem, load_config, parse_config,
 )
 from governor.errors import ConfigError

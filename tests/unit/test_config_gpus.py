@@ -7,15 +7,15 @@ import os
 import pytest
 
 from governor.cli.become_task import hand_gpus
-from governor.config import parse_config
-from governor.config_gpus import GpuGuardRules
+from governor.config.load import parse_config
+from governor.config.gpu_rules import GpuGuardRules
 from governor.errors import ConfigError
-from governor.gpu_identity import GpuIdentity, GpuNotFound, locate
-from governor.gpus import Gpu, GpuInventory
-from governor.state import Task
-from governor.task_record import task_fields
-from governor.task_record import record_of
-from governor.wire_replies import Started
+from governor.core.gpu_identity import GpuIdentity, GpuNotFound, locate
+from governor.core.gpus import Gpu, GpuInventory
+from governor.core.state import Task
+from governor.core.task_record import task_fields
+from governor.core.task_record import record_of
+from governor.wire.reply_types import Started
 
 BASE = '[groups.A]\nusers = ["root"]\n[capacity]\ncpu = 4\nmemory = "8G"\n'
 
@@ -121,7 +121,7 @@ def guard_report(monkeypatch, tmp_path, text):
     """check-config's GPU-guard lines for ``text`` on a fake v2 mount holding user.slice, with
     nvidia-persistenced (pid 812) holding a GPU node."""
     from governor.cgroups import detect
-    from governor import openfiles
+    from governor.host import openfiles
     from governor.cli import check_config_gpus
 
     (tmp_path / "user.slice").mkdir()

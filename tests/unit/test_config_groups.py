@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from governor.config import load_config, parse_config
+from governor.config.load import load_config, parse_config
 from governor.errors import ConfigError
 
 G = 1024**3

@@ -16,13 +16,13 @@ from test_metrics import samples
 from test_status_view import render
 
 from governor.cli.main import main
-from governor.config import parse_config
+from governor.config.load import parse_config
 from governor.errors import ConfigError
-from governor.fairshare import Standing
-from governor.metrics import Metrics
-from governor.protocol import Peer, ReloadRequest, StatusRequest
-from governor.state import Tasks
-from governor.status import build_status
+from governor.core.fairshare import Standing
+from governor.wire.metrics import Metrics
+from governor.wire.protocol import Peer, ReloadRequest, StatusRequest
+from governor.core.state import Tasks
+from governor.wire.status import build_status
 
 CONFIG = '[capacity]\ncpu = 2\nmemory = "4G"\n[groups.A]\nweight = 1\nusers = ["root"]\n[sessions]\nenabled = false\n'
 

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from governor.config import parse_config
+from governor.config.load import parse_config
 from governor.daemon import Daemon
 from governor.cgroups.base import DriverBase
 from governor.cgroups.hierarchy import Hierarchy, Location
 from governor.cgroups.limits import v2_files
 from governor.cgroups.stats import CgroupStats
 from governor.errors import CgroupReadError, CgroupWriteError, ProcessGone, RequestError
-from governor.protocol import (ExplainRequest, LaunchRequest, Peer, ReloadRequest, SetWeightRequest, StatusRequest,
+from governor.wire.protocol import (ExplainRequest, LaunchRequest, Peer, ReloadRequest, SetWeightRequest, StatusRequest,
                                WatchRequest)
-from governor.state import Task, Tasks
-from governor.task_store import TaskStore
+from governor.core.state import Task, Tasks
+from governor.host.task_store import TaskStore
 
 GONE_PID = 999_999
 CONFIG = """
@@ -620,7 +620,7 @@ def test_group_demands_follow_adds_and_removes():
 
 
 def test_borrowed_is_use_above_the_guarantee_beyond_sampling_noise():
-    from governor.vocabulary import borrowed as _borrowed
+    from governor.core.vocabulary import borrowed as _borrowed
 
     guarantee = {"cpu": 0.5, "memory": GIB, "io.sda.write": 100.0}
     used = {"cpu": 0.9, "memory": 2 * GIB, "io.sda.write": 100.5}

@@ -10,7 +10,7 @@ from test_daemon_gpus import CONFIG as GPU_CONFIG
 from test_daemon_gpus import INVENTORY, DeviceDriver
 
 from governor.errors import RequestError
-from governor.protocol import LaunchRequest, Peer
+from governor.wire.protocol import LaunchRequest, Peer
 
 MIB = 1024**2
 GUARANTEED = """

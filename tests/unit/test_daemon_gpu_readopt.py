@@ -10,12 +10,12 @@ import pytest
 from gpu_fakes import CONFIG, GPU0, GPU1, INVENTORY, DeviceDriver
 from test_daemon import GIB, launch, make_daemon, on_loop
 
-from governor import access
-from governor.config import parse_config
+from governor.host import access
+from governor.config.load import parse_config
 from governor.daemon.gpu_places import denied_devices
 from governor.errors import GovernorError, RequestError
-from governor.gpu_identity import GpuNotFound, locate
-from governor.gpus import Gpu, GpuInventory
+from governor.core.gpu_identity import GpuNotFound, locate
+from governor.core.gpus import Gpu, GpuInventory
 
 
 @pytest.fixture

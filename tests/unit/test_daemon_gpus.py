@@ -12,11 +12,11 @@ import pytest
 from gpu_fakes import CONFIG, CONTROL, GPU0, GPU1, INVENTORY, DeviceDriver
 from test_daemon import GIB, launch, make_daemon, on_loop
 
-from governor.config import parse_config
+from governor.config.load import parse_config
 from governor.daemon import gpu_guard
 from governor.errors import RequestError
-from governor.gpus import Gpu, GpuInventory
-from governor.protocol import LaunchRequest, Peer
+from governor.core.gpus import Gpu, GpuInventory
+from governor.wire.protocol import LaunchRequest, Peer
 
 
 @pytest.fixture

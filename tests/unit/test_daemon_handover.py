@@ -11,8 +11,8 @@ from gpu_fakes import CONFIG, DeviceDriver
 from test_daemon import GIB, launch, make_daemon
 
 from governor.daemon.handover import SWEEP_AFTER_HANDOVER_S
-from governor.gpus import Gpu, GpuInventory
-from governor.protocol import LaunchRequest, Peer
+from governor.core.gpus import Gpu, GpuInventory
+from governor.wire.protocol import LaunchRequest, Peer
 
 NULL = (os.major(os.stat("/dev/null").st_rdev), os.minor(os.stat("/dev/null").st_rdev))
 ONE_GPU = GpuInventory(gpus=(Gpu(0, "/dev/null", *NULL, "GPU-aaaa"),), control=(), source="listed")

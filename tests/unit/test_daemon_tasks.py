@@ -12,12 +12,12 @@ from test_daemon import GIB, collect, launch, on_loop
 from test_daemon import daemon  # noqa: F401  (the fixture)
 
 from governor.cgroups.stats import CgroupStats
-from governor.accounting import ENDED_KEPT, exit_words
-from governor.exits import describe, kernel_keeps_exit_status
-from governor.ps import PROCESSES_SHOWN
-from governor.protocol import LaunchRequest, Peer, PsRequest, StopRequest
-from governor import access
-from governor.state import SHOWN_COMMAND_CHARS, Task
+from governor.host.accounting import ENDED_KEPT, exit_words
+from governor.host.exit_status import describe, kernel_keeps_exit_status
+from governor.wire.ps import PROCESSES_SHOWN
+from governor.wire.protocol import LaunchRequest, Peer, PsRequest, StopRequest
+from governor.host import access
+from governor.core.state import SHOWN_COMMAND_CHARS, Task
 from governor.errors import CgroupReadError, RequestError
 
 NOBODY = 65534  # a host user in no configured group: its own group "nobody"
@@ -295,7 +295,7 @@ def test_a_wait_status_reads_as_systemd_says_it(status, shown, words):
 
 
 def test_ps_looks_up_the_processes_of_the_first_tasks_only(monkeypatch):
-    import governor.ps as ps
+    import governor.wire.ps as ps
 
     monkeypatch.setattr(ps, "TREES_LISTED", 2)
     tasks = [Task(str(i), "A", 100 + i, 0, "root", ("x",), {"cpu": 1.0}, 0.0) for i in range(3)]
@@ -329,7 +329,7 @@ def test_everyone_sees_a_long_command_line_cut_and_its_owner_whole(daemon):
     assert entry["command_cut"] == 60_000 - SHOWN_COMMAND_CHARS
     mine = daemon.requests.ps(PsRequest(), access.identify(0, 0))["tasks"][0]
     assert (len(mine["command"]), mine["command_cut"]) == (15, 0)  # its owner gets it whole
-    import governor.ps as ps
+    import governor.wire.ps as ps
     [theirs] = ps.task_rows(daemon.tasks, [], allocation=None, usage={}, positions={},
                             processes=lambda task: ([], 0), asker=7)  # an admin's ps --all
     assert theirs["command_cut"] == entry["command_cut"]

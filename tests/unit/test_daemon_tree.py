@@ -10,9 +10,10 @@ import time
 import pytest
 from test_daemon import GIB, collect, launch, make_daemon, on_loop
 
+from governor.config.load import parse_config
 from governor.errors import RequestError
-from governor.protocol import LaunchRequest, Peer
-from governor.state import Task
+from governor.wire.protocol import LaunchRequest, Peer
+from governor.core.state import Task
 
 TREE = """
 [capacity]
@@ -122,7 +123,7 @@ def test_a_reload_that_moves_a_running_group_is_refused(tree, tmp_path):
     moved = tmp_path / "moved.toml"
     moved.write_text(TREE.replace('[groups.L1]\nparent = "D2"', '[groups.L1]\nparent = "D1"').replace(
         '[groups.D1]\nusers = ["root"]', "[groups.D1]"))
-    tree.requests.load_config = lambda: __import__("governor.config").config.parse_config(moved.read_text(), str(moved))
+    tree.requests.load_config = lambda: parse_config(moved.read_text(), str(moved))
     with pytest.raises(RequestError) as refused:
         tree.requests.reload("test")
     assert refused.value.code == "invalid_config"

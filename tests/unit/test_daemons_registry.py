@@ -1,4 +1,4 @@
-"""The host-wide registry of governor daemons (governor/daemons.py): one daemon holds the
+"""The host-wide registry of governor daemons (governor/host/daemons.py): one daemon holds the
 sessions, and each knows the others' cgroup roots. On a temporary directory; two daemons on
 the real kernel are in tests/integration (scenarios.two_daemons_*)."""
 
@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from governor.daemons import SETTLED_MTIME_NS, DaemonEntry, Registry
+from governor.host.daemons import SETTLED_MTIME_NS, DaemonEntry, Registry
 from governor.errors import GovernorError, RequestError
-from governor.protocol import LaunchRequest, Peer
+from governor.wire.protocol import LaunchRequest, Peer
 from governor.cgroups.hierarchy import Location
 from test_daemon import on_loop
 from test_sessions import daemon, session_daemon  # noqa: F401 (fixture)

@@ -4,8 +4,8 @@ from fractions import Fraction as F
 
 import pytest
 
-from governor.drf import discrete_filling, progressive_filling
-from governor.model import GroupDemand as G
+from governor.core.drf import discrete_filling, progressive_filling
+from governor.core.model import GroupDemand as G
 
 PAPER = {"cpu": 9, "memory": 18}
 A = G("A", {"cpu": 1, "memory": 4})

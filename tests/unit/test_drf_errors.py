@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from governor.drf import discrete_filling, progressive_filling
+from governor.core.drf import discrete_filling, progressive_filling
 from governor.errors import AllocationInputError
-from governor.model import GroupDemand as G
+from governor.core.model import GroupDemand as G
 
 CAPACITY = {"cpu": 4, "memory": 8}
 

@@ -11,8 +11,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from problems import amounts, cap, demand_vectors, problems, tasks_from
 
-from governor.drf import discrete_filling, progressive_filling
-from governor.model import GroupDemand
+from governor.core.drf import discrete_filling, progressive_filling
+from governor.core.model import GroupDemand
 
 
 @given(problems())

@@ -1,5 +1,5 @@
 """``governor explain`` (cli/explain.py, cli/explain_view.py) against a fake socket that answers
-with an explain object built by the daemon's own code (governor/explain.py) from a real filling.
+with an explain object built by the daemon's own code (governor/core/explain.py) from a real filling.
 
 Host: 1.75 cores, 4G. A demands <1.5 cores, 64M> (dominant: cpu, 1.5/1.75 = 6/7), B demands
 <0.75 cores, 3G> (dominant: memory, 3/4). Both shares rise as t: A holds 1.75·t cores, B
@@ -26,9 +26,9 @@ from rich.console import Console
 
 from governor.cli.explain_view import explain_renderables
 from governor.cli.main import main
-from governor.drf import progressive_filling
-from governor.explain import explain as explain_object
-from governor.model import GroupDemand
+from governor.core.drf import progressive_filling
+from governor.core.explain import explain as explain_object
+from governor.core.model import GroupDemand
 
 G = 1024**3
 M = 1024**2
@@ -267,8 +267,8 @@ def test_the_command_line_counts_the_wait_from_the_clock(tmp_path):
 
 
 def test_a_group_tree_is_explained_level_by_level_with_fair_share():
-    from governor.fairshare import Standing
-    from governor.hdrf import TreeNode, hierarchical_filling
+    from governor.core.fairshare import Standing
+    from governor.core.hdrf import TreeNode, hierarchical_filling
 
     capacity = {"cpu": 8.0, "memory": 16.0 * 1024**3}
     demands = {"lab1": {"cpu": 8.0}, "lab2": {"cpu": 8.0}, "ops": {"cpu": 8.0}}

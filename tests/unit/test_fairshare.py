@@ -10,10 +10,10 @@ import stat
 
 import pytest
 
-from governor.daemon.fairshare import FILE_NAME, MAX_FILE_BYTES, FairShareHistory
+from governor.daemon.fairshare_history import FILE_NAME, MAX_FILE_BYTES, FairShareHistory
 from governor.daemon.journal import Journal
-from governor.config import parse_half_life
-from governor.fairshare import MIN_EFFECTIVE_WEIGHT, FairShare
+from governor.config.load import parse_half_life
+from governor.core.fairshare import MIN_EFFECTIVE_WEIGHT, FairShare
 
 DAY = 86_400.0
 T0 = 1_700_000_000.0

@@ -9,9 +9,9 @@ import pytest
 from test_daemon import GIB, launch, make_daemon, on_loop
 
 from governor.cgroups.stats import CgroupStats
-from governor.daemon.fairshare import FILE_NAME, SAVE_EVERY_S, save_due
-from governor.fairshare import FairShare
-from governor.usage import Charges
+from governor.daemon.fairshare_history import FILE_NAME, SAVE_EVERY_S, save_due
+from governor.core.fairshare import FairShare
+from governor.core.usage import Charges
 
 T0 = 1_700_000_000.0
 HOUR = 3600.0

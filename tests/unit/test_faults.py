@@ -18,9 +18,9 @@ from governor.cgroups.hierarchy import hold_root
 from governor.cli.inputs import MAX_INPUT_BYTES, read_input
 from governor.cli.main import main
 from governor.errors import CgroupError, CgroupWriteError, ConfigError, GovernorError, RequestError
-from governor.metrics import Metrics
-from governor.protocol import Peer, StatusRequest
-from governor.state import Task
+from governor.wire.metrics import Metrics
+from governor.wire.protocol import Peer, StatusRequest
+from governor.core.state import Task
 from test_daemon import GIB, daemon, on_loop  # noqa: F401  (the fixture)
 
 GOVERNOR = str(Path(sys.executable).with_name("governor"))
@@ -145,8 +145,7 @@ def test_the_daemon_takes_the_hard_descriptor_limit_as_its_soft_one():
 def test_a_user_lookup_that_fails_for_want_of_descriptors_is_unavailable_not_no_group(monkeypatch):
     import pwd
 
-    from governor import access
-
+    from governor.host import access
     monkeypatch.setattr(pwd, "getpwuid", lambda uid: (_ for _ in ()).throw(KeyError(uid)))
     assert access.identify(4_000_000, 5).user == "4000000"  # a uid the database does not know
     monkeypatch.setattr(os, "open", lambda *args: (_ for _ in ()).throw(OSError(errno.EMFILE, "Too many open files")))

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from governor.config_gpus import GpuGuardRules
+from governor.config.gpu_rules import GpuGuardRules
 from governor.daemon import gpu_guard as stage
 from governor.daemon.journal import Journal
-from governor.gpus import Gpu, GpuInventory
+from governor.core.gpus import Gpu, GpuInventory
 
 INVENTORY = GpuInventory(gpus=(Gpu(0, "/dev/nvidia0", 195, 0, None),), control=(("/dev/nvidiactl", 195, 255),),
                          source="listed")

@@ -9,9 +9,9 @@ import pytest
 from test_daemon import GIB, launch, make_daemon
 from test_daemon_gpus import CONFIG, INVENTORY, DeviceDriver
 
-from governor.config import parse_config
+from governor.config.load import parse_config
 from governor.errors import ConfigError, RequestError
-from governor.protocol import LaunchRequest, Peer
+from governor.wire.protocol import LaunchRequest, Peer
 
 QUOTAS = CONFIG.replace('[groups.A]\nusers = ["root"]\n', '[groups.A]\nusers = ["root"]\nlimit = { gpus = 1 }\n'
                         ).replace('[groups.B]\nusers = ["root"]\n',

@@ -1,4 +1,4 @@
-"""governor.nvml against a fake NVML: a module object put in sys.modules["pynvml"] that has only
+"""governor.host.nvml against a fake NVML: a module object put in sys.modules["pynvml"] that has only
 the functions and error classes governor calls, shaped like nvidia-ml-py's (handles are opaque,
 errors carry an NVML code, MIG mode is a [current, pending] list, a process's usedGpuMemory may
 be None)."""
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from governor.errors import GovernorError
-from governor.gpus import CONTROL_NODES, NVIDIA_MAJOR, Gpu, GpuError, GpuInventory, GpuUse
-from governor.nvml import discover, sample_use
+from governor.core.gpus import CONTROL_NODES, NVIDIA_MAJOR, Gpu, GpuError, GpuInventory, GpuUse
+from governor.host.nvml import discover, sample_use
 
 NOT_SUPPORTED, NOT_FOUND, INVALID_ARGUMENT, DRIVER_NOT_LOADED, GPU_IS_LOST = 3, 6, 2, 9, 15
 _STRINGS = {NOT_SUPPORTED: "Not Supported", NOT_FOUND: "Not Found", INVALID_ARGUMENT: "Invalid Argument",
@@ -351,7 +351,7 @@ def test_control_defaults_to_nvidias_control_nodes(nvml, monkeypatch):
         asked.append(path)
         return real_stat("/dev/null")
 
-    monkeypatch.setattr("governor.nvml.os.stat", stat_)
+    monkeypatch.setattr("governor.host.nvml.os.stat", stat_)
 
     inventory = discover("auto")
 

@@ -5,17 +5,17 @@ import json
 
 import pytest
 
-from governor.admission import Waiting
+from governor.core.admission import Waiting
 from governor.cgroups.limits import CgroupLimits
-from governor.config import load_config
+from governor.config.load import load_config
 from governor.errors import RequestError
-from governor.group_tree import subtree_sums, with_limit
-from governor.kinds import Kind, cgroup_of, task_in
-from governor.quotas import check_within_quotas, quotas
-from governor.state import Task, Tasks
-from governor.task_record import task_fields
-from governor.vocabulary import floors
-from governor.task_record import record_of
+from governor.core.group_tree import subtree_sums, with_limit
+from governor.config.kinds import Kind, cgroup_of, task_in
+from governor.core.quotas import check_within_quotas, quotas
+from governor.core.state import Task, Tasks
+from governor.core.task_record import task_fields
+from governor.core.vocabulary import floors
+from governor.core.task_record import record_of
 
 G = 1024**3
 CONFIG = load_config({"groups": {

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from governor.cgroups.hierarchy import Location
 from governor.daemon.handover import Handover, Holder
 from governor.errors import CgroupError
-from governor.state import Tasks
+from governor.core.state import Tasks
 
 NULL = (os.major(os.stat("/dev/null").st_rdev), os.minor(os.stat("/dev/null").st_rdev))
 ZERO = (os.major(os.stat("/dev/zero").st_rdev), os.minor(os.stat("/dev/zero").st_rdev))

@@ -9,12 +9,12 @@ from fractions import Fraction as F
 
 import pytest
 
-from governor.drf import progressive_filling
+from governor.core.drf import progressive_filling
 from governor.errors import AllocationInputError
-from governor.hdrf import TreeNode as T
-from governor.hdrf import hierarchical_filling
-from governor.model import GroupDemand as G
-from governor.model import Stop
+from governor.core.hdrf import TreeNode as T
+from governor.core.hdrf import hierarchical_filling
+from governor.core.model import GroupDemand as G
+from governor.core.model import Stop
 
 PAPER = {"cpu": 10, "gpu": 10}
 CPU, GPU = {"cpu": 1}, {"gpu": 1}

@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from problems import cap, problems, weights
 
-from governor.drf import progressive_filling
-from governor.model import GroupDemand
-from governor.hdrf import TreeNode, _hierarchical, hierarchical_filling
+from governor.core.drf import progressive_filling
+from governor.core.model import GroupDemand
+from governor.core.hdrf import TreeNode, _hierarchical, hierarchical_filling
 
 
 @st.composite

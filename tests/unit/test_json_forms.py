@@ -17,7 +17,7 @@ from fake_socket import FakeSocket
 from test_daemon import daemon, launch  # noqa: F401 (a fixture)
 
 from governor.cli.main import main
-from governor.model import DEMAND_MET, GroupAllocation
+from governor.core.model import DEMAND_MET, GroupAllocation
 
 GIB = 1024**3
 SCENARIO = """[capacity]

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from governor.cpu_saturation import cpu_saturated
-from governor.limits import assign_cores, group_limits, proportional_weights, root_limits, task_limits
+from governor.core.cpu_saturation import cpu_saturated
+from governor.core.plan import assign_cores, group_limits, proportional_weights, root_limits, task_limits
 
 GIB = 1024**3
 MIB = 1024**2

@@ -17,7 +17,7 @@ import pytest
 
 from governor.cgroups.hierarchy import hold_root
 from governor.cgroups.locks import LockHeld, lock_directory, release, start_time, take
-from governor.daemons import DaemonEntry, Registry
+from governor.host.daemons import DaemonEntry, Registry
 from governor.errors import CgroupError, GovernorError
 
 

@@ -10,11 +10,11 @@ import pytest
 
 from governor.cgroups.limits import CgroupLimits, IoMax
 from governor.cgroups.systemd import SliceDriver, unit_properties
-from governor.config import parse_config
+from governor.config.load import parse_config
 from governor.daemon.inbox import Reload
 from governor.errors import CgroupUnsupported, CgroupWriteError
-from governor.limits import held_login_limits, inside_root
-from governor.state import Task
+from governor.core.plan import held_login_limits, inside_root
+from governor.core.state import Task
 from test_daemon import GIB, on_loop
 from test_sessions import CONFIG, USER, daemon  # noqa: F401 (fixture)
 

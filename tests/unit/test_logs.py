@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from governor.logs import setup_logging
+from governor.host.logs import setup_logging
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def test_in_a_terminal_lines_carry_time_and_level(monkeypatch, capsys, restore_r
 
 
 def test_a_storm_of_one_line_is_a_few_lines_and_says_how_many_were_dropped():
-    from governor.logs import RepeatFilter
+    from governor.host.logs import RepeatFilter
     now = [0.0]
     storm = RepeatFilter(burst=3, window_s=60.0, clock=lambda: now[0])
     record = lambda msg: logging.LogRecord("asyncio", logging.ERROR, "x", 1, msg, None, None)  # noqa: E731
@@ -51,7 +51,7 @@ def test_a_storm_of_one_line_is_a_few_lines_and_says_how_many_were_dropped():
 
 
 def test_it_remembers_a_bounded_number_of_lines_and_a_storm_stays_among_them():
-    from governor.logs import RepeatFilter
+    from governor.host.logs import RepeatFilter
     now = [0.0]
     lines = RepeatFilter(burst=1, window_s=60.0, clock=lambda: now[0], kept=100)
     record = lambda text: logging.LogRecord("governor.daemon", logging.INFO, "x", 1, "%s", (text,), None)  # noqa: E731

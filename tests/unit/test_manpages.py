@@ -1,4 +1,4 @@
-"""The man pages: made from the click commands and the example config (governor/manpages.py),
+"""The man pages: made from the click commands and the example config (cli/manpages.py),
 written by ``governor man --directory``, and rendered by the real ``man -l`` as a reader sees them."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from governor.cli.main import main
-from governor.manpages import pages
+from governor.cli.manpages import pages
 
 COMMANDS = sorted(name for name, command in main.commands.items() if not command.hidden)
 needs_man = pytest.mark.skipif(shutil.which("man") is None, reason="man (man-db) is not installed")

@@ -4,7 +4,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from status_sample import STATUS
 
-from governor.metrics import Metrics
+from governor.wire.metrics import Metrics
 
 
 def samples(metrics):
@@ -44,7 +44,7 @@ def test_idle_connections_cost_at_most_a_few_descriptors_for_a_few_seconds(monke
     import asyncio
     import os
 
-    import governor.metrics as module
+    import governor.wire.metrics as module
 
     monkeypatch.setattr(module, "SCRAPE_TIMEOUT_S", 0.5)
     metrics = Metrics(lambda: STATUS)
@@ -110,7 +110,7 @@ def test_without_gpus_there_is_no_gpu_series():
 
 
 def test_the_nvml_sample_gives_utilization_memory_and_each_tasks_gpu_memory():
-    from governor.gpus import GpuUse
+    from governor.core.gpus import GpuUse
 
     metrics = Metrics(gpu_status)
     use = GpuUse(utilization={0: 0.75, 1: 0.0}, memory_used={0: 30 * 1024**3, 1: 1024**3, 3: 4 * 1024**3},
@@ -136,7 +136,7 @@ def test_the_daemon_samples_nvml_on_its_sampler_only_for_served_metrics(tmp_path
     from test_daemon import GIB, launch, make_daemon
 
     import governor.daemon.observation as observation
-    from governor.gpus import Gpu, GpuInventory, GpuUse
+    from governor.core.gpus import Gpu, GpuInventory, GpuUse
 
     calls = []
 

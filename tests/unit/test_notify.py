@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from governor.notify import Notifier
+from governor.host.notify import Notifier
 
 
 @pytest.fixture

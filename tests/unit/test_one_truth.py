@@ -14,16 +14,16 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
-from governor import vocabulary
+from governor.core import vocabulary
 from governor.cli.explain_view import explain_renderables
 from governor.cli.ps_view import tasks_table
 from governor.cli.status_view import status_renderables
 from governor.cli.top_state import TopState, press
 from governor.cli.top_view import top_view
-from governor.config import parse_config
-from governor.metrics import Metrics
-from governor.protocol import ExplainRequest, Peer, PsRequest, StatusRequest
-from governor.resources import format_amount
+from governor.config.load import parse_config
+from governor.wire.metrics import Metrics
+from governor.wire.protocol import ExplainRequest, Peer, PsRequest, StatusRequest
+from governor.config.resources import format_amount
 from test_daemon import GIB, launch, make_daemon, on_loop
 
 CONFIG = """

@@ -4,7 +4,7 @@ link's name, and a process that vanishes mid-scan is no error."""
 
 import os
 
-from governor.openfiles import node_holders, owner_uid
+from governor.host.openfiles import node_holders, owner_uid
 
 NULL = (os.major(os.stat("/dev/null").st_rdev), os.minor(os.stat("/dev/null").st_rdev))
 ZERO = (os.major(os.stat("/dev/zero").st_rdev), os.minor(os.stat("/dev/zero").st_rdev))

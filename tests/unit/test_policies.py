@@ -5,8 +5,8 @@ from fractions import Fraction as F
 import pytest
 
 from governor.errors import AllocationInputError
-from governor.model import GroupDemand as G
-from governor.policies import allocate, asset_fairness, ceei, drf_policy
+from governor.core.model import GroupDemand as G
+from governor.core.policies import allocate, asset_fairness, ceei, drf_policy
 
 PAPER = {"cpu": 9, "memory": 18}
 PAPER_GROUPS = [G("A", {"cpu": 1, "memory": 4}), G("B", {"cpu": 3, "memory": 1})]

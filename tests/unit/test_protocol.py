@@ -1,4 +1,4 @@
-"""Request parsing and reply encoding (governor/protocol.py): every validation path."""
+"""Request parsing and reply encoding (governor/wire/protocol.py): every validation path."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from governor.errors import RequestError
-from governor.protocol import (
+from governor.wire.protocol import (
     MAX_LINE_BYTES,
     LaunchRequest,
     ExplainRequest,
@@ -23,7 +23,7 @@ from governor.protocol import (
     ok,
     parse_request,
 )
-from governor.wire_fields import default_name
+from governor.wire.fields import default_name
 
 
 def line(obj: object) -> bytes:

@@ -11,9 +11,9 @@ from rich.console import Console
 from test_task_commands_cli import ROWS
 
 from governor.cli.ps_view import tasks_table
-from governor.ps import task_rows
-from governor.queue import Entry
-from governor.state import Task
+from governor.wire.ps import task_rows
+from governor.core.queue import Entry
+from governor.core.state import Task
 
 G = 1024**3
 

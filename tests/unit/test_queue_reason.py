@@ -1,4 +1,4 @@
-"""Issue 32, point 5: the queue's reason is computed once (:func:`governor.queue.reason`) and
+"""Issue 32, point 5: the queue's reason is computed once (:func:`governor.core.queue.reason`) and
 every view shows that one string: ``run --no-wait``, ``ps``, ``status``, ``explain``, ``top``
 and the metrics. Rendered from one queued snapshot of the daemon (in-memory driver)."""
 
@@ -10,15 +10,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from test_daemon import GIB, launch, make_daemon
 
-from governor import access
+from governor.host import access
 from governor.cli.explain_view import explain_renderables
 from governor.cli.ps_view import tasks_table
 from governor.cli.status_view import status_renderables
 from governor.cli.top_state import TopState
 from governor.cli.top_view import top_view
 from governor.errors import RequestError
-from governor.metrics import Metrics
-from governor.protocol import LaunchRequest, Peer, PsRequest
+from governor.wire.metrics import Metrics
+from governor.wire.protocol import LaunchRequest, Peer, PsRequest
 
 # A member's CPU user_limit holds their queued tasks (before: `--no-wait` said "memory: its
 # turn" for the second, `status` and `explain` "its turn" / "held by —").

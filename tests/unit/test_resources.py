@@ -16,18 +16,18 @@ from rich.console import Console
 from test_daemon import GIB, collect, launch, make_daemon
 from test_task_commands_cli import ROWS
 
-from governor import resources
+from governor.config import resources
 from governor.cli.launch import plain
 from governor.cli import view_common as view
 from governor.cli.main import main
 from governor.cli.ps_view import tasks_table
 from governor.cli.run import command
-from governor.config import parse_config
+from governor.config.load import parse_config
 from governor.errors import ConfigError
-from governor.metrics import Metrics
-from governor.protocol import LaunchRequest, Peer, parse_request
-from governor.resources import RESOURCES, ResourceKind, compressible, find, governed
-from governor.tomlcheck import number
+from governor.wire.metrics import Metrics
+from governor.wire.protocol import LaunchRequest, Peer, parse_request
+from governor.config.resources import RESOURCES, ResourceKind, compressible, find, governed
+from governor.config.tomlcheck import number
 
 # A site's software licenses, 3 of them, counted at the door as memory is.
 LICENSES = replace(find("memory"), name="licenses", unit="licenses", flag="--licenses", metavar="N",

@@ -1,4 +1,4 @@
-"""governor.scenario: good files become exact numbers; each bad input names its key."""
+"""governor.core.scenario: good files become exact numbers; each bad input names its key."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from fractions import Fraction
 import pytest
 
 from governor.errors import AllocationInputError, ConfigError
-from governor.model import GroupDemand
-from governor.scenario import allocation_error, load_scenario
+from governor.core.model import GroupDemand
+from governor.core.scenario import allocation_error, load_scenario
 
 G = 1024**3
 M = 1024**2

@@ -1,4 +1,4 @@
-"""The control socket server (governor/server.py) over a real Unix socket with a fake handler.
+"""The control socket server (governor/wire/server.py) over a real Unix socket with a fake handler.
 
 Each test runs its own event loop with asyncio.run; client and server share it.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from governor.errors import ControlSocketError, RequestError
-from governor.protocol import MAX_LINE_BYTES, Peer, SetWeightRequest, StatusRequest
-from governor.server import ControlServer
+from governor.wire.protocol import MAX_LINE_BYTES, Peer, SetWeightRequest, StatusRequest
+from governor.wire.server import ControlServer
 from wire_fakes import handlers_of
 
 
@@ -242,7 +242,7 @@ def test_a_bug_in_the_handler_is_internal_logged_and_the_server_keeps_serving(tm
             next_connection = await exchange(tmp_path / "g.sock", STATUS)
             return same_connection + next_connection
 
-    with caplog.at_level(logging.ERROR, logger="governor.server"):
+    with caplog.at_level(logging.ERROR, logger="governor.wire.server"):
         broken, status, again = asyncio.run(scenario())
     assert broken["error"]["code"] == "internal"
     assert status["ok"] is True and again["ok"] is True
@@ -258,7 +258,7 @@ def test_handler_raising_runtime_error_is_internal(tmp_path, caplog):
         async with running(FakeHandler(crash), tmp_path / "g.sock"):
             return await exchange(tmp_path / "g.sock", weigh())
 
-    with caplog.at_level(logging.ERROR, logger="governor.server"):
+    with caplog.at_level(logging.ERROR, logger="governor.wire.server"):
         [reply] = asyncio.run(scenario())
     assert reply["error"]["code"] == "internal"
     assert "boom" not in reply["error"]["message"]  # internals stay in the log
@@ -390,7 +390,7 @@ def test_a_streamed_launch_sends_each_line_and_a_client_that_leaves_closes_its_s
 
 
 def test_a_bug_in_one_connection_is_one_log_line_and_the_others_are_served(tmp_path, monkeypatch, caplog):
-    import governor.server as server_module
+    import governor.wire.server as server_module
 
     def broken(line):
         if b"boom" in line:
@@ -409,7 +409,7 @@ def test_a_bug_in_one_connection_is_one_log_line_and_the_others_are_served(tmp_p
             writer.close()
             return closed, await exchange(tmp_path / "g.sock", STATUS)
 
-    with caplog.at_level(logging.ERROR, logger="governor.server"):
+    with caplog.at_level(logging.ERROR, logger="governor.wire.server"):
         closed, [reply] = asyncio.run(scenario())
     assert closed == b"" and reply["ok"]
     [record] = [r for r in caplog.records if r.levelno >= logging.ERROR]
@@ -506,7 +506,7 @@ def test_a_client_that_stops_reading_is_cut_off_and_others_are_served(tmp_path, 
 def test_one_uids_unread_replies_stay_within_its_budget(tmp_path, monkeypatch):
     # Issue 22, point 1: 32 connections that asked for a 15.6 MB status and never read held
     # 599 MB of the daemon. Each reply here is 1 MiB; the budget 3 MiB.
-    import governor.server as server_module
+    import governor.wire.server as server_module
 
     monkeypatch.setattr(server_module, "IN_FLIGHT_PER_UID", 3 << 20)
     path = tmp_path / "s.sock"

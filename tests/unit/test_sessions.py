@@ -12,14 +12,14 @@ import time
 
 import pytest
 
-from governor import procevents
-from governor.config import parse_config
+from governor.host import procevents
+from governor.config.load import parse_config
 from governor.errors import RequestError
-from governor.procevents import ProcessEvents, parse_events
-from governor.sessions import NOBODY_UID, SessionOwners, login_uid_min
+from governor.host.procevents import ProcessEvents, parse_events
+from governor.host.session_rules import NOBODY_UID, SessionOwners, login_uid_min
 from governor.cgroups.hierarchy import Hierarchy, Location
 from test_daemon import GIB, FakeDriver, collect, make_daemon, on_loop
-from governor.protocol import LaunchRequest, Peer
+from governor.wire.protocol import LaunchRequest, Peer
 
 # uid 1 ("daemon" on Debian) stands for a login user: uid_min is set to 1 below.
 USER = pwd.getpwuid(1).pw_name

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from governor.errors import GovernorError
-from governor.state import Task
-from governor.task_store import MAX_RECORD_BYTES, TaskStore
-from governor.task_record import record_of
+from governor.core.state import Task
+from governor.host.task_store import MAX_RECORD_BYTES, TaskStore
+from governor.core.task_record import record_of
 
 TASK = Task("1", "A", 100, 1000, "alice", ("sleep", "9"), {"cpu": 0.5, "memory": 1024.0}, 1.5)
 
@@ -102,8 +102,8 @@ def test_a_record_that_cannot_be_written_leaves_no_partial_file_and_utf8_is_kept
     import errno
 
     from governor.errors import GovernorError
-    from governor.state import Task
-    from governor.task_store import TaskStore
+    from governor.core.state import Task
+    from governor.host.task_store import TaskStore
 
     store = TaskStore(tmp_path / "state")
     store.prepare()
@@ -114,7 +114,7 @@ def test_a_record_that_cannot_be_written_leaves_no_partial_file_and_utf8_is_kept
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("governor.state_files.os.replace", full)
+    monkeypatch.setattr("governor.host.state_files.os.replace", full)
     with pytest.raises(GovernorError, match="No space left"):
         store.save(Task("2", "A", 101, 0, "root", ("x",), {"cpu": 1.0}, 0.0))
     assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["1.json"]

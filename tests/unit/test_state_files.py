@@ -10,8 +10,8 @@ import stat
 import pytest
 
 from governor.errors import StateFileError
-from governor.state_files import load, read_trusted, set_aside, write_atomically
-from governor.trust import untrusted
+from governor.host.state_files import load, read_trusted, set_aside, write_atomically
+from governor.host.trust import untrusted
 
 LIMIT = 1024
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another uid needs root")
@@ -29,7 +29,7 @@ def test_a_write_replaces_the_file_whole_with_exactly_its_mode_and_leaves_no_tem
         seen.append((path.read_bytes(), open(source, "rb").read()))
         real_replace(source, target)
 
-    monkeypatch.setattr("governor.state_files.os.replace", replace)
+    monkeypatch.setattr("governor.host.state_files.os.replace", replace)
     old_umask = os.umask(0o077)
     try:
         write_atomically(path, b"new" * 100, "test file", mode=0o644)
@@ -47,7 +47,7 @@ def test_a_failed_write_keeps_the_old_file_and_names_what_and_where(tmp_path, mo
     def full(*args):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("governor.state_files.os.replace", full)
+    monkeypatch.setattr("governor.host.state_files.os.replace", full)
     with pytest.raises(StateFileError, match=f"^cannot write test file {path}: No space left on device$") as caught:
         write_atomically(path, b"new", "test file")
     assert caught.value.path == str(path) and caught.value.reason == "No space left on device"

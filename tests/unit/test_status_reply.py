@@ -5,8 +5,8 @@ import json
 import pytest
 from hypothesis import given, strategies as st
 
-from governor.protocol import ok
-from governor.status import StatusReply
+from governor.wire.protocol import ok
+from governor.wire.status import StatusReply
 
 # Any text, lone surrogates (which ``characters()`` leaves out) and quotes among it.
 TEXT = st.text(st.characters() | st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF, blacklist_categories=()),

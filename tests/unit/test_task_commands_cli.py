@@ -16,7 +16,7 @@ from governor.cli.main import main
 from governor.cli.ps_view import process_tree
 from governor.cli.summary import summary_lines
 from governor.errors import RequestError
-from governor.protocol import LaunchRequest, PsRequest, StopRequest
+from governor.wire.protocol import LaunchRequest, PsRequest, StopRequest
 
 M = 1024**2
 G = 1024**3

@@ -1,4 +1,4 @@
-"""One amount formatter (governor/units.py): what every view and message prints."""
+"""One amount formatter (governor/config/units.py): what every view and message prints."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from governor.resources import format_amount
+from governor.config.resources import format_amount
 
 G = 1024**3
 
@@ -30,14 +30,14 @@ def test_every_view_uses_it():
     # The simulate table, the status/explain/top views and the daemon's messages: one function.
     import governor.cli.render
     import governor.cli.view_common
-    import governor.access
+    import governor.host.access
 
-    for module in (governor.cli.render, governor.cli.view_common, governor.access):
+    for module in (governor.cli.render, governor.cli.view_common, governor.host.access):
         assert module.format_amount is format_amount
 
 
 def test_hostile_magnitudes_stay_short():
-    from governor.resources import format_amount
+    from governor.config.resources import format_amount
 
     assert format_amount("cpu", 1e308) == "1e+308"
     assert format_amount("memory", 1e308) == "1e+308"

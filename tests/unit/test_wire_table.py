@@ -1,4 +1,4 @@
-"""The table of operations (governor/protocol.py OPERATIONS): every operation's request and
+"""The table of operations (governor/wire/protocol.py OPERATIONS): every operation's request and
 reply survive to_json → the JSON on the socket → from_json, and the daemon's server serves
 every operation of the table and no other."""
 
@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from governor import resources
-from governor.protocol import OPERATIONS, parse_request, request_line
-from governor.server import ControlServer
-from governor.wire_fields import MAX_INT, MAX_NAME_CHARS, name_problem
-from governor.wire_replies import (ExplainReply, PsReply, Queued, ReloadReply, SetWeightReply, Started, StatusReply,
+from governor.config import resources
+from governor.wire.protocol import OPERATIONS, parse_request, request_line
+from governor.wire.server import ControlServer
+from governor.wire.fields import MAX_INT, MAX_NAME_CHARS, name_problem
+from governor.wire.reply_types import (ExplainReply, PsReply, Queued, ReloadReply, SetWeightReply, Started, StatusReply,
                                    StopReply)
-from governor.wire_requests import (ExplainRequest, LaunchRequest, PsRequest, ReloadRequest, SetWeightRequest,
+from governor.wire.request_types import (ExplainRequest, LaunchRequest, PsRequest, ReloadRequest, SetWeightRequest,
                                     StatusRequest, StopRequest, WatchRequest)
 
 # Text as a request carries it: a lone surrogate is not UTF-8, the daemon shows it as U+FFFD.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
-from governor.protocol import OPERATIONS
+from governor.wire.protocol import OPERATIONS
 
 
 class Payload:

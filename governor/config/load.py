@@ -1,0 +1,395 @@
+"""The daemon's config file (``/etc/governor/governor.toml``), checked into a frozen :class:`Config`.
+
+Pure: the caller reads the file, and passes host facts (CPUs, memory) to :meth:`Config.capacity`.
+``configs/governor.toml`` documents every key; in short::
+
+    [capacity]                  # optional cpu / memory: divide exactly these instead of the host's
+    reserve = { cpu = 0.5, memory = "1G" }   # subtracted from the host's values only
+    gpus = "auto"               # or device nodes: ["/dev/nvidia0", "/dev/nvidia1"]; off when left out
+    [[capacity.io]]             # one per governed block device; read and write bytes/s required
+    device = "/dev/nvme0n1"
+    read = "2G"
+    write = "1G"
+    [defaults.task]             # demand of a task launched without flags
+    cpu = 1
+    memory = "1G"
+    [enforcement]
+    cpu = "quota"               # or "cores"
+    memory = "hard"             # or "soft" (v2: throttled, never killed)
+    [groups.physics]            # explicit groups, by users and Unix groups
+    weight = 2
+    unix_groups = ["physics"]
+    [groups."*"]                # everyone in no explicit group: one group per user
+    [sessions]                  # processes started outside governor run: one task per user
+    cpu = 1
+    memory = "2G"
+    exempt = ["backup"]
+    [daemon]
+    admin_group = "wheel"
+
+Every key but ``[groups]`` is optional; a left-out key takes the value :data:`DEFAULT_CONFIG`
+spells out. Every problem is a :class:`~governor.errors.ConfigError` naming the file, the dotted
+key and the reason.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from governor.config import resources
+from governor.config.groups import EVERYONE, names, parse_groups
+from governor.config.gpu_rules import gpu_guard
+from governor.config.settings import Config, GroupRule, IoDevice, SessionRules, group_name_problem
+from governor.errors import ConfigError
+from governor.config.resource_values import bytes_setting, cores_setting
+from governor.config.tomlcheck import no_unknown_keys, number, parse_toml, subtable, type_name
+from governor.config.units import parse_duration
+
+__all__ = ["CONFIG_PATH", "DEFAULT_CONFIG", "EVERYONE", "Config", "GroupRule", "IoDevice",
+           "default_config", "group_name_problem", "load_config", "parse_config", "parse_half_life"]
+
+CONFIG_PATH = "/etc/governor/governor.toml"
+DEFAULT_FILE = "<embedded default>"
+
+DEFAULT_CONFIG = """\
+# governor's embedded default config (`governor check-config --default` prints it).
+# Every user is a group of their own with weight 1; governor divides the host's CPUs and
+# memory, minus a small reserve for the system, and governs no block device.
+
+[capacity]
+reserve = { cpu = 0.25, memory = "256M" }
+
+[defaults.task]
+cpu = 1
+memory = "512M"
+
+[enforcement]
+cpu = "quota"
+# memory: "hard" (memory.max: a task never holds more than it declared); "soft" (memory.high,
+# cgroup v2) only throttles a task past its declaration
+
+[groups."*"]
+weight = 1
+
+[sessions]
+enabled = true
+cpu = 1
+memory = "2G"
+exempt = []
+
+[daemon]
+sample_interval = 1.0
+reconcile_interval = 5.0
+state_dir = "/run/governor/state"
+max_tasks_per_user = 256
+max_connections_per_user = 32
+"""
+
+# Values of left-out keys; DEFAULT_CONFIG spells the same ones out (a test keeps them equal).
+_RESERVE_CPU_CORES = 0.25
+_RESERVE_MEMORY_BYTES = 256 * 1024**2
+# [defaults.task] and [sessions] by config key (governor.config.resources); a key not here: 0.
+_TASK_DEFAULTS = {"cpu": 1.0, "memory": 512 * 1024**2}
+_SESSION_DEFAULTS = {"cpu": 1.0, "memory": 2 * 1024**3}
+_SAMPLE_INTERVAL_S = 1.0
+_RECONCILE_INTERVAL_S = 5.0
+_STATE_DIR = "/run/governor/state"
+_MAX_TASKS_PER_USER = 256
+_MAX_CONNECTIONS_PER_USER = 32
+_MAX_COUNT = 1_000_000
+
+_SECTIONS = ("capacity", "defaults", "enforcement", "groups", "fairshare", "sessions", "daemon")
+_FAIRSHARE_KEYS = ("half_life",)
+_CAPACITY_KEYS = ("cpu", "memory", "reserve", "io", "gpus", "gpu_control", "gpu_guard", "gpu_guard_parents")
+_RESERVE_KEYS = ("cpu", "memory")
+_IO_KEYS = ("device", "read", "write")
+# The first choice is the default (None: left out, Config.memory_mode gives "hard").
+_ENFORCEMENT = {"cpu": ("quota", "cores"), "memory": (None, "soft", "hard")}
+_DAEMON_KEYS = ("admin_group", "sample_interval", "reconcile_interval", "state_dir", "max_tasks_per_user",
+                "max_connections_per_user")
+
+_T = TypeVar("_T")
+
+
+def parse_config(text: str | bytes, file: str) -> Config:
+    """Parse and check config text (bytes must be UTF-8).
+
+    Raises:
+        ConfigError: naming ``file`` alone for text that is not UTF-8 or not TOML (the reason
+            carries tomllib's line and column), else naming the key at fault (see :func:`load_config`).
+    """
+    return load_config(parse_toml(text, file), file)
+
+
+def default_config() -> Config:
+    """The embedded default, :data:`DEFAULT_CONFIG`, checked (file name ``"<embedded default>"``)."""
+    return parse_config(DEFAULT_CONFIG, DEFAULT_FILE)
+
+
+def load_config(data: Mapping[str, object], file: str) -> Config:
+    """Check a parsed config file and convert it to a :class:`Config`.
+
+    Args:
+        data: the dict ``tomllib`` returned for the file.
+        file: the file name to put in error messages (kept in :attr:`Config.file`).
+
+    Raises:
+        ConfigError: for an unknown key; a value of the wrong type; a negative, non-finite or
+            malformed amount; a capacity, bandwidth, weight or interval ≤ 0; a reserve given
+            beside an explicit capacity it could not apply to; an I/O entry missing a key, with
+            a device path not under ``/dev/`` or repeating another's path or name; a default task
+            demanding nothing, or I/O with no device governed; an enforcement mode not allowed; no
+            group; an unusable group name or a group nobody could join; a non-absolute state_dir.
+    """
+    no_unknown_keys(data, _SECTIONS, None, file)
+    capacity = subtable(data, "capacity", None, file)
+    no_unknown_keys(capacity, _CAPACITY_KEYS, "capacity", file)
+    cpu_cores = _value(capacity, "cpu", "capacity", file, _positive_cores, None)
+    memory_bytes = _value(capacity, "memory", "capacity", file, _positive_bytes, None)
+    reserve = subtable(capacity, "reserve", "capacity", file)
+    no_unknown_keys(reserve, _RESERVE_KEYS, "capacity.reserve", file)
+    # The reserve comes off the host's values only; beside an explicit value it would be ignored.
+    for name, explicit in (("cpu", cpu_cores), ("memory", memory_bytes)):
+        if name in reserve and explicit is not None:
+            raise ConfigError(file, f"capacity.reserve.{name}",
+                              f"has no effect: capacity.{name} is given and is divided as it is")
+    io_devices = _io_devices(capacity, file)
+    task = _task(data, file)
+
+    enforcement = subtable(data, "enforcement", None, file)
+    no_unknown_keys(enforcement, tuple(_ENFORCEMENT), "enforcement", file)
+    modes = {name: _choice(enforcement, name, file) for name in _ENFORCEMENT}
+
+    groups, everyone_weight = parse_groups(data, file)
+    if modes["cpu"] == "cores" and any(rule.parent for rule in groups):
+        raise ConfigError(file, "enforcement.cpu", '"cores" hands whole cores to top-level groups only; nested groups '
+                                                   '(a parent key) need "quota"')
+
+    daemon = subtable(data, "daemon", None, file)
+    no_unknown_keys(daemon, _DAEMON_KEYS, "daemon", file)
+    config = Config(
+        cpu_cores=cpu_cores,
+        memory_bytes=memory_bytes,
+        reserve_cpu_cores=_value(reserve, "cpu", "capacity.reserve", file, cores_setting, _RESERVE_CPU_CORES),
+        reserve_memory_bytes=_value(reserve, "memory", "capacity.reserve", file, bytes_setting,
+                                    _RESERVE_MEMORY_BYTES),
+        io_devices=io_devices,
+        task_defaults=task,
+        cpu_enforcement=modes["cpu"],
+        memory_enforcement=modes["memory"],
+        groups=groups,
+        everyone_weight=everyone_weight,
+        admin_group=_value(daemon, "admin_group", "daemon", file, _string, None),
+        sample_interval_s=_value(daemon, "sample_interval", "daemon", file, _positive, _SAMPLE_INTERVAL_S),
+        reconcile_interval_s=_value(daemon, "reconcile_interval", "daemon", file, _positive, _RECONCILE_INTERVAL_S),
+        state_dir=_value(daemon, "state_dir", "daemon", file, _absolute_path, _STATE_DIR),
+        max_tasks_per_user=_value(daemon, "max_tasks_per_user", "daemon", file, _count, _MAX_TASKS_PER_USER),
+        max_connections_per_user=_value(daemon, "max_connections_per_user", "daemon", file, _count,
+                                        _MAX_CONNECTIONS_PER_USER),
+        sessions=_sessions(data, file),
+        fairshare_half_life_s=_fairshare(data, file),
+        gpus=_gpus(capacity, file),
+        gpu_control=_gpu_control(capacity, file),
+        gpu_guard=gpu_guard(capacity, file),
+        file=file,
+    )
+    _governed(config)
+    return config
+
+
+def _io_devices(capacity: Mapping[str, object], file: str) -> tuple[IoDevice, ...]:
+    entries = capacity.get("io", [])
+    if not isinstance(entries, list) or not all(isinstance(entry, Mapping) for entry in entries):
+        raise ConfigError(file, "capacity.io",
+                          f"must be an array of tables, one [[capacity.io]] per device, got {type_name(entries)}")
+    devices: list[IoDevice] = []
+    for index, entry in enumerate(entries):
+        where = f"capacity.io[{index}]"
+        no_unknown_keys(entry, _IO_KEYS, where, file)
+        for name in _IO_KEYS:
+            if name not in entry:
+                raise ConfigError(file, f"{where}.{name}",
+                                  "missing; each [[capacity.io]] gives device, read and write (bytes/s)")
+        path = _device_path(entry["device"], f"{where}.device", file)
+        name = posixpath.basename(path)
+        for other_index, other in enumerate(devices):
+            if other.device == path:
+                raise ConfigError(file, f"{where}.device", f"{path} is listed twice (also capacity.io[{other_index}])")
+            if other.name == name:
+                raise ConfigError(file, f"{where}.device",
+                                  f"has the name {name!r} of capacity.io[{other_index}] ({other.device}); "
+                                  f"resources are named io.<name>.read/write, so names must differ")
+        devices.append(IoDevice(device=path, name=name,
+                                read_bps=_positive_bytes(entry["read"], f"{where}.read", file),
+                                write_bps=_positive_bytes(entry["write"], f"{where}.write", file)))
+    return tuple(devices)
+
+
+def _demand_keys() -> tuple[str, ...]:
+    """The config keys of :data:`governor.config.resources.RESOURCES`, in registry order."""
+    return tuple(entry.config for entry in resources.RESOURCES if entry.config)
+
+
+def _session_keys() -> tuple[str, ...]:
+    return ("enabled", *_demand_keys(), "exempt")
+
+
+def _demand(table: Mapping[str, object], where: str, defaults: Mapping[str, float], file: str) -> dict[str, float]:
+    """Each resource's config key in ``table`` (key ``where.<config key>``) checked by its
+    entry's ``setting``: config key → amount, ``defaults`` (else 0) for one left out."""
+    return {entry.config: _value(table, entry.config, where, file, entry.setting, defaults.get(entry.config, 0))
+            for entry in resources.RESOURCES if entry.config}
+
+
+def _task(data: Mapping[str, object], file: str) -> dict[str, float]:
+    defaults = subtable(data, "defaults", None, file)
+    no_unknown_keys(defaults, ("task",), "defaults", file)
+    table = subtable(defaults, "task", "defaults", file)
+    no_unknown_keys(table, _demand_keys(), "defaults.task", file)
+    return _demand(table, "defaults.task", _TASK_DEFAULTS, file)
+
+
+def _sessions(data: Mapping[str, object], file: str) -> SessionRules:
+    table = subtable(data, "sessions", None, file)
+    no_unknown_keys(table, _session_keys(), "sessions", file)
+    return SessionRules(
+        enabled=_value(table, "enabled", "sessions", file, _boolean, True),
+        demand=_demand(table, "sessions", _SESSION_DEFAULTS, file),
+        exempt=_value(table, "exempt", "sessions", file, names, ()),
+    )
+
+
+def _governed(config: Config) -> None:
+    """Refuse a default demand of a resource ``config`` governs none of (I/O with no
+    ``[[capacity.io]]``): ConfigError at its ``defaults.task`` or ``sessions`` key."""
+    for where, demand in (("defaults.task", config.task_defaults), ("sessions", config.sessions.demand)):
+        for entry in resources.RESOURCES:
+            if entry.config and demand[entry.config] and not entry.names(config):
+                raise ConfigError(config.file, f"{where}.{entry.config}", f"{entry.absent}, or leave this out")
+
+
+def parse_half_life(value: object) -> float:
+    """The ``half_life`` setting in seconds: a time span as systemd writes one (``"1d"``,
+    ``"12h"``, ``"1h30m"``; :func:`governor.config.units.parse_duration`).
+
+    Raises:
+        ValueError: not a string, not a span, or not above zero.
+    """
+    if not isinstance(value, str):
+        raise ValueError(f'expected a time span string like "1d" or "12h", got {type(value).__name__}')
+    return parse_duration(value)
+
+
+def _fairshare(data: Mapping[str, object], file: str) -> float | None:
+    table = subtable(data, "fairshare", None, file)
+    no_unknown_keys(table, _FAIRSHARE_KEYS, "fairshare", file)
+    if "fairshare" not in data:
+        return None
+    if "half_life" not in table:
+        raise ConfigError(file, "fairshare.half_life", 'missing: give the half-life of past use, e.g. "1d"')
+    try:
+        return parse_half_life(table["half_life"])
+    except ValueError as error:
+        raise ConfigError(file, "fairshare.half_life", str(error)) from None
+
+
+def _gpus(capacity: Mapping[str, object], file: str) -> str | tuple[str, ...] | None:
+    """``capacity.gpus``: ``"auto"`` (NVML finds them), a list of device node paths, or None."""
+    if "gpus" not in capacity:
+        return None
+    value = capacity["gpus"]
+    if value == "auto":
+        return "auto"
+    if not isinstance(value, list) or not value:
+        raise ConfigError(file, "capacity.gpus", f'must be "auto" or a non-empty list of device node paths, got {value!r}')
+    paths = tuple(_node_path(path, f"capacity.gpus[{index}]", file) for index, path in enumerate(value))
+    for index, path in enumerate(paths):
+        if path in paths[:index]:
+            raise ConfigError(file, f"capacity.gpus[{index}]", f"{path} is listed twice")
+    return paths
+
+
+def _gpu_control(capacity: Mapping[str, object], file: str) -> tuple[str, ...] | None:
+    """``capacity.gpu_control``: the control nodes a task with GPUs may open, or None (NVIDIA's)."""
+    if "gpu_control" not in capacity:
+        return None
+    if "gpus" not in capacity:
+        raise ConfigError(file, "capacity.gpu_control", "has no effect: no GPU is governed (capacity.gpus)")
+    value = capacity["gpu_control"]
+    if not isinstance(value, list):
+        raise ConfigError(file, "capacity.gpu_control", f"must be a list of device node paths, got {value!r}")
+    return tuple(_node_path(path, f"capacity.gpu_control[{index}]", file) for index, path in enumerate(value))
+
+
+def _node_path(value: object, key: str, file: str) -> str:
+    path = _absolute_path(value, key, file)
+    if posixpath.normpath(path) != path:
+        raise ConfigError(file, key, f"must be a normalised absolute path like /dev/nvidia0, got {path!r}")
+    return path
+
+
+def _value(table: Mapping[str, object], name: str, where: str, file: str,
+           convert: Callable[[object, str, str], _T], default: _T) -> _T:
+    """``convert`` the value of ``name`` (key ``where.name``), or ``default`` when it is left out."""
+    return convert(table[name], f"{where}.{name}", file) if name in table else default
+
+
+def _positive_cores(value: object, key: str, file: str) -> float:
+    _positive(value, key, file)
+    return cores_setting(value, key, file)
+
+
+def _positive(value: object, key: str, file: str) -> float:
+    return float(number(value, key, file, positive=True))
+
+
+def _positive_bytes(value: object, key: str, file: str) -> int:
+    result = bytes_setting(value, key, file)
+    if result == 0:
+        raise ConfigError(file, key, "must be > 0")
+    return result
+
+
+def _choice(table: Mapping[str, object], name: str, file: str) -> str | None:
+    choices = _ENFORCEMENT[name]
+    value = table.get(name, choices[0])
+    if value is None and name in table or value not in choices:
+        allowed = [c for c in choices if c is not None]
+        raise ConfigError(file, f"enforcement.{name}",
+                          f"must be {' or '.join(f'{c!r}' for c in allowed)}, got {value!r}")
+    return value
+
+
+def _count(value: object, key: str, file: str) -> int:
+    if type(value) is not int or not 1 <= value <= _MAX_COUNT:
+        raise ConfigError(file, key, f"must be a whole number from 1 to {_MAX_COUNT:,}, got {value!r}")
+    return value
+
+
+def _boolean(value: object, key: str, file: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(file, key, f"must be true or false, got {value!r}")
+    return value
+
+
+def _string(value: object, key: str, file: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(file, key, f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _device_path(value: object, key: str, file: str) -> str:
+    path = _string(value, key, file)
+    # normpath catches "..", "//" and a trailing "/", which would escape /dev/ or leave no name.
+    if not path.startswith("/dev/") or posixpath.normpath(path) != path:
+        raise ConfigError(file, key, f"must be a normalised path under /dev/ like /dev/nvme0n1, got {path!r}")
+    return path
+
+
+def _absolute_path(value: object, key: str, file: str) -> str:
+    path = _string(value, key, file)
+    if not posixpath.isabs(path):
+        raise ConfigError(file, key, f"must be an absolute path, got {path!r}")
+    return path

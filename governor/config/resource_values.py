@@ -1,0 +1,115 @@
+"""How each resource's amounts are read and written: ``governor run``'s values (CLI text), a
+config key's value, and an amount for people. The registry (:mod:`governor.config.resources`) names
+these per entry. Pure.
+"""
+
+from __future__ import annotations
+
+import math
+
+from governor.errors import ConfigError
+from governor.config.tomlcheck import amount, number
+from governor.config.units import format_number, format_size, parse_quantity
+
+__all__ = ["bytes_setting", "cores", "cores_setting", "devices", "format_bytes", "format_cores", "format_count",
+           "format_rate", "memory_setting", "size"]
+
+
+# Parsing ``governor run``'s values: each raises ValueError saying what is wrong.
+
+def cores(text: str | float) -> float:
+    """A CPU demand in cores: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a valid float.") from None  # click's words, as before
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"must be a number of cores > 0, got {value}")
+    return value
+
+
+def devices(text: str | int) -> int:
+    """A count of whole devices, ≥ 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a valid integer.") from None  # click's words, as before
+    if value < 0:
+        raise ValueError(f"must be a whole number of GPUs ≥ 0, got {value}")
+    return value
+
+
+def size(text: str) -> int:
+    """A size like ``4G`` (K/M/G/T are powers of 1024) as whole bytes, rounded to the nearest."""
+    return round(parse_quantity(text))
+
+
+# Bounds on what a config or a request may say: beyond them no host has the amount, and the
+# kernel's files (microseconds, bytes in 63 bits) could not hold it.
+MAX_CORES = 65_536
+MAX_BYTES = 1 << 62
+# A task's declared memory is its cap: below this no process starts (a documented minimum, so
+# that no declaration is so small it reads as "no limit" anywhere).
+MIN_TASK_MEMORY = 1 << 20
+
+
+# Checking a config key's value: (value, dotted key, file) → amount.
+
+def cores_setting(value: object, key: str, file: str) -> float:
+    """Cores: a number ≥ 0 (not a string), at most ``MAX_CORES``.
+
+    Raises:
+        ConfigError: at ``key`` in ``file``, saying what is wrong.
+    """
+    return float(_at_most(number(value, key, file), MAX_CORES, "cores", key, file))
+
+
+def bytes_setting(value: object, key: str, file: str) -> int:
+    """Bytes (or bytes/s): a number or a size like ``"1.5G"``, ≥ 0, rounded down to whole
+    bytes (no kernel limit takes a fraction of one), at most ``MAX_BYTES``.
+
+    Raises:
+        ConfigError: at ``key`` in ``file``, saying what is wrong.
+    """
+    return int(_at_most(amount(value, key, file), MAX_BYTES, "bytes", key, file))
+
+
+def memory_setting(value: object, key: str, file: str) -> int:
+    """A task's memory: as :func:`bytes_setting`, and at least ``MIN_TASK_MEMORY``.
+
+    Raises:
+        ConfigError: at ``key`` in ``file``, saying what is wrong.
+    """
+    result = bytes_setting(value, key, file)
+    if result < MIN_TASK_MEMORY:
+        raise ConfigError(file, key, f"must be at least {format_size(MIN_TASK_MEMORY)}: no process starts in less")
+    return result
+
+
+def _at_most(value, bound: int, unit: str, key: str, file: str):
+    if value > bound:
+        raise ConfigError(file, key, f"must be at most {bound:,} {unit}, got {float(value):g}")
+    return value
+
+
+# Formatting amounts: (amount, with its unit?) → text.
+
+def format_cores(value: float, unit: bool) -> str:
+    """Cores: ``1.5`` (with ``unit``: ``1.5 cores``, ``1 core``)."""
+    text = format_number(value, precision=2)
+    return f"{text} core" + ("" if text == "1" else "s") if unit else text
+
+
+def format_bytes(value: float, unit: bool) -> str:
+    """Bytes: ``4.0G`` (K/M/G/T are powers of 1024)."""
+    return format_size(value)
+
+
+def format_rate(value: float, unit: bool) -> str:
+    """Bytes/s: ``200.0M/s``."""
+    return f"{format_size(value)}/s"
+
+
+def format_count(value: float, unit: bool) -> str:
+    """Whole devices: ``2``."""
+    return format_number(value, precision=2)

@@ -1,0 +1,124 @@
+"""Checking the dicts ``tomllib`` returns, for scenario and config files alike.
+
+Pure: callers read the bytes; these helpers parse them and check tables, so every problem
+becomes one :class:`~governor.errors.ConfigError` naming the file, the dotted key and the reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from collections.abc import Mapping
+from fractions import Fraction
+
+from governor.errors import ConfigError
+from governor.config.units import parse_quantity
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def parse_toml(text: str | bytes, file: str) -> dict:
+    """Parse TOML text (bytes must be UTF-8).
+
+    Raises:
+        ConfigError: naming ``file`` alone, for bytes that are not UTF-8 or text that is not
+            TOML (the reason carries tomllib's line and column).
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(file, None, "not UTF-8 text") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(file, None, f"not valid TOML: {error}") from None
+
+
+def join_key(where: str | None, name: str) -> str:
+    """The dotted key of ``name`` inside table ``where`` (``None`` for the top level).
+
+    Names TOML would need quoted are quoted, so ``groups."a.b".weight`` stays unambiguous.
+    """
+    part = name if _BARE_KEY.fullmatch(name) else f'"{name}"'
+    return f"{where}.{part}" if where else part
+
+
+def type_name(value: object) -> str:
+    """How to name the type of a TOML value in an error message."""
+    return {str: "a string", list: "an array", bool: "a boolean"}.get(type(value), type(value).__name__)
+
+
+def no_unknown_keys(table: Mapping[str, object], allowed: tuple[str, ...], where: str | None, file: str) -> None:
+    """Refuse a key of ``table`` that is not in ``allowed``; the reason lists the allowed keys.
+
+    Raises:
+        ConfigError: at the first unknown key.
+    """
+    for name in table:
+        if name not in allowed:
+            raise ConfigError(file, join_key(where, name), f"unknown key; allowed keys: {', '.join(allowed)}")
+
+
+def subtable(parent: Mapping[str, object], name: str, where: str | None, file: str, *,
+             required: bool = False) -> Mapping[str, object]:
+    """The table ``name`` of ``parent``; an empty one when it is left out and not ``required``.
+
+    Raises:
+        ConfigError: when a required table is missing, or the value is not a table.
+    """
+    key = join_key(where, name)
+    if name not in parent:
+        if required:
+            raise ConfigError(file, key, f"missing section [{key}]")
+        return {}
+    table = parent[name]
+    if not isinstance(table, Mapping):
+        raise ConfigError(file, key, f"must be a table [{key}], got {type_name(table)}")
+    return table
+
+
+def amount(value: object, key: str, file: str) -> Fraction:
+    """A non-negative amount in base units: a number or a size string like ``"4G"``.
+
+    Raises:
+        ConfigError: at ``key``, with :func:`~governor.config.units.parse_quantity`'s reason.
+    """
+    try:
+        return parse_quantity(value)
+    except ValueError as error:
+        raise ConfigError(file, key, str(error)) from None
+
+
+def number(value: object, key: str, file: str, *, positive: bool = False) -> Fraction:
+    """A non-negative finite number (and > 0 when ``positive``), exact.
+
+    Sizes make no sense for weights, cores or seconds, so a string is a type error rather
+    than ``"1K"``.
+
+    Raises:
+        ConfigError: at ``key``, for strings, booleans, negative or non-finite numbers, and 0
+            when ``positive``.
+    """
+    if isinstance(value, str):
+        raise ConfigError(file, key, f"must be a number, got string {value!r}")
+    result = amount(value, key, file)
+    if positive and result == 0:
+        raise ConfigError(file, key, "must be > 0")
+    return result
+
+
+def in_range(value: object, key: str, file: str, low: float, high: float) -> Fraction:
+    """A number from ``low`` to ``high`` (a weight), exact. Every value out of it, 0, negative,
+    too large or not a number, is refused in the same words, which say the range.
+
+    Raises:
+        ConfigError: at ``key``: ``must be a number between <low> and <high>, got <value>``.
+    """
+    words = f"must be a number between {low:g} and {high:g}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(file, key, f"{words}, got {type_name(value)} {value!r}")
+    if not (math.isfinite(value) and low <= value <= high):
+        raise ConfigError(file, key, f"{words}, got {value:g}")
+    return Fraction(repr(value))  # as written: 0.1 is 1/10, not the float nearest it

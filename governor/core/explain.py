@@ -1,0 +1,47 @@
+"""Why each group holds what it holds: the live host's progressive filling, as data. Pure.
+
+The trace rows are the paper's Table 1 for this host: one row per event (a group's demand met,
+a resource saturated), with every group's dominant share and the total allocated after it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from governor.core.model import Allocation
+
+
+def explain(allocation: Allocation | None, capacity: Mapping[str, float],
+            demands: Mapping[str, Mapping[str, float]], queue: list[dict] = (),
+            runs: Mapping[str, tuple[int, list[str]]] | None = None,
+            configured: Mapping[str, Mapping] | None = None,
+            fairshare: Mapping[str, object] | None = None) -> dict:
+    """The ``explain`` payload: capacity, per group weight, demand D_g, allocation, λ, dominant
+    resource(s) and share, why it stopped (:meth:`GroupAllocation.to_json` with ``demand``,
+    ``lambda``), what it runs (``tasks``: how many launched tasks, ``sessions``: whose
+    sessions, from ``runs``: group → (tasks, session users)); the trace (an allocation computed
+    with a trace); the admission queue (items of :func:`governor.core.queue.queue_view`, their wait
+    is ``now - queued_at``); and ``configured``: every group of the host → its ``weight`` and
+    ``floor`` (:func:`governor.core.vocabulary.floors`), so a group with no task is explained too, and
+    each group's ``floor``. With a group tree (H-DRF), ``nodes``: each internal group with a
+    running task below it → its allocation (its subtree's sum), dominant share, why it stopped
+    and floor; ``parents``: group → the group it nests under. With ``[fairshare]``,
+    ``fairshare``: group → ``weight`` (configured), ``usage`` (decayed, capacity-seconds),
+    ``usage_share``, ``weight_share``, ``factor`` and ``effective`` (the weight filling used):
+    :class:`governor.core.fairshare.Standing`."""
+    runs = runs or {}
+    groups = {}
+    for name, got in (allocation.groups.items() if allocation else ()):
+        count, sessions = runs.get(name, (0, []))
+        groups[name] = {**got.to_json(), "demand": dict(demands.get(name, {})), "lambda": float(got.tasks),
+                        "tasks": count, "sessions": list(sessions),
+                        "floor": float((configured or {}).get(name, {}).get("floor", 0.0))}
+    nodes = {name: {**got.to_json(), "floor": float((configured or {}).get(name, {}).get("floor", 0.0))}
+             for name, got in (allocation.nodes.items() if allocation else ())}
+    trace = [row.to_json() for row in (allocation.trace if allocation else ())]
+    return {"capacity": dict(capacity), "groups": groups, "nodes": nodes,
+            "parents": dict(allocation.parents) if allocation else {}, "trace": trace, "queue": list(queue),
+            "fairshare": {name: dataclasses.asdict(standing) for name, standing in (fairshare or {}).items()},
+            "configured": {name: {"weight": float(about["weight"]), "floor": float(about["floor"])}
+                           for name, about in (configured or {}).items()}}

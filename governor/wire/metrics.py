@@ -1,0 +1,277 @@
+"""Prometheus metrics for ``governor daemon --metrics [ADDR:]PORT`` (prometheus-client).
+
+Per-group gauges are read at scrape time from the daemon's status (built once per change and
+shared, :meth:`Observation.status <governor.daemon.observation.Observation.status>`). Counters
+and the refill histogram are updated by the daemon as things happen. With GPUs governed, who
+holds each GPU comes from the status too; what NVML says of them (utilization, memory, per
+task) from the last sample the daemon's sampler thread took (:meth:`Metrics.gpu_sample`,
+:mod:`governor.daemon.observation`): a scrape never calls NVML.
+
+Scrapes are served on the daemon's own event loop (:meth:`Metrics.serve`), at most
+:data:`MAX_SCRAPES` at once, each within :data:`SCRAPE_TIMEOUT_S`: prometheus-client's own
+server gives every connection a thread with no timeout, and ``nobody`` holding ~1,010 idle
+connections took every descriptor of the daemon (launches and ``status`` failed, for root too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import Callable, Mapping
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+from governor.errors import GovernorError
+from governor.core.gpus import GpuUse
+from governor.config.resources import compressible, measured
+
+# Scrapes served at once; a connection beyond them is closed at once (a scrape takes ~1 ms).
+MAX_SCRAPES = 16
+# How long a scrape may take, from its connection to its last byte sent.
+SCRAPE_TIMEOUT_S = 5.0
+# A request's line and headers (a Prometheus scrape sends ~300 bytes).
+MAX_REQUEST_BYTES = 8192
+
+REFILL_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
+# The labels of every per-group series: the group, the group it nests under ("" at the top),
+# and whether it is a leaf ("true") or an internal group whose series sum its subtree
+# ("false"): sum(governor_group_usage{leaf="true"}) counts each task once.
+TREE_LABELS = ["group", "parent", "leaf"]
+QUEUE_WAIT_BUCKETS_S = (0.01, 0.1, 1, 10, 60, 300, 1800, 3600, 4 * 3600, 24 * 3600)
+
+
+class Metrics:
+    """The daemon's metrics sink and exporter.
+
+    Args:
+        snapshot: returns the latest status object (``governor status --json`` shape).
+    """
+
+    def __init__(self, snapshot: Callable[[], dict]):
+        self.registry = CollectorRegistry()
+        self._refill = Histogram("governor_refill_duration_seconds", "Time to re-run progressive filling "
+                                 "and write the limits that changed", buckets=REFILL_BUCKETS_S, registry=self.registry)
+        self._events = Counter("governor_events", "Daemon events by kind", ["kind"], registry=self.registry)
+        self._queue_wait = Histogram("governor_queue_wait_seconds", "Time a started task waited in the "
+                                     "admission queue for its memory to fit", buckets=QUEUE_WAIT_BUCKETS_S,
+                                     registry=self.registry)
+        self._write_errors = Counter("governor_limit_write_errors", "cgroup limit writes the kernel refused",
+                                     registry=self.registry)
+        # Exported from the start (0): the alert on it has a series to evaluate.
+        self._allocation_failures = Counter("governor_allocation_failures", "Refills whose progressive filling "
+                                            "diverged (the last good plan stayed in force)", registry=self.registry)
+        self._gpu: tuple[GpuUse, dict[int, tuple[str, str]]] | None = None
+        self.registry.register(_Snapshot(snapshot, lambda: self._gpu))
+
+    def refill(self, seconds: float) -> None:
+        self._refill.observe(seconds)
+
+    def event(self, kind: str) -> None:
+        self._events.labels(kind).inc()
+
+    def write_error(self) -> None:
+        self._write_errors.inc()
+
+    def allocation_failure(self) -> None:
+        self._allocation_failures.inc()
+
+    def admitted(self, waited_s: float) -> None:
+        self._queue_wait.observe(waited_s)
+
+    def gpu_sample(self, use: GpuUse | None, owners: Mapping[int, tuple[str, str]]) -> None:
+        """What NVML last said of the governed GPUs (:func:`governor.host.nvml.sample_use`), and pid →
+        ``(group, task id)`` of the processes it names that run in a task: exported until the
+        next sample. None (NVML did not answer): no NVML series."""
+        self._gpu = None if use is None else (use, dict(owners))
+
+    def bind(self, address: str, port: int) -> None:
+        """Listen on ``address:port`` (served from :meth:`serve` on; a taken port refuses the
+        daemon's start before anything is made).
+
+        Raises:
+            GovernorError: the port is taken, or the address is not one of this host's.
+        """
+        try:
+            family, kind, proto, _, where = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0]
+            listener = socket.socket(family, kind, proto)
+        except OSError as error:  # socket.gaierror for a name that does not resolve is one too
+            raise GovernorError(f"cannot serve metrics on {address}:{port}: {error.strerror or error}") from None
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(where)
+            listener.listen(MAX_SCRAPES)
+        except OSError as error:
+            listener.close()
+            raise GovernorError(f"cannot serve metrics on {address}:{port}: {error.strerror or error}") from None
+        self._listener = listener
+        self._server: asyncio.AbstractServer | None = None
+        self._scrapes: set[asyncio.Task] = set()
+
+    async def serve(self) -> None:
+        """Serve ``/metrics`` (and ``/``) over HTTP on the socket :meth:`bind` made, on the
+        running event loop, until :meth:`close`."""
+        self._server = await asyncio.start_server(self._scrape, sock=self._listener, limit=MAX_REQUEST_BYTES)
+
+    async def close(self) -> None:
+        """Stop serving: no new scrape, and those under way end now."""
+        if self._server is not None:
+            self._server.close()
+            for scrape in self._scrapes:
+                scrape.cancel()
+            await asyncio.gather(*self._scrapes, return_exceptions=True)
+            await self._server.wait_closed()
+
+    async def _scrape(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._scrapes.add(task)
+        try:
+            if len(self._scrapes) > MAX_SCRAPES:
+                return  # closed at once
+            async with asyncio.timeout(SCRAPE_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
+                method, _, rest = head.partition(b" ")
+                path = rest.partition(b" ")[0].partition(b"?")[0]
+                if method not in (b"GET", b"HEAD"):
+                    writer.write(_response(b"405 Method Not Allowed", b"only GET\n", b"text/plain"))
+                elif path not in (b"/metrics", b"/"):
+                    writer.write(_response(b"404 Not Found", b"metrics are at /metrics\n", b"text/plain"))
+                else:
+                    body = generate_latest(self.registry)
+                    writer.write(_response(b"200 OK", body if method == b"GET" else b"", CONTENT_TYPE_LATEST.encode(),
+                                           length=len(body)))
+                await writer.drain()
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass  # a slow, idle, oversized or vanished client: closed, nothing else held
+        finally:
+            self._scrapes.discard(task)
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+
+def _response(status: bytes, body: bytes, kind: bytes, *, length: int | None = None) -> bytes:
+    return (b"HTTP/1.1 " + status + b"\r\nContent-Type: " + kind + b"\r\nContent-Length: "
+            + str(len(body) if length is None else length).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+
+
+class _Snapshot:
+    """Gauges built from a status snapshot (and the last GPU sample) on each scrape."""
+
+    def __init__(self, snapshot: Callable[[], dict],
+                 gpu: Callable[[], tuple[GpuUse, Mapping[int, tuple[str, str]]] | None] = lambda: None):
+        self.snapshot = snapshot
+        self.gpu = gpu
+
+    def collect(self):
+        status = self.snapshot()
+        yield from self._groups(status)
+        yield from _gpus(status, self.gpu())
+
+    def _groups(self, status: dict):
+        capacity = GaugeMetricFamily("governor_capacity", "What governor divides (cores, bytes, bytes/s, GPUs)",
+                                     labels=["resource"])
+        for resource, amount in status.get("capacity", {}).items():
+            capacity.add_metric([resource], amount)
+        share = GaugeMetricFamily("governor_group_dominant_share", "Dominant share of the host (0..1)",
+                                  labels=TREE_LABELS)
+        weight = GaugeMetricFamily("governor_group_weight", "Group weight", labels=TREE_LABELS)
+        tasks = GaugeMetricFamily("governor_group_tasks", "Running tasks", labels=TREE_LABELS)
+        allocation = GaugeMetricFamily("governor_group_allocation", "DRF allocation A_g (cores, bytes, bytes/s)",
+                                       labels=[*TREE_LABELS, "resource"])
+        floor = GaugeMetricFamily("governor_group_floor", "Share of every resource DRF promises the group while "
+                                  "every group is busy (weight / sum of weights)", labels=TREE_LABELS)
+        guarantee = GaugeMetricFamily("governor_group_guarantee", "Guarantee: the DRF allocation of cpu and I/O, "
+                                      "enforced by weights (cores, bytes/s)", labels=[*TREE_LABELS, "resource"])
+        reserved = GaugeMetricFamily("governor_group_reserved", "Memory and GPUs the group's admitted tasks hold "
+                                     "(bytes, devices; a session: its use)", labels=[*TREE_LABELS, "resource"])
+        used = GaugeMetricFamily("governor_group_usage", "Measured use (cores, bytes, bytes/s; GPUs: see "
+                                 "governor_gpu_utilization_ratio)", labels=[*TREE_LABELS, "resource"])
+        effective = GaugeMetricFamily("governor_group_effective_weight", "The weight filling uses: the configured "
+                                      "one lowered by past use ([fairshare])", labels=TREE_LABELS)
+        past = GaugeMetricFamily("governor_group_past_use", "Decayed past use ([fairshare]): dominant share of "
+                                 "the host times seconds", labels=TREE_LABELS)
+        queue = status.get("queue", [])
+        waiting = GaugeMetricFamily("governor_queue_length", "Tasks waiting for their memory to fit",
+                                    value=len(queue))
+        oldest = GaugeMetricFamily("governor_queue_oldest_wait_seconds", "How long the longest-waiting "
+                                   "task has waited (0 with an empty queue)",
+                                   value=max((time.time() - q["queued_at"] for q in queue), default=0))
+        why = GaugeMetricFamily("governor_queue_task_info", "A waiting task (always 1): its group and why it "
+                                "waits, the reason ps, status, explain and top show", labels=["task", "group", "reason"])
+        for entry in queue:
+            why.add_metric([str(entry.get("task")), str(entry.get("group")), str(entry.get("reason") or "")], 1)
+        # The idle groups of [groups."*"] (one per account) are one group, "*": one series set.
+        accounts = GaugeMetricFamily("governor_idle_accounts", 'Idle groups of [groups."*"] (one per account) '
+                                     'the group "*" stands for', value=status.get("groups", {}).get("*", {})
+                                     .get("accounts", 0))
+        resources = list(status.get("capacity", {}))
+        groups = status.get("groups", {})
+        parents = {group.get("parent") for group in groups.values()}
+        for name, group in groups.items():  # idle groups too: their series at zero
+            # An internal group's series are its subtree's sums: leaf="false" keeps them out of a sum.
+            leaf = not group.get("internal") and name not in parents
+            tree = [name, group.get("parent") or "", "true" if leaf else "false"]
+            share.add_metric(tree, group["dominant_share"])
+            weight.add_metric(tree, group["weight"])
+            floor.add_metric(tree, group.get("floor", 0.0))
+            tasks.add_metric(tree, len(group["tasks"]))
+            if "effective_weight" in group:
+                effective.add_metric(tree, group["effective_weight"])
+                past.add_metric(tree, group["past_use"])
+            for resource in resources:
+                allocation.add_metric([*tree, resource], group["allocation"].get(resource, 0.0))
+                if measured(resource):  # of a GPU, none: no series, rather than 0
+                    used.add_metric([*tree, resource], group["usage"].get(resource, 0.0))
+                if compressible(resource):
+                    guarantee.add_metric([*tree, resource], group.get("guarantee", {}).get(resource, 0.0))
+                else:
+                    reserved.add_metric([*tree, resource], group.get("reserved", {}).get(resource, 0.0))
+        yield from (capacity, share, weight, floor, tasks, allocation, guarantee, reserved, used, waiting, oldest,
+                    why, effective, past, accounts)
+
+
+def _gpus(status: dict, sample: tuple[GpuUse, Mapping[int, tuple[str, str]]] | None):
+    """The GPU gauges: how many, who holds each (from the status), and NVML's last sample."""
+    if "gpu" in status.get("capacity", {}):
+        yield GaugeMetricFamily("governor_gpus", "GPUs governor hands out (whole devices; a MIG instance "
+                                "counts as one)", value=status["capacity"]["gpu"])
+    entries = status.get("gpus")
+    if entries is None:
+        return  # no GPU governed: no GPU series at all
+    held = GaugeMetricFamily("governor_gpu_held", "1 while a task holds the GPU (labels: its group and task), "
+                             "0 while it is free (group and task empty); one series per governed GPU",
+                             labels=["gpu", "uuid", "group", "task"])
+    for gpu in entries:
+        holder = gpu.get("task")
+        free = holder is None
+        held.add_metric([str(gpu.get("index")), gpu.get("uuid") or "", "" if free else str(gpu.get("group") or ""),
+                         "" if free else str(holder)], 0 if free else 1)
+    yield held
+    if sample is None:
+        return
+    use, owners = sample
+    utilization = GaugeMetricFamily("governor_gpu_utilization_ratio", "Fraction of NVML's last sample period a "
+                                    "kernel ran on the GPU (0..1; absent where NVML does not say, e.g. a MIG "
+                                    "instance)", labels=["gpu"])
+    for index, fraction in sorted(use.utilization.items()):
+        utilization.add_metric([str(index)], fraction)
+    memory = GaugeMetricFamily("governor_gpu_memory_used_bytes", "Device memory in use on the GPU (bytes, as "
+                               "NVML reports it)", labels=["gpu"])
+    for index, used in sorted(use.memory_used.items()):
+        memory.add_metric([str(index)], used)
+    # Only tasks that still run: one that ended since the sample has no series.
+    running = {(name, str(task.get("id"))) for name, group in status.get("groups", {}).items()
+               for task in group.get("tasks", [])}
+    by_task: dict[tuple[str, str], int] = {}
+    for pid, used in use.process_memory.items():
+        if owners.get(pid) in running:
+            by_task[owners[pid]] = by_task.get(owners[pid], 0) + used
+    task_memory = GaugeMetricFamily("governor_task_gpu_memory_bytes", "GPU memory the task's processes hold, "
+                                    "summed over its GPUs (bytes; tasks NVML names a process of)",
+                                    labels=["group", "task"])
+    for (group, task), used in sorted(by_task.items()):
+        task_memory.add_metric([group, task], used)
+    yield from (utilization, memory, task_memory)

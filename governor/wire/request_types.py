@@ -1,0 +1,207 @@
+"""The control protocol's requests (:mod:`governor.wire.protocol` has the transport, and the table
+of operations that names each request's reply): one frozen dataclass per operation, with
+``to_json`` (the object a client sends) and ``from_json`` (the checked request a daemon gets).
+
+Every ``from_json`` takes a decoded JSON object whose ``op`` is the request's, checks every
+field (unknown fields are refused) and raises :class:`~governor.errors.RequestError`
+``bad_request`` naming the field (:mod:`governor.wire.fields`). ``to_json`` leaves out fields
+at their defaults, so that ``from_json(to_json())`` is the request itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from governor.wire import fields
+# A watcher gets a whole status each interval: 32 at 0.2 s took the daemon 9.4 s of CPU in 15 s.
+WATCH_INTERVAL_S = (0.5, 60.0)
+MAX_STOP_TASKS = 64
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """``launch``: govern process ``pid`` as a new task.
+
+    Attributes:
+        pid: the process to move into the task cgroup (> 0; must be the caller's own).
+        group: the group to launch into, or ``None`` for the caller's default group.
+        demand: the declared demand by wire key (:func:`governor.config.resources.wire_keys`): ``cpu``
+            a float (cores), ``memory`` an int (bytes), ``gpu`` an int (whole GPUs),
+            ``io_read``/``io_write`` ints (bytes/s); any subset.
+        command: the command line (≤ 64 items of ≤ 4096 characters), for display only.
+        wait: queue when the memory does not fit now; False refuses with ``would_wait``.
+        name: the task's name (:func:`~governor.wire.fields.name_problem` holds for it), or
+            None for the command's basename.
+        time_limit: seconds (> 0) after its start at which the whole task is ended, or None.
+    """
+
+    op: ClassVar[str] = "launch"
+    pid: int
+    group: str | None
+    demand: dict[str, float | int]
+    command: tuple[str, ...]
+    wait: bool = True
+    name: str | None = None
+    time_limit: float | None = None
+
+    def to_json(self) -> dict:
+        """The request object (``name`` and ``time_limit`` only when given)."""
+        message = {"op": self.op, "pid": self.pid, "group": self.group, "demand": dict(self.demand),
+                   "command": list(self.command), "wait": self.wait}
+        if self.name is not None:
+            message["name"] = self.name
+        if self.time_limit is not None:
+            message["time_limit"] = self.time_limit
+        return message
+
+    @classmethod
+    def from_json(cls, message: dict) -> LaunchRequest:
+        """The checked request (raises RequestError ``bad_request`` naming the field)."""
+        fields.check_fields(message, allowed=("pid", "group", "demand", "command", "wait", "name", "time_limit"),
+                            required=("pid",))
+        return cls(pid=fields.integer(message["pid"], "pid", minimum=1),
+                   group=fields.text(message.get("group"), "group", nullable=True),
+                   demand=fields.demand(message.get("demand", {})),
+                   command=fields.command(message.get("command", [])),
+                   wait=fields.boolean(message.get("wait", True), "wait"),
+                   name=fields.task_name(message.get("name")),
+                   time_limit=fields.time_limit(message.get("time_limit")))
+
+
+@dataclass(frozen=True)
+class _NoFields:
+    """A request that carries nothing but its ``op``."""
+
+    op: ClassVar[str]
+
+    def to_json(self) -> dict:
+        """The request object, ``{"op": ...}``."""
+        return {"op": self.op}
+
+    @classmethod
+    def from_json(cls, message: dict):
+        """The request (raises RequestError ``bad_request`` for any other field)."""
+        fields.check_fields(message, allowed=())
+        return cls()
+
+
+@dataclass(frozen=True)
+class StatusRequest(_NoFields):
+    """``status``: a snapshot of groups, tasks, allocations and usage."""
+
+    op: ClassVar[str] = "status"
+
+
+@dataclass(frozen=True)
+class ExplainRequest(_NoFields):
+    """``explain``: the live progressive filling's trace and each group's reason to stop."""
+
+    op: ClassVar[str] = "explain"
+
+
+@dataclass(frozen=True)
+class ReloadRequest(_NoFields):
+    """``reload`` (admin): re-read the config file."""
+
+    op: ClassVar[str] = "reload"
+
+
+@dataclass(frozen=True)
+class WatchRequest:
+    """``watch``: a status snapshot at once, then every ``interval`` seconds (0.5–60)."""
+
+    op: ClassVar[str] = "watch"
+    interval: float = 1.0
+
+    def to_json(self) -> dict:
+        """The request object."""
+        return {"op": self.op, "interval": self.interval}
+
+    @classmethod
+    def from_json(cls, message: dict) -> WatchRequest:
+        """The checked request (raises RequestError ``bad_request`` naming the field)."""
+        fields.check_fields(message, allowed=("interval",))
+        return cls(fields.in_range(message.get("interval", 1.0), "interval", WATCH_INTERVAL_S, " seconds"))
+
+
+@dataclass(frozen=True)
+class PsRequest:
+    """``ps``: the caller's tasks, running and queued, or with ``ended`` its ended records;
+    ``all``: everyone's (root and admins only); ``task``: only that task id's (``run
+    --summary`` waits for its own record)."""
+
+    op: ClassVar[str] = "ps"
+    all: bool = False
+    ended: bool = False
+    task: str | None = None
+
+    def to_json(self) -> dict:
+        """The request object (``task`` only when given)."""
+        message = {"op": self.op, "all": self.all, "ended": self.ended}
+        if self.task is not None:
+            message["task"] = self.task
+        return message
+
+    @classmethod
+    def from_json(cls, message: dict) -> PsRequest:
+        """The checked request (raises RequestError ``bad_request`` naming the field)."""
+        fields.check_fields(message, allowed=("all", "ended", "task"))
+        task = message.get("task")
+        if task is not None and not (isinstance(task, str) and 0 < len(task) <= fields.MAX_NAME_CHARS):
+            raise fields.bad("task", f"must be a task id (1 to {fields.MAX_NAME_CHARS} characters), "
+                                     f"got {fields.json_type(task)}")
+        return cls(fields.boolean(message.get("all", False), "all"),
+                   fields.boolean(message.get("ended", False), "ended"), task)
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """``stop``: end the whole process tree of each task in ``tasks`` (ids, 1 to
+    :data:`MAX_STOP_TASKS`, each once)."""
+
+    op: ClassVar[str] = "stop"
+    tasks: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        """The request object."""
+        return {"op": self.op, "tasks": list(self.tasks)}
+
+    @classmethod
+    def from_json(cls, message: dict) -> StopRequest:
+        """The checked request, a repeated id once (raises RequestError ``bad_request``
+        naming the field)."""
+        fields.check_fields(message, allowed=("tasks",), required=("tasks",))
+        tasks = message["tasks"]
+        if not isinstance(tasks, list) or not 1 <= len(tasks) <= MAX_STOP_TASKS:
+            raise fields.bad("tasks", f"must be a list of 1 to {MAX_STOP_TASKS} task ids")
+        return cls(tuple(dict.fromkeys(fields.task_id(task, f"tasks[{i}]") for i, task in enumerate(tasks))))
+
+
+@dataclass(frozen=True)
+class SetWeightRequest:
+    """``set-weight`` (admin): ``group``'s weight (0.001–1000) until the next reload."""
+
+    op: ClassVar[str] = "set-weight"
+    group: str
+    weight: float
+
+    def to_json(self) -> dict:
+        """The request object."""
+        return {"op": self.op, "group": self.group, "weight": self.weight}
+
+    @classmethod
+    def from_json(cls, message: dict) -> SetWeightRequest:
+        """The checked request (raises RequestError ``bad_request`` naming the field)."""
+        # Imported here: the config's modules are not needed by a plain `governor run`.
+        from governor.config.settings import GROUP_WEIGHT_RANGE
+
+        fields.check_fields(message, allowed=("group", "weight"), required=("group", "weight"))
+        group = message["group"]
+        if not (isinstance(group, str) and group):
+            raise fields.bad("group", f"must be a non-empty string, got {fields.json_type(group)}")
+        return cls(group, fields.in_range(message["weight"], "weight", GROUP_WEIGHT_RANGE))
+
+
+Request = (LaunchRequest | StatusRequest | WatchRequest | ExplainRequest | ReloadRequest | SetWeightRequest
+           | PsRequest | StopRequest)
