@@ -31,8 +31,9 @@ def test_a_wheel_in_a_fresh_venv_passes_the_install_systemd_dry_run(venv):
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".hypothesis"))
     built = subprocess.run([*pip, "wheel", "--no-deps", "-w", str(venv / "wheels"),
                             str(source)], capture_output=True, text=True)
-    if built.returncode != 0:
+    if built.returncode != 0 and "matching distribution" in built.stderr:  # no index to fetch setuptools from
         pytest.skip(f"cannot build a wheel here: {built.stderr.strip()[-300:]}")
+    assert built.returncode == 0, f"the checkout does not build: {built.stderr.strip()[-600:]}"
     subprocess.run([sys.executable, "-m", "venv", str(venv / "env")], check=True)
     [wheel] = (venv / "wheels").glob("*.whl")
     installed = subprocess.run([str(venv / "env" / "bin" / "python"), "-m", "pip", "--disable-pip-version-check",
