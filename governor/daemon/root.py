@@ -299,6 +299,9 @@ class Daemon:
         for start in range(0, len(due), STEP):
             self.check(due[start:start + STEP], "reconcile")
             yield
+        # Every pass ends in a settle, found something or not: status's settle_generation then
+        # tells a client (a test) that a pass it waited for is over.
+        self.settle.soon("reconcile", refill=False)
 
     async def _rescan_all(self) -> None:
         # Users and groups change while the daemon runs. Looking them up took 2 s at 10,000

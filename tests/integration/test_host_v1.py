@@ -19,20 +19,12 @@ from pathlib import Path
 import pytest
 from daemon_harness import GOVERNOR, Governor
 from session_scenarios import SessionUsers, cgroup_of, missing, wait_for
-from test_daemon_v1 import _skip_reason
 
 from governor.cgroups import detect
 from governor.daemons import REGISTRY
 
 pytestmark = pytest.mark.kernel_v1
 SESSIONS = '[groups.A]\nusers = ["gov-alice"]\n[sessions]\ncpu = 0.5\nmemory = "256M"\n'
-
-
-@pytest.fixture(autouse=True)
-def _needs_v1():
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
 
 
 def made_by(root_name: str) -> list[str]:

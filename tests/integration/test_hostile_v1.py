@@ -20,7 +20,6 @@ import pytest
 from daemon_harness import GOVERNOR, Governor
 from hostile import (as_nobody, as_user, churn, connections_as_nobody, fd_count, fuzz, hostile_lines,
                      lingering_tasks, reply, request, rss_bytes, silent_status, watchers)
-from test_daemon_v1 import _skip_reason
 
 from governor.errors import CgroupError
 
@@ -40,9 +39,6 @@ enabled = false
 
 @pytest.fixture
 def gov():
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
     shared = Path(tempfile.mkdtemp(prefix="gov-hostile-"))
     shared.chmod(0o755)  # nobody must reach the socket
     daemon = Governor(shared, CONFIG)
@@ -335,9 +331,6 @@ def test_the_memory_queue_serves_a_large_task_of_an_idle_group_within_a_task_lif
 def test_idle_metrics_connections_leave_launches_and_status_working(tmp_path):
     # Issue 22, point 3: nobody's ~1,010 idle TCP connections to --metrics took a thread and a
     # descriptor each for ever: 1024/1024 fds, and run and status (root's too) failed.
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -7,8 +7,8 @@ import json
 from dataclasses import replace
 
 import pytest
-from gpu_fakes import CONFIG, GPU0, GPU1, INVENTORY, DeviceDriver
-from test_daemon import GIB, launch, make_daemon
+from support.gpus import CONFIG, GPU0, GPU1, INVENTORY, DeviceDriver
+from support.daemons import GIB, launch, make_daemon
 
 from governor import access
 from governor.config import parse_config

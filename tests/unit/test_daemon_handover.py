@@ -7,8 +7,9 @@ import os
 import pwd
 from types import SimpleNamespace
 
-from gpu_fakes import CONFIG, DeviceDriver
-from test_daemon import GIB, launch, make_daemon
+from support.gpus import CONFIG, DeviceDriver
+from support.daemons import GIB, launch, make_daemon
+from support.waits import until
 
 from governor.daemon.handover import SWEEP_AFTER_HANDOVER_S
 from governor.gpus import Gpu, GpuInventory
@@ -16,14 +17,6 @@ from governor.protocol import LaunchRequest, Peer
 
 NULL = (os.major(os.stat("/dev/null").st_rdev), os.minor(os.stat("/dev/null").st_rdev))
 ONE_GPU = GpuInventory(gpus=(Gpu(0, "/dev/null", *NULL, "GPU-aaaa"),), control=(), source="listed")
-
-
-async def until(fact, seconds=5.0):
-    """Wait (on the event loop) until ``fact()`` holds."""
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not fact():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 def test_a_freed_gpu_goes_to_the_next_task_only_once_no_other_process_holds_it(tmp_path):
@@ -49,7 +42,7 @@ def test_a_freed_gpu_goes_to_the_next_task_only_once_no_other_process_holds_it(t
         assert "queued" in await waiting.__anext__()
         daemon.hierarchy.driver.procs["A/task-1"] = []
         daemon.check(["1"], "exit")
-        await until(lambda: ended and len(looks) >= 3)  # looked again and again: the holder stays
+        await until(lambda: ended and len(looks) >= 3, "the holder to be looked for three times")  # it stays
         assert ended == [101]  # ended once, not at every look
         status = daemon.status()
         assert status["gpus"][0]["draining"] and status["gpus"][0]["task"] is None
@@ -63,7 +56,7 @@ def test_a_freed_gpu_goes_to_the_next_task_only_once_no_other_process_holds_it(t
         # An fd that was in flight (sent, not yet received) at the hand-over: its receiver is
         # found by the look that follows a hand-over.
         (proc / "101" / "fd" / "6").symlink_to("/dev/null")
-        await until(lambda: ended == [101, 101], seconds=SWEEP_AFTER_HANDOVER_S + 5)
+        await until(lambda: ended == [101, 101], "the sweep to end 101 again", timeout=SWEEP_AFTER_HANDOVER_S + 5)
 
     asyncio.run(scenario())
 

@@ -13,7 +13,9 @@ from governor.daemons import SETTLED_MTIME_NS, DaemonEntry, Registry
 from governor.errors import GovernorError, RequestError
 from governor.protocol import LaunchRequest, Peer
 from governor.cgroups.hierarchy import Location
-from test_sessions import daemon, session_daemon  # noqa: F401 (fixture)
+from support.sessions import session_daemon
+
+pytestmark = pytest.mark.daemon(make=session_daemon)  # the `daemon` fixture: sessions on
 
 
 def entry(tmp_path, pid=11, root="gov-a", proc_root="/gov-a"):

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 
 from click.testing import CliRunner
-from fake_socket import FakeSocket
-from test_daemon import daemon, launch  # noqa: F401 (a fixture)
+from support.fake_socket import FakeSocket
+from support.daemons import launch
 
 from governor.cli.main import main
 from governor.model import DEMAND_MET, GroupAllocation

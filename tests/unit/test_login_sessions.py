@@ -14,8 +14,10 @@ from governor.config import parse_config
 from governor.errors import CgroupUnsupported, CgroupWriteError
 from governor.limits import held_login_limits, inside_root
 from governor.state import Task
-from test_daemon import GIB
-from test_sessions import CONFIG, USER, daemon  # noqa: F401 (fixture)
+from support.daemons import GIB
+from support.sessions import CONFIG, USER, session_daemon
+
+pytestmark = pytest.mark.daemon(make=session_daemon)  # the `daemon` fixture: sessions on
 
 
 class Systemctl:
