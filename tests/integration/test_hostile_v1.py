@@ -170,7 +170,7 @@ def test_a_daemon_killed_mid_storm_readopts_each_live_task_once_and_leaves_no_or
         gov.daemon.wait()
         gov.restart()
         os.waitpid(storm, 0)  # every client launched (or was refused by the dead daemon)
-        time.sleep(3)  # a reconcile pass
+        gov.wait_settled(gov.generation(), passes=2)  # a reconcile pass since (each ends in a settle)
         listed = {t["id"]: t for g in gov.status()["groups"].values() for t in g["tasks"]}
         cgroups = task_cgroups(gov)
         live = {rel: pids for rel, pids in cgroups.items() if pids}
