@@ -3,7 +3,7 @@ daemon's event loop, and what status and the metrics cost with 10,000 accounts u
 
     .venv/bin/python -m pytest tests/benchmarks/test_reload_bench.py --benchmark-only -s
 
-The daemon on the in-memory cgroup driver (tests/unit's), its groups' members looked up in
+The daemon on the in-memory cgroup driver (tests/support/daemons.py), its groups' members looked up in
 this host's user database as the daemon does. Target: the loop held < 100 ms; the file's
 read, parse and checks and the members' lookup run on a thread
 (:meth:`governor.big_daemon.requests.Requests.reload_off_loop`).

@@ -2,7 +2,7 @@
 render the same group allocation identically (``GroupAllocation.to_json``), and a trace row as
 ``TraceRow.to_json``.
 
-The daemon (test_daemon's, with a dict for cgroupfs) runs A and B, each one task of <2 cores,
+The daemon (support.daemons', with a dict for cgroupfs) runs A and B, each one task of <2 cores,
 1G> on 2 cores and 4G; the scenario file says the same. Both groups are stopped by cpu at λ = 1/2:
 1 core and 512M each, dominant share 1/2, numbers exact in binary, so the daemon's floats and
 simulate's Fractions print the same.

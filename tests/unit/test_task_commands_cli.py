@@ -1,5 +1,5 @@
 """``governor ps``, ``governor stop`` and run's ``--name``, ``--time-limit`` and ``--summary``
-against a ControlServer with a fake handler (see test_client_cli)."""
+against a ControlServer with a fake handler (support.client)."""
 
 from __future__ import annotations
 
