@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -103,6 +104,16 @@ def _pids(user: str, pattern: str) -> list[int]:
     return [int(pid) for pid in found]
 
 
+def _kill_pending(pid: int) -> bool:
+    """Whether ``pid`` has a SIGKILL or SIGTERM pending (sent, not yet acted on); False if gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return False
+    masks = [int(line.split()[1], 16) for line in status if line.startswith(("SigPnd:", "ShdPnd:"))]
+    return any(mask & (1 << (signal.SIGKILL - 1) | 1 << (signal.SIGTERM - 1)) for mask in masks)
+
+
 def processes_of(uid: int) -> list[int]:
     found = subprocess.run(["pgrep", "-U", str(uid)], capture_output=True, text=True).stdout.split()
     return [int(pid) for pid in found]
@@ -158,8 +169,8 @@ def plain_processes_are_governed_and_share_by_drf(tmp_path) -> None:
 
         gov.daemon.kill()
         gov.daemon.wait()
-        time.sleep(0.5)
-        alive = processes_of(alice)
+        # Gone and reaped: whatever its death sent is pending now (a kill not yet acted on too).
+        alive = [pid for pid in processes_of(alice) if not _kill_pending(pid)]
         assert early in alive and len(alive) >= 2 + len(ESCAPES), f"kill -9 of the daemon killed: {alive}"
     finally:
         users.kill_all()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from daemon_harness import GOVERNOR, Governor
 from hostile import (as_nobody, as_user, churn, connections_as_nobody, fd_count, fuzz, hostile_lines,
-                     lingering_tasks, reply, request, rss_bytes, silent_status, watchers)
+                     lingering_tasks, reply, request, rss_bytes, silent_status, wait_ready, watchers)
 
 from governor.errors import CgroupError
 
@@ -256,9 +256,11 @@ def test_status_amplification_costs_the_daemon_bounded_memory_and_no_launch_time
         size = len(json.dumps(gov.status()))
         before = churn(gov.socket, 300, 4, "A")
         rss_before = rss_bytes(pid)
-        attackers = [_in_background(lambda: as_nobody(lambda: silent_status(gov.socket, 32, 20))),
-                     _in_background(lambda: as_user(2, lambda: watchers(gov.socket, 32, 20, 0.5)))]
-        time.sleep(3)
+        read_end, ready = os.pipe()
+        attackers = [_in_background(lambda: as_nobody(lambda: silent_status(gov.socket, 32, 20, ready))),
+                     _in_background(lambda: as_user(2, lambda: watchers(gov.socket, 32, 20, 0.5, ready)))]
+        os.close(ready)
+        wait_ready(read_end, len(attackers))
         peak = []
         sampler = threading.Thread(target=lambda: [peak.append(rss_bytes(pid)) or time.sleep(0.25) for _ in range(40)])
         sampler.start()
@@ -343,13 +345,16 @@ def test_idle_metrics_connections_leave_launches_and_status_working(tmp_path):
             for _ in range(1010):
                 with contextlib.suppress(OSError):
                     held.append(socket.create_connection(("127.0.0.1", port), timeout=2))
-            time.sleep(8)
+            os.write(ready, b"!")
+            time.sleep(8)  # the attack's length
             for sock in held:
                 sock.close()
             return {"held": len(held)}
 
+        read_end, ready = os.pipe()
         attacker = _in_background(lambda: as_nobody(hold))
-        time.sleep(3)
+        os.close(ready)
+        wait_ready(read_end, 1)
         fds = fd_count(gov.daemon.pid)
         started = time.monotonic()
         proc = gov.run("A", ["sleep", "30"], cpus=0.1, memory="32M")
