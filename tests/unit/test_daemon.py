@@ -21,6 +21,7 @@ from governor.protocol import (ExplainRequest, LaunchRequest, Peer, ReloadReques
 from governor.state import Task, Tasks
 from governor.task_store import TaskStore
 from support.daemons import CONFIG, GIB, GONE_PID, FakeDriver, collect, launch
+from support.waits import until
 
 
 def guarantee_cores(daemon, group):
@@ -575,8 +576,7 @@ def test_a_task_whose_process_is_moving_in_is_not_taken_for_ended(daemon):
     async def scenario():
         stream = daemon.stream(launch_request(100, "A", cpu=1.0, memory=GIB), Peer(pid=100, uid=0, gid=0))
         started = asyncio.ensure_future(collect(stream))
-        while "A/task-1" not in driver.cgroups or daemon.tasks.get("1") is None:
-            await asyncio.sleep(0.01)
+        await until(lambda: "A/task-1" in driver.cgroups and daemon.tasks.get("1") is not None, "task 1 to start")
         daemon.check(["1"], "reconcile")  # the cgroup is empty: its process is moving in
         release.set()
         return (await started)[-1]
