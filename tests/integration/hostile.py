@@ -5,11 +5,14 @@ connected), so nothing here is root's."""
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import json
 import os
 import random
 import socket
+import struct
+import termios
 import time
 import traceback
 from collections import Counter
@@ -255,7 +258,8 @@ def lingering_tasks(path: str, count: int, group: str, command: list[str]) -> li
 
 def silent_status(path: str, connections: int, seconds: float, ready: int | None = None) -> dict:
     """``connections`` connections that ask for ``status`` and never read, held ``seconds``;
-    one byte written to the file descriptor ``ready`` once all asked (:func:`wait_ready`)."""
+    one byte written to the file descriptor ``ready`` once the daemon answered each (its reply
+    waits unread: :func:`wait_ready`), none if it did not within a minute."""
     socks = []
     for _ in range(connections):
         sock = socket.socket(socket.AF_UNIX)
@@ -264,6 +268,12 @@ def silent_status(path: str, connections: int, seconds: float, ready: int | None
         sock.sendall(b'{"op": "status"}\n')
         socks.append(sock)
     if ready is not None:
+        answered = lambda: all(_unread(sock) for sock in socks)  # noqa: E731
+        until = time.monotonic() + 60
+        while not answered() and time.monotonic() < until:
+            time.sleep(0.01)
+        if not answered():
+            return {"held": len(socks), "answered": False}
         os.write(ready, b"!")
     time.sleep(seconds)  # the attack's length
     for sock in socks:
@@ -274,7 +284,7 @@ def silent_status(path: str, connections: int, seconds: float, ready: int | None
 def watchers(path: str, count: int, seconds: float, interval: float, ready: int | None = None) -> dict:
     """``count`` ``watch`` streams at ``interval`` read as fast as they come (and thrown away)
     for ``seconds``; the bytes they got. One byte written to the file descriptor ``ready`` once
-    all asked (:func:`wait_ready`)."""
+    each stream had its first snapshot (:func:`wait_ready`)."""
     import selectors
 
     selector = selectors.DefaultSelector()
@@ -284,18 +294,28 @@ def watchers(path: str, count: int, seconds: float, interval: float, ready: int 
         sock.sendall(json.dumps({"op": "watch", "interval": interval}).encode() + b"\n")
         sock.setblocking(False)
         selector.register(sock, selectors.EVENT_READ)
-    if ready is not None:
-        os.write(ready, b"!")
+    unserved = {key.fileobj for key in selector.get_map().values()}  # no snapshot yet
     got, deadline = 0, time.monotonic() + seconds
     while time.monotonic() < deadline:
         for key, _ in selector.select(timeout=0.1):
             try:
-                got += len(key.fileobj.recv(1 << 20))
+                data = key.fileobj.recv(1 << 20)
             except BlockingIOError:
-                pass
+                continue
+            got += len(data)
+            if data:
+                unserved.discard(key.fileobj)
+        if ready is not None and not unserved:
+            os.write(ready, b"!")
+            ready = None
     for key in list(selector.get_map().values()):
         key.fileobj.close()
     return {"bytes": got}
+
+
+def _unread(sock: socket.socket) -> int:
+    """Bytes received on ``sock`` and not read yet (FIONREAD)."""
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
 
 
 def wait_ready(read_end: int, attackers: int, timeout: float = 60) -> None:
