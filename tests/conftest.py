@@ -1,7 +1,7 @@
 """Test-wide settings.
 
-Hypothesis runs 1,000 examples per property unless HYPOTHESIS_PROFILE=dev asks for a quicker
-pass while editing.
+Hypothesis runs 1,000 examples per property unless HYPOTHESIS_PROFILE asks for fewer: ``dev``
+(100) while editing, ``quick`` (25) for ``scripts/test --quick``.
 
 Real-kernel tests skip with a reason where root or a cgroup hierarchy is missing. A run that
 must prove enforcement sets GOVERNOR_REQUIRE_MARKS (e.g. ``kernel_v1`` natively in CI,
@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, settings
 
 settings.register_profile("ci", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=100, deadline=None)
+settings.register_profile("quick", max_examples=25, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Event", "Exit", "FairShare", "Handover", "Launch", "Left", "Reload", "Sample", "Session"]
+__all__ = ["Event", "Exit", "FairShare", "Handover", "Launch", "Left", "Reconcile", "Reload", "Sample", "Session"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,18 @@ class Handover:
 
 
 @dataclass(frozen=True)
+class Reconcile:
+    """The periodic pass over the tree ended (whatever it found): the queue is looked at again,
+    and the settle that follows tells a waiter the pass is over (``settle_generation``)."""
+
+    refill = False
+
+    @property
+    def trigger(self) -> str:
+        return "reconcile"
+
+
+@dataclass(frozen=True)
 class Reload:
     """What the groups are given changed by an operation whose reply must find it in force:
     ``what`` (``reload``, ``weight of physics``, ``start``, ``re-adoption``); with ``full``,
@@ -117,4 +129,4 @@ class Reload:
         return self.what
 
 
-Event = Launch | Left | Exit | Session | Sample | FairShare | Handover | Reload
+Event = Launch | Left | Exit | Session | Sample | FairShare | Handover | Reconcile | Reload

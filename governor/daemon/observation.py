@@ -256,6 +256,7 @@ class Observation:
             daemon={"pid": os.getpid(), "started": self.started, "cgroup_mode": self.hierarchy.mode,
                     "cgroup_root": self.hierarchy.root, "config": policy.source,
                     "io_sharing": dict(policy.io_sharing), "cpu_saturated": enforcement.cpu_saturated,
+                    "settle_generation": self.settle.generation,
                     **({"gpu_guard": self.gpu_guard()} if policy.gpus is not None else {})},
             capacity=policy.capacity, allocation=enforcement.allocation, tasks=self.tasks,
             in_force=self.hierarchy.in_force, usage=self.usage, filling=enforcement.filling,

@@ -25,7 +25,7 @@ from governor.daemon.exits import Exits
 from governor.daemon.fairshare_history import FairShareStage
 from governor.daemon.gpu_guard import GpuGuard
 from governor.daemon.handover import Handover
-from governor.daemon.inbox import Reload
+from governor.daemon.inbox import Reconcile, Reload
 from governor.daemon.journal import Journal, vector
 from governor.daemon.launches import Launches
 from governor.daemon.observation import Observation
@@ -203,7 +203,7 @@ class Daemon:
         interval = self.policy.config.reconcile_interval_s
         workers = [
             asyncio.create_task(self.exits.follow_exits()),
-            asyncio.create_task(_every(interval, self._reconcile)),
+            asyncio.create_task(_every(interval, self.reconcile)),
             asyncio.create_task(_every(max(interval, RESCAN_INTERVAL_S), self._rescan_all)),
             asyncio.create_task(_every(self.policy.config.sample_interval_s, self.observation.sample_off_loop)),
         ]
@@ -271,7 +271,10 @@ class Daemon:
         if self.gpu_guard.sweeps:
             self.handover.sweep()
 
-    def _reconcile(self) -> Iterator[None]:
+    def reconcile(self) -> Iterator[None]:
+        """One reconcile pass, in steps (a generator the loop drives, yielding between steps):
+        unsaved records saved, then every task's cgroup looked at in turn for exits the watcher
+        missed; it ends in a settle (:class:`~governor.daemon.inbox.Reconcile`)."""
         # A safety net behind the exit watcher, in turn: checking all of 10,000 tasks at once
         # held the event loop for 1.5 s (scripts/bench); 1,000 in one go, 30 ms.
         self.records.save_unsaved()
@@ -280,6 +283,9 @@ class Daemon:
         for start in range(0, len(due), STEP):
             self.exits.check(due[start:start + STEP], "reconcile")
             yield
+        # Every pass ends in a settle, found something or not: status's settle_generation then
+        # tells a client (a test) that a pass it waited for is over.
+        self.settle.put(Reconcile())
 
     async def _rescan_all(self) -> None:
         # Users and groups change while the daemon runs. Looking them up took 2 s at 10,000

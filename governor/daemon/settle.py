@@ -65,6 +65,10 @@ class Settle:
             composition root: :meth:`~governor.daemon.handover.Handover.drain`); called at
             each settle.
         closing: set when the daemon stops: nothing starts any more.
+        generation: settle passes finished since the start (``daemon.settle_generation`` in
+            status): a client that saw generation ``g`` and caused an event knows the daemon
+            has acted on it once the generation passes ``g`` (the tests wait on it, not on a
+            sleep).
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, queue: dict[str, Entry],
@@ -85,6 +89,7 @@ class Settle:
         self.follow: Callable[[Task, Entry], None] = lambda task, entry: None
         self.drain_gpus: Callable[[], None] = lambda: None
         self.closing = False
+        self.generation = 0
         self._batch: _Batch | None = None  # events waiting for the next settle
         self._running: asyncio.Task | None = None  # the settle under way
         self._settled_at = 0.0  # time.perf_counter() when the last settle ended
@@ -198,6 +203,7 @@ class Settle:
         finally:
             self._settled_at = time.perf_counter()
             self._running = None
+            self._passed()
             if self._batch is not None:
                 self._schedule(asyncio.get_running_loop())
 
@@ -211,6 +217,11 @@ class Settle:
             self.notifier.send(f"STATUS={self.summary()}")
         for entry in self.queue.values():
             entry.wake.set()
+        self._passed()
+
+    def _passed(self) -> None:
+        self.generation += 1
+        self.journal.changed()  # status shows the new generation
 
     # ── the pipeline ────────────────────────────────────────────────────────────────────
 

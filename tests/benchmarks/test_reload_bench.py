@@ -3,10 +3,10 @@ daemon's event loop, and what status and the metrics cost with 10,000 accounts u
 
     .venv/bin/python -m pytest tests/benchmarks/test_reload_bench.py --benchmark-only -s
 
-The daemon on the in-memory cgroup driver (tests/unit's), its groups' members looked up in
+The daemon on the in-memory cgroup driver (tests/support/daemons.py), its groups' members looked up in
 this host's user database as the daemon does. Target: the loop held < 100 ms; the file's
 read, parse and checks and the members' lookup run on a thread
-(:meth:`governor.daemon.requests.Requests.reload_off_loop`).
+(:meth:`governor.big_daemon.requests.Requests.reload_off_loop`).
 
 - ``test_reload_put_in_force``: the part that runs on the loop, alone (what it holds it for
   at best).
@@ -19,20 +19,16 @@ read, parse and checks and the members' lookup run on a thread
 """
 
 import asyncio
-import sys
 import time
-from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
+from support.daemons import GIB, launch, make_daemon  # the unit tests' in-memory daemon
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))
-from prometheus_client import generate_latest  # noqa: E402
-from test_daemon import GIB, launch, make_daemon  # noqa: E402  (the unit tests' in-memory daemon)
-
-from governor.host import access  # noqa: E402
-from governor.config.load import parse_config  # noqa: E402
-from governor.wire.metrics import Metrics  # noqa: E402
-from governor.host.session_rules import NOBODY_UID  # noqa: E402
+from governor.host import access
+from governor.config.load import parse_config
+from governor.wire.metrics import Metrics
+from governor.host.session_rules import NOBODY_UID
 
 GROUPS = 10_000
 CONFIG = ('[capacity]\ncpu = 1.5\nmemory = "64G"\n[sessions]\nenabled = false\n'
@@ -40,19 +36,19 @@ CONFIG = ('[capacity]\ncpu = 1.5\nmemory = "64G"\n[sessions]\nenabled = false\n'
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory):
+def big_daemon(tmp_path_factory):
     server = make_daemon(tmp_path_factory.mktemp("reload"), CONFIG,
                          members=lambda config: access.members(config, 1000, NOBODY_UID))
     server.requests.load_config = lambda: parse_config(CONFIG, "test.toml")
     return server
 
 
-def test_reload_put_in_force(benchmark, daemon):
-    read = daemon.requests._read()
-    assert benchmark(daemon.requests._put_in_force, "benchmark", read) == "test.toml"
+def test_reload_put_in_force(benchmark, big_daemon):
+    read = big_daemon.requests._read()
+    assert benchmark(big_daemon.requests._put_in_force, "benchmark", read) == "test.toml"
 
 
-def test_reload_loop_hold(benchmark, daemon):
+def test_reload_loop_hold(benchmark, big_daemon):
     holds = []
 
     async def reload_while_ticking() -> None:
@@ -68,7 +64,7 @@ def test_reload_loop_hold(benchmark, daemon):
 
         ticking = asyncio.create_task(ticker())
         await asyncio.sleep(0)
-        assert await daemon.requests.reload_off_loop("benchmark") == "test.toml"
+        assert await big_daemon.requests.reload_off_loop("benchmark") == "test.toml"
         done = True
         await ticking
         holds.append(longest)
@@ -77,7 +73,7 @@ def test_reload_loop_hold(benchmark, daemon):
     benchmark.extra_info["loop_hold_ms"] = [round(hold * 1000, 1) for hold in holds]
     print(f"\n{GROUPS:,} groups: reload's longest hold of the event loop per round (ms): "
           f"{', '.join(f'{hold * 1000:.1f}' for hold in holds)}")
-    assert daemon.observation.status()["groups"]["g09999"]["weight"] == 4
+    assert big_daemon.status()["groups"]["g09999"]["weight"] == 4
 
 
 EVERYONE = ('[capacity]\ncpu = 2\nmemory = "4G"\n[groups.A]\nusers = ["root"]\n[groups."*"]\n'

@@ -44,7 +44,10 @@ def kill_forking_tree(driver, children: "Children", mode: str, timeout: float = 
     forker.stdin.write(b"\n")
     forker.stdin.flush()
     assert forker.stdout.readline() == b"forked\n"
-    time.sleep(0.1)
+    deadline = time.monotonic() + timeout
+    while len(driver.pids("k")) < 11:  # the forker, its five children and theirs (still forking)
+        assert time.monotonic() < deadline, f"k holds only {driver.pids('k')}"
+        time.sleep(0.01)
     before = len(driver.pids("k"))
     start = time.monotonic()
     driver.kill("k")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from cgroup_helpers import Children
-from device_nodes import stand_in_nodes
+from support.device_nodes import stand_in_nodes
 from governor.cgroups.detect import cgroup_dirs, host_mode, v1_mounts
 from governor.cgroups.device_filter import (PROGRAM_NAME, attach_deny_program, attached_programs,
                                             bpf_device_filter_supported, deny_program)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cgroup_helpers import Children
-from device_nodes import stand_in_nodes
+from support.device_nodes import stand_in_nodes
 from governor.cgroups.detect import v1_mounts
 from governor.cgroups.device_filter import attach_deny_program, bpf_device_filter_supported
 from governor.cgroups.device_guard import (attach_guard, detach_guards, guard_v1, guards_attached, plan_guard,

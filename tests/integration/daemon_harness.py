@@ -114,6 +114,19 @@ class Governor:
             return int(read_file(self.driver.path(group), "cpu.weight"))
         return int(read_file(self.driver.controller_path("cpu", group), "cpu.shares"))
 
+    def generation(self) -> int:
+        """The daemon's settle generation: settle passes finished since it started."""
+        return self.status()["daemon"]["settle_generation"]
+
+    def wait_settled(self, after: int, *, passes: int = 1, timeout: float = 60) -> int:
+        """Wait until ``passes`` settles have finished since the daemon was at generation
+        ``after`` (read with :meth:`generation` before causing the event). The second of two
+        passes began after ``after`` was read, so it saw the event; every reconcile pass ends
+        in one. Returns the generation reached; raises AssertionError after ``timeout`` s."""
+        self.wait(lambda: self.generation() >= after + passes, f"{passes} settle pass(es) after generation {after}",
+                  timeout)
+        return self.generation()
+
     def task_count(self, group: str) -> int:
         return len(self.status()["groups"].get(group, {}).get("tasks", []))
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from daemon_harness import GOVERNOR, Governor
-from device_nodes import device_nodes, stand_in_nodes
+from support.device_nodes import device_nodes, stand_in_nodes
 
 # Prints what it was handed and what each node gives it, then holds its GPUs until killed.
 PROBE = ("import errno, json, os, sys, time\n"

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from daemon_harness import GOVERNOR, Governor
-from device_nodes import device_nodes, free_major
+from support.device_nodes import device_nodes, free_major
 
 from governor.cgroups import detect
 

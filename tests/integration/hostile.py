@@ -5,11 +5,14 @@ connected), so nothing here is root's."""
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import json
 import os
 import random
 import socket
+import struct
+import termios
 import time
 import traceback
 from collections import Counter
@@ -253,8 +256,10 @@ def lingering_tasks(path: str, count: int, group: str, command: list[str]) -> li
     return pids
 
 
-def silent_status(path: str, connections: int, seconds: float) -> dict:
-    """``connections`` connections that ask for ``status`` and never read, held ``seconds``."""
+def silent_status(path: str, connections: int, seconds: float, ready: int | None = None) -> dict:
+    """``connections`` connections that ask for ``status`` and never read, held ``seconds``;
+    one byte written to the file descriptor ``ready`` once the daemon answered each (its reply
+    waits unread: :func:`wait_ready`), none if it did not within a minute."""
     socks = []
     for _ in range(connections):
         sock = socket.socket(socket.AF_UNIX)
@@ -262,15 +267,24 @@ def silent_status(path: str, connections: int, seconds: float) -> dict:
         sock.connect(path)
         sock.sendall(b'{"op": "status"}\n')
         socks.append(sock)
-    time.sleep(seconds)
+    if ready is not None:
+        answered = lambda: all(_unread(sock) for sock in socks)  # noqa: E731
+        until = time.monotonic() + 60
+        while not answered() and time.monotonic() < until:
+            time.sleep(0.01)
+        if not answered():
+            return {"held": len(socks), "answered": False}
+        os.write(ready, b"!")
+    time.sleep(seconds)  # the attack's length
     for sock in socks:
         sock.close()
     return {"held": len(socks)}
 
 
-def watchers(path: str, count: int, seconds: float, interval: float) -> dict:
+def watchers(path: str, count: int, seconds: float, interval: float, ready: int | None = None) -> dict:
     """``count`` ``watch`` streams at ``interval`` read as fast as they come (and thrown away)
-    for ``seconds``; the bytes they got."""
+    for ``seconds``; the bytes they got. One byte written to the file descriptor ``ready`` once
+    each stream had its first snapshot (:func:`wait_ready`)."""
     import selectors
 
     selector = selectors.DefaultSelector()
@@ -280,13 +294,47 @@ def watchers(path: str, count: int, seconds: float, interval: float) -> dict:
         sock.sendall(json.dumps({"op": "watch", "interval": interval}).encode() + b"\n")
         sock.setblocking(False)
         selector.register(sock, selectors.EVENT_READ)
+    unserved = {key.fileobj for key in selector.get_map().values()}  # no snapshot yet
     got, deadline = 0, time.monotonic() + seconds
     while time.monotonic() < deadline:
         for key, _ in selector.select(timeout=0.1):
             try:
-                got += len(key.fileobj.recv(1 << 20))
+                data = key.fileobj.recv(1 << 20)
             except BlockingIOError:
-                pass
+                continue
+            got += len(data)
+            if data:
+                unserved.discard(key.fileobj)
+        if ready is not None and not unserved:
+            os.write(ready, b"!")
+            ready = None
     for key in list(selector.get_map().values()):
         key.fileobj.close()
     return {"bytes": got}
+
+
+def _unread(sock: socket.socket) -> int:
+    """Bytes received on ``sock`` and not read yet (FIONREAD)."""
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
+def wait_ready(read_end: int, attackers: int, timeout: float = 60) -> None:
+    """Wait until ``attackers`` each wrote their byte to the pipe whose read end is ``read_end``
+    (the write end closed here: an attacker that died ends the wait at once); closes it.
+
+    Raises:
+        AssertionError: one died before it was ready, or ``timeout`` seconds passed.
+    """
+    import select
+
+    got, deadline = b"", time.monotonic() + timeout
+    try:
+        while len(got) < attackers:
+            left = deadline - time.monotonic()
+            assert left > 0 and select.select([read_end], [], [], left)[0], \
+                f"{len(got)} of {attackers} attackers ready after {timeout} s"
+            chunk = os.read(read_end, attackers)
+            assert chunk, f"an attacker ended before it was ready ({len(got)} of {attackers})"
+            got += chunk
+    finally:
+        os.close(read_end)

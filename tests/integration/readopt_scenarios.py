@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 from daemon_harness import GOVERNOR, Governor
-from device_nodes import stand_in_nodes
+from support.device_nodes import stand_in_nodes
 from gpu_scenarios import PROBE
 from task_scenarios import _row
 

@@ -87,7 +87,7 @@ def drf_cpu_shares_and_refill_on_stop(tmp_path, scale: float = SCALE) -> None:
         # Both use their guarantee by weight (within a few percent); the next sample holds each
         # to it, which makes the split exact.
         gov.wait(lambda: gov.status()["daemon"]["cpu_saturated"], "both groups to be held to their guarantees")
-        time.sleep(1)
+        gov.wait_settled(gov.generation())  # the hold in force
         measured = measure(gov, ["A", "B"], 6)
         print()
         for group, cores in expected.items():
@@ -99,7 +99,7 @@ def drf_cpu_shares_and_refill_on_stop(tmp_path, scale: float = SCALE) -> None:
 
         gov.stop_tasks(a_tasks)
         gov.wait(lambda: "A" not in gov.busy_groups(), "A's exit to be noticed")
-        time.sleep(1)
+        gov.wait_settled(gov.generation())  # B's caps in force after it
         after = measure(gov, ["B"], 6)["B"]
         print(f"A stopped: B runs at its caps, measured {after:.3f} cores (caps {0.75 * scale:.3f})")
         assert abs(after - 0.75 * scale) <= CPU_TOLERANCE * 0.75 * scale
@@ -128,7 +128,7 @@ def work_conservation(tmp_path) -> None:
         gov.run("A", [sys.executable, "-c", WAKER, str(flag)], cpus=0.5 * SCALE, memory="32M")
         for _ in range(2):
             gov.run("B", BUSY, cpus=0.5 * SCALE, memory="32M")
-        time.sleep(1)
+        gov.wait_settled(gov.generation())  # the launches' refill in force
         idle = measure(gov, ["A", "B"], 4)
         groups = gov.status()["groups"]
         print(f"\n[{gov.status()['daemon']['cgroup_mode']}] A sleeps: B {idle['B']:.3f} cores "
@@ -278,7 +278,7 @@ def memory_hard_limit_kills_only_the_offender(tmp_path) -> None:
         hog = gov.run("C", [sys.executable, "-c", HOG.format(mib=256)], cpus=0.5 * SCALE, memory="64M",
                       may_end=True)  # it may be OOM-killed before the harness sees it listed
         hog.wait(timeout=120)
-        time.sleep(0.5)
+        gov.wait_settled(gov.generation())  # the hog's exit handled
         other_events = gov.driver.read_stats("B").memory_events
         print(f"\nhard limit 64M, hog touching 256M: hog exit {hog.returncode}; other group alive="
               f"{other.poll() is None}, its memory events {other_events}")
@@ -338,8 +338,9 @@ def io_weight_shares_a_busy_disk(tmp_path, device: str, cgroup_mount) -> None:
         weights = {g: gov.limit_file(g, "io.weight").split()[-1] for g in writers}
         guarantees = {g: gov.status()["groups"][g]["allocation"][f"io.{Path(device).name}.write"] for g in writers}
         flag.touch()
-        time.sleep(0.5)  # both writing (each has 28M to write: several seconds at its share)
         written = lambda g: gov.driver.read_stats(g).io_stat.get(dev, {}).get("wbytes", 0)  # noqa: E731
+        # Both writing (each has 28M to write: several seconds at its share).
+        gov.wait(lambda: all(written(g) > 0 for g in writers), "both writers to start writing")
         first, t0 = {g: written(g) for g in writers}, time.monotonic()
         time.sleep(2.5)
         rates = {g: (written(g) - first[g]) / (time.monotonic() - t0) for g in writers}

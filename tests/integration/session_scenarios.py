@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -45,7 +46,7 @@ class SessionUsers:
 
     def remove(self) -> None:
         self.kill_all()
-        time.sleep(0.2)
+        wait_for(lambda: not any(processes_of(uid) for uid in self.uid.values()), "the test users' processes to end")
         for name in self.created:
             subprocess.run(["userdel", name], check=False)
 
@@ -97,6 +98,22 @@ def wait_for(condition, what: str, timeout: float = 30) -> None:
         time.sleep(0.05)
 
 
+def _pids(user: str, pattern: str) -> list[int]:
+    """The pids of ``user``'s processes whose command line matches ``pattern`` (pgrep -f)."""
+    found = subprocess.run(["pgrep", "-U", user, "-f", pattern], capture_output=True, text=True).stdout.split()
+    return [int(pid) for pid in found]
+
+
+def _kill_pending(pid: int) -> bool:
+    """Whether ``pid`` has a SIGKILL or SIGTERM pending (sent, not yet acted on); False if gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return False
+    masks = [int(line.split()[1], 16) for line in status if line.startswith(("SigPnd:", "ShdPnd:"))]
+    return any(mask & (1 << (signal.SIGKILL - 1) | 1 << (signal.SIGTERM - 1)) for mask in masks)
+
+
 def processes_of(uid: int) -> list[int]:
     found = subprocess.run(["pgrep", "-U", str(uid)], capture_output=True, text=True).stdout.split()
     return [int(pid) for pid in found]
@@ -123,7 +140,8 @@ def plain_processes_are_governed_and_share_by_drf(tmp_path) -> None:
         for way, command in ESCAPES.items():
             subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         gov.wait(lambda: len(processes_of(alice)) >= 1 + len(ESCAPES), "alice's escapes")
-        time.sleep(0.5)
+        gov.wait(lambda: all((cgroup_of(pid) or session).endswith(session) for pid in processes_of(alice)),
+                 "alice's escapes to be moved into her session")
         where = {pid: cgroup_of(pid) for pid in processes_of(alice)}
         print(f"\nalice's processes: {where}")
         assert all(path is None or path.endswith(session) for path in where.values()), where
@@ -137,8 +155,9 @@ def plain_processes_are_governed_and_share_by_drf(tmp_path) -> None:
                  "bob's task")
         # bob's runuser made him a session before his governor run moved into its task; it ends
         # when no process of his is left in it. Either way both groups demand more than the
-        # 0.75·s cores DRF gives each of the 1.5·s.
-        time.sleep(3)
+        # 0.75·s cores DRF gives each of the 1.5·s. Two settle passes: the second began after
+        # bob's task was listed (a reconcile pass ends in one).
+        gov.wait_settled(gov.generation(), passes=2)
         left = [t for t in gov.status()["groups"]["B"]["tasks"] if t["session"]]
         print(f"bob's session: {'still holds ' + str(_cgroup_procs(gov, left[0])) if left else 'ended'}")
         got = measure(gov, ["A", "B"], 6)
@@ -150,8 +169,8 @@ def plain_processes_are_governed_and_share_by_drf(tmp_path) -> None:
 
         gov.daemon.kill()
         gov.daemon.wait()
-        time.sleep(0.5)
-        alive = processes_of(alice)
+        # Gone and reaped: whatever its death sent is pending now (a kill not yet acted on too).
+        alive = [pid for pid in processes_of(alice) if not _kill_pending(pid)]
         assert early in alive and len(alive) >= 2 + len(ESCAPES), f"kill -9 of the daemon killed: {alive}"
     finally:
         users.kill_all()
@@ -170,10 +189,11 @@ def session_ends_when_its_user_has_no_process(tmp_path) -> None:
         first = subprocess.Popen(["runuser", "-u", "gov-alice", "--", "sleep", "600"], stderr=subprocess.DEVNULL)
         gov.wait(lambda: gov.task_count("A") == 1, "alice's session")
         second = subprocess.Popen(["runuser", "-u", "gov-alice", "--", "sleep", "601"], stderr=subprocess.DEVNULL)
-        time.sleep(0.5)
+        gov.wait(lambda: any("/A/session-" in (cgroup_of(pid) or "") for pid in _pids("gov-alice", "^sleep 601$")),
+                 "alice's second process in her session")
         subprocess.run(["pkill", "-KILL", "-U", "gov-alice", "-f", "^sleep 600$"], check=True)
         first.wait()
-        time.sleep(3)  # an exit and a reconcile pass
+        gov.wait_settled(gov.generation(), passes=2)  # the exit, and a reconcile pass (each ends in a settle)
         assert gov.task_count("A") == 1, "the session ended while alice still had a process"
         subprocess.run(["pkill", "-KILL", "-U", "gov-alice", "-f", "^sleep 601$"], check=True)
         second.wait()

@@ -1,6 +1,5 @@
 """governor end to end on this host's real cgroup v1 hierarchies (hybrid or legacy host)."""
 
-import os
 import signal
 
 import admission_scenarios
@@ -31,29 +30,7 @@ from kernel_cases import (  # noqa: F401  (collected here, under this module's m
 
 from daemon_harness import Governor
 
-from governor.cgroups import detect
-
 pytestmark = pytest.mark.kernel_v1
-
-
-def _skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root to create cgroups"
-    try:
-        mode = detect.host_mode()
-    except Exception as error:  # no cgroup mount at all
-        return f"no cgroup hierarchy: {error}"
-    if mode == "unified":
-        return "host is cgroup v2 only (the v2 suite covers it)"
-    missing = {"cpu", "cpuacct", "cpuset", "memory"} - set(detect.v1_mounts())
-    return f"v1 controllers not mounted: {', '.join(sorted(missing))}" if missing else None
-
-
-@pytest.fixture(autouse=True)
-def _needs_v1():
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
 
 
 def test_a_pid_left_by_an_exited_client_is_not_governed(tmp_path):

@@ -32,25 +32,6 @@ from governor.cgroups import detect
 pytestmark = pytest.mark.kernel_v2
 
 
-def _skip_reason() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root to create cgroups"
-    try:
-        mode = detect.host_mode()
-    except Exception as error:
-        return f"no cgroup hierarchy: {error}"
-    if mode != "unified":
-        return f"host cgroups are {mode}, not v2 (run this suite with ../shared/vm/run-in-vm)"
-    return None
-
-
-@pytest.fixture(autouse=True)
-def _needs_v2():
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
-
-
 def test_memory_high_throttles_without_killing(tmp_path):
     scenarios.memory_soft_limit_throttles_without_killing(tmp_path, v2=True)
 

@@ -16,17 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_daemon_v1 import _skip_reason
 
 pytestmark = pytest.mark.kernel_v1
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True)
-def _needs_v1():
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
 
 
 def nothing_left(before: set[str]) -> None:

@@ -19,20 +19,12 @@ from pathlib import Path
 import pytest
 from daemon_harness import GOVERNOR, Governor
 from session_scenarios import SessionUsers, cgroup_of, missing, wait_for
-from test_daemon_v1 import _skip_reason
 
 from governor.cgroups import detect
 from governor.host.daemons import REGISTRY
 
 pytestmark = pytest.mark.kernel_v1
 SESSIONS = '[groups.A]\nusers = ["gov-alice"]\n[sessions]\ncpu = 0.5\nmemory = "256M"\n'
-
-
-@pytest.fixture(autouse=True)
-def _needs_v1():
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
 
 
 def made_by(root_name: str) -> list[str]:
@@ -103,7 +95,9 @@ def test_a_sessions_daemon_never_takes_another_daemons_processes():
                          cpus=0.2, memory="64M")
         wait_for(lambda: len(_pgrep("^sleep 611[01]$")) >= 2, "alice's sleeps")
         pids = _pgrep("^sleep 611[01]$")
-        time.sleep(1.5)  # the exec and uid events have been handled
+        # The exec and uid events handled: two settle passes of the sessions daemon's loop since
+        # (the second began after the sleeps were seen; a reconcile pass ends in one).
+        sessions.wait_settled(sessions.generation(), passes=2)
         [task] = tasks.status()["groups"]["R"]["tasks"]
         for pid in pids:
             assert (cgroup_of(pid) or "").endswith(f"/R/task-{task['id']}"), cgroup_of(pid)
@@ -285,8 +279,9 @@ def test_jobs_that_fork_away_from_their_parent_are_governed_within_a_second_ever
                     late.append(("successor every 2 ms", attempt, where))
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(runner.pid, signal.SIGKILL)
-                time.sleep(0.1)
-                _reap(runner.pid)
+                with contextlib.suppress(ChildProcessError):
+                    while True:  # each killed one reaped, until none of the group is left
+                        os.waitpid(-runner.pid, 0)
         assert not late, f"not in alice's session within 1 s: {late}"
     finally:
         users.kill_all()
@@ -309,7 +304,7 @@ def test_an_exec_storm_in_a_session_costs_the_daemon_a_fraction_of_the_users_cpu
                                   "i=0; while [ $i -lt 5000 ]; do /bin/true; i=$((i+1)); done"])
         _, status, usage = os.wait4(storm.pid, 0)
         storm.returncode = os.waitstatus_to_exitcode(status)
-        time.sleep(0.5)  # the last events
+        gov.wait_settled(gov.generation(), passes=2)  # the last events handled (as above)
         daemon_cpu = _cpu_seconds(gov.daemon.pid) - before
         user_cpu = usage.ru_utime + usage.ru_stime
         print(f"\nexec storm: 5,000 execs in a session: the user's CPU {user_cpu:.2f} s, the daemon's {daemon_cpu:.2f} s")

@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 from daemon_harness import GOVERNOR, Governor
 from hostile import (as_nobody, as_user, churn, connections_as_nobody, fd_count, fuzz, hostile_lines,
-                     lingering_tasks, reply, request, rss_bytes, silent_status, watchers)
-from test_daemon_v1 import _skip_reason
+                     lingering_tasks, reply, request, rss_bytes, silent_status, wait_ready, watchers)
 
 from governor.errors import CgroupError
 
@@ -40,9 +39,6 @@ enabled = false
 
 @pytest.fixture
 def gov():
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
     shared = Path(tempfile.mkdtemp(prefix="gov-hostile-"))
     shared.chmod(0o755)  # nobody must reach the socket
     daemon = Governor(shared, CONFIG)
@@ -174,7 +170,7 @@ def test_a_daemon_killed_mid_storm_readopts_each_live_task_once_and_leaves_no_or
         gov.daemon.wait()
         gov.restart()
         os.waitpid(storm, 0)  # every client launched (or was refused by the dead daemon)
-        time.sleep(3)  # a reconcile pass
+        gov.wait_settled(gov.generation(), passes=2)  # a reconcile pass since (each ends in a settle)
         listed = {t["id"]: t for g in gov.status()["groups"].values() for t in g["tasks"]}
         cgroups = task_cgroups(gov)
         live = {rel: pids for rel, pids in cgroups.items() if pids}
@@ -260,9 +256,11 @@ def test_status_amplification_costs_the_daemon_bounded_memory_and_no_launch_time
         size = len(json.dumps(gov.status()))
         before = churn(gov.socket, 300, 4, "A")
         rss_before = rss_bytes(pid)
-        attackers = [_in_background(lambda: as_nobody(lambda: silent_status(gov.socket, 32, 20))),
-                     _in_background(lambda: as_user(2, lambda: watchers(gov.socket, 32, 20, 0.5)))]
-        time.sleep(3)
+        read_end, ready = os.pipe()
+        attackers = [_in_background(lambda: as_nobody(lambda: silent_status(gov.socket, 32, 20, ready))),
+                     _in_background(lambda: as_user(2, lambda: watchers(gov.socket, 32, 20, 0.5, ready)))]
+        os.close(ready)
+        wait_ready(read_end, len(attackers))
         peak = []
         sampler = threading.Thread(target=lambda: [peak.append(rss_bytes(pid)) or time.sleep(0.25) for _ in range(40)])
         sampler.start()
@@ -335,9 +333,6 @@ def test_the_memory_queue_serves_a_large_task_of_an_idle_group_within_a_task_lif
 def test_idle_metrics_connections_leave_launches_and_status_working(tmp_path):
     # Issue 22, point 3: nobody's ~1,010 idle TCP connections to --metrics took a thread and a
     # descriptor each for ever: 1024/1024 fds, and run and status (root's too) failed.
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -350,13 +345,16 @@ def test_idle_metrics_connections_leave_launches_and_status_working(tmp_path):
             for _ in range(1010):
                 with contextlib.suppress(OSError):
                     held.append(socket.create_connection(("127.0.0.1", port), timeout=2))
-            time.sleep(8)
+            os.write(ready, b"!")
+            time.sleep(8)  # the attack's length
             for sock in held:
                 sock.close()
             return {"held": len(held)}
 
+        read_end, ready = os.pipe()
         attacker = _in_background(lambda: as_nobody(hold))
-        time.sleep(3)
+        os.close(ready)
+        wait_ready(read_end, 1)
         fds = fd_count(gov.daemon.pid)
         started = time.monotonic()
         proc = gov.run("A", ["sleep", "30"], cpus=0.1, memory="32M")

@@ -19,9 +19,8 @@ from urllib.request import urlopen
 
 import pytest
 from daemon_harness import Governor
-from device_nodes import stand_in_nodes
+from support.device_nodes import stand_in_nodes
 from scenarios import GROUPS, SLEEPER
-from test_daemon_v1 import _skip_reason
 
 pytestmark = pytest.mark.kernel_v1
 
@@ -41,10 +40,7 @@ NVML_ONLY = re.compile(r"governor_(gpu_utilization_ratio|gpu_memory_used_bytes|t
 
 
 @pytest.fixture(autouse=True)
-def _needs_v1_and_prometheus():
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
+def _needs_prometheus():
     missing = [tool for tool in ("prometheus", "promtool") if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"{' and '.join(missing)} not installed (apt-get install -y prometheus)")

@@ -45,7 +45,7 @@ def two_level_tree_under_contention(tmp_path) -> None:
         for leaf, place in (("D1", "D1"), ("L1", "D2/L1"), ("L2", "D2/L2")):
             assert abs(groups[leaf]["allocation"]["cpu"] - expected[place]) < 1e-6, groups[leaf]
         gov.wait(lambda: gov.status()["daemon"]["cpu_saturated"], "every group to be held to its guarantee")
-        time.sleep(1)
+        gov.wait_settled(gov.generation())  # the hold in force
         measured = measure(gov, list(expected), 6)
         print(f"\n[{gov.status()['daemon']['cgroup_mode']}] H-DRF, capacity {capacity:.2f} cores: " + ", ".join(
             f"{place} {measured[place]:.3f} (H-DRF {cores:.3f}, {measured[place] / cores - 1:+.1%})"
@@ -66,7 +66,7 @@ def group_limit_holds(tmp_path) -> None:
     gov = Governor(tmp_path, config)
     try:
         burners = [gov.run("A", BUSY, cpus=0.25 * SCALE, memory="8M") for _ in range(2)]
-        time.sleep(1)
+        gov.wait_settled(gov.generation())  # the launches' refill in force
         used = measure(gov, ["A"], 5)["A"]
         v2 = gov.status()["daemon"]["cgroup_mode"] == "v2"
         memory_max = gov.limit_file("A", "memory.max" if v2 else "memory.limit_in_bytes")
@@ -104,7 +104,7 @@ def guarantee_beats_a_heavier_weight(tmp_path) -> None:
         for group, cores in expected.items():
             assert abs(groups[group]["allocation"]["cpu"] - cores) < 1e-6, groups[group]
         gov.wait(lambda: gov.status()["daemon"]["cpu_saturated"], "both groups to be held to their guarantees")
-        time.sleep(1)
+        gov.wait_settled(gov.generation())  # the hold in force
         measured = measure(gov, ["A", "B"], 5)
         print(f"\n[{gov.status()['daemon']['cgroup_mode']}] guarantee 0.6 of {capacity:.2f} cores against weight 4: "
               + ", ".join(f"{g} {measured[g]:.3f} (expected {c:.3f})" for g, c in expected.items()))

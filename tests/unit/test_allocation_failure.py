@@ -5,11 +5,9 @@ it, ``explain`` and the status view say so, and the next filling that succeeds c
 import copy
 
 import pytest
-from status_sample import NOW, STATUS
-from test_daemon import GIB, launch, make_daemon
-from test_daemon_tree import TREE
-from test_metrics import samples
-from test_status_view import render
+from support.status_sample import NOW, STATUS
+from support.daemons import GIB, TREE, launch, make_daemon
+from support.rendered import render, samples
 
 from governor.daemon import policy
 from governor.errors import FillingDiverged, RequestError

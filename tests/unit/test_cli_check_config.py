@@ -338,7 +338,7 @@ def test_guarantees_that_cannot_all_be_held_as_headroom_are_refused(tmp_path):
 
 
 def test_the_daemon_refuses_guarantees_that_cannot_all_be_held_as_check_config_does(tmp_path):
-    from test_daemon import make_daemon
+    from support.daemons import make_daemon
 
     from governor.errors import RequestError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
-from fake_socket import FakeSocket
+from support.fake_socket import FakeSocket
 
 import governor.cli.completion
 from governor.cli.main import main

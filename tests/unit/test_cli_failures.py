@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fake_socket import FakeSocket
+from support.fake_socket import FakeSocket
 
 from governor.cli import client as cli_client
 from governor.cli.failures import KINDS

@@ -8,7 +8,6 @@ code must be the command's.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -16,7 +15,6 @@ import socket
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -25,105 +23,40 @@ from governor.cli.client import DEFAULT_SOCKET, call, socket_path
 from governor.cli.launch import plain
 from governor.cli.main import main
 from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning, RequestError
-from governor.wire.protocol import LaunchRequest, Peer, StatusRequest
-from governor.wire.server import ControlServer
-from status_sample import STATUS
-from wire_fakes import handlers_of
+from governor.wire.protocol import LaunchRequest, StatusRequest
+from support.client import GOVERNOR, REPO, governor
+from support.status_sample import STATUS
 
-REPO = Path(__file__).resolve().parents[2]
 G = 1024**3
 M = 1024**2
-GOVERNOR = [sys.executable, "-c", "from governor.cli.entry import main; main()"]  # as the console script
 
 
-class FakeDaemon:
-    """Launch answers like the daemon (first the ``queued`` places, or raises ``refuse``);
-    status returns ``status``."""
-
-    def __init__(self):
-        self.seen: list[tuple[object, Peer]] = []
-        self.refuse: RequestError | None = None
-        self.status: object = STATUS
-        self.queued: list[dict] = []
-        self.hold = False  # after the queued places, wait until the client leaves
-        self.nested = False  # answer that the caller already is in task t1
-        self.left = threading.Event()
-        self.started: dict = {}  # what the started reply says besides the defaults below
-
-    async def handle(self, request, peer: Peer) -> dict:
-        self.seen.append((request, peer))
-        if self.refuse is not None:
-            raise self.refuse
-        return {"status": self.status}
-
-    async def stream(self, request, peer: Peer):
-        self.seen.append((request, peer))
-        if self.refuse is not None:
-            raise self.refuse
-        try:
-            for place in self.queued:
-                yield {"queued": place}
-                await asyncio.sleep(0.05)
-            if self.hold:
-                await asyncio.Event().wait()
-        finally:
-            self.left.set()
-        yield {"task": "t1", "group": request.group or "root", "cgroup": "/sys/fs/cgroup/g/t1",
-               "limits": {"cpu.max": "100000 100000"}, **({"nested": True} if self.nested else {}), **self.started}
-
-
-@pytest.fixture
-def daemon(tmp_path):
-    """A FakeDaemon served on ``tmp_path/g.sock`` from a background thread; ``.path`` is the socket."""
-    fake = FakeDaemon()
-    fake.path = str(tmp_path / "g.sock")
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    server = ControlServer(handlers_of(fake), fake.path)
-    asyncio.run_coroutine_threadsafe(server.start(), loop).result(5)
-    yield fake
-    asyncio.run_coroutine_threadsafe(server.close(), loop).result(5)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
-    loop.close()
-
-
-def governor(*args: str, socket_path: str) -> tuple[subprocess.CompletedProcess, int]:
-    """Run the governor CLI in a subprocess with GOVERNOR_SOCKET set; returns (result, its pid)."""
-    env = {**os.environ, "GOVERNOR_SOCKET": socket_path}
-    with subprocess.Popen([*GOVERNOR, *args], cwd=REPO, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
-        stdout, stderr = proc.communicate(timeout=30)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), proc.pid
-
-
-def test_run_launches_the_commands_own_pid_and_keeps_its_exit_code(daemon):
-    result, parent = governor("run", "--cpus", "1", "--", "sh", "-c", "echo $$; exit 3", socket_path=daemon.path)
+def test_run_launches_the_commands_own_pid_and_keeps_its_exit_code(fake_daemon):
+    result, parent = governor("run", "--cpus", "1", "--", "sh", "-c", "echo $$; exit 3", socket_path=fake_daemon.path)
     assert result.returncode == 3, result.stderr
-    [(request, peer)] = daemon.seen
+    [(request, peer)] = fake_daemon.seen
     assert result.stdout == f"{request.pid}\n" and request.pid == peer.pid != parent  # the command's, a child's
     assert result.stderr == ""  # it exited by itself: nothing to say
 
 
-def test_run_exec_launches_its_own_pid_then_execs_with_the_commands_exit_code(daemon):
+def test_run_exec_launches_its_own_pid_then_execs_with_the_commands_exit_code(fake_daemon):
     result, pid = governor("run", "--exec", "--group", "physics", "--cpus", "1.5", "--memory", "2G", "--io-read",
-                           "100M", "--io-write", "1.5K", "--", "sh", "-c", "echo $$; exit 3", socket_path=daemon.path)
+                           "100M", "--io-write", "1.5K", "--", "sh", "-c", "echo $$; exit 3", socket_path=fake_daemon.path)
     assert result.returncode == 3, result.stderr
     assert result.stdout == f"{pid}\n"  # exec kept the pid the daemon moved into the cgroup
-    [(request, peer)] = daemon.seen
+    [(request, peer)] = fake_daemon.seen
     assert request == LaunchRequest(pid=pid, group="physics",
                                     demand={"cpu": 1.5, "memory": 2 * G, "io_read": 100 * M, "io_write": 1536},
                                     command=("sh", "-c", "echo $$; exit 3"))
     assert (peer.pid, peer.uid, peer.gid) == (pid, os.getuid(), os.getgid())
 
 
-def test_run_passes_options_after_the_command_to_the_command(daemon):
+def test_run_passes_options_after_the_command_to_the_command(fake_daemon):
     result, _ = governor("run", "--cpus", "1", "sh", "-c", 'echo "$@"', "sh", "--memory", "4G",
-                         socket_path=daemon.path)
+                         socket_path=fake_daemon.path)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "--memory 4G\n"
-    [(request, _)] = daemon.seen
+    [(request, _)] = fake_daemon.seen
     assert request.demand == {"cpu": 1.0} and request.group is None
 
 
@@ -146,26 +79,26 @@ def test_run_with_a_dead_socket_says_connection_refused(tmp_path):
                              "(start it: sudo systemctl start governor)\n")
 
 
-def test_run_refused_by_the_daemon_prints_its_message_and_does_not_run(daemon):
-    daemon.refuse = RequestError("forbidden", "uid 1000 may not launch into group physics")
-    result, _ = governor("run", "--group", "physics", "--", "sh", "-c", "echo ran", socket_path=daemon.path)
+def test_run_refused_by_the_daemon_prints_its_message_and_does_not_run(fake_daemon):
+    fake_daemon.refuse = RequestError("forbidden", "uid 1000 may not launch into group physics")
+    result, _ = governor("run", "--group", "physics", "--", "sh", "-c", "echo ran", socket_path=fake_daemon.path)
     assert result.returncode == 77
     assert result.stderr == ("governor: error: uid 1000 may not launch into group physics "
                              "(ask an admin to add you to a [groups] entry)\n")
     assert result.stdout == ""
 
 
-def test_run_missing_command_is_127(daemon):
-    result, _ = governor("run", "--", "no-such-command-governor-test", socket_path=daemon.path)
+def test_run_missing_command_is_127(fake_daemon):
+    result, _ = governor("run", "--", "no-such-command-governor-test", socket_path=fake_daemon.path)
     assert result.returncode == 127
     assert result.stderr == "governor: error: no-such-command-governor-test: command not found\n"
 
 
-def test_run_non_executable_file_is_126(daemon, tmp_path):
+def test_run_non_executable_file_is_126(fake_daemon, tmp_path):
     script = tmp_path / "script.sh"
     script.write_text("#!/bin/sh\nexit 0\n")
     script.chmod(0o644)
-    result, _ = governor("run", "--", str(script), socket_path=daemon.path)
+    result, _ = governor("run", "--", str(script), socket_path=fake_daemon.path)
     assert result.returncode == 126
     assert result.stderr == f"governor: error: {script}: permission denied\n"
 
@@ -174,13 +107,13 @@ def test_run_non_executable_file_is_126(daemon, tmp_path):
     ({"memory.max": str(50 * M)}, "governor: task t1 is at 46.0M of its 50.0M memory cap\n"),
     ({"memory.high": str(50 * M)}, "governor: task t1 is at 46.0M of its 50.0M soft memory cap\n"),
 ])
-def test_run_warns_once_when_its_task_passes_90_percent_of_its_memory_cap(daemon, tmp_path, limits, said):
+def test_run_warns_once_when_its_task_passes_90_percent_of_its_memory_cap(fake_daemon, tmp_path, limits, said):
     # Issue 33, point 1: users heard of their memory cap only after the kill. The task's
     # cgroup here is a directory whose memory.current says 46M of a 50M cap.
     (tmp_path / "memory.current").write_text(f"{46 * M}\n")
     (tmp_path / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
-    daemon.started = {"cgroup": str(tmp_path), "limits": limits}
-    env = {**os.environ, "GOVERNOR_SOCKET": daemon.path}
+    fake_daemon.started = {"cgroup": str(tmp_path), "limits": limits}
+    env = {**os.environ, "GOVERNOR_SOCKET": fake_daemon.path}
     with subprocess.Popen([*GOVERNOR, "run", "--", "sleep", "60"], cwd=REPO, env=env, text=True,
                           stderr=subprocess.PIPE) as proc:
         try:
@@ -219,10 +152,10 @@ def test_v1_caps_are_watched_as_v2_ones():
 
 
 @pytest.mark.parametrize("exec_in_place", [False, True])
-def test_a_command_that_cannot_run_fails_at_once_without_asking_the_daemon(daemon, tmp_path, exec_in_place):
+def test_a_command_that_cannot_run_fails_at_once_without_asking_the_daemon(fake_daemon, tmp_path, exec_in_place):
     # Issue 33, point 3: a typo queued behind others and said "command not found" only when it
     # reached the head. The daemon here would keep it queued for ever.
-    daemon.queued, daemon.hold = [{"position": 3, "why": "waits for memory"}], True
+    fake_daemon.queued, fake_daemon.hold = [{"position": 3, "why": "waits for memory"}], True
     script = tmp_path / "script.sh"
     script.write_text("#!/bin/sh\n")
     script.chmod(0o644)
@@ -231,9 +164,9 @@ def test_a_command_that_cannot_run_fails_at_once_without_asking_the_daemon(daemo
                             (str(tmp_path / "nowhere"), 127, f"{tmp_path / 'nowhere'}: No such file or directory"),
                             (str(tmp_path), 126, f"{tmp_path}: Is a directory"),
                             (str(script), 126, f"{script}: permission denied")):
-        result, _ = governor("run", *flags, "--", cmd, socket_path=daemon.path)
+        result, _ = governor("run", *flags, "--", cmd, socket_path=fake_daemon.path)
         assert (result.returncode, result.stderr) == (code, f"governor: error: {said}\n")
-    assert daemon.seen == []
+    assert fake_daemon.seen == []
 
 
 def test_a_path_directory_the_user_cannot_search_is_passed_over_as_a_shell_does(tmp_path):
@@ -267,10 +200,10 @@ def test_a_path_directory_the_user_cannot_search_is_passed_over_as_a_shell_does(
     assert os.waitstatus_to_exitcode(status) == 127 and said.endswith("nosuchcmd-governor-test: command not found\n")
 
 
-def test_a_command_on_path_that_is_not_executable_is_126_and_one_found_nowhere_127(daemon, tmp_path):
+def test_a_command_on_path_that_is_not_executable_is_126_and_one_found_nowhere_127(fake_daemon, tmp_path):
     (tmp_path / "notexec").write_text("#!/bin/sh\n")
     (tmp_path / "notexec").chmod(0o644)
-    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "GOVERNOR_SOCKET": daemon.path}
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "GOVERNOR_SOCKET": fake_daemon.path}
     found = subprocess.run([*GOVERNOR, "run", "--", "notexec"], cwd=REPO, env=env, capture_output=True, text=True,
                            timeout=30)
     assert found.returncode == 126 and "notexec: permission denied" in found.stderr
@@ -296,24 +229,24 @@ def test_run_bad_flags_are_usage_errors(args, tmp_path):
     assert line.startswith("governor: error: ") and line.endswith(" run -h)") and "daemon" not in line
 
 
-def test_run_help_is_help_not_a_command(daemon):
+def test_run_help_is_help_not_a_command(fake_daemon):
     for flag in ("-h", "--help"):
-        result, _ = governor("run", flag, "--", "true", socket_path=daemon.path)
+        result, _ = governor("run", flag, "--", "true", socket_path=fake_daemon.path)
         assert result.returncode == 0 and "Usage: governor run" in result.stdout, result.stderr
-    result, _ = governor("status", "-h", socket_path=daemon.path)
+    result, _ = governor("status", "-h", socket_path=fake_daemon.path)
     assert result.returncode == 0 and "Usage: governor status" in result.stdout
-    assert not daemon.seen  # nothing was launched
+    assert not fake_daemon.seen  # nothing was launched
 
 
-def test_an_unknown_run_option_is_an_error_with_a_suggestion_not_a_command(daemon):
-    result, _ = governor("run", "--cpu", "1", "--", "true", socket_path=daemon.path)
+def test_an_unknown_run_option_is_an_error_with_a_suggestion_not_a_command(fake_daemon):
+    result, _ = governor("run", "--cpu", "1", "--", "true", socket_path=fake_daemon.path)
     assert result.returncode == 2
     assert "No such option '--cpu'" in result.stderr and "'--cpus'" in result.stderr
-    assert not daemon.seen
+    assert not fake_daemon.seen
 
 
-def test_options_after_the_command_are_the_commands(daemon):
-    result, _ = governor("run", "sh", "-c", "echo ran $0", "--cpus", socket_path=daemon.path)
+def test_options_after_the_command_are_the_commands(fake_daemon):
+    result, _ = governor("run", "sh", "-c", "echo ran $0", "--cpus", socket_path=fake_daemon.path)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "ran --cpus\n"
 
@@ -332,7 +265,7 @@ def test_run_help_imports_nothing_heavy():
     assert json.loads(result.stdout.splitlines()[-1]) == []
 
 
-def test_run_imports_nothing_heavy_up_to_exec(daemon):
+def test_run_imports_nothing_heavy_up_to_exec(fake_daemon):
     # execvp is replaced by a report of what is loaded at the moment governor run would exec.
     code = ("import os, sys\n"
             f"def report(file, args):\n    {_REPORT}\n    sys.stdout.flush()\n    os._exit(0)\n"
@@ -340,9 +273,9 @@ def test_run_imports_nothing_heavy_up_to_exec(daemon):
             "sys.argv = ['governor', 'run', '--cpus', '1', '--memory=1G', '--', 'true']\n"
             "from governor.cli.entry import main\nmain()")
     result = subprocess.run([sys.executable, "-c", code.replace(repr(HEAVY), repr([*HEAVY, "click"]))], cwd=REPO,
-                            capture_output=True, text=True, timeout=30, env={**os.environ, "GOVERNOR_SOCKET": daemon.path})
+                            capture_output=True, text=True, timeout=30, env={**os.environ, "GOVERNOR_SOCKET": fake_daemon.path})
     assert result.returncode == 0, result.stderr
-    assert len(daemon.seen) == 1  # it did talk to the daemon
+    assert len(fake_daemon.seen) == 1  # it did talk to the daemon
     assert json.loads(result.stdout) == []  # not even click: its imports cost 3× Python's start
 
 
@@ -376,15 +309,15 @@ def test_anything_else_goes_to_click_which_reports_it(args):
     assert plain(args) is None
 
 
-def test_status_json_prints_the_status_object(daemon):
-    result = CliRunner().invoke(main, ["status", "--json", "--socket", daemon.path])
+def test_status_json_prints_the_status_object(fake_daemon):
+    result = CliRunner().invoke(main, ["status", "--json", "--socket", fake_daemon.path])
     assert result.exit_code == 0, result.output
     assert result.output.count("\n") == 1
     assert json.loads(result.output) == STATUS
 
 
-def test_status_human_output_at_80_columns(daemon, monkeypatch):
-    monkeypatch.setenv("GOVERNOR_SOCKET", daemon.path)
+def test_status_human_output_at_80_columns(fake_daemon, monkeypatch):
+    monkeypatch.setenv("GOVERNOR_SOCKET", fake_daemon.path)
     result = CliRunner(env={"COLUMNS": "80"}).invoke(main, ["status"])
     assert result.exit_code == 0, result.output
     for text in ("physics", "ops", "50.0%", "25.0%", "cpu saturated", "7.25", "150.0M/s", "backup.sh"):
@@ -392,11 +325,11 @@ def test_status_human_output_at_80_columns(daemon, monkeypatch):
     assert max(len(line) for line in result.output.splitlines()) <= 80
 
 
-def test_status_reply_without_status_object_is_an_error(daemon):
-    daemon.status = ["not", "an", "object"]
-    result = CliRunner().invoke(main, ["status", "--socket", daemon.path])
+def test_status_reply_without_status_object_is_an_error(fake_daemon):
+    fake_daemon.status = ["not", "an", "object"]
+    result = CliRunner().invoke(main, ["status", "--socket", fake_daemon.path])
     assert result.exit_code == 1
-    assert result.output == f"governor: error: {daemon.path}: the daemon's status reply has no status object\n"
+    assert result.output == f"governor: error: {fake_daemon.path}: the daemon's status reply has no status object\n"
 
 
 def test_socket_path_precedence(monkeypatch):
@@ -407,14 +340,14 @@ def test_socket_path_precedence(monkeypatch):
     assert socket_path("/tmp/option.sock") == "/tmp/option.sock"
 
 
-def test_call_returns_the_payload_and_raises_daemon_errors(daemon):
-    assert call(daemon.path, LaunchRequest(pid=os.getpid(), group=None, demand={}, command=())).task == "t1"
-    daemon.refuse = RequestError("not_found", "no group 'x' in the config")
+def test_call_returns_the_payload_and_raises_daemon_errors(fake_daemon):
+    assert call(fake_daemon.path, LaunchRequest(pid=os.getpid(), group=None, demand={}, command=())).task == "t1"
+    fake_daemon.refuse = RequestError("not_found", "no group 'x' in the config")
     with pytest.raises(DaemonError) as info:
-        call(daemon.path, StatusRequest())
+        call(fake_daemon.path, StatusRequest())
     assert (info.value.code, info.value.message, info.value.op) == ("not_found", "no group 'x' in the config", "status")
     with pytest.raises(DaemonNotRunning):
-        call(daemon.path + ".absent", StatusRequest())
+        call(fake_daemon.path + ".absent", StatusRequest())
 
 
 def one_shot(path: str, reply: bytes | None) -> threading.Thread:
@@ -458,9 +391,9 @@ PLACE = {"position": 2, "waiting_for": 1 * G, "held_by": [{"group": "A", "memory
          "reason": "memory: waits for 1.0G to free (held by A 3.0G)"}
 
 
-def test_run_waits_in_the_queue_saying_so_then_runs(daemon):
-    daemon.queued = [PLACE, {**PLACE, "position": 1}]
-    result, _ = governor("run", "--memory", "2G", "--", "sh", "-c", "echo ran", socket_path=daemon.path)
+def test_run_waits_in_the_queue_saying_so_then_runs(fake_daemon):
+    fake_daemon.queued = [PLACE, {**PLACE, "position": 1}]
+    result, _ = governor("run", "--memory", "2G", "--", "sh", "-c", "echo ran", socket_path=fake_daemon.path)
     assert result.returncode == 0 and result.stdout == "ran\n"
     lines = result.stderr.splitlines()
     assert lines[:2] == [
@@ -470,39 +403,39 @@ def test_run_waits_in_the_queue_saying_so_then_runs(daemon):
     assert len(lines) == 3 and lines[2].startswith("governor: task t1 started after waiting ")
 
 
-def test_run_says_a_place_in_the_queue_once(daemon):
+def test_run_says_a_place_in_the_queue_once(fake_daemon):
     # Issue 33, point 9: "governor: queued (position 1)" was printed twice.
-    daemon.queued = [PLACE, {**PLACE, "held_by": [{"group": "A", "memory": 3 * G}]}, {**PLACE, "position": 1}]
-    result, _ = governor("run", "--", "sh", "-c", "echo ran", socket_path=daemon.path)
+    fake_daemon.queued = [PLACE, {**PLACE, "held_by": [{"group": "A", "memory": 3 * G}]}, {**PLACE, "position": 1}]
+    result, _ = governor("run", "--", "sh", "-c", "echo ran", socket_path=fake_daemon.path)
     assert result.returncode == 0, result.stderr
     assert [line.split(":")[1] for line in result.stderr.splitlines()[:-1]] == [" queued (position 2)",
                                                                                " queued (position 1)"]
 
 
 @pytest.mark.parametrize("exec_in_place", [False, True])
-def test_run_inside_a_task_says_it_starts_none(daemon, exec_in_place):
+def test_run_inside_a_task_says_it_starts_none(fake_daemon, exec_in_place):
     # Issue 33, point 9: a nested governor run printed nothing though docs/user.md says it does.
-    daemon.nested = True
+    fake_daemon.nested = True
     result, _ = governor("run", *(["--exec"] if exec_in_place else []), "--", "sh", "-c", "echo ran",
-                         socket_path=daemon.path)
+                         socket_path=fake_daemon.path)
     assert result.returncode == 0 and result.stdout == "ran\n"
     assert result.stderr == "governor: already in task t1 (group root): sh runs there, with that task's caps\n"
 
 
-def test_run_no_wait_refuses_with_its_own_exit_code(daemon):
-    daemon.refuse = RequestError("would_wait", "its memory does not fit yet: it waits for 1.0G to free")
-    result, _ = governor("run", "--no-wait", "--", "sh", "-c", "echo ran", socket_path=daemon.path)
+def test_run_no_wait_refuses_with_its_own_exit_code(fake_daemon):
+    fake_daemon.refuse = RequestError("would_wait", "its memory does not fit yet: it waits for 1.0G to free")
+    result, _ = governor("run", "--no-wait", "--", "sh", "-c", "echo ran", socket_path=fake_daemon.path)
     assert result.returncode == 75 and result.stdout == ""
     assert result.stderr == ("governor: error: its memory does not fit yet: it waits for 1.0G to free"
                              " (--no-wait given: without it the task waits in the queue)\n")
-    assert daemon.seen[0][0].wait is False
+    assert fake_daemon.seen[0][0].wait is False
 
 
-def test_ctrl_c_leaves_the_queue_and_runs_nothing(daemon):
+def test_ctrl_c_leaves_the_queue_and_runs_nothing(fake_daemon):
     import signal
 
-    daemon.queued, daemon.hold = [PLACE], True
-    env = {**os.environ, "GOVERNOR_SOCKET": daemon.path}
+    fake_daemon.queued, fake_daemon.hold = [PLACE], True
+    env = {**os.environ, "GOVERNOR_SOCKET": fake_daemon.path}
     with subprocess.Popen([*GOVERNOR, "run", "--", "sh", "-c", "echo ran"], cwd=REPO, env=env, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         assert proc.stderr.readline().startswith("governor: queued (position 2)")
@@ -510,4 +443,4 @@ def test_ctrl_c_leaves_the_queue_and_runs_nothing(daemon):
         stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130 and stdout == ""
     assert stderr == "governor: left the queue; nothing was started\n"
-    assert daemon.left.wait(5)  # the daemon saw the connection end
+    assert fake_daemon.left.wait(5)  # the daemon saw the connection end

@@ -10,7 +10,7 @@ import socket
 import tempfile
 
 import pytest
-from fake_socket import FakeSocket
+from support.fake_socket import FakeSocket
 
 from governor.cli.client import call, stream
 from governor.cli.top_terminal import Feed

@@ -16,8 +16,8 @@ from governor.cli.ps_view import ended_table, tasks_table
 from governor.cli.status_view import status_renderables
 from governor.cli.top_state import TopState, press
 from governor.cli.top_view import top_view
-from status_sample import NOW, STATUS
-from test_task_commands_cli import ENDED, ROWS
+from support.status_sample import NOW, STATUS
+from support.task_rows import ENDED, ROWS
 
 LONG_USER = "alexandrina-montgomery"  # a long user name: shown whole (wrapped), never "alex…"
 EXPLAIN = {"capacity": {"cpu": 16, "memory": 64 * 1024**3},
@@ -68,7 +68,7 @@ def test_no_view_cuts_a_number_or_a_name(width, terminal):
 @pytest.mark.parametrize("terminal", [True, False], ids=["tty", "piped"])
 @pytest.mark.parametrize("width", [80, 200])
 def test_no_view_cuts_a_number_with_gpus_governed(width, terminal):
-    from status_sample import with_gpus
+    from support.status_sample import with_gpus
 
     status = with_gpus(STATUS)
     rows = copy.deepcopy(ROWS)

@@ -378,7 +378,10 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize(("path", "value", "key", "reason"), BAD, ids=[f"{k}={v!r}" for _, v, k, _ in BAD])
+# Each id names the deleted key, not the sentinel's address: ids must be the same in every
+# pytest-xdist worker.
+@pytest.mark.parametrize(("path", "value", "key", "reason"), BAD,
+                         ids=[f"{k}={'(deleted)' if v is _DELETE else repr(v)}" for _, v, k, _ in BAD])
 def test_bad_input_names_file_key_and_reason(path, value, key, reason):
     with pytest.raises(ConfigError) as caught:
         load_config(_with(path, value), "bad.toml")

@@ -10,10 +10,9 @@ import threading
 
 import pytest
 from click.testing import CliRunner
-from status_sample import STATUS
-from test_daemon import GIB, launch, make_daemon
-from test_metrics import samples
-from test_status_view import render
+from support.status_sample import STATUS
+from support.daemons import GIB, launch, make_daemon
+from support.rendered import render, samples
 
 from governor.cli.main import main
 from governor.config.load import parse_config

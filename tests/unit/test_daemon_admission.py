@@ -5,9 +5,9 @@ other groups' admissions, so its task within it starts at once (break 2)."""
 import asyncio
 
 import pytest
-from test_daemon import GIB, collect, launch, make_daemon
-from test_daemon_gpus import CONFIG as GPU_CONFIG
-from test_daemon_gpus import INVENTORY, DeviceDriver
+from support.daemons import GIB, collect, launch, make_daemon
+from support.gpus import CONFIG as GPU_CONFIG
+from support.gpus import INVENTORY, DeviceDriver
 
 from governor.errors import RequestError
 from governor.wire.protocol import LaunchRequest, Peer

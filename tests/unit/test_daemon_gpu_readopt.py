@@ -1,14 +1,14 @@
 """Re-adoption is exact (issue 31): a record keeps each GPU by identity, and a restart or a
 reload whose inventory lists the GPUs otherwise finds each held one again, or refuses; on the
-in-memory cgroup driver with a fake inventory (:mod:`gpu_fakes`)."""
+in-memory cgroup driver with a fake inventory (:mod:`support.gpus`)."""
 
 import asyncio
 import json
 from dataclasses import replace
 
 import pytest
-from gpu_fakes import CONFIG, GPU0, GPU1, INVENTORY, DeviceDriver
-from test_daemon import GIB, launch, make_daemon, on_loop
+from support.gpus import CONFIG, GPU0, GPU1, INVENTORY, DeviceDriver
+from support.daemons import GIB, launch, make_daemon, on_loop
 
 from governor.host import access
 from governor.config.load import parse_config
@@ -21,9 +21,6 @@ from governor.core.gpus import Gpu, GpuInventory
 @pytest.fixture
 def gpus(tmp_path):
     return make_daemon(tmp_path, CONFIG, driver=DeviceDriver(), find_gpus=lambda spec, control: INVENTORY)
-
-
-    assert planned[-1] == ["", "A", "B", "A/task-1", "B/task-2"]  # parents before children
 
 
 # Re-adoption is exact (issue 31): a record keeps each GPU by identity, and a restart or a

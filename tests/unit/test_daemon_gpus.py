@@ -9,8 +9,8 @@ is in test_daemon_gpu_readopt.py, the hand-over of a freed GPU in test_daemon_ha
 import asyncio
 
 import pytest
-from gpu_fakes import CONFIG, CONTROL, GPU0, GPU1, INVENTORY, DeviceDriver
-from test_daemon import GIB, launch, make_daemon, on_loop
+from support.gpus import CONFIG, CONTROL, GPU0, GPU1, INVENTORY, DeviceDriver
+from support.daemons import GIB, launch, make_daemon, on_loop
 
 from governor.config.load import parse_config
 from governor.daemon import gpu_guard

@@ -1,14 +1,15 @@
 """The hand-over of a freed GPU (issue 31, point 5): a GPU drains until no governed process
 holds its node, and the sweep ends a governed process holding a GPU it was not given; on the
-in-memory cgroup driver, with a fake /proc whose fds point at /dev/null (:mod:`gpu_fakes`)."""
+in-memory cgroup driver, with a fake /proc whose fds point at /dev/null (:mod:`support.gpus`)."""
 
 import asyncio
 import os
 import pwd
 from types import SimpleNamespace
 
-from gpu_fakes import CONFIG, DeviceDriver
-from test_daemon import GIB, launch, make_daemon
+from support.gpus import CONFIG, DeviceDriver
+from support.daemons import GIB, launch, make_daemon
+from support.waits import until
 
 from governor.daemon.handover import SWEEP_AFTER_HANDOVER_S
 from governor.core.gpus import Gpu, GpuInventory
@@ -16,14 +17,6 @@ from governor.wire.protocol import LaunchRequest, Peer
 
 NULL = (os.major(os.stat("/dev/null").st_rdev), os.minor(os.stat("/dev/null").st_rdev))
 ONE_GPU = GpuInventory(gpus=(Gpu(0, "/dev/null", *NULL, "GPU-aaaa"),), control=(), source="listed")
-
-
-async def until(fact, seconds=5.0):
-    """Wait (on the event loop) until ``fact()`` holds."""
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not fact():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 def test_a_freed_gpu_goes_to_the_next_task_only_once_no_other_process_holds_it(tmp_path):
@@ -49,7 +42,7 @@ def test_a_freed_gpu_goes_to_the_next_task_only_once_no_other_process_holds_it(t
         assert "queued" in await waiting.__anext__()
         daemon.hierarchy.driver.procs["A/task-1"] = []
         daemon.exits.check(["1"], "exit")
-        await until(lambda: ended and len(looks) >= 3)  # looked again and again: the holder stays
+        await until(lambda: ended and len(looks) >= 3, "the holder to be looked for three times")  # it stays
         assert ended == [101]  # ended once, not at every look
         status = daemon.observation.status()
         assert status["gpus"][0]["draining"] and status["gpus"][0]["task"] is None
@@ -63,7 +56,7 @@ def test_a_freed_gpu_goes_to_the_next_task_only_once_no_other_process_holds_it(t
         # An fd that was in flight (sent, not yet received) at the hand-over: its receiver is
         # found by the look that follows a hand-over.
         (proc / "101" / "fd" / "6").symlink_to("/dev/null")
-        await until(lambda: ended == [101, 101], seconds=SWEEP_AFTER_HANDOVER_S + 5)
+        await until(lambda: ended == [101, 101], "the sweep to end 101 again", timeout=SWEEP_AFTER_HANDOVER_S + 5)
 
     asyncio.run(scenario())
 
@@ -88,7 +81,7 @@ def test_processes_outside_governor_and_a_mig_sibling_keep_the_node_and_the_gpu_
 
     async def ended_task_1():
         daemon.exits.check(["1"], "exit")
-        await until(lambda: daemon.tasks.draining() == {})  # the look, on the hand-over thread
+        await until(lambda: daemon.tasks.draining() == {}, "the look, on the hand-over thread, to drain nothing")
 
     asyncio.run(ended_task_1())
     assert ended == [] and daemon.tasks.free_gpus(2) == [0]
@@ -111,7 +104,7 @@ def test_the_sweep_ends_a_governed_process_holding_a_gpu_it_was_not_given(tmp_pa
 
     async def sweep():
         daemon.handover.sweep()
-        await until(lambda: ended)  # the look, on the hand-over thread
+        await until(lambda: ended, "the look, on the hand-over thread, to end the holder")
 
     asyncio.run(sweep())
     assert ended == [101]
@@ -135,10 +128,10 @@ def test_a_starting_daemon_drains_the_free_gpus_before_handing_them_out(tmp_path
         daemon.handover.start()
         assert daemon.observation.status()["gpus"][0]["draining"]
         daemon.handover.drain()
-        await until(lambda: ended)  # the first look
+        await until(lambda: ended, "the first look to end the holder")
         assert ended == [101] and daemon.tasks.free_gpus(1) == []
         (proc / "101" / "fd" / "4").unlink()
-        await until(lambda: daemon.tasks.free_gpus(1) == [0])  # the next look
+        await until(lambda: daemon.tasks.free_gpus(1) == [0], "the next look to free GPU 0")
 
     asyncio.run(start())
     messages = [e["message"] for e in daemon.observation.status()["events"] if e["kind"].startswith("gpu_")]
@@ -166,7 +159,7 @@ def test_a_starting_daemon_ends_a_governed_process_holding_a_gpu_a_running_task_
     async def restart():
         again.recovery.readopt()
         again.handover.start()  # as serve() does, after re-adoption
-        await until(lambda: ended)  # the sweep, on the hand-over thread
+        await until(lambda: ended, "the sweep, on the hand-over thread, to end the holder")
 
     asyncio.run(restart())
     assert ended == [101] and again.tasks.gpu_holders() == {0: "1"}
@@ -207,7 +200,7 @@ def test_a_process_moved_into_a_session_holding_a_gpu_open_is_ended(tmp_path):
     async def govern():
         assert daemon.sessions.govern_process(501, 1) and daemon.sessions.govern_process(500, 1)
         await daemon.settled()
-        await until(lambda: ended)  # the look at the moved pids, on the hand-over thread
+        await until(lambda: ended, "the look at the moved pids to end the holder")
 
     asyncio.run(govern())
     assert driver.procs["A/session-1"] == [501, 500] and ended == [500]

@@ -8,8 +8,8 @@ import signal
 import subprocess
 
 import pytest
-from test_daemon import GIB, collect, launch, on_loop
-from test_daemon import daemon  # noqa: F401  (the fixture)
+from support.daemons import GIB, collect, launch, on_loop
+from support.waits import until
 
 from governor.cgroups.stats import CgroupStats
 from governor.host.accounting import ENDED_KEPT, exit_words
@@ -21,6 +21,12 @@ from governor.core.state import SHOWN_COMMAND_CHARS, Task
 from governor.errors import CgroupReadError, RequestError
 
 NOBODY = 65534  # a host user in no configured group: its own group "nobody"
+
+
+def _state(pid: int) -> str:
+    """The state letter /proc gives ``pid`` (``Z``: exited, not reaped yet)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
 
 
 def ask(daemon, request, uid=0):
@@ -173,7 +179,7 @@ def test_a_task_is_ended_at_its_time_limit(daemon):
                                 time_limit=0.05)
         await collect(daemon.requests.stream(request, Peer(pid=100, uid=0, gid=0)))
         assert len(daemon.tasks) == 1
-        await asyncio.sleep(0.2)
+        await until(lambda: not daemon.tasks, "the time limit to end task 1")
 
     asyncio.run(scenario())
     assert daemon.hierarchy.driver.killed == ["A/task-1"] and not daemon.tasks
@@ -188,10 +194,11 @@ def test_a_task_that_ends_first_leaves_no_timer(daemon):
                                 time_limit=0.1)
         await collect(daemon.requests.stream(request, Peer(pid=100, uid=0, gid=0)))
         daemon.hierarchy.driver.procs["A/task-1"] = []
+        timer = daemon.exits._time_limits["1"]
         daemon.exits.check(["1"], "exit")
-        await asyncio.sleep(0.2)
+        return timer
 
-    asyncio.run(scenario())
+    assert asyncio.run(scenario()).cancelled()  # it can never fire
     assert daemon.hierarchy.driver.killed == [] and not daemon.exits._time_limits
     assert daemon.exits.ended[-1].reason == "exit"
 
@@ -204,7 +211,7 @@ def test_a_readopted_task_past_its_time_limit_is_ended(daemon):
 
     async def scenario():
         daemon.recovery.readopt()
-        await asyncio.sleep(0.05)
+        await until(lambda: driver.killed, "the time limit to end the re-adopted task")
 
     asyncio.run(scenario())
     assert driver.killed == ["A/task-1"] and daemon.exits.ended[-1].reason == "time_limit"
@@ -262,12 +269,13 @@ def test_the_launched_process_exit_status_is_recorded_once_its_parent_reaped_it(
         request = LaunchRequest(pid=child.pid, group="A", demand={"cpu": 1.0, "memory": GIB}, command=("sh",))
         await collect(daemon.requests.stream(request, Peer(pid=child.pid, uid=0, gid=0, pidfd=pidfd)))
         child.stdin.close()  # read gets end of input: the shell exits 3
-        await asyncio.sleep(0.3)  # exited, not reaped yet
+        await until(lambda: _state(child.pid) == "Z", "the shell to exit (a zombie: not reaped yet)")
         daemon.hierarchy.driver.procs["A/task-1"] = []
         daemon.exits.check(["1"], "exit")
         pending = daemon.exits.ended[-1].exit_status
         child.wait()
-        await asyncio.sleep(0.6)
+        await until(lambda: not daemon.exits._pidfds and daemon.exits.ended[-1].exit_status is not None,
+                    "the daemon to read the exit status from the pidfd")
         return pending
 
     try:
@@ -338,7 +346,7 @@ def test_everyone_sees_a_long_command_line_cut_and_its_owner_whole(daemon):
 def test_a_restart_keeps_the_ended_records_and_numbers_on_where_the_last_daemon_stopped(daemon, tmp_path):
     # Issue 33, point 4: once every task had ended, a restarted daemon numbered from 1 again
     # (14 was `passwd`, later `g1`) and `ps --ended` had forgotten what ended before.
-    from test_daemon import make_daemon
+    from support.daemons import make_daemon
 
     launch_as(daemon, 200, NOBODY, name="passwd")
     launch_as(daemon, 300, NOBODY, name="sim")

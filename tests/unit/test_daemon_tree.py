@@ -8,31 +8,13 @@ import math
 import time
 
 import pytest
-from test_daemon import GIB, collect, launch, make_daemon, on_loop
+from support.daemons import GIB, TREE, collect, launch, make_daemon, on_loop
 
 from governor.config.load import parse_config
 from governor.errors import RequestError
 from governor.wire.protocol import LaunchRequest, Peer
 from governor.core.state import Task
 
-TREE = """
-[capacity]
-cpu = 2
-memory = "4G"
-[groups.D1]
-users = ["root"]
-[groups.D2]
-limit = { cpu = 1.5, memory = "3G" }
-[groups.L1]
-parent = "D2"
-users = ["root"]
-user_limit = { cpu = 1, memory = "2G" }
-[groups.L2]
-parent = "D2"
-users = ["root"]
-[sessions]
-enabled = false
-"""
 
 
 @pytest.fixture

@@ -13,8 +13,10 @@ from governor.host.daemons import SETTLED_MTIME_NS, DaemonEntry, Registry
 from governor.errors import GovernorError, RequestError
 from governor.wire.protocol import LaunchRequest, Peer
 from governor.cgroups.hierarchy import Location
-from test_daemon import on_loop
-from test_sessions import daemon, session_daemon  # noqa: F401 (fixture)
+from support.daemons import on_loop
+from support.sessions import session_daemon
+
+pytestmark = pytest.mark.daemon(make=session_daemon)  # the `daemon` fixture: sessions on
 
 
 def entry(tmp_path, pid=11, root="gov-a", proc_root="/gov-a"):

@@ -9,7 +9,7 @@ from fractions import Fraction
 
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from problems import amounts, cap, demand_vectors, problems, tasks_from
+from support.problems import amounts, cap, demand_vectors, problems, tasks_from
 
 from governor.core.drf import discrete_filling, progressive_filling
 from governor.core.model import GroupDemand

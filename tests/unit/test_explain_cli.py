@@ -21,7 +21,7 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from fake_socket import FakeSocket
+from support.fake_socket import FakeSocket
 from rich.console import Console
 
 from governor.cli.explain_view import explain_renderables

@@ -6,7 +6,7 @@ task's equal use; the history a kill -9 leaves is at most 5 s old. A fake clock 
 import json
 
 import pytest
-from test_daemon import GIB, launch, make_daemon, on_loop
+from support.daemons import GIB, launch, make_daemon, on_loop
 
 from governor.cgroups.stats import CgroupStats
 from governor.daemon.fairshare_history import FILE_NAME, SAVE_EVERY_S, save_due

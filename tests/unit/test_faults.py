@@ -21,7 +21,7 @@ from governor.errors import CgroupError, CgroupWriteError, ConfigError, Governor
 from governor.wire.metrics import Metrics
 from governor.wire.protocol import Peer, StatusRequest
 from governor.core.state import Task
-from test_daemon import GIB, daemon, on_loop  # noqa: F401  (the fixture)
+from support.daemons import GIB, on_loop
 
 GOVERNOR = str(Path(sys.executable).with_name("governor"))
 SCENARIO = Path(__file__).resolve().parents[2] / "configs" / "scenarios" / "paper.toml"
@@ -114,7 +114,7 @@ def test_cgroups_a_killed_daemon_left_without_records_are_cleaned_at_start(daemo
 
 
 def test_a_read_only_cgroupfs_refuses_launches_truthfully_and_the_daemon_serves_on(daemon):  # noqa: F811
-    from test_daemon import launch
+    from support.daemons import launch
     driver = daemon.hierarchy.driver
 
     def read_only(rel, *args):

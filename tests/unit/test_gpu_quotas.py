@@ -6,8 +6,8 @@ admit is refused at once; a guarantee of GPUs is exposed as memory's is."""
 import asyncio
 
 import pytest
-from test_daemon import GIB, launch, make_daemon
-from test_daemon_gpus import CONFIG, INVENTORY, DeviceDriver
+from support.daemons import GIB, launch, make_daemon
+from support.gpus import CONFIG, INVENTORY, DeviceDriver
 
 from governor.config.load import parse_config
 from governor.errors import ConfigError, RequestError
@@ -18,9 +18,8 @@ QUOTAS = CONFIG.replace('[groups.A]\nusers = ["root"]\n', '[groups.A]\nusers = [
                                   '[groups.B]\nusers = ["root"]\nuser_limit = { gpus = 1 }\nguarantee = { gpus = 1 }\n')
 
 
-@pytest.fixture
-def daemon(tmp_path):
-    return make_daemon(tmp_path, QUOTAS, driver=DeviceDriver(), find_gpus=lambda spec, control: INVENTORY)
+pytestmark = pytest.mark.daemon(  # the `daemon` fixture: two GPUs under quotas
+    make=lambda tmp_path: make_daemon(tmp_path, QUOTAS, driver=DeviceDriver(), find_gpus=lambda spec, control: INVENTORY))
 
 
 def test_the_quotas_take_gpus_as_whole_devices(daemon):

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 from hypothesis import given
 from hypothesis import strategies as st
-from problems import cap, problems, weights
+from support.problems import cap, problems, weights
 
 from governor.core.drf import progressive_filling
 from governor.core.model import GroupDemand

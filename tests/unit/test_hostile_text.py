@@ -19,7 +19,7 @@ from governor.cli.status_view import status_renderables
 from governor.cli.top_state import TopState, press
 from governor.cli.top_view import top_view
 from governor.wire.protocol import ExplainRequest, Peer, PsRequest, StatusRequest
-from test_daemon import GIB, daemon, launch, on_loop  # noqa: F401 (fixture)
+from support.daemons import GIB, launch, on_loop
 
 HOSTILE = ["[/oops]", "[bold red]x[/]", "\x1b]0;PWNED\x1b\\", "\x1b[8m", "\x9b31m", "\u202eevil", ":smile:",
            "tab\there", "bell\x07"]

@@ -2,7 +2,7 @@
 render the same group allocation identically (``GroupAllocation.to_json``), and a trace row as
 ``TraceRow.to_json``.
 
-The daemon (test_daemon's, with a dict for cgroupfs) runs A and B, each one task of <2 cores,
+The daemon (support.daemons', with a dict for cgroupfs) runs A and B, each one task of <2 cores,
 1G> on 2 cores and 4G; the scenario file says the same. Both groups are stopped by cpu at λ = 1/2:
 1 core and 512M each, dominant share 1/2, numbers exact in binary, so the daemon's floats and
 simulate's Fractions print the same.
@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 
 from click.testing import CliRunner
-from fake_socket import FakeSocket
-from test_daemon import daemon, launch  # noqa: F401 (a fixture)
+from support.fake_socket import FakeSocket
+from support.daemons import launch
 
 from governor.cli.main import main
 from governor.core.model import DEMAND_MET, GroupAllocation

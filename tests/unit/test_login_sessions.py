@@ -15,8 +15,10 @@ from governor.daemon.inbox import Reload
 from governor.errors import CgroupUnsupported, CgroupWriteError
 from governor.core.plan import held_login_limits, inside_root
 from governor.core.state import Task
-from test_daemon import GIB, on_loop
-from test_sessions import CONFIG, USER, daemon  # noqa: F401 (fixture)
+from support.daemons import GIB, on_loop
+from support.sessions import CONFIG, USER, session_daemon
+
+pytestmark = pytest.mark.daemon(make=session_daemon)  # the `daemon` fixture: sessions on
 
 
 class Systemctl:

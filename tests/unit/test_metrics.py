@@ -1,16 +1,10 @@
 """Metrics render from a status snapshot and parse with prometheus-client's own parser."""
 
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
-from status_sample import STATUS
+from support.rendered import samples
+from support.status_sample import STATUS
+from support.waits import until
 
 from governor.wire.metrics import Metrics
-
-
-def samples(metrics):
-    text = generate_latest(metrics.registry).decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def test_group_gauges_come_from_the_snapshot():
@@ -62,9 +56,10 @@ def test_idle_connections_cost_at_most_a_few_descriptors_for_a_few_seconds(monke
         await metrics.serve()
         fds = len(os.listdir("/proc/self/fd"))
         idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(200)]
-        await asyncio.sleep(0.2)
+        await until(lambda: sum(reader.at_eof() for reader, _ in idle) >= len(idle) - module.MAX_SCRAPES,
+                    "the server to close at once the connections over its limit")
         held = len(os.listdir("/proc/self/fd")) - fds - len(idle)  # the server's side of them
-        await asyncio.sleep(0.6)  # past the scrape timeout: the idle ones are closed
+        await until(lambda: all(reader.at_eof() for reader, _ in idle), "the scrape timeout to close the idle ones")
         answer = await scrape()
         for _, writer in idle:
             writer.close()
@@ -79,7 +74,7 @@ def test_idle_connections_cost_at_most_a_few_descriptors_for_a_few_seconds(monke
 # ── GPUs (issue 26, point 3) ─────────────────────────────────────────────────────────────
 
 def gpu_status() -> dict:
-    from status_sample import with_gpus
+    from support.status_sample import with_gpus
 
     return with_gpus(STATUS)
 
@@ -133,7 +128,7 @@ def test_the_nvml_sample_gives_utilization_memory_and_each_tasks_gpu_memory():
 def test_the_daemon_samples_nvml_on_its_sampler_only_for_served_metrics(tmp_path, monkeypatch):
     import asyncio
 
-    from test_daemon import GIB, launch, make_daemon
+    from support.daemons import GIB, launch, make_daemon
 
     import governor.daemon.observation as observation
     from governor.core.gpus import Gpu, GpuInventory, GpuUse
@@ -182,8 +177,7 @@ def test_the_daemon_samples_nvml_on_its_sampler_only_for_served_metrics(tmp_path
 
 def test_a_group_tree_is_labelled_so_a_sum_over_leaves_counts_each_task_once(tmp_path):
     # Issue 33, point 8: D2's series are the sums of L1's and L2's, unlabelled they were counted twice.
-    from test_daemon import GIB, launch, make_daemon
-    from test_daemon_tree import TREE
+    from support.daemons import GIB, TREE, launch, make_daemon
 
     daemon = make_daemon(tmp_path, TREE)
     for group, pid in (("D1", 100), ("L1", 200), ("L2", 300)):

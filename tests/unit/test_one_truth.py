@@ -24,7 +24,7 @@ from governor.config.load import parse_config
 from governor.wire.metrics import Metrics
 from governor.wire.protocol import ExplainRequest, Peer, PsRequest, StatusRequest
 from governor.config.resources import format_amount
-from test_daemon import GIB, launch, make_daemon, on_loop
+from support.daemons import GIB, launch, make_daemon, on_loop
 
 CONFIG = """
 [capacity]
@@ -45,9 +45,9 @@ enabled = false
 ROOT = Peer(pid=1, uid=0, gid=0)
 
 
-@pytest.fixture
-def daemon(tmp_path):
-    return make_daemon(tmp_path, CONFIG, members=lambda config: {"A": ["alice"], "B": ["bob"], "C": ["carol"]})
+pytestmark = pytest.mark.daemon(  # the `daemon` fixture: members in each group
+    make=lambda tmp_path: make_daemon(tmp_path, CONFIG,
+                                      members=lambda config: {"A": ["alice"], "B": ["bob"], "C": ["carol"]}))
 
 
 def rendered(*renderables, width: int = 200) -> str:

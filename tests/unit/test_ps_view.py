@@ -8,7 +8,7 @@ import io
 
 import pytest
 from rich.console import Console
-from test_task_commands_cli import ROWS
+from support.task_rows import ROWS
 
 from governor.cli.ps_view import tasks_table
 from governor.wire.ps import task_rows

@@ -8,7 +8,7 @@ import io
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
-from test_daemon import GIB, launch, make_daemon
+from support.daemons import GIB, launch, make_daemon
 
 from governor.host import access
 from governor.cli.explain_view import explain_renderables

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
-from test_daemon import GIB, collect, launch, make_daemon
-from test_task_commands_cli import ROWS
+from support.daemons import GIB, collect, launch, make_daemon
+from support.task_rows import ROWS
 
 from governor.config import resources
 from governor.cli.launch import plain

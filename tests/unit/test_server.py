@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 import os
+import select
 import shutil
 import socket
 import stat
@@ -17,11 +18,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from support.waits import until
 
 from governor.errors import ControlSocketError, RequestError
 from governor.wire.protocol import MAX_LINE_BYTES, Peer, SetWeightRequest, StatusRequest
 from governor.wire.server import ControlServer
-from wire_fakes import handlers_of
+from support.wire_fakes import handlers_of
 
 
 class FakeHandler:
@@ -367,10 +369,7 @@ def test_a_streamed_launch_sends_each_line_and_a_client_that_leaves_closes_its_s
             writer.write(launch)
             queued = json.loads(await reader.readline())
             writer.close()
-            for _ in range(100):
-                if handler.left:
-                    break
-                await asyncio.sleep(0.01)
+            await until(lambda: handler.left, "the stream of the client that left to be closed")
             left = list(handler.left)
             # Another waits and gets the task when admitted, though it sent a stray line meanwhile;
             # the connection then ends.
@@ -463,7 +462,7 @@ def test_one_uid_holds_at_most_its_connections_and_others_are_served(tmp_path):
     async def scenario():
         async with running(FakeHandler(), path, connections_per_uid=lambda: 3):
             made = _connected_as_another_user(path, 4)
-            await asyncio.sleep(0.2)  # all four accepted, in order
+            await until(lambda: select.select([made[3]], [], [], 0)[0], "the fourth connection's refusal")
             lines = await asyncio.gather(*(first_line(sock) for sock in made))
             return lines, await exchange(path, STATUS)
 
@@ -491,7 +490,7 @@ def test_a_client_that_stops_reading_is_cut_off_and_others_are_served(tmp_path, 
             sock = writer.get_extra_info("socket")
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             writer.write(b'{"op": "watch"}\n')
-            await asyncio.sleep(1.0)  # never reads
+            await until(lambda: "has not read for" in caplog.text, "the write timeout to cut off the client that never reads")
             open_now = len(server._connections)
             answer = await exchange(path, STATUS)
             writer.close()
@@ -527,7 +526,8 @@ def test_one_uids_unread_replies_stay_within_its_budget(tmp_path, monkeypatch):
             for _ in range(30):
                 await asyncio.sleep(0.05)
                 peak = max(peak, server._in_flight(os.getuid()))
-            await asyncio.sleep(2.5)  # the write timeout: the stalled ones are closed
+            await until(lambda: server._in_flight(os.getuid()) == 0, "the write timeout to close the stalled ones",
+                        timeout=10)
             left = server._in_flight(os.getuid())
             for writer in silent:
                 writer.close()

@@ -18,23 +18,11 @@ from governor.errors import RequestError
 from governor.host.procevents import ProcessEvents, parse_events
 from governor.host.session_rules import NOBODY_UID, SessionOwners, login_uid_min
 from governor.cgroups.hierarchy import Hierarchy, Location
-from test_daemon import GIB, FakeDriver, collect, make_daemon, on_loop
+from support.daemons import GIB, FakeDriver, collect, on_loop
+from support.sessions import CONFIG, USER, session_daemon
 from governor.wire.protocol import LaunchRequest, Peer
 
-# uid 1 ("daemon" on Debian) stands for a login user: uid_min is set to 1 below.
-USER = pwd.getpwuid(1).pw_name
-CONFIG = f"""
-[capacity]
-cpu = 2
-memory = "4G"
-[groups.A]
-users = ["{USER}"]
-[groups.B]
-users = ["root"]
-[sessions]
-cpu = 0.5
-memory = "3G"
-"""
+pytestmark = pytest.mark.daemon(make=session_daemon)  # the `daemon` fixture: sessions on
 
 
 def owners(text: str = CONFIG, uid_min: int = 1) -> SessionOwners:
@@ -133,25 +121,6 @@ def test_the_kernel_reports_an_exec_and_a_uid_change():
     finally:
         events.close()
 
-
-@pytest.fixture
-def daemon(tmp_path):
-    return session_daemon(tmp_path)
-
-
-def session_daemon(tmp_path, **options):
-    """A daemon on a fake tree whose sessions see the made-up pids of :data:`FAKE_UIDS`."""
-    driver = FakeDriver()
-    driver.move = lambda rel, pid: driver.procs.setdefault(rel, []).append(pid)
-    server = make_daemon(tmp_path, CONFIG, driver=driver, uid_min=1, host_pids=lambda: list(FAKE_UIDS), **options)
-    real, effective = server.sessions.real_uid, server.sessions.effective_uid
-    server.sessions.real_uid = lambda pid: FAKE_UIDS[pid] if pid in FAKE_UIDS else real(pid)
-    server.sessions.effective_uid = lambda pid: FAKE_UIDS[pid] if pid in FAKE_UIDS else effective(pid)
-    return server
-
-
-# The made-up pids these tests move, and the real uid each has "now".
-FAKE_UIDS = {500: 1, 501: 1, 600: 1, 601: 1, 602: 1, 700: 1, 801: 0, 900: 0}
 
 
 def test_an_event_uid_a_process_no_longer_has_moves_nothing(daemon):
@@ -323,7 +292,7 @@ def test_sessions_turned_on_by_a_reload_follow_process_events(tmp_path, daemon):
 
 
 def test_one_user_holds_at_most_max_tasks_per_user_and_root_is_not_bound(daemon):
-    from test_daemon import launch
+    from support.daemons import launch
     daemon.requests.use(parse_config(CONFIG + "[daemon]\nmax_tasks_per_user = 2\n", "t.toml"))
     on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))  # a session does not count
     for pid in (801, 802):
@@ -398,10 +367,10 @@ def test_a_full_state_directory_leaves_the_session_governed_and_writes_its_recor
     assert on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))
     assert 500 in daemon.hierarchy.driver.procs["A/session-1"]
     assert any("record is not written" in e["message"] for e in daemon.journal.events)
-    list(daemon._reconcile())  # still full: tried again later
+    on_loop(daemon, lambda: list(daemon.reconcile()))  # still full: tried again later
     assert not daemon.store.directory.joinpath("session-1.json").exists()
     monkeypatch.setattr(daemon.store, "save", save)
-    list(daemon._reconcile())
+    on_loop(daemon, lambda: list(daemon.reconcile()))
     assert daemon.store.directory.joinpath("session-1.json").exists() and not daemon.records.unsaved
 
 

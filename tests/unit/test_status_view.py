@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import copy
-import io
 
 import pytest
-from rich.console import Console
 
-from governor.cli.status_view import BORROWED_WIDTH, status_renderables
-from status_sample import NOW, STATUS, without_new_keys
-
-
-def render(status: dict, width: int, now: float = NOW) -> str:
-    console = Console(record=True, width=width, file=io.StringIO())
-    for renderable in status_renderables(status, now=now):
-        console.print(renderable)
-    return console.export_text()
+from governor.cli.status_view import BORROWED_WIDTH
+from support.rendered import render
+from support.status_sample import NOW, STATUS, without_new_keys
 
 
 def headers(text: str) -> list[list[str]]:
@@ -160,7 +152,7 @@ def test_memory_is_shown_reserved_not_guaranteed():
 
 @pytest.mark.parametrize("width", [80, 120])
 def test_the_gpus_table_says_who_holds_each_gpu(width):
-    from status_sample import with_gpus
+    from support.status_sample import with_gpus
 
     text = render(with_gpus(STATUS), width)
     assert max(len(line) for line in text.splitlines()) <= width
@@ -180,7 +172,7 @@ def test_the_gpus_table_says_who_holds_each_gpu(width):
 
 
 def test_a_draining_gpu_is_shown_draining_not_free():
-    from status_sample import with_gpus
+    from support.status_sample import with_gpus
 
     status = with_gpus(STATUS)
     status["gpus"][2]["draining"] = True  # its task ended; a process may still hold its node
@@ -190,7 +182,7 @@ def test_a_draining_gpu_is_shown_draining_not_free():
 
 
 def test_the_gpus_table_says_what_keeps_others_from_the_gpus():
-    from status_sample import with_gpus
+    from support.status_sample import with_gpus
 
     status = with_gpus(STATUS)
     status["daemon"]["gpu_guard"] = {"kind": "tasks", "guarded": [], "notes": []}
@@ -205,7 +197,7 @@ def test_no_gpus_governed_no_gpus_table():
 
 
 def test_gpu_names_and_uuids_are_shown_as_text():
-    from status_sample import with_gpus
+    from support.status_sample import with_gpus
 
     status = with_gpus(STATUS)
     status["gpus"][0]["name"] = "[bold red]evil[/] \x1b]0;PWNED\x07"

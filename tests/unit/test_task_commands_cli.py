@@ -1,5 +1,5 @@
 """``governor ps``, ``governor stop`` and run's ``--name``, ``--time-limit`` and ``--summary``
-against a ControlServer with a fake handler (see test_client_cli)."""
+against a ControlServer with a fake handler (support.client)."""
 
 from __future__ import annotations
 
@@ -9,35 +9,14 @@ import signal
 
 import pytest
 from click.testing import CliRunner
-from test_client_cli import FakeDaemon, governor
-from test_client_cli import daemon as _daemon  # noqa: F401  (the fixture, served below as `tasks_daemon`)
+from support.client import FakeDaemon, governor
+from support.task_rows import ENDED, ROWS
 
 from governor.cli.main import main
 from governor.cli.ps_view import process_tree
 from governor.cli.summary import summary_lines
 from governor.errors import RequestError
 from governor.wire.protocol import LaunchRequest, PsRequest, StopRequest
-
-M = 1024**2
-G = 1024**3
-ROWS = [
-    {"id": "7", "name": "build", "group": "physics", "user": "alice", "uid": 1000, "session": False, "pid": 4100,
-     "command": ["make", "-j4"], "started": 1000.0, "time_limit": 5400.0, "state": "running",
-     "demand": {"cpu": 2.0, "memory": 4 * G}, "guarantee": {"cpu": 1.5}, "reserved": {"memory": 4 * G},
-     "usage": {"cpu": 1.98, "memory": 812 * M},
-     "processes": [{"pid": 4100, "ppid": 1, "name": "make"}, {"pid": 4102, "ppid": 4100, "name": "cc1"},
-                   {"pid": 4101, "ppid": 4100, "name": "sh"}, {"pid": 4103, "ppid": 4101, "name": "ld"}],
-     "processes_total": 4},
-    {"id": "8", "name": "simulation-with-a-rather-long-name", "group": "physics", "user": "alice", "uid": 1000,
-     "session": False, "pid": 4200, "command": ["sim"], "started": None, "queued_at": 1090.0, "time_limit": None,
-     "state": "queued", "position": 1, "demand": {"cpu": 1.0, "memory": 16 * G}, "guarantee": {}, "reserved": {},
-     "reason": "memory: waits for 12.0G to free (held by physics 16.0G, ops 12.0G)", "usage": {},
-     "processes": [], "processes_total": 0},
-]
-ENDED = [{"id": "5", "name": "sleep", "group": "physics", "user": "alice", "uid": 1000, "pid": 4000,
-          "command": ["sleep", "100"], "session": False, "demand": {"cpu": 1.0, "memory": G}, "time_limit": 2.0,
-          "started": 900.0, "ended": 902.01, "wall_s": 2.01, "reason": "time_limit", "stopped_by": None,
-          "exit_status": None, "cpu_s": 1.996, "throttled_s": 0.25, "memory_peak": 1258291, "oom_kills": 0}]
 
 
 class TasksDaemon(FakeDaemon):
@@ -59,12 +38,12 @@ class TasksDaemon(FakeDaemon):
 
 
 @pytest.fixture
-def tasks_daemon(_daemon, monkeypatch):
+def tasks_daemon(fake_daemon, monkeypatch):
     """The fake daemon's socket, answered by a TasksDaemon."""
     fake = TasksDaemon()
-    fake.path = _daemon.path
-    monkeypatch.setattr(_daemon, "handle", fake.handle)
-    monkeypatch.setattr(_daemon, "stream", fake.stream)
+    fake.path = fake_daemon.path
+    monkeypatch.setattr(fake_daemon, "handle", fake.handle)
+    monkeypatch.setattr(fake_daemon, "stream", fake.stream)
     monkeypatch.setenv("GOVERNOR_SOCKET", fake.path)
     return fake
 

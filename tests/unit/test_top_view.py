@@ -16,7 +16,7 @@ from rich.console import Console
 
 from governor.cli.top_state import SORTS, TopState, parse_keys, press, visible_groups
 from governor.cli.top_view import top_view
-from status_sample import NOW, STATUS, without_new_keys
+from support.status_sample import NOW, STATUS, without_new_keys
 
 SIZES = [(80, 24), (120, 40)]
 
@@ -293,7 +293,7 @@ def test_a_group_tree_shows_children_under_their_parent_and_enter_folds_them():
 # ── GPUs (issue 26, point 3) ─────────────────────────────────────────────────────────────
 
 def gpu_sample() -> dict:
-    from status_sample import with_gpus
+    from support.status_sample import with_gpus
 
     return with_gpus(sample())
 

@@ -1,6 +1,6 @@
 """Stand-in device nodes for the tests that guard GPUs on a real kernel, shared by
 tests/cgroups (the device program, ``devices.deny``) and tests/integration (the daemon's GPU
-scenario). Importable as ``device_nodes`` (tests/ is on ``sys.path`` through its conftest).
+scenario). Importable as ``support.device_nodes`` (tests/ is on ``sys.path`` through its conftest).
 
 A stand-in is a character node on a major number no driver holds here: one of the majors
 Documentation/admin-guide/devices.txt keeps for local and experimental use (240–254) that

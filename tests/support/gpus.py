@@ -4,7 +4,7 @@ cgroup driver that keeps each cgroup's device rules (:class:`DeviceDriver`)."""
 from governor.cgroups.device_rules import devices_text
 from governor.cgroups.limits import V2_DEVICE_PROGRAM
 from governor.core.gpus import Gpu, GpuInventory
-from test_daemon import FakeDriver
+from support.daemons import FakeDriver
 
 
 CONFIG = """

@@ -1,0 +1,32 @@
+"""Whether this host can run the real-kernel tests: why not, or None."""
+
+import os
+
+from governor.cgroups import detect
+
+
+def v1_skip_reason() -> str | None:
+    """Why the cgroup v1 tests (marker ``kernel_v1``) cannot run here, or None when they can."""
+    if os.geteuid() != 0:
+        return "needs root to create cgroups"
+    try:
+        mode = detect.host_mode()
+    except Exception as error:  # no cgroup mount at all
+        return f"no cgroup hierarchy: {error}"
+    if mode == "unified":
+        return "host is cgroup v2 only (the v2 suite covers it)"
+    missing = {"cpu", "cpuacct", "cpuset", "memory"} - set(detect.v1_mounts())
+    return f"v1 controllers not mounted: {', '.join(sorted(missing))}" if missing else None
+
+
+def v2_skip_reason() -> str | None:
+    """Why the cgroup v2 tests (marker ``kernel_v2``) cannot run here, or None when they can."""
+    if os.geteuid() != 0:
+        return "needs root to create cgroups"
+    try:
+        mode = detect.host_mode()
+    except Exception as error:  # no cgroup mount at all
+        return f"no cgroup hierarchy: {error}"
+    if mode != "unified":
+        return f"host cgroups are {mode}, not v2 (run this suite with ../shared/vm/run-in-vm)"
+    return None

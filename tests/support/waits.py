@@ -1,0 +1,28 @@
+"""Waiting on facts, never on a sleep: poll a condition until it holds or a timeout says which
+fact never came (the polling interval is no synchronisation: the fact is)."""
+
+import asyncio
+import time
+from collections.abc import Callable
+
+
+async def until(fact: Callable[[], object], what: str, *, timeout: float = 5.0) -> None:
+    """Wait on the running event loop, giving it turns, until ``fact()`` is true.
+
+    Raises:
+        AssertionError: ``fact()`` still false after ``timeout`` seconds, naming ``what``.
+    """
+    deadline = time.monotonic() + timeout
+    while not fact():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+def wait_until(fact: Callable[[], object], what: str, *, timeout: float = 5.0) -> None:
+    """:func:`until` for code without an event loop (a thread, a subprocess's state)."""
+    deadline = time.monotonic() + timeout
+    while not fact():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.005)
