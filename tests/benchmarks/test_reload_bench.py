@@ -73,7 +73,7 @@ def test_reload_loop_hold(benchmark, big_daemon):
     benchmark.extra_info["loop_hold_ms"] = [round(hold * 1000, 1) for hold in holds]
     print(f"\n{GROUPS:,} groups: reload's longest hold of the event loop per round (ms): "
           f"{', '.join(f'{hold * 1000:.1f}' for hold in holds)}")
-    assert big_daemon.status()["groups"]["g09999"]["weight"] == 4
+    assert big_daemon.observation.status()["groups"]["g09999"]["weight"] == 4
 
 
 EVERYONE = ('[capacity]\ncpu = 2\nmemory = "4G"\n[groups.A]\nusers = ["root"]\n[groups."*"]\n'
