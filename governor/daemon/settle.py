@@ -1,8 +1,8 @@
 """Settle: the one pipeline every event goes through (DESIGN.md §4), and the only caller of a
 refill. Events (:mod:`governor.daemon.inbox`: a launch, exits, a session, a reload, a
-sample, a GPU handed over) are put in its inbox; those of one
-turn of the event loop, or of the :data:`SETTLE_GAP_S` since the last settle, are settled
-together (Mesos's coalescing ``allocate()``)::
+sample, a GPU handed over) are put in the :class:`~governor.daemon.inbox.Inbox`; those of one
+turn of the event loop, or of the :data:`~governor.daemon.inbox.SETTLE_GAP_S` since the last
+settle, are settled together (Mesos's coalescing ``allocate()``)::
 
     admit (discrete DRF on memory) → create (the cgroups, on the cgroup thread) → caps →
     plan + apply (one refill) → records → move (on the cgroup thread) → reply
@@ -12,23 +12,22 @@ Settles run one after another: what an event brings while one runs waits for the
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import signal
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from governor.core import vocabulary
 from governor.core.admission import Waiting, admit
 from governor.cgroups.hierarchy import Hierarchy
 from governor.daemon import gpu_places
 from governor.daemon.enforcement import Enforcement
-from governor.daemon.inbox import Event, Exit, Reload
+from governor.daemon.inbox import Batch, Inbox, Reload
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
 from governor.daemon.tree import Tree
+from governor.daemon.waiting import Queue, reserved
 from governor.errors import GovernorError, ProcessGone, RequestError
 from governor.core.headroom import guarantees
 from governor.host.notify import Notifier
@@ -36,12 +35,9 @@ from governor.core.quotas import quotas
 from governor.core.queue import Entry
 from governor.core.state import Task, Tasks
 
-__all__ = ["SETTLE_GAP_S", "Settle"]
+__all__ = ["Settle"]
 
 log = logging.getLogger("governor.daemon")
-# Least time between two settles: under a storm the events of these milliseconds fold into one
-# settle (one refill, not one per turn of the event loop); a sparse event settles at once.
-SETTLE_GAP_S = 0.005
 
 
 class Settle:
@@ -50,26 +46,25 @@ class Settle:
     Args:
         hierarchy, tree: governor's cgroups, and the thread that makes and joins them.
         policy: the config in force; tasks: the running tasks; queue: task id → the launch
-            waiting for it (:class:`~governor.core.queue.Entry`); records: their records.
+            waiting for it, and the last admission (:class:`~governor.daemon.waiting.Queue`); records: their records.
         enforcement: the refill; journal: events; notifier: systemd's STATUS line.
         usage: cgroup → its measured use, as observation keeps it (a session holds what it
             uses: admission counts it).
+        inbox: the events to settle (:class:`~governor.daemon.inbox.Inbox`): settle reads
+            each batch of it.
+        follow: what to do with a task once it started (watch its exit, arm its time limit:
+            :meth:`Exits.follow <governor.daemon.exits.Exits.follow>`): called with the task
+            and its launch.
+        drain_gpus: look for the processes still holding the GPUs ended tasks left
+            (:meth:`Handover.drain <governor.daemon.handover.Handover.drain>`); called at each
+            settle.
         metrics: optional sink with ``admitted(waited_seconds)``.
-
-    Attributes:
-        admission: the last admission (:class:`~governor.core.admission.Admission`), for the queue's
-            views; None before the first.
-        follow: what to do with a task once it started (set by the composition root: watch
-            its exit, arm its time limit): called with the task and its launch.
-        drain_gpus: look for the processes still holding the GPUs ended tasks left (set by the
-            composition root: :meth:`~governor.daemon.handover.Handover.drain`); called at
-            each settle.
-        closing: set when the daemon stops: nothing starts any more.
     """
 
-    def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, queue: dict[str, Entry],
+    def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, queue: Queue,
                  records: Records, enforcement: Enforcement, journal: Journal, notifier: Notifier,
-                 usage: Mapping[str, Mapping[str, float]], metrics=None):
+                 usage: Mapping[str, Mapping[str, float]], inbox: Inbox, follow: Callable[[Task, Entry], None],
+                 drain_gpus: Callable[[], None], metrics=None):
         self.hierarchy = hierarchy
         self.tree = tree
         self.policy = policy
@@ -81,28 +76,10 @@ class Settle:
         self.notifier = notifier
         self.usage = usage
         self.metrics = metrics
-        self.admission = None
-        self.follow: Callable[[Task, Entry], None] = lambda task, entry: None
-        self.drain_gpus: Callable[[], None] = lambda: None
-        self.closing = False
-        self._batch: _Batch | None = None  # events waiting for the next settle
-        self._running: asyncio.Task | None = None  # the settle under way
-        self._settled_at = 0.0  # time.perf_counter() when the last settle ended
-
-    def put(self, event: Event) -> asyncio.Future:
-        """Settle once for ``event`` and every other of this turn of the event loop, or of the
-        :data:`SETTLE_GAP_S` since the last settle (later still while one runs). The refill's
-        delay is measured from the event's ``since`` (an :class:`~governor.daemon.inbox.Exit`;
-        others: now).
-
-        Returns:
-            A future done once settled, which raises what settling raised (also logged).
-
-        Raises:
-            RuntimeError: no event loop runs in this thread (the daemon runs on one).
-        """
-        since = event.since if isinstance(event, Exit) and event.since is not None else time.perf_counter()
-        return self._soon(event.trigger, event.refill, since)
+        self.inbox = inbox
+        self.follow = follow
+        self.drain_gpus = drain_gpus
+        inbox.read_by(self._settle_batch)
 
     def now(self, event: Reload) -> None:
         """Refill now, for an operation whose reply must find its change in force (a reload,
@@ -111,43 +88,7 @@ class Settle:
         again too (:meth:`Enforcement.refill <governor.daemon.enforcement.Enforcement.refill>`)."""
         self._refill_now(event.trigger, True, time.perf_counter(), event.full)
         if self.queue:
-            self._soon(event.trigger, False, time.perf_counter())
-
-    def _soon(self, trigger: str, refill: bool, since: float) -> asyncio.Future:
-        loop = asyncio.get_running_loop()
-        batch = self._batch
-        if batch is None:
-            batch = self._batch = _Batch(loop.create_future(), [], False, since, since)
-            self._schedule(loop)
-        batch.triggers.append(trigger)
-        batch.refill |= refill
-        batch.since = min(batch.since, since)
-        batch.latest = time.perf_counter()
-        return batch.done
-
-    async def drain(self) -> None:
-        """Wait until every settle asked for so far is done (the daemon stopping; or
-        :meth:`Daemon.settled <governor.daemon.root.Daemon.settled>`)."""
-        while self.pending:
-            running = self._running is not None and not self._running.done()
-            await asyncio.wait([self._running if running else self._batch.done])
-
-    @property
-    def pending(self) -> bool:
-        """Whether a settle is asked for or under way."""
-        return self._batch is not None or (self._running is not None and not self._running.done())
-
-    def reserved(self) -> dict[str, dict[str, float]]:
-        """Group → what its running tasks hold in the admission count
-        (:func:`governor.core.vocabulary.reserved`): declared memory, and a session's use."""
-        held = {g: vocabulary.reserved(d) for g, d in self.tasks.demands().items()}
-        for session in self.tasks.sessions():
-            declared = vocabulary.reserved(session.demand)
-            using = vocabulary.reserved(session.demand, session=True, used=self.usage.get(session.cgroup))
-            group = held.setdefault(session.group, {})
-            for resource, amount in declared.items():
-                group[resource] = group.get(resource, 0.0) - amount + using.get(resource, 0.0)
-        return held
+            self.inbox.add(event.trigger, False, time.perf_counter())
 
     def started_reply(self, task: Task) -> dict:
         """The launch reply of a running task: its id, group, cgroup, the caps in force and,
@@ -168,41 +109,13 @@ class Settle:
 
     # ── the batch ───────────────────────────────────────────────────────────────────────
 
-    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._running is not None and not self._running.done():
-            return  # the settle under way starts the next when it ends
-        wait = self._settled_at + SETTLE_GAP_S - time.perf_counter()
-        if wait > 0:
-            loop.call_later(wait, self._start)
-        else:
-            loop.call_soon(self._start)
-
-    def _start(self) -> None:
-        if self._batch is None or (self._running is not None and not self._running.done()):
-            return
-        batch, self._batch = self._batch, None
-        self._running = asyncio.get_running_loop().create_task(self._settle_batch(batch))
-
-    async def _settle_batch(self, batch: _Batch) -> None:
+    async def _settle_batch(self, batch: Batch) -> None:
         # A refill since the last of these events (a reload's, a weight's) already counted them.
         refill = batch.refill and self.enforcement.refilled_at < batch.latest
-        trigger = _combined(batch.triggers)
-        try:
-            await self._settle(trigger, refill, batch.since)
-        except Exception as error:
-            log.exception("settling after %s failed", trigger)
-            batch.done.set_exception(error)
-            batch.done.exception()  # logged above: only a launch that awaits it raises it again
-        else:
-            batch.done.set_result(None)
-        finally:
-            self._settled_at = time.perf_counter()
-            self._running = None
-            if self._batch is not None:
-                self._schedule(asyncio.get_running_loop())
+        await self._settle(batch.trigger, refill, batch.since)
 
     def _refill_now(self, trigger: str, refill: bool, since: float, full: bool = False) -> None:
-        if self.closing:
+        if self.inbox.closing:
             return
         self.journal.changed()
         self.drain_gpus()
@@ -218,23 +131,23 @@ class Settle:
         """Admit the waiting tasks that fit, start them, refill the groups once, and tell the
         clients still waiting where they stand. Nothing starts while the daemon stops: its
         waiting clients will ask the next one."""
-        if self.closing:
+        if self.inbox.closing:
             return
         self.journal.changed()  # the queue changes, even when nothing is logged
         self.drain_gpus()
         waiting = [Waiting(e.task.id, e.task.group, e.task.demand, e.task.user)
                    for e in self.queue.values() if not e.decided]
         weights = {w.group: self.policy.fair_weight(w.group) for w in waiting}
-        held = self.reserved()
+        held = reserved(self.tasks, self.usage)
         running = {g: {**d, **held.get(g, {})} for g, d in self.tasks.demands().items()}
         # A draining GPU is not free yet: it goes to no one until its last holder is gone.
         capacity, draining = self.policy.capacity, len(self.tasks.draining())
         if draining:
             capacity = {**capacity, "gpu": capacity.get("gpu", 0.0) - draining}
-        self.admission = admit(capacity, running, self.tasks.counts(), weights, waiting,
+        self.queue.admission = admit(capacity, running, self.tasks.counts(), weights, waiting,
                                quotas(self.policy.config, self.tasks, waiting),
                                guarantees(self.policy.config))
-        starting = [self.queue[task_id] for task_id in self.admission.admitted]
+        starting = [self.queue[task_id] for task_id in self.queue.admission.admitted]
         if starting and self.enforcement.cpu_saturated:
             # The hold was measured without the new tasks; the next sample decides again.
             self.enforcement.hold(False, "a task starts: groups are no longer held to their CPU guarantees")
@@ -369,28 +282,3 @@ class Settle:
             code = "bad_request" if isinstance(error, ProcessGone) else "unavailable"
             error = RequestError(code, str(error))
         entry.decide(error=error)
-
-
-@dataclass
-class _Batch:
-    """Events to settle together: when they are settled (``done``), what they were, whether
-    any needs a refill, when the first was seen and when the last was added
-    (``time.perf_counter()``)."""
-
-    done: asyncio.Future
-    triggers: list[str]
-    refill: bool
-    since: float
-    latest: float
-
-
-def _combined(triggers: list[str]) -> str:
-    """One trigger for events settled together: ``launch of 3 tasks, reload``."""
-    if len(triggers) == 1:
-        return triggers[0]
-    tasks: dict[str, list[str]] = {}
-    for trigger in triggers:
-        kind, of_task, _ = trigger.partition(" of task ")
-        tasks.setdefault(kind if of_task else trigger, []).append(trigger)
-    return ", ".join(same[0] if len(same) == 1 else f"{kind} of {len(same)} tasks" if " of task " in same[0]
-                     else kind for kind, same in tasks.items())
