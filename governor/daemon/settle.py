@@ -7,7 +7,10 @@ settle, are settled together (Mesos's coalescing ``allocate()``)::
     admit (discrete DRF on memory) → create (the cgroups, on the cgroup thread) → caps →
     plan + apply (one refill) → records → move (on the cgroup thread) → reply
 
-Settles run one after another: what an event brings while one runs waits for the next.
+The decision (admit, and how the admitted start) is a pure step over a snapshot
+(:func:`governor.daemon.settle_step.step`); this module takes the snapshot and carries out
+its effects. Settles run one after another: what an event brings while one runs waits for
+the next.
 """
 
 from __future__ import annotations
@@ -16,9 +19,7 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 
-from governor.core.admission import Waiting, admit
 from governor.cgroups.hierarchy import Hierarchy
 from governor.daemon import gpu_places
 from governor.daemon.enforcement import Enforcement
@@ -26,12 +27,11 @@ from governor.daemon.inbox import Batch, Inbox, Reload
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
+from governor.daemon.settle_step import Snapshot, step
 from governor.daemon.tree import Tree
-from governor.daemon.waiting import Queue, reserved
+from governor.daemon.waiting import Queue
 from governor.errors import GovernorError, ProcessGone, RequestError
-from governor.core.headroom import guarantees
 from governor.host.notify import Notifier
-from governor.core.quotas import quotas
 from governor.core.queue import Entry
 from governor.core.state import Task, Tasks
 
@@ -135,25 +135,19 @@ class Settle:
             return
         self.journal.changed()  # the queue changes, even when nothing is logged
         self.drain_gpus()
-        waiting = [Waiting(e.task.id, e.task.group, e.task.demand, e.task.user)
-                   for e in self.queue.values() if not e.decided]
-        weights = {w.group: self.policy.fair_weight(w.group) for w in waiting}
-        held = reserved(self.tasks, self.usage)
-        running = {g: {**d, **held.get(g, {})} for g, d in self.tasks.demands().items()}
-        # A draining GPU is not free yet: it goes to no one until its last holder is gone.
-        capacity, draining = self.policy.capacity, len(self.tasks.draining())
-        if draining:
-            capacity = {**capacity, "gpu": capacity.get("gpu", 0.0) - draining}
-        self.queue.admission = admit(capacity, running, self.tasks.counts(), weights, waiting,
-                               quotas(self.policy.config, self.tasks, waiting),
-                               guarantees(self.policy.config))
-        starting = [self.queue[task_id] for task_id in self.queue.admission.admitted]
-        if starting and self.enforcement.cpu_saturated:
-            # The hold was measured without the new tasks; the next sample decides again.
+        waiting = [e for e in self.queue.values() if not e.decided]
+        effects = step(Snapshot(config=self.policy.config, capacity=self.policy.capacity, gpus=self.policy.gpus,
+                                weight=self.policy.fair_weight, tasks=self.tasks, usage=self.usage,
+                                waiting=[e.task for e in waiting], cpu_saturated=self.enforcement.cpu_saturated,
+                                refill=refill, now=time.time()))
+        self.queue.admission = effects.admission
+        starting = [self.queue[task.id] for task in effects.starts]
+        for entry, task in zip(starting, effects.starts):
+            entry.task = task
+        if effects.release:
             self.enforcement.hold(False, "a task starts: groups are no longer held to their CPU guarantees")
-            refill = True
         started = await self._create(starting)
-        if refill or started:
+        if effects.refill or started:
             self.enforcement.refill(trigger, since=since)
         if await self._move_in(started) < len(started):
             self.enforcement.refill(f"failed start after {trigger}")
@@ -165,19 +159,13 @@ class Settle:
         self.notifier.send(f"STATUS={self.summary()}")
 
     async def _create(self, starting: list[Entry]) -> list[Entry]:
-        """Make the admitted tasks' cgroups with their caps, device rules included (before
+        """Make the admitted tasks' cgroups (where :func:`~governor.daemon.settle_step.step`
+        placed them) with their caps, device rules included (before
         :meth:`_move_in`: nothing joins a cgroup before its caps are in force); refuse the
         launches whose cgroup could not be made or limited, or whose GPUs a reload during the
-        make took away (:func:`~governor.daemon.gpu_places.starting`). A
-        task that waited starts now (its time limit counts from here)."""
+        make took away (:func:`~governor.daemon.gpu_places.starting`)."""
         if not starting:
             return []
-        free = self.tasks.free_gpus(round(self.policy.capacity.get("gpu", 0)))
-        for entry in starting:  # where its group is now (a reload may have moved an empty group)
-            wanted = round(entry.task.demand.get("gpu", 0))  # admission counted them free
-            gpus, free = tuple(free[:wanted]), free[wanted:]
-            entry.task = replace(entry.task, started=time.time(), place=self.policy.config.place(entry.task.group),
-                                 gpus=gpus, gpu_identities=gpu_places.identities(self.policy.gpus, gpus))
         made = await self.tree.call(lambda: self.tree.make([entry.task.cgroup for entry in starting]))
         started = []
         for entry, error in zip(starting, made):
