@@ -13,7 +13,8 @@ from governor.cgroups.hierarchy import Hierarchy, Location
 from governor.daemon.inbox import Inbox, Launch, Left
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
-from governor.daemon.settle import Settle
+from governor.daemon.starts import Starts
+from governor.daemon.waiting import Queue
 from governor.host.daemons import Registry, other_daemon
 from governor.errors import CgroupError, GovernorError, RequestError
 from governor.core.headroom import check_beside_headroom
@@ -33,20 +34,22 @@ class Launches:
 
     Args:
         hierarchy: where the caller is; policy: the config in force; tasks: the running
-            tasks; store: gives out task ids; settle: admits and starts; inbox: told of
-            a launch, and of a launch that left the queue; journal: events;
+            tasks; store: gives out task ids; queue: the launches waiting; inbox: told of a
+            launch, and of a launch that left the queue (settle admits); starts: the started
+            task's reply (:meth:`Starts.started_reply
+            <governor.daemon.starts.Starts.started_reply>`); journal: events;
         registry: this host's daemons: a caller in another's cgroups is refused.
     """
 
-    def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, store: TaskStore, settle: Settle,
-                 inbox: Inbox, journal: Journal, registry: Registry | None):
+    def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, store: TaskStore, queue: Queue,
+                 inbox: Inbox, starts: Starts, journal: Journal, registry: Registry | None):
         self.hierarchy = hierarchy
         self.policy = policy
         self.tasks = tasks
         self.store = store
-        self.settle = settle
+        self.queue = queue
         self.inbox = inbox
-        self.queue = settle.queue
+        self.starts = starts
         self.journal = journal
         self.registry = registry
 
@@ -76,13 +79,13 @@ class Launches:
         outer = self._task_of(self._where_launching(request.pid))
         if outer is not None and outer.pid == request.pid:
             # Its client lost the reply (a daemon restart) and asked again: it already runs.
-            yield self.settle.started_reply(outer)
+            yield self.starts.started_reply(outer)
             return
         if outer is not None:
             # `governor run` inside a task (a script that uses it, run with it): the process
             # stays in the task it is in, whose demand already counts; a second task would
             # count it twice.
-            yield {**self.settle.started_reply(outer), "nested": True}
+            yield {**self.starts.started_reply(outer), "nested": True}
             return
         self._check_task_limit(peer.uid, who.user)
         try:

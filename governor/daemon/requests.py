@@ -22,6 +22,7 @@ from governor.daemon.journal import Journal
 from governor.daemon.launches import Launches
 from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
+from governor.daemon.records import Records
 from governor.daemon.sessions import Sessions
 from governor.daemon.settle import Settle
 from governor.errors import CgroupError, ConfigError, FillingDiverged, GovernorError, RequestError
@@ -48,21 +49,23 @@ class Requests:
     Args:
         hierarchy: where a task's processes are listed; policy: the config in force; tasks:
             the running tasks; launches, settle, exits, sessions, observation: the stages the
-            operations go to; inbox: told of a task stopped in the queue; journal: events; notifier: systemd's RELOADING/READY; gpu_guard:
-            put again when a reload is put in force.
+            operations go to; inbox: told of a task stopped in the queue; records: the task
+            records; journal: events; notifier: systemd's RELOADING/READY; gpu_guard: put again
+            when a reload is put in force.
         load_config: reads the config file again, for reload (raises ConfigError); None: the
             daemon runs on the embedded default.
     """
 
     def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, launches: Launches, settle: Settle,
-                 inbox: Inbox, exits: Exits, sessions: Sessions, observation: Observation, journal: Journal, notifier: Notifier,
-                 gpu_guard: GpuGuard, load_config: Callable[[], Config] | None):
+                 inbox: Inbox, records: Records, exits: Exits, sessions: Sessions, observation: Observation,
+                 journal: Journal, notifier: Notifier, gpu_guard: GpuGuard, load_config: Callable[[], Config] | None):
         self.hierarchy = hierarchy
         self.policy = policy
         self.tasks = tasks
         self.launches = launches
         self.settle = settle
         self.inbox = inbox
+        self.records = records
         self.queue = settle.queue
         self.exits = exits
         self.sessions = sessions
@@ -263,7 +266,7 @@ class Requests:
             before = self.tasks.get(task.id)
             self.tasks.update(task)
             if task.gpu_identities != before.gpu_identities:
-                self.settle.records.save_or_retry(task)
+                self.records.save_or_retry(task)
         self.tasks.redrain(gpu_places.renumbered(inventory, self.policy.gpus, self.tasks.draining()))
         self.sessions.reset()
 

@@ -35,6 +35,7 @@ from governor.daemon.recovery import Recovery
 from governor.daemon.requests import Requests
 from governor.daemon.sessions import RESCAN_INTERVAL_S, Sessions
 from governor.daemon.settle import Settle
+from governor.daemon.starts import Starts
 from governor.daemon.tree import Tree
 from governor.daemon.waiting import Queue
 from governor.host.daemons import DaemonEntry, Registry
@@ -133,14 +134,17 @@ class Daemon:
         self.gpu_guard = GpuGuard(hierarchy=hierarchy, policy=self.policy, journal=self.journal, registry=registry)
         self.observation = Observation(hierarchy=hierarchy, tasks=self.tasks, policy=self.policy,
                                        enforcement=self.enforcement, queue=self.queue, inbox=self.inbox,
-                                       journal=self.journal, gpu_guard=self.gpu_guard.describe, usage=usage, fair_share=self.fair_share)
+                                       journal=self.journal, gpu_guard=self.gpu_guard.describe, usage=usage,
+                                       fair_share=self.fair_share)
         self.exits = Exits(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                            records=self.records, inbox=self.inbox, observation=self.observation,
                            journal=self.journal)
-        self.settle = Settle(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
-                             queue=self.queue, records=self.records, enforcement=self.enforcement,
-                             journal=self.journal, notifier=self.notifier, usage=usage, inbox=self.inbox,
-                             follow=self.exits.follow, drain_gpus=self.handover.drain, metrics=metrics)
+        self.starts = Starts(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
+                             queue=self.queue, records=self.records, journal=self.journal, follow=self.exits.follow,
+                             metrics=metrics)
+        self.settle = Settle(policy=self.policy, tasks=self.tasks, queue=self.queue, starts=self.starts,
+                             enforcement=self.enforcement, journal=self.journal, notifier=self.notifier, usage=usage,
+                             inbox=self.inbox, drain_gpus=self.handover.drain)
         self.sessions = Sessions(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                                  records=self.records, inbox=self.inbox, enforcement=self.enforcement,
                                  exits=self.exits, journal=self.journal, host_pids=host_pids, registry=registry,
@@ -148,10 +152,11 @@ class Daemon:
         self.recovery = Recovery(hierarchy=hierarchy, tree=self.tree, store=store, tasks=self.tasks,
                                  policy=self.policy, exits=self.exits, journal=self.journal, settle=self.settle)
         self.launches = Launches(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, store=store,
-                                 settle=self.settle, inbox=self.inbox, journal=self.journal,
+                                 queue=self.queue, inbox=self.inbox, starts=self.starts, journal=self.journal,
                                  registry=registry)
         self.requests = Requests(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, launches=self.launches,
-                                 settle=self.settle, inbox=self.inbox, exits=self.exits, sessions=self.sessions,
+                                 settle=self.settle, inbox=self.inbox, records=self.records,
+                                 exits=self.exits, sessions=self.sessions,
                                  observation=self.observation, journal=self.journal, notifier=self.notifier,
                                  gpu_guard=self.gpu_guard, load_config=load_config)
 
