@@ -16,6 +16,7 @@ from governor.cgroups.hierarchy import Hierarchy
 from governor.config.load import Config
 from governor.daemon import gpu_places
 from governor.daemon.exits import Exits
+from governor.daemon.filling import fill
 from governor.daemon.gpu_guard import GpuGuard
 from governor.daemon.inbox import Inbox, Left, Reload
 from governor.daemon.journal import Journal
@@ -243,7 +244,7 @@ class Requests:
         """
         demands = self.tasks.demands()
         try:
-            traced = self.policy.fill(demands, trace=True)
+            traced = fill(self.policy.config, self.policy.capacity, self.policy.fair_weight, demands, trace=True)
         except FillingDiverged as error:
             raise RequestError("unavailable", f"the allocation failed ({error}); the last good plan stays "
                                               "in force") from error
