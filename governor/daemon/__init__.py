@@ -13,8 +13,13 @@ one stage a module, wired by :mod:`governor.daemon.root`::
 
 * :mod:`~governor.daemon.requests`: the control socket's operations, checked against the caller.
 * :mod:`~governor.daemon.launches`: ``launch``: check, queue, wait, reply.
-* :mod:`~governor.daemon.settle`: the one pipeline, coalesced; the only caller of a refill.
-* :mod:`~governor.daemon.enforcement`: progressive filling, the plan, what the kernel accepted.
+* :mod:`~governor.daemon.inbox`: the typed events, and the inbox that coalesces them for settle.
+* :mod:`~governor.daemon.settle`: the one pipeline; the only caller of a refill. Its decision is a
+  pure step over a snapshot (:mod:`~governor.daemon.settle_step`); the starts it decides are
+  carried out by :mod:`~governor.daemon.starts` (cgroups made and joined, clients answered).
+* :mod:`~governor.daemon.waiting`: the launches waiting, and what admission counts as held.
+* :mod:`~governor.daemon.enforcement`: the refill: the plan, what the kernel accepted.
+* :mod:`~governor.daemon.filling`: progressive filling under the config in force (pure).
 * :mod:`~governor.daemon.tree`: ``mkdir``, ``rmdir`` and moves off the event loop.
 * :mod:`~governor.daemon.exits`: exit watching, ``stop``, time limits, ended records.
 * :mod:`~governor.daemon.sessions`: users' processes outside ``governor run``.

@@ -10,6 +10,7 @@ import time
 
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.limits import CgroupLimits
+from governor.daemon.filling import fill
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
 from governor.errors import FillingDiverged
@@ -73,7 +74,7 @@ class Enforcement:
         policy = self.policy
         demands = self.tasks.demands()
         try:
-            self.allocation = policy.fill(demands)
+            self.allocation = fill(policy.config, policy.capacity, policy.fair_weight, demands)
         except FillingDiverged as error:
             self._diverged(trigger, error, full)
             return

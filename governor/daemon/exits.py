@@ -16,12 +16,11 @@ from collections.abc import Iterable
 from governor.host.accounting import ENDED_KEPT, STOP, TIME_LIMIT, Ended, ended_from_saved, exit_words, reason_of
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.stats import CgroupStats
-from governor.daemon.inbox import Exit
+from governor.daemon.inbox import Exit, Inbox
 from governor.daemon.journal import Journal
 from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
-from governor.daemon.settle import Settle
 from governor.daemon.tree import Tree
 from governor.errors import CgroupError, GovernorError
 from governor.host.events import ExitWatcher
@@ -57,7 +56,7 @@ class Exits:
     Args:
         hierarchy, tree: governor's cgroups, and the thread that removes them.
         policy, tasks, records: the config in force, the running tasks, their records.
-        settle: asked to refill when tasks end; observation: what was measured of them.
+        inbox: told when tasks end (settle refills); observation: what was measured of them.
         journal: events.
 
     Attributes:
@@ -69,13 +68,13 @@ class Exits:
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, records: Records,
-                 settle: Settle, observation: Observation, journal: Journal):
+                 inbox: Inbox, observation: Observation, journal: Journal):
         self.hierarchy = hierarchy
         self.tree = tree
         self.policy = policy
         self.tasks = tasks
         self.records = records
-        self.settle = settle
+        self.inbox = inbox
         self.observation = observation
         self.journal = journal
         self.watcher: ExitWatcher | None = None
@@ -151,7 +150,7 @@ class Exits:
             self.journal.event("task_ended", record.line(trigger))
             ended.append(task.label)
         if ended:
-            self.settle.put(Exit(trigger, tuple(ended), since))
+            self.inbox.put(Exit(trigger, tuple(ended), since))
 
     def restore_ended(self) -> None:
         """Take back the ended records the last daemon saved (``ps --ended`` outlives a

@@ -137,12 +137,12 @@ class FairShareStage:
         directory: the state directory the history is kept in;
         policy: the config in force, the capacity, the configured weights, and where the
             effective weights go (``policy.effective``); tasks: the running tasks;
-        settle: asked to refill; journal: events.
+        inbox: told when the weights moved (settle refills); journal: events.
     """
 
-    def __init__(self, *, directory: Path, policy, tasks, settle, journal: Journal) -> None:
+    def __init__(self, *, directory: Path, policy, tasks, inbox, journal: Journal) -> None:
         self.directory = directory
-        self.policy, self.tasks, self.settle, self.journal = policy, tasks, settle, journal
+        self.policy, self.tasks, self.inbox, self.journal = policy, tasks, inbox, journal
         self.history: FairShareHistory | None = None
         self.charges = Charges()
         self._ticked: float | None = None  # the last tick, monotonic s
@@ -192,7 +192,7 @@ class FairShareStage:
         if effective.keys() != old.keys() or any(abs(w / old[g] - 1) > WEIGHT_STEP for g, w in effective.items()):
             self.policy.effective = effective
             if self.tasks:
-                self.settle.put(inbox.FairShare())
+                self.inbox.put(inbox.FairShare())
         if self._saved is None or save_due(self._saved, monotonic, config.sample_interval_s):
             history.save()
             self._saved = monotonic

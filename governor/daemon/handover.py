@@ -34,7 +34,6 @@ from governor.cgroups.hierarchy import Hierarchy, Location
 from governor.daemon import inbox
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
-from governor.daemon.settle import Settle
 from governor.errors import CgroupError
 from governor.core.gpus import GpuInventory
 from governor.config.kinds import login_id, task_in
@@ -76,20 +75,20 @@ class Handover:
 
     Args:
         hierarchy: where a process is; policy: the GPUs governed; tasks: who holds which GPU
-            and which drain; settle: asked to admit once a GPU is free; journal: events.
+            and which drain; inbox: told once a GPU is free (settle admits); journal: events.
         proc: the proc filesystem (tests pass a fake one).
         listed: NVML's processes per GPU (:func:`governor.host.nvml.processes_on`).
         kill: ends a holder (default: SIGKILL through a pidfd; tests on fake pids pass a fake).
     """
 
-    def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, settle: Settle, journal: Journal,
+    def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, inbox: inbox.Inbox, journal: Journal,
                  proc: Path = PROC,
                  listed: Callable[[GpuInventory, Sequence[int]], Mapping[int, set[int]] | None] = processes_on,
                  kill: Callable[[Holder], None] | None = None):
         self.hierarchy = hierarchy
         self.policy = policy
         self.tasks = tasks
-        self.settle = settle
+        self.inbox = inbox
         self.journal = journal
         self.proc = proc
         self.listed = listed
@@ -213,7 +212,7 @@ class Handover:
             self.tasks.drained(gpu)
             since = f"since task {ended} ended" if ended else "at the daemon's start"
             self.journal.event("gpu_free", f"GPU {gpu} is free: no process holds it {since}")
-            self.settle.put(inbox.Handover(gpu))
+            self.inbox.put(inbox.Handover(gpu))
         if freed:
             self._later = asyncio.get_running_loop().call_later(SWEEP_AFTER_HANDOVER_S, self.sweep)
         return not self.tasks.draining()

@@ -10,10 +10,11 @@ from collections.abc import AsyncIterator
 
 from governor.host import access
 from governor.cgroups.hierarchy import Hierarchy, Location
-from governor.daemon.inbox import Launch, Left
+from governor.daemon.inbox import Inbox, Launch, Left
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
-from governor.daemon.settle import Settle
+from governor.daemon.starts import Starts
+from governor.daemon.waiting import Queue
 from governor.host.daemons import Registry, other_daemon
 from governor.errors import CgroupError, GovernorError, RequestError
 from governor.core.headroom import check_beside_headroom
@@ -33,18 +34,22 @@ class Launches:
 
     Args:
         hierarchy: where the caller is; policy: the config in force; tasks: the running
-            tasks; store: gives out task ids; settle: admits and starts; journal: events;
+            tasks; store: gives out task ids; queue: the launches waiting; inbox: told of a
+            launch, and of a launch that left the queue (settle admits); starts: the started
+            task's reply (:meth:`Starts.started_reply
+            <governor.daemon.starts.Starts.started_reply>`); journal: events;
         registry: this host's daemons: a caller in another's cgroups is refused.
     """
 
-    def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, store: TaskStore, settle: Settle,
-                 journal: Journal, registry: Registry | None):
+    def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, store: TaskStore, queue: Queue,
+                 inbox: Inbox, starts: Starts, journal: Journal, registry: Registry | None):
         self.hierarchy = hierarchy
         self.policy = policy
         self.tasks = tasks
         self.store = store
-        self.settle = settle
-        self.queue = settle.queue
+        self.queue = queue
+        self.inbox = inbox
+        self.starts = starts
         self.journal = journal
         self.registry = registry
 
@@ -74,13 +79,13 @@ class Launches:
         outer = self._task_of(self._where_launching(request.pid))
         if outer is not None and outer.pid == request.pid:
             # Its client lost the reply (a daemon restart) and asked again: it already runs.
-            yield self.settle.started_reply(outer)
+            yield self.starts.started_reply(outer)
             return
         if outer is not None:
             # `governor run` inside a task (a script that uses it, run with it): the process
             # stays in the task it is in, whose demand already counts; a second task would
             # count it twice.
-            yield {**self.settle.started_reply(outer), "nested": True}
+            yield {**self.starts.started_reply(outer), "nested": True}
             return
         self._check_task_limit(peer.uid, who.user)
         try:
@@ -93,7 +98,7 @@ class Launches:
         entry = Entry(task, time.time(), peer.pidfd)
         self.queue[task.id] = entry
         try:
-            await asyncio.shield(self.settle.put(Launch(task.id)))
+            await asyncio.shield(self.inbox.put(Launch(task.id)))
             if not entry.decided and not request.wait:
                 entry.decide(error=RequestError("would_wait", self.waiting_line(task.id)))
             elif not entry.decided:
@@ -114,13 +119,13 @@ class Launches:
             self.journal.changed()
             if self.queue.get(task.id) is entry:
                 del self.queue[task.id]
-                if not entry.decided and not self.settle.closing:
+                if not entry.decided and not self.inbox.closing:
                     self.journal.event("left_queue", f"task {task.id} left the queue (its client went away)")
-                    self.settle.put(Left(task.id))
+                    self.inbox.put(Left(task.id))
 
     def place(self, task_id: str) -> dict:
         """Where waiting task ``task_id`` stands (:func:`governor.core.queue.queue_view`)."""
-        view = queue_view(self.queue, self.settle.admission)
+        view = queue_view(self.queue, self.queue.admission)
         return next((item for item in view if item["task"] == task_id), {"task": task_id, "position": 0})
 
     def waiting_line(self, task_id: str) -> str:

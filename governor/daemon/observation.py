@@ -29,7 +29,7 @@ from governor.daemon.enforcement import Enforcement
 from governor.daemon.fairshare_history import FairShareStage
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
-from governor.daemon.settle import Settle
+from governor.daemon.waiting import Queue, reserved
 from governor.errors import CgroupError
 from governor.core.gpus import GpuInventory, GpuUse
 from governor.config.kinds import task_in
@@ -54,8 +54,9 @@ class Observation:
     """Measured use, the CPU hold, the status snapshot.
 
     Args:
-        hierarchy: where counters are read; tasks, policy, enforcement, settle, journal: the
-            other stages (the snapshot shows them all); fair_share: told each sample's
+        hierarchy: where counters are read; tasks, policy, enforcement, queue (the launches waiting), journal: the
+            other stages (the snapshot shows them all); inbox: told when the groups are
+            held to their CPU guarantees, or released; fair_share: told each sample's
             cumulative CPU counters of the groups and login sessions, and each task that ended
             (``[fairshare]``), if any.
         gpu_guard: the GPU guard outside governor's tasks, for status
@@ -69,14 +70,15 @@ class Observation:
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tasks: Tasks, policy: Policy, enforcement: Enforcement,
-                 settle: Settle, journal: Journal, gpu_guard: Callable[[], dict],
+                 queue: Queue, inbox: inbox.Inbox, journal: Journal, gpu_guard: Callable[[], dict],
                  usage: dict[str, dict[str, float]], fair_share: FairShareStage | None = None):
         self.hierarchy = hierarchy
         self.fair_share = fair_share
         self.tasks = tasks
         self.policy = policy
         self.enforcement = enforcement
-        self.settle = settle
+        self.queue = queue
+        self.inbox = inbox
         self.journal = journal
         self.started = time.time()
         self.usage = usage
@@ -235,7 +237,7 @@ class Observation:
             idle = [group for group, cores in guarantees.items() if use[group] < SATURATION * cores]
             enforcement.hold(False, f"{', '.join(idle) or 'a group'} uses less than its CPU guarantee: the others "
                                     "may borrow it again")
-        self.settle.put(inbox.Sample(saturated))
+        self.inbox.put(inbox.Sample(saturated))
 
     # ── the snapshot ────────────────────────────────────────────────────────────────────
 
@@ -256,15 +258,15 @@ class Observation:
             daemon={"pid": os.getpid(), "started": self.started, "cgroup_mode": self.hierarchy.mode,
                     "cgroup_root": self.hierarchy.root, "config": policy.source,
                     "io_sharing": dict(policy.io_sharing), "cpu_saturated": enforcement.cpu_saturated,
-                    "settle_generation": self.settle.generation,
+                    "settle_generation": self.inbox.generation,
                     **({"gpu_guard": self.gpu_guard()} if policy.gpus is not None else {})},
             capacity=policy.capacity, allocation=enforcement.allocation, tasks=self.tasks,
             in_force=self.hierarchy.in_force, usage=self.usage, filling=enforcement.filling,
             parents=policy.config.parents, place=policy.config.place,
             fairshare=self.fair_share.standings(time.time()) if self.fair_share else None,
-            queue=queue_view(self.settle.queue, self.settle.admission), events=list(self.journal.events),
+            queue=queue_view(self.queue, self.queue.admission), events=list(self.journal.events),
             kept=self._status_tasks, configured=policy.configured(self.tasks.counts()),
-            reserved=self.settle.reserved(), gpus=gpu_entries(policy.gpus, self.tasks.gpu_holders(), self.tasks),
+            reserved=reserved(self.tasks, self.usage), gpus=gpu_entries(policy.gpus, self.tasks.gpu_holders(), self.tasks),
         )
         self._status = (self.journal.version, StatusReply(status, self._status_json))
         return self._status[1]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
 
 from governor.host import access
@@ -17,12 +17,10 @@ from governor.cgroups.limits import CgroupLimits
 from governor.config.load import Config
 from governor.daemon import gpu_places
 from governor.host.daemons import DaemonEntry, Registry
-from governor.errors import FillingDiverged, GovernorError
+from governor.errors import GovernorError
 from governor.core.gpus import GpuInventory
-from governor.core.hdrf import TreeNode, hierarchical_filling
 from governor.core.headroom import check_guarantees_held
 from governor.core.plan import task_limits
-from governor.core.model import Allocation, GroupDemand
 from governor.host.nvml import discover
 from governor.host.session_rules import NOBODY_UID, SessionOwners
 from governor.core.state import Task
@@ -162,30 +160,10 @@ class Policy:
         weight = self.weights.get(group, self.config.weight_of(group))
         return 1.0 if weight is None else float(weight)
 
-    def fill(self, demands: Mapping[str, Mapping[str, float]], *, trace: bool = False) -> Allocation | None:
-        """Progressive filling over the groups' summed demands (group → D_g, cores, bytes,
-        bytes/s): H-DRF over the config's group tree with its quotas
-        (:func:`governor.core.hdrf.hierarchical_filling`; flat weighted DRF when no group nests or
-        has a quota), each group's λ its ``tasks``. None with no demand.
-
-        Raises:
-            FillingDiverged: the filling reached no answer (or one of its own checks failed):
-                the caller keeps the plan in force. No other division stands in for it: flat
-                DRF would drop every guarantee and limit of the tree (DESIGN.md §2).
-        """
-        if not demands:
-            return None
-        groups = [GroupDemand(g, d, weight=self.fair_weight(g), tasks=1) for g, d in demands.items()]
-        tree = [TreeNode(rule.name, rule.parent, self.fair_weight(rule.name), rule.guarantee, rule.limit)
-                for rule in self.config.groups] if self.config.nested else ()
-        try:
-            return hierarchical_filling(self.capacity, groups, tree, trace=trace)
-        except AssertionError as error:  # an invariant of the filling's own, on input it accepted
-            raise FillingDiverged(f"{'H-DRF' if tree else 'DRF'}: {error or 'an invariant failed'}") from error
-
     def fair_weight(self, group: str) -> float:
-        """What progressive filling and admission weigh ``group`` with: its effective weight
-        under fair share over time (``[fairshare]``), else :meth:`weight`."""
+        """What progressive filling (:func:`governor.daemon.filling.fill`) and admission weigh
+        ``group`` with: its effective weight under fair share over time (``[fairshare]``), else
+        :meth:`weight`."""
         return self.effective.get(group) or self.weight(group)
 
     def configured(self, running: Collection[str]) -> dict[str, dict]:

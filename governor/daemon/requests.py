@@ -16,12 +16,14 @@ from governor.cgroups.hierarchy import Hierarchy
 from governor.config.load import Config
 from governor.daemon import gpu_places
 from governor.daemon.exits import Exits
+from governor.daemon.filling import fill
 from governor.daemon.gpu_guard import GpuGuard
-from governor.daemon.inbox import Left, Reload
+from governor.daemon.inbox import Inbox, Left, Reload
 from governor.daemon.journal import Journal
 from governor.daemon.launches import Launches
 from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
+from governor.daemon.records import Records
 from governor.daemon.sessions import Sessions
 from governor.daemon.settle import Settle
 from governor.errors import CgroupError, ConfigError, FillingDiverged, GovernorError, RequestError
@@ -48,20 +50,23 @@ class Requests:
     Args:
         hierarchy: where a task's processes are listed; policy: the config in force; tasks:
             the running tasks; launches, settle, exits, sessions, observation: the stages the
-            operations go to; journal: events; notifier: systemd's RELOADING/READY; gpu_guard:
-            put again when a reload is put in force.
+            operations go to; inbox: told of a task stopped in the queue; records: the task
+            records; journal: events; notifier: systemd's RELOADING/READY; gpu_guard: put again
+            when a reload is put in force.
         load_config: reads the config file again, for reload (raises ConfigError); None: the
             daemon runs on the embedded default.
     """
 
     def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, launches: Launches, settle: Settle,
-                 exits: Exits, sessions: Sessions, observation: Observation, journal: Journal, notifier: Notifier,
-                 gpu_guard: GpuGuard, load_config: Callable[[], Config] | None):
+                 inbox: Inbox, records: Records, exits: Exits, sessions: Sessions, observation: Observation,
+                 journal: Journal, notifier: Notifier, gpu_guard: GpuGuard, load_config: Callable[[], Config] | None):
         self.hierarchy = hierarchy
         self.policy = policy
         self.tasks = tasks
         self.launches = launches
         self.settle = settle
+        self.inbox = inbox
+        self.records = records
         self.queue = settle.queue
         self.exits = exits
         self.sessions = sessions
@@ -145,7 +150,7 @@ class Requests:
         if request.ended:
             return {"ended": [record.to_json(command_chars=None if record.task.uid == who.uid else SHOWN_COMMAND_CHARS)
                               for record in self.exits.ended if shown(record.task.uid, record.task.id)]}
-        positions = {item["task"]: item for item in queue_view(self.queue, self.settle.admission)}
+        positions = {item["task"]: item for item in queue_view(self.queue, self.queue.admission)}
         return {"tasks": task_rows([t for t in self.tasks if shown(t.uid, t.id)],
                                    [e for e in self.queue.values() if not e.decided and shown(e.task.uid, e.task.id)],
                                    allocation=self.settle.enforcement.allocation, usage=self.observation.usage,
@@ -201,7 +206,7 @@ class Requests:
                 entry.decide(error=RequestError("stopped", f"task {task.id} was stopped by {who.user} before "
                                                            "it started"))
                 self.journal.event("task_stopped", f"task {task.id} ({task.name}) stopped by {who.user} while queued")
-                self.settle.put(Left(task.id))
+                self.inbox.put(Left(task.id))
             elif self.exits.end(task, STOP, who.user):
                 killed.append(task)
             else:
@@ -239,14 +244,14 @@ class Requests:
         """
         demands = self.tasks.demands()
         try:
-            traced = self.policy.fill(demands, trace=True)
+            traced = fill(self.policy.config, self.policy.capacity, self.policy.fair_weight, demands, trace=True)
         except FillingDiverged as error:
             raise RequestError("unavailable", f"the allocation failed ({error}); the last good plan stays "
                                               "in force") from error
         runs = {group: (sum(not t.is_session for t in tasks),
                         list(dict.fromkeys(t.user for t in tasks if t.is_session)))  # login + session: once
                 for group, tasks in self.tasks.groups().items()}
-        return explain(traced, self.policy.capacity, demands, queue_view(self.queue, self.settle.admission), runs,
+        return explain(traced, self.policy.capacity, demands, queue_view(self.queue, self.queue.admission), runs,
                        configured=self.policy.configured(self.tasks.counts()),
                        fairshare=self.observation.fair_share.standings(time.time())
                        if self.observation.fair_share else None)
@@ -262,7 +267,7 @@ class Requests:
             before = self.tasks.get(task.id)
             self.tasks.update(task)
             if task.gpu_identities != before.gpu_identities:
-                self.settle.records.save_or_retry(task)
+                self.records.save_or_retry(task)
         self.tasks.redrain(gpu_places.renumbered(inventory, self.policy.gpus, self.tasks.draining()))
         self.sessions.reset()
 

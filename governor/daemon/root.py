@@ -25,7 +25,7 @@ from governor.daemon.exits import Exits
 from governor.daemon.fairshare_history import FairShareStage
 from governor.daemon.gpu_guard import GpuGuard
 from governor.daemon.handover import Handover
-from governor.daemon.inbox import Reconcile, Reload
+from governor.daemon.inbox import Inbox, Reconcile, Reload
 from governor.daemon.journal import Journal, vector
 from governor.daemon.launches import Launches
 from governor.daemon.observation import Observation
@@ -35,12 +35,13 @@ from governor.daemon.recovery import Recovery
 from governor.daemon.requests import Requests
 from governor.daemon.sessions import RESCAN_INTERVAL_S, Sessions
 from governor.daemon.settle import Settle
+from governor.daemon.starts import Starts
 from governor.daemon.tree import Tree
+from governor.daemon.waiting import Queue
 from governor.host.daemons import DaemonEntry, Registry
 from governor.errors import CgroupError, RequestError
 from governor.host.notify import Notifier
 from governor.host.nvml import discover
-from governor.core.queue import Entry
 from governor.wire.server import ControlServer
 from governor.host.session_rules import login_uid_min
 from governor.core.state import Tasks
@@ -92,7 +93,9 @@ class Daemon:
 
     The stages, one module each (docs/design.md, "Code map"): ``requests`` → ``launches`` → ``settle``
     (admit → create → plan → apply → move → reply) → ``enforcement``; ``exits``, ``sessions``
-    and ``observation`` report to settle; ``recovery`` at start; ``journal`` for every one.
+    and ``observation`` report to settle through the inbox (:class:`~governor.daemon.inbox.Inbox`,
+    built before them, read by settle: every stage gets what it needs when built, nothing is
+    wired back); ``recovery`` at start; ``journal`` for every one.
     """
 
     def __init__(self, config: Config, config_source: str, hierarchy: Hierarchy, store: TaskStore, *,
@@ -111,45 +114,49 @@ class Daemon:
         self.served = False  # once it served: a start refused before leaves nothing (cli/daemon_cmd.py)
         self._signal_reloads: set[asyncio.Task] = set()  # SIGHUP's reloads under way (the loop keeps weak refs)
         self.tasks = Tasks()
-        self.queue: dict[str, Entry] = {}
+        self.queue = Queue()
         self.journal = Journal(metrics)
         self.policy = Policy(config, config_source, hierarchy=hierarchy, host_cpus=host_cpus,
                              host_memory=host_memory, resolve_device=resolve_device,
                              uid_min=login_uid_min() if uid_min is None else uid_min, members=members,
                              registry=registry, entry=self._entry, find_gpus=find_gpus)
-        self.tree = Tree(hierarchy)
         self.records = Records(store, self.tasks, self.journal)
         self.enforcement = Enforcement(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks,
                                        journal=self.journal, metrics=metrics)
-        usage: dict[str, dict[str, float]] = {}  # measured by observation, counted by settle's admission
-        self.settle = Settle(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
-                             queue=self.queue, records=self.records, enforcement=self.enforcement,
-                             journal=self.journal, notifier=self.notifier,
-                             usage=usage, metrics=metrics)
+        # The stages put their events in the inbox, built first; settle, built after them, reads it.
+        self.inbox = Inbox()
         self.fair_share = FairShareStage(directory=store.directory, policy=self.policy, tasks=self.tasks,
-                                         settle=self.settle, journal=self.journal)
-        self.tree.read_before_removal = self.fair_share.removed
+                                         inbox=self.inbox, journal=self.journal)
+        self.tree = Tree(hierarchy, read_before_removal=self.fair_share.removed)
+        usage: dict[str, dict[str, float]] = {}  # measured by observation, counted by settle's admission
+        self.handover = Handover(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, inbox=self.inbox,
+                                 journal=self.journal)
         self.gpu_guard = GpuGuard(hierarchy=hierarchy, policy=self.policy, journal=self.journal, registry=registry)
         self.observation = Observation(hierarchy=hierarchy, tasks=self.tasks, policy=self.policy,
-                                       enforcement=self.enforcement, settle=self.settle, journal=self.journal,
-                                       gpu_guard=self.gpu_guard.describe, usage=usage, fair_share=self.fair_share)
+                                       enforcement=self.enforcement, queue=self.queue, inbox=self.inbox,
+                                       journal=self.journal, gpu_guard=self.gpu_guard.describe, usage=usage,
+                                       fair_share=self.fair_share)
         self.exits = Exits(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
-                           records=self.records, settle=self.settle, observation=self.observation,
+                           records=self.records, inbox=self.inbox, observation=self.observation,
                            journal=self.journal)
-        self.settle.follow = self.exits.follow
-        self.handover = Handover(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, settle=self.settle,
-                                 journal=self.journal)
-        self.settle.drain_gpus = self.handover.drain
+        self.starts = Starts(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
+                             queue=self.queue, records=self.records, journal=self.journal, follow=self.exits.follow,
+                             metrics=metrics)
+        self.settle = Settle(policy=self.policy, tasks=self.tasks, queue=self.queue, starts=self.starts,
+                             enforcement=self.enforcement, journal=self.journal, notifier=self.notifier, usage=usage,
+                             inbox=self.inbox, drain_gpus=self.handover.drain)
         self.sessions = Sessions(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
-                                 records=self.records, settle=self.settle, enforcement=self.enforcement,
+                                 records=self.records, inbox=self.inbox, enforcement=self.enforcement,
                                  exits=self.exits, journal=self.journal, host_pids=host_pids, registry=registry,
                                  moved_in=self.handover.moved)
         self.recovery = Recovery(hierarchy=hierarchy, tree=self.tree, store=store, tasks=self.tasks,
                                  policy=self.policy, exits=self.exits, journal=self.journal, settle=self.settle)
         self.launches = Launches(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, store=store,
-                                 settle=self.settle, journal=self.journal, registry=registry)
+                                 queue=self.queue, inbox=self.inbox, starts=self.starts, journal=self.journal,
+                                 registry=registry)
         self.requests = Requests(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, launches=self.launches,
-                                 settle=self.settle, exits=self.exits, sessions=self.sessions,
+                                 settle=self.settle, inbox=self.inbox, records=self.records,
+                                 exits=self.exits, sessions=self.sessions,
                                  observation=self.observation, journal=self.journal, notifier=self.notifier,
                                  gpu_guard=self.gpu_guard, load_config=load_config)
 
@@ -226,12 +233,12 @@ class Daemon:
             await self._close(server, workers)
 
     async def _close(self, server: ControlServer, workers: list[asyncio.Task]) -> None:
-        self.settle.closing = True
+        self.inbox.closing = True
         self.notifier.send("STOPPING=1")
         for worker in (*workers, *self._signal_reloads):
             worker.cancel()
         await server.close()
-        await self.settle.drain()
+        await self.inbox.drain()
         if self.metrics:
             await self.metrics.close()
         self.exits.close()
@@ -258,9 +265,9 @@ class Daemon:
         the cgroup thread's calls (and what those asked in turn). Tools and tests wait on this
         fact, never on time."""
         while True:
-            await self.settle.drain()
+            await self.inbox.drain()
             await self.tree.settled()
-            if not self.settle.pending:
+            if not self.inbox.pending:
                 return
 
     def sweep(self) -> None:
@@ -285,7 +292,7 @@ class Daemon:
             yield
         # Every pass ends in a settle, found something or not: status's settle_generation then
         # tells a client (a test) that a pass it waited for is over.
-        self.settle.put(Reconcile())
+        self.inbox.put(Reconcile())
 
     async def _rescan_all(self) -> None:
         # Users and groups change while the daemon runs. Looking them up took 2 s at 10,000

@@ -22,11 +22,10 @@ import psutil
 from governor.cgroups.hierarchy import Hierarchy
 from governor.daemon.enforcement import Enforcement
 from governor.daemon.exits import Exits
-from governor.daemon.inbox import Session
+from governor.daemon.inbox import Inbox, Session
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
-from governor.daemon.settle import Settle
 from governor.daemon.tree import Tree
 from governor.host.daemons import Registry, other_daemon
 from governor.errors import CgroupError, GovernorError, ProcessGone
@@ -65,7 +64,7 @@ class Sessions:
     Args:
         hierarchy, tree: governor's cgroups, and the thread that makes and joins them.
         policy: the config in force (who owns a session, its demand); tasks, records: the
-            running tasks and their records; settle: asked to refill when a session starts;
+            running tasks and their records; inbox: told when a session starts (settle refills);
             enforcement: its CPU hold, released when a session starts; exits: watches a
             session's end; journal: events.
         host_pids: every process id on the host (``psutil.pids``).
@@ -76,7 +75,7 @@ class Sessions:
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, records: Records,
-                 settle: Settle, enforcement: Enforcement, exits: Exits, journal: Journal,
+                 inbox: Inbox, enforcement: Enforcement, exits: Exits, journal: Journal,
                  host_pids: Callable[[], Iterable[int]], registry: Registry | None,
                  moved_in: Callable[[int], None]):
         self.hierarchy = hierarchy
@@ -84,7 +83,7 @@ class Sessions:
         self.policy = policy
         self.tasks = tasks
         self.records = records
-        self.settle = settle
+        self.inbox = inbox
         self.enforcement = enforcement
         self.exits = exits
         self.journal = journal
@@ -155,7 +154,7 @@ class Sessions:
         Returns:
             How many processes a move was asked for.
         """
-        if not self.policy.owners.enabled or self.settle.closing:
+        if not self.policy.owners.enabled or self.inbox.closing:
             return 0
         self._settled.clear()  # users, groups or the config may have changed
         moved, passes = 0, 0
@@ -345,4 +344,4 @@ class Sessions:
         if self.enforcement.cpu_saturated:  # measured without this session: the next sample decides again
             self.enforcement.hold(False, f"the session of {session.user} starts: groups are no longer held to "
                                          "their CPU guarantees")
-        self.settle.put(Session(session.user))
+        self.inbox.put(Session(session.user))

@@ -1,113 +1,68 @@
 """Settle: the one pipeline every event goes through (DESIGN.md §4), and the only caller of a
 refill. Events (:mod:`governor.daemon.inbox`: a launch, exits, a session, a reload, a
-sample, a GPU handed over) are put in its inbox; those of one
-turn of the event loop, or of the :data:`SETTLE_GAP_S` since the last settle, are settled
-together (Mesos's coalescing ``allocate()``)::
+sample, a GPU handed over) are put in the :class:`~governor.daemon.inbox.Inbox`; those of one
+turn of the event loop, or of the :data:`~governor.daemon.inbox.SETTLE_GAP_S` since the last
+settle, are settled together (Mesos's coalescing ``allocate()``)::
 
     admit (discrete DRF on memory) → create (the cgroups, on the cgroup thread) → caps →
     plan + apply (one refill) → records → move (on the cgroup thread) → reply
 
-Settles run one after another: what an event brings while one runs waits for the next.
+The decision (admit, and how the admitted start) is a pure step over a snapshot
+(:func:`governor.daemon.settle_step.step`); this module takes the snapshot and carries out
+its effects: the refill (:class:`~governor.daemon.enforcement.Enforcement`) and the starts
+(:class:`~governor.daemon.starts.Starts`). Settles run one after another: what an event brings while one runs waits for
+the next.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import signal
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
 
-from governor.core import vocabulary
-from governor.core.admission import Waiting, admit
-from governor.cgroups.hierarchy import Hierarchy
-from governor.daemon import gpu_places
 from governor.daemon.enforcement import Enforcement
-from governor.daemon.inbox import Event, Exit, Reload
-from governor.daemon.journal import Journal, vector
+from governor.daemon.inbox import Batch, Inbox, Reload
+from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
-from governor.daemon.records import Records
-from governor.daemon.tree import Tree
-from governor.errors import GovernorError, ProcessGone, RequestError
-from governor.core.headroom import guarantees
+from governor.daemon.settle_step import Snapshot, step
+from governor.daemon.starts import Starts
+from governor.daemon.waiting import Queue
 from governor.host.notify import Notifier
-from governor.core.quotas import quotas
-from governor.core.queue import Entry
-from governor.core.state import Task, Tasks
+from governor.core.state import Tasks
 
-__all__ = ["SETTLE_GAP_S", "Settle"]
-
-log = logging.getLogger("governor.daemon")
-# Least time between two settles: under a storm the events of these milliseconds fold into one
-# settle (one refill, not one per turn of the event loop); a sparse event settles at once.
-SETTLE_GAP_S = 0.005
+__all__ = ["Settle"]
 
 
 class Settle:
     """Admission, starts and refills, for every event.
 
     Args:
-        hierarchy, tree: governor's cgroups, and the thread that makes and joins them.
         policy: the config in force; tasks: the running tasks; queue: task id → the launch
-            waiting for it (:class:`~governor.core.queue.Entry`); records: their records.
+            waiting for it, and the last admission (:class:`~governor.daemon.waiting.Queue`).
+        starts: what carries out the starts decided (:class:`~governor.daemon.starts.Starts`).
         enforcement: the refill; journal: events; notifier: systemd's STATUS line.
         usage: cgroup → its measured use, as observation keeps it (a session holds what it
             uses: admission counts it).
-        metrics: optional sink with ``admitted(waited_seconds)``.
-
-    Attributes:
-        admission: the last admission (:class:`~governor.core.admission.Admission`), for the queue's
-            views; None before the first.
-        follow: what to do with a task once it started (set by the composition root: watch
-            its exit, arm its time limit): called with the task and its launch.
-        drain_gpus: look for the processes still holding the GPUs ended tasks left (set by the
-            composition root: :meth:`~governor.daemon.handover.Handover.drain`); called at
-            each settle.
-        closing: set when the daemon stops: nothing starts any more.
-        generation: settle passes finished since the start (``daemon.settle_generation`` in
-            status): a client that saw generation ``g`` and caused an event knows the daemon
-            has acted on it once the generation passes ``g`` (the tests wait on it, not on a
-            sleep).
+        inbox: the events to settle (:class:`~governor.daemon.inbox.Inbox`): settle reads
+            each batch of it.
+        drain_gpus: look for the processes still holding the GPUs ended tasks left
+            (:meth:`Handover.drain <governor.daemon.handover.Handover.drain>`); called at each
+            settle.
     """
 
-    def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, queue: dict[str, Entry],
-                 records: Records, enforcement: Enforcement, journal: Journal, notifier: Notifier,
-                 usage: Mapping[str, Mapping[str, float]], metrics=None):
-        self.hierarchy = hierarchy
-        self.tree = tree
+    def __init__(self, *, policy: Policy, tasks: Tasks, queue: Queue, starts: Starts, enforcement: Enforcement,
+                 journal: Journal, notifier: Notifier, usage: Mapping[str, Mapping[str, float]], inbox: Inbox,
+                 drain_gpus: Callable[[], None]):
         self.policy = policy
         self.tasks = tasks
         self.queue = queue
-        self.records = records
+        self.starts = starts
         self.enforcement = enforcement
         self.journal = journal
         self.notifier = notifier
         self.usage = usage
-        self.metrics = metrics
-        self.admission = None
-        self.follow: Callable[[Task, Entry], None] = lambda task, entry: None
-        self.drain_gpus: Callable[[], None] = lambda: None
-        self.closing = False
-        self.generation = 0
-        self._batch: _Batch | None = None  # events waiting for the next settle
-        self._running: asyncio.Task | None = None  # the settle under way
-        self._settled_at = 0.0  # time.perf_counter() when the last settle ended
-
-    def put(self, event: Event) -> asyncio.Future:
-        """Settle once for ``event`` and every other of this turn of the event loop, or of the
-        :data:`SETTLE_GAP_S` since the last settle (later still while one runs). The refill's
-        delay is measured from the event's ``since`` (an :class:`~governor.daemon.inbox.Exit`;
-        others: now).
-
-        Returns:
-            A future done once settled, which raises what settling raised (also logged).
-
-        Raises:
-            RuntimeError: no event loop runs in this thread (the daemon runs on one).
-        """
-        since = event.since if isinstance(event, Exit) and event.since is not None else time.perf_counter()
-        return self._soon(event.trigger, event.refill, since)
+        self.inbox = inbox
+        self.drain_gpus = drain_gpus
+        inbox.read_by(self._settle_batch)
 
     def now(self, event: Reload) -> None:
         """Refill now, for an operation whose reply must find its change in force (a reload,
@@ -116,54 +71,7 @@ class Settle:
         again too (:meth:`Enforcement.refill <governor.daemon.enforcement.Enforcement.refill>`)."""
         self._refill_now(event.trigger, True, time.perf_counter(), event.full)
         if self.queue:
-            self._soon(event.trigger, False, time.perf_counter())
-
-    def _soon(self, trigger: str, refill: bool, since: float) -> asyncio.Future:
-        loop = asyncio.get_running_loop()
-        batch = self._batch
-        if batch is None:
-            batch = self._batch = _Batch(loop.create_future(), [], False, since, since)
-            self._schedule(loop)
-        batch.triggers.append(trigger)
-        batch.refill |= refill
-        batch.since = min(batch.since, since)
-        batch.latest = time.perf_counter()
-        return batch.done
-
-    async def drain(self) -> None:
-        """Wait until every settle asked for so far is done (the daemon stopping; or
-        :meth:`Daemon.settled <governor.daemon.root.Daemon.settled>`)."""
-        while self.pending:
-            running = self._running is not None and not self._running.done()
-            await asyncio.wait([self._running if running else self._batch.done])
-
-    @property
-    def pending(self) -> bool:
-        """Whether a settle is asked for or under way."""
-        return self._batch is not None or (self._running is not None and not self._running.done())
-
-    def reserved(self) -> dict[str, dict[str, float]]:
-        """Group → what its running tasks hold in the admission count
-        (:func:`governor.core.vocabulary.reserved`): declared memory, and a session's use."""
-        held = {g: vocabulary.reserved(d) for g, d in self.tasks.demands().items()}
-        for session in self.tasks.sessions():
-            declared = vocabulary.reserved(session.demand)
-            using = vocabulary.reserved(session.demand, session=True, used=self.usage.get(session.cgroup))
-            group = held.setdefault(session.group, {})
-            for resource, amount in declared.items():
-                group[resource] = group.get(resource, 0.0) - amount + using.get(resource, 0.0)
-        return held
-
-    def started_reply(self, task: Task) -> dict:
-        """The launch reply of a running task: its id, group, cgroup, the caps in force and,
-        when GPUs are governed, ``gpus``: how CUDA names each of its GPUs (UUIDs, else minor
-        numbers: :meth:`governor.core.gpus.Gpu.visible_id`)."""
-        reply = {"task": task.id, "group": task.group, "cgroup": str(self.hierarchy.path(task.cgroup)),
-                 "limits": self.hierarchy.in_force(task.cgroup)}
-        if self.policy.gpus is not None:
-            known = self.policy.gpus.gpus
-            reply["gpus"] = [known[i].visible_id() for i in task.gpus if i < len(known)]
-        return reply
+            self.inbox.add(event.trigger, False, time.perf_counter())
 
     def summary(self) -> str:
         """The daemon in one line, for systemd's STATUS."""
@@ -173,42 +81,16 @@ class Settle:
 
     # ── the batch ───────────────────────────────────────────────────────────────────────
 
-    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._running is not None and not self._running.done():
-            return  # the settle under way starts the next when it ends
-        wait = self._settled_at + SETTLE_GAP_S - time.perf_counter()
-        if wait > 0:
-            loop.call_later(wait, self._start)
-        else:
-            loop.call_soon(self._start)
-
-    def _start(self) -> None:
-        if self._batch is None or (self._running is not None and not self._running.done()):
-            return
-        batch, self._batch = self._batch, None
-        self._running = asyncio.get_running_loop().create_task(self._settle_batch(batch))
-
-    async def _settle_batch(self, batch: _Batch) -> None:
+    async def _settle_batch(self, batch: Batch) -> None:
         # A refill since the last of these events (a reload's, a weight's) already counted them.
         refill = batch.refill and self.enforcement.refilled_at < batch.latest
-        trigger = _combined(batch.triggers)
         try:
-            await self._settle(trigger, refill, batch.since)
-        except Exception as error:
-            log.exception("settling after %s failed", trigger)
-            batch.done.set_exception(error)
-            batch.done.exception()  # logged above: only a launch that awaits it raises it again
-        else:
-            batch.done.set_result(None)
+            await self._settle(batch.trigger, refill, batch.since)
         finally:
-            self._settled_at = time.perf_counter()
-            self._running = None
-            self._passed()
-            if self._batch is not None:
-                self._schedule(asyncio.get_running_loop())
+            self._passed()  # failed or not, this batch's events were acted on
 
     def _refill_now(self, trigger: str, refill: bool, since: float, full: bool = False) -> None:
-        if self.closing:
+        if self.inbox.closing:
             return
         self.journal.changed()
         self.drain_gpus()
@@ -220,7 +102,7 @@ class Settle:
         self._passed()
 
     def _passed(self) -> None:
-        self.generation += 1
+        self.inbox.generation += 1  # what the stages put in has been acted on
         self.journal.changed()  # status shows the new generation
 
     # ── the pipeline ────────────────────────────────────────────────────────────────────
@@ -229,31 +111,25 @@ class Settle:
         """Admit the waiting tasks that fit, start them, refill the groups once, and tell the
         clients still waiting where they stand. Nothing starts while the daemon stops: its
         waiting clients will ask the next one."""
-        if self.closing:
+        if self.inbox.closing:
             return
         self.journal.changed()  # the queue changes, even when nothing is logged
         self.drain_gpus()
-        waiting = [Waiting(e.task.id, e.task.group, e.task.demand, e.task.user)
-                   for e in self.queue.values() if not e.decided]
-        weights = {w.group: self.policy.fair_weight(w.group) for w in waiting}
-        held = self.reserved()
-        running = {g: {**d, **held.get(g, {})} for g, d in self.tasks.demands().items()}
-        # A draining GPU is not free yet: it goes to no one until its last holder is gone.
-        capacity, draining = self.policy.capacity, len(self.tasks.draining())
-        if draining:
-            capacity = {**capacity, "gpu": capacity.get("gpu", 0.0) - draining}
-        self.admission = admit(capacity, running, self.tasks.counts(), weights, waiting,
-                               quotas(self.policy.config, self.tasks, waiting),
-                               guarantees(self.policy.config))
-        starting = [self.queue[task_id] for task_id in self.admission.admitted]
-        if starting and self.enforcement.cpu_saturated:
-            # The hold was measured without the new tasks; the next sample decides again.
+        waiting = [e for e in self.queue.values() if not e.decided]
+        effects = step(Snapshot(config=self.policy.config, capacity=self.policy.capacity, gpus=self.policy.gpus,
+                                weight=self.policy.fair_weight, tasks=self.tasks, usage=self.usage,
+                                waiting=[e.task for e in waiting], cpu_saturated=self.enforcement.cpu_saturated,
+                                refill=refill, now=time.time()))
+        self.queue.admission = effects.admission
+        starting = [self.queue[task.id] for task in effects.starts]
+        for entry, task in zip(starting, effects.starts):
+            entry.task = task
+        if effects.release:
             self.enforcement.hold(False, "a task starts: groups are no longer held to their CPU guarantees")
-            refill = True
-        started = await self._create(starting)
-        if refill or started:
+        started = await self.starts.create(starting)
+        if effects.refill or started:
             self.enforcement.refill(trigger, since=since)
-        if await self._move_in(started) < len(started):
+        if await self.starts.move_in(started) < len(started):
             self.enforcement.refill(f"failed start after {trigger}")
         for entry in starting:  # decided: the queue holds only what waits
             if self.queue.get(entry.task.id) is entry:
@@ -261,147 +137,3 @@ class Settle:
         for entry in self.queue.values():
             entry.wake.set()
         self.notifier.send(f"STATUS={self.summary()}")
-
-    async def _create(self, starting: list[Entry]) -> list[Entry]:
-        """Make the admitted tasks' cgroups with their caps, device rules included (before
-        :meth:`_move_in`: nothing joins a cgroup before its caps are in force); refuse the
-        launches whose cgroup could not be made or limited, or whose GPUs a reload during the
-        make took away (:func:`~governor.daemon.gpu_places.starting`). A
-        task that waited starts now (its time limit counts from here)."""
-        if not starting:
-            return []
-        free = self.tasks.free_gpus(round(self.policy.capacity.get("gpu", 0)))
-        for entry in starting:  # where its group is now (a reload may have moved an empty group)
-            wanted = round(entry.task.demand.get("gpu", 0))  # admission counted them free
-            gpus, free = tuple(free[:wanted]), free[wanted:]
-            entry.task = replace(entry.task, started=time.time(), place=self.policy.config.place(entry.task.group),
-                                 gpus=gpus, gpu_identities=gpu_places.identities(self.policy.gpus, gpus))
-        made = await self.tree.call(lambda: self.tree.make([entry.task.cgroup for entry in starting]))
-        started = []
-        for entry, error in zip(starting, made):
-            if error is None and not self._gone(entry):
-                try:  # a reload meanwhile may have renumbered the GPUs: found again by identity
-                    entry.task = gpu_places.starting(self.policy.gpus, entry.task,
-                                                     {*self.tasks.gpu_holders(), *self.tasks.draining()})
-                    self.hierarchy.apply(entry.task.cgroup, self.policy.caps(entry.task))
-                except GovernorError as refused:
-                    error = refused
-            task = entry.task
-            if error is not None or self._gone(entry):
-                self.tree.remove([task.cgroup], groups=self.tasks.emptied(task))
-                if not entry.decided:
-                    entry.decide(error=RequestError("unavailable", str(error)))
-                continue
-            self.tasks.add(task)
-            started.append(entry)
-        return started
-
-    async def _move_in(self, started: list[Entry]) -> int:
-        """Move each started task's pid into its cgroup and answer its client; returns how many
-        were moved.
-
-        The pid is the client's only while the client's process lives: it is checked before the
-        move, and after it (had the process ended meanwhile, the pid moved may be another's).
-        The record is written first: a daemon killed after the move must find it, or the
-        process would run on in a cgroup nobody governs (killed before the move, the record of
-        an empty cgroup is dropped at the restart)."""
-        ready = []
-        for entry in started:
-            try:
-                self._check(entry)
-                self.records.save(entry.task)
-            except GovernorError as error:
-                self._fail(entry, error)
-                continue
-            ready.append(entry)
-        if not ready:
-            return 0
-        moves = await self.tree.join([(e.task.cgroup, e.task.pid) for e in ready])
-        moved = 0
-        for entry, error in zip(ready, moves):
-            try:
-                if error is not None:
-                    raise error
-                self._check(entry)
-            except GovernorError as failed:
-                self._fail(entry, failed)
-                continue
-            moved += 1
-            self._started(entry)
-        return moved
-
-    def _started(self, entry: Entry) -> None:
-        task = entry.task
-        self.follow(task, entry)
-        waited = time.time() - entry.queued_at
-        if self.metrics:
-            self.metrics.admitted(waited)
-        self.journal.event("task_started", f"task {task.id} started: pid {task.pid}, user {task.user}, group "
-                                           f"{task.group}, demand {vector(task.demand)}"
-                                           + (f", after {waited:.1f} s in the queue" if waited >= 0.1 else ""))
-        entry.decide(reply=self.started_reply(task))
-
-    def _check(self, entry: Entry) -> None:
-        """Raise unless the launch still stands: not stopped, its client still there, and the
-        process that asked still running (its pidfd).
-
-        Raises:
-            RequestError: ``bad_request``, the process has exited; ``stopped`` (already
-                decided, or the client left the queue).
-        """
-        if self._gone(entry):
-            raise entry.error or RequestError("stopped", f"task {entry.task.id} left the queue before it started")
-        if entry.pidfd is None:
-            return
-        try:
-            signal.pidfd_send_signal(entry.pidfd, 0)
-        except ProcessLookupError:
-            raise RequestError("bad_request", f"process {entry.task.pid}, which asked to be governed, has exited; "
-                                              "its pid is not governed") from None
-        except PermissionError:
-            pass  # alive, and not ours to signal (a daemon not run as root)
-
-    def _gone(self, entry: Entry) -> bool:
-        """Whether a launch being started was decided meanwhile (stopped) or left the queue."""
-        return entry.decided or self.queue.get(entry.task.id) is not entry
-
-    def _fail(self, entry: Entry, error: GovernorError) -> None:
-        """Undo a start that failed after the task was added, and answer its client."""
-        task = entry.task
-        self.tasks.remove(task.id)
-        try:
-            self.records.delete(task.id)
-        except GovernorError as undone:
-            log.warning("cannot remove the record of task %s: %s", task.id, undone)
-        self.tree.remove([task.cgroup], groups=self.tasks.emptied(task))
-        if entry.decided:
-            return
-        if not isinstance(error, RequestError):
-            code = "bad_request" if isinstance(error, ProcessGone) else "unavailable"
-            error = RequestError(code, str(error))
-        entry.decide(error=error)
-
-
-@dataclass
-class _Batch:
-    """Events to settle together: when they are settled (``done``), what they were, whether
-    any needs a refill, when the first was seen and when the last was added
-    (``time.perf_counter()``)."""
-
-    done: asyncio.Future
-    triggers: list[str]
-    refill: bool
-    since: float
-    latest: float
-
-
-def _combined(triggers: list[str]) -> str:
-    """One trigger for events settled together: ``launch of 3 tasks, reload``."""
-    if len(triggers) == 1:
-        return triggers[0]
-    tasks: dict[str, list[str]] = {}
-    for trigger in triggers:
-        kind, of_task, _ = trigger.partition(" of task ")
-        tasks.setdefault(kind if of_task else trigger, []).append(trigger)
-    return ", ".join(same[0] if len(same) == 1 else f"{kind} of {len(same)} tasks" if " of task " in same[0]
-                     else kind for kind, same in tasks.items())

@@ -34,16 +34,18 @@ class Tree:
 
     Args:
         hierarchy: governor's cgroups (:class:`~governor.cgroups.hierarchy.Hierarchy`).
+        read_before_removal: told on the loop ``(rel, CPU counter µs, removed)`` of each group
+            cgroup read just before its removal (fair share charges it); None: not read.
     """
 
-    def __init__(self, hierarchy: Hierarchy) -> None:
+    def __init__(self, hierarchy: Hierarchy,
+                 read_before_removal: Callable[[str, int, bool], None] | None = None) -> None:
         self.hierarchy = hierarchy
         self._loop: asyncio.AbstractEventLoop | None = None
         self._joining: dict[str, int] = {}  # cgroup → moves into it asked for and not yet made
         self._pending = 0  # calls of run() not yet done
-        # Told on the loop (rel, CPU counter µs, removed) of each group cgroup read just before
-        # its removal: the counter keeps what its ended tasks used, and goes with the cgroup.
-        self.read_before_removal: Callable[[str, int, bool], None] | None = None
+        # The counter keeps what a group's ended tasks used, and goes with the cgroup.
+        self._read_before_removal = read_before_removal
 
     def moving_into(self, rel: str) -> bool:
         """Whether a process is being moved into cgroup ``rel``: until the move is made, the
@@ -110,11 +112,11 @@ class Tree:
         <governor.core.state.Tasks.emptied>`) until one has something below it (a task that started
         there meanwhile, another group: ``EBUSY`` is not an error). A failure is logged: the
         cgroup stays, empty. Each group's CPU counter is read first, once its tasks' cgroups
-        are gone, and handed to :attr:`read_before_removal` on the loop (fair share charges it)."""
+        are gone, and handed to ``read_before_removal`` on the loop (fair share charges it)."""
         driver = self.hierarchy.driver
         for rel in (*rels, *groups):
             driver.forget(rel)
-        told = self.read_before_removal
+        told = self._read_before_removal
 
         def remove() -> list[tuple[str, int, bool]]:
             for rel in rels:

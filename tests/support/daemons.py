@@ -198,7 +198,7 @@ def launch(daemon, pid, *, group=None, uid=0, wait=True, **demand):
 
 async def wait_settled(daemon, after: int, *, timeout: float = 5.0) -> int:
     """Wait on the running event loop until ``daemon`` finished a settle pass after generation
-    ``after`` (``daemon.settle.generation``, read before causing the event); returns the
+    ``after`` (``daemon.inbox.generation``, read before causing the event); returns the
     generation reached. Raises AssertionError after ``timeout`` seconds."""
-    await until(lambda: daemon.settle.generation > after, f"a settle pass after generation {after}", timeout=timeout)
-    return daemon.settle.generation
+    await until(lambda: daemon.inbox.generation > after, f"a settle pass after generation {after}", timeout=timeout)
+    return daemon.inbox.generation

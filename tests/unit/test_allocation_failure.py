@@ -9,7 +9,7 @@ from support.status_sample import NOW, STATUS
 from support.daemons import GIB, TREE, launch, make_daemon
 from support.rendered import render, samples
 
-from governor.daemon import policy
+from governor.daemon import filling
 from governor.errors import FillingDiverged, RequestError
 from governor.core.hdrf import hierarchical_filling
 from governor.wire.metrics import Metrics
@@ -34,7 +34,7 @@ def test_a_diverging_filling_keeps_the_plan_in_force_and_is_an_error_everywhere(
     allocation = tree.enforcement.allocation
     assert samples(tree.metrics)[("governor_allocation_failures_total", ())] == 0  # a series from the start
 
-    monkeypatch.setattr(policy, "hierarchical_filling", diverging)
+    monkeypatch.setattr(filling, "hierarchical_filling", diverging)
     # L2's task starts (its own caps), but no refill divides the host otherwise: before this
     # issue, flat DRF gave D1, L1 and L2 a third each and dropped D2's limit and its labs' split.
     launch(tree, 300, group="L2", cpu=1.0, memory=GIB // 4)
@@ -55,7 +55,7 @@ def test_a_diverging_filling_keeps_the_plan_in_force_and_is_an_error_everywhere(
         tree.requests.explain()
     assert refused.value.code == "unavailable" and "the allocation failed" in refused.value.message
 
-    monkeypatch.setattr(policy, "hierarchical_filling", hierarchical_filling)
+    monkeypatch.setattr(filling, "hierarchical_filling", hierarchical_filling)
     tree.requests.set_weight("D1", 2.0, "root")
     status = tree.observation.status()
     assert status["filling"]["error"] is None and status["filling"]["failures"] == 1
@@ -69,10 +69,10 @@ def test_a_full_refill_that_diverges_leaves_the_caps_to_the_next_one_that_succee
     planned = []
     apply_plan = hierarchy.apply_plan
     monkeypatch.setattr(hierarchy, "apply_plan", lambda plan: planned.append(set(plan)) or apply_plan(plan))
-    monkeypatch.setattr(policy, "hierarchical_filling", diverging)
+    monkeypatch.setattr(filling, "hierarchical_filling", diverging)
     enforcement.refill("reload", full=True)
     assert tree.observation.status()["filling"]["error"]["trigger"] == "reload" and planned == []
-    monkeypatch.setattr(policy, "hierarchical_filling", hierarchical_filling)
+    monkeypatch.setattr(filling, "hierarchical_filling", hierarchical_filling)
     enforcement.refill("weight of D1")
     enforcement.refill("weight of D1")
     # The first success plans the task's caps the reload's refill did not; the next does not.

@@ -155,13 +155,13 @@ def test_a_refill_that_came_first_makes_the_batch_skip_its_own(daemon):
 
     async def exit_then_weight():
         daemon.exits.check(["1"], "exit")
-        settled = daemon.settle._batch.done
+        settled = daemon.inbox._batch.done
         daemon.requests.set_weight("B", 2.0, "root")  # settles now, exit included
         await settled
 
     asyncio.run(exit_then_weight())
     assert refill_triggers(daemon)[before:] == ["refill after weight of B"]
-    assert daemon.enforcement.allocation is None and daemon.settle._batch is None
+    assert daemon.enforcement.allocation is None and daemon.inbox._batch is None
 
 
 def test_a_task_whose_cgroup_cannot_be_read_is_kept_not_dropped(daemon):

@@ -131,19 +131,19 @@ def test_a_restart_that_turns_gpus_on_rejoins_the_processes_before_asking_whethe
 def reload_during_the_make(daemon, inventory, nodes):
     """Put a reload to ``inventory`` in force while the next launch's cgroup is made (the await
     on the cgroup thread, where a reload can run)."""
-    call = daemon.settle.tree.call
+    call = daemon.tree.call
 
     async def make_then_reload(work):
         made = await call(work)
-        if daemon.settle.tree.call is make_then_reload:
-            daemon.settle.tree.call = call
+        if daemon.tree.call is make_then_reload:
+            daemon.tree.call = call
             daemon.policy.find_gpus = lambda spec, control: inventory
             config = CONFIG.replace('gpus = ["/dev/nvidia0", "/dev/nvidia1"]', f"gpus = {nodes}")
             daemon.requests.load_config = lambda: parse_config(config, "test.toml")
             daemon.requests.reload("test")
         return made
 
-    daemon.settle.tree.call = make_then_reload
+    daemon.tree.call = make_then_reload
 
 
 def test_a_reload_during_a_launch_gives_the_starting_task_its_gpu_at_its_new_index(gpus):

@@ -31,7 +31,7 @@ def handover(where: dict[int, Location] | None = None) -> Handover:
         return where.get(pid, Location("A/task-1", None))
 
     return Handover(hierarchy=SimpleNamespace(locate=locate), policy=SimpleNamespace(gpus=None), tasks=Tasks(),
-                    settle=SimpleNamespace(), journal=SimpleNamespace())
+                    inbox=SimpleNamespace(), journal=SimpleNamespace())
 
 
 def killed(pid: int) -> bool:

@@ -1,0 +1,39 @@
+"""Progressive filling over the groups' demands under the config in force: what a refill and
+``governor explain`` divide the host with. Pure: the config, the capacity and the weights in,
+the allocation out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from governor.config.load import Config
+from governor.core.hdrf import TreeNode, hierarchical_filling
+from governor.core.model import Allocation, GroupDemand
+from governor.errors import FillingDiverged
+
+__all__ = ["fill"]
+
+
+def fill(config: Config, capacity: Mapping[str, float], weight: Callable[[str], float],
+         demands: Mapping[str, Mapping[str, float]], *, trace: bool = False) -> Allocation | None:
+    """Progressive filling over the groups' summed demands (group → D_g, cores, bytes,
+    bytes/s) within ``capacity``: H-DRF over ``config``'s group tree with its quotas
+    (:func:`governor.core.hdrf.hierarchical_filling`; flat weighted DRF when no group nests or
+    has a quota), each group weighed with ``weight(group)`` (its effective weight:
+    :meth:`Policy.fair_weight <governor.daemon.policy.Policy.fair_weight>`). None with no
+    demand; with ``trace``, the filling's steps are kept (``governor explain``).
+
+    Raises:
+        FillingDiverged: the filling reached no answer (or one of its own checks failed):
+            the caller keeps the plan in force. No other division stands in for it: flat
+            DRF would drop every guarantee and limit of the tree (DESIGN.md §2).
+    """
+    if not demands:
+        return None
+    groups = [GroupDemand(g, d, weight=weight(g), tasks=1) for g, d in demands.items()]
+    tree = [TreeNode(rule.name, rule.parent, weight(rule.name), rule.guarantee, rule.limit)
+            for rule in config.groups] if config.nested else ()
+    try:
+        return hierarchical_filling(capacity, groups, tree, trace=trace)
+    except AssertionError as error:  # an invariant of the filling's own, on input it accepted
+        raise FillingDiverged(f"{'H-DRF' if tree else 'DRF'}: {error or 'an invariant failed'}") from error
