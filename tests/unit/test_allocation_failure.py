@@ -10,7 +10,7 @@ from support.daemons import GIB, TREE, launch, make_daemon
 from support.rendered import render, samples
 
 from governor.daemon import filling
-from governor.errors import FillingDiverged, RequestError
+from governor.errors import RequestError
 from governor.core.hdrf import hierarchical_filling
 from governor.wire.metrics import Metrics
 
