@@ -28,6 +28,7 @@ from governor.cgroups.errors import CgroupError, CgroupUnsupported
 from governor.cgroups.limits import CgroupLimits, memory_high_throttles
 from governor.cgroups.locks import LockHeld, lock_directory, take
 from governor.cgroups.logind import is_login_slice, login_uid
+from governor.cgroups.pressure import psi_unavailable
 from governor.cgroups.stats import CgroupStats
 from governor.cgroups.systemd import SliceDriver, systemd_slices
 from governor.cgroups.v1 import CgroupV1Driver
@@ -68,6 +69,8 @@ class Hierarchy:
             there (None: unknown, no process is ever found inside).
         slices: logind's user slices, on a systemd host with cgroup v2; None elsewhere (a
             process in its login slice is then left where it is).
+        no_psi: why this host's cgroups have no pressure stall information, one sentence
+            (:func:`~governor.cgroups.pressure.psi_unavailable`); None where they have it.
     """
 
     driver: Driver
@@ -77,6 +80,7 @@ class Hierarchy:
     proc_key: str = ""
     proc_root: str | None = None
     slices: SliceDriver | None = None
+    no_psi: str | None = None
 
     @property
     def mode(self) -> str:
@@ -246,8 +250,10 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
         driver.create("")
         hold_root(root)
         driver.delegate_root(controllers)
+        no_psi = psi_unavailable("v2", root)
+        driver.psi = no_psi is None
         return Hierarchy(driver, str(root), controllers, cgroup_mount, "", detect.proc_path(root, proc),
-                         systemd_slices("v2", cgroup_mount))
+                         systemd_slices("v2", cgroup_mount), no_psi)
 
     mounts = detect.v1_mounts(proc)
     roots = {}
@@ -260,4 +266,4 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
     shown = roots.get("cpu", next(iter(roots.values())))
     hold_root(shown)
     return Hierarchy(driver, str(shown), V1_CONTROLLERS, cgroup_mount, "cpu" if "cpu" in roots else "",
-                     detect.proc_path(shown, proc))
+                     detect.proc_path(shown, proc), no_psi=psi_unavailable("v1", shown))

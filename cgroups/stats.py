@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-__all__ = ["CgroupStats", "MEMORY_EVENT_KEYS"]
+__all__ = ["CgroupStats", "MEMORY_EVENT_KEYS", "Stall"]
 
 MEMORY_EVENT_KEYS = ("high", "max", "oom", "oom_kill")
+
+
+class Stall(NamedTuple):
+    """One line of a pressure file (:mod:`governor.cgroups.pressure`): ``avg10``, the share of
+    the last 10 s stalled, percent (0..100); ``total_usec``, the stall since the cgroup was
+    made, µs."""
+
+    avg10: float
+    total_usec: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +38,8 @@ class CgroupStats:
             ``memory.peak``, Linux ≥ 5.19; v1 ``memory.max_usage_in_bytes``); None unless
             asked for (``read_stats(peak=True)``), where the kernel has no such file, or the
             memory controller is not enabled.
+        psi: pressure stall information: ``cpu``, ``memory``, ``io`` → ``some``, ``full`` →
+            :class:`Stall`; empty where the host has none (v1, ``psi=0``).
     """
 
     cpu_usage_usec: int
@@ -38,3 +50,4 @@ class CgroupStats:
     io_stat: dict[str, dict[str, int]] = field(default_factory=dict)
     populated: bool = False
     memory_peak_bytes: int | None = None
+    psi: dict[str, dict[str, Stall]] = field(default_factory=dict)

@@ -26,6 +26,7 @@ from governor.cgroups.files import below, list_children, make_dir, read_file, re
 from governor.cgroups.limits import V2_DEVICE_PROGRAM, V2_ORDER, CgroupLimits, diff_writes, v2_files, v2_key, v2_reset
 from governor.cgroups.parse import (parse_cgroup_events, parse_controllers, parse_flat_keyed, parse_int,
                                     parse_nested_keyed, parse_pids)
+from governor.cgroups.pressure import read_pressure
 from governor.cgroups.stats import MEMORY_EVENT_KEYS, CgroupStats
 
 __all__ = ["CgroupV2Driver", "move_self_to_leaf"]
@@ -64,6 +65,8 @@ class CgroupV2Driver(DriverBase):
         super().__init__()
         self.root = root
         self._bpf_usable: bool | None = None  # whether device programs can be attached here: asked once
+        # Whether samples read the pressure files: off where the host has no PSI (open_hierarchy asks once).
+        self.psi = True
 
     def path(self, rel: str) -> Path:
         """Return the directory of cgroup ``rel``.
@@ -258,7 +261,8 @@ class CgroupV2Driver(DriverBase):
 
     def _read_stats(self, rel: str, peak: bool) -> CgroupStats:
         """Sample the counters of cgroup ``rel``. Memory and io fields are left None/empty when
-        those controllers are not enabled for it.
+        those controllers are not enabled for it; its pressure files are read unless :attr:`psi`
+        is off.
 
         Raises:
             CgroupReadError: a stat file cannot be read (e.g. the cgroup vanished).
@@ -287,6 +291,7 @@ class CgroupV2Driver(DriverBase):
             io_stat=io_stat,
             populated=parse_cgroup_events(read_file(directory, "cgroup.events")).populated,
             memory_peak_bytes=memory_peak,
+            psi=read_pressure(directory) if self.psi else {},
         )
 
     def kill(self, rel: str) -> int:

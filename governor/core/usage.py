@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 
 from governor.cgroups.stats import CgroupStats
 
+# The prefix of a usage vector's stall keys: ``stall.<resource>.<kind>.avg10`` (percent of the
+# last 10 s) and ``.total`` (seconds so far), from the cgroup's pressure files.
+STALL = "stall."
+
 
 @dataclass(frozen=True, slots=True)
 class Sample:
@@ -32,7 +36,10 @@ def usage(previous: Sample | None, current: Sample, devices: Mapping[str, str]) 
     Returns:
         ``cpu`` in cores, ``memory`` in bytes (now), ``io.<name>.read`` / ``.write`` in bytes/s;
         plus the pressure signs ``cpu.nr_throttled`` (periods throttled between the samples),
-        ``memory.high`` and ``memory.oom_kill`` (events so far).
+        ``memory.high`` and ``memory.oom_kill`` (events so far); and where the host has PSI,
+        the stalls ``stall.<resource>.<kind>.avg10`` (percent of the last 10 s) and
+        ``.total`` (seconds so far) of ``cpu``, ``memory``, ``io`` × ``some``, ``full``
+        (:func:`stalls` nests them).
     """
     stats = current.stats
     result = {
@@ -42,6 +49,10 @@ def usage(previous: Sample | None, current: Sample, devices: Mapping[str, str]) 
         "memory.high": float(stats.memory_events.get("high", 0)),
         "memory.oom_kill": float(stats.memory_events.get("oom_kill", 0)),
     }
+    for resource, kinds in stats.psi.items():
+        for kind, stall in kinds.items():
+            result[f"{STALL}{resource}.{kind}.avg10"] = stall.avg10
+            result[f"{STALL}{resource}.{kind}.total"] = stall.total_usec / 1e6
     for name in devices.values():
         result[f"io.{name}.read"] = 0.0
         result[f"io.{name}.write"] = 0.0
@@ -56,6 +67,32 @@ def usage(previous: Sample | None, current: Sample, devices: Mapping[str, str]) 
         for key, direction in (("rbytes", "read"), ("wbytes", "write")):
             result[f"io.{name}.{direction}"] = max(0, now.get(key, 0) - then.get(key, 0)) / elapsed
     return result
+
+
+def stalls(vector: Mapping[str, float]) -> dict[str, dict[str, dict[str, float]]]:
+    """The stall keys of a usage vector (:func:`usage`), nested: resource → kind → ``avg10``
+    (percent of the last 10 s) and ``total`` (seconds). Empty where the host has no PSI.
+
+    >>> stalls({"cpu": 1.0, "stall.cpu.some.avg10": 23.0, "stall.cpu.some.total": 4.5})
+    {'cpu': {'some': {'avg10': 23.0, 'total': 4.5}}}
+    """
+    nested: dict[str, dict[str, dict[str, float]]] = {}
+    for key, value in vector.items():
+        if key.startswith(STALL):
+            resource, kind, field_name = key[len(STALL):].split(".")
+            nested.setdefault(resource, {}).setdefault(kind, {})[field_name] = value
+    return nested
+
+
+def worst_stall(stalled: Mapping[str, Mapping[str, Mapping[str, float]]]) -> tuple[str, float] | None:
+    """The resource whose ``some`` stall over the last 10 s is the largest, with it (percent);
+    None with no stall measured (no PSI, not sampled yet). Ties go to the first of ``stalled``.
+
+    >>> worst_stall({"cpu": {"some": {"avg10": 2.0}}, "memory": {"some": {"avg10": 23.0}}})
+    ('memory', 23.0)
+    """
+    found = [(resource, float(kinds.get("some", {}).get("avg10", 0.0))) for resource, kinds in stalled.items()]
+    return max(found, key=lambda item: item[1], default=None)
 
 
 @dataclass

@@ -147,7 +147,9 @@ class Observation:
             logins = [self.usage.get(t.cgroup, {}) for t in tasks if t.is_login]
             if logins:
                 own = [fresh[group]] if group in fresh else []
-                self.usage[group] = {key: sum(u.get(key, 0.0) for u in own + logins)
+                # Stalled shares of the last 10 s (percent) do not add up: the worst is the group's.
+                self.usage[group] = {key: (max if key.endswith(".avg10") else sum)(u.get(key, 0.0)
+                                                                                   for u in own + logins)
                                      for key in {k for u in own + logins for k in u}}
         self.check_saturation()
         if self.fair_share is not None:
@@ -267,6 +269,7 @@ class Observation:
             queue=queue_view(self.queue, self.queue.admission), events=list(self.journal.events),
             kept=self._status_tasks, configured=policy.configured(self.tasks.counts()),
             reserved=reserved(self.tasks, self.usage), gpus=gpu_entries(policy.gpus, self.tasks.gpu_holders(), self.tasks),
+            no_psi=self.hierarchy.no_psi,
         )
         self._status = (self.journal.version, StatusReply(status, self._status_json))
         return self._status[1]

@@ -9,15 +9,23 @@ from governor.core.model import Allocation
 from governor.wire.protocol import as_line, encode_json
 from governor.config.resources import find
 from governor.core.state import SHOWN_COMMAND_CHARS, Tasks
+from governor.core.usage import STALL, stalls
 from governor.wire.reply_types import StatusReply as WireStatusReply
 
 
 def split_usage(vector: Mapping[str, float]) -> tuple[dict[str, float], dict[str, float]]:
-    """Measured usage → (resources used, pressure signs such as ``cpu.nr_throttled``)."""
+    """Measured usage → (resources used, pressure signs such as ``cpu.nr_throttled``); the
+    stalls (PSI) are neither: :func:`governor.core.usage.stalls` nests them."""
     used, pressure = {}, {}
     for key, value in vector.items():
-        (used if find(key) is not None else pressure)[key] = value
+        if not key.startswith(STALL):
+            (used if find(key) is not None else pressure)[key] = value
     return used, pressure
+
+
+def psi_entry(no_psi: str | None) -> dict:
+    """The status's ``psi``: ``available`` (bool) and, where not, ``why`` (one sentence)."""
+    return {"available": no_psi is None, "why": no_psi}
 
 
 def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: Allocation | None, tasks: Tasks,
@@ -26,7 +34,8 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
                  configured: Mapping[str, dict] | None = None,
                  reserved: Mapping[str, Mapping[str, float]] | None = None,
                  parents: Mapping[str, str] | None = None, place: Callable[[str], str] = str,
-                 fairshare: Mapping[str, object] | None = None, gpus: list[dict] | None = None) -> dict:
+                 fairshare: Mapping[str, object] | None = None, gpus: list[dict] | None = None,
+                 no_psi: str | None = None) -> dict:
     """Assemble the status object.
 
     Args:
@@ -55,12 +64,16 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
             capacity-seconds).
         gpus: with GPUs governed, each GPU (:meth:`governor.core.gpus.Gpu.to_json`) with its
             holder's ``task``, ``group`` and ``user`` (None when free): the status's ``gpus``.
+        no_psi: why the host has no pressure stall information (None: it has): the status's
+            ``psi`` (:func:`psi_entry`), said once there rather than by zeros in every group.
 
     Per group, :meth:`GroupAllocation.to_json` (weight, allocation, dominant resources and
     share, stop) with the words of :mod:`governor.core.vocabulary`: ``floor``, ``demand`` (its cap:
     the sum of its tasks' declarations), ``guarantee`` (the compressible part of its
     allocation), ``reserved`` (memory), ``usage``, ``borrowed``; and ``lambda``, ``limits``,
-    ``pressure``, ``members``, ``idle``, ``tasks``. At the top, ``guaranteed`` and ``reserved``
+    ``pressure`` (throttling signs), ``stall`` (PSI: resource → ``some``/``full`` →
+    ``avg10`` percent, ``total`` seconds; empty without PSI, as in each task), ``members``,
+    ``idle``, ``tasks``. At the top, ``guaranteed`` and ``reserved``
     are the sums of the groups'. ``fair_level`` is the highest dominant share / weight among the
     groups: the water level at which the last filling stopped the groups a saturated resource
     held back. Each group says its ``parent`` (None at the top); an internal group of a tree
@@ -94,6 +107,7 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
             "usage": group_usage,
             "borrowed": vocabulary.borrowed(group_usage, granted),
             "pressure": group_pressure,
+            "stall": stalls(usage.get(name, {})),
             "tasks": [_task(t, in_force, usage, last, entries) for t in members],
         }
     summed_up = _idle_everyone(configured, groups, fairshare or {})
@@ -112,7 +126,8 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
                         "demand": vocabulary.total(g["demand"] for g in below), "guarantee": granted,
                         "reserved": vocabulary.total(g["reserved"] for g in below), "lambda": 0.0,
                         "limits": in_force(place(name)), "usage": group_usage,
-                        "borrowed": vocabulary.borrowed(group_usage, granted), "pressure": {}, "tasks": []}
+                        "borrowed": vocabulary.borrowed(group_usage, granted), "pressure": {}, "stall": {},
+                        "tasks": []}
     for name, group in groups.items():
         group["parent"] = parents.get(name)
         standing = (fairshare or {}).get(name)
@@ -127,7 +142,7 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
             "reserved": vocabulary.total(g["reserved"] for g in leaves),
             "used": vocabulary.total(g["usage"] for g in leaves),
             "filling": dict(filling), "fair_level": fair_level, "events": events, "groups": groups,
-            "queue": queue, **({"gpus": gpus} if gpus is not None else {})}
+            "queue": queue, "psi": psi_entry(no_psi), **({"gpus": gpus} if gpus is not None else {})}
 
 
 EVERYONE = "*"  # the status's one row for the idle groups of [groups."*"]
@@ -149,7 +164,8 @@ def _idle(about: Mapping[str, object]) -> dict:
     """A group's entry with no task: zeros, and its ``weight``, ``floor`` and ``members``."""
     return {**_NOT_ALLOCATED, "weight": about["weight"], "floor": about["floor"],
             "members": list(about.get("members", [])), "idle": True, "demand": {}, "guarantee": {},
-            "reserved": {}, "lambda": 0.0, "limits": {}, "usage": {}, "borrowed": {}, "pressure": {}, "tasks": []}
+            "reserved": {}, "lambda": 0.0, "limits": {}, "usage": {}, "borrowed": {}, "pressure": {}, "stall": {},
+            "tasks": []}
 
 
 def gpu_entries(inventory, holders: Mapping[int, str], tasks: Tasks) -> list[dict] | None:
@@ -191,7 +207,8 @@ def _task(task, in_force: Callable[[str], dict[str, str]], usage: Mapping[str, M
         entries[task.cgroup] = last
         return last[3]
     used, pressure = split_usage(sampled)
-    entry = {**task.to_json(command_chars=SHOWN_COMMAND_CHARS), "limits": limits, "usage": used, "pressure": pressure}
+    entry = {**task.to_json(command_chars=SHOWN_COMMAND_CHARS), "limits": limits, "usage": used, "pressure": pressure,
+             "stall": stalls(sampled)}
     entries[task.cgroup] = (task, limits, sampled, entry)
     return entry
 
