@@ -7,7 +7,9 @@ The object (amounts in base units: cores, bytes, bytes/s; shares are fractions o
      "groups": {name: {"weight": float, "demand": {res: amount}, "allocation": {res: amount},
                        "lambda": float, "dominant_resources": [res], "dominant_share": float,
                        "stop": "demand met" | "<res> saturated" | str,
-                       "tasks": int, "sessions": [user]}},   # what it runs: launches, sessions
+                       "tasks": int, "sessions": [user],   # what it runs: launches, sessions
+                       "stall": {res: {"some"|"full": {"avg10": %, "total": s}}}}},  # PSI, as status
+     "psi": {"available": bool, "why": str | null},   # whether stalls are measured, why not
      "trace": [{"step": int, "event": "demand_met" | "saturated", "group": str | null,
                 "resource": str | null, "frozen": [name], "dominant_shares": {name: share},
                 "allocated": {res: amount}}],
@@ -30,6 +32,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from governor.cli import stall_view
 from governor.cli import view_common as view
 from governor.cli.render import filling_table
 from governor.cli.status_view import queue_table
@@ -40,7 +43,8 @@ from governor.core.model import TraceRow
 def explain_renderables(explain: dict, group: str | None = None, *, now: float) -> list[RenderableType]:
     """Renderables in print order: the capacity, one reason per group, then per configured
     group with no task (only ``group`` if given; the caller has checked it is one or the
-    other), the tasks waiting and why (only ``group``'s, if given; nothing when none
+    other), how much each group with a task stalled (``physics: stalled 23 % on memory over
+    the last 10 s``; on a host without PSI one line saying so), the tasks waiting and why (only ``group``'s, if given; nothing when none
     waits), then the trace table (every step, since the level one group stopped at depends on
     the others; with ``group``, only its share column).
 
@@ -64,6 +68,7 @@ def explain_renderables(explain: dict, group: str | None = None, *, now: float) 
     depth = dict((name, level) for level, name in tree_order(list(shown), parents)) if parents else {}
     renderables: list[RenderableType] = [
         header, reasons({name: groups[name] for name in shown if name in groups}, idle, depth)]
+    renderables += stalls_lines(explain, [name for name in shown if name in groups and name not in nodes])
     fair = {name: about for name, about in (explain.get("fairshare") or {}).items()
             if isinstance(about, dict) and (group is None or name == group)}
     if fair:
@@ -79,6 +84,18 @@ def explain_renderables(explain: dict, group: str | None = None, *, now: float) 
         trace=trace_rows(explain, columns, list(capacity)),
         empty="no steps: no group has a running task"))
     return renderables
+
+
+def stalls_lines(explain: dict, names: list[str]) -> list[RenderableType]:
+    """The physics of ``names`` (groups with a task): one line each, what they waited for
+    (:func:`governor.cli.stall_view.physics`); where the host has no PSI, one line saying so;
+    nothing from a daemon that does not say."""
+    missing = stall_view.psi_missing(explain)
+    if missing:
+        return [Text(missing, style="dim")]
+    if not stall_view.psi_available(explain) or not names:
+        return []
+    return [Text("\n".join(stall_view.physics(name, explain["groups"][name].get("stall") or {}) for name in names))]
 
 
 def _about(configured: object) -> dict:

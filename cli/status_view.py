@@ -31,7 +31,10 @@ bytes/s; times in Unix seconds)::
                                   "command": [str], "started": float,
                                   "demand": {res: amount}, "limits": {file: value},
                                   "usage": {res: amount},
+                                  "stall": {…},       # as the group's
                                   "gpus": [int]}]}},    # the GPUs it holds, by index
+                       # "stall": {"cpu"|"memory"|"io": {"some"|"full": {"avg10": %, "total": s}}}
+                       # (PSI: the share of the last 10 s its tasks waited; empty without PSI)
      "queue": [{"task": str, "group": str, "user": str, "uid": int, "command": [str],
                 "demand": {res: amount}, "queued_at": float, "position": int,
                 "waiting_for": int,                   # bytes of memory that must free first
@@ -41,8 +44,9 @@ bytes/s; times in Unix seconds)::
      #     "guarded": [cgroup dir], "notes": [str]}: where GPU nodes are denied outside tasks
      "gpus": [{"index": int, "node": str, "uuid": str | null, "name": str,
                "task": str | null, "group": str | null, "user": str | null,
-               "draining": bool}]}  # GPUs governed only; draining: its task ended, a process
+               "draining": bool}],  # GPUs governed only; draining: its task ended, a process
                                     # may still hold its node, it goes to no one until none does
+     "psi": {"available": bool, "why": str | null}}  # whether stalls are measured, and why not
 
 ``guaranteed`` and ``reserved`` are the sums of the groups'. Every group of the host is listed,
 ``idle`` (no task) or not. ``io_sharing`` says how each governed block
@@ -72,6 +76,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from governor.cli import stall_view
 from governor.cli import view_common as view
 
 
@@ -243,10 +248,13 @@ def queue_table(queue: list[dict], now: float) -> Table:
 
 def tasks_view(name: str, group: dict) -> RenderableType:
     """A group's tasks as a compact list: id, pid, user and command (cut to 40 characters) on
-    one line, then its cap (what it declared), the GPUs it holds (if any), limits and use on a
-    line each, wrapped to the console width."""
+    one line, then its cap (what it declared), the GPUs it holds (if any), limits, use and stalls
+    (PSI, where measured) on a line each, wrapped to the console width; the group's stalls in
+    the title."""
     tasks = group.get("tasks", [])
     title = Text(f"{name}: {len(tasks)} task{'s' if len(tasks) != 1 else ''}", style="bold")
+    if group.get("stall"):
+        title.append(f" · stalled {stall_view.stall_words(group['stall'])} (last 10 s)", style="")
     grid = Table.grid(padding=(0, 1))
     grid.add_column(overflow="fold")
     grid.add_column(style="dim")
@@ -260,6 +268,8 @@ def tasks_view(name: str, group: dict) -> RenderableType:
             view.row(grid, "", "gpus", view.gpu_list(task["gpus"]))
         view.row(grid, "", "limits", " · ".join(f"{view.limit_name(f)} {view.limit(f, v)}" for f, v in limits.items()) or "—")
         view.row(grid, "", "use", view.vector(task.get("usage", {})))
+        if task.get("stall"):
+            view.row(grid, "", "stall", stall_view.stall_words(task["stall"]))
     return Group(title, grid)
 
 
@@ -278,6 +288,8 @@ def _header(status: dict, now: float) -> Text:
     if daemon.get("cpu_saturated"):
         text.append("\ncpu: every group uses its guarantee; each is held to it until one uses less")
     text.append(f"\n{view.filling(status, now)}")
+    if stall_view.psi_missing(status):
+        text.append(f"\n{stall_view.psi_missing(status)}")
     return text
 
 

@@ -25,6 +25,7 @@ from rich.text import Text
 
 from governor.core import vocabulary
 from governor.cgroups.limits import memory_cap
+from governor.cli import stall_view
 from governor.cli import view_common as view
 from governor.cli.top_state import TopState, depth_of, is_internal, selected_group, visible_groups
 from governor.config.resources import compressible, find, measured
@@ -36,7 +37,7 @@ _EVENT_STYLES = {"task_started": "green", "task_ended": "blue", "refill": "cyan"
 # cpu/memory split are what top is for; what a group borrows is use minus guarantee, both on the
 # row already, so it goes early; the fair target, also drawn by the share bar, goes before it.
 # The GPUs a group holds (scarce, whole devices) outlast the task count.
-_KEEP = {"group": 100, "share": 95, "cpu": 90, "memory": 85, "pressure": 70, "gpu": 65, "tasks": 60, "w": 55,
+_KEEP = {"group": 100, "share": 95, "cpu": 90, "memory": 85, "stall": 75, "pressure": 70, "gpu": 65, "tasks": 60, "w": 55,
          "dominant": 50, "io": 40, "borrow": 25, "fair": 20}
 _SORT_COLUMN = {"share": "share", "cpu": "cpu", "memory": "memory", "tasks": "tasks", "name": "group"}
 _MAX_EVENTS = 8
@@ -56,6 +57,7 @@ COLUMNS_HELP = [
     ("borrow", "use above the guarantee, from capacity others leave idle (+0.4c)"),
     ("pressure", "thr: periods throttled in the last second; soft: times held at a soft memory cap; "
                  "oom: OOM kills"),
+    ("stall", "the resource the group's tasks waited for most: share of the last 10 s some task stalled (PSI)"),
     ("queue", "tasks waiting, in order, for their declared memory to fit"),
 ]
 
@@ -75,6 +77,8 @@ def top_view(state: TopState, *, width: int, height: int, now: float) -> Rendera
             top.append(_gpus_line(view.gpus(status), width))
         top.append(_line(f"fair level {float(status.get('fair_level', 0.0)):.1%} per unit of weight · "
                          f"{view.filling(status, now)}"))
+        if stall_view.psi_missing(status):  # said once here, not as a column of zeros
+            top.append(_line(stall_view.psi_missing(status), "dim"))
     footer = _footer(state)
     room = max(0, height - len(top) - 1)
     body = _help(room, width) if state.help else _body(state, status, width, room, now)
@@ -170,6 +174,8 @@ def _groups_table(state: TopState, status: dict, names: list[str], selected: str
             f"{view.short(resource, groups[n].get('usage', {}).get(resource))}" for n in names]))
     columns.append(("borrow", "borrow", "left", [_borrowed(groups[n].get("borrowed") or {}) for n in names]))
     columns.append(("pressure", "pressure", "left", [_pressure(groups[n].get("pressure", {})) for n in names]))
+    if stall_view.psi_available(status):
+        columns.append(("stall", "stall", "left", [stall_view.worst_cell(groups[n].get("stall") or {}) for n in names]))
 
     sorted_key = _SORT_COLUMN[state.sort]
     table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, header_style="bold reverse",
@@ -215,10 +221,12 @@ def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[R
     (:mod:`governor.core.vocabulary`)."""
     tasks = group.get("tasks", [])
     more = f" (showing {shown})" if shown < len(tasks) else ""
-    title = _line(f"  ▾ {name}: {len(tasks)} task{'s' if len(tasks) != 1 else ''}{more}", "bold")
+    stalled = f" · stalled {stall_view.stall_words(group['stall'])}" if group.get("stall") else ""
+    title = _line(f"  ▾ {name}: {len(tasks)} task{'s' if len(tasks) != 1 else ''}{more}{stalled}", "bold")
     granted = float(group.get("lambda", 0.0))
     rows = []
     gpus = any(task.get("gpus") for task in tasks[:shown])
+    stalls = any(task.get("stall") for task in tasks[:shown])
     for task in tasks[:shown]:
         demand = {r: float(v) for r, v in task.get("demand", {}).items()}
         used = task.get("usage", {})
@@ -227,9 +235,9 @@ def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[R
                      *([view.gpu_list(task.get("gpus"))] if gpus else []), task, _cap(demand, task.get("limits", {})),
                      _compact(vocabulary.task_guarantee(demand, granted)),
                      _compact(vocabulary.reserved(demand, session=bool(task.get("session")), used=used)),
-                     _compact(used)])
+                     _compact(used), *([stall_view.worst_cell(task.get("stall") or {}).plain] if stalls else [])])
     headers = ("  pid", "user", "age", *(("gpus",) if gpus else ()), "command", "cap", "guarantee", "reserved",
-               "use")
+               "use", *(("stall",) if stalls else ()))
     others = sum(max(len(h), *(len(r[i]) for r in rows)) + 1 for i, h in enumerate(headers) if h != "command")
     # The command is cut to what the other columns leave (the full line is in `status --json`).
     chars = max(len("command"), width - others - 1)

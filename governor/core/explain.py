@@ -16,7 +16,8 @@ def explain(allocation: Allocation | None, capacity: Mapping[str, float],
             demands: Mapping[str, Mapping[str, float]], queue: list[dict] = (),
             runs: Mapping[str, tuple[int, list[str]]] | None = None,
             configured: Mapping[str, Mapping] | None = None,
-            fairshare: Mapping[str, object] | None = None) -> dict:
+            fairshare: Mapping[str, object] | None = None,
+            stalls: Mapping[str, Mapping] | None = None, psi: Mapping[str, object] | None = None) -> dict:
     """The ``explain`` payload: capacity, per group weight, demand D_g, allocation, λ, dominant
     resource(s) and share, why it stopped (:meth:`GroupAllocation.to_json` with ``demand``,
     ``lambda``), what it runs (``tasks``: how many launched tasks, ``sessions``: whose
@@ -29,18 +30,20 @@ def explain(allocation: Allocation | None, capacity: Mapping[str, float],
     and floor; ``parents``: group → the group it nests under. With ``[fairshare]``,
     ``fairshare``: group → ``weight`` (configured), ``usage`` (decayed, capacity-seconds),
     ``usage_share``, ``weight_share``, ``factor`` and ``effective`` (the weight filling used):
-    :class:`governor.core.fairshare.Standing`."""
+    :class:`governor.core.fairshare.Standing`. ``stalls``: group → its ``stall`` as status
+    has it (:func:`governor.core.usage.stalls`), each group's ``stall``; ``psi``: status's
+    ``psi`` (whether the host measures stalls, and why not), the payload's."""
     runs = runs or {}
     groups = {}
     for name, got in (allocation.groups.items() if allocation else ()):
         count, sessions = runs.get(name, (0, []))
         groups[name] = {**got.to_json(), "demand": dict(demands.get(name, {})), "lambda": float(got.tasks),
-                        "tasks": count, "sessions": list(sessions),
+                        "tasks": count, "sessions": list(sessions), "stall": dict((stalls or {}).get(name, {})),
                         "floor": float((configured or {}).get(name, {}).get("floor", 0.0))}
     nodes = {name: {**got.to_json(), "floor": float((configured or {}).get(name, {}).get("floor", 0.0))}
              for name, got in (allocation.nodes.items() if allocation else ())}
     trace = [row.to_json() for row in (allocation.trace if allocation else ())]
-    return {"capacity": dict(capacity), "groups": groups, "nodes": nodes,
+    return {"capacity": dict(capacity), "groups": groups, "nodes": nodes, "psi": dict(psi or {}),
             "parents": dict(allocation.parents) if allocation else {}, "trace": trace, "queue": list(queue),
             "fairshare": {name: dataclasses.asdict(standing) for name, standing in (fairshare or {}).items()},
             "configured": {name: {"weight": float(about["weight"]), "floor": float(about["floor"])}

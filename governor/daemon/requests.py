@@ -33,9 +33,11 @@ from governor.host.notify import Notifier
 from governor.wire.protocol import (ExplainRequest, LaunchRequest, Peer, PsRequest, ReloadRequest, Request,
                                SetWeightRequest, StatusRequest, StopRequest, WatchRequest)
 from governor.wire.ps import PROCESSES_SHOWN, processes, task_rows
+from governor.wire.status import psi_entry
 from governor.core.queue import queue_view
 from governor.core.quotas import check_within_quotas
 from governor.core.state import SHOWN_COMMAND_CHARS, Task, Tasks
+from governor.core.usage import stalls
 from governor.config.tomlcheck import join_key
 from governor.wire.reply_types import (ExplainReply, LaunchReply, PsReply, Queued, ReloadReply, SetWeightReply, Started,
                                    StatusReply, StopReply)
@@ -254,7 +256,9 @@ class Requests:
         return explain(traced, self.policy.capacity, demands, queue_view(self.queue, self.queue.admission), runs,
                        configured=self.policy.configured(self.tasks.counts()),
                        fairshare=self.observation.fair_share.standings(time.time())
-                       if self.observation.fair_share else None)
+                       if self.observation.fair_share else None,
+                       stalls={group: stalls(self.observation.usage.get(group, {})) for group in demands},
+                       psi=psi_entry(self.observation.hierarchy.no_psi))
 
     def use(self, config: Config, members: dict[str, list[str]] | None = None) -> None:
         """Put ``config`` in force (:meth:`Policy.use <governor.daemon.policy.Policy.use>`;

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from governor.errors import GovernorError
 from governor.core.gpus import GpuUse
@@ -168,6 +168,7 @@ class _Snapshot:
     def collect(self):
         status = self.snapshot()
         yield from self._groups(status)
+        yield from _stalls(status)
         yield from _gpus(status, self.gpu())
 
     def _groups(self, status: dict):
@@ -231,6 +232,22 @@ class _Snapshot:
                     reserved.add_metric([*tree, resource], group.get("reserved", {}).get(resource, 0.0))
         yield from (capacity, share, weight, floor, tasks, allocation, guarantee, reserved, used, waiting, oldest,
                     why, effective, past, accounts)
+
+
+def _stalls(status: dict):
+    """``governor_group_pressure_seconds_total{group,resource,kind}``: how long each group's
+    tasks stalled on cpu, memory or I/O (PSI ``total``; ``some``: one of them waited, ``full``:
+    all did). No series at all on a host without PSI (status's ``psi``), rather than zeros."""
+    if not status.get("psi", {}).get("available"):
+        return
+    stalled = CounterMetricFamily("governor_group_pressure_seconds", "Time the group's tasks stalled waiting "
+                                  "for the resource (PSI total; kind some: at least one task waited, full: all "
+                                  "did), seconds", labels=["group", "resource", "kind"])
+    for name, group in status.get("groups", {}).items():
+        for resource, kinds in group.get("stall", {}).items():
+            for kind, stall in kinds.items():
+                stalled.add_metric([name, resource, kind], stall.get("total", 0.0))
+    yield stalled
 
 
 def _gpus(status: dict, sample: tuple[GpuUse, Mapping[int, tuple[str, str]]] | None):
