@@ -3,6 +3,7 @@
 import signal
 
 import admission_scenarios
+import pressure_scenarios
 import pytest
 import scenarios
 import task_scenarios
@@ -31,6 +32,10 @@ from kernel_cases import (  # noqa: F401  (collected here, under this module's m
 from daemon_harness import Governor
 
 pytestmark = pytest.mark.kernel_v1
+
+
+def test_pressure_stalls_are_said_unmeasured_once_on_v1(tmp_path):
+    pressure_scenarios.no_psi_is_said_once(tmp_path)
 
 
 def test_a_pid_left_by_an_exited_client_is_not_governed(tmp_path):

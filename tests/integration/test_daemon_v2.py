@@ -2,6 +2,7 @@
 
 import os
 
+import pressure_scenarios
 import pytest
 import scenarios
 import task_scenarios
@@ -30,6 +31,10 @@ from kernel_cases import (  # noqa: F401  (collected here, under this module's m
 from governor.cgroups import detect
 
 pytestmark = pytest.mark.kernel_v2
+
+
+def test_pressure_a_cpu_cap_shows_as_a_cpu_stall_on_every_screen(tmp_path):
+    pressure_scenarios.a_cpu_cap_shows_as_cpu_stall(tmp_path)
 
 
 def test_memory_high_throttles_without_killing(tmp_path):
