@@ -15,9 +15,11 @@ from governor.cli.completion import group_names
 def explain(group: str | None, as_json: bool, socket_option: str | None) -> None:
     """Show why each group's share stopped growing (its demand was met, or a resource it needs
     ran out), the tasks waiting for their declared memory to fit (if any), then the daemon's
-    last progressive filling step by step, like the DRF paper's Table 1. With GROUP, only that
-    group (and only its entries in the JSON); a group of the config with no task running shows
-    its weight and the share it is sure of once it runs one.
+    last progressive filling step by step, like the DRF paper's Table 1. Where the host has
+    pressure stall information (PSI), what each group's tasks waited for over the last 10 s
+    ("physics: stalled 23 % on memory over the last 10 s"). With GROUP, only that group (and
+    only its entries in the JSON), and the stalls of each of its tasks; a group of the config
+    with no task running shows its weight and the share it is sure of once it runs one.
 
     Amounts in JSON are base units: cores, bytes, bytes/s; shares are fractions of the host.
 

@@ -8,7 +8,8 @@ The object (amounts in base units: cores, bytes, bytes/s; shares are fractions o
                        "lambda": float, "dominant_resources": [res], "dominant_share": float,
                        "stop": "demand met" | "<res> saturated" | str,
                        "tasks": int, "sessions": [user],   # what it runs: launches, sessions
-                       "stall": {res: {"some"|"full": {"avg10": %, "total": s}}}}},  # PSI, as status
+                       "stall": {res: {"some"|"full": {"avg10": %, "total": s}}},  # PSI, as status
+                       "task_stalls": {task id: {…}}}},   # each task's, as the group's
      "psi": {"available": bool, "why": str | null},   # whether stalls are measured, why not
      "trace": [{"step": int, "event": "demand_met" | "saturated", "group": str | null,
                 "resource": str | null, "frozen": [name], "dominant_shares": {name: share},
@@ -68,7 +69,8 @@ def explain_renderables(explain: dict, group: str | None = None, *, now: float) 
     depth = dict((name, level) for level, name in tree_order(list(shown), parents)) if parents else {}
     renderables: list[RenderableType] = [
         header, reasons({name: groups[name] for name in shown if name in groups}, idle, depth)]
-    renderables += stalls_lines(explain, [name for name in shown if name in groups and name not in nodes])
+    renderables += stalls_lines(explain, [name for name in shown if name in groups and name not in nodes],
+                                tasks=group is not None)
     fair = {name: about for name, about in (explain.get("fairshare") or {}).items()
             if isinstance(about, dict) and (group is None or name == group)}
     if fair:
@@ -86,16 +88,23 @@ def explain_renderables(explain: dict, group: str | None = None, *, now: float) 
     return renderables
 
 
-def stalls_lines(explain: dict, names: list[str]) -> list[RenderableType]:
+def stalls_lines(explain: dict, names: list[str], *, tasks: bool = False) -> list[RenderableType]:
     """The physics of ``names`` (groups with a task): one line each, what they waited for
-    (:func:`governor.cli.stall_view.physics`); where the host has no PSI, one line saying so;
+    (:func:`governor.cli.stall_view.physics`), with ``tasks`` one more per task of theirs
+    (``  task 7: stalled 61 % on memory …``); where the host has no PSI, one line saying so;
     nothing from a daemon that does not say."""
     missing = stall_view.psi_missing(explain)
     if missing:
         return [Text(missing, style="dim")]
     if not stall_view.psi_available(explain) or not names:
         return []
-    return [Text("\n".join(stall_view.physics(name, explain["groups"][name].get("stall") or {}) for name in names))]
+    lines = []
+    for name in names:
+        lines.append(stall_view.physics(name, explain["groups"][name].get("stall") or {}))
+        if tasks:
+            lines += [stall_view.physics(f"  task {task}", stall)
+                      for task, stall in (explain["groups"][name].get("task_stalls") or {}).items()]
+    return [Text("\n".join(lines))]
 
 
 def _about(configured: object) -> dict:

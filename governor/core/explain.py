@@ -17,7 +17,8 @@ def explain(allocation: Allocation | None, capacity: Mapping[str, float],
             runs: Mapping[str, tuple[int, list[str]]] | None = None,
             configured: Mapping[str, Mapping] | None = None,
             fairshare: Mapping[str, object] | None = None,
-            stalls: Mapping[str, Mapping] | None = None, psi: Mapping[str, object] | None = None) -> dict:
+            stalls: Mapping[str, Mapping] | None = None, task_stalls: Mapping[str, Mapping] | None = None,
+            psi: Mapping[str, object] | None = None) -> dict:
     """The ``explain`` payload: capacity, per group weight, demand D_g, allocation, λ, dominant
     resource(s) and share, why it stopped (:meth:`GroupAllocation.to_json` with ``demand``,
     ``lambda``), what it runs (``tasks``: how many launched tasks, ``sessions``: whose
@@ -31,7 +32,8 @@ def explain(allocation: Allocation | None, capacity: Mapping[str, float],
     ``fairshare``: group → ``weight`` (configured), ``usage`` (decayed, capacity-seconds),
     ``usage_share``, ``weight_share``, ``factor`` and ``effective`` (the weight filling used):
     :class:`governor.core.fairshare.Standing`. ``stalls``: group → its ``stall`` as status
-    has it (:func:`governor.core.usage.stalls`), each group's ``stall``; ``psi``: status's
+    has it (:func:`governor.core.usage.stalls`), each group's ``stall``; ``task_stalls``: group →
+    task id → the task's, each group's ``task_stalls``; ``psi``: status's
     ``psi`` (whether the host measures stalls, and why not), the payload's."""
     runs = runs or {}
     groups = {}
@@ -39,6 +41,7 @@ def explain(allocation: Allocation | None, capacity: Mapping[str, float],
         count, sessions = runs.get(name, (0, []))
         groups[name] = {**got.to_json(), "demand": dict(demands.get(name, {})), "lambda": float(got.tasks),
                         "tasks": count, "sessions": list(sessions), "stall": dict((stalls or {}).get(name, {})),
+                        "task_stalls": dict((task_stalls or {}).get(name, {})),
                         "floor": float((configured or {}).get(name, {}).get("floor", 0.0))}
     nodes = {name: {**got.to_json(), "floor": float((configured or {}).get(name, {}).get("floor", 0.0))}
              for name, got in (allocation.nodes.items() if allocation else ())}

@@ -258,6 +258,8 @@ class Requests:
                        fairshare=self.observation.fair_share.standings(time.time())
                        if self.observation.fair_share else None,
                        stalls={group: stalls(self.observation.usage.get(group, {})) for group in demands},
+                       task_stalls={group: {t.id: stalls(self.observation.usage.get(t.cgroup, {})) for t in tasks}
+                                    for group, tasks in self.tasks.groups().items()},
                        psi=psi_entry(self.observation.hierarchy.no_psi))
 
     def use(self, config: Config, members: dict[str, list[str]] | None = None) -> None:

@@ -60,6 +60,7 @@ def a_cpu_cap_shows_as_cpu_stall(tmp_path) -> None:
         assert task["stall"]["cpu"]["some"]["avg10"] > 5.0
         assert set(group["stall"]) == {"cpu", "memory", "io"}
         assert "A: stalled" in explained and "on cpu over the last 10 s" in explained
+        assert f"task {task['id']}: stalled" in explained  # GROUP: each of its tasks too
         assert series[("A", "cpu", "some")] > 0.5
     finally:
         gov.close()

@@ -57,8 +57,9 @@ def top(status: dict, width: int = 120, height: int = 40, expanded=("physics",))
 
 def explained(status: dict, group: str | None = None) -> str:
     answer = {"capacity": status["capacity"], "psi": status["psi"], "trace": [], "queue": [],
-              "groups": {name: {**g, "tasks": len(g["tasks"])} for name, g in status["groups"].items()
-                         if not g["idle"]}}
+              "groups": {name: {**g, "tasks": len(g["tasks"]),
+                                "task_stalls": {t["id"]: t.get("stall", {}) for t in g["tasks"]}}
+                         for name, g in status["groups"].items() if not g["idle"]}}
     console = Console(record=True, width=120, file=io.StringIO())
     for renderable in explain_renderables(answer, group, now=NOW):
         console.print(renderable)
@@ -120,8 +121,11 @@ def test_explain_says_what_each_group_stalled_on():
     text = explained(with_psi())
     assert "physics: stalled 23 % on memory, 4 % on cpu over the last 10 s" in text
     assert "ops: not stalled (under 1 % on io, cpu, memory over the last 10 s)" in text
+    assert "task t7" not in text  # each task's only for one group
     alone = explained(with_psi(), "physics")
     assert "physics: stalled" in alone and "ops:" not in alone
+    assert "task t7: stalled 61 % on memory over the last 10 s" in alone
+    assert "task t9: no stall measured yet" in alone
 
 
 def test_explain_on_a_host_without_psi_says_so_in_one_line():
