@@ -9,12 +9,14 @@ import subprocess
 import pytest
 
 from governor.cgroups.limits import CgroupLimits, IoMax
+from governor.cgroups.stats import CgroupStats, Stall
 from governor.cgroups.systemd import SliceDriver, unit_properties
 from governor.config.load import parse_config
 from governor.daemon.inbox import Reload
 from governor.errors import CgroupUnsupported, CgroupWriteError
 from governor.core.plan import held_login_limits, inside_root
 from governor.core.state import Task
+from governor.core.usage import Sample
 from support.daemons import GIB, on_loop
 from support.sessions import CONFIG, USER, session_daemon
 
@@ -229,3 +231,16 @@ def test_a_user_in_her_logind_slice_and_in_governors_session_counts_one_session_
     daemon.settle.now(Reload("test"))
     assert daemon.enforcement.allocation.groups["A"].allocation["cpu"] == 0.5  # all of its one session's demand
     assert "A" in daemon.hierarchy.driver.cgroups  # counted inside, where its session cgroup is
+
+
+def test_a_groups_stall_beside_its_login_session_is_the_worst_of_them_its_seconds_summed(systemd):
+    daemon, _ = systemd
+    on_loop(daemon, lambda: daemon.sessions.govern_process(700, 1))
+    slice_dir = daemon.hierarchy.slices.directory("user.slice/user-1.slice")
+    (slice_dir / "cpu.pressure").write_text("some avg10=10.00 avg60=0 avg300=0 total=2000000\n")
+    daemon.observation._group_at = {"A": "A"}
+    daemon.observation._take({"A": Sample(1.0, CgroupStats(0, 0, 0, 0, psi={"cpu": {"some": Stall(30.0, 5_000_000)}})),
+                              "user.slice/user-1.slice": Sample(1.0, daemon.hierarchy.read_stats("user.slice/user-1.slice"))})
+    use = daemon.observation.usage["A"]
+    # Shares of the same 10 s do not add up (30 % and 10 % is not 40 %); stalled seconds do.
+    assert (use["stall.cpu.some.avg10"], use["stall.cpu.some.total"]) == (30.0, 7.0)
