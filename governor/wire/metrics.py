@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from governor.errors import GovernorError
 from governor.core.gpus import GpuUse
@@ -169,6 +169,7 @@ class _Snapshot:
         status = self.snapshot()
         yield from self._groups(status)
         yield from _gpus(status, self.gpu())
+        yield from _notify(status)
 
     def _groups(self, status: dict):
         capacity = GaugeMetricFamily("governor_capacity", "What governor divides (cores, bytes, bytes/s, GPUs)",
@@ -231,6 +232,19 @@ class _Snapshot:
                     reserved.add_metric([*tree, resource], group.get("reserved", {}).get(resource, 0.0))
         yield from (capacity, share, weight, floor, tasks, allocation, guarantee, reserved, used, waiting, oldest,
                     why, effective, past, accounts)
+
+
+def _notify(status: dict):
+    """The ``[notify]`` runs by outcome (status's ``daemon.notify``), where a command is given."""
+    counts = status.get("daemon", {}).get("notify")
+    if counts is None:
+        return
+    outcomes = CounterMetricFamily("governor_notify_events", "[notify] events by outcome: done, failed (exit, "
+                                   "timeout), dropped (1,000 waited), refused (notify.user owns the task)",
+                                   labels=["outcome"])
+    for outcome in ("done", "failed", "dropped", "refused"):
+        outcomes.add_metric([outcome], counts.get(outcome, 0))
+    yield outcomes
 
 
 def _gpus(status: dict, sample: tuple[GpuUse, Mapping[int, tuple[str, str]]] | None):
