@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -382,6 +383,10 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
                      "may govern sessions")
     else:
         lines.append("sessions: off (only governor run is governed)")
+    notify = config.notify
+    if notify.command:
+        lines.append(f"notify: {shlex.join(notify.command)} as {notify.user or 'the daemon'} on {', '.join(notify.events)}; "
+                     f"{notify.max_running} at once, each within {format_timespan(notify.timeout_s)}")
     admin = f"root and members of {config.admin_group}" if config.admin_group else "root only"
     lines.append(f"admin: {admin}")
     lines.append(f"daemon: sample every {format_number(config.sample_interval_s)}s, "

@@ -14,16 +14,21 @@ import time
 
 from governor.cgroups.stats import CgroupStats
 from governor.config.units import format_size, format_timespan
-from governor.core.state import Tasks
+from governor.core.state import Task, Tasks
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
 from governor.daemon.waiting import Queue
 
-__all__ = ["Notices"]
+__all__ = ["Notices", "described"]
 
 # Memory events that mean the kernel held the cgroup at its cap: reclaimed at memory.max (v1:
 # memory.failcnt) or throttled at memory.high.
 _HELD = ("max", "high")
+
+
+def described(task: Task) -> str:
+    """A task as a notice names it: ``task 7 (train)``, ``task 8``, ``session of alice``."""
+    return f"{task.label} ({task.name})" if task.name else task.label
 
 
 class Notices:
@@ -54,7 +59,7 @@ class Notices:
         if held <= 0 or not cap or used is None:
             return
         self._told.add(("memory_held", task_id))
-        self.journal.alert("memory_held", f"{task.label} ({task.name}) is held at its memory cap {format_size(cap)} "
+        self.journal.alert("memory_held", f"{described(task)} is held at its memory cap {format_size(cap)} "
                                           f"({format_size(used)} in use): it is reclaimed or "
                                           "throttled there, and may be OOM-killed",
                            task=task, details={"memory_cap_bytes": int(cap), "memory_used_bytes": used,
@@ -71,13 +76,13 @@ class Notices:
             task = entry.task
             if waited > threshold and ("queued", task_id) not in self._told:
                 self._told.add(("queued", task_id))
-                self.journal.alert("queued", f"task {task_id} ({task.name}) of {task.user} has waited "
+                self.journal.alert("queued", f"{described(task)} of {task.user} has waited "
                                              f"{format_timespan(waited)} in group {task.group}'s queue",
                                    task=task, details={"waited_s": waited, "threshold_s": threshold})
             why = limited.get(task_id)
             if why is not None and ("group_at_limit", task_id) not in self._told:
                 self._told.add(("group_at_limit", task_id))
-                self.journal.alert("group_at_limit", f"task {task_id} ({task.name}) waits: {why}", task=task,
+                self.journal.alert("group_at_limit", f"{described(task)} waits: {why}", task=task,
                                    details={"waited_s": waited, "why": why})
         # What was told of tasks neither running nor waiting any more is forgotten.
         self._told = {(kind, task_id) for kind, task_id in self._told
