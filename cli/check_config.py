@@ -66,6 +66,7 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     from governor.cli.inputs import read_input
 
     from governor.cli.check_config_gpus import gpu_report
+    from governor.cli.check_config_notify import notify_warnings
     from governor.errors import ConfigError
 
     try:
@@ -88,7 +89,7 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
         click.echo(line)
     soft = config.soft_memory_warning(memory_high_throttles(host[2])) if host else None
     unit = [] if portable else unit_warnings(config, host[2])
-    fit = [] if portable else fit_warnings(config, host[0])
+    fit = [] if portable else fit_warnings(config, host[0]) + notify_warnings(config)
     for warning in [] if portable else unknown_names(config) + ([soft] if soft else []) + unit + fit:
         click.echo(f"governor: warning: {file}: {warning}", err=True)
 

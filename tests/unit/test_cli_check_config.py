@@ -473,3 +473,15 @@ def test_notify_is_shown_where_a_command_is_given_and_a_bad_one_names_its_key(tm
     result = run("--portable", str(path))
     assert result.exit_code != 0 and "notify.command: must start with the program's absolute path" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_notify_command_or_user_this_host_lacks_is_warned_of(tmp_path):
+    from governor.cli.check_config_notify import notify_warnings
+
+    groups = '[groups.A]\nusers = ["alice"]\n'
+    absent = parse_config(groups + f'[notify]\ncommand = "{tmp_path}/absent"\nuser = "no-such-user-here"\n', "n.toml")
+    assert notify_warnings(absent) == [
+        f"notify.command: {tmp_path}/absent is no executable file here: every notification would fail",
+        "notify.user: 'no-such-user-here' is no user of this host: no notification would run"]
+    assert notify_warnings(parse_config(groups + '[notify]\ncommand = "/bin/true"\nuser = "root"\n', "n.toml")) == []
+    assert notify_warnings(parse_config(groups, "n.toml")) == []
