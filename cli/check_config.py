@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,6 +66,7 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     from governor.cli.inputs import read_input
 
     from governor.cli.check_config_gpus import gpu_report
+    from governor.cli.check_config_notify import notify_warnings
     from governor.errors import ConfigError
 
     try:
@@ -87,7 +89,7 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
         click.echo(line)
     soft = config.soft_memory_warning(memory_high_throttles(host[2])) if host else None
     unit = [] if portable else unit_warnings(config, host[2])
-    fit = [] if portable else fit_warnings(config, host[0])
+    fit = [] if portable else fit_warnings(config, host[0]) + notify_warnings(config)
     for warning in [] if portable else unknown_names(config) + ([soft] if soft else []) + unit + fit:
         click.echo(f"governor: warning: {file}: {warning}", err=True)
 
@@ -382,6 +384,10 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
                      "may govern sessions")
     else:
         lines.append("sessions: off (only governor run is governed)")
+    notify = config.notify
+    if notify.command:
+        lines.append(f"notify: {shlex.join(notify.command)} as {notify.user or 'the daemon'} on {', '.join(notify.events)}; "
+                     f"{notify.max_running} at once, each within {format_timespan(notify.timeout_s)}")
     admin = f"root and members of {config.admin_group}" if config.admin_group else "root only"
     lines.append(f"admin: {admin}")
     lines.append(f"daemon: sample every {format_number(config.sample_interval_s)}s, "

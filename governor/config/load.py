@@ -41,6 +41,7 @@ from typing import TypeVar
 from governor.config import resources
 from governor.config.groups import EVERYONE, names, parse_groups
 from governor.config.gpu_rules import gpu_guard
+from governor.config.notify import notify_rules
 from governor.config.settings import Config, GroupRule, IoDevice, SessionRules, group_name_problem
 from governor.errors import ConfigError
 from governor.config.resource_values import bytes_setting, cores_setting
@@ -100,7 +101,7 @@ _MAX_TASKS_PER_USER = 256
 _MAX_CONNECTIONS_PER_USER = 32
 _MAX_COUNT = 1_000_000
 
-_SECTIONS = ("capacity", "defaults", "enforcement", "groups", "fairshare", "sessions", "daemon")
+_SECTIONS = ("capacity", "defaults", "enforcement", "groups", "fairshare", "sessions", "daemon", "notify")
 _FAIRSHARE_KEYS = ("half_life",)
 _CAPACITY_KEYS = ("cpu", "memory", "reserve", "io", "gpus", "gpu_control", "gpu_guard", "gpu_guard_parents")
 _RESERVE_KEYS = ("cpu", "memory")
@@ -193,6 +194,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         gpus=_gpus(capacity, file),
         gpu_control=_gpu_control(capacity, file),
         gpu_guard=gpu_guard(capacity, file),
+        notify=notify_rules(data, file),
         file=file,
     )
     _governed(config)

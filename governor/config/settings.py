@@ -13,6 +13,7 @@ from functools import cached_property
 from governor.config import resources
 from governor.cgroups.names import interface_name_problem
 from governor.config.gpu_rules import GpuGuardRules
+from governor.config.notify import NotifyRules
 from governor.errors import ConfigError
 from governor.config.kinds import SESSION_PREFIX, TASK_PREFIX
 from governor.config.tomlcheck import join_key
@@ -140,6 +141,8 @@ class Config:
         gpu_guard: ``capacity.gpu_guard`` and ``gpu_guard_parents``: where the GPU nodes are
             denied outside governor's tasks (:mod:`governor.config.gpu_rules`).
         file: the file the config came from, for errors raised later (not compared).
+        notify: ``[notify]``: the command run on events an admin should hear about
+            (:mod:`governor.config.notify`); off by default.
     """
 
     cpu_cores: float | None
@@ -164,6 +167,7 @@ class Config:
     gpu_control: tuple[str, ...] | None
     gpu_guard: GpuGuardRules
     file: str = field(compare=False)
+    notify: NotifyRules = NotifyRules()
 
     def memory_mode(self) -> str:
         """How task memory is capped: as configured, else ``hard`` (``memory.max``: a task

@@ -13,11 +13,13 @@ import time
 from collections import deque
 from collections.abc import Iterable
 
-from governor.host.accounting import ENDED_KEPT, STOP, TIME_LIMIT, Ended, ended_from_saved, exit_words, reason_of
+from governor.host.accounting import (ENDED_KEPT, OOM_KILL, STOP, TIME_LIMIT, Ended, ended_from_saved, exit_words,
+                                      reason_of, why_ended)
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.stats import CgroupStats
 from governor.daemon.inbox import Exit, Inbox
 from governor.daemon.journal import Journal
+from governor.daemon.notices import described
 from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
@@ -148,6 +150,7 @@ class Exits:
                 self._ended_changed = True
             self._learn_exit_status(record, pidfd)
             self.journal.event("task_ended", record.line(trigger))
+            self._alert(record)
             ended.append(task.label)
         if ended:
             self.inbox.put(Exit(trigger, tuple(ended), since))
@@ -282,6 +285,18 @@ class Exits:
         task = self.tasks.get(task_id)
         if task is not None:
             self.end(task, TIME_LIMIT, None)
+
+    def _alert(self, record: Ended) -> None:
+        """Tell ``[notify]`` of a task OOM-killed or ended at its time limit."""
+        if record.reason not in (OOM_KILL, TIME_LIMIT):
+            return
+        shown = record.to_json()
+        task = record.task
+        figures = ({"memory_cap_bytes": task.demand.get("memory"), "memory_peak_bytes": shown["memory_peak"],
+                    "oom_kills": shown["oom_kills"]} if record.reason == OOM_KILL else
+                   {"time_limit_s": task.time_limit, "wall_s": shown["wall_s"]})
+        self.journal.alert(record.reason, f"{described(task)} ended: {why_ended(shown)}", task=task,
+                           details=figures)
 
     def _learn_exit_status(self, record: Ended, pidfd: int | None, tries: int = EXIT_STATUS_TRIES) -> None:
         """Fill in how the task's launched process exited, from its pidfd: known once its

@@ -212,6 +212,9 @@ class Handover:
             self.tasks.drained(gpu)
             since = f"since task {ended} ended" if ended else "at the daemon's start"
             self.journal.event("gpu_free", f"GPU {gpu} is free: no process holds it {since}")
+            if ended:  # (every GPU drains once as the daemon starts: nothing to tell)
+                self.journal.alert("gpu_drained", f"GPU {gpu} is drained and free again: no process holds it "
+                                                  f"{since}", details={"gpu": gpu, "after_task": ended})
             self.inbox.put(inbox.Handover(gpu))
         if freed:
             self._later = asyncio.get_running_loop().call_later(SWEEP_AFTER_HANDOVER_S, self.sweep)

@@ -4,11 +4,15 @@ counts, and the one count of changes the status snapshot is kept by."""
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections import deque
 from collections.abc import Mapping
 
 from governor.config.resources import format_amount
+from governor.core.state import Task
+from governor.host.alerts import Alerts
+from governor.wire.notice import notice
 
 __all__ = ["EVENTS_KEPT", "Journal", "vector"]
 
@@ -22,6 +26,7 @@ class Journal:
 
     Args:
         metrics: optional sink with ``event(kind)`` (:class:`governor.wire.metrics.Metrics`).
+        alerts: the ``[notify]`` command's runner (:class:`~governor.host.alerts.Alerts`), or None.
 
     Attributes:
         events: the last :data:`EVENTS_KEPT` events, oldest first: ``{"at": unix s, "kind",
@@ -30,8 +35,10 @@ class Journal:
             built at one version is served until the next.
     """
 
-    def __init__(self, metrics=None) -> None:
+    def __init__(self, metrics=None, alerts: Alerts | None = None) -> None:
         self.metrics = metrics
+        self.alerts = alerts
+        self.host = socket.gethostname()
         self.events: deque[dict] = deque(maxlen=EVENTS_KEPT)
         self.version = 0
 
@@ -47,6 +54,16 @@ class Journal:
         self.events.append({"at": time.time(), "kind": kind, "message": message})
         if self.metrics:
             self.metrics.event(kind)
+
+    def alert(self, kind: str, message: str, *, task: Task | None = None, group: str | None = None,
+              details: Mapping[str, object] | None = None) -> None:
+        """Tell the ``[notify]`` command of an event a person should hear about, if it asks for
+        ``kind`` (:data:`governor.config.notify.EVENTS`); the document is
+        :func:`governor.wire.notice.notice`'s. Returns at once: the command runs later. Logs nothing
+        (the caller logs its event as it does any other)."""
+        if self.alerts is not None and self.alerts.wants(kind):
+            self.alerts.put(notice(kind, message, at=time.time(), host=self.host, task=task, group=group,
+                                   details=details))
 
 
 def vector(amounts: Mapping[str, float]) -> str:

@@ -28,6 +28,7 @@ from governor.daemon import inbox
 from governor.daemon.enforcement import Enforcement
 from governor.daemon.fairshare_history import FairShareStage
 from governor.daemon.journal import Journal
+from governor.daemon.notices import Notices
 from governor.daemon.policy import Policy
 from governor.daemon.waiting import Queue, reserved
 from governor.errors import CgroupError
@@ -59,6 +60,8 @@ class Observation:
             held to their CPU guarantees, or released; fair_share: told each sample's
             cumulative CPU counters of the groups and login sessions, and each task that ended
             (``[fairshare]``), if any.
+        notices: told each task's counters with its previous ones, and of each sample, for the
+            ``[notify]`` events found there (:class:`~governor.daemon.notices.Notices`), if any.
         gpu_guard: the GPU guard outside governor's tasks, for status
             (:meth:`GpuGuard.describe <governor.daemon.gpu_guard.GpuGuard.describe>`).
         usage: kept up to date here, read by settle too: cgroup → its use over the last two
@@ -71,8 +74,10 @@ class Observation:
 
     def __init__(self, *, hierarchy: Hierarchy, tasks: Tasks, policy: Policy, enforcement: Enforcement,
                  queue: Queue, inbox: inbox.Inbox, journal: Journal, gpu_guard: Callable[[], dict],
-                 usage: dict[str, dict[str, float]], fair_share: FairShareStage | None = None):
+                 usage: dict[str, dict[str, float]], fair_share: FairShareStage | None = None,
+                 notices: Notices | None = None):
         self.hierarchy = hierarchy
+        self.notices = notices
         self.fair_share = fair_share
         self.tasks = tasks
         self.policy = policy
@@ -138,8 +143,14 @@ class Observation:
         devices = {number: name for name, number in self.policy.io_devices.items()}
         fresh = {}
         for rel, current in read.items():
-            fresh[rel] = usage(self._samples.get(rel), current, devices)
+            previous = self._samples.get(rel)
+            fresh[rel] = usage(previous, current, devices)
             self._samples[rel] = current
+            found = task_in(rel) if self.notices is not None else None
+            if found is not None:
+                self.notices.sampled(found[1], previous and previous.stats, current.stats)
+        if self.notices is not None:
+            self.notices.waiting()
         self.journal.changed()
         self.usage.update(fresh)
         # A group's use includes its login sessions', which run outside its cgroup.
@@ -261,7 +272,9 @@ class Observation:
                     "cgroup_root": self.hierarchy.root, "config": policy.source,
                     "io_sharing": dict(policy.io_sharing), "cpu_saturated": enforcement.cpu_saturated,
                     "settle_generation": self.inbox.generation,
-                    **({"gpu_guard": self.gpu_guard()} if policy.gpus is not None else {})},
+                    **({"gpu_guard": self.gpu_guard()} if policy.gpus is not None else {}),
+                    **({"notify": self.journal.alerts.counts()}
+                       if policy.config.notify.command and self.journal.alerts is not None else {})},
             capacity=policy.capacity, allocation=enforcement.allocation, tasks=self.tasks,
             in_force=self.hierarchy.in_force, usage=self.usage, filling=enforcement.filling,
             parents=policy.config.parents, place=policy.config.place,

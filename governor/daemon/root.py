@@ -28,6 +28,7 @@ from governor.daemon.handover import Handover
 from governor.daemon.inbox import Inbox, Reconcile, Reload
 from governor.daemon.journal import Journal, vector
 from governor.daemon.launches import Launches
+from governor.daemon.notices import Notices
 from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
@@ -38,6 +39,7 @@ from governor.daemon.settle import Settle
 from governor.daemon.starts import Starts
 from governor.daemon.tree import Tree
 from governor.daemon.waiting import Queue
+from governor.host.alerts import Alerts
 from governor.host.daemons import DaemonEntry, Registry
 from governor.errors import CgroupError, RequestError
 from governor.host.notify import Notifier
@@ -115,7 +117,9 @@ class Daemon:
         self._signal_reloads: set[asyncio.Task] = set()  # SIGHUP's reloads under way (the loop keeps weak refs)
         self.tasks = Tasks()
         self.queue = Queue()
-        self.journal = Journal(metrics)
+        # [notify]'s runner reads the config in force at each event (a reload changes it).
+        self.alerts = Alerts(lambda: self.policy.config.notify, changed=lambda: self.journal.changed())
+        self.journal = Journal(metrics, alerts=self.alerts)
         self.policy = Policy(config, config_source, hierarchy=hierarchy, host_cpus=host_cpus,
                              host_memory=host_memory, resolve_device=resolve_device,
                              uid_min=login_uid_min() if uid_min is None else uid_min, members=members,
@@ -135,7 +139,9 @@ class Daemon:
         self.observation = Observation(hierarchy=hierarchy, tasks=self.tasks, policy=self.policy,
                                        enforcement=self.enforcement, queue=self.queue, inbox=self.inbox,
                                        journal=self.journal, gpu_guard=self.gpu_guard.describe, usage=usage,
-                                       fair_share=self.fair_share)
+                                       fair_share=self.fair_share,
+                                       notices=Notices(tasks=self.tasks, queue=self.queue, policy=self.policy,
+                                                       journal=self.journal))
         self.exits = Exits(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                            records=self.records, inbox=self.inbox, observation=self.observation,
                            journal=self.journal)
@@ -239,6 +245,7 @@ class Daemon:
             worker.cancel()
         await server.close()
         await self.inbox.drain()
+        await self.alerts.close()
         if self.metrics:
             await self.metrics.close()
         self.exits.close()

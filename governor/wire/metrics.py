@@ -170,6 +170,7 @@ class _Snapshot:
         yield from self._groups(status)
         yield from _stalls(status)
         yield from _gpus(status, self.gpu())
+        yield from _notify(status)
 
     def _groups(self, status: dict):
         capacity = GaugeMetricFamily("governor_capacity", "What governor divides (cores, bytes, bytes/s, GPUs)",
@@ -248,6 +249,19 @@ def _stalls(status: dict):
             for kind, stall in kinds.items():
                 stalled.add_metric([name, resource, kind], stall.get("total", 0.0))
     yield stalled
+
+
+def _notify(status: dict):
+    """The ``[notify]`` runs by outcome (status's ``daemon.notify``), where a command is given."""
+    counts = status.get("daemon", {}).get("notify")
+    if counts is None:
+        return
+    outcomes = CounterMetricFamily("governor_notify_events", "[notify] events by outcome: done, failed (exit, "
+                                   "timeout), dropped (1,000 waited), refused (notify.user owns the task)",
+                                   labels=["outcome"])
+    for outcome in ("done", "failed", "dropped", "refused"):
+        outcomes.add_metric([outcome], counts.get(outcome, 0))
+    yield outcomes
 
 
 def _gpus(status: dict, sample: tuple[GpuUse, Mapping[int, tuple[str, str]]] | None):

@@ -3,6 +3,7 @@
 import signal
 
 import admission_scenarios
+import notify_scenarios
 import pressure_scenarios
 import pytest
 import scenarios
@@ -106,3 +107,7 @@ def test_a_daemon_handed_sigterm_and_sighup_blocked_still_reloads_and_stops(tmp_
 
 def test_guaranteed_memory_is_kept_as_headroom(tmp_path):
     admission_scenarios.guaranteed_memory_is_kept_as_headroom(tmp_path)
+
+
+def test_a_time_limit_and_an_oom_kill_are_each_notified_once_to_a_command_run_as_another_user(tmp_path):
+    notify_scenarios.time_limit_and_oom_kill_are_notified(tmp_path)

@@ -458,3 +458,30 @@ def test_a_writable_config_says_who_may_write_it(tmp_path, mode, words):
     assert refused.value.reason == f"not trusted: {words}"
     path.chmod(0o644)
     assert read_input(str(path), owner=os.geteuid()) == b'[groups."*"]\n'
+
+
+def test_notify_is_shown_where_a_command_is_given_and_a_bad_one_names_its_key(tmp_path):
+    path = tmp_path / "notify.toml"
+    groups = '[groups.A]\nusers = ["alice"]\n'
+    path.write_text(groups + '[notify]\ncommand = ["/usr/local/bin/mail", "ops team"]\nuser = "notify"\n'
+                             'events = ["oom_kill"]\n')
+    result = run("--portable", str(path))
+    assert result.exit_code == 0, result.output
+    assert "notify: /usr/local/bin/mail 'ops team' as notify on oom_kill; 4 at once, each within 10s" in \
+        result.output.splitlines()
+    path.write_text(groups + '[notify]\ncommand = "mail"\n')
+    result = run("--portable", str(path))
+    assert result.exit_code != 0 and "notify.command: must start with the program's absolute path" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_notify_command_or_user_this_host_lacks_is_warned_of(tmp_path):
+    from governor.cli.check_config_notify import notify_warnings
+
+    groups = '[groups.A]\nusers = ["alice"]\n'
+    absent = parse_config(groups + f'[notify]\ncommand = "{tmp_path}/absent"\nuser = "no-such-user-here"\n', "n.toml")
+    assert notify_warnings(absent) == [
+        f"notify.command: {tmp_path}/absent is no executable file here: every notification would fail",
+        "notify.user: 'no-such-user-here' is no user of this host: no notification would run"]
+    assert notify_warnings(parse_config(groups + '[notify]\ncommand = "/bin/true"\nuser = "root"\n', "n.toml")) == []
+    assert notify_warnings(parse_config(groups, "n.toml")) == []

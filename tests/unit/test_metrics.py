@@ -192,3 +192,11 @@ def test_a_group_tree_is_labelled_so_a_sum_over_leaves_counts_each_task_once(tmp
     leaves = sum(value for labels, value in reserved.items() if ("leaf", "true") in labels)
     assert leaves == 3 * (GIB // 4)  # each task once
     assert sum(reserved.values()) == 5 * (GIB // 4)  # what sum() without the label counts
+
+
+def test_notify_outcomes_are_counters_only_where_a_command_is_given():
+    counts = {"pending": 3, "running": 2, "dropped": 9000, "refused": 1, "failed": 4, "done": 995}
+    got = samples(Metrics(lambda: {**STATUS, "daemon": {**STATUS["daemon"], "notify": counts}}))
+    for outcome in ("done", "failed", "dropped", "refused"):
+        assert got[("governor_notify_events_total", (("outcome", outcome),))] == counts[outcome]
+    assert not any(name.startswith("governor_notify") for name, _ in samples(Metrics(lambda: STATUS)))
