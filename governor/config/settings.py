@@ -12,6 +12,7 @@ from functools import cached_property
 
 from governor.config import resources
 from governor.cgroups.names import interface_name_problem
+from governor.config.foreign import ForeignRules
 from governor.config.gpu_rules import GpuGuardRules
 from governor.errors import ConfigError
 from governor.config.kinds import SESSION_PREFIX, TASK_PREFIX
@@ -140,6 +141,7 @@ class Config:
         gpu_guard: ``capacity.gpu_guard`` and ``gpu_guard_parents``: where the GPU nodes are
             denied outside governor's tasks (:mod:`governor.config.gpu_rules`).
         file: the file the config came from, for errors raised later (not compared).
+        foreign: ``[foreign]``: the subtrees other managers own (:mod:`governor.config.foreign`).
     """
 
     cpu_cores: float | None
@@ -164,6 +166,7 @@ class Config:
     gpu_control: tuple[str, ...] | None
     gpu_guard: GpuGuardRules
     file: str = field(compare=False)
+    foreign: ForeignRules = ForeignRules()
 
     def memory_mode(self) -> str:
         """How task memory is capped: as configured, else ``hard`` (``memory.max``: a task

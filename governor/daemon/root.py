@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 
 import psutil
 
+from governor.cgroups.foreign import ForeignPlaces
 from governor.cgroups.hierarchy import Hierarchy
 from governor.config.load import Config
 from governor.core.gpus import GpuInventory
@@ -28,6 +29,7 @@ from governor.daemon.handover import Handover
 from governor.daemon.inbox import Inbox, Reconcile, Reload
 from governor.daemon.journal import Journal, vector
 from governor.daemon.launches import Launches
+from governor.daemon.foreign import FOREIGN_POLL_S, Foreign
 from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
@@ -87,6 +89,8 @@ class Daemon:
         members: a config → its groups' users on this host (:func:`governor.host.access.members`).
         find_gpus: ``capacity.gpus`` and ``capacity.gpu_control`` → the GPUs here
             (:func:`governor.host.nvml.discover`; tests pass a fake).
+        foreign_places: where foreign subtrees are looked for (:mod:`governor.daemon.foreign`);
+            None (a fake hierarchy): none is.
 
     Raises:
         GovernorError: the config cannot be put in force here (:class:`~governor.daemon.policy.Policy`).
@@ -103,7 +107,7 @@ class Daemon:
                  load_config: Callable[[], Config] | None = None, metrics=None, notifier: Notifier | None = None,
                  uid_min: int | None = None, host_pids: Callable[[], Iterable[int]] = psutil.pids,
                  registry: Registry | None = None, members: Callable[[Config], dict[str, list[str]]] | None = None,
-                 find_gpus: Callable[..., GpuInventory] = discover):
+                 find_gpus: Callable[..., GpuInventory] = discover, foreign_places: ForeignPlaces | None = None):
         self.hierarchy = hierarchy
         self.store = store
         self.registry = registry
@@ -127,7 +131,9 @@ class Daemon:
         self.inbox = Inbox()
         self.fair_share = FairShareStage(directory=store.directory, policy=self.policy, tasks=self.tasks,
                                          inbox=self.inbox, journal=self.journal)
-        self.tree = Tree(hierarchy, read_before_removal=self.fair_share.removed)
+        self.foreign = Foreign(places=foreign_places, own_root=hierarchy.proc_root, policy=self.policy, inbox=self.inbox,
+                               journal=self.journal)
+        self.tree = Tree(hierarchy, read_before_removal=self.fair_share.removed, foreign=self.foreign.holds)
         usage: dict[str, dict[str, float]] = {}  # measured by observation, counted by settle's admission
         self.handover = Handover(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, inbox=self.inbox,
                                  journal=self.journal)
@@ -135,7 +141,7 @@ class Daemon:
         self.observation = Observation(hierarchy=hierarchy, tasks=self.tasks, policy=self.policy,
                                        enforcement=self.enforcement, queue=self.queue, inbox=self.inbox,
                                        journal=self.journal, gpu_guard=self.gpu_guard.describe, usage=usage,
-                                       fair_share=self.fair_share)
+                                       fair_share=self.fair_share, foreign=lambda: self.foreign.tenants)
         self.exits = Exits(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                            records=self.records, inbox=self.inbox, observation=self.observation,
                            journal=self.journal)
@@ -148,7 +154,7 @@ class Daemon:
         self.sessions = Sessions(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                                  records=self.records, inbox=self.inbox, enforcement=self.enforcement,
                                  exits=self.exits, journal=self.journal, host_pids=host_pids, registry=registry,
-                                 moved_in=self.handover.moved)
+                                 moved_in=self.handover.moved, foreign=self.foreign.holds)
         self.recovery = Recovery(hierarchy=hierarchy, tree=self.tree, store=store, tasks=self.tasks,
                                  policy=self.policy, exits=self.exits, journal=self.journal, settle=self.settle)
         self.launches = Launches(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, store=store,
@@ -192,6 +198,7 @@ class Daemon:
         self.gpu_guard.start()  # before the first session is made: none opens a GPU meanwhile
         self.recovery.readopt(records)
         self.handover.start()
+        self.foreign.poll_now()  # before the first rescan: another manager's processes stay its own
         self.settle.now(Reload("start"))
         self.sessions.follow_processes()
         self.sessions.rescan("start")
@@ -215,6 +222,7 @@ class Daemon:
             asyncio.create_task(_every(self.policy.config.sample_interval_s, self.observation.sample_off_loop)),
         ]
         workers.append(asyncio.create_task(_every(GPU_SWEEP_S, self.sweep)))
+        workers.append(asyncio.create_task(_every(FOREIGN_POLL_S, self.foreign.poll)))
         if self.notifier.watchdog_interval_s:
             workers.append(asyncio.create_task(
                 _every(self.notifier.watchdog_interval_s, lambda: self.notifier.send("WATCHDOG=1"))))
@@ -248,6 +256,7 @@ class Daemon:
         self.handover.close()
         self.gpu_guard.stop()
         self.fair_share.close()
+        self.foreign.close()
         await asyncio.get_running_loop().shutdown_default_executor()  # the cgroup thread's last calls
         if not self.tasks:
             try:

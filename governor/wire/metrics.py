@@ -168,11 +168,12 @@ class _Snapshot:
     def collect(self):
         status = self.snapshot()
         yield from self._groups(status)
+        yield from _foreign(status)
         yield from _gpus(status, self.gpu())
 
     def _groups(self, status: dict):
-        capacity = GaugeMetricFamily("governor_capacity", "What governor divides (cores, bytes, bytes/s, GPUs)",
-                                     labels=["resource"])
+        capacity = GaugeMetricFamily("governor_capacity", "What governor divides (cores, bytes, bytes/s, GPUs): the "
+                                     "host's less the reserve and what foreign tenants hold", labels=["resource"])
         for resource, amount in status.get("capacity", {}).items():
             capacity.add_metric([resource], amount)
         share = GaugeMetricFamily("governor_group_dominant_share", "Dominant share of the host (0..1)",
@@ -231,6 +232,24 @@ class _Snapshot:
                     reserved.add_metric([*tree, resource], group.get("reserved", {}).get(resource, 0.0))
         yield from (capacity, share, weight, floor, tasks, allocation, guarantee, reserved, used, waiting, oldest,
                     why, effective, past, accounts)
+
+
+def _foreign(status: dict):
+    """What the foreign tenants hold, summed per manager (a Slurm scope's jobs, the pods…), and
+    the host's capacity before it is subtracted."""
+    host = GaugeMetricFamily("governor_host_capacity", "The host's capacity less the reserve, before foreign "
+                             "tenants' holdings are subtracted (cores, bytes, bytes/s, GPUs)", labels=["resource"])
+    for resource, amount in status.get("host_capacity", {}).items():
+        host.add_metric([resource], amount)
+    held = GaugeMetricFamily("governor_foreign_held", "What subtrees other managers own hold: allocated (Slurm's "
+                             "jobs) or used (cores, bytes)", labels=["manager", "resource"])
+    sums: dict[tuple[str, str], float] = {}
+    for tenant in status.get("foreign", {}).values():
+        for resource, amount in tenant["held"].items():
+            sums[tenant["manager"], resource] = sums.get((tenant["manager"], resource), 0.0) + amount
+    for labels, amount in sorted(sums.items()):
+        held.add_metric(list(labels), amount)
+    yield from (host, held)
 
 
 def _gpus(status: dict, sample: tuple[GpuUse, Mapping[int, tuple[str, str]]] | None):
