@@ -77,6 +77,11 @@ class ForeignPlaces:
             return None
         return mount / path[len(top):].lstrip("/")
 
+    def exists(self, path: str) -> bool:
+        """Whether cgroup ``path`` is there in the hierarchy that finds the subtrees."""
+        directory = self.directory(self.finder, path)
+        return directory is not None and directory.is_dir()
+
     def find(self, pattern: str) -> list[str]:
         """The cgroup paths that glob ``pattern`` (``/system.slice/*slurmstepd.scope``) matches,
         sorted; none where the finder's hierarchy is not mounted."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from governor.core.foreign import Tenant
 from governor.core.model import Allocation
 
 
@@ -16,7 +17,8 @@ def explain(allocation: Allocation | None, capacity: Mapping[str, float],
             demands: Mapping[str, Mapping[str, float]], queue: list[dict] = (),
             runs: Mapping[str, tuple[int, list[str]]] | None = None,
             configured: Mapping[str, Mapping] | None = None,
-            fairshare: Mapping[str, object] | None = None) -> dict:
+            fairshare: Mapping[str, object] | None = None, host_capacity: Mapping[str, float] | None = None,
+            foreign: Mapping[str, Tenant] | None = None) -> dict:
     """The ``explain`` payload: capacity, per group weight, demand D_g, allocation, λ, dominant
     resource(s) and share, why it stopped (:meth:`GroupAllocation.to_json` with ``demand``,
     ``lambda``), what it runs (``tasks``: how many launched tasks, ``sessions``: whose
@@ -29,7 +31,9 @@ def explain(allocation: Allocation | None, capacity: Mapping[str, float],
     and floor; ``parents``: group → the group it nests under. With ``[fairshare]``,
     ``fairshare``: group → ``weight`` (configured), ``usage`` (decayed, capacity-seconds),
     ``usage_share``, ``weight_share``, ``factor`` and ``effective`` (the weight filling used):
-    :class:`governor.core.fairshare.Standing`."""
+    :class:`governor.core.fairshare.Standing`. ``host_capacity`` (None: ``capacity``) is the
+    host's less the reserve, before what the ``foreign`` tenants hold (name →
+    :class:`~governor.core.foreign.Tenant`) was subtracted."""
     runs = runs or {}
     groups = {}
     for name, got in (allocation.groups.items() if allocation else ()):
@@ -40,7 +44,9 @@ def explain(allocation: Allocation | None, capacity: Mapping[str, float],
     nodes = {name: {**got.to_json(), "floor": float((configured or {}).get(name, {}).get("floor", 0.0))}
              for name, got in (allocation.nodes.items() if allocation else ())}
     trace = [row.to_json() for row in (allocation.trace if allocation else ())]
-    return {"capacity": dict(capacity), "groups": groups, "nodes": nodes,
+    return {"capacity": dict(capacity), "host_capacity": dict(capacity if host_capacity is None else host_capacity),
+            "foreign": {name: tenant.to_json() for name, tenant in (foreign or {}).items()},
+            "groups": groups, "nodes": nodes,
             "parents": dict(allocation.parents) if allocation else {}, "trace": trace, "queue": list(queue),
             "fairshare": {name: dataclasses.asdict(standing) for name, standing in (fairshare or {}).items()},
             "configured": {name: {"weight": float(about["weight"]), "floor": float(about["floor"])}

@@ -4,7 +4,7 @@ left to divide once it is subtracted. Pure: readings and the time between them c
 A Slurm scope holds what its jobs were allocated (``basis`` ``allocated``), any other subtree
 what it uses (``used``): CPU as the rate of its counter between two reads, memory as charged
 now. The capacity governor divides is the host's (less the reserve) less what every tenant
-holds, each resource never below zero. What governor already admitted is never taken back:
+holds, each resource never below a sliver of it (:data:`LEAST_LEFT`), never zero. What governor already admitted is never taken back:
 memory is incompressible, so when a foreign job arrives and the capacity drops below what
 governor's tasks reserved, nothing is killed or squeezed (the root's ``memory.max`` stays the
 host's, :func:`governor.core.plan.root_limits`); new admissions wait until enough ends.
@@ -15,11 +15,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["NOISE", "Tenant", "held", "moved", "remaining", "total"]
+__all__ = ["LEAST_LEFT", "NOISE", "Tenant", "held", "moved", "remaining", "total"]
 
 # Changes of what the tenants hold smaller than these are noise, not worth a refill: a used
 # CPU rate wobbles by a few hundredths of a core between two reads, charged memory by pages.
 NOISE = {"cpu": 0.1, "memory": 32 * 1024**2}
+# What is left to divide never falls below this fraction of the capacity, not to zero: a
+# filling cannot divide nothing among groups that demand it (AllocationInputError), and the
+# groups' weights must still say how they share what foreign tenants leave idle.
+LEAST_LEFT = 0.01
 
 
 @dataclass(frozen=True)
@@ -86,12 +90,13 @@ def total(tenants: Iterable[Tenant]) -> dict[str, float]:
 
 def remaining(capacity: Mapping[str, float], held_total: Mapping[str, float]) -> dict[str, float]:
     """``capacity`` (resource → amount, as :func:`governor.config.resources.capacity` gives it)
-    less ``held_total``, each resource never below zero; the order kept.
+    less ``held_total``, each resource never below :data:`LEAST_LEFT` of it; the order kept.
 
     >>> remaining({"cpu": 4.0, "memory": 100.0, "gpu": 1.0}, {"cpu": 1.5, "memory": 300.0})
-    {'cpu': 2.5, 'memory': 0.0, 'gpu': 1.0}
+    {'cpu': 2.5, 'memory': 1.0, 'gpu': 1.0}
     """
-    return {resource: max(0.0, amount - held_total.get(resource, 0.0)) for resource, amount in capacity.items()}
+    return {resource: max(amount * LEAST_LEFT, amount - held_total.get(resource, 0.0))
+            for resource, amount in capacity.items()}
 
 
 def moved(before: Mapping[str, float], now: Mapping[str, float], noise: Mapping[str, float] = NOISE) -> bool:

@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Mapping
 
-from governor.cgroups.foreign import ForeignPlaces
+from governor.cgroups.foreign import ForeignPlaces, ForeignReading
 from governor.config.foreign import manager_of
 from governor.core.foreign import Tenant, held, moved, total
 from governor.daemon.inbox import ForeignChange, Inbox
@@ -102,9 +102,13 @@ class Foreign:
             try:
                 reading = self.places.read_allocated(path) if manager == "slurm" else self.places.read_used(path)
             except CgroupError as error:
-                if not error.vanished:
+                if not self.places.exists(path):
+                    continue  # gone between the glob and the read
+                # Still foreign, what it holds unknown (a controller off there): its processes
+                # are left alone all the same.
+                if not any(tenant.path == path for tenant in self.tenants.values()):  # once, not every poll
                     log.warning("cannot read foreign subtree %s: %s", path, error)
-                continue
+                reading = ForeignReading(None, None, {})
             read[path] = (manager, reading)
         return read
 

@@ -71,9 +71,9 @@ class Launches:
         who = access.identify(peer.uid, peer.gid)
         config = self.policy.config
         group = access.launch_group(config, who, request.group)
-        demand = access.task_demand(config, self.policy.capacity, request.demand)
+        demand = access.task_demand(config, self.policy.host_capacity, request.demand)
         check_within_quotas(config, group, demand)
-        check_beside_headroom(config, self.policy.capacity, group, demand)
+        check_beside_headroom(config, self.policy.host_capacity, group, demand)
         # Where the asker is now, never what its pid was before (a pid that wrapped round to an
         # old task's launch pid got that task, another user's, and stayed ungoverned itself).
         outer = self._task_of(self._where_launching(request.pid))

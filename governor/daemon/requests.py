@@ -254,7 +254,8 @@ class Requests:
         return explain(traced, self.policy.capacity, demands, queue_view(self.queue, self.queue.admission), runs,
                        configured=self.policy.configured(self.tasks.counts()),
                        fairshare=self.observation.fair_share.standings(time.time())
-                       if self.observation.fair_share else None)
+                       if self.observation.fair_share else None,
+                       host_capacity=self.policy.host_capacity, foreign=self.observation.foreign())
 
     def use(self, config: Config, members: dict[str, list[str]] | None = None) -> None:
         """Put ``config`` in force (:meth:`Policy.use <governor.daemon.policy.Policy.use>`;
@@ -345,9 +346,9 @@ class Requests:
         self.journal.event("reload", f"config {self.policy.source} reloaded ({trigger})")
         for entry in list(self.queue.values()):
             try:
-                access.check_fits(entry.task.demand, self.policy.capacity)
+                access.check_fits(entry.task.demand, self.policy.host_capacity)
                 check_within_quotas(self.policy.config, entry.task.group, entry.task.demand)
-                check_beside_headroom(self.policy.config, self.policy.capacity, entry.task.group, entry.task.demand)
+                check_beside_headroom(self.policy.config, self.policy.host_capacity, entry.task.group, entry.task.demand)
             except RequestError as refused:
                 del self.queue[entry.task.id]
                 entry.decide(error=refused)

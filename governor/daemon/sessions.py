@@ -287,7 +287,7 @@ class Sessions:
     # ── a session starts ────────────────────────────────────────────────────────────────
 
     def _demand(self) -> dict[str, float]:
-        capacity = self.policy.capacity
+        capacity = self.policy.host_capacity
         return {resource: min(amount, capacity.get(resource, amount))
                 for resource, amount in self.policy.config.session_demand().items()}
 
