@@ -27,14 +27,20 @@ from governor.core.foreign import Tenant, held, moved, total
 from governor.daemon.inbox import ForeignChange, Inbox
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
-from governor.errors import CgroupError
+from governor.errors import CgroupError, RequestError
 
-__all__ = ["FOREIGN_POLL_S", "Foreign"]
+__all__ = ["FOREIGN_POLL_S", "Foreign", "refusal"]
 
 log = logging.getLogger("governor.daemon")
 # How often the foreign subtrees are looked for and read: a Slurm job's arrival shrinks the
 # capacity within this long.
 FOREIGN_POLL_S = 2.0
+
+
+def refusal(pid: int, subtree: str) -> RequestError:
+    """Why process ``pid``, in foreign ``subtree``, is not moved: ``bad_request``."""
+    return RequestError("bad_request", f"process {pid} is in {subtree}, a subtree another manager owns ([foreign]): "
+                                       "governor never moves a process out of it")
 
 
 class Foreign:

@@ -159,7 +159,7 @@ class Daemon:
                                  policy=self.policy, exits=self.exits, journal=self.journal, settle=self.settle)
         self.launches = Launches(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, store=store,
                                  queue=self.queue, inbox=self.inbox, starts=self.starts, journal=self.journal,
-                                 registry=registry)
+                                 registry=registry, foreign=self.foreign.holds)
         self.requests = Requests(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, launches=self.launches,
                                  settle=self.settle, inbox=self.inbox, records=self.records,
                                  exits=self.exits, sessions=self.sessions,

@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from governor.cgroups.hierarchy import Hierarchy
-from governor.errors import CgroupBusy, CgroupError, GovernorError, RequestError
+from governor.daemon.foreign import refusal
+from governor.errors import CgroupBusy, CgroupError, GovernorError
 
 __all__ = ["Tree"]
 
@@ -92,8 +93,7 @@ class Tree:
                 paths = None  # gone: the move says so
             subtree = self._foreign(paths, self.hierarchy.proc_key)
             if subtree is not None:
-                raise RequestError("bad_request", f"process {pid} is in {subtree}, a subtree another manager owns "
-                                                  "([foreign]): governor never moves a process out of it")
+                raise refusal(pid, subtree)
         self.hierarchy.driver.move(rel, pid)
 
     async def call(self, work: Callable[[], T]) -> T:

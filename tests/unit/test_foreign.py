@@ -200,8 +200,12 @@ def test_a_launch_from_inside_a_foreign_subtree_is_refused_and_its_process_stays
     with pytest.raises(RequestError) as caught:
         asyncio.run(collect(daemon.requests.stream(request, Peer(pid=4242, uid=0, gid=0))))
     assert "/system.slice/slurmstepd.scope, a subtree another manager owns" in caught.value.message
-    assert not any(4242 in pids for pids in daemon.hierarchy.driver.procs.values())
-    assert len(daemon.tasks) == 0
+    assert len(daemon.tasks) == 0 and daemon.hierarchy.driver.cgroups == {""}  # refused at the door
+    # And every move asks first: a session's or a task's, the process stays where it is.
+    daemon.hierarchy.driver.create("A/task-1")
+    refused = on_loop(daemon, lambda: daemon.tree.join([("A/task-1", 4242), ("A/task-1", 4343)]))
+    assert isinstance(refused[0], RequestError) and refused[1] is None
+    assert daemon.hierarchy.driver.procs["A/task-1"] == [4343]
 
 
 # ── the views and the metrics ───────────────────────────────────────────────────────────
