@@ -27,6 +27,7 @@ from governor.wire.metrics import Metrics
 from governor.wire.protocol import LaunchRequest, Peer
 from support.daemons import CONFIG, GIB, collect, make_daemon, on_loop
 from support.rendered import render, samples
+from support.sessions import session_daemon
 from support.status_sample import NOW, STATUS
 
 MIB = 1024**2
@@ -206,6 +207,20 @@ def test_a_launch_from_inside_a_foreign_subtree_is_refused_and_its_process_stays
     refused = on_loop(daemon, lambda: daemon.tree.join([("A/task-1", 4242), ("A/task-1", 4343)]))
     assert isinstance(refused[0], RequestError) and refused[1] is None
     assert daemon.hierarchy.driver.procs["A/task-1"] == [4343]
+
+
+def test_a_governed_users_process_in_a_foreign_subtree_is_never_a_sessions(tmp_path):
+    # pam_slurm_adopt puts alice's ssh login into her job: it stays Slurm's, and no session counts it.
+    tree = tmp_path / "cgroupfs"
+    daemon = session_daemon(tmp_path, foreign_places=_v2(tree))
+    _cgroup(tree, "/system.slice/slurmstepd.scope", cpu__stat="usage_usec 0", memory__current="0")
+    on_loop(daemon, daemon.foreign.poll)
+    located = daemon.hierarchy.locate
+    adopted = {"": "/system.slice/slurmstepd.scope/job_3/step_extern"}
+    daemon.hierarchy.locate = lambda pid, proc=None: Location(None, None, adopted) if pid == 500 else located(pid)
+    assert not on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))
+    assert on_loop(daemon, lambda: daemon.sessions.govern_process(501, 1))  # the same user outside: governed
+    assert daemon.hierarchy.driver.procs["A/session-1"] == [501]
 
 
 # ── the views and the metrics ───────────────────────────────────────────────────────────
