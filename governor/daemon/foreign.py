@@ -94,10 +94,12 @@ class Foreign:
 
     # ── reading ─────────────────────────────────────────────────────────────────────────
 
-    def _read(self) -> dict[str, tuple[str, object]]:
-        """(On the reader thread) path → (manager, :class:`ForeignReading`) of every tenant."""
+    def _read(self) -> tuple[float, dict[str, tuple[str, ForeignReading]]]:
+        """(On the reader thread) when it read (monotonic s), and path → (manager,
+        :class:`ForeignReading`) of every tenant."""
+        at = time.monotonic()
         if self.places is None:
-            return {}
+            return at, {}
         found: dict[str, str] = {}
         for pattern, manager in self.policy.config.foreign.patterns():
             for path in self.places.find(pattern):
@@ -116,14 +118,14 @@ class Foreign:
                     log.warning("cannot read foreign subtree %s: %s", path, error)
                 reading = ForeignReading(None, None, {})
             read[path] = (manager, reading)
-        return read
+        return at, read
 
     def _overlaps_own(self, path: str) -> bool:
         own = self.own_root
         return own is not None and (own == path or own.startswith(path + "/") or path.startswith(own + "/"))
 
-    def _take(self, read: dict) -> None:
-        now = time.monotonic()
+    def _take(self, taken: tuple[float, dict[str, tuple[str, ForeignReading]]]) -> None:
+        now, read = taken
         before = self.tenants
         tenants: dict[str, Tenant] = {}
         counters: dict[str, tuple[int, float]] = {}
@@ -135,8 +137,6 @@ class Foreign:
                 counters[path] = (usec, now)
             pair = (last[0], usec) if last is not None and usec is not None else None
             amounts, basis = held(reading.allocated, pair, reading.memory_bytes, now - last[1] if last else 0.0)
-            if last is None and "cpu" not in amounts and before.get(name) is not None:
-                amounts["cpu"] = before[name].held.get("cpu", 0.0)  # a counter first read: keep the last rate
             tenants[path if names.count(name) > 1 else name] = Tenant(name, path, manager, amounts, basis)
         self._counters = counters
         self._paths = tuple(tenant.path for tenant in tenants.values())
@@ -149,7 +149,8 @@ class Foreign:
                                           f"{vector(tenant.held)} ({tenant.basis})")
         for name in before.keys() - tenants.keys():
             self.journal.event("foreign", f"foreign subtree {before[name].path} is gone")
-        was, now_held = total(before.values()), total(tenants.values())
-        if moved(was, now_held) or tenants.keys() != before.keys():
+        # Against what the capacity was last cut by, not the last poll: a slow drift adds up.
+        now_held = total(tenants.values())
+        if moved(self.policy.foreign_held, now_held) or tenants.keys() != before.keys():
             self.policy.hold_foreign(now_held)
             self.inbox.put(ForeignChange(vector(now_held) if now_held else "nothing"))
