@@ -61,7 +61,8 @@ class SlurmJob:
         process = subprocess.Popen(["sh", "-c", join + 'exec "$@"', "sh", *command], **options)
         self.started.append(process)
         deadline = time.monotonic() + 30
-        while f":{self.step}\n" not in self.cgroup(process.pid):  # joined, in every hierarchy
+        hierarchies = len({self.places.mounts[key][0] for key in self.keys})  # cpu,cpuacct may be one
+        while self.cgroup(process.pid).count(f":{self.step}\n") < hierarchies:  # joined in every one
             assert process.poll() is None and time.monotonic() < deadline, f"{command} did not join {self.step}"
             time.sleep(0.01)
         return process
