@@ -69,6 +69,7 @@ class Foreign:
         self.tenants: dict[str, Tenant] = {}
         self._paths: tuple[str, ...] = ()  # the tenants' paths, for holds()
         self._counters: dict[str, tuple[int, float]] = {}  # path → CPU counter (µs), when read (monotonic s)
+        self._overlapping: set[str] = set()  # matched paths that hold governor's root or lie in it
         self._reader = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="foreign")
 
     def holds(self, paths: Mapping[str, str] | None, key: str) -> str | None:
@@ -103,8 +104,15 @@ class Foreign:
         found: dict[str, str] = {}
         for pattern, manager in self.policy.config.foreign.patterns():
             for path in self.places.find(pattern):
-                if path not in found and not self._overlaps_own(path):
-                    found[path] = manager or manager_of(path)
+                if path in found:
+                    continue
+                if self._overlaps_own(path):
+                    if path not in self._overlapping:  # said once: it is looked for every poll
+                        self._overlapping.add(path)
+                        log.warning("foreign subtree %s holds or is inside governor's root %s: not foreign",
+                                    path, self.own_root)
+                    continue
+                found[path] = manager or manager_of(path)
         read = {}
         for path, manager in found.items():
             try:

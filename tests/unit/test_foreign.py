@@ -265,3 +265,14 @@ def test_the_metrics_sum_what_foreign_tenants_hold_per_manager():
     assert found["governor_foreign_held", (("manager", "config"), ("resource", "memory"))] == GIB
     assert found["governor_host_capacity", (("resource", "cpu"),)] == 16.0
     assert found["governor_capacity", (("resource", "cpu"),)] == 14.0
+
+
+def test_a_path_holding_or_inside_governors_root_is_never_foreign(tmp_path):
+    tree = tmp_path / "cgroupfs"
+    daemon = make_daemon(tmp_path, config=CONFIG + '[foreign]\ndetect = false\npaths = ["/system.slice", "/system.slice/gov/*"]\n',
+                         foreign_places=_v2(tree))
+    daemon.foreign.own_root = "/system.slice/gov"
+    for path in ("/system.slice/gov", "/system.slice/gov/inner"):
+        _cgroup(tree, path, cpu__stat="usage_usec 0", memory__current=str(GIB))
+    on_loop(daemon, daemon.foreign.poll)
+    assert daemon.foreign.tenants == {} and daemon.policy.capacity["memory"] == 4 * GIB
