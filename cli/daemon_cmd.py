@@ -37,6 +37,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
 
     import psutil
 
+    from governor.cgroups.foreign import ForeignPlaces
     from governor.cgroups.devices import whole_disk
     from governor.cgroups.hierarchy import open_hierarchy
     from governor.cli.check_config import check_on_this_host
@@ -85,7 +86,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
         server = Daemon(config, config_path or "<embedded default>", hierarchy, store,
                         host_cpus=sorted(os.sched_getaffinity(0)), host_memory=psutil.virtual_memory().total,
                         resolve_device=whole_disk, load_config=load if config_path else None, notifier=Notifier(),
-                        metrics=metrics, registry=registry)
+                        metrics=metrics, registry=registry, foreign_places=ForeignPlaces.of_host(hierarchy.mode))
         try:
             asyncio.run(server.serve(socket))
         finally:

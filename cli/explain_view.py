@@ -59,6 +59,9 @@ def explain_renderables(explain: dict, group: str | None = None, *, now: float) 
     configured = explain.get("configured") or {}
     header = Text("Capacity: ", style="bold")
     header.append(" · ".join(f"{view.label(r)} {view.amount(r, v, unit=True)}" for r, v in capacity.items()) or "—")
+    foreign = view.foreign_line(explain)
+    if foreign:
+        header.append(f"\n{foreign}")
     nodes = explain.get("nodes") or {}
     parents = explain.get("parents") or {}
     if nodes:  # a group tree: each internal group above its children, the way H-DRF fills

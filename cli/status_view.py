@@ -15,6 +15,9 @@ bytes/s; times in Unix seconds)::
                 "io_sharing": {device: "io.weight" | "io.bfq.weight" | "io.max"},
                 "cpu_saturated": bool},          # every group uses its CPU guarantee
      "capacity": {res: amount}, "guaranteed": {res: amount}, "reserved": {res: amount},
+     "host_capacity": {res: amount},             # before the foreign tenants' holdings
+     "foreign": {name: {"path": str, "manager": "slurm" | "kubernetes" | "nomad" | "machines" | "config",
+                        "held": {res: amount}, "basis": "allocated" | "used"}},
      "used": {res: amount},
      "filling": {"at": float | null, "trigger": str, "duration_ms": float},
      "groups": {name: {"weight": float, "floor": float, "members": [str], "idle": bool,
@@ -94,6 +97,7 @@ def status_renderables(status: dict, *, now: float) -> list[RenderableType]:
     renderables: list[RenderableType] = [
         _header(status, now),
         capacity_table(status, resources),
+        *([foreign_table(view.foreign(status), status.get("host_capacity") or {})] if view.foreign(status) else []),
         groups_table(groups),
         resources_table(groups, resources),
     ]
@@ -123,6 +127,22 @@ def capacity_table(status: dict, resources: list[str]) -> Table:
                  _of_capacity(resource, status.get("guaranteed", {}).get(resource), total),
                  _of_capacity(resource, status.get("reserved", {}).get(resource), total),
                  _of_capacity(resource, status.get("used", {}).get(resource), total))
+    return table
+
+
+def foreign_table(tenants: Mapping[str, dict], host: Mapping[str, float]) -> Table:
+    """One row per foreign tenant (a subtree another manager owns): its manager, what it holds
+    and whether that is what its jobs were allocated or what it uses; the caption says the
+    capacity above is the host's less these."""
+    table = Table(title="Foreign", title_justify="left", caption_justify="left",
+                  caption=f"capacity = the host's {view.vector(host)} less what these hold")
+    table.add_column("foreign", overflow="fold")
+    table.add_column("manager")
+    table.add_column("holds", overflow="fold")
+    table.add_column("basis")
+    for name, tenant in tenants.items():
+        view.row(table, name, str(tenant.get("manager", "?")), view.vector(tenant.get("held") or {}),
+                 str(tenant.get("basis", "?")))
     return table
 
 

@@ -73,6 +73,9 @@ def top_view(state: TopState, *, width: int, height: int, now: float) -> Rendera
         top.append(_line("waiting for the first update from the daemon…", "dim"))
     else:
         top += [_resource_line(status, r, width) for r in status.get("capacity", {})]
+        foreign = view.foreign_line(status)
+        if foreign:
+            top.append(_line(foreign, "dim"))
         if view.gpus(status):
             top.append(_gpus_line(view.gpus(status), width))
         top.append(_line(f"fair level {float(status.get('fair_level', 0.0)):.1%} per unit of weight · "

@@ -165,6 +165,26 @@ def io_sharing(status: dict) -> dict[str, str]:
             for device, mode in sharing.items()}
 
 
+def foreign(status: dict) -> dict[str, dict]:
+    """The foreign tenants (``status["foreign"]`` or ``explain["foreign"]``): name → ``path``,
+    ``manager``, ``held``, ``basis``; empty when none, or the daemon predates them."""
+    tenants = status.get("foreign") or {}
+    return {name: tenant for name, tenant in tenants.items() if isinstance(tenant, dict)} \
+        if isinstance(tenants, dict) else {}
+
+
+def foreign_line(status: dict) -> str | None:
+    """One line for the foreign tenants, what they hold subtracted from the host's capacity:
+    ``foreign: slurmstepd.scope (slurm, allocated) cpu 2 · memory 1.0G; of the host's cpu 8 ·
+    memory 16.0G``; None when there is none. Plain text: the caller makes it a Text."""
+    tenants = foreign(status)
+    if not tenants:
+        return None
+    held = "; ".join(f"{name} ({tenant.get('manager', '?')}, {tenant.get('basis', '?')}) "
+                     f"{vector(tenant.get('held') or {})}" for name, tenant in tenants.items())
+    return f"foreign: {held}; subtracted from the host's {vector(status.get('host_capacity') or {})}"
+
+
 def printable(value: object) -> object:
     """``value`` (a daemon reply: dicts, lists, strings, numbers) with every character a
     terminal would act on in its strings (control characters, escape sequences, bidirectional

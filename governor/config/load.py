@@ -40,6 +40,7 @@ from typing import TypeVar
 
 from governor.config import resources
 from governor.config.groups import EVERYONE, names, parse_groups
+from governor.config.foreign import parse_foreign
 from governor.config.gpu_rules import gpu_guard
 from governor.config.notify import notify_rules
 from governor.config.settings import Config, GroupRule, IoDevice, SessionRules, group_name_problem
@@ -101,7 +102,7 @@ _MAX_TASKS_PER_USER = 256
 _MAX_CONNECTIONS_PER_USER = 32
 _MAX_COUNT = 1_000_000
 
-_SECTIONS = ("capacity", "defaults", "enforcement", "groups", "fairshare", "sessions", "daemon", "notify")
+_SECTIONS = ("capacity", "defaults", "enforcement", "groups", "fairshare", "sessions", "foreign", "daemon", "notify")
 _FAIRSHARE_KEYS = ("half_life",)
 _CAPACITY_KEYS = ("cpu", "memory", "reserve", "io", "gpus", "gpu_control", "gpu_guard", "gpu_guard_parents")
 _RESERVE_KEYS = ("cpu", "memory")
@@ -190,6 +191,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         max_connections_per_user=_value(daemon, "max_connections_per_user", "daemon", file, _count,
                                         _MAX_CONNECTIONS_PER_USER),
         sessions=_sessions(data, file),
+        foreign=parse_foreign(data, file),
         fairshare_half_life_s=_fairshare(data, file),
         gpus=_gpus(capacity, file),
         gpu_control=_gpu_control(capacity, file),

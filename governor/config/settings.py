@@ -12,6 +12,7 @@ from functools import cached_property
 
 from governor.config import resources
 from governor.cgroups.names import interface_name_problem
+from governor.config.foreign import ForeignRules
 from governor.config.gpu_rules import GpuGuardRules
 from governor.config.notify import NotifyRules
 from governor.errors import ConfigError
@@ -143,6 +144,7 @@ class Config:
         file: the file the config came from, for errors raised later (not compared).
         notify: ``[notify]``: the command run on events an admin should hear about
             (:mod:`governor.config.notify`); off by default.
+        foreign: ``[foreign]``: the subtrees other managers own (:mod:`governor.config.foreign`).
     """
 
     cpu_cores: float | None
@@ -168,6 +170,7 @@ class Config:
     gpu_guard: GpuGuardRules
     file: str = field(compare=False)
     notify: NotifyRules = NotifyRules()
+    foreign: ForeignRules = ForeignRules()
 
     def memory_mode(self) -> str:
         """How task memory is capped: as configured, else ``hard`` (``memory.max``: a task

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from governor.core.foreign import Tenant
 from governor.core.model import Allocation
 
 
@@ -18,7 +19,8 @@ def explain(allocation: Allocation | None, capacity: Mapping[str, float],
             configured: Mapping[str, Mapping] | None = None,
             fairshare: Mapping[str, object] | None = None,
             stalls: Mapping[str, Mapping] | None = None, task_stalls: Mapping[str, Mapping] | None = None,
-            psi: Mapping[str, object] | None = None) -> dict:
+            psi: Mapping[str, object] | None = None, host_capacity: Mapping[str, float] | None = None,
+            foreign: Mapping[str, Tenant] | None = None) -> dict:
     """The ``explain`` payload: capacity, per group weight, demand D_g, allocation, λ, dominant
     resource(s) and share, why it stopped (:meth:`GroupAllocation.to_json` with ``demand``,
     ``lambda``), what it runs (``tasks``: how many launched tasks, ``sessions``: whose
@@ -34,7 +36,9 @@ def explain(allocation: Allocation | None, capacity: Mapping[str, float],
     :class:`governor.core.fairshare.Standing`. ``stalls``: group → its ``stall`` as status
     has it (:func:`governor.core.usage.stalls`), each group's ``stall``; ``task_stalls``: group →
     task id → the task's, each group's ``task_stalls``; ``psi``: status's
-    ``psi`` (whether the host measures stalls, and why not), the payload's."""
+    ``psi`` (whether the host measures stalls, and why not), the payload's. ``host_capacity`` (None: ``capacity``) is the
+    host's less the reserve, before what the ``foreign`` tenants hold (name →
+    :class:`~governor.core.foreign.Tenant`) was subtracted."""
     runs = runs or {}
     groups = {}
     for name, got in (allocation.groups.items() if allocation else ()):
@@ -46,7 +50,9 @@ def explain(allocation: Allocation | None, capacity: Mapping[str, float],
     nodes = {name: {**got.to_json(), "floor": float((configured or {}).get(name, {}).get("floor", 0.0))}
              for name, got in (allocation.nodes.items() if allocation else ())}
     trace = [row.to_json() for row in (allocation.trace if allocation else ())]
-    return {"capacity": dict(capacity), "groups": groups, "nodes": nodes, "psi": dict(psi or {}),
+    return {"capacity": dict(capacity), "psi": dict(psi or {}), "host_capacity": dict(capacity if host_capacity is None else host_capacity),
+            "foreign": {name: tenant.to_json() for name, tenant in (foreign or {}).items()},
+            "groups": groups, "nodes": nodes,
             "parents": dict(allocation.parents) if allocation else {}, "trace": trace, "queue": list(queue),
             "fairshare": {name: dataclasses.asdict(standing) for name, standing in (fairshare or {}).items()},
             "configured": {name: {"weight": float(about["weight"]), "floor": float(about["floor"])}

@@ -103,7 +103,9 @@ class Enforcement:
         )
         self._guarantees = guarantees
         config = policy.config
-        planned = {"": root_limits(policy.capacity),
+        # The root's bound is the host's less the reserve, never less what foreign tenants hold:
+        # lowering its memory.max under what governor admitted would reclaim or kill its tasks.
+        planned = {"": root_limits(policy.host_capacity),
                    **{config.place(g): with_limit(limits, config.effective_limit(g))
                       for g, limits in guarantees.items()}}
         if full:

@@ -16,8 +16,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-__all__ = ["SETTLE_GAP_S", "Batch", "Event", "Exit", "FairShare", "Handover", "Inbox", "Launch", "Left", "Reconcile",
-           "Reload", "Sample", "Session"]
+__all__ = ["SETTLE_GAP_S", "Batch", "Event", "Exit", "FairShare", "ForeignChange", "Handover", "Inbox", "Launch", "Left",
+           "Reconcile", "Reload", "Sample", "Session"]
 
 log = logging.getLogger("governor.daemon")
 # Least time between two settles: under a storm the events of these milliseconds fold into one
@@ -114,6 +114,19 @@ class Handover:
 
 
 @dataclass(frozen=True)
+class ForeignChange:
+    """What the foreign tenants hold moved past noise (:mod:`governor.daemon.foreign`): the
+    capacity governor divides changed; ``held``, what they hold now, for people."""
+
+    held: str
+    refill = True
+
+    @property
+    def trigger(self) -> str:
+        return f"foreign tenants now hold {self.held}"
+
+
+@dataclass(frozen=True)
 class Reconcile:
     """The periodic pass over the tree ended (whatever it found): the queue is looked at again,
     and the settle that follows tells a waiter the pass is over (``settle_generation``)."""
@@ -140,7 +153,7 @@ class Reload:
         return self.what
 
 
-Event = Launch | Left | Exit | Session | Sample | FairShare | Handover | Reconcile | Reload
+Event = Launch | Left | Exit | Session | Sample | FairShare | Handover | ForeignChange | Reconcile | Reload
 
 
 @dataclass

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 
 from governor.host import access
 from governor.cgroups.hierarchy import Hierarchy, Location
+from governor.daemon.foreign import refusal
 from governor.daemon.inbox import Inbox, Launch, Left
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
@@ -42,8 +43,10 @@ class Launches:
     """
 
     def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, store: TaskStore, queue: Queue,
-                 inbox: Inbox, starts: Starts, journal: Journal, registry: Registry | None):
+                 inbox: Inbox, starts: Starts, journal: Journal, registry: Registry | None,
+                 foreign: Callable[[Mapping[str, str] | None, str], str | None] = lambda paths, key: None):
         self.hierarchy = hierarchy
+        self.foreign = foreign
         self.policy = policy
         self.tasks = tasks
         self.store = store
@@ -71,9 +74,9 @@ class Launches:
         who = access.identify(peer.uid, peer.gid)
         config = self.policy.config
         group = access.launch_group(config, who, request.group)
-        demand = access.task_demand(config, self.policy.capacity, request.demand)
+        demand = access.task_demand(config, self.policy.host_capacity, request.demand)
         check_within_quotas(config, group, demand)
-        check_beside_headroom(config, self.policy.capacity, group, demand)
+        check_beside_headroom(config, self.policy.host_capacity, group, demand)
         # Where the asker is now, never what its pid was before (a pid that wrapped round to an
         # old task's launch pid got that task, another user's, and stayed ungoverned itself).
         outer = self._task_of(self._where_launching(request.pid))
@@ -136,15 +139,20 @@ class Launches:
     def _where_launching(self, pid: int) -> Location:
         """Where the launching process ``pid`` is. A process in another governor daemon's
         cgroups is refused: taken out, its task would escape its caps, and that daemon's
-        ``governor stop`` would kill nothing.
+        ``governor stop`` would kill nothing. So is one in a foreign subtree (a Slurm job's),
+        at once rather than when its turn to start comes (the move would refuse it then).
 
         Raises:
-            RequestError: ``forbidden``, naming the other daemon's socket.
+            RequestError: ``forbidden``, naming the other daemon's socket; ``bad_request``,
+                naming the foreign subtree.
         """
         try:
             location = self.hierarchy.locate(pid)
         except CgroupError:
             return Location(None, None)  # gone: the move will say so
+        subtree = self.foreign(location.paths, self.hierarchy.proc_key)
+        if subtree is not None:
+            raise refusal(pid, subtree)
         other = other_daemon(self.registry, location)
         if other is not None:
             raise RequestError("forbidden", f"process {pid} is governed by another governor daemon ({other.describe()}); "

@@ -35,6 +35,7 @@ from governor.errors import CgroupError
 from governor.core.gpus import GpuInventory, GpuUse
 from governor.config.kinds import task_in
 from governor.core.cpu_saturation import SATURATION, cpu_saturated
+from governor.core.foreign import Tenant
 from governor.host.nvml import sample_use
 from governor.core.queue import queue_view
 from governor.core.state import Task, Tasks
@@ -62,6 +63,8 @@ class Observation:
             (``[fairshare]``), if any.
         notices: told each task's counters with its previous ones, and of each sample, for the
             ``[notify]`` events found there (:class:`~governor.daemon.notices.Notices`), if any.
+        foreign: the foreign tenants as last read (:attr:`Foreign.tenants
+            <governor.daemon.foreign.Foreign.tenants>`), for status.
         gpu_guard: the GPU guard outside governor's tasks, for status
             (:meth:`GpuGuard.describe <governor.daemon.gpu_guard.GpuGuard.describe>`).
         usage: kept up to date here, read by settle too: cgroup → its use over the last two
@@ -75,7 +78,7 @@ class Observation:
     def __init__(self, *, hierarchy: Hierarchy, tasks: Tasks, policy: Policy, enforcement: Enforcement,
                  queue: Queue, inbox: inbox.Inbox, journal: Journal, gpu_guard: Callable[[], dict],
                  usage: dict[str, dict[str, float]], fair_share: FairShareStage | None = None,
-                 notices: Notices | None = None):
+                 notices: Notices | None = None, foreign: Callable[[], Mapping[str, Tenant]] = dict):
         self.hierarchy = hierarchy
         self.notices = notices
         self.fair_share = fair_share
@@ -98,6 +101,7 @@ class Observation:
         self._group_at: dict[str, str] = {}  # a group's cgroup → the group, as last sampled
         self._gpus_sampled = float("-inf")  # when NVML was last asked (monotonic s)
         self.gpu_guard = gpu_guard
+        self.foreign = foreign
 
     # ── sampling ────────────────────────────────────────────────────────────────────────
 
@@ -282,7 +286,7 @@ class Observation:
             queue=queue_view(self.queue, self.queue.admission), events=list(self.journal.events),
             kept=self._status_tasks, configured=policy.configured(self.tasks.counts()),
             reserved=reserved(self.tasks, self.usage), gpus=gpu_entries(policy.gpus, self.tasks.gpu_holders(), self.tasks),
-            no_psi=self.hierarchy.no_psi,
+            no_psi=self.hierarchy.no_psi, host_capacity=policy.host_capacity, foreign=self.foreign(),
         )
         self._status = (self.journal.version, StatusReply(status, self._status_json))
         return self._status[1]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 
 from governor.host import access
@@ -19,6 +19,7 @@ from governor.daemon import gpu_places
 from governor.host.daemons import DaemonEntry, Registry
 from governor.errors import GovernorError
 from governor.core.gpus import GpuInventory
+from governor.core.foreign import remaining
 from governor.core.headroom import check_guarantees_held
 from governor.core.plan import task_limits
 from governor.host.nvml import discover
@@ -53,6 +54,8 @@ class Policy:
 
     Attributes:
         gpus: the GPUs governor hands out (None: no GPU is governed).
+        host_capacity: what the config gives of this host (the host's less the reserve);
+            capacity: that less what foreign tenants hold (:meth:`hold_foreign`): what DRF divides.
 
     Raises:
         GovernorError: (:meth:`use`, and so the constructor) a config that cannot be put in
@@ -77,6 +80,7 @@ class Policy:
         self.find_gpus = find_gpus
         self.gpus: GpuInventory | None = None
         self.effective: dict[str, float] = {}  # group → effective weight, with [fairshare] (kept across reloads)
+        self.foreign_held: dict[str, float] = {}  # what foreign tenants hold (kept across reloads)
         self.use(config)
 
     def use(self, config: Config, held: Iterable[Task] = (), members: dict[str, list[str]] | None = None) -> list[Task]:
@@ -115,7 +119,8 @@ class Policy:
                 self.registry.claim_sessions(self.entry())
             else:
                 self.registry.release_sessions()
-        self.config, self.capacity, self.io_devices, self.io_sharing = config, capacity, io_devices, io_sharing
+        self.config, self.host_capacity, self.io_devices, self.io_sharing = config, capacity, io_devices, io_sharing
+        self.capacity = remaining(capacity, self.foreign_held)
         self.gpus = gpus
         self.weights: dict[str, float] = {}
         self.owners = SessionOwners(config, self.uid_min)
@@ -135,6 +140,13 @@ class Policy:
         if warning:
             log.warning("%s: %s", config.file, warning)
         return remapped
+
+    def hold_foreign(self, held: Mapping[str, float]) -> None:
+        """What foreign tenants hold now (resource → cores, bytes): :attr:`capacity`, what DRF
+        divides and admission counts, is :attr:`host_capacity` less it, never below zero
+        (:func:`governor.core.foreign.remaining`); what is admitted already stays."""
+        self.foreign_held = dict(held)
+        self.capacity = remaining(self.host_capacity, self.foreign_held)
 
     def refresh_members(self, members: dict[str, list[str]] | None = None) -> None:
         """Look users and groups up again (they change while the daemon runs).

@@ -260,7 +260,8 @@ class Requests:
                        stalls={group: stalls(self.observation.usage.get(group, {})) for group in demands},
                        task_stalls={group: {t.id: stalls(self.observation.usage.get(t.cgroup, {})) for t in tasks}
                                     for group, tasks in self.tasks.groups().items()},
-                       psi=psi_entry(self.observation.hierarchy.no_psi))
+                       psi=psi_entry(self.observation.hierarchy.no_psi),
+                       host_capacity=self.policy.host_capacity, foreign=self.observation.foreign())
 
     def use(self, config: Config, members: dict[str, list[str]] | None = None) -> None:
         """Put ``config`` in force (:meth:`Policy.use <governor.daemon.policy.Policy.use>`;
@@ -351,9 +352,9 @@ class Requests:
         self.journal.event("reload", f"config {self.policy.source} reloaded ({trigger})")
         for entry in list(self.queue.values()):
             try:
-                access.check_fits(entry.task.demand, self.policy.capacity)
+                access.check_fits(entry.task.demand, self.policy.host_capacity)
                 check_within_quotas(self.policy.config, entry.task.group, entry.task.demand)
-                check_beside_headroom(self.policy.config, self.policy.capacity, entry.task.group, entry.task.demand)
+                check_beside_headroom(self.policy.config, self.policy.host_capacity, entry.task.group, entry.task.demand)
             except RequestError as refused:
                 del self.queue[entry.task.id]
                 entry.decide(error=refused)

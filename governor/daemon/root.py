@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 
 import psutil
 
+from governor.cgroups.foreign import ForeignPlaces
 from governor.cgroups.hierarchy import Hierarchy
 from governor.config.load import Config
 from governor.core.gpus import GpuInventory
@@ -29,6 +30,7 @@ from governor.daemon.inbox import Inbox, Reconcile, Reload
 from governor.daemon.journal import Journal, vector
 from governor.daemon.launches import Launches
 from governor.daemon.notices import Notices
+from governor.daemon.foreign import FOREIGN_POLL_S, Foreign
 from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
@@ -89,6 +91,8 @@ class Daemon:
         members: a config → its groups' users on this host (:func:`governor.host.access.members`).
         find_gpus: ``capacity.gpus`` and ``capacity.gpu_control`` → the GPUs here
             (:func:`governor.host.nvml.discover`; tests pass a fake).
+        foreign_places: where foreign subtrees are looked for (:mod:`governor.daemon.foreign`);
+            None (a fake hierarchy): none is.
 
     Raises:
         GovernorError: the config cannot be put in force here (:class:`~governor.daemon.policy.Policy`).
@@ -105,7 +109,7 @@ class Daemon:
                  load_config: Callable[[], Config] | None = None, metrics=None, notifier: Notifier | None = None,
                  uid_min: int | None = None, host_pids: Callable[[], Iterable[int]] = psutil.pids,
                  registry: Registry | None = None, members: Callable[[Config], dict[str, list[str]]] | None = None,
-                 find_gpus: Callable[..., GpuInventory] = discover):
+                 find_gpus: Callable[..., GpuInventory] = discover, foreign_places: ForeignPlaces | None = None):
         self.hierarchy = hierarchy
         self.store = store
         self.registry = registry
@@ -131,7 +135,9 @@ class Daemon:
         self.inbox = Inbox()
         self.fair_share = FairShareStage(directory=store.directory, policy=self.policy, tasks=self.tasks,
                                          inbox=self.inbox, journal=self.journal)
-        self.tree = Tree(hierarchy, read_before_removal=self.fair_share.removed)
+        self.foreign = Foreign(places=foreign_places, own_root=hierarchy.proc_root, policy=self.policy, inbox=self.inbox,
+                               journal=self.journal)
+        self.tree = Tree(hierarchy, read_before_removal=self.fair_share.removed, foreign=self.foreign.holds)
         usage: dict[str, dict[str, float]] = {}  # measured by observation, counted by settle's admission
         self.handover = Handover(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, inbox=self.inbox,
                                  journal=self.journal)
@@ -141,7 +147,8 @@ class Daemon:
                                        journal=self.journal, gpu_guard=self.gpu_guard.describe, usage=usage,
                                        fair_share=self.fair_share,
                                        notices=Notices(tasks=self.tasks, queue=self.queue, policy=self.policy,
-                                                       journal=self.journal))
+                                                       journal=self.journal),
+                                       foreign=lambda: self.foreign.tenants)
         self.exits = Exits(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                            records=self.records, inbox=self.inbox, observation=self.observation,
                            journal=self.journal)
@@ -154,12 +161,12 @@ class Daemon:
         self.sessions = Sessions(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                                  records=self.records, inbox=self.inbox, enforcement=self.enforcement,
                                  exits=self.exits, journal=self.journal, host_pids=host_pids, registry=registry,
-                                 moved_in=self.handover.moved)
+                                 moved_in=self.handover.moved, foreign=self.foreign.holds)
         self.recovery = Recovery(hierarchy=hierarchy, tree=self.tree, store=store, tasks=self.tasks,
                                  policy=self.policy, exits=self.exits, journal=self.journal, settle=self.settle)
         self.launches = Launches(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, store=store,
                                  queue=self.queue, inbox=self.inbox, starts=self.starts, journal=self.journal,
-                                 registry=registry)
+                                 registry=registry, foreign=self.foreign.holds)
         self.requests = Requests(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, launches=self.launches,
                                  settle=self.settle, inbox=self.inbox, records=self.records,
                                  exits=self.exits, sessions=self.sessions,
@@ -198,6 +205,7 @@ class Daemon:
         self.gpu_guard.start()  # before the first session is made: none opens a GPU meanwhile
         self.recovery.readopt(records)
         self.handover.start()
+        self.foreign.poll_now()  # before the first rescan: another manager's processes stay its own
         self.settle.now(Reload("start"))
         self.sessions.follow_processes()
         self.sessions.rescan("start")
@@ -221,6 +229,7 @@ class Daemon:
             asyncio.create_task(_every(self.policy.config.sample_interval_s, self.observation.sample_off_loop)),
         ]
         workers.append(asyncio.create_task(_every(GPU_SWEEP_S, self.sweep)))
+        workers.append(asyncio.create_task(_every(FOREIGN_POLL_S, self.foreign.poll)))
         if self.notifier.watchdog_interval_s:
             workers.append(asyncio.create_task(
                 _every(self.notifier.watchdog_interval_s, lambda: self.notifier.send("WATCHDOG=1"))))
@@ -255,6 +264,7 @@ class Daemon:
         self.handover.close()
         self.gpu_guard.stop()
         self.fair_share.close()
+        self.foreign.close()
         await asyncio.get_running_loop().shutdown_default_executor()  # the cgroup thread's last calls
         if not self.tasks:
             try:

@@ -15,7 +15,7 @@ import enum
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import psutil
 
@@ -69,6 +69,8 @@ class Sessions:
             session's end; journal: events.
         host_pids: every process id on the host (``psutil.pids``).
         registry: this host's daemons: a process in another daemon's cgroups is that one's.
+        foreign: a process's ``/proc/<pid>/cgroup`` lines and the hierarchy key → the foreign
+            subtree that holds it, or None: such a process is another manager's, never a session's.
         moved_in: called on the loop with each pid once its move into a session is done
             (:meth:`Handover.moved <governor.daemon.handover.Handover.moved>`, which ends it
             if it holds a GPU open).
@@ -77,7 +79,8 @@ class Sessions:
     def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, records: Records,
                  inbox: Inbox, enforcement: Enforcement, exits: Exits, journal: Journal,
                  host_pids: Callable[[], Iterable[int]], registry: Registry | None,
-                 moved_in: Callable[[int], None]):
+                 moved_in: Callable[[int], None],
+                 foreign: Callable[[Mapping[str, str] | None, str], str | None] = lambda paths, key: None):
         self.hierarchy = hierarchy
         self.tree = tree
         self.policy = policy
@@ -91,6 +94,7 @@ class Sessions:
         self.registry = registry
         self.process_events: ProcessEvents | None = None
         self.moved_in = moved_in
+        self.foreign = foreign
         self.reset()
 
     def reset(self) -> None:
@@ -226,6 +230,8 @@ class Sessions:
         where = location.rel
         if other_daemon(self.registry, location) is not None:
             return _Look.SETTLED  # another daemon's task: that daemon governs it
+        if self.foreign(location.paths, self.hierarchy.proc_key) is not None:
+            return _Look.SETTLED  # another manager's (a Slurm job, pam_slurm_adopt's too): never a session's
         user, group = owner
         if where is None and location.login_uid == uid:
             # logind tracks it (loginctl, logout): governed where it is, through systemd.
@@ -281,7 +287,7 @@ class Sessions:
     # ── a session starts ────────────────────────────────────────────────────────────────
 
     def _demand(self) -> dict[str, float]:
-        capacity = self.policy.capacity
+        capacity = self.policy.host_capacity
         return {resource: min(amount, capacity.get(resource, amount))
                 for resource, amount in self.policy.config.session_demand().items()}
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from governor.cgroups.hierarchy import Hierarchy
+from governor.daemon.foreign import refusal
 from governor.errors import CgroupBusy, CgroupError, GovernorError
 
 __all__ = ["Tree"]
@@ -36,11 +37,16 @@ class Tree:
         hierarchy: governor's cgroups (:class:`~governor.cgroups.hierarchy.Hierarchy`).
         read_before_removal: told on the loop ``(rel, CPU counter µs, removed)`` of each group
             cgroup read just before its removal (fair share charges it); None: not read.
+        foreign: ``(/proc/<pid>/cgroup lines, hierarchy key)`` → the foreign subtree that holds
+            that process, or None (:meth:`Foreign.holds <governor.daemon.foreign.Foreign.holds>`):
+            every move asks it first, and a process another manager holds is never moved.
     """
 
     def __init__(self, hierarchy: Hierarchy,
-                 read_before_removal: Callable[[str, int, bool], None] | None = None) -> None:
+                 read_before_removal: Callable[[str, int, bool], None] | None = None,
+                 foreign: Callable[[Mapping[str, str] | None, str], str | None] | None = None) -> None:
         self.hierarchy = hierarchy
+        self._foreign = foreign
         self._loop: asyncio.AbstractEventLoop | None = None
         self._joining: dict[str, int] = {}  # cgroup → moves into it asked for and not yet made
         self._pending = 0  # calls of run() not yet done
@@ -57,7 +63,7 @@ class Tree:
         refusal. Meanwhile each cgroup is :meth:`moving_into`."""
         self._count(moves, 1)
         try:
-            return await self.call(lambda: [_outcome(self.hierarchy.driver.move, rel, pid) for rel, pid in moves])
+            return await self.call(lambda: [_outcome(self._move, rel, pid) for rel, pid in moves])
         finally:
             self._count(moves, -1)
 
@@ -70,7 +76,25 @@ class Tree:
             self._count([(rel, pid)], -1)
             then(outcome)
 
-        self.run(lambda: self.hierarchy.driver.move(rel, pid), moved)
+        self.run(lambda: self._move(rel, pid), moved)
+
+    def _move(self, rel: str, pid: int) -> None:
+        """(On the thread) move ``pid`` into ``rel``, the one way every move goes: never a
+        process in a foreign subtree (Slurm's job, a pod, a VM).
+
+        Raises:
+            RequestError: ``bad_request``, the process is in a foreign subtree.
+            CgroupWriteError, ProcessGone: as :meth:`Driver.move <governor.cgroups.driver.Driver.move>`.
+        """
+        if self._foreign is not None:
+            try:
+                paths = self.hierarchy.locate(pid).paths
+            except CgroupError:
+                paths = None  # gone: the move says so
+            subtree = self._foreign(paths, self.hierarchy.proc_key)
+            if subtree is not None:
+                raise refusal(pid, subtree)
+        self.hierarchy.driver.move(rel, pid)
 
     async def call(self, work: Callable[[], T]) -> T:
         """Run ``work`` on the cgroup thread and return what it returns (raises what it raises)."""

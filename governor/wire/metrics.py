@@ -169,12 +169,13 @@ class _Snapshot:
         status = self.snapshot()
         yield from self._groups(status)
         yield from _stalls(status)
+        yield from _foreign(status)
         yield from _gpus(status, self.gpu())
         yield from _notify(status)
 
     def _groups(self, status: dict):
-        capacity = GaugeMetricFamily("governor_capacity", "What governor divides (cores, bytes, bytes/s, GPUs)",
-                                     labels=["resource"])
+        capacity = GaugeMetricFamily("governor_capacity", "What governor divides (cores, bytes, bytes/s, GPUs): the "
+                                     "host's less the reserve and what foreign tenants hold", labels=["resource"])
         for resource, amount in status.get("capacity", {}).items():
             capacity.add_metric([resource], amount)
         share = GaugeMetricFamily("governor_group_dominant_share", "Dominant share of the host (0..1)",
@@ -262,6 +263,22 @@ def _notify(status: dict):
     for outcome in ("done", "failed", "dropped", "refused"):
         outcomes.add_metric([outcome], counts.get(outcome, 0))
     yield outcomes
+def _foreign(status: dict):
+    """What the foreign tenants hold, summed per manager (a Slurm scope's jobs, the pods…), and
+    the host's capacity before it is subtracted."""
+    host = GaugeMetricFamily("governor_host_capacity", "The host's capacity less the reserve, before foreign "
+                             "tenants' holdings are subtracted (cores, bytes, bytes/s, GPUs)", labels=["resource"])
+    for resource, amount in status.get("host_capacity", {}).items():
+        host.add_metric([resource], amount)
+    held = GaugeMetricFamily("governor_foreign_held", "What subtrees other managers own hold: allocated (Slurm's "
+                             "jobs) or used (cores, bytes)", labels=["manager", "resource"])
+    sums: dict[tuple[str, str], float] = {}
+    for tenant in status.get("foreign", {}).values():
+        for resource, amount in tenant["held"].items():
+            sums[tenant["manager"], resource] = sums.get((tenant["manager"], resource), 0.0) + amount
+    for labels, amount in sorted(sums.items()):
+        held.add_metric(list(labels), amount)
+    yield from (host, held)
 
 
 def _gpus(status: dict, sample: tuple[GpuUse, Mapping[int, tuple[str, str]]] | None):

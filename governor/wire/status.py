@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from governor.core import vocabulary
+from governor.core.foreign import Tenant
 from governor.core.model import Allocation
 from governor.wire.protocol import as_line, encode_json
 from governor.config.resources import find
@@ -35,13 +36,16 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
                  reserved: Mapping[str, Mapping[str, float]] | None = None,
                  parents: Mapping[str, str] | None = None, place: Callable[[str], str] = str,
                  fairshare: Mapping[str, object] | None = None, gpus: list[dict] | None = None,
-                 no_psi: str | None = None) -> dict:
+                 no_psi: str | None = None,
+                 host_capacity: Mapping[str, float] | None = None, foreign: Mapping[str, Tenant] | None = None) -> dict:
     """Assemble the status object.
 
     Args:
         daemon: ``pid``, ``started`` (unix s), ``cgroup_mode``, ``cgroup_root``, ``config``,
             ``io_sharing`` (device → ``io.weight``/``io.bfq.weight``/``io.max``).
-        capacity: what governor divides (cores, bytes, bytes/s).
+        capacity: what governor divides (cores, bytes, bytes/s): ``host_capacity`` (the
+            host's less the reserve; None: the same) less what the ``foreign`` tenants hold
+            (name → :class:`~governor.core.foreign.Tenant`; status's ``foreign``).
         allocation: the last progressive filling's answer, None with no task.
         tasks: the running tasks.
         in_force: cgroup (relative) → kernel file → value the kernel accepted.
@@ -138,6 +142,8 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
         kept.update(entries)
     fair_level = max((g["dominant_share"] / g["weight"] for g in leaves), default=0.0)
     return {"daemon": daemon, "capacity": dict(capacity),
+            "host_capacity": dict(capacity if host_capacity is None else host_capacity),
+            "foreign": {name: tenant.to_json() for name, tenant in (foreign or {}).items()},
             "guaranteed": vocabulary.total(g["guarantee"] for g in leaves),
             "reserved": vocabulary.total(g["reserved"] for g in leaves),
             "used": vocabulary.total(g["usage"] for g in leaves),

@@ -29,7 +29,8 @@ class Governor:
     """``governor daemon`` started with ``config`` under a fresh cgroup root below this test
     process's own cgroup, and the tasks launched through it with ``governor run``. Sessions
     are off unless ``config`` has a ``[sessions]`` table: a test daemon must not move the
-    host's processes, nor take the sessions from the host's daemon."""
+    host's processes, nor take the sessions from the host's daemon; nor are the host's foreign
+    tenants looked for unless it has a ``[foreign]`` table."""
 
     def __init__(self, tmp_path: Path, config: str, *extra_args: str, wrapper: tuple[str, ...] = ()):
         self.dir = tmp_path
@@ -37,6 +38,8 @@ class Governor:
         self.root_name = f"governor-test-{uuid.uuid4().hex[:8]}"
         if "[sessions]" not in config:
             config += "\n[sessions]\nenabled = false\n"
+        if "[foreign]" not in config:  # the host's own Slurm jobs or VMs must not shrink a test's capacity
+            config += "\n[foreign]\ndetect = false\n"
         (tmp_path / "governor.toml").write_text(config + f'\n[daemon]\nstate_dir = "{tmp_path}/state"\n'
                                                          "sample_interval = 1.0\nreconcile_interval = 2.0\n")
         self.log = open(tmp_path / "daemon.log", "w+")

@@ -1,6 +1,7 @@
 """Real-kernel cases shared by test_daemon_v1 (native) and test_daemon_v2 (VM): each module
 imports them, so they run under that module's marker and its skip check."""
 
+import foreign_scenarios
 import gpu_scenarios
 import guard_scenarios
 import pytest
@@ -94,3 +95,7 @@ def test_a_session_process_opens_no_gpu_where_it_starts_moved_yet_or_not():
 
 def test_fair_share_charges_short_tasks_as_a_steady_tasks_equal_use(tmp_path):
     tree_scenarios.fair_share_charges_short_tasks_as_a_steady_tasks_equal_use(tmp_path)
+
+
+def test_the_capacity_follows_a_foreign_slurm_job_whose_processes_stay_its_own(tmp_path):
+    foreign_scenarios.capacity_follows_a_slurm_job_and_its_processes_stay_slurms(tmp_path)

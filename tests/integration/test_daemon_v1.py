@@ -24,6 +24,7 @@ from kernel_cases import (  # noqa: F401  (collected here, under this module's m
     test_a_session_ends_with_its_users_last_process,
     test_an_idle_groups_share_is_lent_and_comes_back,
     test_cores_shrink_and_grow_while_tasks_run,
+    test_the_capacity_follows_a_foreign_slurm_job_whose_processes_stay_its_own,
     test_cpu_follows_drf_under_contention_and_a_stopped_groups_share_flows_back,
     test_hard_memory_limit_kills_only_the_offender,
     test_memory_is_admitted_in_drf_order_and_never_squeezed,

@@ -287,7 +287,7 @@ _IO0 = ("capacity", "io", 0)
 
 BAD = [
     # (path to change, new value, expected key, words expected in the reason)
-    (("extra",), 1, "extra", "allowed keys: capacity, defaults, enforcement, groups, fairshare, sessions, daemon"),
+    (("extra",), 1, "extra", "allowed keys: capacity, defaults, enforcement, groups, fairshare, sessions, foreign, daemon"),
     (("capacity",), 3, "capacity", "must be a table [capacity]"),
     (("capacity", "gpu"), 1, "capacity.gpu", "allowed keys: cpu, memory, reserve, io"),
     (("capacity", "cpu"), "2", "capacity.cpu", "must be a number"),
