@@ -177,8 +177,9 @@ def test_a_task_is_ended_at_its_time_limit(daemon):
     async def scenario():
         request = LaunchRequest(pid=100, group="A", demand={"cpu": 1.0, "memory": GIB}, command=("sleep", "60"),
                                 time_limit=0.05)
+        # No check that the task runs in between: on a loaded host the limit can pass before
+        # the launch's reply is read. The kill and the record below say it ran and was ended.
         await collect(daemon.requests.stream(request, Peer(pid=100, uid=0, gid=0)))
-        assert len(daemon.tasks) == 1
         await until(lambda: not daemon.tasks, "the time limit to end task 1")
 
     asyncio.run(scenario())
@@ -191,7 +192,7 @@ def test_a_task_is_ended_at_its_time_limit(daemon):
 def test_a_task_that_ends_first_leaves_no_timer(daemon):
     async def scenario():
         request = LaunchRequest(pid=100, group="A", demand={"cpu": 1.0, "memory": GIB}, command=("true",),
-                                time_limit=0.1)
+                                time_limit=60)
         await collect(daemon.requests.stream(request, Peer(pid=100, uid=0, gid=0)))
         daemon.hierarchy.driver.procs["A/task-1"] = []
         timer = daemon.exits._time_limits["1"]
