@@ -64,7 +64,7 @@ class QueueInterrupted(ControlSocketError):
 
 
 def launch(socket_path: str, request: LaunchRequest, on_queued: Callable[[dict], None],
-           timeout: float = 30) -> Started:
+           timeout: float = 30, sent: Callable[[], None] | None = None) -> Started:
     """Send a ``launch`` and wait, as long as it takes, until the task starts.
 
     Args:
@@ -74,6 +74,7 @@ def launch(socket_path: str, request: LaunchRequest, on_queued: Callable[[dict],
             while the task waits for its memory to fit.
         timeout: seconds allowed for connecting and for the first reply line; once queued,
             the wait has no limit (a Ctrl-C ends it and, with the connection, the place).
+        sent: as :func:`stream`'s.
 
     Returns:
         the started task.
@@ -84,7 +85,7 @@ def launch(socket_path: str, request: LaunchRequest, on_queued: Callable[[dict],
     """
     queued = False
     try:
-        for reply in stream(socket_path, request, timeout):
+        for reply in stream(socket_path, request, timeout, sent):
             if not isinstance(reply, Queued):
                 return reply
             queued = True
@@ -98,7 +99,8 @@ def launch(socket_path: str, request: LaunchRequest, on_queued: Callable[[dict],
     raise ControlSocketError(socket_path, "the daemon closed the connection without replying")
 
 
-def stream(socket_path: str, request: Request, timeout: float = 30) -> Iterator:
+def stream(socket_path: str, request: Request, timeout: float = 30,
+           sent: Callable[[], None] | None = None) -> Iterator:
     """Send one request for a streamed operation (``watch``, ``launch``) and yield each typed reply.
 
     The daemon answers with one line per update for as long as the connection is open; closing
@@ -110,6 +112,9 @@ def stream(socket_path: str, request: Request, timeout: float = 30) -> Iterator:
         request: the request, e.g. ``WatchRequest(1.0)``.
         timeout: seconds allowed for connecting, and for each reply line to arrive; pick it
             above the stream's interval.
+        sent: called once the request is sent, before the first reply is read: what the
+            caller readies while the daemon works (``governor run``'s child arms its parent
+            death signal there).
 
     Yields:
         each line's reply, in order.
@@ -125,6 +130,8 @@ def stream(socket_path: str, request: Request, timeout: float = 30) -> Iterator:
         buffered = b""
         try:
             sock.sendall(request_line(request))
+            if sent is not None:
+                sent()
             while True:
                 chunk = sock.recv(_RECV_BYTES)
                 if not chunk:
