@@ -32,6 +32,7 @@ import time
 from typing import TYPE_CHECKING
 
 from governor.cli.memory_warning import LOOK_EVERY_S, MemoryWatch
+from governor.config.units import format_size, format_timespan
 
 if TYPE_CHECKING:
     from governor.wire.request_types import LaunchRequest
@@ -209,7 +210,6 @@ def summary_lines(record: dict | None, status: int, wall: float, *, task: str | 
     """The summary of a command that ended with wait ``status`` (:func:`os.waitpid`) after
     ``wall`` seconds, from its task's ended ``record`` (None: unknown, said so unless ``task``
     is None: the command ran inside an enclosing task, which goes on)."""
-    from governor.config.units import format_size, format_timespan
     from governor.host.accounting import exit_words  # after the command: its imports cost no launch time
 
     if os.WIFEXITED(status):
