@@ -25,9 +25,10 @@ NOT_BEFORE_SENDING = ["fractions", "decimal", "tomllib", "governor.config.tomlch
 NOT_FOR_A_SHORT_COMMAND = ["ctypes", "governor.cgroups.memory_now", "governor.cgroups.limits", "logging"]
 
 # Runs governor run in a process that reports, on its stdout, what was loaded when the launch
-# request went out (in the child that becomes the command) and when governor run exited.
+# request went out (in the child that becomes the command) and when governor run exited (with
+# os._exit, once its command has: no interpreter teardown).
 _REPORTING = """
-import atexit, json, os, socket, sys
+import json, os, socket, sys
 def loaded(names):
     return json.dumps(sorted(name for name in names if name in sys.modules))
 send = socket.socket.sendall
@@ -36,7 +37,11 @@ def sendall(self, data, *args):
         os.write(1, ("sent " + loaded({before!r}) + "\\n").encode())
     return send(self, data, *args)
 socket.socket.sendall = sendall
-atexit.register(lambda: os.write(1, ("exited " + loaded({short!r}) + "\\n").encode()))
+leave = os._exit  # how governor run exits once its command has
+def exit_now(code):
+    os.write(1, ("exited " + loaded({short!r}) + "\\n").encode())
+    leave(code)
+os._exit = exit_now
 sys.argv = ["governor", *{args!r}]
 from governor.cli.entry import main
 main()
