@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from governor.cli.failures import EXIT_CANNOT_EXECUTE, EXIT_INTERRUPTED, EXIT_NOT_FOUND
@@ -93,10 +94,11 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
-def launch_waiting(path: str, request: LaunchRequest) -> Started:
+def launch_waiting(path: str, request: LaunchRequest, sent: Callable[[], None] | None = None) -> Started:
     """Ask the daemon to start this process as a task, waiting in its queue if need be; the
     started task (``nested``: this process already was in that task, which is said
-    on stderr, with and without ``--exec``)."""
+    on stderr, with and without ``--exec``). ``sent`` is called each time the request is
+    sent, while the daemon works on it (:func:`governor.cli.client.stream`)."""
     import time
 
     from governor.cli.client import QueueInterrupted, launch
@@ -107,7 +109,7 @@ def launch_waiting(path: str, request: LaunchRequest) -> Started:
     try:
         while True:
             try:
-                started = launch(path, request, line.show)
+                started = launch(path, request, line.show, sent=sent)
                 if started.nested:
                     _say(f"governor: already in task {started.task} (group {started.group}): "
                          f"{request.command[0]} runs there, with that task's caps")

@@ -1,23 +1,28 @@
 """A small synchronous client for the control socket (protocol in ``governor/wire/protocol.py``).
 
-Only the standard library, the error classes and the wire's table and types: ``governor run``
+Only the standard library, the error classes and the launch's types and lines: ``governor run``
 imports this on its way to exec the user's command, so every module loaded here delays the
-user's work. Requests go out typed and replies come back typed, through
-:data:`governor.wire.protocol.OPERATIONS`.
+user's work (every other operation's types load with :mod:`governor.wire.protocol`, when one is
+called). Requests go out typed and replies come back typed, through
+:data:`governor.wire.protocol.OPERATIONS`; a launch's through its own types.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
 import struct
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning, SocketPermissionError
-from governor.wire.protocol import parse_reply, request_line
-from governor.wire.reply_types import Queued, Started
-from governor.wire.request_types import LaunchRequest, Request
+from governor.wire.launch_types import LaunchReply, LaunchRequest, Queued, Started
+from governor.wire.lines import request_line
+
+if TYPE_CHECKING:
+    from governor.wire.request_types import Request
 
 DEFAULT_SOCKET = "/run/governor/governor.sock"
 _RECV_BYTES = 65536
@@ -45,6 +50,8 @@ def call(socket_path: str, request: Request, timeout: float = 30):
         ControlSocketError: anything else: no reply within ``timeout``, the connection
             closed early, or a reply that is not the operation's.
     """
+    from governor.wire.protocol import parse_reply
+
     with _connect(socket_path, timeout) as sock:
         try:
             sock.sendall(request_line(request))
@@ -55,7 +62,7 @@ def call(socket_path: str, request: Request, timeout: float = 30):
             raise ControlSocketError(socket_path, f"connection failed: {exc.strerror or exc}") from exc
     if not reply.endswith(b"\n"):
         raise ControlSocketError(socket_path, "the daemon closed the connection without replying")
-    return _reply(socket_path, reply, request)
+    return _reply(socket_path, reply, request, functools.partial(parse_reply, request))
 
 
 class QueueInterrupted(ControlSocketError):
@@ -64,7 +71,7 @@ class QueueInterrupted(ControlSocketError):
 
 
 def launch(socket_path: str, request: LaunchRequest, on_queued: Callable[[dict], None],
-           timeout: float = 30) -> Started:
+           timeout: float = 30, sent: Callable[[], None] | None = None) -> Started:
     """Send a ``launch`` and wait, as long as it takes, until the task starts.
 
     Args:
@@ -74,6 +81,7 @@ def launch(socket_path: str, request: LaunchRequest, on_queued: Callable[[dict],
             while the task waits for its memory to fit.
         timeout: seconds allowed for connecting and for the first reply line; once queued,
             the wait has no limit (a Ctrl-C ends it and, with the connection, the place).
+        sent: as :func:`stream`'s.
 
     Returns:
         the started task.
@@ -84,7 +92,7 @@ def launch(socket_path: str, request: LaunchRequest, on_queued: Callable[[dict],
     """
     queued = False
     try:
-        for reply in stream(socket_path, request, timeout):
+        for reply in _stream(socket_path, request, timeout, sent, LaunchReply.from_json):
             if not isinstance(reply, Queued):
                 return reply
             queued = True
@@ -98,7 +106,8 @@ def launch(socket_path: str, request: LaunchRequest, on_queued: Callable[[dict],
     raise ControlSocketError(socket_path, "the daemon closed the connection without replying")
 
 
-def stream(socket_path: str, request: Request, timeout: float = 30) -> Iterator:
+def stream(socket_path: str, request: Request, timeout: float = 30,
+           sent: Callable[[], None] | None = None) -> Iterator:
     """Send one request for a streamed operation (``watch``, ``launch``) and yield each typed reply.
 
     The daemon answers with one line per update for as long as the connection is open; closing
@@ -110,6 +119,9 @@ def stream(socket_path: str, request: Request, timeout: float = 30) -> Iterator:
         request: the request, e.g. ``WatchRequest(1.0)``.
         timeout: seconds allowed for connecting, and for each reply line to arrive; pick it
             above the stream's interval.
+        sent: called once the request is sent, before the first reply is read: what the
+            caller readies while the daemon works (``governor run``'s child arms its parent
+            death signal there).
 
     Yields:
         each line's reply, in order.
@@ -121,10 +133,20 @@ def stream(socket_path: str, request: Request, timeout: float = 30) -> Iterator:
         ControlSocketError: the daemon closed the stream (a stream never ends by itself), no
             line arrived within ``timeout``, the connection failed, or a line is not a reply.
     """
+    from governor.wire.protocol import parse_reply
+
+    return _stream(socket_path, request, timeout, sent, functools.partial(parse_reply, request))
+
+
+def _stream(socket_path: str, request: Request, timeout: float, sent: Callable[[], None] | None,
+            parse: Callable[[dict], object]) -> Iterator:
+    """:func:`stream`, each line's payload typed by ``parse`` (raises ValueError)."""
     with _connect(socket_path, timeout) as sock:
         buffered = b""
         try:
             sock.sendall(request_line(request))
+            if sent is not None:
+                sent()
             while True:
                 chunk = sock.recv(_RECV_BYTES)
                 if not chunk:
@@ -132,7 +154,7 @@ def stream(socket_path: str, request: Request, timeout: float = 30) -> Iterator:
                 lines = (buffered + chunk).split(b"\n")
                 buffered = lines.pop()  # the part after the last newline: an incomplete line
                 for line in lines:
-                    reply = _reply(socket_path, line, request)
+                    reply = _reply(socket_path, line, request, parse)
                     if isinstance(reply, Queued):
                         sock.settimeout(None)  # a queue may be long: only the daemon's end stops it
                     yield reply
@@ -183,8 +205,8 @@ def _read_line(sock: socket.socket) -> bytes:
             return b"".join(chunks)
 
 
-def _reply(path: str, reply: bytes, request: Request):
-    """The typed reply in one line to ``request`` (errors as in :func:`call`)."""
+def _reply(path: str, reply: bytes, request: Request, parse: Callable[[dict], object]):
+    """The reply in one line to ``request``, typed by ``parse`` (errors as in :func:`call`)."""
     try:
         message = json.loads(reply)
     except ValueError:
@@ -198,6 +220,6 @@ def _reply(path: str, reply: bytes, request: Request):
         raise DaemonError(str(failure.get("code", "unknown")), str(failure.get("message", "")), request.op)
     del message["ok"]
     try:
-        return parse_reply(request, message)
+        return parse(message)
     except ValueError as error:
         raise ControlSocketError(path, f"the daemon's {request.op} reply {error}") from None

@@ -118,7 +118,7 @@ def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | N
     """
     from governor.cli.become_task import execute, hand_gpus, launch_waiting, resolve
     from governor.cli.client import socket_path
-    from governor.wire.request_types import LaunchRequest
+    from governor.wire.launch_types import LaunchRequest
 
     resolve(cmd[0])
     request = LaunchRequest(pid=os.getpid(), group=group, demand=demand, command=cmd, wait=not no_wait, name=name,

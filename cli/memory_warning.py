@@ -12,7 +12,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from governor.cgroups.limits import memory_cap
 from governor.config.units import format_size
 
 # The share of its memory cap past which a task's user is warned.
@@ -35,6 +34,10 @@ class MemoryWatch:
     """
 
     def __init__(self, started: dict, read: Callable[[str], tuple[int, int] | None]) -> None:
+        # Imported here (cgroupfs access, logging): governor run imports this module before it
+        # launches, and makes a watch only once its command has run for LOOK_EVERY_S.
+        from governor.cgroups.limits import memory_cap
+
         limits = started.get("limits") or {}
         self.task, self.cgroup, self.read = started.get("task"), started.get("cgroup"), read
         cap = memory_cap(limits)

@@ -29,9 +29,13 @@ import select
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING
 
+from governor.cli.memory_warning import LOOK_EVERY_S, MemoryWatch
 from governor.config.units import format_size, format_timespan
-from governor.wire.request_types import LaunchRequest, PsRequest
+
+if TYPE_CHECKING:
+    from governor.wire.request_types import LaunchRequest
 
 # How long to wait for the daemon's ended record once the command exited: it notices the
 # emptied cgroup within milliseconds, or at its next reconcile pass.
@@ -89,20 +93,23 @@ def _run_and_wait(path: str, request: LaunchRequest, cmd: tuple[str, ...], mask:
             told += data
     os.close(reader)
     started = json.loads(told) if told else None
-    watch = None
-    if started is not None and not started.get("nested"):  # a nested one is its outer task's
-        from governor.cgroups.memory_now import memory_now
-        from governor.cli.memory_warning import LOOK_EVERY_S, MemoryWatch
-
-        watch = MemoryWatch(started, functools.partial(memory_now, pid=child))
+    watched = started is not None and not started.get("nested")  # a nested one is its outer task's
+    # The watch is made at the first look, LOOK_EVERY_S in: a command that ends sooner (its
+    # SIGCHLD wakes this loop) is not kept waiting for the watch's imports.
+    watch, first_look = None, time.monotonic() + LOOK_EVERY_S
     while True:  # the command's end, forwarding signals and warning of its memory meanwhile
         done, status = os.waitpid(child, os.WNOHANG)
         if done:
             break
-        if watch is None or watch.warned:
+        if not watched or (watch is not None and watch.warned):
             _forward(child, signal.sigwaitinfo(_WATCHED))
-        else:
-            _forward(child, signal.sigtimedwait(_WATCHED, LOOK_EVERY_S))
+            continue
+        _forward(child, signal.sigtimedwait(_WATCHED, LOOK_EVERY_S))
+        if watch is None and time.monotonic() >= first_look:
+            from governor.cgroups.memory_now import memory_now
+
+            watch = MemoryWatch(started, functools.partial(memory_now, pid=child))
+        if watch is not None:
             watch.look()
     wall = time.monotonic() - began
     code = os.waitstatus_to_exitcode(status)
@@ -154,13 +161,7 @@ def _child(path: str, request: LaunchRequest, cmd: tuple[str, ...], writer: int,
 
     code = 1
     try:
-        with contextlib.suppress(OSError, AttributeError):  # not Linux: no parent death signal
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # it died before the signal was armed
-            os._exit(128 + signal.SIGKILL)
-        started = launch_waiting(path, request)
+        started = launch_waiting(path, request, sent=functools.partial(_die_with, parent))
         os.write(writer, json.dumps(started.to_json()).encode())
         hand_gpus(started)
         execute(cmd)
@@ -174,11 +175,24 @@ def _child(path: str, request: LaunchRequest, cmd: tuple[str, ...], writer: int,
         os._exit(code)
 
 
+def _die_with(parent: int) -> None:
+    """Have this process killed when ``parent`` exits (``PR_SET_PDEATHSIG``), or exit now if
+    it already has. Armed while the daemon works on the launch, which it has been sent: ctypes
+    is not free to load, and a child that exits then ends its task as the command would."""
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: no parent death signal
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it died before the signal was armed
+        os._exit(128 + signal.SIGKILL)
+
+
 def _ended_record(path: str, task: str) -> dict | None:
     """The daemon's ended record of ``task``, waiting up to :data:`RECORD_WAIT_S`; None if
     it does not come (processes of the task live on) or the daemon cannot be asked."""
     from governor.cli.client import call
     from governor.errors import GovernorError
+    from governor.wire.request_types import PsRequest
 
     deadline = time.monotonic() + RECORD_WAIT_S
     while True:

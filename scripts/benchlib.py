@@ -32,11 +32,17 @@ def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
 
-def venv_with_wheel(where: Path) -> Path:
-    """A fresh venv at ``where`` with governor installed from a wheel of this checkout."""
+def venv_with_wheel(where: Path, revision: str | None = None) -> Path:
+    """A fresh venv at ``where`` with governor installed from a wheel of this checkout, or of
+    its git ``revision`` (a commit, a branch: ``git archive``)."""
     wheels, source = where / "wheels", where / "source"
-    # From a copy without build/, whose leftovers setuptools would pack (test_wheel_install).
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".hypothesis"))
+    if revision is None:
+        # From a copy without build/, whose leftovers setuptools would pack (test_wheel_install).
+        shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".hypothesis"))
+    else:
+        source.mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", revision], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(source)],
                    check=True)
     subprocess.run([sys.executable, "-m", "venv", str(where / "venv")], check=True)
@@ -62,6 +68,13 @@ def governor_from(work: Path, keep_venv: str | None) -> str:
         python = venv_with_wheel(base)
         stamp.write_text(sources)
     return str(python.with_name("governor"))
+
+
+def governor_at(revision: str, work: Path) -> str:
+    """The ``governor`` of a wheel of git ``revision`` of this repository, in a fresh venv in
+    ``work``: the baseline a figure is measured beside, on the same host at the same time."""
+    print(f"building a wheel of {revision} and a venv in {work} …", flush=True)
+    return str(venv_with_wheel(work, revision).with_name("governor"))
 
 
 def _sources_digest() -> str:

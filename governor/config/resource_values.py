@@ -8,8 +8,7 @@ from __future__ import annotations
 import math
 
 from governor.errors import ConfigError
-from governor.config.tomlcheck import amount, number
-from governor.config.units import format_number, format_size, parse_quantity
+from governor.config.units import format_number, format_size, parse_size
 
 __all__ = ["bytes_setting", "cores", "cores_setting", "devices", "format_bytes", "format_cores", "format_count",
            "format_rate", "memory_setting", "size"]
@@ -41,7 +40,7 @@ def devices(text: str | int) -> int:
 
 def size(text: str) -> int:
     """A size like ``4G`` (K/M/G/T are powers of 1024) as whole bytes, rounded to the nearest."""
-    return round(parse_quantity(text))
+    return parse_size(text)
 
 
 # Bounds on what a config or a request may say: beyond them no host has the amount, and the
@@ -61,6 +60,8 @@ def cores_setting(value: object, key: str, file: str) -> float:
     Raises:
         ConfigError: at ``key`` in ``file``, saying what is wrong.
     """
+    from governor.config.tomlcheck import number  # tomllib: a config's, not `governor run`'s
+
     return float(_at_most(number(value, key, file), MAX_CORES, "cores", key, file))
 
 
@@ -71,6 +72,8 @@ def bytes_setting(value: object, key: str, file: str) -> int:
     Raises:
         ConfigError: at ``key`` in ``file``, saying what is wrong.
     """
+    from governor.config.tomlcheck import amount
+
     return int(_at_most(amount(value, key, file), MAX_BYTES, "bytes", key, file))
 
 

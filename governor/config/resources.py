@@ -31,15 +31,16 @@ import enum
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from itertools import zip_longest
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from governor.errors import ConfigError
 from governor.config.resource_values import (bytes_setting, cores, cores_setting, devices, format_bytes, format_cores,
                                       format_count, format_rate, memory_setting, size)
 from governor.config.units import format_number, format_size
 
+if TYPE_CHECKING:  # `governor run` loads no fractions (governor.cli.launch)
+    from fractions import Fraction
 
 
 class Settings(Protocol):

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import math
 import re
-from fractions import Fraction
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported where used: `governor run --memory 4G` loads no fractions (governor.cli.launch)
+    from fractions import Fraction
 
 SUFFIXES = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 _QUANTITY = re.compile(r"\s*(?P<number>\d+(?:\.\d*)?|\.\d+)\s*(?P<suffix>[KMGT]?)\s*", re.IGNORECASE)
@@ -27,6 +30,8 @@ def parse_quantity(value: object) -> Fraction:
         ValueError: with a message fit to follow a file and key, for booleans, negative or
             non-finite numbers, and strings that are not a number with an optional K/M/G/T suffix.
     """
+    from fractions import Fraction
+
     if isinstance(value, bool):
         raise ValueError(f"expected a number or a size like \"4G\", got {value!r}")
     if isinstance(value, int):
@@ -47,6 +52,15 @@ def parse_quantity(value: object) -> Fraction:
     if number < 0:
         raise ValueError(f"must not be negative, got {value!r}")
     return number
+
+
+def parse_size(text: str) -> int:
+    """``text`` read as :func:`parse_quantity` reads it, in whole base units (bytes), rounded to
+    the nearest; raises ValueError as it does. A whole number needs no Fraction to be exact."""
+    match = _QUANTITY.fullmatch(text) if isinstance(text, str) else None
+    if match is not None and "." not in match["number"]:
+        return int(match["number"]) * SUFFIXES[match["suffix"].upper()]
+    return round(parse_quantity(text))
 
 
 def format_size(value: float | Fraction, *, precision: int = 1) -> str:

@@ -24,6 +24,18 @@ def bad(field: str, reason: str) -> RequestError:
     return RequestError("bad_request", f"{field}: {reason}")
 
 
+def reply_field(payload: object, key: str, kind: type | tuple[type, ...]):
+    """A reply's ``payload[key]``, which must be a ``kind`` (else ValueError: "has no ``key``
+    object"): what a reply type's ``from_json`` checks (:mod:`governor.wire.reply_types`)."""
+    value = payload.get(key) if isinstance(payload, dict) else None
+    if not isinstance(value, kind) or isinstance(value, bool):  # no field of a reply is a boolean
+        raise ValueError(f"has no {key} {_KIND_NAMES.get(kind, 'number')}")
+    return value
+
+
+_KIND_NAMES = {dict: "object", list: "list", str: "string"}
+
+
 def json_type(value: object) -> str:
     """The JSON name of a decoded value's type, for messages (``a string``, ``an array``...)."""
     if value is None:

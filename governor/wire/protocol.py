@@ -48,11 +48,12 @@ Try it by hand::
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 
 from governor.errors import RequestError
+from governor.wire import lines
 from governor.wire.fields import json_type
+from governor.wire.lines import LONE_SURROGATE, as_line, encode_json
 from governor.wire.reply_types import (ExplainReply, LaunchReply, PsReply, ReloadReply, SetWeightReply, StatusReply,
                                    StopReply)
 from governor.wire.request_types import (ExplainRequest, LaunchRequest, PsRequest, ReloadRequest, Request,
@@ -131,6 +132,9 @@ _TABLE = (
               "Admin: a group's weight until the next reload or restart. Errors: forbidden, not_found."),
 )
 OPERATIONS: dict[str, Operation] = {operation.name: operation for operation in _TABLE}
+# The lines of :mod:`governor.wire.lines`, named with the rest of the protocol here (status
+# replies encode their parts with them).
+request_line = lines.request_line
 
 
 def parse_request(line: bytes) -> Request:
@@ -167,11 +171,6 @@ def parse_request(line: bytes) -> Request:
     return OPERATIONS[op].request.from_json(message)
 
 
-def request_line(request: Request) -> bytes:
-    """``request`` as the line a client sends."""
-    return as_line(encode_json(request.to_json()))
-
-
 def parse_reply(request: Request, payload: dict):
     """The typed reply to ``request`` from a success line's payload (the line without ``ok``).
 
@@ -204,36 +203,12 @@ def error(code: str, message: str) -> bytes:
     return as_line(encode_json({"ok": False, "error": {"code": code, "message": message}}))
 
 
-def encode_json(value: object) -> str:
-    """``value`` as compact JSON text, as replies are written (parts of a reply encoded apart,
-    then joined: :class:`governor.wire.status.StatusReply`).
-
-    Raises:
-        ValueError: NaN or infinity in ``value``.
-        TypeError: something JSON cannot encode.
-    """
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def as_line(text: str) -> bytes:
-    """A reply's JSON text as the bytes of one line."""
-    try:
-        return text.encode() + b"\n"
-    except UnicodeEncodeError:  # a lone surrogate (a name read with surrogateescape): shown as U+FFFD
-        return _LONE_SURROGATE.sub("\ufffd", text).encode() + b"\n"
-
-
-# A surrogate code point left alone: JSON's "\udcff" escape, or an undecodable byte read with
-# surrogateescape. Pairs were already joined by json.loads, so any match is lone.
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def _scrub(value: object) -> object:
     """``value`` with every lone surrogate, in strings and keys, replaced by U+FFFD: it can be
     neither encoded as UTF-8 nor printed, so one in a command line would break every reply
     that shows it (status, watch) for every user."""
     if isinstance(value, str):
-        return _LONE_SURROGATE.sub("\ufffd", value)
+        return LONE_SURROGATE.sub("\ufffd", value)
     if isinstance(value, list):
         return [_scrub(item) for item in value]
     if isinstance(value, dict):

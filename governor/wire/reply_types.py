@@ -12,16 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from governor.wire.fields import reply_field as _field
+from governor.wire.launch_types import LaunchReply, Queued, Started
 
-_KIND_NAMES = {dict: "object", list: "list", str: "string"}
-
-
-def _field(payload: object, key: str, kind: type | tuple[type, ...]):
-    """``payload[key]``, which must be a ``kind`` (else ValueError: "has no ``key`` object")."""
-    value = payload.get(key) if isinstance(payload, dict) else None
-    if not isinstance(value, kind) or isinstance(value, bool):  # no field of a reply is a boolean
-        raise ValueError(f"has no {key} {_KIND_NAMES.get(kind, 'number')}")
-    return value
+__all__ = ["ExplainReply", "LaunchReply", "PsReply", "Queued", "ReloadReply", "SetWeightReply", "Started", "StatusReply",
+           "StopReply"]
 
 
 @dataclass
@@ -127,65 +122,3 @@ class SetWeightReply:
     def from_json(cls, payload: dict) -> SetWeightReply:
         """The reply (raises ValueError for another payload)."""
         return cls(_field(payload, "group", str), float(_field(payload, "weight", (int, float))))
-
-
-class LaunchReply:
-    """A line of ``launch``'s stream: :class:`Queued` while the task waits, then
-    :class:`Started`."""
-
-    @staticmethod
-    def from_json(payload: dict) -> Queued | Started:
-        """The line's reply (raises ValueError for another payload)."""
-        if isinstance(payload, dict) and "queued" in payload:
-            return Queued.from_json(payload)
-        return Started.from_json(payload)
-
-
-@dataclass(frozen=True)
-class Queued(LaunchReply):
-    """The task waits: its ``place`` in the queue (``position``, ``waiting_for``,
-    ``held_by``...: :func:`governor.core.queue.queue_view`), sent again at each change."""
-
-    place: dict
-
-    def to_json(self) -> dict:
-        """The payload, ``{"queued": place}``."""
-        return {"queued": self.place}
-
-    @classmethod
-    def from_json(cls, payload: dict) -> Queued:
-        """The reply (raises ValueError for another payload)."""
-        return cls(_field(payload, "queued", dict))
-
-
-@dataclass(frozen=True)
-class Started(LaunchReply):
-    """The task runs: its id, group, cgroup (path), the cgroup files in force (file →
-    value); ``gpus``: how CUDA names each of its GPUs, when GPUs are governed, else None;
-    ``nested``: the caller already was in this task (a launch from inside it)."""
-
-    task: str
-    group: str
-    cgroup: str
-    limits: dict
-    gpus: tuple[str, ...] | None = None
-    nested: bool = False
-
-    def to_json(self) -> dict:
-        """The payload (``gpus`` when not None, ``nested`` when true)."""
-        payload = {"task": self.task, "group": self.group, "cgroup": self.cgroup, "limits": self.limits}
-        if self.gpus is not None:
-            payload["gpus"] = list(self.gpus)
-        if self.nested:
-            payload["nested"] = True
-        return payload
-
-    @classmethod
-    def from_json(cls, payload: dict) -> Started:
-        """The reply (raises ValueError for another payload)."""
-        gpus = payload.get("gpus") if isinstance(payload, dict) else None
-        if gpus is not None and not (isinstance(gpus, list) and all(isinstance(gpu, str) for gpu in gpus)):
-            raise ValueError("has no gpus list of strings")
-        return cls(_field(payload, "task", str), _field(payload, "group", str), _field(payload, "cgroup", str),
-                   _field(payload, "limits", dict), None if gpus is None else tuple(gpus),
-                   payload.get("nested") is True)

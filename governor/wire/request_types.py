@@ -14,59 +14,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from governor.wire import fields
+from governor.wire.launch_types import LaunchRequest
 # A watcher gets a whole status each interval: 32 at 0.2 s took the daemon 9.4 s of CPU in 15 s.
 WATCH_INTERVAL_S = (0.5, 60.0)
 MAX_STOP_TASKS = 64
-
-
-@dataclass(frozen=True)
-class LaunchRequest:
-    """``launch``: govern process ``pid`` as a new task.
-
-    Attributes:
-        pid: the process to move into the task cgroup (> 0; must be the caller's own).
-        group: the group to launch into, or ``None`` for the caller's default group.
-        demand: the declared demand by wire key (:func:`governor.config.resources.wire_keys`): ``cpu``
-            a float (cores), ``memory`` an int (bytes), ``gpu`` an int (whole GPUs),
-            ``io_read``/``io_write`` ints (bytes/s); any subset.
-        command: the command line (≤ 64 items of ≤ 4096 characters), for display only.
-        wait: queue when the memory does not fit now; False refuses with ``would_wait``.
-        name: the task's name (:func:`~governor.wire.fields.name_problem` holds for it), or
-            None for the command's basename.
-        time_limit: seconds (> 0) after its start at which the whole task is ended, or None.
-    """
-
-    op: ClassVar[str] = "launch"
-    pid: int
-    group: str | None
-    demand: dict[str, float | int]
-    command: tuple[str, ...]
-    wait: bool = True
-    name: str | None = None
-    time_limit: float | None = None
-
-    def to_json(self) -> dict:
-        """The request object (``name`` and ``time_limit`` only when given)."""
-        message = {"op": self.op, "pid": self.pid, "group": self.group, "demand": dict(self.demand),
-                   "command": list(self.command), "wait": self.wait}
-        if self.name is not None:
-            message["name"] = self.name
-        if self.time_limit is not None:
-            message["time_limit"] = self.time_limit
-        return message
-
-    @classmethod
-    def from_json(cls, message: dict) -> LaunchRequest:
-        """The checked request (raises RequestError ``bad_request`` naming the field)."""
-        fields.check_fields(message, allowed=("pid", "group", "demand", "command", "wait", "name", "time_limit"),
-                            required=("pid",))
-        return cls(pid=fields.integer(message["pid"], "pid", minimum=1),
-                   group=fields.text(message.get("group"), "group", nullable=True),
-                   demand=fields.demand(message.get("demand", {})),
-                   command=fields.command(message.get("command", [])),
-                   wait=fields.boolean(message.get("wait", True), "wait"),
-                   name=fields.task_name(message.get("name")),
-                   time_limit=fields.time_limit(message.get("time_limit")))
 
 
 @dataclass(frozen=True)

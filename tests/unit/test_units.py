@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from governor.config.resources import format_amount
+from governor.config.units import parse_quantity, parse_size
 
 G = 1024**3
 
@@ -43,3 +47,15 @@ def test_hostile_magnitudes_stay_short():
     assert format_amount("memory", 1e308) == "1e+308"
     assert format_amount("io.sda.read", 1e300) == "1e+300/s"
     assert format_amount("cpu", 1.5) == "1.5" and format_amount("memory", 4 << 30) == "4.0G"
+
+
+@given(st.from_regex(r"\s*(\d{1,22}(\.\d{0,6})?|\.\d{1,6})\s*[KMGTkmgt]?\s*", fullmatch=True) | st.text(max_size=8))
+def test_a_size_reads_as_the_rounded_exact_quantity_with_or_without_fractions(text):
+    # parse_size reads a whole size without Fraction (governor run's launch); the same value.
+    try:
+        expected = round(parse_quantity(text))
+    except ValueError as error:
+        with pytest.raises(ValueError, match=re.escape(str(error))):
+            parse_size(text)
+    else:
+        assert parse_size(text) == expected and isinstance(parse_size(text), int)
