@@ -123,6 +123,8 @@ class Config:
             → amount, every key there; the I/O rates apply to each governed device.
         cpu_enforcement: ``"quota"`` or ``"cores"``; memory_enforcement: ``"soft"``, ``"hard"``
             or None (left out: :meth:`memory_mode` gives the default, ``hard``).
+        memory_protection: ``[enforcement] memory_protection``: cgroup v2 ``memory.min``/``memory.low``
+            follow the groups' guarantees and reservations (:mod:`governor.core.protection`).
         groups: the explicit groups, in file order.
         everyone_weight: the weight of ``[groups."*"]``, or ``None`` when there is no such table.
         admin_group: the Unix group allowed admin operations besides root, or ``None``.
@@ -163,6 +165,7 @@ class Config:
     gpus: str | tuple[str, ...] | None
     gpu_control: tuple[str, ...] | None
     gpu_guard: GpuGuardRules
+    memory_protection: bool
     file: str = field(compare=False)
 
     def memory_mode(self) -> str:

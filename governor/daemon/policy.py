@@ -126,7 +126,8 @@ class Policy:
         # tasks that declare the same and hold the same share one object.
 
         def caps(demand: tuple[tuple[str, float], ...], held: tuple[int, ...] | None) -> CgroupLimits:
-            limits = task_limits(dict(demand), io_devices=io_devices, memory_mode=memory_mode)
+            limits = task_limits(dict(demand), io_devices=io_devices, memory_mode=memory_mode,
+                                 protect=config.memory_protection)
             denied = () if held is None else gpu_places.denied_devices(self.gpus, held)
             return replace(limits, devices_denied=denied) if denied else limits
 
@@ -173,13 +174,23 @@ class Policy:
         ``members`` as this host resolves them, and ``everyone``: a user's own group of
         ``[groups."*"]`` at that rule's weight (no ``set-weight`` of its own), one of many alike
         that status sums up while idle."""
-        weights = {g: self.weight(g) for g in access.configured_weights(self.config, self.members)}
-        for group in running:
-            weights.setdefault(group, self.weight(group))
-        floor = vocabulary.floors(weights, self.config.parents, capacity=self.capacity,
-                                  limits={g: self.config.effective_limit(g) for g in weights})
+        weights = self._weights(running)
+        floor = self.floors(running)
         everyone = self.config.everyone_weight
         return {g: {"weight": w, "floor": floor[g],
                     "members": self.members.get(g, [g] if g not in self._explicit else []),
                     "everyone": everyone is not None and g not in self._explicit and w == everyone}
                 for g, w in weights.items()}
+
+    def floors(self, running: Collection[str]) -> dict[str, float]:
+        """Every group of this host and the ``running`` ones → its floor
+        (:func:`governor.core.vocabulary.floors`, clipped to its limit), a fraction."""
+        weights = self._weights(running)
+        return vocabulary.floors(weights, self.config.parents, capacity=self.capacity,
+                                 limits={g: self.config.effective_limit(g) for g in weights})
+
+    def _weights(self, running: Collection[str]) -> dict[str, float]:
+        weights = {g: self.weight(g) for g in access.configured_weights(self.config, self.members)}
+        for group in running:
+            weights.setdefault(group, self.weight(group))
+        return weights
