@@ -184,6 +184,17 @@ class Config:
                     'are then OOM-killed; use "hard" (the default)')
         return None
 
+    def unprotected_memory_warning(self, mode: str) -> str | None:
+        """Which memory guarantees the kernel cannot protect from reclaim under cgroup ``mode``
+        (``"v1"``: there is no ``memory.min``/``memory.low``), or None."""
+        guaranteed = [f"{rule.name} {format_amount('memory', rule.guarantee['memory'])}"
+                      for rule in self.groups if rule.guarantee.get("memory")]
+        if mode != "v1" or not self.memory_protection or not guaranteed:
+            return None
+        return ("cgroup v1 cannot protect memory from reclaim (no memory.min or memory.low; its "
+                "memory.soft_limit_in_bytes is no floor): the memory guarantees of " + ", ".join(guaranteed) +
+                " are kept at admission only, and another group's pressure may reclaim or swap them out")
+
     @property
     def resources(self) -> tuple[str, ...]:
         """Resource names in a fixed order (:func:`governor.config.resources.governed`): ``cpu``,

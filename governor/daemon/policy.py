@@ -132,9 +132,10 @@ class Policy:
             return replace(limits, devices_denied=denied) if denied else limits
 
         self._task_caps = functools.lru_cache(maxsize=TASK_CAPS_KEPT)(caps)
-        warning = config.soft_memory_warning(self.hierarchy.memory_high_throttles)
-        if warning:
-            log.warning("%s: %s", config.file, warning)
+        for warning in (config.soft_memory_warning(self.hierarchy.memory_high_throttles),
+                        config.unprotected_memory_warning(self.hierarchy.mode)):
+            if warning:
+                log.warning("%s: %s", config.file, warning)
         return remapped
 
     def refresh_members(self, members: dict[str, list[str]] | None = None) -> None:
