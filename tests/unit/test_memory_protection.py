@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from governor.config.load import parse_config
 from governor.core.protection import memory_protection
-from governor.wire.protocol import Peer, ReloadRequest
+from governor.wire.protocol import Peer, ReloadRequest, SetWeightRequest
 from support.daemons import launch, make_daemon
 
 GIB = 1024**3
@@ -102,6 +102,9 @@ def test_the_daemon_writes_the_protection_at_every_level_and_a_reload_turns_it_o
     assert files["B"] == {"memory.low": str(2 * GIB)}
     assert files[""] == {"memory.min": str(GIB), "memory.low": str(3 * GIB)}
     assert files["D/A/task-1"] == {"memory.min": str(GIB // 4), "memory.low": str(GIB // 4)}  # its declaration
+    # set-weight B 3: its floor 3/4 of 4G covers its whole 3G reservation (the floors are not kept stale).
+    asyncio.run(daemon.requests.handle(SetWeightRequest("B", 3.0), Peer(pid=1, uid=0, gid=0)))
+    assert protection_files(daemon)["B"] == {"memory.low": str(3 * GIB)}
 
     path = tmp_path / "governor.toml"
     path.write_text(TREE_CONFIG.replace("[groups.D]", '[enforcement]\nmemory_protection = false\n[groups.D]'))
