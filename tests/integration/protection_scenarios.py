@@ -25,8 +25,9 @@ PAGE = 4096
 # Each task writes every page of its buffer (nonzero: no page can stay the shared zero page)
 # and says so in a file; given a second file name, it then sleeps in the kernel until SIGUSR1
 # (an idle working set: polling would refault the interpreter's own pages, which are not
-# its group's to protect), reads every page again and writes how long that took there.
-WORKER = ("import signal, sys, time\n"
+# its group's to protect), reads every page again and writes how long that took there (whole:
+# renamed into place).
+WORKER = ("import os, signal, sys, time\n"
           "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})\n"
           "mib, ready = int(sys.argv[1]), sys.argv[2]\n"
           "buf = bytearray(b'\\1') * (mib << 20)\n"
@@ -35,8 +36,9 @@ WORKER = ("import signal, sys, time\n"
           "    signal.sigwait({signal.SIGUSR1})\n"
           "    start = time.monotonic()\n"
           f"    total = sum(buf[i] for i in range(0, len(buf), {PAGE}))\n"
-          "    with open(sys.argv[3], 'w') as out:\n"
+          "    with open(sys.argv[3] + '.part', 'w') as out:\n"
           "        out.write(f'{time.monotonic() - start:.2f}')\n"
+          "    os.rename(sys.argv[3] + '.part', sys.argv[3])\n"
           "time.sleep(600)\n")
 CONFIG = """
 [capacity]
