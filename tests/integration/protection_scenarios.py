@@ -78,7 +78,7 @@ def guaranteed_working_set_stays_resident(tmp_path: Path, swap_disk: str) -> Non
                   f"memory.pressure some: A {run['pressure_A'] / 1e6:.2f} s, B {run['pressure_B'] / 1e6:.2f} s",
                   end="")
         print()
-        # Measured in the emulated VM (four runs): protected, 0 swapped and 0 major faults;
+        # Measured in the emulated VM (three runs): protected, 0 swapped and 0 major faults;
         # unprotected, 42-93M swapped and 1100-1630 major faults (a fault reads a cluster of
         # pages back: swap readahead).
         assert protected["swapped"] < 4 * MIB and protected["pressure_A"] < protected["pressure_B"]
