@@ -8,8 +8,8 @@
 Write order (fixed; one controller after another as runc's ``fs2.Set`` does):
 
 cgroup v2 (:data:`V2_ORDER`)
-    ``cpu.weight``, ``cpu.max``, ``cpuset.cpus``, ``memory.low``, ``memory.high``,
-    ``memory.max``, ``io.weight``, ``io.bfq.weight``, ``io.max`` (one line per device, in the
+    ``cpu.weight``, ``cpu.max``, ``cpuset.cpus``, ``memory.min``, ``memory.low``,
+    ``memory.high``, ``memory.max``, ``io.weight``, ``io.bfq.weight``, ``io.max`` (one line per device, in the
     order given). ``memory.high`` goes before ``memory.max`` so that a cgroup is first
     throttled and reclaimed gently; only then can the hard limit OOM-kill.
 
@@ -19,7 +19,7 @@ cgroup v1 (:data:`V1_ORDER`)
     ``blkio.throttle.read_bps_device``, ``blkio.throttle.write_bps_device``,
     ``devices.deny`` (one rule per denied node; a rule no longer wanted is written to
     ``devices.allow``, which removes it: the driver's). v1 has no
-    ``memory.low`` and no io.cost: ``memory_low_bytes`` and ``io.weight`` are not written
+    ``memory.min``/``memory.low`` and no io.cost: those fields and ``io.weight`` are not written
     there (a v1 host shares I/O proportionally only under BFQ). The period goes
     before the quota because the kernel validates a quota against the period in force (v2
     writes both at once in ``cpu.max``); the soft limit goes before the hard one for the same
@@ -81,8 +81,10 @@ _SHARES_RANGE = (2, 262_144)
 _BFQ_WEIGHT_RANGE = (1, 1_000)
 _DEVICE_RE = re.compile(r"\d+:\d+")
 
-V2_ORDER: tuple[str, ...] = ("cpu.weight", "cpu.max", "cpuset.cpus", "memory.low", "memory.high",
+V2_ORDER: tuple[str, ...] = ("cpu.weight", "cpu.max", "cpuset.cpus", "memory.min", "memory.low", "memory.high",
                              "memory.max", "io.weight", "io.bfq.weight", "io.max")
+# The v2 memory files, in write order, and the fields that carry them (bytes).
+_V2_MEMORY = tuple((file, f"{file.replace('.', '_')}_bytes") for file in V2_ORDER if file.startswith("memory."))
 V1_ORDER: tuple[tuple[str, str], ...] = (
     ("cpu", "cpu.cfs_period_us"),
     ("cpu", "cpu.cfs_quota_us"),
@@ -175,7 +177,8 @@ class CgroupLimits:
         cpu_weight: proportional CPU weight, 1..10000 with v2 semantics (100 = default);
             mapped to ``cpu.shares`` on v1.
         cpuset_cpus: CPU list in kernel syntax (``"0-1,4"``).
-        memory_low_bytes: memory protected from reclaim, bytes (v2 only).
+        memory_min_bytes: memory never reclaimed, bytes (v2 only; bounded by the parent's).
+        memory_low_bytes: memory reclaimed only when nothing unprotected is left, bytes (v2 only).
         memory_high_bytes: throttle-and-reclaim threshold, bytes (v1: soft limit).
         memory_max_bytes: hard limit, bytes; exceeding it ends in the OOM killer.
         io_weight: per-device proportional weights, at most one entry per device.
@@ -193,6 +196,7 @@ class CgroupLimits:
     cpu_period_usec: int = DEFAULT_PERIOD_USEC
     cpu_weight: int | None = None
     cpuset_cpus: str | None = None
+    memory_min_bytes: int | None = None
     memory_low_bytes: int | None = None
     memory_high_bytes: int | None = None
     memory_max_bytes: int | None = None
@@ -211,7 +215,7 @@ class CgroupLimits:
         low, high = CGROUP_WEIGHT_RANGE
         if self.cpu_weight is not None and not low <= self.cpu_weight <= high:
             raise ValueError(f"cpu_weight must be in {low}..{high}, got {self.cpu_weight}")
-        for name in ("memory_low_bytes", "memory_high_bytes", "memory_max_bytes"):
+        for _, name in _V2_MEMORY:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
@@ -259,12 +263,9 @@ def v2_files(limits: CgroupLimits) -> list[tuple[str, str]]:
         files.append(("cpu.max", format_cpu_max(limits.cpu_quota_usec, limits.cpu_period_usec)))
     if limits.cpuset_cpus is not None:
         files.append(("cpuset.cpus", limits.cpuset_cpus))
-    if limits.memory_low_bytes is not None:
-        files.append(("memory.low", str(limits.memory_low_bytes)))
-    if limits.memory_high_bytes is not None:
-        files.append(("memory.high", str(limits.memory_high_bytes)))
-    if limits.memory_max_bytes is not None:
-        files.append(("memory.max", str(limits.memory_max_bytes)))
+    for file, name in _V2_MEMORY:
+        if (value := getattr(limits, name)) is not None:
+            files.append((file, str(value)))
     for io in limits.io_weight:
         weight = io.weight if io.controller == "io.weight" else io.bfq_weight
         files.append((io.controller, f"{io.device} {weight}"))
@@ -295,7 +296,7 @@ def v2_reset(file: str, value: str) -> str:
         return f"{v2_key(file, value)[1]} default"
     resets = {"cpu.weight": str(DEFAULT_CPU_WEIGHT),
               "cpu.max": format_cpu_max(None, DEFAULT_PERIOD_USEC),
-              "cpuset.cpus": "", "memory.low": "0", "memory.high": format_max(None),
+              "cpuset.cpus": "", "memory.min": "0", "memory.low": "0", "memory.high": format_max(None),
               "memory.max": format_max(None)}
     if file not in resets:
         raise ValueError(f"not a governed cgroup v2 file: {file!r}")
@@ -307,7 +308,7 @@ def v1_files(limits: CgroupLimits) -> list[tuple[str, str, str]]:
 
     ``cpu_weight`` becomes ``cpu.shares`` (:func:`weight_to_shares`); ``memory_high_bytes``
     becomes ``memory.soft_limit_in_bytes``; BFQ weights become ``blkio.bfq.weight_device``;
-    ``memory_low_bytes`` and io.cost weights have no v1 file and are left out; an ``IoMax``
+    ``memory_min_bytes``, ``memory_low_bytes`` and io.cost weights have no v1 file and are left out; an ``IoMax``
     side left None writes no blkio rule; each denied device is a ``devices.deny`` line
     (``c 195:1 rwm``: read, write, mknod).
 

@@ -17,7 +17,7 @@ limit                         systemd property (systemd.resource-control(5))
                               would change at the next ``daemon-reload``);
                               ``CPUQuotaPeriodSec=<usec>us`` unless 100 ms (its default)
 ``cpu.weight``                ``CPUWeight=``
-``memory.low/high/max``       ``MemoryLow=``, ``MemoryHigh=``, ``MemoryMax=`` (bytes)
+``memory.min/low/high/max``   ``MemoryMin=``, ``MemoryLow=``, ``MemoryHigh=``, ``MemoryMax=`` (bytes)
 ``io.max`` rbps / wbps        ``IOReadBandwidthMax=``, ``IOWriteBandwidthMax=``
                               (``/dev/block/MAJ:MIN <bytes>``)
 ============================  =====================================================
@@ -43,7 +43,7 @@ __all__ = ["SliceDriver", "systemd_slices", "unit_properties"]
 log = logging.getLogger(__name__)
 
 # What each property is reset to when the limits no longer set it ("" = systemd's default).
-RESETS = {"CPUQuota": "", "CPUQuotaPeriodSec": "", "CPUWeight": "", "MemoryLow": "", "MemoryHigh": "infinity",
+RESETS = {"CPUQuota": "", "CPUQuotaPeriodSec": "", "CPUWeight": "", "MemoryMin": "", "MemoryLow": "", "MemoryHigh": "infinity",
           "MemoryMax": "infinity", "IOReadBandwidthMax": "", "IOWriteBandwidthMax": ""}
 # systemctl blocks the daemon's event loop: well below the unit's WatchdogSec=30.
 SYSTEMCTL_TIMEOUT_S = 5.0
@@ -72,8 +72,8 @@ def unit_properties(limits: CgroupLimits) -> dict[str, tuple[str, ...]]:
             properties["CPUQuotaPeriodSec"] = (f"{limits.cpu_period_usec}us",)
     if limits.cpu_weight is not None:
         properties["CPUWeight"] = (str(limits.cpu_weight),)
-    for name, value in (("MemoryLow", limits.memory_low_bytes), ("MemoryHigh", limits.memory_high_bytes),
-                        ("MemoryMax", limits.memory_max_bytes)):
+    for name, value in (("MemoryMin", limits.memory_min_bytes), ("MemoryLow", limits.memory_low_bytes),
+                        ("MemoryHigh", limits.memory_high_bytes), ("MemoryMax", limits.memory_max_bytes)):
         if value is not None:
             properties[name] = (str(value),)
     for name, field in (("IOReadBandwidthMax", "rbps"), ("IOWriteBandwidthMax", "wbps")):

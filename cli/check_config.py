@@ -88,9 +88,10 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     for line in summary(config, host) + gpus:
         click.echo(line)
     soft = config.soft_memory_warning(memory_high_throttles(host[2])) if host else None
+    unprotected = config.unprotected_memory_warning(host[2]) if host else None
     unit = [] if portable else unit_warnings(config, host[2])
     fit = [] if portable else fit_warnings(config, host[0]) + notify_warnings(config)
-    for warning in [] if portable else unknown_names(config) + ([soft] if soft else []) + unit + fit:
+    for warning in [] if portable else unknown_names(config) + [w for w in (soft, unprotected) if w] + unit + fit:
         click.echo(f"governor: warning: {file}: {warning}", err=True)
 
 
@@ -327,7 +328,11 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
     if host is not None and host[2] == "v1":
         enforcement, together = (_V1_FILES.sub(lambda name: _V1_NAMES[name[0]], line)
                                  for line in (enforcement, together))
-    lines += [enforcement, together]
+    protection = ("memory protection: memory.min = a group's guarantee, memory.low = what it reserved up to its floor"
+                  if config.memory_protection else "memory protection: off (enforcement.memory_protection = false)")
+    if host is not None and host[2] == "v1" and config.memory_protection:
+        protection = "memory protection: none on cgroup v1 (no memory.min or memory.low), admission only"
+    lines += [enforcement, together, protection]
 
     from governor.host.access import configured_weights
 

@@ -270,7 +270,7 @@ def tasks_view(name: str, group: dict) -> RenderableType:
     """A group's tasks as a compact list: id, pid, user and command (cut to 40 characters) on
     one line, then its cap (what it declared), the GPUs it holds (if any), limits, use and stalls
     (PSI, where measured) on a line each, wrapped to the console width; the group's stalls in
-    the title."""
+    the title; first the group's own memory protection, if any."""
     tasks = group.get("tasks", [])
     title = Text(f"{name}: {len(tasks)} task{'s' if len(tasks) != 1 else ''}", style="bold")
     if group.get("stall"):
@@ -279,6 +279,9 @@ def tasks_view(name: str, group: dict) -> RenderableType:
     grid.add_column(overflow="fold")
     grid.add_column(style="dim")
     grid.add_column(overflow="fold")
+    protected = {f: v for f, v in group.get("limits", {}).items() if f in ("memory.min", "memory.low")}
+    if protected:
+        view.row(grid, "", "protected", " · ".join(f"{f} {view.limit(f, v)}" for f, v in protected.items()))
     for task in tasks:
         user = task.get("user", task.get("uid", "?"))
         view.row(grid, str(task.get("id", "?")), "pid", f"{task.get('pid', '?')} · {user} · {view.task_command(task)}")

@@ -16,6 +16,7 @@ Pure: the caller reads the file, and passes host facts (CPUs, memory) to :meth:`
     [enforcement]
     cpu = "quota"               # or "cores"
     memory = "hard"             # or "soft" (v2: throttled, never killed)
+    memory_protection = true    # v2 memory.min/low follow guarantees and reservations
     [groups.physics]            # explicit groups, by users and Unix groups
     weight = 2
     unix_groups = ["physics"]
@@ -161,7 +162,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
     task = _task(data, file)
 
     enforcement = subtable(data, "enforcement", None, file)
-    no_unknown_keys(enforcement, tuple(_ENFORCEMENT), "enforcement", file)
+    no_unknown_keys(enforcement, (*_ENFORCEMENT, "memory_protection"), "enforcement", file)
     modes = {name: _choice(enforcement, name, file) for name in _ENFORCEMENT}
 
     groups, everyone_weight = parse_groups(data, file)
@@ -197,6 +198,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         gpu_control=_gpu_control(capacity, file),
         gpu_guard=gpu_guard(capacity, file),
         notify=notify_rules(data, file),
+        memory_protection=_value(enforcement, "memory_protection", "enforcement", file, _boolean, True),
         file=file,
     )
     _governed(config)

@@ -125,6 +125,8 @@ class Config:
             → amount, every key there; the I/O rates apply to each governed device.
         cpu_enforcement: ``"quota"`` or ``"cores"``; memory_enforcement: ``"soft"``, ``"hard"``
             or None (left out: :meth:`memory_mode` gives the default, ``hard``).
+        memory_protection: ``[enforcement] memory_protection``: cgroup v2 ``memory.min``/``memory.low``
+            follow the groups' guarantees and reservations (:mod:`governor.core.protection`).
         groups: the explicit groups, in file order.
         everyone_weight: the weight of ``[groups."*"]``, or ``None`` when there is no such table.
         admin_group: the Unix group allowed admin operations besides root, or ``None``.
@@ -168,6 +170,7 @@ class Config:
     gpus: str | tuple[str, ...] | None
     gpu_control: tuple[str, ...] | None
     gpu_guard: GpuGuardRules
+    memory_protection: bool
     file: str = field(compare=False)
     notify: NotifyRules = NotifyRules()
     foreign: ForeignRules = ForeignRules()
@@ -187,6 +190,17 @@ class Config:
                     "pressure, so a task past its declaration takes memory admitted to others, whose tasks "
                     'are then OOM-killed; use "hard" (the default)')
         return None
+
+    def unprotected_memory_warning(self, mode: str) -> str | None:
+        """Which memory guarantees the kernel cannot protect from reclaim under cgroup ``mode``
+        (``"v1"``: there is no ``memory.min``/``memory.low``), or None."""
+        guaranteed = [f"{rule.name} {format_amount('memory', rule.guarantee['memory'])}"
+                      for rule in self.groups if rule.guarantee.get("memory")]
+        if mode != "v1" or not self.memory_protection or not guaranteed:
+            return None
+        return ("cgroup v1 cannot protect memory from reclaim (no memory.min or memory.low; its "
+                "memory.soft_limit_in_bytes is no floor): the memory guarantees of " + ", ".join(guaranteed) +
+                " are kept at admission only, and another group's pressure may reclaim or swap them out")
 
     @property
     def resources(self) -> tuple[str, ...]:

@@ -2,16 +2,20 @@
 
 Allocations are guarantees, declarations are caps::
 
-    <root>/             cpu.max, memory.max = capacity (the reserve stays free), memory.low
-                        = capacity
+    <root>/             cpu.max, memory.max = capacity (the reserve stays free); memory.min,
+                        memory.low = its groups' sums
       <group>/          guarantee: cpu.weight ∝ A_g,cpu (+ cpu.max = A_g,cpu while every group
                         wants all of its own); io.weight ∝ A_g,io where the device has a
                         proportional controller, else io.max = A_g (not work-conserving);
-                        memory.low = D_g,memory (what was admitted)
+                        memory.min = guarantee, memory.low = reserved up to the floor
+                        (:mod:`governor.core.protection`)
         task-<id>/      cap, written once when the task starts: cpu.max = declared cpu,
         session-<uid>/  (a user's session: the same, with the [sessions] demand)
                         cpu.weight ∝ declared cpu, memory.max (hard, the default) or
-                        memory.high (soft) = declared, memory.low = declared, io.max = declared
+                        memory.high (soft) = declared, memory.min and memory.low = declared
+                        (bounded by the group's), io.max = declared
+
+``[enforcement] memory_protection = false`` writes no ``memory.min``/``memory.low`` anywhere.
 
 Under full contention CFS gives each group ``capacity × w_g / Σ w = A_g`` (the weights are
 proportional to the allocation and the allocations add up to the capacity of a saturated
@@ -37,6 +41,7 @@ from typing import Literal
 from governor.cgroups.limits import (CGROUP_WEIGHT_RANGE, DEFAULT_CPU_WEIGHT, DEFAULT_PERIOD_USEC, MIN_QUOTA_USEC,
                                      CgroupLimits, IoMax, IoWeight)
 from governor.cgroups.parse import format_cpu_list
+from governor.core.protection import Protection
 
 # A task's cpu.weight is its declared cores × 100 (1 core = the kernel's default weight 100),
 # a fixed scale so that a new task never changes its siblings' weights.
@@ -45,7 +50,7 @@ IoSharing = Literal["io.weight", "io.bfq.weight", "io.max"]
 
 
 def task_limits(demand: Mapping[str, float], *, io_devices: Mapping[str, str],
-                memory_mode: Literal["soft", "hard"] = "hard",
+                memory_mode: Literal["soft", "hard"] = "hard", protect: bool = True,
                 period_usec: int = DEFAULT_PERIOD_USEC) -> CgroupLimits:
     """A task's caps: its declaration, set once when it starts and never changed.
 
@@ -54,12 +59,14 @@ def task_limits(demand: Mapping[str, float], *, io_devices: Mapping[str, str],
         io_devices: governed device name → whole-disk ``MAJ:MIN``.
         memory_mode: ``"hard"`` sets ``memory.max`` (reclaim, then the OOM killer, at the
             declaration), ``"soft"`` ``memory.high`` (throttled and reclaimed past it, never killed).
+        protect: protect the declared memory from reclaim (``memory.min``, ``memory.low``);
+            the kernel bounds it by the group's protection.
         period_usec: the CFS period, usec.
 
     Returns:
         ``cpu.max`` = declared cores × period (at least the kernel's 1 ms), ``cpu.weight`` =
-        cores × 100 (1..10000), ``memory.max`` (hard) or ``memory.high`` (soft) and ``memory.low``
-        = declared bytes, ``io.max`` =
+        cores × 100 (1..10000), ``memory.max`` (hard) or ``memory.high`` (soft), and with
+        ``protect`` ``memory.min`` and ``memory.low``, = declared bytes, ``io.max`` =
         declared rates (a direction declared 0 is not throttled: the kernel has no "0 bytes/s").
     """
     cores = demand.get("cpu", 0.0)
@@ -68,7 +75,8 @@ def task_limits(demand: Mapping[str, float], *, io_devices: Mapping[str, str],
         cpu_quota_usec=max(MIN_QUOTA_USEC, round(cores * period_usec)),
         cpu_period_usec=period_usec,
         cpu_weight=_clamp(round(cores * TASK_WEIGHT_PER_CORE)),
-        memory_low_bytes=memory,
+        memory_min_bytes=memory if protect else None,
+        memory_low_bytes=memory if protect else None,
         # Not both: memory.high at memory.max never binds (usage cannot pass the max).
         memory_high_bytes=None if memory_mode == "hard" else memory,
         memory_max_bytes=memory if memory_mode == "hard" else None,
@@ -76,7 +84,8 @@ def task_limits(demand: Mapping[str, float], *, io_devices: Mapping[str, str],
     )
 
 
-def root_limits(capacity: Mapping[str, float], *, period_usec: int = DEFAULT_PERIOD_USEC) -> CgroupLimits:
+def root_limits(capacity: Mapping[str, float], *, protection: Protection = (0.0, 0.0),
+                period_usec: int = DEFAULT_PERIOD_USEC) -> CgroupLimits:
     """The governed root: the tasks together never use more CPU or memory than the capacity,
     so the reserve stays free for the system.
 
@@ -84,8 +93,9 @@ def root_limits(capacity: Mapping[str, float], *, period_usec: int = DEFAULT_PER
         ``cpu.max`` = capacity cores; ``memory.max`` = capacity bytes (where a task's own cap
         is soft, as on cgroup v1 where ``memory = "soft"`` sets no throttling limit at all,
         this is what bounds governed memory: beyond it the kernel reclaims, then OOM-kills
-        inside the governed tree, never outside it); ``memory.low`` = capacity bytes
-        (governed memory is protected from reclaim by the rest of the host). No ``io.max``:
+        inside the governed tree, never outside it); ``memory.min``, ``memory.low`` =
+        ``protection`` (bytes: the sums of its groups', :mod:`governor.core.protection`), so that
+        the rest of the host's pressure reclaims elsewhere first. No ``io.max``:
         a throttled parent serves its children's I/O in turn, which would undo the
         ``io.weight`` split (measured: 2 : 1 instead of 3 : 1 in the VM); I/O is bounded by
         the tasks' caps and, where the disk has no proportional controller, by the groups'
@@ -94,7 +104,8 @@ def root_limits(capacity: Mapping[str, float], *, period_usec: int = DEFAULT_PER
     return CgroupLimits(
         cpu_quota_usec=max(MIN_QUOTA_USEC, round(capacity.get("cpu", 0.0) * period_usec)),
         cpu_period_usec=period_usec,
-        memory_low_bytes=_whole(capacity.get("memory", 0)),
+        memory_min_bytes=_whole(protection[0]),
+        memory_low_bytes=_whole(protection[1]),
         memory_max_bytes=_whole(capacity.get("memory", 0)),
     )
 
@@ -102,8 +113,8 @@ def root_limits(capacity: Mapping[str, float], *, period_usec: int = DEFAULT_PER
 def group_limits(
     capacity: Mapping[str, float],
     allocations: Mapping[str, Mapping[str, float]],
-    demands: Mapping[str, Mapping[str, float]],
     *,
+    protection: Mapping[str, Protection],
     io_devices: Mapping[str, str],
     io_sharing: Mapping[str, IoSharing],
     cpu_mode: Literal["quota", "cores"] = "quota",
@@ -118,7 +129,8 @@ def group_limits(
     Args:
         capacity: resource → what governor divides.
         allocations: group → its allocation A_g (resource → cores, bytes, bytes/s).
-        demands: group → D_g, the sum of its running tasks' declarations.
+        protection: group → its ``(memory.min, memory.low)``, bytes
+            (:func:`governor.core.protection.memory_protection`); left out: none.
         io_devices: governed device name → whole-disk ``MAJ:MIN``.
         io_sharing: device name → how its guarantee is enforced: ``"io.weight"`` (io.cost),
             ``"io.bfq.weight"`` (BFQ), or ``"io.max"`` (no proportional controller: the
@@ -139,7 +151,7 @@ def group_limits(
 
     Returns:
         group → limits, in the order of ``allocations``: ``cpu.weight`` ∝ A_g,cpu (the largest
-        2500..10000, a zero allocation 1), ``memory.low`` = D_g,memory, and per device either an
+        2500..10000, a zero allocation 1), ``memory.min``/``memory.low`` = its protection, and per device either an
         ``io.weight`` ∝ the group's share of the device (read share + write share) or
         ``io.max`` = A_g.
     """
@@ -161,16 +173,17 @@ def group_limits(
         weighted = tuple(IoWeight(io_devices[name], weights[group], io_sharing[name])
                          for name, weights in io_weights.items()) if io_weights else ()
         quota = max(MIN_QUOTA_USEC, round(cpu[group] * period_usec)) if saturated else None
-        fields = (cpu_weights[group], quota, cores.get(group), _whole(demands.get(group, {}).get("memory", 0)),
+        least, low = protection.get(group, (0.0, 0.0))
+        fields = (cpu_weights[group], quota, cores.get(group), _whole(least), _whole(low),
                   weighted, _io_max(allocation, fallback) if fallback else ())
         old = previous.get(group)
-        if old is not None and fields == (old.cpu_weight, old.cpu_quota_usec, old.cpuset_cpus, old.memory_low_bytes,
-                                          old.io_weight, old.io_max):
+        if old is not None and fields == (old.cpu_weight, old.cpu_quota_usec, old.cpuset_cpus, old.memory_min_bytes,
+                                          old.memory_low_bytes, old.io_weight, old.io_max):
             result[group] = old  # the same object, so that applying the plan skips it at once
         else:
             result[group] = CgroupLimits(cpu_weight=fields[0], cpu_quota_usec=quota, cpu_period_usec=period_usec,
-                                         cpuset_cpus=fields[2], memory_low_bytes=fields[3], io_weight=fields[4],
-                                         io_max=fields[5])
+                                         cpuset_cpus=fields[2], memory_min_bytes=fields[3], memory_low_bytes=fields[4],
+                                         io_weight=fields[5], io_max=fields[6])
     return result
 
 

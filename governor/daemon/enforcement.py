@@ -15,6 +15,7 @@ from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
 from governor.errors import FillingDiverged
 from governor.core.plan import group_limits, held_login_limits, inside_root, root_limits
+from governor.core.protection import Protection, memory_protection
 from governor.core.group_tree import subtree_sums, with_limit
 from governor.core.model import DEMAND_MET, Allocation
 from governor.core.state import Tasks, one_session_each
@@ -95,8 +96,9 @@ class Enforcement:
         allocations.update(subtree_sums(allocations, parents))
         inside.update(subtree_sums(inside, parents))
         nodes = self.allocation.nodes if self.allocation else {}
+        root, protection = self._protection(inside)
         guarantees = group_limits(
-            policy.capacity, allocations, inside,
+            policy.capacity, allocations, protection=protection,
             io_devices=policy.io_devices, io_sharing=policy.io_sharing, cpu_mode=policy.config.cpu_enforcement,
             cpus=policy.cpus, previous=self._guarantees,
             met={g for g, a in (*got.items(), *nodes.items()) if a.stop == DEMAND_MET}, saturated=self.cpu_saturated,
@@ -105,7 +107,7 @@ class Enforcement:
         config = policy.config
         # The root's bound is the host's less the reserve, never less what foreign tenants hold:
         # lowering its memory.max under what governor admitted would reclaim or kill its tasks.
-        planned = {"": root_limits(policy.host_capacity),
+        planned = {"": root_limits(policy.host_capacity, protection=root),
                    **{config.place(g): with_limit(limits, config.effective_limit(g))
                       for g, limits in guarantees.items()}}
         if full:
@@ -130,6 +132,17 @@ class Enforcement:
         shares = ", ".join(f"{g} {a.dominant_share:.1%}" for g, a in got.items()) or "no tasks"
         self.journal.event("refill", f"refill after {trigger}: {shares} ({seconds * 1000:.2f} ms, "
                                      f"{report.written} files written, {delay_ms:.2f} ms after the event)")
+
+    def _protection(self, inside: dict[str, dict[str, float]]) -> tuple[Protection, dict[str, Protection]]:
+        """The root's and each group's ``(memory.min, memory.low)`` (:mod:`governor.core.protection`)
+        over what the groups reserved below the root; none with ``memory_protection = false``."""
+        config = self.policy.config
+        if not config.memory_protection:
+            return (0.0, 0.0), {}
+        guarantees = {rule.name: rule.guarantee["memory"] for rule in config.groups if "memory" in rule.guarantee}
+        return memory_protection(self.policy.capacity.get("memory", 0.0),
+                                 {g: demand.get("memory", 0.0) for g, demand in inside.items()}, guarantees,
+                                 self.policy.floors(inside), config.parents)
 
     def _diverged(self, trigger: str, error: FillingDiverged, full: bool) -> None:
         """Report a filling that diverged; the plan in force is left as it is (no fallback

@@ -81,6 +81,7 @@ class Policy:
         self.gpus: GpuInventory | None = None
         self.effective: dict[str, float] = {}  # group → effective weight, with [fairshare] (kept across reloads)
         self.foreign_held: dict[str, float] = {}  # what foreign tenants hold (kept across reloads)
+        self._floors: tuple | None = None  # (config, members, configured groups, key, floors): see floors()
         self.use(config)
 
     def use(self, config: Config, held: Iterable[Task] = (), members: dict[str, list[str]] | None = None) -> list[Task]:
@@ -131,14 +132,16 @@ class Policy:
         # tasks that declare the same and hold the same share one object.
 
         def caps(demand: tuple[tuple[str, float], ...], held: tuple[int, ...] | None) -> CgroupLimits:
-            limits = task_limits(dict(demand), io_devices=io_devices, memory_mode=memory_mode)
+            limits = task_limits(dict(demand), io_devices=io_devices, memory_mode=memory_mode,
+                                 protect=config.memory_protection)
             denied = () if held is None else gpu_places.denied_devices(self.gpus, held)
             return replace(limits, devices_denied=denied) if denied else limits
 
         self._task_caps = functools.lru_cache(maxsize=TASK_CAPS_KEPT)(caps)
-        warning = config.soft_memory_warning(self.hierarchy.memory_high_throttles)
-        if warning:
-            log.warning("%s: %s", config.file, warning)
+        for warning in (config.soft_memory_warning(self.hierarchy.memory_high_throttles),
+                        config.unprotected_memory_warning(self.hierarchy.mode)):
+            if warning:
+                log.warning("%s: %s", config.file, warning)
         return remapped
 
     def hold_foreign(self, held: Mapping[str, float]) -> None:
@@ -185,13 +188,37 @@ class Policy:
         ``members`` as this host resolves them, and ``everyone``: a user's own group of
         ``[groups."*"]`` at that rule's weight (no ``set-weight`` of its own), one of many alike
         that status sums up while idle."""
-        weights = {g: self.weight(g) for g in access.configured_weights(self.config, self.members)}
-        for group in running:
-            weights.setdefault(group, self.weight(group))
-        floor = vocabulary.floors(weights, self.config.parents, capacity=self.capacity,
-                                  limits={g: self.config.effective_limit(g) for g in weights})
+        weights = self._weights(running)
+        floor = self.floors(running)
         everyone = self.config.everyone_weight
         return {g: {"weight": w, "floor": floor[g],
                     "members": self.members.get(g, [g] if g not in self._explicit else []),
                     "everyone": everyone is not None and g not in self._explicit and w == everyone}
                 for g, w in weights.items()}
+
+    def floors(self, running: Collection[str]) -> dict[str, float]:
+        """Every group of this host and the ``running`` ones → its floor
+        (:func:`governor.core.vocabulary.floors`, clipped to its limit), a fraction. Kept until
+        the config, the members, a ``set-weight``, the running groups outside the configured
+        ones or the capacity (foreign tenants) change: every refill asks, and at 10,000 groups
+        it takes 40 ms."""
+        if self._floors is None or self._floors[0] is not self.config or self._floors[1] is not self.members:
+            configured = frozenset(access.configured_weights(self.config, self.members))
+            self._floors = (self.config, self.members, configured, None, {})
+        config, members, configured, key, floor = self._floors
+        # The capacity too: a floor is clipped to the limit's fraction of it, and foreign
+        # tenants move it between reloads.
+        now = (tuple(self.weights.items()), frozenset(g for g in running if g not in configured),
+               tuple(self.capacity.items()))
+        if now != key:
+            weights = self._weights(running)
+            floor = vocabulary.floors(weights, config.parents, capacity=self.capacity,
+                                      limits={g: config.effective_limit(g) for g in weights})
+            self._floors = (config, members, configured, now, floor)
+        return floor
+
+    def _weights(self, running: Collection[str]) -> dict[str, float]:
+        weights = {g: self.weight(g) for g in access.configured_weights(self.config, self.members)}
+        for group in running:
+            weights.setdefault(group, self.weight(group))
+        return weights

@@ -3,6 +3,7 @@
 import os
 
 import pressure_scenarios
+import protection_scenarios
 import pytest
 import scenarios
 import task_scenarios
@@ -66,3 +67,10 @@ def test_governor_run_warns_when_its_task_nears_its_memory_cap(tmp_path):
 
 def test_stop_ends_a_tasks_whole_tree_with_cgroup_kill(tmp_path):
     task_scenarios.stop_ends_the_whole_tree(tmp_path)
+
+
+def test_memory_protection_keeps_a_guaranteed_working_set_resident(tmp_path):
+    disks = os.environ.get("VMLAB_DISK_DEVS", "").split()
+    if len(disks) < 2:
+        pytest.skip('no swap disk (VMLAB_DISKS="64 512" gives the VM /dev/vdb)')
+    protection_scenarios.guaranteed_working_set_stays_resident(tmp_path, disks[1])

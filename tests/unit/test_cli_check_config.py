@@ -58,6 +58,7 @@ def test_good_file_prints_a_summary(tmp_path):
         "default task: cpu 1, memory 1.0G, io read 10.0M/s, write 0/s on each device",
         "enforcement: cpu cores (cpu.max + exclusive cpuset.cpus), memory hard cap (memory.max)",
         "  all governed memory together: at most the memory capacity (memory.max on governor's root)",
+        "memory protection: memory.min = a group's guarantee, memory.low = what it reserved up to its floor",
         "groups:",
         "  physics: weight 2; users alice; unix groups physics",
         '  "*": weight 1; every user in no explicit group, a group of their own',
@@ -440,6 +441,19 @@ def test_on_cgroup_v1_the_summary_names_v1_files():
     assert "cpu.max" in "\n".join(summary(config, ({**host[0]}, {}, "v2")))
     soft = parse_config('[groups."*"]\n[enforcement]\nmemory = "soft"\n', "g.toml")
     assert "memory soft cap (memory.soft_limit_in_bytes)" in "\n".join(summary(soft, host))
+    assert "memory protection: none on cgroup v1" in text
+    assert "memory protection: memory.min = a group's guarantee" in "\n".join(summary(config, ({**host[0]}, {}, "v2")))
+
+
+def test_on_cgroup_v1_check_config_names_the_memory_guarantees_the_kernel_cannot_protect():
+    config = parse_config('[groups.A]\nusers = ["root"]\nguarantee = { memory = "2G" }\n'
+                          '[groups.B]\nusers = ["root"]\nguarantee = { cpu = 1 }\n', "g.toml")
+    warning = config.unprotected_memory_warning("v1")
+    assert "the memory guarantees of A 2.0G are kept at admission only" in warning and "B" not in warning
+    assert config.unprotected_memory_warning("v2") is None  # memory.min holds them there
+    off = parse_config('[enforcement]\nmemory_protection = false\n[groups.A]\nusers = ["root"]\n'
+                       'guarantee = { memory = "2G" }\n', "g.toml")
+    assert off.unprotected_memory_warning("v1") is None  # nothing asked for
 
 
 @pytest.mark.parametrize(("mode", "words"), [(0o664, "writable by its group (mode 0664)"),

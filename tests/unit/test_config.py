@@ -33,7 +33,7 @@ GOOD = {
         ],
     },
     "defaults": {"task": {"cpu": 1, "memory": "1.5G", "io_read": "10M"}},
-    "enforcement": {"cpu": "cores", "memory": "hard"},
+    "enforcement": {"cpu": "cores", "memory": "hard", "memory_protection": False},
     "groups": {
         "physics": {"weight": 2, "unix_groups": ["physics"], "users": ["alice"]},
         "ops": {"users": ["bob", "alice"]},
@@ -62,6 +62,7 @@ io_read = "10M"
 [enforcement]
 cpu = "cores"
 memory = "hard"
+memory_protection = false
 [groups.physics]
 weight = 2
 unix_groups = ["physics"]
@@ -96,7 +97,7 @@ EXPECTED = Config(
     state_dir="/var/lib/governor", max_tasks_per_user=10, max_connections_per_user=4,
     sessions=SessionRules(True, {"cpu": 0.5, "memory": G, "io_read": 0, "io_write": 5 * M}, ("backup",)),
     fairshare_half_life_s=None, gpus=None, gpu_control=None, gpu_guard=GpuGuardRules("sessions", ("user.slice",)),
-    file="good.toml",
+    memory_protection=False, file="good.toml",
 )
 
 
@@ -120,7 +121,7 @@ def test_embedded_default_is_what_left_out_keys_default_to():
     assert (config.cpu_cores, config.memory_bytes) == (None, None)
     assert (config.reserve_cpu_cores, config.reserve_memory_bytes) == (0.25, 256 * M)
     assert config.task_defaults == {"cpu": 1.0, "memory": 512 * M, "io_read": 0, "io_write": 0}
-    assert (config.cpu_enforcement, config.memory_enforcement) == ("quota", None)
+    assert (config.cpu_enforcement, config.memory_enforcement, config.memory_protection) == ("quota", None, True)
     assert config.memory_mode() == "hard"  # a declared memory is a hard cap, on v1 and v2 alike
     assert load_config({"groups": {"*": {}}, "enforcement": {"memory": "soft"}}, "soft.toml").memory_mode() == "soft"
     assert (config.groups, config.everyone_weight, config.io_devices) == ((), 1.0, ())
@@ -334,7 +335,8 @@ BAD = [
     (("enforcement", "cpu"), "shares", "enforcement.cpu", "'quota' or 'cores'"),
     (("enforcement", "memory"), "oom", "enforcement.memory", "'soft' or 'hard'"),
     (("enforcement", "memory"), 1, "enforcement.memory", "'soft' or 'hard'"),
-    (("enforcement", "io"), "throttle", "enforcement.io", "allowed keys: cpu, memory"),
+    (("enforcement", "io"), "throttle", "enforcement.io", "allowed keys: cpu, memory, memory_protection"),
+    (("enforcement", "memory_protection"), "yes", "enforcement.memory_protection", "must be true or false"),
     (("groups",), _DELETE, "groups", "missing section"),
     (("groups",), {}, "groups", "defines no group"),
     (("groups",), 1, "groups", "must be a table"),

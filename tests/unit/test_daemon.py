@@ -51,7 +51,7 @@ def test_groups_are_guaranteed_their_drf_share_by_weight_and_tasks_keep_their_ca
     assert guarantee_cores(daemon, "A") == pytest.approx(1.5)
     assert weight(daemon, "B") / weight(daemon, "A") >= 0.5 / 1.5 * 0.995
     assert daemon.hierarchy.driver.in_force("A/task-1")["cpu.max"] == "200000 100000"  # its cap, unchanged
-    assert daemon.hierarchy.driver.in_force("B")["memory.low"] == str(3 * GIB)
+    assert daemon.hierarchy.driver.in_force("B")["memory.low"] == str(2 * GIB)  # reserved 3G, up to its floor
 
 
 def test_a_refill_after_a_start_writes_group_files_not_the_other_tasks(daemon):
@@ -59,8 +59,9 @@ def test_a_refill_after_a_start_writes_group_files_not_the_other_tasks(daemon):
     daemon.hierarchy.driver.writes.clear()
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
     written = [rel for rel, _ in daemon.hierarchy.driver.writes]
-    assert "A/task-1" not in written and written == ["B/task-2", "B"]
-    assert daemon.enforcement.filling["files_written"] == 2  # B's cpu.weight and memory.low; A's weight stays 10000
+    assert "A/task-1" not in written and written == ["B/task-2", "", "B"]
+    # B's cpu.weight and memory.low, the root's memory.low (the groups' sum); A's weight stays 10000
+    assert daemon.enforcement.filling["files_written"] == 3
 
 
 def test_groups_are_held_to_their_guarantee_only_while_every_one_uses_it(daemon):

@@ -17,7 +17,8 @@ def test_a_task_is_capped_at_its_declaration_whatever_the_allocation():
                        io_devices={"sda": "8:0"})  # hard, the default
     assert (caps.cpu_quota_usec, caps.cpu_period_usec) == (50_000, 100_000)
     assert caps.cpu_weight == 50  # 0.5 core × 100: a fixed scale, siblings never rewritten
-    assert caps.memory_max_bytes == caps.memory_low_bytes == 800 * MIB
+    assert caps.memory_max_bytes == caps.memory_min_bytes == caps.memory_low_bytes == 800 * MIB
+    assert task_limits({"memory": MIB}, io_devices={}, protect=False).memory_min_bytes is None  # the toggle
     assert caps.memory_high_bytes is None  # at memory.max it could never bind
     assert caps.io_max[0].device == "8:0" and caps.io_max[0].wbps == 10_000_000 and caps.io_max[0].rbps is None
 
@@ -33,19 +34,19 @@ def test_group_weights_are_proportional_to_the_cpu_allocation():
     # DRF gave A 0.956 cores and B 0.544 (the integration test's host): weights keep 0.956 : 0.544.
     limits = group_limits({"cpu": 1.5, "memory": GIB}, {"A": {"cpu": 0.956, "memory": 64 * MIB},
                                                         "B": {"cpu": 0.544, "memory": 900 * MIB}},
-                          {"A": {"cpu": 1.5, "memory": 64 * MIB}, "B": {"cpu": 0.75, "memory": 900 * MIB}},
-                          io_devices={}, io_sharing={})
+                          protection={"B": (0, 900 * MIB)}, io_devices={}, io_sharing={})
     # The largest gets 5000: room to grow and shrink without rewriting the others.
     assert limits["A"].cpu_weight == 5_000 and limits["B"].cpu_weight == round(0.544 / 0.956 * 5_000)
     assert limits["A"].cpu_quota_usec is None  # a guarantee, not a fence: no group quota
-    assert limits["B"].memory_low_bytes == 900 * MIB  # what was admitted is protected
+    assert limits["B"].memory_low_bytes == 900 * MIB  # its protection, as given
+    assert limits["B"].memory_min_bytes is None and limits["A"].memory_low_bytes is None  # 0: not written
 
 
 def test_saturated_groups_are_held_to_their_guarantee():
     allocations = {"A": {"cpu": 0.956}, "B": {"cpu": 0.544}}
-    free = group_limits({"cpu": 1.5}, allocations, allocations, io_devices={}, io_sharing={})
+    free = group_limits({"cpu": 1.5}, allocations, protection={}, io_devices={}, io_sharing={})
     assert free["A"].cpu_quota_usec is None and free["B"].cpu_quota_usec is None  # guarantees lend
-    held = group_limits({"cpu": 1.5}, allocations, allocations, io_devices={}, io_sharing={}, saturated=True,
+    held = group_limits({"cpu": 1.5}, allocations, protection={}, io_devices={}, io_sharing={}, saturated=True,
                         previous=free)
     # The plan is A_g itself; cgroup v1's "no parent quota below a child's" is the v1 driver's
     # (tests/cgroups/test_v1_kernel.py: a parent quota stays at least its children's).
@@ -136,7 +137,7 @@ def test_io_guarantee_is_a_weight_where_the_device_shares_and_a_hard_limit_where
     # A: 60 of sda's reads (share 0.6); B: 20 reads + 20 writes (0.2 + 0.2 = 0.4).
     allocations = {"A": {"cpu": 1, "io.sda.read": 60, "io.sdb.read": 60},
                    "B": {"cpu": 1, "io.sda.read": 20, "io.sda.write": 20, "io.sdb.write": 40}}
-    limits = group_limits(capacity, allocations, allocations, io_devices={"sda": "8:0", "sdb": "8:16"},
+    limits = group_limits(capacity, allocations, protection={}, io_devices={"sda": "8:0", "sdb": "8:16"},
                           io_sharing={"sda": "io.weight", "sdb": "io.max"})
     [weight_a], [weight_b] = limits["A"].io_weight, limits["B"].io_weight
     assert (weight_a.device, weight_a.weight, weight_b.weight) == ("8:0", 5_000, round(0.4 / 0.6 * 5_000))
@@ -146,8 +147,9 @@ def test_io_guarantee_is_a_weight_where_the_device_shares_and_a_hard_limit_where
 
 
 def test_the_root_is_capped_at_the_capacity_in_cpu_and_memory_not_io():
-    root = root_limits({"cpu": 1.75, "memory": 4 * GIB, "io.sda.read": 100, "io.sda.write": 50})
-    assert root.cpu_quota_usec == 175_000 and root.memory_low_bytes == 4 * GIB
+    root = root_limits({"cpu": 1.75, "memory": 4 * GIB, "io.sda.read": 100, "io.sda.write": 50},
+                       protection=(GIB, 3 * GIB))
+    assert root.cpu_quota_usec == 175_000 and (root.memory_min_bytes, root.memory_low_bytes) == (GIB, 3 * GIB)
     assert root.memory_max_bytes == 4 * GIB  # bounds soft-mode tasks too (v1 has no memory.high)
     assert root.io_max == ()  # a throttled parent would undo the children's io.weight split
 
@@ -163,7 +165,7 @@ def test_cores_mode_hands_out_disjoint_whole_cores_by_largest_remainder(cpu, exp
 
 
 def test_cores_mode_writes_cpusets_on_groups_only():
-    limits = group_limits({"cpu": 3, "memory": GIB}, {"a": {"cpu": 2.0}}, {"a": {"cpu": 2.0}}, io_devices={},
+    limits = group_limits({"cpu": 3, "memory": GIB}, {"a": {"cpu": 2.0}}, protection={}, io_devices={},
                           io_sharing={}, cpu_mode="cores", cpus=[0, 1, 4])
     assert limits["a"].cpuset_cpus == "0-1"
     assert task_limits({"cpu": 2.0, "memory": GIB}, io_devices={}).cpuset_cpus is None

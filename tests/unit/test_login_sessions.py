@@ -54,11 +54,11 @@ def make_slice(mount, uid: int, pids: dict[str, list[int]], populated: bool = Tr
 
 
 def test_caps_become_systemd_properties():
-    limits = CgroupLimits(cpu_quota_usec=37_501, cpu_weight=50, memory_low_bytes=1, memory_high_bytes=2,
-                          memory_max_bytes=3, io_max=(IoMax("8:16", wbps=5), IoMax("8:0", rbps=7, wbps=9)))
+    limits = CgroupLimits(cpu_quota_usec=37_501, cpu_weight=50, memory_min_bytes=1, memory_low_bytes=1,
+                          memory_high_bytes=2, memory_max_bytes=3, io_max=(IoMax("8:16", wbps=5), IoMax("8:0", rbps=7, wbps=9)))
     assert unit_properties(limits) == {
         "CPUQuota": ("38%",), "CPUWeight": ("50",),
-        "MemoryLow": ("1",), "MemoryHigh": ("2",), "MemoryMax": ("3",),
+        "MemoryMin": ("1",), "MemoryLow": ("1",), "MemoryHigh": ("2",), "MemoryMax": ("3",),
         "IOReadBandwidthMax": ("/dev/block/8:0 7",),
         "IOWriteBandwidthMax": ("/dev/block/8:0 9", "/dev/block/8:16 5"),
     }
@@ -136,7 +136,8 @@ def test_a_process_in_its_users_logind_slice_makes_their_login_session_there(sys
     assert (login.group, login.cgroup, login.is_session) == ("A", "user.slice/user-1.slice", True)
     [call] = systemctl.calls  # once per user, not per process
     assert call[4:] == ["user-1.slice", "CPUQuota=50%", "CPUWeight=50",
-                        f"MemoryLow={3 * GIB}", f"MemoryMax={3 * GIB}"]  # a hard cap, as a task's
+                        f"MemoryMin={3 * GIB}", f"MemoryLow={3 * GIB}",
+                        f"MemoryMax={3 * GIB}"]  # a hard cap, as a task's
     assert daemon.hierarchy.driver.procs == {}
     assert "A" not in daemon.hierarchy.driver.cgroups  # nothing of A below governor's root
     assert daemon.store.directory.joinpath("login-1.json").exists()
@@ -175,7 +176,8 @@ def test_a_login_session_ends_with_its_slice_and_its_properties_are_reset(system
     on_loop(daemon, lambda: daemon.exits.check(["login-1"], "exit"))
     assert daemon.tasks.get("login-1") is None
     assert not daemon.store.directory.joinpath("login-1.json").exists()
-    assert sorted(systemctl.calls[-1][5:]) == ["CPUQuota=", "CPUWeight=", "MemoryLow=", "MemoryMax=infinity"]
+    assert sorted(systemctl.calls[-1][5:]) == ["CPUQuota=", "CPUWeight=", "MemoryLow=", "MemoryMax=infinity",
+                                                   "MemoryMin="]
 
 
 def test_a_slice_systemd_will_not_limit_is_not_asked_again_at_each_exec(systemd):

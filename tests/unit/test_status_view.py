@@ -86,6 +86,15 @@ def test_a_hard_memory_cap_is_called_so_on_v2_and_v1():
         assert "limits memory hard cap 12.0G" in text and file not in text
 
 
+def test_a_groups_memory_protection_heads_its_task_list():
+    status = copy.deepcopy(STATUS)
+    status["groups"]["physics"]["limits"] = {"cpu.weight": "5000", "memory.min": str(4 * 1024**3),
+                                             "memory.low": str(12 * 1024**3)}
+    text = render(status, 120)
+    assert "protected memory.min 4.0G · memory.low 12.0G" in text
+    assert "protected" not in render(STATUS, 120)  # none written (cgroup v1, or turned off)
+
+
 def test_groups_without_tasks_get_no_task_list():
     text = render(STATUS, 120)
     assert "physics: 2 tasks" in text and "ops: 1 task" in text
