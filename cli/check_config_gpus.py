@@ -1,8 +1,12 @@
 """What ``governor check-config`` says of GPUs on this host: the GPUs ``capacity.gpus`` finds,
-their control nodes, and what keeps processes outside governor's tasks from them."""
+their control nodes, what keeps processes outside governor's tasks from them, and what the
+installed unit lacks for that."""
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -99,3 +103,53 @@ def gpu_guard_report(config: Config, gpus, mode: str) -> list[str]:
     lines.append("    holding a GPU or control node now (processes outside governor are left alone): "
                  + (", ".join(f"{process_name(pid) or '?'} (pid {pid})" for pid in sorted(held)) or "none"))
     return lines
+
+
+def unit_warnings(config: Config, mode: str, unit: Path | None = None, kernel: str | None = None) -> list[str]:
+    """What the daemon's installed systemd unit lacks for ``config`` on this host, read from
+    ``unit`` (default: where ``install-systemd`` writes governor.service) and its drop-ins.
+    With ``capacity.gpus`` on cgroup v2 (``mode`` ``"v2"``), the daemon loads a BPF device
+    program, which needs CAP_BPF (CAP_SYS_ADMIN stands in on a ``kernel`` release before 5.8;
+    default: this host's), and replaces or takes off programs attached earlier (a reload, a
+    restart, the GPU guard), which needs CAP_SYS_ADMIN (``BPF_PROG_GET_FD_BY_ID``), both in
+    ``CapabilityBoundingSet=``, and ``bpf`` in an allow-list ``SystemCallFilter=``; on v1
+    (``"v1"``), the kernel takes a ``devices.deny`` line only from CAP_SYS_ADMIN. One warning
+    per missing item, naming it and the fix; none when no unit is installed there."""
+    from governor.cli.install_systemd import unit_values
+    from governor.cli.systemd_files import UNIT_DIR
+
+    unit = unit or Path("/") / UNIT_DIR / "governor.service"
+    if config.gpus is None or mode not in ("v1", "v2") or not unit.is_file():
+        return []
+    release = tuple(int(part) for part in re.findall(r"\d+", kernel or os.uname().release)[:2])
+    needed = {"CAP_SYS_ADMIN": "a device program attached earlier could not be replaced or taken off (EPERM at "
+                               "the first reload, restart or stop that changes one)"}
+    if release >= (5, 8):
+        needed = {"CAP_BPF": "the daemon would fail to start", **needed}
+    why = (f"capacity.gpus on cgroup v2: the daemon keeps tasks from other tasks' GPUs with a BPF device "
+           f"program, and {unit} lacks")
+    if mode == "v1":
+        needed = {"CAP_SYS_ADMIN": "the kernel refuses every devices.deny line without it: EPERM at each GPU launch"}
+        why = (f"capacity.gpus on cgroup v1: the daemon keeps tasks from other tasks' GPUs with devices.deny, and "
+               f"{unit} lacks")
+    fix = ("run governor install-systemd again (its unit has them), or add it with a drop-in: systemctl edit "
+           "governor, [Service]")
+    warnings = []
+    bounding: set[str] | None = None  # None: not restricted
+    refused: set[str] = set()
+    for value in unit_values(unit, "CapabilityBoundingSet"):
+        if value.startswith("~"):
+            refused |= set(value[1:].split())
+        else:
+            bounding = (bounding or set()) | set(value.split()) if value else None
+    for capability, without in needed.items():
+        if capability in refused or (bounding is not None and capability not in bounding):
+            warnings.append(f"{why} {capability} in CapabilityBoundingSet= ({without}): "
+                            f"{fix} CapabilityBoundingSet={capability}")
+    filters = unit_values(unit, "SystemCallFilter") if mode == "v2" else []
+    allowed = [value for value in filters if value and not value.startswith("~")]
+    if any("bpf" in value[1:].split() for value in filters if value.startswith("~")) or (
+            allowed and not any("bpf" in value.split() for value in allowed)):
+        warnings.append(f"{why} the bpf system call in SystemCallFilter= (the daemon would fail to start): "
+                        f"{fix} SystemCallFilter=bpf")
+    return warnings

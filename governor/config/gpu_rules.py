@@ -1,5 +1,6 @@
-"""``[capacity] gpu_guard`` and ``gpu_guard_parents``: where, outside governor's tasks, the
-GPU and control nodes are denied (issue 31, point 4). Pure: which of the named cgroups exist
+"""``[capacity] gpus`` and ``gpu_control``: the device nodes governed; ``gpu_guard`` and
+``gpu_guard_parents``: where, outside governor's tasks, the GPU and control nodes are denied
+(issue 31, point 4). Pure: which of the named cgroups exist
 is the daemon's to find (:mod:`governor.cgroups.device_guard`).
 
 - ``"sessions"`` (the default): with ``[sessions]`` on, the cgroups login processes start in
@@ -13,12 +14,13 @@ is the daemon's to find (:mod:`governor.cgroups.device_guard`).
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from governor.errors import ConfigError
 
-__all__ = ["GPU_GUARDS", "GpuGuardRules", "gpu_guard"]
+__all__ = ["GPU_GUARDS", "GpuGuardRules", "gpu_control_nodes", "gpu_guard", "gpu_nodes"]
 
 GPU_GUARDS = ("sessions", "host", "tasks")  # the first is the default
 _PARENTS = ("user.slice",)
@@ -63,3 +65,49 @@ def gpu_guard(capacity: Mapping[str, object], file: str) -> GpuGuardRules:
             raise ConfigError(file, f"capacity.gpu_guard_parents[{index}]",
                               f"must be a cgroup path relative to the cgroup mount (user.slice), got {path!r}")
     return GpuGuardRules(kind, tuple(value))
+
+
+def gpu_nodes(capacity: Mapping[str, object], file: str) -> str | tuple[str, ...] | None:
+    """``capacity.gpus``: ``"auto"`` (NVML finds them), a list of device node paths, or None.
+
+    Raises:
+        ConfigError: neither ``"auto"`` nor a non-empty list of normalised absolute paths, or
+            a path listed twice.
+    """
+    if "gpus" not in capacity:
+        return None
+    value = capacity["gpus"]
+    if value == "auto":
+        return "auto"
+    if not isinstance(value, list) or not value:
+        raise ConfigError(file, "capacity.gpus", f'must be "auto" or a non-empty list of device node paths, got {value!r}')
+    paths = tuple(_node_path(path, f"capacity.gpus[{index}]", file) for index, path in enumerate(value))
+    for index, path in enumerate(paths):
+        if path in paths[:index]:
+            raise ConfigError(file, f"capacity.gpus[{index}]", f"{path} is listed twice")
+    return paths
+
+
+def gpu_control_nodes(capacity: Mapping[str, object], file: str) -> tuple[str, ...] | None:
+    """``capacity.gpu_control``: the control nodes a task with GPUs may open, or None (NVIDIA's).
+
+    Raises:
+        ConfigError: given without ``capacity.gpus``, or not a list of normalised absolute paths.
+    """
+    if "gpu_control" not in capacity:
+        return None
+    if "gpus" not in capacity:
+        raise ConfigError(file, "capacity.gpu_control", "has no effect: no GPU is governed (capacity.gpus)")
+    value = capacity["gpu_control"]
+    if not isinstance(value, list):
+        raise ConfigError(file, "capacity.gpu_control", f"must be a list of device node paths, got {value!r}")
+    return tuple(_node_path(path, f"capacity.gpu_control[{index}]", file) for index, path in enumerate(value))
+
+
+def _node_path(value: object, key: str, file: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(file, key, f"must be a non-empty string, got {value!r}")
+    path = value
+    if not posixpath.isabs(path) or posixpath.normpath(path) != path:
+        raise ConfigError(file, key, f"must be a normalised absolute path like /dev/nvidia0, got {path!r}")
+    return path

@@ -42,7 +42,7 @@ from typing import TypeVar
 from governor.config import resources
 from governor.config.groups import EVERYONE, names, parse_groups
 from governor.config.foreign import parse_foreign
-from governor.config.gpu_rules import gpu_guard
+from governor.config.gpu_rules import gpu_control_nodes, gpu_guard, gpu_nodes
 from governor.config.notify import notify_rules
 from governor.config.settings import Config, GroupRule, IoDevice, SessionRules, group_name_problem
 from governor.errors import ConfigError
@@ -194,8 +194,8 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         sessions=_sessions(data, file),
         foreign=parse_foreign(data, file),
         fairshare_half_life_s=_fairshare(data, file),
-        gpus=_gpus(capacity, file),
-        gpu_control=_gpu_control(capacity, file),
+        gpus=gpu_nodes(capacity, file),
+        gpu_control=gpu_control_nodes(capacity, file),
         gpu_guard=gpu_guard(capacity, file),
         notify=notify_rules(data, file),
         memory_protection=_value(enforcement, "memory_protection", "enforcement", file, _boolean, True),
@@ -299,41 +299,6 @@ def _fairshare(data: Mapping[str, object], file: str) -> float | None:
         return parse_half_life(table["half_life"])
     except ValueError as error:
         raise ConfigError(file, "fairshare.half_life", str(error)) from None
-
-
-def _gpus(capacity: Mapping[str, object], file: str) -> str | tuple[str, ...] | None:
-    """``capacity.gpus``: ``"auto"`` (NVML finds them), a list of device node paths, or None."""
-    if "gpus" not in capacity:
-        return None
-    value = capacity["gpus"]
-    if value == "auto":
-        return "auto"
-    if not isinstance(value, list) or not value:
-        raise ConfigError(file, "capacity.gpus", f'must be "auto" or a non-empty list of device node paths, got {value!r}')
-    paths = tuple(_node_path(path, f"capacity.gpus[{index}]", file) for index, path in enumerate(value))
-    for index, path in enumerate(paths):
-        if path in paths[:index]:
-            raise ConfigError(file, f"capacity.gpus[{index}]", f"{path} is listed twice")
-    return paths
-
-
-def _gpu_control(capacity: Mapping[str, object], file: str) -> tuple[str, ...] | None:
-    """``capacity.gpu_control``: the control nodes a task with GPUs may open, or None (NVIDIA's)."""
-    if "gpu_control" not in capacity:
-        return None
-    if "gpus" not in capacity:
-        raise ConfigError(file, "capacity.gpu_control", "has no effect: no GPU is governed (capacity.gpus)")
-    value = capacity["gpu_control"]
-    if not isinstance(value, list):
-        raise ConfigError(file, "capacity.gpu_control", f"must be a list of device node paths, got {value!r}")
-    return tuple(_node_path(path, f"capacity.gpu_control[{index}]", file) for index, path in enumerate(value))
-
-
-def _node_path(value: object, key: str, file: str) -> str:
-    path = _absolute_path(value, key, file)
-    if posixpath.normpath(path) != path:
-        raise ConfigError(file, key, f"must be a normalised absolute path like /dev/nvidia0, got {path!r}")
-    return path
 
 
 def _value(table: Mapping[str, object], name: str, where: str, file: str,

@@ -253,7 +253,7 @@ SHIPPED_UNIT = Path(__file__).resolve().parents[2] / "configs" / "governor.servi
 def test_the_daemons_unit_is_checked_for_what_gpus_on_cgroup_v2_need(tmp_path):
     # Issue 31, point 8: a unit without CAP_BPF restarted forever once capacity.gpus was set,
     # though check-config said OK.
-    from governor.cli.check_config import unit_warnings
+    from governor.cli.check_config_gpus import unit_warnings
 
     groups = '[groups.A]\nusers = ["root"]\n'
     gpus = parse_config('[capacity]\ngpus = ["/dev/nvidia0"]\n' + groups, "gpus.toml")
@@ -290,7 +290,7 @@ def test_the_daemons_unit_is_checked_for_what_gpus_on_cgroup_v2_need(tmp_path):
 def test_a_unit_with_cap_bpf_but_not_cap_sys_admin_is_warned_of(tmp_path):
     # Review of main, finding 1: the unit had CAP_BPF only, so the first device program loaded
     # but none could be replaced or taken off later (BPF_PROG_GET_FD_BY_ID needs CAP_SYS_ADMIN).
-    from governor.cli.check_config import unit_warnings
+    from governor.cli.check_config_gpus import unit_warnings
 
     gpus = parse_config('[capacity]\ngpus = ["/dev/nvidia0"]\n[groups.A]\nusers = ["root"]\n', "gpus.toml")
     unit = tmp_path / "governor.service"
