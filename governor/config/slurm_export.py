@@ -132,6 +132,9 @@ def slurm_accounting(config: Config, unix_members: Mapping[str, Sequence[str]]) 
         if rule.guarantee:
             notes.append(f"no Slurm equivalent: groups.{rule.name}.guarantee ({_amounts(rule.guarantee)}): "
                          "Slurm gives an account no floor (a reservation or a preempting QOS comes nearest)")
+    if any((Fraction(repr(rule.weight)) * factor).denominator != 1 for rule in groups):
+        notes.append(f"rounded: fairshare = weight x {float(factor):.6g}, rounded to whole shares "
+                     f"(the exact ratios need more than {MAX_FAIRSHARE:,})")
     notes.extend(_config_notes(config))
     return SlurmExport(tuple(commands), tuple(dict.fromkeys(notes)), factor)
 

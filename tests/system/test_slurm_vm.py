@@ -6,7 +6,6 @@ governed task, and the capacity governor divides while the job runs.
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -16,10 +15,13 @@ from test_systemd_vm import REPO, _run_in_vm, _skip_reason
 pytestmark = pytest.mark.systemd_vm
 
 EXTRA = "slurmd slurmctld munge slurmdbd mariadb-server"
+# ../shared is a link: the VM shares the directory it names, at that path.
+SHARED = (REPO.parent / "shared").resolve()
 TREE = REPO / "tests" / "system" / "slurm-tree.toml"
 OUT = REPO / "build" / "slurm-vm"
 BESIDE = re.compile(r"^slurm beside governor: job after governor restart (\S+), job after slurmd restart (\S+), "
-                    r"task after slurmd restart (\S+), slurm pids (\d+) moved (\d+)$")
+                    r"task after slurmd restart (\S+)$")
+PIDS = re.compile(r"^slurm pids: (\d+) seen, (\d+) moved, (\d+) of the job's outside its cgroup$")
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +29,8 @@ def lines() -> list[str]:
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
-    return _run_in_vm("./tests/system/slurm.sh", "--ro", str(REPO.parent / "shared"), env={"SYSVM_EXTRA": EXTRA})
+    return _run_in_vm("./tests/system/slurm.sh", "--ro", str(SHARED), "-e", f"SLURM_ONE_NODE={SHARED}/vm/slurm-one-node",
+                      env={"SYSVM_EXTRA": EXTRA})
 
 
 def _shares(lines: list[str]) -> tuple[dict[str, str], dict[str, int], dict[str, str]]:
@@ -65,19 +68,35 @@ def test_the_export_loaded_into_slurmdbd_is_the_config_tree(lines):
 
 
 def test_a_slurm_job_runs_beside_governed_work(lines):
-    """No Slurm pid is moved by governor; a restart of governor leaves the job running, a
-    restart of slurmd leaves governor's task running."""
+    """A restart of governor leaves the job running, a restart of slurmd leaves governor's task
+    running (in its cgroup, listed)."""
     [beside] = [m for m in map(BESIDE.match, lines) if m]
-    assert beside.groups()[:3] == ("running", "running", "running"), beside[0]
-    assert int(beside[4]) >= 4 and beside[5] == "0", beside[0]  # the daemons, slurmstepd, the job
+    assert beside.groups() == ("running", "running", "running"), beside[0]
+
+
+def test_no_slurm_pid_is_moved(lines):
+    """Every Slurm pid (slurmctld, slurmd, slurmdbd, slurmstepd, the job's) stays in its cgroup,
+    and the job's in the job's, though the job's user is governed (sessions on) and governor
+    restarts. Governor's sessions take a governed user's process from anywhere outside their
+    login slice until foreign tenants (issue 36.2) keep them off Slurm's scope."""
+    [pids] = [m for m in map(PIDS.match, lines) if m]
+    seen, moved, outside = map(int, pids.groups())
+    assert seen >= 5, pids[0]  # slurmctld, slurmd, slurmdbd, a slurmstepd, the job's shell and sleep
+    if (moved or outside) and "foreign" not in _status("during"):
+        pytest.xfail(f"needs foreign tenants (issue 36.2): {pids[0]}")
+    assert (moved, outside) == (0, 0), pids[0]
+
+
+def _status(when: str) -> dict:
+    """governor's ``status --json`` the script kept: before the job, during it, after it."""
+    return json.loads((OUT / f"status-{when}.json").read_text())
 
 
 def test_capacity_drops_by_the_job_while_it_runs(lines):
     """Issue 36.2 (foreign tenants, built apart): while the job runs, governor counts it under
     ``foreign`` and divides that much less; after it ends, all again. Skipped until ``status
     --json`` has ``foreign``."""
-    before, during, after = (json.loads((OUT / f"status-{when}.json").read_text())
-                             for when in ("before", "during", "after"))
+    before, during, after = map(_status, ("before", "during", "after"))
     if "foreign" not in during:
         pytest.skip('needs foreign tenants (issue 36.2): status --json has no "foreign"')
     held = [tenant["held"] for tenant in during["foreign"].values() if tenant["held"]]
