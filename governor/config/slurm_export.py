@@ -33,7 +33,8 @@ from governor.config.resources import format_amount
 from governor.errors import ConfigError
 
 MIB = 1024**2
-# Slurm's fairshare is a 32-bit count; factors past this say the weights need rounding.
+# The most shares a group is given: weights whose exact ratios need more (0.0013 beside 999.9)
+# are rounded, as finer ratios change no decision (Slurm's fairshare is a 32-bit count).
 MAX_FAIRSHARE = 1_000_000
 # Slurm's own top account: a group of that name would be the cluster's root.
 SLURM_ROOT = "root"
@@ -89,7 +90,7 @@ class SlurmExport:
             f"# Slurm accounting for the groups of {_comment(source)}, written by `governor export slurm`.",
             "# Run it where sacctmgr reaches the cluster's slurmdbd. Each line stands alone: run again after",
             "# a change, the adds say 'Nothing new added' and the modifies set the new values.",
-            f"# fairshare = weight x {self.fairshare_factor}",
+            f"# fairshare = weight x {float(self.fairshare_factor):.6g}",
         ]
         return "\n".join([*header, *self.commands, *(f"# {_comment(note)}" for note in self.notes)]) + "\n"
 
@@ -163,6 +164,8 @@ def _fairshare_factor(weights: Sequence[float]) -> Fraction:
     0.5 and 1 give 2), or where that would pass :data:`MAX_FAIRSHARE`, the one giving the
     largest weight that many shares (each then rounded)."""
     exact = [Fraction(repr(weight)) for weight in weights]
+    if not exact:  # only [groups."*"]: no account to weigh
+        return Fraction(1)
     factor = Fraction(math.lcm(*(weight.denominator for weight in exact)),
                       math.gcd(*(weight.numerator for weight in exact)))
     if max(exact) * factor > MAX_FAIRSHARE:

@@ -88,18 +88,19 @@ count_tasks() { [ "$($gov status --json | $py -c 'import json,sys; s=json.load(s
 cgroup_of() { cat "/proc/$1/cgroup" 2>/dev/null; }
 runuser -u alice -- "$gov" run --cpus 0.25 --memory 64M -- sleep 900 >>"$out/run.log" 2>&1 &
 wait_for 120 "the governed task" count_tasks 1 || die "$(cat "$out/run.log")"
-task_pid=$($gov status --json | $py -c 'import json,sys; print(json.load(sys.stdin)["groups"]["alice"]["tasks"][0]["pid"])')
+task_pid=$($gov status --json | $py -c 'import json,sys; print(*(t["pid"] for t in json.load(sys.stdin)["groups"]["alice"]["tasks"] if not t["session"]))')
 task_cg=$(cgroup_of "$task_pid")
 $gov status --json > "$out/status-before.json"
 
-job=$(runuser -u bob -- sbatch --parsable -c 1 --mem 200M --wrap 'sleep 900') || die "sbatch failed"
+# (in /tmp: bob may not write the shared checkout, and a job that cannot open its output ends)
+job=$(cd /tmp && runuser -u bob -- sbatch --parsable -c 1 --mem 200M -o /dev/null --wrap 'sleep 900') || die "sbatch failed"
 running() { [ "$(squeue -h -j "$job" -o %T)" = RUNNING ]; }
 wait_for 120 "job $job to run" running || die "job $job does not run: $(squeue -j "$job")"
 # slurm_cgroups: every Slurm pid (its daemons, slurmstepd, the job's processes: bob runs nothing
 # else) with its cgroup, sorted as join wants.
 slurm_cgroups() {
     { pgrep -f '^(/usr/sbin/)?slurm(ctld|d|dbd|stepd)'; pgrep -u bob; } | sort -u | while read -r pid; do
-        cg=$(cgroup_of "$pid") && echo "$pid $cg"
+        if cg=$(cgroup_of "$pid"); then echo "$pid $cg"; fi   # (a pid may end meanwhile)
     done
 }
 # outside_job: the job's processes (bob's) not in the job's own cgroup.
@@ -112,6 +113,7 @@ fi
 $gov status --json > "$out/status-during.json"
 slurm_cgroups > "$out/slurm-pids-start"
 outside_start=$(outside_job)
+running && pgrep -u bob -x sleep >/dev/null || die "job $job ended early: $(sacct -j "$job" -o State,ExitCode -n)"
 
 pid=$(systemctl show -p MainPID --value governor)
 systemctl restart governor || die "restart of governor failed"

@@ -91,6 +91,11 @@ def test_what_slurm_has_no_equivalent_for_is_said():
     assert script.startswith("#!/bin/sh\n") and all(f"# {note}" in script for note in export.notes)
 
 
+def test_a_config_of_everyone_alone_exports_no_account_and_says_why():
+    export = _export({"*": {"weight": 2}})
+    assert export.commands == () and any('[groups."*"]' in note for note in export.notes)
+
+
 @pytest.mark.parametrize(("name", "reason"), [("Physics", "upper case"), ("root", "Slurm's own top account")])
 def test_a_group_name_slurm_would_change_is_refused(name, reason):
     with pytest.raises(ConfigError, match=reason) as caught:
