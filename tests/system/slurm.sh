@@ -56,8 +56,10 @@ sacctmgr -i add cluster one >/dev/null || die "sacctmgr add cluster failed"
 systemctl restart slurmctld slurmd || die "Slurm did not restart with accounting"
 wait_for 120 "the node back up" sh -c "sinfo -h -o %T | grep -qE '^(idle|mixed|allocated)'" || die "node not up"
 
+echo "time: ${SECONDS}s"
 echo "== governor export slurm, loaded with sh"
 install_governor
+echo "time: ${SECONDS}s (governor installed)"
 $gov export slurm "$repo/tests/system/slurm-tree.toml" > "$out/accounts.sh" || die "governor export slurm failed"
 sh "$out/accounts.sh" > "$out/load.log" 2>&1 || fail "loading the export failed: $(tail -5 "$out/load.log")"
 # Loaded again (as after a change): its adds say "Nothing new added" (and exit 1), its modifies
@@ -66,6 +68,7 @@ sh "$out/accounts.sh" > "$out/reload.log" 2>&1 || true
 sshare -a -P -o Account,User,RawShares | sed 's/^/sshare|/'
 sacctmgr -n -P show assoc format=Account,ParentName,User,Fairshare,GrpTRES | sed 's/^/assoc|/'
 
+echo "time: ${SECONDS}s"
 echo "== governor beside an sbatch job: alice's governed task, bob's job, both users governed (sessions on)"
 mkdir -p /etc/governor
 cat > "$config" <<'EOF'
@@ -140,6 +143,7 @@ echo "slurm pids: $(wc -l < "$out/slurm-pids-start") seen, $(echo -n "$moved" | 
      "$(echo -n "$outside" | grep -c . || true) of the job's outside its cgroup"
 [ -z "$moved$outside" ] || { echo "moved: $moved"; echo "outside the job: $outside"; }
 
+echo "time: ${SECONDS}s"
 scancel "$job"
 wait_for 120 "job $job to end" sh -c "[ -z \"\$(squeue -h -j $job -o %T 2>/dev/null)\" ]" || fail "job $job did not end"
 if $gov status --json | $py -c 'import json,sys; sys.exit("foreign" not in json.load(sys.stdin))'; then
@@ -148,6 +152,7 @@ if $gov status --json | $py -c 'import json,sys; sys.exit("foreign" not in json.
 fi
 $gov status --json > "$out/status-after.json"
 
+echo "time: ${SECONDS}s"
 if [ "$failures" -gt 0 ]; then
     echo "FAILED: $failures check(s)"
     exit 1

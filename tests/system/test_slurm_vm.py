@@ -48,7 +48,8 @@ def _shares(lines: list[str]) -> tuple[dict[str, str], dict[str, int], dict[str,
         path[depth:] = [name]
         if depth:
             parents[name] = path[depth - 1]
-        shares[name] = int(raw)
+        if raw:  # (Slurm's root has none)
+            shares[name] = int(raw)
     return parents, shares, users
 
 
