@@ -145,7 +145,9 @@ echo "slurm pids: $(wc -l < "$out/slurm-pids-start") seen, $(echo -n "$moved" | 
 
 echo "time: ${SECONDS}s"
 scancel "$job"
-wait_for 120 "job $job to end" sh -c "[ -z \"\$(squeue -h -j $job -o %T 2>/dev/null)\" ]" || fail "job $job did not end"
+# (squeue -j lists an ended job too, until MinJobAge: ask for it running or completing)
+wait_for 120 "job $job to end" sh -c "[ -z \"\$(squeue -h -j $job -t running,completing -o %T)\" ]" \
+    || fail "job $job did not end"
 if $gov status --json | $py -c 'import json,sys; sys.exit("foreign" not in json.load(sys.stdin))'; then
     gone() { $gov status --json | $py -c 'import json,sys; sys.exit(any(f["held"] for f in json.load(sys.stdin)["foreign"].values()))'; }
     wait_for 60 "governor to see job $job end" gone || true
