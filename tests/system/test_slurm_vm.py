@@ -1,7 +1,10 @@
 """governor beside a real Slurm (issue 36, points 2 and 3): tests/system/slurm.sh in the systemd VM
 with Debian's slurmctld, slurmd, munge and slurmdbd on MariaDB (a variant image, built once and
-cached). One boot serves the three tests: the export loaded into slurmdbd, the job beside a
-governed task, and the capacity governor divides while the job runs.
+cached). One boot serves the four tests: the export loaded into slurmdbd, the job beside a
+governed task and sessions, no Slurm pid moved, and the capacity governor divides while the job
+runs. ~6 minutes under emulation, of which installing governor from the wheelhouse is ~2 and the
+cancelled job's end ~1.5 (Slurm waits on the job's processes governor moved; see
+test_no_slurm_pid_is_moved).
 """
 
 import json
