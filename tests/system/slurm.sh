@@ -145,9 +145,12 @@ echo "slurm pids: $(wc -l < "$out/slurm-pids-start") seen, $(echo -n "$moved" | 
 
 echo "time: ${SECONDS}s"
 scancel "$job"
+cancelled=$SECONDS
 # (squeue -j lists an ended job too, until MinJobAge: ask for it running or completing)
 wait_for 120 "job $job to end" sh -c "[ -z \"\$(squeue -h -j $job -t running,completing -o %T)\" ]" \
     || fail "job $job did not end"
+# Slurm ends what is in the job's cgroup: a process taken out of it would outlive the job.
+echo "job ended after $((SECONDS - cancelled))s: processes of its user left $(pgrep -u bob | wc -l)"
 if $gov status --json | $py -c 'import json,sys; sys.exit("foreign" not in json.load(sys.stdin))'; then
     gone() { $gov status --json | $py -c 'import json,sys; sys.exit(any(f["held"] for f in json.load(sys.stdin)["foreign"].values()))'; }
     wait_for 60 "governor to see job $job end" gone || true
