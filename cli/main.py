@@ -15,6 +15,7 @@ from governor.cli.admin import reload, set_weight
 from governor.cli.check_config import check_config
 from governor.cli.daemon_cmd import daemon
 from governor.cli.explain import explain
+from governor.cli.export import export
 from governor.cli.command_failure import Failure
 from governor.cli.failures import EXIT_INTERRUPTED
 from governor.cli.install_systemd import install_systemd
@@ -98,5 +99,6 @@ main.add_command(status)
 main.add_command(ps)
 main.add_command(stop)
 main.add_command(explain)
+main.add_command(export)
 main.add_command(top)
 main.add_command(man)

@@ -49,11 +49,13 @@ def _wheelhouse() -> None:
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "-w", str(wheels), str(source)], check=True)
 
 
-def _run_in_vm(script: str, *options: str) -> list[str]:
-    """Run ``script`` in one systemd VM boot, streaming its output; its lines, once it passed."""
+def _run_in_vm(script: str, *options: str, env: dict[str, str] | None = None) -> list[str]:
+    """Run ``script`` in one systemd VM boot, streaming its output; its lines, once it passed.
+    ``env`` adds to run-in-systemd-vm's environment (``SYSVM_EXTRA``: a variant image)."""
     _wheelhouse()
     proc = subprocess.Popen([str(VM), *options, "--timeout", "900", script], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **(env or {})})
     lines = []
     for line in proc.stdout:
         sys.stdout.write(line)
