@@ -109,8 +109,9 @@ slurm_cgroups() {
 # outside_job: the job's processes (bob's) not in the job's own cgroup.
 outside_job() { for pid in $(pgrep -u bob); do cgroup_of "$pid" | grep -q "/sysvm_slurmstepd.scope/job_$job/" || echo "$pid"; done; }
 # With foreign tenants (issue 36.2) governor sees the job: wait for it, then keep its status.
+# (The scope stays a tenant between jobs, holding zeros: a held amount, not the key, counts.)
 if $gov status --json | $py -c 'import json,sys; sys.exit("foreign" not in json.load(sys.stdin))'; then
-    held() { $gov status --json | $py -c 'import json,sys; sys.exit(not any(f["held"] for f in json.load(sys.stdin)["foreign"].values()))'; }
+    held() { $gov status --json | $py -c 'import json,sys; sys.exit(not any(any(f["held"].values()) for f in json.load(sys.stdin)["foreign"].values()))'; }
     wait_for 60 "governor to count job $job" held || true
 fi
 $gov status --json > "$out/status-during.json"
@@ -152,7 +153,7 @@ wait_for 120 "job $job to end" sh -c "[ -z \"\$(squeue -h -j $job -t running,com
 # Slurm ends what is in the job's cgroup: a process taken out of it would outlive the job.
 echo "job ended after $((SECONDS - cancelled))s: processes of its user left $(pgrep -u bob | wc -l)"
 if $gov status --json | $py -c 'import json,sys; sys.exit("foreign" not in json.load(sys.stdin))'; then
-    gone() { $gov status --json | $py -c 'import json,sys; sys.exit(any(f["held"] for f in json.load(sys.stdin)["foreign"].values()))'; }
+    gone() { $gov status --json | $py -c 'import json,sys; sys.exit(any(any(f["held"].values()) for f in json.load(sys.stdin)["foreign"].values()))'; }
     wait_for 60 "governor to see job $job end" gone || true
 fi
 $gov status --json > "$out/status-after.json"
