@@ -67,6 +67,7 @@ def _leave(leaving: SystemExit) -> None:
         sys.stderr.write(f"{code}\n")
         code = 1
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can be said
+        # A closed pipe: nothing more can be said; None: the fd was closed when governor started.
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
     os._exit(code or 0)
