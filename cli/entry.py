@@ -35,7 +35,7 @@ def main() -> None:
 
         parsed = plain(args[verbose + 1:])
         if parsed is not None:
-            from governor.cli.failures import report
+            from governor.cli.failures import EXIT_INTERRUPTED, report
             from governor.errors import GovernorError
 
             sys.stderr.reconfigure(errors="replace")
@@ -46,6 +46,9 @@ def main() -> None:
                 text, status = report(error, verbose=verbose)
                 sys.stderr.write(text + "\n")
                 sys.exit(status)
+            except KeyboardInterrupt:  # a Ctrl-C before the queue's own handling: as click's path says it
+                sys.stderr.write("\n")  # ends the terminal's "^C" line
+                _leave(SystemExit(EXIT_INTERRUPTED))
             except SystemExit as leaving:  # the command's end, its exit status ours
                 _leave(leaving)
     gc.enable()  # not a plain run: the commands collect as any program does
@@ -64,6 +67,7 @@ def _leave(leaving: SystemExit) -> None:
         sys.stderr.write(f"{code}\n")
         code = 1
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can be said
+        # A closed pipe: nothing more can be said; None: the fd was closed when governor started.
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
     os._exit(code or 0)

@@ -78,8 +78,8 @@ def parse_foreign(data: Mapping[str, object], file: str) -> ForeignRules:
 
     Raises:
         ConfigError: naming ``foreign.detect`` or ``foreign.paths[i]``: not a boolean; not an
-            array of strings; a path that is empty, the cgroup root itself, or has ``.``,
-            ``..`` or empty components (``//``).
+            array of strings; a path that is empty, the cgroup root itself, has ``.``,
+            ``..`` or empty components (``//``), or a ``**`` glob.
     """
     table = subtable(data, "foreign", None, file)
     no_unknown_keys(table, _KEYS, "foreign", file)
@@ -100,4 +100,8 @@ def _path(value: object, key: str, file: str) -> str:
     if path == "/" or any(part in ("", ".", "..") for part in parts) or "\0" in path:
         raise ConfigError(file, key, f"must be a cgroup path below the root like \"/batch.slice\" (no empty, "
                                      f"\".\" or \"..\" parts), got {value!r}")
+    # A glob matches one level: "**" (any depth, the root itself included) walks the whole tree
+    # every poll, or is no pattern pathlib takes at all ("a**").
+    if "**" in path:
+        raise ConfigError(file, key, f"a glob matches one level (*, ?, [...]): no \"**\", got {value!r}")
     return path

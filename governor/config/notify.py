@@ -25,6 +25,9 @@ __all__ = ["EVENTS", "NotifyRules", "notify_rules"]
 EVENTS = ("oom_kill", "time_limit", "memory_held", "queued", "group_at_limit", "gpu_drained")
 _KEYS = ("command", "timeout", "max_running", "queued_longer_than", "events", "user")
 _MAX_RUNNING = 64
+# The longest timeout or wait: a span past it is a typo (1e308 is not a wait), and a figure
+# this size still prints as a span (check-config) and fits the event loop's timers.
+_MAX_SECONDS = 30 * 86_400
 
 
 @dataclass(frozen=True)
@@ -34,9 +37,11 @@ class NotifyRules:
     Attributes:
         command: argv of the command (``command[0]`` an absolute path); () when notifications
             are off.
-        timeout_s: seconds one run may take before its process group is killed, > 0.
+        timeout_s: seconds one run may take before its process group is killed, > 0 and at
+            most 30 days.
         max_running: runs at once, at most (1 to 64).
-        queued_longer_than_s: seconds a task waits in the queue before ``queued`` is sent, > 0.
+        queued_longer_than_s: seconds a task waits in the queue before ``queued`` is sent, > 0
+            and at most 30 days.
         events: the kinds sent, a subset of :data:`EVENTS` in that order.
         user: the account the command runs as, or None for the daemon's own.
     """
@@ -55,10 +60,11 @@ def notify_rules(data: Mapping[str, object], file: str) -> NotifyRules:
     Raises:
         ConfigError: at ``notify.<key>``: an unknown key; no ``command`` in a ``[notify]``
             table; a command that is not a string or list of strings, does not split as a
-            shell would (an open quote), or whose program is not an absolute path; a
-            ``timeout`` or ``queued_longer_than`` not a positive number of seconds or a span
-            like ``"10m"``; ``max_running`` not a whole number from 1 to 64; ``events``
-            naming a kind not in :data:`EVENTS`, or none; ``user`` not a non-empty string.
+            shell would (an open quote), holds a NUL, or whose program is not an absolute
+            path; a ``timeout`` or ``queued_longer_than`` not a positive number of seconds or
+            a span like ``"10m"``, or over 30 days; ``max_running`` not a whole number from 1
+            to 64; ``events`` naming a kind not in :data:`EVENTS`, or none; ``user`` not a
+            non-empty string without NUL.
     """
     table = subtable(data, "notify", None, file)
     no_unknown_keys(table, _KEYS, "notify", file)
@@ -69,7 +75,7 @@ def notify_rules(data: Mapping[str, object], file: str) -> NotifyRules:
                                                   '"/usr/local/libexec/governor-notify"')
     defaults = NotifyRules()
     user = table.get("user", defaults.user)
-    if user is not None and (not isinstance(user, str) or not user):
+    if user is not None and (not isinstance(user, str) or not user or "\0" in user):
         raise ConfigError(file, "notify.user", f"must be a user name, got {user!r}")
     return NotifyRules(
         command=_command(table["command"], file),
@@ -92,6 +98,8 @@ def _command(value: object, file: str) -> tuple[str, ...]:
         argv = list(value)
     else:
         raise ConfigError(file, key, f"must be a string or a list of strings, got {type_name(value)}")
+    if any("\0" in word for word in argv):  # exec would refuse it at every event
+        raise ConfigError(file, key, f"must not hold a NUL character, got {value!r}")
     # Run with no shell and no search path: the daemon's PATH is not the admin's.
     if not argv or not argv[0].startswith("/"):
         raise ConfigError(file, key, f"must start with the program's absolute path, got {value!r}")
@@ -105,10 +113,14 @@ def _seconds(table: Mapping[str, object], name: str, file: str, default: float) 
     value = table[name]
     if isinstance(value, str):
         try:
-            return parse_duration(value)
+            seconds = parse_duration(value)
         except ValueError as error:
             raise ConfigError(file, key, str(error)) from None
-    return float(number(value, key, file, positive=True))
+    else:
+        seconds = float(number(value, key, file, positive=True))
+    if seconds > _MAX_SECONDS:
+        raise ConfigError(file, key, f"must be at most 30d ({_MAX_SECONDS} seconds), got {value!r}")
+    return seconds
 
 
 def _max_running(value: object, file: str) -> int:

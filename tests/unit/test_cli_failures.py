@@ -176,6 +176,19 @@ def test_130_interrupted(monkeypatch):
     assert code == 130 and "Traceback" not in err and "Aborted" not in err
 
 
+
+def test_130_interrupted_on_the_fast_path_before_the_queue():
+    # A Ctrl-C while governor run's launch loads its modules (after Python's handler is back)
+    # printed a KeyboardInterrupt traceback; click's path says nothing and exits 130.
+    code = ("import governor.cli.launch as launch\n"
+            "def interrupted(*args, **kwargs):\n    raise KeyboardInterrupt\n"
+            "launch.start = interrupted\n"
+            "from governor.cli.entry import main; main()")
+    result = subprocess.run([sys.executable, "-c", code, "run", "--", "true"], cwd=REPO, capture_output=True,
+                            text=True, timeout=30)
+    assert result.returncode == 130 and "Traceback" not in result.stderr, result.stderr
+
+
 # 126, 127 (run's command cannot be executed, is not found) and 130 in run's queue: tests/unit/test_client_cli.py.
 
 

@@ -39,6 +39,16 @@ def test_run_launches_the_commands_own_pid_and_keeps_its_exit_code(fake_daemon):
     assert result.stderr == ""  # it exited by itself: nothing to say
 
 
+def test_run_with_stdout_closed_keeps_the_commands_exit_code(fake_daemon):
+    # Python makes sys.stdout None for a closed fd 1, as cron or a daemon may leave it: the fast
+    # path's flush before os._exit raised AttributeError there (a traceback, exit 1).
+    result = subprocess.run([*GOVERNOR, "run", "--", "sh", "-c", "exit 3"], cwd=REPO, stderr=subprocess.PIPE,
+                            text=True, timeout=30, env={**os.environ, "GOVERNOR_SOCKET": fake_daemon.path},
+                            preexec_fn=lambda: os.close(1))
+    assert result.returncode == 3, result.stderr
+    assert fake_daemon.seen
+
+
 def test_run_exec_launches_its_own_pid_then_execs_with_the_commands_exit_code(fake_daemon):
     result, pid = governor("run", "--exec", "--group", "physics", "--cpus", "1.5", "--memory", "2G", "--io-read",
                            "100M", "--io-write", "1.5K", "--", "sh", "-c", "echo $$; exit 3", socket_path=fake_daemon.path)

@@ -52,6 +52,10 @@ def test_the_well_known_managers_are_looked_for_unless_detect_is_off():
     ('paths = ["/"]', "foreign.paths[0]", "below the root"),
     ('paths = ["/a//b"]', "foreign.paths[0]", "no empty"),
     ("path = []", "foreign.path", "allowed keys: detect, paths"),
+    # pathlib's glob raised ValueError at every poll (at the start: the daemon's end); a whole
+    # "**" made the cgroup root itself a tenant holding the host
+    ('paths = ["/lab/a**"]', "foreign.paths[0]", "**"),
+    ('paths = ["/**"]', "foreign.paths[0]", "**"),
 ])
 def test_a_bad_foreign_table_names_the_key_and_why(text, key, words):
     with pytest.raises(ConfigError) as caught:

@@ -14,9 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from governor.cli.main import main
-from governor.cli.manpages import pages
+from governor.cli.manpages import _KEY, pages
 
 COMMANDS = sorted(name for name, command in main.commands.items() if not command.hidden)
+EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "governor.toml"
 needs_man = pytest.mark.skipif(shutil.which("man") is None, reason="man (man-db) is not installed")
 
 
@@ -97,6 +98,15 @@ def test_the_config_page_documents_the_tables_and_keys(written):
     assert re.search(r"^       gpus +the GPUs governor hands out", tables, re.MULTILINE)  # a key, described
     assert '           # gpus = "auto"' in tables  # the example's lines, as in the file
     assert '           reserve = { cpu = 0.5, memory = "1G" }' in tables
+
+
+def test_no_continuation_line_of_the_config_reads_as_a_key():
+    # "… events wait (1,000 at / most: more are dropped …)" made a key "most" in governor.toml(5).
+    # Keys open at the comment's left or, nested, 3 spaces in; a description goes on deeper.
+    for number, line in enumerate(EXAMPLE_CONFIG.read_text().splitlines(), 1):
+        prose = line[1:].removeprefix(" ") if line.startswith("#") else ""
+        if len(prose) - len(prose.lstrip()) > 3:
+            assert not _KEY.fullmatch(prose.strip()), f"governor.toml:{number} reads as a key: {line}"
 
 
 def test_roff_is_escaped_and_verbatim_blocks_are_kept():

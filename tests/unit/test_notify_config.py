@@ -54,6 +54,12 @@ def test_a_full_table_becomes_exact_rules():
     ('command = "/bin/true"\nevents = ["oom_kill", "reboot"]', "notify.events[1]", "one of"),
     ('command = "/bin/true"\nuser = ""', "notify.user", "user name"),
     ('command = "/bin/true"\nshell = true', "notify.shell", "unknown key"),
+    # check-config showed a timeout of 1e308 s with a traceback (its milliseconds overflow)
+    ('command = "/bin/true"\ntimeout = 1e308', "notify.timeout", "at most 30d"),
+    ('command = "/bin/true"\nqueued_longer_than = "31d"', "notify.queued_longer_than", "at most 30d"),
+    # a NUL reached exec (ValueError in the runner) or getpwnam (a traceback in check-config)
+    ('command = ["/bin/tell", "a\\u0000b"]', "notify.command", "NUL"),
+    ('command = "/bin/true"\nuser = "ops\\u0000"', "notify.user", "user name"),
 ])
 def test_a_bad_table_names_its_key(table, key, words):
     with pytest.raises(ConfigError) as caught:
