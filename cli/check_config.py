@@ -281,7 +281,11 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
                   if config.memory_protection else "memory protection: off (enforcement.memory_protection = false)")
     if host is not None and host[2] == "v1" and config.memory_protection:
         protection = "memory protection: none on cgroup v1 (no memory.min or memory.low), admission only"
-    lines += [enforcement, together, protection]
+    looked_for = [pattern for pattern, _ in config.foreign.patterns()]
+    # Said, because a match shrinks the capacity and keeps its processes out of sessions.
+    foreign = (f"foreign tenants, never moved, what they hold taken off the capacity: {', '.join(looked_for)}"
+               if looked_for else "foreign tenants: none looked for (foreign.detect = false, no foreign.paths)")
+    lines += [enforcement, together, protection, foreign]
 
     from governor.host.access import configured_weights
 

@@ -59,6 +59,8 @@ def test_good_file_prints_a_summary(tmp_path):
         "enforcement: cpu cores (cpu.max + exclusive cpuset.cpus), memory hard cap (memory.max)",
         "  all governed memory together: at most the memory capacity (memory.max on governor's root)",
         "memory protection: memory.min = a group's guarantee, memory.low = what it reserved up to its floor",
+        "foreign tenants, never moved, what they hold taken off the capacity: /system.slice/*slurmstepd.scope, "
+        "/system.slice/*/*slurmstepd.scope, /kubepods.slice, /nomad.slice, /machine.slice",
         "groups:",
         "  physics: weight 2; users alice; unix groups physics",
         '  "*": weight 1; every user in no explicit group, a group of their own',
@@ -499,3 +501,12 @@ def test_a_notify_command_or_user_this_host_lacks_is_warned_of(tmp_path):
         "notify.user: 'no-such-user-here' is no user of this host: no notification would run"]
     assert notify_warnings(parse_config(groups + '[notify]\ncommand = "/bin/true"\nuser = "root"\n', "n.toml")) == []
     assert notify_warnings(parse_config(groups, "n.toml")) == []
+
+
+def test_the_summary_says_which_foreign_subtrees_are_looked_for():
+    from governor.cli.check_config import summary
+
+    listed = parse_config('[foreign]\ndetect = false\npaths = ["/batch.slice"]\n', "f.toml")
+    off = parse_config("[foreign]\ndetect = false\n", "off.toml")
+    assert "foreign tenants, never moved, what they hold taken off the capacity: /batch.slice" in summary(listed)
+    assert "foreign tenants: none looked for (foreign.detect = false, no foreign.paths)" in summary(off)
