@@ -506,7 +506,8 @@ def test_a_notify_command_or_user_this_host_lacks_is_warned_of(tmp_path):
 def test_the_summary_says_which_foreign_subtrees_are_looked_for():
     from governor.cli.check_config import summary
 
-    listed = parse_config('[foreign]\ndetect = false\npaths = ["/batch.slice"]\n', "f.toml")
-    off = parse_config("[foreign]\ndetect = false\n", "off.toml")
+    groups = '[groups.A]\nusers = ["alice"]\n'
+    listed = parse_config(groups + '[foreign]\ndetect = false\npaths = ["/batch.slice"]\n', "f.toml")
+    off = parse_config(groups + "[foreign]\ndetect = false\n", "off.toml")
     assert "foreign tenants, never moved, what they hold taken off the capacity: /batch.slice" in summary(listed)
     assert "foreign tenants: none looked for (foreign.detect = false, no foreign.paths)" in summary(off)
