@@ -83,7 +83,9 @@ class UnitProtection:
         """(On the loop) bring the units to the root's ``(memory.min, memory.low)`` in bytes,
         each rounded up to :data:`STEP_BYTES`, when that changed; without ``protect``
         (``memory_protection = false``), reset what governor set (systemd's default: none).
-        The call is made on the cgroup thread; a failure is told once and stops nothing."""
+        The call is made on the cgroup thread; a failure is told once and stops nothing, and is
+        retried only when the value next changes: a systemctl that hangs (5 s each) must not
+        hold up every later mkdir and move on that thread."""
         wanted = (_rounded(root[0]), _rounded(root[1])) if protect else None
         if wanted == self.asked:
             return
