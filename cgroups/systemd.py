@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from governor.cgroups.base import DriverBase
@@ -38,7 +38,7 @@ from governor.cgroups.limits import CgroupLimits
 from governor.cgroups.stats import CgroupStats
 from governor.cgroups.v2 import CgroupV2Driver
 
-__all__ = ["SliceDriver", "systemd_slices", "unit_properties"]
+__all__ = ["SliceDriver", "systemd_slices", "unit_properties", "units_above"]
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +174,21 @@ def systemd_slices(mode: str, mount: Path, *, booted: Path = Path("/run/systemd/
     if mode != "v2" or not booted.is_dir() or shutil.which("systemctl") is None:
         return None
     return SliceDriver(mount)
+
+
+def units_above(root: Path, mount: Path, own: Collection[str]) -> list[str]:
+    """The systemd units of ``own`` whose cgroups hold ``root``: its ancestors between ``mount``
+    (exclusive) and ``root`` (exclusive) named ``*.slice`` or ``*.service`` whose name is in
+    ``own``, as cgroups relative to ``mount``, outermost first
+    (``/sys/fs/cgroup/governor.slice/governor-tasks.service/governed`` →
+    ``["governor.slice", "governor.slice/governor-tasks.service"]``). Empty when ``root`` is not
+    below ``mount``. Pure: the path alone says it (systemd names a unit's cgroup after it)."""
+    try:
+        parts = Path(root).relative_to(mount).parts
+    except ValueError:
+        return []
+    return ["/".join(parts[:depth + 1]) for depth, name in enumerate(parts[:-1])
+            if name.endswith((".slice", ".service")) and name in own]
 
 
 def _systemctl(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:

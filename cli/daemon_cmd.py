@@ -43,6 +43,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
     from governor.cli.check_config import check_on_this_host
     from governor.cli.client import socket_path as resolve_socket
     from governor.cli.inputs import read_input
+    from governor.cli.systemd_files import OWN_UNITS
     from governor.config.load import default_config, parse_config
     from governor.daemon import Daemon
     from governor.host.daemons import DaemonEntry, Registry
@@ -86,7 +87,8 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
         server = Daemon(config, config_path or "<embedded default>", hierarchy, store,
                         host_cpus=sorted(os.sched_getaffinity(0)), host_memory=psutil.virtual_memory().total,
                         resolve_device=whole_disk, load_config=load if config_path else None, notifier=Notifier(),
-                        metrics=metrics, registry=registry, foreign_places=ForeignPlaces.of_host(hierarchy.mode))
+                        metrics=metrics, registry=registry, foreign_places=ForeignPlaces.of_host(hierarchy.mode),
+                        systemd_units=OWN_UNITS)
         try:
             asyncio.run(server.serve(socket))
         finally:

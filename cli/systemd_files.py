@@ -3,9 +3,14 @@ uninstalling removes (:mod:`governor.cli.install_systemd`, :mod:`governor.cli.un
 
 from __future__ import annotations
 
-__all__ = ["CONFIG", "MAN_DIR", "UNITS", "UNIT_DIR", "installed_man_pages"]
+__all__ = ["CONFIG", "MAN_DIR", "OWN_UNITS", "SLICE", "UNITS", "UNIT_DIR", "installed_man_pages"]
 
 UNITS = ("governor.service", "governor-tasks.service")
+# The slice governor-tasks.service names (Slice=): systemd makes it, no file is installed.
+SLICE = "governor.slice"
+# Every unit that is governor's own: the daemon sets properties on these (and no others) when
+# its root lies below them (governor.daemon.unit_protection).
+OWN_UNITS = (SLICE, *UNITS)
 UNIT_DIR = "etc/systemd/system"
 CONFIG = "etc/governor/governor.toml"
 # Where the man pages go (below --root), as a local install: in man-db's default search path.

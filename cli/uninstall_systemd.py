@@ -18,11 +18,10 @@ from pathlib import Path
 
 import click
 
-from governor.cli.systemd_files import CONFIG, MAN_DIR, UNIT_DIR, UNITS, installed_man_pages
+from governor.cli.systemd_files import CONFIG, MAN_DIR, SLICE, UNIT_DIR, UNITS, installed_man_pages
 
 RUNTIME = "run/governor"
 STATE = "run/governor/state"
-TASKS_SLICE = "governor.slice"
 
 
 def uninstall(root: Path, *, purge: bool, dry_run: bool, live: bool,
@@ -57,7 +56,7 @@ def uninstall(root: Path, *, purge: bool, dry_run: bool, live: bool,
         for uid in _login_sessions(root / STATE):
             _release_slice(uid, cgroup_mount, step)
         step("stopped governor-tasks.service and governor.slice: every task and session process in governor's "
-             "tree ended", ["systemctl", "stop", "governor-tasks.service", TASKS_SLICE], must=False)
+             "tree ended", ["systemctl", "stop", "governor-tasks.service", SLICE], must=False)
     for path in units:
         if path.exists():
             step(f"removed {path}")
@@ -91,9 +90,9 @@ def uninstall(root: Path, *, purge: bool, dry_run: bool, live: bool,
     elif config.exists():
         click.echo(f"kept {config} (--purge removes it)")
     if live and not dry_run:
-        left = cgroup_mount / TASKS_SLICE
+        left = cgroup_mount / SLICE
         if left.exists():
-            raise GovernorError(f"{left} is still there: systemctl stop {TASKS_SLICE} did not remove it")
+            raise GovernorError(f"{left} is still there: systemctl stop {SLICE} did not remove it")
         click.echo(f"nothing of governor is left in {cgroup_mount}")
 
 

@@ -13,6 +13,7 @@ from governor.cgroups.limits import CgroupLimits
 from governor.daemon.filling import fill
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
+from governor.daemon.unit_protection import UnitProtection
 from governor.errors import FillingDiverged
 from governor.core.plan import group_limits, held_login_limits, inside_root, root_limits
 from governor.core.protection import Protection, memory_protection
@@ -41,6 +42,8 @@ class Enforcement:
             last one did, ``{"at": unix s, "trigger", "message"}`` (its plan not made: the last
             good one stays in force), else None.
         refilled_at: ``time.perf_counter()`` when the last refill began.
+        units: the systemd units above governor's root whose memory protection follows the
+            root's (:class:`~governor.daemon.unit_protection.UnitProtection`), or None.
     """
 
     def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, journal: Journal, metrics=None):
@@ -54,6 +57,7 @@ class Enforcement:
         self.filling: dict = {"at": None, "trigger": "start", "duration_ms": 0.0, "files_written": 0,
                               "failures": 0, "error": None}
         self.refilled_at = 0.0
+        self.units: UnitProtection | None = None
         self._guarantees: dict[str, CgroupLimits] = {}  # the last plan, whose weights a refill keeps where it can
         self._full_due = False  # a full refill diverged: the next one that succeeds plans the caps too
 
@@ -117,6 +121,8 @@ class Enforcement:
             planned[login.cgroup] = (held_login_limits(caps, login.demand.get("cpu", 0.0), fractions.get(login.group, 0.0))
                                      if self.cpu_saturated else caps)
         report = self.hierarchy.apply_plan(planned)
+        if self.units is not None:
+            self.units.follow(root, config.memory_protection)
         for error in report.errors:
             if self.metrics:
                 self.metrics.write_error()

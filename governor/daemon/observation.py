@@ -277,6 +277,7 @@ class Observation:
                     "io_sharing": dict(policy.io_sharing), "cpu_saturated": enforcement.cpu_saturated,
                     "settle_generation": self.inbox.generation,
                     **({"gpu_guard": self.gpu_guard()} if policy.gpus is not None else {}),
+                    **({"unit_protection": enforcement.units.in_force} if enforcement.units is not None else {}),
                     **({"notify": self.journal.alerts.counts()}
                        if policy.config.notify.command and self.journal.alerts is not None else {})},
             capacity=policy.capacity, allocation=enforcement.allocation, tasks=self.tasks,

@@ -13,7 +13,7 @@ import inspect
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator
 
 import psutil
 
@@ -40,6 +40,7 @@ from governor.daemon.sessions import RESCAN_INTERVAL_S, Sessions
 from governor.daemon.settle import Settle
 from governor.daemon.starts import Starts
 from governor.daemon.tree import Tree
+from governor.daemon.unit_protection import UnitProtection
 from governor.daemon.waiting import Queue
 from governor.host.alerts import Alerts
 from governor.host.daemons import DaemonEntry, Registry
@@ -93,6 +94,8 @@ class Daemon:
             (:func:`governor.host.nvml.discover`; tests pass a fake).
         foreign_places: where foreign subtrees are looked for (:mod:`governor.daemon.foreign`);
             None (a fake hierarchy): none is.
+        systemd_units: the names of governor's own systemd units (``governor.cli.systemd_files``):
+            those above the root get its memory protection (:mod:`governor.daemon.unit_protection`).
 
     Raises:
         GovernorError: the config cannot be put in force here (:class:`~governor.daemon.policy.Policy`).
@@ -109,7 +112,8 @@ class Daemon:
                  load_config: Callable[[], Config] | None = None, metrics=None, notifier: Notifier | None = None,
                  uid_min: int | None = None, host_pids: Callable[[], Iterable[int]] = psutil.pids,
                  registry: Registry | None = None, members: Callable[[Config], dict[str, list[str]]] | None = None,
-                 find_gpus: Callable[..., GpuInventory] = discover, foreign_places: ForeignPlaces | None = None):
+                 find_gpus: Callable[..., GpuInventory] = discover, foreign_places: ForeignPlaces | None = None,
+                 systemd_units: Collection[str] = ()):
         self.hierarchy = hierarchy
         self.store = store
         self.registry = registry
@@ -138,6 +142,7 @@ class Daemon:
         self.foreign = Foreign(places=foreign_places, own_root=hierarchy.proc_root, policy=self.policy, inbox=self.inbox,
                                journal=self.journal)
         self.tree = Tree(hierarchy, read_before_removal=self.fair_share.removed, foreign=self.foreign.holds)
+        self.enforcement.units = UnitProtection.of(hierarchy, systemd_units, self.tree.run, self.journal)
         usage: dict[str, dict[str, float]] = {}  # measured by observation, counted by settle's admission
         self.handover = Handover(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, inbox=self.inbox,
                                  journal=self.journal)

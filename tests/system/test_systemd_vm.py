@@ -110,3 +110,22 @@ def test_login_sessions_are_governed_in_their_logind_slices():
     for case in ("systemctl restart governor: burners killed 0", "kill -9 MainPID: burners killed 0",
                  "logout: the login session ended", "uninstall: alice's slice limits max 100000 max max"):
         assert case in lines, f"no line {case!r}"
+
+
+PROTECTION = re.compile(r"^protection: governor\.slice MemoryMin (\d+) MemoryLow (\d+), governor-tasks\.service "
+                        r"MemoryMin (\d+) MemoryLow (\d+), governor\.slice/memory\.min (\d+), governed/memory\.min (\d+)")
+
+
+def test_memory_protection_reaches_through_governors_units():
+    """tests/system/protection.sh (issue 35.1): a group's guarantee.memory is the memory.min of
+    governor's root and of the systemd units above it (which bound it), set by the daemon
+    through systemd; memory_protection = false resets the units."""
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    lines = _run_in_vm("./tests/system/protection.sh")
+    [found] = [m for m in map(PROTECTION.match, lines) if m]
+    guarantee = 256 << 20
+    assert all(int(value) >= guarantee for value in found.groups()), found[0]
+    assert any(line.startswith("protection off: governor.slice MemoryMin 0 ") for line in lines)
+    assert "OK: all checks passed" in lines
