@@ -38,11 +38,12 @@ async def _until(condition, timeout: float = 30.0) -> None:
 def test_a_flood_runs_at_most_max_running_at_once_blocks_nothing_and_counts_what_it_drops(tmp_path, monkeypatch):
     # Each run appends "+" as it starts and "-" before it exits: O_APPEND keeps the lines in the
     # order the kernel took them, so the running count at every line is a lower bound of the
-    # processes alive then; the runner's own count of workers is checked beside it.
-    monkeypatch.setattr(alerts, "PENDING_KEPT", 30)
+    # processes alive then; the runner's own count of workers is checked beside it. Each run
+    # lasts 0.3 s, so that on a loaded host the third still starts before the first ends.
+    monkeypatch.setattr(alerts, "PENDING_KEPT", 15)
     log = tmp_path / "runs"
     script = tmp_path / "record"
-    script.write_text(f"#!/bin/sh\necho + >> {log}\ncat > /dev/null\nsleep 0.1\necho - >> {log}\n")
+    script.write_text(f"#!/bin/sh\necho + >> {log}\ncat > /dev/null\nsleep 0.3\necho - >> {log}\n")
     script.chmod(0o755)
     rules = NotifyRules(command=(str(script),), max_running=3)
 
