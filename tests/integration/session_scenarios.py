@@ -126,7 +126,7 @@ def plain_processes_are_governed_and_share_by_drf(tmp_path) -> None:
     users = SessionUsers()
     shared = Path(tempfile.mkdtemp(prefix="gov-sessions-"))
     shared.chmod(0o755)  # bob's governor run must reach the socket
-    alice, bob = users.uid["gov-alice"], users.uid["gov-bob"]
+    alice = users.uid["gov-alice"]
     before = subprocess.Popen(["runuser", "-u", "gov-alice", "--", "sleep", "599"], stderr=subprocess.DEVNULL)
     wait_for(lambda: processes_of(alice), "alice's process started before the daemon")
     cpu = 1.5 * SCALE

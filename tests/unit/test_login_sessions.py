@@ -4,7 +4,6 @@ kernel are in tests/system/sessions.sh (run-in-systemd-vm --full)."""
 
 import math
 import shutil
-import subprocess
 
 import pytest
 
@@ -19,22 +18,9 @@ from governor.core.state import Task
 from governor.core.usage import Sample
 from support.daemons import GIB, on_loop
 from support.sessions import CONFIG, USER, session_daemon
+from support.systemctl import Systemctl
 
 pytestmark = pytest.mark.daemon(make=session_daemon)  # the `daemon` fixture: sessions on
-
-
-class Systemctl:
-    """Records each systemctl command line; ``refuse`` makes it fail as systemctl does."""
-
-    def __init__(self):
-        self.calls: list[list[str]] = []
-        self.refuse = False
-
-    def __call__(self, argv):
-        self.calls.append(list(argv))
-        if self.refuse:
-            return subprocess.CompletedProcess(argv, 1, "", "Failed to set unit properties on x: Access denied\n")
-        return subprocess.CompletedProcess(argv, 0, "", "")
 
 
 def make_slice(mount, uid: int, pids: dict[str, list[int]], populated: bool = True):

@@ -1,7 +1,6 @@
 """The memory protection of governor's systemd units follows its root's (issue 35): which
 units, the rounding, when systemctl is called, the reset when protection is turned off."""
 
-import subprocess
 from pathlib import Path
 
 from governor.cgroups.systemd import SliceDriver, units_above
@@ -11,6 +10,7 @@ from governor.daemon.journal import Journal
 from governor.daemon.unit_protection import STEP_BYTES, UnitProtection
 from governor.wire.protocol import Peer, ReloadRequest
 from support.daemons import GIB, launch, make_daemon, on_loop
+from support.systemctl import Systemctl
 
 MIB = 1 << 20
 MOUNT = Path("/sys/fs/cgroup")
@@ -25,24 +25,6 @@ guarantee = { memory = "1G" }
 [sessions]
 enabled = false
 """
-
-
-class Systemctl:
-    """Records each command line; ``refuse`` makes it fail as systemctl does."""
-
-    def __init__(self):
-        self.calls: list[list[str]] = []
-        self.refuse = False
-
-    def __call__(self, argv):
-        self.calls.append(list(argv))
-        if self.refuse:
-            return subprocess.CompletedProcess(argv, 1, "", "Failed to set unit properties: Access denied\n")
-        return subprocess.CompletedProcess(argv, 0, "", "")
-
-    def properties(self) -> list[tuple[str, ...]]:
-        """Per call: the unit, then its assignments."""
-        return [tuple(call[4:]) for call in self.calls]
 
 
 def at_once(work, then):
