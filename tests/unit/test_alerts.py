@@ -87,7 +87,9 @@ def test_a_flood_runs_at_most_max_running_at_once_blocks_nothing_and_counts_what
     assert result["done"] == alerts.PENDING_KEPT and result["failed"] == 0
     assert result["dropped"] == FLOOD - alerts.PENDING_KEPT
     assert most == 3 and result["running_seen"] <= 3  # reached, never passed
-    assert result["busiest_s"] < 0.05  # starting and reaping 30 processes never held the loop
+    # Starting and reaping the runs never held the loop: 5 ms of CPU a turn here, 78 ms in the
+    # emulated VM (15x slower); a runner doing its work on the loop would take far more.
+    assert result["busiest_s"] < 0.25
     assert result["pending"] == 0 and result["running"] == 0
 
 
@@ -109,8 +111,19 @@ def test_a_run_past_its_timeout_is_killed_with_its_whole_process_group(tmp_path)
     shell, child = map(int, pids.read_text().split())
     print(f"\nnotify timeout 0.5 s: killed after {seconds:.2f} s")
     assert 0.5 <= seconds < 5.0 and runner.done == 0
-    for pid in (shell, child):
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    # The group was sent SIGKILL; the shell's child, reparented, may take a moment to die
+    # (seconds in the emulated VM): wait for that fact, not a set time.
+    deadline = time.monotonic() + 30
+    while not all(_ended(pid) for pid in (shell, child)):
+        assert time.monotonic() < deadline, f"the command's processes {shell} {child} outlived its SIGKILL"
+        time.sleep(0.01)
+
+
+def _ended(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="running the command as another user needs root")

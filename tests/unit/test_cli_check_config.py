@@ -167,7 +167,8 @@ def test_the_daemons_start_checks_run_against_this_host(tmp_path):
 def test_names_this_host_does_not_know_are_warned_about(tmp_path):
     path = tmp_path / "g.toml"
     path.write_text('[groups.lab]\nusers = ["root", "no-such-user-x"]\nunix_groups = ["no-such-group-x"]\n'
-                    '[daemon]\nadmin_group = "no-such-admins-x"\n[sessions]\nexempt = ["nobody-x"]\n')
+                    '[daemon]\nadmin_group = "no-such-admins-x"\n[sessions]\nexempt = ["nobody-x"]\n'
+                    'memory = "64M"\n')  # (a session demand that fits any host: only the names warn)
     result = run(str(path))
     assert result.exit_code == 0, result.output
     warnings = result.stderr.splitlines()
