@@ -71,9 +71,9 @@ class Launches:
         """
         if request.pid != peer.pid:
             raise RequestError("forbidden", f"a client may launch only its own pid ({peer.pid}), not {request.pid}")
-        who = access.identify(peer.uid, peer.gid)
+        who = self.policy.identities.identify(peer.uid, peer.gid)
         config = self.policy.config
-        group = access.launch_group(config, who, request.group)
+        group = access.launch_group(config, who, request.group, self.policy.allowed_groups(who))
         demand = access.task_demand(config, self.policy.host_capacity, request.demand)
         check_within_quotas(config, group, demand)
         check_beside_headroom(config, self.policy.host_capacity, group, demand)

@@ -32,6 +32,8 @@ log = logging.getLogger("governor.daemon")
 # Distinct (demand, GPUs held) whose caps are kept (tasks that declare the same and hold the
 # same GPUs share one object).
 TASK_CAPS_KEPT = 1024
+# Distinct callers (user, Unix groups) whose allowed groups are kept.
+ALLOWED_KEPT = 4096
 
 
 class Policy:
@@ -125,6 +127,7 @@ class Policy:
         self.gpus = gpus
         self.weights: dict[str, float] = {}
         self.owners = SessionOwners(config, self.uid_min)
+        self.identities = access.Identities()  # the callers, as the user database names them
         self.members = self.find_members(config) if members is None else members  # group → its users today
         self._explicit = {rule.name for rule in config.groups}
         memory_mode = config.memory_mode()
@@ -138,6 +141,10 @@ class Policy:
             return replace(limits, devices_denied=denied) if denied else limits
 
         self._task_caps = functools.lru_cache(maxsize=TASK_CAPS_KEPT)(caps)
+        # A launch asks for its caller's groups: a scan of every group of the config (twice a
+        # launch, 10,000 groups on a large host), the same answer while this config is in force.
+        self._allowed = functools.lru_cache(maxsize=ALLOWED_KEPT)(
+            lambda user, groups: tuple(config.allowed_groups(user, groups)))
         for warning in (config.soft_memory_warning(self.hierarchy.memory_high_throttles),
                         config.unprotected_memory_warning(self.hierarchy.mode)):
             if warning:
@@ -160,6 +167,7 @@ class Policy:
                 looked up here.
         """
         self.owners.forget()
+        self.identities.forget()
         self.members = self.find_members(self.config) if members is None else members
 
     def caps(self, task: Task) -> CgroupLimits:
@@ -169,6 +177,11 @@ class Policy:
         systemd's, which has no deny list; the guard on the login slices' parent denies them
         (DESIGN.md §3)."""
         return self._task_caps(tuple(task.demand.items()), None if task.is_login else tuple(task.gpus))
+
+    def allowed_groups(self, who: access.Identity) -> tuple[str, ...]:
+        """The groups ``who`` may launch into under the config in force, the default one first
+        (:meth:`Config.allowed_groups <governor.config.load.Config.allowed_groups>`)."""
+        return self._allowed(who.user, who.groups)
 
     def weight(self, group: str) -> float:
         """``group``'s weight: set-weight's, else the config's, else 1."""

@@ -113,18 +113,19 @@ class Requests:
         return ExplainReply(self.explain())
 
     async def _ps(self, request: PsRequest, peer: Peer) -> PsReply:
-        return PsReply(**self.ps(request, access.identify(peer.uid, peer.gid)))
+        return PsReply(**self.ps(request, self.policy.identities.identify(peer.uid, peer.gid)))
 
     async def _stop(self, request: StopRequest, peer: Peer) -> StopReply:
-        return StopReply(tuple((await self.stop(request.tasks, access.identify(peer.uid, peer.gid)))["stopped"]))
+        who = self.policy.identities.identify(peer.uid, peer.gid)
+        return StopReply(tuple((await self.stop(request.tasks, who))["stopped"]))
 
     async def _reload(self, request: ReloadRequest, peer: Peer) -> ReloadReply:
-        who = access.identify(peer.uid, peer.gid)
+        who = self.policy.identities.identify(peer.uid, peer.gid)
         access.require_admin(self.policy.config, who, "reload")
         return ReloadReply(await self.reload_off_loop(f"reload by {who.user}"))
 
     async def _set_weight(self, request: SetWeightRequest, peer: Peer) -> SetWeightReply:
-        who = access.identify(peer.uid, peer.gid)
+        who = self.policy.identities.identify(peer.uid, peer.gid)
         access.require_admin(self.policy.config, who, "set-weight")
         return SetWeightReply(**self.set_weight(request.group, request.weight, who.user))
 

@@ -10,14 +10,19 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from governor.config import resources
 from governor.config.load import Config, group_name_problem
 from governor.config.resource_values import MIN_TASK_MEMORY
 from governor.errors import RequestError
 from governor.config.resources import format_amount
+
+
+# Callers kept by Identities at most (distinct uid and gid pairs): one per user in practice.
+MAX_IDENTITIES_KEPT = 100_000
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,53 @@ def identify(uid: int, gid: int) -> Identity:
         except KeyError:
             names.append(str(number))
     return Identity(uid, user, tuple(names))
+
+
+class Identities:
+    """:func:`identify` with a memory, for the launch path: a lookup reads and parses the user
+    and group databases (every group a user is in, one by one), on every launch. A caller is
+    looked up again once ``files`` (``/etc/passwd``, ``/etc/group``) change (size, inode or
+    modification time), and after :meth:`forget` (a directory service's users change with no
+    file: the daemon's periodic rescan forgets). A uid the databases do not know is not kept.
+
+    Args:
+        files: the databases whose change means users or groups changed.
+    """
+
+    def __init__(self, files: Sequence[Path] = (Path("/etc/passwd"), Path("/etc/group"))) -> None:
+        self.files = tuple(files)
+        self._known: dict[tuple[int, int], Identity] = {}
+        self._seen: tuple = ()  # the files' (size, inode, mtime) when _known was filled
+
+    def identify(self, uid: int, gid: int) -> Identity:
+        """:func:`identify`, kept while the databases stay as they were.
+
+        Raises:
+            RequestError: ``unavailable``, as :func:`identify`.
+        """
+        seen = tuple(_signature(path) for path in self.files)
+        if seen != self._seen:
+            self._known.clear()
+            self._seen = seen
+        known = self._known.get((uid, gid))
+        if known is None:
+            known = identify(uid, gid)
+            if known.user != str(uid) and len(self._known) < MAX_IDENTITIES_KEPT:
+                self._known[uid, gid] = known
+        return known
+
+    def forget(self) -> None:
+        """Look every caller up again from now on."""
+        self._known.clear()
+
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    """What tells that file ``path`` changed: its size, inode and mtime (ns); None if it is not there."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_size, stat.st_ino, stat.st_mtime_ns
 
 
 def _check_descriptors() -> None:
@@ -104,21 +156,22 @@ def require_admin(config: Config, who: Identity, operation: str) -> None:
     raise RequestError("forbidden", f"{operation} is for {admins}; user {who.user} is not")
 
 
-def launch_group(config: Config, who: Identity, requested: str | None) -> str:
+def launch_group(config: Config, who: Identity, requested: str | None, allowed: Sequence[str] | None = None) -> str:
     """The group a launch goes into: the one asked for if ``who`` may use it, else their default.
 
-    Root may name any configured group or any host user's own group.
+    Root may name any configured group or any host user's own group. ``allowed``: the groups
+    ``who`` may use (``config.allowed_groups``) where the caller knows them already.
 
     Raises:
         RequestError: ``forbidden`` (not the caller's group, or no group at all), ``not_found``
             (a group the config does not have, for anyone: a typo is bad input, exit 2).
     """
-    allowed = config.allowed_groups(who.user, who.groups)
+    if allowed is None:
+        allowed = config.allowed_groups(who.user, who.groups)
     if requested is None:
-        group = config.group_for(who.user, who.groups)
-        if group is None:
+        if not allowed:  # (the default is the first: Config.group_for)
             raise RequestError("forbidden", f"user {who.user} belongs to no governed group")
-        return group
+        return allowed[0]
     if requested in allowed or (who.uid == 0 and known_group(config, requested)):
         return requested
     if not known_group(config, requested):
