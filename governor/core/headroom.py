@@ -20,9 +20,22 @@ from governor.config.tomlcheck import join_key
 from governor.config.resources import format_amount
 
 
-def guarantees(config: Config) -> list[Guarantee]:
+# The last config asked about and its guarantees: every launch and every settle asks, a scan of
+# every group (10,000 on a large host) whose answer changes only with the config.
+_last: tuple[Config | None, tuple[Guarantee, ...]] = (None, ())
+
+
+def guarantees(config: Config) -> tuple[Guarantee, ...]:
     """Every group's guarantee of the admitted resources, which admission keeps as headroom:
-    one :class:`~governor.core.admission.Guarantee` per group guaranteed some of one, with its subtree."""
+    one :class:`~governor.core.admission.Guarantee` per group guaranteed some of one, with its
+    subtree (worked out once per config)."""
+    global _last
+    if _last[0] is not config:
+        _last = (config, tuple(_guarantees(config)))
+    return _last[1]
+
+
+def _guarantees(config: Config) -> list[Guarantee]:
     counted = {entry.name for entry in resources.admitted()}
     found = []
     for rule in config.groups:

@@ -1,15 +1,18 @@
-"""The launch path's memory of its callers (issue 37): a caller is looked up in the user
-database once while that database stays as it is, and again once it changed, after the
-periodic rescan, and under a new config."""
+"""What the launch path keeps of its lookups (issue 37), and when it looks again: a caller in
+the user database (until the database changes, or the periodic rescan), the groups a caller
+may use and the guarantees kept as headroom (until another config is in force)."""
 
 from __future__ import annotations
 
 import asyncio
 import pwd
 
+import pytest
+
 from support.daemons import CONFIG, GIB, launch, make_daemon
 
 from governor.config.load import parse_config
+from governor.errors import RequestError
 from governor.host import access
 
 
@@ -69,3 +72,12 @@ def test_a_launch_goes_to_the_default_group_of_the_config_in_force(tmp_path):
     moved = CONFIG.replace('[groups.A]\nusers = ["root"]', '[groups.A]\nusers = ["nobody"]')
     daemon.requests.use(parse_config(moved, "test.toml"), {})  # root in B alone now
     assert launch(daemon, 4243, memory=GIB)["group"] == "B"
+
+
+def test_the_guarantees_kept_as_headroom_are_those_of_the_config_in_force(tmp_path):
+    guaranteed = CONFIG.replace('[groups.B]\nusers = ["root"]', '[groups.B]\nusers = ["root"]\nguarantee = { memory = "1G" }')
+    daemon = make_daemon(tmp_path, guaranteed)
+    with pytest.raises(RequestError, match="headroom"):  # 3.5G of 4G beside B's 1G: never
+        launch(daemon, 4242, group="A", memory=3.5 * GIB)
+    daemon.requests.use(parse_config(CONFIG, "test.toml"), {})  # B guarantees nothing now
+    assert launch(daemon, 4243, group="A", memory=3.5 * GIB)["group"] == "A"
