@@ -330,9 +330,10 @@ class Config:
         """Group → the group it nests under, for the groups that have a parent."""
         return {rule.name: rule.parent for rule in self.groups if rule.parent is not None}
 
-    @property
+    @cached_property
     def nested(self) -> bool:
-        """Whether any group has a parent or a quota (the allocation is then H-DRF)."""
+        """Whether any group has a parent or a quota (the allocation is then H-DRF); asked at
+        every refill, worked out once (a scan of every group)."""
         return any(rule.parent or rule.guarantee or rule.limit for rule in self.groups)
 
     def ancestors(self, group: str) -> list[str]:
