@@ -17,10 +17,15 @@ from daemon_harness import GOVERNOR, MIB, Governor
 
 from governor.cgroups.files import read_file
 
-# A's working set, inside its 512M guarantee; B's allocation, past what the 2G VM has free
-# beside it, the daemon and the test (about 1.25G), within B's 1.5G admitted.
+# A's working set, inside its 512M guarantee. B is admitted 1.75G and writes what the VM has
+# available once A is resident plus OVERSHOOT_MIB (at most 32M under its cap, so that only the
+# host's reclaim runs, not its cgroup's; at most 256M short of the swap free): in a fresh VM
+# MemAvailable is about 1.4G and B writes 1.7G; after a suite's earlier tests less is
+# available (the VM's root file system is in RAM), and B writes less, so that the host still
+# holds B, and A stays pressed.
 WORKING_SET_MIB = 320
-PRESSING_MIB = 1536
+PRESSING_MIB = 1792
+OVERSHOOT_MIB = 320
 PAGE = 4096
 # Each task writes every page of its buffer (nonzero: no page can stay the shared zero page)
 # and says so in a file; given a second file name, it then sleeps in the kernel until SIGUSR1
@@ -43,7 +48,7 @@ WORKER = ("import os, signal, sys, time\n"
 CONFIG = """
 [capacity]
 cpu = 2
-memory = "2G"
+memory = "2304M"
 [groups.A]
 users = ["root"]
 guarantee = { memory = "512M" }
@@ -53,11 +58,11 @@ users = ["root"]
 
 
 def guaranteed_working_set_stays_resident(tmp_path: Path, swap_disk: str) -> None:
-    """A holds 320M (its guarantee 512M) and sleeps; B then writes 1.5G, admitted (the capacity
-    is the VM's 2G, no reserve), past what the host has free. With the protection A's working
-    set stays in memory (memory.min 512M) and B reclaims its own use above its memory.low (its
-    reservation up to its floor, 1G), so B stalls, not A; after a reload with
-    ``memory_protection = false`` the same run swaps A out."""
+    """A holds 320M (its guarantee 512M) and sleeps; B, admitted 1.75G (the capacity, 2.25G, is
+    more than the VM's 2G, so that B can be), then writes 320M past what the host has
+    available. With the protection A's working set stays in memory (memory.min 512M) and B
+    reclaims its own use above its memory.low (its reservation up to its floor, 1.125G), so B
+    stalls, not A; after a reload with ``memory_protection = false`` the same run swaps A out."""
     subprocess.run(["mkswap", "-f", swap_disk], check=True, capture_output=True)
     subprocess.run(["swapon", swap_disk], check=True)
     gov = Governor(tmp_path, CONFIG)
@@ -73,8 +78,8 @@ def guaranteed_working_set_stays_resident(tmp_path: Path, swap_disk: str) -> Non
         assert unprotected["memory.min"] == {"": "0", "A": "0"}  # the reload took it off
         for name, run in (("protected", protected), ("unprotected", unprotected)):
             print(f"\n{name}: A swapped {run['swapped'] / MIB:.1f}M of {WORKING_SET_MIB}M, "
-                  f"{run['major_faults']} major faults reading it back in {run['read_s']} s (B wrote its "
-                  f"{PRESSING_MIB}M in {run['pressed_s']:.0f} s); "
+                  f"{run['major_faults']} major faults reading it back in {run['read_s']} s (B wrote "
+                  f"{run['writes']}M, {run['available']}M available, in {run['pressed_s']:.0f} s); "
                   f"memory.pressure some: A {run['pressure_A'] / 1e6:.2f} s, B {run['pressure_B'] / 1e6:.2f} s",
                   end="")
         print()
@@ -102,11 +107,13 @@ def _press(gov: Governor, scratch: Path) -> dict[str, float]:
     protection = {rel: gov.limit_file(rel, "memory.min").strip() for rel in ("", "A")}
     gov.wait(lambda: gov.status()["groups"]["A"]["limits"].get("memory.min", "0") == protection["A"],
              f"status to show A's memory.min {protection['A']}", timeout=30)
+    available, swap_free = _meminfo("MemAvailable") // MIB, _meminfo("SwapFree") // MIB
+    writes = min(PRESSING_MIB - 32, available + min(OVERSHOOT_MIB, swap_free - 256))
     started = time.monotonic()
-    b = gov.run("B", [sys.executable, "-c", WORKER, str(PRESSING_MIB), str(scratch / "B")],
+    b = gov.run("B", [sys.executable, "-c", WORKER, str(writes), str(scratch / "B")],
                 cpus=1, memory=f"{PRESSING_MIB}M")
     gov.wait(lambda: (scratch / "B").exists() or b.poll() is not None, "B's allocation", timeout=300)
-    assert a.poll() is None and b.poll() is None, "a task was killed"
+    assert a.poll() is None and b.poll() is None, _ended(gov, {"A": a, "B": b})
     swapped = int(read_file(gov.driver.path("A"), "memory.swap.current"))
     pressed_s = time.monotonic() - started
     a.send_signal(signal.SIGUSR1)
@@ -114,12 +121,36 @@ def _press(gov: Governor, scratch: Path) -> dict[str, float]:
     return {"swapped": swapped, "major_faults": _stat(gov, "A", "pgmajfault") - faults,
             "read_s": (scratch / "go").read_text(),
             "pressure_A": _stall(gov, "A") - stalled, "pressure_B": _stall(gov, "B"), "memory.min": protection,
-            "pressed_s": pressed_s}
+            "pressed_s": pressed_s, "available": available, "writes": writes}
+
+
+def _ended(gov: Governor, tasks: dict[str, subprocess.Popen]) -> str:
+    """Why a task ended: its exit, what `governor run` printed, the groups' memory.events and
+    the kernel's OOM lines."""
+    lines = []
+    for group, proc in tasks.items():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            lines.append(f"{group}'s task ended, exit {proc.returncode}: {err.strip()[-400:]}")
+        events = read_file(gov.driver.path(group), "memory.events").split()
+        lines.append(f"{group} memory.events {dict(zip(events[::2], events[1::2]))}")
+    kernel = subprocess.run(["dmesg"], capture_output=True, text=True).stdout.splitlines()
+    lines += [line for line in kernel if "oom" in line.lower() or "killed process" in line.lower()][-12:]
+    return "\n".join(lines)
 
 
 def _end(gov: Governor) -> None:
     gov.stop_tasks([task for task in gov.tasks if task.poll() is None])
     gov.wait(lambda: not gov.busy_groups(), "the tasks' exits")
+
+
+def _meminfo(key: str) -> int:
+    """``key``'s value in /proc/meminfo, bytes."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        name, value = line.split(":")
+        if name == key:
+            return int(value.split()[0]) * 1024
+    raise AssertionError(f"no {key} in /proc/meminfo")
 
 
 def _stat(gov: Governor, group: str, key: str) -> int:

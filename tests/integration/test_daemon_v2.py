@@ -72,5 +72,5 @@ def test_stop_ends_a_tasks_whole_tree_with_cgroup_kill(tmp_path):
 def test_memory_protection_keeps_a_guaranteed_working_set_resident(tmp_path):
     disks = os.environ.get("VMLAB_DISK_DEVS", "").split()
     if len(disks) < 2:
-        pytest.skip('no swap disk (VMLAB_DISKS="64 512" gives the VM /dev/vdb)')
+        pytest.skip('no swap disk (VMLAB_DISKS="64 1024" gives the VM /dev/vdb)')
     protection_scenarios.guaranteed_working_set_stays_resident(tmp_path, disks[1])
