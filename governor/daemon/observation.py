@@ -95,7 +95,7 @@ class Observation:
         self._turns: dict[str, int] = {}  # periodic work done in turn → where it starts next
         self._status: tuple[int, dict] | None = None  # the status reply built at that version
         self._status_tasks: dict[str, tuple] = {}  # its task entries, kept while unchanged
-        self._status_json: dict[int, tuple[dict, str]] = {}  # and their JSON, once encoded
+        self._status_checked: dict[int, dict] = {}  # and those its encoding checked
         self._sampler = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sampler")
         self._forgotten: set[str] | None = None  # cgroups forgotten while the sampler reads
         self._group_at: dict[str, str] = {}  # a group's cgroup → the group, as last sampled
@@ -289,7 +289,7 @@ class Observation:
             reserved=reserved(self.tasks, self.usage), gpus=gpu_entries(policy.gpus, self.tasks.gpu_holders(), self.tasks),
             no_psi=self.hierarchy.no_psi, host_capacity=policy.host_capacity, foreign=self.foreign(),
         )
-        self._status = (self.journal.version, StatusReply(status, self._status_json))
+        self._status = (self.journal.version, StatusReply(status, self._status_checked))
         return self._status[1]
 
 

@@ -37,6 +37,11 @@ WRITE_TIMEOUT_S = 30.0
 IN_FLIGHT_PER_UID = 8 << 20
 # How often a reply waiting for its uid's budget looks again.
 _BUDGET_POLL_S = 0.05
+# A reply is handed to its connection's transport this much at a time, the next part once the
+# client read the last: asyncio (before Python 3.12) copies what the socket does not take at
+# once into a buffer of the connection's own, so 50 `watch` streams of a 5 MB status held
+# 50 copies (daemon RSS 96-140 MiB after them, 63-69 before).
+WRITE_CHUNK = 256 << 10
 # Connections the kernel queues before they are accepted (asyncio's default; a storm of 1,000
 # clients connecting at once retries the rest).
 LISTEN_BACKLOG = 100
@@ -89,6 +94,7 @@ class ControlServer:
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._streams: set[asyncio.Task] = set()
         self._encoded: tuple[object, bytes] | None = None  # the last reply and its line
+        self._unsent: dict[asyncio.StreamWriter, int] = {}  # bytes of a reply not yet handed over
 
     async def start(self, *, serving: bool = True) -> None:
         """Bind and listen; returns once clients can connect. Without ``serving`` their
@@ -259,21 +265,30 @@ class ControlServer:
         """Send one reply line once its uid's replies not yet read leave room for it
         (:data:`IN_FLIGHT_PER_UID`; a reply alone may exceed it); a client that does not read
         it within ``write_timeout_s`` is cut off (StalledClient), so a reader that stopped
-        holds at most one reply, and one uid's readers that stopped at most the budget."""
+        holds at most one reply, and one uid's readers that stopped at most the budget. The
+        line goes :data:`WRITE_CHUNK` bytes at a time, each once the client read the last:
+        every watcher is sent the same bytes, none a copy of its own."""
+        view = memoryview(reply)
         try:
             async with asyncio.timeout(self.write_timeout_s):
                 uid = self._uid_of.get(writer)
                 while uid is not None and 0 < (held := self._in_flight(uid)) and held + len(reply) > IN_FLIGHT_PER_UID:
                     await asyncio.sleep(_BUDGET_POLL_S)
-                writer.write(reply)
-                await writer.drain()
+                for start in range(0, len(reply), WRITE_CHUNK):
+                    self._unsent[writer] = max(0, len(reply) - start - WRITE_CHUNK)
+                    writer.write(view[start:start + WRITE_CHUNK])
+                    await writer.drain()
         except asyncio.TimeoutError:
             logger.warning("closing a control connection whose client has not read for %g s", self.write_timeout_s)
             raise StalledClient(f"the client did not read for {self.write_timeout_s:g} s") from None
+        finally:
+            self._unsent.pop(writer, None)
 
     def _in_flight(self, uid: int) -> int:
-        """Bytes of replies to ``uid``'s connections that their clients have not read yet."""
-        return sum(writer.transport.get_write_buffer_size() for writer in self._writers.get(uid, ()))
+        """Bytes of replies to ``uid``'s connections that their clients have not read yet
+        (in their transports' buffers, or still to be handed to them)."""
+        return sum(writer.transport.get_write_buffer_size() + self._unsent.get(writer, 0)
+                   for writer in self._writers.get(uid, ()))
 
     async def _answer(self, line: bytes, peer: Peer, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> bool:

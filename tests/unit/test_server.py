@@ -22,7 +22,8 @@ from support.waits import until
 
 from governor.errors import ControlSocketError, RequestError
 from governor.wire.protocol import MAX_LINE_BYTES, Peer, SetWeightRequest, StatusRequest
-from governor.wire.server import ControlServer
+from governor.wire.server import WRITE_CHUNK, ControlServer
+from governor.wire.status import StatusReply
 from support.wire_fakes import handlers_of
 
 
@@ -500,6 +501,43 @@ def test_a_client_that_stops_reading_is_cut_off_and_others_are_served(tmp_path, 
         open_now, [answer] = asyncio.run(scenario())
     assert open_now == 0 and answer["ok"]
     assert "has not read for 0.3 s" in caplog.text
+
+
+def test_watchers_of_one_big_status_are_sent_its_bytes_without_a_copy_each(tmp_path, monkeypatch):
+    # Issue 37: asyncio copied what the socket did not take at once of a 5 MB status into the
+    # buffer of each watcher's connection: 50 watchers held 50 copies.
+    import governor.wire.server as server_module
+
+    monkeypatch.setattr(server_module, "IN_FLIGHT_PER_UID", 64 << 20)  # all eight under way at once
+    path = tmp_path / "s.sock"
+    reply = StatusReply({"groups": {}, "text": "x" * (4 << 20)}, {})
+    line = reply.encoded()
+
+    async def watch(request, peer):
+        yield reply
+        await asyncio.Event().wait()
+
+    async def scenario():
+        async with running(FakeHandler(), path) as server:
+            server.handlers = {**server.handlers, "watch": watch}
+            clients = []
+            for _ in range(8):
+                reader, writer = await asyncio.open_unix_connection(str(path), limit=8 << 20)
+                writer.write(b'{"op": "watch", "interval": 1}\n')
+                clients.append((reader, writer))
+            await until(lambda: server._in_flight(os.getuid()) > 8 * (len(line) - (1 << 20)),
+                        "every watcher's status under way, none read")
+            held = [writer.transport.get_write_buffer_size() for writer in server._connections.values()]
+            lines = [await reader.readline() for reader, _ in clients]
+            for _, writer in clients:
+                writer.close()
+            return held, lines
+
+    held, lines = asyncio.run(scenario())
+    # Each holds a part at most, beside what was left of the last (below asyncio's high-water
+    # mark, 64 KiB): ~3.8 MiB each before.
+    assert len(held) == 8 and max(held) <= WRITE_CHUNK + (64 << 10)
+    assert lines == [line] * 8
 
 
 def test_one_uids_unread_replies_stay_within_its_budget(tmp_path, monkeypatch):

@@ -32,15 +32,52 @@ def test_the_joined_line_decodes_to_what_ok_encodes_with_entries_kept_or_not(sta
             if group["tasks"] else []} for name, group in status["groups"].items()}}
 
 
-def test_a_task_entry_kept_from_the_last_status_is_not_encoded_again():
-    kept = {}
+# The same values without floats: orjson spells a float such as 1e-05 as 0.00001 (the same
+# number), and nothing else otherwise.
+NO_FLOAT = st.recursive(st.none() | st.booleans() | st.integers(-(2**70), 2**70) | TEXT,
+                        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+                        max_leaves=6)
+
+
+@given(st.dictionaries(TEXT.filter(lambda k: k != "groups"), NO_FLOAT, max_size=3),
+       st.dictionaries(TEXT, st.dictionaries(TEXT.filter(lambda k: k != "tasks"), NO_FLOAT, max_size=3).flatmap(
+           lambda rest: st.lists(st.dictionaries(TEXT, NO_FLOAT, max_size=4), max_size=3).map(
+               lambda t: {**rest, "tasks": t})), max_size=3))
+def test_without_floats_the_line_is_what_ok_writes_byte_for_byte(rest, groups):
+    status = {**rest, "groups": groups}  # integers beyond 64 bits and lone surrogates among them
+    assert StatusReply(status, {}).encoded() == ok({"status": status})
+
+
+@given(STATUS)
+def test_the_line_decodes_to_the_same_types_and_order_as_what_ok_writes(status):
+    # What `governor status --json` prints (json.dumps of the decoded reply) is then the same.
+    assert json.dumps(json.loads(StatusReply(status, {}).encoded())) == json.dumps(json.loads(ok({"status": status})))
+
+
+def test_a_task_entry_checked_for_the_last_status_is_kept_and_what_left_it_is_dropped():
+    checked = {}
     same, changed = {"id": "1"}, {"id": "2"}
-    StatusReply({"groups": {"A": {"tasks": [same, changed]}}}, kept).encoded()
-    text = kept[id(same)][1]
+    StatusReply({"groups": {"A": {"tasks": [same, changed]}}}, checked).encoded()
+    assert checked == {id(same): same, id(changed): changed}
     again = {"id": "2", "usage": {"cpu": 0.5}}
-    line = StatusReply({"groups": {"A": {"tasks": [same, again]}}}, kept).encoded()
-    assert kept[id(same)][1] is text and id(changed) not in kept  # what left the status is dropped
+    line = StatusReply({"groups": {"A": {"tasks": [same, again]}}}, checked).encoded()
+    assert checked == {id(same): same, id(again): again}
     assert json.loads(line)["status"]["groups"]["A"]["tasks"] == [same, again]
+    with pytest.raises(ValueError):  # a new entry is looked at, beside those kept
+        StatusReply({"groups": {"A": {"tasks": [same, {"id": "3", "usage": {"cpu": float("inf")}}]}}}, checked).encoded()
+    assert checked == {id(same): same, id(again): again}  # a refused status checked nothing
+
+
+@pytest.mark.parametrize("status", [
+    {"fair_level": float("nan"), "groups": {}},
+    {"groups": {"A": {"usage": {"cpu": float("-inf")}, "tasks": []}}},
+    {"groups": {"A": {"tasks": [{"demand": [1.0, (float("nan"),)]}]}}},
+])
+def test_nan_and_infinity_anywhere_are_refused_as_ok_refuses_them(status):
+    with pytest.raises(ValueError):
+        ok({"status": status})
+    with pytest.raises(ValueError):
+        StatusReply(status, {}).encoded()
 
 
 def test_nan_is_refused_as_ok_refuses_it():
