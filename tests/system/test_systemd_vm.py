@@ -2,7 +2,7 @@
 sessions.sh in ../shared/vm/run-in-systemd-vm.
 
 One VM boot (Debian bookworm, systemd 252, cgroup v2, logind: --full) runs the three scripts one
-after the other: ~8 minutes under emulation, plus ~100 s the first time to build the image. A
+after the other: ~6 minutes under emulation on an idle host, plus ~100 s the first time to build the image. A
 boot and governor's install cost ~2.5 minutes under the emulated CPU, so the scripts share them
 (each ends with `install-systemd --uninstall --purge`, and reads only its own journal). governor
 is installed in the VM from a wheelhouse built here (build/vm-wheelhouse) into /opt/governor, as
