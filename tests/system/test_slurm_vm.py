@@ -31,7 +31,7 @@ def lines() -> list[str]:
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
-    return _run_in_vm("./tests/system/slurm.sh", "--ro", str(SHARED), "-e", f"SLURM_ONE_NODE={SHARED}/vm/slurm-one-node",
+    return _run_in_vm(["./tests/system/slurm.sh"], "--ro", str(SHARED), "-e", f"SLURM_ONE_NODE={SHARED}/vm/slurm-one-node",
                       env={"SYSVM_EXTRA": EXTRA})
 
 

@@ -1,11 +1,16 @@
-"""governor's systemd units under a real systemd: tests/system/run.sh in ../shared/vm/run-in-systemd-vm.
+"""governor's systemd units under a real systemd: tests/system/run.sh, protection.sh and
+sessions.sh in ../shared/vm/run-in-systemd-vm.
 
-One VM boot (Debian bookworm, systemd 252, cgroup v2) runs the whole script: ~3 minutes under
-emulation, plus ~100 s the first time to build the image. governor is installed in the VM from
-a wheelhouse built here (build/vm-wheelhouse) into /opt/governor, as a sysadmin would. The script prints one line per case;
-this test streams its output and requires every case to have killed no task.
+One VM boot (Debian bookworm, systemd 252, cgroup v2, logind: --full) runs the three scripts one
+after the other: ~6 minutes under emulation on an idle host, plus ~100 s the first time to build the image. A
+boot and governor's install cost ~2.5 minutes under the emulated CPU, so the scripts share them
+(each ends with `install-systemd --uninstall --purge`, and reads only its own journal). governor
+is installed in the VM from a wheelhouse built here (build/vm-wheelhouse) into /opt/governor, as
+a sysadmin would. Each script prints one line per case; each test reads its own script's lines
+and requires it to have passed.
 """
 
+import functools
 import os
 import re
 import shutil
@@ -37,10 +42,12 @@ def _skip_reason() -> str | None:
     return None
 
 
+@functools.cache
 def _wheelhouse() -> None:
     """Wheels of governor and its dependencies in build/vm-wheelhouse, built with the README's
     command (``pip wheel -w wheelhouse ./``); the VM, which has no network, installs governor
-    from them alone with the README's other line (tests/system/lib.sh: install_governor)."""
+    from them alone with the README's other line (tests/system/lib.sh: install_governor). Built
+    once per session: every boot installs the same checkout."""
     wheels = REPO / "build" / "vm-wheelhouse"
     shutil.rmtree(wheels, ignore_errors=True)
     with tempfile.TemporaryDirectory() as scratch:  # a copy without build/ (test_wheel_install)
@@ -49,26 +56,60 @@ def _wheelhouse() -> None:
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "-w", str(wheels), str(source)], check=True)
 
 
-def _run_in_vm(script: str, *options: str, env: dict[str, str] | None = None) -> list[str]:
-    """Run ``script`` in one systemd VM boot, streaming its output; its lines, once it passed.
-    ``env`` adds to run-in-systemd-vm's environment (``SYSVM_EXTRA``: a variant image)."""
+def _run_in_vm(command: list[str], *options: str, env: dict[str, str] | None = None, timeout_s: int = 900) -> list[str]:
+    """Run ``command`` in one systemd VM boot, streaming its output; its lines, once it exited 0.
+    ``options`` are run-in-systemd-vm's; ``env`` adds to its environment (``SYSVM_EXTRA``: a
+    variant image); past ``timeout_s`` seconds the VM is killed."""
     _wheelhouse()
-    proc = subprocess.Popen([str(VM), *options, "--timeout", "900", script], cwd=REPO,
+    proc = subprocess.Popen([str(VM), *options, "--timeout", str(timeout_s), *command], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, **(env or {})})
     lines = []
     for line in proc.stdout:
         sys.stdout.write(line)
         lines.append(line.rstrip("\n"))
-    assert proc.wait() == 0, f"{script} in the systemd VM exited {proc.returncode}"
+    assert proc.wait() == 0, f"{command} in the systemd VM exited {proc.returncode}"
     return lines
 
 
-def test_tasks_survive_restart_kill_reload_and_stop():
+SCRIPTS = ("./tests/system/run.sh", "./tests/system/protection.sh", "./tests/system/sessions.sh")
+# Runs each script in turn, framed by "### SCRIPT" and "### SCRIPT exited N": one failing does
+# not keep the next from running.
+EACH = 'for script; do echo "### $script"; "$script"; echo "### $script exited $?"; done'
+FRAME = re.compile(r"^### (\S+)(?: exited (\d+))?$")
+
+
+@pytest.fixture(scope="module")
+def outputs() -> dict[str, tuple[int | None, list[str]]]:
+    """SCRIPTS run in one boot with logind (--full, for sessions.sh): script → (its exit
+    status, None if it never ended; its lines)."""
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
-    lines = _run_in_vm("./tests/system/run.sh")
+    lines = _run_in_vm(["bash", "-c", EACH, "each", *SCRIPTS], "--full", timeout_s=1800)
+    output, status, script = {}, {}, None
+    for line in lines:
+        frame = FRAME.match(line)
+        if frame and frame[2] is None:
+            script = frame[1]
+            output[script] = []
+        elif frame:
+            status[frame[1]], script = int(frame[2]), None
+        elif script:
+            output[script].append(line)
+    return {script: (status.get(script), lines) for script, lines in output.items()}
+
+
+def _passed(outputs: dict[str, tuple[int | None, list[str]]], script: str) -> list[str]:
+    """The lines of ``script``, once it ran and exited 0."""
+    assert script in outputs, f"{script} did not run"
+    status, lines = outputs[script]
+    assert status == 0, f"{script} in the systemd VM exited {status}"
+    return lines
+
+
+def test_tasks_survive_restart_kill_reload_and_stop(outputs):
+    lines = _passed(outputs, "./tests/system/run.sh")
     cases = {m[1]: (int(m[2]), int(m[3]), int(m[4])) for m in map(LINE.match, lines) if m}
     for case in CASES:
         assert case in cases, f"no line for case {case!r}"
@@ -89,16 +130,13 @@ def test_tasks_survive_restart_kill_reload_and_stop():
 SPLIT = re.compile(r"^split: alice ([0-9.]+) bob ([0-9.]+) drf ([0-9.]+)$")
 
 
-def test_login_sessions_are_governed_in_their_logind_slices():
+def test_login_sessions_are_governed_in_their_logind_slices(outputs):
     """tests/system/sessions.sh with logind (--full): alice's `su -l` shell burner, governed in
     her user slice through systemd, and bob's `governor run` burner split by DRF; loginctl keeps
     listing her processes; daemon-reload, restart and kill -9 change nothing, and the daemon is
     back within 30 s after each though a user holds its old lock paths, then governs bob's new
     login."""
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
-    lines = _run_in_vm("./tests/system/sessions.sh", "--full")
+    lines = _passed(outputs, "./tests/system/sessions.sh")
     [split] = [m for m in map(SPLIT.match, lines) if m]
     alice, bob, drf = map(float, split.groups())
     assert abs(alice - drf) <= 0.05 * drf + 0.01 and abs(bob - drf) <= 0.05 * drf + 0.01, split[0]
@@ -116,14 +154,11 @@ PROTECTION = re.compile(r"^protection: governor\.slice MemoryMin (\d+) MemoryLow
                         r"MemoryMin (\d+) MemoryLow (\d+), governor\.slice/memory\.min (\d+), governed/memory\.min (\d+)")
 
 
-def test_memory_protection_reaches_through_governors_units():
+def test_memory_protection_reaches_through_governors_units(outputs):
     """tests/system/protection.sh (issue 35.1): a group's guarantee.memory is the memory.min of
     governor's root and of the systemd units above it (which bound it), set by the daemon
     through systemd; memory_protection = false resets the units."""
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
-    lines = _run_in_vm("./tests/system/protection.sh")
+    lines = _passed(outputs, "./tests/system/protection.sh")
     [found] = [m for m in map(PROTECTION.match, lines) if m]
     guarantee = 256 << 20
     assert all(int(value) >= guarantee for value in found.groups()), found[0]
