@@ -125,16 +125,14 @@ class Daemon:
         self._signal_reloads: set[asyncio.Task] = set()  # SIGHUP's reloads under way (the loop keeps weak refs)
         self.tasks = Tasks()
         self.queue = Queue()
-        # [notify]'s runner reads the config in force at each event (a reload changes it).
-        self.alerts = Alerts(lambda: self.policy.config.notify, changed=lambda: self.journal.changed())
-        self.journal = Journal(metrics, alerts=self.alerts)
         self.policy = Policy(config, config_source, hierarchy=hierarchy, host_cpus=host_cpus,
                              host_memory=host_memory, resolve_device=resolve_device,
                              uid_min=login_uid_min() if uid_min is None else uid_min, members=members,
                              registry=registry, entry=self._entry, find_gpus=find_gpus)
+        # [notify]'s runner reads the config in force at each event (a reload changes it).
+        self.alerts = Alerts(lambda: self.policy.config.notify, changed=lambda: self.journal.changed())
+        self.journal = Journal(metrics, alerts=self.alerts)
         self.records = Records(store, self.tasks, self.journal)
-        self.enforcement = Enforcement(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks,
-                                       journal=self.journal, metrics=metrics)
         # The stages put their events in the inbox, built first; settle, built after them, reads it.
         self.inbox = Inbox()
         self.fair_share = FairShareStage(directory=store.directory, policy=self.policy, tasks=self.tasks,
@@ -142,14 +140,15 @@ class Daemon:
         self.foreign = Foreign(places=foreign_places, own_root=hierarchy.proc_root, policy=self.policy, inbox=self.inbox,
                                journal=self.journal)
         self.tree = Tree(hierarchy, read_before_removal=self.fair_share.removed, foreign=self.foreign.holds)
-        self.enforcement.units = UnitProtection.of(hierarchy, systemd_units, self.tree.run, self.journal)
-        usage: dict[str, dict[str, float]] = {}  # measured by observation, counted by settle's admission
+        self.enforcement = Enforcement(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks,
+                                       journal=self.journal, metrics=metrics,
+                                       units=UnitProtection.of(hierarchy, systemd_units, self.tree.run, self.journal))
         self.handover = Handover(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, inbox=self.inbox,
                                  journal=self.journal)
         self.gpu_guard = GpuGuard(hierarchy=hierarchy, policy=self.policy, journal=self.journal, registry=registry)
         self.observation = Observation(hierarchy=hierarchy, tasks=self.tasks, policy=self.policy,
                                        enforcement=self.enforcement, queue=self.queue, inbox=self.inbox,
-                                       journal=self.journal, gpu_guard=self.gpu_guard.describe, usage=usage,
+                                       journal=self.journal, gpu_guard=self.gpu_guard.describe, usage={},
                                        fair_share=self.fair_share,
                                        notices=Notices(tasks=self.tasks, queue=self.queue, policy=self.policy,
                                                        journal=self.journal),
@@ -161,7 +160,8 @@ class Daemon:
                              queue=self.queue, records=self.records, journal=self.journal, follow=self.exits.follow,
                              metrics=metrics)
         self.settle = Settle(policy=self.policy, tasks=self.tasks, queue=self.queue, starts=self.starts,
-                             enforcement=self.enforcement, journal=self.journal, notifier=self.notifier, usage=usage,
+                             enforcement=self.enforcement, journal=self.journal, notifier=self.notifier,
+                             usage=self.observation.usage,  # measured by observation, counted by admission
                              inbox=self.inbox, drain_gpus=self.handover.drain)
         self.sessions = Sessions(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                                  records=self.records, inbox=self.inbox, enforcement=self.enforcement,
