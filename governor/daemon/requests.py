@@ -262,7 +262,7 @@ class Requests:
                        task_stalls={group: {t.id: stalls(self.observation.usage.get(t.cgroup, {})) for t in tasks}
                                     for group, tasks in self.tasks.groups().items()},
                        psi=psi_entry(self.observation.hierarchy.no_psi),
-                       host_capacity=self.policy.host_capacity, foreign=self.observation.foreign())
+                       host_capacity=self.policy.host_capacity, foreign=self.observation.tenants())
 
     def use(self, config: Config, members: dict[str, list[str]] | None = None) -> None:
         """Put ``config`` in force (:meth:`Policy.use <governor.daemon.policy.Policy.use>`;

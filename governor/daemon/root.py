@@ -130,7 +130,7 @@ class Daemon:
                              uid_min=login_uid_min() if uid_min is None else uid_min, members=members,
                              registry=registry, entry=self._entry, find_gpus=find_gpus)
         # [notify]'s runner reads the config in force at each event (a reload changes it).
-        self.alerts = Alerts(lambda: self.policy.config.notify, changed=lambda: self.journal.changed())
+        self.alerts = Alerts(lambda: self.policy.config.notify)
         self.journal = Journal(metrics, alerts=self.alerts)
         self.records = Records(store, self.tasks, self.journal)
         # The stages put their events in the inbox, built first; settle, built after them, reads it.
@@ -152,7 +152,7 @@ class Daemon:
                                        fair_share=self.fair_share,
                                        notices=Notices(tasks=self.tasks, queue=self.queue, policy=self.policy,
                                                        journal=self.journal),
-                                       foreign=lambda: self.foreign.tenants)
+                                       foreign=self.foreign)
         self.exits = Exits(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                            records=self.records, inbox=self.inbox, observation=self.observation,
                            journal=self.journal)
