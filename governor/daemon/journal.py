@@ -62,7 +62,7 @@ class Journal:
     def alert(self, kind: str, message: str, *, task: Task | None = None, group: str | None = None,
               details: Mapping[str, object] | None = None) -> None:
         """Tell the ``[notify]`` command of an event a person should hear about, if it asks for
-        ``kind`` (:data:`governor.config.notify.EVENTS`); the document is
+        ``kind`` (:data:`governor.config.notify_rules.EVENTS`); the document is
         :func:`governor.wire.notice.notice`'s. Returns at once: the command runs later. Logs nothing
         (the caller logs its event as it does any other)."""
         if self.alerts is not None and self.alerts.wants(kind):

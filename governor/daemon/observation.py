@@ -27,7 +27,7 @@ from governor.cgroups.stats import CgroupStats
 from governor.daemon import inbox
 from governor.daemon.enforcement import Enforcement
 from governor.daemon.fairshare_history import FairShareStage
-from governor.daemon.foreign import Foreign
+from governor.daemon.foreign_poll import Foreign
 from governor.daemon.journal import Journal
 from governor.daemon.notices import Notices
 from governor.daemon.policy import Policy
@@ -36,7 +36,7 @@ from governor.errors import CgroupError
 from governor.core.gpus import GpuInventory, GpuUse
 from governor.config.kinds import task_in
 from governor.core.cpu_saturation import SATURATION, cpu_saturated
-from governor.core.foreign import Tenant
+from governor.core.foreign_capacity import Tenant
 from governor.host.nvml import sample_use
 from governor.core.queue import queue_view
 from governor.core.state import Task, Tasks
@@ -64,7 +64,7 @@ class Observation:
             (``[fairshare]``), if any.
         notices: told each task's counters with its previous ones, and of each sample, for the
             ``[notify]`` events found there (:class:`~governor.daemon.notices.Notices`), if any.
-        foreign: the foreign tenants, whose :attr:`~governor.daemon.foreign.Foreign.tenants`
+        foreign: the foreign tenants, whose :attr:`~governor.daemon.foreign_poll.Foreign.tenants`
             as last read status shows, if any.
         gpu_guard: the GPU guard outside governor's tasks, for status
             (:meth:`GpuGuard.describe <governor.daemon.gpu_guard.GpuGuard.describe>`).

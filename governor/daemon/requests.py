@@ -29,7 +29,7 @@ from governor.daemon.settle import Settle
 from governor.errors import CgroupError, ConfigError, FillingDiverged, GovernorError, RequestError
 from governor.core.explain import explain
 from governor.core.headroom import check_beside_headroom
-from governor.host.notify import Notifier
+from governor.host.sd_notify import Notifier
 from governor.wire.protocol import (ExplainRequest, LaunchRequest, Peer, PsRequest, ReloadRequest, Request,
                                SetWeightRequest, StatusRequest, StopRequest, WatchRequest)
 from governor.wire.ps import PROCESSES_SHOWN, processes, task_rows

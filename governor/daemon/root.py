@@ -2,7 +2,7 @@
 
 Tasks outlive the daemon: killing it never kills one, and the next daemon re-adopts them
 (:mod:`governor.daemon.recovery`). Under systemd it reports READY, STATUS, RELOADING and
-WATCHDOG through :class:`~governor.host.notify.Notifier`.
+WATCHDOG through :class:`~governor.host.sd_notify.Notifier`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator
 
 import psutil
 
-from governor.cgroups.foreign import ForeignPlaces
+from governor.cgroups.foreign_subtrees import ForeignPlaces
 from governor.cgroups.hierarchy import Hierarchy
 from governor.config.load import Config
 from governor.core.gpus import GpuInventory
@@ -30,7 +30,7 @@ from governor.daemon.inbox import Inbox, Reconcile, Reload
 from governor.daemon.journal import Journal, vector
 from governor.daemon.launches import Launches
 from governor.daemon.notices import Notices
-from governor.daemon.foreign import FOREIGN_POLL_S, Foreign
+from governor.daemon.foreign_poll import FOREIGN_POLL_S, Foreign
 from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
@@ -45,7 +45,7 @@ from governor.daemon.waiting import Queue
 from governor.host.alerts import Alerts
 from governor.host.daemons import DaemonEntry, Registry
 from governor.errors import CgroupError, RequestError
-from governor.host.notify import Notifier
+from governor.host.sd_notify import Notifier
 from governor.host.nvml import discover
 from governor.wire.server import ControlServer
 from governor.host.session_rules import login_uid_min
@@ -92,7 +92,7 @@ class Daemon:
         members: a config → its groups' users on this host (:func:`governor.host.access.members`).
         find_gpus: ``capacity.gpus`` and ``capacity.gpu_control`` → the GPUs here
             (:func:`governor.host.nvml.discover`; tests pass a fake).
-        foreign_places: where foreign subtrees are looked for (:mod:`governor.daemon.foreign`);
+        foreign_places: where foreign subtrees are looked for (:mod:`governor.daemon.foreign_poll`);
             None (a fake hierarchy): none is.
         systemd_units: the names of governor's own systemd units (``governor.cli.systemd_files``):
             those above the root get its memory protection (:mod:`governor.daemon.unit_protection`).

@@ -19,7 +19,7 @@ import signal
 from collections import deque
 from collections.abc import Callable, Mapping
 
-from governor.config.notify import NotifyRules
+from governor.config.notify_rules import NotifyRules
 
 __all__ = ["Alerts", "OUTPUT_KEPT", "PENDING_KEPT", "encode"]
 
