@@ -37,7 +37,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
 
     import psutil
 
-    from governor.cgroups.foreign import ForeignPlaces
+    from governor.cgroups.foreign_subtrees import ForeignPlaces
     from governor.cgroups.devices import whole_disk
     from governor.cgroups.hierarchy import open_hierarchy
     from governor.cli.check_config import check_on_this_host
@@ -49,7 +49,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
     from governor.host.daemons import DaemonEntry, Registry
     from governor.errors import GovernorError
     from governor.host.logs import setup_logging
-    from governor.host.notify import Notifier
+    from governor.host.sd_notify import Notifier
     from governor.host.task_store import TaskStore
 
     setup_logging()

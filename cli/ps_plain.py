@@ -7,16 +7,16 @@ lines from the daemon's rows (docs/user.md: "governor ps"), ``now`` passed in.
 from __future__ import annotations
 
 from governor.cli import view_common as view
-from governor.cli.ps_view import REASONS, ended_why, exit_words, triple
+from governor.cli.ps_view import REASONS, amount_columns, ended_why, exit_words, triple
+from governor.config import resources
 from governor.config.units import format_timespan
 
 # Each field: what it shows. Amounts as ps shows them; "-" where there is none.
-TASK_FIELDS = {
+BEFORE_AMOUNTS = {
     "id": "task id", "name": "task name", "group": "group", "user": "user", "pid": "the launched command's pid",
     "state": "running or queued", "position": "place in the queue", "age": "time running, or queued",
-    "cpu": "cores: guarantee/cap/use", "memory": "reserved/cap/use", "gpus": "GPUs held",
-    "processes": "how many processes", "reason": "why a queued task waits",
 }
+AFTER_AMOUNTS = {"gpus": "GPUs held", "processes": "how many processes", "reason": "why a queued task waits"}
 ENDED_FIELDS = {
     "id": "task id", "name": "task name", "group": "group", "user": "user", "ended": "how long ago",
     "exit": "exit code, or the signal that ended it", "wall": "wall time", "cpu": "CPU time",
@@ -24,12 +24,20 @@ ENDED_FIELDS = {
 }
 
 
+def task_fields() -> dict[str, str]:
+    """The fields of running and queued tasks, name to what it shows: those of the amounts come
+    from the resource registry as it is when called, as the ``ps`` table's columns do."""
+    amounts = {name: f"{'guarantee' if resources.compressible(name) else 'reserved'}/cap/use"
+               for name in amount_columns()}
+    return {**BEFORE_AMOUNTS, **amounts, **AFTER_AMOUNTS}
+
+
 def default_fields(*, ended: bool, users: bool, gpus: bool) -> list[str]:
     """The fields plain output shows without ``--format`` (``users``: with ``--all``;
     ``gpus``: a listed task holds or declared GPUs); the one with spaces last."""
     if ended:
         return ["id", "name", "group", *(["user"] if users else []), "ended", "exit", "wall", "cpu", "peak", "why"]
-    return ["id", "name", "group", *(["user"] if users else []), "state", "age", "cpu", "memory",
+    return ["id", "name", "group", *(["user"] if users else []), "state", "age", *amount_columns(),
             *(["gpus"] if gpus else []), "reason"]
 
 
@@ -39,7 +47,7 @@ def parse_fields(text: str, *, ended: bool) -> list[str]:
     Raises:
         ValueError: naming the unknown field and listing the known ones.
     """
-    known = ENDED_FIELDS if ended else TASK_FIELDS
+    known = ENDED_FIELDS if ended else task_fields()
     fields = [field.strip() for field in text.split(",") if field.strip()]
     for field in fields:
         if field not in known:
@@ -68,8 +76,8 @@ def _one_line(value: object) -> str:
 
 
 def _task_cell(row: dict, field: str, now: float) -> str:
-    if field in ("cpu", "memory"):
-        return triple(row, field, "guarantee" if field == "cpu" else "reserved").replace("—", "-")
+    if field in amount_columns():
+        return triple(row, field, "guarantee" if resources.compressible(field) else "reserved").replace("—", "-")
     if field == "age":
         started = row.get("started") if row.get("state") == "running" else row.get("queued_at")
         return "-" if started is None else view.duration(now - started).replace(" ", "")

@@ -40,10 +40,15 @@ REASON_WIDTH = 24
 DROPPED_FIRST = ("age", "user", "group", "gpus")
 
 
+def amount_columns() -> list[str]:
+    """The resources ``ps`` shows a column of amounts for, in registry order: one per resource
+    measured whole (not per device, not a device's: the gpus column lists those)."""
+    return [r.name for r in resources.RESOURCES if not r.family and resources.measured(r.name)]
+
+
 def _tasks_table(rows: list[dict], *, now: float, users: bool, width: int):
     gpus = any(row.get("gpus") or (row.get("demand") or {}).get("gpu") for row in rows)
-    # One per resource measured whole (not per device, not a device's: the gpus column lists those).
-    columns = [r.name for r in resources.RESOURCES if not r.family and resources.measured(r.name)]
+    columns = amount_columns()
     cells_of = []
     for row in rows:
         started = row.get("started") if row.get("state") == "running" else row.get("queued_at")

@@ -41,9 +41,9 @@ from typing import TypeVar
 
 from governor.config import resources
 from governor.config.groups import EVERYONE, names, parse_groups
-from governor.config.foreign import parse_foreign
+from governor.config.foreign_rules import parse_foreign
 from governor.config.gpu_rules import gpu_control_nodes, gpu_guard, gpu_nodes
-from governor.config.notify import notify_rules
+from governor.config.notify_rules import notify_rules
 from governor.config.settings import Config, GroupRule, IoDevice, SessionRules, group_name_problem
 from governor.errors import ConfigError
 from governor.config.resource_values import bytes_setting, cores_setting

@@ -12,9 +12,9 @@ from functools import cached_property
 
 from governor.config import resources
 from governor.cgroups.names import interface_name_problem
-from governor.config.foreign import ForeignRules
+from governor.config.foreign_rules import ForeignRules
 from governor.config.gpu_rules import GpuGuardRules
-from governor.config.notify import NotifyRules
+from governor.config.notify_rules import NotifyRules
 from governor.errors import ConfigError
 from governor.config.kinds import SESSION_PREFIX, TASK_PREFIX
 from governor.config.tomlcheck import join_key
@@ -145,8 +145,8 @@ class Config:
             denied outside governor's tasks (:mod:`governor.config.gpu_rules`).
         file: the file the config came from, for errors raised later (not compared).
         notify: ``[notify]``: the command run on events an admin should hear about
-            (:mod:`governor.config.notify`); off by default.
-        foreign: ``[foreign]``: the subtrees other managers own (:mod:`governor.config.foreign`).
+            (:mod:`governor.config.notify_rules`); off by default.
+        foreign: ``[foreign]``: the subtrees other managers own (:mod:`governor.config.foreign_rules`).
     """
 
     cpu_cores: float | None

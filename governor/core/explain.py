@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from governor.core.foreign import Tenant
+from governor.core.foreign_capacity import Tenant
 from governor.core.model import Allocation
 
 
@@ -38,7 +38,7 @@ def explain(allocation: Allocation | None, capacity: Mapping[str, float],
     task id → the task's, each group's ``task_stalls``; ``psi``: status's
     ``psi`` (whether the host measures stalls, and why not), the payload's. ``host_capacity`` (None: ``capacity``) is the
     host's less the reserve, before what the ``foreign`` tenants hold (name →
-    :class:`~governor.core.foreign.Tenant`) was subtracted."""
+    :class:`~governor.core.foreign_capacity.Tenant`) was subtracted."""
     runs = runs or {}
     groups = {}
     for name, got in (allocation.groups.items() if allocation else ()):

@@ -46,7 +46,8 @@ class Enforcement:
             root's (:class:`~governor.daemon.unit_protection.UnitProtection`), or None.
     """
 
-    def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, journal: Journal, metrics=None):
+    def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, journal: Journal, metrics=None,
+                 units: UnitProtection | None = None):
         self.hierarchy = hierarchy
         self.policy = policy
         self.tasks = tasks
@@ -57,7 +58,7 @@ class Enforcement:
         self.filling: dict = {"at": None, "trigger": "start", "duration_ms": 0.0, "files_written": 0,
                               "failures": 0, "error": None}
         self.refilled_at = 0.0
-        self.units: UnitProtection | None = None
+        self.units = units
         self._guarantees: dict[str, CgroupLimits] = {}  # the last plan, whose weights a refill keeps where it can
         self._full_due = False  # a full refill diverged: the next one that succeeds plans the caps too
 

@@ -115,7 +115,7 @@ class Handover:
 
 @dataclass(frozen=True)
 class ForeignChange:
-    """What the foreign tenants hold moved past noise (:mod:`governor.daemon.foreign`): the
+    """What the foreign tenants hold moved past noise (:mod:`governor.daemon.foreign_poll`): the
     capacity governor divides changed; ``held``, what they hold now, for people."""
 
     held: str

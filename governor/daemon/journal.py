@@ -31,8 +31,8 @@ class Journal:
     Attributes:
         events: the last :data:`EVENTS_KEPT` events, oldest first: ``{"at": unix s, "kind",
             "message"}``.
-        version: counts what changes the status (an event, a sample, the queue): a status
-            built at one version is served until the next.
+        version: counts what changes the status (an event, a sample, the queue, the alerts'
+            counts): a status built at one version is served until the next.
     """
 
     def __init__(self, metrics=None, alerts: Alerts | None = None) -> None:
@@ -40,16 +40,20 @@ class Journal:
         self.alerts = alerts
         self.host = socket.gethostname()
         self.events: deque[dict] = deque(maxlen=EVENTS_KEPT)
-        self.version = 0
+        self._changes = 0
+
+    @property
+    def version(self) -> int:
+        return self._changes + (self.alerts.version if self.alerts is not None else 0)
 
     def changed(self) -> None:
         """Something the status shows changed without an event (a sample, the queue)."""
-        self.version += 1
+        self._changes += 1
 
     def event(self, kind: str, message: str, level: int = logging.INFO) -> None:
         """Log ``message`` at ``level`` and keep it as an event of ``kind`` (``task_started``,
         ``refill``, ``error``…)."""
-        self.version += 1
+        self._changes += 1
         log.log(level, "%s", message)
         self.events.append({"at": time.time(), "kind": kind, "message": message})
         if self.metrics:
@@ -58,7 +62,7 @@ class Journal:
     def alert(self, kind: str, message: str, *, task: Task | None = None, group: str | None = None,
               details: Mapping[str, object] | None = None) -> None:
         """Tell the ``[notify]`` command of an event a person should hear about, if it asks for
-        ``kind`` (:data:`governor.config.notify.EVENTS`); the document is
+        ``kind`` (:data:`governor.config.notify_rules.EVENTS`); the document is
         :func:`governor.wire.notice.notice`'s. Returns at once: the command runs later. Logs nothing
         (the caller logs its event as it does any other)."""
         if self.alerts is not None and self.alerts.wants(kind):

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 
 from governor.host import access
 from governor.cgroups.hierarchy import Hierarchy, Location
-from governor.daemon.foreign import refusal
+from governor.daemon.foreign_poll import refusal
 from governor.daemon.inbox import Inbox, Launch, Left
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy

@@ -1,5 +1,5 @@
 """Notices: the events a person should hear about that no single moment of the daemon's makes,
-found at each sample (``[notify]``, :mod:`governor.config.notify`): a task held at its memory
+found at each sample (``[notify]``, :mod:`governor.config.notify_rules`): a task held at its memory
 cap, a task queued longer than ``queued_longer_than``, a task held back by a group's limit.
 Each is told once per task; the ends (OOM kill, time limit) are told where tasks end
 (:mod:`governor.daemon.exits`), a drained GPU where it is freed (:mod:`governor.daemon.handover`).

@@ -27,6 +27,7 @@ from governor.cgroups.stats import CgroupStats
 from governor.daemon import inbox
 from governor.daemon.enforcement import Enforcement
 from governor.daemon.fairshare_history import FairShareStage
+from governor.daemon.foreign_poll import Foreign
 from governor.daemon.journal import Journal
 from governor.daemon.notices import Notices
 from governor.daemon.policy import Policy
@@ -35,7 +36,7 @@ from governor.errors import CgroupError
 from governor.core.gpus import GpuInventory, GpuUse
 from governor.config.kinds import task_in
 from governor.core.cpu_saturation import SATURATION, cpu_saturated
-from governor.core.foreign import Tenant
+from governor.core.foreign_capacity import Tenant
 from governor.host.nvml import sample_use
 from governor.core.queue import queue_view
 from governor.core.state import Task, Tasks
@@ -63,8 +64,8 @@ class Observation:
             (``[fairshare]``), if any.
         notices: told each task's counters with its previous ones, and of each sample, for the
             ``[notify]`` events found there (:class:`~governor.daemon.notices.Notices`), if any.
-        foreign: the foreign tenants as last read (:attr:`Foreign.tenants
-            <governor.daemon.foreign.Foreign.tenants>`), for status.
+        foreign: the foreign tenants, whose :attr:`~governor.daemon.foreign_poll.Foreign.tenants`
+            as last read status shows, if any.
         gpu_guard: the GPU guard outside governor's tasks, for status
             (:meth:`GpuGuard.describe <governor.daemon.gpu_guard.GpuGuard.describe>`).
         usage: kept up to date here, read by settle too: cgroup → its use over the last two
@@ -78,7 +79,7 @@ class Observation:
     def __init__(self, *, hierarchy: Hierarchy, tasks: Tasks, policy: Policy, enforcement: Enforcement,
                  queue: Queue, inbox: inbox.Inbox, journal: Journal, gpu_guard: Callable[[], dict],
                  usage: dict[str, dict[str, float]], fair_share: FairShareStage | None = None,
-                 notices: Notices | None = None, foreign: Callable[[], Mapping[str, Tenant]] = dict):
+                 notices: Notices | None = None, foreign: Foreign | None = None):
         self.hierarchy = hierarchy
         self.notices = notices
         self.fair_share = fair_share
@@ -258,6 +259,10 @@ class Observation:
 
     # ── the snapshot ────────────────────────────────────────────────────────────────────
 
+    def tenants(self) -> Mapping[str, Tenant]:
+        """The foreign tenants as last read, name → tenant ({} with none governed)."""
+        return self.foreign.tenants if self.foreign is not None else {}
+
     def status(self) -> dict:
         """The status object of ``governor status --json`` (schema in docs/operator.md), built once
         per change (an event, a sample) and shared by every caller until the next: a storm of
@@ -287,7 +292,7 @@ class Observation:
             queue=queue_view(self.queue, self.queue.admission), events=list(self.journal.events),
             kept=self._status_tasks, configured=policy.configured(self.tasks.counts()),
             reserved=reserved(self.tasks, self.usage), gpus=gpu_entries(policy.gpus, self.tasks.gpu_holders(), self.tasks),
-            no_psi=self.hierarchy.no_psi, host_capacity=policy.host_capacity, foreign=self.foreign(),
+            no_psi=self.hierarchy.no_psi, host_capacity=policy.host_capacity, foreign=self.tenants(),
         )
         self._status = (self.journal.version, StatusReply(status, self._status_checked))
         return self._status[1]

@@ -19,7 +19,7 @@ from governor.daemon import gpu_places
 from governor.host.daemons import DaemonEntry, Registry
 from governor.errors import GovernorError
 from governor.core.gpus import GpuInventory
-from governor.core.foreign import remaining
+from governor.core.foreign_capacity import remaining
 from governor.core.headroom import check_guarantees_held
 from governor.core.plan import task_limits
 from governor.host.nvml import discover
@@ -154,7 +154,7 @@ class Policy:
     def hold_foreign(self, held: Mapping[str, float]) -> None:
         """What foreign tenants hold now (resource → cores, bytes): :attr:`capacity`, what DRF
         divides and admission counts, is :attr:`host_capacity` less it, never below zero
-        (:func:`governor.core.foreign.remaining`); what is admitted already stays."""
+        (:func:`governor.core.foreign_capacity.remaining`); what is admitted already stays."""
         self.foreign_held = dict(held)
         self.capacity = remaining(self.host_capacity, self.foreign_held)
 

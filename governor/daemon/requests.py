@@ -29,7 +29,7 @@ from governor.daemon.settle import Settle
 from governor.errors import CgroupError, ConfigError, FillingDiverged, GovernorError, RequestError
 from governor.core.explain import explain
 from governor.core.headroom import check_beside_headroom
-from governor.host.notify import Notifier
+from governor.host.sd_notify import Notifier
 from governor.wire.protocol import (ExplainRequest, LaunchRequest, Peer, PsRequest, ReloadRequest, Request,
                                SetWeightRequest, StatusRequest, StopRequest, WatchRequest)
 from governor.wire.ps import PROCESSES_SHOWN, processes, task_rows
@@ -262,7 +262,7 @@ class Requests:
                        task_stalls={group: {t.id: stalls(self.observation.usage.get(t.cgroup, {})) for t in tasks}
                                     for group, tasks in self.tasks.groups().items()},
                        psi=psi_entry(self.observation.hierarchy.no_psi),
-                       host_capacity=self.policy.host_capacity, foreign=self.observation.foreign())
+                       host_capacity=self.policy.host_capacity, foreign=self.observation.tenants())
 
     def use(self, config: Config, members: dict[str, list[str]] | None = None) -> None:
         """Put ``config`` in force (:meth:`Policy.use <governor.daemon.policy.Policy.use>`;

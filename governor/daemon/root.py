@@ -2,7 +2,7 @@
 
 Tasks outlive the daemon: killing it never kills one, and the next daemon re-adopts them
 (:mod:`governor.daemon.recovery`). Under systemd it reports READY, STATUS, RELOADING and
-WATCHDOG through :class:`~governor.host.notify.Notifier`.
+WATCHDOG through :class:`~governor.host.sd_notify.Notifier`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator
 
 import psutil
 
-from governor.cgroups.foreign import ForeignPlaces
+from governor.cgroups.foreign_subtrees import ForeignPlaces
 from governor.cgroups.hierarchy import Hierarchy
 from governor.config.load import Config
 from governor.core.gpus import GpuInventory
@@ -30,7 +30,7 @@ from governor.daemon.inbox import Inbox, Reconcile, Reload
 from governor.daemon.journal import Journal, vector
 from governor.daemon.launches import Launches
 from governor.daemon.notices import Notices
-from governor.daemon.foreign import FOREIGN_POLL_S, Foreign
+from governor.daemon.foreign_poll import FOREIGN_POLL_S, Foreign
 from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
@@ -45,7 +45,7 @@ from governor.daemon.waiting import Queue
 from governor.host.alerts import Alerts
 from governor.host.daemons import DaemonEntry, Registry
 from governor.errors import CgroupError, RequestError
-from governor.host.notify import Notifier
+from governor.host.sd_notify import Notifier
 from governor.host.nvml import discover
 from governor.wire.server import ControlServer
 from governor.host.session_rules import login_uid_min
@@ -92,7 +92,7 @@ class Daemon:
         members: a config → its groups' users on this host (:func:`governor.host.access.members`).
         find_gpus: ``capacity.gpus`` and ``capacity.gpu_control`` → the GPUs here
             (:func:`governor.host.nvml.discover`; tests pass a fake).
-        foreign_places: where foreign subtrees are looked for (:mod:`governor.daemon.foreign`);
+        foreign_places: where foreign subtrees are looked for (:mod:`governor.daemon.foreign_poll`);
             None (a fake hierarchy): none is.
         systemd_units: the names of governor's own systemd units (``governor.cli.systemd_files``):
             those above the root get its memory protection (:mod:`governor.daemon.unit_protection`).
@@ -125,16 +125,14 @@ class Daemon:
         self._signal_reloads: set[asyncio.Task] = set()  # SIGHUP's reloads under way (the loop keeps weak refs)
         self.tasks = Tasks()
         self.queue = Queue()
-        # [notify]'s runner reads the config in force at each event (a reload changes it).
-        self.alerts = Alerts(lambda: self.policy.config.notify, changed=lambda: self.journal.changed())
-        self.journal = Journal(metrics, alerts=self.alerts)
         self.policy = Policy(config, config_source, hierarchy=hierarchy, host_cpus=host_cpus,
                              host_memory=host_memory, resolve_device=resolve_device,
                              uid_min=login_uid_min() if uid_min is None else uid_min, members=members,
                              registry=registry, entry=self._entry, find_gpus=find_gpus)
+        # [notify]'s runner reads the config in force at each event (a reload changes it).
+        self.alerts = Alerts(lambda: self.policy.config.notify)
+        self.journal = Journal(metrics, alerts=self.alerts)
         self.records = Records(store, self.tasks, self.journal)
-        self.enforcement = Enforcement(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks,
-                                       journal=self.journal, metrics=metrics)
         # The stages put their events in the inbox, built first; settle, built after them, reads it.
         self.inbox = Inbox()
         self.fair_share = FairShareStage(directory=store.directory, policy=self.policy, tasks=self.tasks,
@@ -142,18 +140,19 @@ class Daemon:
         self.foreign = Foreign(places=foreign_places, own_root=hierarchy.proc_root, policy=self.policy, inbox=self.inbox,
                                journal=self.journal)
         self.tree = Tree(hierarchy, read_before_removal=self.fair_share.removed, foreign=self.foreign.holds)
-        self.enforcement.units = UnitProtection.of(hierarchy, systemd_units, self.tree.run, self.journal)
-        usage: dict[str, dict[str, float]] = {}  # measured by observation, counted by settle's admission
+        self.enforcement = Enforcement(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks,
+                                       journal=self.journal, metrics=metrics,
+                                       units=UnitProtection.of(hierarchy, systemd_units, self.tree.run, self.journal))
         self.handover = Handover(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, inbox=self.inbox,
                                  journal=self.journal)
         self.gpu_guard = GpuGuard(hierarchy=hierarchy, policy=self.policy, journal=self.journal, registry=registry)
         self.observation = Observation(hierarchy=hierarchy, tasks=self.tasks, policy=self.policy,
                                        enforcement=self.enforcement, queue=self.queue, inbox=self.inbox,
-                                       journal=self.journal, gpu_guard=self.gpu_guard.describe, usage=usage,
+                                       journal=self.journal, gpu_guard=self.gpu_guard.describe, usage={},
                                        fair_share=self.fair_share,
                                        notices=Notices(tasks=self.tasks, queue=self.queue, policy=self.policy,
                                                        journal=self.journal),
-                                       foreign=lambda: self.foreign.tenants)
+                                       foreign=self.foreign)
         self.exits = Exits(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                            records=self.records, inbox=self.inbox, observation=self.observation,
                            journal=self.journal)
@@ -161,7 +160,8 @@ class Daemon:
                              queue=self.queue, records=self.records, journal=self.journal, follow=self.exits.follow,
                              metrics=metrics)
         self.settle = Settle(policy=self.policy, tasks=self.tasks, queue=self.queue, starts=self.starts,
-                             enforcement=self.enforcement, journal=self.journal, notifier=self.notifier, usage=usage,
+                             enforcement=self.enforcement, journal=self.journal, notifier=self.notifier,
+                             usage=self.observation.usage,  # measured by observation, counted by admission
                              inbox=self.inbox, drain_gpus=self.handover.drain)
         self.sessions = Sessions(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                                  records=self.records, inbox=self.inbox, enforcement=self.enforcement,

@@ -26,7 +26,7 @@ from governor.daemon.policy import Policy
 from governor.daemon.settle_step import Snapshot, step
 from governor.daemon.starts import Starts
 from governor.daemon.waiting import Queue
-from governor.host.notify import Notifier
+from governor.host.sd_notify import Notifier
 from governor.core.state import Tasks
 
 __all__ = ["Settle"]

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from governor.cgroups.hierarchy import Hierarchy
-from governor.daemon.foreign import refusal
+from governor.daemon.foreign_poll import refusal
 from governor.errors import CgroupBusy, CgroupError, GovernorError
 
 __all__ = ["Tree"]
@@ -38,7 +38,7 @@ class Tree:
         read_before_removal: told on the loop ``(rel, CPU counter µs, removed)`` of each group
             cgroup read just before its removal (fair share charges it); None: not read.
         foreign: ``(/proc/<pid>/cgroup lines, hierarchy key)`` → the foreign subtree that holds
-            that process, or None (:meth:`Foreign.holds <governor.daemon.foreign.Foreign.holds>`):
+            that process, or None (:meth:`Foreign.holds <governor.daemon.foreign_poll.Foreign.holds>`):
             every move asks it first, and a process another manager holds is never moved.
     """
 

@@ -19,7 +19,7 @@ import signal
 from collections import deque
 from collections.abc import Callable, Mapping
 
-from governor.config.notify import NotifyRules
+from governor.config.notify_rules import NotifyRules
 
 __all__ = ["Alerts", "OUTPUT_KEPT", "PENDING_KEPT", "encode"]
 
@@ -39,18 +39,19 @@ class Alerts:
     Args:
         rules: → the ``[notify]`` rules in force (read at every event: a reload takes effect
             at the next one; runs under way finish under the rules they started with).
-        changed: called when :meth:`counts` change (status shows them), if given.
 
     Attributes:
         dropped: events dropped since the daemon started, the queue being full.
         refused: events not sent because ``user`` is the user of the event's task.
         failed: runs that exited non-zero, could not start, or were killed at the timeout.
         done: runs that exited 0.
+        version: counts the changes of :meth:`counts` that status shows (the journal adds it
+            to its own, so a change is seen without a call back into the daemon).
     """
 
-    def __init__(self, rules: Callable[[], NotifyRules], changed: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, rules: Callable[[], NotifyRules]) -> None:
         self.rules = rules
-        self.changed = changed
+        self.version = 0
         self.dropped = self.refused = self.failed = self.done = 0
         self._pending: deque[Mapping[str, object]] = deque()
         self._workers: set[asyncio.Task] = set()
@@ -72,7 +73,7 @@ class Alerts:
         if len(self._pending) >= PENDING_KEPT:
             self.dropped += 1
             self._burst += 1
-            self.changed()
+            self.version += 1
             if self._burst == 1:
                 log.warning("notify: %d events wait for the command; events are dropped until it catches up",
                             PENDING_KEPT)
@@ -100,7 +101,7 @@ class Alerts:
         try:
             while self._pending and len(self._workers) <= self.rules().max_running:
                 await self._run(self.rules(), self._pending.popleft())
-                self.changed()
+                self.version += 1
         finally:
             self._workers.discard(asyncio.current_task())
         if self._burst and not self._pending:

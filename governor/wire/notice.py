@@ -23,7 +23,7 @@ def notice(kind: str, message: str, *, at: float, host: str, task: Task | None =
     """One notification document.
 
     Args:
-        kind: one of :data:`governor.config.notify.EVENTS`.
+        kind: one of :data:`governor.config.notify_rules.EVENTS`.
         message: a sentence for a person (``task 7 (train) ends: its time limit of 2s was reached``).
         at: unix time of the event, seconds; host: this host's name.
         task: the task it is about, if any (:meth:`Task.to_json <governor.core.state.Task.to_json>`,

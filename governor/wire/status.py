@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 import orjson
 
 from governor.core import vocabulary
-from governor.core.foreign import Tenant
+from governor.core.foreign_capacity import Tenant
 from governor.core.model import Allocation
 from governor.wire.protocol import as_line, encode_json
 from governor.config.resources import find
@@ -48,7 +48,7 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
             ``io_sharing`` (device → ``io.weight``/``io.bfq.weight``/``io.max``).
         capacity: what governor divides (cores, bytes, bytes/s): ``host_capacity`` (the
             host's less the reserve; None: the same) less what the ``foreign`` tenants hold
-            (name → :class:`~governor.core.foreign.Tenant`; status's ``foreign``).
+            (name → :class:`~governor.core.foreign_capacity.Tenant`; status's ``foreign``).
         allocation: the last progressive filling's answer, None with no task.
         tasks: the running tasks.
         in_force: cgroup (relative) → kernel file → value the kernel accepted.

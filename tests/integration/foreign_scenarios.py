@@ -18,7 +18,7 @@ from scenarios import GROUPS, SLEEPER
 
 from governor.cgroups import detect
 from governor.cgroups.files import write_file
-from governor.cgroups.foreign import ForeignPlaces
+from governor.cgroups.foreign_subtrees import ForeignPlaces
 
 JOB_MEMORY = 256 * MIB
 JOB_CPU = 0.5  # cores: cpu.max "50000 100000"

@@ -46,10 +46,11 @@ class Pane:
         return subprocess.run(["tmux", "-L", self.server, *args], check=True, capture_output=True, text=True,
                               timeout=10).stdout
 
-    def keys(self, *keys: str) -> None:
-        for key in keys:
-            self.tmux("send-keys", "-t", "top", key)
-            time.sleep(0.3)  # one key per read: let top redraw between them
+    def key(self, key: str, shows, what: str) -> str:
+        """Press ``key`` and wait until the screen ``shows`` its effect: the next key is read
+        by a top that has redrawn, never one still reading the last."""
+        self.tmux("send-keys", "-t", "top", key)
+        return self.wait_for(shows, what)
 
     def text(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", "top")
@@ -96,19 +97,19 @@ def test_top_shows_real_shares_expands_sorts_reconnects_resizes_and_quits(tmp_pa
         assert row(text, "physics").startswith(">")  # selected
         assert "guaranteed 1.5 · used" in text and "fair level 33.3% per unit of weight" in text
 
-        pane.keys("j", "Enter")
-        text = pane.wait_for(lambda t: "▾ ops: 1 task" in t, "ops's tasks")
+        pane.key("j", lambda t: any(line.startswith(">") and line[3:].startswith("ops ") for line in t.splitlines()),
+                 "ops selected")
+        text = pane.key("Enter", lambda t: "▾ ops: 1 task" in t, "ops's tasks")
         assert row(text, "ops").startswith(">▾")
         pids = {name: [t["pid"] for t in group["tasks"]] for name, group in gov.status()["groups"].items()}
         task = next(line for line in text.splitlines() if line.split()[:1] == [str(pids["ops"][0])])
         assert "root" in task and "0.75c 64M" in task  # user, declared demand
         assert not any(line.split()[:1] == [str(p)] for p in pids["physics"] for line in text.splitlines())
 
-        pane.keys("s")
-        text = pane.wait_for(lambda t: "s sort: cpu" in t, "the cpu sort")
+        text = pane.key("s", lambda t: "s sort: cpu" in t, "the cpu sort")
         assert "cpu g/u ▼" in text and "share ▼" not in text
-        pane.keys("s", "s", "s")  # memory, tasks, name
-        text = pane.wait_for(lambda t: "s sort: name" in t, "the name sort")
+        for sort in ("memory", "tasks", "name"):
+            text = pane.key("s", lambda t, sort=sort: f"s sort: {sort}" in t, f"the {sort} sort")
         print(f"--- after j, Enter and s×4 ---\n{text}")
         assert groups_in_order(text) == ["ops", "physics"] and "group ▲" in text
 
@@ -127,7 +128,7 @@ def test_top_shows_real_shares_expands_sorts_reconnects_resizes_and_quits(tmp_pa
         print(f"--- reconnected, resized to 80×24 ---\n{text}")
         assert max(map(len, text.splitlines())) <= 80 and "33.3%" in row(text, "ops")
 
-        pane.keys("q")
+        pane.tmux("send-keys", "-t", "top", "q")
         deadline = time.monotonic() + 10
         while not exit_file.exists() or not exit_file.read_text().endswith("\n"):
             assert time.monotonic() < deadline, f"governor top did not quit:\n{pane.text()}"

@@ -1,7 +1,7 @@
 """The admission queue: memory must fit; waiting tasks are served in discrete-DRF order
 (lowest weighted dominant share first; ties: fewer running tasks, then the group name)."""
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from governor.core.admission import Quota, Waiting, admit
@@ -96,7 +96,6 @@ def test_several_start_at_once_when_memory_frees():
 tasks = st.lists(st.tuples(st.sampled_from("ABCD"), st.integers(1, 1024)), max_size=12)
 
 
-@settings(max_examples=300, deadline=None)
 @given(running=tasks, queued=tasks)
 def test_admission_never_overcommits_memory_and_loses_no_task(running, queued):
     demands: dict[str, dict[str, float]] = {}

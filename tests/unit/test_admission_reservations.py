@@ -1,7 +1,7 @@
 """Issue 32, points 1 and 2: the queue's head reserves only the resources it lacks, and every
 group's unused guarantee of an admitted resource is kept as headroom (DESIGN.md §2)."""
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from governor.core.admission import Guarantee, Waiting, admit
@@ -68,7 +68,6 @@ def _shares(running, capacity):
     return {g: max(d.get(r, 0) / capacity[r] for r in capacity if capacity[r]) for g, d in running.items()}
 
 
-@settings(max_examples=300, deadline=None)
 @given(held=tasks, queued=tasks)
 def test_the_head_is_never_delayed_by_a_task_admitted_beside_it(held, queued):
     # Memory in G and GPUs on an 8G, 3-GPU host. The tasks started beside the reservation take
@@ -99,7 +98,6 @@ def test_the_head_is_never_delayed_by_a_task_admitted_beside_it(held, queued):
             assert lacks.get(r, 0.0) <= took
 
 
-@settings(max_examples=400, deadline=None)
 @given(events=st.lists(st.tuples(st.sampled_from(["g", "h", "x", "y", "end"]), st.integers(1, 4)), max_size=30),
        g_has=st.integers(1, 4), h_has=st.integers(0, 4))
 def test_a_task_within_its_groups_guarantee_never_waits_on_another_group(events, g_has, h_has):

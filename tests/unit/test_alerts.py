@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from governor.config.notify import NotifyRules
+from governor.config.notify_rules import NotifyRules
 from governor.host import alerts
 from governor.host.alerts import Alerts
 

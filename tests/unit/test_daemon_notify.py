@@ -10,7 +10,7 @@ import pytest
 
 from governor.cgroups.stats import CgroupStats
 from governor.config.load import parse_config
-from governor.config.notify import NotifyRules
+from governor.config.notify_rules import NotifyRules
 from governor.errors import RequestError
 from governor.wire.protocol import LaunchRequest, Peer
 from governor.wire.request_types import ReloadRequest

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from governor.cgroups.foreign import ForeignPlaces
+from governor.cgroups.foreign_subtrees import ForeignPlaces
 from governor.cli.explain_view import explain_renderables
 from governor.cli.top_state import TopState
 from governor.cli.top_view import top_view
 from governor.cgroups.hierarchy import Location
-from governor.config.foreign import ForeignRules, manager_of
+from governor.config.foreign_rules import ForeignRules, manager_of
 from governor.config.load import parse_config
-from governor.core import foreign as core
+from governor.core import foreign_capacity as core
 from governor.core.admission import Waiting, admit
 from governor.daemon.filling import fill
 from governor.errors import ConfigError, RequestError

@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from governor.host.notify import Notifier
+from governor.host.sd_notify import Notifier
 
 
 @pytest.fixture

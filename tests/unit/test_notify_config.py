@@ -1,4 +1,4 @@
-"""``[notify]`` (governor.config.notify) and its document (governor.wire.notice): good tables
+"""``[notify]`` (governor.config.notify_rules) and its document (governor.wire.notice): good tables
 become exact rules, each bad one names its key, the example config documents every key, and the
 document carries the task's fields as data."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from governor.config import notify as notify_module
+from governor.config import notify_rules as notify_module
 from governor.config.load import DEFAULT_CONFIG, parse_config
-from governor.config.notify import EVENTS, NotifyRules
+from governor.config.notify_rules import EVENTS, NotifyRules
 from governor.core.state import Task
 from governor.errors import ConfigError
 from governor.host.alerts import encode

@@ -20,6 +20,7 @@ from governor.config import resources
 from governor.cli.launch import plain
 from governor.cli import view_common as view
 from governor.cli.main import main
+from governor.cli import ps_plain
 from governor.cli.ps_view import tasks_table
 from governor.cli.run import command
 from governor.config.load import parse_config
@@ -162,3 +163,12 @@ def test_a_family_over_other_devices_keeps_all_its_members(monkeypatch):
     monkeypatch.setattr(resources, "RESOURCES", (*RESOURCES, regions))
     config = parse_config('[[capacity.io]]\ndevice = "/dev/sda"\nread = "1G"\nwrite = "1G"\n[groups."*"]\n', "t.toml")
     assert governed(config) == ("cpu", "memory", "io.sda.read", "io.sda.write", "dmem.r0", "dmem.r1", "dmem.r2")
+
+
+def test_piped_ps_shows_a_stand_in_as_the_table_does(licenses):
+    rows = copy.deepcopy(ROWS)
+    rows[0]["demand"]["licenses"] = rows[0]["reserved"]["licenses"] = 2
+    fields = ps_plain.default_fields(ended=False, users=False, gpus=False)
+    assert fields[-4:] == ["cpu", "memory", "licenses", "reason"]
+    chosen = ps_plain.parse_fields("id,licenses", ended=False)
+    assert ps_plain.lines(rows, chosen, now=1100.0, ended=False)[1].split()[1] == "2/2/-"

@@ -1,7 +1,7 @@
 """Foreign tenants (DESIGN.md §8): the subtrees other managers own (``[foreign]``), found and
 read every :data:`FOREIGN_POLL_S` on a thread of their own, what they hold subtracted from
 the capacity (:meth:`Policy.hold_foreign <governor.daemon.policy.Policy.hold_foreign>`), and a
-refill asked when it moved by more than noise (:func:`governor.core.foreign.moved`): one per
+refill asked when it moved by more than noise (:func:`governor.core.foreign_capacity.moved`): one per
 change, however many tenants changed at once.
 
 A poll, not inotify: a subtree's ``cgroup.events`` says when it empties, not when a job's
@@ -21,9 +21,9 @@ import logging
 import time
 from collections.abc import Mapping
 
-from governor.cgroups.foreign import ForeignPlaces, ForeignReading
-from governor.config.foreign import manager_of
-from governor.core.foreign import Tenant, held, moved, total
+from governor.cgroups.foreign_subtrees import ForeignPlaces, ForeignReading
+from governor.config.foreign_rules import manager_of
+from governor.core.foreign_capacity import Tenant, held, moved, total
 from governor.daemon.inbox import ForeignChange, Inbox
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
@@ -48,7 +48,7 @@ class Foreign:
 
     Args:
         places: where the host's hierarchies are (:meth:`ForeignPlaces.of_host
-            <governor.cgroups.foreign.ForeignPlaces.of_host>`); None: none is looked for (a
+            <governor.cgroups.foreign_subtrees.ForeignPlaces.of_host>`); None: none is looked for (a
             daemon on a fake hierarchy).
         own_root: governor's root as ``/proc/<pid>/cgroup`` spells it (never foreign, nor is
             a subtree holding it), or None.
@@ -56,7 +56,7 @@ class Foreign:
             when what the tenants hold moved; journal: tenants that come and go.
 
     Attributes:
-        tenants: name → :class:`~governor.core.foreign.Tenant`, as last read.
+        tenants: name → :class:`~governor.core.foreign_capacity.Tenant`, as last read.
     """
 
     def __init__(self, *, places: ForeignPlaces | None, own_root: str | None, policy: Policy, inbox: Inbox,
