@@ -520,17 +520,20 @@ def test_watchers_of_one_big_status_are_sent_its_bytes_without_a_copy_each(tmp_p
     async def scenario():
         async with running(FakeHandler(), path) as server:
             server.handlers = {**server.handlers, "watch": watch}
+            # Blocking sockets that read nothing until told: an asyncio client on this loop would
+            # read while the test waits, and the replies would be gone from the server already.
             clients = []
             for _ in range(8):
-                reader, writer = await asyncio.open_unix_connection(str(path), limit=8 << 20)
-                writer.write(b'{"op": "watch", "interval": 1}\n')
-                clients.append((reader, writer))
+                client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                client.connect(str(path))
+                client.sendall(b'{"op": "watch", "interval": 1}\n')
+                clients.append(client)
             await until(lambda: server._in_flight(os.getuid()) > 8 * (len(line) - (1 << 20)),
                         "every watcher's status under way, none read")
             held = [writer.transport.get_write_buffer_size() for writer in server._connections.values()]
-            lines = [await reader.readline() for reader, _ in clients]
-            for _, writer in clients:
-                writer.close()
+            lines = [await asyncio.to_thread(client.makefile("rb").readline) for client in clients]
+            for client in clients:
+                client.close()
             return held, lines
 
     held, lines = asyncio.run(scenario())
