@@ -7,6 +7,10 @@ Real-kernel tests skip with a reason where root or a cgroup hierarchy is missing
 must prove enforcement sets GOVERNOR_REQUIRE_MARKS (e.g. ``kernel_v1`` natively in CI,
 ``kernel_v2`` in the VM): then a skipped test with one of those marks fails the run.
 
+The commands the tests start get SIGINT and SIGQUIT as a terminal's shell gives them: a suite
+started as a background job of a script (``scripts/test &``) inherits both ignored, and a
+command started with a signal ignored keeps it so (a Ctrl-C test then waited forever).
+
 No test may change what later ones run under: a test that leaves this process's signal mask
 changed fails (a ``governor run`` invoked in-process once left SIGTERM and SIGHUP blocked for
 every daemon the suite started afterwards, which then neither stopped nor reloaded).
@@ -23,6 +27,11 @@ settings.register_profile("dev", max_examples=100, deadline=None)
 settings.register_profile("quick", max_examples=25, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+# An ignored signal stays ignored across fork and exec; a handled one is default in the command.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 @pytest.fixture(autouse=True)

@@ -448,9 +448,12 @@ def test_ctrl_c_leaves_the_queue_and_runs_nothing(fake_daemon):
     env = {**os.environ, "GOVERNOR_SOCKET": fake_daemon.path}
     with subprocess.Popen([*GOVERNOR, "run", "--", "sh", "-c", "echo ran"], cwd=REPO, env=env, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
-        assert proc.stderr.readline().startswith("governor: queued (position 2)")
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=30)
+        try:
+            assert proc.stderr.readline().startswith("governor: queued (position 2)")
+            proc.send_signal(signal.SIGINT)
+            stdout, stderr = proc.communicate(timeout=30)
+        finally:  # a failure above must not leave the test waiting for a client in the queue
+            proc.kill()
     assert proc.returncode == 130 and stdout == ""
     assert stderr == "governor: left the queue; nothing was started\n"
     assert fake_daemon.left.wait(5)  # the daemon saw the connection end
