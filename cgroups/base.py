@@ -189,6 +189,15 @@ class DriverBase(abc.ABC):
             raise CgroupReadError(f"cannot parse the counters of cgroup {rel!r}: {error!r}",
                                   path=str(self.directory(rel))) from None
 
+    def cpu_usage_usec(self, rel: str) -> int:
+        """Cgroup ``rel``'s cumulative CPU counter, µs, alone: the drivers read its one file,
+        not every counter :meth:`read_stats` reads (a group's, read as it is removed).
+
+        Raises:
+            CgroupReadError: as :meth:`read_stats`.
+        """
+        return self.read_stats(rel).cpu_usage_usec
+
     @abc.abstractmethod
     def _read_stats(self, rel: str, peak: bool) -> CgroupStats:
         """:meth:`read_stats` for this mode (the files it reads)."""

@@ -80,6 +80,9 @@ class Driver(Protocol):
     def read_stats(self, rel: str, *, peak: bool = False) -> CgroupStats:
         """One sample of ``rel``'s counters (with ``peak``, its memory peak too)."""
 
+    def cpu_usage_usec(self, rel: str) -> int:
+        """``rel``'s cumulative CPU counter, µs (one file, not every counter)."""
+
     def events_path(self, rel: str) -> Path | None:
         """The file whose change says ``rel`` emptied, or None (then watch a pid)."""
 

@@ -135,6 +135,10 @@ class Hierarchy:
         """One sample of ``rel``'s counters (raises CgroupReadError)."""
         return self._of(rel).read_stats(rel, peak=peak)
 
+    def cpu_usage_usec(self, rel: str) -> int:
+        """``rel``'s cumulative CPU counter, µs, one file read (raises CgroupReadError)."""
+        return self._of(rel).cpu_usage_usec(rel)
+
     def populated(self, rel: str) -> bool:
         """Whether ``rel`` or a cgroup below it holds a process (raises CgroupReadError)."""
         return self._of(rel).populated(rel)

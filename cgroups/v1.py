@@ -46,9 +46,9 @@ from governor.cgroups.files import below, list_children, make_dir, read_file, re
 from governor.cgroups.limits import (DEFAULT_PERIOD_USEC, V1_ORDER, CgroupLimits, diff_writes, v1_files, v1_key,
                                      v1_reset)
 from governor.cgroups.nesting import QuotaNesting
-from governor.cgroups.parse import format_cpu_list, parse_cpu_list, parse_pids
+from governor.cgroups.parse import format_cpu_list, parse_cpu_list, parse_int, parse_pids
 from governor.cgroups.stats import CgroupStats
-from governor.cgroups.v1_cgroup import init_cpuset, populated_below, read_v1_stats, reset_devices
+from governor.cgroups.v1_cgroup import NS_PER_USEC, init_cpuset, populated_below, read_v1_stats, reset_devices
 
 __all__ = ["CgroupV1Driver", "REQUIRED_CONTROLLERS"]
 
@@ -340,6 +340,14 @@ class CgroupV1Driver(DriverBase):
     def _read_stats(self, rel: str, peak: bool) -> CgroupStats:
         """Sample cgroup ``rel`` (:func:`~governor.cgroups.v1_cgroup.read_v1_stats`; raises CgroupReadError)."""
         return read_v1_stats({c: self.controller_path(c, rel) for c in _COUNTED if c in self.roots}, peak)
+
+    def cpu_usage_usec(self, rel: str) -> int:
+        """``cpuacct.usage`` of cgroup ``rel``, ns → µs (raises CgroupReadError)."""
+        try:
+            return parse_int(read_file(self.controller_path("cpuacct", rel), "cpuacct.usage")) // NS_PER_USEC
+        except ValueError as error:
+            raise CgroupReadError(f"cannot parse the CPU counter of cgroup {rel!r}: {error!r}",
+                                  path=str(self.directory(rel))) from None
 
     def populated(self, rel: str) -> bool:
         """Whether cgroup ``rel`` or a cgroup below it holds a process, from the cpu hierarchy

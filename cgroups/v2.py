@@ -294,6 +294,14 @@ class CgroupV2Driver(DriverBase):
             psi=read_pressure(directory) if self.psi else {},
         )
 
+    def cpu_usage_usec(self, rel: str) -> int:
+        """``usage_usec`` of cgroup ``rel``'s ``cpu.stat`` (raises CgroupReadError)."""
+        try:
+            return parse_flat_keyed(read_file(self.path(rel), "cpu.stat"))["usage_usec"]
+        except (ValueError, KeyError) as error:
+            raise CgroupReadError(f"cannot parse the CPU counter of cgroup {rel!r}: {error!r}",
+                                  path=str(self.path(rel))) from None
+
     def kill(self, rel: str) -> int:
         """Kill every process in cgroup ``rel`` and below it with SIGKILL in one write of
         ``1`` to ``cgroup.kill`` (Linux ≥ 5.14: no process can fork out of the way). A kernel

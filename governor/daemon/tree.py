@@ -187,7 +187,7 @@ def _cpu_used(hierarchy: Hierarchy, rel: str) -> int | None:
     """(On the thread) cgroup ``rel``'s cumulative CPU counter, µs; None when it cannot be read
     (gone already: nothing to charge)."""
     try:
-        return hierarchy.read_stats(rel).cpu_usage_usec
+        return hierarchy.cpu_usage_usec(rel)
     except CgroupError:
         return None
 

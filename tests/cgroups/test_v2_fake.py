@@ -279,3 +279,13 @@ def test_a_root_whose_parent_lacks_a_controller_is_refused_saying_why_and_what_t
         f"(cpu is not in {mount}/a/cgroup.subtree_control){'. ' if cgroup_root[0] != '/' else ': '}{advice}"
         + (" (governor install-systemd), whose cgroup systemd delegates every controller"
            if cgroup_root[0] != "/" else ""))
+
+
+def test_the_cpu_counter_alone_reads_cpu_stat_alone(driver):
+    # Issue 37: a group's counter read as it is removed, from its one file.
+    group = driver.root / "g"
+    (group / "cpu.stat").write_text("usage_usec 7\nuser_usec 5\n")
+    assert driver.cpu_usage_usec("g") == 7
+    (group / "cpu.stat").write_text("user_usec 5\n")
+    with pytest.raises(CgroupError, match="cannot parse the CPU counter of cgroup 'g'"):
+        driver.cpu_usage_usec("g")

@@ -178,3 +178,19 @@ def test_a_task_that_ended_between_ticks_is_charged_its_reservation_up_to_its_en
     clock.now += 10
     on_loop(daemon, lambda: daemon.observation.sample())
     assert daemon.observation.status()["groups"]["lab-c"]["past_use"] == pytest.approx(10 * 7 / 8, rel=0.01)
+
+
+def test_an_exit_reads_its_tasks_counters_once_and_its_groups_cpu_counter_alone(tmp_path, monkeypatch):
+    # Issue 37, point 2: every counter of the task's cgroup, once (its ended record), and of its
+    # group's only the CPU counter fair share charges (read_stats read all of them again).
+    daemon = make_daemon(tmp_path, FAIR)
+    driver = daemon.hierarchy.driver
+    reply = launch(daemon, 100, group="lab-b", cpu=0.6, memory=1 << 20)
+    reads, counters = [], []
+    every = driver.read_stats
+    monkeypatch.setattr(driver, "read_stats", lambda rel, **kw: reads.append(rel) or every(rel, **kw))
+    monkeypatch.setattr(driver, "cpu_usage_usec", lambda rel: counters.append(rel) or 600_000)
+    driver.procs[f"lab-b/task-{reply['task']}"] = []
+    on_loop(daemon, lambda: daemon.exits.check([reply["task"]], "exit"))
+    assert "lab-b" not in driver.cgroups
+    assert (reads, counters) == ([f"lab-b/task-{reply['task']}"], ["lab-b"])
