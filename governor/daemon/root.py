@@ -270,7 +270,6 @@ class Daemon:
         self.gpu_guard.stop()
         self.fair_share.close()
         self.foreign.close()
-        self.store.close()
         await asyncio.get_running_loop().shutdown_default_executor()  # the cgroup thread's last calls
         if not self.tasks:
             try:

@@ -46,7 +46,7 @@ class TaskStore:
     def __init__(self, directory: Path):
         self.directory = directory
         self._next_id = 1
-        self._id_file: int | None = None  # NEXT_ID, open for writing once this daemon wrote it
+        self._written = False  # whether this daemon wrote NEXT_ID whole (then it overwrites it in place)
 
     def prepare(self) -> None:
         """Create the directory (or check the one there), remove temporary files a killed
@@ -57,7 +57,7 @@ class TaskStore:
             GovernorError: as the class says; also a :data:`NEXT_ID` file that cannot be trusted
                 or is not a number (naming it, and what to do).
         """
-        self.close()
+        self._written = False
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as error:
@@ -113,8 +113,8 @@ class TaskStore:
         """A task id never given out on this host before, stored as given before it is returned.
 
         The first id of this daemon replaces :data:`NEXT_ID` atomically; each later one
-        overwrites it in place, one ``pwrite`` (the atomic replacement cost 0.16 ms of CPU per
-        launch): ids only grow, so each number is at least as long as the one it overwrites and
+        overwrites it in place, one ``pwrite`` (the atomic replacement, a rename over the old
+        file, cost 0.16 ms of CPU per launch): ids only grow, so each number is at least as long as the one it overwrites and
         covers it whole, and a write this small is never left half done by a killed daemon.
 
         Raises:
@@ -123,25 +123,34 @@ class TaskStore:
         task_id = self._next_id
         path = self.directory / NEXT_ID
         data = b"%d\n" % (task_id + 1)
-        if self._id_file is None:
+        if not self._written or not self._overwrite(path, data):
             write_atomically(path, data, "task id file")
-            try:
-                self._id_file = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            except OSError as error:
-                raise GovernorError(f"cannot open task id file {path}: {error.strerror}") from None
-        else:
-            try:
-                os.pwrite(self._id_file, data, 0)
-            except OSError as error:
-                raise GovernorError(f"cannot write task id file {path}: {error.strerror}") from None
+            self._written = True
         self._next_id = task_id + 1
         return str(task_id)
 
-    def close(self) -> None:
-        """Close :data:`NEXT_ID` (the daemon stopping); a later :meth:`new_id` opens it again."""
-        if self._id_file is not None:
-            os.close(self._id_file)
-            self._id_file = None
+    @staticmethod
+    def _overwrite(path: Path, data: bytes) -> bool:
+        """Overwrite :data:`NEXT_ID` in place with ``data``; False where it is gone (removed
+        while the daemon ran: written whole again). The file is not kept open between ids: a
+        daemon's descriptors are back to their count once its tasks have ended.
+
+        Raises:
+            GovernorError: it cannot be opened or written, naming it.
+        """
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        except OSError as error:
+            raise GovernorError(f"cannot open task id file {path}: {error.strerror}") from None
+        try:
+            os.pwrite(fd, data, 0)
+        except OSError as error:
+            raise GovernorError(f"cannot write task id file {path}: {error.strerror}") from None
+        finally:
+            os.close(fd)
+        return True
 
     def save(self, task: Task) -> None:
         """Write ``task``'s record atomically (a reader sees the old record or the new one).
