@@ -113,9 +113,10 @@ class TaskStore:
         """A task id never given out on this host before, stored as given before it is returned.
 
         The first id of this daemon replaces :data:`NEXT_ID` atomically; each later one
-        overwrites it in place, one ``pwrite`` (the atomic replacement, a rename over the old
-        file, cost 0.16 ms of CPU per launch): ids only grow, so each number is at least as long as the one it overwrites and
-        covers it whole, and a write this small is never left half done by a killed daemon.
+        overwrites it in place (open, ``pwrite``, close: 7 µs of CPU against 143 µs for the
+        atomic replacement, a rename over the old file): ids only grow, so each number is at
+        least as long as the one it overwrites and covers it whole, and a write this small is
+        never left half done by a killed daemon.
 
         Raises:
             GovernorError: :data:`NEXT_ID` cannot be written (the id is not handed out).

@@ -160,4 +160,3 @@ def test_task_ids_written_in_place_continue_exactly_after_a_killed_daemon(tmp_pa
     (tmp_path / "state" / "next-id").unlink()  # removed while a daemon runs: written whole again
     assert again.new_id() == "102" and (tmp_path / "state" / "next-id").read_text() == "103\n"
     assert store_at(tmp_path / "state").new_id() == "103"
-
