@@ -36,6 +36,7 @@ from governor.cgroups.v2 import CgroupV2Driver, move_self_to_leaf
 
 V2_CONTROLLERS = ("cpu", "cpuset", "memory", "io", "pids")
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
+V1_OPTIONAL = ("pids",)  # joined where mounted
 
 
 class Location(NamedTuple):
@@ -261,7 +262,9 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
 
     mounts = detect.v1_mounts(proc)
     roots = {}
-    for controller in (*V1_CONTROLLERS, "devices") if devices else V1_CONTROLLERS:
+    # pids where the kernel has it (Linux ≥ 4.3): every cgroup's pids.max (DESIGN.md §3).
+    wanted = (*V1_CONTROLLERS, *V1_OPTIONAL, *(("devices",) if devices else ()))
+    for controller in wanted:
         if controller in mounts:
             base = Path(str(mounts[controller]) + cgroup_root) if cgroup_root.startswith("/") else own[controller] / cgroup_root
             roots[controller] = base
@@ -269,5 +272,6 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
     driver.create("")
     shown = roots.get("cpu", next(iter(roots.values())))
     hold_root(shown)
-    return Hierarchy(driver, str(shown), V1_CONTROLLERS, cgroup_mount, "cpu" if "cpu" in roots else "",
+    controllers = (*V1_CONTROLLERS, *(c for c in V1_OPTIONAL if c in roots))
+    return Hierarchy(driver, str(shown), controllers, cgroup_mount, "cpu" if "cpu" in roots else "",
                      detect.proc_path(shown, proc), no_psi=psi_unavailable("v1", shown))

@@ -10,7 +10,7 @@ Write order (fixed; one controller after another as runc's ``fs2.Set`` does):
 cgroup v2 (:data:`V2_ORDER`)
     ``cpu.weight``, ``cpu.max``, ``cpuset.cpus``, ``memory.min``, ``memory.low``,
     ``memory.high``, ``memory.max``, ``io.weight``, ``io.bfq.weight``, ``io.max`` (one line per device, in the
-    order given). ``memory.high`` goes before ``memory.max`` so that a cgroup is first
+    order given), ``pids.max``. ``memory.high`` goes before ``memory.max`` so that a cgroup is first
     throttled and reclaimed gently; only then can the hard limit OOM-kill.
 
 cgroup v1 (:data:`V1_ORDER`)
@@ -18,7 +18,7 @@ cgroup v1 (:data:`V1_ORDER`)
     ``memory.soft_limit_in_bytes``, ``memory.limit_in_bytes``, ``blkio.bfq.weight_device``,
     ``blkio.throttle.read_bps_device``, ``blkio.throttle.write_bps_device``,
     ``devices.deny`` (one rule per denied node; a rule no longer wanted is written to
-    ``devices.allow``, which removes it: the driver's). v1 has no
+    ``devices.allow``, which removes it: the driver's), ``pids.max``. v1 has no
     ``memory.min``/``memory.low`` and no io.cost: those fields and ``io.weight`` are not written
     there (a v1 host shares I/O proportionally only under BFQ). The period goes
     before the quota because the kernel validates a quota against the period in force (v2
@@ -53,6 +53,7 @@ __all__ = [
     "CGROUP_WEIGHT_RANGE",
     "MIN_QUOTA_USEC",
     "MEMORY_CAPS",
+    "PIDS_MAX_LIMIT",
     "V1_ORDER",
     "V2_ORDER",
     "diff_writes",
@@ -80,9 +81,12 @@ CGROUP_WEIGHT_RANGE = (1, 10_000)
 _SHARES_RANGE = (2, 262_144)
 _BFQ_WEIGHT_RANGE = (1, 1_000)
 _DEVICE_RE = re.compile(r"\d+:\d+")
+# The kernel's PID_MAX_LIMIT on 64-bit hosts (4 M): no count of processes can pass it, so no
+# pids.max above it means anything (the kernel takes up to INT_MAX).
+PIDS_MAX_LIMIT = 4 * 1024 * 1024
 
 V2_ORDER: tuple[str, ...] = ("cpu.weight", "cpu.max", "cpuset.cpus", "memory.min", "memory.low", "memory.high",
-                             "memory.max", "io.weight", "io.bfq.weight", "io.max")
+                             "memory.max", "io.weight", "io.bfq.weight", "io.max", "pids.max")
 # The v2 memory files, in write order, and the fields that carry them (bytes).
 _V2_MEMORY = tuple((file, f"{file.replace('.', '_')}_bytes") for file in V2_ORDER if file.startswith("memory."))
 V1_ORDER: tuple[tuple[str, str], ...] = (
@@ -96,6 +100,7 @@ V1_ORDER: tuple[tuple[str, str], ...] = (
     ("blkio", "blkio.throttle.read_bps_device"),
     ("blkio", "blkio.throttle.write_bps_device"),
     ("devices", "devices.deny"),
+    ("pids", "pids.max"),
 )
 # Kernel file → the kind of memory cap it is: memory_max_bytes is the hard one (the default),
 # memory_high_bytes the soft one ([enforcement] memory = "soft"), on v2 and v1.
@@ -186,6 +191,8 @@ class CgroupLimits:
         devices_denied: device nodes the cgroup's processes may not open (``open``,
             ``mknod``: ``EPERM``), canonical: sorted, each once (any iterable of
             :data:`Device` is taken and made so).
+        pids_max: the most processes and threads the cgroup and its descendants may hold
+            together (``pids.max``: a fork or clone past it fails with ``EAGAIN``).
 
     Raises:
         ValueError: a value outside the kernel's accepted range, a block device listed twice,
@@ -203,6 +210,7 @@ class CgroupLimits:
     io_weight: tuple[IoWeight, ...] = ()
     io_max: tuple[IoMax, ...] = ()
     devices_denied: tuple[Device, ...] = ()
+    pids_max: int | None = None
 
     def __post_init__(self) -> None:
         if self.devices_denied:
@@ -219,6 +227,8 @@ class CgroupLimits:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
+        if self.pids_max is not None and not 0 <= self.pids_max <= PIDS_MAX_LIMIT:
+            raise ValueError(f"pids_max must be in 0..{PIDS_MAX_LIMIT}, got {self.pids_max}")
         for name in ("io_weight", "io_max"):
             devices = [io.device for io in getattr(self, name)]
             if len(set(devices)) != len(devices):
@@ -271,6 +281,8 @@ def v2_files(limits: CgroupLimits) -> list[tuple[str, str]]:
         files.append((io.controller, f"{io.device} {weight}"))
     for io in limits.io_max:
         files.append(("io.max", f"{io.device} rbps={format_max(io.rbps)} wbps={format_max(io.wbps)}"))
+    if limits.pids_max is not None:
+        files.append(("pids.max", str(limits.pids_max)))
     return files
 
 
@@ -297,7 +309,7 @@ def v2_reset(file: str, value: str) -> str:
     resets = {"cpu.weight": str(DEFAULT_CPU_WEIGHT),
               "cpu.max": format_cpu_max(None, DEFAULT_PERIOD_USEC),
               "cpuset.cpus": "", "memory.min": "0", "memory.low": "0", "memory.high": format_max(None),
-              "memory.max": format_max(None)}
+              "memory.max": format_max(None), "pids.max": format_max(None)}
     if file not in resets:
         raise ValueError(f"not a governed cgroup v2 file: {file!r}")
     return resets[file]
@@ -310,7 +322,7 @@ def v1_files(limits: CgroupLimits) -> list[tuple[str, str, str]]:
     becomes ``memory.soft_limit_in_bytes``; BFQ weights become ``blkio.bfq.weight_device``;
     ``memory_min_bytes``, ``memory_low_bytes`` and io.cost weights have no v1 file and are left out; an ``IoMax``
     side left None writes no blkio rule; each denied device is a ``devices.deny`` line
-    (``c 195:1 rwm``: read, write, mknod).
+    (``c 195:1 rwm``: read, write, mknod); ``pids_max`` is ``pids.max`` in the pids hierarchy.
 
     >>> v1_files(CgroupLimits(cpu_quota_usec=30000, cpu_weight=200))
     [('cpu', 'cpu.cfs_period_us', '100000'), ('cpu', 'cpu.cfs_quota_us', '30000'), ('cpu', 'cpu.shares', '2048')]
@@ -338,6 +350,8 @@ def v1_files(limits: CgroupLimits) -> list[tuple[str, str, str]]:
                 files.append(("blkio", file, f"{io.device} {rate}"))
     for device in limits.devices_denied:
         files.append(("devices", "devices.deny", v1_line(device)))
+    if limits.pids_max is not None:
+        files.append(("pids", "pids.max", str(limits.pids_max)))
     return files
 
 
@@ -362,7 +376,7 @@ _V1_KEYS: dict[tuple[str, str, str], tuple[str, str, str]] = {}
 
 def v1_reset(controller: str, file: str, value: str) -> str | None:
     """The value that undoes ``value`` in v1 ``file``: ``-1`` (unlimited) for quota and memory
-    limits, the defaults for period and shares, ``"MAJ:MIN 0"`` (rule removed) for blkio.
+    limits, ``max`` for ``pids.max``, the defaults for period and shares, ``"MAJ:MIN 0"`` (rule removed) for blkio.
 
     Returns None for ``cpuset.cpus``: v1 has no "inherit" value, the driver copies the
     parent's list.
@@ -379,7 +393,7 @@ def v1_reset(controller: str, file: str, value: str) -> str | None:
         return f"{v1_key(controller, file, value)[2]} default"
     return {"cpu.cfs_period_us": str(DEFAULT_PERIOD_USEC), "cpu.cfs_quota_us": "-1",
             "cpu.shares": str(DEFAULT_CPU_SHARES), "cpuset.cpus": None,
-            "memory.soft_limit_in_bytes": "-1", "memory.limit_in_bytes": "-1"}[file]
+            "memory.soft_limit_in_bytes": "-1", "memory.limit_in_bytes": "-1", "pids.max": format_max(None)}[file]
 
 
 K = TypeVar("K", bound=Hashable)

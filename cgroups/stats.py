@@ -40,6 +40,10 @@ class CgroupStats:
             memory controller is not enabled.
         psi: pressure stall information: ``cpu``, ``memory``, ``io`` → ``some``, ``full`` →
             :class:`Stall`; empty where the host has none (v1, ``psi=0``).
+        pids_current: processes and threads in the cgroup and below it now (``pids.current``);
+            None where the pids controller is not there.
+        pids_refused: forks and clones refused at its ``pids.max`` (``pids.events``' ``max``);
+            None where the pids controller is not there.
     """
 
     cpu_usage_usec: int
@@ -51,3 +55,5 @@ class CgroupStats:
     populated: bool = False
     memory_peak_bytes: int | None = None
     psi: dict[str, dict[str, Stall]] = field(default_factory=dict)
+    pids_current: int | None = None
+    pids_refused: int | None = None

@@ -20,6 +20,7 @@ limit                         systemd property (systemd.resource-control(5))
 ``memory.min/low/high/max``   ``MemoryMin=``, ``MemoryLow=``, ``MemoryHigh=``, ``MemoryMax=`` (bytes)
 ``io.max`` rbps / wbps        ``IOReadBandwidthMax=``, ``IOWriteBandwidthMax=``
                               (``/dev/block/MAJ:MIN <bytes>``)
+``pids.max``                  ``TasksMax=``
 ============================  =====================================================
 """
 
@@ -44,7 +45,7 @@ log = logging.getLogger(__name__)
 
 # What each property is reset to when the limits no longer set it ("" = systemd's default).
 RESETS = {"CPUQuota": "", "CPUQuotaPeriodSec": "", "CPUWeight": "", "MemoryMin": "", "MemoryLow": "", "MemoryHigh": "infinity",
-          "MemoryMax": "infinity", "IOReadBandwidthMax": "", "IOWriteBandwidthMax": ""}
+          "MemoryMax": "infinity", "IOReadBandwidthMax": "", "IOWriteBandwidthMax": "", "TasksMax": ""}
 # systemctl blocks the daemon's event loop: well below the unit's WatchdogSec=30.
 SYSTEMCTL_TIMEOUT_S = 5.0
 SYSTEMD_PERIOD_USEC = 100_000
@@ -81,6 +82,8 @@ def unit_properties(limits: CgroupLimits) -> dict[str, tuple[str, ...]]:
                       for io in sorted(limits.io_max, key=lambda io: io.device) if getattr(io, field) is not None)
         if lines:
             properties[name] = lines
+    if limits.pids_max is not None:
+        properties["TasksMax"] = (str(limits.pids_max),)
     return properties
 
 

@@ -1,5 +1,5 @@
 """cgroup v1 driver (legacy and hybrid hosts): the v2 driver's interface over the cpu, cpuacct,
-cpuset, memory and blkio hierarchies.
+cpuset, memory, blkio and pids hierarchies (devices too where GPUs are governed).
 
 Governor owns one root directory in each hierarchy (e.g. ``/sys/fs/cgroup/cpu/<own>/governor``
 and ``/sys/fs/cgroup/memory/<own>/governor``); a cgroup ``rel`` exists once per hierarchy.
@@ -56,10 +56,10 @@ log = logging.getLogger(__name__)
 
 REQUIRED_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory")
 # cpuset first: a new cpuset cgroup must get CPUs and memory nodes before a task can join it.
-HIERARCHY_ORDER = ("cpuset", "cpu", "cpuacct", "memory", "blkio", "devices")
+HIERARCHY_ORDER = ("cpuset", "cpu", "cpuacct", "memory", "blkio", "devices", "pids")
 # v2 controller names that are spelt differently on v1.
 _V1_NAME = {"io": "blkio"}
-_COUNTED = ("cpu", "cpuacct", "memory", "blkio")  # the hierarchies read_stats reads (blkio: where given)
+_COUNTED = ("cpu", "cpuacct", "memory", "blkio", "pids")  # the hierarchies read_stats reads (blkio, pids: where given)
 _QUOTA = v1_key("cpu", "cpu.cfs_quota_us", "")
 _PERIOD = v1_key("cpu", "cpu.cfs_period_us", "")
 
@@ -71,7 +71,8 @@ class CgroupV1Driver(DriverBase):
         roots: controller → governor's root directory in that controller's hierarchy; co-mounted
             controllers (``cpu,cpuacct``) map to the same directory. ``cpu``, ``cpuacct``,
             ``cpuset`` and ``memory`` are required; ``blkio`` is needed only for ``io_max``,
-            ``devices`` only for limits that deny devices (``devices.deny``).
+            ``devices`` only for limits that deny devices (``devices.deny``); ``pids.max`` is
+            written where ``pids`` is given (a kernel without that hierarchy has no cap to set).
 
     Raises:
         CgroupUnsupported: a required controller is missing from ``roots``.
@@ -194,7 +195,7 @@ class CgroupV1Driver(DriverBase):
         if limits.cpu_quota_usec is not None:
             limits = self._nested(rel, limits)
         last = self._record(rel)
-        desired = [(v1_key(c, f, v), v) for c, f, v in v1_files(limits)]
+        desired = [(v1_key(c, f, v), v) for c, f, v in v1_files(limits) if c != "pids" or "pids" in self.roots]
         written, errors = [], []
         if ("devices" in self.roots and not limits.devices_denied and self._devices_unknown(rel)
                 and not any(key[1] == "devices.deny" for key in last)):

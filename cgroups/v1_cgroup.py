@@ -23,12 +23,13 @@ def read_v1_stats(directories: Mapping[str, Path], peak: bool) -> CgroupStats:
     """Sample one cgroup: ``cpuacct.usage`` and ``cpu.stat`` (ns → usec),
     ``memory.usage_in_bytes``, ``memory.failcnt`` (as ``memory_events["max"]``) and
     ``memory.oom_control``'s ``oom_kill`` (Linux ≥ 4.13), ``memory.max_usage_in_bytes`` (as
-    ``memory_peak_bytes``, with ``peak``), and, with blkio, ``blkio.throttle.io_service_bytes``.
+    ``memory_peak_bytes``, with ``peak``), with blkio, ``blkio.throttle.io_service_bytes``, and
+    with pids, ``pids.current`` and ``pids.events``' ``max`` (forks refused).
     ``populated`` is true when the cgroup or a descendant has a process in the cpu hierarchy
     (v2's meaning).
 
     Args:
-        directories: controller (``cpu``, ``cpuacct``, ``memory``; ``blkio`` where governed)
+        directories: controller (``cpu``, ``cpuacct``, ``memory``; ``blkio``, ``pids`` where governed)
             → the cgroup's directory in that controller's hierarchy.
         peak: read the memory peak too.
 
@@ -44,6 +45,7 @@ def read_v1_stats(directories: Mapping[str, Path], peak: bool) -> CgroupStats:
     io_stat = {}
     if "blkio" in directories:
         io_stat = parse_blkio_service_bytes(read_file(directories["blkio"], "blkio.throttle.io_service_bytes"))
+    pids = directories.get("pids")
     return CgroupStats(
         cpu_usage_usec=parse_int(read_file(directories["cpuacct"], "cpuacct.usage")) // NS_PER_USEC,
         cpu_nr_throttled=cpu.get("nr_throttled", 0),
@@ -53,6 +55,8 @@ def read_v1_stats(directories: Mapping[str, Path], peak: bool) -> CgroupStats:
         io_stat=io_stat,
         populated=populated_below(directories["cpu"]),
         memory_peak_bytes=parse_int(read_file(memory_dir, "memory.max_usage_in_bytes")) if peak else None,
+        pids_current=None if pids is None else parse_int(read_file(pids, "pids.current")),
+        pids_refused=None if pids is None else parse_flat_keyed(read_file(pids, "pids.events")).get("max", 0),
     )
 
 

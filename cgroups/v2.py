@@ -260,7 +260,7 @@ class CgroupV2Driver(DriverBase):
         return self.path(rel) / "cgroup.events"
 
     def _read_stats(self, rel: str, peak: bool) -> CgroupStats:
-        """Sample the counters of cgroup ``rel``. Memory and io fields are left None/empty when
+        """Sample the counters of cgroup ``rel``. Memory, io and pids fields are left None/empty when
         those controllers are not enabled for it; its pressure files are read unless :attr:`psi`
         is off.
 
@@ -278,6 +278,10 @@ class CgroupV2Driver(DriverBase):
             memory_peak = _optional_int(directory, "memory.peak") if peak else None
             events = parse_flat_keyed(read_file(directory, "memory.events"))
             memory_events = {k: events.get(k, 0) for k in MEMORY_EVENT_KEYS}
+        pids_current = pids_refused = None
+        if "pids" in enabled:
+            pids_current = parse_int(read_file(directory, "pids.current"))
+            pids_refused = parse_flat_keyed(read_file(directory, "pids.events")).get("max", 0)
         io_stat: dict[str, dict[str, int]] = {}
         if "io" in enabled:
             io_stat = {dev: {k: v for k, v in fields.items() if v is not None}
@@ -292,6 +296,8 @@ class CgroupV2Driver(DriverBase):
             populated=parse_cgroup_events(read_file(directory, "cgroup.events")).populated,
             memory_peak_bytes=memory_peak,
             psi=read_pressure(directory) if self.psi else {},
+            pids_current=pids_current,
+            pids_refused=pids_refused,
         )
 
     def cpu_usage_usec(self, rel: str) -> int:

@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 # How long to wait for the daemon's ended record once the command exited: it notices the
 # emptied cgroup within milliseconds, or at its next reconcile pass.
 RECORD_WAIT_S = 5.0
+# As long for a command that failed by itself: a failure is said to come from a fork refused at
+# the task's cap only where the record says so, and a failed command's leftover children (whose
+# task then lives on) must not hold its caller long.
+RECORD_GLANCE_S = 0.5
 # Forwarded to the command; SIGINT and SIGQUIT too when a process sent them (from the
 # terminal, they reach the command itself).
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -126,6 +130,10 @@ def _run_and_wait(path: str, request: LaunchRequest, cmd: tuple[str, ...], mask:
         line = ended_line(_ended_record(path, task), task)
         if line:
             sys.stderr.write(line + "\n")
+    elif task is not None and exit_code:  # failed: perhaps for a fork refused at its pids.max
+        line = ended_line(_ended_record(path, task, RECORD_GLANCE_S), task)
+        if line:
+            sys.stderr.write(line + "\n")
     sys.exit(exit_code)
 
 
@@ -144,12 +152,16 @@ def _forward(child: int, info) -> bool:
 
 
 def ended_line(record: dict | None, task: str) -> str | None:
-    """``governor: task 12 ended: stopped by alice`` for a task governor ended, or None (it
-    exited by itself, or no record came)."""
-    from governor.host.accounting import EXIT, why_ended
+    """``governor: task 12 ended: stopped by alice`` for a task governor ended, ``governor:
+    task 7 was refused 12 forks at its cap of 512 processes`` for one that exited by itself
+    after the kernel refused it forks, or None (neither, or no record came)."""
+    from governor.host.accounting import EXIT, forks_refused, why_ended
 
-    if record is None or record.get("reason") in (None, EXIT):
+    if record is None or record.get("reason") is None:
         return None
+    if record.get("reason") == EXIT:
+        refused = forks_refused(record)
+        return f"governor: task {task} {refused}" if refused else None
     return f"governor: task {task} ended: {why_ended(record)}"
 
 
@@ -187,14 +199,14 @@ def _die_with(parent: int) -> None:
         os._exit(128 + signal.SIGKILL)
 
 
-def _ended_record(path: str, task: str) -> dict | None:
-    """The daemon's ended record of ``task``, waiting up to :data:`RECORD_WAIT_S`; None if
-    it does not come (processes of the task live on) or the daemon cannot be asked."""
+def _ended_record(path: str, task: str, wait_s: float = RECORD_WAIT_S) -> dict | None:
+    """The daemon's ended record of ``task``, waiting up to ``wait_s``; None if it does not
+    come (processes of the task live on) or the daemon cannot be asked."""
     from governor.cli.client import call
     from governor.errors import GovernorError
     from governor.wire.request_types import PsRequest
 
-    deadline = time.monotonic() + RECORD_WAIT_S
+    deadline = time.monotonic() + wait_s
     while True:
         try:
             records = call(path, PsRequest(ended=True, task=task)).ended or []
@@ -239,4 +251,7 @@ def summary_lines(record: dict | None, status: int, wall: float, *, task: str | 
         lines.append(f"Memory over its soft cap: {record['memory_high_events']} times (reclaimed and throttled)")
     if record.get("oom_kills"):
         lines.append(f"OOM kills: {record['oom_kills']}")
+    if record.get("forks_refused"):
+        cap = (record.get("demand") or {}).get("pids")
+        lines.append(f"Forks refused: {record['forks_refused']}" + (f" (at its cap of {int(cap)} processes)" if cap else ""))
     return lines

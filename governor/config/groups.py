@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from governor.config.settings import GROUP_WEIGHT_RANGE, GroupRule, group_name_problem
 from governor.config.resource_values import MAX_BYTES, MAX_CORES
 from governor.errors import ConfigError
-from governor.config.resources import Resource, quota_keys
+from governor.config.resources import Resource, ResourceKind, quota_keys
 from governor.config.tomlcheck import amount, in_range, join_key, no_unknown_keys, number, subtable, type_name
 from governor.config.resources import format_amount
 
@@ -155,6 +155,10 @@ def _quota(rule: Mapping[str, object], name: str, where: str, file: str, gpus: i
     table = subtable(rule, name, where, file)
     keys = quota_keys()
     no_unknown_keys(table, tuple(keys), key, file)
+    for given in table:
+        if name == "guarantee" and keys[given].kind is ResourceKind.COUNT:
+            raise ConfigError(file, f"{key}.{given}", f"a count is a cap, never divided: nothing guarantees "
+                                                      f"{keys[given].unit}; give it in limit or user_limit")
     return {keys[given].name: _quota_amount(keys[given], value, f"{key}.{given}", file, gpus)
             for given, value in table.items()}
 
@@ -167,6 +171,8 @@ def _quota_amount(entry: Resource, value: object, at: str, file: str, gpus: int 
         if cores > MAX_CORES:
             raise ConfigError(file, at, f"must be at most {MAX_CORES:,} cores, got {cores:g}")
         return cores
+    if entry.kind is ResourceKind.COUNT:
+        return float(entry.setting(value, at, file))
     if entry.unit == "devices":
         count = number(value, at, file)
         if count.denominator != 1:

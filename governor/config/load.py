@@ -46,7 +46,7 @@ from governor.config.gpu_rules import gpu_control_nodes, gpu_guard, gpu_nodes
 from governor.config.notify_rules import notify_rules
 from governor.config.settings import Config, GroupRule, IoDevice, SessionRules, group_name_problem
 from governor.errors import ConfigError
-from governor.config.resource_values import bytes_setting, cores_setting
+from governor.config.resource_values import bytes_setting, cores_setting, pids_setting
 from governor.config.tomlcheck import no_unknown_keys, number, parse_toml, subtable, type_name
 from governor.config.units import parse_duration
 
@@ -63,10 +63,12 @@ DEFAULT_CONFIG = """\
 
 [capacity]
 reserve = { cpu = 0.25, memory = "256M" }
+# reserve.pids: left out, a tenth of the kernel's limit on processes stays the system's
 
 [defaults.task]
 cpu = 1
 memory = "512M"
+pids = 4096
 
 [enforcement]
 cpu = "quota"
@@ -80,6 +82,7 @@ weight = 1
 enabled = true
 cpu = 1
 memory = "2G"
+pids = 4096
 exempt = []
 
 [daemon]
@@ -94,8 +97,11 @@ max_connections_per_user = 32
 _RESERVE_CPU_CORES = 0.25
 _RESERVE_MEMORY_BYTES = 256 * 1024**2
 # [defaults.task] and [sessions] by config key (governor.config.resources); a key not here: 0.
-_TASK_DEFAULTS = {"cpu": 1.0, "memory": 512 * 1024**2}
-_SESSION_DEFAULTS = {"cpu": 1.0, "memory": 2 * 1024**3}
+# pids: 4,096 processes and threads, RHEL's default `ulimit -u` for a user: above a `make -j`
+# of a large tree or a JVM's few thousand threads, far below the tens of thousands a fork bomb
+# takes (docs/admin.md, "Processes").
+_TASK_DEFAULTS = {"cpu": 1.0, "memory": 512 * 1024**2, "pids": 4096}
+_SESSION_DEFAULTS = {"cpu": 1.0, "memory": 2 * 1024**3, "pids": 4096}
 _SAMPLE_INTERVAL_S = 1.0
 _RECONCILE_INTERVAL_S = 5.0
 _STATE_DIR = "/run/governor/state"
@@ -106,7 +112,7 @@ _MAX_COUNT = 1_000_000
 _SECTIONS = ("capacity", "defaults", "enforcement", "groups", "fairshare", "sessions", "foreign", "daemon", "notify")
 _FAIRSHARE_KEYS = ("half_life",)
 _CAPACITY_KEYS = ("cpu", "memory", "reserve", "io", "gpus", "gpu_control", "gpu_guard", "gpu_guard_parents")
-_RESERVE_KEYS = ("cpu", "memory")
+_RESERVE_KEYS = ("cpu", "memory", "pids")
 _IO_KEYS = ("device", "read", "write")
 # The first choice is the default (None: left out, Config.memory_mode gives "hard").
 _ENFORCEMENT = {"cpu": ("quota", "cores"), "memory": (None, "soft", "hard")}
@@ -178,6 +184,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         reserve_cpu_cores=_value(reserve, "cpu", "capacity.reserve", file, cores_setting, _RESERVE_CPU_CORES),
         reserve_memory_bytes=_value(reserve, "memory", "capacity.reserve", file, bytes_setting,
                                     _RESERVE_MEMORY_BYTES),
+        reserve_pids=_value(reserve, "pids", "capacity.reserve", file, pids_setting, None),
         io_devices=io_devices,
         task_defaults=task,
         cpu_enforcement=modes["cpu"],

@@ -11,7 +11,7 @@ from governor.errors import ConfigError
 from governor.config.units import format_number, format_size, parse_size
 
 __all__ = ["bytes_setting", "cores", "cores_setting", "devices", "format_bytes", "format_cores", "format_count",
-           "format_rate", "memory_setting", "size"]
+           "format_processes", "format_rate", "memory_setting", "pids_setting", "processes", "size"]
 
 
 # Parsing ``governor run``'s values: each raises ValueError saying what is wrong.
@@ -38,6 +38,17 @@ def devices(text: str | int) -> int:
     return value
 
 
+def processes(text: str | int) -> int:
+    """A cap on processes and threads (``pids.max``): a whole number from 1 to ``MAX_PIDS``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a valid integer.") from None  # click's words, as before
+    if not 1 <= value <= MAX_PIDS:
+        raise ValueError(f"must be a whole number of processes from 1 to {MAX_PIDS:,}, got {value}")
+    return value
+
+
 def size(text: str) -> int:
     """A size like ``4G`` (K/M/G/T are powers of 1024) as whole bytes, rounded to the nearest."""
     return parse_size(text)
@@ -50,6 +61,8 @@ MAX_BYTES = 1 << 62
 # A task's declared memory is its cap: below this no process starts (a documented minimum, so
 # that no declaration is so small it reads as "no limit" anywhere).
 MIN_TASK_MEMORY = 1 << 20
+# The kernel's PID_MAX_LIMIT on a 64-bit host: no cgroup ever holds more processes and threads.
+MAX_PIDS = 4 * 1024 * 1024
 
 
 # Checking a config key's value: (value, dotted key, file) → amount.
@@ -89,6 +102,18 @@ def memory_setting(value: object, key: str, file: str) -> int:
     return result
 
 
+def pids_setting(value: object, key: str, file: str) -> int:
+    """A cap on processes and threads: a whole number (not a string, a float or a boolean)
+    from 1 to ``MAX_PIDS``.
+
+    Raises:
+        ConfigError: at ``key`` in ``file``, saying what is wrong.
+    """
+    if type(value) is not int or not 1 <= value <= MAX_PIDS:
+        raise ConfigError(file, key, f"must be a whole number of processes from 1 to {MAX_PIDS:,}, got {value!r}")
+    return value
+
+
 def _at_most(value, bound: int, unit: str, key: str, file: str):
     if value > bound:
         raise ConfigError(file, key, f"must be at most {bound:,} {unit}, got {float(value):g}")
@@ -111,6 +136,12 @@ def format_bytes(value: float, unit: bool) -> str:
 def format_rate(value: float, unit: bool) -> str:
     """Bytes/s: ``200.0M/s``."""
     return f"{format_size(value)}/s"
+
+
+def format_processes(value: float, unit: bool) -> str:
+    """Processes and threads: ``512`` (with ``unit``: ``512 processes``, ``1 process``)."""
+    text = format_number(value, precision=2)
+    return f"{text} process" + ("" if text == "1" else "es") if unit else text
 
 
 def format_count(value: float, unit: bool) -> str:

@@ -1,17 +1,23 @@
 """The resources governor divides, each declared once here (DESIGN.md §1, "resource"). Pure.
 
-======================  =======  ============  ==============  ==========  ==========  =========
-resource                unit     kind          ``run`` flag    wire key    config key  quota key
-======================  =======  ============  ==============  ==========  ==========  =========
-``cpu``                 cores    compressible  ``--cpus``      cpu         cpu         cpu
-``memory``              bytes    admitted      ``--memory``    memory      memory      memory
-``gpu``                 devices  device        ``--gpus``      gpu         —           gpus
-``io.<dev>.read``       bytes/s  compressible  ``--io-read``   io_read     io_read     —
-``io.<dev>.write``      bytes/s  compressible  ``--io-write``  io_write    io_write    —
-======================  =======  ============  ==============  ==========  ==========  =========
+======================  =========  ============  ==============  ==========  ==========  =========
+resource                unit       kind          ``run`` flag    wire key    config key  quota key
+======================  =========  ============  ==============  ==========  ==========  =========
+``cpu``                 cores      compressible  ``--cpus``      cpu         cpu         cpu
+``memory``              bytes      admitted      ``--memory``    memory      memory      memory
+``gpu``                 devices    device        ``--gpus``      gpu         —           gpus
+``io.<dev>.read``       bytes/s    compressible  ``--io-read``   io_read     io_read     —
+``io.<dev>.write``      bytes/s    compressible  ``--io-write``  io_write    io_write    —
+``pids``                processes  count         ``--pids``      pids        pids        pids
+======================  =========  ============  ==============  ==========  ==========  =========
 
 Capacity: ``capacity.cpu`` and ``capacity.memory`` (else the host's minus ``capacity.reserve``),
 the GPUs found for ``capacity.gpus``, each ``[[capacity.io]]`` device's ``read`` and ``write``.
+
+A **count** (``pids``: processes and threads, DESIGN.md §3 "Counts are caps") is a cap and never
+a DRF resource: a task declares it like the rest and its cgroup is held to it (``pids.max``),
+but nothing divides it: :func:`capacity` (what DRF divides) leaves it out, and :func:`caps` gives
+the root's instead, the kernel's limit less ``capacity.reserve.pids``.
 
 The wire key names the resource in a launch request's ``demand``; the config key in
 ``[defaults.task]`` and ``[sessions]``, its value checked by the entry's ``setting`` (— : none,
@@ -35,8 +41,9 @@ from itertools import zip_longest
 from typing import TYPE_CHECKING, Protocol
 
 from governor.errors import ConfigError
-from governor.config.resource_values import (bytes_setting, cores, cores_setting, devices, format_bytes, format_cores,
-                                      format_count, format_rate, memory_setting, size)
+from governor.config.resource_values import (MAX_PIDS, bytes_setting, cores, cores_setting, devices, format_bytes,
+                                             format_cores, format_count, format_processes, format_rate,
+                                             memory_setting, pids_setting, processes, size)
 from governor.config.units import format_number, format_size
 
 if TYPE_CHECKING:  # `governor run` loads no fractions (governor.cli.launch)
@@ -54,6 +61,7 @@ class Settings(Protocol):
     reserve_memory_bytes: int
     gpus: object  # capacity.gpus: None when no GPU is governed
     io_devices: tuple  # [[capacity.io]] entries: .name, .read_bps, .write_bps (bytes/s)
+    reserve_pids: int | None  # capacity.reserve.pids, or None: a tenth of the kernel's limit
 
 
 class ResourceKind(enum.Enum):
@@ -62,16 +70,19 @@ class ResourceKind(enum.Enum):
     COMPRESSIBLE = "compressible"  # a task given less runs slower: shared by weights
     ADMITTED = "admitted"  # counted at the door and never taken back (memory)
     DEVICE = "device"  # admitted whole, and the kernel's device rules keep others out (GPUs)
+    COUNT = "count"  # a cap on every cgroup, never divided nor admitted (pids)
 
 
 @dataclass(frozen=True)
 class Host:
     """What this host has, before the config's reserve: ``cpus`` (cores), ``memory_bytes``,
-    ``gpus`` (the GPUs found for ``capacity.gpus``)."""
+    ``gpus`` (the GPUs found for ``capacity.gpus``), ``pids`` (the kernel's limit on processes
+    and threads, the lower of ``pid_max`` and ``threads-max``; 0: unknown, no root cap)."""
 
     cpus: float
     memory_bytes: int
     gpus: int = 0
+    pids: int = 0
 
 
 @dataclass(frozen=True)
@@ -149,7 +160,7 @@ class Resource:
     @property
     def admitted(self) -> bool:
         """Whether a task must fit in what is left of it to start, and keeps it to its end."""
-        return self.kind is not ResourceKind.COMPRESSIBLE
+        return self.kind in (ResourceKind.ADMITTED, ResourceKind.DEVICE)
 
 
 _DEVICE = "<dev>"
@@ -178,6 +189,12 @@ def admitted() -> tuple[Resource, ...]:
     """The admitted resources (and devices), in registry order: what the queue counts. None
     of them is a family: admission counts each by its one name."""
     return tuple(entry for entry in RESOURCES if entry.admitted)
+
+
+def count(resource: str) -> bool:
+    """Whether ``resource`` is a count (``pids``): a cap on every cgroup, never divided."""
+    entry = find(resource)
+    return entry is not None and entry.kind is ResourceKind.COUNT
 
 
 def compressible(resource: str) -> bool:
@@ -212,7 +229,7 @@ def governed(config: Settings) -> tuple[str, ...]:
 
 def capacity(config: Settings, host: Host) -> dict[str, float]:
     """What governor divides on ``host`` under ``config``, by resource, in :func:`governed`
-    order (cores, bytes, devices, bytes/s).
+    order (cores, bytes, devices, bytes/s); no count (:func:`caps` has those).
 
     Raises:
         ConfigError: at ``capacity.reserve.cpu`` / ``capacity.reserve.memory`` when the
@@ -220,8 +237,23 @@ def capacity(config: Settings, host: Host) -> dict[str, float]:
     """
     amounts: dict[str, float] = {}
     for entry in RESOURCES:
-        amounts.update(entry.capacity(config, host))
-    return {name: amounts[name] for name in governed(config)}
+        if entry.kind is not ResourceKind.COUNT:
+            amounts.update(entry.capacity(config, host))
+    return {name: amounts[name] for name in governed(config) if name in amounts}
+
+
+def caps(config: Settings, host: Host) -> dict[str, int]:
+    """The root's cap on each count on ``host`` under ``config`` (``pids``: processes and
+    threads), the kernel's limit less the reserve; none where the host's limit is unknown.
+
+    Raises:
+        ConfigError: at ``capacity.reserve.pids`` when the reserve leaves nothing.
+    """
+    found: dict[str, int] = {}
+    for entry in RESOURCES:
+        if entry.kind is ResourceKind.COUNT:
+            found.update({name: int(amount) for name, amount in entry.capacity(config, host).items()})
+    return found
 
 
 def quota_keys() -> dict[str, Resource]:
@@ -275,6 +307,24 @@ def _memory_capacity(config: Settings, host: Host) -> dict[str, float]:
     return {"memory": memory}
 
 
+# With no capacity.reserve.pids the system keeps this part of the kernel's limit (systemd's
+# TasksMax= percentages are of it too): a host's own processes hold hundreds to a few thousand.
+_PIDS_RESERVE_FRACTION = 0.1
+
+
+def _pids_capacity(config: Settings, host: Host) -> dict[str, float]:
+    if not host.pids:
+        return {}
+    reserve = config.reserve_pids
+    if reserve is None:
+        reserve = math.ceil(host.pids * _PIDS_RESERVE_FRACTION)
+    if reserve >= host.pids:
+        raise ConfigError(config.file, "capacity.reserve.pids",
+                          f"reserving {reserve:,} processes leaves nothing of the kernel's limit of {host.pids:,} "
+                          "(the lower of kernel.pid_max and kernel.threads-max); lower it")
+    return {"pids": host.pids - reserve}
+
+
 def _always(name: str) -> Callable[[Settings], tuple[str, ...]]:
     return lambda config: (name,)
 
@@ -314,6 +364,10 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("io.<dev>.write", "bytes/s", ResourceKind.COMPRESSIBLE, "--io-write", "RATE",
              "Write bandwidth demand per second, e.g. 100M.", "io_write", "io_write", size, True, format_rate,
              *_io("write"), absent=_NO_IO, setting=bytes_setting),
+    Resource("pids", "processes", ResourceKind.COUNT, "--pids", "N",
+             "The most processes and threads CMD may hold at once (pids.max); a fork past it fails.",
+             "pids", "pids", processes, True, format_processes, _pids_capacity, _always("pids"),
+             setting=pids_setting, quota="pids"),
 )
 
 
@@ -329,13 +383,16 @@ def demand(given: Mapping[str, float | None], defaults: Mapping[str, float], con
         resource → amount, in :func:`governed` order, leaving out resources at 0.
 
     Raises:
-        ValueError: a given amount that is negative, not finite, or a boolean, naming its wire key.
+        ValueError: a given amount that is negative, not finite, or a boolean, or a count that is
+            not a whole number from 1 to ``MAX_PIDS``, naming its wire key.
     """
     by_entry: dict[str, float] = {}
     for entry in RESOURCES:
         value = given.get(entry.wire)
         if value is not None and (isinstance(value, bool) or not math.isfinite(value) or value < 0):
             raise ValueError(f"{entry.wire} must be a finite number >= 0, got {value!r}")
+        if value is not None and entry.kind is ResourceKind.COUNT and not (value == int(value) and 1 <= value <= MAX_PIDS):
+            raise ValueError(f"{entry.wire} must be a whole number from 1 to {MAX_PIDS:,}, got {value!r}")
         if value is None:
             value = defaults.get(entry.config, 0) if entry.config else 0
         for name in entry.names(config):

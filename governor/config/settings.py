@@ -120,6 +120,8 @@ class Config:
         cpu_cores, memory_bytes: explicit ``capacity.cpu`` / ``capacity.memory``, or ``None`` to
             take the host's value minus the reserve.
         reserve_cpu_cores, reserve_memory_bytes: ``capacity.reserve``.
+        reserve_pids: ``capacity.reserve.pids``, processes and threads kept from the root's cap
+            (:func:`governor.config.resources.caps`), or None: a tenth of the kernel's limit.
         io_devices: ``[[capacity.io]]``, in file order.
         task_defaults: ``[defaults.task]``: config key (:data:`governor.config.resources.RESOURCES`)
             → amount, every key there; the I/O rates apply to each governed device.
@@ -153,6 +155,7 @@ class Config:
     memory_bytes: int | None
     reserve_cpu_cores: float
     reserve_memory_bytes: int
+    reserve_pids: int | None
     io_devices: tuple[IoDevice, ...]
     task_defaults: dict[str, float]
     cpu_enforcement: str

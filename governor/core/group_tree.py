@@ -42,8 +42,8 @@ def subtree_sums(vectors: Mapping[str, Mapping[str, float]],
 
 def with_limit(limits: CgroupLimits, limit: Mapping[str, float]) -> CgroupLimits:
     """``limits`` bounded by a group's ``limit`` (``cpu`` cores → ``cpu.max``, the lower of it
-    and a quota already planned; ``memory`` bytes → ``memory.max``); the same object when
-    ``limit`` is empty."""
+    and a quota already planned; ``memory`` bytes → ``memory.max``; ``pids`` → ``pids.max``,
+    the lower of it and the one planned); the same object when ``limit`` is empty."""
     if not limit:
         return limits
     changes: dict = {}
@@ -52,4 +52,7 @@ def with_limit(limits: CgroupLimits, limit: Mapping[str, float]) -> CgroupLimits
         changes["cpu_quota_usec"] = quota if limits.cpu_quota_usec is None else min(quota, limits.cpu_quota_usec)
     if "memory" in limit:
         changes["memory_max_bytes"] = int(limit["memory"])
+    if "pids" in limit:
+        pids = int(limit["pids"])
+        changes["pids_max"] = pids if limits.pids_max is None else min(pids, limits.pids_max)
     return dataclasses.replace(limits, **changes)

@@ -3,17 +3,18 @@
 Allocations are guarantees, declarations are caps::
 
     <root>/             cpu.max, memory.max = capacity (the reserve stays free); memory.min,
-                        memory.low = its groups' sums
+                        memory.low = its groups' sums; pids.max = the kernel's limit less
+                        capacity.reserve.pids
       <group>/          guarantee: cpu.weight ∝ A_g,cpu (+ cpu.max = A_g,cpu while every group
                         wants all of its own); io.weight ∝ A_g,io where the device has a
                         proportional controller, else io.max = A_g (not work-conserving);
                         memory.min = guarantee, memory.low = reserved up to the floor
-                        (:mod:`governor.core.protection`)
+                        (:mod:`governor.core.protection`); pids.max = its limit, else the root's
         task-<id>/      cap, written once when the task starts: cpu.max = declared cpu,
         session-<uid>/  (a user's session: the same, with the [sessions] demand)
                         cpu.weight ∝ declared cpu, memory.max (hard, the default) or
                         memory.high (soft) = declared, memory.min and memory.low = declared
-                        (bounded by the group's), io.max = declared
+                        (bounded by the group's), io.max = declared, pids.max = declared
 
 ``[enforcement] memory_protection = false`` writes no ``memory.min``/``memory.low`` anywhere.
 
@@ -67,7 +68,8 @@ def task_limits(demand: Mapping[str, float], *, io_devices: Mapping[str, str],
         ``cpu.max`` = declared cores × period (at least the kernel's 1 ms), ``cpu.weight`` =
         cores × 100 (1..10000), ``memory.max`` (hard) or ``memory.high`` (soft), and with
         ``protect`` ``memory.min`` and ``memory.low``, = declared bytes, ``io.max`` =
-        declared rates (a direction declared 0 is not throttled: the kernel has no "0 bytes/s").
+        declared rates (a direction declared 0 is not throttled: the kernel has no "0 bytes/s"),
+        ``pids.max`` = declared ``pids`` (processes and threads; none declared: not written).
     """
     cores = demand.get("cpu", 0.0)
     memory = _whole(demand.get("memory", 0))
@@ -81,11 +83,12 @@ def task_limits(demand: Mapping[str, float], *, io_devices: Mapping[str, str],
         memory_high_bytes=None if memory_mode == "hard" else memory,
         memory_max_bytes=memory if memory_mode == "hard" else None,
         io_max=_io_max(demand, io_devices),
+        pids_max=_count(demand.get("pids")),
     )
 
 
 def root_limits(capacity: Mapping[str, float], *, protection: Protection = (0.0, 0.0),
-                period_usec: int = DEFAULT_PERIOD_USEC) -> CgroupLimits:
+                period_usec: int = DEFAULT_PERIOD_USEC, caps: Mapping[str, int] | None = None) -> CgroupLimits:
     """The governed root: the tasks together never use more CPU or memory than the capacity,
     so the reserve stays free for the system.
 
@@ -99,7 +102,8 @@ def root_limits(capacity: Mapping[str, float], *, protection: Protection = (0.0,
         a throttled parent serves its children's I/O in turn, which would undo the
         ``io.weight`` split (measured: 2 : 1 instead of 3 : 1 in the VM); I/O is bounded by
         the tasks' caps and, where the disk has no proportional controller, by the groups'
-        ``io.max``.
+        ``io.max``. ``pids.max`` = ``caps["pids"]``, the root's cap on processes and threads
+        (:func:`governor.config.resources.caps`: the kernel's limit less the reserve).
     """
     return CgroupLimits(
         cpu_quota_usec=max(MIN_QUOTA_USEC, round(capacity.get("cpu", 0.0) * period_usec)),
@@ -107,6 +111,7 @@ def root_limits(capacity: Mapping[str, float], *, protection: Protection = (0.0,
         memory_min_bytes=_whole(protection[0]),
         memory_low_bytes=_whole(protection[1]),
         memory_max_bytes=_whole(capacity.get("memory", 0)),
+        pids_max=_count((caps or {}).get("pids")),
     )
 
 
@@ -123,6 +128,7 @@ def group_limits(
     met: Collection[str] = (),
     saturated: bool = False,
     period_usec: int = DEFAULT_PERIOD_USEC,
+    pids: int | None = None,
 ) -> dict[str, CgroupLimits]:
     """Each group's guarantee.
 
@@ -148,12 +154,14 @@ def group_limits(
             each group is also held to its guarantee: ``cpu.max`` = A_g,cpu (where the kernel
             wants a parent's quota no lower than its children's, the driver keeps it so).
         period_usec: the CFS period of those quotas, usec.
+        pids: every group's ``pids.max`` (the root's cap: a group's ``limit`` lowers its own,
+            :func:`governor.core.group_tree.with_limit`), so that every cgroup has one.
 
     Returns:
         group → limits, in the order of ``allocations``: ``cpu.weight`` ∝ A_g,cpu (the largest
         2500..10000, a zero allocation 1), ``memory.min``/``memory.low`` = its protection, and per device either an
         ``io.weight`` ∝ the group's share of the device (read share + write share) or
-        ``io.max`` = A_g.
+        ``io.max`` = A_g; ``pids.max`` = ``pids``.
     """
     previous = previous or {}
     cpu = {g: a.get("cpu", 0.0) for g, a in allocations.items()}
@@ -178,12 +186,12 @@ def group_limits(
                   weighted, _io_max(allocation, fallback) if fallback else ())
         old = previous.get(group)
         if old is not None and fields == (old.cpu_weight, old.cpu_quota_usec, old.cpuset_cpus, old.memory_min_bytes,
-                                          old.memory_low_bytes, old.io_weight, old.io_max):
+                                          old.memory_low_bytes, old.io_weight, old.io_max) and old.pids_max == pids:
             result[group] = old  # the same object, so that applying the plan skips it at once
         else:
             result[group] = CgroupLimits(cpu_weight=fields[0], cpu_quota_usec=quota, cpu_period_usec=period_usec,
                                          cpuset_cpus=fields[2], memory_min_bytes=fields[3], memory_low_bytes=fields[4],
-                                         io_weight=fields[5], io_max=fields[6])
+                                         io_weight=fields[5], io_max=fields[6], pids_max=pids)
     return result
 
 
@@ -379,6 +387,11 @@ def _whole(amount: float) -> int | None:
     if not amount > 0:
         return None
     return max(1, math.floor(amount))
+
+
+def _count(amount: float | None) -> int | None:
+    """A count (processes) as a whole number for the kernel; None stays unset."""
+    return None if amount is None else math.floor(amount)
 
 
 def _clamp(weight: int) -> int:

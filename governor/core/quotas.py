@@ -6,7 +6,7 @@ kernel (its cgroup's ``memory.max``): a task that would take its group past it w
 than starting into an OOM kill. GPUs are whole devices no cgroup file counts, so the door is
 all that keeps a group's ``gpus`` limit: every admitted resource
 (:func:`governor.config.resources.admitted`) is held there. A group's CPU limit needs no door: its
-cgroup's ``cpu.max`` shares it. A user limit is "admission plus caps": every task runs within the cap it
+cgroup's ``cpu.max`` shares it, as its ``pids.max`` holds its ``pids`` limit. A user limit is "admission plus caps": every task runs within the cap it
 declared, so holding the declarations of one member's tasks and session to ``user_limit``
 holds what they use to it, without a cgroup level per user.
 """
@@ -74,7 +74,8 @@ def check_within_quotas(config: Config, group: str, demand: Mapping[str, float])
     for above in (group, *config.ancestors(group)):
         limited = config.rule(above)
         if limited is not None:  # a declared cpu above the limit could never get it either
-            bounds.append((f"group {above}'s limit", limited.limit))
+            # A count's cap above the group's harms nothing: the group's pids.max holds them all.
+            bounds.append((f"group {above}'s limit", {r: a for r, a in limited.limit.items() if not resources.count(r)}))
     for name, limit in bounds:
         for resource, amount in limit.items():
             if demand.get(resource, 0.0) > amount * (1 + 1e-9):

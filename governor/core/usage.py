@@ -34,9 +34,11 @@ def usage(previous: Sample | None, current: Sample, devices: Mapping[str, str]) 
         devices: ``MAJ:MIN`` → governed device name, for ``io.<name>.read/write``.
 
     Returns:
-        ``cpu`` in cores, ``memory`` in bytes (now), ``io.<name>.read`` / ``.write`` in bytes/s;
+        ``cpu`` in cores, ``memory`` in bytes (now), ``io.<name>.read`` / ``.write`` in bytes/s,
+        ``pids`` (processes and threads now, where the pids controller is);
         plus the pressure signs ``cpu.nr_throttled`` (periods throttled between the samples),
-        ``memory.high`` and ``memory.oom_kill`` (events so far); and where the host has PSI,
+        ``memory.high`` and ``memory.oom_kill`` (events so far), ``pids.refused`` (forks refused
+        at the cap so far, where the pids controller is); and where the host has PSI,
         the stalls ``stall.<resource>.<kind>.avg10`` (percent of the last 10 s) and
         ``.total`` (seconds so far) of ``cpu``, ``memory``, ``io`` × ``some``, ``full``
         (:func:`stalls` nests them).
@@ -49,6 +51,9 @@ def usage(previous: Sample | None, current: Sample, devices: Mapping[str, str]) 
         "memory.high": float(stats.memory_events.get("high", 0)),
         "memory.oom_kill": float(stats.memory_events.get("oom_kill", 0)),
     }
+    if stats.pids_current is not None:
+        result["pids"] = float(stats.pids_current)
+        result["pids.refused"] = float(stats.pids_refused or 0)
     for resource, kinds in stats.psi.items():
         for kind, stall in kinds.items():
             result[f"{STALL}{resource}.{kind}.avg10"] = stall.avg10

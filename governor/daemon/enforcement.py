@@ -107,12 +107,13 @@ class Enforcement:
             io_devices=policy.io_devices, io_sharing=policy.io_sharing, cpu_mode=policy.config.cpu_enforcement,
             cpus=policy.cpus, previous=self._guarantees,
             met={g for g, a in (*got.items(), *nodes.items()) if a.stop == DEMAND_MET}, saturated=self.cpu_saturated,
+            pids=policy.root_caps.get("pids"),
         )
         self._guarantees = guarantees
         config = policy.config
         # The root's bound is the host's less the reserve, never less what foreign tenants hold:
         # lowering its memory.max under what governor admitted would reclaim or kill its tasks.
-        planned = {"": root_limits(policy.host_capacity, protection=root),
+        planned = {"": root_limits(policy.host_capacity, protection=root, caps=policy.root_caps),
                    **{config.place(g): with_limit(limits, config.effective_limit(g))
                       for g, limits in guarantees.items()}}
         if full:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from governor.config.load import Config
+from governor.config.resources import count
 from governor.core.hdrf import TreeNode, hierarchical_filling
 from governor.core.model import Allocation, GroupDemand
 from governor.errors import FillingDiverged
@@ -30,10 +31,16 @@ def fill(config: Config, capacity: Mapping[str, float], weight: Callable[[str], 
     """
     if not demands:
         return None
-    groups = [GroupDemand(g, d, weight=weight(g), tasks=1) for g, d in demands.items()]
-    tree = [TreeNode(rule.name, rule.parent, weight(rule.name), rule.guarantee, rule.limit)
+    # A count (pids) is a cap, never divided (DESIGN.md §3): the filling never sees one.
+    groups = [GroupDemand(g, _divided(d), weight=weight(g), tasks=1) for g, d in demands.items()]
+    tree = [TreeNode(rule.name, rule.parent, weight(rule.name), _divided(rule.guarantee), _divided(rule.limit))
             for rule in config.groups] if config.nested else ()
     try:
         return hierarchical_filling(capacity, groups, tree, trace=trace)
     except AssertionError as error:  # an invariant of the filling's own, on input it accepted
         raise FillingDiverged(f"{'H-DRF' if tree else 'DRF'}: {error or 'an invariant failed'}") from error
+
+
+def _divided(vector: Mapping[str, float]) -> Mapping[str, float]:
+    """``vector`` less its counts (the same object when it has none)."""
+    return vector if not any(count(r) for r in vector) else {r: a for r, a in vector.items() if not count(r)}

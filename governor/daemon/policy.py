@@ -14,6 +14,7 @@ from governor.host import access
 from governor.core import vocabulary
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.limits import CgroupLimits
+from governor.config import resources
 from governor.config.load import Config
 from governor.daemon import gpu_places
 from governor.host.daemons import DaemonEntry, Registry
@@ -53,11 +54,14 @@ class Policy:
         entry: this daemon as the registry shows it (its pid, root, socket).
         find_gpus: a config's ``capacity.gpus`` and ``capacity.gpu_control`` → the GPUs on this
             host (default :func:`governor.host.nvml.discover`; raises GpuError).
+        process_limit: the most processes and threads the host holds (0: unknown).
 
     Attributes:
         gpus: the GPUs governor hands out (None: no GPU is governed).
         host_capacity: what the config gives of this host (the host's less the reserve);
             capacity: that less what foreign tenants hold (:meth:`hold_foreign`): what DRF divides.
+        root_caps: the root's cap on each count (``pids``: processes and threads,
+            :func:`governor.config.resources.caps`), which every group's cgroup has too.
 
     Raises:
         GovernorError: (:meth:`use`, and so the constructor) a config that cannot be put in
@@ -69,7 +73,8 @@ class Policy:
                  resolve_device: Callable[[str], str], uid_min: int,
                  members: Callable[[Config], dict[str, list[str]]] | None, registry: Registry | None,
                  entry: Callable[[], DaemonEntry],
-                 find_gpus: Callable[[str | tuple[str, ...], tuple[str, ...] | None], GpuInventory] = discover):
+                 find_gpus: Callable[[str | tuple[str, ...], tuple[str, ...] | None], GpuInventory] = discover,
+                 process_limit: int = 0):
         self.source = source
         self.hierarchy = hierarchy
         self.cpus = host_cpus
@@ -80,6 +85,7 @@ class Policy:
         self.registry = registry
         self.entry = entry
         self.find_gpus = find_gpus
+        self.process_limit = process_limit
         self.gpus: GpuInventory | None = None
         self.effective: dict[str, float] = {}  # group → effective weight, with [fairshare] (kept across reloads)
         self.foreign_held: dict[str, float] = {}  # what foreign tenants hold (kept across reloads)
@@ -114,6 +120,7 @@ class Policy:
                 raise GovernorError(f"{config.file}: capacity.gpus: {unguarded}")
         remapped = gpu_places.remap_held(config, self.gpus, gpus, held)
         capacity = config.capacity(float(len(self.cpus)), self.host_memory, len(gpus.gpus) if gpus else 0)
+        root_caps = resources.caps(config, resources.Host(len(self.cpus), self.host_memory, 0, self.process_limit))
         check_guarantees_held(config, capacity)  # as check-config does: headroom that cannot all be kept
         io_devices = {device.name: self.resolve_device(device.device) for device in config.io_devices}
         io_sharing = {name: self.hierarchy.io_sharing(disk) for name, disk in io_devices.items()}
@@ -123,6 +130,7 @@ class Policy:
             else:
                 self.registry.release_sessions()
         self.config, self.host_capacity, self.io_devices, self.io_sharing = config, capacity, io_devices, io_sharing
+        self.root_caps = root_caps
         self.capacity = remaining(capacity, self.foreign_held)
         self.gpus = gpus
         self.weights: dict[str, float] = {}

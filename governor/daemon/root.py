@@ -46,6 +46,7 @@ from governor.host.alerts import Alerts
 from governor.host.daemons import DaemonEntry, Registry
 from governor.errors import CgroupError, RequestError
 from governor.host.sd_notify import Notifier
+from governor.host.kernel_limits import process_limit as kernel_process_limit
 from governor.host.nvml import discover
 from governor.wire.server import ControlServer
 from governor.host.session_rules import login_uid_min
@@ -96,6 +97,8 @@ class Daemon:
             None (a fake hierarchy): none is.
         systemd_units: the names of governor's own systemd units (``governor.cli.systemd_files``):
             those above the root get its memory protection (:mod:`governor.daemon.unit_protection`).
+        process_limit: the most processes and threads the host holds, whose reserve the root's
+            ``pids.max`` leaves (None: the kernel's, :func:`governor.host.kernel_limits.process_limit`).
 
     Raises:
         GovernorError: the config cannot be put in force here (:class:`~governor.daemon.policy.Policy`).
@@ -113,7 +116,7 @@ class Daemon:
                  uid_min: int | None = None, host_pids: Callable[[], Iterable[int]] = psutil.pids,
                  registry: Registry | None = None, members: Callable[[Config], dict[str, list[str]]] | None = None,
                  find_gpus: Callable[..., GpuInventory] = discover, foreign_places: ForeignPlaces | None = None,
-                 systemd_units: Collection[str] = ()):
+                 systemd_units: Collection[str] = (), process_limit: int | None = None):
         self.hierarchy = hierarchy
         self.store = store
         self.registry = registry
@@ -128,7 +131,8 @@ class Daemon:
         self.policy = Policy(config, config_source, hierarchy=hierarchy, host_cpus=host_cpus,
                              host_memory=host_memory, resolve_device=resolve_device,
                              uid_min=login_uid_min() if uid_min is None else uid_min, members=members,
-                             registry=registry, entry=self._entry, find_gpus=find_gpus)
+                             registry=registry, entry=self._entry, find_gpus=find_gpus,
+                             process_limit=kernel_process_limit() if process_limit is None else process_limit)
         # [notify]'s runner reads the config in force at each event (a reload changes it).
         self.alerts = Alerts(lambda: self.policy.config.notify)
         self.journal = Journal(metrics, alerts=self.alerts)

@@ -223,6 +223,6 @@ def check_fits(demand: Mapping[str, float], capacity: Mapping[str, float]) -> No
         RequestError: ``exceeds_capacity`` naming the resource, the demand and the capacity.
     """
     for resource, amount in demand.items():
-        if amount > capacity.get(resource, 0):
+        if amount > capacity.get(resource, 0) and not resources.count(resource):  # a count's cap is never divided
             asked, has = (format_amount(resource, v, unit=True) for v in (amount, capacity.get(resource, 0)))
             raise RequestError("exceeds_capacity", f"demand {resource} = {asked} exceeds the capacity of {has}")

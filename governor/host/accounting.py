@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from governor.cgroups.stats import CgroupStats
 from governor.host.exit_status import describe
 from governor.core.state import Task
+from governor.config.resources import format_amount
 from governor.config.units import format_size, format_timespan
 from governor.core.task_record import record_of, task_fields
 
@@ -65,7 +66,9 @@ class Ended:
                 "oom_kills": None if stats is None else stats.memory_events.get("oom_kill"),
                 # Over its soft cap (memory.high: reclaimed and throttled) and at its hard cap.
                 "memory_high_events": None if stats is None else stats.memory_events.get("high"),
-                "memory_max_events": None if stats is None else stats.memory_events.get("max")}
+                "memory_max_events": None if stats is None else stats.memory_events.get("max"),
+                # Forks and clones refused at its pids.max (pids.events' max); None: no pids controller.
+                "forks_refused": None if stats is None else stats.pids_refused}
 
     def to_saved(self) -> dict:
         """The record as the state directory keeps it (:func:`ended_from_saved` reads it back):
@@ -107,7 +110,24 @@ def ended_from_saved(saved: dict) -> Ended:
 def why_ended(record: dict) -> str:
     """Why a task ended, in words, from its record (:meth:`Ended.to_json`): ``its time limit
     of 3s was reached``, ``stopped by alice``, ``OOM-killed at its memory cap 100.0M`` or ``its
-    processes exited``. The log, ``governor run`` and ``--summary`` say it so."""
+    processes exited``, then where forks were refused at its cap, ``; it was refused 12 forks
+    at its cap of 512 processes``. The log, ``governor run`` and ``--summary`` say it so."""
+    refused = forks_refused(record)
+    return _why(record) + (f"; it {refused}" if refused else "")
+
+
+def forks_refused(record: dict) -> str | None:
+    """``was refused 12 forks at its cap of 512 processes`` where the kernel refused a task's
+    forks at its ``pids.max`` (from its record, :meth:`Ended.to_json`), else None."""
+    refused = record.get("forks_refused")
+    if not refused:
+        return None
+    cap = (record.get("demand") or {}).get("pids")
+    at = f" at its cap of {format_amount('pids', cap, unit=True)}" if cap else ""
+    return f"was refused {refused} fork{'' if refused == 1 else 's'}{at}"
+
+
+def _why(record: dict) -> str:
     reason = record.get("reason")
     if reason == STOP:
         return f"stopped by {record.get('stopped_by') or 'an admin'}"

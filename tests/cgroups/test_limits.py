@@ -81,8 +81,10 @@ def test_keys_and_resets():
     assert v2_reset("cpu.weight", "300") == "100"
     assert v2_reset("cpuset.cpus", "1") == ""
     assert v2_reset("memory.high", "1") == "max"
+    assert v2_reset("pids.max", "10") == "max"
+    assert v1_reset("pids", "pids.max", "10") == "max"
     with pytest.raises(ValueError):
-        v2_reset("pids.max", "10")
+        v2_reset("rdma.max", "10")
     assert v1_key("blkio", "blkio.throttle.write_bps_device", "7:0 10") == (
         "blkio", "blkio.throttle.write_bps_device", "7:0")
     assert v1_reset("blkio", "blkio.throttle.write_bps_device", "7:0 10") == "7:0 0"

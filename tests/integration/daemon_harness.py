@@ -15,7 +15,7 @@ from governor.cgroups import detect
 from governor.cgroups.files import read_file
 from governor.cgroups.v1 import CgroupV1Driver
 from governor.cgroups.v2 import CgroupV2Driver
-from governor.cgroups.hierarchy import V1_CONTROLLERS
+from governor.cgroups.hierarchy import V1_CONTROLLERS, V1_OPTIONAL
 from governor.cli.client import call
 from governor.errors import GovernorError
 from governor.wire.request_types import StatusRequest
@@ -79,7 +79,7 @@ class Governor:
         if status["daemon"]["cgroup_mode"] == "v2":
             return CgroupV2Driver(Path(status["daemon"]["cgroup_root"]))
         own = detect.cgroup_dirs()
-        return CgroupV1Driver({c: own[c] / self.root_name for c in (*V1_CONTROLLERS, "devices")
+        return CgroupV1Driver({c: own[c] / self.root_name for c in (*V1_CONTROLLERS, *V1_OPTIONAL, "devices")
                                if c in own and (own[c] / self.root_name).is_dir()})
 
     def run(self, group: str, command: list[str], *, may_end: bool = False, **demand) -> subprocess.Popen:

@@ -88,14 +88,14 @@ max_connections_per_user = 4
 NVME = IoDevice("/dev/nvme0n1", "nvme0n1", 2 * G, G)
 SDA = IoDevice("/dev/sda", "sda", 200 * M, 100 * M)
 EXPECTED = Config(
-    cpu_cores=None, memory_bytes=None, reserve_cpu_cores=0.5, reserve_memory_bytes=G,
+    cpu_cores=None, memory_bytes=None, reserve_cpu_cores=0.5, reserve_memory_bytes=G, reserve_pids=None,
     io_devices=(NVME, SDA),
-    task_defaults={"cpu": 1.0, "memory": 3 * G // 2, "io_read": 10 * M, "io_write": 0},
+    task_defaults={"cpu": 1.0, "memory": 3 * G // 2, "io_read": 10 * M, "io_write": 0, "pids": 4096},
     cpu_enforcement="cores", memory_enforcement="hard",
     groups=(GroupRule("physics", 2.0, ("alice",), ("physics",)), GroupRule("ops", 1.0, ("bob", "alice"), ())),
     everyone_weight=0.5, admin_group="wheel", sample_interval_s=0.5, reconcile_interval_s=10.0,
     state_dir="/var/lib/governor", max_tasks_per_user=10, max_connections_per_user=4,
-    sessions=SessionRules(True, {"cpu": 0.5, "memory": G, "io_read": 0, "io_write": 5 * M}, ("backup",)),
+    sessions=SessionRules(True, {"cpu": 0.5, "memory": G, "io_read": 0, "io_write": 5 * M, "pids": 4096}, ("backup",)),
     fairshare_half_life_s=None, gpus=None, gpu_control=None, gpu_guard=GpuGuardRules("sessions", ("user.slice",)),
     memory_protection=False, file="good.toml",
 )
@@ -120,19 +120,22 @@ def test_embedded_default_is_what_left_out_keys_default_to():
     assert config == load_config({"groups": {"*": {}}}, "minimal.toml")
     assert (config.cpu_cores, config.memory_bytes) == (None, None)
     assert (config.reserve_cpu_cores, config.reserve_memory_bytes) == (0.25, 256 * M)
-    assert config.task_defaults == {"cpu": 1.0, "memory": 512 * M, "io_read": 0, "io_write": 0}
+    assert config.task_defaults == {"cpu": 1.0, "memory": 512 * M, "io_read": 0, "io_write": 0, "pids": 4096}
+    assert config.sessions.demand["pids"] == 4096 and config.reserve_pids is None
     assert (config.cpu_enforcement, config.memory_enforcement, config.memory_protection) == ("quota", None, True)
     assert config.memory_mode() == "hard"  # a declared memory is a hard cap, on v1 and v2 alike
     assert load_config({"groups": {"*": {}}, "enforcement": {"memory": "soft"}}, "soft.toml").memory_mode() == "soft"
     assert (config.groups, config.everyone_weight, config.io_devices) == ((), 1.0, ())
     assert config.allowed_groups("anyone", ["users"]) == ["anyone"]
-    assert config.sessions == SessionRules(True, {"cpu": 1.0, "memory": 2 * G, "io_read": 0, "io_write": 0}, ())
-    assert config.session_demand() == {"cpu": 1.0, "memory": 2 * G}
+    assert config.sessions == SessionRules(True, {"cpu": 1.0, "memory": 2 * G, "io_read": 0, "io_write": 0,
+                                                  "pids": 4096}, ())
+    assert config.session_demand() == {"cpu": 1.0, "memory": 2 * G, "pids": 4096}
 
 
 def test_session_demand_names_each_governed_device():
     config = load_config(GOOD, "good.toml")
-    assert config.session_demand() == {"cpu": 0.5, "memory": G, "io.nvme0n1.write": 5 * M, "io.sda.write": 5 * M}
+    assert config.session_demand() == {"cpu": 0.5, "memory": G, "pids": 4096, "io.nvme0n1.write": 5 * M,
+                                       "io.sda.write": 5 * M}
 
 
 def test_sessions_io_without_a_governed_device_is_refused():
@@ -171,11 +174,12 @@ def test_example_config_documents_every_key(table):
 
 def test_capacity_is_host_minus_reserve_plus_io_devices():
     config = load_config(GOOD, "good.toml")
-    assert config.resources == ("cpu", "memory", "io.nvme0n1.read", "io.nvme0n1.write", "io.sda.read", "io.sda.write")
+    assert config.resources == ("cpu", "memory", "pids", "io.nvme0n1.read", "io.nvme0n1.write", "io.sda.read",
+                                "io.sda.write")
     capacity = config.capacity(8, 16 * G)
     assert capacity == {"cpu": 7.5, "memory": 15 * G, "io.nvme0n1.read": 2 * G, "io.nvme0n1.write": G,
                         "io.sda.read": 200 * M, "io.sda.write": 100 * M}
-    assert tuple(capacity) == config.resources
+    assert tuple(capacity) == tuple(r for r in config.resources if r != "pids")  # a count is never divided
 
 
 def test_explicit_capacity_ignores_host_and_default_reserve():
@@ -243,14 +247,15 @@ def test_default_group_is_allowed_and_weighted(user, unix_groups):
 
 def test_task_demand_defaults_and_overrides():
     config = load_config(GOOD, "good.toml")
-    assert config.task_demand() == {"cpu": 1.0, "memory": 3 * G // 2, "io.nvme0n1.read": 10 * M, "io.sda.read": 10 * M}
+    assert config.task_demand() == {"cpu": 1.0, "memory": 3 * G // 2, "pids": 4096, "io.nvme0n1.read": 10 * M,
+                                    "io.sda.read": 10 * M}
     demand = config.task_demand(cpu=2.5, memory=0, io_read=0, io_write=M)
-    assert demand == {"cpu": 2.5, "io.nvme0n1.write": M, "io.sda.write": M}
-    assert list(demand) == ["cpu", "io.nvme0n1.write", "io.sda.write"]
-    assert default_config().task_demand(io_read=M) == {"cpu": 1.0, "memory": 512 * M}
+    assert demand == {"cpu": 2.5, "pids": 4096, "io.nvme0n1.write": M, "io.sda.write": M}
+    assert list(demand) == ["cpu", "pids", "io.nvme0n1.write", "io.sda.write"]
+    assert default_config().task_demand(io_read=M) == {"cpu": 1.0, "memory": 512 * M, "pids": 4096}
 
 
-@pytest.mark.parametrize("field", ["cpu", "memory", "io_read", "io_write"])
+@pytest.mark.parametrize("field", ["cpu", "memory", "io_read", "io_write", "pids"])
 @pytest.mark.parametrize("value", [-1, math.nan, math.inf, True])
 def test_task_demand_refuses_bad_values(field, value):
     with pytest.raises(ValueError, match=field):
@@ -360,11 +365,24 @@ BAD = [
     (("groups", ".."), {"users": ["a"]}, 'groups.".."', "not a usable group name"),
     (("groups", "cpu.max"), {"users": ["a"]}, 'groups."cpu.max"', "cgroup interface files"),
     (("sessions",), 1, "sessions", "must be a table"),
-    (("sessions", "users"), [], "sessions.users", "allowed keys: enabled, cpu, memory, io_read, io_write, exempt"),
+    (("sessions", "users"), [], "sessions.users", "allowed keys: enabled, cpu, memory, io_read, io_write, pids, exempt"),
     (("sessions", "enabled"), "yes", "sessions.enabled", "true or false"),
     (("sessions", "cpu"), -1, "sessions.cpu", "negative"),
     (("sessions", "memory"), "1K", "sessions.memory", "at least 1.0M"),
     (("sessions", "exempt"), "bob", "sessions.exempt", "array of non-empty strings"),
+    (("sessions", "pids"), -1, "sessions.pids", "whole number of processes from 1"),
+    (("sessions", "pids"), 0, "sessions.pids", "whole number of processes from 1"),
+    (("defaults", "task", "pids"), float("nan"), "defaults.task.pids", "whole number of processes from 1"),
+    (("defaults", "task", "pids"), 1e308, "defaults.task.pids", "whole number of processes from 1"),
+    (("defaults", "task", "pids"), 12.5, "defaults.task.pids", "whole number of processes from 1"),
+    (("defaults", "task", "pids"), "512", "defaults.task.pids", "whole number of processes from 1"),
+    (("defaults", "task", "pids"), True, "defaults.task.pids", "whole number of processes from 1"),
+    (("defaults", "task", "pids"), 5_000_000, "defaults.task.pids", "from 1 to 4,194,304"),
+    (("capacity", "reserve", "pids"), -5, "capacity.reserve.pids", "whole number of processes from 1"),
+    (("groups", "physics", "limit"), {"pids": 0.5}, "groups.physics.limit.pids", "whole number of processes"),
+    (("groups", "physics", "user_limit"), {"pids": float("inf")}, "groups.physics.user_limit.pids",
+     "whole number of processes"),
+    (("groups", "physics", "guarantee"), {"pids": 10}, "groups.physics.guarantee.pids", "a count is a cap"),
     (("daemon",), [], "daemon", "must be a table"),
     (("daemon", "socket"), "/run/x", "daemon.socket", "allowed keys: admin_group, sample_interval"),
     (("daemon", "admin_group"), "", "daemon.admin_group", "non-empty string"),

@@ -48,7 +48,8 @@ def test_the_registry_declares_each_resource_once_with_its_kind():
         ("cpu", ResourceKind.COMPRESSIBLE, "--cpus", "cpu"), ("memory", ResourceKind.ADMITTED, "--memory", "memory"),
         ("gpu", ResourceKind.DEVICE, "--gpus", "gpu"),
         ("io.<dev>.read", ResourceKind.COMPRESSIBLE, "--io-read", "io_read"),
-        ("io.<dev>.write", ResourceKind.COMPRESSIBLE, "--io-write", "io_write")]
+        ("io.<dev>.write", ResourceKind.COMPRESSIBLE, "--io-write", "io_write"),
+        ("pids", ResourceKind.COUNT, "--pids", "pids")]
     assert find("io.sda.write").wire == "io_write" and find("cpu.nr_throttled") is None
     assert [compressible(r) for r in ("cpu", "memory", "gpu", "io.sda.read", "memory.high")] == [
         True, False, False, True, True]
@@ -59,7 +60,8 @@ def test_a_familys_members_come_per_device_in_the_order_of_the_devices():
     config = parse_config('[capacity]\ngpus = ["/dev/nvidia0"]\n[[capacity.io]]\ndevice = "/dev/sdb"\nread = "1G"\n'
                           'write = "1G"\n[[capacity.io]]\ndevice = "/dev/sda"\nread = "2G"\nwrite = "2G"\n'
                           '[groups."*"]\n', "t.toml")
-    assert governed(config) == ("cpu", "memory", "gpu", "io.sdb.read", "io.sdb.write", "io.sda.read", "io.sda.write")
+    assert governed(config) == ("cpu", "memory", "gpu", "pids", "io.sdb.read", "io.sdb.write", "io.sda.read",
+                                "io.sda.write")
     assert config.capacity(8.0, 16 * GIB, 1)["io.sda.write"] == 2 * GIB
 
 
@@ -81,7 +83,8 @@ def test_a_stand_in_with_a_config_key_is_a_key_of_the_config_and_reaches_the_def
     solver = replace(LICENSES, config="licenses", setting=lambda value, key, file: float(number(value, key, file)))
     monkeypatch.setattr(resources, "RESOURCES", (*RESOURCES, solver))
     config = parse_config('[defaults.task]\nlicenses = 2\n[sessions]\nlicenses = 1\n[groups."*"]\n', "t.toml")
-    assert config.task_defaults == {"cpu": 1.0, "memory": 512 * 1024**2, "io_read": 0, "io_write": 0, "licenses": 2.0}
+    assert config.task_defaults == {"cpu": 1.0, "memory": 512 * 1024**2, "io_read": 0, "io_write": 0, "pids": 4096,
+                                    "licenses": 2.0}
     assert config.task_demand()["licenses"] == 2 and config.task_demand(licenses=1)["licenses"] == 1
     assert config.session_demand()["licenses"] == 1
     assert "licenses" not in parse_config('[groups."*"]\n', "t.toml").task_demand()  # left out: 0, not asked
@@ -133,7 +136,7 @@ def test_ps_shows_a_stand_in_as_it_shows_memory(licenses):
     console.print(tasks_table(rows, now=1100.0, users=True))
     text = console.file.getvalue()
     header = next(line.split() for line in text.splitlines() if line.split()[:1] == ["id"])
-    assert header[-4:] == ["cpu", "memory", "licenses", "reason"]
+    assert header[-5:] == ["cpu", "memory", "pids", "licenses", "reason"]
     assert "2/2/—" in text  # reserved/declared/use: nobody measures licenses
 
 
@@ -162,13 +165,13 @@ def test_a_family_over_other_devices_keeps_all_its_members(monkeypatch):
                       names=lambda config: ("dmem.r0", "dmem.r1", "dmem.r2"))
     monkeypatch.setattr(resources, "RESOURCES", (*RESOURCES, regions))
     config = parse_config('[[capacity.io]]\ndevice = "/dev/sda"\nread = "1G"\nwrite = "1G"\n[groups."*"]\n', "t.toml")
-    assert governed(config) == ("cpu", "memory", "io.sda.read", "io.sda.write", "dmem.r0", "dmem.r1", "dmem.r2")
+    assert governed(config) == ("cpu", "memory", "pids", "io.sda.read", "io.sda.write", "dmem.r0", "dmem.r1", "dmem.r2")
 
 
 def test_piped_ps_shows_a_stand_in_as_the_table_does(licenses):
     rows = copy.deepcopy(ROWS)
     rows[0]["demand"]["licenses"] = rows[0]["reserved"]["licenses"] = 2
     fields = ps_plain.default_fields(ended=False, users=False, gpus=False)
-    assert fields[-4:] == ["cpu", "memory", "licenses", "reason"]
+    assert fields[-5:] == ["cpu", "memory", "pids", "licenses", "reason"]
     chosen = ps_plain.parse_fields("id,licenses", ended=False)
     assert ps_plain.lines(rows, chosen, now=1100.0, ended=False)[1].split()[1] == "2/2/-"
