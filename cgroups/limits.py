@@ -45,28 +45,9 @@ from typing import TypeVar
 from governor.cgroups.device_rules import Device, checked_device, v1_line
 from governor.cgroups.parse import format_cpu_max, format_max
 
-__all__ = [
-    "CgroupLimits",
-    "V2_DEVICE_PROGRAM",
-    "IoMax",
-    "IoWeight",
-    "CGROUP_WEIGHT_RANGE",
-    "MIN_QUOTA_USEC",
-    "MEMORY_CAPS",
-    "PIDS_MAX_LIMIT",
-    "V1_ORDER",
-    "V2_ORDER",
-    "diff_writes",
-    "memory_cap",
-    "memory_high_throttles",
-    "v1_files",
-    "v1_key",
-    "v1_reset",
-    "v2_files",
-    "v2_key",
-    "v2_reset",
-    "weight_to_shares",
-]
+__all__ = ["CgroupLimits", "V2_DEVICE_PROGRAM", "IoMax", "IoWeight", "CGROUP_WEIGHT_RANGE", "MIN_QUOTA_USEC",
+           "MEMORY_CAPS", "V1_ORDER", "V2_ORDER", "diff_writes", "memory_cap", "memory_high_throttles", "v1_files",
+           "v1_key", "v1_reset", "v2_files", "v2_key", "v2_reset", "weight_to_shares"]
 
 # The kernel's facts, here alone (governor's planner imports them): the CFS period by default
 # and its bounds, 1 ms .. 1 s; a quota of at least 1 ms; a cgroup v2 weight (cpu.weight,
@@ -81,9 +62,6 @@ CGROUP_WEIGHT_RANGE = (1, 10_000)
 _SHARES_RANGE = (2, 262_144)
 _BFQ_WEIGHT_RANGE = (1, 1_000)
 _DEVICE_RE = re.compile(r"\d+:\d+")
-# The kernel's PID_MAX_LIMIT on 64-bit hosts (4 M): no count of processes can pass it, so no
-# pids.max above it means anything (the kernel takes up to INT_MAX).
-PIDS_MAX_LIMIT = 4 * 1024 * 1024
 
 V2_ORDER: tuple[str, ...] = ("cpu.weight", "cpu.max", "cpuset.cpus", "memory.min", "memory.low", "memory.high",
                              "memory.max", "io.weight", "io.bfq.weight", "io.max", "pids.max")
@@ -191,8 +169,7 @@ class CgroupLimits:
         devices_denied: device nodes the cgroup's processes may not open (``open``,
             ``mknod``: ``EPERM``), canonical: sorted, each once (any iterable of
             :data:`Device` is taken and made so).
-        pids_max: the most processes and threads the cgroup and its descendants may hold
-            together (``pids.max``: a fork or clone past it fails with ``EAGAIN``).
+        pids_max: processes and threads the cgroup holds at most (a fork past it: ``EAGAIN``).
 
     Raises:
         ValueError: a value outside the kernel's accepted range, a block device listed twice,
@@ -223,12 +200,10 @@ class CgroupLimits:
         low, high = CGROUP_WEIGHT_RANGE
         if self.cpu_weight is not None and not low <= self.cpu_weight <= high:
             raise ValueError(f"cpu_weight must be in {low}..{high}, got {self.cpu_weight}")
-        for _, name in _V2_MEMORY:
+        for _, name in (*_V2_MEMORY, ("pids.max", "pids_max")):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
-        if self.pids_max is not None and not 0 <= self.pids_max <= PIDS_MAX_LIMIT:
-            raise ValueError(f"pids_max must be in 0..{PIDS_MAX_LIMIT}, got {self.pids_max}")
         for name in ("io_weight", "io_max"):
             devices = [io.device for io in getattr(self, name)]
             if len(set(devices)) != len(devices):

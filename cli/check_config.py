@@ -158,7 +158,8 @@ def check_on_this_host(config: Config) -> dict[str, float]:
     capacity after the reserve, each governed device, the state directory.
 
     Returns:
-        The capacity the daemon would divide (resource → cores, bytes, bytes/s).
+        The capacity the daemon would divide (resource → cores, bytes, bytes/s), and the root's
+        cap on each count (``pids``).
 
     Raises:
         ConfigError: naming the key, as the daemon would refuse it.
@@ -174,9 +175,14 @@ def check_on_this_host(config: Config) -> dict[str, float]:
 
     from governor.cli.check_config_gpus import gpus_on_this_host
 
+    from governor.config import resources
+    from governor.host.kernel_limits import process_limit
+
     gpus = gpus_on_this_host(config)
-    capacity = config.capacity(float(len(os.sched_getaffinity(0))), psutil.virtual_memory().total,
-                               len(gpus.gpus) if gpus else 0)
+    cpus, memory = float(len(os.sched_getaffinity(0))), psutil.virtual_memory().total
+    capacity = config.capacity(cpus, memory, len(gpus.gpus) if gpus else 0)
+    # The root's pids.max, as the daemon would write it (a reserve that leaves nothing is refused).
+    capacity.update(resources.caps(config, resources.Host(cpus, memory, 0, process_limit())))
     for index, device in enumerate(config.io_devices):
         try:
             whole_disk(device.device)
@@ -249,11 +255,15 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
         lines.append(f"  memory: host memory minus {format_amount('memory', config.reserve_memory_bytes)} reserved")
     else:
         lines.append(f"  memory: {format_amount('memory', config.memory_bytes)} (fixed)")
+    reserve = "a tenth" if config.reserve_pids is None else format_amount("pids", config.reserve_pids, unit=True)
+    lines.append(f"  pids: the kernel's limit (the lower of pid_max and threads-max) minus {reserve} reserved, "
+                 "a cap on governor's root (pids.max), never divided")
     if host is not None:
         capacity = host[0]
         lines.append(f"  on this host: cpu {format_amount('cpu', capacity['cpu'], unit=True)}, "
                      f"memory {format_amount('memory', capacity['memory'])}"
-                     + (f", gpu {format_amount('gpu', capacity['gpu'])}" if "gpu" in capacity else ""))
+                     + (f", gpu {format_amount('gpu', capacity['gpu'])}" if "gpu" in capacity else "")
+                     + (f", pids {format_amount('pids', capacity['pids'], unit=True)}" if "pids" in capacity else ""))
     for device in config.io_devices:
         lines.append(f"  io {device.name} ({device.device}): read {format_amount('io.read', device.read_bps)}, "
                      f"write {format_amount('io.write', device.write_bps)}")
@@ -265,7 +275,8 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
         lines.append(f"  gpu: {len(config.gpus)} whole devices: {', '.join(config.gpus)}")
 
     task = (f"default task: cpu {format_amount('cpu', config.task_defaults['cpu'])}, "
-            f"memory {format_amount('memory', config.task_defaults['memory'])}")
+            f"memory {format_amount('memory', config.task_defaults['memory'])}, "
+            f"pids {format_amount('pids', config.task_defaults['pids'])}")
     if config.io_devices:
         task += (f", io read {format_amount('io.read', config.task_defaults['io_read'])}, "
                  f"write {format_amount('io.write', config.task_defaults['io_write'])} on each device")
@@ -338,7 +349,8 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
         exempt = f"; exempt {', '.join(sessions.exempt)}" if sessions.exempt else ""
         lines.append(f"sessions: every other process of a governed user, one session each: cpu "
                      f"{format_amount('cpu', sessions.demand['cpu'])}, "
-                     f"memory {format_amount('memory', sessions.demand['memory'])}{exempt}; one daemon per host "
+                     f"memory {format_amount('memory', sessions.demand['memory'])}, "
+                     f"pids {format_amount('pids', sessions.demand['pids'])}{exempt}; one daemon per host "
                      "may govern sessions")
     else:
         lines.append("sessions: off (only governor run is governed)")

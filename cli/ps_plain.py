@@ -27,7 +27,8 @@ ENDED_FIELDS = {
 def task_fields() -> dict[str, str]:
     """The fields of running and queued tasks, name to what it shows: those of the amounts come
     from the resource registry as it is when called, as the ``ps`` table's columns do."""
-    amounts = {name: f"{'guarantee' if resources.compressible(name) else 'reserved'}/cap/use"
+    amounts = {name: f"{'guarantee' if resources.compressible(name) else '-' if resources.count(name) else 'reserved'}"
+                     "/cap/use"
                for name in amount_columns()}
     return {**BEFORE_AMOUNTS, **amounts, **AFTER_AMOUNTS}
 

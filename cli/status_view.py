@@ -113,12 +113,13 @@ def status_renderables(status: dict, *, now: float) -> list[RenderableType]:
 
 def capacity_table(status: dict, resources: list[str]) -> Table:
     """One row per resource: capacity, guaranteed (the groups' guarantees of cpu and I/O),
-    reserved (the memory admitted tasks hold) and measured use, with % of capacity."""
+    reserved (the memory admitted tasks hold) and measured use, with % of capacity; a count
+    (pids) its root's cap as capacity, neither guaranteed nor reserved."""
     table = Table(title="Capacity", title_justify="left")
     table.add_column("resource")
     for column in ("capacity", "guaranteed", "reserved", "used"):
         table.add_column(column, justify="right", no_wrap=True)
-    capacity = status.get("capacity", {})
+    capacity = {**status.get("capacity", {}), **status.get("caps", {})}  # a count's: the root's cap
     for resource in resources:
         total = capacity.get(resource)
         view.row(table,

@@ -199,10 +199,10 @@ def count(resource: str) -> bool:
 
 def compressible(resource: str) -> bool:
     """Whether a task given less of ``resource`` only runs slower (cpu, I/O) rather than being
-    reclaimed into a stall or killed (memory), or made to wait (GPUs). A name that is no
-    resource counts as compressible: it is never admitted."""
+    reclaimed into a stall or killed (memory), or made to wait (GPUs); not a count (a cap only).
+    A name that is no resource counts as compressible: it is never admitted."""
     entry = find(resource)
-    return entry is None or not entry.admitted
+    return entry is None or entry.kind is ResourceKind.COMPRESSIBLE
 
 
 def measured(resource: str) -> bool:

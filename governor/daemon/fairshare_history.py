@@ -12,7 +12,7 @@ from governor.daemon import inbox
 from governor.daemon.journal import Journal
 from governor.errors import StateFileError
 from governor.core.fairshare import FairShare, Standing
-from governor.config.resources import compressible
+from governor.config.resources import compressible, count
 from governor.host.state_files import load, write_atomically
 from governor.core.usage import Charges
 
@@ -224,5 +224,6 @@ class FairShareStage:
 
 def _held(resource: str) -> bool:
     """Whether a task is charged for what it reserves of ``resource`` (memory, GPUs: held until
-    it ends, used or not) rather than for what the kernel counts it used (cpu)."""
-    return not compressible(resource)
+    it ends, used or not) rather than for what the kernel counts it used (cpu); a count (pids)
+    is a cap, never charged."""
+    return not compressible(resource) and not count(resource)

@@ -293,6 +293,7 @@ class Observation:
             kept=self._status_tasks, configured=policy.configured(self.tasks.counts()),
             reserved=reserved(self.tasks, self.usage), gpus=gpu_entries(policy.gpus, self.tasks.gpu_holders(), self.tasks),
             no_psi=self.hierarchy.no_psi, host_capacity=policy.host_capacity, foreign=self.tenants(),
+            caps=policy.root_caps,
         )
         self._status = (self.journal.version, StatusReply(status, self._status_checked))
         return self._status[1]

@@ -178,6 +178,10 @@ class _Snapshot:
                                      "host's less the reserve and what foreign tenants hold", labels=["resource"])
         for resource, amount in status.get("capacity", {}).items():
             capacity.add_metric([resource], amount)
+        root_cap = GaugeMetricFamily("governor_root_cap", "The root's cap on a count, never divided (pids: processes "
+                                     "and threads, pids.max: the kernel's limit less the reserve)", labels=["resource"])
+        for resource, amount in status.get("caps", {}).items():
+            root_cap.add_metric([resource], amount)
         share = GaugeMetricFamily("governor_group_dominant_share", "Dominant share of the host (0..1)",
                                   labels=TREE_LABELS)
         weight = GaugeMetricFamily("governor_group_weight", "Group weight", labels=TREE_LABELS)
@@ -191,7 +195,8 @@ class _Snapshot:
         reserved = GaugeMetricFamily("governor_group_reserved", "Memory and GPUs the group's admitted tasks hold "
                                      "(bytes, devices; a session: its use)", labels=[*TREE_LABELS, "resource"])
         used = GaugeMetricFamily("governor_group_usage", "Measured use (cores, bytes, bytes/s; GPUs: see "
-                                 "governor_gpu_utilization_ratio)", labels=[*TREE_LABELS, "resource"])
+                                 "governor_gpu_utilization_ratio; pids: processes and threads)",
+                                 labels=[*TREE_LABELS, "resource"])
         effective = GaugeMetricFamily("governor_group_effective_weight", "The weight filling uses: the configured "
                                       "one lowered by past use ([fairshare])", labels=TREE_LABELS)
         past = GaugeMetricFamily("governor_group_past_use", "Decayed past use ([fairshare]): dominant share of "
@@ -211,6 +216,7 @@ class _Snapshot:
                                      'the group "*" stands for', value=status.get("groups", {}).get("*", {})
                                      .get("accounts", 0))
         resources = list(status.get("capacity", {}))
+        counts = list(status.get("caps", {}))
         groups = status.get("groups", {})
         parents = {group.get("parent") for group in groups.values()}
         for name, group in groups.items():  # idle groups too: their series at zero
@@ -224,6 +230,8 @@ class _Snapshot:
             if "effective_weight" in group:
                 effective.add_metric(tree, group["effective_weight"])
                 past.add_metric(tree, group["past_use"])
+            for resource in counts:  # caps only: no allocation, guarantee or reservation
+                used.add_metric([*tree, resource], group["usage"].get(resource, 0.0))
             for resource in resources:
                 allocation.add_metric([*tree, resource], group["allocation"].get(resource, 0.0))
                 if measured(resource):  # of a GPU, none: no series, rather than 0
@@ -232,7 +240,7 @@ class _Snapshot:
                     guarantee.add_metric([*tree, resource], group.get("guarantee", {}).get(resource, 0.0))
                 else:
                     reserved.add_metric([*tree, resource], group.get("reserved", {}).get(resource, 0.0))
-        yield from (capacity, share, weight, floor, tasks, allocation, guarantee, reserved, used, waiting, oldest,
+        yield from (capacity, root_cap, share, weight, floor, tasks, allocation, guarantee, reserved, used, waiting, oldest,
                     why, effective, past, accounts)
 
 

@@ -40,7 +40,8 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
                  parents: Mapping[str, str] | None = None, place: Callable[[str], str] = str,
                  fairshare: Mapping[str, object] | None = None, gpus: list[dict] | None = None,
                  no_psi: str | None = None,
-                 host_capacity: Mapping[str, float] | None = None, foreign: Mapping[str, Tenant] | None = None) -> dict:
+                 host_capacity: Mapping[str, float] | None = None, foreign: Mapping[str, Tenant] | None = None,
+                 caps: Mapping[str, int] | None = None) -> dict:
     """Assemble the status object.
 
     Args:
@@ -49,6 +50,8 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
         capacity: what governor divides (cores, bytes, bytes/s): ``host_capacity`` (the
             host's less the reserve; None: the same) less what the ``foreign`` tenants hold
             (name → :class:`~governor.core.foreign_capacity.Tenant`; status's ``foreign``).
+        caps: the root's cap on each count, never divided (``pids``: processes and threads,
+            :func:`governor.config.resources.caps`); status's ``caps``.
         allocation: the last progressive filling's answer, None with no task.
         tasks: the running tasks.
         in_force: cgroup (relative) → kernel file → value the kernel accepted.
@@ -144,7 +147,7 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
         kept.clear()
         kept.update(entries)
     fair_level = max((g["dominant_share"] / g["weight"] for g in leaves), default=0.0)
-    return {"daemon": daemon, "capacity": dict(capacity),
+    return {"daemon": daemon, "capacity": dict(capacity), "caps": dict(caps or {}),
             "host_capacity": dict(capacity if host_capacity is None else host_capacity),
             "foreign": {name: tenant.to_json() for name, tenant in (foreign or {}).items()},
             "guaranteed": vocabulary.total(g["guarantee"] for g in leaves),

@@ -4,6 +4,7 @@ imports them, so they run under that module's marker and its skip check."""
 import foreign_scenarios
 import gpu_scenarios
 import guard_scenarios
+import pids_scenarios
 import pytest
 import readopt_scenarios
 import scenarios
@@ -99,3 +100,14 @@ def test_fair_share_charges_short_tasks_as_a_steady_tasks_equal_use(tmp_path):
 
 def test_the_capacity_follows_a_foreign_slurm_job_whose_processes_stay_its_own(tmp_path):
     foreign_scenarios.capacity_follows_a_slurm_job_and_its_processes_stay_slurms(tmp_path)
+
+
+def test_a_fork_bomb_in_a_task_stops_at_its_pids_cap_and_every_cgroup_has_one(tmp_path):
+    pids_scenarios.task_fork_bomb_stops_at_its_cap(tmp_path)
+
+
+def test_a_fork_bomb_in_a_session_stops_at_its_pids_cap(tmp_path):
+    reason = session_scenarios.missing()
+    if reason:
+        pytest.skip(reason)
+    pids_scenarios.session_fork_bomb_stops_at_its_cap(tmp_path)

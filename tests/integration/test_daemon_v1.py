@@ -22,6 +22,8 @@ from kernel_cases import (  # noqa: F401  (collected here, under this module's m
     test_a_restart_that_turns_gpus_on_readopts_the_processes_and_stop_ends_them,
     test_a_restart_with_the_gpus_reordered_keeps_each_held_gpu_with_its_task,
     test_a_session_ends_with_its_users_last_process,
+    test_a_fork_bomb_in_a_session_stops_at_its_pids_cap,
+    test_a_fork_bomb_in_a_task_stops_at_its_pids_cap_and_every_cgroup_has_one,
     test_an_idle_groups_share_is_lent_and_comes_back,
     test_cores_shrink_and_grow_while_tasks_run,
     test_the_capacity_follows_a_foreign_slurm_job_whose_processes_stay_its_own,

@@ -54,8 +54,10 @@ def test_good_file_prints_a_summary(tmp_path):
         "capacity:",
         "  cpu: 1.5 cores (fixed)",
         "  memory: host memory minus 1.0G reserved",
+        "  pids: the kernel's limit (the lower of pid_max and threads-max) minus a tenth reserved, a cap on "
+        "governor's root (pids.max), never divided",
         "  io nvme0n1 (/dev/nvme0n1): read 2.0G/s, write 1.0G/s",
-        "default task: cpu 1, memory 1.0G, io read 10.0M/s, write 0/s on each device",
+        "default task: cpu 1, memory 1.0G, pids 4096, io read 10.0M/s, write 0/s on each device",
         "enforcement: cpu cores (cpu.max + exclusive cpuset.cpus), memory hard cap (memory.max)",
         "  all governed memory together: at most the memory capacity (memory.max on governor's root)",
         "memory protection: memory.min = a group's guarantee, memory.low = what it reserved up to its floor",
@@ -64,8 +66,8 @@ def test_good_file_prints_a_summary(tmp_path):
         "groups:",
         "  physics: weight 2; users alice; unix groups physics",
         '  "*": weight 1; every user in no explicit group, a group of their own',
-        "sessions: every other process of a governed user, one session each: cpu 1, memory 2.0G; one daemon "
-        "per host may govern sessions",
+        "sessions: every other process of a governed user, one session each: cpu 1, memory 2.0G, pids 4096; one "
+        "daemon per host may govern sessions",
         "admin: root and members of wheel",
         "daemon: sample every 1s, reconcile every 5s, state in /run/governor/state",
         "bounds per user (root excepted): 256 tasks running and queued, 32 connections",
