@@ -183,8 +183,14 @@ class Policy:
         (:func:`~governor.daemon.gpu_places.denied_devices` of its GPUs), one object per
         distinct demand and GPUs held. A login session's carry no device rules: its slice is
         systemd's, which has no deny list; the guard on the login slices' parent denies them
-        (DESIGN.md §3)."""
-        return self._task_caps(tuple(task.demand.items()), None if task.is_login else tuple(task.gpus))
+        (DESIGN.md §3). A task recorded before counts were declared (no ``pids``: re-adopted
+        after an upgrade) gets the config's default, so that its cgroup has a ``pids.max`` too."""
+        demand = task.demand
+        if not any(resources.count(r) for r in demand):
+            defaults = self.config.sessions.demand if task.is_session else self.config.task_defaults
+            demand = {**demand, **{entry.name: defaults[entry.config] for entry in resources.RESOURCES
+                                   if entry.kind is resources.ResourceKind.COUNT and entry.config}}
+        return self._task_caps(tuple(demand.items()), None if task.is_login else tuple(task.gpus))
 
     def allowed_groups(self, who: access.Identity) -> tuple[str, ...]:
         """The groups ``who`` may launch into under the config in force, the default one first

@@ -127,3 +127,14 @@ def test_the_kernels_limit_is_the_lower_of_pid_max_and_threads_max(tmp_path):
     (kernel / "threads-max").unlink()
     assert process_limit(tmp_path) == 32_768
     assert process_limit(tmp_path / "none") == 0
+
+
+def test_a_task_recorded_before_counts_gets_the_default_cap(tmp_path):
+    # A task re-adopted after an upgrade has no pids in its record: its cgroup gets one all the same.
+    from dataclasses import replace
+
+    daemon = make_daemon(tmp_path, '[defaults.task]\npids = 300\n[groups.A]\nusers = ["root"]\n', process_limit=10_000)
+    launch(daemon, 100, group="A", cpu=0.5, memory=GIB)
+    [task] = list(daemon.tasks)
+    old = replace(task, demand={r: a for r, a in task.demand.items() if r != "pids"})
+    assert daemon.policy.caps(old).pids_max == 300 == daemon.policy.caps(task).pids_max
