@@ -279,8 +279,7 @@ class CgroupV2Driver(DriverBase):
             events = parse_flat_keyed(read_file(directory, "memory.events"))
             memory_events = {k: events.get(k, 0) for k in MEMORY_EVENT_KEYS}
         pids_current = pids_refused = None
-        if "pids" in enabled:
-            pids_current = parse_int(read_file(directory, "pids.current"))
+        if "pids" in enabled and (pids_current := _optional_int(directory, "pids.current")) is not None:
             pids_refused = parse_flat_keyed(read_file(directory, "pids.events")).get("max", 0)
         io_stat: dict[str, dict[str, int]] = {}
         if "io" in enabled:

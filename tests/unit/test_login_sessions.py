@@ -123,7 +123,7 @@ def test_a_process_in_its_users_logind_slice_makes_their_login_session_there(sys
     [call] = systemctl.calls  # once per user, not per process
     assert call[4:] == ["user-1.slice", "CPUQuota=50%", "CPUWeight=50",
                         f"MemoryMin={3 * GIB}", f"MemoryLow={3 * GIB}",
-                        f"MemoryMax={3 * GIB}"]  # a hard cap, as a task's
+                        f"MemoryMax={3 * GIB}", "TasksMax=4096"]  # hard caps, as a task's
     assert daemon.hierarchy.driver.procs == {}
     assert "A" not in daemon.hierarchy.driver.cgroups  # nothing of A below governor's root
     assert daemon.store.directory.joinpath("login-1.json").exists()
@@ -163,7 +163,7 @@ def test_a_login_session_ends_with_its_slice_and_its_properties_are_reset(system
     assert daemon.tasks.get("login-1") is None
     assert not daemon.store.directory.joinpath("login-1.json").exists()
     assert sorted(systemctl.calls[-1][5:]) == ["CPUQuota=", "CPUWeight=", "MemoryLow=", "MemoryMax=infinity",
-                                                   "MemoryMin="]
+                                                   "MemoryMin=", "TasksMax="]
 
 
 def test_a_slice_systemd_will_not_limit_is_not_asked_again_at_each_exec(systemd):
@@ -214,7 +214,7 @@ def test_a_user_in_her_logind_slice_and_in_governors_session_counts_one_session_
     on_loop(daemon, lambda: daemon.sessions.govern_process(700, 1))  # her logind slice: login-1
     assert on_loop(daemon, lambda: daemon.sessions.govern_process(602, 1))  # moved into governor's session cgroup: session-1
     assert {t.id for t in daemon.tasks} == {"login-1", "session-1"}
-    assert daemon.tasks.demands()["A"] == {"cpu": 0.5, "memory": 3 * GIB}
+    assert daemon.tasks.demands()["A"] == {"cpu": 0.5, "memory": 3 * GIB, "pids": 4096}
     assert daemon.observation.status()["groups"]["A"]["demand"]["cpu"] == 0.5
     daemon.settle.now(Reload("test"))
     assert daemon.enforcement.allocation.groups["A"].allocation["cpu"] == 0.5  # all of its one session's demand

@@ -219,11 +219,11 @@ def test_ps_never_wraps_or_cuts_a_value(tasks_daemon, monkeypatch, columns, term
         assert any("name, processes" in line for line in lines)
         return
     # Piped: one line per task, the same at any width, every field whole.
-    assert [line.split()[:9] for line in lines] == [
-        ["id", "name", "group", "user", "state", "age", "cpu", "memory", "reason"],
-        ["7", "build", "physics", "alice", "running", "1m", "1.5/2/1.98", "4G/4G/812M", "-"],
+    assert [line.split()[:10] for line in lines] == [
+        ["id", "name", "group", "user", "state", "age", "cpu", "memory", "pids", "reason"],
+        ["7", "build", "physics", "alice", "running", "1m", "1.5/2/1.98", "4G/4G/812M", "-/-/-", "-"],
         ["8", "simulation-with-a-rather-long-name", "physics", "alice", "queued", "10s", "-/1/-", "-/16G/-",
-         "memory:"]]
+         "-/-/-", "memory:"]]
     assert lines[2].endswith("waits for 12.0G to free (held by physics 16.0G, ops 12.0G)")
 
 
