@@ -174,7 +174,7 @@ def test_a_session_ends_when_its_cgroup_empties(daemon):
 def test_sessions_off_moves_nothing(tmp_path, daemon):
     daemon.requests.use(parse_config(CONFIG.replace("[sessions]", "[sessions]\nenabled = false"), "t.toml"))
     assert not on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))
-    assert daemon.sessions.rescan("test") == 0
+    assert on_loop(daemon, lambda: daemon.sessions.rescan("test")) == 0
     assert not daemon.tasks
 
 
