@@ -314,7 +314,7 @@ class Sessions:
             if not isinstance(error, ProcessGone):
                 log.warning("cannot move pid %d into the session of %s: %s", pid, session.user, error)
 
-        self.tree.join_soon(session.cgroup, pid, moved)
+        self.tree.join_soon(session.cgroup, pid, moved)  # launches and exits first
 
     def _settle_pid(self, pid: int) -> None:
         """Remember that process ``pid`` needs nothing until its uid changes."""

@@ -54,9 +54,10 @@ EVENT_TYPE_FILTER_SINCE = (6, 6)
 # Enough for a burst of tens of thousands of events before the kernel drops any (root may set
 # it beyond net.core.rmem_max with SO_RCVBUFFORCE).
 RECEIVE_BUFFER_BYTES = 8 << 20
-# Datagrams one read takes at most (one event each, 76 bytes): a backlog of 100,000 is read in
-# turns of the event loop, each ~10 ms, with requests and exits served between.
-READ_BATCH = 4096
+# Datagrams one read takes at most (one event each, 76 bytes): a backlog is read in turns of the
+# event loop, each a few ms at most (~3 µs an event of a settled process, ~30 µs one whose /proc
+# is read), with requests and exits served between.
+READ_BATCH = 512
 
 # What :meth:`ProcessEvents.read` gives: (FORK, child tgid, parent tgid), (EXEC, tgid, None),
 # (UID, tgid, real uid).

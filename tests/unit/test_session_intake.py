@@ -1,5 +1,6 @@
-"""Rescans of every process (issue 42, part 2): their walk runs off the event loop, one at a
-time; those asked meanwhile fold into one; after lost events, at most one per gap."""
+"""The daemon's side of the process-events intake (issue 42, part 2): rescans of every process
+walk /proc off the event loop, one at a time, those asked meanwhile folded into one, and after
+lost events at most one per gap; sessions' moves wait behind a launch's cgroup work."""
 
 import asyncio
 import threading
@@ -156,3 +157,21 @@ def test_the_walk_reads_proc_on_its_thread_and_the_loop_moves_only_what_it_found
     assert {500, 501, 600, 900} <= walked
     assert 900 not in again and set(again) <= {500, 501, 600, 601, 602, 700}  # root's: settled on the walk
     assert 500 in daemon.hierarchy.driver.procs["A/session-1"] and 900 in daemon.sessions._settled
+
+
+def test_a_launchs_cgroup_work_goes_before_a_backlog_of_session_moves(daemon):
+    order = []
+    daemon.hierarchy.driver.move = lambda rel, pid: order.append(pid)
+
+    async def scenario():
+        moved = []
+        for pid in range(1000, 1010):
+            daemon.tree.join_soon("A/session-1", pid, moved.append)
+        assert daemon.tree.moving_into("A/session-1")
+        daemon.tree.run(lambda: order.append("launch"))
+        await daemon.tree.settled()
+        return moved
+
+    assert asyncio.run(scenario()) == [None] * 10
+    assert order.index("launch") <= 1 and order[-1] == 1009  # behind one move at most, not ten
+    assert not daemon.tree.moving_into("A/session-1")
