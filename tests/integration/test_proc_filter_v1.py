@@ -68,7 +68,8 @@ def datagrams(events: ProcessEvents) -> list[tuple[int, tuple[int, ...]]]:
             got.append((struct.unpack_from("=I", data, 36)[0], struct.unpack_from("=6I", data, 52)))
 
 
-@pytest.mark.parametrize("event_types", [False, True], ids=["socket filter", "and the connector's"])
+@pytest.mark.parametrize("event_types", [False, True, None],
+                         ids=["socket filter", "and the connector's", "as the daemon subscribes"])
 def test_storms_of_renames_and_threads_never_reach_the_daemons_socket(event_types):
     if event_types and not procevents.has_event_type_filter():
         pytest.skip(f"the connector filters event types from Linux 6.6; this is {os.uname().release}")
