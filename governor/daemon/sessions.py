@@ -10,7 +10,6 @@ to settle, which refills."""
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import logging
 import os
@@ -124,12 +123,11 @@ class Sessions:
                                         f"{max(self.policy.config.reconcile_interval_s, RESCAN_INTERVAL_S):g} s",
                                logging.WARNING)
             return
-        asyncio.get_running_loop().add_reader(self.process_events.fileno(), self.on_process_events)
+        self.process_events.follow(self.on_process_events)
 
     def close(self) -> None:
         self.rescans.close()
         if self.process_events is not None:
-            asyncio.get_running_loop().remove_reader(self.process_events.fileno())
             self.process_events.close()
 
     def on_process_events(self) -> None:

@@ -35,11 +35,13 @@ Message layout (``linux/netlink.h``, ``linux/connector.h``, ``linux/cn_proc.h``)
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import re
 import socket
 import struct
+from collections.abc import Callable
 
 from governor.host import proc_filter
 from governor.host.proc_filter import (CN_IDX_PROC, CN_VAL_PROC, NLMSG_DONE, PROC_EVENT_EXEC, PROC_EVENT_FORK,
@@ -58,6 +60,10 @@ RECEIVE_BUFFER_BYTES = 8 << 20
 # event loop, each a few ms at most (~3 µs an event of a settled process, ~30 µs one whose /proc
 # is read), with requests and exits served between.
 READ_BATCH = 512
+# After a wake-up, the events of this long gather in the socket's queue for the next: under a
+# storm one wake of the event loop (~30 µs of Python) serves them all, not one each. The first
+# event after a quiet spell is handled at once.
+GATHER_S = 0.005
 
 # What :meth:`ProcessEvents.read` gives: (FORK, child tgid, parent tgid), (EXEC, tgid, None),
 # (UID, tgid, real uid).
@@ -92,6 +98,9 @@ class ProcessEvents:
         self._socket = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, NETLINK_CONNECTOR)
         self._buffer = bytearray(65536)
         self._view = memoryview(self._buffer)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.TimerHandle | None = None
+        self._handle: Callable[[], None] = lambda: None
         try:
             try:
                 self._socket.setsockopt(socket.SOL_SOCKET, 33, RECEIVE_BUFFER_BYTES)  # SO_RCVBUFFORCE
@@ -110,6 +119,22 @@ class ProcessEvents:
 
     def fileno(self) -> int:
         return self._socket.fileno()
+
+    def follow(self, handle: Callable[[], None]) -> None:
+        """Call ``handle`` (which reads the events) on the running event loop when events are
+        queued, then not again for :data:`GATHER_S`, until :meth:`close`.
+
+        Raises:
+            RuntimeError: no event loop runs in this thread.
+        """
+        self._loop, self._handle = asyncio.get_running_loop(), handle
+        self._loop.add_reader(self._socket.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        fd = self._socket.fileno()
+        self._loop.remove_reader(fd)
+        self._wake = self._loop.call_later(GATHER_S, self._loop.add_reader, fd, self._readable)
+        self._handle()
 
     def read(self, limit: int = READ_BATCH) -> tuple[list[Event], bool]:
         """The events queued now, from at most ``limit`` datagrams, without blocking (the rest
@@ -137,6 +162,10 @@ class ProcessEvents:
         return events, lost
 
     def close(self) -> None:
+        if self._loop is not None:
+            if self._wake is not None:
+                self._wake.cancel()
+            self._loop.remove_reader(self._socket.fileno())
         try:
             self._socket.setblocking(True)
             self._send(PROC_CN_MCAST_IGNORE)

@@ -47,6 +47,7 @@ STORM = textwrap.dedent(f"""
 def unfiltered() -> ProcessEvents:
     """A subscription to every event without any filter: what the daemon read before."""
     events = ProcessEvents.__new__(ProcessEvents)
+    events._loop = None
     events._socket = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC,
                                    procevents.NETLINK_CONNECTOR)
     events._socket.setsockopt(socket.SOL_SOCKET, 33, procevents.RECEIVE_BUFFER_BYTES)  # SO_RCVBUFFORCE

@@ -4,7 +4,9 @@ them (tests/integration/test_proc_filter_v1.py attaches it to the real connector
 subscription that asks the connector for the wanted event types only; and reads in bounded
 batches."""
 
+import asyncio
 import errno
+import socket
 import struct
 import sys
 
@@ -14,6 +16,7 @@ from governor.host import proc_filter, procevents
 from governor.host.proc_filter import ACCEPT, DROP
 from governor.host.procevents import ProcessEvents, has_event_type_filter, parse_events
 from support.proc_messages import message, run_filter
+from support.waits import until
 
 PROGRAM = proc_filter.instructions()
 # proc_event.what of the kinds the daemon never needs (linux/cn_proc.h).
@@ -97,6 +100,7 @@ def events_on(datagrams) -> ProcessEvents:
     events._socket = FakeSocket(datagrams)
     events._buffer = bytearray(65536)
     events._view = memoryview(events._buffer)
+    events._loop = events._wake = None
     return events
 
 
@@ -138,3 +142,42 @@ def test_the_subscription_asks_for_the_wanted_event_types_where_the_kernel_filte
     sent = events._socket.sent[0]
     assert sent[36:] == body and struct.unpack_from("=H", sent, 32)[0] == len(body)  # cn_msg.len
     assert struct.unpack_from("=I", sent)[0] == len(sent)
+
+
+def test_events_that_come_soon_after_a_wake_up_are_read_at_the_next_all_together(monkeypatch):
+    # A wake of the event loop per event cost the daemon more than the event (issue 42).
+    monkeypatch.setattr(procevents, "GATHER_S", 0.5)  # far longer than the loop turns below
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ours.setblocking(False)
+    events = events_on([])
+    events._socket = ours
+    reads: list[int] = []
+
+    def handle():
+        got = 0
+        while True:
+            try:
+                ours.recv(100)
+            except BlockingIOError:
+                break
+            got += 1
+        if not reads:  # one more event in each of the next five turns of the loop
+            send(5)
+        reads.append(got)
+
+    def send(left):
+        theirs.send(b"event")
+        if left > 1:
+            asyncio.get_running_loop().call_soon(send, left - 1)
+
+    async def scenario():
+        events.follow(handle)
+        theirs.send(b"event")
+        await until(lambda: len(reads) >= 2, "a second wake-up")
+        events.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        theirs.close()
+    assert reads == [1, 5]
