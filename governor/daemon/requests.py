@@ -362,7 +362,7 @@ class Requests:
         self.settle.now(Reload("reload", full=True))  # running tasks' caps follow it: devices of a new inventory
         if self.exits.watcher is not None:  # serving: sessions turned on follow the kernel's events
             self.sessions.follow_processes()
-        self.sessions.rescan("reload")
+        self.sessions.ask_rescan("reload")
         return self.policy.source
 
     def _check_places(self, config: Config) -> None:

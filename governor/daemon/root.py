@@ -217,7 +217,7 @@ class Daemon:
         self.foreign.poll_now()  # before the first rescan: another manager's processes stay its own
         self.settle.now(Reload("start"))
         self.sessions.follow_processes()
-        self.sessions.rescan("start")
+        await self.sessions.rescan("start")
         await self.tree.settled()  # the first clients find the sessions made and joined
         await server.start_serving()
         if self.metrics:
@@ -291,6 +291,7 @@ class Daemon:
         the cgroup thread's calls (and what those asked in turn). Tools and tests wait on this
         fact, never on time."""
         while True:
+            await self.sessions.rescans.idle()
             await self.inbox.drain()
             await self.tree.settled()
             if not self.inbox.pending:
@@ -328,7 +329,7 @@ class Daemon:
         if config is self.policy.config:
             self.policy.refresh_members(members)
         self.journal.changed()
-        self.sessions.rescan("periodic rescan")
+        await self.sessions.rescan("periodic rescan")
 
     def _reload_on_signal(self) -> None:
         # The handler only starts it: the file is parsed on a thread (Requests.reload_off_loop).

@@ -10,7 +10,6 @@ to settle, which refills."""
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import logging
 import os
@@ -19,13 +18,14 @@ from collections.abc import Callable, Iterable, Mapping
 
 import psutil
 
-from governor.cgroups.hierarchy import Hierarchy
+from governor.cgroups.hierarchy import Hierarchy, Location
 from governor.daemon.enforcement import Enforcement
 from governor.daemon.exits import Exits
 from governor.daemon.inbox import Inbox, Session
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
+from governor.daemon.rescans import Rescans
 from governor.daemon.tree import Tree
 from governor.host.daemons import Registry, other_daemon
 from governor.errors import CgroupError, GovernorError, ProcessGone
@@ -41,6 +41,8 @@ log = logging.getLogger("governor.daemon")
 RESCAN_INTERVAL_S = 30.0
 # A rescan walks every pid again while a walk moved some, at most this many times.
 RESCAN_PASSES = 5
+# What a rescan's walk found: the pids that need nothing, those to look at again on the loop.
+Survey = tuple[list[int], list[int]]
 # Processes remembered as settled (a dict lookup per exec and fork instead of /proc reads);
 # past this many the memory is cleared and rebuilt from events.
 SETTLED_KEPT = 1 << 16
@@ -95,6 +97,7 @@ class Sessions:
         self.process_events: ProcessEvents | None = None
         self.moved_in = moved_in
         self.foreign = foreign
+        self.rescans: Rescans[Survey] = Rescans(self._survey, self._act, passes=RESCAN_PASSES)
         self.reset()
 
     def reset(self) -> None:
@@ -120,11 +123,11 @@ class Sessions:
                                         f"{max(self.policy.config.reconcile_interval_s, RESCAN_INTERVAL_S):g} s",
                                logging.WARNING)
             return
-        asyncio.get_running_loop().add_reader(self.process_events.fileno(), self.on_process_events)
+        self.process_events.follow(self.on_process_events)
 
     def close(self) -> None:
+        self.rescans.close()
         if self.process_events is not None:
-            asyncio.get_running_loop().remove_reader(self.process_events.fileno())
             self.process_events.close()
 
     def on_process_events(self) -> None:
@@ -145,30 +148,56 @@ class Sessions:
                     self.govern_process(pid)
                 elif kind == UID or pid not in self._settled:
                     self.govern_process(pid, other)
-            if lost:
+            if lost and self.ask_rescan("lost events", limited=True):
                 self.journal.event("error", "sessions: process events were lost (the kernel's buffer overflowed); "
                                             "rescanning every process", logging.WARNING)
-                self.rescan("lost events")
         except Exception:
             log.exception("handling process events failed")
 
-    def rescan(self, trigger: str) -> int:
-        """Move every process of a governed user that is in no task into its user's session.
+    async def rescan(self, trigger: str) -> int:
+        """Move every process of a governed user that is in no task into its user's session (the
+        walk off the loop: :class:`~governor.daemon.rescans.Rescans`), once the rescan under
+        way, if any, ends; and wait for it.
 
         Returns:
             How many processes a move was asked for.
         """
         if not self.policy.owners.enabled or self.inbox.closing:
             return 0
-        self._settled.clear()  # users, groups or the config may have changed
-        moved, passes = 0, 0
-        # Again while a pass moves any: a process that forks a successor and exits every few
-        # milliseconds is missing from the pid list a pass walks.
-        while passes < RESCAN_PASSES:
-            found = sum(self.govern_process(pid) for pid in self.host_pids())
-            moved, passes = moved + found, passes + 1
-            if not found:
-                break
+        return await self.rescans.now(trigger)
+
+    def ask_rescan(self, trigger: str, *, limited: bool = False) -> bool:
+        """:meth:`rescan` for ``trigger`` without waiting for it, folded with the others asked
+        meanwhile; ``limited`` (lost events): rate-limited (:data:`~governor.daemon.rescans.RESCAN_GAP_S`).
+
+        Returns:
+            Whether it was not asked already (a caller says so once).
+        """
+        if not self.policy.owners.enabled or self.inbox.closing:
+            return False
+        return self.rescans.ask(trigger, limited=limited)
+
+    def _survey(self) -> Survey:
+        """(On the rescan thread: reads only) every process on the host: those that need
+        nothing, and those that may need a move, looked at again on the loop (:meth:`_act`)."""
+        settled, again = [], []
+        for pid in self.host_pids():
+            found = self._find(pid, None)
+            if found is _Look.SETTLED or (not isinstance(found, _Look) and self._in_place(found[0], found[2])):
+                settled.append(pid)
+            elif found is not _Look.UNKNOWN:
+                again.append(pid)
+        return settled, again
+
+    def _act(self, survey: Survey, trigger: str) -> int:
+        """(On the loop) what a walk found: forget what was settled before (users, groups or
+        the config may have changed), and move each process found outside its place, its
+        /proc read again now."""
+        settled, again = survey
+        self._settled.clear()
+        for pid in settled:
+            self._settle_pid(pid)
+        moved = sum(self.govern_process(pid) for pid in again)
         if moved:
             self.journal.event("session", f"{moved} process(es) moved into sessions ({trigger})")
         return moved
@@ -204,9 +233,10 @@ class Sessions:
 
     # ── one process ─────────────────────────────────────────────────────────────────────
 
-    def _look(self, pid: int, uid: int | None) -> _Look:
-        if pid in self._moving:
-            return _Look.SETTLED
+    def _find(self, pid: int, uid: int | None) -> _Look | tuple[int, tuple[str, str], Location]:
+        """Process ``pid``'s real uid, its owner (user, group) and where it is, or SETTLED
+        (not governed, another daemon's or manager's) or UNKNOWN (gone). Reads only (the rescan
+        thread calls it too)."""
         # Every exec on the host comes here: the uid an event gave, else the owner of
         # /proc/<pid> (its effective uid, one stat), rules out most at once. A process whose
         # effective uid is not governed but whose real uid is (a setuid program alice runs) was
@@ -227,22 +257,37 @@ class Sessions:
             location = self.hierarchy.locate(pid)
         except CgroupError:
             return _Look.UNKNOWN  # gone already
-        where = location.rel
         if other_daemon(self.registry, location) is not None:
             return _Look.SETTLED  # another daemon's task: that daemon governs it
         if self.foreign(location.paths, self.hierarchy.proc_key) is not None:
             return _Look.SETTLED  # another manager's (a Slurm job, pam_slurm_adopt's too): never a session's
-        user, group = owner
+        return uid, owner, location
+
+    def _in_place(self, uid: int, location: Location) -> bool:
+        """Whether a process of ``uid`` at ``location`` is where it belongs: in a task, or in its
+        user's session (its login slice is looked at on the loop: it may start a session)."""
+        where = location.rel
+        session = self.tasks.get(session_id(uid))
+        found = task_in(where) if where is not None else None
+        return found is not None and (found[0] is Kind.TASK or (session is not None and where == session.cgroup))
+
+    def _look(self, pid: int, uid: int | None) -> _Look:
+        if pid in self._moving:
+            return _Look.SETTLED
+        found = self._find(pid, uid)
+        if isinstance(found, _Look):
+            return found
+        uid, (user, group), location = found
+        where = location.rel
         if where is None and location.login_uid == uid:
             # logind tracks it (loginctl, logout): governed where it is, through systemd.
             if self.hierarchy.slices is not None and self.tasks.get(login_id(uid)) is None \
                     and uid not in self._refused and self._start_login(uid, user, group, pid) is None:
                 self._refused.add(uid)  # not a systemctl per exec: until the next reload
             return _Look.SETTLED
-        session = self.tasks.get(session_id(uid))
-        found = task_in(where) if where is not None else None
-        if found is not None and (found[0] is Kind.TASK or (session is not None and where == session.cgroup)):
+        if self._in_place(uid, location):
             return _Look.SETTLED
+        session = self.tasks.get(session_id(uid))
         self._moving.add(pid)
         if len(self._moved) >= SETTLED_KEPT:
             self._moved.clear()
@@ -267,7 +312,7 @@ class Sessions:
             if not isinstance(error, ProcessGone):
                 log.warning("cannot move pid %d into the session of %s: %s", pid, session.user, error)
 
-        self.tree.join_soon(session.cgroup, pid, moved)
+        self.tree.join_soon(session.cgroup, pid, moved)  # launches and exits first
 
     def _settle_pid(self, pid: int) -> None:
         """Remember that process ``pid`` needs nothing until its uid changes."""

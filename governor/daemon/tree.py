@@ -15,6 +15,7 @@ first finishes what was asked.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -50,6 +51,7 @@ class Tree:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._joining: dict[str, int] = {}  # cgroup → moves into it asked for and not yet made
         self._pending = 0  # calls of run() not yet done
+        self._later: collections.deque[tuple[str, int, Callable[[GovernorError | None], None]]] = collections.deque()
         # The counter keeps what a group's ended tasks used, and goes with the cgroup.
         self._read_before_removal = read_before_removal
 
@@ -69,12 +71,26 @@ class Tree:
 
     def join_soon(self, rel: str, pid: int, then: Callable[[GovernorError | None], None]) -> None:
         """Move ``pid`` into ``rel`` on the cgroup thread, then ``then`` on the loop with None or
-        the refusal; ``rel`` is :meth:`moving_into` until then."""
+        the refusal; ``rel`` is :meth:`moving_into` until then. Behind what else is asked of the
+        thread meanwhile: such moves are queued there one at a time, so a launch's cgroup, an
+        exit's removal or a task's move asked while thousands wait (a session's processes,
+        after lost events) goes first."""
         self._count([(rel, pid)], 1)
+        self._later.append((rel, pid, then))
+        if len(self._later) == 1:
+            self._join_next()
+
+    def _join_next(self) -> None:
+        rel, pid, then = self._later[0]
 
         def moved(outcome: GovernorError | None) -> None:
+            self._later.popleft()
             self._count([(rel, pid)], -1)
-            then(outcome)
+            try:
+                then(outcome)
+            finally:
+                if self._later:
+                    self._join_next()
 
         self.run(lambda: self._move(rel, pid), moved)
 

@@ -14,6 +14,15 @@ CAP_NET_ADMIN. The kernel drops events when the socket's buffer is full; a read 
 with ENOBUFS, which :meth:`ProcessEvents.read` reports so that the caller rescans every
 process instead.
 
+What it costs the daemon (docs/design.md, "The event intake"): only the events sessions need
+reach it. The kernel filters twice, in the context of the task that caused the event: the
+connector's own event-type filter (Linux 6.6 and later: a ``struct proc_input`` subscription
+to fork, exec and uid events only; older kernels take the plain subscription and send every
+kind) and, on any kernel, the socket filter of :mod:`governor.host.proc_filter` (no thread's
+fork, no ``comm``, ``exit``, ``sid``, ``ptrace``, ``coredump`` or ``gid`` event). A read takes at
+most :data:`READ_BATCH` datagrams, into one buffer, so that a backlog is worked through between
+the event loop's other work.
+
 Message layout (``linux/netlink.h``, ``linux/connector.h``, ``linux/cn_proc.h``)::
 
     nlmsghdr  u32 len, u16 type, u16 flags, u32 seq, u32 pid            16 bytes
@@ -26,23 +35,35 @@ Message layout (``linux/netlink.h``, ``linux/connector.h``, ``linux/cn_proc.h``)
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
+import re
 import socket
 import struct
+from collections.abc import Callable
+
+from governor.host import proc_filter
+from governor.host.proc_filter import (CN_IDX_PROC, CN_VAL_PROC, NLMSG_DONE, PROC_EVENT_EXEC, PROC_EVENT_FORK,
+                                       PROC_EVENT_UID)
 
 NETLINK_CONNECTOR = 11
-CN_IDX_PROC = 1
-CN_VAL_PROC = 1
-NLMSG_DONE = 3
 PROC_CN_MCAST_LISTEN = 1
 PROC_CN_MCAST_IGNORE = 2
-PROC_EVENT_FORK = 0x1
-PROC_EVENT_EXEC = 0x2
-PROC_EVENT_UID = 0x4
+# The first kernel whose connector takes a ``struct proc_input`` {mcast_op, event_type} and
+# sends that socket only the event types asked for (cn_proc.c's cn_filter).
+EVENT_TYPE_FILTER_SINCE = (6, 6)
 # Enough for a burst of tens of thousands of events before the kernel drops any (root may set
 # it beyond net.core.rmem_max with SO_RCVBUFFORCE).
 RECEIVE_BUFFER_BYTES = 8 << 20
+# Datagrams one read takes at most (one event each, 76 bytes): a backlog is read in turns of the
+# event loop, each a few ms at most (~3 µs an event of a settled process, ~30 µs one whose /proc
+# is read), with requests and exits served between.
+READ_BATCH = 512
+# After a wake-up, the events of this long gather in the socket's queue for the next: under a
+# storm one wake of the event loop (~30 µs of Python) serves them all, not one each. The first
+# event after a quiet spell is handled at once.
+GATHER_S = 0.005
 
 # What :meth:`ProcessEvents.read` gives: (FORK, child tgid, parent tgid), (EXEC, tgid, None),
 # (UID, tgid, real uid).
@@ -60,22 +81,37 @@ _DATA_AT = _EVENT_AT + _EVENT.size
 
 
 class ProcessEvents:
-    """A subscription to fork, exec and uid-change events of every process on the host.
+    """A subscription to fork (of processes), exec and uid-change events of every process on the
+    host, filtered in the kernel.
 
     Raises (constructor):
-        OSError: the kernel has no connector (``EPROTONOSUPPORT``) or the caller lacks
-            CAP_NET_ADMIN (``EPERM``).
+        OSError: the kernel has no connector (``EPROTONOSUPPORT``), the caller lacks
+            CAP_NET_ADMIN (``EPERM``), or the kernel refused the socket filter.
+
+    Args:
+        event_types: whether to ask the connector for the wanted event types only
+            (:func:`has_event_type_filter`, the kernel's release); the socket filter is
+            attached either way.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, event_types: bool | None = None) -> None:
         self._socket = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, NETLINK_CONNECTOR)
+        self._buffer = bytearray(65536)
+        self._view = memoryview(self._buffer)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.TimerHandle | None = None
+        self._handle: Callable[[], None] = lambda: None
         try:
             try:
                 self._socket.setsockopt(socket.SOL_SOCKET, 33, RECEIVE_BUFFER_BYTES)  # SO_RCVBUFFORCE
             except OSError:
                 self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
+            proc_filter.attach(self._socket)  # before the subscription: nothing unfiltered is queued
             self._socket.bind((0, CN_IDX_PROC))
-            self._send(PROC_CN_MCAST_LISTEN)
+            if has_event_type_filter() if event_types is None else event_types:
+                self._send(PROC_CN_MCAST_LISTEN, PROC_EVENT_FORK | PROC_EVENT_EXEC | PROC_EVENT_UID)
+            else:
+                self._send(PROC_CN_MCAST_LISTEN)
             self._socket.setblocking(False)
         except OSError:
             self._socket.close()
@@ -84,8 +120,25 @@ class ProcessEvents:
     def fileno(self) -> int:
         return self._socket.fileno()
 
-    def read(self) -> tuple[list[Event], bool]:
-        """Every event queued now, without blocking.
+    def follow(self, handle: Callable[[], None]) -> None:
+        """Call ``handle`` (which reads the events) on the running event loop when events are
+        queued, then not again for :data:`GATHER_S`, until :meth:`close`.
+
+        Raises:
+            RuntimeError: no event loop runs in this thread.
+        """
+        self._loop, self._handle = asyncio.get_running_loop(), handle
+        self._loop.add_reader(self._socket.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        fd = self._socket.fileno()
+        self._loop.remove_reader(fd)
+        self._wake = self._loop.call_later(GATHER_S, self._loop.add_reader, fd, self._readable)
+        self._handle()
+
+    def read(self, limit: int = READ_BATCH) -> tuple[list[Event], bool]:
+        """The events queued now, from at most ``limit`` datagrams, without blocking (the rest
+        keeps the socket readable for the next turn of the event loop).
 
         Returns:
             The events in the order the kernel sent them (:data:`Event`; order matters: a
@@ -94,19 +147,25 @@ class ProcessEvents:
         """
         events: list[Event] = []
         lost = False
-        while True:
+        receive, buffer, view = self._socket.recv_into, self._buffer, self._view
+        for _ in range(limit):
             try:
-                data = self._socket.recv(65536)
+                size = receive(view)
             except BlockingIOError:
-                return events, lost
+                break
             except OSError as error:
                 if error.errno != errno.ENOBUFS:
                     raise
                 lost = True
                 continue
-            parse_events(data, events)
+            parse_events(buffer, events, size)
+        return events, lost
 
     def close(self) -> None:
+        if self._loop is not None:
+            if self._wake is not None:
+                self._wake.cancel()
+            self._loop.remove_reader(self._socket.fileno())
         try:
             self._socket.setblocking(True)
             self._send(PROC_CN_MCAST_IGNORE)
@@ -114,34 +173,49 @@ class ProcessEvents:
             pass  # closing the socket ends the subscription anyway
         self._socket.close()
 
-    def _send(self, operation: int) -> None:
-        body = _CN_MSG.pack(CN_IDX_PROC, CN_VAL_PROC, 0, 0, 4, 0) + struct.pack("=I", operation)
+    def _send(self, operation: int, event_types: int | None = None) -> None:
+        """Send the connector ``operation``: an ``enum proc_cn_mcast_op`` alone, or with
+        ``event_types`` a ``struct proc_input`` {mcast_op, event_type} (Linux 6.6 and later;
+        an older kernel ignores a message of that length)."""
+        data = struct.pack("=I", operation) if event_types is None else struct.pack("=II", operation, event_types)
+        body = _CN_MSG.pack(CN_IDX_PROC, CN_VAL_PROC, 0, 0, len(data), 0) + data
         self._socket.send(_HEADER.pack(_HEADER.size + len(body), NLMSG_DONE, 0, 0, os.getpid()) + body)
 
 
-def parse_events(data: bytes, events: list[Event]) -> None:
-    """Append the fork, exec and uid events of one datagram (one or more netlink messages) to
-    ``events``, in order. A new thread is no new process, and is left out; messages that are
-    short, of another type or of another connector are skipped."""
+def has_event_type_filter(release: str | None = None) -> bool:
+    """Whether the kernel (its ``release``, ``uname -r``; this one's when None) has the
+    connector's event-type filter (:data:`EVENT_TYPE_FILTER_SINCE`). A release that does not
+    start with ``major.minor`` is taken for an older kernel: the plain subscription works on
+    every kernel."""
+    found = re.match(r"(\d+)\.(\d+)", os.uname().release if release is None else release)
+    return found is not None and (int(found[1]), int(found[2])) >= EVENT_TYPE_FILTER_SINCE
+
+
+def parse_events(data: bytes | bytearray, events: list[Event], size: int | None = None) -> None:
+    """Append the fork, exec and uid events of one datagram (one or more netlink messages; its
+    first ``size`` bytes, all when None) to ``events``, in order. A new thread is no new
+    process, and is left out; messages that are short, of another type or of another connector
+    are skipped."""
+    end = len(data) if size is None else size
     offset = 0
-    while offset + _HEADER.size <= len(data):
+    while offset + _HEADER.size <= end:
         length, kind = _HEADER.unpack_from(data, offset)[:2]
-        if length < _HEADER.size or offset + length > len(data):
+        if length < _HEADER.size or offset + length > end:
             return
-        message = data[offset:offset + length]
+        at, available = offset, length
         offset += (length + 3) & ~3  # NLMSG_ALIGN
-        if kind != NLMSG_DONE or len(message) < _DATA_AT:
+        if kind != NLMSG_DONE or available < _DATA_AT:
             continue
-        index, value = _CN_MSG.unpack_from(message, _HEADER.size)[:2]
+        index, value = _CN_MSG.unpack_from(data, at + _HEADER.size)[:2]
         if (index, value) != (CN_IDX_PROC, CN_VAL_PROC):
             continue
-        what = _EVENT.unpack_from(message, _EVENT_AT)[0]
-        if what == PROC_EVENT_FORK and len(message) >= _DATA_AT + _FORK.size:
-            _, parent, child_pid, child = _FORK.unpack_from(message, _DATA_AT)
+        what = _EVENT.unpack_from(data, at + _EVENT_AT)[0]
+        if what == PROC_EVENT_FORK and available >= _DATA_AT + _FORK.size:
+            _, parent, child_pid, child = _FORK.unpack_from(data, at + _DATA_AT)
             if child_pid == child:
                 events.append((FORK, child, parent))
-        elif what == PROC_EVENT_EXEC and len(message) >= _DATA_AT + _EXEC.size:
-            events.append((EXEC, _EXEC.unpack_from(message, _DATA_AT)[1], None))
-        elif what == PROC_EVENT_UID and len(message) >= _DATA_AT + _UID.size:
-            _, tgid, ruid, _ = _UID.unpack_from(message, _DATA_AT)
+        elif what == PROC_EVENT_EXEC and available >= _DATA_AT + _EXEC.size:
+            events.append((EXEC, _EXEC.unpack_from(data, at + _DATA_AT)[1], None))
+        elif what == PROC_EVENT_UID and available >= _DATA_AT + _UID.size:
+            _, tgid, ruid, _ = _UID.unpack_from(data, at + _DATA_AT)
             events.append((UID, tgid, ruid))

@@ -19,6 +19,7 @@ from governor.host.procevents import ProcessEvents, parse_events
 from governor.host.session_rules import NOBODY_UID, SessionOwners, login_uid_min
 from governor.cgroups.hierarchy import Hierarchy, Location
 from support.daemons import GIB, FakeDriver, collect, on_loop
+from support.proc_messages import message as _message
 from support.sessions import CONFIG, USER, session_daemon
 from governor.wire.protocol import LaunchRequest, Peer
 
@@ -57,12 +58,6 @@ def test_owners_are_looked_up_again_after_forget(monkeypatch):
     assert rules.owner(1) == (USER, "A")  # cached
     rules.forget()
     assert rules.owner(1) is None
-
-
-def _message(what: int, *fields: int, index: int = 1, kind: int = 3) -> bytes:
-    event = struct.pack("=IIQ", what, 0, 0) + struct.pack(f"={len(fields)}I", *fields)
-    body = struct.pack("=IIIIHH", index, 1, 0, 0, len(event), 0) + event
-    return struct.pack("=IHHII", 16 + len(body), kind, 0, 0, 0) + body
 
 
 def test_exec_and_uid_events_give_tgid_and_real_uid():
@@ -179,7 +174,7 @@ def test_a_session_ends_when_its_cgroup_empties(daemon):
 def test_sessions_off_moves_nothing(tmp_path, daemon):
     daemon.requests.use(parse_config(CONFIG.replace("[sessions]", "[sessions]\nenabled = false"), "t.toml"))
     assert not on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))
-    assert daemon.sessions.rescan("test") == 0
+    assert on_loop(daemon, lambda: daemon.sessions.rescan("test")) == 0
     assert not daemon.tasks
 
 
