@@ -38,10 +38,13 @@ from governor.cgroups.limits import CgroupLimits
 from governor.cgroups.stats import CgroupStats
 from governor.cgroups.v2 import CgroupV2Driver
 
-__all__ = ["SliceDriver", "in_dropin_order", "systemd_slices", "unit_properties", "units_above"]
+__all__ = ["MEMORY_PROPERTIES", "SliceDriver", "in_dropin_order", "systemd_slices", "unit_properties", "units_above"]
 
 log = logging.getLogger(__name__)
 
+# The memory properties and the cgroup v2 files they set (status and the journal name them so).
+MEMORY_PROPERTIES = {"MemoryMin": "memory.min", "MemoryLow": "memory.low", "MemoryHigh": "memory.high",
+                     "MemoryMax": "memory.max"}
 # What each property is reset to when the limits no longer set it ("" = systemd's default).
 RESETS = {"CPUQuota": "", "CPUQuotaPeriodSec": "", "CPUWeight": "", "MemoryMin": "", "MemoryLow": "", "MemoryHigh": "infinity",
           "MemoryMax": "infinity", "IOReadBandwidthMax": "", "IOWriteBandwidthMax": ""}
@@ -76,8 +79,8 @@ def unit_properties(limits: CgroupLimits) -> dict[str, tuple[str, ...]]:
             properties["CPUQuotaPeriodSec"] = (f"{limits.cpu_period_usec}us",)
     if limits.cpu_weight is not None:
         properties["CPUWeight"] = (str(limits.cpu_weight),)
-    for name, value in (("MemoryMin", limits.memory_min_bytes), ("MemoryLow", limits.memory_low_bytes),
-                        ("MemoryHigh", limits.memory_high_bytes), ("MemoryMax", limits.memory_max_bytes)):
+    for name, value in zip(MEMORY_PROPERTIES, (limits.memory_min_bytes, limits.memory_low_bytes,
+                                               limits.memory_high_bytes, limits.memory_max_bytes)):
         if value is not None:
             properties[name] = (str(value),)
     for name, field in (("IOReadBandwidthMax", "rbps"), ("IOWriteBandwidthMax", "wbps")):

@@ -108,3 +108,21 @@ def test_the_daemon_sets_the_units_to_its_roots_protection_off_the_loop(tmp_path
     on_loop(daemon, lambda: daemon.requests.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
     assert systemctl.properties()[-1] == ("governor-tasks.service", "MemoryLow=", "MemoryMin=")
     assert in_force() == {"governor.slice": (), "governor-tasks.service": ()}
+
+
+def test_each_change_is_one_journal_line_per_unit_in_status_words(tmp_path, caplog):
+    """Issue 44.3: the journal said `systemd units' memory protection: {'governor.slice':
+    {'MemoryMin': '0', 'MemoryLow': '939524096'}, …}` (a Python dict, raw bytes) at each change."""
+    import logging
+
+    units = UnitProtection(SliceDriver(tmp_path, run=Systemctl()), UNITS, at_once, Journal())
+    caplog.set_level(logging.INFO, logger="governor")
+    units.follow((0, 896 * MIB), True)
+    units.follow((0, 896 * MIB - 1), True)  # the same rounded values: no call, no line
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [f"{unit}'s memory protection (through systemd): memory.min 0, memory.low 896.0M"
+                     for unit in ("governor.slice", "governor-tasks.service")]
+    caplog.clear()
+    units.follow((0, 0), False)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{unit}'s memory protection (through systemd): none" for unit in ("governor.slice", "governor-tasks.service")]
