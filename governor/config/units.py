@@ -160,3 +160,16 @@ def materially_changed(before: str, after: str, *, ratio: float = 0.1) -> bool:
         if abs(a - b) > ratio * max(abs(a), abs(b)):
             return True
     return False
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """Where to listen, ``[ADDR:]PORT``: ``"9110"`` → ``("127.0.0.1", 9110)`` (loopback unless
+    an address is given), ``"0.0.0.0:9110"`` and ``"[::1]:9110"`` as given.
+
+    Raises:
+        ValueError: not ``[ADDR:]PORT`` with a port in 1-65535.
+    """
+    address, _, port = text.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected [ADDR:]PORT (e.g. \"127.0.0.1:9101\"), got {text!r}")
+    return (address.strip("[]") or "127.0.0.1"), int(port)

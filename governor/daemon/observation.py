@@ -195,6 +195,7 @@ class Observation:
         :data:`GPU_SAMPLE_S` after the last time."""
         inventory = self.policy.gpus
         if (getattr(self.journal.metrics, "gpu_sample", None) is None or inventory is None
+                or getattr(self.journal.metrics, "address", True) is None  # a sink that serves nowhere
                 or not any(gpu.uuid for gpu in inventory.gpus)):
             return None
         now = time.monotonic()

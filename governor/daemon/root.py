@@ -176,7 +176,7 @@ class Daemon:
                                  settle=self.settle, inbox=self.inbox, records=self.records,
                                  exits=self.exits, sessions=self.sessions,
                                  observation=self.observation, journal=self.journal, notifier=self.notifier,
-                                 gpu_guard=self.gpu_guard, load_config=load_config)
+                                 gpu_guard=self.gpu_guard, load_config=load_config, metrics=metrics)
 
     def _entry(self) -> DaemonEntry:
         """This daemon as the others see it (:mod:`governor.host.daemons`)."""
