@@ -72,10 +72,11 @@ def stale_entries(daemons: Path) -> list[Path]:
     return stale
 
 
-def idle_locks(locks: Path) -> tuple[list[Path], list[Path]]:
-    """The lock files in ``locks``: (those no process holds, those a running daemon holds)."""
+def idle_locks(*directories: Path) -> tuple[list[Path], list[Path]]:
+    """The lock files in ``directories`` (``locks``; ``daemons``, where a governor before issue
+    31.7 kept ``sessions.lock``): (those no process holds, those a running daemon holds)."""
     idle, busy = [], []
-    for path in sorted(locks.glob("*.lock")):
+    for path in sorted(path for directory in directories for path in directory.glob("*.lock")):
         (busy if held(path) else idle).append(path)
     return idle, busy
 

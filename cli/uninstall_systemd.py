@@ -116,7 +116,7 @@ def _tidy_runtime(runtime: Path, state: Path, *, purge: bool, dry_run: bool, rem
         remove(socket)
     for path in leftovers.stale_entries(runtime / "daemons"):
         remove(path, " (a stopped daemon's registry entry)")
-    idle, busy = leftovers.idle_locks(runtime / "locks")
+    idle, busy = leftovers.idle_locks(runtime / "locks", runtime / "daemons")  # an older governor's there
     for path in idle:
         remove(path, " (a stopped daemon's lock)")
     for path in busy:

@@ -272,6 +272,7 @@ def test_uninstall_removes_every_drop_in_entry_and_lock_governor_left_and_names_
         "run/governor/state/login-1000.json": "{}",
         "run/governor/daemons/root-gone.json": json.dumps({"root": str(tmp_path / "gone")}),
         "run/governor/locks/root-stopped.lock": "",
+        "run/governor/daemons/sessions.lock": "",  # where a governor before issue 31.7 kept it
     }
     kept = {  # an admin's value on a user slice; a running daemon's entry and lock; the state dir
         "run/systemd/system.control/user-1002.slice.d/50-MemoryMax.conf": "[Slice]\nMemoryMax=4G\n",
