@@ -26,7 +26,7 @@ from governor.cgroups.base import ApplyReport
 from governor.cgroups.driver import Driver
 from governor.cgroups.errors import CgroupError, CgroupUnsupported
 from governor.cgroups.limits import CgroupLimits, memory_high_throttles
-from governor.cgroups.locks import LockHeld, lock_directory, take
+from governor.cgroups.locks import LockHeld, lock_directory, release, take
 from governor.cgroups.logind import is_login_slice, login_uid
 from governor.cgroups.pressure import psi_unavailable
 from governor.cgroups.stats import CgroupStats
@@ -72,6 +72,8 @@ class Hierarchy:
             process in its login slice is then left where it is).
         no_psi: why this host's cgroups have no pressure stall information, one sentence
             (:func:`~governor.cgroups.pressure.psi_unavailable`); None where they have it.
+        lock: the root's lock file and the descriptor holding it (:func:`hold_root`), given up
+            by :meth:`release_lock` at the daemon's stop; None where none was taken.
     """
 
     driver: Driver
@@ -82,6 +84,14 @@ class Hierarchy:
     proc_root: str | None = None
     slices: SliceDriver | None = None
     no_psi: str | None = None
+    lock: tuple[Path, int] | None = None
+
+    def release_lock(self) -> None:
+        """Give up the root's lock and remove its file (a daemon's last step: no lock file of a
+        stopped daemon is left in ``/run/governor/locks``)."""
+        if self.lock is not None:
+            release(*self.lock)
+            self.lock = None
 
     @property
     def mode(self) -> str:
@@ -182,6 +192,13 @@ class Hierarchy:
         return devices.io_sharing(disk, mode=self.mode, cgroup_mount=self.cgroup_mount)
 
 
+def root_lock(directory: Path, locks: Path | None = None) -> Path:
+    """The lock file of cgroup root ``directory``: ``root-<digest of its real path>.lock`` in
+    ``locks`` (default :func:`~governor.cgroups.locks.lock_directory`)."""
+    key = hashlib.sha256(os.path.realpath(directory).encode()).hexdigest()[:16]
+    return (locks or lock_directory()) / f"root-{key}.lock"
+
+
 def hold_root(directory: Path, locks: Path | None = None) -> int:
     """Take the lock that makes a daemon the only one writing below ``directory``: an exclusive
     ``flock`` on ``root-<digest of the path>.lock`` in ``locks`` (default
@@ -197,9 +214,8 @@ def hold_root(directory: Path, locks: Path | None = None) -> int:
         CgroupError: another live process holds it: a second daemon on the same ``--cgroup-root``.
         GovernorError: the lock directory is not private to this user (naming it).
     """
-    key = hashlib.sha256(os.path.realpath(directory).encode()).hexdigest()[:16]
     try:
-        return take((locks or lock_directory()) / f"root-{key}.lock", {"root": str(directory)})
+        return take(root_lock(directory, locks), {"root": str(directory)})
     except LockHeld as held:
         who = f" (pid {held.pid})" if held.pid else ""
         raise CgroupError(f"another governor daemon{who} already governs {directory}: stop it, or give this one "
@@ -253,12 +269,12 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
                 raise CgroupUnsupported(why, path=str(root.parent / "cgroup.controllers"))
         driver = CgroupV2Driver(root)
         driver.create("")
-        hold_root(root)
+        lock = (root_lock(root), hold_root(root))
         driver.delegate_root(controllers)
         no_psi = psi_unavailable("v2", root)
         driver.psi = no_psi is None
         return Hierarchy(driver, str(root), controllers, cgroup_mount, "", detect.proc_path(root, proc),
-                         systemd_slices("v2", cgroup_mount), no_psi)
+                         systemd_slices("v2", cgroup_mount), no_psi, lock)
 
     mounts = detect.v1_mounts(proc)
     roots = {}
@@ -271,7 +287,7 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
     driver = CgroupV1Driver(roots)
     driver.create("")
     shown = roots.get("cpu", next(iter(roots.values())))
-    hold_root(shown)
+    lock = (root_lock(shown), hold_root(shown))
     controllers = (*V1_CONTROLLERS, *(c for c in V1_OPTIONAL if c in roots))
     return Hierarchy(driver, str(shown), controllers, cgroup_mount, "cpu" if "cpu" in roots else "",
-                     detect.proc_path(shown, proc), no_psi=psi_unavailable("v1", shown))
+                     detect.proc_path(shown, proc), no_psi=psi_unavailable("v1", shown), lock=lock)

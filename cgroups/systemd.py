@@ -39,13 +39,20 @@ from governor.cgroups.limits import CgroupLimits
 from governor.cgroups.stats import CgroupStats
 from governor.cgroups.v2 import CgroupV2Driver
 
-__all__ = ["SliceDriver", "systemd_slices", "unit_properties", "units_above"]
+__all__ = ["MEMORY_PROPERTIES", "SliceDriver", "in_dropin_order", "systemd_slices", "unit_properties", "units_above"]
 
 log = logging.getLogger(__name__)
 
+# The memory properties and the cgroup v2 files they set (status and the journal name them so).
+MEMORY_PROPERTIES = {"MemoryMin": "memory.min", "MemoryLow": "memory.low", "MemoryHigh": "memory.high",
+                     "MemoryMax": "memory.max"}
 # What each property is reset to when the limits no longer set it ("" = systemd's default).
 RESETS = {"CPUQuota": "", "CPUQuotaPeriodSec": "", "CPUWeight": "", "MemoryMin": "", "MemoryLow": "", "MemoryHigh": "infinity",
           "MemoryMax": "infinity", "IOReadBandwidthMax": "", "IOWriteBandwidthMax": "", "TasksMax": ""}
+# What systemd writes in a set-property drop-in for each reset above (``MemoryLow=`` is stored as
+# 0, ``MemoryMax=infinity`` as given): a drop-in holding it sets nothing.
+RESET_WRITTEN = {**{name: "" for name in RESETS}, "MemoryMin": "0", "MemoryLow": "0", "MemoryHigh": "infinity",
+                 "MemoryMax": "infinity"}
 # systemctl blocks the daemon's event loop: well below the unit's WatchdogSec=30.
 SYSTEMCTL_TIMEOUT_S = 5.0
 SYSTEMD_PERIOD_USEC = 100_000
@@ -73,8 +80,8 @@ def unit_properties(limits: CgroupLimits) -> dict[str, tuple[str, ...]]:
             properties["CPUQuotaPeriodSec"] = (f"{limits.cpu_period_usec}us",)
     if limits.cpu_weight is not None:
         properties["CPUWeight"] = (str(limits.cpu_weight),)
-    for name, value in (("MemoryMin", limits.memory_min_bytes), ("MemoryLow", limits.memory_low_bytes),
-                        ("MemoryHigh", limits.memory_high_bytes), ("MemoryMax", limits.memory_max_bytes)):
+    for name, value in zip(MEMORY_PROPERTIES, (limits.memory_min_bytes, limits.memory_low_bytes,
+                                               limits.memory_high_bytes, limits.memory_max_bytes)):
         if value is not None:
             properties[name] = (str(value),)
     for name, field in (("IOReadBandwidthMax", "rbps"), ("IOWriteBandwidthMax", "wbps")):
@@ -161,13 +168,29 @@ class SliceDriver(DriverBase):
     def _set(self, rel: str, assignments: list[str]) -> None:
         unit = relative_parts(rel)[-1]
         try:
-            done = self._run(["systemctl", "set-property", "--runtime", "--", unit, *assignments])
+            done = self._run(["systemctl", "set-property", "--runtime", "--", unit, *in_dropin_order(assignments)])
         except (OSError, subprocess.SubprocessError) as error:
             raise CgroupWriteError(unit, " ".join(assignments), getattr(error, "errno", None)) from None
         if done.returncode != 0:
             reason = done.stderr.strip().splitlines()[-1:] or [f"systemctl exited {done.returncode}"]
             raise CgroupWriteError(f"{unit} ({reason[0]})", " ".join(assignments), None)
         log.debug("set %s on %s", " ".join(assignments), unit)
+
+
+def in_dropin_order(assignments: Sequence[str]) -> list[str]:
+    """``assignments`` (``Name=value``) in the order of the drop-ins systemd writes for them,
+    ``50-<Name>.conf`` by name (one property's several assignments kept in their order).
+
+    systemd (252, and later: systemd issue #35710) appends each drop-in a ``set-property`` writes to
+    the unit's list in the order given, while ``systemctl status`` compares that list with the
+    drop-ins found on disk, sorted: ``MemoryMin=`` before ``MemoryLow=`` left every status of
+    the unit saying it "changed on disk. Run 'systemctl daemon-reload'". Given in file order, a
+    unit's new drop-ins are appended where the sorted list has them.
+
+    >>> in_dropin_order(["MemoryMin=0", "MemoryLow=1", "CPUQuota=5%", "CPUQuotaPeriodSec=10ms"])
+    ['CPUQuota=5%', 'CPUQuotaPeriodSec=10ms', 'MemoryLow=1', 'MemoryMin=0']
+    """
+    return sorted(assignments, key=lambda assignment: f"50-{assignment.partition('=')[0]}.conf")
 
 
 def systemd_slices(mode: str, mount: Path, *, booted: Path = Path("/run/systemd/system")) -> SliceDriver | None:

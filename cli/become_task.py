@@ -135,26 +135,40 @@ def launch_waiting(path: str, request: LaunchRequest, sent: Callable[[], None] |
         line.done()
 
 
+# Off a terminal, how often at most, seconds, a queue line that changed only slightly is written.
+QUIET_REPEAT_S = 60.0
+
+
 class _QueueLine:
-    """The "waiting" message on stderr: rewritten in place on a terminal, one line per change
-    otherwise (logs, pipes)."""
+    """The "waiting" message on stderr: rewritten in place on a terminal at each change;
+    otherwise (logs, pipes, a ``nohup`` job waiting an hour) a line when the reason changes
+    materially (:func:`~governor.config.units.materially_changed`: another group or resource,
+    a figure off by more than 10 %), else at most once per :data:`QUIET_REPEAT_S`: the daemon
+    tells each move of the session memory it waits on, a few KB each."""
 
-    def __init__(self) -> None:
-        self.live = sys.stderr.isatty()
-        self.shown = False
-        self.since: float | None = None  # time.monotonic() of the first "queued"
-        self.last: str | None = None  # the line written last
-
-    def show(self, place: dict) -> None:
+    def __init__(self, clock: Callable[[], float] | None = None, live: bool | None = None) -> None:
         import time
 
-        from governor.cli.view_common import reason
+        self.clock = clock or time.monotonic
+        self.live = sys.stderr.isatty() if live is None else live
+        self.shown = False
+        self.since: float | None = None  # clock() of the first "queued"
+        self.last: str | None = None  # the line written last
+        self.written_at = 0.0  # clock() when it was
 
+    def show(self, place: dict) -> None:
+        from governor.cli.view_common import reason
+        from governor.config.units import materially_changed
+
+        now = self.clock()
         if self.since is None:
-            self.since = time.monotonic()
+            self.since = now
         why = reason(place)  # the daemon's one reason, as ps, status, explain and top show it
         text = f"governor: queued (position {place.get('position', '?')}): {why}; Ctrl-C leaves the queue"
-        if text != self.last:  # the daemon tells every change of its place; a line says only what is new
+        if text == self.last:  # the daemon tells every change of its place; a line says only what is new
+            return
+        if (self.live or self.last is None or materially_changed(self.last, text)
+                or now - self.written_at >= QUIET_REPEAT_S):
             self._write(text)
 
     def note(self, text: str) -> None:
@@ -172,4 +186,4 @@ class _QueueLine:
         else:
             sys.stderr.write(text + "\n")
         sys.stderr.flush()
-        self.shown, self.last = True, text
+        self.shown, self.last, self.written_at = True, text, self.clock()

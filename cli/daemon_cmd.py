@@ -18,7 +18,8 @@ DEFAULT_CONFIG = "/etc/governor/governor.toml"
                    "cgroup directory, or a path inside every v1 hierarchy.")
 @click.option("--state-dir", metavar="DIR", help="Task records (overrides [daemon] state_dir).")
 @click.option("--metrics", "metrics_address", metavar="[ADDR:]PORT",
-              help="Serve Prometheus metrics on /metrics; ADDR defaults to 127.0.0.1 (off by default).")
+              help="Serve Prometheus metrics on /metrics; ADDR defaults to 127.0.0.1 (default: the config's "
+                   "[metrics] listen, else off). Overrides the config, reloads included.")
 def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, state_dir: str | None,
            metrics_address: str | None) -> None:
     """Run the governor daemon (as root) until SIGTERM or SIGINT. Tasks outlive it.
@@ -75,13 +76,14 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
             registry.claim_sessions(DaemonEntry(os.getpid(), cgroup_root, config_path or "<embedded default>",
                                                 socket))
             undo.callback(registry.release_sessions)
-        metrics = None
-        if metrics_address:
-            from governor.wire.metrics import Metrics
+        from governor.wire.metrics import Metrics
 
-            # Listening first: a taken port or a bad address stops the start before any cgroup is made.
-            metrics = Metrics(lambda: server.observation.status())
-            metrics.bind(*_metrics_address(metrics_address))
+        # Always there: a reload may turn [metrics] listen on. Listening first: a taken port or a
+        # bad address stops the start before any cgroup is made. --metrics overrides the config.
+        metrics = Metrics(lambda: server.observation.status(), pinned=metrics_address is not None)
+        listen = _metrics_address(metrics_address) if metrics_address else config.metrics_listen
+        if listen is not None:
+            metrics.bind(*listen)
         hierarchy = open_hierarchy(cgroup_root, devices=config.gpus is not None)
         undo.callback(_remove_root, hierarchy)
         server = Daemon(config, config_path or "<embedded default>", hierarchy, store,
@@ -137,7 +139,9 @@ def _remove_root(hierarchy) -> None:
 
 def _metrics_address(text: str) -> tuple[str, int]:
     """``"9110"`` → (127.0.0.1, 9110); ``"0.0.0.0:9110"`` → as given (loopback unless configured)."""
-    address, _, port = text.rpartition(":")
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise click.BadParameter(f"expected [ADDR:]PORT, got {text!r}", param_hint="--metrics")
-    return (address.strip("[]") or "127.0.0.1"), int(port)
+    from governor.config.units import listen_address
+
+    try:
+        return listen_address(text)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--metrics") from None

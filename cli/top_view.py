@@ -62,8 +62,9 @@ COLUMNS_HELP = [
 ]
 
 
-def top_view(state: TopState, *, width: int, height: int, now: float) -> RenderableType:
-    """The whole screen for ``state`` at ``width`` × ``height`` cells, times relative to ``now``."""
+def top_view(state: TopState, *, width: int, height: int, now: float, keys: bool = True) -> RenderableType:
+    """The whole screen for ``state`` at ``width`` × ``height`` cells, times relative to ``now``;
+    without ``keys``, no footer of keys (``top -b``'s snapshots)."""
     status = view.printable(state.status or {})
     top: list[RenderableType] = [_title(state, status, width)]
     if state.down is not None:
@@ -85,7 +86,7 @@ def top_view(state: TopState, *, width: int, height: int, now: float) -> Rendera
     footer = _footer(state)
     room = max(0, height - len(top) - 1)
     body = _help(room, width) if state.help else _body(state, status, width, room, now)
-    return Group(*top, *body, footer)
+    return Group(*top, *body, *([footer] if keys else []))
 
 
 def _body(state: TopState, status: dict, width: int, room: int, now: float) -> list[RenderableType]:
@@ -241,7 +242,7 @@ def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[R
                      _compact(used), *([stall_view.worst_cell(task.get("stall") or {}).plain] if stalls else [])])
     headers = ("  pid", "user", "age", *(("gpus",) if gpus else ()), "command", "cap", "guarantee", "reserved",
                "use", *(("stall",) if stalls else ()))
-    others = sum(max(len(h), *(len(r[i]) for r in rows)) + 1 for i, h in enumerate(headers) if h != "command")
+    others = sum(max([len(h), *(len(r[i]) for r in rows)]) + 1 for i, h in enumerate(headers) if h != "command")
     # The command is cut to what the other columns leave (the full line is in `status --json`).
     chars = max(len("command"), width - others - 1)
     table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, header_style="bold",

@@ -3,10 +3,14 @@
 In order: the daemon stops (``systemctl disable --now governor``); the limits governor set on
 users' logind slices (their login sessions) are reset through systemd; ``governor-tasks.service``
 and ``governor.slice`` stop, which ends every task and every process of a session held in
-governor's tree (systemd's SIGTERM, then SIGKILL) and removes their cgroups; the unit files and
-the man pages install-systemd wrote go, and systemd reloads; the runtime directory (socket, task
-records) goes. The config stays unless ``purge``. Under ``--root DIR`` (a staged tree, not this
-host) only files are removed.
+governor's tree (systemd's SIGTERM, then SIGKILL) and removes their cgroups; the unit files, their
+drop-ins (an admin's in ``/etc``, the ``set-property`` ones in ``/run/systemd/system.control``),
+the drop-ins governor's resets left on users' slices, and the man pages install-systemd wrote go,
+and systemd reloads; the runtime directory (socket, task records, the registry entries and locks
+of daemons that are gone: :mod:`governor.cli.uninstall_leftovers`) goes. Kept, and said so: the
+config, and a state directory outside ``/run/governor``, unless ``purge``; a lock a running
+daemon (not the unit's) holds. Under ``--root DIR`` (a staged tree, not this host) only files are
+removed.
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ from pathlib import Path
 
 import click
 
+from governor.cli import uninstall_leftovers as leftovers
 from governor.cli.systemd_files import CONFIG, MAN_DIR, SLICE, UNIT_DIR, UNITS, installed_man_pages
 
 RUNTIME = "run/governor"
-STATE = "run/governor/state"
+STATE = "/run/governor/state"  # the default state_dir
 
 
 def uninstall(root: Path, *, purge: bool, dry_run: bool, live: bool,
@@ -50,18 +55,29 @@ def uninstall(root: Path, *, purge: bool, dry_run: bool, live: bool,
                 raise GovernorError(f"{' '.join(argv)} failed: {(done.stderr or '').strip()}")
         click.echo(what)
 
+    def remove(path: Path, why: str = "") -> None:
+        step(f"removed {path}{why}")
+        if not dry_run:
+            _remove(path)
+
+    config = root / CONFIG
+    state = root / _state_dir(config).lstrip("/")
     if live and units[0].exists():
         step("stopped the daemon (governor.service)", ["systemctl", "disable", "--now", "governor.service"])
     if live:
-        for uid in _login_sessions(root / STATE):
+        for uid in _login_sessions(state):
             _release_slice(uid, cgroup_mount, step)
         step("stopped governor-tasks.service and governor.slice: every task and session process in governor's "
              "tree ended", ["systemctl", "stop", "governor-tasks.service", SLICE], must=False)
     for path in units:
         if path.exists():
-            step(f"removed {path}")
-            if not dry_run:
-                _remove(path)
+            remove(path)
+    for path in leftovers.own_dropins(root):
+        remove(path, " (drop-ins of governor's units)")
+    for path in leftovers.login_slice_resets(root):
+        remove(path, " (a reset governor left on a user's slice)")
+        if not dry_run and not any(path.parent.iterdir()):
+            path.parent.rmdir()
     man_pages = installed_man_pages(root / MAN_DIR)
     if man_pages:
         step(f"removed {len(man_pages)} man pages from {root / MAN_DIR} (governor*.1, governor.toml.5)")
@@ -71,22 +87,11 @@ def uninstall(root: Path, *, purge: bool, dry_run: bool, live: bool,
     if live:
         step("ran systemctl daemon-reload", ["systemctl", "daemon-reload"])
         step("cleared the units' failed state", ["systemctl", "reset-failed", *UNITS], must=False)
-        runtime = root / RUNTIME
-        for path in (runtime / "state", runtime / "governor.sock"):
-            if path.exists() or path.is_symlink():
-                step(f"removed {path}")
-                if not dry_run:
-                    _remove(path)
-        for directory in (runtime / "daemons", runtime):  # another daemon's entries keep them
-            if not dry_run and directory.is_dir() and not any(directory.iterdir()):
-                directory.rmdir()
-    config = root / CONFIG
+        _tidy_runtime(root / RUNTIME, state, purge=purge, dry_run=dry_run, remove=remove)
     if purge and config.exists():
-        step(f"removed {config}")
-        if not dry_run:
-            _remove(config)
-            if not any(config.parent.iterdir()):
-                config.parent.rmdir()
+        remove(config)
+        if not dry_run and not any(config.parent.iterdir()):
+            config.parent.rmdir()
     elif config.exists():
         click.echo(f"kept {config} (--purge removes it)")
     if live and not dry_run:
@@ -94,6 +99,43 @@ def uninstall(root: Path, *, purge: bool, dry_run: bool, live: bool,
         if left.exists():
             raise GovernorError(f"{left} is still there: systemctl stop {SLICE} did not remove it")
         click.echo(f"nothing of governor is left in {cgroup_mount}")
+
+
+def _tidy_runtime(runtime: Path, state: Path, *, purge: bool, dry_run: bool, remove) -> None:
+    """Remove what governor keeps at run time: the socket, a state directory in ``runtime`` (one
+    elsewhere only with ``purge``), the registry entries and locks of daemons that are gone,
+    then ``runtime`` if that left it empty; say what stays."""
+    if state.exists() and (purge or state.is_relative_to(runtime)):
+        remove(state)
+    elif state.exists():
+        click.echo(f"kept {state} (the state directory: task records, fair-share history; --purge removes it)")
+    if (runtime / "state").exists() and runtime / "state" != state:  # the default's, from before
+        remove(runtime / "state")
+    socket = runtime / "governor.sock"
+    if socket.exists() or socket.is_symlink():
+        remove(socket)
+    for path in leftovers.stale_entries(runtime / "daemons"):
+        remove(path, " (a stopped daemon's registry entry)")
+    idle, busy = leftovers.idle_locks(runtime / "locks", runtime / "daemons")  # an older governor's there
+    for path in idle:
+        remove(path, " (a stopped daemon's lock)")
+    for path in busy:
+        click.echo(f"kept {path} (held by a running governor daemon)")
+    for directory in (runtime / "daemons", runtime / "locks", runtime):  # a running daemon's entries keep them
+        if not dry_run and directory.is_dir() and not any(directory.iterdir()):
+            directory.rmdir()
+
+
+def _state_dir(config: Path) -> str:
+    """The config's ``[daemon] state_dir`` (an absolute path); the default where the config is
+    missing or unreadable (the daemon would not have started with it)."""
+    import tomllib
+
+    try:
+        value = tomllib.loads(config.read_text()).get("daemon", {}).get("state_dir", STATE)
+    except (OSError, ValueError, AttributeError):
+        return STATE
+    return value if isinstance(value, str) and value.startswith("/") else STATE
 
 
 # Each step says what it did; a dry run says what it would do.
@@ -112,11 +154,11 @@ def _login_sessions(state: Path) -> list[int]:
 
 
 def _release_slice(uid: int, mount: Path, step) -> None:
-    from governor.cgroups.systemd import RESETS
+    from governor.cgroups.systemd import RESETS, in_dropin_order
 
     step(f"reset the limits on user-{uid}.slice (a login session governor governed)",
          ["systemctl", "set-property", "--runtime", "--", f"user-{uid}.slice",
-          *(f"{name}={value}" for name, value in RESETS.items())], must=False)
+          *in_dropin_order([f"{name}={value}" for name, value in RESETS.items()])], must=False)
 
 
 def _remove(path: Path) -> None:

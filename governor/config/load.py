@@ -48,7 +48,7 @@ from governor.config.settings import Config, GroupRule, IoDevice, SessionRules, 
 from governor.errors import ConfigError
 from governor.config.resource_values import bytes_setting, cores_setting, pids_setting
 from governor.config.tomlcheck import no_unknown_keys, number, parse_toml, subtable, type_name
-from governor.config.units import parse_duration
+from governor.config.units import listen_address, parse_duration
 
 __all__ = ["CONFIG_PATH", "DEFAULT_CONFIG", "EVERYONE", "Config", "GroupRule", "IoDevice",
            "default_config", "group_name_problem", "load_config", "parse_config", "parse_half_life"]
@@ -109,7 +109,8 @@ _MAX_TASKS_PER_USER = 256
 _MAX_CONNECTIONS_PER_USER = 32
 _MAX_COUNT = 1_000_000
 
-_SECTIONS = ("capacity", "defaults", "enforcement", "groups", "fairshare", "sessions", "foreign", "daemon", "notify")
+_SECTIONS = ("capacity", "defaults", "enforcement", "groups", "fairshare", "sessions", "foreign", "daemon", "notify",
+             "metrics")
 _FAIRSHARE_KEYS = ("half_life",)
 _CAPACITY_KEYS = ("cpu", "memory", "reserve", "io", "gpus", "gpu_control", "gpu_guard", "gpu_guard_parents")
 _RESERVE_KEYS = ("cpu", "memory", "pids")
@@ -178,6 +179,8 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
 
     daemon = subtable(data, "daemon", None, file)
     no_unknown_keys(daemon, _DAEMON_KEYS, "daemon", file)
+    metrics = subtable(data, "metrics", None, file)
+    no_unknown_keys(metrics, ("listen",), "metrics", file)
     config = Config(
         cpu_cores=cpu_cores,
         memory_bytes=memory_bytes,
@@ -206,6 +209,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         gpu_guard=gpu_guard(capacity, file),
         notify=notify_rules(data, file),
         memory_protection=_value(enforcement, "memory_protection", "enforcement", file, _boolean, True),
+        metrics_listen=_value(metrics, "listen", "metrics", file, _listen, None),
         file=file,
     )
     _governed(config)
@@ -364,6 +368,13 @@ def _device_path(value: object, key: str, file: str) -> str:
     if not path.startswith("/dev/") or posixpath.normpath(path) != path:
         raise ConfigError(file, key, f"must be a normalised path under /dev/ like /dev/nvme0n1, got {path!r}")
     return path
+
+
+def _listen(value: object, key: str, file: str) -> tuple[str, int]:
+    try:
+        return listen_address(_string(value, key, file))
+    except ValueError as error:
+        raise ConfigError(file, key, str(error)) from None
 
 
 def _absolute_path(value: object, key: str, file: str) -> str:

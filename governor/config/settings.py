@@ -148,6 +148,8 @@ class Config:
         file: the file the config came from, for errors raised later (not compared).
         notify: ``[notify]``: the command run on events an admin should hear about
             (:mod:`governor.config.notify_rules`); off by default.
+        metrics_listen: ``[metrics] listen``: (address, port) the Prometheus metrics are served
+            on; None: off (``governor daemon --metrics`` overrides it).
         foreign: ``[foreign]``: the subtrees other managers own (:mod:`governor.config.foreign_rules`).
     """
 
@@ -177,6 +179,7 @@ class Config:
     file: str = field(compare=False)
     notify: NotifyRules = NotifyRules()
     foreign: ForeignRules = ForeignRules()
+    metrics_listen: tuple[str, int] | None = None
 
     def memory_mode(self) -> str:
         """How task memory is capped: as configured, else ``hard`` (``memory.max``: a task

@@ -135,3 +135,41 @@ def format_timespan(seconds: float) -> str:
         whole, fraction = divmod(millis, 1000)
         parts.append(f"{whole}.{fraction:03d}".rstrip("0").rstrip(".") + "s")
     return " ".join(parts) or "0"
+
+
+# A figure in a sentence: a number with an optional size suffix ("1.2G", "3", "0.5").
+_FIGURE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)([KMGT]?)(?![\w.])")
+
+
+def materially_changed(before: str, after: str, *, ratio: float = 0.1) -> bool:
+    """Whether sentence ``after`` says something ``before`` did not: its words differ (another
+    group, another resource, another position in words), or a figure in it differs by more than
+    ``ratio`` of the larger one (sizes compared in bytes: ``1.2G`` and ``1.21G`` do not differ).
+
+    >>> materially_changed("memory: waits for 4.0G (held by chem 1.2G)", "memory: waits for 4.1G (held by chem 1.2G)")
+    False
+    >>> materially_changed("memory: waits for 4.0G (held by chem 1.2G)", "memory: waits for 4.0G (held by chem 1.2G, bio 1M)")
+    True
+    >>> materially_changed("(position 3): memory", "(position 2): memory")
+    True
+    """
+    if _FIGURE.sub("#", before) != _FIGURE.sub("#", after):
+        return True
+    for old, new in zip(_FIGURE.finditer(before), _FIGURE.finditer(after)):
+        a, b = (float(m[1]) * SUFFIXES[m[2].upper()] for m in (old, new))
+        if abs(a - b) > ratio * max(abs(a), abs(b)):
+            return True
+    return False
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """Where to listen, ``[ADDR:]PORT``: ``"9110"`` → ``("127.0.0.1", 9110)`` (loopback unless
+    an address is given), ``"0.0.0.0:9110"`` and ``"[::1]:9110"`` as given.
+
+    Raises:
+        ValueError: not ``[ADDR:]PORT`` with a port in 1-65535.
+    """
+    address, _, port = text.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected [ADDR:]PORT (e.g. \"127.0.0.1:9101\"), got {text!r}")
+    return (address.strip("[]") or "127.0.0.1"), int(port)

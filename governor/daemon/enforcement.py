@@ -23,6 +23,11 @@ from governor.core.state import Tasks, one_session_each
 
 __all__ = ["Enforcement"]
 
+log = logging.getLogger("governor.daemon")
+# Triggers of a refill that follow a state that flips (inbox.Sample): the journal tells the state
+# once it holds (Observation.check_saturation), not every refill it causes.
+_FLIPS = ("saturation", "slack")
+
 
 class Enforcement:
     """The allocation in force and the limits that carry it.
@@ -138,8 +143,12 @@ class Enforcement:
         if self.metrics:
             self.metrics.refill(seconds)
         shares = ", ".join(f"{g} {a.dominant_share:.1%}" for g, a in got.items()) or "no tasks"
-        self.journal.event("refill", f"refill after {trigger}: {shares} ({seconds * 1000:.2f} ms, "
-                                     f"{report.written} files written, {delay_ms:.2f} ms after the event)")
+        line = (f"refill after {trigger}: {shares} ({seconds * 1000:.2f} ms, {report.written} files written, "
+                f"{delay_ms:.2f} ms after the event)")
+        if trigger in _FLIPS:
+            log.debug("%s", line)
+        else:
+            self.journal.event("refill", line)
 
     def _protection(self, inside: dict[str, dict[str, float]]) -> tuple[Protection, dict[str, Protection]]:
         """The root's and each group's ``(memory.min, memory.low)`` (:mod:`governor.core.protection`)
@@ -164,6 +173,8 @@ class Enforcement:
         self.journal.event("error", message, logging.ERROR)
 
     def hold(self, saturated: bool, why: str) -> None:
-        """Hold every group to its CPU guarantee, or let it borrow again, from the next refill."""
+        """Hold every group to its CPU guarantee, or let it borrow again, from the next refill.
+        Logged at debug only: the journal tells the state once it holds
+        (:meth:`Observation.check_saturation <governor.daemon.observation.Observation.check_saturation>`)."""
         self.cpu_saturated = saturated
-        self.journal.event("saturation", why)
+        log.debug("%s", why)

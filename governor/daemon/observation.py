@@ -39,6 +39,7 @@ from governor.core.cpu_saturation import SATURATION, cpu_saturated
 from governor.core.foreign_capacity import Tenant
 from governor.host.nvml import sample_use
 from governor.core.queue import queue_view
+from governor.core.steady import Steady
 from governor.core.state import Task, Tasks
 from governor.wire.status import StatusReply, build_status, gpu_entries
 from governor.core.usage import Sample, usage
@@ -51,6 +52,10 @@ SAMPLED_TASKS = 200
 # NVML is asked at most this often: each sample is an nvmlInit (up to seconds per GPU without
 # persistence mode) and a shutdown, on the sampler thread; Prometheus scrapes every 15 s or so.
 GPU_SAMPLE_S = 5.0
+
+
+# How long, seconds, the CPU saturation (held or not) must last before the journal tells it.
+SATURATION_TOLD_AFTER_S = 10.0
 
 
 class Observation:
@@ -93,6 +98,7 @@ class Observation:
         self.usage = usage
         self._samples: dict[str, Sample] = {}
         self._satisfied: dict[str, float] = {}  # groups that used less while held: their use then
+        self._saturation = Steady(SATURATION_TOLD_AFTER_S, told=False)  # what the journal said last
         self._turns: dict[str, int] = {}  # periodic work done in turn → where it starts next
         self._status: tuple[int, dict] | None = None  # the status reply built at that version
         self._status_tasks: dict[str, tuple] = {}  # its task entries, kept while unchanged
@@ -189,6 +195,7 @@ class Observation:
         :data:`GPU_SAMPLE_S` after the last time."""
         inventory = self.policy.gpus
         if (getattr(self.journal.metrics, "gpu_sample", None) is None or inventory is None
+                or getattr(self.journal.metrics, "address", True) is None  # a sink that serves nowhere
                 or not any(gpu.uuid for gpu in inventory.gpus)):
             return None
         now = time.monotonic()
@@ -237,24 +244,30 @@ class Observation:
         if self._forgotten is not None:
             self._forgotten.add(rel)
 
-    def check_saturation(self) -> None:
+    def check_saturation(self, now: float | None = None) -> None:
         """Hold the groups to their CPU guarantees while every one wants all of its own (exact
-        shares, nothing idle to lend); let them borrow again once one uses less."""
+        shares, nothing idle to lend); let them borrow again once one uses less. The journal
+        tells a change once it has held :data:`SATURATION_TOLD_AFTER_S` (``now``: seconds,
+        ``time.monotonic()`` unless given): a use that hovers at the guarantee flips the hold
+        every few seconds, and each flip told filled the journal and ``top``'s events."""
         enforcement = self.enforcement
         got = enforcement.allocation.groups if enforcement.allocation else {}
         guarantees = {group: a.allocation.get("cpu", 0.0) for group, a in got.items()}
         use = {group: self.usage.get(group, {}).get("cpu", 0.0) for group in guarantees}
         saturated, self._satisfied = cpu_saturated(guarantees, use, capacity=self.policy.capacity.get("cpu", 0.0),
                                                    held=enforcement.cpu_saturated, satisfied=self._satisfied)
+        idle = [group for group, cores in guarantees.items() if use[group] < SATURATION * cores]
+        if saturated:
+            why = "every group wants all of its CPU guarantee: each is held to it (cpu.max) until one uses less"
+        elif len(idle) == 1:
+            why = f"{idle[0]} uses less than its CPU guarantee: the others may borrow it again"
+        else:
+            why = f"{', '.join(idle) or 'a group'} use less than their CPU guarantees: the others may borrow again"
+        if self._saturation.see(saturated, time.monotonic() if now is None else now):
+            self.journal.event("saturation", why)
         if saturated == enforcement.cpu_saturated:
             return
-        if saturated:
-            enforcement.hold(True, "every group wants all of its CPU guarantee: each is held to it (cpu.max) until "
-                                   "one uses less")
-        else:
-            idle = [group for group, cores in guarantees.items() if use[group] < SATURATION * cores]
-            enforcement.hold(False, f"{', '.join(idle) or 'a group'} uses less than its CPU guarantee: the others "
-                                    "may borrow it again")
+        enforcement.hold(saturated, why)
         self.inbox.put(inbox.Sample(saturated))
 
     # ── the snapshot ────────────────────────────────────────────────────────────────────

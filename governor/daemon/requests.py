@@ -61,8 +61,10 @@ class Requests:
 
     def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, launches: Launches, settle: Settle,
                  inbox: Inbox, records: Records, exits: Exits, sessions: Sessions, observation: Observation,
-                 journal: Journal, notifier: Notifier, gpu_guard: GpuGuard, load_config: Callable[[], Config] | None):
+                 journal: Journal, notifier: Notifier, gpu_guard: GpuGuard, load_config: Callable[[], Config] | None,
+                 metrics=None):
         self.hierarchy = hierarchy
+        self.metrics = metrics  # follows [metrics] listen at a reload (governor.wire.metrics.Metrics)
         self.policy = policy
         self.tasks = tasks
         self.launches = launches
@@ -351,6 +353,11 @@ class Requests:
             self.journal.event("error", f"reload refused, the old config stays in force: {error}", logging.ERROR)
             raise RequestError("invalid_config", str(error)) from error
         self.journal.event("reload", f"config {self.policy.source} reloaded ({trigger})")
+        if self.metrics is not None:
+            try:
+                self.metrics.follow(config.metrics_listen)
+            except GovernorError as error:
+                self.journal.event("error", f"{error}; the metrics stay where they were", logging.ERROR)
         for entry in list(self.queue.values()):
             try:
                 access.check_fits(entry.task.demand, self.policy.host_capacity)

@@ -180,7 +180,7 @@ class Daemon:
                                  settle=self.settle, inbox=self.inbox, records=self.records,
                                  exits=self.exits, sessions=self.sessions,
                                  observation=self.observation, journal=self.journal, notifier=self.notifier,
-                                 gpu_guard=self.gpu_guard, load_config=load_config)
+                                 gpu_guard=self.gpu_guard, load_config=load_config, metrics=metrics)
 
     def _entry(self) -> DaemonEntry:
         """This daemon as the others see it (:mod:`governor.host.daemons`)."""
@@ -284,6 +284,7 @@ class Daemon:
                 log.warning("cannot remove cgroup root %s: %s", self.hierarchy.root, error)
         if self.registry is not None:
             self.registry.release_sessions()
+        self.hierarchy.release_lock()  # its file goes too: a stopped daemon leaves no lock behind
         log.info("stopped; %d task(s) keep running", len(self.tasks))
 
     async def settled(self) -> None:

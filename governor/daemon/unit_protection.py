@@ -28,12 +28,13 @@ from pathlib import Path
 
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.limits import CgroupLimits
-from governor.cgroups.systemd import SliceDriver, systemd_slices, units_above
+from governor.cgroups.systemd import MEMORY_PROPERTIES, SliceDriver, systemd_slices, units_above
+from governor.config.units import format_size
 from governor.core.protection import Protection
 from governor.daemon.journal import Journal
 from governor.errors import CgroupError, GovernorError
 
-__all__ = ["STEP_BYTES", "UnitProtection"]
+__all__ = ["STEP_BYTES", "UnitProtection", "protection_line"]
 
 log = logging.getLogger("governor.daemon")
 
@@ -108,6 +109,7 @@ class UnitProtection:
 
     def _done(self, outcome: object) -> None:
         """(On the loop) keep what systemd accepted; tell the first failure of a run of them."""
+        before = self.in_force
         if isinstance(outcome, GovernorError):
             errors: list = [outcome]
         else:
@@ -115,10 +117,26 @@ class UnitProtection:
         if errors and not self._failing:
             self.journal.event("error", f"cannot set the memory protection of governor's systemd units: {errors[0]}; "
                                         "the groups' protection is bounded by the units' until it is set", logging.ERROR)
-        elif not errors:
-            log.info("systemd units' memory protection: %s", self.in_force)
+        for unit, properties in self.in_force.items():
+            if properties != before.get(unit, {}):
+                log.info("%s", protection_line(unit, properties))
         self._failing = bool(errors)
         self.journal.changed()  # status shows what systemd holds now
+
+
+def protection_line(unit: str, properties: dict[str, str]) -> str:
+    """One journal line for a unit's memory protection as systemd holds it, in status's words
+    and units (:func:`~governor.config.units.format_size`); ``none`` once reset.
+
+    >>> protection_line("governor.slice", {"MemoryMin": "0", "MemoryLow": "939524096"})
+    "governor.slice's memory protection (through systemd): memory.min 0, memory.low 896.0M"
+    """
+    values = [f"{MEMORY_PROPERTIES.get(name, name)} {_size(value)}" for name, value in properties.items()]
+    return f"{unit}'s memory protection (through systemd): {', '.join(values) or 'none'}"
+
+
+def _size(value: str) -> str:
+    return format_size(int(value)) if value.isdigit() else value
 
 
 def _rounded(value: float) -> int:

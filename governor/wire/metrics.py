@@ -50,7 +50,12 @@ class Metrics:
         snapshot: returns the latest status object (``governor status --json`` shape).
     """
 
-    def __init__(self, snapshot: Callable[[], dict]):
+    def __init__(self, snapshot: Callable[[], dict], *, pinned: bool = False):
+        self.pinned = pinned  # --metrics gave the address: it overrides the config's
+        self.address: tuple[str, int] | None = None  # where it listens; None: nowhere
+        self._listener: socket.socket | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._scrapes: set[asyncio.Task] = set()
         self.registry = CollectorRegistry()
         self._refill = Histogram("governor_refill_duration_seconds", "Time to re-run progressive filling "
                                  "and write the limits that changed", buckets=REFILL_BUCKETS_S, registry=self.registry)
@@ -106,14 +111,36 @@ class Metrics:
         except OSError as error:
             listener.close()
             raise GovernorError(f"cannot serve metrics on {address}:{port}: {error.strerror or error}") from None
-        self._listener = listener
-        self._server: asyncio.AbstractServer | None = None
-        self._scrapes: set[asyncio.Task] = set()
+        self._listener, self.address = listener, (address, port)
 
     async def serve(self) -> None:
         """Serve ``/metrics`` (and ``/``) over HTTP on the socket :meth:`bind` made, on the
-        running event loop, until :meth:`close`."""
-        self._server = await asyncio.start_server(self._scrape, sock=self._listener, limit=MAX_REQUEST_BYTES)
+        running event loop, until :meth:`close`; nothing when it listens nowhere."""
+        if self._listener is not None:
+            self._server = await asyncio.start_server(self._scrape, sock=self._listener, limit=MAX_REQUEST_BYTES)
+
+    def follow(self, address: tuple[str, int] | None) -> None:
+        """(On the loop, at a reload) serve on ``address``, the config's ``[metrics] listen``,
+        from now on; None: serve nowhere. Nothing changes when ``--metrics`` gave the address
+        (it overrides the config) or the address is the one served.
+
+        Raises:
+            GovernorError: cannot listen on ``address``; the address served before stays.
+        """
+        if self.pinned or address == self.address:
+            return
+        server, listener = self._server, self._listener
+        if address is not None:
+            self.bind(*address)
+        else:
+            self._listener = self.address = None
+        self._server = None
+        if server is not None:
+            server.close()  # the listening socket closes; scrapes under way finish
+        elif listener is not None:
+            listener.close()
+        if self._listener is not None:
+            asyncio.get_running_loop().create_task(self.serve())
 
     async def close(self) -> None:
         """Stop serving: no new scrape, and those under way end now."""

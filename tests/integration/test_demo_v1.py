@@ -26,6 +26,18 @@ def nothing_left(before: set[str]) -> None:
     assert not glob.glob("/sys/fs/cgroup/*/governor-demo") + glob.glob("/sys/fs/cgroup/*/*/*/governor-demo")
     burners = subprocess.run(["pgrep", "-f", "while True: pass"], capture_output=True, text=True).stdout.split()
     assert not burners, f"the demo left its work running: {burners}"
+    # Issue 44.1: its daemon's root lock and registry entry went too (each daemon left a lock).
+    kept = [path for path in glob.glob("/run/governor/locks/*.lock") + glob.glob("/run/governor/daemons/*.json")
+            if "governor-demo" in _text(path)]
+    assert not kept, f"the demo left {kept}"
+
+
+def _text(path: str) -> str:
+    """The file's text; "" once another test's daemon removed it."""
+    try:
+        return Path(path).read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
 
 
 @contextlib.contextmanager

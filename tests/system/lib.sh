@@ -29,3 +29,37 @@ install_governor() {
     fi
     py=/opt/governor/bin/python
 }
+
+# governor_paths: every path governor may make on a host, one a line, sorted (issue 44.1): its
+# units and their drop-ins, the set-property drop-ins on governor's units and users' slices
+# (50-<Property>.conf), the man pages, /etc/governor, /run/governor, its cgroups. The same before
+# install-systemd and after install-systemd --uninstall --purge.
+governor_paths() {
+    {
+        find /etc/systemd/system /etc/systemd/system.control /run/systemd/system.control /run/systemd/transient \
+            /usr/local/share/man \( -name '*governor*' -o -path '*/user-*.slice.d/50-*' \) 2>/dev/null
+        find /etc/governor /run/governor 2>/dev/null
+        find /sys/fs/cgroup -name '*governor*' 2>/dev/null
+    } | sort
+}
+
+# same_paths BEFORE WHAT: fail, naming the difference, unless governor_paths is BEFORE again.
+same_paths() {
+    local after
+    after=$(governor_paths)
+    if [ "$1" = "$after" ]; then
+        echo "$2: paths left 0"
+    else
+        fail "$2 left paths: $(diff <(echo "$1") <(echo "$after") | grep '^[<>]' | tr '\n' ' ')"
+    fi
+}
+
+# changed_on_disk UNIT…: the units whose `systemctl status` tells the admin to run daemon-reload
+# (issue 44.2: governor's set-property calls must leave none), space-separated; empty: none.
+changed_on_disk() {
+    local unit
+    for unit; do
+        systemctl status --no-pager -n0 "$unit" 2>&1 | grep -q "changed on disk" && printf '%s ' "$unit"
+    done
+    return 0
+}

@@ -33,6 +33,7 @@ units_reset() { for unit in governor.slice governor-tasks.service; do [ "$(unit_
 
 id alice >/dev/null 2>&1 || useradd --no-create-home --shell /bin/sh alice
 guarantee=$((256 << 20))
+before=$(governor_paths)
 mkdir -p /etc/governor
 cat > "$config" <<'EOF'
 [capacity]
@@ -61,6 +62,10 @@ echo "protection: governor.slice MemoryMin $(unit_min governor.slice) MemoryLow 
      "governor-tasks.service MemoryMin $(unit_min governor-tasks.service) MemoryLow $(unit_low governor-tasks.service)," \
      "governor.slice/memory.min $(cat "$slice/memory.min"), governed/memory.min $(cat "$root/memory.min"), status $shown"
 
+warned=$(changed_on_disk governor.slice governor-tasks.service governor.service)
+echo "changed on disk with protection: ${warned:-none}"
+[ -z "$warned" ] || fail "systemctl status says changed on disk: $warned"
+
 sed -i 's/^\[groups.alice\]$/[enforcement]\nmemory_protection = false\n\n[groups.alice]/' "$config"
 systemctl reload governor || fail "reload with memory_protection = false failed"
 wait_for 60 "MemoryMin= reset on governor's units" units_reset
@@ -68,7 +73,11 @@ echo "protection off: governor.slice MemoryMin $(unit_min governor.slice) Memory
      "governor.slice/memory.min $(cat "$slice/memory.min"), governed/memory.min $(cat "$root/memory.min")"
 errors=$(journalctl -u governor -p err --since "@$since" -o cat)
 [ -z "$errors" ] || fail "the daemon logged errors: $errors"
+warned=$(changed_on_disk governor.slice governor-tasks.service governor.service)
+echo "changed on disk with protection off: ${warned:-none}"
+[ -z "$warned" ] || fail "systemctl status says changed on disk: $warned"
 $gov install-systemd --uninstall --purge >/dev/null || fail "uninstall failed"
+same_paths "$before" "protection uninstall"
 
 if [ "$failures" -gt 0 ]; then
     journalctl -u governor --no-pager -n 60

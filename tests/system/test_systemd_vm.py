@@ -116,6 +116,8 @@ def test_tasks_survive_restart_kill_reload_and_stop(outputs):
         before, after, killed = cases[case]
         assert (before, after, killed) == (4, 4, 0), f"{case}: {cases[case]}"
     assert "uninstall: units 0, cgroups left 0" in lines  # install-systemd --uninstall left nothing
+    # Issue 44.1: every path governor made (drop-ins, /run/governor's entries and locks…) is gone.
+    assert "run uninstall: paths left 0" in lines
     # Issue 31, point 8: with capacity.gpus on v2 the unit loads the device program and stays up;
     # the stand-in node (no driver behind it) lets the task's GPU through and refuses the other.
     assert ("gpus on v2: unit active, restarts 0, task saw CUDA_VISIBLE_DEVICES=0, /dev/governor-test-gpu0 ENXIO, "
@@ -146,7 +148,9 @@ def test_login_sessions_are_governed_in_their_logind_slices(outputs):
         assert any(line.startswith(f"{case}: active again within 30 s") for line in lines), f"no line {case!r}"
     assert any(line.startswith("new login after the restarts: governed") for line in lines)
     for case in ("systemctl restart governor: burners killed 0", "kill -9 MainPID: burners killed 0",
-                 "logout: the login session ended", "uninstall: alice's slice limits max 100000 max max"):
+                 "logout: the login session ended", "uninstall: alice's slice limits max 100000 max max",
+                 "changed on disk with sessions governed: none",  # issue 44.2
+                 "sessions uninstall: paths left 0"):  # issue 44.1: the slices' drop-ins too
         assert case in lines, f"no line {case!r}"
 
 
@@ -163,4 +167,7 @@ def test_memory_protection_reaches_through_governors_units(outputs):
     guarantee = 256 << 20
     assert all(int(value) >= guarantee for value in found.groups()), found[0]
     assert any(line.startswith("protection off: governor.slice MemoryMin 0 ") for line in lines)
+    # Issue 44.2: set through systemd, the units' status never says "changed on disk".
+    assert "changed on disk with protection: none" in lines and "changed on disk with protection off: none" in lines
+    assert "protection uninstall: paths left 0" in lines  # issue 44.1
     assert "OK: all checks passed" in lines

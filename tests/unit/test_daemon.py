@@ -14,6 +14,7 @@ import pytest
 
 from governor.config.load import parse_config
 from governor.daemon import Daemon
+from governor.daemon.observation import SATURATION_TOLD_AFTER_S
 from governor.cgroups.hierarchy import Hierarchy
 from governor.errors import RequestError
 from governor.wire.protocol import (ExplainRequest, LaunchRequest, Peer, ReloadRequest, SetWeightRequest, StatusRequest,
@@ -68,13 +69,34 @@ def test_groups_are_held_to_their_guarantee_only_while_every_one_uses_it(daemon)
     launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)  # 1 core each
     daemon.observation.usage.update({"A": {"cpu": 1.0}, "B": {"cpu": 0.95}})
-    on_loop(daemon, lambda: daemon.observation.check_saturation())
+    on_loop(daemon, lambda: daemon.observation.check_saturation(0.0))
     assert daemon.observation.status()["daemon"]["cpu_saturated"]
     assert [daemon.hierarchy.driver.in_force(g)["cpu.max"] for g in ("A", "B")] == ["100000 100000"] * 2
+    on_loop(daemon, lambda: daemon.observation.check_saturation(SATURATION_TOLD_AFTER_S))  # held: told
+    assert "every group wants all of its CPU guarantee" in daemon.observation.status()["events"][-1]["message"]
     daemon.observation.usage["B"]["cpu"] = 0.2  # B idles: A may borrow again
-    on_loop(daemon, lambda: daemon.observation.check_saturation())
+    on_loop(daemon, lambda: daemon.observation.check_saturation(11.0))
     assert "cpu.max" not in daemon.hierarchy.driver.in_force("A")
-    assert "B uses less than its CPU guarantee" in daemon.observation.status()["events"][-2]["message"]
+    on_loop(daemon, lambda: daemon.observation.check_saturation(11.0 + SATURATION_TOLD_AFTER_S))  # it held
+    assert "B uses less than its CPU guarantee" in daemon.observation.status()["events"][-1]["message"]
+
+
+def test_a_saturation_that_flaps_is_told_once_it_holds(daemon, caplog):
+    """Issue 44.3: a group's use hovering at its guarantee flipped the hold every few seconds, and
+    each flip was told (and its refill): five lines in 13 s. A minute of it, sampled each second
+    (a fake clock), flipping every 3 s, then held: the journal says one line at INFO."""
+    import logging
+
+    launch(daemon, 100, group="A", cpu=2.0, memory=GIB)
+    launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="governor")
+    for second in range(60):
+        busy = second < 40 and second // 3 % 2 == 0 or second >= 45
+        daemon.observation.usage.update({"A": {"cpu": 1.0}, "B": {"cpu": 0.95 if busy else 0.2}})
+        on_loop(daemon, lambda: daemon.observation.check_saturation(float(second)))
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert lines == ["every group wants all of its CPU guarantee: each is held to it (cpu.max) until one uses less"]
 
 
 def test_a_launch_releases_the_hold_before_its_cap_is_written(daemon):

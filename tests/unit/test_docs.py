@@ -75,8 +75,9 @@ def test_readme_shows_the_exact_test_command_ci_runs():
 
 
 def test_readme_shows_the_demo_command():
-    shown = {line.strip() for block in _code_blocks(README.read_text()) for line in block}
-    assert "sudo ./scripts/demo" in shown
+    # Run as root, with no sudo in front (issue 44.5: a host without sudo has none to run).
+    shown = {line.partition("#")[0].strip() for block in _code_blocks(README.read_text()) for line in block}
+    assert "./scripts/demo" in shown
     assert (REPO / "scripts" / "demo").is_file()
 
 

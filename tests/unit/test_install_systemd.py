@@ -1,6 +1,7 @@
 """``governor install-systemd`` into a temporary root, and the units' paths agreeing with each other.
 (The units under a real systemd: tests/system/.)"""
 
+import json
 import os
 import re
 import shutil
@@ -237,3 +238,86 @@ def test_uninstall_on_a_systemd_host_stops_resets_and_removes_in_order(tmp_path)
         ["systemctl", "reset-failed", "governor.service", "governor-tasks.service"],
     ]
     assert not (root / "run/governor").exists() and not list((root / "etc/systemd/system").iterdir())
+
+
+def _held_lock(path):
+    """A lock file held (flock) by this test until the descriptor is closed."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_uninstall_removes_every_drop_in_entry_and_lock_governor_left_and_names_what_it_keeps(tmp_path, capsys):
+    """Issue 44.1: a fake host root with what governor (and an admin) left: the units' drop-ins
+    in /etc and /run/systemd/system.control, the resets on users' slices, the registry entries
+    and locks of stopped daemons. Uninstall removes those, keeps an admin's own value on a user
+    slice, a running daemon's lock and entry, a state directory outside /run (unless --purge)."""
+    import subprocess
+
+    from governor.cli.uninstall_systemd import uninstall
+
+    root = tmp_path / "r"
+    made = {
+        "etc/systemd/system/governor.service": "[Service]\n",
+        "etc/systemd/system/governor-tasks.service": "[Service]\n",
+        "etc/systemd/system/governor.service.d/metrics.conf": "[Service]\nExecStart=\n",
+        "run/systemd/system.control/governor.slice.d/50-MemoryLow.conf": "[Slice]\nMemoryLow=1409286144\n",
+        "run/systemd/system.control/governor-tasks.service.d/50-MemoryMin.conf": "[Service]\nMemoryMin=0\n",
+        "run/systemd/system.control/user-1000.slice.d/50-MemoryMax.conf": "# set-property\n[Slice]\nMemoryMax=infinity\n",
+        "run/systemd/system.control/user-1000.slice.d/50-CPUQuota.conf": "[Slice]\nCPUQuota=\n",
+        "run/systemd/transient/user-1001.slice.d/50-MemoryLow.conf": "[Slice]\nMemoryLow=0\n",
+        "etc/governor/governor.toml": f'[daemon]\nstate_dir = "{tmp_path}/var/governor"\n',
+        "run/governor/state/login-1000.json": "{}",
+        "run/governor/daemons/root-gone.json": json.dumps({"root": str(tmp_path / "gone")}),
+        "run/governor/locks/root-stopped.lock": "",
+        "run/governor/daemons/sessions.lock": "",  # where a governor before issue 31.7 kept it
+    }
+    kept = {  # an admin's value on a user slice; a running daemon's entry and lock; the state dir
+        "run/systemd/system.control/user-1002.slice.d/50-MemoryMax.conf": "[Slice]\nMemoryMax=4G\n",
+        "run/governor/daemons/root-live.json": json.dumps({"root": str(tmp_path)}),
+        "run/governor/locks/root-live.lock": "",
+    }
+    for rel, text in {**made, **kept}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    state = tmp_path / "var/governor"
+    (root / state.relative_to("/")).mkdir(parents=True)
+    (root / state.relative_to("/") / "login-1000.json").write_text("{}")
+    fd = _held_lock(root / "run/governor/locks/root-live.lock")
+    try:
+        uninstall(root, purge=False, dry_run=False, live=True,
+                  run=lambda argv: subprocess.CompletedProcess(argv, 0, "", ""), cgroup_mount=tmp_path / "cgroup")
+        output = capsys.readouterr().out
+    finally:
+        os.close(fd)
+    left = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    assert left == sorted([*kept, "etc/governor/governor.toml", f"{str(state).lstrip('/')}/login-1000.json"]), output
+    assert not (root / "run/systemd/system.control/user-1000.slice.d").exists()
+    assert "drop-ins of governor's units" in output and "a stopped daemon's lock" in output
+    assert f"kept {root}/run/governor/locks/root-live.lock (held by a running governor daemon)" in output
+    assert "(the state directory: task records, fair-share history; --purge removes it)" in output
+    assert "(--purge removes it)" in output
+    uninstall(root, purge=True, dry_run=False, live=True,
+              run=lambda argv: subprocess.CompletedProcess(argv, 0, "", ""), cgroup_mount=tmp_path / "cgroup")
+    assert not (root / state.relative_to("/")).exists() and not (root / "etc/governor").exists()
+
+
+def test_a_dry_run_of_the_uninstall_names_the_leftovers_and_removes_nothing(tmp_path, capsys):
+    import subprocess
+
+    from governor.cli.uninstall_systemd import uninstall
+
+    root = tmp_path / "r"
+    dropin = root / "run/systemd/system.control/governor.slice.d/50-MemoryLow.conf"
+    lock = root / "run/governor/locks/root-x.lock"
+    for path in (dropin, lock):
+        path.parent.mkdir(parents=True)
+        path.write_text("[Slice]\nMemoryLow=1\n")
+    uninstall(root, purge=False, dry_run=True, live=True,
+              run=lambda argv: subprocess.CompletedProcess(argv, 0, "", ""), cgroup_mount=tmp_path / "cgroup")
+    output = capsys.readouterr().out
+    assert f"# would remove {dropin.parent} (drop-ins of governor's units)" in output
+    assert f"# would remove {lock} (a stopped daemon's lock)" in output
+    assert dropin.exists() and lock.exists()

@@ -163,3 +163,16 @@ def test_an_ordinary_user_gets_a_lock_directory_of_its_own():
         assert done.stdout.split() == [str(scratch / f"governor-locks-{nobody}"), "0o700", str(nobody)], done.stderr
     finally:
         shutil.rmtree(scratch)
+
+
+def test_a_stopping_daemon_gives_up_its_root_lock_and_removes_the_file(tmp_path):
+    """Issue 44.1: every daemon left root-<digest>.lock behind (33 on one host, the demo's too)."""
+    from governor.cgroups.hierarchy import Hierarchy, root_lock
+    from governor.cgroups.locks import held
+
+    path = root_lock(tmp_path / "root", tmp_path / "locks")
+    hierarchy = Hierarchy(None, str(tmp_path / "root"), (), lock=(path, hold_root(tmp_path / "root", tmp_path / "locks")))
+    assert held(path)
+    hierarchy.release_lock()
+    hierarchy.release_lock()  # twice is harmless
+    assert not path.exists() and list((tmp_path / "locks").iterdir()) == []

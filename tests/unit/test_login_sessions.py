@@ -66,8 +66,8 @@ def test_the_slice_driver_sets_only_what_changed_and_resets_what_it_set(tmp_path
     driver.apply(rel, CgroupLimits(cpu_quota_usec=50_000, memory_max_bytes=GIB))
     assert len(systemctl.calls) == 1
     driver.apply(rel, CgroupLimits(cpu_quota_usec=25_000, io_max=(IoMax("8:0", rbps=10),)))
-    assert systemctl.calls[-1][5:] == ["MemoryMax=infinity", "CPUQuota=25%", "IOReadBandwidthMax=",
-                                       "IOReadBandwidthMax=/dev/block/8:0 10"]
+    assert systemctl.calls[-1][5:] == ["CPUQuota=25%", "IOReadBandwidthMax=",
+                                       "IOReadBandwidthMax=/dev/block/8:0 10", "MemoryMax=infinity"]
     systemctl.refuse = True
     with pytest.raises(CgroupWriteError, match="Access denied"):
         driver.apply(rel, CgroupLimits(cpu_quota_usec=10_000))
@@ -122,8 +122,8 @@ def test_a_process_in_its_users_logind_slice_makes_their_login_session_there(sys
     assert (login.group, login.cgroup, login.is_session) == ("A", "user.slice/user-1.slice", True)
     [call] = systemctl.calls  # once per user, not per process
     assert call[4:] == ["user-1.slice", "CPUQuota=50%", "CPUWeight=50",
-                        f"MemoryMin={3 * GIB}", f"MemoryLow={3 * GIB}",
-                        f"MemoryMax={3 * GIB}", "TasksMax=4096"]  # hard caps, as a task's
+                        f"MemoryLow={3 * GIB}", f"MemoryMax={3 * GIB}",
+                        f"MemoryMin={3 * GIB}", "TasksMax=4096"]  # hard caps, as a task's
     assert daemon.hierarchy.driver.procs == {}
     assert "A" not in daemon.hierarchy.driver.cgroups  # nothing of A below governor's root
     assert daemon.store.directory.joinpath("login-1.json").exists()
@@ -232,3 +232,16 @@ def test_a_groups_stall_beside_its_login_session_is_the_worst_of_them_its_second
     use = daemon.observation.usage["A"]
     # Shares of the same 10 s do not add up (30 % and 10 % is not 40 %); stalled seconds do.
     assert (use["stall.cpu.some.avg10"], use["stall.cpu.some.total"]) == (30.0, 7.0)
+
+
+def test_properties_are_set_in_the_order_of_their_drop_ins(tmp_path):
+    """Issue 44.2: systemd appends each drop-in set-property writes to the unit's list in the order
+    given and `systemctl status` compares that list with the sorted one on disk: MemoryMin= before
+    MemoryLow= made governor-tasks.service say "changed on disk. Run 'systemctl daemon-reload'"."""
+    systemctl = Systemctl()
+    driver = SliceDriver(tmp_path, run=systemctl)
+    driver.apply("governor.slice", CgroupLimits(memory_min_bytes=1, memory_low_bytes=2, memory_max_bytes=3,
+                                                cpu_quota_usec=50_000, cpu_period_usec=50_000))
+    names = [assignment.partition("=")[0] for assignment in systemctl.calls[-1][5:]]
+    assert names == sorted(names, key=lambda name: f"50-{name}.conf")
+    assert names == ["CPUQuota", "CPUQuotaPeriodSec", "MemoryLow", "MemoryMax", "MemoryMin"]

@@ -150,6 +150,7 @@ def test_the_daemon_samples_nvml_on_its_sampler_only_for_served_metrics(tmp_path
 
     daemon = None
     metrics = Metrics(lambda: daemon.observation.status())
+    metrics.bind("127.0.0.1", 0)  # served (a sink that serves nowhere asks NVML nothing either)
     daemon = make_daemon(tmp_path / "served", metrics=metrics)
     launch(daemon, 100, group="A", cpu=0.5, memory=GIB // 4)
     launch(daemon, 200, group="B", cpu=0.5, memory=GIB // 4)
@@ -200,3 +201,46 @@ def test_notify_outcomes_are_counters_only_where_a_command_is_given():
     for outcome in ("done", "failed", "dropped", "refused"):
         assert got[("governor_notify_events_total", (("outcome", outcome),))] == counts[outcome]
     assert not any(name.startswith("governor_notify") for name, _ in samples(Metrics(lambda: STATUS)))
+
+
+def test_the_metrics_address_is_a_config_key_that_a_reload_follows_and_the_flag_overrides(tmp_path):
+    """Issue 44.5: the metrics address was an ExecStart= drop-in; now `[metrics] listen` (reloaded),
+    `--metrics` pinning it."""
+    import socket
+
+    import pytest
+
+    from support.daemons import make_daemon, on_loop
+
+    from governor.config.load import parse_config
+    from governor.errors import ConfigError
+    from governor.wire.protocol import Peer, ReloadRequest
+
+    base = "[capacity]\ncpu = 2\nmemory = \"4G\"\n[groups.A]\nusers = [\"root\"]\n[sessions]\nenabled = false\n"
+    assert parse_config(base + '[metrics]\nlisten = "9101"\n', "t.toml").metrics_listen == ("127.0.0.1", 9101)
+    assert parse_config(base, "t.toml").metrics_listen is None
+    with pytest.raises(ConfigError, match=r"metrics.listen.*\[ADDR:\]PORT"):
+        parse_config(base + '[metrics]\nlisten = "localhost"\n', "t.toml")
+
+    def free_port() -> int:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            return probe.getsockname()[1]
+
+    path = tmp_path / "governor.toml"
+    daemon = None
+    metrics = Metrics(lambda: daemon.observation.status())
+    daemon = make_daemon(tmp_path / "d", metrics=metrics)
+    daemon.requests.load_config = lambda: parse_config(path.read_text(), str(path))
+    port = free_port()
+    path.write_text(base + f'[metrics]\nlisten = "127.0.0.1:{port}"\n')
+    on_loop(daemon, lambda: daemon.requests.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
+    assert metrics.address == ("127.0.0.1", port)
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass  # listening there
+    path.write_text(base)  # the key gone: served nowhere
+    on_loop(daemon, lambda: daemon.requests.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
+    assert metrics.address is None
+    pinned = Metrics(lambda: {}, pinned=True)
+    pinned.follow(("127.0.0.1", free_port()))
+    assert pinned.address is None  # --metrics (here: none given, pinned) wins over the config

@@ -241,3 +241,13 @@ def test_the_queue_title_names_the_resource_waited_for():
     status["queue"][0].update(gpus_waiting_for=0, reason="its turn: the tasks ahead of it start first")
     assert [line.rstrip() for line in render(status, 120).splitlines() if line.startswith("Queue:")] == [
         "Queue: 1 task waiting"]
+
+
+def test_a_login_sessions_systemd_limits_read_as_the_tasks_do():
+    # Issue 44.3: status printed a session's limits as systemd holds them, `MemoryMin 2147483648`.
+    status = copy.deepcopy(STATUS)
+    status["groups"]["physics"]["tasks"][0]["limits"] = {"CPUQuota": "50%", "MemoryMin": str(2 * 1024**3),
+                                                         "MemoryMax": str(3 * 1024**3), "MemoryHigh": "infinity"}
+    text = render(status, 160)
+    assert "limits CPUQuota 50% · memory.min 2.0G · memory hard cap 3.0G · memory soft cap infinity" in text
+    assert "2147483648" not in text

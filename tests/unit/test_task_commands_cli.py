@@ -256,3 +256,12 @@ def test_ps_ended_shows_the_exit_code_or_the_signal(tasks_daemon, monkeypatch):
     assert len(rows) == 4 and all(exits[cells[0]] in cells[1:] for cells in rows), table
     everyone = CliRunner(env={"COLUMNS": "80"}).invoke(main, ["ps", "--ended", "--all"]).output
     assert "why" in everyone.splitlines()[1].split() and "OOM kill" in everyone, everyone  # rich dropped it
+
+
+@pytest.mark.parametrize("args", [["stop", "abc"], ["stop", "7", "abc"], ["explain", "abc"]])
+def test_a_task_command_without_a_daemon_says_the_daemon_is_not_running(args, tmp_path):
+    # Issue 44.5: an admin's `governor stop abc` with no daemon must hear that the daemon is not
+    # running (exit 69), not that abc is no task id: the daemon is asked before any id is judged.
+    result = CliRunner().invoke(main, [*args, "--socket", str(tmp_path / "no.sock")])
+    assert result.exit_code == 69, result.output
+    assert "daemon is not running" in result.output and "task id" not in result.output

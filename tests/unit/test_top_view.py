@@ -348,3 +348,37 @@ def test_gpu_holders_are_shown_as_text():
     status["gpus"][0].update(group="[bold]x[/]\x1b[8m", task="[/oops]")
     text = render(TopState(status=status), 120, 40)
     assert "\x1b" not in text and "[bold]x[/]?[8m/[/oops]" in text
+
+
+def test_top_batch_prints_n_plain_snapshots_with_every_groups_tasks(monkeypatch):
+    """Issue 44.5: `top -b -n N`, as top and htop have: plain text a script or a log can keep."""
+    from types import SimpleNamespace
+
+    from click.testing import CliRunner
+
+    import governor.cli.client as client
+    from governor.cli.main import main
+
+    asked = []
+
+    def stream(path, request, timeout):
+        asked.append(request.interval)
+        while True:
+            yield SimpleNamespace(status=sample())
+
+    monkeypatch.setattr(client, "stream", stream)
+    monkeypatch.setenv("COLUMNS", "100")
+    result = CliRunner().invoke(main, ["top", "-b", "-n", "2", "-d", "5", "--socket", "/nonexistent"])
+    assert result.exit_code == 0, result.output
+    assert asked == [5.0]
+    snapshots = result.output.split("\n\n")
+    assert len(snapshots) == 2
+    text = snapshots[0]
+    assert "\x1b[" not in result.output and "q quit" not in result.output
+    assert all(group in text for group in sample()["groups"])
+    assert "4242 alice" in text  # an expanded group's task
+    assert all(line == line.rstrip() for line in text.splitlines())
+    assert "refill after launch" in text
+    assert max(map(len, text.splitlines())) <= 100
+    refused = CliRunner().invoke(main, ["top", "-n", "1"])
+    assert refused.exit_code == 2 and "goes with -b" in refused.output

@@ -48,8 +48,8 @@ def test_systemctl_is_called_when_a_rounded_value_changes_and_a_failure_is_told_
     units = UnitProtection(SliceDriver(tmp_path, run=systemctl), UNITS, at_once, journal)
     units.follow((GIB, 1.5 * GIB + 1), True)  # one byte past a step: up to the next
     low = int(1.5 * GIB) + STEP_BYTES
-    assert systemctl.properties() == [("governor.slice", f"MemoryMin={GIB}", f"MemoryLow={low}"),
-                                      ("governor-tasks.service", f"MemoryMin={GIB}", f"MemoryLow={low}")]
+    assert systemctl.properties() == [("governor.slice", f"MemoryLow={low}", f"MemoryMin={GIB}"),
+                                      ("governor-tasks.service", f"MemoryLow={low}", f"MemoryMin={GIB}")]
     assert units.in_force["governor.slice"] == {"MemoryMin": str(GIB), "MemoryLow": str(low)}
     units.follow((GIB, 1.5 * GIB + 60 * MIB), True)  # a reservation a little larger: the same step
     assert len(systemctl.calls) == 2
@@ -76,8 +76,8 @@ def test_protection_off_resets_only_what_governor_set(tmp_path):
     units = UnitProtection(SliceDriver(tmp_path, run=systemctl), UNITS, at_once, Journal())
     units.follow((GIB, 2 * GIB), True)
     units.follow((GIB, 2 * GIB), False)
-    assert systemctl.properties()[2:] == [("governor.slice", "MemoryMin=", "MemoryLow="),
-                                          ("governor-tasks.service", "MemoryMin=", "MemoryLow=")]
+    assert systemctl.properties()[2:] == [("governor.slice", "MemoryLow=", "MemoryMin="),
+                                          ("governor-tasks.service", "MemoryLow=", "MemoryMin=")]
     assert units.in_force == {"governor.slice": {}, "governor-tasks.service": {}}
     units.follow((GIB, 3 * GIB), False)
     assert len(systemctl.calls) == 4
@@ -106,5 +106,23 @@ def test_the_daemon_sets_the_units_to_its_roots_protection_off_the_loop(tmp_path
     path.write_text(CONFIG.replace("[groups.G]", '[enforcement]\nmemory_protection = false\n[groups.G]'))
     daemon.requests.load_config = lambda: parse_config(path.read_text(), str(path))
     on_loop(daemon, lambda: daemon.requests.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
-    assert systemctl.properties()[-1] == ("governor-tasks.service", "MemoryMin=", "MemoryLow=")
+    assert systemctl.properties()[-1] == ("governor-tasks.service", "MemoryLow=", "MemoryMin=")
     assert in_force() == {"governor.slice": (), "governor-tasks.service": ()}
+
+
+def test_each_change_is_one_journal_line_per_unit_in_status_words(tmp_path, caplog):
+    """Issue 44.3: the journal said `systemd units' memory protection: {'governor.slice':
+    {'MemoryMin': '0', 'MemoryLow': '939524096'}, …}` (a Python dict, raw bytes) at each change."""
+    import logging
+
+    units = UnitProtection(SliceDriver(tmp_path, run=Systemctl()), UNITS, at_once, Journal())
+    caplog.set_level(logging.INFO, logger="governor")
+    units.follow((0, 896 * MIB), True)
+    units.follow((0, 896 * MIB - 1), True)  # the same rounded values: no call, no line
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [f"{unit}'s memory protection (through systemd): memory.min 0, memory.low 896.0M"
+                     for unit in ("governor.slice", "governor-tasks.service")]
+    caplog.clear()
+    units.follow((0, 0), False)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{unit}'s memory protection (through systemd): none" for unit in ("governor.slice", "governor-tasks.service")]
