@@ -219,6 +219,23 @@ class Recovery:
 
         self.tree.run(find, then)
 
+    def clear(self) -> None:
+        """Remove every empty cgroup below governor's root, deepest first, on this thread: the
+        daemon stops with no task left (its cgroup thread is done), and its root goes next,
+        whether a reconcile pass removed the strays yet or not. One that holds a process
+        stays (it is logged when the root then cannot go)."""
+        driver = self.hierarchy.driver
+        try:
+            cgroups, groups = _walk(driver)
+        except CgroupError:
+            return
+        for rel in sorted([*cgroups, *groups], key=lambda rel: -rel.count("/")):
+            try:
+                driver.remove(rel)
+                driver.forget(rel)
+            except CgroupError as error:
+                log.debug("cgroup %s stays: %s", rel, error)
+
     def _remove_unused(self, groups: Iterable[str]) -> None:
         """Remove each of the group cgroups ``groups`` (and their ancestors) that no running
         task and no launch in flight is in."""

@@ -274,6 +274,7 @@ class Daemon:
         await asyncio.get_running_loop().shutdown_default_executor()  # the cgroup thread's last calls
         if not self.tasks:
             try:
+                self.recovery.clear()
                 self.hierarchy.driver.remove("")
                 if self.registry is not None:
                     self.registry.unregister()

@@ -6,6 +6,7 @@ import gpu_scenarios
 import guard_scenarios
 import pytest
 import readopt_scenarios
+import records_scenarios
 import scenarios
 import session_scenarios
 import tree_scenarios
@@ -99,3 +100,15 @@ def test_fair_share_charges_short_tasks_as_a_steady_tasks_equal_use(tmp_path):
 
 def test_the_capacity_follows_a_foreign_slurm_job_whose_processes_stay_its_own(tmp_path):
     foreign_scenarios.capacity_follows_a_slurm_job_and_its_processes_stay_slurms(tmp_path)
+
+
+def test_launches_in_flight_when_the_daemon_is_killed_start_once_each(tmp_path):
+    records_scenarios.launches_in_flight_at_a_kill_start_once_each(tmp_path)
+
+
+def test_a_task_whose_record_is_garbage_is_governed_unrecorded(tmp_path):
+    records_scenarios.a_task_whose_record_is_garbage_is_governed_unrecorded(tmp_path)
+
+
+def test_an_empty_task_cgroup_no_task_has_is_removed_and_the_root_goes_at_stop(tmp_path):
+    records_scenarios.an_empty_task_cgroup_no_task_has_is_removed_and_the_root_goes_at_stop(tmp_path)
