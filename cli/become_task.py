@@ -105,14 +105,16 @@ def launch_waiting(path: str, request: LaunchRequest, sent: Callable[[], None] |
 
     A daemon that is not there (restarting: its socket missing or refusing) is waited for, up
     to :data:`RESTART_GRACE_S` from when it was first missed (``waiting for the daemon to come
-    back…`` on a terminal, nothing otherwise); one that goes away before it answers (killed
-    during the launch, or while the task was queued) is asked again when it is back: the
-    launch is this process's own pid, so a daemon that had started it answers with that task
+    back…`` on a terminal, nothing otherwise) until it answers (a place in its queue, the
+    started task); one that goes away before it answers (killed during the launch, or while
+    the task was queued) is asked again when it is back: the launch is this process's own pid,
+    so a daemon that had started it answers with that task
     (:class:`governor.cli.client.LaunchInterrupted`). ``--no-wait`` waits for nothing.
 
     Raises:
-        DaemonNotRunning: no daemon answered within :data:`RESTART_GRACE_S` (at once with
-            ``--no-wait``); and what :func:`governor.cli.client.launch` raises otherwise.
+        DaemonNotRunning, LaunchInterrupted: no daemon answered within :data:`RESTART_GRACE_S`
+            (at once with ``--no-wait``): none listened, or each hung up; and what
+            :func:`governor.cli.client.launch` raises otherwise.
     """
     import time
 
@@ -122,16 +124,15 @@ def launch_waiting(path: str, request: LaunchRequest, sent: Callable[[], None] |
     line = _QueueLine()
     away_since = None  # time.monotonic() when the daemon was first found missing, until it answers
 
-    def answered() -> None:
+    def answered(place: dict) -> None:  # a daemon that only hangs up (each time) is not back
         nonlocal away_since
         away_since = None
-        if sent is not None:
-            sent()
+        line.show(place)
 
     try:
         while True:
             try:
-                started = launch(path, request, line.show, sent=answered)
+                started = launch(path, request, answered, sent=sent)
                 if started.nested:
                     _say(f"governor: already in task {started.task} (group {started.group}): "
                          f"{request.command[0]} runs there, with that task's caps")
@@ -143,7 +144,7 @@ def launch_waiting(path: str, request: LaunchRequest, sent: Callable[[], None] |
                          f"{format_timespan(time.monotonic() - line.since)}")
                 return started
             except LaunchInterrupted:
-                if not request.wait:
+                if not request.wait or (away_since is not None and time.monotonic() - away_since > RESTART_GRACE_S):
                     raise
                 line.note("the daemon went away; asking again when it is back")
                 away_since = time.monotonic() if away_since is None else away_since

@@ -1,6 +1,10 @@
 """Recovery: killing the daemon never kills a task. At start it takes back every task whose
 record and populated cgroup it finds (caps planned again from the record under the config in
-force and applied), forgets the rest, and deals with task cgroups that have no record.
+force and applied), forgets the rest, and deals with task cgroups that have no record: a
+populated one is governed as an unrecorded task (its record unreadable), an empty one removed,
+and no new task gets the id of either. Each reconcile pass removes the empty task cgroups no
+task has (:meth:`Recovery.remove_strays`), and a daemon that stops with no task left clears its
+tree (:meth:`Recovery.clear`).
 
 Re-adoption is exact (DESIGN.md §4): a task's GPUs are found again by identity in the inventory
 in force, or the daemon does not start; its processes are read from every hierarchy its

@@ -94,6 +94,18 @@ def test_the_wait_for_the_daemon_is_said_on_a_terminal_and_bounded(tmp_path, mon
     assert capsys.readouterr().err.startswith("\r\x1b[Kgovernor: waiting for the daemon to come back…")
 
 
+def test_a_daemon_that_hangs_up_on_every_launch_is_given_up_on_after_the_wait(tmp_path, monkeypatch):
+    from governor.cli.client import LaunchInterrupted
+
+    monkeypatch.setattr(become_task, "RESTART_GRACE_S", 0.3)
+    path = str(tmp_path / "g.sock")
+    hanging_up = FakeSocket(path, [])
+    with pytest.raises(LaunchInterrupted, match="the daemon closed the stream"):
+        launch_waiting(path, request())
+    assert len(hanging_up.requests) >= 2  # asked again, for a while only
+    hanging_up.close()
+
+
 def test_no_wait_waits_for_no_daemon(tmp_path):
     result, _ = governor("run", "--no-wait", "--", "true", socket_path=str(tmp_path / "absent.sock"))
     assert result.returncode == 69 and "daemon is not running" in result.stderr
