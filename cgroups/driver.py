@@ -58,6 +58,10 @@ class Driver(Protocol):
         """Put ``rel``'s processes into ``rel`` in each hierarchy lacking them (v1: one that
         joined since they started); the pids moved."""
 
+    def memory_cap_bytes(self, rel: str) -> int | None:
+        """The hard memory cap the kernel holds for ``rel``, bytes (None: none), as read back
+        from the kernel, not from this driver's record (a task found without its record)."""
+
     def populated(self, rel: str) -> bool:
         """Whether ``rel`` or a cgroup below it holds a process."""
 

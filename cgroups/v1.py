@@ -48,7 +48,8 @@ from governor.cgroups.limits import (DEFAULT_PERIOD_USEC, V1_ORDER, CgroupLimits
 from governor.cgroups.nesting import QuotaNesting
 from governor.cgroups.parse import format_cpu_list, parse_cpu_list, parse_int, parse_pids
 from governor.cgroups.stats import CgroupStats
-from governor.cgroups.v1_cgroup import NS_PER_USEC, init_cpuset, populated_below, read_v1_stats, reset_devices
+from governor.cgroups.v1_cgroup import (NS_PER_USEC, init_cpuset, memory_cap_bytes, populated_below, read_v1_stats,
+                                        reset_devices)
 
 __all__ = ["CgroupV1Driver", "REQUIRED_CONTROLLERS"]
 
@@ -349,6 +350,10 @@ class CgroupV1Driver(DriverBase):
         except ValueError as error:
             raise CgroupReadError(f"cannot parse the CPU counter of cgroup {rel!r}: {error!r}",
                                   path=str(self.directory(rel))) from None
+
+    def memory_cap_bytes(self, rel: str) -> int | None:
+        """:func:`~governor.cgroups.v1_cgroup.memory_cap_bytes` of ``rel`` (raises CgroupReadError)."""
+        return memory_cap_bytes(self.controller_path("memory", rel))
 
     def populated(self, rel: str) -> bool:
         """Whether cgroup ``rel`` or a cgroup below it holds a process, from the cpu hierarchy

@@ -9,12 +9,13 @@ import errno
 from collections.abc import Mapping
 from pathlib import Path
 
-from governor.cgroups.errors import CgroupWriteError
+from governor.cgroups.errors import CgroupReadError, CgroupWriteError
 from governor.cgroups.files import list_children, read_file, write_file
+from governor.cgroups.foreign_subtrees import V1_UNLIMITED_BYTES
 from governor.cgroups.parse import parse_blkio_service_bytes, parse_flat_keyed, parse_int, parse_pids
 from governor.cgroups.stats import CgroupStats
 
-__all__ = ["init_cpuset", "populated_below", "read_v1_stats", "reset_devices"]
+__all__ = ["init_cpuset", "memory_cap_bytes", "populated_below", "read_v1_stats", "reset_devices"]
 
 NS_PER_USEC = 1_000
 
@@ -58,6 +59,22 @@ def read_v1_stats(directories: Mapping[str, Path], peak: bool) -> CgroupStats:
         pids_current=None if pids is None else parse_int(read_file(pids, "pids.current")),
         pids_refused=None if pids is None else parse_flat_keyed(read_file(pids, "pids.events")).get("max", 0),
     )
+
+
+def memory_cap_bytes(memory_dir: Path) -> int | None:
+    """The hard memory cap in force in the cgroup at ``memory_dir`` (its directory in the memory
+    hierarchy: ``memory.limit_in_bytes``), bytes; None where it bounds nothing (the kernel's
+    "unlimited", ``LONG_MAX`` rounded down to a page).
+
+    Raises:
+        CgroupReadError: it cannot be read (``vanished``: the cgroup is gone) or is not a number.
+    """
+    try:
+        limit = parse_int(read_file(memory_dir, "memory.limit_in_bytes"))
+    except ValueError as error:
+        raise CgroupReadError(f"cannot parse {memory_dir}/memory.limit_in_bytes: {error}",
+                              path=str(memory_dir)) from None
+    return None if limit >= V1_UNLIMITED_BYTES else limit
 
 
 def populated_below(directory: Path) -> bool:

@@ -24,7 +24,7 @@ from governor.cgroups.device_rules import devices_text
 from governor.cgroups.errors import CgroupError, CgroupReadError, CgroupUnsupported, CgroupWriteError
 from governor.cgroups.files import below, list_children, make_dir, read_file, relative_parts, remove_dir, write_file
 from governor.cgroups.limits import V2_DEVICE_PROGRAM, V2_ORDER, CgroupLimits, diff_writes, v2_files, v2_key, v2_reset
-from governor.cgroups.parse import (parse_cgroup_events, parse_controllers, parse_flat_keyed, parse_int,
+from governor.cgroups.parse import (parse_cgroup_events, parse_controllers, parse_flat_keyed, parse_int, parse_max,
                                     parse_nested_keyed, parse_pids)
 from governor.cgroups.pressure import read_pressure
 from governor.cgroups.stats import MEMORY_EVENT_KEYS, CgroupStats
@@ -305,6 +305,23 @@ class CgroupV2Driver(DriverBase):
             return parse_flat_keyed(read_file(self.path(rel), "cpu.stat"))["usage_usec"]
         except (ValueError, KeyError) as error:
             raise CgroupReadError(f"cannot parse the CPU counter of cgroup {rel!r}: {error!r}",
+                                  path=str(self.path(rel))) from None
+
+    def memory_cap_bytes(self, rel: str) -> int | None:
+        """The hard memory cap in force in cgroup ``rel`` (``memory.max``), bytes; None where
+        it is ``max`` or the memory controller is off there.
+
+        Raises:
+            CgroupReadError: it cannot be read (``vanished``: the cgroup is gone).
+        """
+        try:
+            return parse_max(read_file(self.path(rel), "memory.max"))
+        except CgroupReadError as error:
+            if error.errno == errno.ENOENT and self.path(rel).is_dir():
+                return None
+            raise
+        except ValueError as error:
+            raise CgroupReadError(f"cannot parse the memory.max of cgroup {rel!r}: {error}",
                                   path=str(self.path(rel))) from None
 
     def kill(self, rel: str) -> int:

@@ -20,8 +20,11 @@ if TYPE_CHECKING:
     from governor.wire.reply_types import Started
     from governor.wire.request_types import LaunchRequest
 
-# How long to wait for a restarting daemon before giving up a queued launch.
+# How long a launch waits for a daemon that is not there (restarting, killed) before it gives
+# up, whether it had been sent already (queued or in flight) or not.
 RESTART_GRACE_S = 60.0
+# How often a client waiting for the daemon tries its socket again.
+RETRY_S = 0.5
 
 
 def hand_gpus(started: Started) -> None:
@@ -98,18 +101,38 @@ def launch_waiting(path: str, request: LaunchRequest, sent: Callable[[], None] |
     """Ask the daemon to start this process as a task, waiting in its queue if need be; the
     started task (``nested``: this process already was in that task, which is said
     on stderr, with and without ``--exec``). ``sent`` is called each time the request is
-    sent, while the daemon works on it (:func:`governor.cli.client.stream`)."""
+    sent, while the daemon works on it (:func:`governor.cli.client.stream`).
+
+    A daemon that is not there (restarting: its socket missing or refusing) is waited for, up
+    to :data:`RESTART_GRACE_S` from when it was first missed (``waiting for the daemon to come
+    back…`` on a terminal, nothing otherwise) until it answers (a place in its queue, the
+    started task); one that goes away before it answers (killed during the launch, or while
+    the task was queued) is asked again when it is back: the launch is this process's own pid,
+    so a daemon that had started it answers with that task
+    (:class:`governor.cli.client.LaunchInterrupted`). ``--no-wait`` waits for nothing.
+
+    Raises:
+        DaemonNotRunning, LaunchInterrupted: no daemon answered within :data:`RESTART_GRACE_S`
+            (at once with ``--no-wait``): none listened, or each hung up; and what
+            :func:`governor.cli.client.launch` raises otherwise.
+    """
     import time
 
-    from governor.cli.client import QueueInterrupted, launch
+    from governor.cli.client import LaunchInterrupted, launch
     from governor.errors import DaemonNotRunning
 
     line = _QueueLine()
-    restarted_by = None  # once the daemon went away: how long to wait for it to come back
+    away_since = None  # time.monotonic() when the daemon was first found missing, until it answers
+
+    def answered(place: dict) -> None:  # a daemon that only hangs up (each time) is not back
+        nonlocal away_since
+        away_since = None
+        line.show(place)
+
     try:
         while True:
             try:
-                started = launch(path, request, line.show, sent=sent)
+                started = launch(path, request, answered, sent=sent)
                 if started.nested:
                     _say(f"governor: already in task {started.task} (group {started.group}): "
                          f"{request.command[0]} runs there, with that task's caps")
@@ -120,13 +143,20 @@ def launch_waiting(path: str, request: LaunchRequest, sent: Callable[[], None] |
                     _say(f"governor: task {started.task} started after waiting "
                          f"{format_timespan(time.monotonic() - line.since)}")
                 return started
-            except QueueInterrupted:
-                line.note("the daemon went away; queueing again when it is back")
-                restarted_by = time.monotonic() + RESTART_GRACE_S
-            except DaemonNotRunning:
-                if restarted_by is None or time.monotonic() > restarted_by:
+            except LaunchInterrupted:
+                if not request.wait or (away_since is not None and time.monotonic() - away_since > RESTART_GRACE_S):
                     raise
-                time.sleep(0.5)
+                line.note("the daemon went away; asking again when it is back")
+                away_since = time.monotonic() if away_since is None else away_since
+            except DaemonNotRunning:
+                if not request.wait:
+                    raise
+                if away_since is None:
+                    away_since = time.monotonic()
+                    line.waiting("waiting for the daemon to come back…")
+                if time.monotonic() - away_since > RESTART_GRACE_S:
+                    raise
+            time.sleep(RETRY_S)
     except KeyboardInterrupt:
         line.done()
         _say("governor: left the queue; nothing was started")
@@ -173,6 +203,12 @@ class _QueueLine:
 
     def note(self, text: str) -> None:
         self._write(f"governor: {text}")
+
+    def waiting(self, text: str) -> None:
+        """Say ``text`` on a terminal only: a wait a log need not hear of (it ends in a start or
+        an error, each said)."""
+        if self.live and text != self.last:
+            self._write(f"governor: {text}")
 
     def done(self) -> None:
         if self.live and self.shown:

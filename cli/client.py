@@ -65,9 +65,17 @@ def call(socket_path: str, request: Request, timeout: float = 30):
     return _reply(socket_path, reply, request, functools.partial(parse_reply, request))
 
 
-class QueueInterrupted(ControlSocketError):
-    """The daemon closed a launch's connection while the task waited in its queue (it
-    stopped or restarted): nothing was started, the launch may be sent again."""
+class DaemonWentAway(ControlSocketError):
+    """The daemon closed the connection before its answer was complete (it stopped, restarted
+    or was killed)."""
+
+
+class LaunchInterrupted(ControlSocketError):
+    """The daemon went away before it answered a launch with the started task (it stopped,
+    restarted or was killed; the task may have waited in its queue): the launch may be sent
+    again. The launched pid is this process: a daemon that moved it before it went away
+    re-adopts its task, and answers the launch sent again with that task (nothing starts
+    twice); one that did not starts it then."""
 
 
 def launch(socket_path: str, request: LaunchRequest, on_queued: Callable[[dict], None],
@@ -88,21 +96,15 @@ def launch(socket_path: str, request: LaunchRequest, on_queued: Callable[[dict],
 
     Raises:
         DaemonNotRunning, DaemonError, ControlSocketError: as :func:`call`;
-        QueueInterrupted: the daemon went away while the task was queued.
+        LaunchInterrupted: the daemon went away before the task started (queued or not).
     """
-    queued = False
     try:
         for reply in _stream(socket_path, request, timeout, sent, LaunchReply.from_json):
             if not isinstance(reply, Queued):
                 return reply
-            queued = True
             on_queued(reply.place)
-    except DaemonError:
-        raise
-    except ControlSocketError as error:
-        if queued:
-            raise QueueInterrupted(socket_path, error.reason) from error
-        raise
+    except DaemonWentAway as error:
+        raise LaunchInterrupted(socket_path, error.reason) from error
     raise ControlSocketError(socket_path, "the daemon closed the connection without replying")
 
 
@@ -130,8 +132,10 @@ def stream(socket_path: str, request: Request, timeout: float = 30,
         DaemonNotRunning: the socket file is missing or nobody listens on it.
         SocketPermissionError: the caller may not connect to the socket.
         DaemonError: the daemon sent an ``ok: false`` line (the stream ends there).
-        ControlSocketError: the daemon closed the stream (a stream never ends by itself), no
-            line arrived within ``timeout``, the connection failed, or a line is not a reply.
+        DaemonWentAway: the daemon closed the stream (a stream never ends by itself) or reset
+            the connection.
+        ControlSocketError: no line arrived within ``timeout``, the connection failed
+            otherwise, or a line is not a reply.
     """
     from governor.wire.protocol import parse_reply
 
@@ -150,7 +154,7 @@ def _stream(socket_path: str, request: Request, timeout: float, sent: Callable[[
             while True:
                 chunk = sock.recv(_RECV_BYTES)
                 if not chunk:
-                    raise ControlSocketError(socket_path, "the daemon closed the stream")
+                    raise DaemonWentAway(socket_path, "the daemon closed the stream")
                 lines = (buffered + chunk).split(b"\n")
                 buffered = lines.pop()  # the part after the last newline: an incomplete line
                 for line in lines:
@@ -162,6 +166,8 @@ def _stream(socket_path: str, request: Request, timeout: float, sent: Callable[[
             raise ControlSocketError(socket_path, f"no update from the daemon within {timeout:g} s") from None
         except ControlSocketError:
             raise
+        except (ConnectionResetError, BrokenPipeError) as exc:  # a daemon killed mid-reply
+            raise DaemonWentAway(socket_path, f"connection failed: {exc.strerror or exc}") from exc
         except OSError as exc:
             raise ControlSocketError(socket_path, f"connection failed: {exc.strerror or exc}") from exc
 

@@ -46,7 +46,8 @@ def time_limit(text: str) -> float:
 RUN_OPTIONS = (
     RunOption("--group", "group", str, None, "Group to run in (default: the daemon picks yours)."),
     RunOption("--no-wait", "no_wait", None, None,
-              "Fail (exit 75) instead of waiting when the memory or GPUs do not fit now."),
+              "Fail instead of waiting: exit 75 when the memory or GPUs do not fit now, 69 when no daemon "
+              "answers (without it, run waits for a restarting daemon)."),
     RunOption("--name", "name", str, None, "Name of the task in `governor ps` (default: the command's name)."),
     RunOption("--time-limit", "time_limit", time_limit, "DURATION",
               "End the whole task this long after it starts, e.g. 90s, 10m, 1h30m (plain: seconds)."),

@@ -43,6 +43,10 @@ class Task:
             (:attr:`governor.core.gpus.Gpu.index`), re-mapped by identity when it changes; () for none.
         gpu_identities: the same GPUs by identity, in order (its record keeps these:
             :mod:`governor.core.task_record`; read back, a task has no ``gpus`` until re-mapped).
+        unrecorded: a task found at a restart without a readable record (set aside as
+            ``<id>.json.bad``): governed as the kernel holds it (its declared memory is its
+            cgroup's memory cap; nothing of its cgroup is written), named ``(unrecorded)``,
+            never given a record.
         kind: task, session or login session, from ``id``.
         cgroup: the task's cgroup, relative to governor's root (a login session's: to the cgroup
             v2 mount), from ``place`` (or ``group``) and ``id``; one string its records share.
@@ -61,6 +65,7 @@ class Task:
     place: str = ""
     gpus: tuple[int, ...] = ()
     gpu_identities: tuple[GpuIdentity, ...] = ()
+    unrecorded: bool = False
     kind: Kind = field(init=False, repr=False, compare=False)
     cgroup: str = field(init=False, repr=False, compare=False)
 

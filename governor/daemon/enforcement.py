@@ -121,8 +121,9 @@ class Enforcement:
         planned = {"": root_limits(policy.host_capacity, protection=root, caps=policy.root_caps),
                    **{config.place(g): with_limit(limits, config.effective_limit(g))
                       for g, limits in guarantees.items()}}
-        if full:
-            planned.update((task.cgroup, policy.caps(task)) for task in self.tasks if not task.is_login)
+        if full:  # (an unrecorded task's caps are what its cgroup holds: none to plan)
+            planned.update((task.cgroup, policy.caps(task)) for task in self.tasks
+                           if not task.is_login and not task.unrecorded)
         for login in logins:
             caps = policy.caps(login)
             planned[login.cgroup] = (held_login_limits(caps, login.demand.get("cpu", 0.0), fractions.get(login.group, 0.0))

@@ -157,13 +157,17 @@ class Exits:
 
     def restore_ended(self) -> None:
         """Take back the ended records the last daemon saved (``ps --ended`` outlives a
-        restart); a file or record that cannot be used is logged and left out."""
+        restart); a file or record that cannot be used is logged and left out. No new task
+        gets the id of one (a lost ``next-id`` numbered from 1 again beside them)."""
         saved, problems = self.records.store.load_ended()
         for item in saved[-ENDED_KEPT:]:
             try:
                 self.ended.append(ended_from_saved(item))
             except ValueError as error:
                 problems.append(f"an ended task's record left out: {error}")
+        for record in self.ended:
+            if record.task.id.isdigit():  # (a session's id is its user's)
+                self.records.store.skip_past(int(record.task.id))
         for problem in problems:
             self.journal.event("error", problem, logging.WARNING)
 

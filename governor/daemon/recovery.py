@@ -1,6 +1,10 @@
 """Recovery: killing the daemon never kills a task. At start it takes back every task whose
 record and populated cgroup it finds (caps planned again from the record under the config in
-force and applied), forgets the rest, and deals with task cgroups that have no record.
+force and applied), forgets the rest, and deals with task cgroups that have no record: a
+populated one is governed as an unrecorded task (its record unreadable), an empty one removed,
+and no new task gets the id of either. Each reconcile pass removes the empty task cgroups no
+task has (:meth:`Recovery.remove_strays`), and a daemon that stops with no task left clears its
+tree (:meth:`Recovery.clear`).
 
 Re-adoption is exact (DESIGN.md §4): a task's GPUs are found again by identity in the inventory
 in force, or the daemon does not start; its processes are read from every hierarchy its
@@ -10,15 +14,20 @@ to govern GPUs), so that what governs them there (device rules) holds them."""
 from __future__ import annotations
 
 import logging
+import os
+import pwd
+import time
+from collections.abc import Callable, Iterable
 
 from governor.cgroups.hierarchy import Hierarchy
 from governor.daemon import gpu_places
 from governor.daemon.exits import Exits
 from governor.daemon.inbox import Reload
-from governor.daemon.journal import Journal
+from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
 from governor.daemon.settle import Settle
 from governor.daemon.tree import Tree
+from governor.daemon.waiting import Queue
 from governor.errors import CgroupError, GovernorError
 from governor.config.groups import MAX_DEPTH
 from governor.config.kinds import Kind, is_task_name, task_in
@@ -28,6 +37,26 @@ from governor.host.task_store import TaskStore
 __all__ = ["Recovery"]
 
 log = logging.getLogger("governor.daemon")
+# How ps names a task found without its record, and its user where no process tells it.
+UNRECORDED_NAME = "(unrecorded)"
+UNKNOWN_USER = "unknown"
+
+
+def process_owner(pid: int) -> int | None:
+    """The uid process ``pid`` runs as (the owner of ``/proc/<pid>``: its effective uid), or
+    None where it is gone."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def _user_name(uid: int) -> str:
+    """``uid``'s name in the user database, else its number."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 class Recovery:
@@ -38,10 +67,15 @@ class Recovery:
         store: the task records; tasks: the running tasks (filled here); policy: the config
         in force; exits: follows what is taken back and forgets what ended; journal: events;
         settle: plans and applies every cgroup's limits once the tasks are back.
+        queue: the launches in flight (their cgroups are not strays);
+        owner: a pid → the uid it runs as, None when it is gone (:func:`process_owner`).
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tree: Tree, store: TaskStore, tasks: Tasks, policy: Policy,
-                 exits: Exits, journal: Journal, settle: Settle):
+                 exits: Exits, journal: Journal, settle: Settle, queue: Queue,
+                 owner: Callable[[int], int | None] = process_owner):
+        self.owner = owner
+        self.queue = queue
         self.hierarchy = hierarchy
         self.tree = tree
         self.store = store
@@ -116,10 +150,12 @@ class Recovery:
 
     def readopt(self, tasks: list[Task] | None = None) -> None:
         """Take back every task whose record and populated cgroup survive a restart (``tasks``:
-        what :meth:`load` returned, else it is called now); their processes are put into every
-        hierarchy of their cgroup (v1: one that joined since), and their caps are planned again
-        under the config in force and applied (device rules included: the inventory may have
-        changed while the daemon was down).
+        what :meth:`load` returned, else it is called now), and every populated task cgroup
+        whose record cannot be read, as an unrecorded task (:meth:`_unrecorded`); their
+        processes are put into every hierarchy of their cgroup (v1: one that joined since),
+        and their caps are planned again under the config in force and applied (device rules
+        included: the inventory may have changed while the daemon was down). No new task gets
+        the id of a task cgroup in the tree.
 
         Raises:
             GovernorError: from :meth:`load`.
@@ -127,10 +163,20 @@ class Recovery:
         tasks = self.load() if tasks is None else tasks
         for task in tasks:
             self.tasks.add(task)
+        try:
+            cgroups, groups = _walk(self.hierarchy.driver)
+        except CgroupError:
+            cgroups, groups = [], []
+        for rel in cgroups:
+            kind, task_id = task_in(rel)
+            if kind is Kind.TASK:
+                self.store.skip_past(int(task_id))
+        empty = self._unrecorded(sorted(set(cgroups) - {t.cgroup for t in tasks}))
         for task in list(self.tasks):
             self._rejoin(task)  # first: v1 tells whether a task lives from one hierarchy alone
             if self.exits.alive(task):
-                self.journal.event("task_started", f"{task.label} re-adopted: pid {task.pid}, group {task.group}")
+                how = " (unrecorded: governed at its cgroup's memory cap)" if task.unrecorded else ""
+                self.journal.event("task_started", f"{task.label} re-adopted{how}: pid {task.pid}, group {task.group}")
                 self.exits.follow(task)
             else:
                 self.exits.forget(task)
@@ -138,7 +184,73 @@ class Recovery:
         # the one plan with the root's and the groups', once their processes are in every
         # hierarchy (_rejoin); refusals are error events.
         self.settle.now(Reload("re-adoption", full=True))
-        self._clean_unrecorded({t.cgroup for t in tasks})
+        self.tree.remove(empty)
+        self._remove_unused(groups)
+
+    def remove_strays(self) -> None:
+        """Remove the empty task cgroups that no running task and no launch in flight has (a
+        reconcile pass): a start undone while its process was still in its cgroup (its client
+        killed during the move) left one that nothing would remove, and the daemon's root with
+        it at its stop (``EBUSY``). The tree is read on the cgroup thread; what it found is
+        checked on the loop against the running tasks and the launches in flight, as they are
+        then, and removed with the groups it leaves unused."""
+        driver = self.hierarchy.driver
+        known = {*(task.id for task in self.tasks), *self.queue}  # cheaper reads; checked again after
+
+        def find() -> list[str]:
+            empty = []
+            for rel in _walk(driver)[0]:
+                kind, task_id = task_in(rel)
+                try:
+                    if kind is Kind.TASK and task_id not in known and not driver.pids(rel):
+                        empty.append(rel)
+                except CgroupError:
+                    pass  # gone meanwhile, or unreadable: the next pass looks again
+            return empty
+
+        def then(found: list[str] | GovernorError) -> None:
+            if isinstance(found, GovernorError):
+                log.warning("cannot look for stray task cgroups: %s", found)
+                return
+            known = {*(task.id for task in self.tasks), *self.queue}
+            strays = [rel for rel in found if task_in(rel)[1] not in known and not self.tree.moving_into(rel)]
+            if not strays:
+                return
+            self.journal.event("cleanup", f"removed {len(strays)} empty task cgroup(s) no task has: "
+                                          f"{', '.join(strays[:5])}", logging.WARNING)
+            self.tree.remove(strays)
+            self._remove_unused({rel.rsplit("/", 1)[0] for rel in strays})
+
+        self.tree.run(find, then)
+
+    def clear(self) -> None:
+        """Remove every empty cgroup below governor's root, deepest first, on this thread: the
+        daemon stops with no task left (its cgroup thread is done), and its root goes next,
+        whether a reconcile pass removed the strays yet or not. One that holds a process
+        stays (it is logged when the root then cannot go)."""
+        driver = self.hierarchy.driver
+        try:
+            cgroups, groups = _walk(driver)
+        except CgroupError:
+            return
+        for rel in sorted([*cgroups, *groups], key=lambda rel: -rel.count("/")):
+            try:
+                driver.remove(rel)
+                driver.forget(rel)
+            except CgroupError as error:
+                log.debug("cgroup %s stays: %s", rel, error)
+
+    def _remove_unused(self, groups: Iterable[str]) -> None:
+        """Remove each of the group cgroups ``groups`` (and their ancestors) that no running
+        task and no launch in flight is in."""
+        governed = {t.place or t.group for t in (*self.tasks, *(e.task for e in self.queue.values()))
+                    if not t.is_login}
+        in_use = {"/".join(place.split("/")[:depth]) for place in governed for depth in range(1, place.count("/") + 2)}
+        below = {"/".join(rel.split("/")[:depth]) for rel in groups for depth in range(1, rel.count("/") + 2)}
+        # Deepest first (after the empty task cgroups, on the same thread), so that a department
+        # goes once its labs have; one that still holds something stays (EBUSY, not an error).
+        for group in sorted(below - in_use, key=lambda rel: -rel.count("/")):
+            self.tree.remove([], groups=[group])
 
     def _forget_dead(self, task: Task, holding: str) -> None:
         """Remove the record of ``task``, which ended while no daemon ran (its cgroup, empty, is
@@ -170,21 +282,22 @@ class Recovery:
             self.journal.event("rejoin", f"{task.label}: pid(s) {', '.join(map(str, moved[:5]))} put into the "
                                          "hierarchies of its cgroup that lacked them")
 
-    def _clean_unrecorded(self, recorded: set[str]) -> None:
-        """Task cgroups with no record: an empty one (a daemon killed between making it and
-        saving its record) is removed, and so is a group left with nothing below it; one with
-        processes (the state directory was lost) cannot be re-adopted without its declared
-        demand, so it is named in the log rather than governed silently wrong, and its id is
-        never given to a new task."""
+    def _unrecorded(self, cgroups: list[str]) -> list[str]:
+        """Task cgroups with no record: a populated task's is taken as an unrecorded task (its
+        record was set aside as bad, or lost), added to the running tasks: it counts in
+        admission at its cgroup's memory cap, read from the kernel, and shows in ``ps`` until
+        it ends. The empty ones (a daemon killed between making one and saving its record) are
+        returned, to be removed; a session's with processes is named in the log and left
+        ungoverned (the sessions' rescan governs its user's processes again)."""
         driver = self.hierarchy.driver
-        try:
-            cgroups, groups = _walk(driver)
-        except CgroupError:
-            return
         empty = []
-        for rel in sorted(set(cgroups) - recorded):
+        for rel in cgroups:
             try:
                 pids = driver.pids(rel)
+                kind, task_id = task_in(rel)
+                if pids and kind is Kind.TASK:
+                    self.tasks.add(self._as_unrecorded(rel, task_id, pids))
+                    continue
             except CgroupError as error:
                 log.warning("cannot clean up cgroup %s: %s", rel, error)
                 continue
@@ -193,19 +306,34 @@ class Recovery:
                 self.journal.event("cleanup", f"removed cgroup {rel}: no record and no process (a daemon killed "
                                               "while starting it)", logging.WARNING)
                 continue
-            self.journal.event("error", f"cgroup {rel} holds pids {pids[:5]} but has no task record in "
+            self.journal.event("error", f"cgroup {rel} holds pids {pids[:5]} but has no record in "
                                         f"{self.store.directory}: left ungoverned; its processes keep running",
                                logging.WARNING)
-            kind, task_id = task_in(rel)
-            if kind is Kind.TASK:
-                self.store.skip_past(int(task_id))
-        self.tree.remove(empty)
-        governed = {t.place or t.group for t in self.tasks if not t.is_login}
-        in_use = {"/".join(place.split("/")[:depth]) for place in governed for depth in range(1, place.count("/") + 2)}
-        # Deepest first (after the empty task cgroups, on the same thread), so that a department
-        # goes once its labs have; one that still holds something stays (EBUSY, not an error).
-        for group in sorted(set(groups) - in_use, key=lambda rel: -rel.count("/")):
-            self.tree.remove([], groups=[group])
+        return empty
+
+    def _as_unrecorded(self, rel: str, task_id: str, pids: list[int]) -> Task:
+        """The unrecorded task of populated task cgroup ``rel``: its group from the path, its
+        first process as its pid, the owner of its processes as its user (``unknown`` where
+        none can be read), its cgroup's memory cap as its declared memory (``[defaults.task]``
+        where the cap is ``max``, and for the rest of its demand: what admission and the
+        filling count it as); named ``(unrecorded)``, with no command.
+
+        Raises:
+            CgroupError: its memory cap cannot be read (``vanished``: it is gone).
+        """
+        place = rel.rsplit("/", 1)[0]
+        cap = self.hierarchy.driver.memory_cap_bytes(rel)
+        uid = next((owner for owner in map(self.owner, pids) if owner is not None), None)
+        user = UNKNOWN_USER if uid is None else _user_name(uid)
+        task = Task(task_id, place.rsplit("/", 1)[-1], pids[0], -1 if uid is None else uid, user, (),
+                    {**self.policy.config.task_demand(), **({} if cap is None else {"memory": float(cap)})},
+                    time.time(), UNRECORDED_NAME, place=place,
+                    unrecorded=True)
+        self.journal.event("error", f"{task.label} has no readable record in {self.store.directory}: governed "
+                                    f"unrecorded until it ends, user {user}, counted as {vector(task.demand)} "
+                                    f"(memory: {'none set, the default' if cap is None else 'its cgroup'}'s cap)",
+                           logging.WARNING)
+        return task
 
 
 def _walk(driver) -> tuple[list[str], list[str]]:

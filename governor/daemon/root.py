@@ -172,7 +172,8 @@ class Daemon:
                                  exits=self.exits, journal=self.journal, host_pids=host_pids, registry=registry,
                                  moved_in=self.handover.moved, foreign=self.foreign.holds)
         self.recovery = Recovery(hierarchy=hierarchy, tree=self.tree, store=store, tasks=self.tasks,
-                                 policy=self.policy, exits=self.exits, journal=self.journal, settle=self.settle)
+                                 policy=self.policy, exits=self.exits, journal=self.journal, settle=self.settle,
+                                 queue=self.queue)
         self.launches = Launches(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, store=store,
                                  queue=self.queue, inbox=self.inbox, starts=self.starts, journal=self.journal,
                                  registry=registry, foreign=self.foreign.holds)
@@ -277,6 +278,7 @@ class Daemon:
         await asyncio.get_running_loop().shutdown_default_executor()  # the cgroup thread's last calls
         if not self.tasks:
             try:
+                self.recovery.clear()
                 self.hierarchy.driver.remove("")
                 if self.registry is not None:
                     self.registry.unregister()
@@ -309,7 +311,9 @@ class Daemon:
     def reconcile(self) -> Iterator[None]:
         """One reconcile pass, in steps (a generator the loop drives, yielding between steps):
         unsaved records saved, then every task's cgroup looked at in turn for exits the watcher
-        missed; it ends in a settle (:class:`~governor.daemon.inbox.Reconcile`)."""
+        missed, the empty task cgroups no task has removed (:meth:`Recovery.remove_strays
+        <governor.daemon.recovery.Recovery.remove_strays>`); it ends in a settle
+        (:class:`~governor.daemon.inbox.Reconcile`)."""
         # A safety net behind the exit watcher, in turn: checking all of 10,000 tasks at once
         # held the event loop for 1.5 s (scripts/bench); 1,000 in one go, 30 ms.
         self.records.save_unsaved()
@@ -318,6 +322,7 @@ class Daemon:
         for start in range(0, len(due), STEP):
             self.exits.check(due[start:start + STEP], "reconcile")
             yield
+        self.recovery.remove_strays()
         # Every pass ends in a settle, found something or not: status's settle_generation then
         # tells a client (a test) that a pass it waited for is over.
         self.inbox.put(Reconcile())

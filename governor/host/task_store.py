@@ -5,14 +5,19 @@ Each task's record is one JSON file ``<state_dir>/<task id>.json``, written atom
 (:func:`governor.host.state_files.write_atomically`) so a daemon killed mid-write leaves either the
 old record or the new one, never half. ``<state_dir>/next-id`` holds the next task id (decimal), written
 before an id is handed out: ids never repeat on a host, even after every task has ended and
-the daemon restarted (a log's "task 14" is one task). ``<state_dir>/ended.state`` keeps the
-last ended tasks' records (``governor ps --ended``) across restarts.
+the daemon restarted (a log's "task 14" is one task), nor after that file was lost: a restarted
+daemon numbers on after the highest id on record anywhere (:data:`NEXT_ID`, the records, those
+set aside as ``<id>.json.bad``; :class:`~governor.daemon.recovery.Recovery` adds the ended
+records and the task cgroups in the tree, :meth:`TaskStore.skip_past`).
+``<state_dir>/ended.state`` keeps the last ended tasks' records (``governor ps --ended``) across
+restarts.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from governor.errors import GovernorError, StateFileError
@@ -27,6 +32,8 @@ __all__ = ["ENDED", "MAX_ENDED_BYTES", "MAX_RECORD_BYTES", "NEXT_ID", "TaskStore
 # (not ``*.json``: neither is a task's record).
 NEXT_ID = "next-id"
 ENDED = "ended.state"
+# A task's record, or one set aside (its id was given out all the same).
+_RECORD_NAME = re.compile(r"[0-9]+\.json(\.bad)?")
 
 
 class TaskStore:
@@ -51,7 +58,7 @@ class TaskStore:
     def prepare(self) -> None:
         """Create the directory (or check the one there), remove temporary files a killed
         daemon left, and continue numbering where the last daemon stopped (:data:`NEXT_ID`), or
-        after the highest stored id where that is higher.
+        after the highest id of a record (one set aside as bad included) where that is higher.
 
         Raises:
             GovernorError: as the class says; also a :data:`NEXT_ID` file that cannot be trusted
@@ -66,7 +73,7 @@ class TaskStore:
         try:
             for stale in self.directory.glob(".*.tmp"):
                 stale.unlink(missing_ok=True)
-            ids = [int(p.stem) for p in self.directory.glob("*.json") if p.stem.isdigit()]
+            ids = [int(name.split(".", 1)[0]) for name in os.listdir(self.directory) if _RECORD_NAME.fullmatch(name)]
         except OSError as error:
             raise GovernorError(f"state directory {self.directory}: {error.strerror}") from None
         self._next_id = max(max(ids, default=0) + 1, self._stored_next_id())
@@ -106,7 +113,8 @@ class TaskStore:
                                 f"forged: make it a directory of the daemon's user, mode 0700")
 
     def skip_past(self, task_id: int) -> None:
-        """Never give out ``task_id`` or a lower id (one whose cgroup exists without a record)."""
+        """Never give out ``task_id`` or a lower id: one on record elsewhere (an ended task's,
+        a task cgroup's in the tree)."""
         self._next_id = max(self._next_id, task_id + 1)
 
     def new_id(self) -> str:

@@ -7,6 +7,7 @@ import guard_scenarios
 import pids_scenarios
 import pytest
 import readopt_scenarios
+import records_scenarios
 import scenarios
 import session_scenarios
 import tree_scenarios
@@ -111,3 +112,15 @@ def test_a_fork_bomb_in_a_session_stops_at_its_pids_cap(tmp_path):
     if reason:
         pytest.skip(reason)
     pids_scenarios.session_fork_bomb_stops_at_its_cap(tmp_path)
+
+
+def test_launches_in_flight_when_the_daemon_is_killed_start_once_each(tmp_path):
+    records_scenarios.launches_in_flight_at_a_kill_start_once_each(tmp_path)
+
+
+def test_a_task_whose_record_is_garbage_is_governed_unrecorded(tmp_path):
+    records_scenarios.a_task_whose_record_is_garbage_is_governed_unrecorded(tmp_path)
+
+
+def test_an_empty_task_cgroup_no_task_has_is_removed_and_the_root_goes_at_stop(tmp_path):
+    records_scenarios.an_empty_task_cgroup_no_task_has_is_removed_and_the_root_goes_at_stop(tmp_path)

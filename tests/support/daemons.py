@@ -13,7 +13,7 @@ from governor.cgroups.limits import v2_files
 from governor.cgroups.stats import CgroupStats
 from governor.config.load import parse_config
 from governor.daemon import Daemon
-from governor.errors import CgroupReadError, CgroupWriteError, ProcessGone
+from governor.errors import CgroupBusy, CgroupReadError, CgroupWriteError, ProcessGone
 from governor.wire.protocol import LaunchRequest, Peer
 from governor.host.task_store import TaskStore
 from support.waits import until
@@ -68,6 +68,7 @@ class FakeDriver(DriverBase):
         self.killed: list[str] = []  # cgroups killed, in order
         self.survivors: dict[str, list[int]] = {}  # cgroup → pids a kill leaves (forked past it)
         self.stats: dict[str, CgroupStats] = {}  # cgroup → its counters (default: all zero)
+        self.memory_caps: dict[str, int] = {}  # cgroup → the memory cap "the kernel" holds (default: as written)
 
     def directory(self, rel):
         return Path("/fake") / rel
@@ -122,12 +123,20 @@ class FakeDriver(DriverBase):
             raise CgroupReadError("no such cgroup", path=rel, errno=errno.ENOENT)
         return self.stats.get(rel, CgroupStats(0, 0, 0, 0, populated=bool(self.procs.get(rel))))
 
+    def memory_cap_bytes(self, rel):
+        if rel not in self.cgroups:
+            raise CgroupReadError("no such cgroup", path=rel, errno=errno.ENOENT)
+        written = self._record(rel).get(("memory.max", ""), "max")
+        return self.memory_caps.get(rel, None if written == "max" else int(written))
+
     def children(self, rel):
         depth = rel.count("/") + 1 if rel else 0
         return sorted(c.split("/")[depth] for c in self.cgroups
                       if c and c.count("/") == depth and (not rel or c.startswith(rel + "/")))
 
     def remove(self, rel):
+        if self.procs.get(rel) or any(c.startswith(rel + "/") for c in self.cgroups):  # as the kernel: EBUSY
+            raise CgroupBusy(f"failed to remove cgroup /fake/{rel}", path=rel, errno=errno.EBUSY)
         self.cgroups.discard(rel)
         self.procs.pop(rel, None)
 

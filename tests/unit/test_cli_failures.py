@@ -108,7 +108,7 @@ def test_69_no_daemon_click_and_fast_path_alike(tmp_path):
     path = str(tmp_path / "absent.sock")
     expected = f"governor: error: governor daemon is not running (no socket at {path}) {START_IT}\n"
     assert invoke("status", "--socket", path) == (69, expected)
-    result = governor("run", "--", "true", env={"GOVERNOR_SOCKET": path})
+    result = governor("run", "--no-wait", "--", "true", env={"GOVERNOR_SOCKET": path})  # else it waits for one
     assert (result.returncode, result.stderr) == (69, expected)
 
 
@@ -198,6 +198,6 @@ def test_verbose_shows_the_internal_code_click_and_fast_path_alike(refusing, tmp
         "[groups] entry) [forbidden]\n")
     result = governor("--verbose", "run", "--", "true", env={"GOVERNOR_SOCKET": refusing("forbidden", "no")})
     assert result.returncode == 77 and result.stderr.endswith("[groups] entry) [forbidden]\n")
-    result = governor("-v", "run", "--", "true", env={"GOVERNOR_SOCKET": str(tmp_path / "absent.sock")})
+    result = governor("-v", "run", "--no-wait", "--", "true", env={"GOVERNOR_SOCKET": str(tmp_path / "absent.sock")})
     assert result.returncode == 69 and result.stderr.endswith(f"{START_IT} [daemon_not_running]\n")
     assert "[" not in governor("run", "--", "true", env={"GOVERNOR_SOCKET": path}).stderr.split(")")[-1]

@@ -71,8 +71,9 @@ def test_run_passes_options_after_the_command_to_the_command(fake_daemon):
 
 
 def test_run_without_a_daemon_fails_with_one_line(tmp_path):
+    # --no-wait: without it, run waits for the daemon to come back (test_client_resend.py).
     path = str(tmp_path / "absent.sock")
-    result, _ = governor("run", "--", "sh", "-c", "echo ran", socket_path=path)
+    result, _ = governor("run", "--no-wait", "--", "sh", "-c", "echo ran", socket_path=path)
     assert result.returncode == 69
     assert result.stderr == (f"governor: error: governor daemon is not running (no socket at {path}) "
                              "(start it: sudo systemctl start governor)\n")
@@ -83,7 +84,7 @@ def test_run_with_a_dead_socket_says_connection_refused(tmp_path):
     path = str(tmp_path / "dead.sock")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
         dead.bind(path)  # bound, never listening
-        result, _ = governor("run", "--", "true", socket_path=path)
+        result, _ = governor("run", "--no-wait", "--", "true", socket_path=path)
     assert result.returncode == 69
     assert result.stderr == (f"governor: error: governor daemon is not running (connection refused at {path}) "
                              "(start it: sudo systemctl start governor)\n")

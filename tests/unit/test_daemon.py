@@ -367,12 +367,16 @@ def test_watch_streams_status_with_events_and_fair_level(daemon):
     assert status["queue"] == []
 
 
-def test_a_live_task_cgroup_without_a_record_is_reported(daemon):
+def test_a_live_task_cgroup_without_a_record_is_governed_unrecorded(daemon):
+    # Issue 43, point 5: it was only named in the log, its memory no longer counted.
     daemon.hierarchy.driver.create("A/task-9")
-    daemon.hierarchy.driver.procs["A/task-9"] = [900]
+    daemon.hierarchy.driver.procs["A/task-9"] = [os.getpid()]
+    daemon.hierarchy.driver.memory_caps["A/task-9"] = GIB
     on_loop(daemon, lambda: daemon.recovery.readopt())
-    assert len(daemon.tasks) == 0
-    assert "A/task-9 holds pids [900] but has no task record" in daemon.journal.events[-1]["message"]
+    [task] = daemon.tasks
+    assert (task.id, task.group, task.name, task.unrecorded, task.demand) == ("9", "A", "(unrecorded)", True,
+                                                                               {"cpu": 1.0, "memory": GIB})
+    assert "task 9 has no readable record" in " ".join(e["message"] for e in daemon.journal.events)
 
 
 def launch_request(pid, group, *, wait=True, **demand):

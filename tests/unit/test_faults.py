@@ -105,11 +105,11 @@ def test_cgroups_a_killed_daemon_left_without_records_are_cleaned_at_start(daemo
     for rel in ("A/task-1", "A/task-2", "B/task-9", "C/task-4"):
         driver.create(rel)
     driver.procs["A/task-1"] = [100]
-    driver.procs["B/task-9"] = [900]  # a live process without a record: left, and named
+    driver.procs["B/task-9"] = [900]  # a live process without a record: governed unrecorded
     on_loop(daemon, lambda: daemon.recovery.readopt())
     assert "A/task-2" not in driver.cgroups and "C" not in driver.cgroups
     assert {"A/task-1", "B/task-9"} <= driver.cgroups
-    assert any("B/task-9 holds pids [900]" in e["message"] for e in daemon.journal.events)
+    assert any("task 9 has no readable record" in e["message"] for e in daemon.journal.events)
     assert int(store.new_id()) > 9  # the id of the unrecorded cgroup is never given out
 
 

@@ -160,3 +160,16 @@ def test_task_ids_written_in_place_continue_exactly_after_a_killed_daemon(tmp_pa
     (tmp_path / "state" / "next-id").unlink()  # removed while a daemon runs: written whole again
     assert again.new_id() == "102" and (tmp_path / "state" / "next-id").read_text() == "103\n"
     assert store_at(tmp_path / "state").new_id() == "103"
+
+
+def test_task_ids_continue_after_a_record_set_aside_when_next_id_is_lost(tmp_path):
+    # Issue 43, point 5: next-id removed, as the refusal of a garbage one advises; the ended
+    # records and the task cgroups are counted by the daemon (test_daemon_records.py).
+    store = store_at(tmp_path / "state")
+    store.save(Task("3", "A", 100, 0, "root", ("x",), {"cpu": 1.0}, 0.0))
+    (tmp_path / "state" / "12.json.bad").write_text("{garbage")
+    (tmp_path / "state" / "next-id").unlink(missing_ok=True)
+    again = store_at(tmp_path / "state")
+    assert again.new_id() == "13"
+    again.skip_past(40)
+    assert again.new_id() == "41"
