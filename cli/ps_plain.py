@@ -59,13 +59,13 @@ def parse_fields(text: str, *, ended: bool) -> list[str]:
 
 def lines(rows: list[dict], fields: list[str], *, now: float, ended: bool, header: bool = True) -> list[str]:
     """``rows`` as aligned columns of ``fields`` (two spaces apart, the last unpadded), with a
-    header line of the field names unless ``header`` is False. A value is never cut: a column
-    is as wide as its widest value."""
+    header line of the field names unless ``header`` is False (no line at all for no row and
+    no header). A value is never cut: a column is as wide as its widest value."""
     cell = _ended_cell if ended else _task_cell
     table = [[cell(row, field, now) for field in fields] for row in view.printable(rows)]
     if header:
         table.insert(0, list(fields))
-    widths = [max(len(cells[index]) for cells in table) for index in range(len(fields))]
+    widths = [max((len(cells[index]) for cells in table), default=0) for index in range(len(fields))]
     return ["  ".join(value.ljust(width) for value, width in zip(cells, widths)).rstrip() for cells in table]
 
 

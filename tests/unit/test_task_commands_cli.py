@@ -24,14 +24,14 @@ class TasksDaemon(FakeDaemon):
 
     def __init__(self):
         super().__init__()
-        self.ended = ENDED
+        self.rows, self.ended = ROWS, ENDED
 
     async def handle(self, request, peer):
         self.seen.append((request, peer))
         if self.refuse is not None:
             raise self.refuse
         if isinstance(request, PsRequest):
-            return {"ended": self.ended} if request.ended else {"tasks": ROWS}
+            return {"ended": self.ended} if request.ended else {"tasks": self.rows}
         if isinstance(request, StopRequest):
             return {"stopped": list(request.tasks)}
         return {"status": self.status}
@@ -87,6 +87,31 @@ def test_ps_with_nothing_to_show_says_so(tasks_daemon, monkeypatch):
         "id", "name", "group", "ended", "exit", "wall", "cpu", "peak", "why"]
     monkeypatch.setattr("governor.cli.ps.on_terminal", lambda: True)
     assert CliRunner().invoke(main, ["ps", "--ended"]).output == "no tasks ended lately\n"
+
+
+@pytest.mark.parametrize("form", [[], ["--all"], ["--ended"], ["--all", "--ended"]])
+@pytest.mark.parametrize("terminal", [True, False])
+def test_every_ps_form_works_on_an_empty_list(tasks_daemon, monkeypatch, form, terminal):
+    # Issue 43, point 6: `ps --noheader` with nothing to list was a traceback (max() of an
+    # empty sequence), exit 1; so were --all and --ended with it.
+    from governor.cli.ps_plain import ENDED_FIELDS, task_fields
+
+    tasks_daemon.rows, tasks_daemon.ended = [], []
+    monkeypatch.setattr("governor.cli.ps.on_terminal", lambda: terminal)
+    fields = list(ENDED_FIELDS if "--ended" in form else task_fields())
+    header = ["id", "name", "group", *(["user"] if "--all" in form else [])]
+    for options, said in ((["--noheader"], ""), (["--json"], "[]\n"),
+                          *((["--format", field], f"{field}\n") for field in fields),
+                          (["--noheader", "--format", ",".join(fields)], ""),
+                          (["--format", ",".join(fields)], "  ".join(fields) + "\n")):
+        result = CliRunner().invoke(main, ["ps", *form, *options])
+        assert (result.exit_code, result.output) == (0, said), (options, result.output)
+    plain = CliRunner().invoke(main, ["ps", *form])
+    assert plain.exit_code == 0, plain.output
+    if terminal:
+        assert plain.output.startswith("no tasks"), plain.output
+    else:
+        assert plain.output.split()[:len(header)] == header
 
 
 def test_stop_sends_the_ids_and_says_what_it_stopped(tasks_daemon):
