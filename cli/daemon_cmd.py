@@ -78,9 +78,10 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
         metrics = None
         if metrics_address:
             from governor.wire.metrics import Metrics
+            from governor.wire.visibility import PUBLIC
 
             # Listening first: a taken port or a bad address stops the start before any cgroup is made.
-            metrics = Metrics(lambda: server.observation.status())
+            metrics = Metrics(lambda: server.observation.status(PUBLIC))  # served to whoever reaches it
             metrics.bind(*_metrics_address(metrics_address))
         hierarchy = open_hierarchy(cgroup_root, devices=config.gpus is not None)
         undo.callback(_remove_root, hierarchy)

@@ -262,6 +262,36 @@ def test_ps_format_and_noheader_print_the_fields_asked_for(tasks_daemon, monkeyp
     assert "unknown field 'nosuch'; ps fields: id, name" in result.output, result.output
 
 
+def test_each_amount_is_a_named_format_field(tasks_daemon):
+    # Issue 44, point 5: the packed 0.58/1/0.79 cell, split into fields a script can name.
+    fields = "id,cpu.guarantee,cpu.cap,cpu.used,memory.reserved,memory.cap,memory.used"
+    result = CliRunner().invoke(main, ["ps", "--noheader", "--format", fields])
+    assert result.exit_code == 0, result.output
+    assert [line.split() for line in result.output.splitlines()] == [
+        ["7", "1.5", "2", "1.98", "4G", "4G", "812M"], ["8", "-", "1", "-", "-", "16G", "-"]]
+    result = CliRunner().invoke(main, ["ps", "--format", "cpu.reserved"])  # cpu is guaranteed, not reserved
+    assert result.exit_code == 2 and "cpu.guarantee, cpu.cap, cpu.used" in result.output, result.output
+
+
+def test_the_named_amount_fields_come_from_the_resource_registry():
+    from governor.cli.ps_plain import task_fields
+    from governor.cli.ps_view import amount_columns
+    from governor.config import resources
+
+    known = task_fields()
+    for name in amount_columns():  # every resource ps shows a column of, a new one too (pids)
+        held = "guarantee" if resources.compressible(name) else "reserved"
+        assert {name, f"{name}.{held}", f"{name}.cap", f"{name}.used"} <= set(known), name
+
+
+def test_ps_u_and_group_ask_for_those_users_and_groups_and_show_whose(tasks_daemon, monkeypatch):
+    monkeypatch.setattr("governor.cli.ps.on_terminal", lambda: False)
+    result = CliRunner().invoke(main, ["ps", "-u", "alice,bob", "--user", "1003", "--group", "physics"])
+    assert result.exit_code == 0, result.output
+    assert tasks_daemon.seen[0][0] == PsRequest(users=("alice", "bob", "1003"), groups=("physics",))
+    assert result.output.split()[:4] == ["id", "name", "group", "user"]  # whose each task is
+
+
 def test_ps_ended_shows_the_exit_code_or_the_signal(tasks_daemon, monkeypatch):
     # Issue 33, point 6: an exit 127 read "why: exited", its code only in --json.
     monkeypatch.setattr("time.time", lambda: 960.0)
