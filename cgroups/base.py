@@ -223,6 +223,11 @@ class DriverBase(abc.ABC):
     def directory(self, rel: str) -> Path:
         """The directory of cgroup ``rel``, for people (v1: in the cpu hierarchy)."""
 
+    def memory_directory(self, rel: str) -> Path:
+        """The directory of cgroup ``rel`` where its memory files are: :meth:`directory` in
+        one hierarchy (v2); v1 overrides it."""
+        return self.directory(rel)
+
     def events_path(self, rel: str) -> Path | None:
         """The file whose changes tell that ``rel`` emptied (v2 ``cgroup.events``), or None
         where the kernel has none (v1: watch the pid instead)."""

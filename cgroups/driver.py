@@ -93,6 +93,9 @@ class Driver(Protocol):
     def directory(self, rel: str) -> Path:
         """``rel``'s directory, for people."""
 
+    def memory_directory(self, rel: str) -> Path:
+        """``rel``'s directory where its memory files are (v1: in the memory hierarchy)."""
+
     def device_guard_problem(self) -> str | None:
         """Why limits that deny devices (``CgroupLimits.devices_denied``) cannot be applied
         here, or None."""

@@ -123,6 +123,10 @@ class Hierarchy:
         """Directory of cgroup ``rel`` (in the cpu hierarchy on v1)."""
         return self._of(rel).directory(rel)
 
+    def memory_path(self, rel: str) -> Path:
+        """Directory of cgroup ``rel`` where its memory files are (the memory hierarchy on v1)."""
+        return self._of(rel).memory_directory(rel)
+
     def apply(self, rel: str, limits: CgroupLimits) -> list[str]:
         """:meth:`Driver.apply <governor.cgroups.driver.Driver.apply>` on ``rel``'s driver."""
         return self._of(rel).apply(rel, limits)

@@ -120,6 +120,10 @@ class CgroupV1Driver(DriverBase):
         """The directory of cgroup ``rel`` in the cpu hierarchy, for people."""
         return self.controller_path("cpu", rel)
 
+    def memory_directory(self, rel: str) -> Path:
+        """The directory of cgroup ``rel`` in the memory hierarchy."""
+        return self.controller_path("memory", rel)
+
     def create(self, rel: str) -> None:
         """Create cgroup ``rel`` and every missing ancestor, the root included, in every
         hierarchy (idempotent). New cpuset cgroups get their parent's ``cpuset.cpus`` and

@@ -24,22 +24,26 @@ class MemoryWatch:
     """Looks at one started task's memory (:meth:`look`) and warns once.
 
     Args:
-        started: the launch reply: ``task`` (its id), ``cgroup`` (its directory), ``limits``
+        started: the launch reply: ``task`` (its id), ``cgroup`` (its directory),
+            ``memory_cgroup`` (v1: its directory in the memory hierarchy), ``limits``
             (the caps in force, in bytes as text: a hard cap, ``memory.max`` or v1's
             ``memory.limit_in_bytes``, or a soft one, ``memory.high`` or
             ``memory.soft_limit_in_bytes``: :data:`governor.cgroups.limits.MEMORY_CAPS`).
-        read: cgroup directory → ``(bytes in use, times held at the soft cap)`` or None
-            (:func:`governor.cgroups.memory_now.memory_now` with the task's pid; a test's
-            stand-in).
+        read: the task's cgroup directory and its memory hierarchy's (v1; else None) →
+            ``(bytes in use, times held at the soft cap)`` or None
+            (:func:`governor.cgroups.memory_now.memory_now`; a test's stand-in): the task's
+            own cgroup, never a process's, which may be a zombie's naming the root.
     """
 
-    def __init__(self, started: dict, read: Callable[[str], tuple[int, int] | None]) -> None:
+    def __init__(self, started: dict, read: Callable[[str, str | None], tuple[int, int] | None]) -> None:
         # Imported here (cgroupfs access, logging): governor run imports this module before it
         # launches, and makes a watch only once its command has run for LOOK_EVERY_S.
         from governor.cgroups.limits import memory_cap
 
         limits = started.get("limits") or {}
         self.task, self.cgroup, self.read = started.get("task"), started.get("cgroup"), read
+        memory = started.get("memory_cgroup")
+        self.memory_cgroup = memory if isinstance(memory, str) else None
         cap = memory_cap(limits)
         self.soft = cap is not None and cap[0] == "soft"
         self.cap = None if cap is None else cap[1]
@@ -50,7 +54,7 @@ class MemoryWatch:
         to stderr), else None."""
         if self.warned:
             return None
-        now = self.read(self.cgroup)
+        now = self.read(self.cgroup, self.memory_cgroup)
         if now is None:
             return None
         used, held = now

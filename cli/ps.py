@@ -7,21 +7,31 @@ import click
 
 
 @click.command(short_help="List your tasks, running, queued or ended.")
-@click.option("--all", "everyone", is_flag=True, help="Everyone's tasks (root and admins).")
+@click.option("--all", "everyone", is_flag=True,
+              help="Everyone's tasks (another user's without command line, pid or processes, unless you are "
+                   "root or an admin).")
+@click.option("-u", "--user", "users", metavar="USER", multiple=True,
+              help="Only the tasks of USER (a name or uid; repeat it or separate with commas), whoever's, as ps -u.")
+@click.option("--group", "groups", metavar="GROUP", multiple=True,
+              help="Only the tasks in GROUP (repeat it or separate with commas).")
 @click.option("--ended", is_flag=True, help="Tasks that ended lately, with why, wall and CPU time and memory peak.")
 @click.option("--json", "as_json", is_flag=True, help="Print the list as one JSON line (schema in docs/user.md).")
 @click.option("--format", "fields", metavar="FIELDS",
               help="Plain columns of these comma-separated fields, e.g. id,state,memory. Fields: id, name, group, "
-                   "user, pid, state, position, age, cpu, memory, gpus, processes, reason; with --ended: id, name, "
-                   "group, user, ended, exit, wall, cpu, peak, reason, why.")
+                   "user, pid, state, position, age, cpu, memory, gpus, processes, reason, and each amount by name: "
+                   "cpu.guarantee, cpu.cap, cpu.used, memory.reserved, memory.cap, memory.used (one set per "
+                   "resource; a misspelt field lists them all); with --ended: id, name, group, user, ended, exit, "
+                   "wall, cpu, peak, reason, why.")
 @click.option("--noheader", is_flag=True, help="Plain columns without the header line.")
 @click.option("--socket", "socket_option", metavar="PATH",
               help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
-def ps(everyone: bool, ended: bool, as_json: bool, fields: str | None, noheader: bool,
-       socket_option: str | None) -> None:
+def ps(everyone: bool, users: tuple[str, ...], groups: tuple[str, ...], ended: bool, as_json: bool,
+       fields: str | None, noheader: bool, socket_option: str | None) -> None:
     """List your tasks: id, name, group, state, age, and CPU and memory as guarantee / cap /
     use, the GPUs each holds (when one does), with the processes in each. With --ended, each
-    ended task's exit code or the signal that ended it (-: not known).
+    ended task's exit code or the signal that ended it (-: not known). Another user's tasks
+    (--all, -u, --group) come without command line, pid or processes, unless you are root or
+    an admin.
 
     On a terminal, a table that leaves out whole columns rather than wrap or cut a value.
     Piped, or with --format or --noheader, plain columns, one line per task, for scripts.
@@ -31,6 +41,7 @@ def ps(everyone: bool, ended: bool, as_json: bool, fields: str | None, noheader:
     Examples:
       governor ps
       sudo governor ps --all
+      governor ps -u alice --group physics
       governor ps --ended --json
       governor ps --noheader --format id,state,memory
     """
@@ -48,19 +59,21 @@ def ps(everyone: bool, ended: bool, as_json: bool, fields: str | None, noheader:
         raise click.BadParameter(str(error), param_hint="--format") from None
     path = socket_path(socket_option)
     key = "ended" if ended else "tasks"
-    rows = getattr(call(path, PsRequest(all=everyone, ended=ended)), key)
+    request = PsRequest(all=everyone, ended=ended, users=_names(users), groups=_names(groups))
+    rows = getattr(call(path, request), key)
     if not isinstance(rows, list):
         raise ControlSocketError(path, f"the daemon's ps reply has no {key} list")
     if as_json:
         click.echo(json.dumps(rows))
         return
     plain = chosen is not None or noheader or not on_terminal()
+    others = everyone or bool(users) or bool(groups)  # a user column: the rows may be others'
     if not rows and not plain:
         click.echo("no tasks ended lately" if ended else "no tasks running or queued")
         return
     if plain:
         gpus = any(row.get("gpus") or (row.get("demand") or {}).get("gpu") for row in rows if isinstance(row, dict))
-        chosen = chosen or ps_plain.default_fields(ended=ended, users=everyone, gpus=gpus)
+        chosen = chosen or ps_plain.default_fields(ended=ended, users=others, gpus=gpus)
         for line in ps_plain.lines(rows, chosen, now=time.time(), ended=ended, header=not noheader):
             click.echo(line)
         return
@@ -69,7 +82,12 @@ def ps(everyone: bool, ended: bool, as_json: bool, fields: str | None, noheader:
     from governor.cli.ps_view import ended_table, tasks_table
 
     table = ended_table if ended else tasks_table
-    Console().print(table(rows, now=time.time(), users=everyone))
+    Console().print(table(rows, now=time.time(), users=others))
+
+
+def _names(given: tuple[str, ...]) -> tuple[str, ...]:
+    """Names given as repeated options and comma-separated lists, each once."""
+    return tuple(dict.fromkeys(name.strip() for item in given for name in item.split(",") if name.strip()))
 
 
 def on_terminal() -> bool:

@@ -7,7 +7,7 @@ lines from the daemon's rows (docs/user.md: "governor ps"), ``now`` passed in.
 from __future__ import annotations
 
 from governor.cli import view_common as view
-from governor.cli.ps_view import REASONS, amount_columns, ended_why, exit_words, triple
+from governor.cli.ps_view import REASONS, amount_columns, ended_why, exit_words, part, triple
 from governor.config import resources
 from governor.config.units import format_timespan
 
@@ -26,11 +26,42 @@ ENDED_FIELDS = {
 
 def task_fields() -> dict[str, str]:
     """The fields of running and queued tasks, name to what it shows: those of the amounts come
-    from the resource registry as it is when called, as the ``ps`` table's columns do."""
-    amounts = {name: f"{'guarantee' if resources.compressible(name) else '-' if resources.count(name) else 'reserved'}"
-                     "/cap/use"
-               for name in amount_columns()}
+    from the resource registry as it is when called, as the ``ps`` table's columns do: each
+    resource's packed cell (``cpu``: guarantee/cap/use) and each of its amounts by name
+    (``cpu.guarantee``, ``cpu.cap``, ``cpu.used``; ``memory.reserved``...)."""
+    amounts = {}
+    for name in amount_columns():
+        amounts[name] = "/".join(AMOUNTS[vector] if vector in _named(name) else "-" for vector in _vectors(name))
+        amounts.update({f"{name}.{AMOUNTS[vector]}": f"{name}: {AMOUNT_WORDS[vector]}" for vector in _named(name)})
     return {**BEFORE_AMOUNTS, **amounts, **AFTER_AMOUNTS}
+
+
+# A row's vector → its field's suffix (the vocabulary's words), and what it shows.
+AMOUNTS = {"guarantee": "guarantee", "reserved": "reserved", "demand": "cap", "usage": "used"}
+AMOUNT_WORDS = {"guarantee": "its part of its group's guarantee", "reserved": "what it holds in admission",
+                "demand": "its cap (what it declared)", "usage": "what it uses (the last second)"}
+
+
+def _vectors(resource: str) -> tuple[str, str, str]:
+    """The row vectors of ``resource``'s amounts, in a cell's order: guarantee (compressible)
+    or reserved (admitted), then cap, then use (:mod:`governor.core.vocabulary`)."""
+    return "guarantee" if resources.compressible(resource) else "reserved", "demand", "usage"
+
+
+def _named(resource: str) -> tuple[str, ...]:
+    """The vectors of ``resource`` that have a figure: all three, but a count's (``pids``), which
+    is a cap and a use only (never admitted, never a guarantee)."""
+    return _vectors(resource)[1:] if resources.count(resource) else _vectors(resource)
+
+
+def _amount_cell(row: dict, field: str) -> str | None:
+    """The cell of an amount field (``cpu``, ``cpu.used``) of ``row``, None for another field."""
+    if field in amount_columns():
+        return triple(row, field, _vectors(field)[0]).replace("—", "-")
+    resource, _, named = field.rpartition(".")
+    vectors = _named(resource) if resource in amount_columns() else ()
+    vector = next((vector for vector in vectors if AMOUNTS[vector] == named), None)
+    return None if vector is None else part(row, resource, vector).replace("—", "-")
 
 
 def default_fields(*, ended: bool, users: bool, gpus: bool) -> list[str]:
@@ -60,13 +91,13 @@ def parse_fields(text: str, *, ended: bool) -> list[str]:
 
 def lines(rows: list[dict], fields: list[str], *, now: float, ended: bool, header: bool = True) -> list[str]:
     """``rows`` as aligned columns of ``fields`` (two spaces apart, the last unpadded), with a
-    header line of the field names unless ``header`` is False. A value is never cut: a column
-    is as wide as its widest value."""
+    header line of the field names unless ``header`` is False (no line at all for no row and
+    no header). A value is never cut: a column is as wide as its widest value."""
     cell = _ended_cell if ended else _task_cell
     table = [[cell(row, field, now) for field in fields] for row in view.printable(rows)]
     if header:
         table.insert(0, list(fields))
-    widths = [max(len(cells[index]) for cells in table) for index in range(len(fields))]
+    widths = [max((len(cells[index]) for cells in table), default=0) for index in range(len(fields))]
     return ["  ".join(value.ljust(width) for value, width in zip(cells, widths)).rstrip() for cells in table]
 
 
@@ -77,8 +108,9 @@ def _one_line(value: object) -> str:
 
 
 def _task_cell(row: dict, field: str, now: float) -> str:
-    if field in amount_columns():
-        return triple(row, field, "guarantee" if resources.compressible(field) else "reserved").replace("—", "-")
+    cell = _amount_cell(row, field)
+    if cell is not None:
+        return cell
     if field == "age":
         started = row.get("started") if row.get("state") == "running" else row.get("queued_at")
         return "-" if started is None else view.duration(now - started).replace(" ", "")

@@ -165,9 +165,15 @@ def ended_why(record: dict) -> str:
 
 
 def triple(row: dict, resource: str, held: str) -> str:
-    # "812M", not "812.0M": three amounts share the cell.
-    return "/".join(_TRAILING_ZERO.sub("", amount(resource, row.get(vector, {}).get(resource)))
-                    for vector in (held, "demand", "usage"))
+    """``row``'s amounts of ``resource`` in one cell, ``held`` (``guarantee`` or ``reserved``)
+    / cap / use: ``1.5/2/1.98``, ``4G/4G/812M``."""
+    return "/".join(part(row, resource, vector) for vector in (held, "demand", "usage"))
+
+
+def part(row: dict, resource: str, vector: str) -> str:
+    """One amount of ``row``: its ``vector`` (``guarantee``, ``reserved``, ``demand``: the cap,
+    ``usage``) of ``resource``, ``—`` for none. "812M", not "812.0M", as three share a cell."""
+    return _TRAILING_ZERO.sub("", amount(resource, (row.get(vector) or {}).get(resource)))
 
 
 _TRAILING_ZERO = re.compile(r"\.0(?=[KMGT]?$)")  # only a whole number's ".0": 1.05 stays 1.05

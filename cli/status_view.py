@@ -285,7 +285,7 @@ def tasks_view(name: str, group: dict) -> RenderableType:
         view.row(grid, "", "protected", " · ".join(f"{f} {view.limit(f, v)}" for f, v in protected.items()))
     for task in tasks:
         user = task.get("user", task.get("uid", "?"))
-        view.row(grid, str(task.get("id", "?")), "pid", f"{task.get('pid', '?')} · {user} · {view.task_command(task)}")
+        view.row(grid, str(task.get("id", "?")), "pid", f"{view.task_pid(task)} · {user} · {view.task_command(task)}")
         limits = task.get("limits", {})
         view.row(grid, "", "cap", view.vector(task.get("demand", {})))
         if task.get("gpus"):

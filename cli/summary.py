@@ -112,7 +112,7 @@ def _run_and_wait(path: str, request: LaunchRequest, cmd: tuple[str, ...], mask:
         if watch is None and time.monotonic() >= first_look:
             from governor.cgroups.memory_now import memory_now
 
-            watch = MemoryWatch(started, functools.partial(memory_now, pid=child))
+            watch = MemoryWatch(started, memory_now)
         if watch is not None:
             watch.look()
     wall = time.monotonic() - began

@@ -234,7 +234,7 @@ def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[R
     for task in tasks[:shown]:
         demand = {r: float(v) for r, v in task.get("demand", {}).items()}
         used = task.get("usage", {})
-        rows.append([f"  {task.get('pid', '?')}", str(task.get("user", task.get("uid", "?"))),
+        rows.append([f"  {view.task_pid(task)}", str(task.get("user", task.get("uid", "?"))),
                      view.duration(now - float(task.get("started", now))),
                      *([view.gpu_list(task.get("gpus"))] if gpus else []), task, _cap(demand, task.get("limits", {})),
                      _compact(vocabulary.task_guarantee(demand, granted)),

@@ -80,11 +80,24 @@ def command(argv: list[str], chars: int = COMMAND_CHARS) -> str:
     return line if len(line) <= chars else line[: chars - 1] + "…"
 
 
+# What stands for another user's command line (governor.wire.visibility: not sent).
+PRIVATE = "(private)"
+
+
 def task_command(task: dict, chars: int = COMMAND_CHARS) -> str:
-    """What a status task runs: its command line, or ``session of <user>`` for a session."""
+    """What a status task runs: its command line, ``session of <user>`` for a session, or
+    :data:`PRIVATE` for another user's task, whose command line the daemon does not send."""
     if task.get("session"):
         return command([f"session of {task.get('user', task.get('uid', '?'))}"], chars)
+    if task.get("private"):
+        return command([PRIVATE], chars)
     return command(task.get("command", []), chars)
+
+
+def task_pid(task: dict) -> str:
+    """A task's pid, ``—`` where the daemon does not send it (another user's task)."""
+    pid = task.get("pid", "?")
+    return "—" if pid is None else str(pid)
 
 
 def number(value: object, *, precision: int = 3) -> str:

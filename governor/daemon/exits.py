@@ -9,6 +9,7 @@ import asyncio
 import logging
 import os
 import resource
+import signal
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -306,8 +307,12 @@ class Exits:
         """Fill in how the task's launched process exited, from its pidfd: known once its
         parent (the user's shell) reaped it, which may be a moment after the task's cgroup
         emptied, so it is asked again every :data:`EXIT_STATUS_RETRY_S` a few times; then the
-        pidfd is closed."""
+        pidfd is closed. Where the kernel does not say (before Linux 6.15, or no pidfd: the
+        cgroup v2 VM's 6.1 showed ``-`` where the v1 host's 6.18 showed ``SIGKILL``, issue 44
+        point 6), a task the daemon ended (stop, time limit) is known to have been killed by the
+        SIGKILL it sent every process of it (``cgroup.kill``, or each pid on v1)."""
         if pidfd is None:
+            self._signal_sent(record)
             return
         record.exit_status = exit_status(pidfd)
         self._ended_changed = self._ended_changed or record.exit_status is not None
@@ -316,8 +321,15 @@ class Exits:
                                                   tries - 1)
             return
         os.close(pidfd)
+        self._signal_sent(record)
         if tries < EXIT_STATUS_TRIES and record.exit_status is not None:
             log.info("%s: exit status %s", record.task.label, exit_words(record.exit_status))
+
+    def _signal_sent(self, record: Ended) -> None:
+        """A task the daemon ended, whose exit status the kernel did not give: SIGKILL's."""
+        if record.exit_status is None and record.reason in (STOP, TIME_LIMIT):
+            record.exit_status = signal.SIGKILL.value  # the wait status of a process SIGKILL ended
+            self._ended_changed = True
 
     def _kill_again(self, task: Task) -> None:
         """A task the daemon ended still has processes (v1: one forked past every round):

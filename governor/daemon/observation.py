@@ -42,6 +42,7 @@ from governor.core.queue import queue_view
 from governor.core.steady import Steady
 from governor.core.state import Task, Tasks
 from governor.wire.status import StatusReply, build_status, gpu_entries
+from governor.wire.visibility import ADMIN, StatusViews, Viewer
 from governor.core.usage import Sample, usage
 
 __all__ = ["GPU_SAMPLE_S", "Observation", "SAMPLED_TASKS"]
@@ -103,6 +104,7 @@ class Observation:
         self._status: tuple[int, dict] | None = None  # the status reply built at that version
         self._status_tasks: dict[str, tuple] = {}  # its task entries, kept while unchanged
         self._status_checked: dict[int, dict] = {}  # and those its encoding checked
+        self._views = StatusViews(StatusReply)  # its form for each viewer who may not see all
         self._sampler = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sampler")
         self._forgotten: set[str] | None = None  # cgroups forgotten while the sampler reads
         self._group_at: dict[str, str] = {}  # a group's cgroup → the group, as last sampled
@@ -276,16 +278,22 @@ class Observation:
         """The foreign tenants as last read, name → tenant ({} with none governed)."""
         return self.foreign.tenants if self.foreign is not None else {}
 
-    def status(self) -> dict:
-        """The status object of ``governor status --json`` (schema in docs/operator.md), built once
+    def status(self, viewer: Viewer = ADMIN) -> dict:
+        """The status object of ``governor status --json`` (schema in docs/operator.md) as
+        ``viewer`` sees it (:mod:`governor.wire.visibility`; by default in full), built once
         per change (an event, a sample) and shared by every caller until the next: a storm of
         ``status`` requests or many ``watch`` streams cost one build, not one each. Callers must
         not modify it."""
-        return self.status_reply().status
+        return self.status_reply(viewer).status
 
-    def status_reply(self) -> StatusReply:
-        """The status reply (``{"status": <status>}``), the same object until the status
-        changes: the server encodes a reply it just sent once, for every watcher."""
+    def status_reply(self, viewer: Viewer = ADMIN) -> StatusReply:
+        """The status reply (``{"status": <status>}``) as ``viewer`` sees it, the same object
+        for each viewer's form until the status changes: the server encodes a reply once, for
+        every watcher who sees that form (:class:`~governor.wire.visibility.StatusViews`)."""
+        return self._views.reply(self._full_reply(), viewer)
+
+    def _full_reply(self) -> StatusReply:
+        """The status reply in full (an admin's), built once per change."""
         if self._status is not None and self._status[0] == self.journal.version:
             return self._status[1]
         enforcement, policy = self.enforcement, self.policy

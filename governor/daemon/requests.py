@@ -32,7 +32,8 @@ from governor.core.headroom import check_beside_headroom
 from governor.host.sd_notify import Notifier
 from governor.wire.protocol import (ExplainRequest, LaunchRequest, Peer, PsRequest, ReloadRequest, Request,
                                SetWeightRequest, StatusRequest, StopRequest, WatchRequest)
-from governor.wire.ps import PROCESSES_SHOWN, processes, task_rows
+from governor.wire.ps import PROCESSES_SHOWN, processes, ps_filter, task_rows
+from governor.wire.visibility import Viewer, queue_for, rows_for
 from governor.wire.status import psi_entry
 from governor.core.queue import queue_view
 from governor.core.quotas import check_within_quotas
@@ -108,11 +109,21 @@ class Requests:
             async for payload in payloads:
                 yield LaunchReply.from_json(payload)
 
+    def viewer(self, peer: Peer) -> Viewer:
+        """Who a reply to ``peer`` is for (:mod:`governor.wire.visibility`).
+
+        Raises:
+            RequestError: ``unavailable``, the user database cannot be read.
+        """
+        who = self.policy.identities.identify(peer.uid, peer.gid)
+        return Viewer(who.uid, access.is_admin(self.policy.config, who))
+
     async def _status(self, request: StatusRequest, peer: Peer) -> StatusReply:
-        return self.observation.status_reply()
+        return self.observation.status_reply(self.viewer(peer))
 
     async def _explain(self, request: ExplainRequest, peer: Peer) -> ExplainReply:
-        return ExplainReply(self.explain())
+        explained = self.explain()
+        return ExplainReply({**explained, "queue": queue_for(explained["queue"], self.viewer(peer))})
 
     async def _ps(self, request: PsRequest, peer: Peer) -> PsReply:
         return PsReply(**self.ps(request, self.policy.identities.identify(peer.uid, peer.gid)))
@@ -134,32 +145,30 @@ class Requests:
     async def watch(self, request: WatchRequest, peer: Peer) -> AsyncIterator[StatusReply]:
         """A status snapshot now and every ``request.interval`` seconds (``watch``)."""
         while True:
-            yield self.observation.status_reply()
+            yield self.observation.status_reply(self.viewer(peer))
             await asyncio.sleep(request.interval)
 
     def ps(self, request: PsRequest, who: access.Identity) -> dict:
         """``governor ps``: the caller's tasks, running and queued (``{"tasks": [...]}``, see
         :func:`governor.wire.ps.task_rows`), or its ended records (``{"ended": [...]}``, see
-        :meth:`governor.host.accounting.Ended.to_json`); everyone's with ``all``.
-
-        Raises:
-            RequestError: ``forbidden``, ``all`` asked by someone not root nor an admin.
+        :meth:`governor.host.accounting.Ended.to_json`); everyone's with ``all``, those of
+        ``users`` or in ``groups`` with those; another user's as
+        :mod:`governor.wire.visibility` shows them to ``who`` (no process listed).
         """
-        if request.all and not access.is_admin(self.policy.config, who):
-            raise RequestError("forbidden", f"everyone's tasks (--all) are for root and admins; user {who.user} "
-                                            "sees their own")
-
-        def shown(uid: int, task_id: str) -> bool:
-            return (request.all or uid == who.uid) and request.task in (None, task_id)
-
+        viewer = Viewer(who.uid, access.is_admin(self.policy.config, who))
+        chosen = ps_filter(who.uid, everyone=request.all, users=request.users, groups=request.groups,
+                           task=request.task)
         if request.ended:
-            return {"ended": [record.to_json(command_chars=None if record.task.uid == who.uid else SHOWN_COMMAND_CHARS)
-                              for record in self.exits.ended if shown(record.task.uid, record.task.id)]}
+            return {"ended": rows_for([record.to_json(command_chars=None if record.task.uid == who.uid
+                                                      else SHOWN_COMMAND_CHARS)
+                                       for record in self.exits.ended if chosen(record.task)], viewer)}
         positions = {item["task"]: item for item in queue_view(self.queue, self.queue.admission)}
-        return {"tasks": task_rows([t for t in self.tasks if shown(t.uid, t.id)],
-                                   [e for e in self.queue.values() if not e.decided and shown(e.task.uid, e.task.id)],
-                                   allocation=self.settle.enforcement.allocation, usage=self.observation.usage,
-                                   positions=positions, processes=self._processes, asker=who.uid)}
+        rows = task_rows([t for t in self.tasks if chosen(t)],
+                         [e for e in self.queue.values() if not e.decided and chosen(e.task)],
+                         allocation=self.settle.enforcement.allocation, usage=self.observation.usage,
+                         positions=positions, asker=who.uid,
+                         processes=lambda task: self._processes(task) if viewer.sees(task.uid) else ([], None))
+        return {"tasks": rows_for(rows, viewer)}
 
     def _processes(self, task: Task) -> tuple[list[dict], int]:
         """The first :data:`~governor.wire.ps.PROCESSES_SHOWN` processes in ``task``'s cgroup, and

@@ -53,11 +53,16 @@ class Starts:
         self.metrics = metrics
 
     def started_reply(self, task: Task) -> dict:
-        """The launch reply of a running task: its id, group, cgroup, the caps in force and,
-        when GPUs are governed, ``gpus``: how CUDA names each of its GPUs (UUIDs, else minor
+        """The launch reply of a running task: its id, group, cgroup, the caps in force,
+        ``memory_cgroup`` where its memory files are in another directory (v1's memory
+        hierarchy: ``governor run`` reads its memory there, not through a pid) and, when GPUs
+        are governed, ``gpus``: how CUDA names each of its GPUs (UUIDs, else minor
         numbers: :meth:`governor.core.gpus.Gpu.visible_id`)."""
         reply = {"task": task.id, "group": task.group, "cgroup": str(self.hierarchy.path(task.cgroup)),
                  "limits": self.hierarchy.in_force(task.cgroup)}
+        memory = str(self.hierarchy.memory_path(task.cgroup))
+        if memory != reply["cgroup"]:
+            reply["memory_cgroup"] = memory
         if self.policy.gpus is not None:
             known = self.policy.gpus.gpus
             reply["gpus"] = [known[i].visible_id() for i in task.gpus if i < len(known)]

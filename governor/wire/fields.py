@@ -95,6 +95,21 @@ def boolean(value: object, field: str) -> bool:
     return value
 
 
+# Names one filter may list (ps -u, --group).
+MAX_NAMES = 64
+
+
+def names(value: object, field: str) -> tuple[str, ...]:
+    """``value`` as a list of at most :data:`MAX_NAMES` names (user or group names: 1 to
+    :data:`MAX_NAME_CHARS` characters each), each once."""
+    if not isinstance(value, list) or len(value) > MAX_NAMES:
+        raise bad(field, f"must be a list of at most {MAX_NAMES} names, got {json_type(value)}")
+    for i, item in enumerate(value):
+        if not (isinstance(item, str) and 0 < len(item) <= MAX_NAME_CHARS):
+            raise bad(f"{field}[{i}]", f"must be a name of 1 to {MAX_NAME_CHARS} characters, got {json_type(item)}")
+    return tuple(dict.fromkeys(value))
+
+
 def text(value: object, field: str, *, nullable: bool = False) -> str | None:
     """``value`` as a non-empty string (or None where ``nullable``)."""
     if value is None and nullable:

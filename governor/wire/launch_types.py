@@ -97,7 +97,9 @@ class Queued(LaunchReply):
 class Started(LaunchReply):
     """The task runs: its id, group, cgroup (path), the cgroup files in force (file →
     value); ``gpus``: how CUDA names each of its GPUs, when GPUs are governed, else None;
-    ``nested``: the caller already was in this task (a launch from inside it)."""
+    ``nested``: the caller already was in this task (a launch from inside it);
+    ``memory_cgroup``: the path where its memory files are when not ``cgroup`` (v1's memory
+    hierarchy), else None."""
 
     task: str
     group: str
@@ -105,14 +107,17 @@ class Started(LaunchReply):
     limits: dict
     gpus: tuple[str, ...] | None = None
     nested: bool = False
+    memory_cgroup: str | None = None
 
     def to_json(self) -> dict:
-        """The payload (``gpus`` when not None, ``nested`` when true)."""
+        """The payload (``gpus`` and ``memory_cgroup`` when not None, ``nested`` when true)."""
         payload = {"task": self.task, "group": self.group, "cgroup": self.cgroup, "limits": self.limits}
         if self.gpus is not None:
             payload["gpus"] = list(self.gpus)
         if self.nested:
             payload["nested"] = True
+        if self.memory_cgroup is not None:
+            payload["memory_cgroup"] = self.memory_cgroup
         return payload
 
     @classmethod
@@ -121,6 +126,9 @@ class Started(LaunchReply):
         gpus = payload.get("gpus") if isinstance(payload, dict) else None
         if gpus is not None and not (isinstance(gpus, list) and all(isinstance(gpu, str) for gpu in gpus)):
             raise ValueError("has no gpus list of strings")
+        memory = payload.get("memory_cgroup")
+        if memory is not None and not isinstance(memory, str):
+            raise ValueError("has no memory_cgroup string")
         return cls(_field(payload, "task", str), _field(payload, "group", str), _field(payload, "cgroup", str),
                    _field(payload, "limits", dict), None if gpus is None else tuple(gpus),
-                   payload.get("nested") is True)
+                   payload.get("nested") is True, memory)

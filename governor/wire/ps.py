@@ -61,6 +61,22 @@ def task_rows(running: Iterable[Task], queued: Iterable[Entry], *, allocation: A
     return rows
 
 
+def ps_filter(asker: int, *, everyone: bool, users: Iterable[str], groups: Iterable[str],
+              task: str | None) -> Callable[[Task], bool]:
+    """Which tasks ``ps`` lists (``ps``'s request): the ``asker``'s (a uid) own, or with
+    ``everyone`` everyone's; with ``users`` (names or uids, ``ps -u``) only theirs, with
+    ``groups`` (``--group``) only those in these groups, whoever's, as ps and squeue filter;
+    with ``task`` only the task of that id."""
+    users, groups = frozenset(users), frozenset(groups)
+    anyone = everyone or bool(users) or bool(groups)
+
+    def chosen(listed: Task) -> bool:
+        return ((anyone or listed.uid == asker) and task in (None, listed.id)
+                and (not users or listed.user in users or str(listed.uid) in users)
+                and (not groups or listed.group in groups))
+    return chosen
+
+
 def _shown(task: Task, asker: int) -> int | None:
     return None if task.uid == asker else SHOWN_COMMAND_CHARS
 

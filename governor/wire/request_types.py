@@ -79,31 +79,39 @@ class WatchRequest:
 @dataclass(frozen=True)
 class PsRequest:
     """``ps``: the caller's tasks, running and queued, or with ``ended`` its ended records;
-    ``all``: everyone's (root and admins only); ``task``: only that task id's (``run
-    --summary`` waits for its own record)."""
+    ``all``: everyone's; ``users``, ``groups``: those of these users (names) or in these groups
+    only, everyone's (``ps -u``, ``--group``); ``task``: only that task id's (``run --summary``
+    waits for its own record). Another user's tasks come as
+    :mod:`governor.wire.visibility` shows them."""
 
     op: ClassVar[str] = "ps"
     all: bool = False
     ended: bool = False
     task: str | None = None
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
-        """The request object (``task`` only when given)."""
+        """The request object (``task``, ``users`` and ``groups`` only when given)."""
         message = {"op": self.op, "all": self.all, "ended": self.ended}
         if self.task is not None:
             message["task"] = self.task
+        for key in ("users", "groups"):
+            if getattr(self, key):
+                message[key] = list(getattr(self, key))
         return message
 
     @classmethod
     def from_json(cls, message: dict) -> PsRequest:
         """The checked request (raises RequestError ``bad_request`` naming the field)."""
-        fields.check_fields(message, allowed=("all", "ended", "task"))
+        fields.check_fields(message, allowed=("all", "ended", "task", "users", "groups"))
         task = message.get("task")
         if task is not None and not (isinstance(task, str) and 0 < len(task) <= fields.MAX_NAME_CHARS):
             raise fields.bad("task", f"must be a task id (1 to {fields.MAX_NAME_CHARS} characters), "
                                      f"got {fields.json_type(task)}")
         return cls(fields.boolean(message.get("all", False), "all"),
-                   fields.boolean(message.get("ended", False), "ended"), task)
+                   fields.boolean(message.get("ended", False), "ended"), task,
+                   fields.names(message.get("users", []), "users"), fields.names(message.get("groups", []), "groups"))
 
 
 @dataclass(frozen=True)

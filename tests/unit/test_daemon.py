@@ -287,7 +287,7 @@ def test_restart_readopts_live_tasks_and_drops_dead_ones(daemon):
 
 def test_status_reports_groups_tasks_and_the_last_filling(daemon):
     launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
-    status = asyncio.run(daemon.requests.handle(StatusRequest(), Peer(pid=1, uid=1000, gid=1000)))["status"]
+    status = asyncio.run(daemon.requests.handle(StatusRequest(), Peer(pid=1, uid=0, gid=0)))["status"]
     group = status["groups"]["A"]
     assert group["lambda"] == 1.0 and group["stop"] == "demand met"
     assert group["guarantee"] == {"cpu": 1.0} and group["reserved"] == {"memory": float(GIB)}

@@ -50,6 +50,9 @@ def test_the_operations_beyond_launch_parse():
     assert parse_request(line({"op": "ps"})) == PsRequest(all=False, ended=False)
     assert parse_request(line({"op": "ps", "all": True, "ended": True})) == PsRequest(all=True, ended=True)
     assert parse_request(line({"op": "ps", "ended": True, "task": "7"})) == PsRequest(ended=True, task="7")
+    assert parse_request(line({"op": "ps", "users": ["bob", "1002", "bob"], "groups": ["A"]})) == PsRequest(
+        users=("bob", "1002"), groups=("A",))
+    assert PsRequest.from_json(PsRequest(users=("bob",)).to_json()) == PsRequest(users=("bob",))
     assert parse_request(line({"op": "stop", "tasks": ["7", "8", "7"]})) == StopRequest(("7", "8"))
 
 
@@ -159,6 +162,8 @@ BAD = [
     (line({"op": "ps", "all": "yes"}), "bad_request", "all: must be true or false"),
     (line({"op": "ps", "user": "bob"}), "bad_request", "user: unknown field"),
     (line({"op": "ps", "task": 7}), "bad_request", "task: must be a task id"),
+    (line({"op": "ps", "users": "bob"}), "bad_request", "users: must be a list of at most 64 names"),
+    (line({"op": "ps", "groups": ["A", ""]}), "bad_request", "groups[1]: must be a name of 1 to 64 characters"),
     (b'{"op": "launch", "pid": 1, "time_limit": 1' + b"0" * 400 + b'}', "bad_request", "time_limit: must be a finite"),
     (line({"op": "stop"}), "bad_request", "tasks: missing field"),
     (line({"op": "stop", "tasks": []}), "bad_request", "tasks: must be a list of 1 to 64 task ids"),

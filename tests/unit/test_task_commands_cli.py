@@ -24,14 +24,14 @@ class TasksDaemon(FakeDaemon):
 
     def __init__(self):
         super().__init__()
-        self.ended = ENDED
+        self.rows, self.ended = ROWS, ENDED
 
     async def handle(self, request, peer):
         self.seen.append((request, peer))
         if self.refuse is not None:
             raise self.refuse
         if isinstance(request, PsRequest):
-            return {"ended": self.ended} if request.ended else {"tasks": ROWS}
+            return {"ended": self.ended} if request.ended else {"tasks": self.rows}
         if isinstance(request, StopRequest):
             return {"stopped": list(request.tasks)}
         return {"status": self.status}
@@ -87,6 +87,31 @@ def test_ps_with_nothing_to_show_says_so(tasks_daemon, monkeypatch):
         "id", "name", "group", "ended", "exit", "wall", "cpu", "peak", "why"]
     monkeypatch.setattr("governor.cli.ps.on_terminal", lambda: True)
     assert CliRunner().invoke(main, ["ps", "--ended"]).output == "no tasks ended lately\n"
+
+
+@pytest.mark.parametrize("form", [[], ["--all"], ["--ended"], ["--all", "--ended"]])
+@pytest.mark.parametrize("terminal", [True, False])
+def test_every_ps_form_works_on_an_empty_list(tasks_daemon, monkeypatch, form, terminal):
+    # Issue 43, point 6: `ps --noheader` with nothing to list was a traceback (max() of an
+    # empty sequence), exit 1; so were --all and --ended with it.
+    from governor.cli.ps_plain import ENDED_FIELDS, task_fields
+
+    tasks_daemon.rows, tasks_daemon.ended = [], []
+    monkeypatch.setattr("governor.cli.ps.on_terminal", lambda: terminal)
+    fields = list(ENDED_FIELDS if "--ended" in form else task_fields())
+    header = ["id", "name", "group", *(["user"] if "--all" in form else [])]
+    for options, said in ((["--noheader"], ""), (["--json"], "[]\n"),
+                          *((["--format", field], f"{field}\n") for field in fields),
+                          (["--noheader", "--format", ",".join(fields)], ""),
+                          (["--format", ",".join(fields)], "  ".join(fields) + "\n")):
+        result = CliRunner().invoke(main, ["ps", *form, *options])
+        assert (result.exit_code, result.output) == (0, said), (options, result.output)
+    plain = CliRunner().invoke(main, ["ps", *form])
+    assert plain.exit_code == 0, plain.output
+    if terminal:
+        assert plain.output.startswith("no tasks"), plain.output
+    else:
+        assert plain.output.split()[:len(header)] == header
 
 
 def test_stop_sends_the_ids_and_says_what_it_stopped(tasks_daemon):
@@ -235,6 +260,36 @@ def test_ps_format_and_noheader_print_the_fields_asked_for(tasks_daemon, monkeyp
     result = CliRunner().invoke(main, ["ps", "--format", "id,nosuch"])
     assert result.exit_code == 2
     assert "unknown field 'nosuch'; ps fields: id, name" in result.output, result.output
+
+
+def test_each_amount_is_a_named_format_field(tasks_daemon):
+    # Issue 44, point 5: the packed 0.58/1/0.79 cell, split into fields a script can name.
+    fields = "id,cpu.guarantee,cpu.cap,cpu.used,memory.reserved,memory.cap,memory.used"
+    result = CliRunner().invoke(main, ["ps", "--noheader", "--format", fields])
+    assert result.exit_code == 0, result.output
+    assert [line.split() for line in result.output.splitlines()] == [
+        ["7", "1.5", "2", "1.98", "4G", "4G", "812M"], ["8", "-", "1", "-", "-", "16G", "-"]]
+    result = CliRunner().invoke(main, ["ps", "--format", "cpu.reserved"])  # cpu is guaranteed, not reserved
+    assert result.exit_code == 2 and "cpu.guarantee, cpu.cap, cpu.used" in result.output, result.output
+
+
+def test_the_named_amount_fields_come_from_the_resource_registry():
+    from governor.cli.ps_plain import task_fields
+    from governor.cli.ps_view import amount_columns
+    from governor.config import resources
+
+    known = task_fields()
+    for name in amount_columns():  # every resource ps shows a column of, a new one too (pids)
+        held = "guarantee" if resources.compressible(name) else "reserved"
+        assert {name, f"{name}.{held}", f"{name}.cap", f"{name}.used"} <= set(known), name
+
+
+def test_ps_u_and_group_ask_for_those_users_and_groups_and_show_whose(tasks_daemon, monkeypatch):
+    monkeypatch.setattr("governor.cli.ps.on_terminal", lambda: False)
+    result = CliRunner().invoke(main, ["ps", "-u", "alice,bob", "--user", "1003", "--group", "physics"])
+    assert result.exit_code == 0, result.output
+    assert tasks_daemon.seen[0][0] == PsRequest(users=("alice", "bob", "1003"), groups=("physics",))
+    assert result.output.split()[:4] == ["id", "name", "group", "user"]  # whose each task is
 
 
 def test_ps_ended_shows_the_exit_code_or_the_signal(tasks_daemon, monkeypatch):
