@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--seconds", type=float, default=10, metavar="S",
                        help="the victim's run in each phase, seconds (default: 10)")
     group.add_argument("--execs", type=int, metavar="N",
-                       help="execs per user for the daemon's CPU per exec (default: 3000; 300 in the VM)")
+                       help="execs per user for the daemon's CPU per exec (default: 3000; 100 in the VM)")
     group.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH ('-': stdout)")
     group.add_argument("--vm", action="store_true",
                        help="run it in the cgroup v2 VM (../shared/vm/run-in-vm), with the fork bomb, "
@@ -138,7 +138,7 @@ def measure(governor: str, work: Path, args: argparse.Namespace) -> dict:
         note("B's launches, quiet")
         results["quiet"] = phases.quiet()
         note("the daemon's CPU per exec")
-        results["exec_cost"] = phases.exec_cost(args.execs or (300 if guest else 3000))
+        results["exec_cost"] = phases.exec_cost(args.execs or (100 if guest else 3000))
         note("the victim alone")
         alone = [phases.alone()]
         for index, neighbour in enumerate(found):

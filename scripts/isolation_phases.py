@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -15,7 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
-from benchlib import DAEMON_NICE, percentile, remove_cgroup_root, tmpfs, wait_for_socket
+from benchlib import DAEMON_NICE, percentile, remove_cgroup_root, tmpfs
 from isolation_loads import B_USER, NEIGHBOUR_USER, PROBER, VICTIM, Neighbour, Processes, ensure_user
 
 VICTIM_DEMAND = ("--cpus", "1", "--memory", "64M")  # one busy thread: 1 core is all it can use
@@ -50,11 +51,23 @@ class Daemon:
                 [self.governor, "daemon", "--config", str(self.config), "--socket", self.socket,
                  "--cgroup-root", self.root], stdout=open(self.log, "a"), stderr=subprocess.STDOUT,
                 preexec_fn=lambda: os.nice(DAEMON_NICE))
-            wait_for_socket(self.socket, self.process, self.log)
+            self.wait_for_socket()
         elif not wanted and self.process is not None:
             self.process.send_signal(signal.SIGTERM)
             self.process.wait(120)
             self.process = None
+
+    def wait_for_socket(self, timeout: float = 300) -> None:
+        """Until the daemon answers a connection: in the emulated VM, a start while the host is
+        busy took longer than benchlib's 30 s."""
+        deadline = time.monotonic() + timeout
+        while self.process.poll() is None and time.monotonic() < deadline:
+            with socket.socket(socket.AF_UNIX) as probe:
+                if probe.connect_ex(self.socket) == 0:
+                    return
+            time.sleep(0.2)
+        raise SystemExit(f"the daemon did not start in {timeout:.0f} s (exit code {self.process.poll()}): "
+                         f"{self.log.read_text()[-3000:]}")
 
     def cpu(self) -> float:
         return cpu_seconds(self.process.pid) if self.process else 0.0
