@@ -1,0 +1,182 @@
+"""The isolation benchmark's workloads (scripts/isolation.py): the victim, the hostile
+neighbours, user B's launch prober, the users they run as, and the cleanup of every process
+they started.
+
+Each workload is one command line (argv), so the same program runs plain (ungoverned) or
+after `governor run … --` (governed), and each is started in a session of its own: killing its
+process group ends it and all it forked. A neighbour runs as an ordinary user of its own
+(``gov-hostile``), B as another (``gov-bob``): uids at or above UID_MIN, which sessions govern
+(a system user's would be left alone); the victim runs as root, which sessions never move, so
+its runs alone are plain wherever the daemon is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+NEIGHBOUR_USER, B_USER = "gov-hostile", "gov-bob"
+
+# The victim: a CPU loop counting iterations; every 0.5 s one line, iterations per second.
+VICTIM = """
+import sys, time
+end = time.monotonic() + float(sys.argv[1])
+start, count = time.monotonic(), 0
+while start < end:
+    for _ in range(20000):
+        pass
+    count += 20000
+    now = time.monotonic()
+    if now - start >= 0.5:
+        print(f"{count / (now - start):.0f}", flush=True)
+        start, count = now, 0
+"""
+
+# User B: `governor run -- true` in a loop, at most two a second; one line per launch, its
+# wall time in ms (or "failed").
+PROBER = """
+import subprocess, sys, time
+governor, seconds = sys.argv[1], float(sys.argv[2])
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    began = time.perf_counter()
+    code = subprocess.call([governor, "run", "--group", "b", "--cpus", "0.1", "--memory", "16M", "--", "true"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    took = time.perf_counter() - began
+    print(f"{took * 1000:.1f}" if code == 0 else "failed", flush=True)
+    time.sleep(max(0.0, 0.5 - took))
+"""
+
+# Workers forked by a Python neighbour: one per core it asks for.
+_FORK_WORKERS = "import os\nfor _ in range(1, int(os.environ['WORKERS'])):\n    if os.fork() == 0:\n        break\n"
+
+THREADS = _FORK_WORKERS + """
+import threading
+while True:
+    thread = threading.Thread(target=int)
+    thread.start()
+    thread.join()
+"""
+
+# prctl(PR_SET_NAME) sends one process event per call (issue 42: 2.2 M/s on one core).
+PRCTL = _FORK_WORKERS + """
+import ctypes
+prctl = ctypes.CDLL(None, use_errno=True).prctl
+while True:
+    prctl(15, b"prctl-storm", 0, 0, 0)
+"""
+
+# Touches every page of what it holds, growing by 32 MiB up to its bound (bytes, argv[1]).
+MEMORY_HOG = """
+import sys
+bound, chunks = int(sys.argv[1]), []
+while True:
+    if len(chunks) * (32 << 20) < bound:
+        chunks.append(bytearray(32 << 20))
+    for chunk in chunks:
+        chunk[::4096] = bytes([len(chunks) & 255]) * (len(chunk) // 4096)
+"""
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    """A hostile neighbour: its name in the table, what it runs (argv), the demand it
+    declares when governed (`governor run` flags), and whether it runs only in the VM."""
+    name: str
+    argv: tuple[str, ...]
+    demand: tuple[str, ...] = ("--cpus", "1", "--memory", "256M")
+    vm_only: bool = False
+    env: tuple[tuple[str, str], ...] = ()
+
+
+def neighbours(python: str, cores: int, in_vm: bool, disk: str | None) -> list[Neighbour]:
+    """The neighbours of this run, in order: those of every host, then (``in_vm``) the fork
+    bomb, the memory hog and (with a scratch ``disk``) the I/O flood."""
+    shell = ("/bin/sh", "-c")
+    workers = str(max(2, cores))
+    found = [
+        Neighbour(f"CPU burners ({workers} busy loops)",
+                  shell + (f"for i in $(seq {workers}); do (while :; do :; done) & done; wait",),
+                  ("--cpus", workers, "--memory", "64M")),
+        Neighbour("exec storm (2 shells running /bin/true)",
+                  shell + ("for i in 1 2; do (while :; do /bin/true; done) & done; wait",), ("--cpus", "2")),
+        Neighbour("thread storm (2 processes creating and joining threads)", (python, "-c", THREADS),
+                  ("--cpus", "2"), env=(("WORKERS", "2"),)),
+        Neighbour("prctl(PR_SET_NAME) storm (1 process)", (python, "-c", PRCTL), env=(("WORKERS", "1"),)),
+    ]
+    if in_vm:
+        found.append(Neighbour("fork bomb (up to 3,000 sleeping children)",
+                               shell + ("i=0; while [ $i -lt 3000 ]; do sleep 3600 & i=$((i+1)); done; wait",),
+                               vm_only=True))
+        bound = int(0.6 * psutil.virtual_memory().total)
+        found.append(Neighbour(f"memory hog (up to {bound >> 20} MiB, declares 256M)",
+                               (python, "-c", MEMORY_HOG, str(bound)), vm_only=True))
+        if disk is not None:
+            found.append(Neighbour(f"I/O flood (direct 1 MiB writes to {disk})", shell + (
+                f"while :; do dd if=/dev/zero of={disk} bs=1M count=64 oflag=direct status=none; done",),
+                vm_only=True))
+    return found
+
+
+def ensure_user(name: str) -> pwd.struct_passwd:
+    """The account ``name``, made (no home, an ordinary uid) when missing: what
+    scripts/bench-sessions does for its user."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True)
+        return pwd.getpwnam(name)
+
+
+class Processes:
+    """Every process this benchmark starts: each in a session of its own, as ``user`` (None:
+    root), ended with all it forked by :meth:`stop` or :meth:`stop_all`."""
+
+    def __init__(self, work: Path, socket: str):
+        self.work, self.started, self.log = work, [], work / "processes.log"  # their stderr
+        self.env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GOVERNOR_SOCKET": socket, "LANG": "C.UTF-8"}
+        self.users = {pwd.getpwnam(name).pw_uid for name in (NEIGHBOUR_USER, B_USER)}
+
+    def start(self, argv: list[str], user: str | None = None, env: dict[str, str] | None = None,
+              stdout=subprocess.DEVNULL) -> subprocess.Popen:
+        """``argv`` started as ``user`` in ``self.work``; its stdout to ``stdout``, its stderr
+        to ``self.log``."""
+        account = pwd.getpwnam(user) if user else None
+        with open(self.log, "a") as log:
+            process = subprocess.Popen(
+                argv, cwd=self.work, env={**self.env, **(env or {})}, stdout=stdout, stderr=log,
+                start_new_session=True, **({"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+                                           if account else {}))
+        self.started.append(process)
+        return process
+
+    def stop(self, process: subprocess.Popen) -> None:
+        """End ``process`` and every process in its group (what it forked), and reap it."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        if process in self.started:
+            self.started.remove(process)
+
+    def stop_all(self) -> None:
+        """End what is left: each started process's group, then any process of the
+        benchmark's own users that left it (a daemonised child), by pid, until none is left."""
+        for process in list(self.started):
+            self.stop(process)
+        for _ in range(50):
+            left = [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real in self.users]
+            if not left:
+                return
+            for process in left:
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
+            psutil.wait_procs(left, timeout=1)
+        print(f"processes of {sorted(self.users)} are still left", file=sys.stderr)

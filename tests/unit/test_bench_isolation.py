@@ -1,0 +1,106 @@
+"""`scripts/bench --isolation` (issue 42): its options are checked and its table is rendered
+from results of the shape it measures. Nothing here runs a workload or times anything."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def _load(name: str, path: Path):
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
+    sys.modules[name] = module  # (its dataclasses look their module up there)
+    loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def scripts():
+    """scripts/bench and scripts/isolation.py as modules (they import their neighbours in scripts/)."""
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        yield _load("bench_script", SCRIPTS / "bench"), _load("isolation_script", SCRIPTS / "isolation.py")
+    finally:
+        sys.path.remove(str(SCRIPTS))
+
+
+def test_isolation_options_are_parsed(scripts):
+    bench, _ = scripts
+    args = bench.parse_arguments(["--isolation", "--seconds", "5", "--json", "out.json", "--execs", "200"])
+    assert (args.isolation, args.seconds, args.json, args.execs, args.vm) == (True, 5.0, "out.json", 200, False)
+    assert bench.parse_arguments(["--isolation", "--vm"]).vm
+    assert not bench.parse_arguments([]).isolation
+
+
+@pytest.mark.parametrize("argv, reason", [
+    (["--seconds", "5"], "--seconds belongs to --isolation"),
+    (["--vm"], "--vm belongs to --isolation"),
+    (["--isolation", "--big"], "--isolation runs alone: leave out --big"),
+    (["--isolation", "--quick", "--against", "main"], "leave out --quick, --against"),
+    (["--isolation", "--seconds", "1"], "from 2 to 600 seconds, not 1"),
+    (["--isolation", "--seconds", "nan"], "not nan"),
+    (["--isolation", "--execs", "5"], "from 10 to 100000 execs, not 5"),
+])
+def test_bad_isolation_options_are_refused_with_the_reason(scripts, capsys, argv, reason):
+    bench, _ = scripts
+    with pytest.raises(SystemExit) as exited:
+        bench.parse_arguments(argv)
+    assert exited.value.code == 2
+    assert reason in capsys.readouterr().err
+
+
+def _results(isolation) -> dict:
+    quiet = {"p50": 100.0, "p99": 200.0, "launches": 20, "failed": 0, "daemon_cpu": 0.4}
+    governed = {**isolation.ratios([9.0, 10.0, 11.0, 10.0], 10.0), "guarantee": 0.875, "daemon_cpu": 3.25,
+                "launches": {"p50": 150.0, "p99": 500.0, "launches": 18, "failed": 1}}
+    starved = {**isolation.ratios([4.0, 5.0], 10.0), "guarantee": 0.875, "daemon_cpu": 21.0,
+               "launches": {"p50": None, "p99": None, "launches": 0, "failed": 3}}
+    return {"host": {"name": "box", "cpus": 2, "kernel": "6.18", "cgroup": "v1 (hybrid)", "vm": None,
+                     "load": [1.0, 0.5, 0.25], "date": "2026-11-29 04:00 UTC"},
+            "seconds": 10.0, "quiet": quiet,
+            "exec_cost": {"governed": 180.4, "ungoverned": 99.6, "execs": 3000, "idle_cpu": 0.2},
+            "neighbours": [
+                {"name": "CPU burners", "baseline": 10.0, "vm_only": False, "governed": governed,
+                 "ungoverned": isolation.ratios([5.0, 6.0], 10.0)},
+                {"name": "prctl storm", "baseline": 10.0, "vm_only": False, "governed": starved,
+                 "ungoverned": isolation.ratios([10.0, 10.0], 10.0)}]}
+
+
+def test_ratios_are_the_median_and_p10_of_each_sample_over_the_baseline(scripts):
+    _, isolation = scripts
+    found = isolation.ratios([5.0, 10.0, 20.0, 10.0, 10.0], 10.0)
+    assert found["median"] == 1.0 and found["samples"] == 5
+    assert 0.5 <= found["p10"] < 1.0
+
+
+def test_the_table_shows_each_neighbour_side_by_side_with_its_checks(scripts):
+    _, isolation = scripts
+    table = isolation.render(_results(isolation))
+    lines = table.splitlines()
+    assert lines[0].startswith("**Host:** box: 2 CPUs, Linux 6.18, cgroup v1 (hybrid); load average 1.00, 0.50, 0.25")
+    header = next(line for line in lines if line.startswith("| neighbour"))
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ") and line != header}
+    assert header.count("|") == rows["CPU burners"].count("|") == rows["prctl storm"].count("|")
+    assert "| 1.00 / 0.93 | 0.55 / 0.51 | 0.88 cores | yes | yes | 3.2 % of a core | 150 / 500 ms (2.5× quiet); 1 failed |" \
+        in rows["CPU burners"]
+    assert "| 0.45 / 0.41 | 1.00 / 1.00 | 0.88 cores | no (< 0.79) | no | 21.0 % of a core | none finished |" \
+        in rows["prctl storm"]
+    assert "0.4 % of a core | 100 / 200 ms |" in rows["none (quiet)"]
+    assert "a governed user's 180 µs, an ungoverned user's 100 µs" in table
+
+
+def test_the_vm_adds_its_neighbours(scripts):
+    loads = importlib.import_module("isolation_loads")
+    here = loads.neighbours("python3", 2, False, None)
+    assert len(here) == 4 and not any(n.vm_only for n in here)
+    in_vm = loads.neighbours("python3", 2, True, "/dev/vda")
+    assert [n.name.split(" (")[0] for n in in_vm[4:]] == ["fork bomb", "memory hog", "I/O flood"]
+    assert len(loads.neighbours("python3", 2, True, None)) == 6  # no scratch disk: no I/O flood
