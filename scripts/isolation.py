@@ -130,13 +130,13 @@ def measure(governor: str, work: Path, args: argparse.Namespace) -> dict:
 
     guest = in_guest()
     disk = (os.environ.get("VMLAB_DISK_DEVS") or "").replace(",", " ").split()
-    phases = Phases(governor, work, args.seconds)
-    found = neighbours(phases.python, os.cpu_count() or 1, guest, disk[0] if disk else None)
-    if guest and disk:
-        os.chown(disk[0], pwd.getpwnam(NEIGHBOUR_USER).pw_uid, -1)  # the guest's own scratch disk
     results: dict = {"host": host(), "seconds": args.seconds, "neighbours": []}
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # the cleanup below runs
+    phases = Phases(governor, work, args.seconds)
     try:
+        found = neighbours(phases.python, os.cpu_count() or 1, guest, disk[0] if disk else None)
+        if guest and disk:
+            os.chown(disk[0], pwd.getpwnam(NEIGHBOUR_USER).pw_uid, -1)  # the guest's own scratch disk
         note("B's launches, quiet")
         results["quiet"] = phases.quiet()
         note("the daemon's CPU per exec")
