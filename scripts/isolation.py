@@ -73,10 +73,12 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 
 def in_guest() -> bool:
+    """Whether this runs inside ../shared/vm/run-in-vm's guest."""
     return os.environ.get("VMLAB_GUEST") == "1"
 
 
 def cgroup_mode() -> str:
+    """This host's cgroup layout: "v2", "v1 (hybrid)" (v1 controllers, an empty v2 tree) or "v1"."""
     base = Path("/sys/fs/cgroup")
     if (base / "cgroup.controllers").exists():
         return "v2"
@@ -128,13 +130,13 @@ def measure(governor: str, work: Path, args: argparse.Namespace) -> dict:
 
     guest = in_guest()
     disk = (os.environ.get("VMLAB_DISK_DEVS") or "").replace(",", " ").split()
-    phases = Phases(governor, work, args.seconds)
-    found = neighbours(phases.python, os.cpu_count() or 1, guest, disk[0] if disk else None)
-    if guest and disk:
-        os.chown(disk[0], pwd.getpwnam(NEIGHBOUR_USER).pw_uid, -1)  # the guest's own scratch disk
     results: dict = {"host": host(), "seconds": args.seconds, "neighbours": []}
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # the cleanup below runs
+    phases = Phases(governor, work, args.seconds)
     try:
+        found = neighbours(phases.python, os.cpu_count() or 1, guest, disk[0] if disk else None)
+        if guest and disk:
+            os.chown(disk[0], pwd.getpwnam(NEIGHBOUR_USER).pw_uid, -1)  # the guest's own scratch disk
         note("B's launches, quiet")
         results["quiet"] = phases.quiet()
         note("the daemon's CPU per exec")
@@ -160,6 +162,7 @@ def measure(governor: str, work: Path, args: argparse.Namespace) -> dict:
 
 
 def note(what: str) -> None:
+    """Say on stderr which phase starts (a run takes minutes)."""
     print(f"[{time.strftime('%H:%M:%S')}] {what} …", file=sys.stderr, flush=True)
 
 
@@ -191,12 +194,14 @@ def render(results: dict) -> str:
         governed, ungoverned = row["governed"], row["ungoverned"]
         # The victim is one busy thread: alone it uses one core, its whole demand; beside a
         # neighbour it is owed min(guarantee, 1 core) of that.
-        owed = min(governed["guarantee"] or 0.0, 1.0)
-        meets = "yes" if governed["median"] >= TARGET * owed else f"no (< {TARGET * owed:.2f})"
+        owed = None if governed["guarantee"] is None else min(governed["guarantee"], 1.0)
+        meets = ("not counted" if owed is None else "yes" if governed["median"] >= TARGET * owed
+                 else f"no (< {TARGET * owed:.2f})")
+        guarantee = "not counted" if owed is None else f"{governed['guarantee']:.2f} cores"
         better = "yes" if governed["median"] >= ungoverned["median"] else "no"
         cpu = "" if governed["daemon_cpu"] is None else f"{governed['daemon_cpu']:.1f} % of a core"
         lines.append(f"| {row['name']} | {governed['median']:.2f} / {governed['p10']:.2f} | "
-                     f"{ungoverned['median']:.2f} / {ungoverned['p10']:.2f} | {governed['guarantee'] or 0:.2f} cores | "
+                     f"{ungoverned['median']:.2f} / {ungoverned['p10']:.2f} | {guarantee} | "
                      f"{meets} | {better} | {cpu} | {_launches(governed['launches'], quiet)} |")
     cost = results["exec_cost"]
     lines += ["", f"Daemon CPU per exec ({cost['execs']:,} × `/bin/true` per user, less its idle "

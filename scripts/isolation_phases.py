@@ -70,9 +70,11 @@ class Daemon:
                          f"{self.log.read_text()[-3000:]}")
 
     def cpu(self) -> float:
+        """The daemon's CPU so far, seconds (0 while it is not running)."""
         return cpu_seconds(self.process.pid) if self.process else 0.0
 
     def close(self) -> None:
+        """Stop the daemon if it runs; remove its cgroup root and state directory."""
         if self.process is not None and self.process.poll() is None:
             self.running(False)
         remove_cgroup_root(self.root)
@@ -92,16 +94,19 @@ class Phases:
         (work / "victim.py").write_text(VICTIM)
 
     def close(self) -> None:
+        """End every process the phases started, then the daemon and its cgroup root."""
         self.processes.stop_all()
         self.daemon.close()
 
     def governed(self, argv: list[str], group: str, demand: tuple[str, ...]) -> list[str]:
+        """``argv`` as a task of ``group`` declaring ``demand`` (`governor run` flags)."""
         return [self.governor, "run", "--group", group, *demand, "--", *argv]
 
     def victim(self, governed: bool) -> tuple[list[float], float | None]:
         """The victim's iterations a second, each 0.5 s, and (``governed``) its group's CPU
-        guarantee in cores, read from `governor status --json` halfway through its samples
-        (a launch that waited starts its samples late, not its guarantee)."""
+        guarantee in cores (None: never counted while it ran), read from `governor status
+        --json` halfway through its samples (a launch that waited starts its samples late, not
+        its guarantee)."""
         argv = [self.python, "victim.py", str(self.seconds)]
         victim = self.processes.start(self.governed(argv, "victim", VICTIM_DEMAND) if governed else argv,
                                       stdout=subprocess.PIPE)
@@ -112,10 +117,12 @@ class Phases:
         try:
             for line in victim.stdout:
                 samples.append(float(line))
-                if governed and guarantee is None and len(samples) >= self.seconds:  # two samples a second
+                # Halfway (two samples a second), and again at each sample until the filling
+                # counts the victim: in the emulated VM it lagged the launch by seconds.
+                if governed and not guarantee and len(samples) >= self.seconds:
                     status = subprocess.run([self.governor, "status", "--json", "--socket", self.daemon.socket],
                                             capture_output=True, text=True, check=True)
-                    guarantee = json.loads(status.stdout)["groups"]["victim"]["guarantee"].get("cpu", 0.0)
+                    guarantee = json.loads(status.stdout)["groups"]["victim"]["guarantee"].get("cpu")
         finally:
             watchdog.cancel()
             self.processes.stop(victim)
@@ -125,6 +132,7 @@ class Phases:
         return samples, guarantee
 
     def prober(self) -> subprocess.Popen:
+        """User B's launch loop, for one phase; its results by :meth:`launches`."""
         return self.processes.start([self.python, "-c", PROBER, self.governor, str(self.seconds)], B_USER,
                                     stdout=subprocess.PIPE)
 

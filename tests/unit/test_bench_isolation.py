@@ -71,6 +71,8 @@ def _results(isolation) -> dict:
                 {"name": "CPU burners", "baseline": 10.0, "vm_only": False, "governed": governed,
                  "ungoverned": isolation.ratios([5.0, 6.0], 10.0)},
                 {"name": "prctl storm", "baseline": 10.0, "vm_only": False, "governed": starved,
+                 "ungoverned": isolation.ratios([10.0, 10.0], 10.0)},
+                {"name": "fork bomb", "baseline": 10.0, "vm_only": True, "governed": {**starved, "guarantee": None},
                  "ungoverned": isolation.ratios([10.0, 10.0], 10.0)}]}
 
 
@@ -88,11 +90,12 @@ def test_the_table_shows_each_neighbour_side_by_side_with_its_checks(scripts):
     assert lines[0].startswith("**Host:** box: 2 CPUs, Linux 6.18, cgroup v1 (hybrid); load average 1.00, 0.50, 0.25")
     header = next(line for line in lines if line.startswith("| neighbour"))
     rows = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ") and line != header}
-    assert header.count("|") == rows["CPU burners"].count("|") == rows["prctl storm"].count("|")
+    assert {row.count("|") for row in rows.values()} == {header.count("|")}
     assert "| 1.00 / 0.93 | 0.55 / 0.51 | 0.88 cores | yes | yes | 3.2 % of a core | 150 / 500 ms (2.5× quiet); 1 failed |" \
         in rows["CPU burners"]
     assert "| 0.45 / 0.41 | 1.00 / 1.00 | 0.88 cores | no (< 0.79) | no | 21.0 % of a core | none finished |" \
         in rows["prctl storm"]
+    assert "| 1.00 / 1.00 | not counted | not counted | no |" in rows["fork bomb"]  # the filling never counted it
     assert "0.4 % of a core | 100 / 200 ms |" in rows["none (quiet)"]
     assert "a governed user's 180 µs, an ungoverned user's 100 µs" in table
 
