@@ -60,9 +60,9 @@ RECEIVE_BUFFER_BYTES = 8 << 20
 # event loop, each a few ms at most (~3 µs an event of a settled process, ~30 µs one whose /proc
 # is read), with requests and exits served between.
 READ_BATCH = 512
-# After a wake-up, the events of this long gather in the socket's queue for the next: under a
-# storm one wake of the event loop (~30 µs of Python) serves them all, not one each. The first
-# event after a quiet spell is handled at once.
+# After a wake-up that found events, those of this long gather in the socket's queue for one
+# read: under a storm one turn of the event loop (~30 µs of Python) serves them all, not one
+# each. The first event after a quiet spell is handled at once.
 GATHER_S = 0.005
 
 # What :meth:`ProcessEvents.read` gives: (FORK, child tgid, parent tgid), (EXEC, tgid, None),
@@ -101,6 +101,7 @@ class ProcessEvents:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.TimerHandle | None = None
         self._handle: Callable[[], None] = lambda: None
+        self._received = 0  # datagrams the handler read at this wake-up
         try:
             try:
                 self._socket.setsockopt(socket.SOL_SOCKET, 33, RECEIVE_BUFFER_BYTES)  # SO_RCVBUFFORCE
@@ -131,10 +132,22 @@ class ProcessEvents:
         self._loop.add_reader(self._socket.fileno(), self._readable)
 
     def _readable(self) -> None:
-        fd = self._socket.fileno()
-        self._loop.remove_reader(fd)
-        self._wake = self._loop.call_later(GATHER_S, self._loop.add_reader, fd, self._readable)
-        self._handle()
+        self._loop.remove_reader(self._socket.fileno())
+        self._take()
+
+    def _take(self) -> None:
+        """Hand what is queued to the handler; while it found events, read again in
+        :data:`GATHER_S` (one timer a turn, no wake per event); once none came, wait for the
+        next event."""
+        self._received = 0
+        try:
+            self._handle()
+        finally:
+            if self._received:
+                self._wake = self._loop.call_later(GATHER_S, self._take)
+            else:
+                self._wake = None
+                self._loop.add_reader(self._socket.fileno(), self._readable)
 
     def read(self, limit: int = READ_BATCH) -> tuple[list[Event], bool]:
         """The events queued now, from at most ``limit`` datagrams, without blocking (the rest
@@ -159,6 +172,7 @@ class ProcessEvents:
                 lost = True
                 continue
             parse_events(buffer, events, size)
+            self._received += 1
         return events, lost
 
     def close(self) -> None:
