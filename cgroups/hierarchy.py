@@ -71,6 +71,9 @@ class Hierarchy:
             process in its login slice is then left where it is).
         no_psi: why this host's cgroups have no pressure stall information, one sentence
             (:func:`~governor.cgroups.pressure.psi_unavailable`); None where they have it.
+        hierarchies: the keys of ``/proc/<pid>/cgroup`` naming the hierarchies the driver
+            writes (``("",)``: v2; v1: each controller with a root), where foreign subtrees
+            are looked for too (:mod:`governor.cgroups.foreign_subtrees`).
     """
 
     driver: Driver
@@ -81,6 +84,7 @@ class Hierarchy:
     proc_root: str | None = None
     slices: SliceDriver | None = None
     no_psi: str | None = None
+    hierarchies: tuple[str, ...] = ("",)
 
     @property
     def mode(self) -> str:
@@ -270,4 +274,4 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
     shown = roots.get("cpu", next(iter(roots.values())))
     hold_root(shown)
     return Hierarchy(driver, str(shown), V1_CONTROLLERS, cgroup_mount, "cpu" if "cpu" in roots else "",
-                     detect.proc_path(shown, proc), no_psi=psi_unavailable("v1", shown))
+                     detect.proc_path(shown, proc), no_psi=psi_unavailable("v1", shown), hierarchies=tuple(roots))
