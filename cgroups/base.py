@@ -17,7 +17,7 @@ import contextlib
 import os
 import signal
 import weakref
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -210,9 +210,10 @@ class DriverBase(abc.ABC):
             CgroupReadError: it cannot be read (``vanished``: it is gone).
         """
 
-    def rejoin(self, rel: str) -> list[int]:
+    def rejoin(self, rel: str, leave: Callable[[int], bool] | None = None) -> list[int]:
         """Put every process of cgroup ``rel`` into it in each hierarchy that lacks it (a
-        re-adopted task's). One hierarchy (v2): none can. v1 overrides it.
+        re-adopted task's), but one ``leave(pid)`` tells to leave where it is. One hierarchy
+        (v2): none can. v1 overrides it.
 
         Returns:
             The pids moved, sorted: none here.

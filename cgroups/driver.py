@@ -13,7 +13,7 @@ one thread (the daemon's event loop).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -54,9 +54,9 @@ class Driver(Protocol):
     def pids(self, rel: str) -> list[int]:
         """The processes in ``rel`` itself."""
 
-    def rejoin(self, rel: str) -> list[int]:
+    def rejoin(self, rel: str, leave: Callable[[int], bool] | None = None) -> list[int]:
         """Put ``rel``'s processes into ``rel`` in each hierarchy lacking them (v1: one that
-        joined since they started); the pids moved."""
+        joined since they started), but one ``leave`` tells to leave where it is; the pids moved."""
 
     def memory_cap_bytes(self, rel: str) -> int | None:
         """The hard memory cap the kernel holds for ``rel``, bytes (None: none), as read back

@@ -74,6 +74,9 @@ class Hierarchy:
             (:func:`~governor.cgroups.pressure.psi_unavailable`); None where they have it.
         lock: the root's lock file and the descriptor holding it (:func:`hold_root`), given up
             by :meth:`release_lock` at the daemon's stop; None where none was taken.
+        hierarchies: the keys of ``/proc/<pid>/cgroup`` naming the hierarchies the driver
+            writes (``("",)``: v2; v1: each controller with a root), where foreign subtrees
+            are looked for too (:mod:`governor.cgroups.foreign_subtrees`).
     """
 
     driver: Driver
@@ -92,6 +95,7 @@ class Hierarchy:
         if self.lock is not None:
             release(*self.lock)
             self.lock = None
+    hierarchies: tuple[str, ...] = ("",)
 
     @property
     def mode(self) -> str:
@@ -294,4 +298,5 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
     lock = (root_lock(shown), hold_root(shown))
     controllers = (*V1_CONTROLLERS, *(c for c in V1_OPTIONAL if c in roots))
     return Hierarchy(driver, str(shown), controllers, cgroup_mount, "cpu" if "cpu" in roots else "",
-                     detect.proc_path(shown, proc), no_psi=psi_unavailable("v1", shown), lock=lock)
+                     detect.proc_path(shown, proc), no_psi=psi_unavailable("v1", shown), lock=lock,
+                     hierarchies=tuple(roots))

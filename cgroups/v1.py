@@ -34,7 +34,7 @@ import contextlib
 import logging
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -308,10 +308,12 @@ class CgroupV1Driver(DriverBase):
         them until :meth:`rejoin`). Raises CgroupReadError: in no hierarchy (``vanished``), or unreadable."""
         return sorted(set().union(*filter(None, self._procs(rel).values())))
 
-    def rejoin(self, rel: str) -> list[int]:
+    def rejoin(self, rel: str, leave: Callable[[int], bool] | None = None) -> list[int]:
         """Put every process of cgroup ``rel`` (in any hierarchy) into ``rel`` in each
         hierarchy, made where missing: one that joined since they started (``devices``, a
-        daemon restarted to govern GPUs) holds none, and its rules would hold nobody.
+        daemon restarted to govern GPUs) holds none, and its rules would hold nobody. A
+        process ``leave(pid)`` tells to leave (another manager's since: a Slurm job adopted
+        it) stays where it is in every hierarchy.
         Returns the pids moved into some hierarchy, sorted (not one that exited meanwhile).
 
         Raises:
@@ -321,8 +323,10 @@ class CgroupV1Driver(DriverBase):
         if None in inside.values():
             self.create(rel)  # only then: a mkdir, even of one that exists, takes cgroup_mutex
         moved, every = set(), set().union(*filter(None, inside.values()))
+        lacking = every - set.intersection(*(there or set() for there in inside.values()))
+        left = {pid for pid in lacking if leave is not None and leave(pid)}
         for root, there in inside.items():
-            for pid in sorted(every - (there or set())):
+            for pid in sorted(every - (there or set()) - left):
                 with contextlib.suppress(ProcessGone):  # it exited meanwhile
                     write_file(below(root, rel), "cgroup.procs", str(pid))
                     moved.add(pid)

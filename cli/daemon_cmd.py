@@ -91,7 +91,8 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
         server = Daemon(config, config_path or "<embedded default>", hierarchy, store,
                         host_cpus=sorted(os.sched_getaffinity(0)), host_memory=psutil.virtual_memory().total,
                         resolve_device=whole_disk, load_config=load if config_path else None, notifier=Notifier(),
-                        metrics=metrics, registry=registry, foreign_places=ForeignPlaces.of_host(hierarchy.mode),
+                        metrics=metrics, registry=registry,
+                        foreign_places=ForeignPlaces.of_host(hierarchy.mode, hierarchy.hierarchies),
                         systemd_units=OWN_UNITS)
         try:
             asyncio.run(server.serve(socket))

@@ -28,10 +28,14 @@ __all__ = ["MANAGERS", "WELL_KNOWN", "ForeignRules", "manager_of", "parse_foreig
 # Path patterns found with ``detect = true`` → the manager that owns what they match. Slurm's
 # cgroup/v2 plugin makes ``system.slice/slurmstepd.scope`` (a systemd VM prefixes the unit's
 # name: ``sysvm_slurmstepd.scope``), one or two levels under system.slice: not a walk of the
-# whole slice every poll.
+# whole slice every poll. Its cgroup/v1 plugin makes ``/slurm/uid_<N>/job_<N>/step_<N>`` in
+# the cpuset, memory, cpuacct, devices and freezer hierarchies (not cpu): the tenant is
+# ``/slurm`` (there from slurmd's start: a job started since the last poll is in it already),
+# its jobs read one by one below ``uid_<N>``.
 WELL_KNOWN: tuple[tuple[str, str], ...] = (
     ("/system.slice/*slurmstepd.scope", "slurm"),
     ("/system.slice/*/*slurmstepd.scope", "slurm"),
+    ("/slurm", "slurm"),
     ("/kubepods.slice", "kubernetes"),
     ("/nomad.slice", "nomad"),
     ("/machine.slice", "machines"),
@@ -40,6 +44,7 @@ WELL_KNOWN: tuple[tuple[str, str], ...] = (
 # still Slurm's: its jobs count what they were allocated); none matching: "config".
 MANAGERS: tuple[tuple[str, str], ...] = (
     ("*slurmstepd.scope", "slurm"),
+    ("slurm", "slurm"),
     ("kubepods*", "kubernetes"),
     ("nomad.slice", "nomad"),
     ("machine.slice", "machines"),

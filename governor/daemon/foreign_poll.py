@@ -72,17 +72,24 @@ class Foreign:
         self._overlapping: set[str] = set()  # matched paths that hold governor's root or lie in it
         self._reader = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="foreign")
 
-    def holds(self, paths: Mapping[str, str] | None, key: str) -> str | None:
-        """The foreign subtree that holds a process whose ``/proc/<pid>/cgroup`` is ``paths``
-        (hierarchy ``key``'s line tells: :attr:`Hierarchy.proc_key
-        <governor.cgroups.hierarchy.Hierarchy.proc_key>`), or None."""
-        where = (paths or {}).get(key)
-        if where is None:
+    def holds(self, paths: Mapping[str, str] | None) -> str | None:
+        """The foreign subtree that holds a process whose ``/proc/<pid>/cgroup`` is ``paths``,
+        or None. Every hierarchy looked in tells (:attr:`ForeignPlaces.mounts
+        <governor.cgroups.foreign_subtrees.ForeignPlaces.mounts>`), not only the one governor
+        locates a process by: Slurm's cgroup/v1 plugin holds a job in cpuset and memory, never
+        in cpu, and a process in any of its subtrees is Slurm's."""
+        if not paths or not self._paths:
             return None
-        return next((path for path in self._paths if where == path or where.startswith(path + "/")), None)
+        for key in self.places.mounts:
+            where = paths.get(key)
+            if where is not None:
+                found = next((path for path in self._paths if where == path or where.startswith(path + "/")), None)
+                if found is not None:
+                    return found
+        return None
 
     def poll_now(self) -> None:
-        """Find and read the tenants on this thread (the start, before the first rescan)."""
+        """Find and read the tenants on this thread (the start, before any process is moved or re-adopted)."""
         self._take(self._read())
 
     async def poll(self) -> None:
@@ -113,6 +120,10 @@ class Foreign:
                                     path, self.own_root)
                     continue
                 found[path] = manager or manager_of(path)
+        # One inside another found (``/slurm`` and ``/slurm/*`` both listed) is part of it:
+        # counted twice, it would shrink the capacity twice.
+        found = {path: manager for path, manager in found.items()
+                 if not any(path.startswith(outer + "/") for outer in found)}
         read = {}
         for path, manager in found.items():
             try:

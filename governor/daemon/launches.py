@@ -44,7 +44,7 @@ class Launches:
 
     def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, store: TaskStore, queue: Queue,
                  inbox: Inbox, starts: Starts, journal: Journal, registry: Registry | None,
-                 foreign: Callable[[Mapping[str, str] | None, str], str | None] = lambda paths, key: None):
+                 foreign: Callable[[Mapping[str, str] | None], str | None] = lambda paths: None):
         self.hierarchy = hierarchy
         self.foreign = foreign
         self.policy = policy
@@ -150,7 +150,7 @@ class Launches:
             location = self.hierarchy.locate(pid)
         except CgroupError:
             return Location(None, None)  # gone: the move will say so
-        subtree = self.foreign(location.paths, self.hierarchy.proc_key)
+        subtree = self.foreign(location.paths)
         if subtree is not None:
             raise refusal(pid, subtree)
         other = other_daemon(self.registry, location)

@@ -269,11 +269,12 @@ class Recovery:
         """Put ``task``'s processes into each hierarchy of its cgroup that lacks them: one that
         joined since (v1's devices), or one a move cut short by a ``kill -9`` of the daemon
         did not reach. On the event loop, though it takes the kernel's ``cgroup_mutex``: at
-        start, before any request is served, and before its device rules are written there."""
+        start, before any request is served, and before its device rules are written there.
+        One in a foreign subtree in some hierarchy (Slurm adopted it since) is left there."""
         if task.is_login:
             return  # systemd's slice: one hierarchy, not governor's to join
         try:
-            moved = self.hierarchy.driver.rejoin(task.cgroup)
+            moved = self.hierarchy.driver.rejoin(task.cgroup, leave=lambda pid: self.tree.foreign_of(pid) is not None)
         except CgroupError as error:
             if not error.vanished:  # gone: the task ended, and is forgotten next
                 self.journal.event("error", f"re-adopting {task.label}: {error}", logging.ERROR)

@@ -201,7 +201,9 @@ class Daemon:
         processes found at start are in their sessions: the first client sees them governed.
         """
         self.socket_path = socket_path
-        records = self.recovery.load()  # first: a start it refuses leaves nothing behind
+        # Before any process is put anywhere (re-adoption too): another manager's processes stay its own.
+        self.foreign.poll_now()
+        records = self.recovery.load()  # first to change anything: a start it refuses leaves nothing behind
         self.exits.restore_ended()
         server = ControlServer(self.requests.handlers(), socket_path,
                                connections_per_uid=lambda: self.policy.config.max_connections_per_user)
@@ -215,7 +217,6 @@ class Daemon:
         self.gpu_guard.start()  # before the first session is made: none opens a GPU meanwhile
         self.recovery.readopt(records)
         self.handover.start()
-        self.foreign.poll_now()  # before the first rescan: another manager's processes stay its own
         self.settle.now(Reload("start"))
         self.sessions.follow_processes()
         await self.sessions.rescan("start")

@@ -71,8 +71,8 @@ class Sessions:
             session's end; journal: events.
         host_pids: every process id on the host (``psutil.pids``).
         registry: this host's daemons: a process in another daemon's cgroups is that one's.
-        foreign: a process's ``/proc/<pid>/cgroup`` lines and the hierarchy key → the foreign
-            subtree that holds it, or None: such a process is another manager's, never a session's.
+        foreign: a process's ``/proc/<pid>/cgroup`` lines → the foreign subtree that holds it
+            in some hierarchy, or None: such a process is another manager's, never a session's.
         moved_in: called on the loop with each pid once its move into a session is done
             (:meth:`Handover.moved <governor.daemon.handover.Handover.moved>`, which ends it
             if it holds a GPU open).
@@ -82,7 +82,7 @@ class Sessions:
                  inbox: Inbox, enforcement: Enforcement, exits: Exits, journal: Journal,
                  host_pids: Callable[[], Iterable[int]], registry: Registry | None,
                  moved_in: Callable[[int], None],
-                 foreign: Callable[[Mapping[str, str] | None, str], str | None] = lambda paths, key: None):
+                 foreign: Callable[[Mapping[str, str] | None], str | None] = lambda paths: None):
         self.hierarchy = hierarchy
         self.tree = tree
         self.policy = policy
@@ -259,7 +259,7 @@ class Sessions:
             return _Look.UNKNOWN  # gone already
         if other_daemon(self.registry, location) is not None:
             return _Look.SETTLED  # another daemon's task: that daemon governs it
-        if self.foreign(location.paths, self.hierarchy.proc_key) is not None:
+        if self.foreign(location.paths) is not None:
             return _Look.SETTLED  # another manager's (a Slurm job, pam_slurm_adopt's too): never a session's
         return uid, owner, location
 

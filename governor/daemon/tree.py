@@ -38,14 +38,15 @@ class Tree:
         hierarchy: governor's cgroups (:class:`~governor.cgroups.hierarchy.Hierarchy`).
         read_before_removal: told on the loop ``(rel, CPU counter µs, removed)`` of each group
             cgroup read just before its removal (fair share charges it); None: not read.
-        foreign: ``(/proc/<pid>/cgroup lines, hierarchy key)`` → the foreign subtree that holds
-            that process, or None (:meth:`Foreign.holds <governor.daemon.foreign_poll.Foreign.holds>`):
-            every move asks it first, and a process another manager holds is never moved.
+        foreign: a process's ``/proc/<pid>/cgroup`` lines → the foreign subtree that holds
+            it, or None (:meth:`Foreign.holds <governor.daemon.foreign_poll.Foreign.holds>`):
+            every move asks it first (:meth:`foreign_of`), and a process another manager holds
+            is never moved.
     """
 
     def __init__(self, hierarchy: Hierarchy,
                  read_before_removal: Callable[[str, int, bool], None] | None = None,
-                 foreign: Callable[[Mapping[str, str] | None, str], str | None] | None = None) -> None:
+                 foreign: Callable[[Mapping[str, str] | None], str | None] | None = None) -> None:
         self.hierarchy = hierarchy
         self._foreign = foreign
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -102,15 +103,21 @@ class Tree:
             RequestError: ``bad_request``, the process is in a foreign subtree.
             CgroupWriteError, ProcessGone: as :meth:`Driver.move <governor.cgroups.driver.Driver.move>`.
         """
-        if self._foreign is not None:
-            try:
-                paths = self.hierarchy.locate(pid).paths
-            except CgroupError:
-                paths = None  # gone: the move says so
-            subtree = self._foreign(paths, self.hierarchy.proc_key)
-            if subtree is not None:
-                raise refusal(pid, subtree)
+        subtree = self.foreign_of(pid)
+        if subtree is not None:
+            raise refusal(pid, subtree)
         self.hierarchy.driver.move(rel, pid)
+
+    def foreign_of(self, pid: int) -> str | None:
+        """The foreign subtree that holds process ``pid`` in some hierarchy, or None (none, or
+        the process is gone: its move says so)."""
+        if self._foreign is None:
+            return None
+        try:
+            paths = self.hierarchy.locate(pid).paths
+        except CgroupError:
+            return None
+        return self._foreign(paths)
 
     async def call(self, work: Callable[[], T]) -> T:
         """Run ``work`` on the cgroup thread and return what it returns (raises what it raises)."""

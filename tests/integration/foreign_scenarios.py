@@ -19,6 +19,7 @@ from scenarios import GROUPS, SLEEPER
 from governor.cgroups import detect
 from governor.cgroups.files import write_file
 from governor.cgroups.foreign_subtrees import ForeignPlaces
+from governor.cgroups.hierarchy import V1_CONTROLLERS
 
 JOB_MEMORY = 256 * MIB
 JOB_CPU = 0.5  # cores: cpu.max "50000 100000"
@@ -34,7 +35,7 @@ class SlurmJob:
 
     def __init__(self) -> None:
         self.mode = detect.driver_mode()
-        self.places = ForeignPlaces.of_host(self.mode)
+        self.places = ForeignPlaces.of_host(self.mode, V1_CONTROLLERS)
         self.root = f"/governor-foreign-{uuid.uuid4().hex[:8]}"
         self.scope = f"{self.root}/slurmstepd.scope"
         self.job, self.step = f"{self.scope}/job_1", f"{self.scope}/job_1/step_0"

@@ -7,6 +7,8 @@ import notify_scenarios
 import pressure_scenarios
 import pytest
 import scenarios
+import session_scenarios
+import slurm_v1_scenarios
 import task_scenarios
 from kernel_cases import (  # noqa: F401  (collected here, under this module's marker)
     test_a_gpu_fd_passed_to_a_task_without_gpus_is_ended_before_the_gpu_is_handed_on,
@@ -39,6 +41,13 @@ from kernel_cases import (  # noqa: F401  (collected here, under this module's m
 from daemon_harness import Governor
 
 pytestmark = pytest.mark.kernel_v1
+
+
+def test_a_slurm_v1_jobs_process_is_never_moved_and_the_capacity_shrinks_by_its_limits(tmp_path):
+    reason = session_scenarios.missing()
+    if reason:
+        pytest.skip(reason)
+    slurm_v1_scenarios.a_slurm_v1_jobs_process_stays_and_the_capacity_shrinks(tmp_path)
 
 
 def test_pressure_stalls_are_said_unmeasured_once_on_v1(tmp_path):

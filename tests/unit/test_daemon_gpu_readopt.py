@@ -110,7 +110,7 @@ class JoiningDriver(DeviceDriver):
         super().__init__()
         self.elsewhere: dict[str, list[int]] = {}
 
-    def rejoin(self, rel):
+    def rejoin(self, rel, leave=None):
         moved = self.elsewhere.pop(rel, [])
         self.procs[rel] = sorted({*self.procs.get(rel, []), *moved})
         return moved

@@ -119,7 +119,7 @@ def _cgroup(root: Path, path: str, **files: str) -> Path:
 
 def _v2(tmp_path: Path) -> ForeignPlaces:
     _cgroup(tmp_path, "/", cpuset__cpus__effective="0-7")
-    return ForeignPlaces({"": (tmp_path, "/")}, "")
+    return ForeignPlaces({"": (tmp_path, "/")}, ("",))
 
 
 def test_a_slurm_scope_holds_what_its_jobs_were_allocated(tmp_path):
@@ -144,7 +144,7 @@ def test_another_managers_subtree_holds_what_it_uses_and_a_v1_host_reads_each_hi
     cpu, memory = tmp_path / "cpu", tmp_path / "memory"
     _cgroup(cpu, "/kubepods.slice", cpuacct__usage="5000000")
     _cgroup(memory, "/kubepods.slice", memory__usage_in_bytes=str(64 * MIB))
-    places = ForeignPlaces({"cpu": (cpu, "/"), "cpuacct": (cpu, "/"), "memory": (memory, "/")}, "cpu")
+    places = ForeignPlaces({"cpu": (cpu, "/"), "cpuacct": (cpu, "/"), "memory": (memory, "/")}, ("cpu", "memory"))
     assert places.find("/kubepods.slice") == ["/kubepods.slice"]
     reading = places.read_used("/kubepods.slice")
     assert (reading.cpu_usage_usec, reading.memory_bytes, reading.allocated) == (5000, 64 * MIB, {})
@@ -152,7 +152,7 @@ def test_another_managers_subtree_holds_what_it_uses_and_a_v1_host_reads_each_hi
 
 
 def test_a_subtree_seen_through_a_namespaced_mount_is_named_as_proc_spells_it(tmp_path):
-    places = ForeignPlaces({"": (tmp_path, "/outer")}, "")
+    places = ForeignPlaces({"": (tmp_path, "/outer")}, ("",))
     _cgroup(tmp_path, "/kubepods.slice")
     assert places.find("/kubepods.slice") == ["/outer/kubepods.slice"]
     assert places.directory("", "/outer/kubepods.slice") == tmp_path / "kubepods.slice"
