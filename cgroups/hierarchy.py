@@ -88,6 +88,7 @@ class Hierarchy:
     slices: SliceDriver | None = None
     no_psi: str | None = None
     lock: tuple[Path, int] | None = None
+    hierarchies: tuple[str, ...] = ("",)
 
     def release_lock(self) -> None:
         """Give up the root's lock and remove its file (a daemon's last step: no lock file of a
@@ -95,7 +96,6 @@ class Hierarchy:
         if self.lock is not None:
             release(*self.lock)
             self.lock = None
-    hierarchies: tuple[str, ...] = ("",)
 
     @property
     def mode(self) -> str:
