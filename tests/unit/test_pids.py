@@ -3,8 +3,12 @@ never a DRF resource. The config's keys, the root's cap out of the kernel's limi
 pids.max on the root, groups, tasks and sessions, their files on v1 and v2, the usage and the
 word at a task's end when forks were refused."""
 
+import json
+
 import pytest
 from click.testing import CliRunner
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from support.daemons import GIB, launch, make_daemon
 
 from governor.cgroups.limits import CgroupLimits, v1_files, v2_files
@@ -22,6 +26,7 @@ from governor.daemon.filling import fill
 from governor.errors import ConfigError
 from governor.host.accounting import why_ended
 from governor.host.kernel_limits import process_limit
+from governor.wire.metrics import Metrics
 
 GROUPS = '[groups.A]\nusers = ["root"]\n[groups.B]\nusers = ["root"]\n'
 
@@ -92,6 +97,15 @@ def test_a_launch_carries_its_pids_cap_and_the_root_and_groups_get_theirs(tmp_pa
     assert hierarchy.in_force(task.cgroup)["pids.max"] == "20"
     assert hierarchy.in_force("")["pids.max"] == "9000"
     assert hierarchy.in_force("A")["pids.max"] == "9000"
+    daemon.observation.usage.update({"A": {"cpu": 0.1, "pids": 7.0}, task.cgroup: {"cpu": 0.1, "pids": 7.0}})
+    status = json.loads(json.dumps(daemon.observation.status()))
+    assert status["caps"] == {"pids": 9000} and "pids" not in status["capacity"]
+    assert status["groups"]["A"]["usage"]["pids"] == 7.0 and "pids" not in status["groups"]["A"]["guarantee"]
+    text = generate_latest(Metrics(lambda: status).registry).decode()
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for family in text_string_to_metric_families(text) for s in family.samples}
+    assert got[("governor_root_cap", (("resource", "pids"),))] == 9000
+    assert got[("governor_group_usage", (("group", "A"), ("leaf", "true"), ("parent", ""), ("resource", "pids")))] == 7
 
 
 def test_usage_counts_pids_and_the_forks_refused():
