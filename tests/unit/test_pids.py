@@ -23,7 +23,7 @@ from governor.core.plan import group_limits, root_limits, task_limits
 from governor.core.quotas import check_within_quotas
 from governor.core.usage import Sample, usage
 from governor.daemon.filling import fill
-from governor.errors import ConfigError
+from governor.errors import ConfigError, RequestError
 from governor.host.accounting import why_ended
 from governor.host.kernel_limits import process_limit
 from governor.wire.metrics import Metrics
@@ -152,3 +152,12 @@ def test_a_task_recorded_before_counts_gets_the_default_cap(tmp_path):
     [task] = list(daemon.tasks)
     old = replace(task, demand={r: a for r, a in task.demand.items() if r != "pids"})
     assert daemon.policy.caps(old).pids_max == 300 == daemon.policy.caps(task).pids_max
+
+
+@pytest.mark.parametrize("pids", [0, 5_000_000])
+def test_a_launch_asking_for_no_cap_or_one_past_the_kernels_limit_is_refused(tmp_path, pids):
+    daemon = make_daemon(tmp_path, process_limit=10_000)
+    with pytest.raises(RequestError, match="demand.pids must be a whole number from 1 to 4,194,304") as caught:
+        launch(daemon, 100, cpu=0.5, memory=GIB, pids=pids)
+    assert caught.value.code == "bad_request"
+    assert not list(daemon.tasks)
