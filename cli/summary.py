@@ -40,10 +40,6 @@ if TYPE_CHECKING:
 # How long to wait for the daemon's ended record once the command exited: it notices the
 # emptied cgroup within milliseconds, or at its next reconcile pass.
 RECORD_WAIT_S = 5.0
-# As long for a command that failed by itself: a failure is said to come from a fork refused at
-# the task's cap only where the record says so, and a failed command's leftover children (whose
-# task then lives on) must not hold its caller long.
-RECORD_GLANCE_S = 0.5
 # Forwarded to the command; SIGINT and SIGQUIT too when a process sent them (from the
 # terminal, they reach the command itself).
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -130,10 +126,7 @@ def _run_and_wait(path: str, request: LaunchRequest, cmd: tuple[str, ...], mask:
         line = ended_line(_ended_record(path, task), task)
         if line:
             sys.stderr.write(line + "\n")
-    elif task is not None and exit_code:  # failed: perhaps for a fork refused at its pids.max
-        line = ended_line(_ended_record(path, task, RECORD_GLANCE_S), task)
-        if line:
-            sys.stderr.write(line + "\n")
+
     sys.exit(exit_code)
 
 

@@ -205,7 +205,10 @@ def task_demand(config: Config, capacity: Mapping[str, float], flags: Mapping[st
     for entry in resources.RESOURCES:
         if flags.get(entry.wire) and not entry.names(config):
             raise RequestError("bad_request", f"demand.{entry.wire}: {entry.absent}")
-    demand = config.task_demand(**flags)
+    try:
+        demand = config.task_demand(**flags)
+    except ValueError as error:  # a count of 0 (no cap at all) or past the kernel's limit
+        raise RequestError("bad_request", f"demand.{error}") from None
     for resource in ("cpu", "memory"):
         if demand.get(resource, 0) <= 0:
             raise RequestError("bad_request", f"demand.{resource} must be > 0: governor limits every task")

@@ -23,7 +23,7 @@ BASE = '[groups.A]\nusers = ["root"]\n[capacity]\ncpu = 4\nmemory = "8G"\n'
 def test_gpus_are_auto_or_listed_nodes_and_add_a_gpu_resource():
     auto = parse_config(BASE + 'gpus = "auto"\n', "g.toml")
     assert auto.gpus == "auto" and auto.gpu_control is None
-    assert auto.resources == ("cpu", "memory", "gpu")
+    assert auto.resources == ("cpu", "memory", "gpu", "pids")
     assert auto.capacity(8, 16 << 30, gpus=4)["gpu"] == 4
     listed = parse_config(BASE + 'gpus = ["/dev/nvidia0", "/scratch/nvidia1"]\ngpu_control = []\n', "g.toml")
     assert listed.gpus == ("/dev/nvidia0", "/scratch/nvidia1") and listed.gpu_control == ()

@@ -39,7 +39,8 @@ def test_launch_places_the_caller_and_replies_with_its_caps(daemon):
     assert reply["limits"]["cpu.max"] == "100000 100000"
     assert reply["limits"]["memory.max"] == str(GIB)  # a hard cap by default
     assert daemon.hierarchy.driver.procs["A/task-1"] == [100]
-    assert daemon.store.load_all()[0][0].demand == {"cpu": 1.0, "memory": GIB}
+    assert daemon.store.load_all()[0][0].demand == {"cpu": 1.0, "memory": GIB, "pids": 4096}  # the default pids cap
+    assert reply["limits"]["pids.max"] == "4096"
 
 
 def test_groups_are_guaranteed_their_drf_share_by_weight_and_tasks_keep_their_caps(daemon):
@@ -61,8 +62,9 @@ def test_a_refill_after_a_start_writes_group_files_not_the_other_tasks(daemon):
     launch(daemon, 200, group="B", cpu=2.0, memory=GIB)
     written = [rel for rel, _ in daemon.hierarchy.driver.writes]
     assert "A/task-1" not in written and written == ["B/task-2", "", "B"]
-    # B's cpu.weight and memory.low, the root's memory.low (the groups' sum); A's weight stays 10000
-    assert daemon.enforcement.filling["files_written"] == 3
+    # B's cpu.weight, memory.low and (new) pids.max, the root's memory.low (the groups' sum); A's
+    # weight stays 10000
+    assert daemon.enforcement.filling["files_written"] == 4
 
 
 def test_groups_are_held_to_their_guarantee_only_while_every_one_uses_it(daemon):

@@ -45,7 +45,7 @@ def test_ps_lists_the_callers_own_tasks_with_name_guarantee_cap_and_processes(da
     rows = ask(daemon, PsRequest())["tasks"]
     assert [(r["id"], r["name"], r["state"], r["user"]) for r in rows] == [("1", "nightly", "running", "root")]
     row = rows[0]
-    assert row["demand"] == {"cpu": 0.5, "memory": GIB} and row["guarantee"] == {"cpu": 0.5}
+    assert row["demand"] == {"cpu": 0.5, "memory": GIB, "pids": 4096} and row["guarantee"] == {"cpu": 0.5}
     assert row["reserved"] == {"memory": GIB}
     assert row["processes"] == [{"pid": os.getpid(), "ppid": os.getppid(), "name": row["processes"][0]["name"]}]
     assert row["processes_total"] == 1

@@ -3,8 +3,12 @@ never a DRF resource. The config's keys, the root's cap out of the kernel's limi
 pids.max on the root, groups, tasks and sessions, their files on v1 and v2, the usage and the
 word at a task's end when forks were refused."""
 
+import json
+
 import pytest
 from click.testing import CliRunner
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from support.daemons import GIB, launch, make_daemon
 
 from governor.cgroups.limits import CgroupLimits, v1_files, v2_files
@@ -19,9 +23,10 @@ from governor.core.plan import group_limits, root_limits, task_limits
 from governor.core.quotas import check_within_quotas
 from governor.core.usage import Sample, usage
 from governor.daemon.filling import fill
-from governor.errors import ConfigError
+from governor.errors import ConfigError, RequestError
 from governor.host.accounting import why_ended
 from governor.host.kernel_limits import process_limit
+from governor.wire.metrics import Metrics
 
 GROUPS = '[groups.A]\nusers = ["root"]\n[groups.B]\nusers = ["root"]\n'
 
@@ -92,6 +97,15 @@ def test_a_launch_carries_its_pids_cap_and_the_root_and_groups_get_theirs(tmp_pa
     assert hierarchy.in_force(task.cgroup)["pids.max"] == "20"
     assert hierarchy.in_force("")["pids.max"] == "9000"
     assert hierarchy.in_force("A")["pids.max"] == "9000"
+    daemon.observation.usage.update({"A": {"cpu": 0.1, "pids": 7.0}, task.cgroup: {"cpu": 0.1, "pids": 7.0}})
+    status = json.loads(json.dumps(daemon.observation.status()))
+    assert status["caps"] == {"pids": 9000} and "pids" not in status["capacity"]
+    assert status["groups"]["A"]["usage"]["pids"] == 7.0 and "pids" not in status["groups"]["A"]["guarantee"]
+    text = generate_latest(Metrics(lambda: status).registry).decode()
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for family in text_string_to_metric_families(text) for s in family.samples}
+    assert got[("governor_root_cap", (("resource", "pids"),))] == 9000
+    assert got[("governor_group_usage", (("group", "A"), ("leaf", "true"), ("parent", ""), ("resource", "pids")))] == 7
 
 
 def test_usage_counts_pids_and_the_forks_refused():
@@ -138,3 +152,12 @@ def test_a_task_recorded_before_counts_gets_the_default_cap(tmp_path):
     [task] = list(daemon.tasks)
     old = replace(task, demand={r: a for r, a in task.demand.items() if r != "pids"})
     assert daemon.policy.caps(old).pids_max == 300 == daemon.policy.caps(task).pids_max
+
+
+@pytest.mark.parametrize("pids", [0, 5_000_000])
+def test_a_launch_asking_for_no_cap_or_one_past_the_kernels_limit_is_refused(tmp_path, pids):
+    daemon = make_daemon(tmp_path, process_limit=10_000)
+    with pytest.raises(RequestError, match="demand.pids must be a whole number from 1 to 4,194,304") as caught:
+        launch(daemon, 100, cpu=0.5, memory=GIB, pids=pids)
+    assert caught.value.code == "bad_request"
+    assert not list(daemon.tasks)

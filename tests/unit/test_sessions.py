@@ -132,7 +132,7 @@ def test_a_process_of_a_governed_user_starts_their_session_once(daemon):
     assert not on_loop(daemon, lambda: daemon.sessions.govern_process(502, 0))  # root: never
     session = daemon.tasks.get("session-1")
     assert (session.group, session.cgroup, session.user) == ("A", "A/session-1", USER)
-    assert session.demand == {"cpu": 0.5, "memory": 3 * GIB}
+    assert session.demand == {"cpu": 0.5, "memory": 3 * GIB, "pids": 4096}
     assert driver.procs["A/session-1"] == [500, 501]
     assert daemon.store.directory.joinpath("session-1.json").exists()
     assert daemon.enforcement.allocation.groups["A"].allocation["cpu"] == pytest.approx(0.5)
