@@ -38,6 +38,7 @@ from governor.core.queue import queue_view
 from governor.core.quotas import check_within_quotas
 from governor.core.state import SHOWN_COMMAND_CHARS, Task, Tasks
 from governor.core.usage import stalls
+from governor.core.vocabulary import reserved_by_task
 from governor.config.tomlcheck import join_key
 from governor.wire.reply_types import (ExplainReply, LaunchReply, PsReply, Queued, ReloadReply, SetWeightReply, Started,
                                    StatusReply, StopReply)
@@ -157,7 +158,8 @@ class Requests:
         return {"tasks": task_rows([t for t in self.tasks if shown(t.uid, t.id)],
                                    [e for e in self.queue.values() if not e.decided and shown(e.task.uid, e.task.id)],
                                    allocation=self.settle.enforcement.allocation, usage=self.observation.usage,
-                                   positions=positions, processes=self._processes, asker=who.uid)}
+                                   positions=positions, processes=self._processes, asker=who.uid,
+                                   reserved=reserved_by_task(self.tasks, self.observation.usage))}
 
     def _processes(self, task: Task) -> tuple[list[dict], int]:
         """The first :data:`~governor.wire.ps.PROCESSES_SHOWN` processes in ``task``'s cgroup, and
