@@ -134,7 +134,8 @@ class Policy:
         # Caps follow from the demand and the GPUs held (under this config and inventory):
         # tasks that declare the same and hold the same share one object.
 
-        def caps(demand: tuple[tuple[str, float], ...], held: tuple[int, ...] | None, session: bool) -> CgroupLimits:
+        def caps(demand: tuple[tuple[str, float], ...], held: tuple[int, ...] | None,
+                 session: bool = False) -> CgroupLimits:
             limits = task_limits(dict(demand), io_devices=io_devices, memory_mode=memory_mode,
                                  protect=config.memory_protection, session=session)
             denied = () if held is None else gpu_places.denied_devices(self.gpus, held)
