@@ -128,12 +128,14 @@ def reserved_by_task(tasks: Iterable[Task], usage: Mapping[str, Mapping[str, flo
         every task's id → resource → amount (bytes, GPUs), empty where it holds nothing.
     """
     tasks = list(tasks)
+    names = [entry.name for entry in admitted()]  # once: every status and ps asks of every task
     held: dict[str, dict[str, float]] = {}
     caps: dict[tuple[int, str], dict[str, float]] = {}  # a user's session in a group → what is left of its cap
-    for task in sorted(tasks, key=lambda t: t.is_login):  # governor's session cgroup before logind's slice
+    for task in tasks:
         if not task.is_session:
-            held[task.id] = reserved(task.demand)
-            continue
+            demand = task.demand
+            held[task.id] = {r: float(demand[r]) for r in names if demand.get(r, 0) > 0}
+    for task in sorted((t for t in tasks if t.is_session), key=lambda t: t.is_login):  # governor's cgroup first
         cap = caps.setdefault((task.uid, task.group), dict(task.demand))
         held[task.id] = reserved(cap, session=True, used=usage.get(task.cgroup))
         for resource, amount in held[task.id].items():
