@@ -63,10 +63,10 @@ settles() { local until=$(($(generation) + $1)); wait_for 60 "$1 settles" past_g
 # capacity: the root's (it bounds its groups'), the units' above it, the leaves' (tasks,
 # sessions, and the login slices systemd writes for it) together; a session's own are 0.
 sums() {
-    $gov status --json | $py - "$1" "$(id -u gov-alice) $(id -u gov-bob) $(id -u gov-carol)" <<'EOF' || fail "sums ($1) past the capacity or a session protected"
+    $py - "$1" "$(id -u gov-alice) $(id -u gov-bob) $(id -u gov-carol)" "$($gov status --json)" <<'EOF' \
+        || fail "sums ($1) past the capacity or a session protected"
 import json, os, sys
-case, uids = sys.argv[1], sys.argv[2].split()
-s = json.load(sys.stdin)
+case, uids, s = sys.argv[1], sys.argv[2].split(), json.loads(sys.argv[3])
 root, capacity = s["daemon"]["cgroup_root"], s["host_capacity"]["memory"]
 def read(path):
     return tuple(int(open(os.path.join(path, f)).read()) for f in ("memory.min", "memory.low"))
@@ -113,9 +113,9 @@ wait_for 90 "carol's task queued" status_has 'len(s["queue"]) == 1' || die "$($g
 runuser -u gov-alice -- sleep 900 &
 wait_for 90 "alice's session in governor's tree" status_has "'session-$alice' in $task_ids" || die "$($gov status)"
 settles 2 || true
-$gov status --json | $py - "$alice" <<'EOF' || fail "alice's two places reserved more than once, or a task started past the capacity"
+$py - "$alice" "$($gov status --json)" <<'EOF' || fail "alice's two places reserved more than once, or a task started past the capacity"
 import json, sys
-alice, s = sys.argv[1], json.load(sys.stdin)
+alice, s = sys.argv[1], json.loads(sys.argv[2])
 group = s["groups"]["A"]
 held = {t["id"]: t["reserved"].get("memory", 0.0) for t in group["tasks"]}
 launched = sum(t["demand"].get("memory", 0.0) for g in s["groups"].values() for t in g["tasks"] if not t["session"])
