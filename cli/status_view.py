@@ -33,6 +33,7 @@ bytes/s; times in Unix seconds)::
                                   "pid": int, "uid": int, "user": str,
                                   "command": [str], "started": float,
                                   "demand": {res: amount}, "limits": {file: value},
+                                  "reserved": {res: amount},  # its part of the group's
                                   "usage": {res: amount},
                                   "stall": {…},       # as the group's
                                   "gpus": [int]}]}},    # the GPUs it holds, by index

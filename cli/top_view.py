@@ -238,7 +238,7 @@ def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[R
                      view.duration(now - float(task.get("started", now))),
                      *([view.gpu_list(task.get("gpus"))] if gpus else []), task, _cap(demand, task.get("limits", {})),
                      _compact(vocabulary.task_guarantee(demand, granted)),
-                     _compact(vocabulary.reserved(demand, session=bool(task.get("session")), used=used)),
+                     _compact(task.get("reserved") or {}),  # the daemon's figure: a user's two places once
                      _compact(used), *([stall_view.worst_cell(task.get("stall") or {}).plain] if stalls else [])])
     headers = ("  pid", "user", "age", *(("gpus",) if gpus else ()), "command", "cap", "guarantee", "reserved",
                "use", *(("stall",) if stalls else ()))

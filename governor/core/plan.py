@@ -14,7 +14,8 @@ Allocations are guarantees, declarations are caps::
         session-<uid>/  (a user's session: the same, with the [sessions] demand)
                         cpu.weight ∝ declared cpu, memory.max (hard, the default) or
                         memory.high (soft) = declared, memory.min and memory.low = declared
-                        (bounded by the group's), io.max = declared, pids.max = declared
+                        (bounded by the group's; a session's 0: it was never admitted, and
+                        an idle shell is promised nothing), io.max = declared, pids.max = declared
 
 ``[enforcement] memory_protection = false`` writes no ``memory.min``/``memory.low`` anywhere.
 
@@ -51,7 +52,7 @@ IoSharing = Literal["io.weight", "io.bfq.weight", "io.max"]
 
 
 def task_limits(demand: Mapping[str, float], *, io_devices: Mapping[str, str],
-                memory_mode: Literal["soft", "hard"] = "hard", protect: bool = True,
+                memory_mode: Literal["soft", "hard"] = "hard", protect: bool = True, session: bool = False,
                 period_usec: int = DEFAULT_PERIOD_USEC) -> CgroupLimits:
     """A task's caps: its declaration, set once when it starts and never changed.
 
@@ -62,23 +63,28 @@ def task_limits(demand: Mapping[str, float], *, io_devices: Mapping[str, str],
             declaration), ``"soft"`` ``memory.high`` (throttled and reclaimed past it, never killed).
         protect: protect the declared memory from reclaim (``memory.min``, ``memory.low``);
             the kernel bounds it by the group's protection.
+        session: a user's session (a login session's slice too): never admitted, so promised
+            none of its cap: with ``protect``, ``memory.min`` and ``memory.low`` are 0 (written,
+            so that what an earlier daemon set is undone; issue 43: three idle shells held 6G
+            of ``memory.min`` on a 2.9G host, outside any group that bounds it).
         period_usec: the CFS period, usec.
 
     Returns:
         ``cpu.max`` = declared cores × period (at least the kernel's 1 ms), ``cpu.weight`` =
         cores × 100 (1..10000), ``memory.max`` (hard) or ``memory.high`` (soft), and with
-        ``protect`` ``memory.min`` and ``memory.low``, = declared bytes, ``io.max`` =
+        ``protect`` ``memory.min`` and ``memory.low``, = declared bytes (0 for a session), ``io.max`` =
         declared rates (a direction declared 0 is not throttled: the kernel has no "0 bytes/s"),
         ``pids.max`` = declared ``pids`` (processes and threads; none declared: not written).
     """
     cores = demand.get("cpu", 0.0)
     memory = _whole(demand.get("memory", 0))
+    protected = 0 if session else memory
     return CgroupLimits(
         cpu_quota_usec=max(MIN_QUOTA_USEC, round(cores * period_usec)),
         cpu_period_usec=period_usec,
         cpu_weight=_clamp(round(cores * TASK_WEIGHT_PER_CORE)),
-        memory_min_bytes=memory if protect else None,
-        memory_low_bytes=memory if protect else None,
+        memory_min_bytes=protected if protect else None,
+        memory_low_bytes=protected if protect else None,
         # Not both: memory.high at memory.max never binds (usage cannot pass the max).
         memory_high_bytes=None if memory_mode == "hard" else memory,
         memory_max_bytes=memory if memory_mode == "hard" else None,

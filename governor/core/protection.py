@@ -8,7 +8,7 @@ QoS and systemd's ``MemoryMin=``/``MemoryLow=`` do::
     memory.low  = max(G_g, min(R_g, f_g·C))  what it reserved (admitted), up to its floor's
                                               share of the capacity, and at least G_g
 
-with ``R_g`` the group's reserved memory below governor's root, ``f_g`` its floor
+with ``R_g`` the memory its admitted tasks declared below governor's root, ``f_g`` its floor
 (:func:`governor.core.vocabulary.floors`) and ``C`` the memory capacity. The kernel bounds a
 cgroup's protection by its parent's (``mm/memcontrol.c``, ``effective_protection``), so every
 level carries at least the sum below it: an internal group takes the larger of its own value
@@ -19,7 +19,14 @@ exceeds the capacity.
 
 A reservation beyond the floor is not protected: while every group is busy DRF promises each
 its floor, no more (sharing incentive). A task's own files (:func:`governor.core.plan.task_limits`)
-protect its declaration; the kernel bounds that by its group's.
+protect its declaration; the kernel bounds that by its group's. A session (governor's session
+cgroup or logind's slice) was never admitted: none of its cap is in ``R_g`` and its own files
+protect nothing (issue 43: idle shells were promised their whole cap, 6G of ``memory.min`` on a
+2.9G host). Its use counts in what admission holds back (its reserved memory), and beyond that
+it shares the group's unclaimed protection with the tasks' use (``memory_recursiveprot``).
+So every ``memory.min`` and ``memory.low`` governor writes sums, level by level, to at most the
+capacity: the leaves' are admitted declarations, and governor's root, which bounds its groups',
+is at most the capacity.
 """
 
 from __future__ import annotations

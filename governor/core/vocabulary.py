@@ -7,7 +7,9 @@ floor         ``w_g / Σ w``: the share of every resource DRF promises a group w
 guarantee     the group's DRF allocation ``A_g`` of a *compressible* resource (cpu, I/O),
               enforced by weights: work-conserving. A task's part of it: λ × its declaration.
 reserved      the declared memory of admitted tasks (what the admission queue counts); for a
-              session, what it uses (at most its cap): an idle shell holds nothing.
+              session, what it uses (at most its cap): an idle shell holds nothing. A user's
+              session counts once (:func:`reserved_by_task`): admission, status, top, ps and
+              the metrics all read that one figure.
 cap           a task's declaration; a group's: the sum of its tasks' (``demand``, D_g).
 use           what the kernel measures.
 borrowed      use above the guarantee, of a compressible resource (idle shares lent).
@@ -29,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from governor.config.resources import admitted, compressible
+from governor.core.state import Task
 
 # Use is sampled over one second: a group at its guarantee reads a little above it half the
 # time. Less than this fraction of the guarantee above it is not borrowing.
@@ -103,6 +106,53 @@ def reserved(declared: Mapping[str, float], *, session: bool = False,
     else:
         held = {r.name: float(declared[r.name]) for r in admitted() if declared.get(r.name)}
     return {r: v for r, v in held.items() if v > 0}
+
+
+def reserved_by_task(tasks: Iterable[Task], usage: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """Task id → what it holds in the admission count (:func:`reserved`): the one figure of
+    reserved memory and GPUs that admission counts and every view shows.
+
+    A user's session is one session in its group wherever its processes live: logind's slice
+    (``login-<uid>``), governor's session cgroup (``session-<uid>``: ``runuser``, cron, ``sudo
+    -u`` beside a login), or both. Both places together hold what they use, bounded by the one
+    cap :meth:`~governor.core.state.Tasks.demands` counts (:func:`~governor.core.state.one_session_each`:
+    the session cgroup's): governor's session cgroup is counted first, the login slice holds
+    what is left of the cap (issue 43: each counted in full and taken off once, a user's
+    two idle places made 2G free that was not, and a queued task started past the capacity).
+
+    Args:
+        tasks: the running tasks (sessions and login sessions too).
+        usage: cgroup → its measured use (bytes; a cgroup not sampled yet uses nothing).
+
+    Returns:
+        every task's id → resource → amount (bytes, GPUs), empty where it holds nothing.
+    """
+    tasks = list(tasks)
+    names = [entry.name for entry in admitted()]  # once: every status and ps asks of every task
+    held: dict[str, dict[str, float]] = {}
+    caps: dict[tuple[int, str], dict[str, float]] = {}  # a user's session in a group → what is left of its cap
+    for task in tasks:
+        if not task.is_session:
+            demand = task.demand
+            held[task.id] = {r: float(demand[r]) for r in names if demand.get(r, 0) > 0}
+    for task in sorted((t for t in tasks if t.is_session), key=lambda t: t.is_login):  # governor's cgroup first
+        cap = caps.setdefault((task.uid, task.group), dict(task.demand))
+        held[task.id] = reserved(cap, session=True, used=usage.get(task.cgroup))
+        for resource, amount in held[task.id].items():
+            cap[resource] -= amount
+    return {task.id: held[task.id] for task in tasks}
+
+
+def reserved_by_group(tasks: Iterable[Task], usage: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """Group → what its running ``tasks`` hold in the admission count: the sum of
+    :func:`reserved_by_task` (``usage`` as there) over its tasks; every group with a task is
+    a key, empty where it holds nothing."""
+    tasks = list(tasks)
+    by_task = reserved_by_task(tasks, usage)
+    groups: dict[str, list[Mapping[str, float]]] = {}
+    for task in tasks:
+        groups.setdefault(task.group, []).append(by_task[task.id])
+    return {group: total(held) for group, held in groups.items()}
 
 
 def borrowed(used: Mapping[str, float], guarantee_: Mapping[str, float]) -> dict[str, float]:

@@ -93,20 +93,25 @@ class Enforcement:
         got = self.allocation.groups if self.allocation else {}
         logins = self.tasks.logins()
         outside: dict[str, dict[str, float]] = {}
+        sessions: dict[str, float] = {}  # group → the memory its session cgroups below the root declare
         for login in one_session_each(self.tasks.sessions()):  # a user's two places count once
             if not login.is_login:
+                sessions[login.group] = sessions.get(login.group, 0.0) + login.demand.get("memory", 0.0)
                 continue
             total = outside.setdefault(login.group, {})
             for resource, amount in login.demand.items():
                 total[resource] = total.get(resource, 0.0) + amount
         fractions = {g: float(a.tasks) for g, a in got.items()}
         allocations, inside = inside_root({g: a.allocation for g, a in got.items()}, demands, fractions, outside)
+        # Protection follows what was admitted below the root: a session is never admitted, and
+        # is promised none of its cap (issue 43; DESIGN.md §3 "an idle shell holds nothing").
+        admitted = {g: {"memory": max(0.0, d.get("memory", 0.0) - sessions.get(g, 0.0))} for g, d in inside.items()}
         # A department's cgroup carries the sum of its labs' below the root (DESIGN.md §3).
         parents = policy.config.parents
         allocations.update(subtree_sums(allocations, parents))
-        inside.update(subtree_sums(inside, parents))
+        admitted.update(subtree_sums(admitted, parents))
         nodes = self.allocation.nodes if self.allocation else {}
-        root, protection = self._protection(inside)
+        root, protection = self._protection(admitted)
         guarantees = group_limits(
             policy.capacity, allocations, protection=protection,
             io_devices=policy.io_devices, io_sharing=policy.io_sharing, cpu_mode=policy.config.cpu_enforcement,
@@ -151,16 +156,17 @@ class Enforcement:
         else:
             self.journal.event("refill", line)
 
-    def _protection(self, inside: dict[str, dict[str, float]]) -> tuple[Protection, dict[str, Protection]]:
+    def _protection(self, admitted: dict[str, dict[str, float]]) -> tuple[Protection, dict[str, Protection]]:
         """The root's and each group's ``(memory.min, memory.low)`` (:mod:`governor.core.protection`)
-        over what the groups reserved below the root; none with ``memory_protection = false``."""
+        over the memory the groups' admitted tasks declared below the root (``admitted``: group →
+        ``{"memory": bytes}``, sessions' caps not in it); none with ``memory_protection = false``."""
         config = self.policy.config
         if not config.memory_protection:
             return (0.0, 0.0), {}
         guarantees = {rule.name: rule.guarantee["memory"] for rule in config.groups if "memory" in rule.guarantee}
         return memory_protection(self.policy.capacity.get("memory", 0.0),
-                                 {g: demand.get("memory", 0.0) for g, demand in inside.items()}, guarantees,
-                                 self.policy.floors(inside), config.parents)
+                                 {g: demand.get("memory", 0.0) for g, demand in admitted.items()}, guarantees,
+                                 self.policy.floors(admitted), config.parents)
 
     def _diverged(self, trigger: str, error: FillingDiverged, full: bool) -> None:
         """Report a filling that diverged; the plan in force is left as it is (no fallback

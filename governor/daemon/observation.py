@@ -31,7 +31,7 @@ from governor.daemon.foreign_poll import Foreign
 from governor.daemon.journal import Journal
 from governor.daemon.notices import Notices
 from governor.daemon.policy import Policy
-from governor.daemon.waiting import Queue, reserved
+from governor.daemon.waiting import Queue
 from governor.errors import CgroupError
 from governor.core.gpus import GpuInventory, GpuUse
 from governor.config.kinds import task_in
@@ -312,7 +312,7 @@ class Observation:
             fairshare=self.fair_share.standings(time.time()) if self.fair_share else None,
             queue=queue_view(self.queue, self.queue.admission), events=list(self.journal.events),
             kept=self._status_tasks, configured=policy.configured(self.tasks.counts()),
-            reserved=reserved(self.tasks, self.usage), gpus=gpu_entries(policy.gpus, self.tasks.gpu_holders(), self.tasks),
+            gpus=gpu_entries(policy.gpus, self.tasks.gpu_holders(), self.tasks),
             no_psi=self.hierarchy.no_psi, host_capacity=policy.host_capacity, foreign=self.tenants(),
             caps=policy.root_caps,
         )

@@ -142,9 +142,10 @@ class Policy:
         # Caps follow from the demand and the GPUs held (under this config and inventory):
         # tasks that declare the same and hold the same share one object.
 
-        def caps(demand: tuple[tuple[str, float], ...], held: tuple[int, ...] | None) -> CgroupLimits:
+        def caps(demand: tuple[tuple[str, float], ...], held: tuple[int, ...] | None,
+                 session: bool = False) -> CgroupLimits:
             limits = task_limits(dict(demand), io_devices=io_devices, memory_mode=memory_mode,
-                                 protect=config.memory_protection)
+                                 protect=config.memory_protection, session=session)
             denied = () if held is None else gpu_places.denied_devices(self.gpus, held)
             return replace(limits, devices_denied=denied) if denied else limits
 
@@ -183,14 +184,16 @@ class Policy:
         (:func:`~governor.daemon.gpu_places.denied_devices` of its GPUs), one object per
         distinct demand and GPUs held. A login session's carry no device rules: its slice is
         systemd's, which has no deny list; the guard on the login slices' parent denies them
-        (DESIGN.md §3). A task recorded before counts were declared (no ``pids``: re-adopted
-        after an upgrade) gets the config's default, so that its cgroup has a ``pids.max`` too."""
+        (DESIGN.md §3). A session's (either kind) protect none of its memory
+        (:func:`~governor.core.plan.task_limits`). A task recorded before counts were declared
+        (no ``pids``: re-adopted after an upgrade) gets the config's default, so that its cgroup
+        has a ``pids.max`` too."""
         demand = task.demand
         if not any(resources.count(r) for r in demand):
             defaults = self.config.sessions.demand if task.is_session else self.config.task_defaults
             demand = {**demand, **{entry.name: defaults[entry.config] for entry in resources.RESOURCES
                                    if entry.kind is resources.ResourceKind.COUNT and entry.config}}
-        return self._task_caps(tuple(demand.items()), None if task.is_login else tuple(task.gpus))
+        return self._task_caps(tuple(demand.items()), None if task.is_login else tuple(task.gpus), task.is_session)
 
     def allowed_groups(self, who: access.Identity) -> tuple[str, ...]:
         """The groups ``who`` may launch into under the config in force, the default one first

@@ -39,6 +39,7 @@ from governor.core.queue import queue_view
 from governor.core.quotas import check_within_quotas
 from governor.core.state import SHOWN_COMMAND_CHARS, Task, Tasks
 from governor.core.usage import stalls
+from governor.core.vocabulary import reserved_by_task
 from governor.config.tomlcheck import join_key
 from governor.wire.reply_types import (ExplainReply, LaunchReply, PsReply, Queued, ReloadReply, SetWeightReply, Started,
                                    StatusReply, StopReply)
@@ -167,6 +168,7 @@ class Requests:
                          [e for e in self.queue.values() if not e.decided and chosen(e.task)],
                          allocation=self.settle.enforcement.allocation, usage=self.observation.usage,
                          positions=positions, asker=who.uid,
+                         reserved=reserved_by_task(self.tasks, self.observation.usage),
                          processes=lambda task: self._processes(task) if viewer.sees(task.uid) else ([], None))
         return {"tasks": rows_for(rows, viewer)}
 

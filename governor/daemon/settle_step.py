@@ -7,14 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from governor.config import resources
 from governor.config.load import Config
 from governor.core.admission import Admission, Waiting, admit
 from governor.core.gpus import GpuInventory
 from governor.core.headroom import guarantees
 from governor.core.quotas import quotas
 from governor.core.state import Task, Tasks
+from governor.core.vocabulary import reserved_by_group
 from governor.daemon import gpu_places
-from governor.daemon.waiting import reserved
 
 __all__ = ["Effects", "Snapshot", "step"]
 
@@ -75,8 +76,11 @@ def step(snapshot: Snapshot) -> Effects:
     tasks, config = snapshot.tasks, snapshot.config
     waiting = [Waiting(t.id, t.group, t.demand, t.user) for t in snapshot.waiting]
     weights = {w.group: snapshot.weight(w.group) for w in waiting}
-    held = reserved(tasks, snapshot.usage)
-    running = {g: {**d, **held.get(g, {})} for g, d in tasks.demands().items()}
+    # Admitted resources are counted as reserved (the figure every view shows), not as declared.
+    held = reserved_by_group(tasks, snapshot.usage)
+    counted = {entry.name for entry in resources.admitted()}
+    running = {g: {**{r: a for r, a in d.items() if r not in counted}, **held.get(g, {})}
+               for g, d in tasks.demands().items()}
     capacity, draining = dict(snapshot.capacity), len(tasks.draining())
     if draining:
         capacity["gpu"] = capacity.get("gpu", 0.0) - draining

@@ -25,16 +25,20 @@ TREES_LISTED = 256
 
 def task_rows(running: Iterable[Task], queued: Iterable[Entry], *, allocation: Allocation | None,
               usage: Mapping[str, Mapping[str, float]], positions: Mapping[str, int],
-              processes: Callable[[Task], tuple[list[dict], int]], asker: int) -> list[dict]:
+              processes: Callable[[Task], tuple[list[dict], int]], asker: int,
+              reserved: Mapping[str, Mapping[str, float]] | None = None) -> list[dict]:
     """One row per task, running first (in launch order), then queued (in queue order).
 
     Args:
         running: the running tasks to show.
         queued: the waiting launches to show.
         allocation: the last progressive filling's answer: a running task's guarantee is its
-            group's λ times its declared cpu and I/O, and it reserves its declared memory (a
-            session: what it uses), as :mod:`governor.core.vocabulary` says.
+            group's λ times its declared cpu and I/O, as :mod:`governor.core.vocabulary` says.
         usage: cgroup → measured use (:func:`governor.core.usage.usage`).
+        reserved: task id → what it holds in the admission count: its declared memory (a
+            session: what it uses, a user's two places once), as
+            :func:`governor.core.vocabulary.reserved_by_task` gives it over every running task;
+            None: worked out over ``running`` (right when it holds each user's every task).
         positions: task id → its place in the queue (:func:`governor.core.queue.queue_view`'s item:
             ``position``, ``reason``).
         processes: a task → the processes listed for it (``{"pid", "ppid", "name"}`` each, at
@@ -43,6 +47,9 @@ def task_rows(running: Iterable[Task], queued: Iterable[Entry], *, allocation: A
         asker: the uid asking: its own tasks' command lines are whole, others' cut to
             :data:`~governor.core.state.SHOWN_COMMAND_CHARS` (``ps --all``).
     """
+    running = list(running)
+    if reserved is None:
+        reserved = vocabulary.reserved_by_task(running, usage)
     rows = []
     for index, task in enumerate(running):
         got = allocation.groups.get(task.group) if allocation else None
@@ -50,7 +57,7 @@ def task_rows(running: Iterable[Task], queued: Iterable[Entry], *, allocation: A
         listed, total = processes(task) if index < TREES_LISTED else ([], None)
         rows.append({**task.to_json(command_chars=_shown(task, asker)), "state": "running",
                      "guarantee": vocabulary.task_guarantee(task.demand, float(got.tasks) if got else 0.0),
-                     "reserved": vocabulary.reserved(task.demand, session=task.is_session, used=used), "usage": used,
+                     "reserved": dict(reserved.get(task.id, {})), "usage": used,
                      "processes": listed, "processes_total": total})
     for entry in queued:
         rows.append({**entry.task.to_json(command_chars=_shown(entry.task, asker)), "state": "queued", "started": None, "queued_at": entry.queued_at,

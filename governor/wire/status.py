@@ -36,7 +36,6 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
                  in_force: Callable[[str], dict[str, str]], usage: Mapping[str, Mapping[str, float]],
                  filling: dict, queue: list[dict], events: list[dict], kept: dict | None = None,
                  configured: Mapping[str, dict] | None = None,
-                 reserved: Mapping[str, Mapping[str, float]] | None = None,
                  parents: Mapping[str, str] | None = None, place: Callable[[str], str] = str,
                  fairshare: Mapping[str, object] | None = None, gpus: list[dict] | None = None,
                  no_psi: str | None = None,
@@ -66,7 +65,6 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
         configured: every group of the host → ``weight``, ``floor``, ``members`` and
             ``everyone`` (a group of ``[groups."*"]`` at its weight): each is listed, idle or not
             (an idle one with no task, zeros and ``"idle": true``), but idle ones of everyone.
-        reserved: group → what its tasks hold in the admission count (bytes; a session's use).
         parents: group → the group it nests under (a group tree); place: group → its cgroup
             (relative), where its limits are.
         fairshare: group → its :class:`~governor.core.fairshare.Standing` with ``[fairshare]``:
@@ -80,8 +78,9 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
     Per group, :meth:`GroupAllocation.to_json` (weight, allocation, dominant resources and
     share, stop) with the words of :mod:`governor.core.vocabulary`: ``floor``, ``demand`` (its cap:
     the sum of its tasks' declarations), ``guarantee`` (the compressible part of its
-    allocation), ``reserved`` (memory), ``usage``, ``borrowed``; and ``lambda``, ``limits``,
-    ``pressure`` (throttling signs), ``stall`` (PSI: resource → ``some``/``full`` →
+    allocation), ``reserved`` (memory and GPUs: the sum of its tasks', each of which says its
+    own, :func:`governor.core.vocabulary.reserved_by_task`: what admission counts), ``usage``,
+    ``borrowed``; and ``lambda``, ``limits``, ``pressure`` (throttling signs), ``stall`` (PSI: resource → ``some``/``full`` →
     ``avg10`` percent, ``total`` seconds; empty without PSI, as in each task), ``members``,
     ``idle``, ``tasks``. At the top, ``guaranteed`` and ``reserved``
     are the sums of the groups'. ``fair_level`` is the highest dominant share / weight among the
@@ -97,7 +96,7 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
     last = kept or {}
     entries: dict[str, tuple] = {}
     configured = configured or {}
-    reserved = reserved or {}
+    reserved = vocabulary.reserved_by_task(tasks, usage)
     demands = tasks.demands()
     for name, members in tasks.groups().items():
         got = allocation.groups[name] if allocation and name in allocation.groups else None
@@ -111,14 +110,14 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
             "idle": False,
             "demand": dict(demands[name]),
             "guarantee": granted,
-            "reserved": dict(reserved.get(name, {})),
+            "reserved": vocabulary.total(reserved[t.id] for t in members),
             "lambda": float(got.tasks) if got else 0.0,
             "limits": in_force(place(name)),
             "usage": group_usage,
             "borrowed": vocabulary.borrowed(group_usage, granted),
             "pressure": group_pressure,
             "stall": stalls(usage.get(name, {})),
-            "tasks": [_task(t, in_force, usage, last, entries) for t in members],
+            "tasks": [_task(t, in_force, usage, reserved[t.id], last, entries) for t in members],
         }
     summed_up = _idle_everyone(configured, groups, fairshare or {})
     for name, about in configured.items():
@@ -212,16 +211,17 @@ _UNSAMPLED: Mapping[str, float] = {}  # one object: an unsampled task keeps its 
 
 
 def _task(task, in_force: Callable[[str], dict[str, str]], usage: Mapping[str, Mapping[str, float]],
-          kept: Mapping[str, tuple], entries: dict[str, tuple]) -> dict:
+          reserved: dict[str, float], kept: Mapping[str, tuple], entries: dict[str, tuple]) -> dict:
     limits, sampled = in_force(task.cgroup), usage.get(task.cgroup, _UNSAMPLED)
     last = kept.get(task.cgroup)
-    if last is not None and last[0] is task and last[1] is limits and last[2] is sampled:
+    # A session's reserved follows its user's other place's use too: compared, not identity.
+    if last is not None and last[0] is task and last[1] is limits and last[2] is sampled and last[3] == reserved:
         entries[task.cgroup] = last
-        return last[3]
+        return last[4]
     used, pressure = split_usage(sampled)
-    entry = {**task.to_json(command_chars=SHOWN_COMMAND_CHARS), "limits": limits, "usage": used, "pressure": pressure,
-             "stall": stalls(sampled)}
-    entries[task.cgroup] = (task, limits, sampled, entry)
+    entry = {**task.to_json(command_chars=SHOWN_COMMAND_CHARS), "limits": limits, "reserved": reserved, "usage": used,
+             "pressure": pressure, "stall": stalls(sampled)}
+    entries[task.cgroup] = (task, limits, sampled, reserved, entry)
     return entry
 
 

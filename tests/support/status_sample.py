@@ -47,11 +47,11 @@ STATUS = {
                 {"id": "t7", "pid": 4242, "uid": 1001, "user": "alice",
                  "command": ["python", "train.py", "--epochs", "100", "--data", "/scratch/alice/imagenet"],
                  "started": NOW - 600, "demand": {"cpu": 8, "memory": 12 * G},
-                 "limits": {"cpu.max": "800000 100000", "memory.high": 12 * G},
+                 "limits": {"cpu.max": "800000 100000", "memory.high": 12 * G}, "reserved": {"memory": 12 * G},
                  "usage": {"cpu": 7.25, "memory": 9 * G}},
                 {"id": "t9", "pid": 4300, "uid": 1001, "user": "alice", "command": ["python", "eval.py"],
                  "started": NOW - 120, "demand": {"cpu": 2, "memory": 4 * G},
-                 "limits": {"cpu.max": "200000 100000", "memory.high": 4 * G},
+                 "limits": {"cpu.max": "200000 100000", "memory.high": 4 * G}, "reserved": {"memory": 4 * G},
                  "usage": {"cpu": 1.15, "memory": 2 * G}},
             ],
         },
@@ -66,7 +66,7 @@ STATUS = {
                 {"id": "t8", "pid": 5001, "uid": 1002, "user": "bob", "command": ["backup.sh"],
                  "started": NOW - 60, "demand": {"cpu": 4, "memory": 12 * G, "io.nvme0n1.read": 200 * M},
                  "limits": {"cpu.max": "400000 100000", "memory.high": 12 * G,
-                            "io.max": "259:0 rbps=209715200 wbps=max"},
+                            "io.max": "259:0 rbps=209715200 wbps=max"}, "reserved": {"memory": 12 * G},
                  "usage": {"cpu": 2.25, "memory": 9 * G, "io.nvme0n1.read": 150 * M}},
             ],
         },
@@ -102,7 +102,7 @@ def with_gpus(status: dict) -> dict:
     physics, ops = gpus["groups"]["physics"], gpus["groups"]["ops"]
     for group, task, held in ((physics, 0, [0, 1]), (ops, 0, [3])):
         group["demand"]["gpu"] = group["reserved"]["gpu"] = len(held)
-        group["tasks"][task]["demand"]["gpu"] = len(held)
+        group["tasks"][task]["demand"]["gpu"] = group["tasks"][task]["reserved"]["gpu"] = len(held)
         group["tasks"][task]["gpus"] = held
     physics["tasks"][1]["gpus"] = []
     gpus["gpus"] = [

@@ -1,7 +1,7 @@
 """governor's systemd units under a real systemd: tests/system/run.sh, protection.sh and
 sessions.sh in ../shared/vm/run-in-systemd-vm.
 
-One VM boot (Debian bookworm, systemd 252, cgroup v2, logind: --full) runs the three scripts one
+One VM boot (Debian bookworm, systemd 252, cgroup v2, logind: --full) runs the scripts one
 after the other: ~6 minutes under emulation on an idle host, plus ~100 s the first time to build the image. A
 boot and governor's install cost ~2.5 minutes under the emulated CPU, so the scripts share them
 (each ends with `install-systemd --uninstall --purge`, and reads only its own journal). governor
@@ -72,7 +72,8 @@ def _run_in_vm(command: list[str], *options: str, env: dict[str, str] | None = N
     return lines
 
 
-SCRIPTS = ("./tests/system/run.sh", "./tests/system/protection.sh", "./tests/system/sessions.sh")
+SCRIPTS = ("./tests/system/run.sh", "./tests/system/protection.sh", "./tests/system/sessions.sh",
+           "./tests/system/session_sums.sh")
 # Runs each script in turn, framed by "### SCRIPT" and "### SCRIPT exited N": one failing does
 # not keep the next from running.
 EACH = 'for script; do echo "### $script"; "$script"; echo "### $script exited $?"; done'
@@ -170,4 +171,27 @@ def test_memory_protection_reaches_through_governors_units(outputs):
     # Issue 44.2: set through systemd, the units' status never says "changed on disk".
     assert "changed on disk with protection: none" in lines and "changed on disk with protection off: none" in lines
     assert "protection uninstall: paths left 0" in lines  # issue 44.1
+    assert "OK: all checks passed" in lines
+
+
+SUMS = re.compile(r"^sums \((.+)\): root memory\.min (\d+) memory\.low (\d+), .* leaves memory\.min (\d+) "
+                  r"memory\.low (\d+) \(\d+\), sessions (\[.*\]), capacity (\d+)$")
+
+
+def test_sessions_are_promised_none_of_their_caps_and_reserve_once(outputs):
+    """tests/system/session_sums.sh (issue 43): with three idle shells (caps 2.25G on a 1G
+    capacity), a busy one beside a task, and a user's ``runuser`` beside her login, every
+    memory.min and memory.low governor wrote (its root, its units, tasks, sessions and logind's
+    slices) sums to at most the capacity and each session's is 0; the user's two places reserve
+    what they use once, so a queued task stays queued."""
+    lines = _passed(outputs, "./tests/system/session_sums.sh")
+    found = {m[1]: m for m in map(SUMS.match, lines) if m}
+    assert set(found) == {"idle shells", "a busy shell and a task", "a login session and a runuser session"}, lines
+    for match in found.values():
+        capacity = int(match[7])
+        assert max(int(match[i]) for i in range(2, 6)) <= capacity, match[0]
+        sessions = re.findall(r"\(\d+, \d+\)", match[6])  # (memory.min, memory.low) of each
+        assert sessions and set(sessions) == {"(0, 0)"}, match[0]
+    [double] = [line for line in lines if line.startswith("double session: ")]
+    assert "carol's task queued 1" in double, double
     assert "OK: all checks passed" in lines

@@ -23,6 +23,14 @@ def test_a_task_is_capped_at_its_declaration_whatever_the_allocation():
     assert caps.io_max[0].device == "8:0" and caps.io_max[0].wbps == 10_000_000 and caps.io_max[0].rbps is None
 
 
+def test_a_session_is_capped_at_its_declaration_and_promised_none_of_it():
+    # Issue 43: three idle shells held 6G of memory.min on a 2.9G host. 0 is written, not left
+    # out, so that what an earlier daemon set is undone.
+    caps = task_limits({"cpu": 0.5, "memory": 2 * GIB}, io_devices={}, session=True)
+    assert caps.memory_max_bytes == 2 * GIB and (caps.memory_min_bytes, caps.memory_low_bytes) == (0, 0)
+    assert task_limits({"memory": GIB}, io_devices={}, protect=False, session=True).memory_min_bytes is None
+
+
 def test_soft_memory_sets_no_hard_limit_and_tiny_declarations_stay_limits():
     caps = task_limits({"cpu": 0.001, "memory": 1}, io_devices={}, memory_mode="soft")
     assert caps.memory_max_bytes is None

@@ -12,31 +12,17 @@ from governor.cgroups.stats import CgroupStats, Stall
 from governor.cgroups.systemd import SliceDriver, unit_properties
 from governor.config.load import parse_config
 from governor.daemon.inbox import Reload
-from governor.errors import CgroupUnsupported, CgroupWriteError
+from governor.errors import CgroupUnsupported, CgroupWriteError, RequestError
+from governor.host import access
 from governor.core.plan import held_login_limits, inside_root
 from governor.core.state import Task
 from governor.core.usage import Sample
-from support.daemons import GIB, on_loop
-from support.sessions import CONFIG, USER, session_daemon
+from governor.wire.protocol import PsRequest
+from support.daemons import GIB, launch, on_loop
+from support.sessions import CONFIG, USER, make_slice, session_daemon
 from support.systemctl import Systemctl
 
 pytestmark = pytest.mark.daemon(make=session_daemon)  # the `daemon` fixture: sessions on
-
-
-def make_slice(mount, uid: int, pids: dict[str, list[int]], populated: bool = True):
-    """A user slice's cgroup files as the kernel shows them, with ``pids`` per scope."""
-    slice_dir = mount / "user.slice" / f"user-{uid}.slice"
-    slice_dir.mkdir(parents=True, exist_ok=True)
-    (slice_dir / "cgroup.events").write_text(f"populated {int(populated)}\nfrozen 0\n")
-    (slice_dir / "cgroup.procs").write_text("")
-    (slice_dir / "cgroup.controllers").write_text("cpu memory pids\n")
-    (slice_dir / "cpu.stat").write_text("usage_usec 1000\nuser_usec 500\nsystem_usec 500\n")
-    (slice_dir / "memory.current").write_text("4096\n")
-    (slice_dir / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
-    for scope, members in pids.items():
-        (slice_dir / scope).mkdir(exist_ok=True)
-        (slice_dir / scope / "cgroup.procs").write_text("".join(f"{pid}\n" for pid in members))
-    return slice_dir
 
 
 def test_caps_become_systemd_properties():
@@ -122,8 +108,8 @@ def test_a_process_in_its_users_logind_slice_makes_their_login_session_there(sys
     assert (login.group, login.cgroup, login.is_session) == ("A", "user.slice/user-1.slice", True)
     [call] = systemctl.calls  # once per user, not per process
     assert call[4:] == ["user-1.slice", "CPUQuota=50%", "CPUWeight=50",
-                        f"MemoryLow={3 * GIB}", f"MemoryMax={3 * GIB}",
-                        f"MemoryMin={3 * GIB}", "TasksMax=4096"]  # hard caps, as a task's
+                        "MemoryLow=0", f"MemoryMax={3 * GIB}",  # issue 43: an idle shell is promised
+                        "MemoryMin=0", "TasksMax=4096"]  # none of its cap; hard caps, as a task's
     assert daemon.hierarchy.driver.procs == {}
     assert "A" not in daemon.hierarchy.driver.cgroups  # nothing of A below governor's root
     assert daemon.store.directory.joinpath("login-1.json").exists()
@@ -245,3 +231,29 @@ def test_properties_are_set_in_the_order_of_their_drop_ins(tmp_path):
     names = [assignment.partition("=")[0] for assignment in systemctl.calls[-1][5:]]
     assert names == sorted(names, key=lambda name: f"50-{name}.conf")
     assert names == ["CPUQuota", "CPUQuotaPeriodSec", "MemoryLow", "MemoryMax", "MemoryMin"]
+
+
+def test_a_users_login_and_runuser_sessions_reserve_their_use_once_and_admit_nothing_past_the_capacity(systemd):
+    """Issue 43, break 1: a user's logind slice and governor's session cgroup (``runuser -u``)
+    each took their cap off the group's reserved once more than it counted, so two idle places
+    freed a cap that was not free, and a task started past the capacity."""
+    daemon, _ = systemd
+    on_loop(daemon, lambda: daemon.sessions.govern_process(700, 1))  # her login: login-1, cap 3G
+    assert launch(daemon, 100, group="B", cpu=0.1, memory=2 * GIB, wait=False)["task"] == "1"
+    assert on_loop(daemon, lambda: daemon.sessions.govern_process(602, 1))  # runuser -u her: session-1
+    daemon.observation.usage.update({"user.slice/user-1.slice": {"memory": 0.75 * GIB},
+                                     "A/session-1": {"memory": 0.5 * GIB}})
+    with pytest.raises(RequestError) as refused:  # 2G + 1.25G of 4G reserved: 1.5G does not fit
+        launch(daemon, 101, group="B", cpu=0.1, memory=1.5 * GIB, wait=False)
+    assert refused.value.code == "would_wait"
+    status = daemon.observation.status()
+    assert status["groups"]["A"]["reserved"] == {"memory": 1.25 * GIB}  # what both places use, once
+    assert {t["id"]: t["reserved"] for t in status["groups"]["A"]["tasks"]} == {
+        "login-1": {"memory": 0.75 * GIB}, "session-1": {"memory": 0.5 * GIB}}
+    assert status["reserved"] == {"memory": 3.25 * GIB}
+    daemon.observation.usage["user.slice/user-1.slice"] = {"memory": 2.9 * GIB}  # together past the one cap
+    daemon.journal.changed()  # as a sample does
+    status = daemon.observation.status()
+    assert status["groups"]["A"]["reserved"] == {"memory": 3 * GIB}
+    rows = daemon.requests.ps(PsRequest(all=True), access.identify(0, 0))["tasks"]
+    assert [row["reserved"] for row in rows if row["session"]] == [{"memory": 2.5 * GIB}, {"memory": 0.5 * GIB}]

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from governor.config.load import parse_config
 from governor.core.protection import memory_protection
 from governor.wire.protocol import Peer, ReloadRequest, SetWeightRequest
-from support.daemons import launch, make_daemon
+from support.daemons import launch, make_daemon, on_loop
+from support.sessions import session_daemon
 
 GIB = 1024**3
 
@@ -117,3 +118,17 @@ def protection_files(daemon) -> dict[str, dict[str, str]]:
     driver = daemon.hierarchy.driver
     return {rel: {f: v for f, v in driver.in_force(rel).items() if f in ("memory.min", "memory.low") and v != "0"}
             for rel in ("", "D", "D/A", "B", "D/A/task-1", "B/task-2")}
+
+
+def test_a_sessions_cap_is_protected_nowhere(tmp_path):
+    # Issue 43, break 2: an idle session's 3G cap made its group's memory.low 2G (its floor's
+    # share of 4G) and its own memory.min and memory.low 3G. A session was never admitted:
+    # what governor protects is the guarantees and the admitted tasks' declarations.
+    daemon = session_daemon(tmp_path)
+    assert on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))  # session-1 in A, cap 3G
+    launch(daemon, 100, group="B", cpu=0.5, memory=GIB)
+    driver = daemon.hierarchy.driver
+    protected = {rel: (driver.in_force(rel).get("memory.min"), driver.in_force(rel).get("memory.low"))
+                 for rel in ("", "A", "A/session-1", "B", "B/task-1")}
+    assert protected == {"": (None, str(GIB)), "A": (None, None), "A/session-1": ("0", "0"), "B": (None, str(GIB)),
+                         "B/task-1": (str(GIB), str(GIB))}
