@@ -46,9 +46,9 @@ from governor.cgroups.files import below, list_children, make_dir, read_file, re
 from governor.cgroups.limits import (DEFAULT_PERIOD_USEC, V1_ORDER, CgroupLimits, diff_writes, v1_files, v1_key,
                                      v1_reset)
 from governor.cgroups.nesting import QuotaNesting
-from governor.cgroups.parse import format_cpu_list, parse_cpu_list, parse_int, parse_pids
+from governor.cgroups.parse import format_cpu_list, parse_cpu_list, parse_pids
 from governor.cgroups.stats import CgroupStats
-from governor.cgroups.v1_cgroup import (NS_PER_USEC, init_cpuset, memory_cap_bytes, populated_below, read_v1_stats,
+from governor.cgroups.v1_cgroup import (cpu_usage_usec, init_cpuset, memory_cap_bytes, populated_below, read_v1_stats,
                                         reset_devices)
 
 __all__ = ["CgroupV1Driver", "REQUIRED_CONTROLLERS"]
@@ -353,20 +353,15 @@ class CgroupV1Driver(DriverBase):
 
     def cpu_usage_usec(self, rel: str) -> int:
         """``cpuacct.usage`` of cgroup ``rel``, ns → µs (raises CgroupReadError)."""
-        try:
-            return parse_int(read_file(self.controller_path("cpuacct", rel), "cpuacct.usage")) // NS_PER_USEC
-        except ValueError as error:
-            raise CgroupReadError(f"cannot parse the CPU counter of cgroup {rel!r}: {error!r}",
-                                  path=str(self.directory(rel))) from None
+        return cpu_usage_usec(self.controller_path("cpuacct", rel))
 
     def memory_cap_bytes(self, rel: str) -> int | None:
         """:func:`~governor.cgroups.v1_cgroup.memory_cap_bytes` of ``rel`` (raises CgroupReadError)."""
         return memory_cap_bytes(self.controller_path("memory", rel))
 
     def populated(self, rel: str) -> bool:
-        """Whether cgroup ``rel`` or a cgroup below it holds a process, from the cpu hierarchy
-        alone: a process joins every hierarchy at once, so one ``cgroup.procs`` read tells,
-        not one per hierarchy (every exit and every reconcile asks).
+        """Whether cgroup ``rel`` or one below it holds a process, from the cpu hierarchy alone: a
+        process joins every hierarchy at once (every exit and every reconcile asks).
 
         Raises:
             CgroupReadError: it cannot be read (``vanished``: it is gone).

@@ -48,7 +48,7 @@ def read_v1_stats(directories: Mapping[str, Path], peak: bool) -> CgroupStats:
         io_stat = parse_blkio_service_bytes(read_file(directories["blkio"], "blkio.throttle.io_service_bytes"))
     pids = directories.get("pids")
     return CgroupStats(
-        cpu_usage_usec=parse_int(read_file(directories["cpuacct"], "cpuacct.usage")) // NS_PER_USEC,
+        cpu_usage_usec=cpu_usage_usec(directories["cpuacct"]),
         cpu_nr_throttled=cpu.get("nr_throttled", 0),
         cpu_throttled_usec=cpu.get("throttled_time", 0) // NS_PER_USEC,
         memory_current_bytes=parse_int(read_file(memory_dir, "memory.usage_in_bytes")),
@@ -59,6 +59,19 @@ def read_v1_stats(directories: Mapping[str, Path], peak: bool) -> CgroupStats:
         pids_current=None if pids is None else parse_int(read_file(pids, "pids.current")),
         pids_refused=None if pids is None else parse_flat_keyed(read_file(pids, "pids.events")).get("max", 0),
     )
+
+
+def cpu_usage_usec(cpuacct_dir: Path) -> int:
+    """``cpuacct.usage`` of the cgroup at ``cpuacct_dir`` (its directory in the cpuacct
+    hierarchy), ns → µs.
+
+    Raises:
+        CgroupReadError: it cannot be read (``vanished``: the cgroup is gone) or is not a number.
+    """
+    try:
+        return parse_int(read_file(cpuacct_dir, "cpuacct.usage")) // NS_PER_USEC
+    except ValueError as error:
+        raise CgroupReadError(f"cannot parse {cpuacct_dir}/cpuacct.usage: {error}", path=str(cpuacct_dir)) from None
 
 
 def memory_cap_bytes(memory_dir: Path) -> int | None:

@@ -27,10 +27,7 @@ can leave a group well short of its guarantee; when nobody has any to lend
 (:func:`governor.core.cpu_saturation.cpu_saturated`), each group is held to its guarantee too.
 Only ratios matter, so the scale of the group weights is chosen to keep as many weights in
 force as it can (:func:`proportional_weights`): a refill after one launch or exit writes a
-few files, not one per group.
-
-Resources are named as in the allocator: ``cpu`` (cores), ``memory`` (bytes),
-``io.<device>.read`` / ``io.<device>.write`` (bytes/s).
+few files, not one per group. Resources are named as in the allocator's registry.
 """
 
 from __future__ import annotations
@@ -63,10 +60,8 @@ def task_limits(demand: Mapping[str, float], *, io_devices: Mapping[str, str],
             declaration), ``"soft"`` ``memory.high`` (throttled and reclaimed past it, never killed).
         protect: protect the declared memory from reclaim (``memory.min``, ``memory.low``);
             the kernel bounds it by the group's protection.
-        session: a user's session (a login session's slice too): never admitted, so promised
-            none of its cap: with ``protect``, ``memory.min`` and ``memory.low`` are 0 (written,
-            so that what an earlier daemon set is undone; issue 43: three idle shells held 6G
-            of ``memory.min`` on a 2.9G host, outside any group that bounds it).
+        session: a user's session (a login slice too): never admitted, so promised none of its
+            cap: ``memory.min``/``memory.low`` 0, written to undo an earlier daemon's (issue 43).
         period_usec: the CFS period, usec.
 
     Returns:

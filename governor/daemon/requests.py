@@ -65,22 +65,12 @@ class Requests:
                  inbox: Inbox, records: Records, exits: Exits, sessions: Sessions, observation: Observation,
                  journal: Journal, notifier: Notifier, gpu_guard: GpuGuard, load_config: Callable[[], Config] | None,
                  metrics=None):
-        self.hierarchy = hierarchy
         self.metrics = metrics  # follows [metrics] listen at a reload (governor.wire.metrics.Metrics)
-        self.policy = policy
-        self.tasks = tasks
-        self.launches = launches
-        self.settle = settle
-        self.inbox = inbox
-        self.records = records
+        self.hierarchy, self.policy, self.tasks, self.load_config = hierarchy, policy, tasks, load_config
+        self.launches, self.settle, self.inbox, self.records = launches, settle, inbox, records
         self.queue = settle.queue
-        self.exits = exits
-        self.sessions = sessions
-        self.observation = observation
-        self.journal = journal
-        self.notifier = notifier
-        self.gpu_guard = gpu_guard
-        self.load_config = load_config
+        self.exits, self.sessions, self.observation = exits, sessions, observation
+        self.journal, self.notifier, self.gpu_guard = journal, notifier, gpu_guard
 
     def handlers(self) -> dict[str, Callable]:
         """The control server's handler of each operation (:data:`governor.wire.protocol.OPERATIONS`):
