@@ -377,7 +377,7 @@ def test_a_live_task_cgroup_without_a_record_is_governed_unrecorded(daemon):
     on_loop(daemon, lambda: daemon.recovery.readopt())
     [task] = daemon.tasks
     assert (task.id, task.group, task.name, task.unrecorded, task.demand) == ("9", "A", "(unrecorded)", True,
-                                                                               {"cpu": 1.0, "memory": GIB})
+                                                                               {"cpu": 1.0, "memory": GIB, "pids": 4096})
     assert "task 9 has no readable record" in " ".join(e["message"] for e in daemon.journal.events)
 
 

@@ -66,7 +66,7 @@ def test_a_task_whose_record_is_garbage_counts_in_admission_and_shows_in_ps_unti
     assert (again.store.directory / "2.json.bad").exists()
     [row] = ps(again, all=True)["tasks"]
     assert (row["id"], row["name"], row["user"], row["state"], row["demand"]) == (
-        "2", "(unrecorded)", "root", "running", {"cpu": 1.0, "memory": 3 * GIB})  # cpu: [defaults.task]
+        "2", "(unrecorded)", "root", "running", {"cpu": 1.0, "memory": 3 * GIB, "pids": 4096})  # cpu, pids: [defaults.task]
     with pytest.raises(RequestError) as refused:  # 4G capacity, 3G held: 2G does not fit
         launch(again, 300, group="B", cpu=0.5, memory=2 * GIB, wait=False)
     assert refused.value.code == "would_wait"
@@ -84,7 +84,7 @@ def test_an_unrecorded_task_is_readopted_as_such_and_its_user_is_unknown_without
     again.recovery.owner = lambda pid: None  # its processes' owner cannot be read
     on_loop(again, lambda: again.recovery.readopt())
     [task] = again.tasks
-    assert (task.id, task.unrecorded, task.user, task.demand) == ("2", True, "unknown", {"cpu": 1.0, "memory": 3 * GIB})
+    assert (task.id, task.unrecorded, task.user, task.demand) == ("2", True, "unknown", {"cpu": 1.0, "memory": 3 * GIB, "pids": 4096})
 
 
 def test_a_launch_sent_again_after_a_restart_is_answered_with_the_task_it_started(daemon, tmp_path):

@@ -98,7 +98,7 @@ def test_a_plain_user_sees_no_other_users_command_line_or_pid_in_any_view(host):
     assert secrets_in(everything(status)) == []
     bobs, mine = tasks_of(status)["1"], tasks_of(status)["2"]
     assert (bobs["command"], bobs["pid"], bobs["private"], bobs["user"]) == ([], None, True, "bob")
-    assert bobs["demand"] == {"cpu": 0.5, "memory": 3 * GIB} and bobs["name"] == "sh"  # the amounts stay
+    assert bobs["demand"] == {"cpu": 0.5, "memory": 3 * GIB, "pids": 4096} and bobs["name"] == "sh"  # the amounts stay
     assert (mine["command"], mine["pid"], "private" in mine) == (list(MINE), 200, False)  # her own, in full
     [queued] = status["queue"]
     assert (queued["task"], queued["user"], queued["command"], queued["private"]) == ("3", "bob", [], True)
