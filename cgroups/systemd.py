@@ -50,9 +50,10 @@ MEMORY_PROPERTIES = {"MemoryMin": "memory.min", "MemoryLow": "memory.low", "Memo
 RESETS = {"CPUQuota": "", "CPUQuotaPeriodSec": "", "CPUWeight": "", "MemoryMin": "", "MemoryLow": "", "MemoryHigh": "infinity",
           "MemoryMax": "infinity", "IOReadBandwidthMax": "", "IOWriteBandwidthMax": "", "TasksMax": ""}
 # What systemd writes in a set-property drop-in for each reset above (``MemoryLow=`` is stored as
-# 0, ``MemoryMax=infinity`` as given): a drop-in holding it sets nothing.
+# 0, ``MemoryMax=infinity`` as given, ``TasksMax=`` as infinity: the systemd suite found a user's
+# 50-TasksMax.conf left by uninstall): a drop-in holding it sets nothing.
 RESET_WRITTEN = {**{name: "" for name in RESETS}, "MemoryMin": "0", "MemoryLow": "0", "MemoryHigh": "infinity",
-                 "MemoryMax": "infinity"}
+                 "MemoryMax": "infinity", "TasksMax": "infinity"}
 # systemctl blocks the daemon's event loop: well below the unit's WatchdogSec=30.
 SYSTEMCTL_TIMEOUT_S = 5.0
 SYSTEMD_PERIOD_USEC = 100_000
