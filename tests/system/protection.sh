@@ -33,7 +33,7 @@ units_reset() { for unit in governor.slice governor-tasks.service; do [ "$(unit_
 
 id alice >/dev/null 2>&1 || useradd --no-create-home --shell /bin/sh alice
 guarantee=$((256 << 20))
-before=$(governor_paths)
+paths_before=$(governor_paths)
 mkdir -p /etc/governor
 cat > "$config" <<'EOF'
 [capacity]
@@ -77,7 +77,7 @@ warned=$(changed_on_disk governor.slice governor-tasks.service governor.service)
 echo "changed on disk with protection off: ${warned:-none}"
 [ -z "$warned" ] || fail "systemctl status says changed on disk: $warned"
 $gov install-systemd --uninstall --purge >/dev/null || fail "uninstall failed"
-same_paths "$before" "protection uninstall"
+same_paths "$paths_before" "protection uninstall"
 
 if [ "$failures" -gt 0 ]; then
     journalctl -u governor --no-pager -n 60

@@ -31,7 +31,7 @@ serving() { systemctl is-active --quiet governor && $gov status --json; }
 
 echo "== setup"
 for user in alice bob; do id "$user" >/dev/null 2>&1 || useradd --no-create-home --shell /bin/sh "$user"; done
-before=$(governor_paths)  # nothing of governor's yet: the same after the last uninstall
+paths_before=$(governor_paths)  # nothing of governor's yet: the same after the last uninstall
 # Weights differ and the 4 tasks ask for 2 cores of the 1.75 governed: alice (weight 2) gets
 # all she asks, bob the rest.
 mkdir -p /etc/governor
@@ -279,7 +279,7 @@ done
 programs="task $(ours "$gpu_cg"), guard $(for place in $guarded; do ours "$place"; done | sort -u | tr '\n' ' ')"
 echo "gpus reload and restart: task saw$after_reload after the reload,$after_restart after the restart; programs: $programs; errors logged $(echo -n "$errors" | grep -c . || true)"
 $gov install-systemd --uninstall --purge >/dev/null || fail "uninstall after the GPU case failed"
-same_paths "$before" "run uninstall"
+same_paths "$paths_before" "run uninstall"
 for place in $guarded; do
     [ -d "$place" ] && [ "$(ours "$place")" != none ] && fail "the guard stayed on $place after the daemon stopped"
 done

@@ -30,7 +30,7 @@ for user in gov-alice gov-bob gov-carol; do id "$user" >/dev/null 2>&1 || userad
 alice=$(id -u gov-alice)
 bob=$(id -u gov-bob)
 slice=/sys/fs/cgroup/user.slice/user-$alice.slice
-before=$(governor_paths)
+paths_before=$(governor_paths)
 # Capacity 0.6 cores; alice's session and bob's task each declare 0.4, so under contention DRF
 # gives each 0.3 (the v2 VM's split in tests/integration, on the same emulated CPU).
 mkdir -p /etc/governor
@@ -180,7 +180,7 @@ echo "uninstall: alice's slice limits $limits"
 pgrep -u gov-alice -f 'while :' >/dev/null || fail "uninstall ended alice's login session"
 left=$(find /sys/fs/cgroup -name '*governor*')
 [ -z "$left" ] || fail "uninstall left in /sys/fs/cgroup: $left"
-same_paths "$before" "sessions uninstall"
+same_paths "$paths_before" "sessions uninstall"
 pkill -u gov-alice -f 'while :' || true
 
 pkill -u gov-bob || true
