@@ -14,7 +14,6 @@ to govern GPUs), so that what governs them there (device rules) holds them."""
 from __future__ import annotations
 
 import logging
-import os
 import pwd
 import time
 from collections.abc import Callable, Iterable
@@ -32,6 +31,7 @@ from governor.errors import CgroupError, GovernorError
 from governor.config.groups import MAX_DEPTH
 from governor.config.kinds import Kind, is_task_name, task_in
 from governor.core.state import Task, Tasks
+from governor.host.openfiles import owner_uid
 from governor.host.task_store import TaskStore
 
 __all__ = ["Recovery"]
@@ -40,15 +40,6 @@ log = logging.getLogger("governor.daemon")
 # How ps names a task found without its record, and its user where no process tells it.
 UNRECORDED_NAME = "(unrecorded)"
 UNKNOWN_USER = "unknown"
-
-
-def process_owner(pid: int) -> int | None:
-    """The uid process ``pid`` runs as (the owner of ``/proc/<pid>``: its effective uid), or
-    None where it is gone."""
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return None
 
 
 def _user_name(uid: int) -> str:
@@ -68,12 +59,12 @@ class Recovery:
         in force; exits: follows what is taken back and forgets what ended; journal: events;
         settle: plans and applies every cgroup's limits once the tasks are back.
         queue: the launches in flight (their cgroups are not strays);
-        owner: a pid → the uid it runs as, None when it is gone (:func:`process_owner`).
+        owner: a pid → the uid it runs as, None when it is gone (:func:`~governor.host.openfiles.owner_uid`).
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tree: Tree, store: TaskStore, tasks: Tasks, policy: Policy,
                  exits: Exits, journal: Journal, settle: Settle, queue: Queue,
-                 owner: Callable[[int], int | None] = process_owner):
+                 owner: Callable[[int], int | None] = owner_uid):
         self.owner = owner
         self.queue = queue
         self.hierarchy = hierarchy
