@@ -30,6 +30,9 @@ install_governor() {
     py=/opt/governor/bin/python
 }
 
+# status_has PY-EXPR: the status object (s) makes the expression true.
+status_has() { $gov status --json | $py -c "import json,sys; s=json.load(sys.stdin); sys.exit(0 if ($1) else 1)"; }
+
 # governor_paths: every path governor may make on a host, one a line, sorted (issue 44.1): its
 # units and their drop-ins, the set-property drop-ins on governor's units and users' slices
 # (50-<Property>.conf), the man pages, /etc/governor, /run/governor, its cgroups. The same before

@@ -52,7 +52,6 @@ EOF
 $gov install-systemd >/dev/null
 systemctl start governor || die "systemctl start governor failed"
 
-status_has() { $gov status --json | $py -c "import json,sys; s=json.load(sys.stdin); sys.exit(0 if ($1) else 1)"; }
 task_ids='[t["id"] for g in s["groups"].values() for t in g["tasks"]]'
 generation() { $gov status --json | $py -c 'import json,sys; print(json.load(sys.stdin)["daemon"]["settle_generation"])'; }
 past_generation() { [ "$(generation)" -ge "$1" ]; }

@@ -55,8 +55,6 @@ EOF
 $gov install-systemd >/dev/null
 systemctl start governor || die "systemctl start governor failed"
 
-# status_has PY-EXPR: the status object (s) makes the expression true.
-status_has() { $gov status --json | $py -c "import json,sys; s=json.load(sys.stdin); sys.exit(0 if ($1) else 1)"; }
 login_task='[t for t in s["groups"].get("A", {}).get("tasks", []) if t["id"] == "login-'$alice'"]'
 
 echo "== alice logs in (su -l, pam_systemd) and starts a CPU burner in her shell"
