@@ -123,14 +123,26 @@ def test_guarantees_hold(problem):
     of r0 1/4 + r1 1 needs all of r1, which g2 is guaranteed 1/4 of). They are filled together,
     so then every holder of that resource is itself still short of a guarantee: a node may be
     short on a saturated resource only when no leaf outside it holds any of it beyond its own
-    guarantees (hypothesis found this case)."""
+    guarantees (hypothesis found this case). A holder's ancestor may also have met its guarantee
+    before the resource saturated, the holder having taken it along the way and nothing since
+    (n0 guaranteed r1 = 1 reached it through g3, whose tasks are mostly r0, and g2's r0
+    guarantee then found r0 gone: hypothesis found this too): that holding was for a guarantee
+    as well."""
     capacity, groups, tree = problem
-    result = hierarchical_filling(capacity, groups, tree)
+    result = hierarchical_filling(capacity, groups, tree, trace=True)
     by_name = {node.name: node for node in tree}
+    # Each leaf's dominant share when each guaranteed node met its guarantee (trace rows).
+    share_at_guarantee = {row.group: row.dominant_shares for row in result.trace if row.event == "guarantee"}
 
     def short_of_a_guarantee(leaf):
         return any(subtree_use(result, a, r) < amount for a in ancestors(tree, leaf.name) if a in by_name
                    for r, amount in by_name[a].guarantee.items())
+
+    def held_for_a_guarantee(leaf):
+        final = result.groups[leaf.name].dominant_share
+        return short_of_a_guarantee(leaf) or any(
+            share_at_guarantee.get(a, {}).get(leaf.name) == final for a in ancestors(tree, leaf.name)
+            if a in by_name and by_name[a].guarantee)
 
     for node in tree:
         if any(subtree_use(result, node.name, r) >= amount for r, amount in node.guarantee.items()):
@@ -145,7 +157,7 @@ def test_guarantees_hold(problem):
             # Short only when every leaf demanding r is done (demand met) or another resource
             # it needs saturated / its limit, or r went to others' guarantees alone.
             held_beyond = [g.name for g in groups if node.name not in ancestors(tree, g.name)
-                           and subtree_use(result, g.name, r) > 0 and not short_of_a_guarantee(g)]
+                           and subtree_use(result, g.name, r) > 0 and not held_for_a_guarantee(g)]
             for g in leaves:
                 if g.task.get(r, 0) > 0 and held_beyond:
                     assert not stop_on(result, g.name, r), (node.name, r, held_beyond)
