@@ -10,6 +10,7 @@ import gc
 import json
 import os
 import random
+import select
 import socket
 import struct
 import termios
@@ -256,10 +257,11 @@ def lingering_tasks(path: str, count: int, group: str, command: list[str]) -> li
     return pids
 
 
-def silent_status(path: str, connections: int, seconds: float, ready: int | None = None) -> dict:
-    """``connections`` connections that ask for ``status`` and never read, held ``seconds``;
-    one byte written to the file descriptor ``ready`` once the daemon answered each (its reply
-    waits unread: :func:`wait_ready`), none if it did not within a minute."""
+def silent_status(path: str, connections: int, seconds: float, ready: int, release: int) -> dict:
+    """``connections`` connections that ask for ``status`` and never read, held ``seconds`` at
+    most, until :func:`end_attack` lets go; one byte written to the file descriptor ``ready`` once
+    the daemon answered each (its reply waits unread: :func:`wait_ready`), none if it did not
+    within a minute."""
     socks = []
     for _ in range(connections):
         sock = socket.socket(socket.AF_UNIX)
@@ -275,16 +277,16 @@ def silent_status(path: str, connections: int, seconds: float, ready: int | None
         if not answered():
             return {"held": len(socks), "answered": False}
         os.write(ready, b"!")
-    time.sleep(seconds)  # the attack's length
+    held_until_ended(release, seconds)
     for sock in socks:
         sock.close()
     return {"held": len(socks)}
 
 
-def watchers(path: str, count: int, seconds: float, interval: float, ready: int | None = None) -> dict:
+def watchers(path: str, count: int, seconds: float, interval: float, ready: int, release: int) -> dict:
     """``count`` ``watch`` streams at ``interval`` read as fast as they come (and thrown away)
-    for ``seconds``; the bytes they got. One byte written to the file descriptor ``ready`` once
-    each stream had its first snapshot (:func:`wait_ready`)."""
+    for ``seconds`` at most, until :func:`end_attack` lets go; the bytes they got. One byte written
+    to the file descriptor ``ready`` once each stream had its first snapshot (:func:`wait_ready`)."""
     import selectors
 
     selector = selectors.DefaultSelector()
@@ -296,7 +298,7 @@ def watchers(path: str, count: int, seconds: float, interval: float, ready: int 
         selector.register(sock, selectors.EVENT_READ)
     unserved = {key.fileobj for key in selector.get_map().values()}  # no snapshot yet
     got, deadline = 0, time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not held_until_ended(release, 0):
         for key, _ in selector.select(timeout=0.1):
             try:
                 data = key.fileobj.recv(1 << 20)
@@ -311,6 +313,22 @@ def watchers(path: str, count: int, seconds: float, interval: float, ready: int 
     for key in list(selector.get_map().values()):
         key.fileobj.close()
     return {"bytes": got}
+
+
+def end_attack(write_end: int, attackers: int) -> None:
+    """End the attack of ``attackers`` holding the read end of the pipe ``write_end`` (one byte
+    each: the write end may stay open in every forked process), once the test measured what it
+    came for; an attacker that never hears this stops at its own ``seconds``."""
+    os.write(write_end, b"!" * attackers)
+
+
+def held_until_ended(release: int, seconds: float) -> bool:
+    """Whether the test let go (:func:`end_attack`), waiting ``seconds`` at most for it; the byte
+    that said so is this attacker's, taken."""
+    if not select.select([release], [], [], seconds)[0]:
+        return False
+    os.read(release, 1)
+    return True
 
 
 def _unread(sock: socket.socket) -> int:

@@ -1,7 +1,6 @@
 """A fork bomb stops at its cap (issue 42): in a task (``governor run --pids``) and in a session
 (``[sessions] pids``), every cgroup governor makes has a ``pids.max``, and root and another
-task still fork. Shared by the v1 (native) and v2 (VM) modules through kernel_cases (the task's
-bomb natively only for now: in the VM it is still to be run within the suite's time limit).
+task still fork. Shared by the v1 (native) and v2 (VM) modules through kernel_cases.
 
 The bomb is small and bounded: a shell starting at most :data:`BOMB_FORKS` sleeps against a cap
 of :data:`CAP`, ended by the test whatever happens."""

@@ -1,9 +1,8 @@
 """Records that survive a crash (issue 43, point 5), end to end on the real kernel: launches in
 flight when the daemon is killed (-9) start once each when it is back; a task whose record is
 garbage is governed unrecorded at its cgroup's memory cap; an empty task cgroup no task has is
-removed by the reconcile pass, and the daemon's root goes at its stop. Run natively by the v1
-module; the v2 VM suite leaves them out for now (not yet run in the VM, whose suite outgrew its
-time limit in CI; nothing in them differs between the versions but the driver)."""
+removed by the reconcile pass, and the daemon's root goes at its stop. Shared by the v1
+(native) and v2 (VM) modules."""
 
 from __future__ import annotations
 

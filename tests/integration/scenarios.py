@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import socket
 import subprocess
 import sys
@@ -196,7 +197,9 @@ def memory_is_admitted_never_squeezed(tmp_path, *, enforcement: str) -> None:
                                                         "time.sleep(600)"], cpus=0.2 * SCALE, memory=big)
         queue = gov.status()["queue"]
         progress_before = int(counter.read_text() or 0)
-        time.sleep(2)
+        # A's task touches its memory again at each step: ten more while B and C wait.
+        gov.wait(lambda: a.poll() is not None or int(counter.read_text() or 0) >= progress_before + 10,
+                 "A's task to go on while B and C wait")
         progress_after = int(counter.read_text() or 0)
         print(f"\n[{gov.status()['daemon']['cgroup_mode']}, {enforcement}] A uses {0.7 * mib:.0f}M of {big}: "
               f"alive={a.poll() is None}, progress {progress_before} -> {progress_after}; queue: "
@@ -259,7 +262,12 @@ def memory_soft_limit_throttles_without_killing(tmp_path, *, v2: bool) -> None:
             return stats.memory_events.get("high", 0) > 0 if v2 else stats.memory_current_bytes > 64 * MIB
 
         gov.wait(lambda: over_the_limit() or hog.poll() is not None, "the hog to pass 64M", timeout=120)
-        time.sleep(2)
+        # It goes on past the limit: v2's memory.high throttles it again and again (without swap
+        # to reclaim to it stays there), v1's soft limit lets it touch all 160M ('allocated').
+        throttled = gov.driver.read_stats("C").memory_events.get("high", 0) + 50
+        gov.wait(lambda: hog.poll() is not None or select.select([hog.stdout], [], [], 0)[0]
+                 or gov.driver.read_stats("C").memory_events.get("high", 0) >= throttled,
+                 "the hog to touch all 160M or be throttled 50 times more", timeout=120)
         stats = gov.driver.read_stats("C")
         print(f"\n{limit} 64M, hog touching 160M: alive={hog.poll() is None}, "
               f"memory.current={stats.memory_current_bytes / MIB:.1f}M, events={stats.memory_events}")

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 from daemon_harness import GOVERNOR, Governor
-from hostile import (as_nobody, as_user, churn, connections_as_nobody, fd_count, fuzz, hostile_lines,
-                     lingering_tasks, reply, request, rss_bytes, silent_status, wait_ready, watchers)
+from hostile import (as_nobody, as_user, churn, connections_as_nobody, end_attack, fd_count, fuzz, held_until_ended,
+                     hostile_lines, lingering_tasks, reply, request, rss_bytes, silent_status, wait_ready, watchers)
 
 from governor.errors import CgroupError
 
@@ -257,17 +257,27 @@ def test_status_amplification_costs_the_daemon_bounded_memory_and_no_launch_time
         before = churn(gov.socket, 300, 4, "A")
         rss_before = rss_bytes(pid)
         read_end, ready = os.pipe()
-        attackers = [_in_background(lambda: as_nobody(lambda: silent_status(gov.socket, 32, 20, ready))),
-                     _in_background(lambda: as_user(2, lambda: watchers(gov.socket, 32, 20, 0.5, ready)))]
+        held, release = os.pipe()  # the attack lasts until the churn under it ended (300 s at most)
+        attackers = [_in_background(lambda: as_nobody(lambda: silent_status(gov.socket, 32, 300, ready, held))),
+                     _in_background(lambda: as_user(2, lambda: watchers(gov.socket, 32, 300, 0.5, ready, held)))]
         os.close(ready)
         wait_ready(read_end, len(attackers))
-        peak = []
-        sampler = threading.Thread(target=lambda: [peak.append(rss_bytes(pid)) or time.sleep(0.25) for _ in range(40)])
+        peak, churned = [rss_bytes(pid)], threading.Event()
+
+        def sample() -> None:  # the daemon's RSS every 0.25 s while the churn runs under attack
+            while not churned.wait(0.25):
+                peak.append(rss_bytes(pid))
+
+        sampler = threading.Thread(target=sample)
         sampler.start()
         during = churn(gov.socket, 300, 4, "A")
+        churned.set()
         sampler.join()
+        end_attack(release, len(attackers))
         for attacker in attackers:
             os.waitpid(attacker, 0)
+        os.close(held)
+        os.close(release)
         p50, p90, p99 = (lambda t: t[len(t) // 2]), (lambda t: t[int(len(t) * 0.9)]), _p99
         print(f"\nstatus amplification: status {size / 1e6:.2f} MB with 250 long command lines; daemon RSS "
               f"{rss_before / 2**20:.0f} -> peak {max(peak) / 2**20:.0f} MiB under 32 silent connections and 32 "
@@ -347,12 +357,13 @@ def test_idle_metrics_connections_leave_launches_and_status_working(tmp_path):
                 with contextlib.suppress(OSError):
                     held.append(socket.create_connection(("127.0.0.1", port), timeout=2))
             os.write(ready, b"!")
-            time.sleep(8)  # the attack's length
+            held_until_ended(until_measured, 60)  # the attack lasts until the test measured
             for sock in held:
                 sock.close()
             return {"held": len(held)}
 
         read_end, ready = os.pipe()
+        until_measured, measured = os.pipe()
         attacker = _in_background(lambda: as_nobody(hold))
         os.close(ready)
         wait_ready(read_end, 1)
@@ -361,7 +372,10 @@ def test_idle_metrics_connections_leave_launches_and_status_working(tmp_path):
         proc = gov.run("A", ["sleep", "30"], cpus=0.1, memory="32M")
         status = gov.status()
         seconds = time.monotonic() - started
+        end_attack(measured, 1)
         os.waitpid(attacker, 0)
+        os.close(until_measured)
+        os.close(measured)
         print(f"\nmetrics attack: 1,010 idle connections; daemon fds {fds}; a launch and a status took {seconds:.2f} s")
         assert fds < 200 and seconds < 5 and status["groups"]["A"]["tasks"]
         proc.kill()

@@ -26,3 +26,15 @@ def wait_until(fact: Callable[[], object], what: str, *, timeout: float = 5.0) -
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.005)
+
+
+def within(fact: Callable[[], object], seconds: float) -> bool:
+    """Whether ``fact()`` came true within ``seconds``, polled as :func:`wait_until` polls it: for
+    a test that counts the late ones (a bound is the fact under test) rather than failing at the
+    first."""
+    deadline = time.monotonic() + seconds
+    while not fact():
+        if time.monotonic() > deadline:
+            return bool(fact())
+        time.sleep(0.005)
+    return True

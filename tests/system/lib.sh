@@ -16,15 +16,21 @@ wait_for() {
 # outside the checkout (whose path the unit may not see: PrivateTmp= hides /tmp), from the
 # wheelhouse tests/system/test_systemd_vm.py built on the host (`pip wheel -w wheelhouse ./`):
 # the VM has no network. Sets $gov and $py. Once per boot: the scripts that share a boot
-# (test_systemd_vm.py runs three in one) share the install, ~2 min under the emulated CPU.
+# (test_systemd_vm.py runs four in one) share the install.
+# The venv is made without pip, and Debian's own pip wheel (python3-pip-whl, which python3-venv
+# depends on) installs governor into it: python3 -m venv spent 116 of the install's 191 s under
+# the emulated CPU installing and compiling a pip into the venv that nothing here runs again. The
+# tree is the README's but for pip; the README's own lines run on the host in
+# tests/integration/test_wheel_install.py.
 install_governor() {
-    local wheels=$PWD/build/vm-wheelhouse start=$SECONDS
+    local wheels=$PWD/build/vm-wheelhouse start=$SECONDS pip_wheel
     gov=/opt/governor/bin/governor
     if [ ! -x "$gov" ]; then
         ls "$wheels"/drf_governor-*.whl >/dev/null 2>&1 || { echo "no governor wheel in $wheels: tests/system/test_systemd_vm.py builds it on the host"; exit 2; }
-        python3 -m venv /opt/governor
+        pip_wheel=$(ls /usr/share/python-wheels/pip-*.whl | tail -1)
+        python3 -m venv --without-pip /opt/governor
         local venv=$((SECONDS - start))
-        /opt/governor/bin/pip install --quiet --no-index --find-links "$wheels" drf-governor
+        /opt/governor/bin/python "$pip_wheel/pip" install --quiet --no-index --find-links "$wheels" drf-governor
         echo "install_governor: python3 -m venv $venv s, pip install $((SECONDS - start - venv)) s"
     fi
     py=/opt/governor/bin/python

@@ -74,10 +74,11 @@ def _run_in_vm(command: list[str], *options: str, env: dict[str, str] | None = N
 
 SCRIPTS = ("./tests/system/run.sh", "./tests/system/protection.sh", "./tests/system/sessions.sh",
            "./tests/system/session_sums.sh")
-# Runs each script in turn, framed by "### SCRIPT" and "### SCRIPT exited N": one failing does
-# not keep the next from running.
-EACH = 'for script; do echo "### $script"; "$script"; echo "### $script exited $?"; done'
-FRAME = re.compile(r"^### (\S+)(?: exited (\d+))?$")
+# Runs each script in turn, framed by "### SCRIPT" and "### SCRIPT exited N after S s": one
+# failing does not keep the next from running; its wall time in the VM is the next cut's figure.
+EACH = ('for script; do echo "### $script"; start=$SECONDS; "$script"; '
+        'echo "### $script exited $? after $((SECONDS - start)) s"; done')
+FRAME = re.compile(r"^### (\S+)(?: exited (\d+) after \d+ s)?$")
 
 
 @pytest.fixture(scope="module")
