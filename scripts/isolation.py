@@ -12,11 +12,13 @@ neighbour costs one start or stop of the daemon. Each governed storm also measur
 CPU (% of one core) and user B's `governor run -- true` (two a second) against B's quiet
 figure; the daemon's CPU per exec is measured once, for a governed and an ungoverned user.
 
-    sudo .venv/bin/python scripts/bench --isolation [--seconds 10] [--json PATH] [--vm]
+    sudo .venv/bin/python scripts/bench --isolation [--seconds 10] [--json PATH] [--only WORDS] [--vm]
 
 Outside the v2 VM, --vm builds the wheel here and runs the benchmark inside
 ../shared/vm/run-in-vm (under /tmp/governor-vm.lock, with a scratch disk); inside it
-(VMLAB_GUEST=1) the fork bomb, the memory hog and the I/O flood join the neighbours.
+(VMLAB_GUEST=1) the memory hog and the I/O flood join the neighbours. The fork bombs (one in a
+task, one in a session, each against a cap of 100 pids) run everywhere, bounded at 1,000 sleeps
+for the ungoverned run's sake. --only runs the neighbours whose name contains WORDS.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--execs", type=int, metavar="N",
                        help="execs per user for the daemon's CPU per exec (default: 3000; 100 in the VM)")
     group.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH ('-': stdout)")
+    group.add_argument("--only", metavar="WORDS",
+                       help="run only the neighbours whose name contains WORDS (e.g. 'fork bomb'); "
+                            "quiet, the exec cost and the runs alone as ever")
     group.add_argument("--vm", action="store_true",
                        help="run it in the cgroup v2 VM (../shared/vm/run-in-vm), with the fork bomb, "
                             "memory hog and I/O flood")
@@ -57,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse (``parser.error``) an isolation option without --isolation, or beside another part."""
     own = [flag for flag, given in (("--vm", args.vm), ("--json", args.json), ("--execs", args.execs is not None),
-                                    ("--seconds", args.seconds != 10)) if given]
+                                    ("--seconds", args.seconds != 10), ("--only", args.only is not None)) if given]
     if not args.isolation:
         if own:
             parser.error(f"{own[0]} belongs to --isolation")
@@ -118,6 +123,7 @@ def relaunch_in_vm(governor: str, args: argparse.Namespace) -> int:
                "--keep-venv", str(Path(governor).parents[2])]
     command += ["--json", args.json] if args.json else []
     command += ["--execs", str(args.execs)] if args.execs else []
+    command += ["--only", args.only] if args.only else []
     print(f"waiting for {VM_LOCK}, then the VM …", file=sys.stderr, flush=True)
     return subprocess.run(["flock", VM_LOCK, "env", f"VMLAB_DISKS={VM_DISK_MIB}",
                            str(REPO.parent / "shared" / "vm" / "run-in-vm"), *command], cwd=REPO).returncode
@@ -134,7 +140,10 @@ def measure(governor: str, work: Path, args: argparse.Namespace) -> dict:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # the cleanup below runs
     phases = Phases(governor, work, args.seconds)
     try:
-        found = neighbours(phases.python, os.cpu_count() or 1, guest, disk[0] if disk else None)
+        found = [n for n in neighbours(phases.python, os.cpu_count() or 1, guest, disk[0] if disk else None)
+                 if args.only is None or args.only in n.name]
+        if not found:
+            raise SystemExit(f"--only {args.only!r}: no neighbour's name contains it")
         if guest and disk:
             os.chown(disk[0], pwd.getpwnam(NEIGHBOUR_USER).pw_uid, -1)  # the guest's own scratch disk
         note("B's launches, quiet")
@@ -154,8 +163,8 @@ def measure(governor: str, work: Path, args: argparse.Namespace) -> dict:
             results["neighbours"].append({
                 "name": neighbour.name, "baseline": baseline, "vm_only": neighbour.vm_only,
                 "governed": {**ratios(runs[True]["samples"], baseline),
-                             **{key: runs[True][key] for key in ("guarantee", "daemon_cpu", "launches")}},
-                "ungoverned": ratios(runs[False]["samples"], baseline)})
+                             **{key: runs[True][key] for key in ("guarantee", "daemon_cpu", "launches", "processes")}},
+                "ungoverned": {**ratios(runs[False]["samples"], baseline), "processes": runs[False]["processes"]}})
     finally:
         phases.close()
     return results
@@ -186,10 +195,10 @@ def render(results: dict) -> str:
              f"{about['date']}; the victim runs {results['seconds']:g} s per phase.", "",
              "| neighbour | victim governed: median / p10 | ungoverned: median / p10 | victim's guarantee "
              f"| governed median ≥ {TARGET} × guarantee? | governed ≥ ungoverned? | daemon CPU | "
-             "B's `governor run -- true` p50 / p99 |",
-             "|---|---|---|---|---|---|---|---|"]
+             "B's `governor run -- true` p50 / p99 | neighbour's processes, governed / ungoverned |",
+             "|---|---|---|---|---|---|---|---|---|"]
     quiet = results["quiet"]
-    lines.append(f"| none (quiet) | | | | | | {quiet['daemon_cpu']:.1f} % of a core | {_launches(quiet, quiet)} |")
+    lines.append(f"| none (quiet) | | | | | | {quiet['daemon_cpu']:.1f} % of a core | {_launches(quiet, quiet)} | |")
     for row in results["neighbours"]:
         governed, ungoverned = row["governed"], row["ungoverned"]
         # The victim is one busy thread: alone it uses one core, its whole demand; beside a
@@ -202,7 +211,8 @@ def render(results: dict) -> str:
         cpu = "" if governed["daemon_cpu"] is None else f"{governed['daemon_cpu']:.1f} % of a core"
         lines.append(f"| {row['name']} | {governed['median']:.2f} / {governed['p10']:.2f} | "
                      f"{ungoverned['median']:.2f} / {ungoverned['p10']:.2f} | {guarantee} | "
-                     f"{meets} | {better} | {cpu} | {_launches(governed['launches'], quiet)} |")
+                     f"{meets} | {better} | {cpu} | {_launches(governed['launches'], quiet)} | "
+                     f"{governed['processes']:,} / {ungoverned['processes']:,} |")
     cost = results["exec_cost"]
     lines += ["", f"Daemon CPU per exec ({cost['execs']:,} × `/bin/true` per user, less its idle "
                   f"{cost['idle_cpu']:.1f} % of a core): a governed user's {cost['governed']:.0f} µs, "

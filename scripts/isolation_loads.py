@@ -74,6 +74,24 @@ while True:
     prctl(15, b"prctl-storm", 0, 0, 0)
 """
 
+# A fork bomb, bounded for the ungoverned run's sake: starts sleeps (posix_spawn: a fork and an
+# exec) up to argv[1] of them, retrying at once each one refused (EAGAIN past a pids cap), as a
+# fork bomb does; then waits.
+FORK_BOMB = """
+import os, sys, time
+bound, children = int(sys.argv[1]), 0
+while children < bound:
+    try:
+        os.posix_spawn("/bin/sleep", ["sleep", "3600"], os.environ)
+        children += 1
+    except OSError:
+        pass
+time.sleep(3600)
+"""
+# The fork bombs' cap: a task's `--pids`, and the benchmark daemon's `[sessions] pids`; the
+# most sleeps a bomb starts, ten times that.
+BOMB_CAP, BOMB_BOUND = 100, 1000
+
 # Touches every page of what it holds, growing by 32 MiB up to its bound (bytes, argv[1]).
 MEMORY_HOG = """
 import sys
@@ -89,17 +107,19 @@ while True:
 @dataclass(frozen=True)
 class Neighbour:
     """A hostile neighbour: its name in the table, what it runs (argv), the demand it
-    declares when governed (`governor run` flags), and whether it runs only in the VM."""
+    declares when governed (`governor run` flags), whether it runs only in the VM, and whether
+    governed it is started plain, in its user's session (``session``), not by `governor run`."""
     name: str
     argv: tuple[str, ...]
     demand: tuple[str, ...] = ("--cpus", "1", "--memory", "256M")
     vm_only: bool = False
     env: tuple[tuple[str, str], ...] = ()
+    session: bool = False
 
 
 def neighbours(python: str, cores: int, in_vm: bool, disk: str | None) -> list[Neighbour]:
-    """The neighbours of this run, in order: those of every host, then (``in_vm``) the fork
-    bomb, the memory hog and (with a scratch ``disk``) the I/O flood."""
+    """The neighbours of this run, in order: those of every host, then (``in_vm``) the memory
+    hog and (with a scratch ``disk``) the I/O flood."""
     shell = ("/bin/sh", "-c")
     workers = str(max(2, cores))
     found = [
@@ -111,11 +131,12 @@ def neighbours(python: str, cores: int, in_vm: bool, disk: str | None) -> list[N
         Neighbour("thread storm (2 processes creating and joining threads)", (python, "-c", THREADS),
                   ("--cpus", "2"), env=(("WORKERS", "2"),)),
         Neighbour("prctl(PR_SET_NAME) storm (1 process)", (python, "-c", PRCTL), env=(("WORKERS", "1"),)),
+        Neighbour(f"fork bomb in a task (--pids {BOMB_CAP}; up to {BOMB_BOUND:,} sleeps)",
+                  (python, "-c", FORK_BOMB, str(BOMB_BOUND)), ("--cpus", "1", "--memory", "256M", "--pids", str(BOMB_CAP))),
+        Neighbour(f"fork bomb in a session (pids {BOMB_CAP}; up to {BOMB_BOUND:,} sleeps)",
+                  (python, "-c", FORK_BOMB, str(BOMB_BOUND)), session=True),
     ]
     if in_vm:
-        found.append(Neighbour("fork bomb (up to 3,000 sleeping children)",
-                               shell + ("i=0; while [ $i -lt 3000 ]; do sleep 3600 & i=$((i+1)); done; wait",),
-                               vm_only=True))
         bound = int(0.6 * psutil.virtual_memory().total)
         found.append(Neighbour(f"memory hog (up to {bound >> 20} MiB, declares 256M)",
                                (python, "-c", MEMORY_HOG, str(bound)), vm_only=True))
@@ -165,6 +186,11 @@ class Processes:
         process.wait()
         if process in self.started:
             self.started.remove(process)
+
+    def count(self, user: str) -> int:
+        """How many processes ``user`` holds now (threads not counted)."""
+        uid = pwd.getpwnam(user).pw_uid
+        return sum(1 for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid)
 
     def stop_all(self) -> None:
         """End what is left: each started process's group, then any process of the

@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 from benchlib import DAEMON_NICE, percentile, remove_cgroup_root, tmpfs
-from isolation_loads import B_USER, NEIGHBOUR_USER, PROBER, VICTIM, Neighbour, Processes, ensure_user
+from isolation_loads import BOMB_CAP, B_USER, NEIGHBOUR_USER, PROBER, VICTIM, Neighbour, Processes, ensure_user
 
 VICTIM_DEMAND = ("--cpus", "1", "--memory", "64M")  # one busy thread: 1 core is all it can use
 
@@ -37,9 +37,10 @@ class Daemon:
         self.state = Path(tempfile.mkdtemp(dir=tmpfs(), prefix="governor-isolation-"))
         self.config, self.socket, self.log = work / "governor.toml", str(work / "governor.sock"), work / "daemon.log"
         self.root = f"governor-isolation-{uuid.uuid4().hex[:8]}"
-        # Sessions small enough for the VM's 2 GiB: each counts its memory against the capacity.
+        # Sessions small enough for the VM's 2 GiB: each counts its memory against the capacity;
+        # and the session fork bomb's cap.
         self.config.write_text(f'[daemon]\nstate_dir = "{self.state / "state"}"\n\n'
-                               '[sessions]\nmemory = "64M"\n\n'
+                               f'[sessions]\nmemory = "64M"\npids = {BOMB_CAP}\n\n'
                                '[groups.victim]\nusers = ["root"]\n\n'
                                f'[groups.hostile]\nusers = ["{NEIGHBOUR_USER}"]\n\n'
                                f'[groups.b]\nusers = ["{B_USER}"]\n')
@@ -160,10 +161,13 @@ class Phases:
 
     def beside(self, neighbour: Neighbour, governed: bool) -> dict:
         """The victim beside ``neighbour``, both under the daemon (``governed``: each launched
-        by `governor run` into its group, B probing meanwhile) or with no daemon at all."""
+        by `governor run` into its group, or the neighbour plain into its user's session, B
+        probing meanwhile) or with no daemon at all; how many processes the neighbour's user
+        held at the victim's end."""
         self.daemon.running(governed)
         argv = list(neighbour.argv)
-        hostile = self.processes.start(self.governed(argv, "hostile", neighbour.demand) if governed else argv,
+        by_run = governed and not neighbour.session
+        hostile = self.processes.start(self.governed(argv, "hostile", neighbour.demand) if by_run else argv,
                                        NEIGHBOUR_USER, env=dict(neighbour.env))
         try:
             time.sleep(1)  # the storm under way before the victim starts
@@ -171,10 +175,12 @@ class Phases:
             prober = self.prober() if governed else None
             samples, guarantee = self.victim(governed)
             daemon_cpu = 100 * (self.daemon.cpu() - cpu) / (time.monotonic() - began) if governed else None
+            held = self.processes.count(NEIGHBOUR_USER)
             launches = self.launches(prober) if prober else None
         finally:
             self.processes.stop(hostile)
-        return {"samples": samples, "guarantee": guarantee, "daemon_cpu": daemon_cpu, "launches": launches}
+        return {"samples": samples, "guarantee": guarantee, "daemon_cpu": daemon_cpu, "launches": launches,
+                "processes": held}
 
     def exec_cost(self, count: int) -> dict:
         """The daemon's CPU per exec (µs): ``count`` × /bin/true run by a governed user (the

@@ -31,11 +31,14 @@ __all__ = ["MANAGERS", "WELL_KNOWN", "ForeignRules", "manager_of", "parse_foreig
 # whole slice every poll. Its cgroup/v1 plugin makes ``/slurm/uid_<N>/job_<N>/step_<N>`` in
 # the cpuset, memory, cpuacct, devices and freezer hierarchies (not cpu): the tenant is
 # ``/slurm`` (there from slurmd's start: a job started since the last poll is in it already),
-# its jobs read one by one below ``uid_<N>``.
+# its jobs read one by one below ``uid_<N>``. A Slurm built with --enable-multiple-slurmd, as
+# Debian's is, makes ``/slurm_<node name>`` instead (a real slurmd natively on v1 made
+# ``/slurm_vm``: tests/integration/test_slurmd_v1.py).
 WELL_KNOWN: tuple[tuple[str, str], ...] = (
     ("/system.slice/*slurmstepd.scope", "slurm"),
     ("/system.slice/*/*slurmstepd.scope", "slurm"),
     ("/slurm", "slurm"),
+    ("/slurm_*", "slurm"),
     ("/kubepods.slice", "kubernetes"),
     ("/nomad.slice", "nomad"),
     ("/machine.slice", "machines"),
@@ -45,6 +48,7 @@ WELL_KNOWN: tuple[tuple[str, str], ...] = (
 MANAGERS: tuple[tuple[str, str], ...] = (
     ("*slurmstepd.scope", "slurm"),
     ("slurm", "slurm"),
+    ("slurm_*", "slurm"),
     ("kubepods*", "kubernetes"),
     ("nomad.slice", "nomad"),
     ("machine.slice", "machines"),

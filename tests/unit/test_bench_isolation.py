@@ -34,8 +34,10 @@ def scripts():
 
 def test_isolation_options_are_parsed(scripts):
     bench, _ = scripts
-    args = bench.parse_arguments(["--isolation", "--seconds", "5", "--json", "out.json", "--execs", "200"])
-    assert (args.isolation, args.seconds, args.json, args.execs, args.vm) == (True, 5.0, "out.json", 200, False)
+    args = bench.parse_arguments(["--isolation", "--seconds", "5", "--json", "out.json", "--execs", "200",
+                                  "--only", "fork bomb"])
+    assert (args.isolation, args.seconds, args.json, args.execs, args.vm, args.only) == (
+        True, 5.0, "out.json", 200, False, "fork bomb")
     assert bench.parse_arguments(["--isolation", "--vm"]).vm
     assert not bench.parse_arguments([]).isolation
 
@@ -43,6 +45,7 @@ def test_isolation_options_are_parsed(scripts):
 @pytest.mark.parametrize("argv, reason", [
     (["--seconds", "5"], "--seconds belongs to --isolation"),
     (["--vm"], "--vm belongs to --isolation"),
+    (["--only", "fork"], "--only belongs to --isolation"),
     (["--isolation", "--big"], "--isolation runs alone: leave out --big"),
     (["--isolation", "--quick", "--against", "main"], "leave out --quick, --against"),
     (["--isolation", "--seconds", "1"], "from 2 to 600 seconds, not 1"),
@@ -60,20 +63,21 @@ def test_bad_isolation_options_are_refused_with_the_reason(scripts, capsys, argv
 def _results(isolation) -> dict:
     quiet = {"p50": 100.0, "p99": 200.0, "launches": 20, "failed": 0, "daemon_cpu": 0.4}
     governed = {**isolation.ratios([9.0, 10.0, 11.0, 10.0], 10.0), "guarantee": 0.875, "daemon_cpu": 3.25,
-                "launches": {"p50": 150.0, "p99": 500.0, "launches": 18, "failed": 1}}
+                "launches": {"p50": 150.0, "p99": 500.0, "launches": 18, "failed": 1}, "processes": 3}
     starved = {**isolation.ratios([4.0, 5.0], 10.0), "guarantee": 0.875, "daemon_cpu": 21.0,
-               "launches": {"p50": None, "p99": None, "launches": 0, "failed": 3}}
+               "launches": {"p50": None, "p99": None, "launches": 0, "failed": 3}, "processes": 101}
+    plain = {**isolation.ratios([10.0, 10.0], 10.0), "processes": 1001}
     return {"host": {"name": "box", "cpus": 2, "kernel": "6.18", "cgroup": "v1 (hybrid)", "vm": None,
                      "load": [1.0, 0.5, 0.25], "date": "2026-11-29 04:00 UTC"},
             "seconds": 10.0, "quiet": quiet,
             "exec_cost": {"governed": 180.4, "ungoverned": 99.6, "execs": 3000, "idle_cpu": 0.2},
             "neighbours": [
                 {"name": "CPU burners", "baseline": 10.0, "vm_only": False, "governed": governed,
-                 "ungoverned": isolation.ratios([5.0, 6.0], 10.0)},
+                 "ungoverned": {**isolation.ratios([5.0, 6.0], 10.0), "processes": 3}},
                 {"name": "prctl storm", "baseline": 10.0, "vm_only": False, "governed": starved,
-                 "ungoverned": isolation.ratios([10.0, 10.0], 10.0)},
-                {"name": "fork bomb", "baseline": 10.0, "vm_only": True, "governed": {**starved, "guarantee": None},
-                 "ungoverned": isolation.ratios([10.0, 10.0], 10.0)}]}
+                 "ungoverned": plain},
+                {"name": "fork bomb", "baseline": 10.0, "vm_only": False, "governed": {**starved, "guarantee": None},
+                 "ungoverned": plain}]}
 
 
 def test_ratios_are_the_median_and_p10_of_each_sample_over_the_baseline(scripts):
@@ -96,14 +100,26 @@ def test_the_table_shows_each_neighbour_side_by_side_with_its_checks(scripts):
     assert "| 0.45 / 0.41 | 1.00 / 1.00 | 0.88 cores | no (< 0.79) | no | 21.0 % of a core | none finished |" \
         in rows["prctl storm"]
     assert "| 1.00 / 1.00 | not counted | not counted | no |" in rows["fork bomb"]  # the filling never counted it
-    assert "0.4 % of a core | 100 / 200 ms |" in rows["none (quiet)"]
+    assert rows["fork bomb"].endswith("| 101 / 1,001 |")  # the neighbour's processes: held at its cap, or not
+    assert "0.4 % of a core | 100 / 200 ms | |" in rows["none (quiet)"]
     assert "a governed user's 180 µs, an ungoverned user's 100 µs" in table
 
 
 def test_the_vm_adds_its_neighbours(scripts):
     loads = importlib.import_module("isolation_loads")
     here = loads.neighbours("python3", 2, False, None)
-    assert len(here) == 4 and not any(n.vm_only for n in here)
+    assert len(here) == 6 and not any(n.vm_only for n in here)
     in_vm = loads.neighbours("python3", 2, True, "/dev/vda")
-    assert [n.name.split(" (")[0] for n in in_vm[4:]] == ["fork bomb", "memory hog", "I/O flood"]
-    assert len(loads.neighbours("python3", 2, True, None)) == 6  # no scratch disk: no I/O flood
+    assert [n.name.split(" (")[0] for n in in_vm[6:]] == ["memory hog", "I/O flood"]
+    assert len(loads.neighbours("python3", 2, True, None)) == 7  # no scratch disk: no I/O flood
+
+
+def test_the_fork_bombs_run_everywhere_one_in_a_task_one_in_a_session_past_their_cap(scripts):
+    """Issue 42: B's launches beside a fork bomb in a task and in a session, natively on v1 as
+    in the VM; each bomb's bound is past the cap, so it is the cap that stops it governed."""
+    loads = importlib.import_module("isolation_loads")
+    bombs = [n for n in loads.neighbours("python3", 2, False, None) if n.name.startswith("fork bomb")]
+    assert [(n.name.split(" (")[0], n.session) for n in bombs] == [("fork bomb in a task", False),
+                                                                    ("fork bomb in a session", True)]
+    assert bombs[0].demand[-2:] == ("--pids", str(loads.BOMB_CAP)) and loads.BOMB_BOUND > loads.BOMB_CAP
+    assert all(n.argv[-1] == str(loads.BOMB_BOUND) for n in bombs)

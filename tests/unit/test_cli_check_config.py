@@ -62,7 +62,7 @@ def test_good_file_prints_a_summary(tmp_path):
         "  all governed memory together: at most the memory capacity (memory.max on governor's root)",
         "memory protection: memory.min = a group's guarantee, memory.low = what it reserved up to its floor",
         "foreign tenants, never moved, what they hold taken off the capacity: /system.slice/*slurmstepd.scope, "
-        "/system.slice/*/*slurmstepd.scope, /slurm, /kubepods.slice, /nomad.slice, /machine.slice",
+        "/system.slice/*/*slurmstepd.scope, /slurm, /slurm_*, /kubepods.slice, /nomad.slice, /machine.slice",
         "groups:",
         "  physics: weight 2; users alice; unix groups physics",
         '  "*": weight 1; every user in no explicit group, a group of their own',

@@ -66,6 +66,9 @@ def test_a_bad_foreign_table_names_the_key_and_why(text, key, words):
 
 @pytest.mark.parametrize(("path", "manager"), [
     ("/system.slice/slurmstepd.scope", "slurm"), ("/system.slice/sysvm_slurmstepd.scope", "slurm"),
+    # Slurm's cgroup/v1 scope, and that of a Slurm built with --enable-multiple-slurmd
+    # (Debian's): /slurm_<node name>, read as the config's, by its use, until it was known
+    ("/slurm", "slurm"), ("/lab/slurm_node7", "slurm"),
     ("/kubepods.slice", "kubernetes"), ("/machine.slice", "machines"), ("/nomad.slice", "nomad"),
     ("/batch.slice", "config"),
 ])

@@ -31,13 +31,15 @@ MOUNTED = ("cpu", "cpuacct", "cpuset", "memory", "blkio", "devices", "freezer", 
 IN_JOB, OUTSIDE = 500, 501  # made-up pids of support.sessions' login user (uid 1)
 
 
-def slurm_v1_host(root: Path, *, cpus: str = "0", memory: int = 200 * MIB) -> Path:
+def slurm_v1_host(root: Path, *, cpus: str = "0", memory: int = 200 * MIB, scope: str = "/slurm") -> Path:
     """Under ``root``: one directory per v1 hierarchy (``root/<controller>``), Slurm's job
     ``JOB`` of ``UID`` in each of :data:`SLURMS` (CPU set ``cpus`` of the host's 0-1, memory
     limit ``memory``), and ``root/proc``: its ``self/mountinfo`` listing them, and the
     ``/proc/<pid>/cgroup`` of :data:`IN_JOB` (in the step) and :data:`OUTSIDE` (at the top).
-    Returns that ``proc``."""
-    levels = ("", "/slurm", f"/slurm/uid_{UID}", f"/slurm/uid_{UID}/job_{JOB}", STEP)
+    Slurm's ``scope``: ``/slurm``, or a Slurm built with --enable-multiple-slurmd's
+    ``/slurm_<node name>``. Returns that ``proc``."""
+    step = scope + STEP.removeprefix("/slurm")
+    levels = ("", scope, f"{scope}/uid_{UID}", f"{scope}/uid_{UID}/job_{JOB}", step)
     unlimited, used = str(2**63 - 4096), str(150 * MIB)
     # file → its value at each level; uid_N's CPU set is the union of that user's jobs': the job's own.
     files = {"cpuset": {"cpuset.effective_cpus": ("0-1", "0-1", cpus, cpus, cpus)},
@@ -54,7 +56,7 @@ def slurm_v1_host(root: Path, *, cpus: str = "0", memory: int = 200 * MIB) -> Pa
     (proc / "self").mkdir(parents=True)
     (proc / "self" / "mountinfo").write_text("".join(
         f"{30 + i} 20 0:{40 + i} / {root / c} rw,relatime - cgroup cgroup rw,{c}\n" for i, c in enumerate(MOUNTED)))
-    for pid, where in ((IN_JOB, STEP), (OUTSIDE, "/")):
+    for pid, where in ((IN_JOB, step), (OUTSIDE, "/")):
         (proc / str(pid)).mkdir()
         (proc / str(pid) / "cgroup").write_text("".join(
             f"{i + 1}:{c}:{where if c in SLURMS else '/'}\n" for i, c in enumerate(MOUNTED)) + "0::/\n")
@@ -126,6 +128,21 @@ def test_the_capacity_shrinks_by_the_jobs_limits_and_its_process_is_never_moved(
     with pytest.raises(RequestError, match="/slurm, a subtree another manager owns"):
         asyncio.run(collect(daemon.requests.stream(request, Peer(pid=IN_JOB, uid=0, gid=0))))
     assert daemon.hierarchy.driver.procs["A/session-1"] == [OUTSIDE]
+
+
+def test_a_debian_slurmds_v1_scope_is_found_and_read_as_slurms(tmp_path):
+    """Debian's slurmd (built with --enable-multiple-slurmd) makes ``/slurm_<node name>``, not
+    ``/slurm`` (seen natively here: tests/integration/test_slurmd_v1.py): the built-in pattern
+    finds it, its jobs count what they were allocated, and its process is never moved."""
+    proc = slurm_v1_host(tmp_path / "cgroupfs", scope="/slurm_node7")
+    daemon = session_daemon(tmp_path, foreign_places=ForeignPlaces.of_host("v1", V1_CONTROLLERS, proc=proc))
+    located_in(daemon, proc)
+    on_loop(daemon, daemon.foreign.poll)
+    status = daemon.observation.status()
+    assert status["foreign"] == {"slurm_node7": {"path": "/slurm_node7", "manager": "slurm",
+                                                 "held": {"cpu": 1.0, "memory": 200.0 * MIB}, "basis": "allocated"}}
+    assert status["capacity"] == {"cpu": 1.0, "memory": 4 * GIB - 200 * MIB}
+    assert not on_loop(daemon, lambda: daemon.sessions.govern_process(IN_JOB, 1))
 
 
 def test_a_path_listed_with_its_children_is_one_tenant_counted_once(tmp_path, host):
