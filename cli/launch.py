@@ -10,12 +10,10 @@ the allocator stay unloaded up to the exec.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import namedtuple
 
 
-@dataclass(frozen=True)
-class RunOption:
+class RunOption(namedtuple("RunOption", "flag keyword parse metavar help")):
     """One of ``governor run``'s own options, besides one per resource
     (:func:`governor.config.resources.flags`): both :func:`plain` and the click command
     (:mod:`governor.cli.run`) are built from :data:`RUN_OPTIONS`.
@@ -26,13 +24,11 @@ class RunOption:
         parse: its text → its value (raises ValueError); None for a flag without a value (True
             when given, else False).
         metavar, help: as ``governor run --help`` shows it.
+
+    A named tuple: this module loads no dataclasses (issue 46).
     """
 
-    flag: str
-    keyword: str
-    parse: Callable[[str], object] | None
-    metavar: str | None
-    help: str
+    __slots__ = ()
 
 
 def time_limit(text: str) -> float:
