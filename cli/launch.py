@@ -3,8 +3,9 @@ request, ask the daemon (waiting in its queue if need be), exec the command.
 
 This is the hot path: :mod:`governor.cli.entry` runs it for a plain ``governor run`` without loading
 click (65 ms of imports on a slow host, three times Python's own start), so it imports the
-stdlib client, ``governor.config.units`` and the resource registry only; a test checks that click, rich, psutil, SciPy and
-the allocator stay unloaded up to the exec.
+stdlib client, ``governor.config.units`` and the resource registry only, and no dataclasses,
+typing or contextlib (issue 46): tests/unit/test_run_launch_modules.py holds the set of modules
+loaded up to the exec, beyond what any socket client loads (``import os, socket, json``).
 """
 
 from __future__ import annotations
