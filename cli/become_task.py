@@ -11,11 +11,11 @@ import errno
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from governor.cli.failures import EXIT_CANNOT_EXECUTE, EXIT_INTERRUPTED, EXIT_NOT_FOUND
 from governor.cli.failures import line as error_line
 
+TYPE_CHECKING = False  # typing's, without loading typing: governor run's path (issue 46)
 if TYPE_CHECKING:
     from governor.wire.reply_types import Started
     from governor.wire.request_types import LaunchRequest

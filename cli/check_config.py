@@ -92,6 +92,12 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     fit = [] if portable else fit_warnings(config, host[0]) + notify_warnings(config)
     for warning in [] if portable else unknown_names(config) + [w for w in (soft, unprotected) if w] + unit + fit:
         click.echo(f"governor: warning: {file}: {warning}", err=True)
+    if not portable:  # of the host, not of the file: launches are slower than they need be
+        from governor.host.cgroup_moves import favordynmods_advice
+
+        advice = favordynmods_advice()
+        if advice:
+            click.echo(f"governor: note: {advice}", err=True)
 
 
 def as_root_hint(error, file: str):

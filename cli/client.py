@@ -13,20 +13,21 @@ import functools
 import json
 import os
 import socket
-import struct
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning, SocketPermissionError
 from governor.wire.launch_types import LaunchReply, LaunchRequest, Queued, Started
 from governor.wire.lines import request_line
 
+TYPE_CHECKING = False  # typing's, without loading typing: governor run's path (issue 46)
 if TYPE_CHECKING:
     from governor.wire.request_types import Request
 
 DEFAULT_SOCKET = "/run/governor/governor.sock"
 _RECV_BYTES = 65536
-_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+# struct ucred: pid, uid, gid, three C ints, read as memoryview casts them (the struct module is
+# one more import on governor run's way: issue 46).
+_PEERCRED_BYTES = 12
 
 
 def socket_path(option: str | None) -> str:
@@ -192,7 +193,7 @@ def _connect(socket_path: str, timeout: float) -> socket.socket:
         raise ControlSocketError(socket_path, f"cannot connect: {exc.strerror or exc}") from exc
     # Whoever can write the socket's directory can put a socket of their own there: talk only
     # to a server run by root (governor's daemon) or by oneself, before sending anything.
-    _, uid, _ = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    _, uid, _ = memoryview(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED_BYTES)).cast("i")
     if uid not in (0, os.getuid()):
         sock.close()
         raise ControlSocketError(socket_path, f"the server runs as uid {uid}, not as root: it is not governor's "

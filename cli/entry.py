@@ -9,7 +9,6 @@ way, with the same exit code (:mod:`governor.cli.failures`).
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import signal
@@ -67,7 +66,8 @@ def _leave(leaving: SystemExit) -> None:
         sys.stderr.write(f"{code}\n")
         code = 1
     for stream in (sys.stdout, sys.stderr):
-        # A closed pipe: nothing more can be said; None: the fd was closed when governor started.
-        with contextlib.suppress(OSError, ValueError, AttributeError):
+        try:  # try, not contextlib.suppress: a plain run loads no contextlib (issue 46)
             stream.flush()
+        except (OSError, ValueError, AttributeError):  # a closed pipe: nothing more can be said; None: the fd
+            pass  # was closed when governor started
     os._exit(code or 0)

@@ -3,19 +3,18 @@ request, ask the daemon (waiting in its queue if need be), exec the command.
 
 This is the hot path: :mod:`governor.cli.entry` runs it for a plain ``governor run`` without loading
 click (65 ms of imports on a slow host, three times Python's own start), so it imports the
-stdlib client, ``governor.config.units`` and the resource registry only; a test checks that click, rich, psutil, SciPy and
-the allocator stay unloaded up to the exec.
+stdlib client, ``governor.config.units`` and the resource registry only, and no dataclasses,
+typing or contextlib (issue 46): tests/unit/test_run_launch_modules.py holds the set of modules
+loaded up to the exec, beyond what any socket client loads (``import os, socket, json``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import namedtuple
 
 
-@dataclass(frozen=True)
-class RunOption:
+class RunOption(namedtuple("RunOption", "flag keyword parse metavar help")):
     """One of ``governor run``'s own options, besides one per resource
     (:func:`governor.config.resources.flags`): both :func:`plain` and the click command
     (:mod:`governor.cli.run`) are built from :data:`RUN_OPTIONS`.
@@ -26,13 +25,11 @@ class RunOption:
         parse: its text → its value (raises ValueError); None for a flag without a value (True
             when given, else False).
         metavar, help: as ``governor run --help`` shows it.
+
+    A named tuple: this module loads no dataclasses (issue 46).
     """
 
-    flag: str
-    keyword: str
-    parse: Callable[[str], object] | None
-    metavar: str | None
-    help: str
+    __slots__ = ()
 
 
 def time_limit(text: str) -> float:

@@ -20,8 +20,6 @@ the started task to this process through a close-on-exec pipe, and dies with thi
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import functools
 import json
 import os
@@ -29,11 +27,11 @@ import select
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING
 
 from governor.cli.memory_warning import LOOK_EVERY_S, MemoryWatch
 from governor.config.units import format_size, format_timespan
 
+TYPE_CHECKING = False  # typing's, without loading typing: governor run's path (issue 46)
 if TYPE_CHECKING:
     from governor.wire.request_types import LaunchRequest
 
@@ -78,7 +76,7 @@ def _run_and_wait(path: str, request: LaunchRequest, cmd: tuple[str, ...], mask:
     if child == 0:
         os.close(reader)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        _child(path, dataclasses.replace(request, pid=os.getpid()), cmd, writer, parent, verbose)
+        _child(path, request._replace(pid=os.getpid()), cmd, writer, parent, verbose)
     os.close(writer)
     began = time.monotonic()
     told = b""
@@ -139,8 +137,10 @@ def _forward(child: int, info) -> bool:
         return True
     if info.si_signo in (signal.SIGINT, signal.SIGQUIT) and info.si_code > 0:  # SI_KERNEL: the tty's
         return True
-    with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+    try:  # try, not contextlib.suppress: governor run's way to its command loads no contextlib (issue 46)
         os.kill(child, info.si_signo)
+    except ProcessLookupError:  # it ended meanwhile
+        pass
     return True
 
 
@@ -184,10 +184,12 @@ def _die_with(parent: int) -> None:
     """Have this process killed when ``parent`` exits (``PR_SET_PDEATHSIG``), or exit now if
     it already has. Armed while the daemon works on the launch, which it has been sent: ctypes
     is not free to load, and a child that exits then ends its task as the command would."""
-    with contextlib.suppress(OSError, AttributeError):  # not Linux: no parent death signal
+    try:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: no parent death signal
+        pass
     if os.getppid() != parent:  # it died before the signal was armed
         os._exit(128 + signal.SIGKILL)
 

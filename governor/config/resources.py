@@ -35,10 +35,9 @@ from __future__ import annotations
 
 import enum
 import math
+from collections import namedtuple
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from itertools import zip_longest
-from typing import TYPE_CHECKING, Protocol
 
 from governor.errors import ConfigError
 from governor.config.resource_values import (MAX_PIDS, bytes_setting, cores, cores_setting, devices, format_bytes,
@@ -46,22 +45,26 @@ from governor.config.resource_values import (MAX_PIDS, bytes_setting, cores, cor
                                              memory_setting, pids_setting, processes, size)
 from governor.config.units import format_number, format_size
 
-if TYPE_CHECKING:  # `governor run` loads no fractions (governor.cli.launch)
+# typing.TYPE_CHECKING without importing typing: `governor run` parses its options with this
+# registry, and loads neither typing, dataclasses nor fractions (governor.cli.launch, issue 46).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
     from fractions import Fraction
+    from typing import Protocol
 
+    class Settings(Protocol):
+        """What the registry reads of a config (:class:`governor.config.settings.Config` has it
+        all; the config model builds on this module, so it is named by its shape here, not
+        imported)."""
 
-class Settings(Protocol):
-    """What the registry reads of a config (:class:`governor.config.settings.Config` has it all;
-    the config model builds on this module, so it is named by its shape here, not imported)."""
-
-    file: str
-    cpu_cores: float | None  # capacity.cpu, cores, or None: the host's less the reserve
-    reserve_cpu_cores: float
-    memory_bytes: int | None  # capacity.memory, bytes, or None: the host's less the reserve
-    reserve_memory_bytes: int
-    gpus: object  # capacity.gpus: None when no GPU is governed
-    io_devices: tuple  # [[capacity.io]] entries: .name, .read_bps, .write_bps (bytes/s)
-    reserve_pids: int | None  # capacity.reserve.pids, or None: a tenth of the kernel's limit
+        file: str
+        cpu_cores: float | None  # capacity.cpu, cores, or None: the host's less the reserve
+        reserve_cpu_cores: float
+        memory_bytes: int | None  # capacity.memory, bytes, or None: the host's less the reserve
+        reserve_memory_bytes: int
+        gpus: object  # capacity.gpus: None when no GPU is governed
+        io_devices: tuple  # [[capacity.io]] entries: .name, .read_bps, .write_bps (bytes/s)
+        reserve_pids: int | None  # capacity.reserve.pids, or None: a tenth of the kernel's limit
 
 
 class ResourceKind(enum.Enum):
@@ -73,20 +76,19 @@ class ResourceKind(enum.Enum):
     COUNT = "count"  # a cap on every cgroup, never divided nor admitted (pids)
 
 
-@dataclass(frozen=True)
-class Host:
+class Host(namedtuple("Host", "cpus memory_bytes gpus pids", defaults=(0, 0))):
     """What this host has, before the config's reserve: ``cpus`` (cores), ``memory_bytes``,
     ``gpus`` (the GPUs found for ``capacity.gpus``), ``pids`` (the kernel's limit on processes
-    and threads, the lower of ``pid_max`` and ``threads-max``; 0: unknown, no root cap)."""
+    and threads, the lower of ``pid_max`` and ``threads-max``; 0: unknown, no root cap).
 
-    cpus: float
-    memory_bytes: int
-    gpus: int = 0
-    pids: int = 0
+    A named tuple, as :class:`Resource` is: a dataclass costs ``governor run`` the import of
+    dataclasses (and inspect, ast…) before its command starts."""
+
+    __slots__ = ()
 
 
-@dataclass(frozen=True)
-class Resource:
+class Resource(namedtuple("Resource", "name unit kind flag metavar help wire config parse whole format capacity names "
+                                      "noun queue absent setting quota", defaults=("", "", "", None, ""))):
     """One resource, or a family of them (one per governed block device).
 
     Attributes:
@@ -118,26 +120,12 @@ class Resource:
             are always governed.
         quota: its key in a group's ``guarantee``, ``limit`` and ``user_limit``, or empty
             (no quota names it: a family's devices have none).
+
+    An immutable named tuple (keywords as a dataclass's), not a dataclass: ``governor run``
+    reads its options from this registry and loads no dataclasses (issue 46).
     """
 
-    name: str
-    unit: str
-    kind: ResourceKind
-    flag: str
-    metavar: str
-    help: str
-    wire: str
-    config: str | None
-    parse: Callable[[str], float]
-    whole: bool
-    format: Callable[[float, bool], str]
-    capacity: Callable[[Settings, Host], dict[str, float]]
-    names: Callable[[Settings], tuple[str, ...]]
-    noun: str = ""
-    queue: str = ""
-    absent: str = ""
-    setting: Callable[[object, str, str], float] | None = None
-    quota: str = ""
+    __slots__ = ()
 
     @property
     def family(self) -> bool:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # imported where used: `governor run --memory 4G` loads no fractions (governor.cli.launch)
+# typing.TYPE_CHECKING without importing typing, and fractions imported where used: `governor run
+# --memory 4G` loads neither (governor.cli.launch).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
     from fractions import Fraction
 
 SUFFIXES = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}

@@ -2,20 +2,20 @@
 :mod:`governor.wire.reply_types` hold them with the others'; :mod:`governor.wire.protocol` names
 them in its table). Apart from the other operations' so that ``governor run`` loads these four
 types and not every operation's: each dataclass costs a launch about half a millisecond to
-define, and the client sends its request with :mod:`governor.wire.lines` alone.
+define, and the client sends its request with :mod:`governor.wire.lines` alone. They are named
+tuples, not dataclasses: ``governor run`` loads neither dataclasses nor typing (issue 46).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from collections import namedtuple
 
 from governor.wire import fields
 from governor.wire.fields import reply_field as _field
 
 
-@dataclass(frozen=True)
-class LaunchRequest:
+class LaunchRequest(namedtuple("LaunchRequest", "pid group demand command wait name time_limit",
+                               defaults=(True, None, None))):
     """``launch``: govern process ``pid`` as a new task.
 
     Attributes:
@@ -31,14 +31,8 @@ class LaunchRequest:
         time_limit: seconds (> 0) after its start at which the whole task is ended, or None.
     """
 
-    op: ClassVar[str] = "launch"
-    pid: int
-    group: str | None
-    demand: dict[str, float | int]
-    command: tuple[str, ...]
-    wait: bool = True
-    name: str | None = None
-    time_limit: float | None = None
+    __slots__ = ()
+    op = "launch"
 
     def to_json(self) -> dict:
         """The request object (``name`` and ``time_limit`` only when given)."""
@@ -68,6 +62,8 @@ class LaunchReply:
     """A line of ``launch``'s stream: :class:`Queued` while the task waits, then
     :class:`Started`."""
 
+    __slots__ = ()
+
     @staticmethod
     def from_json(payload: dict) -> Queued | Started:
         """The line's reply (raises ValueError for another payload)."""
@@ -76,12 +72,11 @@ class LaunchReply:
         return Started.from_json(payload)
 
 
-@dataclass(frozen=True)
-class Queued(LaunchReply):
+class Queued(namedtuple("Queued", "place"), LaunchReply):
     """The task waits: its ``place`` in the queue (``position``, ``waiting_for``,
     ``held_by``...: :func:`governor.core.queue.queue_view`), sent again at each change."""
 
-    place: dict
+    __slots__ = ()
 
     def to_json(self) -> dict:
         """The payload, ``{"queued": place}``."""
@@ -93,21 +88,15 @@ class Queued(LaunchReply):
         return cls(_field(payload, "queued", dict))
 
 
-@dataclass(frozen=True)
-class Started(LaunchReply):
+class Started(namedtuple("Started", "task group cgroup limits gpus nested memory_cgroup", defaults=(None, False, None)),
+              LaunchReply):
     """The task runs: its id, group, cgroup (path), the cgroup files in force (file →
     value); ``gpus``: how CUDA names each of its GPUs, when GPUs are governed, else None;
     ``nested``: the caller already was in this task (a launch from inside it);
     ``memory_cgroup``: the path where its memory files are when not ``cgroup`` (v1's memory
     hierarchy), else None."""
 
-    task: str
-    group: str
-    cgroup: str
-    limits: dict
-    gpus: tuple[str, ...] | None = None
-    nested: bool = False
-    memory_cgroup: str | None = None
+    __slots__ = ()
 
     def to_json(self) -> dict:
         """The payload (``gpus`` and ``memory_cgroup`` when not None, ``nested`` when true)."""

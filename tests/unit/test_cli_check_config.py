@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from governor.cli.main import main
 from governor.config.load import default_config, parse_config
+from governor.host import cgroup_moves
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "governor.toml"
 
@@ -388,6 +389,8 @@ def as_admin(monkeypatch, memory: int = 64 << 30):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     memory_info = collections.namedtuple("memory_info", "total")
     monkeypatch.setattr(psutil, "virtual_memory", lambda: memory_info(memory))
+    # Nor this host's mounts: a v2 host without favordynmods would add its note to stderr.
+    monkeypatch.setattr(cgroup_moves, "MOUNTS", Path("/nonexistent/mounts"))
 
 
 @needs_root
@@ -514,3 +517,19 @@ def test_the_summary_says_which_foreign_subtrees_are_looked_for():
     off = parse_config(groups + "[foreign]\ndetect = false\n", "off.toml")
     assert "foreign tenants, never moved, what they hold taken off the capacity: /batch.slice" in summary(listed)
     assert "foreign tenants: none looked for (foreign.detect = false, no foreign.paths)" in summary(off)
+
+
+@needs_root
+def test_a_v2_host_whose_moves_wait_for_a_grace_period_is_told_of_favordynmods(tmp_path, monkeypatch):
+    path = tmp_path / "g.toml"
+    path.write_text(f'[groups."*"]\n[daemon]\nstate_dir = "{tmp_path / "s"}"\n')
+    as_admin(monkeypatch)
+    mounts = tmp_path / "mounts"
+    mounts.write_text("cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime,nsdelegate 0 0\n")
+    monkeypatch.setattr(cgroup_moves, "MOUNTS", mounts)
+    result = run(str(path))
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith("governor: note: cgroup2 at /sys/fs/cgroup is mounted without favordynmods: ")
+    assert "cgroup_favordynmods=1" in result.stderr
+    mounts.write_text("cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime,nsdelegate,favordynmods 0 0\n")
+    assert run(str(path)).stderr == ""

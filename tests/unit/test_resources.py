@@ -6,7 +6,6 @@ import asyncio
 import copy
 import io
 import json
-from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -31,11 +30,11 @@ from governor.config.resources import RESOURCES, ResourceKind, compressible, fin
 from governor.config.tomlcheck import number
 
 # A site's software licenses, 3 of them, counted at the door as memory is.
-LICENSES = replace(find("memory"), name="licenses", unit="licenses", flag="--licenses", metavar="N",
-                   help="Licenses of the site's solver the task holds while it runs.", wire="licenses",
-                   config=None, parse=resources.devices, format=lambda value, unit: f"{value:g}",
-                   capacity=lambda config, host: {"licenses": 3.0}, names=lambda config: ("licenses",),
-                   noun="license", queue="licenses_")
+LICENSES = find("memory")._replace(name="licenses", unit="licenses", flag="--licenses", metavar="N",
+                                   help="Licenses of the site's solver the task holds while it runs.", wire="licenses",
+                                   config=None, parse=resources.devices, format=lambda value, unit: f"{value:g}",
+                                   capacity=lambda config, host: {"licenses": 3.0}, names=lambda config: ("licenses",),
+                                   noun="license", queue="licenses_")
 
 
 @pytest.fixture
@@ -80,7 +79,7 @@ def test_the_main_commands_run_is_built_from_the_registry_as_it_was_at_import():
 
 
 def test_a_stand_in_with_a_config_key_is_a_key_of_the_config_and_reaches_the_default_demand(monkeypatch):
-    solver = replace(LICENSES, config="licenses", setting=lambda value, key, file: float(number(value, key, file)))
+    solver = LICENSES._replace(config="licenses", setting=lambda value, key, file: float(number(value, key, file)))
     monkeypatch.setattr(resources, "RESOURCES", (*RESOURCES, solver))
     config = parse_config('[defaults.task]\nlicenses = 2\n[sessions]\nlicenses = 1\n[groups."*"]\n', "t.toml")
     assert config.task_defaults == {"cpu": 1.0, "memory": 512 * 1024**2, "io_read": 0, "io_write": 0, "pids": 4096,
@@ -149,8 +148,8 @@ def test_a_launch_asking_for_more_of_a_stand_in_than_there_is_is_refused(tmp_pat
 
 def test_a_launch_asking_for_a_resource_this_config_governs_none_of_is_refused(tmp_path, monkeypatch):
     # A second device class on a host whose config names none: refused, never silently dropped.
-    fpga = replace(find("gpu"), name="fpga", flag="--fpgas", wire="fpga", names=lambda config: (),
-                   capacity=lambda config, host: {}, absent="no FPGA is governed (capacity.fpgas)")
+    fpga = find("gpu")._replace(name="fpga", flag="--fpgas", wire="fpga", names=lambda config: (),
+                                capacity=lambda config, host: {}, absent="no FPGA is governed (capacity.fpgas)")
     monkeypatch.setattr(resources, "RESOURCES", (*RESOURCES, fpga))
     daemon = make_daemon(tmp_path)
     request = LaunchRequest(pid=100, group="A", demand={"cpu": 0.5, "memory": GIB, "fpga": 1}, command=("x",))
@@ -161,8 +160,8 @@ def test_a_launch_asking_for_a_resource_this_config_governs_none_of_is_refused(t
 
 def test_a_family_over_other_devices_keeps_all_its_members(monkeypatch):
     # A later family (GPU memory per dmem region, say) need not have one member per block device.
-    regions = replace(find("io.<dev>.read"), name="dmem.<dev>", flag="--gpu-memory", wire="gpu_memory",
-                      names=lambda config: ("dmem.r0", "dmem.r1", "dmem.r2"))
+    regions = find("io.<dev>.read")._replace(name="dmem.<dev>", flag="--gpu-memory", wire="gpu_memory",
+                                             names=lambda config: ("dmem.r0", "dmem.r1", "dmem.r2"))
     monkeypatch.setattr(resources, "RESOURCES", (*RESOURCES, regions))
     config = parse_config('[[capacity.io]]\ndevice = "/dev/sda"\nread = "1G"\nwrite = "1G"\n[groups."*"]\n', "t.toml")
     assert governed(config) == ("cpu", "memory", "pids", "io.sda.read", "io.sda.write", "dmem.r0", "dmem.r1", "dmem.r2")
