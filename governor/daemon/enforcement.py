@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 import time
 
-from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.limits import CgroupLimits
+from governor.daemon.effector import Effector
 from governor.daemon.filling import fill
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
@@ -33,7 +33,7 @@ class Enforcement:
     """The allocation in force and the limits that carry it.
 
     Args:
-        hierarchy: where the limits are written; policy: the config in force; tasks: the
+        effector: what writes the limits (:class:`~governor.daemon.effector.Effector`); policy: the config in force; tasks: the
             running tasks; journal: events; metrics: optional sink with ``refill(seconds)``,
             ``write_error()`` and ``allocation_failure()``.
 
@@ -51,9 +51,9 @@ class Enforcement:
             root's (:class:`~governor.daemon.unit_protection.UnitProtection`), or None.
     """
 
-    def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, journal: Journal, metrics=None,
+    def __init__(self, *, effector: Effector, policy: Policy, tasks: Tasks, journal: Journal, metrics=None,
                  units: UnitProtection | None = None):
-        self.hierarchy = hierarchy
+        self.effector = effector
         self.policy = policy
         self.tasks = tasks
         self.journal = journal
@@ -133,7 +133,7 @@ class Enforcement:
             caps = policy.caps(login)
             planned[login.cgroup] = (held_login_limits(caps, login.demand.get("cpu", 0.0), fractions.get(login.group, 0.0))
                                      if self.cpu_saturated else caps)
-        report = self.hierarchy.apply_plan(planned)
+        report = self.effector.apply_plan(planned)
         if self.units is not None:
             self.units.follow(root, config.memory_protection)
         for error in report.errors:
