@@ -33,7 +33,7 @@ from governor.cgroups.errors import CgroupError
 from governor.cgroups.files import write_file
 
 __all__ = ["GUARD_NAME", "GuardPlan", "attach_guard", "detach_guards", "guard_v1", "guards_attached", "plan_guard",
-           "put_guard", "take_guard", "unguard_v1"]
+           "put_guard", "take_guard", "undo_guard", "unguard_v1"]
 
 GUARD_NAME = "gov_gpu_guard"  # BPF object names: at most 15 characters of [A-Za-z0-9_.]
 
@@ -92,6 +92,21 @@ def plan_guard(kind: str, parents: Sequence[str], *, mode: str, mount: Path, gov
         else:
             places.append(place)
     return GuardPlan(mode, tuple(places), tuple(notes))
+
+
+def undo_guard(before: GuardPlan, denied_before: Sequence[Device], after: GuardPlan | None,
+               denied_now: Sequence[Device]) -> list[tuple[GuardPlan, list[Device]]]:
+    """What to take off once guard ``after`` (denying ``denied_now``; None: none) replaced
+    ``before`` (denying ``denied_before``): every node ``before`` denied on the places ``after``
+    leaves, and, on v1 (whose denials add up, where v2's program of the same name is
+    replaced), the nodes no longer denied on the places kept. Pure: ``(plan, denied)`` pairs
+    for :func:`take_guard`, empty ones left out."""
+    kept = set(after.places) if after is not None else set()
+    undone = [(GuardPlan(before.mode, tuple(p for p in before.places if p not in kept), ()), list(denied_before))]
+    if before.mode == "v1":
+        undone.append((GuardPlan("v1", tuple(p for p in before.places if p in kept), ()),
+                       [device for device in denied_before if device not in denied_now]))
+    return [(plan, denied) for plan, denied in undone if plan.places and denied]
 
 
 def put_guard(plan: GuardPlan, denied: Sequence[Device]) -> list[str]:

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from governor.cgroups import detect, devices
 from governor.cgroups.base import ApplyReport
+from governor.cgroups.device_guard import GuardPlan, plan_guard
 from governor.cgroups.driver import Driver
 from governor.cgroups.errors import CgroupError, CgroupUnsupported
 from governor.cgroups.limits import CgroupLimits, memory_high_throttles
@@ -30,7 +31,7 @@ from governor.cgroups.locks import LockHeld, lock_directory, release, take
 from governor.cgroups.logind import is_login_slice, login_uid
 from governor.cgroups.pressure import psi_unavailable
 from governor.cgroups.stats import CgroupStats
-from governor.cgroups.systemd import SliceDriver, systemd_slices
+from governor.cgroups.systemd import SliceDriver, systemd_slices, units_above
 from governor.cgroups.v1 import CgroupV1Driver
 from governor.cgroups.v2 import CgroupV2Driver, move_self_to_leaf
 
@@ -176,6 +177,61 @@ class Hierarchy:
         when systemctl refuses."""
         self.slices.reset(rel, limits)
 
+    def children(self, rel: str = "") -> list[str]:
+        """The names of governor's cgroup ``rel``'s child cgroups, sorted (raises CgroupReadError)."""
+        return self.driver.children(rel)
+
+    def memory_cap_bytes(self, rel: str) -> int | None:
+        """:meth:`Driver.memory_cap_bytes <governor.cgroups.driver.Driver.memory_cap_bytes>` of
+        governor's cgroup ``rel``: bytes, None where none is set."""
+        return self.driver.memory_cap_bytes(rel)
+
+    def move(self, rel: str, pid: int) -> None:
+        """:meth:`Driver.move <governor.cgroups.driver.Driver.move>`: process ``pid`` and its
+        threads into governor's cgroup ``rel`` (takes ``cgroup_mutex``)."""
+        self.driver.move(rel, pid)
+
+    def rejoin(self, rel: str, leave: Callable[[int], bool] | None = None) -> list[int]:
+        """:meth:`Driver.rejoin <governor.cgroups.driver.Driver.rejoin>` on governor's cgroup
+        ``rel``: the pids put into the hierarchies that lacked them."""
+        return self.driver.rejoin(rel, leave)
+
+    def kill(self, rel: str) -> int:
+        """:meth:`Driver.kill <governor.cgroups.driver.Driver.kill>`: SIGKILL every process in
+        governor's cgroup ``rel`` and below; how many were signalled (0: unknown)."""
+        return self.driver.kill(rel)
+
+    def remove(self, rel: str) -> None:
+        """:meth:`Driver.remove <governor.cgroups.driver.Driver.remove>` of governor's cgroup
+        ``rel`` (``""``: the root; raises CgroupBusy while it holds something)."""
+        self.driver.remove(rel)
+
+    def forget(self, rel: str) -> None:
+        """Drop the driver's record of governor's cgroup ``rel`` (what it wrote there)."""
+        self.driver.forget(rel)
+
+    def guard_plan(self, kind: str, parents: tuple[str, ...]) -> GuardPlan:
+        """Where ``[capacity] gpu_guard = kind`` goes in the hierarchy this host guards devices
+        with (:func:`~governor.cgroups.device_guard.plan_guard`): the cgroup v2 mount, or v1's
+        ``devices`` hierarchy, leaving out governor's root and the daemon's own cgroup there."""
+        if self.mode == "v2":
+            return plan_guard(kind, parents, mode="v2", mount=self.cgroup_mount,
+                              governor_root=Path(self.root), daemon_cgroup=_own_cgroup(""))
+        mount = detect.v1_mounts().get("devices")
+        root = getattr(self.driver, "roots", {}).get("devices")
+        if mount is None or root is None:
+            return GuardPlan("v1", (), ("the v1 devices controller is not mounted, or governor's root has no devices "
+                                        "cgroup: processes outside governor's tasks are not kept from GPUs",))
+        return plan_guard(kind, parents, mode="v1", mount=mount, governor_root=Path(root),
+                          daemon_cgroup=_own_cgroup("devices"))
+
+    def systemd_units(self, own: Collection[str]) -> tuple[list[str], SliceDriver | None]:
+        """The units of ``own`` above governor's root (:func:`~governor.cgroups.systemd.units_above`)
+        and the driver that sets their properties through systemd, when systemd manages a v2
+        host (:func:`~governor.cgroups.systemd.systemd_slices`); ``([], None)`` elsewhere."""
+        units = units_above(Path(self.root), self.cgroup_mount, own) if self.mode == "v2" else []
+        return units, systemd_slices(self.mode, self.cgroup_mount) if units else None
+
     def _of(self, rel: str) -> Driver | SliceDriver:
         return self.slices if self.slices is not None and is_login_slice(rel) else self.driver
 
@@ -198,6 +254,16 @@ class Hierarchy:
     def io_sharing(self, disk: str) -> str:
         """How a guarantee on whole disk ``disk`` is enforced here (:func:`governor.cgroups.devices.io_sharing`)."""
         return devices.io_sharing(disk, mode=self.mode, cgroup_mount=self.cgroup_mount)
+
+
+def _own_cgroup(hierarchy: str) -> Path | None:
+    """The directory of this daemon's own cgroup in ``hierarchy`` (``""``: cgroup v2,
+    ``"devices"``), which the guard must leave alone (:func:`plan_guard`); None where
+    ``/proc/self/cgroup`` does not say (then nothing is left out for it)."""
+    try:
+        return detect.cgroup_dirs().get(hierarchy)
+    except CgroupError:
+        return None
 
 
 def root_lock(directory: Path, locks: Path | None = None) -> Path:

@@ -132,13 +132,9 @@ def _remove_made(directories) -> None:
 
 def _remove_root(hierarchy) -> None:
     """A refused start's cgroup root goes again, where nothing is below it."""
-    from governor.errors import CgroupError
+    from governor.daemon.effector import Effector
 
-    try:
-        if not hierarchy.driver.children(""):
-            hierarchy.driver.remove("")
-    except CgroupError:
-        pass  # tasks of an earlier daemon live there: it is theirs
+    Effector(hierarchy).remove_empty_root()
 
 def _metrics_address(text: str) -> tuple[str, int]:
     """``"9110"`` → (127.0.0.1, 9110); ``"0.0.0.0:9110"`` → as given (loopback unless configured)."""

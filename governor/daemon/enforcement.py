@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 import time
 
-from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.limits import CgroupLimits
+from governor.daemon.effector import Effector
 from governor.daemon.filling import fill
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
@@ -33,9 +33,9 @@ class Enforcement:
     """The allocation in force and the limits that carry it.
 
     Args:
-        hierarchy: where the limits are written; policy: the config in force; tasks: the
-            running tasks; journal: events; metrics: optional sink with ``refill(seconds)``,
-            ``write_error()`` and ``allocation_failure()``.
+        effector: what writes the limits (:class:`~governor.daemon.effector.Effector`);
+            policy: the config in force; tasks: the running tasks; journal: events; metrics:
+            optional sink with ``refill(seconds)``, ``write_error()`` and ``allocation_failure()``.
 
     Attributes:
         allocation: the last progressive filling (paper §4.1), None with no task.
@@ -51,9 +51,9 @@ class Enforcement:
             root's (:class:`~governor.daemon.unit_protection.UnitProtection`), or None.
     """
 
-    def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, journal: Journal, metrics=None,
+    def __init__(self, *, effector: Effector, policy: Policy, tasks: Tasks, journal: Journal, metrics=None,
                  units: UnitProtection | None = None):
-        self.hierarchy = hierarchy
+        self.effector = effector
         self.policy = policy
         self.tasks = tasks
         self.journal = journal
@@ -90,6 +90,38 @@ class Enforcement:
             self._diverged(trigger, error, full)
             return
         full, self._full_due = full or self._full_due, False
+        got = self.allocation.groups if self.allocation else {}
+        planned, root = self._desired(demands, full)
+        report = self.effector.apply_plan(planned)
+        if self.units is not None:
+            self.units.follow(root, policy.config.memory_protection)
+        for error in report.errors:
+            if self.metrics:
+                self.metrics.write_error()
+            self.journal.event("error", f"{error}; the value in force stays", logging.ERROR)
+        end = time.perf_counter()
+        seconds = end - start
+        delay_ms = (end - (start if since is None else since)) * 1000
+        self.filling = {"at": time.time(), "trigger": trigger, "duration_ms": seconds * 1000,
+                        "files_written": report.written, "delay_ms": delay_ms,
+                        "failures": self.filling["failures"], "error": None}
+        if self.metrics:
+            self.metrics.refill(seconds)
+        shares = ", ".join(f"{g} {a.dominant_share:.1%}" for g, a in got.items()) or "no tasks"
+        line = (f"refill after {trigger}: {shares} ({seconds * 1000:.2f} ms, {report.written} files written, "
+                f"{delay_ms:.2f} ms after the event)")
+        if trigger in _FLIPS:
+            log.debug("%s", line)
+        else:
+            self.journal.event("refill", line)
+
+    def _desired(self, demands: dict[str, dict[str, float]], full: bool) -> tuple[dict[str, CgroupLimits], Protection]:
+        """The limits the last filling asks for: cgroup → its limits (the root's, every group's,
+        each login slice's; with ``full`` every task's and session's caps too, device rules
+        included), and the root's ``(memory.min, memory.low)`` in bytes, which governor's
+        systemd units follow. Keeps the groups' guarantees, whose weights the next plan keeps
+        where it can."""
+        policy = self.policy
         got = self.allocation.groups if self.allocation else {}
         logins = self.tasks.logins()
         outside: dict[str, dict[str, float]] = {}
@@ -133,28 +165,7 @@ class Enforcement:
             caps = policy.caps(login)
             planned[login.cgroup] = (held_login_limits(caps, login.demand.get("cpu", 0.0), fractions.get(login.group, 0.0))
                                      if self.cpu_saturated else caps)
-        report = self.hierarchy.apply_plan(planned)
-        if self.units is not None:
-            self.units.follow(root, config.memory_protection)
-        for error in report.errors:
-            if self.metrics:
-                self.metrics.write_error()
-            self.journal.event("error", f"{error}; the value in force stays", logging.ERROR)
-        end = time.perf_counter()
-        seconds = end - start
-        delay_ms = (end - (start if since is None else since)) * 1000
-        self.filling = {"at": time.time(), "trigger": trigger, "duration_ms": seconds * 1000,
-                        "files_written": report.written, "delay_ms": delay_ms,
-                        "failures": self.filling["failures"], "error": None}
-        if self.metrics:
-            self.metrics.refill(seconds)
-        shares = ", ".join(f"{g} {a.dominant_share:.1%}" for g, a in got.items()) or "no tasks"
-        line = (f"refill after {trigger}: {shares} ({seconds * 1000:.2f} ms, {report.written} files written, "
-                f"{delay_ms:.2f} ms after the event)")
-        if trigger in _FLIPS:
-            log.debug("%s", line)
-        else:
-            self.journal.event("refill", line)
+        return planned, root
 
     def _protection(self, admitted: dict[str, dict[str, float]]) -> tuple[Protection, dict[str, Protection]]:
         """The root's and each group's ``(memory.min, memory.low)`` (:mod:`governor.core.protection`)

@@ -57,7 +57,8 @@ class Exits:
     """Watching, ending and forgetting tasks.
 
     Args:
-        hierarchy, tree: governor's cgroups, and the thread that removes them.
+        hierarchy, tree: governor's cgroups, and the thread that removes them (its effector
+            kills and resets).
         policy, tasks, records: the config in force, the running tasks, their records.
         inbox: told when tasks end (settle refills); observation: what was measured of them.
         journal: events.
@@ -74,6 +75,7 @@ class Exits:
                  inbox: Inbox, observation: Observation, journal: Journal):
         self.hierarchy = hierarchy
         self.tree = tree
+        self.effector = tree.effector
         self.policy = policy
         self.tasks = tasks
         self.records = records
@@ -197,7 +199,7 @@ class Exits:
             why = f"stopped by {by}" if reason == STOP else "its time limit is reached"
             self.journal.event("task_stopping", f"{task.label} ({task.name}) ends: {why}")
         try:
-            self.hierarchy.driver.kill(task.cgroup)
+            self.effector.kill(task.cgroup)
         except CgroupError as error:
             if not error.vanished:
                 self.journal.event("error", f"cannot end {task.label}: {error}", logging.ERROR)
@@ -271,7 +273,7 @@ class Exits:
             self.observation.forget(task.group)
         if task.is_login:
             try:
-                self.hierarchy.release_login(task.cgroup, self.policy.caps(task))
+                self.effector.release_login(task.cgroup, self.policy.caps(task))
             except CgroupError as error:
                 log.warning("cannot reset the limits of %s: %s", task.cgroup, error)
             self.tree.remove([], groups=groups)
@@ -335,7 +337,7 @@ class Exits:
         """A task the daemon ended still has processes (v1: one forked past every round):
         kill what is left."""
         try:
-            self.hierarchy.driver.kill(task.cgroup)
+            self.effector.kill(task.cgroup)
         except CgroupError as error:
             if not error.vanished:
                 log.warning("cannot end what is left of %s: %s", task.label, error)

@@ -12,12 +12,10 @@ logged instead, by the hand-over's sweep (:meth:`~governor.daemon.handover.Hando
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
-from governor.cgroups.detect import cgroup_dirs, v1_mounts
-from governor.cgroups.device_guard import GuardPlan, plan_guard, put_guard, take_guard
-from governor.cgroups.errors import CgroupError
+from governor.cgroups.device_guard import GuardPlan, undo_guard
 from governor.cgroups.hierarchy import Hierarchy
+from governor.daemon.effector import Effector
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
 from governor.host.daemons import Registry
@@ -55,10 +53,10 @@ class GpuGuard:
         if inventory is None:
             return
         kind = "tasks" if rules.kind == "sessions" and not self._holds_sessions() else rules.kind
-        self.plan = self._plan(kind, rules.parents)
+        self.plan = self.hierarchy.guard_plan(kind, rules.parents)
         self._denied = sorted({("c", g.major, g.minor) for g in inventory.gpus}
                               | {("c", major, minor) for _, major, minor in inventory.control})
-        for problem in put_guard(self.plan, self._denied):
+        for problem in Effector.put_guard(self.plan, self._denied):
             self.journal.event("error", f"GPU guard: {problem}", logging.ERROR)
         guarded = ", ".join(map(str, self.plan.places)) or "nowhere"
         self.journal.event("gpu_guard", f"GPU guard ({kind}): GPU nodes denied on {guarded}"
@@ -76,20 +74,15 @@ class GpuGuard:
         self.start()
         if before is None:
             return
-        kept = set(self.plan.places) if self.plan is not None else set()
-        undone = [(GuardPlan(before.mode, tuple(p for p in before.places if p not in kept), ()), denied_before)]
-        if before.mode == "v1":
-            undone.append((GuardPlan("v1", tuple(p for p in before.places if p in kept), ()),
-                           [device for device in denied_before if device not in self._denied]))
-        for plan, denied in undone:
-            for problem in take_guard(plan, denied) if plan.places and denied else ():
+        for plan, denied in undo_guard(before, denied_before, self.plan, self._denied):
+            for problem in Effector.take_guard(plan, denied):
                 self.journal.event("error", f"GPU guard: {problem}", logging.ERROR)
 
     def stop(self) -> None:
         """Take the guard off (the daemon stops cleanly)."""
         if self.plan is None:
             return
-        for problem in take_guard(self.plan, self._denied):
+        for problem in Effector.take_guard(self.plan, self._denied):
             self.journal.event("error", f"GPU guard: {problem}", logging.ERROR)
         self.plan = None
 
@@ -110,26 +103,3 @@ class GpuGuard:
                                                                "GPUs"]}
         kind = self.policy.config.gpu_guard.kind if self.plan.places else "tasks"
         return {"kind": kind, "guarded": [str(p) for p in self.plan.places], "notes": list(self.plan.notes)}
-
-    def _plan(self, kind: str, parents: tuple[str, ...]) -> GuardPlan:
-        """Where ``kind`` goes in the hierarchy this host guards devices with."""
-        if self.hierarchy.mode == "v2":
-            return plan_guard(kind, parents, mode="v2", mount=self.hierarchy.cgroup_mount,
-                              governor_root=Path(self.hierarchy.root), daemon_cgroup=_own_cgroup(""))
-        mount = v1_mounts().get("devices")
-        root = getattr(self.hierarchy.driver, "roots", {}).get("devices")
-        if mount is None or root is None:
-            return GuardPlan("v1", (), ("the v1 devices controller is not mounted, or governor's root has no devices "
-                                        "cgroup: processes outside governor's tasks are not kept from GPUs",))
-        return plan_guard(kind, parents, mode="v1", mount=mount, governor_root=Path(root),
-                          daemon_cgroup=_own_cgroup("devices"))
-
-
-def _own_cgroup(hierarchy: str) -> Path | None:
-    """The directory of this daemon's own cgroup in ``hierarchy`` (``""``: cgroup v2,
-    ``"devices"``), which the guard must leave alone (:func:`plan_guard`); None where
-    ``/proc/self/cgroup`` does not say (then nothing is left out for it)."""
-    try:
-        return cgroup_dirs().get(hierarchy)
-    except CgroupError:
-        return None

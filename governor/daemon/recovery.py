@@ -54,7 +54,8 @@ class Recovery:
     """Re-adoption at start.
 
     Args:
-        hierarchy, tree: governor's cgroups, and the thread that removes them.
+        hierarchy, tree: governor's cgroups, and the thread that removes them (its effector
+            re-joins and clears).
         store: the task records; tasks: the running tasks (filled here); policy: the config
         in force; exits: follows what is taken back and forgets what ended; journal: events;
         settle: plans and applies every cgroup's limits once the tasks are back.
@@ -69,6 +70,7 @@ class Recovery:
         self.queue = queue
         self.hierarchy = hierarchy
         self.tree = tree
+        self.effector = tree.effector
         self.store = store
         self.tasks = tasks
         self.policy = policy
@@ -155,7 +157,7 @@ class Recovery:
         for task in tasks:
             self.tasks.add(task)
         try:
-            cgroups, groups = _walk(self.hierarchy.driver)
+            cgroups, groups = _walk(self.hierarchy)
         except CgroupError:
             cgroups, groups = [], []
         for rel in cgroups:
@@ -185,15 +187,15 @@ class Recovery:
         it at its stop (``EBUSY``). The tree is read on the cgroup thread; what it found is
         checked on the loop against the running tasks and the launches in flight, as they are
         then, and removed with the groups it leaves unused."""
-        driver = self.hierarchy.driver
+        hierarchy = self.hierarchy
         known = {*(task.id for task in self.tasks), *self.queue}  # cheaper reads; checked again after
 
         def find() -> list[str]:
             empty = []
-            for rel in _walk(driver)[0]:
+            for rel in _walk(hierarchy)[0]:
                 kind, task_id = task_in(rel)
                 try:
-                    if kind is Kind.TASK and task_id not in known and not driver.pids(rel):
+                    if kind is Kind.TASK and task_id not in known and not hierarchy.pids(rel):
                         empty.append(rel)
                 except CgroupError:
                     pass  # gone meanwhile, or unreadable: the next pass looks again
@@ -219,15 +221,14 @@ class Recovery:
         daemon stops with no task left (its cgroup thread is done), and its root goes next,
         whether a reconcile pass removed the strays yet or not. One that holds a process
         stays (it is logged when the root then cannot go)."""
-        driver = self.hierarchy.driver
         try:
-            cgroups, groups = _walk(driver)
+            cgroups, groups = _walk(self.hierarchy)
         except CgroupError:
             return
         for rel in sorted([*cgroups, *groups], key=lambda rel: -rel.count("/")):
             try:
-                driver.remove(rel)
-                driver.forget(rel)
+                self.effector.remove(rel)
+                self.effector.forget(rel)
             except CgroupError as error:
                 log.debug("cgroup %s stays: %s", rel, error)
 
@@ -265,7 +266,7 @@ class Recovery:
         if task.is_login:
             return  # systemd's slice: one hierarchy, not governor's to join
         try:
-            moved = self.hierarchy.driver.rejoin(task.cgroup, leave=lambda pid: self.tree.foreign_of(pid) is not None)
+            moved = self.effector.rejoin(task.cgroup, leave=lambda pid: self.tree.foreign_of(pid) is not None)
         except CgroupError as error:
             if not error.vanished:  # gone: the task ended, and is forgotten next
                 self.journal.event("error", f"re-adopting {task.label}: {error}", logging.ERROR)
@@ -281,11 +282,11 @@ class Recovery:
         it ends. The empty ones (a daemon killed between making one and saving its record) are
         returned, to be removed; a session's with processes is named in the log and left
         ungoverned (the sessions' rescan governs its user's processes again)."""
-        driver = self.hierarchy.driver
+        hierarchy = self.hierarchy
         empty = []
         for rel in cgroups:
             try:
-                pids = driver.pids(rel)
+                pids = hierarchy.pids(rel)
                 kind, task_id = task_in(rel)
                 if pids and kind is Kind.TASK:
                     self.tasks.add(self._as_unrecorded(rel, task_id, pids))
@@ -314,7 +315,7 @@ class Recovery:
             CgroupError: its memory cap cannot be read (``vanished``: it is gone).
         """
         place = rel.rsplit("/", 1)[0]
-        cap = self.hierarchy.driver.memory_cap_bytes(rel)
+        cap = self.hierarchy.memory_cap_bytes(rel)
         uid = next((owner for owner in map(self.owner, pids) if owner is not None), None)
         user = UNKNOWN_USER if uid is None else _user_name(uid)
         task = Task(task_id, place.rsplit("/", 1)[-1], pids[0], -1 if uid is None else uid, user, (),
@@ -328,7 +329,7 @@ class Recovery:
         return task
 
 
-def _walk(driver) -> tuple[list[str], list[str]]:
+def _walk(hierarchy) -> tuple[list[str], list[str]]:
     """Every task cgroup below governor's root and every group cgroup, at any depth of the
     group tree (no deeper than a tree may be)."""
     tasks, groups = [], []
@@ -336,7 +337,7 @@ def _walk(driver) -> tuple[list[str], list[str]]:
     for _ in range(MAX_DEPTH):
         below = []
         for parent in level:
-            for name in driver.children(parent):
+            for name in hierarchy.children(parent):
                 rel = f"{parent}/{name}" if parent else name
                 if parent and is_task_name(name):
                     tasks.append(rel)

@@ -24,6 +24,7 @@ from governor.core.gpus import GpuInventory
 from governor.daemon.enforcement import Enforcement
 from governor.daemon.exits import Exits
 from governor.daemon.fairshare_history import FairShareStage
+from governor.daemon.effector import Effector
 from governor.daemon.gpu_guard import GpuGuard
 from governor.daemon.handover import Handover
 from governor.daemon.inbox import Inbox, Reconcile, Reload
@@ -143,8 +144,9 @@ class Daemon:
                                          inbox=self.inbox, journal=self.journal)
         self.foreign = Foreign(places=foreign_places, own_root=hierarchy.proc_root, policy=self.policy, inbox=self.inbox,
                                journal=self.journal)
-        self.tree = Tree(hierarchy, read_before_removal=self.fair_share.removed, foreign=self.foreign.holds)
-        self.enforcement = Enforcement(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks,
+        self.effector = Effector(hierarchy)  # the one writer of cgroups
+        self.tree = Tree(hierarchy, self.effector, read_before_removal=self.fair_share.removed, foreign=self.foreign.holds)
+        self.enforcement = Enforcement(effector=self.effector, policy=self.policy, tasks=self.tasks,
                                        journal=self.journal, metrics=metrics,
                                        units=UnitProtection.of(hierarchy, systemd_units, self.tree.run, self.journal))
         self.handover = Handover(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, inbox=self.inbox,
@@ -280,7 +282,7 @@ class Daemon:
         if not self.tasks:
             try:
                 self.recovery.clear()
-                self.hierarchy.driver.remove("")
+                self.effector.remove("")
                 if self.registry is not None:
                     self.registry.unregister()
             except CgroupError as error:

@@ -64,7 +64,8 @@ class Sessions:
     """Users' processes outside ``governor run``, each user's governed as one task.
 
     Args:
-        hierarchy, tree: governor's cgroups, and the thread that makes and joins them.
+        hierarchy, tree: governor's cgroups, and the thread that makes and joins them (its
+            effector writes their caps).
         policy: the config in force (who owns a session, its demand); tasks, records: the
             running tasks and their records; inbox: told when a session starts (settle refills);
             enforcement: its CPU hold, released when a session starts; exits: watches a
@@ -85,6 +86,7 @@ class Sessions:
                  foreign: Callable[[Mapping[str, str] | None], str | None] = lambda paths: None):
         self.hierarchy = hierarchy
         self.tree = tree
+        self.effector = tree.effector
         self.policy = policy
         self.tasks = tasks
         self.records = records
@@ -349,7 +351,7 @@ class Sessions:
         pids = self._starting.pop(session.uid, [])
         if error is None:
             try:
-                self.hierarchy.apply(session.cgroup, self.policy.caps(session))
+                self.effector.apply(session.cgroup, self.policy.caps(session))
             except GovernorError as refused:
                 error = refused
         if error is not None:
@@ -372,10 +374,10 @@ class Sessions:
         session = Task(login_id(uid), group, pid, uid, user, (), self._demand(), time.time())
         caps = self.policy.caps(session)
         try:
-            self.hierarchy.apply(session.cgroup, caps)
+            self.effector.apply(session.cgroup, caps)
         except GovernorError as error:
             try:
-                self.hierarchy.release_login(session.cgroup)  # only what was set
+                self.effector.release_login(session.cgroup)  # only what was set
             except CgroupError as undone:
                 log.warning("cannot undo the start of the session of %s: %s", user, undone)
             self.journal.event("error", f"cannot start the session of {user}: {error}; its processes stay where "

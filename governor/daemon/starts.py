@@ -30,7 +30,8 @@ class Starts:
     """Carries out the starts settle decided, and answers the launches.
 
     Args:
-        hierarchy, tree: governor's cgroups, and the thread that makes and joins them.
+        hierarchy, tree: governor's cgroups, and the thread that makes and joins them (its
+            effector writes their caps).
         policy: the config in force (caps, GPUs); tasks: the running tasks; queue: the
             launches waiting (a launch stopped meanwhile is not started); records: the task
             records; journal: events.
@@ -44,6 +45,7 @@ class Starts:
                  records: Records, journal: Journal, follow: Callable[[Task, Entry], None], metrics=None):
         self.hierarchy = hierarchy
         self.tree = tree
+        self.effector = tree.effector
         self.policy = policy
         self.tasks = tasks
         self.queue = queue
@@ -83,7 +85,7 @@ class Starts:
                 try:  # a reload meanwhile may have renumbered the GPUs: found again by identity
                     entry.task = gpu_places.starting(self.policy.gpus, entry.task,
                                                      {*self.tasks.gpu_holders(), *self.tasks.draining()})
-                    self.hierarchy.apply(entry.task.cgroup, self.policy.caps(entry.task))
+                    self.effector.apply(entry.task.cgroup, self.policy.caps(entry.task))
                 except GovernorError as refused:
                     error = refused
             task = entry.task

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from governor.cgroups.hierarchy import Hierarchy
+from governor.daemon.effector import Effector
 from governor.daemon.foreign_poll import refusal
 from governor.errors import CgroupBusy, CgroupError, GovernorError
 
@@ -35,7 +36,8 @@ class Tree:
     """Governor's cgroups made, joined and removed off the event loop.
 
     Args:
-        hierarchy: governor's cgroups (:class:`~governor.cgroups.hierarchy.Hierarchy`).
+        hierarchy: governor's cgroups (:class:`~governor.cgroups.hierarchy.Hierarchy`), read.
+        effector: what makes, joins and removes them (:class:`~governor.daemon.effector.Effector`).
         read_before_removal: told on the loop ``(rel, CPU counter µs, removed)`` of each group
             cgroup read just before its removal (fair share charges it); None: not read.
         foreign: a process's ``/proc/<pid>/cgroup`` lines → the foreign subtree that holds
@@ -44,10 +46,11 @@ class Tree:
             is never moved.
     """
 
-    def __init__(self, hierarchy: Hierarchy,
+    def __init__(self, hierarchy: Hierarchy, effector: Effector,
                  read_before_removal: Callable[[str, int, bool], None] | None = None,
                  foreign: Callable[[Mapping[str, str] | None], str | None] | None = None) -> None:
         self.hierarchy = hierarchy
+        self.effector = effector
         self._foreign = foreign
         self._loop: asyncio.AbstractEventLoop | None = None
         self._joining: dict[str, int] = {}  # cgroup → moves into it asked for and not yet made
@@ -106,7 +109,7 @@ class Tree:
         subtree = self.foreign_of(pid)
         if subtree is not None:
             raise refusal(pid, subtree)
-        self.hierarchy.driver.move(rel, pid)
+        self.effector.move(rel, pid)
 
     def foreign_of(self, pid: int) -> str | None:
         """The foreign subtree that holds process ``pid`` in some hierarchy, or None (none, or
@@ -151,7 +154,7 @@ class Tree:
         """(On the thread) make each cgroup with the controllers enabled down to it: None for
         each made, else what stopped it. Its caps, device rules included, are applied on the
         loop before any process joins it."""
-        return [_outcome(self.hierarchy.prepare, rel) for rel in rels]
+        return [_outcome(self.effector.make, rel) for rel in rels]
 
     def remove(self, rels: Sequence[str], *, groups: Sequence[str] = ()) -> None:
         """Forget the records of task cgroups ``rels`` now and remove them on the thread, then
@@ -160,22 +163,22 @@ class Tree:
         there meanwhile, another group: ``EBUSY`` is not an error). A failure is logged: the
         cgroup stays, empty. Each group's CPU counter is read first, once its tasks' cgroups
         are gone, and handed to ``read_before_removal`` on the loop (fair share charges it)."""
-        driver = self.hierarchy.driver
+        effector = self.effector
         for rel in (*rels, *groups):
-            driver.forget(rel)
+            effector.forget(rel)
         told = self._read_before_removal
 
         def remove() -> list[tuple[str, int, bool]]:
             for rel in rels:
                 try:
-                    driver.remove(rel)
+                    effector.remove(rel)
                 except CgroupError as error:
                     log.warning("cannot remove cgroup %s: %s", rel, error)
             read = []
             for group in groups:
                 used = _cpu_used(self.hierarchy, group) if told is not None else None
                 try:
-                    driver.remove(group)
+                    effector.remove(group)
                 except CgroupError as error:
                     if not isinstance(error, CgroupBusy):
                         log.warning("cannot remove cgroup %s: %s", group, error)

@@ -24,13 +24,12 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Collection, Sequence
-from pathlib import Path
 
 from governor.cgroups.hierarchy import Hierarchy
-from governor.cgroups.limits import CgroupLimits
-from governor.cgroups.systemd import MEMORY_PROPERTIES, SliceDriver, systemd_slices, units_above
+from governor.cgroups.systemd import MEMORY_PROPERTIES, SliceDriver
 from governor.config.units import format_size
 from governor.core.protection import Protection
+from governor.daemon.effector import Effector
 from governor.daemon.journal import Journal
 from governor.errors import CgroupError, GovernorError
 
@@ -76,8 +75,7 @@ class UnitProtection:
         """The units of ``own`` above ``hierarchy``'s root, when systemd manages a v2 host
         (:func:`~governor.cgroups.systemd.systemd_slices`: PID 1, ``systemctl`` on PATH); None
         when there are none, the host is v1, or systemd is not there."""
-        units = units_above(Path(hierarchy.root), hierarchy.cgroup_mount, own) if hierarchy.mode == "v2" else []
-        driver = systemd_slices(hierarchy.mode, hierarchy.cgroup_mount) if units else None
+        units, driver = hierarchy.systemd_units(own)
         return cls(driver, units, run, journal) if driver is not None else None
 
     def follow(self, root: Protection, protect: bool) -> None:
@@ -96,16 +94,7 @@ class UnitProtection:
     def _set(self, wanted: tuple[int, int] | None) -> tuple[dict[str, dict[str, str]], list[CgroupError]]:
         """(On the cgroup thread) each unit set (or reset), every one tried: what systemd holds
         from this driver, unit → property → value, and the refusals."""
-        errors: list[CgroupError] = []
-        for rel in self.units:
-            try:
-                if wanted is None:
-                    self.driver.reset(rel)
-                else:
-                    self.driver.apply(rel, CgroupLimits(memory_min_bytes=wanted[0], memory_low_bytes=wanted[1]))
-            except CgroupError as error:
-                errors.append(error)
-        return {rel.rsplit("/", 1)[-1]: dict(self.driver.in_force(rel)) for rel in self.units}, errors
+        return Effector.protect_units(self.driver, self.units, wanted)
 
     def _done(self, outcome: object) -> None:
         """(On the loop) keep what systemd accepted; tell the first failure of a run of them."""

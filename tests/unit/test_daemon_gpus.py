@@ -13,7 +13,7 @@ from support.gpus import CONFIG, CONTROL, GPU0, GPU1, INVENTORY, DeviceDriver
 from support.daemons import GIB, launch, make_daemon, on_loop
 
 from governor.config.load import parse_config
-from governor.daemon import gpu_guard
+from governor.daemon import effector
 from governor.errors import RequestError
 from governor.core.gpus import Gpu, GpuInventory
 from governor.wire.protocol import LaunchRequest, Peer
@@ -131,7 +131,7 @@ def test_a_reload_that_adds_a_gpu_denies_it_to_the_running_tasks_that_do_not_hol
 
 def test_a_reload_puts_the_gpu_guard_again_denying_the_gpus_it_adds(gpus, monkeypatch):
     put = []
-    monkeypatch.setattr(gpu_guard, "put_guard", lambda plan, denied: put.append(tuple(denied)) or [])
+    monkeypatch.setattr(effector, "put_guard", lambda plan, denied: put.append(tuple(denied)) or [])
     reload_with(gpus, THREE, '["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2"]')
     assert put == [(GPU0, GPU1, GPU2, CONTROL)]
     assert gpus.gpu_guard.plan is not None

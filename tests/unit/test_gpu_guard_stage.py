@@ -8,7 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from governor.cgroups.hierarchy import Hierarchy
 from governor.config.gpu_rules import GpuGuardRules
+from governor.daemon import effector
 from governor.daemon import gpu_guard as stage
 from governor.daemon.journal import Journal
 from governor.core.gpus import Gpu, GpuInventory
@@ -20,13 +22,13 @@ INVENTORY = GpuInventory(gpus=(Gpu(0, "/dev/nvidia0", 195, 0, None),), control=(
 @pytest.fixture
 def calls(monkeypatch):
     done = []
-    monkeypatch.setattr(stage, "put_guard", lambda plan, denied: done.append(("put", plan.places, denied)) or [])
-    monkeypatch.setattr(stage, "take_guard", lambda plan, denied: done.append(("take", plan.places, denied)) or [])
+    monkeypatch.setattr(effector, "put_guard", lambda plan, denied: done.append(("put", plan.places, denied)) or [])
+    monkeypatch.setattr(effector, "take_guard", lambda plan, denied: done.append(("take", plan.places, denied)) or [])
     return done
 
 
 def guard(tmp_path: Path, *, sessions: bool, parents=("user.slice",), kind="sessions"):
-    hierarchy = SimpleNamespace(mode="v2", cgroup_mount=tmp_path, root=str(tmp_path / "governor"))
+    hierarchy = Hierarchy(SimpleNamespace(mode="v2"), str(tmp_path / "governor"), (), cgroup_mount=tmp_path)
     policy = SimpleNamespace(gpus=INVENTORY, owners=SimpleNamespace(enabled=sessions),
                              config=SimpleNamespace(gpu_guard=GpuGuardRules(kind, parents)))
     return stage.GpuGuard(hierarchy=hierarchy, policy=policy, journal=Journal(None))
@@ -86,7 +88,7 @@ def test_a_reload_that_governs_no_gpu_takes_the_guard_off(tmp_path, calls):
 def test_a_reload_on_v1_allows_again_the_nodes_no_longer_denied_where_the_guard_stays(tmp_path, calls):
     (tmp_path / "user.slice").mkdir()
     reloaded = guard(tmp_path, sessions=True)
-    reloaded._plan = lambda kind, parents: stage.GuardPlan("v1", (tmp_path / "user.slice",), ())
+    reloaded.hierarchy.guard_plan = lambda kind, parents: stage.GuardPlan("v1", (tmp_path / "user.slice",), ())
     reloaded.start()
     reloaded.policy.gpus = GpuInventory(gpus=(), control=INVENTORY.control, source="listed")
     reloaded.reapply()
