@@ -26,6 +26,7 @@ from governor.daemon.exits import Exits
 from governor.daemon.fairshare_history import FairShareStage
 from governor.daemon.gpu_guard import GpuGuard
 from governor.daemon.handover import Handover
+from governor.daemon.history import History
 from governor.daemon.inbox import Inbox, Reconcile, Reload
 from governor.daemon.journal import Journal, vector
 from governor.daemon.launches import Launches
@@ -135,7 +136,8 @@ class Daemon:
                              process_limit=kernel_process_limit() if process_limit is None else process_limit)
         # [notify]'s runner reads the config in force at each event (a reload changes it).
         self.alerts = Alerts(lambda: self.policy.config.notify)
-        self.journal = Journal(metrics, alerts=self.alerts)
+        self.history = History(store.directory, lambda: self.policy.config.history)
+        self.journal = Journal(metrics, alerts=self.alerts, history=self.history)
         self.records = Records(store, self.tasks, self.journal)
         # The stages put their events in the inbox, built first; settle, built after them, reads it.
         self.inbox = Inbox()
@@ -252,6 +254,7 @@ class Daemon:
         # a full one costing 3–70 ms (scripts/bench-refill).
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
+        self.history.start(self.policy.capacity, self.config_source)
         self.notifier.send("READY=1", f"STATUS={self.settle.summary()}")
         try:
             await stop.wait()
@@ -276,6 +279,7 @@ class Daemon:
         self.gpu_guard.stop()
         self.fair_share.close()
         self.foreign.close()
+        self.history.close()
         await asyncio.get_running_loop().shutdown_default_executor()  # the cgroup thread's last calls
         if not self.tasks:
             try:
