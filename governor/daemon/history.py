@@ -20,18 +20,25 @@ a task. Amounts in base units (cores, bytes, bytes/s); times in unix seconds.
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 
 from governor.config.history_rules import HistoryRules
 from governor.core.state import Task
+from governor.errors import RequestError
 from governor.host.accounting import Ended
-from governor.host.history_store import DIR_NAME, HistoryWriter
-from governor.wire.visibility import HIDDEN
+from governor.host.history_store import DIR_NAME, HistoryWriter, read_history
+from governor.wire.reply_types import HistoryReply
+from governor.wire.request_types import HistoryRequest
+from governor.wire.visibility import HIDDEN, Viewer, rows_for
 
 __all__ = ["DIR_NAME", "History", "end_entry", "launch_entry", "refusal_entry", "session_entry", "start_entry"]
 
 KINDS = ("daemon", "launch", "start", "refusal", "session", "end")
+# The most entries one ``history`` reply carries (about 400 bytes each: 40 MB), the newest.
+ENTRIES_SENT = 100_000
 
 
 def _task(kind: str, at: float, task: Task) -> dict:
@@ -96,3 +103,25 @@ class History:
     def close(self) -> None:
         """Write what is left and stop the writer."""
         self.writer.close()
+
+    async def reply(self, request: HistoryRequest, viewer: Viewer) -> HistoryReply:
+        """The ``history`` operation: the period's entries (read in a thread: the loop goes on
+        serving), at most :data:`ENTRIES_SENT` (the newest), as ``viewer`` may see them.
+
+        Raises:
+            RequestError: ``unavailable``, the journal cannot be read.
+        """
+        def read() -> list[dict]:
+            kept = deque(maxlen=ENTRIES_SENT + 1)
+            kept.extend(entry for entry in read_history(self.writer.directory, request.since, request.until)
+                        if entry.get("kind") != "daemon")
+            return list(kept)
+
+        try:
+            entries = await asyncio.to_thread(read)
+        except FileNotFoundError:
+            entries = []  # nothing journaled yet
+        except OSError as error:
+            raise RequestError("unavailable", f"cannot read the history journal: {error.strerror or error}") from None
+        truncated = len(entries) > ENTRIES_SENT
+        return HistoryReply(rows_for(entries[-ENTRIES_SENT:], viewer), truncated)

@@ -30,7 +30,7 @@ from governor.daemon.replay_input import Job, Recorded
 from governor.daemon.settle_step import Snapshot, step
 from governor.errors import FillingDiverged, RequestError
 
-__all__ = ["Run", "refusal_under", "replay", "timeline"]
+__all__ = ["Run", "configured_weights", "refusal_under", "replay", "timeline"]
 
 _END, _SESSION, _ARRIVAL = 0, 1, 2  # at one instant: what frees first, then who arrives
 
@@ -79,6 +79,12 @@ def refusal_under(config: Config, capacity: Mapping[str, float], job: Job) -> st
     return None
 
 
+def configured_weights(config: Config, fair_share: FairShare, group: str) -> dict[str, float]:
+    """The configured weight of every group fair share compares ``group`` with: the config's
+    groups, those with past usage, and ``group`` (1 for a per-user group)."""
+    return {g: config.weight_of(g) or 1.0 for g in {*(rule.name for rule in config.groups), *fair_share.usage, group}}
+
+
 def _task(job: Job, started: float, config: Config) -> Task:
     return Task(job.task, job.group, 0, job.uid, job.user, (), dict(job.demand), started, job.task, None,
                 config.place(job.group))
@@ -99,8 +105,8 @@ class _Accounts:
         configured = self.config.weight_of(group) or 1.0
         if self.run.fair_share is None or self.at is None:
             return configured
-        weights = {g: self.config.weight_of(g) or 1.0 for g in {*self.run.fair_share.usage, group}}
-        return self.run.fair_share.effective_weights(self.at, weights, self.config.parents()).get(group, configured)
+        weights = configured_weights(self.config, self.run.fair_share, group)
+        return self.run.fair_share.effective_weights(self.at, weights, self.config.parents).get(group, configured)
 
     def advance(self, now: float, tasks: Tasks) -> None:
         """Charge the shares held since the last call up to ``now``, then take ``tasks``'s."""
@@ -136,7 +142,8 @@ class _Accounts:
             # A group's CPU is divided among its tasks by their declared cores.
             group_cpu = demands[task.group].get("cpu", 0.0)
             if group_cpu:
-                user_cpu[task.user] = user_cpu.get(task.user, 0.0) + cpu[task.group] * task.demand.get("cpu", 0.0) / group_cpu
+                held_cpu = cpu[task.group] * task.demand.get("cpu", 0.0) / group_cpu
+                user_cpu[task.user] = user_cpu.get(task.user, 0.0) + held_cpu
         return cpu, memory, user_cpu, user_memory
 
 

@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping
 
 from governor.config.load import Config
-from governor.daemon.replay import Run
+from governor.daemon.replay import Run, configured_weights
 from governor.daemon.replay_input import Recorded
 
 __all__ = ["UNKNOWN", "compare", "percentile"]
@@ -82,7 +82,7 @@ def _side(run: Run, jobs: Mapping, of, name: str, seconds: float, group: bool, c
     if group:
         side["fair_share"] = None
         if run.fair_share is not None:
-            weights = {g: config.weight_of(g) or 1.0 for g in {*run.fair_share.usage, name}}
-            standing = run.fair_share.standings(now, weights, config.parents())[name]
+            weights = configured_weights(config, run.fair_share, name)
+            standing = run.fair_share.standings(now, weights, config.parents)[name]
             side["fair_share"] = {"usage_share": standing.usage_share, "effective_weight": standing.effective}
     return side

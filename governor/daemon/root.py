@@ -207,7 +207,8 @@ class Daemon:
         self.foreign.poll_now()
         records = self.recovery.load()  # first to change anything: a start it refuses leaves nothing behind
         self.exits.restore_ended()
-        server = ControlServer(self.requests.handlers(), socket_path,
+        handlers = {**self.requests.handlers(), "history": self._history}
+        server = ControlServer(handlers, socket_path,
                                connections_per_uid=lambda: self.policy.config.max_connections_per_user)
         await server.start(serving=False)
         self.served = True
@@ -254,7 +255,7 @@ class Daemon:
         # a full one costing 3–70 ms (scripts/bench-refill).
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
-        self.history.start(self.policy.capacity, self.config_source)
+        self.history.start(self.policy.host_capacity, self.config_source)
         self.notifier.send("READY=1", f"STATUS={self.settle.summary()}")
         try:
             await stop.wait()
@@ -293,6 +294,9 @@ class Daemon:
             self.registry.release_sessions()
         self.hierarchy.release_lock()  # its file goes too: a stopped daemon leaves no lock behind
         log.info("stopped; %d task(s) keep running", len(self.tasks))
+
+    async def _history(self, request, peer):
+        return await self.history.reply(request, self.requests.viewer(peer))
 
     async def settled(self) -> None:
         """Wait until what the events so far asked for is done: every settle asked for, and

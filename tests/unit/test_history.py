@@ -167,3 +167,25 @@ def test_a_session_is_journaled_when_it_starts_and_when_it_ends(tmp_path):
     assert [(e["kind"], e["task"], e["user"], e["session"]) for e in entries] == [
         ("session", "session-1", USER, True), ("end", "session-1", USER, True)]
     assert entries[0]["waited_s"] == 0.0 and entries[0]["demand"]["memory"] == 3 * GIB
+
+
+def test_the_history_operation_sends_the_period_as_the_caller_may_see_it(daemon):
+    import asyncio
+
+    from governor.wire.protocol import HistoryRequest, Peer, parse_request
+    from governor.wire.visibility import Viewer
+
+    daemon.history.writer.start()
+    launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+    daemon.history.writer.close()
+    request = parse_request(b'{"op": "history", "since": 0}\n')
+    assert request == HistoryRequest(0.0, None)
+    theirs = asyncio.run(daemon.history.reply(request, Viewer(65534, False)))
+    assert [(e["kind"], e["private"]) for e in theirs.entries] == [("launch", True), ("start", True)]
+    assert not theirs.truncated
+    mine = asyncio.run(daemon._history(request, Peer(pid=1, uid=0, gid=0)))
+    assert [e["kind"] for e in mine.to_json()["entries"]] == ["launch", "start"] and "private" not in mine.entries[0]
+    assert asyncio.run(daemon.history.reply(HistoryRequest(until=0.0), Viewer(0, True))).entries == []
+    with pytest.raises(RequestError) as bad:
+        parse_request(b'{"op": "history", "since": "yesterday"}\n')
+    assert bad.value.code == "bad_request" and "since" in bad.value.message

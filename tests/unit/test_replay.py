@@ -150,3 +150,19 @@ def test_governor_replay_prints_groups_side_by_side_and_json(tmp_path, monkeypat
     broken.write_text("[groups.A]\nusers = [\"root\"]\nweight = -1\n")
     bad = runner.invoke(main, ["replay", str(broken), "--dir", directory])
     assert bad.exit_code != 0 and "weight" in bad.output and "Traceback" not in bad.output
+
+
+def test_fair_share_standings_and_journaled_refusals_are_reported_per_group(journaled):
+    from dataclasses import replace
+
+    fair = parse_config(CONFIG.format(b_weight="") + '[fairshare]\nhalf_life = "1h"\n', "fair.toml")
+    refused = replace(journaled, refusals=[{"at": journaled.since + 1, "kind": "refusal", "uid": 0, "group": "C",
+                                            "demand": {"memory": 100 * GIB}, "code": "exceeds_capacity"}])
+    report = compare(refused, timeline(refused, fair, refused.capacity), replay(refused, fair, refused.capacity), fair)
+    c = report["groups"]["C"]
+    assert c["recorded"]["refused"] == c["proposed"]["refused"] == 1  # a journaled refusal stays one
+    assert report["users"]["root"]["proposed"]["refused"] == 1
+    standings = {group: sides["proposed"]["fair_share"] for group, sides in report["groups"].items()}
+    assert sum(s["usage_share"] for s in standings.values()) == pytest.approx(1.0)
+    # B held the most of the host the longest (2G all along, then 5G): its weight fell the most.
+    assert min(standings, key=lambda g: standings[g]["effective_weight"]) == "B"
