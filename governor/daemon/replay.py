@@ -16,6 +16,7 @@ resolved); the host's other load (foreign subtrees) is not replayed.
 from __future__ import annotations
 
 import heapq
+from types import SimpleNamespace
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -200,6 +201,8 @@ def replay(period: Recorded, config: Config, capacity: Mapping[str, float]) -> R
             events.append((job.arrived, _ARRIVAL, job.task, job))
     heapq.heapify(events)
     tasks, waiting, arrived = Tasks(), [], {}
+    # Which GPU a task got is replayed by index; their identities (UUIDs) are not journaled.
+    unnamed_gpus = SimpleNamespace(gpus=[SimpleNamespace(identity=None)] * round(capacity.get("gpu", 0)))
     while events:
         now = events[0][0]
         accounts.advance(now, tasks)
@@ -221,7 +224,7 @@ def replay(period: Recorded, config: Config, capacity: Mapping[str, float]) -> R
             accounts.advance(now, tasks)
             continue
         usage = {task.cgroup: {"memory": accounts.peaks.get(task.id, 0.0)} for task in tasks.sessions()}
-        effects = step(Snapshot(config=config, capacity=capacity, gpus=None, weight=accounts.weight, tasks=tasks,
+        effects = step(Snapshot(config=config, capacity=capacity, gpus=unnamed_gpus, weight=accounts.weight, tasks=tasks,
                                 usage=usage, waiting=tuple(waiting), cpu_saturated=False, refill=False, now=now))
         started = {task.id for task in effects.starts}
         for task in effects.starts:

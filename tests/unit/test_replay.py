@@ -166,3 +166,14 @@ def test_fair_share_standings_and_journaled_refusals_are_reported_per_group(jour
     assert sum(s["usage_share"] for s in standings.values()) == pytest.approx(1.0)
     # B held the most of the host the longest (2G all along, then 5G): its weight fell the most.
     assert min(standings, key=lambda g: standings[g]["effective_weight"]) == "B"
+
+
+def test_tasks_holding_gpus_are_admitted_by_the_gpus_free(journaled):
+    from dataclasses import replace
+
+    config = parse_config(CONFIG.format(b_weight=""), "own.toml")
+    jobs = [replace(job, demand={**job.demand, "gpu": 1.0}) for job in journaled.jobs]
+    one_gpu = replace(journaled, jobs=jobs, capacity={**journaled.capacity, "gpu": 1.0})
+    again = replay(one_gpu, config, one_gpu.capacity)
+    # One GPU, one task at a time: A's 1G task holds it to its end, past the period's.
+    assert list(again.starts) == ["1"] and sorted(again.still_queued) == ["2", "3", "4", "5"]
