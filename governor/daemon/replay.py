@@ -10,7 +10,8 @@ What cannot be known is not guessed: a task runs as long as it ran (more CPU wou
 made it faster here); a session holds its recorded memory peak all its life (its use over time
 was not journaled); a launch that never started (its client left, or ``wait: false``) is left
 out; a launch refused under the recorded config stays refused (its group and demand were never
-resolved); the host's other load (foreign subtrees) is not replayed.
+resolved); a GPU is free again the moment its task ends (how long its device node stayed open
+was not journaled); the host's other load (foreign subtrees) is not replayed.
 """
 
 from __future__ import annotations
@@ -203,13 +204,14 @@ def replay(period: Recorded, config: Config, capacity: Mapping[str, float]) -> R
     tasks, waiting, arrived = Tasks(), [], {}
     # Which GPU a task got is replayed by index; their identities (UUIDs) are not journaled.
     unnamed_gpus = SimpleNamespace(gpus=[SimpleNamespace(identity=None)] * round(capacity.get("gpu", 0)))
-    while events:
+    while events and events[0][0] < period.until:  # what starts after the period is not its
         now = events[0][0]
         accounts.advance(now, tasks)
         while events and events[0][0] == now:
             _, kind, _, job = heapq.heappop(events)
             if kind == _END:
-                tasks.remove(job.task)
+                for gpu in getattr(tasks.remove(job.task), "gpus", ()):
+                    tasks.drained(gpu)  # how long its node stayed open is not journaled: at once
             elif kind == _SESSION:
                 if config.weight_of(job.group) is not None:
                     tasks.add(_task(job, now, config))
