@@ -15,12 +15,14 @@ from governor.cli.admin import reload, set_weight
 from governor.cli.check_config import check_config
 from governor.cli.daemon_cmd import daemon
 from governor.cli.explain import explain
+from governor.cli.history import history
 from governor.cli.export import export
 from governor.cli.command_failure import Failure
 from governor.cli.failures import EXIT_INTERRUPTED
 from governor.cli.install_systemd import install_systemd
 from governor.cli.man_cmd import man
 from governor.cli.ps import ps
+from governor.cli.replay import replay
 from governor.cli.run import command as run_command
 from governor.cli.simulate import simulate
 from governor.cli.status import status
@@ -99,6 +101,8 @@ main.add_command(status)
 main.add_command(ps)
 main.add_command(stop)
 main.add_command(explain)
+main.add_command(history)
+main.add_command(replay)
 main.add_command(export)
 main.add_command(top)
 main.add_command(man)

@@ -44,6 +44,7 @@ from governor.config.groups import EVERYONE, names, parse_groups
 from governor.config.foreign_rules import parse_foreign
 from governor.config.gpu_rules import gpu_control_nodes, gpu_guard, gpu_nodes
 from governor.config.notify_rules import notify_rules
+from governor.config.history_rules import history_rules
 from governor.config.settings import Config, GroupRule, IoDevice, SessionRules, group_name_problem
 from governor.errors import ConfigError
 from governor.config.resource_values import bytes_setting, cores_setting, pids_setting
@@ -110,7 +111,7 @@ _MAX_CONNECTIONS_PER_USER = 32
 _MAX_COUNT = 1_000_000
 
 _SECTIONS = ("capacity", "defaults", "enforcement", "groups", "fairshare", "sessions", "foreign", "daemon", "notify",
-             "metrics")
+             "metrics", "history")
 _FAIRSHARE_KEYS = ("half_life",)
 _CAPACITY_KEYS = ("cpu", "memory", "reserve", "io", "gpus", "gpu_control", "gpu_guard", "gpu_guard_parents")
 _RESERVE_KEYS = ("cpu", "memory", "pids")
@@ -208,6 +209,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         gpu_control=gpu_control_nodes(capacity, file),
         gpu_guard=gpu_guard(capacity, file),
         notify=notify_rules(data, file),
+        history=history_rules(data, file),
         memory_protection=_value(enforcement, "memory_protection", "enforcement", file, _boolean, True),
         metrics_listen=_value(metrics, "listen", "metrics", file, _listen, None),
         file=file,

@@ -14,6 +14,7 @@ from governor.config import resources
 from governor.cgroups.names import interface_name_problem
 from governor.config.foreign_rules import ForeignRules
 from governor.config.gpu_rules import GpuGuardRules
+from governor.config.history_rules import HistoryRules
 from governor.config.notify_rules import NotifyRules
 from governor.errors import ConfigError
 from governor.config.kinds import SESSION_PREFIX, TASK_PREFIX
@@ -151,6 +152,7 @@ class Config:
         metrics_listen: ``[metrics] listen``: (address, port) the Prometheus metrics are served
             on; None: off (``governor daemon --metrics`` overrides it).
         foreign: ``[foreign]``: the subtrees other managers own (:mod:`governor.config.foreign_rules`).
+        history: ``[history]``: the journal of what happened (:mod:`governor.config.history_rules`).
     """
 
     cpu_cores: float | None
@@ -179,6 +181,7 @@ class Config:
     file: str = field(compare=False)
     notify: NotifyRules = NotifyRules()
     foreign: ForeignRules = ForeignRules()
+    history: HistoryRules = HistoryRules()
     metrics_listen: tuple[str, int] | None = None
 
     def memory_mode(self) -> str:

@@ -19,6 +19,7 @@ from governor.host.accounting import (ENDED_KEPT, OOM_KILL, STOP, TIME_LIMIT, En
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.stats import CgroupStats
 from governor.daemon.inbox import Exit, Inbox
+from governor.daemon.history import end_entry
 from governor.daemon.journal import Journal
 from governor.daemon.notices import described
 from governor.daemon.observation import Observation
@@ -153,6 +154,7 @@ class Exits:
                 self._ended_changed = True
             self._learn_exit_status(record, pidfd)
             self.journal.event("task_ended", record.line(trigger))
+            self.journal.record(end_entry(record))
             self._alert(record)
             ended.append(task.label)
         if ended:

@@ -27,6 +27,7 @@ class Journal:
     Args:
         metrics: optional sink with ``event(kind)`` (:class:`governor.wire.metrics.Metrics`).
         alerts: the ``[notify]`` command's runner (:class:`~governor.host.alerts.Alerts`), or None.
+        history: the history journal (:class:`~governor.daemon.history.History`), or None.
 
     Attributes:
         events: the last :data:`EVENTS_KEPT` events, oldest first: ``{"at": unix s, "kind",
@@ -35,9 +36,10 @@ class Journal:
             counts): a status built at one version is served until the next.
     """
 
-    def __init__(self, metrics=None, alerts: Alerts | None = None) -> None:
+    def __init__(self, metrics=None, alerts: Alerts | None = None, history=None) -> None:
         self.metrics = metrics
         self.alerts = alerts
+        self.history = history
         self.host = socket.gethostname()
         self.events: deque[dict] = deque(maxlen=EVENTS_KEPT)
         self._changes = 0
@@ -58,6 +60,12 @@ class Journal:
         self.events.append({"at": time.time(), "kind": kind, "message": message})
         if self.metrics:
             self.metrics.event(kind)
+
+    def record(self, entry: dict) -> None:
+        """Append ``entry`` (:mod:`governor.daemon.history`'s builders) to the history journal,
+        if the daemon keeps one; returns at once."""
+        if self.history is not None:
+            self.history.put(entry)
 
     def alert(self, kind: str, message: str, *, task: Task | None = None, group: str | None = None,
               details: Mapping[str, object] | None = None) -> None:

@@ -5,12 +5,14 @@ client is told its place while it waits, and the started task once it runs."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from governor.host import access
 from governor.cgroups.hierarchy import Hierarchy, Location
 from governor.daemon.foreign_poll import refusal
+from governor.daemon.history import launch_entry, refusal_entry
 from governor.daemon.inbox import Inbox, Launch, Left
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
@@ -57,6 +59,17 @@ class Launches:
         self.registry = registry
 
     async def launch(self, request: LaunchRequest, peer: Peer) -> AsyncIterator[dict]:
+        """:meth:`_launch`, its refusal recorded in the history (:func:`refusal_entry`)."""
+        try:
+            async with contextlib.aclosing(self._launch(request, peer)) as payloads:
+                async for payload in payloads:
+                    yield payload
+        except RequestError as error:
+            self.journal.record(refusal_entry(time.time(), uid=peer.uid, group=request.group, demand=request.demand,
+                                              code=error.code))
+            raise
+
+    async def _launch(self, request: LaunchRequest, peer: Peer) -> AsyncIterator[dict]:
         """Govern the caller's own pid as a new task: start it when its memory fits, else queue
         it and yield ``{"queued": {...}}`` (see :func:`governor.core.queue.queue_view`) whenever its
         place changes; the last payload is the started task. Closing the generator (the client
@@ -100,6 +113,7 @@ class Launches:
                     config.place(group))
         entry = Entry(task, time.time(), peer.pidfd)
         self.queue[task.id] = entry
+        self.journal.record(launch_entry(task, entry.queued_at))
         try:
             await asyncio.shield(self.inbox.put(Launch(task.id)))
             if not entry.decided and not request.wait:

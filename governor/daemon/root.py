@@ -27,6 +27,7 @@ from governor.daemon.fairshare_history import FairShareStage
 from governor.daemon.effector import Effector
 from governor.daemon.gpu_guard import GpuGuard
 from governor.daemon.handover import Handover
+from governor.daemon.history import History
 from governor.daemon.inbox import Inbox, Reconcile, Reload
 from governor.daemon.journal import Journal, vector
 from governor.daemon.launches import Launches
@@ -136,7 +137,8 @@ class Daemon:
                              process_limit=kernel_process_limit() if process_limit is None else process_limit)
         # [notify]'s runner reads the config in force at each event (a reload changes it).
         self.alerts = Alerts(lambda: self.policy.config.notify)
-        self.journal = Journal(metrics, alerts=self.alerts)
+        self.history = History(store.directory, lambda: self.policy.config.history)
+        self.journal = Journal(metrics, alerts=self.alerts, history=self.history)
         self.records = Records(store, self.tasks, self.journal)
         # The stages put their events in the inbox, built first; settle, built after them, reads it.
         self.inbox = Inbox()
@@ -207,7 +209,8 @@ class Daemon:
         self.foreign.poll_now()
         records = self.recovery.load()  # first to change anything: a start it refuses leaves nothing behind
         self.exits.restore_ended()
-        server = ControlServer(self.requests.handlers(), socket_path,
+        handlers = {**self.requests.handlers(), "history": self._history}
+        server = ControlServer(handlers, socket_path,
                                connections_per_uid=lambda: self.policy.config.max_connections_per_user)
         await server.start(serving=False)
         self.served = True
@@ -254,6 +257,7 @@ class Daemon:
         # a full one costing 3–70 ms (scripts/bench-refill).
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
+        self.history.start(self.policy.host_capacity, self.config_source)
         self.notifier.send("READY=1", f"STATUS={self.settle.summary()}")
         try:
             await stop.wait()
@@ -278,6 +282,7 @@ class Daemon:
         self.gpu_guard.stop()
         self.fair_share.close()
         self.foreign.close()
+        self.history.close()
         await asyncio.get_running_loop().shutdown_default_executor()  # the cgroup thread's last calls
         if not self.tasks:
             try:
@@ -291,6 +296,9 @@ class Daemon:
             self.registry.release_sessions()
         self.hierarchy.release_lock()  # its file goes too: a stopped daemon leaves no lock behind
         log.info("stopped; %d task(s) keep running", len(self.tasks))
+
+    async def _history(self, request, peer):
+        return await self.history.reply(request, self.requests.viewer(peer))
 
     async def settled(self) -> None:
         """Wait until what the events so far asked for is done: every settle asked for, and

@@ -21,6 +21,7 @@ import psutil
 from governor.cgroups.hierarchy import Hierarchy, Location
 from governor.daemon.enforcement import Enforcement
 from governor.daemon.exits import Exits
+from governor.daemon.history import session_entry
 from governor.daemon.inbox import Inbox, Session
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
@@ -394,6 +395,7 @@ class Sessions:
                                               f"{session.pid}, demand {vector(session.demand)}"
                                               + (f", in {session.cgroup} (logind's, limits set through systemd)"
                                                  if session.is_login else ""))
+        self.journal.record(session_entry(session))
         if self.enforcement.cpu_saturated:  # measured without this session: the next sample decides again
             self.enforcement.hold(False, f"the session of {session.user} starts: groups are no longer held to "
                                          "their CPU guarantees")

@@ -14,6 +14,7 @@ from governor.cgroups.hierarchy import Hierarchy
 from governor.core.queue import Entry
 from governor.core.state import Task, Tasks
 from governor.daemon import gpu_places
+from governor.daemon.history import start_entry
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
@@ -141,6 +142,7 @@ class Starts:
         self.journal.event("task_started", f"task {task.id} started: pid {task.pid}, user {task.user}, group "
                                            f"{task.group}, demand {vector(task.demand)}"
                                            + (f", after {waited:.1f} s in the queue" if waited >= 0.1 else ""))
+        self.journal.record(start_entry(task, waited))
         entry.decide(reply=self.started_reply(task))
 
     def _check(self, entry: Entry) -> None:

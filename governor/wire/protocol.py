@@ -54,10 +54,10 @@ from governor.errors import RequestError
 from governor.wire import lines
 from governor.wire.fields import json_type
 from governor.wire.lines import LONE_SURROGATE, as_line, encode_json
-from governor.wire.reply_types import (ExplainReply, LaunchReply, PsReply, ReloadReply, SetWeightReply, StatusReply,
-                                   StopReply)
-from governor.wire.request_types import (ExplainRequest, LaunchRequest, PsRequest, ReloadRequest, Request,
-                                    SetWeightRequest, StatusRequest, StopRequest, WatchRequest)
+from governor.wire.reply_types import (ExplainReply, HistoryReply, LaunchReply, PsReply, ReloadReply, SetWeightReply,
+                                   StatusReply, StopReply)
+from governor.wire.request_types import (ExplainRequest, HistoryRequest, LaunchRequest, PsRequest, ReloadRequest,
+                                    Request, SetWeightRequest, StatusRequest, StopRequest, WatchRequest)
 
 MAX_LINE_BYTES = 65536
 READ_TIMEOUT_S = 10
@@ -130,6 +130,9 @@ _TABLE = (
               "invalid_config (file: key: reason; the config in force stays)."),
     Operation("set-weight", SetWeightRequest, SetWeightReply, False,
               "Admin: a group's weight until the next reload or restart. Errors: forbidden, not_found."),
+    Operation("history", HistoryRequest, HistoryReply, False,
+              "The history journal's entries in a period (docs/admin.md, History and replay), another user's "
+              "marked private. Errors: unavailable (the journal cannot be read)."),
 )
 OPERATIONS: dict[str, Operation] = {operation.name: operation for operation in _TABLE}
 # The lines of :mod:`governor.wire.lines`, named with the rest of the protocol here (status

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from governor.wire.fields import reply_field as _field
 from governor.wire.launch_types import LaunchReply, Queued, Started
 
-__all__ = ["ExplainReply", "LaunchReply", "PsReply", "Queued", "ReloadReply", "SetWeightReply", "Started", "StatusReply",
+__all__ = ["ExplainReply", "HistoryReply", "LaunchReply", "PsReply", "Queued", "ReloadReply", "SetWeightReply", "Started", "StatusReply",
            "StopReply"]
 
 
@@ -73,6 +73,25 @@ class PsReply:
         if isinstance(payload, dict) and "ended" in payload:
             return cls(ended=_field(payload, "ended", list))
         return cls(tasks=_field(payload, "tasks", list))
+
+
+@dataclass(frozen=True)
+class HistoryReply:
+    """``history``: ``entries``, the journal's (:mod:`governor.daemon.history`), oldest first;
+    ``truncated``: older entries of the period were left out (at most
+    :data:`governor.daemon.history.ENTRIES_SENT`, the newest)."""
+
+    entries: list[dict]
+    truncated: bool = False
+
+    def to_json(self) -> dict:
+        """The payload: ``{"entries": [...], "truncated": bool}``."""
+        return {"entries": self.entries, "truncated": self.truncated}
+
+    @classmethod
+    def from_json(cls, payload: dict) -> HistoryReply:
+        """The reply (raises ValueError for another payload)."""
+        return cls(_field(payload, "entries", list), bool(payload.get("truncated", False)))
 
 
 @dataclass(frozen=True)

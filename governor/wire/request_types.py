@@ -162,5 +162,27 @@ class SetWeightRequest:
         return cls(group, fields.in_range(message["weight"], "weight", GROUP_WEIGHT_RANGE))
 
 
+@dataclass(frozen=True)
+class HistoryRequest:
+    """``history``: the journal's entries with ``since <= at < until`` (unix seconds; None:
+    unbounded), as :mod:`governor.wire.visibility` shows them to the caller."""
+
+    op: ClassVar[str] = "history"
+    since: float | None = None
+    until: float | None = None
+
+    def to_json(self) -> dict:
+        """The request object (``since``, ``until`` only when given)."""
+        return {"op": self.op, **{key: getattr(self, key) for key in ("since", "until")
+                                  if getattr(self, key) is not None}}
+
+    @classmethod
+    def from_json(cls, message: dict) -> HistoryRequest:
+        """The checked request (raises RequestError ``bad_request`` naming the field)."""
+        fields.check_fields(message, allowed=("since", "until"))
+        return cls(*(None if message.get(key) is None else fields.number(message[key], key)
+                     for key in ("since", "until")))
+
+
 Request = (LaunchRequest | StatusRequest | WatchRequest | ExplainRequest | ReloadRequest | SetWeightRequest
-           | PsRequest | StopRequest)
+           | PsRequest | StopRequest | HistoryRequest)

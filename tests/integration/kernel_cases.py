@@ -4,6 +4,7 @@ imports them, so they run under that module's marker and its skip check."""
 import foreign_scenarios
 import gpu_scenarios
 import guard_scenarios
+import history_scenarios
 import pids_scenarios
 import pytest
 import readopt_scenarios
@@ -124,3 +125,7 @@ def test_a_task_whose_record_is_garbage_is_governed_unrecorded(tmp_path):
 
 def test_an_empty_task_cgroup_no_task_has_is_removed_and_the_root_goes_at_stop(tmp_path):
     records_scenarios.an_empty_task_cgroup_no_task_has_is_removed_and_the_root_goes_at_stop(tmp_path)
+
+
+def test_a_journaled_queue_survives_a_kill_and_replays_to_its_recorded_waits(tmp_path):
+    history_scenarios.a_journaled_queue_survives_a_kill_and_replays_to_its_recorded_waits(tmp_path)

@@ -14,6 +14,7 @@ from kernel_cases import (  # noqa: F401  (collected here, under this module's m
     test_a_gpu_fd_passed_to_a_task_without_gpus_is_ended_before_the_gpu_is_handed_on,
     test_a_session_process_opens_no_gpu_where_it_starts_moved_yet_or_not,
     test_a_group_limit_holds_cpu_and_memory,
+    test_a_journaled_queue_survives_a_kill_and_replays_to_its_recorded_waits,
     test_a_guarantee_holds_against_a_heavier_weight,
     test_a_two_level_tree_shares_by_hdrf_at_each_level,
     test_a_user_limit_holds_each_member_of_a_group,

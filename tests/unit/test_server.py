@@ -155,7 +155,7 @@ def test_malformed_json_is_bad_request_and_the_server_serves_the_next_client(tmp
 
 @pytest.mark.parametrize(("request_line", "code", "message"), [
     (b'{"op": "frobnicate"}\n', "unknown_op",
-     "op: unknown operation 'frobnicate' (known: launch, status, watch, explain, ps, stop, reload, set-weight)"),
+     "op: unknown operation 'frobnicate' (known: launch, status, watch, explain, ps, stop, reload, set-weight, history)"),
     (b'{"op": "launch", "pid": "me"}\n', "bad_request", "pid: must be an integer, got a string"),
     (b'{"op": "stop", "tasks": ["7", 8]}\n', "bad_request", "tasks[1]: must be a task id"),
     (b'{"op": "status", "verbose": true}\n', "bad_request", "verbose: unknown field for op 'status'"),

@@ -14,9 +14,9 @@ from governor.config import resources
 from governor.wire.protocol import OPERATIONS, parse_request, request_line
 from governor.wire.server import ControlServer
 from governor.wire.fields import MAX_INT, MAX_NAME_CHARS, name_problem
-from governor.wire.reply_types import (ExplainReply, PsReply, Queued, ReloadReply, SetWeightReply, Started, StatusReply,
+from governor.wire.reply_types import (ExplainReply, HistoryReply, PsReply, Queued, ReloadReply, SetWeightReply, Started, StatusReply,
                                    StopReply)
-from governor.wire.request_types import (ExplainRequest, LaunchRequest, PsRequest, ReloadRequest, SetWeightRequest,
+from governor.wire.request_types import (ExplainRequest, HistoryRequest, LaunchRequest, PsRequest, ReloadRequest, SetWeightRequest,
                                     StatusRequest, StopRequest, WatchRequest)
 
 # Text as a request carries it: a lone surrogate is not UTF-8, the daemon shows it as U+FFFD.
@@ -47,6 +47,7 @@ REQUESTS = {
     "stop": st.builds(StopRequest, st.lists(NAMES, min_size=1, max_size=64, unique=True).map(tuple)),
     "reload": st.just(ReloadRequest()),
     "set-weight": st.builds(SetWeightRequest, NAMES, st.floats(0.001, 1000.0)),
+    "history": st.builds(HistoryRequest, st.none() | st.floats(0, 4e9), st.none() | st.floats(0, 4e9)),
 }
 REPLIES = {
     "launch": st.builds(Queued, OBJECTS) | st.builds(Started, TEXT, TEXT, TEXT, OBJECTS,
@@ -59,6 +60,7 @@ REPLIES = {
     "stop": st.builds(StopReply, st.lists(NAMES, max_size=5).map(tuple)),
     "reload": st.builds(ReloadReply, TEXT),
     "set-weight": st.builds(SetWeightReply, NAMES, st.floats(0.001, 1000.0)),
+    "history": st.builds(HistoryReply, st.lists(OBJECTS, max_size=3), st.booleans()),
 }
 
 

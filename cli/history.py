@@ -1,0 +1,66 @@
+"""``governor history``: what the daemon journaled (launches, starts, ends, refusals, sessions),
+as a table or as JSON lines (issue 47; docs/admin.md, "History and replay")."""
+
+from __future__ import annotations
+
+import click
+
+from governor.cli.history_input import journal_options
+
+
+@click.command("history", short_help="Show the host's journal of launches, starts and ends.")
+@journal_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line (JSON lines), as journaled.")
+@click.option("--socket", "socket_option", metavar="PATH",
+              help="Daemon socket, asked when the journal is not readable here (default: $GOVERNOR_SOCKET, "
+                   "else /run/governor/governor.sock).")
+def history(since: str, until: str | None, as_json: bool, config_file: str, directory: str | None,
+            socket_option: str | None) -> None:
+    """Show what the daemon journaled in a period: each launch, start (with its time in the
+    queue), end (with its CPU time and memory peak), refused launch and session, oldest first.
+    Another user's entries show no command line or pid (the journal never holds them), as
+    every view shows them; the entry says "private". Root reads the journal's files; anyone
+    else asks the daemon, which sends at most the newest 100,000 entries of the period.
+
+    \b
+    Examples:
+      sudo governor history --since 1d
+      sudo governor history --since 2026-11-20 --until 2026-11-21 --json | jq .
+    """
+    import json
+    import os
+    import time
+
+    from governor.cli.history_input import entries, journal_dir, period, reader
+    from governor.wire.visibility import rows_for
+
+    start, end = period(since, until, time.time())
+    found, config = journal_dir(config_file, directory)
+    if directory is None and not os.access(found, os.R_OK | os.X_OK) and os.path.exists(found.parent):
+        shown = _asked(socket_option, start, end)  # the state directory is the daemon's (0700)
+    else:
+        shown = rows_for((entry for entry in entries(found, start, end) if entry.get("kind") != "daemon"),
+                         reader(config))
+    if as_json:
+        for entry in shown:
+            click.echo(json.dumps(entry, separators=(",", ":")))
+        return
+    if not shown:
+        click.echo("nothing journaled in this period")
+        return
+    from rich.console import Console
+
+    from governor.cli.history_view import history_table
+
+    Console().print(history_table(shown))
+
+
+def _asked(socket_option: str | None, since: float | None, until: float | None) -> list[dict]:
+    """The period's entries as the daemon shows them to this user."""
+    from governor.cli.client import call, socket_path
+    from governor.wire.protocol import HistoryRequest
+
+    reply = call(socket_path(socket_option), HistoryRequest(since, until), timeout=120)
+    if reply.truncated:
+        click.echo("governor: only the newest 100,000 entries of the period are shown; ask a shorter one", err=True)
+    return reply.entries

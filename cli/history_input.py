@@ -1,0 +1,108 @@
+"""What ``governor history`` and ``governor replay`` share: the period asked for, where the
+journal is, and who reads it (:mod:`governor.wire.visibility`)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from pathlib import Path
+
+import click
+
+# The config the installed governor.service names (not imported: `governor run` must not load
+# the config package).
+INSTALLED = "/etc/governor/governor.toml"
+WHEN_HELP = ('a span back from now ("7d", "12h", "30min") or a local date and time '
+             '("2026-11-20", "2026-11-20 14:00")')
+
+
+def journal_options(command):
+    """The options ``history`` and ``replay`` share: ``--since``, ``--until``, ``--config``, ``--dir``."""
+    for option in reversed((
+        click.option("--since", metavar="WHEN", default="7d", show_default=True, help=f"From: {WHEN_HELP}."),
+        click.option("--until", metavar="WHEN", help="Up to (not included), as --since; default now."),
+        click.option("--config", "config_file", metavar="FILE", default=INSTALLED, show_default=True,
+                     help="The daemon's config in force: its state_dir holds the journal."),
+        click.option("--dir", "directory", metavar="DIR", type=click.Path(), help="The journal's directory itself."),
+    )):
+        command = option(command)
+    return command
+
+
+def parse_when(text: str, now: float, option: str) -> float:
+    """``text`` as unix seconds: a span back from ``now``, or an ISO date and time (local).
+
+    Raises:
+        click.BadParameter: neither, naming ``option``.
+    """
+    from governor.config.units import parse_duration
+
+    try:
+        return now - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise click.BadParameter(f"must be {WHEN_HELP}, got {text!r}", param_hint=option) from None
+
+
+def period(since: str | None, until: str | None, now: float) -> tuple[float | None, float | None]:
+    """(since, until) in unix seconds (None: unbounded) from the ``--since``/``--until`` options."""
+    return (None if since is None else parse_when(since, now, "--since"),
+            None if until is None else parse_when(until, now, "--until"))
+
+
+def journal_dir(config_file: str, directory: str | None):
+    """The journal's directory and the config read for it (None when there was none to read):
+    ``directory`` if given, else ``<state_dir>/history`` of ``config_file`` (or of the embedded
+    default when the installed config is missing).
+
+    Raises:
+        ConfigError: ``config_file`` was asked for and cannot be read or is not valid.
+    """
+    from governor.config.load import default_config, parse_config
+    from governor.cli.inputs import read_input
+    from governor.host.history_store import DIR_NAME
+
+    if config_file == INSTALLED and not os.path.exists(INSTALLED):
+        config = default_config()
+    else:
+        config = parse_config(read_input(config_file), config_file)
+    return (Path(directory) if directory else Path(config.state_dir) / DIR_NAME), config
+
+
+def reader(config):
+    """Who is reading (:class:`governor.wire.visibility.Viewer`): this process's uid, an admin
+    if root or in ``config``'s admin_group."""
+    import grp
+
+    from governor.wire.visibility import Viewer
+
+    uid = os.getuid()
+    groups = set()
+    for gid in os.getgroups():
+        try:
+            groups.add(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            continue
+    return Viewer(uid, uid == 0 or (config.admin_group is not None and config.admin_group in groups))
+
+
+def entries(directory: Path, since: float | None, until: float | None) -> list[dict]:
+    """The journal's entries in the period, oldest first.
+
+    Raises:
+        click.ClickException: the journal cannot be read, saying why and what to do.
+    """
+    from governor.host.history_store import read_history
+
+    try:
+        return list(read_history(directory, since, until))
+    except PermissionError:
+        raise click.ClickException(f"cannot read the history in {directory}: the state directory is the "
+                                   "daemon's (mode 0700); run it as root or with sudo") from None
+    except OSError as error:
+        raise click.ClickException(f"cannot read the history in {directory}: {error.strerror or error} "
+                                   "(is [history] enabled, and is this the daemon's state_dir? --dir names "
+                                   "another)") from None

@@ -1,0 +1,66 @@
+"""``governor replay CONFIG``: the host's history re-run under a proposed config, recorded and
+proposed side by side (issue 47; docs/admin.md, "History and replay")."""
+
+from __future__ import annotations
+
+import click
+
+from governor.cli.history_input import journal_options
+
+
+@click.command("replay", short_help="Re-run the host's history under a proposed config.")
+@click.argument("proposed", metavar="CONFIG", type=click.Path())
+@journal_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+def replay(proposed: str, since: str, until: str | None, as_json: bool, config_file: str,
+           directory: str | None) -> None:
+    """Replay the launches and sessions the daemon journaled in a period under the proposed
+    CONFIG, in simulated time, through the daemon's own admission, queue, quotas, H-DRF
+    filling and fair share, and show per group and per user, recorded beside proposed: tasks
+    started, refused and still queued, queue wait p50 and p95, CPU share (the filling's
+    guarantee) and memory share (reserved) of the host averaged over the period, and the
+    fair-share standing at its end. Each task runs as long as it ran; what a replay cannot
+    know is listed with the answer. CONFIG is checked as the daemon checks it.
+
+    \b
+    Examples:
+      sudo governor replay /etc/governor/proposed.toml --since 7d
+      sudo governor replay new.toml --since 2026-11-01 --until 2026-11-08 --json
+    """
+    import time
+
+    from governor.cli.history_input import entries, journal_dir, period
+    from governor.cli.inputs import read_input
+    from governor.config.load import parse_config
+    from governor.daemon import replay as replaying
+    from governor.daemon.replay_input import recorded
+    from governor.daemon.replay_report import compare
+
+    now = time.time()
+    config = parse_config(read_input(proposed), proposed)
+    start, end = period(since, until, now)
+    found, in_force = journal_dir(config_file, directory)
+    end = now if end is None else end
+    history = recorded(entries(found, None, end), now - 7 * 86400 if start is None else start, end)
+    if history.capacity is None:
+        raise click.ClickException(f"the history in {found} holds no daemon start before the period's end: "
+                                   "its capacity is not known")
+    capacity = dict(history.capacity)
+    # A capacity the proposed config sets is what it divides; else the host's, as recorded.
+    for name, explicit in (("cpu", config.cpu_cores), ("memory", config.memory_bytes)):
+        if explicit is not None:
+            capacity[name] = float(explicit)
+    report = compare(history, replaying.timeline(history, in_force, history.capacity),
+                     replaying.replay(history, config, capacity), config)
+    if as_json:
+        import json
+
+        click.echo(json.dumps(report))
+        return
+    from rich.console import Console
+
+    from governor.cli.replay_view import replay_tables
+
+    console = Console()
+    for renderable in replay_tables(report):
+        console.print(renderable)

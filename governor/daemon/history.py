@@ -1,0 +1,127 @@
+"""The entries of the history journal (issue 47; docs/admin.md, "History and replay"), one
+builder per kind, and the stage that hands them to the writer thread
+(:class:`~governor.host.history_store.HistoryWriter`). Each kind has one call site:
+
+========  ===========================================  =====================================
+kind      when                                         where
+========  ===========================================  =====================================
+daemon    the daemon serves (its capacity)             :meth:`History.start` (root)
+launch    a launch is queued (every start's arrival)   :meth:`Launches.launch <governor.daemon.launches.Launches.launch>`
+start     a launched task starts (``waited_s``)        :class:`~governor.daemon.starts.Starts`
+refusal   a launch is refused (its error's code)       :class:`~governor.daemon.requests.Requests`
+session   a user's session starts                      :class:`~governor.daemon.sessions.Sessions`
+end       a task or session ends (its counters)        :meth:`Exits.check <governor.daemon.exits.Exits.check>`
+========  ===========================================  =====================================
+
+An entry never holds what the visibility rule hides from other users (command line, pid,
+processes: :data:`governor.wire.visibility.HIDDEN`), so every entry is what anyone may see of
+a task. Amounts in base units (cores, bytes, bytes/s); times in unix seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+
+from governor.config.history_rules import HistoryRules
+from governor.core.state import Task
+from governor.errors import RequestError
+from governor.host.accounting import Ended
+from governor.host.history_store import DIR_NAME, HistoryWriter, read_history
+from governor.wire.reply_types import HistoryReply
+from governor.wire.request_types import HistoryRequest
+from governor.wire.visibility import HIDDEN, Viewer, rows_for
+
+__all__ = ["DIR_NAME", "History", "end_entry", "launch_entry", "refusal_entry", "session_entry", "start_entry"]
+
+KINDS = ("daemon", "launch", "start", "refusal", "session", "end")
+# The most entries one ``history`` reply carries (about 400 bytes each: 40 MB), the newest.
+ENTRIES_SENT = 100_000
+
+
+def _task(kind: str, at: float, task: Task) -> dict:
+    entry = {key: value for key, value in task.to_json().items() if key not in HIDDEN}
+    return {"at": at, "kind": kind, "task": entry.pop("id"), **entry}
+
+
+def launch_entry(task: Task, at: float) -> dict:
+    """A launch queued at ``at``: the task's id, name, group, user, uid, declared demand and
+    time limit."""
+    return _task("launch", at, task)
+
+
+def start_entry(task: Task, waited_s: float) -> dict:
+    """``task`` started (at ``task.started``) after ``waited_s`` seconds in the queue."""
+    return {**_task("start", task.started, task), "waited_s": waited_s}
+
+
+def session_entry(task: Task) -> dict:
+    """A session started (sessions are never queued)."""
+    return {**_task("session", task.started, task), "waited_s": 0.0}
+
+
+def end_entry(record: Ended) -> dict:
+    """A task or session ended: ``ps --ended``'s record (reason, wall and CPU seconds, memory
+    peak, OOM kills, …) less what the visibility rule hides."""
+    entry = {key: value for key, value in record.to_json().items() if key not in HIDDEN}
+    return {"at": record.ended, "kind": "end", "task": entry.pop("id"), **entry}
+
+
+def refusal_entry(at: float, *, uid: int, group: str | None, demand: Mapping[str, float], code: str) -> dict:
+    """A launch refused at ``at``: who asked (uid; ``group``: the one asked for, None: their
+    default), the demand as asked (before defaults) and the error's code. Not its message:
+    that may name the asker's pid or command, which others may not see."""
+    return {"at": at, "kind": "refusal", "task": None, "uid": uid, "group": group, "demand": dict(demand),
+            "code": code}
+
+
+class History:
+    """The daemon's journal writer, off while ``[history] enabled = false``.
+
+    Args:
+        directory: the state directory; rules: the ``[history]`` in force (a reload changes it);
+        clock: unix seconds.
+    """
+
+    def __init__(self, directory, rules: Callable[[], HistoryRules], clock: Callable[[], float] = time.time):
+        self.rules = rules
+        self.clock = clock
+        self.writer = HistoryWriter(directory / DIR_NAME, rules, clock)
+
+    def start(self, capacity: Mapping[str, float], config_file: str) -> None:
+        """Start the writer and record that the daemon serves with ``capacity``."""
+        self.writer.start()
+        self.put({"at": self.clock(), "kind": "daemon", "capacity": dict(capacity), "config": config_file})
+
+    def put(self, entry: dict) -> None:
+        """Append ``entry`` (one of the builders') unless the history is off; never blocks."""
+        if self.rules().enabled:
+            self.writer.put(entry)
+
+    def close(self) -> None:
+        """Write what is left and stop the writer."""
+        self.writer.close()
+
+    async def reply(self, request: HistoryRequest, viewer: Viewer) -> HistoryReply:
+        """The ``history`` operation: the period's entries (read in a thread: the loop goes on
+        serving), at most :data:`ENTRIES_SENT` (the newest), as ``viewer`` may see them.
+
+        Raises:
+            RequestError: ``unavailable``, the journal cannot be read.
+        """
+        def read() -> list[dict]:
+            kept = deque(maxlen=ENTRIES_SENT + 1)
+            kept.extend(entry for entry in read_history(self.writer.directory, request.since, request.until)
+                        if entry.get("kind") != "daemon")
+            return list(kept)
+
+        try:
+            entries = await asyncio.to_thread(read)
+        except FileNotFoundError:
+            entries = []  # nothing journaled yet
+        except OSError as error:
+            raise RequestError("unavailable", f"cannot read the history journal: {error.strerror or error}") from None
+        truncated = len(entries) > ENTRIES_SENT
+        return HistoryReply(rows_for(entries[-ENTRIES_SENT:], viewer), truncated)

@@ -1,0 +1,88 @@
+"""``governor replay``'s comparison: per group and per user, the period as recorded beside the
+period replayed under the proposed config (:mod:`governor.daemon.replay`). Pure; the JSON form
+is the one ``--json`` prints and the table shows (docs/admin.md, "History and replay")."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from governor.config.load import Config
+from governor.daemon.replay import Run, configured_weights
+from governor.daemon.replay_input import Recorded
+
+__all__ = ["UNKNOWN", "compare", "percentile"]
+
+# What a replay cannot know, said with every answer rather than guessed.
+UNKNOWN = (
+    "a task runs as long as it ran: one given more CPU might have ended sooner, one given less later",
+    "a session holds its recorded memory peak for its whole life (its use over time is not journaled)",
+    "launches that never started (their client left, or they would not wait) are left out",
+    "launches refused when recorded stay refused (their group and demand were never resolved)",
+    "CPU share is each group's guarantee from the filling, not its use (recorded use: cpu_used)",
+    "foreign subtrees' load and changes of the host's capacity within the period are not replayed",
+)
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    """The nearest-rank percentile of ``values`` (``fraction`` 0.5: the median), None for none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
+def compare(period: Recorded, recorded: Run, proposed: Run, config: Config) -> dict:
+    """The comparison's JSON object.
+
+    Returns:
+        ``{"since", "until": unix s, "capacity": {resource: amount}, "jobs": count,
+        "groups": {group: {"recorded": side, "proposed": side}}, "users": {user: ...},
+        "unknown": [sentence]}``, a side being ``{"tasks", "refused", "still_queued",
+        "wait_p50_s", "wait_p95_s", "cpu_share", "memory_share"}`` (shares: fractions of the
+        host averaged over the period), a group's also ``"fair_share"``
+        (``{"usage_share", "effective_weight"}`` at the end, with ``[fairshare]`` on, else
+        None) and, recorded only, ``cpu_used`` (CPU seconds the tasks used / the host's).
+    """
+    jobs = {job.task: job for job in period.jobs}
+    seconds = max(period.until - period.since, 1e-9)
+    report = {"since": period.since, "until": period.until, "capacity": period.capacity, "jobs": len(jobs),
+              "groups": {}, "users": {}, "unknown": list(UNKNOWN)}
+    for key, of in (("groups", lambda job: job.group), ("users", lambda job: job.user)):
+        names = sorted({of(job) for job in period.jobs})
+        for name in names:
+            refusals = _refusals(period, key, name)
+            report[key][name] = {side: _side(run, jobs, of, name, seconds, key == "groups", config, period.until,
+                                             refusals)
+                                 for side, run in (("recorded", recorded), ("proposed", proposed))}
+            if key == "groups":
+                used = sum(job.cpu_s or 0.0 for job in period.jobs if job.group == name)
+                cpu = (period.capacity or {}).get("cpu") or 0.0
+                report[key][name]["recorded"]["cpu_used"] = used / (cpu * seconds) if cpu else None
+    return report
+
+
+def _refusals(period: Recorded, key: str, name: str) -> int:
+    """The journal's refusals of ``name`` (a group asked for by name; a user by uid)."""
+    if key == "groups":
+        return sum(1 for refusal in period.refusals if refusal.get("group") == name)
+    uids = {job.uid for job in period.jobs if job.user == name}
+    return sum(1 for refusal in period.refusals if refusal.get("uid") in uids)
+
+
+def _side(run: Run, jobs: Mapping, of, name: str, seconds: float, group: bool, config: Config, now: float,
+          refusals: int) -> dict:
+    mine = {task for task, job in jobs.items() if of(job) == name}
+    waits = [wait for task, wait in run.waits.items() if task in mine]
+    cpu, memory = (run.cpu_s, run.memory_s) if group else (run.user_cpu_s, run.user_memory_s)
+    side = {"tasks": len(waits), "refused": refusals + sum(1 for task in run.refused if task in mine),
+            "still_queued": sum(1 for task in run.still_queued if task in mine),
+            "wait_p50_s": percentile(waits, 0.5), "wait_p95_s": percentile(waits, 0.95),
+            "cpu_share": cpu.get(name, 0.0) / seconds, "memory_share": memory.get(name, 0.0) / seconds}
+    if group:
+        side["fair_share"] = None
+        if run.fair_share is not None:
+            weights = configured_weights(config, run.fair_share, name)
+            standing = run.fair_share.standings(now, weights, config.parents)[name]
+            side["fair_share"] = {"usage_share": standing.usage_share, "effective_weight": standing.effective}
+    return side

@@ -1,0 +1,174 @@
+"""The history journal on disk (issue 47; docs/admin.md, "History and replay"): JSON lines
+appended to ``<state_dir>/history/history-<unix ms>.jsonl`` by a thread of its own, so the
+event loop never waits on the disk, and read back by ``governor history`` and ``governor replay``.
+
+Kept by size and age (:class:`~governor.config.history_rules.HistoryRules`): a file is closed and
+the next begun at a tenth of ``max_size``; the oldest files go while all of them hold more than
+``max_size``, and a file whose newest entry (its mtime) is older than ``keep`` goes too.
+
+What a crash loses: the writer takes each entry within milliseconds of the event and writes it
+(``write(2)``) at once, so a ``kill -9`` of the daemon loses only entries not yet taken, well
+under a second's; the file is synced (``fsync``) at most :data:`SYNC_EVERY_S` apart, so a crash
+of the host loses at most that many seconds. A line cut short by either is skipped on reading.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from governor.config.history_rules import HistoryRules
+
+__all__ = ["DIR_NAME", "SYNC_EVERY_S", "HistoryWriter", "read_history"]
+
+DIR_NAME = "history"
+SYNC_EVERY_S = 5.0
+_PREFIX, _SUFFIX = "history-", ".jsonl"
+# The most a file may hold is a tenth of max_size: the oldest tenth goes at once, not the whole.
+_FILES_IN_MAX = 10
+log = logging.getLogger("governor.daemon")
+
+
+class HistoryWriter:
+    """Appends history entries from a thread of its own.
+
+    Args:
+        directory: the journal's directory (made 0700 if missing; inside the state directory,
+            which :class:`~governor.host.task_store.TaskStore` has trusted).
+        rules: the ``[history]`` in force, asked at each write (a reload changes it).
+        clock: unix seconds (tests pass their own).
+    """
+
+    def __init__(self, directory: Path, rules: Callable[[], HistoryRules], clock: Callable[[], float] = time.time):
+        self.directory = directory
+        self.rules = rules
+        self.clock = clock
+        self._entries: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._file = None
+        self._synced_at = 0.0
+        self._failing = False
+
+    def start(self) -> None:
+        """Start the writer thread."""
+        self._thread = threading.Thread(target=self._run, name="governor-history", daemon=True)
+        self._thread.start()
+
+    def put(self, entry: dict) -> None:
+        """Append ``entry`` (JSON-serialisable) soon; returns at once, never raises."""
+        self._entries.put(entry)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Write what is queued, sync and stop the thread (waits at most ``timeout_s``)."""
+        if self._thread is not None:
+            self._entries.put(None)
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def _run(self) -> None:
+        while True:
+            batch = [self._entries.get()]
+            with contextlib.suppress(queue.Empty):
+                while batch[-1] is not None:
+                    batch.append(self._entries.get_nowait())
+            closing = batch[-1] is None
+            self.write([entry for entry in batch if entry is not None], sync=closing)
+            if closing:
+                if self._file is not None:
+                    self._file.close()
+                return
+
+    def write(self, entries: list[dict], *, sync: bool = False) -> None:
+        """Append ``entries`` now (the thread's work; tests call it directly). A failure is
+        logged once until a write succeeds again: the daemon governs on without its history."""
+        if not entries:
+            return
+        data = b"".join(json.dumps(entry, separators=(",", ":")).encode() + b"\n" for entry in entries)
+        try:
+            self._prepare(self.rules(), len(data))
+            self._file.write(data)
+            self._file.flush()
+            now = time.monotonic()
+            if sync or now - self._synced_at >= SYNC_EVERY_S:
+                os.fsync(self._file.fileno())
+                self._synced_at = now
+            self._failing = False
+        except OSError as error:
+            if not self._failing:
+                log.error("history: cannot write %s: %s; entries are lost until it can",
+                          self.directory, error.strerror or error)
+            self._failing = True
+            if self._file is not None:
+                with contextlib.suppress(OSError):
+                    self._file.close()
+                self._file = None
+
+    def _prepare(self, rules: HistoryRules, adding: int) -> None:
+        """Open the file to append to: a new one past a tenth of ``max_size``; remove what
+        the rules no longer keep."""
+        if self._file is not None and self._file.tell() + adding <= rules.max_size_bytes // _FILES_IN_MAX:
+            return
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self.directory.mkdir(mode=0o700, exist_ok=True)
+        files = journal_files(self.directory)
+        current = files[-1] if files else None
+        if current is None or current.stat().st_size + adding > rules.max_size_bytes // _FILES_IN_MAX:
+            current = self.directory / f"{_PREFIX}{int(self.clock() * 1000):015d}{_SUFFIX}"
+        fd = os.open(current, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self._file = os.fdopen(fd, "ab")
+        self._prune(rules, current)
+
+    def _prune(self, rules: HistoryRules, current: Path) -> None:
+        oldest_kept = self.clock() - rules.keep_s
+        files = [path for path in journal_files(self.directory) if path != current]
+        sizes = {path: path.stat() for path in files}
+        total = sum(stat.st_size for stat in sizes.values()) + self._file.tell()
+        for path in files:  # oldest first
+            if total > rules.max_size_bytes or sizes[path].st_mtime < oldest_kept:
+                total -= sizes[path].st_size
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+
+
+def journal_files(directory: Path) -> list[Path]:
+    """The journal's files in ``directory``, oldest first ([] when there is none)."""
+    try:
+        names = sorted(name for name in os.listdir(directory) if name.startswith(_PREFIX) and name.endswith(_SUFFIX))
+    except FileNotFoundError:
+        return []
+    return [directory / name for name in names]
+
+
+def read_history(directory: Path, since: float | None = None, until: float | None = None) -> Iterator[dict]:
+    """The entries of the journal in ``directory`` with ``since <= at < until`` (unix
+    seconds; None: no bound), oldest first. A line cut short by a crash, or not an entry, is
+    skipped.
+
+    Raises:
+        OSError: the directory or a file cannot be read (PermissionError: not the daemon's user).
+    """
+    if not directory.is_dir():
+        raise FileNotFoundError(2, "no history journal here", str(directory))
+    for path in journal_files(directory):
+        if since is not None and path.stat().st_mtime < since:
+            continue  # its newest entry is older
+        with open(path, "rb") as stream:
+            for line in stream:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                at = entry.get("at") if isinstance(entry, dict) else None
+                if not isinstance(at, (int, float)):
+                    continue
+                if (since is None or at >= since) and (until is None or at < until):
+                    yield entry

@@ -1,0 +1,191 @@
+"""The history journal (issue 47): the ``[history]`` config, the writer's rotation and pruning,
+reading back after a crash, the daemon's one entry per event, and ``governor history``."""
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from support.daemons import GIB, launch, on_loop
+
+from governor.cli.main import main
+from governor.config.history_rules import _KEYS, HistoryRules
+from governor.config.load import parse_config
+from governor.errors import ConfigError
+from governor.host.history_store import HistoryWriter, journal_files, read_history
+from governor.errors import RequestError
+
+GROUPS = '[groups.A]\nusers = ["root"]\n'
+EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / "governor.toml"
+
+
+def test_history_defaults_hold_a_month_in_200M():
+    assert parse_config(GROUPS, "t.toml").history == HistoryRules(True, 30 * 86400, 200 * 1024**2)
+    rules = parse_config(GROUPS + '[history]\nkeep = "7d"\nmax_size = "1G"\nenabled = false\n', "t.toml").history
+    assert rules == HistoryRules(False, 7 * 86400, 1024**3)
+
+
+@pytest.mark.parametrize("table, key, words", [
+    ('keep = 7', "history.keep", "time span"),
+    ('keep = "soon"', "history.keep", ""),
+    ('keep = "20000d"', "history.keep", "ten years"),
+    ('max_size = "1K"', "history.max_size", "64K"),
+    ('max_size = "lots"', "history.max_size", ""),
+    ('enabled = "yes"', "history.enabled", "true or false"),
+    ('kept = "1d"', "history.kept", ""),
+])
+def test_a_bad_history_setting_is_a_clear_error_at_its_key(table, key, words):
+    with pytest.raises(ConfigError) as raised:
+        parse_config(GROUPS + "[history]\n" + table + "\n", "t.toml")
+    assert raised.value.key == key and words in str(raised.value)
+
+
+def test_every_history_key_is_documented_in_the_example_config():
+    text = EXAMPLE.read_text()
+    assert "# [history]" in text
+    for key in _KEYS:
+        assert re.search(rf"^# {key}: ", text, re.MULTILINE), key
+
+
+class Clock:
+    def __init__(self, now):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def test_the_writer_begins_a_file_at_a_tenth_of_max_size_and_drops_the_oldest_past_it(tmp_path):
+    clock = Clock(1_000_000.0)
+    writer = HistoryWriter(tmp_path / "h", lambda: HistoryRules(True, 86400, 64 * 1024), clock)
+    entry = {"kind": "launch", "pad": "x" * 900}
+    for at in range(200):  # ~190K: about three times max_size
+        clock.now += 1
+        writer.write([{**entry, "at": clock.now}])
+    files = journal_files(tmp_path / "h")
+    assert all(path.stat().st_size <= 64 * 1024 // 10 + 1024 for path in files)
+    assert sum(path.stat().st_size for path in files) <= 64 * 1024 + 64 * 1024 // 10
+    kept = [e["at"] for e in read_history(tmp_path / "h")]
+    assert kept == sorted(kept) and kept[-1] == clock.now and kept[0] > 1_000_001  # the oldest went
+    assert oct(files[-1].stat().st_mode & 0o777) == "0o600"
+
+
+def test_files_older_than_keep_are_removed(tmp_path):
+    clock = Clock(1_000_000.0)
+    rules = HistoryRules(True, 3600, 64 * 1024)
+    writer = HistoryWriter(tmp_path / "h", lambda: rules, clock)
+    writer.write([{"at": clock.now, "kind": "launch", "pad": "x" * 7000}])  # fills its file
+    old = journal_files(tmp_path / "h")[0]
+    os.utime(old, (clock.now, clock.now))
+    clock.now += 7200
+    writer.write([{"at": clock.now, "kind": "launch"}])
+    assert old not in journal_files(tmp_path / "h")
+    assert [e["at"] for e in read_history(tmp_path / "h")] == [clock.now]
+
+
+def test_a_line_cut_short_by_a_kill_is_skipped_and_the_rest_read_in_the_period(tmp_path):
+    writer = HistoryWriter(tmp_path / "h", HistoryRules, Clock(100.0))
+    writer.write([{"at": float(at), "kind": "launch"} for at in (100, 200, 300)])
+    with open(journal_files(tmp_path / "h")[-1], "ab") as stream:
+        stream.write(b'{"at": 400, "kind": "la')  # kill -9 mid-write
+    assert [e["at"] for e in read_history(tmp_path / "h")] == [100, 200, 300]
+    assert [e["at"] for e in read_history(tmp_path / "h", since=150, until=300)] == [200]
+
+
+def test_the_writer_thread_writes_what_it_was_given_before_it_closes(tmp_path):
+    writer = HistoryWriter(tmp_path / "h", HistoryRules)
+    writer.start()
+    for at in range(50):
+        writer.put({"at": float(at), "kind": "launch"})
+    writer.close()
+    assert len(list(read_history(tmp_path / "h"))) == 50
+
+
+def _journal(daemon):
+    daemon.history.close()
+    return list(read_history(daemon.store.directory / "history"))
+
+
+def test_the_daemon_journals_each_launch_start_end_and_refusal_once(daemon):
+    daemon.history.writer.start()
+    launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+    daemon.hierarchy.driver.procs["A/task-1"] = []
+    on_loop(daemon, lambda: daemon.exits.check(["1"], "exit"))
+    with pytest.raises(RequestError):
+        launch(daemon, 200, group="A", cpu=1.0, memory=100 * GIB)  # can never fit
+    entries = _journal(daemon)
+    assert [e["kind"] for e in entries] == ["launch", "start", "end", "refusal"]
+    launched, started, ended, refused = entries
+    assert (launched["task"], launched["group"], launched["user"], launched["demand"]["memory"]) == ("1", "A", "root", GIB)
+    assert started["waited_s"] >= 0 and started["at"] == ended["started"]
+    assert ended["reason"] == "exit" and "wall_s" in ended and "cpu_s" in ended
+    assert refused["code"] == "exceeds_capacity" and refused["demand"]["memory"] == 100 * GIB
+    for entry in entries:  # nothing the visibility rule hides from others
+        assert not {"command", "pid", "processes"} & set(entry)
+
+
+def test_governor_history_shows_others_entries_as_private_and_writes_json_lines(daemon, tmp_path):
+    daemon.history.writer.start()
+    launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+    _journal(daemon)
+    runner = CliRunner()
+    directory = str(daemon.store.directory / "history")
+    done = runner.invoke(main, ["history", "--dir", directory, "--since", "1h", "--json"])
+    assert done.exit_code == 0, done.output
+    lines = [json.loads(line) for line in done.output.splitlines()]
+    assert [e["kind"] for e in lines] == ["launch", "start"]
+    assert all(e.get("private") is (os.getuid() != 0) or (os.getuid() == 0 and "private" not in e) for e in lines)
+    table = runner.invoke(main, ["history", "--dir", directory])
+    assert table.exit_code == 0 and "launch" in table.output and "start" in table.output
+    bad = runner.invoke(main, ["history", "--dir", directory, "--since", "last tuesday"])
+    assert bad.exit_code != 0 and "--since" in bad.output and "Traceback" not in bad.output
+    missing = runner.invoke(main, ["history", "--dir", str(tmp_path / "none")])
+    assert missing.exit_code != 0 and "cannot read the history" in missing.output
+
+
+def test_a_restarted_writer_appends_to_what_the_last_daemon_wrote(tmp_path):
+    for at in (1.0, 2.0):  # two daemons, one after the other
+        writer = HistoryWriter(tmp_path / "h", HistoryRules, Clock(at))
+        writer.start()
+        writer.put({"at": at, "kind": "daemon"})
+        writer.close()
+    assert [e["at"] for e in read_history(tmp_path / "h")] == [1.0, 2.0]
+    assert len(journal_files(tmp_path / "h")) == 1
+
+
+def test_a_session_is_journaled_when_it_starts_and_when_it_ends(tmp_path):
+    from support.sessions import USER, session_daemon
+
+    daemon = session_daemon(tmp_path)
+    daemon.history.writer.start()
+    assert on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))
+    daemon.hierarchy.driver.procs["A/session-1"] = []
+    on_loop(daemon, lambda: daemon.exits.check(["session-1"], "exit"))
+    entries = _journal(daemon)
+    assert [(e["kind"], e["task"], e["user"], e["session"]) for e in entries] == [
+        ("session", "session-1", USER, True), ("end", "session-1", USER, True)]
+    assert entries[0]["waited_s"] == 0.0 and entries[0]["demand"]["memory"] == 3 * GIB
+
+
+def test_the_history_operation_sends_the_period_as_the_caller_may_see_it(daemon):
+    import asyncio
+
+    from governor.wire.protocol import HistoryRequest, Peer, parse_request
+    from governor.wire.visibility import Viewer
+
+    daemon.history.writer.start()
+    launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+    daemon.history.writer.close()
+    request = parse_request(b'{"op": "history", "since": 0}\n')
+    assert request == HistoryRequest(0.0, None)
+    theirs = asyncio.run(daemon.history.reply(request, Viewer(65534, False)))
+    assert [(e["kind"], e["private"]) for e in theirs.entries] == [("launch", True), ("start", True)]
+    assert not theirs.truncated
+    mine = asyncio.run(daemon._history(request, Peer(pid=1, uid=0, gid=0)))
+    assert [e["kind"] for e in mine.to_json()["entries"]] == ["launch", "start"] and "private" not in mine.entries[0]
+    assert asyncio.run(daemon.history.reply(HistoryRequest(until=0.0), Viewer(0, True))).entries == []
+    with pytest.raises(RequestError) as bad:
+        parse_request(b'{"op": "history", "since": "yesterday"}\n')
+    assert bad.value.code == "bad_request" and "since" in bad.value.message
