@@ -1,5 +1,5 @@
-"""Sessions (:mod:`governor.host.session_rules`): a process of a governed user that runs ``exec`` or takes
-the user's uid (:mod:`governor.host.procevents`) outside any task is moved into the user's session,
+"""Sessions (:mod:`governor.host.session_rules`): a process of a governed user that takes the user's uid,
+or is forked by one not moved yet (:mod:`governor.host.procevents`), outside any task is moved into the user's session,
 a task made on the spot (never queued). Every process is scanned at start, after a reload,
 when events were lost, and every ``RESCAN_INTERVAL_S`` (at least ``reconcile_interval``). On a
 systemd host (cgroup v2), a process in its user's own logind slice stays there: the slice is
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 
@@ -31,7 +30,7 @@ from governor.daemon.tree import Tree
 from governor.host.daemons import Registry, other_daemon
 from governor.errors import CgroupError, GovernorError, ProcessGone
 from governor.config.kinds import Kind, login_id, session_id, task_in
-from governor.host.procevents import FORK, UID, ProcessEvents
+from governor.host.procevents import UID, ProcessEvents, effective_uid, real_uid
 from governor.core.state import Task, Tasks
 
 __all__ = ["RESCAN_INTERVAL_S", "Sessions"]
@@ -114,7 +113,7 @@ class Sessions:
     # ── events ──────────────────────────────────────────────────────────────────────────
 
     def follow_processes(self) -> None:
-        """Subscribe to fork, exec and uid events (the kernel's process-events connector);
+        """Subscribe to fork and uid events (the kernel's process-events connector);
         without it, only the periodic rescan moves processes into sessions."""
         if not self.policy.owners.enabled or self.process_events is not None:
             return
@@ -134,23 +133,21 @@ class Sessions:
             self.process_events.close()
 
     def on_process_events(self) -> None:
-        """One batch of process events. A process already settled (in a task, in its user's
-        session or login slice, another daemon's, or not governed) stays so through an
-        ``exec`` and passes it on to the children it forks: neither costs a /proc read. Only
-        a uid change, or a fork of a process not known settled, is looked at again. (An exec
-        storm of 5,000 commands in a session cost the daemon 1.33 s of CPU, twice the user's.)"""
+        """One batch of process events. A process already settled (in a task, in its user's session
+        or login slice, another daemon's, or not governed) passes that on to the children it forks
+        without a /proc read, where the kernel sends its forks at all (:meth:`ProcessEvents.forget`)."""
         try:
             events, lost = self.process_events.read()
             now = time.monotonic()
             for kind, pid, other in events:
-                if kind == FORK:
-                    if other in self._settled and not self._moved_since(other, now - MOVED_DISTRUST_S):
-                        self._settle_pid(pid)  # the child was forked where its parent is
-                        continue
+                if kind == UID:
+                    self.govern_process(pid, other)
+                elif other in self._settled and not self._moved_since(other, now - MOVED_DISTRUST_S):
+                    self._settle_pid(pid)  # the child was forked where its parent is
+                    self._forget(other)
+                else:
                     self.govern_process(other)  # a process that forks a successor and exits is caught
                     self.govern_process(pid)
-                elif kind == UID or pid not in self._settled:
-                    self.govern_process(pid, other)
             if lost and self.ask_rescan("lost events", limited=True):
                 self.journal.event("error", "sessions: process events were lost (the kernel's buffer overflowed); "
                                             "rescanning every process", logging.WARNING)
@@ -198,6 +195,8 @@ class Sessions:
         /proc read again now."""
         settled, again = survey
         self._settled.clear()
+        if self.process_events is not None:  # a watched process gone without an event of it: forgotten
+            self.process_events.keep_watching({*settled, *again, *self._moving})
         for pid in settled:
             self._settle_pid(pid)
         moved = sum(self.govern_process(pid) for pid in again)
@@ -221,18 +220,13 @@ class Sessions:
             self._settle_pid(pid)
         elif look is _Look.UNKNOWN:
             self._settled.pop(pid, None)
+            self._forget(pid)
+        elif self.process_events is not None:
+            self.process_events.watch(pid)  # its children forked before its move are looked at
         return look is _Look.MOVING
 
-    @staticmethod
-    def effective_uid(pid: int) -> int:
-        """The owner of ``/proc/<pid>``: the process's effective uid, in one stat (raises
-        OSError when it is gone)."""
-        return os.stat(f"/proc/{pid}").st_uid
-
-    @staticmethod
-    def real_uid(pid: int) -> int:
-        """Process ``pid``'s real uid now (raises psutil.Error when it is gone)."""
-        return psutil.Process(pid).uids().real
+    effective_uid = staticmethod(effective_uid)
+    real_uid = staticmethod(real_uid)
 
     # ── one process ─────────────────────────────────────────────────────────────────────
 
@@ -306,6 +300,7 @@ class Sessions:
     def _move(self, session: Task, pid: int) -> None:
         def moved(error: GovernorError | None) -> None:
             self._moving.discard(pid)
+            self._forget(pid)  # its children are forked in the session now (or it is gone)
             if error is None:
                 self._settle_pid(pid)  # in its session now: its execs and forks need nothing
                 self.moved_in(pid)
@@ -318,10 +313,15 @@ class Sessions:
         self.tree.join_soon(session.cgroup, pid, moved)  # launches and exits first
 
     def _settle_pid(self, pid: int) -> None:
-        """Remember that process ``pid`` needs nothing until its uid changes."""
+        """Remember that process ``pid`` needs nothing until its uid changes (its forks: not sent)."""
         if len(self._settled) >= SETTLED_KEPT:
             self._settled.clear()  # looked at again from /proc: slower, never wrong
         self._settled[pid] = None
+        self._forget(pid)
+
+    def _forget(self, pid: int) -> None:
+        if self.process_events is not None and pid not in self._moving:
+            self.process_events.forget(pid)
 
     def _moved_since(self, pid: int, since: float) -> bool:
         """Whether this daemon moved process ``pid`` after ``since`` (``time.monotonic()``): a
@@ -360,6 +360,7 @@ class Sessions:
             self._moving.difference_update(pids)
             for pid in pids:
                 self._settled.pop(pid, None)
+                self._forget(pid)
             self.journal.event("error", f"cannot start the session of {session.user}: {error}; its processes stay "
                                         "where they are", logging.ERROR)
             return

@@ -1,5 +1,6 @@
 """The classic BPF socket filter on the process-events socket (:mod:`governor.host.procevents`):
-the kernel drops every event sessions do not need before it is queued to the daemon.
+the kernel drops every event sessions do not need before it is queued to the daemon, where the
+eBPF filter of :mod:`governor.host.proc_watch` (which passes far less) cannot be loaded.
 
 Without it every event of the host costs the daemon a wake-up, a ``recv`` and a parse in
 Python, and any user can send millions a second: ``prctl(PR_SET_NAME)`` sends one
@@ -8,8 +9,10 @@ task's context (the one that forked, renamed itself or exited), so what it drops
 daemon nothing at all. It passes only:
 
 * ``PROC_EVENT_FORK`` of a process (``child_pid == child_tgid``), not of a thread;
-* ``PROC_EVENT_EXEC``;
 * ``PROC_EVENT_UID``.
+
+An exec is not needed (it changes neither a process's uid nor its cgroup: docs/design.md, "The
+event intake"), and was every other event of a shell running commands.
 
 Classic BPF (``linux/filter.h``: ``struct sock_filter {__u16 code; __u8 jt; __u8 jf; __u32 k;}``,
 the opcodes of ``linux/bpf_common.h``), attached with ``SO_ATTACH_FILTER`` and a ``struct
@@ -23,7 +26,7 @@ sees the message from its ``nlmsghdr`` on (``linux/netlink.h``, ``linux/connecto
     52  fork: u32 parent_pid, u32 parent_tgid, u32 child_pid (60), u32 child_tgid (64)
 
 ``BPF_LD|BPF_W|BPF_ABS`` loads in network byte order (big-endian) while the kernel writes these
-fields in the host's: each constant is compared as the loads see it (:func:`_loaded`). A load
+fields in the host's: each constant is compared as the loads see it (:func:`loaded`). A load
 past the message's end ends the program with 0: a short message is dropped.
 """
 
@@ -34,7 +37,7 @@ import socket
 import struct
 import sys
 
-__all__ = ["SO_ATTACH_FILTER", "attach", "instructions", "program"]
+__all__ = ["SO_ATTACH_FILTER", "attach", "instructions", "loaded", "program"]
 
 # linux/bpf_common.h: instruction classes, sizes, modes, jumps, sources.
 BPF_LD, BPF_JMP, BPF_RET, BPF_MISC = 0x00, 0x05, 0x06, 0x07
@@ -51,7 +54,6 @@ NLMSG_DONE = 3
 CN_IDX_PROC = 1
 CN_VAL_PROC = 1
 PROC_EVENT_FORK = 0x1
-PROC_EVENT_EXEC = 0x2
 PROC_EVENT_UID = 0x4
 _TYPE_AT, _IDX_AT, _VAL_AT, _WHAT_AT = 4, 16, 20, 36
 _CHILD_PID_AT, _CHILD_TGID_AT = 60, 64
@@ -61,7 +63,7 @@ ACCEPT, DROP = 0xFFFFFFFF, 0
 _INSTRUCTION = struct.Struct("=HBBI")  # struct sock_filter
 
 
-def _loaded(value: int, size: int = 4) -> int:
+def loaded(value: int, size: int = 4) -> int:
     """``value`` as written in the host's byte order, as a big-endian BPF load of ``size``
     bytes reads it."""
     return int.from_bytes(value.to_bytes(size, sys.byteorder), "big")
@@ -70,24 +72,23 @@ def _loaded(value: int, size: int = 4) -> int:
 def instructions() -> list[tuple[int, int, int, int]]:
     """The program as ``(code, jt, jf, k)`` rows (``struct sock_filter``); a jump's ``jt`` and
     ``jf`` count the instructions skipped after it."""
-    # Labels resolved by hand: 14 is the drop, 15 the accept.
+    # Labels resolved by hand: 13 is the drop, 14 the accept.
     return [
         (BPF_LD | BPF_H | BPF_ABS, 0, 0, _TYPE_AT),                           # 0  A = nlmsg_type
-        (BPF_JMP | BPF_JEQ | BPF_K, 0, 12, _loaded(NLMSG_DONE, 2)),          # 1  not a connector message: drop
+        (BPF_JMP | BPF_JEQ | BPF_K, 0, 11, loaded(NLMSG_DONE, 2)),          # 1  not a connector message: drop
         (BPF_LD | BPF_W | BPF_ABS, 0, 0, _IDX_AT),                            # 2  A = cn_msg.id.idx
-        (BPF_JMP | BPF_JEQ | BPF_K, 0, 10, _loaded(CN_IDX_PROC)),            # 3
+        (BPF_JMP | BPF_JEQ | BPF_K, 0, 9, loaded(CN_IDX_PROC)),             # 3
         (BPF_LD | BPF_W | BPF_ABS, 0, 0, _VAL_AT),                            # 4  A = cn_msg.id.val
-        (BPF_JMP | BPF_JEQ | BPF_K, 0, 8, _loaded(CN_VAL_PROC)),             # 5  another connector's: drop
+        (BPF_JMP | BPF_JEQ | BPF_K, 0, 7, loaded(CN_VAL_PROC)),             # 5  another connector's: drop
         (BPF_LD | BPF_W | BPF_ABS, 0, 0, _WHAT_AT),                           # 6  A = proc_event.what
-        (BPF_JMP | BPF_JEQ | BPF_K, 7, 0, _loaded(PROC_EVENT_EXEC)),         # 7  exec: accept
-        (BPF_JMP | BPF_JEQ | BPF_K, 6, 0, _loaded(PROC_EVENT_UID)),          # 8  uid: accept
-        (BPF_JMP | BPF_JEQ | BPF_K, 0, 4, _loaded(PROC_EVENT_FORK)),         # 9  anything else: drop
-        (BPF_LD | BPF_W | BPF_ABS, 0, 0, _CHILD_TGID_AT),                     # 10 A = child_tgid
-        (BPF_MISC | BPF_TAX, 0, 0, 0),                                        # 11 X = A
-        (BPF_LD | BPF_W | BPF_ABS, 0, 0, _CHILD_PID_AT),                      # 12 A = child_pid
-        (BPF_JMP | BPF_JEQ | BPF_X, 1, 0, 0),                                 # 13 a process (pid == tgid): accept
-        (BPF_RET | BPF_K, 0, 0, DROP),                                        # 14 a thread, or not wanted
-        (BPF_RET | BPF_K, 0, 0, ACCEPT),                                      # 15
+        (BPF_JMP | BPF_JEQ | BPF_K, 6, 0, loaded(PROC_EVENT_UID)),          # 7  uid: accept
+        (BPF_JMP | BPF_JEQ | BPF_K, 0, 4, loaded(PROC_EVENT_FORK)),         # 8  anything else (exec too): drop
+        (BPF_LD | BPF_W | BPF_ABS, 0, 0, _CHILD_TGID_AT),                     # 9  A = child_tgid
+        (BPF_MISC | BPF_TAX, 0, 0, 0),                                        # 10 X = A
+        (BPF_LD | BPF_W | BPF_ABS, 0, 0, _CHILD_PID_AT),                      # 11 A = child_pid
+        (BPF_JMP | BPF_JEQ | BPF_X, 1, 0, 0),                                 # 12 a process (pid == tgid): accept
+        (BPF_RET | BPF_K, 0, 0, DROP),                                        # 13 a thread, or not wanted
+        (BPF_RET | BPF_K, 0, 0, ACCEPT),                                      # 14
     ]
 
 

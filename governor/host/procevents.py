@@ -1,9 +1,9 @@
-"""The kernel's process-events connector: which processes just forked, ran ``exec`` or changed uid.
+"""The kernel's process-events connector: which processes just forked or changed uid.
 
 Why this mechanism for sessions (docs/admin.md, "Sessions"): it is the only one that sees every way a
 process of a user can start (an ssh login, ``su -``, ``runuser``, cron, ``setsid``, a double
 fork), on any host, with or without systemd or PAM, within a millisecond: ``sshd``, ``su`` and
-cron call ``setuid`` (a uid event) before they ``exec`` the user's command (an exec event).
+cron call ``setuid`` (a uid event) before they ``exec`` the user's command.
 libcgroup's rules daemon (``cgrulesengd``) classifies processes the same way. Forks matter too:
 a job that forks at once and whose parent exits (as a root-owned ``runuser`` child does) is
 gone before its uid event is handled, and only its child's fork event shows the child. A PAM hook would
@@ -15,13 +15,17 @@ with ENOBUFS, which :meth:`ProcessEvents.read` reports so that the caller rescan
 process instead.
 
 What it costs the daemon (docs/design.md, "The event intake"): only the events sessions need
-reach it. The kernel filters twice, in the context of the task that caused the event: the
-connector's own event-type filter (Linux 6.6 and later: a ``struct proc_input`` subscription
-to fork, exec and uid events only; older kernels take the plain subscription and send every
-kind) and, on any kernel, the socket filter of :mod:`governor.host.proc_filter` (no thread's
-fork, no ``comm``, ``exit``, ``sid``, ``ptrace``, ``coredump`` or ``gid`` event). A read takes at
-most :data:`READ_BATCH` datagrams, into one buffer, so that a backlog is worked through between
-the event loop's other work.
+reach it, decided in the kernel, in the context of the task that caused the event. Sessions need
+a uid change (a process becomes a user's) and the forks of a process between its uid change and
+its move (a child starts in its parent's cgroup); an exec changes neither. Where the kernel
+takes it, the eBPF socket filter of :mod:`governor.host.proc_watch` passes only those: an exec,
+fork or thread of a process that needs nothing costs the daemon nothing. Elsewhere (no
+``bpf(2)`` for the daemon) the classic filter of :mod:`governor.host.proc_filter` passes every
+process's fork and every uid change, and the daemon decides a fork from its own tables. The
+connector's event-type filter (Linux 6.6 and later: a ``struct proc_input`` subscription to
+fork and uid events only) spares both the rest. A read takes at most :data:`READ_BATCH`
+datagrams, into one buffer, so that a backlog is worked through between the event loop's other
+work.
 
 Message layout (``linux/netlink.h``, ``linux/connector.h``, ``linux/cn_proc.h``)::
 
@@ -29,7 +33,6 @@ Message layout (``linux/netlink.h``, ``linux/connector.h``, ``linux/cn_proc.h``)
     cn_msg    u32 idx, u32 val, u32 seq, u32 ack, u16 len, u16 flags     20 bytes
     proc_event u32 what, u32 cpu, u64 timestamp_ns, then by ``what``:
         fork: u32 parent_pid, u32 parent_tgid, u32 child_pid, u32 child_tgid
-        exec: u32 process_pid, u32 process_tgid
         uid:  u32 process_pid, u32 process_tgid, u32 ruid, u32 euid
 """
 
@@ -43,9 +46,11 @@ import socket
 import struct
 from collections.abc import Callable
 
+import psutil
+
 from governor.host import proc_filter
-from governor.host.proc_filter import (CN_IDX_PROC, CN_VAL_PROC, NLMSG_DONE, PROC_EVENT_EXEC, PROC_EVENT_FORK,
-                                       PROC_EVENT_UID)
+from governor.host.proc_filter import CN_IDX_PROC, CN_VAL_PROC, NLMSG_DONE, PROC_EVENT_FORK, PROC_EVENT_UID
+from governor.host.proc_watch import Watched
 
 NETLINK_CONNECTOR = 11
 PROC_CN_MCAST_LISTEN = 1
@@ -65,36 +70,36 @@ READ_BATCH = 512
 # each. The first event after a quiet spell is handled at once.
 GATHER_S = 0.005
 
-# What :meth:`ProcessEvents.read` gives: (FORK, child tgid, parent tgid), (EXEC, tgid, None),
-# (UID, tgid, real uid).
-FORK, EXEC, UID = "fork", "exec", "uid"
-Event = tuple[str, int, "int | None"]
+# What :meth:`ProcessEvents.read` gives: (FORK, child tgid, parent tgid), (UID, tgid, real uid).
+FORK, UID = "fork", "uid"
+Event = tuple[str, int, int]
 
 _HEADER = struct.Struct("=IHHII")
 _CN_MSG = struct.Struct("=IIIIHH")
 _EVENT = struct.Struct("=IIQ")
 _FORK = struct.Struct("=IIII")
-_EXEC = struct.Struct("=II")
 _UID = struct.Struct("=IIII")
 _EVENT_AT = _HEADER.size + _CN_MSG.size
 _DATA_AT = _EVENT_AT + _EVENT.size
 
 
 class ProcessEvents:
-    """A subscription to fork (of processes), exec and uid-change events of every process on the
-    host, filtered in the kernel.
+    """A subscription to the uid changes and the forks (of processes) that sessions need,
+    filtered in the kernel.
 
     Raises (constructor):
         OSError: the kernel has no connector (``EPROTONOSUPPORT``), the caller lacks
-            CAP_NET_ADMIN (``EPERM``), or the kernel refused the socket filter.
+            CAP_NET_ADMIN (``EPERM``), or the kernel refused the classic socket filter.
 
     Args:
         event_types: whether to ask the connector for the wanted event types only
-            (:func:`has_event_type_filter`, the kernel's release); the socket filter is
+            (:func:`has_event_type_filter`, the kernel's release); a socket filter is
             attached either way.
+        watch: whether to try the eBPF filter (:mod:`governor.host.proc_watch`) before the
+            classic one.
     """
 
-    def __init__(self, event_types: bool | None = None) -> None:
+    def __init__(self, event_types: bool | None = None, watch: bool = True) -> None:
         self._socket = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, NETLINK_CONNECTOR)
         self._buffer = bytearray(65536)
         self._view = memoryview(self._buffer)
@@ -102,19 +107,28 @@ class ProcessEvents:
         self._wake: asyncio.TimerHandle | None = None
         self._handle: Callable[[], None] = lambda: None
         self._received = 0  # datagrams the handler read at this wake-up
+        self.watched: Watched | None = None  # the eBPF filter's watched processes; None: the classic filter
         try:
             try:
                 self._socket.setsockopt(socket.SOL_SOCKET, 33, RECEIVE_BUFFER_BYTES)  # SO_RCVBUFFORCE
             except OSError:
                 self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
-            proc_filter.attach(self._socket)  # before the subscription: nothing unfiltered is queued
+            # Before the subscription: nothing unfiltered is queued.
+            if watch:
+                try:
+                    self.watched = Watched(self._socket)
+                except OSError:
+                    pass  # no bpf(2) for the daemon here: the classic filter
+            if self.watched is None:
+                proc_filter.attach(self._socket)
             self._socket.bind((0, CN_IDX_PROC))
             if has_event_type_filter() if event_types is None else event_types:
-                self._send(PROC_CN_MCAST_LISTEN, PROC_EVENT_FORK | PROC_EVENT_EXEC | PROC_EVENT_UID)
+                self._send(PROC_CN_MCAST_LISTEN, PROC_EVENT_FORK | PROC_EVENT_UID)
             else:
                 self._send(PROC_CN_MCAST_LISTEN)
             self._socket.setblocking(False)
         except OSError:
+            self.close_filter()
             self._socket.close()
             raise
 
@@ -173,7 +187,35 @@ class ProcessEvents:
                 continue
             parse_events(buffer, events, size)
             self._received += 1
+        if self.watched is not None:
+            for kind, pid, other in events:  # the program watches each process an event passed
+                self.watched.passed(pid)
+                if kind == FORK:
+                    self.watched.passed(other)
         return events, lost
+
+    def watch(self, pid: int) -> None:
+        """Pass the forks of process ``pid`` too (one found outside its place otherwise than by
+        an event), until :meth:`forget`; the classic filter passes every fork already."""
+        if self.watched is not None:
+            self.watched.watch(pid)
+
+    def forget(self, pid: int) -> None:
+        """Stop passing the forks of process ``pid`` (it needs nothing, or is moved, or gone)."""
+        if self.watched is not None:
+            self.watched.forget(pid)
+
+    def keep_watching(self, pids: set[int]) -> None:
+        """:meth:`forget` every watched process but ``pids`` (those alive, from a rescan: one gone
+        unseen, its events lost, would hold its place in the kernel's map)."""
+        if self.watched is not None:
+            for pid in self.watched.watched - pids:
+                self.watched.forget(pid)
+
+    def close_filter(self) -> None:
+        if self.watched is not None:
+            self.watched.close()
+            self.watched = None
 
     def close(self) -> None:
         if self._loop is not None:
@@ -186,6 +228,7 @@ class ProcessEvents:
         except OSError:
             pass  # closing the socket ends the subscription anyway
         self._socket.close()
+        self.close_filter()
 
     def _send(self, operation: int, event_types: int | None = None) -> None:
         """Send the connector ``operation``: an ``enum proc_cn_mcast_op`` alone, or with
@@ -194,6 +237,24 @@ class ProcessEvents:
         data = struct.pack("=I", operation) if event_types is None else struct.pack("=II", operation, event_types)
         body = _CN_MSG.pack(CN_IDX_PROC, CN_VAL_PROC, 0, 0, len(data), 0) + data
         self._socket.send(_HEADER.pack(_HEADER.size + len(body), NLMSG_DONE, 0, 0, os.getpid()) + body)
+
+
+def effective_uid(pid: int) -> int:
+    """The owner of ``/proc/<pid>``: the process's effective uid, in one stat.
+
+    Raises:
+        OSError: the process is gone.
+    """
+    return os.stat(f"/proc/{pid}").st_uid
+
+
+def real_uid(pid: int) -> int:
+    """Process ``pid``'s real uid now.
+
+    Raises:
+        psutil.Error: the process is gone.
+    """
+    return psutil.Process(pid).uids().real
 
 
 def has_event_type_filter(release: str | None = None) -> bool:
@@ -206,7 +267,7 @@ def has_event_type_filter(release: str | None = None) -> bool:
 
 
 def parse_events(data: bytes | bytearray, events: list[Event], size: int | None = None) -> None:
-    """Append the fork, exec and uid events of one datagram (one or more netlink messages; its
+    """Append the fork and uid events of one datagram (one or more netlink messages; its
     first ``size`` bytes, all when None) to ``events``, in order. A new thread is no new
     process, and is left out; messages that are short, of another type or of another connector
     are skipped."""
@@ -228,8 +289,6 @@ def parse_events(data: bytes | bytearray, events: list[Event], size: int | None 
             _, parent, child_pid, child = _FORK.unpack_from(data, at + _DATA_AT)
             if child_pid == child:
                 events.append((FORK, child, parent))
-        elif what == PROC_EVENT_EXEC and available >= _DATA_AT + _EXEC.size:
-            events.append((EXEC, _EXEC.unpack_from(data, at + _DATA_AT)[1], None))
         elif what == PROC_EVENT_UID and available >= _DATA_AT + _UID.size:
             _, tgid, ruid, _ = _UID.unpack_from(data, at + _DATA_AT)
             events.append((UID, tgid, ruid))

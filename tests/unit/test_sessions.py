@@ -60,12 +60,12 @@ def test_owners_are_looked_up_again_after_forget(monkeypatch):
     assert rules.owner(1) is None
 
 
-def test_exec_and_uid_events_give_tgid_and_real_uid():
+def test_uid_events_give_tgid_and_real_uid_and_execs_are_not_read():
     seen: list = []
-    parse_events(_message(procevents.PROC_EVENT_EXEC, 101, 100), seen)
+    parse_events(_message(0x2, 101, 100), seen)  # PROC_EVENT_EXEC: sessions do not need it
     parse_events(_message(procevents.PROC_EVENT_UID, 201, 200, 1000, 0), seen)
     parse_events(_message(procevents.PROC_EVENT_UID, 100, 100, 1001, 1001), seen)
-    assert seen == [("exec", 100, None), ("uid", 200, 1000), ("uid", 100, 1001)]
+    assert seen == [("uid", 200, 1000), ("uid", 100, 1001)]
 
 
 def test_fork_events_give_new_processes_and_their_parents_not_threads():
@@ -78,9 +78,9 @@ def test_fork_events_give_new_processes_and_their_parents_not_threads():
 @pytest.mark.parametrize("data", [
     b"", b"\x00" * 10,
     _message(0x1, 1, 2, 3, 4),  # fork: not asked for
-    _message(procevents.PROC_EVENT_EXEC, 5, 5, index=2),  # another connector
-    _message(procevents.PROC_EVENT_EXEC, 5, 5, kind=2),  # an error message
-    _message(procevents.PROC_EVENT_EXEC, 5, 5)[:-4],  # cut short: its length says more
+    _message(procevents.PROC_EVENT_UID, 5, 5, 1, 1, index=2),  # another connector
+    _message(procevents.PROC_EVENT_UID, 5, 5, 1, 1, kind=2),  # an error message
+    _message(procevents.PROC_EVENT_UID, 5, 5, 1, 1)[:-4],  # cut short: its length says more
     struct.pack("=IHHII", 8, 3, 0, 0, 0),  # a length below the header's
 ])
 def test_other_or_broken_messages_are_skipped(data):
@@ -91,13 +91,14 @@ def test_other_or_broken_messages_are_skipped(data):
 
 def test_several_messages_in_one_datagram():
     seen: list = []
-    parse_events(_message(procevents.PROC_EVENT_EXEC, 7, 7) + _message(procevents.PROC_EVENT_UID, 8, 8, 5, 5), seen)
-    assert seen == [("exec", 7, None), ("uid", 8, 5)]
+    parse_events(_message(procevents.PROC_EVENT_FORK, 6, 6, 7, 7) + _message(procevents.PROC_EVENT_UID, 8, 8, 5, 5), seen)
+    assert seen == [("fork", 7, 6), ("uid", 8, 5)]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the process-events connector needs CAP_NET_ADMIN (root)")
-def test_the_kernel_reports_an_exec_and_a_uid_change():
-    events = ProcessEvents()
+@pytest.mark.parametrize("watch", [False, True], ids=["classic filter", "eBPF filter"])
+def test_the_kernel_reports_a_uid_change(watch):
+    events = ProcessEvents(watch=watch)
     try:
         child = subprocess.Popen([sys.executable, "-c", "pass"], preexec_fn=lambda: os.setuid(1))
         child.wait()
@@ -108,11 +109,10 @@ def test_the_kernel_reports_an_exec_and_a_uid_change():
             assert time.monotonic() < deadline, f"no event for pid {child.pid}: {seen}"
             time.sleep(0.01)
             got, _ = events.read()
-            forked.update(pid for kind, pid, _ in got if kind == "fork")  # the child's fork is seen too
-            for kind, pid, uid in got:
-                if kind != "fork" and (uid is not None or pid not in seen):
-                    seen[pid] = uid
-        assert seen[child.pid] == 1 and child.pid in forked
+            forked.update(pid for kind, pid, _ in got if kind == "fork")
+            seen.update((pid, uid) for kind, pid, uid in got if kind == "uid")
+        # The child's fork by this (unwatched) process: seen through the classic filter only.
+        assert seen[child.pid] == 1 and (child.pid in forked) is (events.watched is None)
     finally:
         events.close()
 
@@ -301,13 +301,31 @@ def test_one_user_holds_at_most_max_tasks_per_user_and_root_is_not_bound(daemon)
 
 
 class FakeEvents:
-    """Process events in batches, as ProcessEvents.read gives them."""
+    """Process events in batches, as ProcessEvents.read gives them; the processes it is told to
+    watch (those whose forks the kernel passes)."""
 
     def __init__(self, *batches):
         self.batches = list(batches)
+        self.watched: set[int] = set()
+        self.calls: list[tuple[str, int]] = []
 
     def read(self):
-        return self.batches.pop(0)
+        batch = self.batches.pop(0)
+        self.watched.update(pid for _, pid, _ in batch[0])  # as the eBPF program does
+        return batch
+
+    def watch(self, pid):
+        self.calls.append(("watch", pid))
+        self.watched.add(pid)
+
+    def forget(self, pid):
+        if pid in self.watched:
+            self.calls.append(("forget", pid))
+        self.watched.discard(pid)
+
+    def keep_watching(self, pids):
+        for pid in self.watched - pids:
+            self.forget(pid)
 
 
 def test_a_forked_child_of_an_unsettled_process_is_governed_and_settled_ones_cost_no_proc_read(daemon):
@@ -323,9 +341,10 @@ def test_a_forked_child_of_an_unsettled_process_is_governed_and_settled_ones_cos
     # process is a dict lookup, never a /proc read.
     looked.clear()
     daemon.sessions._moved = {pid: moved - 2 for pid, moved in daemon.sessions._moved.items()}  # two seconds on
-    daemon.sessions.process_events = FakeEvents(([("exec", 601, None), ("exec", 600, None), ("fork", 602, 601)], False))
+    daemon.sessions.process_events = FakeEvents(([("fork", 603, 600), ("fork", 602, 601)], False))
     on_loop(daemon, lambda: daemon.sessions.on_process_events())
-    assert looked == [] and 602 in daemon.sessions._settled
+    assert looked == [] and {602, 603} <= daemon.sessions._settled.keys()
+    assert not daemon.sessions.process_events.watched  # settled: the kernel stops sending their forks
     daemon.sessions.process_events = FakeEvents(([("uid", 601, 1)], False))  # a uid change: looked at again
     on_loop(daemon, lambda: daemon.sessions.on_process_events())
     assert looked == [601]
@@ -386,3 +405,20 @@ def test_a_session_whose_first_process_exited_is_made_and_joined_by_its_children
     asyncio.run(scenario())
     assert daemon.tasks.get("session-1") is not None and not daemon.exits.ended
     assert 501 in daemon.hierarchy.driver.procs["A/session-1"]
+
+
+def test_the_kernel_passes_a_processs_forks_from_its_uid_change_until_its_move(daemon):
+    # Issue 42: every exec and fork on the host reached the daemon. Now the kernel passes the
+    # forks of a process only while the daemon watches it: from its uid change (or from a
+    # rescan finding it outside its place) until it is decided or moved.
+    events = daemon.sessions.process_events = FakeEvents(([("uid", 700, 1), ("uid", 801, 0), ("fork", 602, 700)], False))
+    on_loop(daemon, lambda: daemon.sessions.on_process_events())
+    assert {700, 602} <= set(daemon.hierarchy.driver.procs["A/session-1"])
+    assert events.calls.index(("forget", 801)) < events.calls.index(("forget", 700))  # root's: at once
+    assert events.calls.index(("watch", 700)) < events.calls.index(("forget", 700))  # moved: no longer
+    assert not events.watched
+    # A rescan forgets a watched process gone without an event of it (its events lost).
+    events.watched.add(703)
+    daemon.sessions.host_pids = lambda: [700]
+    on_loop(daemon, lambda: daemon.sessions.rescan("test"))
+    assert not events.watched
