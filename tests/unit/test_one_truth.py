@@ -25,6 +25,7 @@ from governor.wire.metrics import Metrics
 from governor.wire.protocol import ExplainRequest, Peer, PsRequest, StatusRequest
 from governor.config.resources import format_amount
 from support.daemons import GIB, launch, make_daemon, on_loop
+from governor.wire.status_json import decode
 
 CONFIG = """
 [capacity]
@@ -92,9 +93,9 @@ def test_every_view_shows_the_same_floor_guarantee_reserved_and_cap(daemon):
     assert scraped[("governor_group_reserved", (("group", "B"), ("leaf", "true"), ("parent", ""), ("resource", "memory")))] == GIB // 2
 
     # The views print those numbers, in the same words.
-    state = TopState(status=status, received=0.0)
+    state = TopState(status=decode(status), received=0.0)
     press(state, "enter")  # A expanded
-    status_text = rendered(*status_renderables(status, now=0.0))
+    status_text = rendered(*status_renderables(decode(status), now=0.0))
     top_text = rendered(top_view(state, width=200, height=60, now=0.0))
     ps_text = rendered(tasks_table(list(rows.values()), now=0.0, users=True))
     explain_text = rendered(*explain_renderables(explain, now=0.0))

@@ -20,6 +20,7 @@ from governor.core.state import Task, Tasks
 from governor.core.usage import Sample, stalls, usage
 from governor.wire.metrics import Metrics
 from governor.wire.status import build_status
+from governor.wire.status_json import decode
 
 NO_PSI = "this host's cgroups are v1, which keep no pressure stall information (PSI needs cgroup v2)"
 # physics waits for memory a quarter of the time, and a little for CPU; t7 is the one that waits.
@@ -50,7 +51,7 @@ def without_psi() -> dict:
 
 def top(status: dict, width: int = 120, height: int = 40, expanded=("physics",)) -> str:
     console = Console(record=True, width=width, height=height, file=io.StringIO())
-    console.print(top_view(TopState(status=status, received=NOW, expanded=set(expanded)), width=width,
+    console.print(top_view(TopState(status=decode(status), received=NOW, expanded=set(expanded)), width=width,
                            height=height, now=NOW))
     return console.export_text()
 
