@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from governor.wire.fields import json_type
 from governor.wire.status_types import Status, TaskEntry
 
-__all__ = ["MalformedStatus", "decode", "decode_part", "encode"]
+__all__ = ["MalformedStatus", "decode", "decode_part", "decode_section", "encode"]
 
 
 class MalformedStatus(ValueError):
@@ -112,6 +112,17 @@ def decode_part(kind: object, payload: object, where: str):
         MalformedStatus: as :func:`decode`.
     """
     return _decoder(kind)(payload, where)
+
+
+def decode_section(name: str, payload: object):
+    """``payload`` as the status's field ``name`` (``queue``, ``events``, ``daemon``…): a
+    section another module keeps as a JSON object, typed as a client types it.
+
+    Raises:
+        MalformedStatus: as :func:`decode`.
+    """
+    hints = {attr: hint for attr, _, _, _, hint in _PLANS.get(Status) or _plan(Status)}
+    return decode_part(hints[name], payload, f"status.{name}")
 
 
 Decoder = Callable[[object, str], object]

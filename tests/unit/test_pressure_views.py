@@ -19,7 +19,8 @@ from governor.cli.top_view import top_view
 from governor.core.state import Task, Tasks
 from governor.core.usage import Sample, stalls, usage
 from governor.wire.metrics import Metrics
-from governor.wire.status import build_status
+from governor.wire.status import groups_status, psi_entry, sections, status_of
+from governor.wire.status_json import encode
 from governor.wire.status_json import decode
 
 NO_PSI = "this host's cgroups are v1, which keep no pressure stall information (PSI needs cgroup v2)"
@@ -75,15 +76,14 @@ def test_a_sample_with_psi_gives_each_stall_in_percent_and_seconds_and_status_ne
     tasks = Tasks()
     tasks.add(Task("1", "A", 100, 1000, "alice", ("sleep", "9"), {"cpu": 0.5}, 1.5))
     cgroup = tasks.get("1").cgroup
-    status = build_status(daemon={}, capacity={"cpu": 2.0}, allocation=None, tasks=tasks, in_force=lambda rel: {},
-                          usage={"A": vector, cgroup: vector}, filling={}, queue=[], events=[])
+    groups = groups_status(allocation=None, tasks=tasks, in_force=lambda rel: {}, usage={"A": vector, cgroup: vector})
+    status = encode(status_of(groups, capacity={"cpu": 2.0}, **sections(psi=psi_entry(None))))
     group = status["groups"]["A"]
     assert group["stall"] == group["tasks"][0]["stall"] == stalls(vector)
     # The throttling signs stay what they were: no stall key among them, nor among the resources.
     assert not any(key.startswith("stall") for key in (*group["pressure"], *group["usage"], *status["used"]))
     assert status["psi"] == {"available": True, "why": None}
-    assert build_status(daemon={}, capacity={}, allocation=None, tasks=Tasks(), in_force=lambda rel: {}, usage={},
-                        filling={}, queue=[], events=[], no_psi=NO_PSI)["psi"] == {"available": False, "why": NO_PSI}
+    assert encode(status_of({}, **sections(psi=psi_entry(NO_PSI))))["psi"] == {"available": False, "why": NO_PSI}
 
 
 def test_top_shows_the_worst_stall_of_each_group_and_its_detail_line():
