@@ -290,6 +290,13 @@ class Observation:
         not modify it."""
         return self.status_reply(viewer).status
 
+    def snapshot(self) -> Status:
+        """The status in full, typed (:class:`~governor.wire.status_types.Status`), built as
+        :meth:`status` is: what the metrics read (they show no command line or pid, so the
+        full form shows no one more than the public one would)."""
+        self._full_reply()
+        return self._snapshot
+
     def status_reply(self, viewer: Viewer = ADMIN) -> StatusReply:
         """The status reply (``{"status": <status>}``) as ``viewer`` sees it, the same object
         for each viewer's form until the status changes: the server encodes a reply once, for

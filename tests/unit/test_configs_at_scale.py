@@ -126,7 +126,7 @@ def accounts(config):
 
 
 def test_status_and_metrics_sum_up_the_idle_groups_of_everyone_and_list_one_with_tasks(tmp_path):
-    metrics = Metrics(lambda: daemon.observation.status())
+    metrics = Metrics(lambda: daemon.observation.snapshot())
     daemon = make_daemon(tmp_path, EVERYONE, members=accounts, metrics=metrics)
     launch(daemon, 100, group="daemon", cpu=1.0, memory=GIB // 4)
     daemon.requests.set_weight("bin", 5.0, "root")  # a weight of its own: listed

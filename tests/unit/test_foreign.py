@@ -265,7 +265,7 @@ def test_status_top_and_explain_show_a_foreign_row_and_escape_its_name():
 
 def test_the_metrics_sum_what_foreign_tenants_hold_per_manager():
     status = _with_foreign(STATUS)
-    found = samples(Metrics(lambda: status))
+    found = samples(Metrics(lambda: decode(status)))
     assert found["governor_foreign_held", (("manager", "slurm"), ("resource", "cpu"))] == 2.0
     assert found["governor_foreign_held", (("manager", "config"), ("resource", "memory"))] == GIB
     assert found["governor_host_capacity", (("resource", "cpu"),)] == 16.0

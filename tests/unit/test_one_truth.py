@@ -69,7 +69,7 @@ def test_every_view_shows_the_same_floor_guarantee_reserved_and_cap(daemon):
     explain = handle(ExplainRequest())["explain"]
     rows = {row["id"]: row for row in handle(PsRequest(all=True))["tasks"]}
     scraped = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in text_string_to_metric_families(generate_latest(Metrics(lambda: status).registry).decode())
+               for family in text_string_to_metric_families(generate_latest(Metrics(lambda: decode(status)).registry).decode())
                for s in family.samples}
     groups = status["groups"]
 
@@ -113,7 +113,7 @@ def test_configured_groups_are_listed_while_idle_and_keep_their_metrics(daemon):
     assert sorted(status["groups"]) == ["A", "B", "C"]
     assert all(g["idle"] and g["tasks"] == [] for g in status["groups"].values())
     assert status["groups"]["C"]["members"] == ["carol"]
-    text = generate_latest(Metrics(lambda: status).registry).decode()
+    text = generate_latest(Metrics(lambda: decode(status)).registry).decode()
     assert 'governor_group_tasks{group="C",leaf="true",parent=""} 0.0' in text
     assert 'governor_group_guarantee{group="C",leaf="true",parent="",resource="cpu"} 0.0' in text
 

@@ -135,7 +135,7 @@ def test_explain_on_a_host_without_psi_says_so_in_one_line():
 
 
 def test_each_groups_stall_is_a_counter_of_seconds_by_resource_and_kind():
-    got = samples(Metrics(with_psi))
+    got = samples(Metrics(lambda: decode(with_psi())))
     key = ("governor_group_pressure_seconds_total",
            (("group", "physics"), ("kind", "some"), ("resource", "memory")))
     assert got[key] == 310.25
@@ -146,5 +146,5 @@ def test_each_groups_stall_is_a_counter_of_seconds_by_resource_and_kind():
 
 
 def test_without_psi_there_is_no_pressure_series_at_all():
-    assert not any(name.startswith("governor_group_pressure") for name, _ in samples(Metrics(without_psi)))
-    assert not any(name.startswith("governor_group_pressure") for name, _ in samples(Metrics(lambda: STATUS)))
+    assert not any(name.startswith("governor_group_pressure") for name, _ in samples(Metrics(lambda: decode(without_psi()))))
+    assert not any(name.startswith("governor_group_pressure") for name, _ in samples(Metrics(lambda: decode(STATUS))))

@@ -74,7 +74,7 @@ def test_one_queued_snapshot_reads_the_same_in_every_view(tmp_path):
     [row] = [row for row in listed["tasks"] if row["state"] == "queued"]
     assert row["reason"] == reason and reason in text(tasks_table(listed["tasks"], now=entry["queued_at"], users=True))
     assert reason in text(top_view(TopState(status=decode(snapshot)), width=400, height=60, now=entry["queued_at"]))
-    metrics = generate_latest(Metrics(lambda: snapshot).registry).decode()
+    metrics = generate_latest(Metrics(lambda: decode(snapshot)).registry).decode()
     [sample] = [s for family in text_string_to_metric_families(metrics) for s in family.samples
                 if s.name == "governor_queue_task_info"]
     assert sample.labels["reason"] == reason

@@ -69,7 +69,7 @@ def seen(daemon, *asked: tuple[object, int]) -> list[dict]:
                 await stream.aclose()
             else:
                 answers.append(await daemon.requests.handle(request, peer))
-        answers.append(generate_latest(Metrics(lambda: daemon.observation.status(PUBLIC)).registry).decode())
+        answers.append(generate_latest(Metrics(lambda: decode(daemon.observation.status(PUBLIC))).registry).decode())
         await waiting.aclose()
         return answers
 
