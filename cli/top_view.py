@@ -141,9 +141,8 @@ def _queue(queue: tuple[QueueItem, ...], width: int, now: float) -> list[Text]:
         lead = head if i == 0 else " " * len("queue: ")
         queued_at = entry.queued_at
         waited = f" {view.duration(now - float(queued_at))}" if queued_at is not None else ""
-        position = i + 1 if entry.position is None else entry.position
         candidates = [
-            f"#{position} {task}{entry.task} ({view.said(entry.group)}, {entry.who}) "
+            f"#{entry.position or i + 1} {task}{entry.task} ({view.said(entry.group)}, {entry.who}) "
             f"{view.short('memory', entry.demand.get('memory'))} waits{waited}: {view.reason(entry.reason)}"
             for task in ("task ", "")]
         words = next((c for c in candidates if cell_len(lead + c) <= width), candidates[-1])
@@ -174,9 +173,9 @@ def _groups_table(state: TopState, status: Status, names: list[str], selected: s
                 view.short(resource, groups[n].reserved.get(resource)) for n in names]))
             continue
         key = resource if resource in ("cpu", "memory") else "io"
-        letter = "g" if compressible(resource) else "r"
+        held, letter = ("guarantee", "g") if compressible(resource) else ("reserved", "r")
         columns.append((key, f"{_short_label(resource)} {letter}/u", "right", [
-            f"{view.short(resource, _held(groups[n], resource).get(resource))}/"
+            f"{view.short(resource, getattr(groups[n], held).get(resource))}/"
             f"{view.short(resource, groups[n].usage.get(resource))}" for n in names]))
     columns.append(("borrow", "borrow", "left", [_borrowed(groups[n].borrowed) for n in names]))
     columns.append(("pressure", "pressure", "left", [_pressure(groups[n].pressure) for n in names]))
@@ -195,11 +194,6 @@ def _groups_table(state: TopState, status: Status, names: list[str], selected: s
     for i, name in enumerate(names):
         view.row(table, *(cells[i] for _, _, _, cells in kept), style="reverse" if name == selected else None)
     return table
-
-
-def _held(group: StatusGroup, resource: str) -> dict:
-    """What a group holds of ``resource``: its guarantee (cpu, I/O), else what it reserved."""
-    return group.guarantee if compressible(resource) else group.reserved
 
 
 def _marker(state: TopState, name: str) -> str:

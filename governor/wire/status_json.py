@@ -51,7 +51,11 @@ def encode(status: Status, kept: dict[int, tuple[TaskEntry, dict]] | None = None
 
 def _encode(value: object, kept: Mapping[int, tuple], fresh: dict | None) -> object:
     kind = type(value)
-    plan = _PLANS.get(kind) or (_plan(kind) if dataclasses.is_dataclass(kind) else None)
+    if kind in _LEAVES:
+        return value
+    plan = _PLANS.get(kind)
+    if plan is None and kind is not dict and dataclasses.is_dataclass(kind):
+        plan = _plan(kind)
     if plan is not None:
         if kind is TaskEntry and fresh is not None:
             last = kept.get(id(value))
@@ -64,17 +68,20 @@ def _encode(value: object, kept: Mapping[int, tuple], fresh: dict | None) -> obj
             if spread:
                 out.update((name, _encode(v, kept, fresh)) for name, v in item.items())
             elif item is not omit:
-                out[key] = _encode(item, kept, fresh)
+                out[key] = item if type(item) in _LEAVES else _encode(item, kept, fresh)
         if kind is TaskEntry and fresh is not None:
             fresh[id(value)] = (value, out)
         return out
     if kind is tuple or kind is list:
-        return [_encode(item, kept, fresh) for item in value]
+        return [item if type(item) in _LEAVES else _encode(item, kept, fresh) for item in value]
     if isinstance(value, Mapping):
+        if all(type(item) in _LEAVES for item in value.values()):
+            return value if kind is dict else dict(value)  # a vector, a kernel file's value: as it is
         return {name: _encode(item, kept, fresh) for name, item in value.items()}
     return value
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None)})  # what is its own JSON
 _NEVER = object()  # a field that is always written
 
 # dataclass → [(attribute, JSON key, omit value, spread suffixes, type hint)]
@@ -100,7 +107,7 @@ def decode(payload: object) -> Status:
         MalformedStatus: a field of the wrong type, or a required one (a task's ``id``, a
             queue item's ``task``, a GPU's ``index``) missing; the message names it.
     """
-    return _decoder(Status)(payload, "status")
+    return decode_part(Status, payload, "status")
 
 
 def decode_part(kind: object, payload: object, where: str):
@@ -111,7 +118,10 @@ def decode_part(kind: object, payload: object, where: str):
     Raises:
         MalformedStatus: as :func:`decode`.
     """
-    return _decoder(kind)(payload, where)
+    try:
+        return _decoder(kind)(payload)
+    except _Bad as bad:
+        raise bad.named(where) from None
 
 
 def decode_section(name: str, payload: object):
@@ -125,55 +135,92 @@ def decode_section(name: str, payload: object):
     return decode_part(hints[name], payload, f"status.{name}")
 
 
-Decoder = Callable[[object, str], object]
+class _Bad(Exception):
+    """A malformed value, on its way up to :func:`decode_part`, which names it: each level it
+    passes adds its key (built only then: a status of 10,000 tasks is decoded at every
+    ``top`` update, and naming each value on the way down took most of the time)."""
+
+    def __init__(self, problem: str):
+        super().__init__(problem)
+        self.problem, self.path = problem, []
+
+    def at(self, key: str) -> _Bad:
+        self.path.append(key)
+        return self
+
+    def named(self, where: str) -> MalformedStatus:
+        return MalformedStatus(self.problem.format(where + "".join(reversed(self.path))))
 
 
-def _bad(where: str, wanted: str, value: object) -> MalformedStatus:
-    return MalformedStatus(f"has a malformed {where}: must be {wanted}, got {json_type(value)}")
+def _wrong(wanted: str, value: object) -> _Bad:
+    return _Bad(f"has a malformed {{}}: must be {wanted}, got {json_type(value)}")
 
 
-def _scalar(check: Callable[[object], bool], wanted: str) -> Decoder:
-    def decoded(value: object, where: str) -> object:
-        if not check(value):
-            raise _bad(where, wanted, value)
+Decoder = Callable[[object], object]
+
+# A scalar type → the exact Python types of the JSON values it takes (bool is not an int
+# here), and what it is in words.
+_SCALARS: dict[object, tuple[frozenset, str]] = {
+    str: (frozenset({str}), "a string"), bool: (frozenset({bool}), "true or false"),
+    int: (frozenset({int}), "an integer"), float: (frozenset({int, float}), "a number"),
+}
+
+
+def _scalar(hint: object) -> Decoder:
+    kinds, wanted = _SCALARS[hint]
+
+    def decoded(value: object) -> object:
+        if type(value) not in kinds:
+            raise _wrong(wanted, value)
         return value
     return decoded
 
 
-_SCALARS: dict[object, Decoder] = {
-    object: lambda value, where: value,
-    str: _scalar(lambda v: isinstance(v, str), "a string"),
-    bool: _scalar(lambda v: isinstance(v, bool), "true or false"),
-    int: _scalar(lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
-    float: _scalar(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
-}
+def _listed(item: Decoder) -> Decoder:
+    def decoded(value: object) -> tuple:
+        if type(value) is not list:
+            raise _wrong("an array", value)
+        out = []
+        for i, v in enumerate(value):
+            try:
+                out.append(item(v))
+            except _Bad as bad:
+                raise bad.at(f"[{i}]") from None
+        return tuple(out)
+    return decoded
+
+
+def _mapped(item: Decoder, scalars: frozenset | None) -> Decoder:
+    def decoded(value: object) -> dict:
+        if type(value) is not dict:
+            raise _wrong("an object", value)
+        if scalars is not None and all(type(v) in scalars for v in value.values()):
+            return value  # a vector: as decoded from the line, not copied
+        out = {}
+        for key, v in value.items():
+            try:
+                out[key] = item(v)
+            except _Bad as bad:
+                raise bad.at(f".{key}") from None
+        return out
+    return decoded
 
 
 @functools.cache
 def _decoder(hint: object) -> Decoder:
     """The decoder of values of type ``hint`` (made once per type)."""
+    if hint is object:
+        return lambda value: value
     if hint in _SCALARS:
-        return _SCALARS[hint]
+        return _scalar(hint)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (types.UnionType, typing.Union):  # X | None
         inner = _decoder(next(arg for arg in args if arg is not type(None)))
-        return lambda value, where: None if value is None else inner(value, where)
+        return lambda value: None if value is None else inner(value)
     if origin is tuple:
-        item = _decoder(args[0])
-
-        def listed(value: object, where: str) -> tuple:
-            if not isinstance(value, list):
-                raise _bad(where, "an array", value)
-            return tuple(item(v, f"{where}[{i}]") for i, v in enumerate(value))
-        return listed
+        return _listed(_decoder(args[0]))
     if origin in (Mapping, dict):
-        item = _decoder(args[1])
-
-        def mapped(value: object, where: str) -> dict:
-            if not isinstance(value, dict):
-                raise _bad(where, "an object", value)
-            return {key: item(v, f"{where}.{key}") for key, v in value.items()}
-        return mapped
+        return _mapped(_decoder(args[1]), _SCALARS[args[1]][0] if args[1] in _SCALARS else None)
     if dataclasses.is_dataclass(hint):
         return _object_decoder(hint)
     raise TypeError(f"no decoder for {hint!r}")  # a field type status_types should not use
@@ -181,18 +228,23 @@ def _decoder(hint: object) -> Decoder:
 
 def _object_decoder(kind: type) -> Decoder:
     fields = {f.name: f for f in dataclasses.fields(kind)}
-    plan = [(attr, key, spread, fields[attr], hint) for attr, key, _, spread, hint in _PLANS.get(kind) or _plan(kind)]
+    plan = [(attr, key, spread, _decoder(hint),
+             fields[attr].default is dataclasses.MISSING and fields[attr].default_factory is dataclasses.MISSING)
+            for attr, key, _, spread, hint in _PLANS.get(kind) or _plan(kind)]
 
-    def decoded(value: object, where: str) -> object:
-        if not isinstance(value, dict):
-            raise _bad(where, "an object", value)
+    def decoded(value: object) -> object:
+        if type(value) is not dict:
+            raise _wrong("an object", value)
         found = {}
-        for attr, key, spread, about, hint in plan:
+        for attr, key, spread, item, required in plan:
             if spread:
-                found[attr] = {name: item for name, item in value.items() if name.endswith(spread)}
+                found[attr] = {name: v for name, v in value.items() if name.endswith(spread)}
             elif key in value:
-                found[attr] = _decoder(hint)(value[key], f"{where}.{key}")
-            elif about.default is dataclasses.MISSING and about.default_factory is dataclasses.MISSING:
-                raise MalformedStatus(f"has no {where}.{key}")
+                try:
+                    found[attr] = item(value[key])
+                except _Bad as bad:
+                    raise bad.at(f".{key}") from None
+            elif required:
+                raise _Bad("has no {}").at(f".{key}")
         return kind(**found)
     return decoded

@@ -49,7 +49,7 @@ def values(hint) -> st.SearchStrategy:
     return st.fixed_dictionaries(fields).map(lambda kw: hint(**kw))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(values(Status))
 def test_a_status_decodes_to_itself_from_its_json_and_encodes_to_the_same_json(status):
     sent = json.loads(json.dumps(encode(status)))  # what crosses the socket
