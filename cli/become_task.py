@@ -193,7 +193,7 @@ class _QueueLine:
         now = self.clock()
         if self.since is None:
             self.since = now
-        why = reason(place)  # the daemon's one reason, as ps, status, explain and top show it
+        why = reason(place.get("reason"))  # the daemon's one reason, as ps, status, explain and top show it
         text = f"governor: queued (position {place.get('position', '?')}): {why}; Ctrl-C leaves the queue"
         if text == self.last:  # the daemon tells every change of its place; a line says only what is new
             return

@@ -77,12 +77,11 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
                                                 socket))
             undo.callback(registry.release_sessions)
         from governor.wire.metrics import Metrics
-        from governor.wire.visibility import PUBLIC
 
         # Always there: a reload may turn [metrics] listen on. Listening first: a taken port or a
         # bad address stops the start before any cgroup is made. --metrics overrides the config.
         # Served to whoever reaches it: the public view.
-        metrics = Metrics(lambda: server.observation.status(PUBLIC), pinned=metrics_address is not None)
+        metrics = Metrics(lambda: server.observation.snapshot(), pinned=metrics_address is not None)
         listen = _metrics_address(metrics_address) if metrics_address else config.metrics_listen
         if listen is not None:
             metrics.bind(*listen)

@@ -59,6 +59,12 @@ def explain(group: str | None, as_json: bool, socket_option: str | None) -> None
 
     from governor.cli.explain_view import explain_renderables
 
+    from governor.wire.status_json import MalformedStatus
+
+    try:
+        renderables = explain_renderables(answer, group, now=time.time())
+    except MalformedStatus as error:  # its queue, psi or foreign, which status carries too
+        raise ControlSocketError(path, f"the daemon's explain reply {error}") from None
     console = Console()
-    for renderable in explain_renderables(answer, group, now=time.time()):
+    for renderable in renderables:
         console.print(renderable)

@@ -39,6 +39,8 @@ from governor.cli.render import filling_table
 from governor.cli.status_view import queue_table
 from governor.cli.view_common import tree_order
 from governor.core.model import TraceRow
+from governor.wire.status_json import decode_part
+from governor.wire.status_types import Psi, Status
 
 
 def explain_renderables(explain: dict, group: str | None = None, *, now: float) -> list[RenderableType]:
@@ -54,12 +56,13 @@ def explain_renderables(explain: dict, group: str | None = None, *, now: float) 
             so tests own the clock).
     """
     explain = view.printable(explain)
+    shared = _shared_parts(explain)
     capacity = explain.get("capacity", {})
     groups = explain.get("groups", {})
     configured = explain.get("configured") or {}
     header = Text("Capacity: ", style="bold")
     header.append(" · ".join(f"{view.label(r)} {view.amount(r, v, unit=True)}" for r, v in capacity.items()) or "—")
-    foreign = view.foreign_line(explain)
+    foreign = view.foreign_line(shared.foreign, shared.host_capacity)
     if foreign:
         header.append(f"\n{foreign}")
     nodes = explain.get("nodes") or {}
@@ -72,13 +75,13 @@ def explain_renderables(explain: dict, group: str | None = None, *, now: float) 
     depth = dict((name, level) for level, name in tree_order(list(shown), parents)) if parents else {}
     renderables: list[RenderableType] = [
         header, reasons({name: groups[name] for name in shown if name in groups}, idle, depth)]
-    renderables += stalls_lines(explain, [name for name in shown if name in groups and name not in nodes],
+    renderables += stalls_lines(explain, shared.psi, [name for name in shown if name in groups and name not in nodes],
                                 tasks=group is not None)
     fair = {name: about for name, about in (explain.get("fairshare") or {}).items()
             if isinstance(about, dict) and (group is None or name == group)}
     if fair:
         renderables.append(fairshare_table(fair))
-    queue = [entry for entry in view.queue(explain) if group is None or entry.get("group") == group]
+    queue = [entry for entry in shared.queue if group is None or entry.group == group]
     if queue:
         renderables.append(queue_table(queue, now))
     # With GROUP, its share column only: the steps (and the frozen column) still show when the
@@ -91,15 +94,26 @@ def explain_renderables(explain: dict, group: str | None = None, *, now: float) 
     return renderables
 
 
-def stalls_lines(explain: dict, names: list[str], *, tasks: bool = False) -> list[RenderableType]:
+def _shared_parts(explain: dict) -> Status:
+    """What explain says as status does (``queue``, ``psi``, ``foreign``, ``host_capacity``),
+    decoded as status's parts.
+
+    Raises:
+        MalformedStatus: one of them is malformed (named ``explain.queue[0].task``…).
+    """
+    return decode_part(Status, {key: explain[key] for key in ("queue", "psi", "foreign", "host_capacity")
+                                if explain.get(key) is not None}, "explain")
+
+
+def stalls_lines(explain: dict, psi: Psi, names: list[str], *, tasks: bool = False) -> list[RenderableType]:
     """The physics of ``names`` (groups with a task): one line each, what they waited for
     (:func:`governor.cli.stall_view.physics`), with ``tasks`` one more per task of theirs
     (``  task 7: stalled 61 % on memory …``); where the host has no PSI, one line saying so;
     nothing from a daemon that does not say."""
-    missing = stall_view.psi_missing(explain)
+    missing = stall_view.psi_missing(psi)
     if missing:
         return [Text(missing, style="dim")]
-    if not stall_view.psi_available(explain) or not names:
+    if not stall_view.psi_available(psi) or not names:
         return []
     lines = []
     for name in names:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from rich.text import Text
 
 from governor.core.usage import worst_stall
+from governor.wire.status_types import Psi
 
 # Below this share of the last 10 s (percent) a stall is noise: not named, shown as "·".
 STALLED_PERCENT = 1.0
@@ -22,19 +23,18 @@ SEVERE_PERCENT = 40.0
 _SHORT = {"cpu": "cpu", "memory": "mem", "io": "io"}
 
 
-def psi_available(status: Mapping) -> bool:
-    """Whether the daemon measured stalls on this host (False from an older daemon too)."""
-    psi = status.get("psi")
-    return isinstance(psi, Mapping) and psi.get("available") is True
+def psi_available(psi: Psi) -> bool:
+    """Whether the daemon measured stalls on this host (status's or explain's ``psi``; False
+    from an older daemon too)."""
+    return psi.available is True
 
 
-def psi_missing(status: Mapping) -> str | None:
+def psi_missing(psi: Psi) -> str | None:
     """The one line a view shows where the host has no PSI: ``stalls: not measured: <why>``;
     None where it has, or the daemon does not say."""
-    psi = status.get("psi")
-    if not isinstance(psi, Mapping) or psi.get("available") is not False:
+    if psi.available is not False:
         return None
-    return f"stalls: not measured: {psi.get('why') or 'this host has no pressure stall information'}"
+    return f"stalls: not measured: {psi.why or 'this host has no pressure stall information'}"
 
 
 def worst_cell(stall: Mapping) -> Text:

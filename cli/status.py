@@ -25,14 +25,14 @@ def status(as_json: bool, socket_option: str | None) -> None:
     from governor.cli.client import call, socket_path
     from governor.wire.request_types import StatusRequest
 
-    snapshot = call(socket_path(socket_option), StatusRequest()).status
-    if as_json:
-        click.echo(json.dumps(snapshot))
+    reply = call(socket_path(socket_option), StatusRequest())
+    if as_json:  # the object as the daemon sent it, keys this CLI does not know included
+        click.echo(json.dumps(reply.status))
         return
     from rich.console import Console
 
     from governor.cli.status_view import status_renderables
 
     console = Console()
-    for renderable in status_renderables(snapshot, now=time.time()):
+    for renderable in status_renderables(reply.snapshot, now=time.time()):
         console.print(renderable)

@@ -74,7 +74,7 @@ lines wrap.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -82,37 +82,37 @@ from rich.text import Text
 
 from governor.cli import stall_view
 from governor.cli import view_common as view
+from governor.wire.status_types import ForeignTenant, Gpu, GpuGuard, Group as StatusGroup, QueueItem, Status
 
 
-def status_renderables(status: dict, *, now: float) -> list[RenderableType]:
+def status_renderables(status: Status, *, now: float) -> list[RenderableType]:
     """Renderables for a status snapshot, in print order.
 
     Args:
-        status: the ``status`` object of the daemon's reply (schema in the module docstring).
+        status: the daemon's status (schema in the module docstring), decoded
+            (:func:`governor.wire.status_json.decode`).
         now: the current Unix time in seconds, for "3s ago" and uptime (passed in so tests
             own the clock).
     """
     status = view.printable(status)
-    groups = status.get("groups", {})
-    resources = view.resources(status)
+    groups = status.groups
+    resources = status.resources()
     renderables: list[RenderableType] = [
         _header(status, now),
         capacity_table(status, resources),
-        *([foreign_table(view.foreign(status), status.get("host_capacity") or {})] if view.foreign(status) else []),
+        *([foreign_table(status.foreign, status.host_capacity)] if status.foreign else []),
         groups_table(groups),
         resources_table(groups, resources),
     ]
-    gpus = view.gpus(status)
-    if gpus:
-        renderables.append(gpus_table(gpus, status.get("daemon", {}).get("gpu_guard")))
-    queue = view.queue(status)
-    if queue:
-        renderables.append(queue_table(queue, now))
-    renderables += [tasks_view(name, group) for name, group in groups.items() if group.get("tasks")]
+    if status.gpus:
+        renderables.append(gpus_table(status.gpus, status.daemon.gpu_guard))
+    if status.queue:
+        renderables.append(queue_table(status.queue, now))
+    renderables += [tasks_view(name, group) for name, group in groups.items() if group.tasks]
     return renderables
 
 
-def capacity_table(status: dict, resources: list[str]) -> Table:
+def capacity_table(status: Status, resources: list[str]) -> Table:
     """One row per resource: capacity, guaranteed (the groups' guarantees of cpu and I/O),
     reserved (the memory admitted tasks hold) and measured use, with % of capacity; a count
     (pids) its root's cap as capacity, neither guaranteed nor reserved."""
@@ -120,19 +120,19 @@ def capacity_table(status: dict, resources: list[str]) -> Table:
     table.add_column("resource")
     for column in ("capacity", "guaranteed", "reserved", "used"):
         table.add_column(column, justify="right", no_wrap=True)
-    capacity = {**status.get("capacity", {}), **status.get("caps", {})}  # a count's: the root's cap
+    capacity = {**status.capacity, **status.caps}  # a count's: the root's cap
     for resource in resources:
         total = capacity.get(resource)
         view.row(table,
                  view.label(resource),
                  view.amount(resource, total, unit=True),
-                 _of_capacity(resource, status.get("guaranteed", {}).get(resource), total),
-                 _of_capacity(resource, status.get("reserved", {}).get(resource), total),
-                 _of_capacity(resource, status.get("used", {}).get(resource), total))
+                 _of_capacity(resource, status.guaranteed.get(resource), total),
+                 _of_capacity(resource, status.reserved.get(resource), total),
+                 _of_capacity(resource, status.used.get(resource), total))
     return table
 
 
-def foreign_table(tenants: Mapping[str, dict], host: Mapping[str, float]) -> Table:
+def foreign_table(tenants: Mapping[str, ForeignTenant], host: Mapping[str, float]) -> Table:
     """One row per foreign tenant (a subtree another manager owns): its manager, what it holds
     and whether that is what its jobs were allocated or what it uses; the caption says the
     capacity above is the host's less these."""
@@ -143,12 +143,11 @@ def foreign_table(tenants: Mapping[str, dict], host: Mapping[str, float]) -> Tab
     table.add_column("holds", overflow="fold")
     table.add_column("basis")
     for name, tenant in tenants.items():
-        view.row(table, name, str(tenant.get("manager", "?")), view.vector(tenant.get("held") or {}),
-                 str(tenant.get("basis", "?")))
+        view.row(table, name, view.said(tenant.manager), view.vector(tenant.held), view.said(tenant.basis))
     return table
 
 
-def groups_table(groups: Mapping[str, dict]) -> Table:
+def groups_table(groups: Mapping[str, StatusGroup]) -> Table:
     """One row per group of the host, idle ones too: weight, floor, task count, λ (fraction of
     its cap guaranteed), dominant resource(s) and share, and what stopped its filling (``idle``
     for a group with no task)."""
@@ -163,29 +162,29 @@ def groups_table(groups: Mapping[str, dict]) -> Table:
     table.add_column("share", justify="right")
     table.add_column("stopped by", overflow="fold")
     for name, group in groups.items():
-        idle = group.get("idle")
+        idle = group.idle
         view.row(table,
                  _group_name(name, group),
-                 view.number(group.get("weight")),
-                 view.share(group.get("floor")),
-                 str(len(group.get("tasks", ()))),
-                 "—" if idle else view.number(group.get("lambda"), precision=2),
-                 ", ".join(view.label(r) for r in group.get("dominant_resources", ())) or "—",
-                 view.share(group.get("dominant_share")),
-                 "idle" if idle else str(group.get("stop", "")))
+                 view.number(group.weight),
+                 view.share(group.floor),
+                 str(len(group.tasks)),
+                 "—" if idle else view.number(group.lambda_, precision=2),
+                 ", ".join(view.label(r) for r in group.dominant_resources) or "—",
+                 view.share(group.dominant_share),
+                 "idle" if idle else group.stop)
     return table
 
 
-def _group_name(name: str, group: dict) -> str:
+def _group_name(name: str, group: StatusGroup) -> str:
     """A group's name; the row of the idle groups of ``[groups."*"]``, ``"*"``, says how many
     accounts it stands for (its weight and floor are each one's)."""
-    accounts = group.get("accounts")
-    if name == "*" and isinstance(accounts, int):
+    accounts = group.accounts
+    if name == "*" and accounts is not None:
         return f"* ({accounts:,} idle account{'s' if accounts != 1 else ''}, each)"
     return name
 
 
-def resources_table(groups: Mapping[str, dict], resources: list[str]) -> view.Fitted:
+def resources_table(groups: Mapping[str, StatusGroup], resources: list[str]) -> view.Fitted:
     """Per group, one line per resource it has a cap, guarantee, reservation or use of: cap (its
     tasks' declarations), guarantee (its DRF allocation of cpu and I/O), reserved (the memory
     its tasks hold), measured use, and what it borrows (use above the guarantee). ``—``: none.
@@ -198,7 +197,7 @@ def resources_table(groups: Mapping[str, dict], resources: list[str]) -> view.Fi
 BORROWED_WIDTH = 90
 
 
-def _resources_table(groups: Mapping[str, dict], resources: list[str], *, borrowed: bool) -> Table:
+def _resources_table(groups: Mapping[str, StatusGroup], resources: list[str], *, borrowed: bool) -> Table:
     table = Table(title="Cap, guarantee, reserved and use", title_justify="left",
                   caption="cpu in cores; borrowed: use above the guarantee, from idle capacity" if borrowed
                   else "cpu in cores")
@@ -208,8 +207,7 @@ def _resources_table(groups: Mapping[str, dict], resources: list[str], *, borrow
     for column in columns:  # amounts: never cut
         table.add_column(column, justify="right", no_wrap=True, min_width=len(column))
     for name, group in groups.items():
-        vectors = [group.get("demand") or {}, group.get("guarantee") or {}, group.get("reserved") or {},
-                   group.get("usage") or {}, group.get("borrowed") or {}][:len(columns)]
+        vectors = [group.demand, group.guarantee, group.reserved, group.usage, group.borrowed][:len(columns)]
         shown = [r for r in resources if any(v.get(r) for v in vectors)]
         for i, resource in enumerate(shown):
             view.row(table, name if i == 0 else "", view.label(resource),
@@ -218,14 +216,14 @@ def _resources_table(groups: Mapping[str, dict], resources: list[str], *, borrow
     return table
 
 
-def gpus_table(gpus: list[dict], guard: dict | None = None) -> Table:
+def gpus_table(gpus: Sequence[Gpu], guard: GpuGuard | None = None) -> Table:
     """One row per governed GPU: governor's index, its device node, its UUID (cut to its first
     eight hex digits), its name, and the task, group and user holding it, or ``free``, or
     ``draining`` while a process may still hold a free GPU's node (its task ended). Below it,
     what keeps processes outside governor's tasks from the GPUs (``guard``: the status's
     ``daemon.gpu_guard``), said plainly when nothing does."""
-    held = sum(1 for gpu in gpus if gpu.get("task") is not None)
-    guarded = (guard or {}).get("guarded") or []
+    held = sum(1 for gpu in gpus if gpu.task is not None)
+    guarded = guard.guarded if guard is not None else ()
     caption = (f"outside governor's tasks: GPU nodes denied on {', '.join(map(str, guarded))}" if guarded else
                "outside governor's tasks: processes are NOT kept from GPUs" if guard else None)
     table = Table(title=f"GPUs: {held} of {len(gpus)} held", title_justify="left", caption=caption,
@@ -238,15 +236,14 @@ def gpus_table(gpus: list[dict], guard: dict | None = None) -> Table:
     table.add_column("group", overflow="fold")
     table.add_column("user", overflow="fold")
     for gpu in gpus:
-        free = gpu.get("task") is None
-        view.row(table, str(gpu.get("index", "?")), str(gpu.get("node") or "—"), view.short_uuid(gpu.get("uuid")),
-                 str(gpu.get("name") or "—"),
-                 ("draining" if gpu.get("draining") else "free") if free else str(gpu.get("task")),
-                 "" if free else str(gpu.get("group", "?")), "" if free else str(gpu.get("user") or "?"))
+        free = gpu.task is None
+        view.row(table, str(gpu.index), gpu.node or "—", view.short_uuid(gpu.uuid), gpu.name or "—",
+                 ("draining" if gpu.draining else "free") if free else gpu.task,
+                 "" if free else view.said(gpu.group), "" if free else gpu.user or "?")
     return table
 
 
-def queue_table(queue: list[dict], now: float) -> Table:
+def queue_table(queue: Sequence[QueueItem], now: float) -> Table:
     """The queue, in admission order: position, task, group, user, declared memory, how long it
     has waited, and why (the daemon's one reason, :func:`governor.cli.view_common.reason`)."""
     table = Table(title=view.queue_title(queue), title_justify="left", caption="memory: declared")
@@ -258,64 +255,64 @@ def queue_table(queue: list[dict], now: float) -> Table:
     table.add_column("waiting", justify="right")
     table.add_column("reason", overflow="fold")
     for entry in queue:
-        queued_at = entry.get("queued_at")
+        queued_at = entry.queued_at
         view.row(table,
-                 str(entry.get("position", "?")), str(entry.get("task", "?")), str(entry.get("group", "?")),
-                 str(entry.get("user", entry.get("uid", "?"))),
-                 view.amount("memory", (entry.get("demand") or {}).get("memory")),
+                 view.said(entry.position), entry.task, view.said(entry.group), str(entry.who),
+                 view.amount("memory", entry.demand.get("memory")),
                  "—" if queued_at is None else view.duration(now - float(queued_at)),
-                 view.reason(entry))
+                 view.reason(entry.reason))
     return table
 
 
-def tasks_view(name: str, group: dict) -> RenderableType:
+def tasks_view(name: str, group: StatusGroup) -> RenderableType:
     """A group's tasks as a compact list: id, pid, user and command (cut to 40 characters) on
     one line, then its cap (what it declared), the GPUs it holds (if any), limits, use and stalls
     (PSI, where measured) on a line each, wrapped to the console width; the group's stalls in
     the title; first the group's own memory protection, if any."""
-    tasks = group.get("tasks", [])
+    tasks = group.tasks
     title = Text(f"{name}: {len(tasks)} task{'s' if len(tasks) != 1 else ''}", style="bold")
-    if group.get("stall"):
-        title.append(f" · stalled {stall_view.stall_words(group['stall'])} (last 10 s)", style="")
+    if group.stall:
+        title.append(f" · stalled {stall_view.stall_words(group.stall)} (last 10 s)", style="")
     grid = Table.grid(padding=(0, 1))
     grid.add_column(overflow="fold")
     grid.add_column(style="dim")
     grid.add_column(overflow="fold")
-    protected = {f: v for f, v in group.get("limits", {}).items() if f in ("memory.min", "memory.low")}
+    protected = {f: v for f, v in group.limits.items() if f in ("memory.min", "memory.low")}
     if protected:
         view.row(grid, "", "protected", " · ".join(f"{f} {view.limit(f, v)}" for f, v in protected.items()))
     for task in tasks:
-        user = task.get("user", task.get("uid", "?"))
-        view.row(grid, str(task.get("id", "?")), "pid", f"{view.task_pid(task)} · {user} · {view.task_command(task)}")
-        limits = task.get("limits", {})
-        view.row(grid, "", "cap", view.vector(task.get("demand", {})))
-        if task.get("gpus"):
-            view.row(grid, "", "gpus", view.gpu_list(task["gpus"]))
-        view.row(grid, "", "limits", " · ".join(f"{view.limit_name(f)} {view.limit(f, v)}" for f, v in limits.items()) or "—")
-        view.row(grid, "", "use", view.vector(task.get("usage", {})))
-        if task.get("stall"):
-            view.row(grid, "", "stall", stall_view.stall_words(task["stall"]))
+        view.row(grid, task.id, "pid", f"{view.task_pid(task)} · {task.who} · {view.task_command(task)}")
+        view.row(grid, "", "cap", view.vector(task.demand))
+        if task.gpus:
+            view.row(grid, "", "gpus", view.gpu_list(task.gpus))
+        view.row(grid, "", "limits",
+                 " · ".join(f"{view.limit_name(f)} {view.limit(f, v)}" for f, v in task.limits.items()) or "—")
+        view.row(grid, "", "use", view.vector(task.usage))
+        if task.stall:
+            view.row(grid, "", "stall", stall_view.stall_words(task.stall))
     return Group(title, grid)
 
 
-def _header(status: dict, now: float) -> Text:
-    daemon = status.get("daemon", {})
+def _header(status: Status, now: float) -> Text:
+    daemon = status.daemon
     text = Text()
     text.append("governor", style="bold")
-    text.append(f" pid {daemon.get('pid', '?')}")
-    if daemon.get("started") is not None:
-        text.append(f", up {view.duration(now - daemon['started'])}")
-    text.append(f"\ncgroup {daemon.get('cgroup_mode', '?')} at {daemon.get('cgroup_root', '?')}")
-    if daemon.get("config"):
-        text.append(f"\nconfig {daemon['config']}")
+    text.append(f" pid {view.said(daemon.pid)}")
+    if daemon.started is not None:
+        text.append(f", up {view.duration(now - daemon.started)}")
+    text.append(f"\ncgroup {view.said(daemon.cgroup_mode)} at {view.said(daemon.cgroup_root)}")
+    if daemon.config:
+        text.append(f"\nconfig {daemon.config}")
     for device, sharing in view.io_sharing(status).items():
         text.append(f"\nio {device}: guarantees by {sharing}")
-    if daemon.get("cpu_saturated"):
+    if daemon.cpu_saturated:
         text.append("\ncpu: every group uses its guarantee; each is held to it until one uses less")
     text.append(f"\n{view.filling(status, now)}")
-    if stall_view.psi_missing(status):
-        text.append(f"\n{stall_view.psi_missing(status)}")
+    missing = stall_view.psi_missing(status.psi)
+    if missing:
+        text.append(f"\n{missing}")
     return text
+
 
 
 def _of_capacity(resource: str, value: object, capacity: object) -> str:

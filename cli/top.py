@@ -39,7 +39,7 @@ def top(socket_option: str | None, interval: float, batch: bool, iterations: int
         from governor.cli.top_batch import snapshots
         from governor.wire.request_types import WatchRequest
 
-        updates = (reply.status for reply in stream(socket_path(socket_option), WatchRequest(interval),
+        updates = (reply.snapshot for reply in stream(socket_path(socket_option), WatchRequest(interval),
                                                      max(5.0, 3 * interval)))
         for count, text in enumerate(snapshots(updates, iterations)):
             click.echo(("\n" if count else "") + text)

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from governor.cli.top_state import TopState
 from governor.cli.top_view import top_view
+from governor.wire.status_types import Status
 
 __all__ = ["snapshot", "snapshots"]
 
@@ -23,16 +24,16 @@ _ROWS = 100_000
 _WIDTH = 120  # when neither a terminal nor $COLUMNS says
 
 
-def snapshot(status: dict, *, width: int, now: float) -> str:
+def snapshot(status: Status, *, width: int, now: float) -> str:
     """One snapshot of ``status`` (a ``watch`` update) as plain text ``width`` columns wide,
     every group's tasks shown, times relative to ``now`` (Unix time)."""
-    state = TopState(status=status, received=now, expanded=set(status.get("groups", {})))
+    state = TopState(status=status, received=now, expanded=set(status.groups))
     console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False, record=True)
     console.print(top_view(state, width=width, height=_ROWS, now=now, keys=False))
     return "\n".join(line.rstrip() for line in console.export_text(styles=False).rstrip("\n").splitlines())
 
 
-def snapshots(statuses: Iterable[dict], iterations: int | None, width: int | None = None) -> Iterator[str]:
+def snapshots(statuses: Iterable[Status], iterations: int | None, width: int | None = None) -> Iterator[str]:
     """The snapshots of ``statuses`` as they arrive, ``iterations`` of them (None: until the
     stream ends); ``width``: columns (default: the terminal's, else ``$COLUMNS``, else 120)."""
     if width is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from governor.cli.view_common import tree_order
+from governor.wire.status_types import Group, Status
 
 # Sort columns in the order `s` cycles through them; name ascends, the others descend.
 SORTS = ("share", "cpu", "memory", "tasks", "name")
@@ -40,7 +41,7 @@ class TopState:
         quit: ``q`` was pressed.
     """
 
-    status: dict | None = None
+    status: Status | None = None
     received: float | None = None
     down: str | None = None
     selected: str | None = None
@@ -57,33 +58,36 @@ def visible_groups(state: TopState) -> list[str]:
     """Group names that pass the filter, in the sort column's order (ties by name). In a group
     tree, each group is followed by its child groups (sorted among themselves), and a folded
     group's are left out; a filter shows the groups that match, flat."""
-    groups = (state.status or {}).get("groups", {})
+    groups = _groups(state)
     needle = state.filter.casefold()
     names = sorted(name for name in groups if needle in name.casefold())
     if state.sort != "name":
         names = sorted(names, key=lambda name: -_sort_value(state.sort, groups[name]))  # stable: ties by name
-    if needle or not any(isinstance(g, dict) and g.get("parent") for g in groups.values()):
+    if needle or not any(g.parent for g in groups.values()):
         return names
-    parents = {name: groups[name].get("parent") for name in names if isinstance(groups[name], dict)}
+    parents = {name: groups[name].parent for name in names}
     return [name for depth, name in tree_order(names, parents) if not _hidden(name, parents, state.folded)]
 
 
 def depth_of(state: TopState, name: str) -> int:
     """How deep ``name`` sits in the group tree (0 at the top, or with no tree)."""
-    groups = (state.status or {}).get("groups", {})
+    groups = _groups(state)
     depth, seen = 0, {name}
-    parent = groups.get(name, {}).get("parent") if isinstance(groups.get(name), dict) else None
+    parent = groups[name].parent if name in groups else None
     while parent in groups and parent not in seen:
         seen.add(parent)
         depth += 1
-        parent = groups[parent].get("parent") if isinstance(groups[parent], dict) else None
+        parent = groups[parent].parent
     return depth
 
 
 def is_internal(state: TopState, name: str) -> bool:
     """Whether ``name`` has child groups in the snapshot."""
-    groups = (state.status or {}).get("groups", {})
-    return any(isinstance(g, dict) and g.get("parent") == name for g in groups.values())
+    return any(g.parent == name for g in _groups(state).values())
+
+
+def _groups(state: TopState) -> dict[str, Group]:
+    return dict(state.status.groups) if state.status is not None else {}
 
 
 def _hidden(name: str, parents: dict, folded: set[str]) -> bool:
@@ -189,10 +193,10 @@ def _move(state: TopState, step: int) -> None:
     state.selected = names[max(0, min(len(names) - 1, index))]
 
 
-def _sort_value(column: str, group: dict) -> float:
+def _sort_value(column: str, group: Group) -> float:
     """A group's value in a descending sort column: dominant share, cores or bytes used, tasks."""
     if column == "share":
-        return float(group.get("dominant_share", 0.0))
+        return float(group.dominant_share)
     if column == "tasks":
-        return float(len(group.get("tasks", ())))
-    return float(group.get("usage", {}).get(column, 0.0))
+        return float(len(group.tasks))
+    return float(group.usage.get(column, 0.0))

@@ -52,7 +52,7 @@ class Feed(threading.Thread):
         while not self.stopped.is_set():
             try:
                 for reply in stream(self.path, WatchRequest(self.interval), timeout):
-                    self._send("status", reply.status)
+                    self._send("status", reply.snapshot)
                     if self.stopped.is_set():
                         return
             except DaemonError as error:

@@ -29,6 +29,7 @@ from governor.cli import stall_view
 from governor.cli import view_common as view
 from governor.cli.top_state import TopState, depth_of, is_internal, selected_group, visible_groups
 from governor.config.resources import compressible, find, measured
+from governor.wire.status_types import Gpu, Group as StatusGroup, QueueItem, Status
 
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
 _EVENT_STYLES = {"task_started": "green", "task_ended": "blue", "refill": "cyan", "reload": "magenta",
@@ -65,7 +66,7 @@ COLUMNS_HELP = [
 def top_view(state: TopState, *, width: int, height: int, now: float, keys: bool = True) -> RenderableType:
     """The whole screen for ``state`` at ``width`` × ``height`` cells, times relative to ``now``;
     without ``keys``, no footer of keys (``top -b``'s snapshots)."""
-    status = view.printable(state.status or {})
+    status = view.printable(state.status or Status())
     top: list[RenderableType] = [_title(state, status, width)]
     if state.down is not None:
         stale = f" (data {view.duration(now - state.received)} old)" if state.received else ""
@@ -73,29 +74,30 @@ def top_view(state: TopState, *, width: int, height: int, now: float, keys: bool
     if state.status is None:
         top.append(_line("waiting for the first update from the daemon…", "dim"))
     else:
-        top += [_resource_line(status, r, width) for r in status.get("capacity", {})]
-        foreign = view.foreign_line(status)
+        top += [_resource_line(status, r, width) for r in status.capacity]
+        foreign = view.foreign_line(status.foreign, status.host_capacity)
         if foreign:
             top.append(_line(foreign, "dim"))
-        if view.gpus(status):
-            top.append(_gpus_line(view.gpus(status), width))
-        top.append(_line(f"fair level {float(status.get('fair_level', 0.0)):.1%} per unit of weight · "
+        if status.gpus:
+            top.append(_gpus_line(status.gpus, width))
+        top.append(_line(f"fair level {float(status.fair_level):.1%} per unit of weight · "
                          f"{view.filling(status, now)}"))
-        if stall_view.psi_missing(status):  # said once here, not as a column of zeros
-            top.append(_line(stall_view.psi_missing(status), "dim"))
+        missing = stall_view.psi_missing(status.psi)
+        if missing:  # said once here, not as a column of zeros
+            top.append(_line(missing, "dim"))
     footer = _footer(state)
     room = max(0, height - len(top) - 1)
     body = _help(room, width) if state.help else _body(state, status, width, room, now)
     return Group(*top, *body, *([footer] if keys else []))
 
 
-def _body(state: TopState, status: dict, width: int, room: int, now: float) -> list[RenderableType]:
+def _body(state: TopState, status: Status, width: int, room: int, now: float) -> list[RenderableType]:
     """Groups, expanded tasks, the queue and events in ``room`` lines: groups first, then tasks,
     then the queue (at least its first line), then events."""
-    groups = status.get("groups", {})
+    groups = status.groups
     names = visible_groups(state)
-    events = status.get("events", [])[-_MAX_EVENTS:]
-    queue = view.queue(status)
+    events = status.events[-_MAX_EVENTS:]
+    queue = status.queue
     events_min = 1 + min(2, len(events)) if events else 0
     reserved = events_min + (1 if queue else 0)
     if not names:
@@ -110,7 +112,7 @@ def _body(state: TopState, status: dict, width: int, room: int, now: float) -> l
         left = room - 1 - rows
         for name in names[first:first + rows]:
             if name in state.expanded and left - reserved >= 3:
-                shown = min(len(groups[name].get("tasks", [])), left - reserved - 2)
+                shown = min(len(groups[name].tasks), left - reserved - 2)
                 body += _tasks(name, groups[name], shown, width, now)
                 left -= 2 + shown
     if queue and left >= 1:
@@ -120,15 +122,15 @@ def _body(state: TopState, status: dict, width: int, room: int, now: float) -> l
     if events and left >= 2:
         body.append(_line("recent events", "bold"))
         for event in events[-(left - 1):]:
-            text = Text(f"{view.duration(now - float(event.get('at', now))):>4} ago ", style="dim")
-            kind = str(event.get("kind", "?"))
+            text = Text(f"{view.duration(now - (now if event.at is None else event.at)):>4} ago ", style="dim")
+            kind = view.said(event.kind)
             text.append(f"{kind:<12} ", style=_EVENT_STYLES.get(kind, ""))
-            text.append(str(event.get("message", "")))
+            text.append(event.message)
             body.append(_fit(text))
     return body
 
 
-def _queue(queue: list[dict], width: int, now: float) -> list[Text]:
+def _queue(queue: tuple[QueueItem, ...], width: int, now: float) -> list[Text]:
     """``queue: 2 waiting · #1 task t10 (ops, bob) 40G waits 42s: memory: waits for 4.0G to
     free (held by physics 16.0G)``, then one line per further task, indented under the first:
     the daemon's one reason (:func:`governor.cli.view_common.reason`). A line too wide for
@@ -137,12 +139,11 @@ def _queue(queue: list[dict], width: int, now: float) -> list[Text]:
     lines = []
     for i, entry in enumerate(queue):
         lead = head if i == 0 else " " * len("queue: ")
-        queued_at = entry.get("queued_at")
+        queued_at = entry.queued_at
         waited = f" {view.duration(now - float(queued_at))}" if queued_at is not None else ""
         candidates = [
-            f"#{entry.get('position', i + 1)} {task}{entry.get('task', '?')} "
-            f"({entry.get('group', '?')}, {entry.get('user', entry.get('uid', '?'))}) "
-            f"{view.short('memory', (entry.get('demand') or {}).get('memory'))} waits{waited}: {view.reason(entry)}"
+            f"#{entry.position or i + 1} {task}{entry.task} ({view.said(entry.group)}, {entry.who}) "
+            f"{view.short('memory', entry.demand.get('memory'))} waits{waited}: {view.reason(entry.reason)}"
             for task in ("task ", "")]
         words = next((c for c in candidates if cell_len(lead + c) <= width), candidates[-1])
         text = Text(lead, style="bold yellow" if i == 0 else "")
@@ -151,35 +152,35 @@ def _queue(queue: list[dict], width: int, now: float) -> list[Text]:
     return lines
 
 
-def _groups_table(state: TopState, status: dict, names: list[str], selected: str | None, width: int) -> Table:
+def _groups_table(state: TopState, status: Status, names: list[str], selected: str | None, width: int) -> Table:
     """One row per group in ``names``, with the columns that fit ``width``."""
-    groups, resources = status.get("groups", {}), list(status.get("capacity", {}))
-    fair_level = float(status.get("fair_level", 0.0))
+    groups, resources = status.groups, list(status.capacity)
+    fair_level = float(status.fair_level)
     bar_width = 10 if width >= 100 else 6
     columns: list[tuple[str, str, str, list]] = [  # (key, header, justify, cells)
         ("group", "group", "left", [(">" if n == selected else " ") + "  " * depth_of(state, n) + _marker(state, n) + n
                                     for n in names]),
-        ("w", "w", "right", [view.number(groups[n].get("weight")) for n in names]),
-        ("tasks", "tasks", "right", [str(len(groups[n].get("tasks", ()))) for n in names]),
+        ("w", "w", "right", [view.number(groups[n].weight) for n in names]),
+        ("tasks", "tasks", "right", [str(len(groups[n].tasks)) for n in names]),
         ("dominant", "dom", "left",
-         [",".join(view.label(r) for r in groups[n].get("dominant_resources", ())) or "—" for n in names]),
+         [",".join(view.label(r) for r in groups[n].dominant_resources) or "—" for n in names]),
         ("share", "share", "left", [_share_cell(groups[n], fair_level, bar_width) for n in names]),
-        ("fair", "fair", "right", [f"{fair_level * float(groups[n].get('weight', 1.0)):.1%}" for n in names]),
+        ("fair", "fair", "right", [f"{fair_level * float(groups[n].weight):.1%}" for n in names]),
     ]
     for resource in resources:
         if not measured(resource):  # a device: held whole until the task ends, no use measured
             columns.append(("gpu", f"{resource} r", "right", [
-                view.short(resource, (groups[n].get("reserved") or {}).get(resource)) for n in names]))
+                view.short(resource, groups[n].reserved.get(resource)) for n in names]))
             continue
         key = resource if resource in ("cpu", "memory") else "io"
         held, letter = ("guarantee", "g") if compressible(resource) else ("reserved", "r")
         columns.append((key, f"{_short_label(resource)} {letter}/u", "right", [
-            f"{view.short(resource, (groups[n].get(held) or {}).get(resource))}/"
-            f"{view.short(resource, groups[n].get('usage', {}).get(resource))}" for n in names]))
-    columns.append(("borrow", "borrow", "left", [_borrowed(groups[n].get("borrowed") or {}) for n in names]))
-    columns.append(("pressure", "pressure", "left", [_pressure(groups[n].get("pressure", {})) for n in names]))
-    if stall_view.psi_available(status):
-        columns.append(("stall", "stall", "left", [stall_view.worst_cell(groups[n].get("stall") or {}) for n in names]))
+            f"{view.short(resource, getattr(groups[n], held).get(resource))}/"
+            f"{view.short(resource, groups[n].usage.get(resource))}" for n in names]))
+    columns.append(("borrow", "borrow", "left", [_borrowed(groups[n].borrowed) for n in names]))
+    columns.append(("pressure", "pressure", "left", [_pressure(groups[n].pressure) for n in names]))
+    if stall_view.psi_available(status.psi):
+        columns.append(("stall", "stall", "left", [stall_view.worst_cell(groups[n].stall) for n in names]))
 
     sorted_key = _SORT_COLUMN[state.sort]
     table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, header_style="bold reverse",
@@ -217,29 +218,28 @@ def _fit_columns(columns: list, width: int, sorted_key: str) -> list:
     return [c for c in columns if c[0] in kept]
 
 
-def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[RenderableType]:
+def _tasks(name: str, group: StatusGroup, shown: int, width: int, now: float) -> list[RenderableType]:
     """A title line and a table of the first ``shown`` tasks: pid, user, age, the GPUs it holds
     (only when one of them holds any), command, cap (its declaration; ``soft`` when its memory
     cap is a soft one), its part of the group's
     guarantee (λ × its cpu and I/O), the memory (and GPUs) it reserves and its measured use
     (:mod:`governor.core.vocabulary`)."""
-    tasks = group.get("tasks", [])
+    tasks = group.tasks
     more = f" (showing {shown})" if shown < len(tasks) else ""
-    stalled = f" · stalled {stall_view.stall_words(group['stall'])}" if group.get("stall") else ""
+    stalled = f" · stalled {stall_view.stall_words(group.stall)}" if group.stall else ""
     title = _line(f"  ▾ {name}: {len(tasks)} task{'s' if len(tasks) != 1 else ''}{more}{stalled}", "bold")
-    granted = float(group.get("lambda", 0.0))
+    granted = float(group.lambda_)
     rows = []
-    gpus = any(task.get("gpus") for task in tasks[:shown])
-    stalls = any(task.get("stall") for task in tasks[:shown])
+    gpus = any(task.gpus for task in tasks[:shown])
+    stalls = any(task.stall for task in tasks[:shown])
     for task in tasks[:shown]:
-        demand = {r: float(v) for r, v in task.get("demand", {}).items()}
-        used = task.get("usage", {})
-        rows.append([f"  {view.task_pid(task)}", str(task.get("user", task.get("uid", "?"))),
-                     view.duration(now - float(task.get("started", now))),
-                     *([view.gpu_list(task.get("gpus"))] if gpus else []), task, _cap(demand, task.get("limits", {})),
+        demand = {r: float(v) for r, v in task.demand.items()}
+        rows.append([f"  {view.task_pid(task)}", str(task.who),
+                     view.duration(now - (now if task.started is None else task.started)),
+                     *([view.gpu_list(task.gpus)] if gpus else []), task, _cap(demand, task.limits),
                      _compact(vocabulary.task_guarantee(demand, granted)),
-                     _compact(task.get("reserved") or {}),  # the daemon's figure: a user's two places once
-                     _compact(used), *([stall_view.worst_cell(task.get("stall") or {}).plain] if stalls else [])])
+                     _compact(task.reserved),  # the daemon's figure: a user's two places once
+                     _compact(task.usage), *([stall_view.worst_cell(task.stall).plain] if stalls else [])])
     headers = ("  pid", "user", "age", *(("gpus",) if gpus else ()), "command", "cap", "guarantee", "reserved",
                "use", *(("stall",) if stalls else ()))
     others = sum(max([len(h), *(len(r[i]) for r in rows)]) + 1 for i, h in enumerate(headers) if h != "command")
@@ -256,26 +256,26 @@ def _tasks(name: str, group: dict, shown: int, width: int, now: float) -> list[R
     return [title, table]
 
 
-def _title(state: TopState, status: dict, width: int) -> Text:
-    groups = status.get("groups", {})
-    daemon = status.get("daemon", {})
+def _title(state: TopState, status: Status, width: int) -> Text:
+    groups = status.groups
+    daemon = status.daemon
     parts = ["governor top", f"sort: {state.sort}"]
     if state.filter:
         parts.append(f"filter: {state.filter}")
     if state.status is not None:
-        tasks = sum(len(g.get("tasks", ())) for g in groups.values())
+        tasks = sum(len(g.tasks) for g in groups.values())
         parts += [f"{len(groups)} group{'s' if len(groups) != 1 else ''}, {tasks} task{'s' if tasks != 1 else ''}",
-                  f"daemon {daemon.get('pid', '?')} (cgroup {daemon.get('cgroup_mode', '?')})"]
+                  f"daemon {view.said(daemon.pid)} (cgroup {view.said(daemon.cgroup_mode)})"]
     return _line(" · ".join(parts).ljust(width), "bold reverse")
 
 
-def _resource_line(status: dict, resource: str, width: int) -> Text:
+def _resource_line(status: Status, resource: str, width: int) -> Text:
     """``cpu      ███▒▒···  guaranteed 1.75 · used 1.70 of 1.75 cores`` (memory: ``reserved``):
     █ used, ▒ guaranteed (reserved) and not used, · free."""
-    capacity = float(status.get("capacity", {}).get(resource, 0.0))
-    word = "guaranteed" if compressible(resource) else "reserved"
-    allocated = float(status.get(word, {}).get(resource, 0.0))
-    used = float(status.get("used", {}).get(resource, 0.0))
+    capacity = float(status.capacity.get(resource, 0.0))
+    word, held = ("guaranteed", status.guaranteed) if compressible(resource) else ("reserved", status.reserved)
+    allocated = float(held.get(resource, 0.0))
+    used = float(status.used.get(resource, 0.0))
     words = (f" {word} {view.amount(resource, allocated)} · used {view.amount(resource, used)} "
              f"of {view.amount(resource, capacity, unit=True)}")
     if not measured(resource):  # a device: held whole until the task ends, no use measured
@@ -291,14 +291,14 @@ def _resource_line(status: dict, resource: str, width: int) -> Text:
     return _fit(text)
 
 
-def _gpus_line(gpus: list[dict], width: int) -> Text:
+def _gpus_line(gpus: tuple[Gpu, ...], width: int) -> Text:
     """``gpus      0,1 physics/t7 alice · 3 ops/t8 bob · 2 free``: each holder's GPUs (in the
     order of its first), then the free ones. Too wide for ``width``, the users go, then the
     line is cut."""
     held: dict[str, list[int]] = {}
     for gpu in gpus:
-        held.setdefault("" if gpu.get("task") is None else str(gpu.get("task")), []).append(gpu.get("index"))
-    by_task = {str(g.get("task")): g for g in gpus if g.get("task") is not None}
+        held.setdefault("" if gpu.task is None else gpu.task, []).append(gpu.index)
+    by_task = {g.task: g for g in gpus if g.task is not None}
     candidates = []
     for users in (True, False):
         parts = [f"{view.gpu_list(indices)} {view.gpu_holder(by_task[task], user=users)}"
@@ -319,10 +319,10 @@ def _short_label(resource: str) -> str:
         name[:-len(" write")] + " w" if name.endswith(" write") else name)
 
 
-def _share_cell(group: dict, fair_level: float, bar_width: int) -> Text:
+def _share_cell(group: StatusGroup, fair_level: float, bar_width: int) -> Text:
     """The dominant share as a bar that is full at the group's fair level × weight, then the share."""
-    share = float(group.get("dominant_share", 0.0))
-    target = fair_level * float(group.get("weight", 1.0))
+    share = float(group.dominant_share)
+    target = fair_level * float(group.weight)
     eighths = round(min(1.0, share / target) * bar_width * 8) if target > 0 else 0
     bar = "█" * (eighths // 8) + (_EIGHTHS[eighths % 8] if eighths % 8 else "")
     text = Text(bar.ljust(bar_width, "·"), style="cyan")

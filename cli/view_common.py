@@ -8,7 +8,8 @@ bytes, bytes/s; times in Unix seconds, with ``now`` passed in).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
@@ -19,20 +20,14 @@ from governor.config.resources import Resource, admitted, sized
 from governor.config.resources import format_amount
 from governor.config.units import SUFFIXES, format_number, format_size
 
+if TYPE_CHECKING:  # `governor run` reads a queued launch's reason here: no status types on its way
+    from governor.wire.status_types import ForeignTenant, Gpu, QueueItem, Status, TaskEntry
+
 # Commands longer than this are cut with an ellipsis; the full line is in `--json`.
 COMMAND_CHARS = 40
 # How the daemon enforces I/O guarantees on a device (``status["daemon"]["io_sharing"]``).
 _IO_SHARING = {"io.weight": "work-conserving", "io.bfq.weight": "work-conserving",
                "io.max": "fallback: hard limit, not work-conserving"}
-
-
-def resources(status: dict) -> list[str]:
-    """Resources in capacity order, then any others the snapshot mentions, first seen first."""
-    seen = dict.fromkeys(status.get("capacity", {}))
-    for group in status.get("groups", {}).values():
-        for vector in ("demand", "allocation", "usage", "borrowed"):
-            seen.update(dict.fromkeys(group.get(vector, {})))
-    return list(seen)
 
 
 def label(resource: str) -> str:
@@ -84,20 +79,19 @@ def command(argv: list[str], chars: int = COMMAND_CHARS) -> str:
 PRIVATE = "(private)"
 
 
-def task_command(task: dict, chars: int = COMMAND_CHARS) -> str:
+def task_command(task: TaskEntry, chars: int = COMMAND_CHARS) -> str:
     """What a status task runs: its command line, ``session of <user>`` for a session, or
     :data:`PRIVATE` for another user's task, whose command line the daemon does not send."""
-    if task.get("session"):
-        return command([f"session of {task.get('user', task.get('uid', '?'))}"], chars)
-    if task.get("private"):
+    if task.session:
+        return command([f"session of {task.who}"], chars)
+    if task.private:
         return command([PRIVATE], chars)
-    return command(task.get("command", []), chars)
+    return command(list(task.command), chars)
 
 
-def task_pid(task: dict) -> str:
+def task_pid(task: TaskEntry) -> str:
     """A task's pid, ``—`` where the daemon does not send it (another user's task)."""
-    pid = task.get("pid", "?")
-    return "—" if pid is None else str(pid)
+    return "—" if task.pid is None else str(task.pid)
 
 
 def number(value: object, *, precision: int = 3) -> str:
@@ -123,48 +117,44 @@ def duration(seconds: float) -> str:
     return f"{days}d {hours % 24}h"
 
 
-def filling(status: dict, now: float) -> str:
+def filling(status: Status, now: float) -> str:
     """``last filling 3s ago (launch, 1.2 ms)``, or ``last filling: never``; then, while the
     last filling diverged, a line saying so (its trigger and message) and that the last good
     plan stays in force."""
-    last = status.get("filling", {})
-    text = "last filling: never" if last.get("at") is None else (
-        f"last filling {duration(now - last['at'])} ago ({last.get('trigger', '?')}, "
-        f"{float(last.get('duration_ms', 0)):.1f} ms)")
-    error = last.get("error")
-    if isinstance(error, dict):
-        ago = duration(now - float(error.get("at", now)))
-        text += (f"\nALLOCATION FAILED {ago} ago ({error.get('trigger', '?')}): {error.get('message', '?')}; "
+    last = status.filling
+    text = "last filling: never" if last.at is None else (
+        f"last filling {duration(now - last.at)} ago ({said(last.trigger)}, {float(last.duration_ms):.1f} ms)")
+    error = last.error
+    if error is not None:
+        ago = duration(now - (now if error.at is None else error.at))
+        text += (f"\nALLOCATION FAILED {ago} ago ({said(error.trigger)}): {said(error.message)}; "
                  "the last good plan stays in force")
     return text
 
 
-def queue(status: dict) -> list[dict]:
-    """The memory admission queue (``status["queue"]`` or ``explain["queue"]``), in admission
-    order as the daemon sends it; empty when there is none or the daemon predates it."""
-    entries = status.get("queue") or []
-    return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
+def said(value: object) -> str:
+    """A field the daemon may leave out, as text: ``?`` when it did."""
+    return "?" if value is None else str(value)
 
 
-def short_of(entry: dict) -> Resource | None:
+def short_of(entry: QueueItem) -> Resource | None:
     """The admitted resource a queued task waits for: the first in registry order of which
     something must free (``waiting_for`` memory, ``gpus_waiting_for`` GPUs, above 0), or None."""
     for resource in admitted():
-        value = entry.get(f"{resource.queue}waiting_for")
+        value = entry.waiting_for(resource.queue)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             return resource
     return None
 
 
-def reason(entry: dict) -> str:
-    """Why a queued task waits: the daemon's one string (``reason``, :func:`governor.core.queue.reason`),
-    the same in ``ps``, ``status``, ``explain``, ``top`` and ``run --no-wait``; ``—`` when the
-    entry does not say."""
-    said = entry.get("reason")
+def reason(said: object) -> str:
+    """Why a queued task waits: the daemon's one string (a queue item's ``reason``,
+    :func:`governor.core.queue.reason`), the same in ``ps``, ``status``, ``explain``, ``top``
+    and ``run --no-wait``; ``—`` when the item does not say."""
     return said if isinstance(said, str) and said else "—"
 
 
-def queue_title(queue: list[dict]) -> str:
+def queue_title(queue: Sequence[QueueItem]) -> str:
     """``Queue: 2 tasks waiting for memory, gpu``: the admitted resources the queued tasks are
     actually short of (registry order); none named when they only wait for their turn or a quota."""
     short = {resource.name for entry in queue if (resource := short_of(entry)) is not None}
@@ -173,33 +163,24 @@ def queue_title(queue: list[dict]) -> str:
             + (f" for {', '.join(names)}" if names else ""))
 
 
-def io_sharing(status: dict) -> dict[str, str]:
+def io_sharing(status: Status) -> dict[str, str]:
     """Governed block device → how its I/O guarantee is enforced, for people:
     ``io.weight (work-conserving)`` or ``io.max (fallback: hard limit, not work-conserving)``
     when the device has no proportional I/O controller. Empty for an older daemon or no device."""
-    sharing = status.get("daemon", {}).get("io_sharing") or {}
     return {device: f"{mode} ({_IO_SHARING[mode]})" if mode in _IO_SHARING else str(mode)
-            for device, mode in sharing.items()}
+            for device, mode in status.daemon.io_sharing.items()}
 
 
-def foreign(status: dict) -> dict[str, dict]:
-    """The foreign tenants (``status["foreign"]`` or ``explain["foreign"]``): name → ``path``,
-    ``manager``, ``held``, ``basis``; empty when none, or the daemon predates them."""
-    tenants = status.get("foreign") or {}
-    return {name: tenant for name, tenant in tenants.items() if isinstance(tenant, dict)} \
-        if isinstance(tenants, dict) else {}
-
-
-def foreign_line(status: dict) -> str | None:
-    """One line for the foreign tenants, what they hold subtracted from the host's capacity:
-    ``foreign: slurmstepd.scope (slurm, allocated) cpu 2 · memory 1.0G; of the host's cpu 8 ·
-    memory 16.0G``; None when there is none. Plain text: the caller makes it a Text."""
-    tenants = foreign(status)
+def foreign_line(tenants: Mapping[str, ForeignTenant], host: Mapping[str, float]) -> str | None:
+    """One line for the foreign tenants (``status.foreign`` or explain's), what they hold
+    subtracted from the host's capacity (``host``): ``foreign: slurmstepd.scope (slurm,
+    allocated) cpu 2 · memory 1.0G; of the host's cpu 8 · memory 16.0G``; None when there is
+    none. Plain text: the caller makes it a Text."""
     if not tenants:
         return None
-    held = "; ".join(f"{name} ({tenant.get('manager', '?')}, {tenant.get('basis', '?')}) "
-                     f"{vector(tenant.get('held') or {})}" for name, tenant in tenants.items())
-    return f"foreign: {held}; subtracted from the host's {vector(status.get('host_capacity') or {})}"
+    held = "; ".join(f"{name} ({said(tenant.manager)}, {said(tenant.basis)}) {vector(tenant.held)}"
+                     for name, tenant in tenants.items())
+    return f"foreign: {held}; subtracted from the host's {vector(host)}"
 
 
 def printable(value: object) -> object:
@@ -214,6 +195,11 @@ def printable(value: object) -> object:
         return {printable(key): printable(item) for key, item in value.items()}
     if isinstance(value, list):
         return [printable(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(printable(item) for item in value)
+    fields = getattr(value, "__dataclass_fields__", None)
+    if fields is not None and not isinstance(value, type):  # a typed status's part
+        return type(value)(**{name: printable(getattr(value, name)) for name in fields})
     return value
 
 
@@ -263,7 +249,7 @@ def tree_order(names: list[str], parents: Mapping[str, object]) -> list[tuple[in
 def gpu_list(indices: object) -> str:
     """GPU indices in a short cell: ``0-3,6`` (runs of three or more as a range), ``—`` for
     none (or something that is not a list of numbers, from a hostile daemon)."""
-    if not isinstance(indices, list) or not indices:
+    if not isinstance(indices, (list, tuple)) or not indices:
         return "—"
     numbers = sorted({i for i in indices if isinstance(i, int) and not isinstance(i, bool)})
     if not numbers:
@@ -289,20 +275,13 @@ def short_uuid(uuid: object) -> str:
     return "-".join(parts[:head] + [parts[head][:8]]) if head else uuid[:12]
 
 
-def gpus(status: dict) -> list[dict]:
-    """The status's ``gpus`` (each GPU governed, with its holder), as the daemon sends it; empty
-    when no GPU is governed or the daemon predates GPUs."""
-    entries = status.get("gpus") or []
-    return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
-
-
-def gpu_holder(entry: dict, *, user: bool = True) -> str:
+def gpu_holder(entry: Gpu, *, user: bool = True) -> str:
     """Who holds a GPU of the status's ``gpus``: ``physics/7 alice`` (group/task, and user with
     ``user``), or ``free``."""
-    if entry.get("task") is None:
+    if entry.task is None:
         return "free"
-    held = f"{entry.get('group', '?')}/{entry['task']}"
-    return f"{held} {entry['user']}" if user and entry.get("user") else held
+    held = f"{said(entry.group)}/{entry.task}"
+    return f"{held} {entry.user}" if user and entry.user else held
 
 
 def short(resource: str, value: object) -> str:

@@ -41,7 +41,9 @@ from governor.host.nvml import sample_use
 from governor.core.queue import queue_view
 from governor.core.steady import Steady
 from governor.core.state import Task, Tasks
-from governor.wire.status import StatusReply, build_status, gpu_entries
+from governor.wire.status import StatusReply, gpu_entries, groups_status, psi_entry, sections, status_of
+from governor.wire.status_json import encode
+from governor.wire.status_types import Status
 from governor.wire.visibility import ADMIN, StatusViews, Viewer
 from governor.core.usage import Sample, usage
 
@@ -103,6 +105,8 @@ class Observation:
         self._turns: dict[str, int] = {}  # periodic work done in turn → where it starts next
         self._status: tuple[int, dict] | None = None  # the status reply built at that version
         self._status_tasks: dict[str, tuple] = {}  # its task entries, kept while unchanged
+        self._status_json: dict[int, tuple] = {}  # and their JSON
+        self._snapshot = Status()  # the status last built, typed
         self._status_checked: dict[int, dict] = {}  # and those its encoding checked
         self._views = StatusViews(StatusReply)  # its form for each viewer who may not see all
         self._sampler = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sampler")
@@ -286,6 +290,13 @@ class Observation:
         not modify it."""
         return self.status_reply(viewer).status
 
+    def snapshot(self) -> Status:
+        """The status in full, typed (:class:`~governor.wire.status_types.Status`), built as
+        :meth:`status` is: what the metrics read (they show no command line or pid, so the
+        full form shows no one more than the public one would)."""
+        self._full_reply()
+        return self._snapshot
+
     def status_reply(self, viewer: Viewer = ADMIN) -> StatusReply:
         """The status reply (``{"status": <status>}``) as ``viewer`` sees it, the same object
         for each viewer's form until the status changes: the server encodes a reply once, for
@@ -296,28 +307,36 @@ class Observation:
         """The status reply in full (an admin's), built once per change."""
         if self._status is not None and self._status[0] == self.journal.version:
             return self._status[1]
-        enforcement, policy = self.enforcement, self.policy
-        status = build_status(
-            daemon={"pid": os.getpid(), "started": self.started, "cgroup_mode": self.hierarchy.mode,
-                    "cgroup_root": self.hierarchy.root, "config": policy.source,
-                    "io_sharing": dict(policy.io_sharing), "cpu_saturated": enforcement.cpu_saturated,
-                    "settle_generation": self.inbox.generation,
-                    **({"gpu_guard": self.gpu_guard()} if policy.gpus is not None else {}),
-                    **({"unit_protection": enforcement.units.in_force} if enforcement.units is not None else {}),
-                    **({"notify": self.journal.alerts.counts()}
-                       if policy.config.notify.command and self.journal.alerts is not None else {})},
-            capacity=policy.capacity, allocation=enforcement.allocation, tasks=self.tasks,
-            in_force=self.hierarchy.in_force, usage=self.usage, filling=enforcement.filling,
-            parents=policy.config.parents, place=policy.config.place,
-            fairshare=self.fair_share.standings(time.time()) if self.fair_share else None,
-            queue=queue_view(self.queue, self.queue.admission), events=list(self.journal.events),
-            kept=self._status_tasks, configured=policy.configured(self.tasks.counts()),
-            gpus=gpu_entries(policy.gpus, self.tasks.gpu_holders(), self.tasks),
-            no_psi=self.hierarchy.no_psi, host_capacity=policy.host_capacity, foreign=self.tenants(),
-            caps=policy.root_caps,
-        )
-        self._status = (self.journal.version, StatusReply(status, self._status_checked))
+        policy = self.policy
+        groups = groups_status(tasks=self.tasks, allocation=self.enforcement.allocation, usage=self.usage,
+                               in_force=self.hierarchy.in_force, configured=policy.configured(self.tasks.counts()),
+                               parents=policy.config.parents, place=policy.config.place,
+                               fairshare=self.fair_share.standings(time.time()) if self.fair_share else None,
+                               kept=self._status_tasks)
+        gpus = gpu_entries(policy.gpus, self.tasks.gpu_holders(), self.tasks)
+        host = policy.capacity if policy.host_capacity is None else policy.host_capacity
+        self._snapshot = status_of(groups, **sections(
+            daemon=self._daemon(), capacity=dict(policy.capacity), caps=dict(policy.root_caps or {}),
+            host_capacity=dict(host), foreign={name: tenant.to_json() for name, tenant in self.tenants().items()},
+            filling=self.enforcement.filling, events=list(self.journal.events),
+            queue=queue_view(self.queue, self.queue.admission), psi=psi_entry(self.hierarchy.no_psi),
+            **({"gpus": gpus} if gpus is not None else {})))
+        self._status = (self.journal.version,
+                        StatusReply(encode(self._snapshot, self._status_json), self._status_checked))
         return self._status[1]
+
+    def _daemon(self) -> dict:
+        """The status's ``daemon``: this process, its hierarchy and config, and what is on
+        (the GPU guard, the units' protection, ``[notify]``'s runs) where it is."""
+        enforcement, policy = self.enforcement, self.policy
+        return {"pid": os.getpid(), "started": self.started, "cgroup_mode": self.hierarchy.mode,
+                "cgroup_root": self.hierarchy.root, "config": policy.source,
+                "io_sharing": dict(policy.io_sharing), "cpu_saturated": enforcement.cpu_saturated,
+                "settle_generation": self.inbox.generation,
+                **({"gpu_guard": self.gpu_guard()} if policy.gpus is not None else {}),
+                **({"unit_protection": enforcement.units.in_force} if enforcement.units is not None else {}),
+                **({"notify": self.journal.alerts.counts()}
+                   if policy.config.notify.command and self.journal.alerts is not None else {})}
 
 
 def _read_gpus(hierarchy: Hierarchy, inventory: GpuInventory) -> tuple[GpuUse | None, dict[int, str]]:

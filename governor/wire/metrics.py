@@ -27,6 +27,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from governor.errors import GovernorError
 from governor.core.gpus import GpuUse
 from governor.config.resources import compressible, measured
+from governor.wire.status import EVERYONE
+from governor.wire.status_types import Status
 
 # Scrapes served at once; a connection beyond them is closed at once (a scrape takes ~1 ms).
 MAX_SCRAPES = 16
@@ -47,10 +49,10 @@ class Metrics:
     """The daemon's metrics sink and exporter.
 
     Args:
-        snapshot: returns the latest status object (``governor status --json`` shape).
+        snapshot: returns the latest status (:class:`~governor.wire.status_types.Status`).
     """
 
-    def __init__(self, snapshot: Callable[[], dict], *, pinned: bool = False):
+    def __init__(self, snapshot: Callable[[], Status], *, pinned: bool = False):
         self.pinned = pinned  # --metrics gave the address: it overrides the config's
         self.address: tuple[str, int] | None = None  # where it listens; None: nowhere
         self._listener: socket.socket | None = None
@@ -187,7 +189,7 @@ def _response(status: bytes, body: bytes, kind: bytes, *, length: int | None = N
 class _Snapshot:
     """Gauges built from a status snapshot (and the last GPU sample) on each scrape."""
 
-    def __init__(self, snapshot: Callable[[], dict],
+    def __init__(self, snapshot: Callable[[], Status],
                  gpu: Callable[[], tuple[GpuUse, Mapping[int, tuple[str, str]]] | None] = lambda: None):
         self.snapshot = snapshot
         self.gpu = gpu
@@ -200,14 +202,14 @@ class _Snapshot:
         yield from _gpus(status, self.gpu())
         yield from _notify(status)
 
-    def _groups(self, status: dict):
+    def _groups(self, status: Status):
         capacity = GaugeMetricFamily("governor_capacity", "What governor divides (cores, bytes, bytes/s, GPUs): the "
                                      "host's less the reserve and what foreign tenants hold", labels=["resource"])
-        for resource, amount in status.get("capacity", {}).items():
+        for resource, amount in status.capacity.items():
             capacity.add_metric([resource], amount)
         root_cap = GaugeMetricFamily("governor_root_cap", "The root's cap on a count, never divided (pids: processes "
                                      "and threads, pids.max: the kernel's limit less the reserve)", labels=["resource"])
-        for resource, amount in status.get("caps", {}).items():
+        for resource, amount in status.caps.items():
             root_cap.add_metric([resource], amount)
         share = GaugeMetricFamily("governor_group_dominant_share", "Dominant share of the host (0..1)",
                                   labels=TREE_LABELS)
@@ -228,68 +230,73 @@ class _Snapshot:
                                       "one lowered by past use ([fairshare])", labels=TREE_LABELS)
         past = GaugeMetricFamily("governor_group_past_use", "Decayed past use ([fairshare]): dominant share of "
                                  "the host times seconds", labels=TREE_LABELS)
-        queue = status.get("queue", [])
+        queue = status.queue
         waiting = GaugeMetricFamily("governor_queue_length", "Tasks waiting for their memory to fit",
                                     value=len(queue))
         oldest = GaugeMetricFamily("governor_queue_oldest_wait_seconds", "How long the longest-waiting "
                                    "task has waited (0 with an empty queue)",
-                                   value=max((time.time() - q["queued_at"] for q in queue), default=0))
+                                   value=max((time.time() - q.queued_at for q in queue if q.queued_at is not None), default=0))
         why = GaugeMetricFamily("governor_queue_task_info", "A waiting task (always 1): its group and why it "
                                 "waits, the reason ps, status, explain and top show", labels=["task", "group", "reason"])
         for entry in queue:
-            why.add_metric([str(entry.get("task")), str(entry.get("group")), str(entry.get("reason") or "")], 1)
+            why.add_metric([entry.task, str(entry.group), entry.reason or ""], 1)
         # The idle groups of [groups."*"] (one per account) are one group, "*": one series set.
         accounts = GaugeMetricFamily("governor_idle_accounts", 'Idle groups of [groups."*"] (one per account) '
-                                     'the group "*" stands for', value=status.get("groups", {}).get("*", {})
-                                     .get("accounts", 0))
-        resources = list(status.get("capacity", {}))
-        counts = list(status.get("caps", {}))
-        groups = status.get("groups", {})
-        parents = {group.get("parent") for group in groups.values()}
+                                     'the group "*" stands for', value=_accounts(status))
+        resources = list(status.capacity)
+        counts = list(status.caps)
+        groups = status.groups
+        parents = {group.parent for group in groups.values()}
         for name, group in groups.items():  # idle groups too: their series at zero
             # An internal group's series are its subtree's sums: leaf="false" keeps them out of a sum.
-            leaf = not group.get("internal") and name not in parents
-            tree = [name, group.get("parent") or "", "true" if leaf else "false"]
-            share.add_metric(tree, group["dominant_share"])
-            weight.add_metric(tree, group["weight"])
-            floor.add_metric(tree, group.get("floor", 0.0))
-            tasks.add_metric(tree, len(group["tasks"]))
-            if "effective_weight" in group:
-                effective.add_metric(tree, group["effective_weight"])
-                past.add_metric(tree, group["past_use"])
+            leaf = not group.internal and name not in parents
+            tree = [name, group.parent or "", "true" if leaf else "false"]
+            share.add_metric(tree, group.dominant_share)
+            weight.add_metric(tree, group.weight)
+            floor.add_metric(tree, group.floor or 0.0)
+            tasks.add_metric(tree, len(group.tasks))
+            if group.effective_weight is not None:
+                effective.add_metric(tree, group.effective_weight)
+                past.add_metric(tree, group.past_use or 0.0)
             for resource in counts:  # caps only: no allocation, guarantee or reservation
-                used.add_metric([*tree, resource], group["usage"].get(resource, 0.0))
+                used.add_metric([*tree, resource], group.usage.get(resource, 0.0))
             for resource in resources:
-                allocation.add_metric([*tree, resource], group["allocation"].get(resource, 0.0))
+                allocation.add_metric([*tree, resource], group.allocation.get(resource, 0.0))
                 if measured(resource):  # of a GPU, none: no series, rather than 0
-                    used.add_metric([*tree, resource], group["usage"].get(resource, 0.0))
+                    used.add_metric([*tree, resource], group.usage.get(resource, 0.0))
                 if compressible(resource):
-                    guarantee.add_metric([*tree, resource], group.get("guarantee", {}).get(resource, 0.0))
+                    guarantee.add_metric([*tree, resource], group.guarantee.get(resource, 0.0))
                 else:
-                    reserved.add_metric([*tree, resource], group.get("reserved", {}).get(resource, 0.0))
+                    reserved.add_metric([*tree, resource], group.reserved.get(resource, 0.0))
         yield from (capacity, root_cap, share, weight, floor, tasks, allocation, guarantee, reserved, used, waiting, oldest,
                     why, effective, past, accounts)
 
 
-def _stalls(status: dict):
+def _accounts(status: Status) -> int:
+    """How many idle accounts the row ``"*"`` stands for (0 without it)."""
+    row = status.groups.get(EVERYONE)
+    return row.accounts or 0 if row is not None else 0
+
+
+def _stalls(status: Status):
     """``governor_group_pressure_seconds_total{group,resource,kind}``: how long each group's
     tasks stalled on cpu, memory or I/O (PSI ``total``; ``some``: one of them waited, ``full``:
     all did). No series at all on a host without PSI (status's ``psi``), rather than zeros."""
-    if not status.get("psi", {}).get("available"):
+    if not status.psi.available:
         return
     stalled = CounterMetricFamily("governor_group_pressure_seconds", "Time the group's tasks stalled waiting "
                                   "for the resource (PSI total; kind some: at least one task waited, full: all "
                                   "did), seconds", labels=["group", "resource", "kind"])
-    for name, group in status.get("groups", {}).items():
-        for resource, kinds in group.get("stall", {}).items():
+    for name, group in status.groups.items():
+        for resource, kinds in group.stall.items():
             for kind, stall in kinds.items():
                 stalled.add_metric([name, resource, kind], stall.get("total", 0.0))
     yield stalled
 
 
-def _notify(status: dict):
+def _notify(status: Status):
     """The ``[notify]`` runs by outcome (status's ``daemon.notify``), where a command is given."""
-    counts = status.get("daemon", {}).get("notify")
+    counts = status.daemon.notify
     if counts is None:
         return
     outcomes = CounterMetricFamily("governor_notify_events", "[notify] events by outcome: done, failed (exit, "
@@ -298,40 +305,40 @@ def _notify(status: dict):
     for outcome in ("done", "failed", "dropped", "refused"):
         outcomes.add_metric([outcome], counts.get(outcome, 0))
     yield outcomes
-def _foreign(status: dict):
+def _foreign(status: Status):
     """What the foreign tenants hold, summed per manager (a Slurm scope's jobs, the pods…), and
     the host's capacity before it is subtracted."""
     host = GaugeMetricFamily("governor_host_capacity", "The host's capacity less the reserve, before foreign "
                              "tenants' holdings are subtracted (cores, bytes, bytes/s, GPUs)", labels=["resource"])
-    for resource, amount in status.get("host_capacity", {}).items():
+    for resource, amount in status.host_capacity.items():
         host.add_metric([resource], amount)
     held = GaugeMetricFamily("governor_foreign_held", "What subtrees other managers own hold: allocated (Slurm's "
                              "jobs) or used (cores, bytes)", labels=["manager", "resource"])
     sums: dict[tuple[str, str], float] = {}
-    for tenant in status.get("foreign", {}).values():
-        for resource, amount in tenant["held"].items():
-            sums[tenant["manager"], resource] = sums.get((tenant["manager"], resource), 0.0) + amount
+    for tenant in status.foreign.values():
+        manager = str(tenant.manager)
+        for resource, amount in tenant.held.items():
+            sums[manager, resource] = sums.get((manager, resource), 0.0) + amount
     for labels, amount in sorted(sums.items()):
         held.add_metric(list(labels), amount)
     yield from (host, held)
 
 
-def _gpus(status: dict, sample: tuple[GpuUse, Mapping[int, tuple[str, str]]] | None):
+def _gpus(status: Status, sample: tuple[GpuUse, Mapping[int, tuple[str, str]]] | None):
     """The GPU gauges: how many, who holds each (from the status), and NVML's last sample."""
-    if "gpu" in status.get("capacity", {}):
+    if "gpu" in status.capacity:
         yield GaugeMetricFamily("governor_gpus", "GPUs governor hands out (whole devices; a MIG instance "
-                                "counts as one)", value=status["capacity"]["gpu"])
-    entries = status.get("gpus")
+                                "counts as one)", value=status.capacity["gpu"])
+    entries = status.gpus
     if entries is None:
         return  # no GPU governed: no GPU series at all
     held = GaugeMetricFamily("governor_gpu_held", "1 while a task holds the GPU (labels: its group and task), "
                              "0 while it is free (group and task empty); one series per governed GPU",
                              labels=["gpu", "uuid", "group", "task"])
     for gpu in entries:
-        holder = gpu.get("task")
-        free = holder is None
-        held.add_metric([str(gpu.get("index")), gpu.get("uuid") or "", "" if free else str(gpu.get("group") or ""),
-                         "" if free else str(holder)], 0 if free else 1)
+        free = gpu.task is None
+        held.add_metric([str(gpu.index), gpu.uuid or "", "" if free else gpu.group or "",
+                         "" if free else gpu.task], 0 if free else 1)
     yield held
     if sample is None:
         return
@@ -346,8 +353,7 @@ def _gpus(status: dict, sample: tuple[GpuUse, Mapping[int, tuple[str, str]]] | N
     for index, used in sorted(use.memory_used.items()):
         memory.add_metric([str(index)], used)
     # Only tasks that still run: one that ended since the sample has no series.
-    running = {(name, str(task.get("id"))) for name, group in status.get("groups", {}).items()
-               for task in group.get("tasks", [])}
+    running = {(name, task.id) for name, group in status.groups.items() for task in group.tasks}
     by_task: dict[tuple[str, str], int] = {}
     for pid, used in use.process_memory.items():
         if owners.get(pid) in running:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from governor.wire.fields import reply_field as _field
 from governor.wire.launch_types import LaunchReply, Queued, Started
+from governor.wire.status_json import decode as decode_status
+from governor.wire.status_types import Status
 
 __all__ = ["ExplainReply", "HistoryReply", "LaunchReply", "PsReply", "Queued", "ReloadReply", "SetWeightReply", "Started", "StatusReply",
            "StopReply"]
@@ -21,10 +23,14 @@ __all__ = ["ExplainReply", "HistoryReply", "LaunchReply", "PsReply", "Queued", "
 
 @dataclass
 class StatusReply:
-    """``status`` and each line of ``watch``: ``{"status": {...}}`` (docs/operator.md).
-    Not frozen: the daemon's own (:class:`governor.wire.status.StatusReply`) keeps its encoding."""
+    """``status`` and each line of ``watch``: ``{"status": {...}}`` (docs/operator.md):
+    ``status``, the object as sent (what ``status --json`` prints), and ``snapshot``, the same
+    decoded (:func:`governor.wire.status_json.decode`), which the views read; the daemon's
+    own reply leaves it None. Not frozen: the daemon's own
+    (:class:`governor.wire.status.StatusReply`) keeps its encoding."""
 
     status: dict
+    snapshot: Status | None = None
 
     def to_json(self) -> dict:
         """The payload."""
@@ -32,8 +38,10 @@ class StatusReply:
 
     @classmethod
     def from_json(cls, payload: dict) -> StatusReply:
-        """The reply (raises ValueError for another payload)."""
-        return cls(_field(payload, "status", dict))
+        """The reply, decoded (raises ValueError for another payload, and
+        :class:`~governor.wire.status_json.MalformedStatus` naming a malformed field)."""
+        status = _field(payload, "status", dict)
+        return cls(status, decode_status(status))
 
 
 @dataclass(frozen=True)

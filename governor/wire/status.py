@@ -1,20 +1,26 @@
-"""The status object the daemon serves (``governor status --json``; schema in docs/operator.md). Pure."""
+"""The status the daemon serves (``governor status --json``; schema in docs/operator.md), built
+typed (:mod:`governor.wire.status_types`) a section at a time: :func:`groups_status`, the
+sections other modules keep as JSON objects (:func:`sections`), :func:`status_of` with the sums;
+then encoded once (:func:`governor.wire.status_json.encode`) into its reply (:class:`StatusReply`).
+Pure."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 import orjson
 
 from governor.core import vocabulary
-from governor.core.foreign_capacity import Tenant
 from governor.core.model import Allocation
 from governor.wire.protocol import as_line, encode_json
 from governor.config.resources import find
 from governor.core.state import SHOWN_COMMAND_CHARS, Tasks
 from governor.core.usage import STALL, stalls
 from governor.wire.reply_types import StatusReply as WireStatusReply
+from governor.wire.status_json import decode_section
+from governor.wire.status_types import Group, Status, TaskEntry
 
 
 def split_usage(vector: Mapping[str, float]) -> tuple[dict[str, float], dict[str, float]]:
@@ -32,67 +38,45 @@ def psi_entry(no_psi: str | None) -> dict:
     return {"available": no_psi is None, "why": no_psi}
 
 
-def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: Allocation | None, tasks: Tasks,
-                 in_force: Callable[[str], dict[str, str]], usage: Mapping[str, Mapping[str, float]],
-                 filling: dict, queue: list[dict], events: list[dict], kept: dict | None = None,
-                 configured: Mapping[str, dict] | None = None,
-                 parents: Mapping[str, str] | None = None, place: Callable[[str], str] = str,
-                 fairshare: Mapping[str, object] | None = None, gpus: list[dict] | None = None,
-                 no_psi: str | None = None,
-                 host_capacity: Mapping[str, float] | None = None, foreign: Mapping[str, Tenant] | None = None,
-                 caps: Mapping[str, int] | None = None) -> dict:
-    """Assemble the status object.
+def groups_status(*, tasks: Tasks, allocation: Allocation | None, usage: Mapping[str, Mapping[str, float]],
+                  in_force: Callable[[str], dict[str, str]], configured: Mapping[str, dict] | None = None,
+                  parents: Mapping[str, str] | None = None, place: Callable[[str], str] = str,
+                  fairshare: Mapping[str, object] | None = None,
+                  kept: dict | None = None) -> dict[str, Group]:
+    """The status's ``groups``: every group of the host, by name.
 
     Args:
-        daemon: ``pid``, ``started`` (unix s), ``cgroup_mode``, ``cgroup_root``, ``config``,
-            ``io_sharing`` (device → ``io.weight``/``io.bfq.weight``/``io.max``).
-        capacity: what governor divides (cores, bytes, bytes/s): ``host_capacity`` (the
-            host's less the reserve; None: the same) less what the ``foreign`` tenants hold
-            (name → :class:`~governor.core.foreign_capacity.Tenant`; status's ``foreign``).
-        caps: the root's cap on each count, never divided (``pids``: processes and threads,
-            :func:`governor.config.resources.caps`); status's ``caps``.
-        allocation: the last progressive filling's answer, None with no task.
         tasks: the running tasks.
-        in_force: cgroup (relative) → kernel file → value the kernel accepted.
+        allocation: the last progressive filling's answer, None with no task.
         usage: cgroup (relative) → measured usage (:func:`governor.core.usage.usage`).
-        filling: ``at`` (unix s or None), ``trigger``, ``duration_ms``, ``files_written`` of
-            the last filling.
-        queue: the waiting tasks (:func:`governor.core.queue.queue_view`).
-        events: recent events, oldest first: ``at`` (unix s), ``kind``, ``message``.
-        kept: the task entries of the last status, by cgroup, replaced by this one's: a task
-            whose record, limits in force and usage are the same objects keeps its entry (a
-            status of 1,000 tasks in a launch storm rebuilt them all, 4 ms each time).
+        in_force: cgroup (relative) → kernel file → value the kernel accepted.
         configured: every group of the host → ``weight``, ``floor``, ``members`` and
             ``everyone`` (a group of ``[groups."*"]`` at its weight): each is listed, idle or not
-            (an idle one with no task, zeros and ``"idle": true``), but idle ones of everyone.
+            (an idle one with no task, zeros and ``idle``), but idle ones of everyone.
         parents: group → the group it nests under (a group tree); place: group → its cgroup
             (relative), where its limits are.
         fairshare: group → its :class:`~governor.core.fairshare.Standing` with ``[fairshare]``:
             each group then says its ``effective_weight`` and ``past_use`` (decayed,
             capacity-seconds).
-        gpus: with GPUs governed, each GPU (:meth:`governor.core.gpus.Gpu.to_json`) with its
-            holder's ``task``, ``group`` and ``user`` (None when free): the status's ``gpus``.
-        no_psi: why the host has no pressure stall information (None: it has): the status's
-            ``psi`` (:func:`psi_entry`), said once there rather than by zeros in every group.
+        kept: the task entries of the last status, by cgroup, replaced by this one's: a task
+            whose record, limits in force and usage are the same objects keeps its entry (a
+            status of 1,000 tasks in a launch storm rebuilt them all, 4 ms each time), and so
+            its JSON (:func:`governor.wire.status_json.encode`).
 
-    Per group, :meth:`GroupAllocation.to_json` (weight, allocation, dominant resources and
-    share, stop) with the words of :mod:`governor.core.vocabulary`: ``floor``, ``demand`` (its cap:
-    the sum of its tasks' declarations), ``guarantee`` (the compressible part of its
-    allocation), ``reserved`` (memory and GPUs: the sum of its tasks', each of which says its
-    own, :func:`governor.core.vocabulary.reserved_by_task`: what admission counts), ``usage``,
-    ``borrowed``; and ``lambda``, ``limits``, ``pressure`` (throttling signs), ``stall`` (PSI: resource → ``some``/``full`` →
-    ``avg10`` percent, ``total`` seconds; empty without PSI, as in each task), ``members``,
-    ``idle``, ``tasks``. At the top, ``guaranteed`` and ``reserved``
-    are the sums of the groups'. ``fair_level`` is the highest dominant share / weight among the
-    groups: the water level at which the last filling stopped the groups a saturated resource
-    held back. Each group says its ``parent`` (None at the top); an internal group of a tree
-    (``"internal": true``) shows the sums of its subtree (allocation, demand, guarantee,
-    reserved, usage) and counts in no total: its children do. The idle groups of
-    ``[groups."*"]`` are one row, ``"*"``, whose ``accounts`` says how many
-    (:func:`_idle_everyone`); its weight and floor are each one's.
+    Per group, its allocation (:meth:`GroupAllocation.to_json`: weight, allocation, dominant
+    resources and share, stop) with the words of :mod:`governor.core.vocabulary`: ``floor``,
+    ``demand`` (its cap: the sum of its tasks' declarations), ``guarantee`` (the compressible
+    part of its allocation), ``reserved`` (memory and GPUs: the sum of its tasks', each of
+    which says its own, :func:`governor.core.vocabulary.reserved_by_task`: what admission
+    counts), ``usage``, ``borrowed``; and ``lambda``, ``limits``, ``pressure`` (throttling
+    signs), ``stall`` (PSI, as in each task), ``members``, ``idle``, ``tasks``. Each group says
+    its ``parent`` (None at the top); an internal group of a tree (``internal``) shows the sums
+    of its subtree (allocation, demand, guarantee, reserved, usage) and counts in no total: its
+    children do. The idle groups of ``[groups."*"]`` are one row, ``"*"``, whose ``accounts``
+    says how many (:func:`_idle_everyone`); its weight and floor are each one's.
     """
     parents = parents or {}
-    groups = {}
+    groups: dict[str, Group] = {}
     last = kept or {}
     entries: dict[str, tuple] = {}
     configured = configured or {}
@@ -103,63 +87,78 @@ def build_status(*, daemon: dict, capacity: Mapping[str, float], allocation: All
         group_usage, group_pressure = split_usage(usage.get(name, {}))
         granted = vocabulary.guarantee(got.allocation if got else {})
         about = configured.get(name, {})
-        groups[name] = {
-            **(got.to_json() if got else _NOT_ALLOCATED),
-            "floor": about.get("floor", 0.0),
-            "members": list(about.get("members", [])),
-            "idle": False,
-            "demand": dict(demands[name]),
-            "guarantee": granted,
-            "reserved": vocabulary.total(reserved[t.id] for t in members),
-            "lambda": float(got.tasks) if got else 0.0,
-            "limits": in_force(place(name)),
-            "usage": group_usage,
-            "borrowed": vocabulary.borrowed(group_usage, granted),
-            "pressure": group_pressure,
-            "stall": stalls(usage.get(name, {})),
-            "tasks": [_task(t, in_force, usage, reserved[t.id], last, entries) for t in members],
-        }
+        groups[name] = Group(
+            **_allocated(got), floor=about.get("floor", 0.0), members=tuple(about.get("members", ())), idle=False,
+            demand=dict(demands[name]), guarantee=granted, reserved=vocabulary.total(reserved[t.id] for t in members),
+            lambda_=float(got.tasks) if got else 0.0, limits=in_force(place(name)), usage=group_usage,
+            borrowed=vocabulary.borrowed(group_usage, granted), pressure=group_pressure,
+            stall=stalls(usage.get(name, {})),
+            tasks=tuple(_task(t, in_force, usage, reserved[t.id], last, entries) for t in members))
     summed_up = _idle_everyone(configured, groups, fairshare or {})
     for name, about in configured.items():
         if name not in groups and name not in summed_up:
             groups[name] = _idle(about)
     if summed_up:
-        groups[EVERYONE] = {**_idle(configured[next(iter(summed_up))]), "members": [], "accounts": len(summed_up)}
-    leaves = list(groups.values())
+        groups[EVERYONE] = replace(_idle(configured[next(iter(summed_up))]), members=(), accounts=len(summed_up))
     for name, got in (allocation.nodes.items() if allocation else ()):
         below = [group for leaf, group in groups.items() if name in _ancestors(leaf, parents)]
         granted = vocabulary.guarantee(got.allocation)
-        group_usage = vocabulary.total(g["usage"] for g in below)
-        groups[name] = {**got.to_json(), "internal": True, "idle": False,
-                        "floor": configured.get(name, {}).get("floor", 0.0), "members": [],
-                        "demand": vocabulary.total(g["demand"] for g in below), "guarantee": granted,
-                        "reserved": vocabulary.total(g["reserved"] for g in below), "lambda": 0.0,
-                        "limits": in_force(place(name)), "usage": group_usage,
-                        "borrowed": vocabulary.borrowed(group_usage, granted), "pressure": {}, "stall": {},
-                        "tasks": []}
-    for name, group in groups.items():
-        group["parent"] = parents.get(name)
-        standing = (fairshare or {}).get(name)
-        if standing is not None:
-            group["effective_weight"], group["past_use"] = standing.effective, standing.usage
+        group_usage = vocabulary.total(g.usage for g in below)
+        groups[name] = Group(**_allocated(got), internal=True, idle=False,
+                             floor=configured.get(name, {}).get("floor", 0.0),
+                             demand=vocabulary.total(g.demand for g in below), guarantee=granted,
+                             reserved=vocabulary.total(g.reserved for g in below), limits=in_force(place(name)),
+                             usage=group_usage, borrowed=vocabulary.borrowed(group_usage, granted))
     if kept is not None:
         kept.clear()
         kept.update(entries)
-    fair_level = max((g["dominant_share"] / g["weight"] for g in leaves), default=0.0)
-    return {"daemon": daemon, "capacity": dict(capacity), "caps": dict(caps or {}),
-            "host_capacity": dict(capacity if host_capacity is None else host_capacity),
-            "foreign": {name: tenant.to_json() for name, tenant in (foreign or {}).items()},
-            "guaranteed": vocabulary.total(g["guarantee"] for g in leaves),
-            "reserved": vocabulary.total(g["reserved"] for g in leaves),
-            "used": vocabulary.total(g["usage"] for g in leaves),
-            "filling": dict(filling), "fair_level": fair_level, "events": events, "groups": groups,
-            "queue": queue, "psi": psi_entry(no_psi), **({"gpus": gpus} if gpus is not None else {})}
+    return {name: _placed(group, parents.get(name), (fairshare or {}).get(name)) for name, group in groups.items()}
+
+
+def status_of(groups: Mapping[str, Group], **sections) -> Status:
+    """The status: ``groups`` (:func:`groups_status`) with the sums of the groups' that count
+    (not the internal ones of a tree): ``guaranteed``, ``reserved`` and ``used``, and
+    ``fair_level``, the highest dominant share / weight among them (the water level at which
+    the last filling stopped the groups a saturated resource held back); ``sections``: the
+    other fields of :class:`~governor.wire.status_types.Status` (``daemon``, ``capacity``,
+    ``queue``…)."""
+    leaves = [group for group in groups.values() if not group.internal]
+    return Status(groups=groups, guaranteed=vocabulary.total(g.guarantee for g in leaves),
+                  reserved=vocabulary.total(g.reserved for g in leaves), used=vocabulary.total(g.usage for g in leaves),
+                  fair_level=max((g.dominant_share / g.weight for g in leaves), default=0.0), **sections)
+
+
+def sections(**given: object) -> dict:
+    """The status's sections that other modules hand over as JSON objects (``filling``,
+    ``events``, ``queue`` from :func:`governor.core.queue.queue_view`, ``gpus`` from
+    :func:`gpu_entries`, ``daemon``), typed as the client's decoder types them.
+
+    Raises:
+        MalformedStatus: a section that is not of its type (a bug of its maker).
+    """
+    return {name: decode_section(name, value) for name, value in given.items()}
+
+
+def _allocated(got) -> dict:
+    """A group's allocation fields (a :class:`~governor.core.model.GroupAllocation` or None:
+    not allocated yet, its first filling to come)."""
+    if got is None:
+        return {}
+    about = got.to_json()
+    return {**about, "dominant_resources": tuple(about["dominant_resources"])}
+
+
+def _placed(group: Group, parent: str | None, standing) -> Group:
+    """``group`` with its ``parent`` and, with ``[fairshare]``, its standing."""
+    if standing is None:
+        return replace(group, parent=parent) if parent is not None else group
+    return replace(group, parent=parent, effective_weight=standing.effective, past_use=standing.usage)
 
 
 EVERYONE = "*"  # the status's one row for the idle groups of [groups."*"]
 
 
-def _idle_everyone(configured: Mapping[str, dict], busy: Mapping[str, dict],
+def _idle_everyone(configured: Mapping[str, dict], busy: Mapping[str, Group],
                    fairshare: Mapping[str, object]) -> dict[str, None]:
     """The idle groups of ``[groups."*"]`` (one per account of the host) that status sums up
     in one row, :data:`EVERYONE`: those with no task (not in ``busy``), no past use
@@ -171,12 +170,9 @@ def _idle_everyone(configured: Mapping[str, dict], busy: Mapping[str, dict],
                          and not getattr(fairshare.get(name), "usage", 0.0))
 
 
-def _idle(about: Mapping[str, object]) -> dict:
+def _idle(about: Mapping[str, object]) -> Group:
     """A group's entry with no task: zeros, and its ``weight``, ``floor`` and ``members``."""
-    return {**_NOT_ALLOCATED, "weight": about["weight"], "floor": about["floor"],
-            "members": list(about.get("members", [])), "idle": True, "demand": {}, "guarantee": {},
-            "reserved": {}, "lambda": 0.0, "limits": {}, "usage": {}, "borrowed": {}, "pressure": {}, "stall": {},
-            "tasks": []}
+    return Group(weight=about["weight"], floor=about["floor"], members=tuple(about.get("members", ())), idle=True)
 
 
 def gpu_entries(inventory, holders: Mapping[int, str], tasks: Tasks) -> list[dict] | None:
@@ -203,15 +199,11 @@ def _ancestors(group: str, parents: Mapping[str, str]) -> list[str]:
     return found
 
 
-# A group with tasks but no allocation yet (its first filling is still to come).
-_NOT_ALLOCATED = {"weight": 1.0, "allocation": {}, "dominant_resources": [], "dominant_share": 0.0, "stop": ""}
-
-
 _UNSAMPLED: Mapping[str, float] = {}  # one object: an unsampled task keeps its entry too
 
 
 def _task(task, in_force: Callable[[str], dict[str, str]], usage: Mapping[str, Mapping[str, float]],
-          reserved: dict[str, float], kept: Mapping[str, tuple], entries: dict[str, tuple]) -> dict:
+          reserved: dict[str, float], kept: Mapping[str, tuple], entries: dict[str, tuple]) -> TaskEntry:
     limits, sampled = in_force(task.cgroup), usage.get(task.cgroup, _UNSAMPLED)
     last = kept.get(task.cgroup)
     # A session's reserved follows its user's other place's use too: compared, not identity.
@@ -219,8 +211,9 @@ def _task(task, in_force: Callable[[str], dict[str, str]], usage: Mapping[str, M
         entries[task.cgroup] = last
         return last[4]
     used, pressure = split_usage(sampled)
-    entry = {**task.to_json(command_chars=SHOWN_COMMAND_CHARS), "limits": limits, "reserved": reserved, "usage": used,
-             "pressure": pressure, "stall": stalls(sampled)}
+    about = task.to_json(command_chars=SHOWN_COMMAND_CHARS)
+    entry = TaskEntry(**{**about, "command": tuple(about["command"]), "gpus": tuple(about["gpus"])}, limits=limits,
+                      reserved=reserved, usage=used, pressure=pressure, stall=stalls(sampled))
     entries[task.cgroup] = (task, limits, sampled, reserved, entry)
     return entry
 

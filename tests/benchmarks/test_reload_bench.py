@@ -82,7 +82,7 @@ EVERYONE = ('[capacity]\ncpu = 2\nmemory = "4G"\n[groups.A]\nusers = ["root"]\n[
 
 def test_status_of_10000_accounts(benchmark, tmp_path):
     accounts = {"A": ["root"], "daemon": ["daemon"], **{f"u{i:05d}": [f"u{i:05d}"] for i in range(GROUPS - 1)}}
-    metrics = Metrics(lambda: server.observation.status())
+    metrics = Metrics(lambda: server.observation.snapshot())
     server = make_daemon(tmp_path, EVERYONE, members=lambda config: accounts, metrics=metrics)
     launch(server, 100, group="daemon", cpu=1.0, memory=GIB // 4)
 

@@ -7,6 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
 from governor.cli.status_view import status_renderables
+from governor.wire.status_json import decode
 from support.status_sample import NOW
 
 
@@ -19,8 +20,9 @@ def samples(metrics) -> dict[tuple[str, tuple], float]:
 
 
 def render(status: dict, width: int, now: float = NOW) -> str:
-    """``governor status``'s output for ``status`` at ``width`` columns, as plain text."""
+    """``governor status``'s output for ``status`` (the JSON object, decoded as the client
+    does) at ``width`` columns, as plain text."""
     console = Console(record=True, width=width, file=io.StringIO())
-    for renderable in status_renderables(status, now=now):
+    for renderable in status_renderables(decode(status), now=now):
         console.print(renderable)
     return console.export_text()

@@ -17,7 +17,7 @@ from governor.wire.metrics import Metrics
 
 @pytest.fixture
 def tree(tmp_path):
-    metrics = Metrics(lambda: daemon.observation.status())
+    metrics = Metrics(lambda: daemon.observation.snapshot())
     daemon = make_daemon(tmp_path, TREE, metrics=metrics)
     return daemon
 

@@ -18,6 +18,7 @@ from governor.cli.top_state import TopState, press
 from governor.cli.top_view import top_view
 from support.status_sample import NOW, STATUS
 from support.task_rows import ENDED, ROWS
+from governor.wire.status_json import decode
 
 LONG_USER = "alexandrina-montgomery"  # a long user name: shown whole (wrapped), never "alex…"
 EXPLAIN = {"capacity": {"cpu": 16, "memory": 64 * 1024**3},
@@ -39,12 +40,12 @@ def rendered(renderables, width: int, terminal: bool) -> str:
 def views(width: int):
     rows = copy.deepcopy(ROWS)
     rows[0]["user"] = LONG_USER
-    state = TopState(status=copy.deepcopy(STATUS), received=NOW)
+    state = TopState(status=decode(copy.deepcopy(STATUS)), received=NOW)
     press(state, "enter")
     return {
         "ps": [tasks_table(rows, now=1100.0, users=True)],
         "ps --ended": [ended_table(ENDED, now=1000.0, users=True)],
-        "status": status_renderables(STATUS, now=NOW),
+        "status": status_renderables(decode(STATUS), now=NOW),
         "top": [top_view(state, width=width, height=50, now=NOW)],
         "explain": explain_renderables(EXPLAIN, now=NOW),
     }
@@ -74,10 +75,10 @@ def test_no_view_cuts_a_number_with_gpus_governed(width, terminal):
     rows = copy.deepcopy(ROWS)
     rows[0]["gpus"], rows[0]["demand"]["gpu"] = [0, 1, 2, 3, 6], 5
     rows[1]["gpus"], rows[1]["demand"]["gpu"] = [], 2
-    state = TopState(status=copy.deepcopy(status), received=NOW)
+    state = TopState(status=decode(copy.deepcopy(status)), received=NOW)
     press(state, "enter")
     for name, renderables in {"ps": [tasks_table(rows, now=1100.0, users=True)],
-                              "status": status_renderables(status, now=NOW),
+                              "status": status_renderables(decode(status), now=NOW),
                               "top": [top_view(state, width=width, height=50, now=NOW)]}.items():
         text = rendered(renderables, width, terminal)
         assert max(len(line) for line in text.splitlines()) <= width, name

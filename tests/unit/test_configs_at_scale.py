@@ -21,7 +21,7 @@ from governor.core.fairshare import Standing
 from governor.wire.metrics import Metrics
 from governor.wire.protocol import Peer, ReloadRequest, StatusRequest
 from governor.core.state import Tasks
-from governor.wire.status import build_status
+from governor.wire.status import groups_status
 
 CONFIG = '[capacity]\ncpu = 2\nmemory = "4G"\n[groups.A]\nweight = 1\nusers = ["root"]\n[sessions]\nenabled = false\n'
 
@@ -126,7 +126,7 @@ def accounts(config):
 
 
 def test_status_and_metrics_sum_up_the_idle_groups_of_everyone_and_list_one_with_tasks(tmp_path):
-    metrics = Metrics(lambda: daemon.observation.status())
+    metrics = Metrics(lambda: daemon.observation.snapshot())
     daemon = make_daemon(tmp_path, EVERYONE, members=accounts, metrics=metrics)
     launch(daemon, 100, group="daemon", cpu=1.0, memory=GIB // 4)
     daemon.requests.set_weight("bin", 5.0, "root")  # a weight of its own: listed
@@ -148,10 +148,10 @@ def test_an_idle_group_of_everyone_with_past_use_is_listed():
                   "u2": {"weight": 1.0, "floor": 0.5, "members": ["u2"], "everyone": True},
                   "u3": {"weight": 1.0, "floor": 0.5, "members": ["u3"], "everyone": True}}
     past = {"u2": Standing(weight=1.0, usage=30.0, usage_share=1.0, weight_share=0.5, factor=0.25, effective=0.25)}
-    status = build_status(daemon={}, capacity={"cpu": 2.0}, allocation=None, tasks=Tasks(), in_force=lambda rel: {},
-                          usage={}, filling={}, queue=[], events=[], configured=configured, fairshare=past)
-    assert set(status["groups"]) == {"u2", "*"} and status["groups"]["*"]["accounts"] == 2
-    assert status["groups"]["u2"]["past_use"] == 30.0
+    groups = groups_status(allocation=None, tasks=Tasks(), in_force=lambda rel: {}, usage={}, configured=configured,
+                           fairshare=past)
+    assert set(groups) == {"u2", "*"} and groups["*"].accounts == 2
+    assert groups["u2"].past_use == 30.0
 
 
 def test_status_view_shows_the_row_of_everyone_with_its_accounts():

@@ -22,6 +22,7 @@ from governor.wire.metrics import Metrics
 from governor.wire.protocol import Peer, StatusRequest
 from governor.core.state import Task
 from support.daemons import GIB, on_loop
+from governor.wire.status_types import Status
 
 GOVERNOR = str(Path(sys.executable).with_name("governor"))
 SCENARIO = Path(__file__).resolve().parents[2] / "configs" / "scenarios" / "paper.toml"
@@ -61,9 +62,9 @@ def test_a_taken_metrics_port_is_a_governor_error():
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(GovernorError, match=f"cannot serve metrics on 127.0.0.1:{port}: Address already in use"):
-            Metrics(dict).bind("127.0.0.1", port)
+            Metrics(Status).bind("127.0.0.1", port)
     with pytest.raises(GovernorError, match="cannot serve metrics on no-such-host.invalid"):
-        Metrics(dict).bind("no-such-host.invalid", 9)
+        Metrics(Status).bind("no-such-host.invalid", 9)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="governor daemon runs as root only")

@@ -29,6 +29,7 @@ from support.daemons import CONFIG, GIB, collect, make_daemon, on_loop
 from support.rendered import render, samples
 from support.sessions import session_daemon
 from support.status_sample import NOW, STATUS
+from governor.wire.status_json import decode
 
 MIB = 1024**2
 GROUPS = '[groups."*"]\n'
@@ -255,7 +256,7 @@ def test_status_top_and_explain_show_a_foreign_row_and_escape_its_name():
     assert "capacity = the host's cpu 16" in text
     assert "Foreign" not in render(STATUS, 80)  # none: no table
     console = Console(record=True, width=200, file=io.StringIO())
-    console.print(top_view(TopState(status=status, received=NOW), width=200, height=40, now=NOW))
+    console.print(top_view(TopState(status=decode(status), received=NOW), width=200, height=40, now=NOW))
     top = console.export_text()
     assert "foreign: slurmstepd.scope (slurm, allocated) cpu 2 · memory 4.0G" in top and HOSTILE in top
     console = Console(record=True, width=200, file=io.StringIO())
@@ -267,7 +268,7 @@ def test_status_top_and_explain_show_a_foreign_row_and_escape_its_name():
 
 def test_the_metrics_sum_what_foreign_tenants_hold_per_manager():
     status = _with_foreign(STATUS)
-    found = samples(Metrics(lambda: status))
+    found = samples(Metrics(lambda: decode(status)))
     assert found["governor_foreign_held", (("manager", "slurm"), ("resource", "cpu"))] == 2.0
     assert found["governor_foreign_held", (("manager", "config"), ("resource", "memory"))] == GIB
     assert found["governor_host_capacity", (("resource", "cpu"),)] == 16.0

@@ -5,10 +5,11 @@ from support.status_sample import STATUS
 from support.waits import until
 
 from governor.wire.metrics import Metrics
+from governor.wire.status_json import decode
 
 
 def test_group_gauges_come_from_the_snapshot():
-    metrics = Metrics(lambda: STATUS)
+    metrics = Metrics(lambda: decode(STATUS))
     got = samples(metrics)
     for name, group in STATUS["groups"].items():
         assert got[("governor_group_dominant_share", (("group", name), ("leaf", "true"), ("parent", "")))] == group["dominant_share"]
@@ -18,7 +19,7 @@ def test_group_gauges_come_from_the_snapshot():
 
 
 def test_counters_and_the_refill_histogram_count_what_happened():
-    metrics = Metrics(lambda: {})
+    metrics = Metrics(lambda: decode({}))
     metrics.refill(0.0004)
     metrics.refill(0.002)
     metrics.event("refill")
@@ -41,7 +42,7 @@ def test_idle_connections_cost_at_most_a_few_descriptors_for_a_few_seconds(monke
     import governor.wire.metrics as module
 
     monkeypatch.setattr(module, "SCRAPE_TIMEOUT_S", 0.5)
-    metrics = Metrics(lambda: STATUS)
+    metrics = Metrics(lambda: decode(STATUS))
     metrics.bind("127.0.0.1", 0)
     port = metrics._listener.getsockname()[1]
 
@@ -80,7 +81,7 @@ def gpu_status() -> dict:
 
 
 def test_each_governed_gpu_has_one_held_series_1_with_its_holder_0_when_free():
-    got = samples(Metrics(gpu_status))
+    got = samples(Metrics(lambda: decode(gpu_status())))
     assert got[("governor_gpus", ())] == 4
     assert got[("governor_capacity", (("resource", "gpu"),))] == 4
     held = {labels: value for (name, labels), value in got.items() if name == "governor_gpu_held"}
@@ -100,14 +101,14 @@ def test_each_governed_gpu_has_one_held_series_1_with_its_holder_0_when_free():
 
 
 def test_without_gpus_there_is_no_gpu_series():
-    got = samples(Metrics(lambda: STATUS))
+    got = samples(Metrics(lambda: decode(STATUS)))
     assert not any("gpu" in name for name, _ in got)
 
 
 def test_the_nvml_sample_gives_utilization_memory_and_each_tasks_gpu_memory():
     from governor.core.gpus import GpuUse
 
-    metrics = Metrics(gpu_status)
+    metrics = Metrics(lambda: decode(gpu_status()))
     use = GpuUse(utilization={0: 0.75, 1: 0.0}, memory_used={0: 30 * 1024**3, 1: 1024**3, 3: 4 * 1024**3},
                  process_memory={4242: 20 * 1024**3, 4250: 10 * 1024**3, 5001: 4 * 1024**3, 777: 1024**3,
                                  778: 1024**3})
@@ -149,7 +150,7 @@ def test_the_daemon_samples_nvml_on_its_sampler_only_for_served_metrics(tmp_path
     assert calls == []
 
     daemon = None
-    metrics = Metrics(lambda: daemon.observation.status())
+    metrics = Metrics(lambda: daemon.observation.snapshot())
     metrics.bind("127.0.0.1", 0)  # served (a sink that serves nowhere asks NVML nothing either)
     daemon = make_daemon(tmp_path / "served", metrics=metrics)
     launch(daemon, 100, group="A", cpu=0.5, memory=GIB // 4)
@@ -183,7 +184,7 @@ def test_a_group_tree_is_labelled_so_a_sum_over_leaves_counts_each_task_once(tmp
     daemon = make_daemon(tmp_path, TREE)
     for group, pid in (("D1", 100), ("L1", 200), ("L2", 300)):
         launch(daemon, pid, group=group, cpu=0.5, memory=GIB // 4)
-    got = samples(Metrics(daemon.observation.status))
+    got = samples(Metrics(daemon.observation.snapshot))
     reserved = {labels[:3]: value for (name, labels), value in got.items()
                 if name == "governor_group_reserved" and ("resource", "memory") in labels}
     assert set(reserved) == {(("group", "D1"), ("leaf", "true"), ("parent", "")),
@@ -197,10 +198,10 @@ def test_a_group_tree_is_labelled_so_a_sum_over_leaves_counts_each_task_once(tmp
 
 def test_notify_outcomes_are_counters_only_where_a_command_is_given():
     counts = {"pending": 3, "running": 2, "dropped": 9000, "refused": 1, "failed": 4, "done": 995}
-    got = samples(Metrics(lambda: {**STATUS, "daemon": {**STATUS["daemon"], "notify": counts}}))
+    got = samples(Metrics(lambda: decode({**STATUS, "daemon": {**STATUS["daemon"], "notify": counts}})))
     for outcome in ("done", "failed", "dropped", "refused"):
         assert got[("governor_notify_events_total", (("outcome", outcome),))] == counts[outcome]
-    assert not any(name.startswith("governor_notify") for name, _ in samples(Metrics(lambda: STATUS)))
+    assert not any(name.startswith("governor_notify") for name, _ in samples(Metrics(lambda: decode(STATUS))))
 
 
 def test_the_metrics_address_is_a_config_key_that_a_reload_follows_and_the_flag_overrides(tmp_path):
@@ -229,7 +230,7 @@ def test_the_metrics_address_is_a_config_key_that_a_reload_follows_and_the_flag_
 
     path = tmp_path / "governor.toml"
     daemon = None
-    metrics = Metrics(lambda: daemon.observation.status())
+    metrics = Metrics(lambda: daemon.observation.snapshot())
     daemon = make_daemon(tmp_path / "d", metrics=metrics)
     daemon.requests.load_config = lambda: parse_config(path.read_text(), str(path))
     port = free_port()
@@ -241,6 +242,6 @@ def test_the_metrics_address_is_a_config_key_that_a_reload_follows_and_the_flag_
     path.write_text(base)  # the key gone: served nowhere
     on_loop(daemon, lambda: daemon.requests.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
     assert metrics.address is None
-    pinned = Metrics(lambda: {}, pinned=True)
+    pinned = Metrics(lambda: decode({}), pinned=True)
     pinned.follow(("127.0.0.1", free_port()))
     assert pinned.address is None  # --metrics (here: none given, pinned) wins over the config

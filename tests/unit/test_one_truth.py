@@ -25,6 +25,7 @@ from governor.wire.metrics import Metrics
 from governor.wire.protocol import ExplainRequest, Peer, PsRequest, StatusRequest
 from governor.config.resources import format_amount
 from support.daemons import GIB, launch, make_daemon, on_loop
+from governor.wire.status_json import decode
 
 CONFIG = """
 [capacity]
@@ -68,7 +69,7 @@ def test_every_view_shows_the_same_floor_guarantee_reserved_and_cap(daemon):
     explain = handle(ExplainRequest())["explain"]
     rows = {row["id"]: row for row in handle(PsRequest(all=True))["tasks"]}
     scraped = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in text_string_to_metric_families(generate_latest(Metrics(lambda: status).registry).decode())
+               for family in text_string_to_metric_families(generate_latest(Metrics(lambda: decode(status)).registry).decode())
                for s in family.samples}
     groups = status["groups"]
 
@@ -92,9 +93,9 @@ def test_every_view_shows_the_same_floor_guarantee_reserved_and_cap(daemon):
     assert scraped[("governor_group_reserved", (("group", "B"), ("leaf", "true"), ("parent", ""), ("resource", "memory")))] == GIB // 2
 
     # The views print those numbers, in the same words.
-    state = TopState(status=status, received=0.0)
+    state = TopState(status=decode(status), received=0.0)
     press(state, "enter")  # A expanded
-    status_text = rendered(*status_renderables(status, now=0.0))
+    status_text = rendered(*status_renderables(decode(status), now=0.0))
     top_text = rendered(top_view(state, width=200, height=60, now=0.0))
     ps_text = rendered(tasks_table(list(rows.values()), now=0.0, users=True))
     explain_text = rendered(*explain_renderables(explain, now=0.0))
@@ -112,7 +113,7 @@ def test_configured_groups_are_listed_while_idle_and_keep_their_metrics(daemon):
     assert sorted(status["groups"]) == ["A", "B", "C"]
     assert all(g["idle"] and g["tasks"] == [] for g in status["groups"].values())
     assert status["groups"]["C"]["members"] == ["carol"]
-    text = generate_latest(Metrics(lambda: status).registry).decode()
+    text = generate_latest(Metrics(lambda: decode(status)).registry).decode()
     assert 'governor_group_tasks{group="C",leaf="true",parent=""} 0.0' in text
     assert 'governor_group_guarantee{group="C",leaf="true",parent="",resource="cpu"} 0.0' in text
 

@@ -27,6 +27,7 @@ from governor.errors import ConfigError, RequestError
 from governor.host.accounting import why_ended
 from governor.host.kernel_limits import process_limit
 from governor.wire.metrics import Metrics
+from governor.wire.status_json import decode
 
 GROUPS = '[groups.A]\nusers = ["root"]\n[groups.B]\nusers = ["root"]\n'
 
@@ -101,7 +102,7 @@ def test_a_launch_carries_its_pids_cap_and_the_root_and_groups_get_theirs(tmp_pa
     status = json.loads(json.dumps(daemon.observation.status()))
     assert status["caps"] == {"pids": 9000} and "pids" not in status["capacity"]
     assert status["groups"]["A"]["usage"]["pids"] == 7.0 and "pids" not in status["groups"]["A"]["guarantee"]
-    text = generate_latest(Metrics(lambda: status).registry).decode()
+    text = generate_latest(Metrics(lambda: decode(status)).registry).decode()
     got = {(s.name, tuple(sorted(s.labels.items()))): s.value
            for family in text_string_to_metric_families(text) for s in family.samples}
     assert got[("governor_root_cap", (("resource", "pids"),))] == 9000

@@ -19,7 +19,9 @@ from governor.cli.top_view import top_view
 from governor.core.state import Task, Tasks
 from governor.core.usage import Sample, stalls, usage
 from governor.wire.metrics import Metrics
-from governor.wire.status import build_status
+from governor.wire.status import groups_status, psi_entry, sections, status_of
+from governor.wire.status_json import encode
+from governor.wire.status_json import decode
 
 NO_PSI = "this host's cgroups are v1, which keep no pressure stall information (PSI needs cgroup v2)"
 # physics waits for memory a quarter of the time, and a little for CPU; t7 is the one that waits.
@@ -50,7 +52,7 @@ def without_psi() -> dict:
 
 def top(status: dict, width: int = 120, height: int = 40, expanded=("physics",)) -> str:
     console = Console(record=True, width=width, height=height, file=io.StringIO())
-    console.print(top_view(TopState(status=status, received=NOW, expanded=set(expanded)), width=width,
+    console.print(top_view(TopState(status=decode(status), received=NOW, expanded=set(expanded)), width=width,
                            height=height, now=NOW))
     return console.export_text()
 
@@ -74,15 +76,14 @@ def test_a_sample_with_psi_gives_each_stall_in_percent_and_seconds_and_status_ne
     tasks = Tasks()
     tasks.add(Task("1", "A", 100, 1000, "alice", ("sleep", "9"), {"cpu": 0.5}, 1.5))
     cgroup = tasks.get("1").cgroup
-    status = build_status(daemon={}, capacity={"cpu": 2.0}, allocation=None, tasks=tasks, in_force=lambda rel: {},
-                          usage={"A": vector, cgroup: vector}, filling={}, queue=[], events=[])
+    groups = groups_status(allocation=None, tasks=tasks, in_force=lambda rel: {}, usage={"A": vector, cgroup: vector})
+    status = encode(status_of(groups, capacity={"cpu": 2.0}, **sections(psi=psi_entry(None))))
     group = status["groups"]["A"]
     assert group["stall"] == group["tasks"][0]["stall"] == stalls(vector)
     # The throttling signs stay what they were: no stall key among them, nor among the resources.
     assert not any(key.startswith("stall") for key in (*group["pressure"], *group["usage"], *status["used"]))
     assert status["psi"] == {"available": True, "why": None}
-    assert build_status(daemon={}, capacity={}, allocation=None, tasks=Tasks(), in_force=lambda rel: {}, usage={},
-                        filling={}, queue=[], events=[], no_psi=NO_PSI)["psi"] == {"available": False, "why": NO_PSI}
+    assert encode(status_of({}, **sections(psi=psi_entry(NO_PSI))))["psi"] == {"available": False, "why": NO_PSI}
 
 
 def test_top_shows_the_worst_stall_of_each_group_and_its_detail_line():
@@ -134,7 +135,7 @@ def test_explain_on_a_host_without_psi_says_so_in_one_line():
 
 
 def test_each_groups_stall_is_a_counter_of_seconds_by_resource_and_kind():
-    got = samples(Metrics(with_psi))
+    got = samples(Metrics(lambda: decode(with_psi())))
     key = ("governor_group_pressure_seconds_total",
            (("group", "physics"), ("kind", "some"), ("resource", "memory")))
     assert got[key] == 310.25
@@ -145,5 +146,5 @@ def test_each_groups_stall_is_a_counter_of_seconds_by_resource_and_kind():
 
 
 def test_without_psi_there_is_no_pressure_series_at_all():
-    assert not any(name.startswith("governor_group_pressure") for name, _ in samples(Metrics(without_psi)))
-    assert not any(name.startswith("governor_group_pressure") for name, _ in samples(Metrics(lambda: STATUS)))
+    assert not any(name.startswith("governor_group_pressure") for name, _ in samples(Metrics(lambda: decode(without_psi()))))
+    assert not any(name.startswith("governor_group_pressure") for name, _ in samples(Metrics(lambda: decode(STATUS))))

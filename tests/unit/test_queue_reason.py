@@ -19,6 +19,7 @@ from governor.cli.top_view import top_view
 from governor.errors import RequestError
 from governor.wire.metrics import Metrics
 from governor.wire.protocol import LaunchRequest, Peer, PsRequest
+from governor.wire.status_json import decode
 
 # A member's CPU user_limit holds their queued tasks (before: `--no-wait` said "memory: its
 # turn" for the second, `status` and `explain` "its turn" / "held by —").
@@ -68,12 +69,12 @@ def test_one_queued_snapshot_reads_the_same_in_every_view(tmp_path):
     reason = entry["reason"]
     assert reason.startswith("root's user_limit in group A: cpu")
     assert reason in no_wait and "its turn" not in no_wait
-    assert reason in text(status_renderables(snapshot, now=entry["queued_at"]))
+    assert reason in text(status_renderables(decode(snapshot), now=entry["queued_at"]))
     assert reason in text(explain_renderables(explained, now=entry["queued_at"]))
     [row] = [row for row in listed["tasks"] if row["state"] == "queued"]
     assert row["reason"] == reason and reason in text(tasks_table(listed["tasks"], now=entry["queued_at"], users=True))
-    assert reason in text(top_view(TopState(status=snapshot), width=400, height=60, now=entry["queued_at"]))
-    metrics = generate_latest(Metrics(lambda: snapshot).registry).decode()
+    assert reason in text(top_view(TopState(status=decode(snapshot)), width=400, height=60, now=entry["queued_at"]))
+    metrics = generate_latest(Metrics(lambda: decode(snapshot)).registry).decode()
     [sample] = [s for family in text_string_to_metric_families(metrics) for s in family.samples
                 if s.name == "governor_queue_task_info"]
     assert sample.labels["reason"] == reason

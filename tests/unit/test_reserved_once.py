@@ -31,6 +31,7 @@ from governor.wire.protocol import LaunchRequest, Peer, PsRequest
 from support.daemons import GIB, FakeDriver, make_daemon
 from support.sessions import make_slice
 from support.systemctl import Systemctl
+from governor.wire.status_json import decode
 
 MIB = 1024**2
 CAPACITY = 4 * GIB
@@ -194,7 +195,7 @@ def views(daemon) -> dict[str, float]:
     leaves = [g for g in status["groups"].values() if not g.get("internal")]
     rows = daemon.requests.ps(PsRequest(all=True), access.identify(0, 0))["tasks"]
     scraped = sum(sample.value for family in text_string_to_metric_families(
-        generate_latest(Metrics(lambda: status).registry).decode()) for sample in family.samples
+        generate_latest(Metrics(lambda: decode(status)).registry).decode()) for sample in family.samples
         if sample.name == "governor_group_reserved" and sample.labels.get("resource") == "memory"
         and sample.labels.get("leaf") == "true")
     admission = daemon.queue.admission

@@ -28,6 +28,7 @@ from governor.wire.metrics import Metrics
 from governor.wire.protocol import LaunchRequest, Peer, parse_request
 from governor.config.resources import RESOURCES, ResourceKind, compressible, find, governed
 from governor.config.tomlcheck import number
+from governor.wire.status_json import decode
 
 # A site's software licenses, 3 of them, counted at the door as memory is.
 LICENSES = find("memory")._replace(name="licenses", unit="licenses", flag="--licenses", metavar="N",
@@ -119,9 +120,10 @@ def test_a_stand_in_is_admitted_reported_and_measured(tmp_path, licenses):
     assert waiting["licenses_waiting_for"] == 1 and waiting["licenses_held_by"] == [{"group": "A", "licenses": 2}]
     assert waiting["reason"] == "licenses: waits for 1 license to free (held by A 2)"
     assert queued["queued"]["reason"] == waiting["reason"]
-    assert view.reason(waiting) == waiting["reason"] and view.short_of(waiting).name == "licenses"
+    [item] = decode(status).queue  # as the client reads it
+    assert view.reason(item.reason) == waiting["reason"] and view.short_of(item).name == "licenses"
 
-    text = generate_latest(Metrics(lambda: status).registry).decode()
+    text = generate_latest(Metrics(lambda: decode(status)).registry).decode()
     got = {(s.name, tuple(sorted(s.labels.items()))): s.value
            for family in text_string_to_metric_families(text) for s in family.samples}
     assert got[("governor_capacity", (("resource", "licenses"),))] == 3.0

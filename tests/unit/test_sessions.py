@@ -236,8 +236,9 @@ def test_explain_says_what_each_group_runs(daemon):
 
 def test_top_and_status_name_a_session():
     from governor.cli.view_common import task_command
-    assert task_command({"session": True, "user": "alice", "command": []}) == "session of alice"
-    assert task_command({"command": ["make", "-j32"]}) == "make -j32"
+    from governor.wire.status_types import TaskEntry
+    assert task_command(TaskEntry("1", session=True, user="alice")) == "session of alice"
+    assert task_command(TaskEntry("2", command=("make", "-j32"))) == "make -j32"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a child of another uid needs root")

@@ -219,6 +219,7 @@ def test_gpu_names_and_uuids_are_shown_as_text():
 
 def test_gpu_lists_and_short_uuids():
     from governor.cli.view_common import gpu_holder, gpu_list, short_uuid
+    from governor.wire.status_types import Gpu
 
     assert [gpu_list(x) for x in ([0, 1], [0, 1, 2, 3, 6], [5], [], None, [2, "x", True, 1, 3])] == [
         "0,1", "0-3,6", "5", "—", "—", "1-3"]
@@ -226,9 +227,9 @@ def test_gpu_lists_and_short_uuids():
     assert short_uuid("MIG-GPU-8a3bbf48-4b8c-4d2e-9f10-0123456789ab/1/0") == "MIG-GPU-8a3bbf48"
     assert short_uuid("MIG-4f0c1234-aaaa-4bbb-8ccc-dddddddddddd") == "MIG-4f0c1234"
     assert [short_uuid(x) for x in (None, "", 7)] == ["—", "—", "—"]
-    assert gpu_holder({"task": "7", "group": "A", "user": "alice"}) == "A/7 alice"
-    assert gpu_holder({"task": "7", "group": "A", "user": "alice"}, user=False) == "A/7"
-    assert gpu_holder({"task": None}) == "free"
+    assert gpu_holder(Gpu(0, task="7", group="A", user="alice")) == "A/7 alice"
+    assert gpu_holder(Gpu(0, task="7", group="A", user="alice"), user=False) == "A/7"
+    assert gpu_holder(Gpu(0)) == "free"
 
 
 def test_the_queue_title_names_the_resource_waited_for():

@@ -17,6 +17,7 @@ from rich.console import Console
 from governor.cli.top_state import SORTS, TopState, parse_keys, press, visible_groups
 from governor.cli.top_view import top_view
 from support.status_sample import NOW, STATUS, without_new_keys
+from governor.wire.status_json import decode
 
 SIZES = [(80, 24), (120, 40)]
 
@@ -56,7 +57,7 @@ def row(text: str, group: str) -> str:
 
 @pytest.mark.parametrize(("width", "height"), SIZES)
 def test_fits_the_screen_and_shows_groups_shares_and_bars(width, height):
-    text = render(TopState(status=sample(), received=NOW), width, height)
+    text = render(TopState(status=decode(sample()), received=NOW), width, height)
     lines = text.splitlines()
     assert len(lines) <= height and max(len(line) for line in lines) <= width
     assert group_rows(text) == ["physics", "ops", "idle"]  # by share, largest first
@@ -79,7 +80,7 @@ def test_fits_the_screen_and_shows_groups_shares_and_bars(width, height):
 
 
 def test_wide_screens_show_weight_dominant_fair_and_io_columns_narrow_ones_drop_io():
-    wide, narrow = render(TopState(status=sample()), 120, 40), render(TopState(status=sample()), 80, 24)
+    wide, narrow = render(TopState(status=decode(sample())), 120, 40), render(TopState(status=decode(sample())), 80, 24)
     header = next(line for line in wide.splitlines() if line.startswith("group"))
     assert header.split() == ["group", "w", "tasks", "dom", "share", "▼", "fair", "cpu", "g/u", "memory", "r/u",
                               "nvme0n1", "r", "g/u", "nvme0n1", "w", "g/u", "borrow", "pressure"]
@@ -93,13 +94,13 @@ def test_wide_screens_show_weight_dominant_fair_and_io_columns_narrow_ones_drop_
 def test_share_bar_is_measured_against_the_weighted_fair_level():
     status = sample()
     status["fair_level"] = 0.5  # physics's target is now 100%: its 50% fills half the bar
-    text = render(TopState(status=status), 80)
+    text = render(TopState(status=decode(status)), 80)
     assert "███···· 50.0%" not in text and "███··· 50.0%" in row(text, "physics")
     assert "███··· 25.0%" in row(text, "ops")  # 25% of a 50% target
 
 
 def test_enter_expands_the_selected_group_with_its_tasks_and_collapses_it():
-    state = TopState(status=sample())
+    state = TopState(status=decode(sample()))
     text = render(keys(state, "enter"), 80)
     assert row(text, "physics").startswith(">▾")
     assert "▾ physics: 2 tasks" in text
@@ -116,16 +117,16 @@ def test_enter_expands_the_selected_group_with_its_tasks_and_collapses_it():
 def test_a_task_held_at_a_soft_memory_cap_says_soft_and_one_at_a_hard_cap_does_not():
     # Issue 33, point 1: every view calls a soft cap a soft cap (the sample's tasks: memory.high).
     status = sample()
-    soft = next(line for line in render(keys(TopState(status=status), "enter"), 120, 40).splitlines() if "4242" in line)
+    soft = next(line for line in render(keys(TopState(status=decode(status)), "enter"), 120, 40).splitlines() if "4242" in line)
     assert "8c 12G soft" in soft
     for task in status["groups"]["physics"]["tasks"]:
         task["limits"] = {"memory.limit_in_bytes": str(12 * 1024**3)}  # v1's hard cap
-    hard = next(line for line in render(keys(TopState(status=status), "enter"), 120, 40).splitlines() if "4242" in line)
+    hard = next(line for line in render(keys(TopState(status=decode(status)), "enter"), 120, 40).splitlines() if "4242" in line)
     assert "8c 12G" in hard and "soft" not in hard
 
 
 def test_j_k_and_arrows_move_the_selection():
-    state = TopState(status=sample())
+    state = TopState(status=decode(sample()))
     assert row(render(state), "physics").startswith(">")
     text = render(keys(state, "j", "down", "down"))  # stops at the last group
     assert row(text, "idle").startswith(">") and not row(text, "physics").startswith(">")
@@ -134,7 +135,7 @@ def test_j_k_and_arrows_move_the_selection():
 
 
 def test_s_cycles_the_sort_column_and_shows_which():
-    state = TopState(status=sample())
+    state = TopState(status=decode(sample()))
     orders = {}
     for sort in SORTS:
         assert state.sort == sort
@@ -145,7 +146,7 @@ def test_s_cycles_the_sort_column_and_shows_which():
     assert state.sort == SORTS[0]  # back to the start
     assert orders["share"] == orders["cpu"] == ["physics", "ops", "idle"]
     assert orders["name"] == ["idle", "ops", "physics"]
-    header = lambda sort: next(line for line in render(TopState(status=sample(), sort=sort), 120, 40).splitlines()
+    header = lambda sort: next(line for line in render(TopState(status=decode(sample()), sort=sort), 120, 40).splitlines()
                                if line.startswith("group"))
     assert "cpu g/u ▼" in header("cpu") and "share ▼" not in header("cpu")
     assert header("name").startswith("group ▲")
@@ -154,13 +155,13 @@ def test_s_cycles_the_sort_column_and_shows_which():
 def test_sort_by_memory_and_tasks_changes_the_order():
     status = sample()
     status["groups"]["ops"]["usage"]["memory"] = 20 * 1024**3  # now above physics's 11G
-    assert visible_groups(TopState(status=status, sort="memory")) == ["ops", "physics", "idle"]
+    assert visible_groups(TopState(status=decode(status), sort="memory")) == ["ops", "physics", "idle"]
     status["groups"]["ops"]["tasks"] *= 2
-    assert visible_groups(TopState(status=status, sort="tasks")) == ["ops", "physics", "idle"]
+    assert visible_groups(TopState(status=decode(status), sort="tasks")) == ["ops", "physics", "idle"]
 
 
 def test_slash_filters_groups_by_name():
-    state = keys(TopState(status=sample()), "/", "o", "p", "x")
+    state = keys(TopState(status=decode(sample())), "/", "o", "p", "x")
     text = render(state)
     assert "filter: opx▏" in text.splitlines()[-1]  # typing shows in the key bar
     assert group_rows(text) == ["physics", "ops", "idle"]  # not applied until enter
@@ -173,7 +174,7 @@ def test_slash_filters_groups_by_name():
 
 
 def test_question_mark_toggles_the_help():
-    state = keys(TopState(status=sample()), "?")
+    state = keys(TopState(status=decode(sample())), "?")
     text = render(state, height=30)
     assert "next sort column (share, cpu, memory, tasks, name)" in text
     assert "thr: periods throttled in the last second" in text and group_rows(text) == []
@@ -186,14 +187,14 @@ def test_question_mark_toggles_the_help():
 
 
 def test_q_quits_but_not_while_typing_a_filter():
-    state = keys(TopState(status=sample()), "/", "q")
+    state = keys(TopState(status=decode(sample())), "/", "q")
     assert not state.quit and state.editing == "q"
     assert keys(state, "esc", "q").quit
 
 
 @pytest.mark.parametrize(("width", "height"), SIZES)
 def test_disconnected_banner_keeps_the_last_data(width, height):
-    state = TopState(status=sample(), received=NOW - 5,
+    state = TopState(status=decode(sample()), received=NOW - 5,
                      down="governor daemon is not running (no socket at /run/governor/governor.sock)")
     lines = render(state, width, height).splitlines()
     assert lines[1].startswith("daemon not reachable — reconnecting… (data 5s old): governor daemon is not")
@@ -211,7 +212,7 @@ def test_many_groups_scroll_to_keep_the_selection_on_an_80x24_screen():
     status = sample()
     for i in range(40):
         status["groups"][f"user{i:02d}"] = {**copy.deepcopy(status["groups"]["idle"]), "dominant_share": i / 1000}
-    state = keys(TopState(status=status, sort="name", expanded={"idle"}), *["j"] * 30)
+    state = keys(TopState(status=decode(status), sort="name", expanded={"idle"}), *["j"] * 30)
     lines = render(state, 80, 24).splitlines()
     assert len(lines) <= 24
     selected = [line for line in lines if line.startswith(">")]
@@ -229,7 +230,7 @@ def test_parse_keys_decodes_arrows_enter_escape_and_text():
 
 @pytest.mark.parametrize(("width", "height"), SIZES)
 def test_the_memory_queue_shows_below_the_groups(width, height):
-    lines = render(TopState(status=sample()), width, height).splitlines()
+    lines = render(TopState(status=decode(sample())), width, height).splitlines()
     assert len(lines) <= height and max(len(line) for line in lines) <= width
     first = next(i for i, line in enumerate(lines) if line.startswith("queue: "))
     assert lines[first - 1].startswith(" ▸ idle") and lines[first + 2] == "recent events"  # groups, queue, events
@@ -242,13 +243,13 @@ def test_the_memory_queue_shows_below_the_groups(width, height):
 
 def test_a_narrow_screen_drops_the_word_task_then_cuts_the_queue_line():
     status = sample()
-    line = next(line for line in render(TopState(status=status), 60, 24).splitlines() if line.startswith("queue:"))
+    line = next(line for line in render(TopState(status=decode(status)), 60, 24).splitlines() if line.startswith("queue:"))
     assert len(line) == 60 and line.endswith("…") and "task t10" not in line
 def test_the_queue_keeps_a_line_when_the_groups_fill_the_screen():
     status = sample()
     for i in range(40):
         status["groups"][f"user{i:02d}"] = copy.deepcopy(status["groups"]["idle"])
-    lines = render(TopState(status=status), 80, 24).splitlines()
+    lines = render(TopState(status=decode(status)), 80, 24).splitlines()
     assert len(lines) <= 24
     assert sum(line.startswith("queue: 2 waiting") for line in lines) == 1
     assert not any("#2 task t11" in line for line in lines)  # no room for more than the head
@@ -257,14 +258,14 @@ def test_the_queue_keeps_a_line_when_the_groups_fill_the_screen():
 def test_an_empty_queue_shows_no_queue_line():
     status = sample()
     status["queue"] = []
-    text = render(TopState(status=status))
+    text = render(TopState(status=decode(status)))
     assert "queue:" not in text and "waiting ·" not in text
 
 
 @pytest.mark.parametrize(("width", "height"), SIZES)
 def test_a_status_from_an_older_daemon_without_the_new_keys_renders(width, height):
     status = without_new_keys(sample())
-    lines = render(TopState(status=status), width, height).splitlines()
+    lines = render(TopState(status=decode(status)), width, height).splitlines()
     assert len(lines) <= height and max(len(line) for line in lines) <= width
     assert group_rows("\n".join(lines)) == ["physics", "ops", "idle"]
     assert not any(line.startswith("queue:") for line in lines)
@@ -278,7 +279,7 @@ def test_a_group_tree_shows_children_under_their_parent_and_enter_folds_them():
     status["groups"]["science"] = science
     status["groups"]["physics"]["parent"] = "science"
     status["groups"]["ops"]["parent"] = None
-    state = TopState(status=status, sort="name")
+    state = TopState(status=decode(status), sort="name")
     assert visible_groups(state) == ["idle", "ops", "science", "physics"]  # a child right below its parent
     text = render(state, 100)
     assert "   ▸ physics" in text and " - science" in text  # indented one level; science unfolded
@@ -300,7 +301,7 @@ def gpu_sample() -> dict:
 
 @pytest.mark.parametrize(("width", "height"), SIZES)
 def test_a_gpus_line_says_who_holds_each_gpu_under_the_resource_bars(width, height):
-    text = render(TopState(status=gpu_sample(), received=NOW), width, height)
+    text = render(TopState(status=decode(gpu_sample()), received=NOW), width, height)
     lines = text.splitlines()
     assert len(lines) <= height and max(len(line) for line in lines) <= width
     gpu = next(i for i, line in enumerate(lines) if line.startswith("gpu "))
@@ -316,16 +317,16 @@ def test_a_gpus_line_says_who_holds_each_gpu_under_the_resource_bars(width, heig
 
 def test_a_narrow_screen_drops_the_users_from_the_gpus_line_then_cuts_it():
     status = gpu_sample()
-    narrow = render(TopState(status=status), 50, 24)
+    narrow = render(TopState(status=decode(status)), 50, 24)
     assert "gpus      0,1 physics/t7 · 3 ops/t8 · 2 free" in narrow
     assert max(len(line) for line in narrow.splitlines()) <= 50
-    tiny = render(TopState(status=status), 30, 24)
+    tiny = render(TopState(status=decode(status)), 30, 24)
     assert max(len(line) for line in tiny.splitlines()) <= 30
     assert any(line.startswith("gpus      0,1 physics") and line.rstrip().endswith("…") for line in tiny.splitlines())
 
 
 def test_expanded_tasks_show_the_gpus_each_holds():
-    state = keys(TopState(status=gpu_sample()), "enter")
+    state = keys(TopState(status=decode(gpu_sample())), "enter")
     text = render(state, 100, 30)
     header = next(line for line in text.splitlines() if line.lstrip().startswith("pid"))
     assert header.split()[:5] == ["pid", "user", "age", "gpus", "command"]
@@ -334,37 +335,36 @@ def test_expanded_tasks_show_the_gpus_each_holds():
     assert t7.split()[3] == "0,1" and t9.split()[3] == "—"
     assert "8c 12G 2gpu" in t7 and "12G 2gpu" in t7  # cap and reserved count the GPUs
     # A group whose tasks hold no GPU gets no gpus column.
-    plain = render(keys(TopState(status=sample()), "enter"), 100, 30)
+    plain = render(keys(TopState(status=decode(sample())), "enter"), 100, 30)
     assert "gpus" not in next(line for line in plain.splitlines() if line.lstrip().startswith("pid"))
 
 
 def test_no_gpus_no_gpus_line():
-    text = render(TopState(status=sample()), 120, 40)
+    text = render(TopState(status=decode(sample())), 120, 40)
     assert not any(line.startswith(("gpus", "gpu ")) for line in text.splitlines())
 
 
 def test_gpu_holders_are_shown_as_text():
     status = gpu_sample()
     status["gpus"][0].update(group="[bold]x[/]\x1b[8m", task="[/oops]")
-    text = render(TopState(status=status), 120, 40)
+    text = render(TopState(status=decode(status)), 120, 40)
     assert "\x1b" not in text and "[bold]x[/]?[8m/[/oops]" in text
 
 
 def test_top_batch_prints_n_plain_snapshots_with_every_groups_tasks(monkeypatch):
     """Issue 44.5: `top -b -n N`, as top and htop have: plain text a script or a log can keep."""
-    from types import SimpleNamespace
-
     from click.testing import CliRunner
 
     import governor.cli.client as client
     from governor.cli.main import main
+    from governor.wire.reply_types import StatusReply
 
     asked = []
 
     def stream(path, request, timeout):
         asked.append(request.interval)
         while True:
-            yield SimpleNamespace(status=sample())
+            yield StatusReply.from_json({"status": sample()})
 
     monkeypatch.setattr(client, "stream", stream)
     monkeypatch.setenv("COLUMNS", "100")

@@ -16,6 +16,7 @@ from governor.host.access import Identity
 from governor.wire.metrics import Metrics
 from governor.wire.protocol import ExplainRequest, LaunchRequest, Peer, PsRequest, StatusRequest, WatchRequest
 from governor.wire.visibility import PUBLIC, StatusViews, Viewer, private, status_for
+from governor.wire.status_json import decode
 
 CONFIG = """
 [capacity]
@@ -68,7 +69,7 @@ def seen(daemon, *asked: tuple[object, int]) -> list[dict]:
                 await stream.aclose()
             else:
                 answers.append(await daemon.requests.handle(request, peer))
-        answers.append(generate_latest(Metrics(lambda: daemon.observation.status(PUBLIC)).registry).decode())
+        answers.append(generate_latest(Metrics(lambda: decode(daemon.observation.status(PUBLIC))).registry).decode())
         await waiting.aclose()
         return answers
 
@@ -196,7 +197,7 @@ def test_status_and_top_show_another_users_task_as_private():
     text = render(status, 120)
     assert "backup.sh" in text and "train.py" not in text and "4242" not in text
     assert any("t7" in line and "— · alice · (private)" in line for line in text.splitlines()), text
-    state = TopState(status=status)
+    state = TopState(status=decode(status))
     press(state, "enter")  # physics, alice's group, expanded
     console = Console(record=True, width=120, height=40, file=io.StringIO())
     console.print(top_view(state, width=120, height=40, now=NOW))
