@@ -1,12 +1,11 @@
-"""Sessions (:mod:`governor.host.session_rules`): a process of a governed user that takes the user's uid,
-or is forked by one not moved yet (:mod:`governor.host.procevents`), outside any task is moved into the user's session,
-a task made on the spot (never queued). Every process is scanned at start, after a reload,
-when events were lost, and every ``RESCAN_INTERVAL_S`` (at least ``reconcile_interval``). On a
-systemd host (cgroup v2), a process in its user's own logind slice stays there: the slice is
-the user's *login session*, whose limits systemd writes, so logind keeps tracking it.
-
-A session's cgroup is made and its processes moved on the cgroup thread; the session reports
-to settle, which refills."""
+"""Sessions (:mod:`governor.host.session_rules`): a process of a governed user that takes the user's
+uid, or is forked by one not moved yet (:mod:`governor.host.procevents`), outside any task is moved
+into the user's session, a task made on the spot (never queued). Every process is scanned at start,
+after a reload, when events were lost, and every ``RESCAN_INTERVAL_S`` (at least
+``reconcile_interval``). On a systemd host (cgroup v2), a process in its user's own logind slice
+stays there: the slice is the user's *login session*, whose limits systemd writes, so logind keeps
+tracking it. A session's cgroup is made and its processes moved on the cgroup thread; the session
+reports to settle, which refills."""
 
 from __future__ import annotations
 
@@ -64,12 +63,10 @@ class Sessions:
     """Users' processes outside ``governor run``, each user's governed as one task.
 
     Args:
-        hierarchy, tree: governor's cgroups, and the thread that makes and joins them (its
-            effector writes their caps).
-        policy: the config in force (who owns a session, its demand); tasks, records: the
-            running tasks and their records; inbox: told when a session starts (settle refills);
-            enforcement: its CPU hold, released when a session starts; exits: watches a
-            session's end; journal: events.
+        hierarchy, tree: governor's cgroups, the thread that makes and joins them (its effector
+            writes their caps); policy: the config in force (who owns a session, its demand);
+            tasks, records: the running tasks, their records; inbox: told when a session starts;
+            enforcement: its CPU hold; exits: watches a session's end; journal: events.
         host_pids: every process id on the host (``psutil.pids``).
         registry: this host's daemons: a process in another daemon's cgroups is that one's.
         foreign: a process's ``/proc/<pid>/cgroup`` lines → the foreign subtree that holds it
