@@ -10,7 +10,7 @@ operation's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from governor.wire.fields import reply_field as _field
 from governor.wire.launch_types import LaunchReply, Queued, Started
@@ -30,7 +30,7 @@ class StatusReply:
     (:class:`governor.wire.status.StatusReply`) keeps its encoding."""
 
     status: dict
-    snapshot: Status | None = None
+    snapshot: Status | None = field(default=None, compare=False)  # derived from status
 
     def to_json(self) -> dict:
         """The payload."""

@@ -17,6 +17,7 @@ from governor.cli.top_terminal import Feed
 from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning
 from governor.wire.reply_types import StatusReply
 from governor.wire.request_types import LaunchRequest, WatchRequest
+from governor.wire.status_json import decode
 
 
 @pytest.fixture
@@ -94,7 +95,7 @@ def test_feed_reports_the_daemon_down_then_reconnects_when_it_is_back(path):
         kind, value, _ = feed.updates.get(timeout=5)
         if kind == "status":
             break
-    assert value == {"n": 7}
+    assert value == decode({"n": 7})  # top reads the status decoded (issue 45: a typed status)
     assert server.requests[-1] == {"op": "watch", "interval": 0.2}
     feed.stopped.set()
     server.close()

@@ -73,6 +73,7 @@ def test_the_example_config_documents_every_key_and_its_commented_table_parses()
     for key in notify_module._KEYS:
         assert re.search(rf"^#\s+{key}:", text, re.MULTILINE), f"notify.{key} is not documented"
     block = text[text.index("# [notify]\n"):]
+    block = re.split(r"^# \[(?!notify\])", block, maxsplit=1, flags=re.MULTILINE)[0]  # up to the next table
     uncommented = "\n".join(line.removeprefix("# ") for line in block.splitlines()
                             if re.match(r"# (\[notify\]|\w+ = )", line))
     assert rules(uncommented.removeprefix("[notify]\n")).events == ("oom_kill", "time_limit", "memory_held")
