@@ -89,6 +89,9 @@ class History:
         self.rules = rules
         self.clock = clock
         self.writer = HistoryWriter(directory / DIR_NAME, rules, clock)
+        # One read of the journal at a time: any user may ask, and a month is up to max_size of
+        # JSON; asked many times at once, the reads would share out the daemon's CPU and memory.
+        self._reading = asyncio.Lock()
 
     def start(self, capacity: Mapping[str, float], config_file: str) -> None:
         """Start the writer and record that the daemon serves with ``capacity``."""
@@ -106,7 +109,8 @@ class History:
 
     async def reply(self, request: HistoryRequest, viewer: Viewer) -> HistoryReply:
         """The ``history`` operation: the period's entries (read in a thread: the loop goes on
-        serving), at most :data:`ENTRIES_SENT` (the newest), as ``viewer`` may see them.
+        serving; one read at a time, the others wait), at most :data:`ENTRIES_SENT` (the newest),
+        as ``viewer`` may see them.
 
         Raises:
             RequestError: ``unavailable``, the journal cannot be read.
@@ -118,7 +122,8 @@ class History:
             return list(kept)
 
         try:
-            entries = await asyncio.to_thread(read)
+            async with self._reading:
+                entries = await asyncio.to_thread(read)
         except FileNotFoundError:
             entries = []  # nothing journaled yet
         except OSError as error:

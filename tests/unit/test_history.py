@@ -189,3 +189,33 @@ def test_the_history_operation_sends_the_period_as_the_caller_may_see_it(daemon)
     with pytest.raises(RequestError) as bad:
         parse_request(b'{"op": "history", "since": "yesterday"}\n')
     assert bad.value.code == "bad_request" and "since" in bad.value.message
+
+
+def test_history_requests_read_the_journal_one_at_a_time(daemon, monkeypatch):
+    import asyncio
+    import threading
+
+    from governor.daemon import history as history_module
+    from governor.wire.protocol import HistoryRequest
+    from governor.wire.visibility import Viewer
+
+    reading, most = [0], [0]
+    lock = threading.Lock()
+
+    def read_history(directory, since, until):  # counts the reads under way at once
+        with lock:
+            reading[0] += 1
+            most[0] = max(most[0], reading[0])
+        threading.Event().wait(0.05)  # a read that takes a while, so that reads could overlap
+        with lock:
+            reading[0] -= 1
+        return iter([])
+
+    monkeypatch.setattr(history_module, "read_history", read_history)
+
+    async def many():
+        return await asyncio.gather(*(daemon.history.reply(HistoryRequest(0.0, None), Viewer(65534, False))
+                                      for _ in range(8)))
+
+    assert all(reply.entries == [] for reply in asyncio.run(many()))
+    assert most[0] == 1
