@@ -56,6 +56,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
     setup_logging()
     if os.geteuid() != 0:
         raise GovernorError("governor daemon must run as root: it creates cgroups and moves processes")
+    asked = _note_signals_until_serving()
     raise_descriptor_limit()
     if config_path is None and os.path.exists(DEFAULT_CONFIG):
         config_path = DEFAULT_CONFIG
@@ -94,10 +95,24 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
                         foreign_places=ForeignPlaces.of_host(hierarchy.mode, hierarchy.hierarchies),
                         systemd_units=OWN_UNITS)
         try:
-            asyncio.run(server.serve(socket))
+            asyncio.run(server.serve(socket, asked))
         finally:
             if server.served:
                 undo.pop_all()  # it served: what it made is the running host's (serve cleans its own)
+
+
+def _note_signals_until_serving() -> list[int]:
+    """SIGTERM, SIGINT and SIGHUP taken while the daemon starts, in order: the daemon stops (or
+    reloads) once it serves, which undoes the start. By the default action a SIGTERM right
+    after the socket appeared (``systemctl stop`` just after a start, ``scripts/demo``
+    interrupted at once in CI) killed it with its root lock and registry entry left behind.
+    ``serve`` replaces these handlers with its own and reads the list."""
+    import signal
+
+    asked: list[int] = []
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda signum, _frame: asked.append(signum))
+    return asked
 
 
 def raise_descriptor_limit() -> None:

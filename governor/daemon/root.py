@@ -13,7 +13,7 @@ import inspect
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 
 import psutil
 
@@ -192,8 +192,9 @@ class Daemon:
         return DaemonEntry(os.getpid(), self.hierarchy.root, self.config_source, self.socket_path,
                            self.hierarchy.proc_key, self.hierarchy.proc_root)
 
-    async def serve(self, socket_path: str) -> None:
-        """Run until SIGTERM or SIGINT; tasks keep running after the daemon stops.
+    async def serve(self, socket_path: str, asked: Sequence[int] = ()) -> None:
+        """Run until SIGTERM or SIGINT; tasks keep running after the daemon stops. ``asked``:
+        the signals taken while it started (``cli/daemon_cmd.py``), acted on once it serves.
 
         Raises:
             ControlSocketError: the socket is another daemon's (nothing served, nothing changed).
@@ -237,6 +238,11 @@ class Daemon:
         # A parent may hand them blocked (a shell job, a program's child): the daemon would then
         # ignore SIGTERM and SIGHUP, and neither stop nor reload.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+        for signum in asked:
+            if signum == signal.SIGHUP:
+                self._reload_on_signal()
+            else:
+                stop.set()
         interval = self.policy.config.reconcile_interval_s
         workers = [
             asyncio.create_task(self.exits.follow_exits()),

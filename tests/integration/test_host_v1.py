@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 from daemon_harness import GOVERNOR, Governor
 from session_scenarios import SessionUsers, cgroup_of, missing, wait_for
-from support.waits import within
+from support.waits import wait_until, within
 
 from governor.cgroups import detect
+from governor.cgroups.locks import LOCKS
 from governor.host.daemons import REGISTRY
 
 pytestmark = pytest.mark.kernel_v1
@@ -131,6 +132,41 @@ def test_a_daemon_stopped_once_its_tasks_ended_leaves_nothing(tmp_path):
         assert not os.path.exists(gov.socket)
     finally:
         gov.close()
+
+
+def test_a_daemon_stopped_while_it_starts_stops_once_it_serves_and_leaves_nothing(tmp_path):
+    """SIGTERM the moment the daemon holds its root's lock (``systemctl stop`` just after a
+    start; CI's interrupted demo): it finishes starting, stops, exits 0 and leaves nothing.
+    By the default action it died mid-start with its lock and registry entry left."""
+    root_name = f"governor-test-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "g.toml").write_text(f'[groups.R]\nusers = ["root"]\n[sessions]\nenabled = false\n[daemon]\nstate_dir = "{tmp_path}/state"\n')
+    proc = subprocess.Popen([GOVERNOR, "daemon", "--config", str(tmp_path / "g.toml"),
+                             "--socket", str(tmp_path / "g.sock"), "--cgroup-root", root_name],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: _lock_of(root_name) or proc.poll() is not None, "the daemon to take its lock", timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        log = proc.communicate(timeout=60)[1]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    assert proc.returncode == 0, log
+    assert "serving on" in log, log  # it did start, then stopped
+    assert not made_by(root_name) and not _lock_of(root_name), log
+
+
+def _lock_of(root_name: str) -> list[Path]:
+    """The lock files that name ``root_name`` (a daemon's root lock)."""
+    if not LOCKS.is_dir():
+        return []
+    return [path for path in LOCKS.glob("*.lock") if root_name in _read(path)]
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:  # released meanwhile
+        return ""
 
 
 def _pgrep(pattern: str) -> list[int]:

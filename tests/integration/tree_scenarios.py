@@ -16,7 +16,7 @@ from pathlib import Path
 
 from daemon_harness import BUSY, Governor
 from hostile import request
-from scenarios import CONTENTION_TOLERANCE, SCALE, SLEEPER, measure
+from scenarios import CONTENTION_TOLERANCE, SCALE, SLEEPER, measure, measure_held
 
 HEAD = '[capacity]\ncpu = {cpu}\nmemory = "1G"\n[enforcement]\nmemory = "soft"\n'
 
@@ -46,7 +46,7 @@ def two_level_tree_under_contention(tmp_path) -> None:
             assert abs(groups[leaf]["allocation"]["cpu"] - expected[place]) < 1e-6, groups[leaf]
         gov.wait(lambda: gov.status()["daemon"]["cpu_saturated"], "every group to be held to its guarantee")
         gov.wait_settled(gov.generation())  # the hold in force
-        measured = measure(gov, list(expected), 6)
+        measured = measure_held(gov, expected, 6)
         print(f"\n[{gov.status()['daemon']['cgroup_mode']}] H-DRF, capacity {capacity:.2f} cores: " + ", ".join(
             f"{place} {measured[place]:.3f} (H-DRF {cores:.3f}, {measured[place] / cores - 1:+.1%})"
             for place, cores in expected.items()))
@@ -107,7 +107,7 @@ def guarantee_beats_a_heavier_weight(tmp_path) -> None:
             assert abs(groups[group]["allocation"]["cpu"] - cores) < 1e-6, groups[group]
         gov.wait(lambda: gov.status()["daemon"]["cpu_saturated"], "both groups to be held to their guarantees")
         gov.wait_settled(gov.generation())  # the hold in force
-        measured = measure(gov, ["A", "B"], 5)
+        measured = measure_held(gov, expected, 5)
         print(f"\n[{gov.status()['daemon']['cgroup_mode']}] guarantee 0.6 of {capacity:.2f} cores against weight 4: "
               + ", ".join(f"{g} {measured[g]:.3f} (expected {c:.3f})" for g, c in expected.items()))
         for group, cores in expected.items():
