@@ -20,6 +20,7 @@ import pytest
 from daemon_harness import GOVERNOR, Governor
 from hostile import (as_nobody, as_user, churn, connections_as_nobody, end_attack, fd_count, fuzz, held_until_ended,
                      hostile_lines, lingering_tasks, reply, request, rss_bytes, silent_status, wait_ready, watchers)
+from support.waits import within
 
 from governor.errors import CgroupError
 
@@ -362,22 +363,27 @@ def test_idle_metrics_connections_leave_launches_and_status_working(tmp_path):
                 sock.close()
             return {"held": len(held)}
 
+        idle_fds = fd_count(gov.daemon.pid)
         read_end, ready = os.pipe()
         until_measured, measured = os.pipe()
         attacker = _in_background(lambda: as_nobody(hold))
         os.close(ready)
         wait_ready(read_end, 1)
-        fds = fd_count(gov.daemon.pid)
         started = time.monotonic()
         proc = gov.run("A", ["sleep", "30"], cpus=0.1, memory="32M")
         status = gov.status()
         seconds = time.monotonic() - started
+        # Bounded by the scrapes served at once, not by the attack's 1,010, once the daemon has
+        # closed the excess ones it accepted (a count taken mid-burst read 206 in one CI run).
+        bounded = within(lambda: fd_count(gov.daemon.pid) - idle_fds < 50, 10)
+        fds = fd_count(gov.daemon.pid)
         end_attack(measured, 1)
         os.waitpid(attacker, 0)
         os.close(until_measured)
         os.close(measured)
-        print(f"\nmetrics attack: 1,010 idle connections; daemon fds {fds}; a launch and a status took {seconds:.2f} s")
-        assert fds < 200 and seconds < 5 and status["groups"]["A"]["tasks"]
+        print(f"\nmetrics attack: 1,010 idle connections; daemon fds {fds} ({idle_fds} before); "
+              f"a launch and a status took {seconds:.2f} s")
+        assert bounded and seconds < 5 and status["groups"]["A"]["tasks"]
         proc.kill()
     finally:
         gov.close()
