@@ -12,7 +12,7 @@ neighbour costs one start or stop of the daemon. Each governed storm also measur
 CPU (% of one core) and user B's `governor run -- true` (two a second) against B's quiet
 figure; the daemon's CPU per exec is measured once, for a governed and an ungoverned user.
 
-    sudo .venv/bin/python scripts/bench --isolation [--seconds 10] [--json PATH] [--only WORDS] [--vm]
+    sudo scripts/bench --isolation [--seconds 10] [--json PATH] [--only WORDS] [--vm]
 
 Outside the v2 VM, --vm builds the wheel here and runs the benchmark inside
 ../shared/vm/run-in-vm (under /tmp/governor-vm.lock, with a scratch disk); inside it
