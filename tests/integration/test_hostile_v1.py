@@ -311,7 +311,7 @@ def test_the_memory_queue_serves_a_large_task_of_an_idle_group_within_a_task_lif
             launched.append(subprocess.Popen([GOVERNOR, "run", "--socket", gov.socket, "--group", "A", "--cpus",
                                               "0.01", "--memory", "100M", "--", "sleep", "2"],
                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            time.sleep(0.08)
+            stop.wait(0.08)  # the launch rate (the workload): ends at once when the test does
 
     launcher = threading.Thread(target=busy_a)
     launcher.start()
@@ -395,7 +395,7 @@ def test_a_pid_that_wraps_round_to_a_running_tasks_launch_pid_gets_its_own_task(
         child = os.fork()
         if child == 0:  # the task lives on in this child; the launched process exits
             os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # as_nobody's pipe must see its end
-            time.sleep(120)
+            time.sleep(120)  # the task's life until the test kills it, not a wait
             os._exit(0)
         return {"task": answer["task"], "pid": os.getpid(), "child": child}
 
