@@ -19,6 +19,7 @@ from governor.cgroups.hierarchy import V1_CONTROLLERS, V1_OPTIONAL
 from governor.cli.client import call
 from governor.errors import GovernorError
 from governor.wire.request_types import StatusRequest
+from support.waits import wait_until, within
 
 GOVERNOR = str(Path(sys.executable).with_name("governor"))
 BUSY = [sys.executable, "-c", "while True: pass"]
@@ -56,16 +57,15 @@ class Governor:
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def serving() -> bool:
             if self.daemon.poll() is not None:
                 raise AssertionError(f"daemon exited with {self.daemon.returncode}:\n{self.daemon_log()}")
             try:
                 self.status()
-                return
+                return True
             except GovernorError:
-                time.sleep(0.2)
-        raise AssertionError(f"daemon not ready after {timeout} s:\n{self.daemon_log()}")
+                return False
+        wait_until(serving, "the daemon to answer status", timeout=timeout, every=0.2, detail=self.daemon_log)
 
     def daemon_log(self) -> str:
         self.log.flush()
@@ -134,16 +134,13 @@ class Governor:
         return len(self.status()["groups"].get(group, {}).get("tasks", []))
 
     def wait(self, condition, what: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}:\n{self.daemon_log()}")
-            time.sleep(0.2)
+        # Asked every 0.2 s: a condition may ask the daemon, whose CPU a test measures.
+        wait_until(condition, what, timeout=timeout, every=0.2, detail=self.daemon_log)
 
     def measure_cores(self, group: str, seconds: float) -> float:
         """CPU used by ``group``'s cgroup over ``seconds`` of wall time, in cores."""
         usage0, t0 = self.driver.read_stats(group).cpu_usage_usec, time.monotonic()
-        time.sleep(seconds)
+        time.sleep(seconds)  # the measurement window, not a wait
         usage1, t1 = self.driver.read_stats(group).cpu_usage_usec, time.monotonic()
         return (usage1 - usage0) / 1e6 / (t1 - t0)
 
@@ -188,13 +185,14 @@ def _kill_left_in(root: Path) -> None:
 
 
 def _rmdir_retrying(directory: Path) -> None:
-    # A killed task's cgroup can stay busy for a moment while the kernel tears it down.
-    for _ in range(50):
+    # A killed task's cgroup can stay busy (EBUSY) for a moment while the kernel tears it down.
+    def removed() -> bool:
         try:
             directory.rmdir()
-            return
         except FileNotFoundError:
-            return
+            pass
         except OSError:
-            time.sleep(0.1)
-    directory.rmdir()
+            return False
+        return True
+    if not within(removed, 5, every=0.1):
+        directory.rmdir()

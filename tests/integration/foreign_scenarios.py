@@ -15,6 +15,7 @@ from pathlib import Path
 
 from daemon_harness import GOVERNOR, MIB, Governor
 from scenarios import GROUPS, SLEEPER
+from support.waits import wait_until, within
 
 from governor.cgroups import detect
 from governor.cgroups.files import write_file
@@ -61,11 +62,12 @@ class SlurmJob:
         join = "".join(f"echo $$ > {path}; " for path in procs)
         process = subprocess.Popen(["sh", "-c", join + 'exec "$@"', "sh", *command], **options)
         self.started.append(process)
-        deadline = time.monotonic() + 30
         hierarchies = len({self.places.mounts[key][0] for key in self.keys})  # cpu,cpuacct may be one
-        while self.cgroup(process.pid).count(f":{self.step}\n") < hierarchies:  # joined in every one
-            assert process.poll() is None and time.monotonic() < deadline, f"{command} did not join {self.step}"
-            time.sleep(0.01)
+
+        def joined() -> bool:  # in every hierarchy
+            assert process.poll() is None, f"{command} exited before it joined {self.step}"
+            return self.cgroup(process.pid).count(f":{self.step}\n") >= hierarchies
+        wait_until(joined, f"{command} to join {self.step}", timeout=30, every=0.01)
         return process
 
     def cgroup(self, pid: int) -> str:
@@ -92,14 +94,16 @@ class SlurmJob:
 
 
 def _rmdir(directory: Path) -> None:
-    deadline = time.monotonic() + 10
-    while directory.is_dir():
+    def removed() -> bool:
         try:
             os.rmdir(directory)
+        except FileNotFoundError:
+            pass
         except OSError:  # EBUSY until the killed process is reaped by the kernel
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+            return False
+        return True
+    if not within(removed, 10, every=0.05):
+        os.rmdir(directory)
 
 
 def capacity_follows_a_slurm_job_and_its_processes_stay_slurms(tmp_path) -> None:

@@ -19,6 +19,8 @@ import traceback
 from collections import Counter
 from collections.abc import Callable
 
+from support.waits import within
+
 NOBODY = 65534
 
 
@@ -175,7 +177,7 @@ def churn(path: str, tasks: int, parallel: int, group: str, *, linger: float = 0
                     reply = request(sock, (line.replace("{pid}", str(os.getpid())) + "\n").encode())
                     code = 0 if reply and reply.get("ok") and "task" in reply else 3
                     if code == 0 and linger and os.fork() == 0:
-                        time.sleep(linger)
+                        time.sleep(linger)  # the task's life (the workload), not a wait
                 finally:
                     os.write(write_end, b"x")
                     os._exit(code)
@@ -193,6 +195,12 @@ def churn(path: str, tasks: int, parallel: int, group: str, *, linger: float = 0
 
 def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system, seconds) process ``pid`` used so far."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_bytes(pid: int) -> int:
@@ -246,7 +254,7 @@ def lingering_tasks(path: str, count: int, group: str, command: list[str]) -> li
                 sock.close()
                 os.write(ready_write, b"1" if answer and answer.get("ok") else b"0")
                 os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the caller's pipes must see their end
-                time.sleep(3600)
+                time.sleep(3600)  # the task's life until the caller kills it, not a wait
             finally:
                 os._exit(0)
         os.close(ready_write)
@@ -271,10 +279,7 @@ def silent_status(path: str, connections: int, seconds: float, ready: int, relea
         socks.append(sock)
     if ready is not None:
         answered = lambda: all(_unread(sock) for sock in socks)  # noqa: E731
-        until = time.monotonic() + 60
-        while not answered() and time.monotonic() < until:
-            time.sleep(0.01)
-        if not answered():
+        if not within(answered, 60, every=0.01):
             return {"held": len(socks), "answered": False}
         os.write(ready, b"!")
     held_until_ended(release, seconds)

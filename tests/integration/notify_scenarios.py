@@ -8,24 +8,20 @@ import json
 import pwd
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from daemon_harness import Governor
 from scenarios import HOG, SCALE, SLEEPER, config
+from support.waits import wait_until
 
 
 def _notices(out: Path, count: int, gov: Governor, timeout: float = 60) -> list[tuple[int, dict]]:
     """The ``count`` documents the command wrote (each as ``uid`` line, then the document), once
     they are there, and no more; ordered by the time in them."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def run() -> bool:
         done = gov.status()["daemon"].get("notify", {})
-        if done.get("done", 0) + done.get("failed", 0) >= count:
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError(f"{count} notifications not run:\n{gov.daemon_log()}")
+        return done.get("done", 0) + done.get("failed", 0) >= count
+    wait_until(run, f"{count} notifications to run", timeout=timeout, every=0.05, detail=gov.daemon_log)
     found = []
     for path in sorted(out.glob("notice-*")):
         uid, document = path.read_text().split("\n", 1)

@@ -55,7 +55,7 @@ def measure(gov: Governor, groups: list[str], seconds: float) -> dict[str, float
     """CPU cores used by each group over the same ``seconds`` of wall time."""
     first = {g: gov.driver.read_stats(g).cpu_usage_usec for g in groups}
     t0 = time.monotonic()
-    time.sleep(seconds)
+    time.sleep(seconds)  # the measurement window, not a wait
     last = {g: gov.driver.read_stats(g).cpu_usage_usec for g in groups}
     elapsed = time.monotonic() - t0
     return {g: (last[g] - first[g]) / 1e6 / elapsed for g in groups}
@@ -366,7 +366,7 @@ def io_weight_shares_a_busy_disk(tmp_path, device: str, cgroup_mount) -> None:
         # Both writing (each has 28M to write: several seconds at its share).
         gov.wait(lambda: all(written(g) > 0 for g in writers), "both writers to start writing")
         first, t0 = {g: written(g) for g in writers}, time.monotonic()
-        time.sleep(2.5)
+        time.sleep(2.5)  # the measurement window, not a wait
         rates = {g: (written(g) - first[g]) / (time.monotonic() - t0) for g in writers}
         for writer in writers.values():
             writer.wait(timeout=120)

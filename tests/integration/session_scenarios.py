@@ -9,11 +9,11 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from daemon_harness import BUSY, GOVERNOR, Governor
 from scenarios import CONTENTION_TOLERANCE, SCALE, measure
+from support.waits import wait_until
 
 USERS = ("gov-alice", "gov-bob")
 # Each way a process of alice may start outside governor (issue 9, point 2), as root runs it.
@@ -92,10 +92,7 @@ def _cgroup_procs(gov: Governor, task: dict) -> list[str]:
 
 
 def wait_for(condition, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    wait_until(condition, what, timeout=timeout, every=0.05)
 
 
 def _pids(user: str, pattern: str) -> list[int]:

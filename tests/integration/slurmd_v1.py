@@ -21,11 +21,11 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
 from daemon_harness import _rmdir_retrying
+from support.waits import wait_until
 
 from governor.cgroups.files import read_file, write_file
 from governor.cgroups.foreign_subtrees import ForeignPlaces
@@ -147,11 +147,8 @@ class SlurmNode:
     def wait(self, condition, what, timeout: float = 60) -> None:
         """Until ``condition()`` holds, or fail saying ``what`` (a string, or a callable
         saying it then) with the daemons' logs."""
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what() if callable(what) else what}{self.logs()}")
-            time.sleep(0.1)
+        wait_until(condition, "the condition" if callable(what) else what, timeout=timeout, every=0.1,
+                   detail=lambda: (what() if callable(what) else "") + self.logs())
 
     def logs(self) -> str:
         """The end of each daemon's log, for a failure's message."""

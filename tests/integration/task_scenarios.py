@@ -13,6 +13,7 @@ import time
 import psutil
 from daemon_harness import GOVERNOR, MIB, Governor
 from scenarios import HOG, SCALE, config
+from support.waits import wait_until, within
 
 from governor.cli.client import call
 from governor.host.exit_status import kernel_keeps_exit_status
@@ -48,25 +49,26 @@ def _row(gov: Governor, name: str) -> dict:
 def _ended(gov: Governor, task: str, timeout: float = 30) -> dict:
     """Task ``task``'s ended record, once it has its exit status where the kernel keeps one
     (the test reaped the command)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for record in call(gov.socket, PsRequest(ended=True)).ended:
-            if record["id"] == task and (record["exit_status"] is not None or not kernel_keeps_exit_status()):
-                return record
-        time.sleep(0.05)
-    raise AssertionError(f"no ended record of task {task} with its exit status:\n{gov.daemon_log()}")
+    return _ended_record(gov, lambda record: record["id"] == task and (record["exit_status"] is not None
+                                                                    or not kernel_keeps_exit_status()),
+                         f"the ended record of task {task} with its exit status", timeout)
+
+
+def _ended_record(gov: Governor, wanted, what: str, timeout: float = 30) -> dict:
+    """The first ended record ``wanted(record)`` is true of, once the daemon has one."""
+    found: list[dict] = []
+
+    def ended() -> bool:
+        found[:] = [record for record in call(gov.socket, PsRequest(ended=True)).ended if wanted(record)]
+        return bool(found)
+    wait_until(ended, what, timeout=timeout, every=0.05, detail=gov.daemon_log)
+    return found[0]
 
 
 def _gone(pids: list[int], timeout: float = 10) -> bool:
     """Whether every pid ended (a zombie waiting for its reaper has ended) within ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        alive = [pid for pid in pids if psutil.pid_exists(pid)
-                 and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
-        if not alive:
-            return True
-        time.sleep(0.05)
-    return False
+    return within(lambda: not [pid for pid in pids if psutil.pid_exists(pid)
+                               and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE], timeout, every=0.05)
 
 
 def stop_ends_the_whole_tree(tmp_path) -> None:
@@ -121,13 +123,7 @@ def time_limit_ends_the_whole_tree(tmp_path) -> None:
 
 
 def _task_id_of(gov: Governor, name: str) -> str:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        for record in call(gov.socket, PsRequest(ended=True)).ended:
-            if record["name"] == name:
-                return record["id"]
-        time.sleep(0.05)
-    raise AssertionError(f"no ended record named {name}:\n{gov.daemon_log()}")
+    return _ended_record(gov, lambda record: record["name"] == name, f"an ended record named {name}")["id"]
 
 
 def oom_kill_is_the_recorded_reason(tmp_path) -> None:

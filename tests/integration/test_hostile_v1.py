@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 from daemon_harness import GOVERNOR, Governor
-from hostile import (as_nobody, as_user, churn, connections_as_nobody, end_attack, fd_count, fuzz, held_until_ended,
-                     hostile_lines, lingering_tasks, reply, request, rss_bytes, silent_status, wait_ready, watchers)
+from hostile import (as_nobody, as_user, churn, connections_as_nobody, cpu_seconds, end_attack, fd_count, fuzz,
+                     held_until_ended, hostile_lines, lingering_tasks, reply, request, rss_bytes, silent_status,
+                     wait_ready, watchers)
 from support.waits import within
 
 from governor.errors import CgroupError
@@ -200,21 +201,24 @@ def test_a_daemon_killed_mid_storm_readopts_each_live_task_once_and_leaves_no_or
 def test_a_churn_of_ten_thousand_short_tasks_leaks_nothing(gov):
     # Memory is compared between the two halves: the first grows what is kept at its high
     # water (allocator arenas, dict tables), 2-4 MiB of ~37 whatever the
-    # code; a leak grows the second half as much as the first.
+    # code; a leak grows the second half as much as the first. The 10,000 are issue 12's
+    # figure; the warm-up only opens what the daemon opens once (its fds' baseline): 200 do
+    # that (1,000 did, at ~25 ms a task in CI).
     pid = gov.daemon.pid
-    warm = as_nobody(lambda: churn(gov.socket, 1_000, 16, "F"))
+    warm = as_nobody(lambda: churn(gov.socket, 200, 16, "F"))
     settle(gov, "the warm-up tasks to end", lambda: not task_cgroups(gov))
     fds, rss = fd_count(pid), rss_bytes(pid)
-    start = time.monotonic()
+    start, cpu = time.monotonic(), cpu_seconds(pid)
     first = as_nobody(lambda: churn(gov.socket, 5_000, 16, "F"))
     settle(gov, "the first half to end", lambda: not task_cgroups(gov))
     half = rss_bytes(pid)
     second = as_nobody(lambda: churn(gov.socket, 5_000, 16, "F"))
-    seconds = time.monotonic() - start
+    seconds, cpu = time.monotonic() - start, cpu_seconds(pid) - cpu
     settle(gov, "every task to end", lambda: not task_cgroups(gov) and not gov.busy_groups())
     settle(gov, "fds back", lambda: fd_count(pid) <= fds, 20)
     trips = sorted(first["trips"] + second["trips"])
-    print(f"\nchurn: 10,000 tasks (16 clients at a time) in {seconds:.0f} s, {10_000 / seconds:.0f}/s; round trip "
+    print(f"\nchurn: 10,000 tasks (16 clients at a time) in {seconds:.0f} s, {10_000 / seconds:.0f}/s, the daemon's "
+          f"CPU {cpu:.0f} s ({cpu / seconds:.0%} of one core); round trip "
           f"p50 {trips[len(trips) // 2] * 1000:.1f} ms, p99 {trips[int(len(trips) * 0.99)] * 1000:.1f} ms; "
           f"failed {first['failed'] + second['failed']} (warm-up {warm['failed']}); RSS {rss / 2**20:.1f} -> "
           f"{half / 2**20:.1f} -> {rss_bytes(pid) / 2**20:.1f} MiB, fds {fds} -> {fd_count(pid)}")
@@ -312,7 +316,7 @@ def test_the_memory_queue_serves_a_large_task_of_an_idle_group_within_a_task_lif
             launched.append(subprocess.Popen([GOVERNOR, "run", "--socket", gov.socket, "--group", "A", "--cpus",
                                               "0.01", "--memory", "100M", "--", "sleep", "2"],
                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            time.sleep(0.08)
+            stop.wait(0.08)  # the launch rate (the workload): ends at once when the test does
 
     launcher = threading.Thread(target=busy_a)
     launcher.start()
@@ -401,7 +405,7 @@ def test_a_pid_that_wraps_round_to_a_running_tasks_launch_pid_gets_its_own_task(
         child = os.fork()
         if child == 0:  # the task lives on in this child; the launched process exits
             os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # as_nobody's pipe must see its end
-            time.sleep(120)
+            time.sleep(120)  # the task's life until the test kills it, not a wait
             os._exit(0)
         return {"task": answer["task"], "pid": os.getpid(), "child": child}
 

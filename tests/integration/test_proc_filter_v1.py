@@ -14,9 +14,9 @@ import struct
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
+from support.waits import wait_until
 
 from governor.host import procevents
 from governor.host.procevents import ProcessEvents
@@ -93,13 +93,11 @@ def test_storms_of_renames_threads_and_execs_never_reach_the_daemons_socket(even
     try:
         storm, child = map(int, subprocess.run([sys.executable, "-c", STORM], capture_output=True, text=True,
                                               check=True, timeout=60).stdout.split())
-        deadline = time.monotonic() + 10
-        # The fork of the storm's child's child: the last event the filter must pass.
-        while not any(what == procevents.PROC_EVENT_FORK and data[1] == child for what, data in seen):
-            assert time.monotonic() < deadline, "the fork of the storm's child's child never came"
-            seen += datagrams(filtered)
-            seen_before += datagrams(before)
-            time.sleep(0.01)
+        def passed_the_last() -> bool:  # the fork of the storm's child's child: the last event the filter must pass
+            seen.extend(datagrams(filtered))
+            seen_before.extend(datagrams(before))
+            return any(what == procevents.PROC_EVENT_FORK and data[1] == child for what, data in seen)
+        wait_until(passed_the_last, "the fork of the storm's child's child", timeout=10, every=0.01)
         seen_before += datagrams(before)
     finally:
         filtered.close()
@@ -143,11 +141,10 @@ def test_the_forks_of_a_watched_process_pass_until_it_is_forgotten():
             got, _ = events.read()
             return [pid for kind, pid, parent in got if kind == procevents.FORK and parent == child]
 
-        deadline = time.monotonic() + 5
-        while child not in events.watched.watched:  # its uid event passed: the program watches it
-            assert time.monotonic() < deadline, "the child's uid event never came"
+        def watched() -> bool:  # its uid event passed: the program watches it
             events.read()
-            time.sleep(0.01)
+            return child in events.watched.watched
+        wait_until(watched, "the child's uid event", timeout=5, every=0.01)
         assert len(forks_after_one_command()) == 1
         events.forget(child)
         assert forks_after_one_command() == []

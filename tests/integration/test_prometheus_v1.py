@@ -20,6 +20,7 @@ from urllib.request import urlopen
 import pytest
 from daemon_harness import Governor
 from support.device_nodes import stand_in_nodes
+from support.waits import wait_until, within
 from scenarios import GROUPS, SLEEPER
 
 pytestmark = pytest.mark.kernel_v1
@@ -213,21 +214,19 @@ class _Api:
     def series(self, expr: str) -> list[dict]:
         """Like :meth:`query`, asked again for a moment while empty: on a loaded host one scrape
         can time out, and the series it marks stale are absent until the next one."""
-        for _ in range(8):
-            if found := self.query(expr):
-                return found
-            time.sleep(0.25)
-        return []
+        found: list[dict] = []
+
+        def answered() -> bool:
+            found[:] = self.query(expr)
+            return bool(found)
+        within(answered, 2, every=0.25)
+        return found
 
     def until(self, condition, what: str, timeout: float = 45) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
+        def holds() -> bool:
             assert self.process.poll() is None, f"prometheus exited with {self.process.returncode}:\n{self.log.read_text()}"
             try:
-                if condition():
-                    return
+                return bool(condition())
             except (URLError, ConnectionError):
-                pass  # not listening yet
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}:\n{self.log.read_text()}")
-            time.sleep(0.25)
+                return False  # not listening yet
+        wait_until(holds, what, timeout=timeout, every=0.25, detail=self.log.read_text)

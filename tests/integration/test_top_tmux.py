@@ -14,11 +14,11 @@ import shlex
 import shutil
 import signal
 import subprocess
-import time
 import uuid
 
 import pytest
 from daemon_harness import BUSY, GOVERNOR, Governor
+from support.waits import wait_until
 
 pytestmark = pytest.mark.kernel_v1
 
@@ -56,14 +56,13 @@ class Pane:
         return self.tmux("capture-pane", "-p", "-t", "top")
 
     def wait_for(self, condition, what: str, timeout: float = 20) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            text = self.text()
-            if condition(text):
-                return text
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; the pane shows:\n{text}")
-            time.sleep(0.3)
+        shown = [""]
+
+        def seen() -> bool:
+            shown[0] = self.text()
+            return condition(shown[0])
+        wait_until(seen, what, timeout=timeout, every=0.3, detail=lambda: f"the pane shows:\n{shown[0]}")
+        return shown[0]
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.server, "kill-server"], capture_output=True, timeout=10)
@@ -129,10 +128,8 @@ def test_top_shows_real_shares_expands_sorts_reconnects_resizes_and_quits(tmp_pa
         assert max(map(len, text.splitlines())) <= 80 and "33.3%" in row(text, "ops")
 
         pane.tmux("send-keys", "-t", "top", "q")
-        deadline = time.monotonic() + 10
-        while not exit_file.exists() or not exit_file.read_text().endswith("\n"):
-            assert time.monotonic() < deadline, f"governor top did not quit:\n{pane.text()}"
-            time.sleep(0.2)
+        wait_until(lambda: exit_file.exists() and exit_file.read_text().endswith("\n"), "governor top to quit",
+                   timeout=10, detail=pane.text)
         assert exit_file.read_text() == "0\n"
     finally:
         if pane is not None:

@@ -224,7 +224,10 @@ def fair_share_charges_short_tasks_as_a_steady_tasks_equal_use(tmp_path) -> None
             gov.run("B", burner, may_end=True, cpus=capacity, memory="16M").wait()
         short = (gov.driver.read_stats("").cpu_usage_usec - before) / 1e6
         gov.run("A", BUSY, cpus=capacity * 0.75, memory="16M")  # not the whole host: a share above 1 is cut
-        gov.wait(lambda: gov.driver.read_stats("A").cpu_usage_usec / 1e6 >= short, "A to use as much CPU as B")
+        # A needs short / 0.75·capacity seconds: in the emulated VM on a loaded host Python's start
+        # alone cost B's tasks 2-3 s each (21 s in all, 70 s for A), past a fixed 60 s bound.
+        gov.wait(lambda: gov.driver.read_stats("A").cpu_usage_usec / 1e6 >= short, "A to use as much CPU as B",
+                 timeout=max(60.0, 2 * short / (capacity * 0.75)))
         for pid in (pid for task in gov.driver.children("A") for pid in gov.driver.pids(f"A/{task}")):
             os.kill(pid, signal.SIGSTOP)  # A's use is final, and its group stays
         stopped = time.time()

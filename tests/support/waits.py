@@ -19,16 +19,24 @@ async def until(fact: Callable[[], object], what: str, *, timeout: float = 5.0) 
         await asyncio.sleep(0.005)
 
 
-def wait_until(fact: Callable[[], object], what: str, *, timeout: float = 5.0) -> None:
-    """:func:`until` for code without an event loop (a thread, a subprocess's state)."""
+def wait_until(fact: Callable[[], object], what: str, *, timeout: float = 5.0, every: float = 0.005,
+               detail: Callable[[], str] | None = None) -> None:
+    """:func:`until` for code without an event loop (a thread, a subprocess's state), asking
+    ``fact()`` every ``every`` seconds (longer where asking costs: a daemon's status).
+
+    Raises:
+        AssertionError: ``fact()`` still false after ``timeout`` seconds, naming ``what``, then
+            ``detail()`` (a log's end, the screen) where given.
+    """
     deadline = time.monotonic() + timeout
     while not fact():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.005)
+            shown = f":\n{detail()}" if detail is not None else ""
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}{shown}")
+        time.sleep(every)
 
 
-def within(fact: Callable[[], object], seconds: float) -> bool:
+def within(fact: Callable[[], object], seconds: float, *, every: float = 0.005) -> bool:
     """Whether ``fact()`` came true within ``seconds``, polled as :func:`wait_until` polls it: for
     a test that counts the late ones (a bound is the fact under test) rather than failing at the
     first."""
@@ -36,5 +44,5 @@ def within(fact: Callable[[], object], seconds: float) -> bool:
     while not fact():
         if time.monotonic() > deadline:
             return bool(fact())
-        time.sleep(0.005)
+        time.sleep(every)
     return True
