@@ -81,14 +81,15 @@ class Exit:
 
 @dataclass(frozen=True)
 class Session:
-    """A user's session started (its first process was moved in)."""
+    """A user's session started (its first process was moved in): ``session``, the session's
+    task (its user, uid, group and first pid)."""
 
-    user: str
+    session: Task
     refill = True
 
     @property
     def trigger(self) -> str:
-        return f"session of {self.user} started"
+        return f"session of {self.session.user} started"
 
 
 @dataclass(frozen=True)

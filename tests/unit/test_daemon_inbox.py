@@ -20,7 +20,7 @@ def task(task_id: str, user: str = "alice") -> Task:
     (inbox.Left("7"), "task 7 left the queue", False),  # only the queue changed
     (inbox.Exit("exit", (task("1"),), (None,)), "exit of task 1", True),
     (inbox.Exit("reconcile", (task("1"), task("session-1000")), (None, None)), "reconcile of 2 tasks", True),
-    (inbox.Session("alice"), "session of alice started", True),
+    (inbox.Session(task("session-1000")), "session of alice started", True),
     (inbox.Sample(True), "saturation", True),
     (inbox.Sample(False), "slack", True),
     (inbox.FairShare(), "fair share: effective weights moved", True),
