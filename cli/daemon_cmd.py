@@ -56,8 +56,9 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
     config = load() if config_path else default_config()
     check_on_this_host(config)  # what check-config checks: refused before anything is made
     socket = resolve_socket(socket_path)
-    options = Options(config, config_path, load if config_path else None, socket, cgroup_root, state_dir,
-                      _metrics_address(metrics_address) if metrics_address else None, OWN_UNITS)
+    options = Options(config, config_path, load_config=load if config_path else None, socket=socket,
+                      cgroup_root=cgroup_root, state_dir=state_dir, systemd_units=OWN_UNITS,
+                      metrics_listen=_metrics_address(metrics_address) if metrics_address else None)
     with build(options) as server:  # a start refused on the way undoes what it made
         asyncio.run(server.serve(socket, asked))
 
