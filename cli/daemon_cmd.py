@@ -32,26 +32,16 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
       sudo governor daemon --metrics 9110    # Prometheus on 127.0.0.1:9110
     """
     import asyncio
-    import contextlib
     import os
-    from pathlib import Path
 
-    import psutil
-
-    from governor.cgroups.foreign_subtrees import ForeignPlaces
-    from governor.cgroups.devices import whole_disk
-    from governor.cgroups.hierarchy import open_hierarchy
     from governor.cli.check_config import check_on_this_host
     from governor.cli.client import socket_path as resolve_socket
     from governor.cli.inputs import read_input
     from governor.cli.systemd_files import OWN_UNITS
     from governor.config.load import default_config, parse_config
-    from governor.daemon import Daemon
-    from governor.host.daemons import DaemonEntry, Registry
+    from governor.daemon.build import Options, build
     from governor.errors import GovernorError
     from governor.host.logs import setup_logging
-    from governor.host.sd_notify import Notifier
-    from governor.host.task_store import TaskStore
 
     setup_logging()
     if os.geteuid() != 0:
@@ -66,39 +56,11 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
     config = load() if config_path else default_config()
     check_on_this_host(config)  # what check-config checks: refused before anything is made
     socket = resolve_socket(socket_path)
-    registry = Registry()
-    # A start refused on the way (sessions another daemon's, a taken port or socket) undoes what
-    # it made: the state directory, the claim on the sessions, the cgroup root.
-    with contextlib.ExitStack() as undo:
-        store = TaskStore(Path(state_dir or config.state_dir))
-        undo.callback(_remove_made, _missing(store.directory))
-        store.prepare()  # an untrusted state directory stops the start before any cgroup is made
-        if config.sessions.enabled:
-            registry.claim_sessions(DaemonEntry(os.getpid(), cgroup_root, config_path or "<embedded default>",
-                                                socket))
-            undo.callback(registry.release_sessions)
-        from governor.wire.metrics import Metrics
-
-        # Always there: a reload may turn [metrics] listen on. Listening first: a taken port or a
-        # bad address stops the start before any cgroup is made. --metrics overrides the config.
-        # Served to whoever reaches it: the public view.
-        metrics = Metrics(lambda: server.observation.snapshot(), pinned=metrics_address is not None)
-        listen = _metrics_address(metrics_address) if metrics_address else config.metrics_listen
-        if listen is not None:
-            metrics.bind(*listen)
-        hierarchy = open_hierarchy(cgroup_root, devices=config.gpus is not None)
-        undo.callback(_remove_root, hierarchy)
-        server = Daemon(config, config_path or "<embedded default>", hierarchy, store,
-                        host_cpus=sorted(os.sched_getaffinity(0)), host_memory=psutil.virtual_memory().total,
-                        resolve_device=whole_disk, load_config=load if config_path else None, notifier=Notifier(),
-                        metrics=metrics, registry=registry,
-                        foreign_places=ForeignPlaces.of_host(hierarchy.mode, hierarchy.hierarchies),
-                        systemd_units=OWN_UNITS)
-        try:
-            asyncio.run(server.serve(socket, asked))
-        finally:
-            if server.served:
-                undo.pop_all()  # it served: what it made is the running host's (serve cleans its own)
+    options = Options(config, config_path, load_config=load if config_path else None, socket=socket,
+                      cgroup_root=cgroup_root, state_dir=state_dir, systemd_units=OWN_UNITS,
+                      metrics_listen=_metrics_address(metrics_address) if metrics_address else None)
+    with build(options) as server:  # a start refused on the way undoes what it made
+        asyncio.run(server.serve(socket, asked))
 
 
 def _note_signals_until_serving() -> list[int]:
@@ -125,30 +87,6 @@ def raise_descriptor_limit() -> None:
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
-
-def _missing(directory) -> list:
-    """``directory`` and its ancestors that do not exist yet, deepest first."""
-    return [d for d in (directory, *directory.parents) if not d.exists()]
-
-
-def _remove_made(directories) -> None:
-    """Remove the directories a refused start made, deepest first, where they are still empty."""
-    import os
-
-    for directory in directories:
-        try:
-            for stale in directory.glob(".*.tmp"):
-                stale.unlink()
-            os.rmdir(directory)
-        except OSError:
-            return
-
-
-def _remove_root(hierarchy) -> None:
-    """A refused start's cgroup root goes again, where nothing is below it."""
-    from governor.daemon.effector import Effector
-
-    Effector(hierarchy).remove_empty_root()
 
 def _metrics_address(text: str) -> tuple[str, int]:
     """``"9110"`` → (127.0.0.1, 9110); ``"0.0.0.0:9110"`` → as given (loopback unless configured)."""

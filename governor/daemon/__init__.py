@@ -1,5 +1,6 @@
 """The daemon: the one place that ties events, allocation and enforcement together (DESIGN.md §4),
-one stage a module, wired by :mod:`governor.daemon.root`::
+one stage a module, wired by :mod:`governor.daemon.root` and built on the host by
+:func:`governor.daemon.build.build` (the composition root ``governor daemon`` calls)::
 
     requests ─► launches ─┐
     exits ────────────────┤

@@ -34,8 +34,9 @@ class Enforcement:
 
     Args:
         effector: what writes the limits (:class:`~governor.daemon.effector.Effector`);
-            policy: the config in force; tasks: the running tasks; journal: events; metrics:
-            optional sink with ``refill(seconds)``, ``write_error()`` and ``allocation_failure()``.
+            policy: the config in force; tasks: the running tasks; journal: events, and the
+            metrics sink where it has one (``refill(seconds)``, ``write_error()``,
+            ``allocation_failure()``).
 
     Attributes:
         allocation: the last progressive filling (paper §4.1), None with no task.
@@ -51,13 +52,13 @@ class Enforcement:
             root's (:class:`~governor.daemon.unit_protection.UnitProtection`), or None.
     """
 
-    def __init__(self, *, effector: Effector, policy: Policy, tasks: Tasks, journal: Journal, metrics=None,
+    def __init__(self, *, effector: Effector, policy: Policy, tasks: Tasks, journal: Journal,
                  units: UnitProtection | None = None):
         self.effector = effector
         self.policy = policy
         self.tasks = tasks
         self.journal = journal
-        self.metrics = metrics
+        self.metrics = journal.metrics
         self.allocation: Allocation | None = None
         self.cpu_saturated = False
         self.filling: dict = {"at": None, "trigger": "start", "duration_ms": 0.0, "files_written": 0,

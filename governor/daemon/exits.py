@@ -156,9 +156,9 @@ class Exits:
             self.journal.event("task_ended", record.line(trigger))
             self.journal.record(end_entry(record))
             self._alert(record)
-            ended.append(task.label)
+            ended.append(record)
         if ended:
-            self.inbox.put(Exit(trigger, tuple(ended), since))
+            self.inbox.put(Exit(trigger, tuple(r.task for r in ended), tuple(r.stats for r in ended), since))
 
     def restore_ended(self) -> None:
         """Take back the ended records the last daemon saved (``ps --ended`` outlives a

@@ -14,7 +14,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from governor.cgroups.stats import CgroupStats
+from governor.core.state import Task
 
 __all__ = ["SETTLE_GAP_S", "Batch", "Event", "Exit", "FairShare", "ForeignChange", "Handover", "Inbox", "Launch", "Left",
            "Reconcile", "Reload", "Sample", "Session"]
@@ -27,14 +30,14 @@ SETTLE_GAP_S = 0.005
 
 @dataclass(frozen=True)
 class Launch:
-    """A task joined the queue (``launch``)."""
+    """A task joined the queue (``launch``): ``task``, as it waits (its cgroup not made yet)."""
 
-    task_id: str
+    task: Task
     refill = True
 
     @property
     def trigger(self) -> str:
-        return f"launch of task {self.task_id}"
+        return f"launch of task {self.task.id}"
 
 
 @dataclass(frozen=True)
@@ -52,13 +55,24 @@ class Left:
 @dataclass(frozen=True)
 class Exit:
     """Tasks ended, as ``how`` found them (``exit``: the kernel's event; ``reconcile``: the
-    periodic pass; ``stop``, ``time limit``): their labels (``task 7``, ``session of alice``),
-    and ``since``, ``time.perf_counter()`` when the end was seen (None: now)."""
+    periodic pass; ``stop``, ``time limit``): ``tasks``, as they ran (already forgotten by the
+    running tasks); ``stats``, each one's cgroup counters as it ended, in the same order (None:
+    none could be read); and ``since``, ``time.perf_counter()`` when the end was seen (None: now)."""
 
     how: str
-    labels: tuple[str, ...]
+    tasks: tuple[Task, ...]
+    stats: tuple[CgroupStats | None, ...]
     since: float | None = None
     refill = True
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(task.id for task in self.tasks)
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """How the log names them: ``task 7``, ``session of alice``."""
+        return tuple(task.label for task in self.tasks)
 
     @property
     def trigger(self) -> str:
@@ -67,14 +81,15 @@ class Exit:
 
 @dataclass(frozen=True)
 class Session:
-    """A user's session started (its first process was moved in)."""
+    """A user's session started (its first process was moved in): ``session``, the session's
+    task (its user, uid, group and first pid)."""
 
-    user: str
+    session: Task
     refill = True
 
     @property
     def trigger(self) -> str:
-        return f"session of {self.user} started"
+        return f"session of {self.session.user} started"
 
 
 @dataclass(frozen=True)
@@ -160,13 +175,15 @@ Event = Launch | Left | Exit | Session | Sample | FairShare | Handover | Foreign
 class Batch:
     """Events to settle together: when they are settled (``done``), what they were
     (``triggers``), whether any needs a refill, when the first was seen and when the last was
-    added (``time.perf_counter()``)."""
+    added (``time.perf_counter()``), and the events themselves with their data, in the order
+    they were put (``events``; a trigger :meth:`Inbox.add` was given has none)."""
 
     done: asyncio.Future
     triggers: list[str]
     refill: bool
     since: float
     latest: float
+    events: list[Event] = field(default_factory=list)
 
     @property
     def trigger(self) -> str:
@@ -226,7 +243,9 @@ class Inbox:
             RuntimeError: no event loop runs in this thread (the daemon runs on one).
         """
         since = event.since if isinstance(event, Exit) and event.since is not None else time.perf_counter()
-        return self.add(event.trigger, event.refill, since)
+        done = self.add(event.trigger, event.refill, since)
+        self._batch.events.append(event)
+        return done
 
     def add(self, trigger: str, refill: bool, since: float) -> asyncio.Future:
         """:meth:`put` for an event known by its ``trigger``, whether it needs a ``refill``,

@@ -115,7 +115,7 @@ class Launches:
         self.queue[task.id] = entry
         self.journal.record(launch_entry(task, entry.queued_at))
         try:
-            await asyncio.shield(self.inbox.put(Launch(task.id)))
+            await asyncio.shield(self.inbox.put(Launch(task)))
             if not entry.decided and not request.wait:
                 entry.decide(error=RequestError("would_wait", self.waiting_line(task.id)))
             elif not entry.decided:

@@ -63,9 +63,9 @@ class Requests:
 
     def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, launches: Launches, settle: Settle,
                  inbox: Inbox, records: Records, exits: Exits, sessions: Sessions, observation: Observation,
-                 journal: Journal, notifier: Notifier, gpu_guard: GpuGuard, load_config: Callable[[], Config] | None,
-                 metrics=None):
-        self.metrics = metrics  # follows [metrics] listen at a reload (governor.wire.metrics.Metrics)
+                 journal: Journal, notifier: Notifier, gpu_guard: GpuGuard, load_config: Callable[[], Config] | None):
+        # The journal's metrics sink follows [metrics] listen at a reload (governor.wire.metrics.Metrics).
+        self.metrics = journal.metrics
         self.hierarchy, self.policy, self.tasks, self.load_config = hierarchy, policy, tasks, load_config
         self.launches, self.settle, self.inbox, self.records = launches, settle, inbox, records
         self.queue = settle.queue

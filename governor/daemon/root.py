@@ -149,7 +149,7 @@ class Daemon:
         self.effector = Effector(hierarchy)  # the one writer of cgroups
         self.tree = Tree(hierarchy, self.effector, read_before_removal=self.fair_share.removed, foreign=self.foreign.holds)
         self.enforcement = Enforcement(effector=self.effector, policy=self.policy, tasks=self.tasks,
-                                       journal=self.journal, metrics=metrics,
+                                       journal=self.journal,
                                        units=UnitProtection.of(hierarchy, systemd_units, self.tree.run, self.journal))
         self.handover = Handover(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, inbox=self.inbox,
                                  journal=self.journal)
@@ -165,8 +165,7 @@ class Daemon:
                            records=self.records, inbox=self.inbox, observation=self.observation,
                            journal=self.journal)
         self.starts = Starts(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
-                             queue=self.queue, records=self.records, journal=self.journal, follow=self.exits.follow,
-                             metrics=metrics)
+                             queue=self.queue, records=self.records, journal=self.journal, follow=self.exits.follow)
         self.settle = Settle(policy=self.policy, tasks=self.tasks, queue=self.queue, starts=self.starts,
                              enforcement=self.enforcement, journal=self.journal, notifier=self.notifier,
                              usage=self.observation.usage,  # measured by observation, counted by admission
@@ -185,7 +184,7 @@ class Daemon:
                                  settle=self.settle, inbox=self.inbox, records=self.records,
                                  exits=self.exits, sessions=self.sessions,
                                  observation=self.observation, journal=self.journal, notifier=self.notifier,
-                                 gpu_guard=self.gpu_guard, load_config=load_config, metrics=metrics)
+                                 gpu_guard=self.gpu_guard, load_config=load_config)
 
     def _entry(self) -> DaemonEntry:
         """This daemon as the others see it (:mod:`governor.host.daemons`)."""

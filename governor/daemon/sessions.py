@@ -397,4 +397,4 @@ class Sessions:
         if self.enforcement.cpu_saturated:  # measured without this session: the next sample decides again
             self.enforcement.hold(False, f"the session of {session.user} starts: groups are no longer held to "
                                          "their CPU guarantees")
-        self.inbox.put(Session(session.user))
+        self.inbox.put(Session(session))

@@ -39,11 +39,12 @@ class Starts:
         follow: what to do with a task once it started (watch its exit, arm its time limit:
             :meth:`Exits.follow <governor.daemon.exits.Exits.follow>`): called with the task
             and its launch.
-        metrics: optional sink with ``admitted(waited_seconds)``.
+
+    A start is counted in the journal's metrics (``admitted(waited_seconds)``), where it has any.
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, queue: Queue,
-                 records: Records, journal: Journal, follow: Callable[[Task, Entry], None], metrics=None):
+                 records: Records, journal: Journal, follow: Callable[[Task, Entry], None]):
         self.hierarchy = hierarchy
         self.tree = tree
         self.effector = tree.effector
@@ -53,7 +54,7 @@ class Starts:
         self.records = records
         self.journal = journal
         self.follow = follow
-        self.metrics = metrics
+        self.metrics = journal.metrics
 
     def started_reply(self, task: Task) -> dict:
         """The launch reply of a running task: its id, group, cgroup, the caps in force,
