@@ -37,7 +37,7 @@ def history(since: str, until: str | None, as_json: bool, config_file: str, dire
     start, end = period(since, until, time.time())
     found, config = journal_dir(config_file, directory)
     if directory is None and not os.access(found, os.R_OK | os.X_OK) and os.path.exists(found.parent):
-        shown = _asked(socket_option, start, end)  # the state directory is the daemon's (0700)
+        shown = _asked(socket_option, start, end)  # the journal is the daemon's (0700)
     else:
         shown = rows_for((entry for entry in entries(found, start, end) if entry.get("kind") != "daemon"),
                          reader(config))

@@ -29,12 +29,12 @@ from governor.config.history_rules import HistoryRules
 from governor.core.state import Task
 from governor.errors import RequestError
 from governor.host.accounting import Ended
-from governor.host.history_store import DIR_NAME, HistoryWriter, read_history
+from governor.host.history_store import HistoryWriter, read_history
 from governor.wire.reply_types import HistoryReply
 from governor.wire.request_types import HistoryRequest
 from governor.wire.visibility import HIDDEN, Viewer, rows_for
 
-__all__ = ["DIR_NAME", "History", "end_entry", "launch_entry", "refusal_entry", "session_entry", "start_entry"]
+__all__ = ["History", "end_entry", "launch_entry", "refusal_entry", "session_entry", "start_entry"]
 
 KINDS = ("daemon", "launch", "start", "refusal", "session", "end")
 # The most entries one ``history`` reply carries (about 400 bytes each: 40 MB), the newest.
@@ -81,14 +81,14 @@ class History:
     """The daemon's journal writer, off while ``[history] enabled = false``.
 
     Args:
-        directory: the state directory; rules: the ``[history]`` in force (a reload changes it);
+        directory: the journal's directory (``[history] directory``, read at start); rules: the ``[history]`` in force (a reload changes it);
         clock: unix seconds.
     """
 
     def __init__(self, directory, rules: Callable[[], HistoryRules], clock: Callable[[], float] = time.time):
         self.rules = rules
         self.clock = clock
-        self.writer = HistoryWriter(directory / DIR_NAME, rules, clock)
+        self.writer = HistoryWriter(directory, rules, clock)
         # One read of the journal at a time: any user may ask, and a month is up to max_size of
         # JSON; asked many times at once, the reads would share out the daemon's CPU and memory.
         self._reading = asyncio.Lock()
