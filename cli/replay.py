@@ -45,13 +45,13 @@ def replay(proposed: str, since: str, until: str | None, as_json: bool, config_f
     if history.capacity is None:
         raise click.ClickException(f"the history in {found} holds no daemon start before the period's end: "
                                    "its capacity is not known")
-    capacity = dict(history.capacity)
-    # A capacity the proposed config sets is what it divides; else the host's, as recorded.
-    for name, explicit in (("cpu", config.cpu_cores), ("memory", config.memory_bytes)):
-        if explicit is not None:
-            capacity[name] = float(explicit)
-    report = compare(history, replaying.timeline(history, in_force, history.capacity),
-                     replaying.replay(history, config, capacity), config)
+    # A capacity the proposed config sets is what it divides; else the host's, as recorded at
+    # each moment (a reload may have changed it).
+    explicit = {name: float(amount) for name, amount in (("cpu", config.cpu_cores), ("memory", config.memory_bytes))
+                if amount is not None}
+    proposed_capacities = [(at, {**capacity, **explicit}) for at, capacity in history.capacities]
+    report = compare(history, replaying.timeline(history, in_force, history.capacities),
+                     replaying.replay(history, config, proposed_capacities), config)
     if as_json:
         import json
 

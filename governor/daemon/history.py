@@ -1,11 +1,12 @@
 """The entries of the history journal (issue 47; docs/admin.md, "History and replay"), one
 builder per kind, and the stage that hands them to the writer thread
-(:class:`~governor.host.history_store.HistoryWriter`). Each kind has one call site:
+(:class:`~governor.host.history_store.HistoryWriter`). Where each kind is built:
 
 ========  ===========================================  =====================================
 kind      when                                         where
 ========  ===========================================  =====================================
-daemon    the daemon serves (its capacity)             :meth:`History.start` (root)
+daemon    the daemon serves or reloads (its capacity)  :meth:`History.start` (root), :meth:`Requests.reload
+                                                       <governor.daemon.requests.Requests.reload>`
 launch    a launch is queued (every start's arrival)   :meth:`Launches.launch <governor.daemon.launches.Launches.launch>`
 start     a launched task starts (``waited_s``)        :class:`~governor.daemon.starts.Starts`
 refusal   a launch is refused (its error's code)       :class:`~governor.daemon.requests.Requests`
@@ -34,7 +35,7 @@ from governor.wire.reply_types import HistoryReply
 from governor.wire.request_types import HistoryRequest
 from governor.wire.visibility import HIDDEN, Viewer, rows_for
 
-__all__ = ["History", "end_entry", "launch_entry", "refusal_entry", "session_entry", "start_entry"]
+__all__ = ["History", "daemon_entry", "end_entry", "launch_entry", "refusal_entry", "session_entry", "start_entry"]
 
 KINDS = ("daemon", "launch", "start", "refusal", "session", "end")
 # The most entries one ``history`` reply carries (about 400 bytes each: 40 MB), the newest.
@@ -44,6 +45,13 @@ ENTRIES_SENT = 100_000
 def _task(kind: str, at: float, task: Task) -> dict:
     entry = {key: value for key, value in task.to_json().items() if key not in HIDDEN}
     return {"at": at, "kind": kind, "task": entry.pop("id"), **entry}
+
+
+def daemon_entry(at: float, capacity: Mapping[str, float], config_file: str, reason: str) -> dict:
+    """The daemon divides ``capacity`` (the host's less the reserve: cores, bytes, bytes/s,
+    devices) from ``at`` on, under ``config_file``; ``reason``: ``"start"`` or ``"reload"``
+    (a reload may change it: ``governor replay`` divides each moment's)."""
+    return {"at": at, "kind": "daemon", "reason": reason, "capacity": dict(capacity), "config": config_file}
 
 
 def launch_entry(task: Task, at: float) -> dict:
@@ -96,7 +104,7 @@ class History:
     def start(self, capacity: Mapping[str, float], config_file: str) -> None:
         """Start the writer and record that the daemon serves with ``capacity``."""
         self.writer.start()
-        self.put({"at": self.clock(), "kind": "daemon", "capacity": dict(capacity), "config": config_file})
+        self.put(daemon_entry(self.clock(), capacity, config_file, "start"))
 
     def put(self, entry: dict) -> None:
         """Append ``entry`` (one of the builders') unless the history is off; never blocks."""
