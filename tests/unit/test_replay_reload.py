@@ -102,3 +102,33 @@ def test_a_launch_queued_when_a_reload_shrinks_the_capacity_below_it_is_refused(
     again = replay(period, config, period.capacities)
     assert again.refused == {"2": "exceeds_capacity"} and "2" not in again.waits and again.waits["1"] == 0.0
     assert period.capacity_seconds("memory") == pytest.approx((50 * 16 + 250 * 8) * GIB)
+
+
+def _replay_cli(tmp_path, monkeypatch, *extra, without_matplotlib=False):
+    import sys
+
+    from click.testing import CliRunner
+
+    from governor.cli.main import main
+
+    _record(tmp_path, monkeypatch)  # undoes monkeypatch's changes when done
+    if without_matplotlib:  # as where the optional extra is not installed: its import fails
+        monkeypatch.setitem(sys.modules, "matplotlib", None)
+        monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    proposed = tmp_path / "proposed.toml"
+    proposed.write_text(CONFIG.format(memory="16G"))
+    return CliRunner().invoke(main, ["replay", str(proposed), "--dir", str(tmp_path / "state" / "history"),
+                                     "--since", "2000-01-01", "--until", "2100-01-01", *extra])
+
+
+def test_replay_plot_draws_the_comparison_to_a_png(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib", reason="--plot's optional extra (drf-governor[plot]) is not installed")
+    done = _replay_cli(tmp_path, monkeypatch, "--plot", str(tmp_path / "replay.png"))
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "replay.png").read_bytes().startswith(b"\x89PNG") and "recorded" in done.output
+
+
+def test_replay_plot_without_matplotlib_says_how_to_get_it(tmp_path, monkeypatch):
+    done = _replay_cli(tmp_path, monkeypatch, "--plot", str(tmp_path / "replay.png"), without_matplotlib=True)
+    assert done.exit_code == 1 and "drf-governor[plot]" in done.output and "Traceback" not in done.output
+    assert not (tmp_path / "replay.png").exists()
