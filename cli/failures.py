@@ -104,6 +104,8 @@ def describe(error: GovernorError) -> tuple[str, str | None, str, int]:
         hint = _AS_ROOT
     elif code in ("forbidden", "not_found") and error.op in _OWNER_OPS:
         hint = None  # about a task, not a group: the message says which and whose
+    elif code == "too_many" and error.op == "history":
+        hint = None  # paced reads, not tasks: the message says when to ask again
     if isinstance(error, DaemonError):
         code = error.code  # one this client does not know yet is still shown with --verbose
     return what, hint, code, status

@@ -22,7 +22,7 @@ def journal_options(command):
         click.option("--since", metavar="WHEN", default="7d", show_default=True, help=f"From: {WHEN_HELP}."),
         click.option("--until", metavar="WHEN", help="Up to (not included), as --since; default now."),
         click.option("--config", "config_file", metavar="FILE", default=INSTALLED, show_default=True,
-                     help="The daemon's config in force: its state_dir holds the journal."),
+                     help="The daemon's config in force: its [history] directory holds the journal."),
         click.option("--dir", "directory", metavar="DIR", type=click.Path(), help="The journal's directory itself."),
     )):
         command = option(command)
@@ -55,21 +55,20 @@ def period(since: str | None, until: str | None, now: float) -> tuple[float | No
 
 def journal_dir(config_file: str, directory: str | None):
     """The journal's directory and the config read for it (None when there was none to read):
-    ``directory`` if given, else ``<state_dir>/history`` of ``config_file`` (or of the embedded
-    default when the installed config is missing).
+    ``directory`` if given, else ``config_file``'s ``[history] directory`` (or the embedded
+    default's when the installed config is missing).
 
     Raises:
         ConfigError: ``config_file`` was asked for and cannot be read or is not valid.
     """
     from governor.config.load import default_config, parse_config
     from governor.cli.inputs import read_input
-    from governor.host.history_store import DIR_NAME
 
     if config_file == INSTALLED and not os.path.exists(INSTALLED):
         config = default_config()
     else:
         config = parse_config(read_input(config_file), config_file)
-    return (Path(directory) if directory else Path(config.state_dir) / DIR_NAME), config
+    return Path(directory or config.history.directory), config
 
 
 def reader(config):
@@ -100,9 +99,9 @@ def entries(directory: Path, since: float | None, until: float | None) -> list[d
     try:
         return list(read_history(directory, since, until))
     except PermissionError:
-        raise click.ClickException(f"cannot read the history in {directory}: the state directory is the "
+        raise click.ClickException(f"cannot read the history in {directory}: the journal is the "
                                    "daemon's (mode 0700); run it as root or with sudo") from None
     except OSError as error:
         raise click.ClickException(f"cannot read the history in {directory}: {error.strerror or error} "
-                                   "(is [history] enabled, and is this the daemon's state_dir? --dir names "
+                                   "(is [history] enabled, and is this the daemon's [history] directory? --dir names "
                                    "another)") from None

@@ -12,8 +12,11 @@ from governor.cli.history_input import journal_options
 @click.argument("proposed", metavar="CONFIG", type=click.Path())
 @journal_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+@click.option("--plot", "plot_file", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Also draw the groups' waits and shares, recorded beside proposed, to FILE (.png, .svg, "
+                   ".pdf); needs matplotlib (pip install 'drf-governor[plot]').")
 def replay(proposed: str, since: str, until: str | None, as_json: bool, config_file: str,
-           directory: str | None) -> None:
+           directory: str | None, plot_file: str | None) -> None:
     """Replay the launches and sessions the daemon journaled in a period under the proposed
     CONFIG, in simulated time, through the daemon's own admission, queue, quotas, H-DRF
     filling and fair share, and show per group and per user, recorded beside proposed: tasks
@@ -26,6 +29,7 @@ def replay(proposed: str, since: str, until: str | None, as_json: bool, config_f
     Examples:
       sudo governor replay /etc/governor/proposed.toml --since 7d
       sudo governor replay new.toml --since 2026-11-01 --until 2026-11-08 --json
+      sudo governor replay new.toml --since 7d --plot replay.png
     """
     import time
 
@@ -45,13 +49,17 @@ def replay(proposed: str, since: str, until: str | None, as_json: bool, config_f
     if history.capacity is None:
         raise click.ClickException(f"the history in {found} holds no daemon start before the period's end: "
                                    "its capacity is not known")
-    capacity = dict(history.capacity)
-    # A capacity the proposed config sets is what it divides; else the host's, as recorded.
-    for name, explicit in (("cpu", config.cpu_cores), ("memory", config.memory_bytes)):
-        if explicit is not None:
-            capacity[name] = float(explicit)
-    report = compare(history, replaying.timeline(history, in_force, history.capacity),
-                     replaying.replay(history, config, capacity), config)
+    # A capacity the proposed config sets is what it divides; else the host's, as recorded at
+    # each moment (a reload may have changed it).
+    explicit = {name: float(amount) for name, amount in (("cpu", config.cpu_cores), ("memory", config.memory_bytes))
+                if amount is not None}
+    proposed_capacities = [(at, {**capacity, **explicit}) for at, capacity in history.capacities]
+    report = compare(history, replaying.timeline(history, in_force, history.capacities),
+                     replaying.replay(history, config, proposed_capacities), config)
+    if plot_file is not None:
+        from governor.cli.replay_plot import plot_report
+
+        plot_report(report, plot_file, proposed)
     if as_json:
         import json
 

@@ -8,7 +8,9 @@ drop-ins (an admin's in ``/etc``, the ``set-property`` ones in ``/run/systemd/sy
 the drop-ins governor's resets left on users' slices, and the man pages install-systemd wrote go,
 and systemd reloads; the runtime directory (socket, task records, the registry entries and locks
 of daemons that are gone: :mod:`governor.cli.uninstall_leftovers`) goes. Kept, and said so: the
-config, and a state directory outside ``/run/governor``, unless ``purge``; a lock a running
+config, a state directory outside ``/run/governor`` and the history journal (``[history]
+directory``, by default in ``/var/lib/governor``, the unit's ``StateDirectory=``, which goes
+with it when nothing else is left there), unless ``purge``; a lock a running
 daemon (not the unit's) holds. Under ``--root DIR`` (a staged tree, not this host) only files are
 removed.
 """
@@ -27,6 +29,7 @@ from governor.cli.systemd_files import CONFIG, MAN_DIR, SLICE, UNIT_DIR, UNITS, 
 
 RUNTIME = "run/governor"
 STATE = "/run/governor/state"  # the default state_dir
+STATE_DIRECTORY = "var/lib/governor"  # governor.service's StateDirectory=
 
 
 def uninstall(root: Path, *, purge: bool, dry_run: bool, live: bool,
@@ -62,6 +65,7 @@ def uninstall(root: Path, *, purge: bool, dry_run: bool, live: bool,
 
     config = root / CONFIG
     state = root / _state_dir(config).lstrip("/")
+    history = root / _history_dir(config).lstrip("/")
     if live and units[0].exists():
         step("stopped the daemon (governor.service)", ["systemctl", "disable", "--now", "governor.service"])
     if live:
@@ -88,6 +92,7 @@ def uninstall(root: Path, *, purge: bool, dry_run: bool, live: bool,
         step("ran systemctl daemon-reload", ["systemctl", "daemon-reload"])
         step("cleared the units' failed state", ["systemctl", "reset-failed", *UNITS], must=False)
         _tidy_runtime(root / RUNTIME, state, purge=purge, dry_run=dry_run, remove=remove)
+    _tidy_history(history, root / STATE_DIRECTORY, purge=purge, dry_run=dry_run, remove=remove)
     if purge and config.exists():
         remove(config)
         if not dry_run and not any(config.parent.iterdir()):
@@ -126,16 +131,44 @@ def _tidy_runtime(runtime: Path, state: Path, *, purge: bool, dry_run: bool, rem
             directory.rmdir()
 
 
+def _tidy_history(history: Path, state_directory: Path, *, purge: bool, dry_run: bool, remove) -> None:
+    """Remove the history journal with ``purge``, and the unit's StateDirectory if that left it
+    empty; else say it is kept."""
+    if history.exists() and not purge:
+        click.echo(f"kept {history} (the history journal; --purge removes it)")
+        return
+    if history.exists():
+        remove(history, " (the history journal)")
+    if not dry_run and state_directory.is_dir() and not any(state_directory.iterdir()):
+        state_directory.rmdir()
+
+
 def _state_dir(config: Path) -> str:
     """The config's ``[daemon] state_dir`` (an absolute path); the default where the config is
     missing or unreadable (the daemon would not have started with it)."""
+    return _setting(config, "daemon", "state_dir", STATE)
+
+
+def _history_dir(config: Path) -> str:
+    """The config's ``[history] directory``, as :func:`governor.config.history_rules.history_rules`
+    finds it: the key, else in a ``state_dir`` the config moves, else the default."""
+    from governor.config.history_rules import DEFAULT_DIRECTORY
+
+    state_dir = _state_dir(config)
+    return _setting(config, "history", "directory", DEFAULT_DIRECTORY if state_dir == STATE
+                    else f"{state_dir.rstrip('/')}/history")
+
+
+def _setting(config: Path, table: str, key: str, default: str | None) -> str | None:
+    """An absolute path the config sets as ``[table] key``; ``default`` where it does not, or
+    the config is missing or unreadable."""
     import tomllib
 
     try:
-        value = tomllib.loads(config.read_text()).get("daemon", {}).get("state_dir", STATE)
+        value = tomllib.loads(config.read_text()).get(table, {}).get(key, default)
     except (OSError, ValueError, AttributeError):
-        return STATE
-    return value if isinstance(value, str) and value.startswith("/") else STATE
+        return default
+    return value if isinstance(value, str) and value.startswith("/") else default
 
 
 # Each step says what it did; a dry run says what it would do.

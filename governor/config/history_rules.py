@@ -1,6 +1,11 @@
 """``[history]``: the journal of launches, starts, ends, refusals and sessions the daemon keeps
-in its state directory (issue 47; docs/admin.md, "History and replay"). Pure: the writer is
+(issue 47; docs/admin.md, "History and replay"). Pure: the writer is
 :mod:`governor.host.history_store`.
+
+Where: ``directory``, by default :data:`DEFAULT_DIRECTORY` on disk (systemd's
+``StateDirectory=governor``), so that it outlives a reboot, unlike the task records in ``/run``;
+a config that moves ``[daemon] state_dir`` keeps the journal there (``<state_dir>/history``), as
+governor did before, unless it names a ``directory``.
 
 The defaults hold a month of a busy login node: an entry is about 400 bytes, so 200M is some
 500,000 launches, starts and ends, some 5,000 tasks a day for 30 days.
@@ -16,9 +21,10 @@ from governor.config.tomlcheck import no_unknown_keys, subtable, type_name
 from governor.config.units import parse_duration
 from governor.errors import ConfigError
 
-__all__ = ["HistoryRules", "history_rules"]
+__all__ = ["DEFAULT_DIRECTORY", "HistoryRules", "history_rules"]
 
-_KEYS = ("enabled", "keep", "max_size")
+DEFAULT_DIRECTORY = "/var/lib/governor/history"
+_KEYS = ("enabled", "keep", "max_size", "directory")
 _DAY_S = 86_400
 # A journal smaller than a few entries could never hold one rotation's worth; ten years is
 # past any host's life and keeps the figure a span check-config can print.
@@ -37,19 +43,25 @@ class HistoryRules:
         max_size_bytes: the journal's files together never hold more (the oldest file goes
             first), at least 64K; default 200M. A file is closed and a new one begun at a
             tenth of it.
+        directory: the journal's directory, an absolute path (read when the daemon starts: a
+            reload that changes it takes effect at the next start).
     """
 
     enabled: bool = True
     keep_s: float = 30 * _DAY_S
     max_size_bytes: int = 200 * 1024**2
+    directory: str = DEFAULT_DIRECTORY
 
 
-def history_rules(data: Mapping[str, object], file: str) -> HistoryRules:
-    """The ``[history]`` table of a parsed config file (the defaults when it is left out).
+def history_rules(data: Mapping[str, object], file: str, state_dir: object = None) -> HistoryRules:
+    """The ``[history]`` table of a parsed config file (the defaults when it is left out);
+    ``state_dir``: ``[daemon] state_dir`` as the file moves it (already checked), None when it
+    is left out or the default.
 
     Raises:
         ConfigError: an unknown key; ``enabled`` not a boolean; ``keep`` not a time span
-            (``"30d"``, ``"12h"``) or above ten years; ``max_size`` not a size or below 64K.
+            (``"30d"``, ``"12h"``) or above ten years; ``max_size`` not a size or below 64K;
+            ``directory`` not an absolute path.
     """
     table = subtable(data, "history", None, file)
     no_unknown_keys(table, _KEYS, "history", file)
@@ -73,4 +85,9 @@ def history_rules(data: Mapping[str, object], file: str) -> HistoryRules:
         size = bytes_setting(table["max_size"], "history.max_size", file)
         if size < _MIN_SIZE_BYTES:
             raise ConfigError(file, "history.max_size", f'must be at least "64K", got {table["max_size"]!r}')
-    return HistoryRules(enabled, keep_s, size)
+    directory = f"{str(state_dir).rstrip('/')}/history" if isinstance(state_dir, str) else DEFAULT_DIRECTORY
+    if "directory" in table:
+        directory = table["directory"]
+        if not isinstance(directory, str) or not directory.startswith("/"):
+            raise ConfigError(file, "history.directory", f"must be an absolute path, got {directory!r}")
+    return HistoryRules(enabled, keep_s, size, directory)

@@ -209,7 +209,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         gpu_control=gpu_control_nodes(capacity, file),
         gpu_guard=gpu_guard(capacity, file),
         notify=notify_rules(data, file),
-        history=history_rules(data, file),
+        history=history_rules(data, file, moved if (moved := daemon.get("state_dir")) != _STATE_DIR else None),
         memory_protection=_value(enforcement, "memory_protection", "enforcement", file, _boolean, True),
         metrics_listen=_value(metrics, "listen", "metrics", file, _listen, None),
         file=file,

@@ -1,11 +1,12 @@
 """The entries of the history journal (issue 47; docs/admin.md, "History and replay"), one
 builder per kind, and the stage that hands them to the writer thread
-(:class:`~governor.host.history_store.HistoryWriter`). Each kind has one call site:
+(:class:`~governor.host.history_store.HistoryWriter`). Where each kind is built:
 
 ========  ===========================================  =====================================
 kind      when                                         where
 ========  ===========================================  =====================================
-daemon    the daemon serves (its capacity)             :meth:`History.start` (root)
+daemon    the daemon serves or reloads (its capacity)  :meth:`History.start` (root), :meth:`Requests.reload
+                                                       <governor.daemon.requests.Requests.reload>`
 launch    a launch is queued (every start's arrival)   :meth:`Launches.launch <governor.daemon.launches.Launches.launch>`
 start     a launched task starts (``waited_s``)        :class:`~governor.daemon.starts.Starts`
 refusal   a launch is refused (its error's code)       :class:`~governor.daemon.requests.Requests`
@@ -21,6 +22,7 @@ a task. Amounts in base units (cores, bytes, bytes/s); times in unix seconds.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -29,21 +31,34 @@ from governor.config.history_rules import HistoryRules
 from governor.core.state import Task
 from governor.errors import RequestError
 from governor.host.accounting import Ended
-from governor.host.history_store import DIR_NAME, HistoryWriter, read_history
+from governor.host.history_store import HistoryWriter, read_history
 from governor.wire.reply_types import HistoryReply
 from governor.wire.request_types import HistoryRequest
 from governor.wire.visibility import HIDDEN, Viewer, rows_for
 
-__all__ = ["DIR_NAME", "History", "end_entry", "launch_entry", "refusal_entry", "session_entry", "start_entry"]
+__all__ = ["History", "daemon_entry", "end_entry", "launch_entry", "refusal_entry", "session_entry", "start_entry"]
 
 KINDS = ("daemon", "launch", "start", "refusal", "session", "end")
 # The most entries one ``history`` reply carries (about 400 bytes each: 40 MB), the newest.
 ENTRIES_SENT = 100_000
+# The most of the daemon's time one user's ``history`` reads may take: after a read of t
+# seconds, the same uid may read again t × (1/READ_SHARE − 1) later. A read of a small journal
+# takes milliseconds, so a user's script never meets it; one asking for a month again and
+# again gets ``too_many`` with when to ask again, and the daemon serves everyone else meanwhile.
+# Root is not paced (as with max_tasks_per_user): it owns the daemon, and reads the files itself.
+READ_SHARE = 0.1
 
 
 def _task(kind: str, at: float, task: Task) -> dict:
     entry = {key: value for key, value in task.to_json().items() if key not in HIDDEN}
     return {"at": at, "kind": kind, "task": entry.pop("id"), **entry}
+
+
+def daemon_entry(at: float, capacity: Mapping[str, float], config_file: str, reason: str) -> dict:
+    """The daemon divides ``capacity`` (the host's less the reserve: cores, bytes, bytes/s,
+    devices) from ``at`` on, under ``config_file``; ``reason``: ``"start"`` or ``"reload"``
+    (a reload may change it: ``governor replay`` divides each moment's)."""
+    return {"at": at, "kind": "daemon", "reason": reason, "capacity": dict(capacity), "config": config_file}
 
 
 def launch_entry(task: Task, at: float) -> dict:
@@ -81,22 +96,28 @@ class History:
     """The daemon's journal writer, off while ``[history] enabled = false``.
 
     Args:
-        directory: the state directory; rules: the ``[history]`` in force (a reload changes it);
-        clock: unix seconds.
+        directory: the journal's directory (``[history] directory``, read at start); rules: the
+            ``[history]`` in force (a reload changes it); clock: unix seconds; monotonic: seconds,
+            for the readers' pace (:data:`READ_SHARE`).
     """
 
-    def __init__(self, directory, rules: Callable[[], HistoryRules], clock: Callable[[], float] = time.time):
+    def __init__(self, directory, rules: Callable[[], HistoryRules], clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic):
         self.rules = rules
         self.clock = clock
-        self.writer = HistoryWriter(directory / DIR_NAME, rules, clock)
+        self.monotonic = monotonic
+        self.writer = HistoryWriter(directory, rules, clock)
         # One read of the journal at a time: any user may ask, and a month is up to max_size of
         # JSON; asked many times at once, the reads would share out the daemon's CPU and memory.
         self._reading = asyncio.Lock()
+        # uid → when (monotonic) it may read again; inf while its read is under way. Only uids
+        # still waiting are kept.
+        self._next_read: dict[int | None, float] = {}
 
     def start(self, capacity: Mapping[str, float], config_file: str) -> None:
         """Start the writer and record that the daemon serves with ``capacity``."""
         self.writer.start()
-        self.put({"at": self.clock(), "kind": "daemon", "capacity": dict(capacity), "config": config_file})
+        self.put(daemon_entry(self.clock(), capacity, config_file, "start"))
 
     def put(self, entry: dict) -> None:
         """Append ``entry`` (one of the builders') unless the history is off; never blocks."""
@@ -110,10 +131,12 @@ class History:
     async def reply(self, request: HistoryRequest, viewer: Viewer) -> HistoryReply:
         """The ``history`` operation: the period's entries (read in a thread: the loop goes on
         serving; one read at a time, the others wait), at most :data:`ENTRIES_SENT` (the newest),
-        as ``viewer`` may see them.
+        as ``viewer`` may see them; one read per uid at a time, at the pace :data:`READ_SHARE`
+        allows (root's are not paced).
 
         Raises:
-            RequestError: ``unavailable``, the journal cannot be read.
+            RequestError: ``too_many``, this uid's last read is under way or too recent (the
+                message says when to ask again); ``unavailable``, the journal cannot be read.
         """
         def read() -> list[dict]:
             kept = deque(maxlen=ENTRIES_SENT + 1)
@@ -121,12 +144,33 @@ class History:
                         if entry.get("kind") != "daemon")
             return list(kept)
 
+        if viewer.uid != 0:
+            self._pace(viewer.uid)
+        began = None
         try:
             async with self._reading:
-                entries = await asyncio.to_thread(read)
-        except FileNotFoundError:
-            entries = []  # nothing journaled yet
+                began = self.monotonic()
+                try:
+                    entries = await asyncio.to_thread(read)
+                except FileNotFoundError:
+                    entries = []  # nothing journaled yet
+                truncated = len(entries) > ENTRIES_SENT
+                return HistoryReply(rows_for(entries[-ENTRIES_SENT:], viewer), truncated)
         except OSError as error:
             raise RequestError("unavailable", f"cannot read the history journal: {error.strerror or error}") from None
-        truncated = len(entries) > ENTRIES_SENT
-        return HistoryReply(rows_for(entries[-ENTRIES_SENT:], viewer), truncated)
+        finally:
+            if viewer.uid != 0:
+                spent = 0.0 if began is None else self.monotonic() - began
+                self._next_read[viewer.uid] = self.monotonic() + spent * (1 / READ_SHARE - 1)
+
+    def _pace(self, uid: int | None) -> None:
+        """Let ``uid`` read now (marking its read under way), or refuse it with when to ask again."""
+        now = self.monotonic()
+        self._next_read = {who: when for who, when in self._next_read.items() if when > now}
+        ready = self._next_read.get(uid)
+        if ready == math.inf:
+            raise RequestError("too_many", "your last history request is still being answered: one at a time")
+        if ready is not None:
+            raise RequestError("too_many", f"your history requests held the daemon over {READ_SHARE:.0%} of the "
+                                           f"time: ask again in {math.ceil(ready - now)} s")
+        self._next_read[uid] = math.inf

@@ -28,13 +28,14 @@ from governor.core.headroom import check_beside_headroom
 from governor.core.quotas import check_within_quotas
 from governor.core.state import Task, Tasks
 from governor.daemon.filling import fill
-from governor.daemon.replay_input import Job, Recorded
+from governor.daemon.replay_input import Capacities, Job, Recorded
 from governor.daemon.settle_step import Snapshot, step
 from governor.errors import FillingDiverged, RequestError
 
 __all__ = ["Run", "configured_weights", "refusal_under", "replay", "timeline"]
 
-_END, _SESSION, _ARRIVAL = 0, 1, 2  # at one instant: what frees first, then who arrives
+# At one instant: what frees first, then a reload's capacity, then who arrives.
+_END, _CAPACITY, _SESSION, _ARRIVAL = 0, 1, 2, 3
 
 
 @dataclass
@@ -153,12 +154,20 @@ def _session_peaks(period: Recorded) -> dict[str, float]:
     return {job.task: float(job.memory_peak or 0.0) for job in period.jobs if job.session}
 
 
-def timeline(period: Recorded, config: Config, capacity: Mapping[str, float]) -> Run:
+def _schedule(capacity: Mapping[str, float] | Capacities) -> list[tuple[float, Mapping[str, float]]]:
+    """``capacity`` as :data:`~governor.daemon.replay_input.Capacities`: one mapping is in force
+    all along."""
+    return [(float("-inf"), capacity)] if isinstance(capacity, Mapping) else list(capacity)
+
+
+def timeline(period: Recorded, config: Config, capacity: Mapping[str, float] | Capacities) -> Run:
     """The period as it was recorded, its shares counted as :func:`replay` counts them (the
-    allocation by ``config``'s filling, so that both sides are measured alike)."""
+    allocation by ``config``'s filling, so that both sides are measured alike), each instant's
+    against the capacity then in force (one mapping, or :data:`Capacities`)."""
     run = Run()
-    accounts = _Accounts(run, config, capacity, _session_peaks(period))
-    changes: list[tuple[float, int, int, Job]] = []
+    schedule = _schedule(capacity)
+    accounts = _Accounts(run, config, schedule[0][1], _session_peaks(period))
+    changes: list[tuple[float, int, int, Job | Mapping]] = [(at, _CAPACITY, 0, amounts) for at, amounts in schedule[1:]]
     for job in period.jobs:
         if job.started is None:
             continue
@@ -170,7 +179,9 @@ def timeline(period: Recorded, config: Config, capacity: Mapping[str, float]) ->
     tasks = Tasks()
     for at, kind, _, job in sorted(changes, key=lambda change: (change[0], change[1])):
         accounts.advance(min(at, period.until), tasks)
-        if kind == _END:
+        if kind == _CAPACITY:
+            accounts.capacity = job
+        elif kind == _END:
             tasks.remove(job.task)
         elif config.weight_of(job.group) is not None:
             tasks.add(_task(job, at, config))
@@ -179,19 +190,24 @@ def timeline(period: Recorded, config: Config, capacity: Mapping[str, float]) ->
     return run
 
 
-def replay(period: Recorded, config: Config, capacity: Mapping[str, float]) -> Run:
+def replay(period: Recorded, config: Config, capacity: Mapping[str, float] | Capacities) -> Run:
     """The period again under ``config``: each recorded launch arrives when it arrived, waits
     as settle's step decides and runs as long as it ran; each session starts and ends as it
     did. Refusals recorded stay refusals; a launch ``config`` refuses at the door
-    (:func:`refusal_under`) is refused. Launches that never started are left out.
+    (:func:`refusal_under`) is refused, and so is one queued when a reload's capacity could
+    never hold it, as the daemon's reload refuses it.
 
     Args:
         period: the recorded period (:func:`governor.daemon.replay_input.recorded`).
-        config: the proposed config; capacity: what it divides (cores, bytes, bytes/s).
+        config: the proposed config; capacity: what it divides (cores, bytes, bytes/s), one
+            mapping for the whole period or :data:`Capacities` (a reload's from its time on).
     """
     run = Run()
+    schedule = _schedule(capacity)
+    capacity = schedule[0][1]
     accounts = _Accounts(run, config, capacity, _session_peaks(period))
-    events: list[tuple[float, int, str, Job]] = []
+    events: list[tuple[float, int, str, Job | Mapping]] = [(at, _CAPACITY, f"~{index}", amounts)
+                                                          for index, (at, amounts) in enumerate(schedule[1:])]
     for job in period.jobs:
         if job.started is None:
             continue  # never started: its client left, or it would not wait; when is not known
@@ -202,14 +218,20 @@ def replay(period: Recorded, config: Config, capacity: Mapping[str, float]) -> R
             events.append((job.arrived, _ARRIVAL, job.task, job))
     heapq.heapify(events)
     tasks, waiting, arrived = Tasks(), [], {}
-    # Which GPU a task got is replayed by index; their identities (UUIDs) are not journaled.
-    unnamed_gpus = SimpleNamespace(gpus=[SimpleNamespace(identity=None)] * round(capacity.get("gpu", 0)))
+    unnamed_gpus = _unnamed_gpus(capacity)
     while events and events[0][0] < period.until:  # what starts after the period is not its
         now = events[0][0]
         accounts.advance(now, tasks)
         while events and events[0][0] == now:
             _, kind, _, job = heapq.heappop(events)
-            if kind == _END:
+            if kind == _CAPACITY:
+                capacity = accounts.capacity = job
+                unnamed_gpus = _unnamed_gpus(capacity)
+                refused = {task.id: code for task in waiting
+                           if (code := refusal_under(config, capacity, arrived[task.id][1])) is not None}
+                run.refused.update(refused)
+                waiting = [task for task in waiting if task.id not in refused]
+            elif kind == _END:
                 for gpu in getattr(tasks.remove(job.task), "gpus", ()):
                     tasks.drained(gpu)  # how long its node stayed open is not journaled: at once
             elif kind == _SESSION:
@@ -241,3 +263,9 @@ def replay(period: Recorded, config: Config, capacity: Mapping[str, float]) -> R
     for task in waiting:  # still queued when the period ended: waited at least this long
         run.still_queued[task.id] = period.until - arrived[task.id][0]
     return run
+
+
+def _unnamed_gpus(capacity: Mapping[str, float]) -> SimpleNamespace:
+    """The GPUs ``capacity`` counts, for settle's step: a task's GPU is replayed by index, as
+    their identities (UUIDs) are not journaled."""
+    return SimpleNamespace(gpus=[SimpleNamespace(identity=None)] * round(capacity.get("gpu", 0)))

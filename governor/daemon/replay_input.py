@@ -3,10 +3,14 @@ gathered into one :class:`Job` per task, with what was recorded of it. Pure: ent
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-__all__ = ["Job", "Recorded", "recorded"]
+__all__ = ["Capacities", "Job", "Recorded", "recorded"]
+
+# What the daemon divided over a period: (unix seconds from which it was in force, capacity in
+# cores, bytes, bytes/s, devices), oldest first; the first is in force from the period's start.
+Capacities = Sequence[tuple[float, Mapping[str, float]]]
 
 
 @dataclass(frozen=True)
@@ -49,8 +53,10 @@ class Recorded:
         since, until: the period, unix seconds.
         jobs: the tasks launched, started or ended in it, by arrival.
         refusals: the refused launches' entries (group asked, demand asked, code).
-        capacity: what the daemon divided (its last ``daemon`` entry), or None when the
-            period holds none.
+        capacity: what the daemon divided at the period's end (its last ``daemon`` entry, at
+            a start or a reload), or None when the journal holds none before the period's end.
+        capacities: what it divided over the period (:data:`Capacities`): the capacity in
+            force at its start, then each start's or reload's in it; empty when none is known.
     """
 
     since: float
@@ -58,6 +64,14 @@ class Recorded:
     jobs: list[Job]
     refusals: list[dict] = field(default_factory=list)
     capacity: dict[str, float] | None = None
+    capacities: Capacities = ()
+
+    def capacity_seconds(self, name: str) -> float:
+        """``name``'s capacity summed over the period × seconds (cores × s, bytes × s): what
+        the host offered, its reloads counted; 0 when no capacity is known."""
+        ends = [at for at, _ in self.capacities[1:]] + [self.until]
+        return sum(float(capacity.get(name, 0.0)) * max(0.0, end - max(at, self.since))
+                   for (at, capacity), end in zip(self.capacities, ends))
 
     def run_s(self, job: Job) -> float:
         """How long ``job`` ran, seconds: as recorded, or up to :attr:`until` when it still ran."""
@@ -67,18 +81,23 @@ class Recorded:
 
 def recorded(entries: Iterable[Mapping], since: float, until: float) -> Recorded:
     """Gather the journal's ``entries`` (oldest first) of the period ``since``–``until`` (unix
-    seconds). The capacity is the last ``daemon`` entry's before ``until``, however old (a
-    daemon may serve for months); a task whose launch came before the period is taken from its
+    seconds). The capacity in force at ``since`` is the last ``daemon`` entry's before it, however
+    old (a daemon may serve for months), then each ``daemon`` entry's in the period (a start
+    or a reload, which may change it); a task whose launch came before the period is taken from its
     start or end entry (an end carries the task's start and demand); an entry of unknown kind
     is ignored."""
     jobs: dict[str, Job] = {}
-    refusals, capacity = [], None
+    refusals, capacity, capacities = [], None, []
     for entry in entries:
         kind, at = entry.get("kind"), float(entry["at"])
         if at >= until:
             continue
         if kind == "daemon":
             capacity = {name: float(amount) for name, amount in entry.get("capacity", {}).items()}
+            if at <= since or not capacities:
+                capacities = [(min(at, since), capacity)]
+            elif capacity != capacities[-1][1]:
+                capacities.append((at, capacity))
             continue
         if at < since:
             continue
@@ -96,7 +115,7 @@ def recorded(entries: Iterable[Mapping], since: float, until: float) -> Recorded
                           memory_peak=entry.get("memory_peak"), cpu_s=entry.get("cpu_s"))
         jobs[entry["task"]] = job
     return Recorded(since, until, sorted(jobs.values(), key=lambda job: (job.arrived, _order(job.task))),
-                    refusals, capacity)
+                    refusals, capacity, tuple(capacities))
 
 
 def _job(entry: Mapping, at: float) -> Job:

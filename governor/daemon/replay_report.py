@@ -20,7 +20,8 @@ UNKNOWN = (
     "launches that never started (their client left, or they would not wait) are left out",
     "launches refused when recorded stay refused (their group and demand were never resolved)",
     "CPU share is each group's guarantee from the filling, not its use (recorded use: cpu_used)",
-    "foreign subtrees' load and changes of the host's capacity within the period are not replayed",
+    "foreign subtrees' load is not replayed; the capacity is each moment's (a reload's), the groups and "
+    "weights of the recorded side are --config's, even where a reload or set-weight changed them",
 )
 
 
@@ -36,7 +37,9 @@ def compare(period: Recorded, recorded: Run, proposed: Run, config: Config) -> d
     """The comparison's JSON object.
 
     Returns:
-        ``{"since", "until": unix s, "capacity": {resource: amount}, "jobs": count,
+        ``{"since", "until": unix s, "capacity": {resource: amount} (at the end),
+        "capacities": [{"at": unix s, "capacity": …}] (in force from then on: the period's
+        start, each reload that changed it), "jobs": count,
         "groups": {group: {"recorded": side, "proposed": side}}, "users": {user: ...},
         "unknown": [sentence]}``, a side being ``{"tasks", "refused", "still_queued",
         "wait_p50_s", "wait_p95_s", "cpu_share", "memory_share"}`` (shares: fractions of the
@@ -46,7 +49,10 @@ def compare(period: Recorded, recorded: Run, proposed: Run, config: Config) -> d
     """
     jobs = {job.task: job for job in period.jobs}
     seconds = max(period.until - period.since, 1e-9)
-    report = {"since": period.since, "until": period.until, "capacity": period.capacity, "jobs": len(jobs),
+    report = {"since": period.since, "until": period.until, "capacity": period.capacity,
+              "capacities": [{"at": max(at, period.since), "capacity": dict(capacity)}
+                             for at, capacity in period.capacities],
+              "jobs": len(jobs),
               "groups": {}, "users": {}, "unknown": list(UNKNOWN)}
     for key, of in (("groups", lambda job: job.group), ("users", lambda job: job.user)):
         names = sorted({of(job) for job in period.jobs})
@@ -57,8 +63,8 @@ def compare(period: Recorded, recorded: Run, proposed: Run, config: Config) -> d
                                  for side, run in (("recorded", recorded), ("proposed", proposed))}
             if key == "groups":
                 used = sum(job.cpu_s or 0.0 for job in period.jobs if job.group == name)
-                cpu = (period.capacity or {}).get("cpu") or 0.0
-                report[key][name]["recorded"]["cpu_used"] = used / (cpu * seconds) if cpu else None
+                cpu_s = period.capacity_seconds("cpu")
+                report[key][name]["recorded"]["cpu_used"] = used / cpu_s if cpu_s else None
     return report
 
 

@@ -18,6 +18,7 @@ from governor.daemon import gpu_places
 from governor.daemon.exits import Exits
 from governor.daemon.filling import fill
 from governor.daemon.gpu_guard import GpuGuard
+from governor.daemon.history import daemon_entry
 from governor.daemon.inbox import Inbox, Left, Reload
 from governor.daemon.journal import Journal
 from governor.daemon.launches import Launches
@@ -354,6 +355,7 @@ class Requests:
             self.journal.event("error", f"reload refused, the old config stays in force: {error}", logging.ERROR)
             raise RequestError("invalid_config", str(error)) from error
         self.journal.event("reload", f"config {self.policy.source} reloaded ({trigger})")
+        self.journal.record(daemon_entry(time.time(), self.policy.host_capacity, self.policy.source, "reload"))
         if self.metrics is not None:
             try:
                 self.metrics.follow(config.metrics_listen)

@@ -13,6 +13,7 @@ import inspect
 import logging
 import os
 import signal
+from pathlib import Path
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 
 import psutil
@@ -101,6 +102,7 @@ class Daemon:
             those above the root get its memory protection (:mod:`governor.daemon.unit_protection`).
         process_limit: the most processes and threads the host holds, whose reserve the root's
             ``pids.max`` leaves (None: the kernel's, :func:`governor.host.kernel_limits.process_limit`).
+        history_dir: the history journal's directory (None: the config's ``[history] directory``).
 
     Raises:
         GovernorError: the config cannot be put in force here (:class:`~governor.daemon.policy.Policy`).
@@ -118,7 +120,8 @@ class Daemon:
                  uid_min: int | None = None, host_pids: Callable[[], Iterable[int]] = psutil.pids,
                  registry: Registry | None = None, members: Callable[[Config], dict[str, list[str]]] | None = None,
                  find_gpus: Callable[..., GpuInventory] = discover, foreign_places: ForeignPlaces | None = None,
-                 systemd_units: Collection[str] = (), process_limit: int | None = None):
+                 systemd_units: Collection[str] = (), process_limit: int | None = None,
+                 history_dir: Path | None = None):
         self.hierarchy = hierarchy
         self.store = store
         self.registry = registry
@@ -137,7 +140,7 @@ class Daemon:
                              process_limit=kernel_process_limit() if process_limit is None else process_limit)
         # [notify]'s runner reads the config in force at each event (a reload changes it).
         self.alerts = Alerts(lambda: self.policy.config.notify)
-        self.history = History(store.directory, lambda: self.policy.config.history)
+        self.history = History(history_dir or Path(config.history.directory), lambda: self.policy.config.history)
         self.journal = Journal(metrics, alerts=self.alerts, history=self.history)
         self.records = Records(store, self.tasks, self.journal)
         # The stages put their events in the inbox, built first; settle, built after them, reads it.

@@ -1,5 +1,5 @@
 """The history journal on disk (issue 47; docs/admin.md, "History and replay"): JSON lines
-appended to ``<state_dir>/history/history-<unix ms>.jsonl`` by a thread of its own, so the
+appended to ``<[history] directory>/history-<unix ms>.jsonl`` by a thread of its own, so the
 event loop never waits on the disk, and read back by ``governor history`` and ``governor replay``.
 
 Kept by size and age (:class:`~governor.config.history_rules.HistoryRules`): a file is closed and
@@ -26,9 +26,8 @@ from pathlib import Path
 
 from governor.config.history_rules import HistoryRules
 
-__all__ = ["DIR_NAME", "SYNC_EVERY_S", "HistoryWriter", "read_history"]
+__all__ = ["SYNC_EVERY_S", "HistoryWriter", "read_history"]
 
-DIR_NAME = "history"
 SYNC_EVERY_S = 5.0
 _PREFIX, _SUFFIX = "history-", ".jsonl"
 # The most a file may hold is a tenth of max_size: the oldest tenth goes at once, not the whole.
@@ -40,8 +39,9 @@ class HistoryWriter:
     """Appends history entries from a thread of its own.
 
     Args:
-        directory: the journal's directory (made 0700 if missing; inside the state directory,
-            which :class:`~governor.host.task_store.TaskStore` has trusted).
+        directory: the journal's directory (made 0700 if missing, its parents too: by default
+            ``/var/lib/governor/history``, which systemd's ``StateDirectory=`` makes under the
+            unit, a daemon started by hand does not).
         rules: the ``[history]`` in force, asked at each write (a reload changes it).
         clock: unix seconds (tests pass their own).
     """
@@ -118,7 +118,7 @@ class HistoryWriter:
         if self._file is not None:
             self._file.close()
             self._file = None
-        self.directory.mkdir(mode=0o700, exist_ok=True)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         files = journal_files(self.directory)
         current = files[-1] if files else None
         if current is None or current.stat().st_size + adding > rules.max_size_bytes // _FILES_IN_MAX:

@@ -23,7 +23,8 @@ Error codes (:data:`ERROR_CODES`):
 - ``would_wait``: a ``launch`` with ``"wait": false`` whose memory does not fit now.
 - ``unavailable``: the daemon cannot do it on this host (e.g. no cgroup support).
 - ``too_many``: the caller's uid already has as many tasks (running and queued) or
-  connections as ``[daemon] max_tasks_per_user`` / ``max_connections_per_user`` allow.
+  connections as ``[daemon] max_tasks_per_user`` / ``max_connections_per_user`` allow; or
+  asks for ``history`` while its last is answered or sooner than its pace allows.
 - ``invalid_config``: ``reload`` found the config file bad ("file: key: reason"); the config in
   force stays.
 - ``stopped``: a queued ``launch`` whose task was stopped (``governor stop``) before it started.
@@ -132,7 +133,9 @@ _TABLE = (
               "Admin: a group's weight until the next reload or restart. Errors: forbidden, not_found."),
     Operation("history", HistoryRequest, HistoryReply, False,
               "The history journal's entries in a period (docs/admin.md, History and replay), another user's "
-              "marked private. Errors: unavailable (the journal cannot be read)."),
+              "marked private. One per uid at a time, and one user's reads take at most a tenth of the "
+              "daemon's time. Errors: too_many (ask again in the seconds it says), unavailable (the journal "
+              "cannot be read)."),
 )
 OPERATIONS: dict[str, Operation] = {operation.name: operation for operation in _TABLE}
 # The lines of :mod:`governor.wire.lines`, named with the rest of the protocol here (status

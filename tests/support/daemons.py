@@ -176,6 +176,7 @@ def make_daemon(tmp_path, config: str = CONFIG, *, driver: FakeDriver | None = N
     hierarchy = Hierarchy(driver, "/fake", ())
     hierarchy.locate = Where(driver)
     options.setdefault("members", lambda config: {})
+    options.setdefault("history_dir", tmp_path / "state" / "history")  # not the host's /var/lib/governor
     server = Daemon(parse_config(config, "test.toml"), "test.toml", hierarchy, store, host_cpus=[0, 1],
                     host_memory=8 * GIB, resolve_device=lambda path: "8:0", **options)
     server.exits.watcher = FakeWatcher()

@@ -41,13 +41,14 @@ status_has() { $gov status --json | $py -c "import json,sys; s=json.load(sys.std
 
 # governor_paths: every path governor may make on a host, one a line, sorted (issue 44.1): its
 # units and their drop-ins, the set-property drop-ins on governor's units and users' slices
-# (50-<Property>.conf), the man pages, /etc/governor, /run/governor, its cgroups. The same before
+# (50-<Property>.conf), the man pages, /etc/governor, /run/governor, /var/lib/governor (the
+# history journal, issue 47), its cgroups. The same before
 # install-systemd and after install-systemd --uninstall --purge.
 governor_paths() {
     {
         find /etc/systemd/system /etc/systemd/system.control /run/systemd/system.control /run/systemd/transient \
             /usr/local/share/man \( -name '*governor*' -o -path '*/user-*.slice.d/50-*' \) 2>/dev/null
-        find /etc/governor /run/governor 2>/dev/null
+        find /etc/governor /run/governor /var/lib/governor 2>/dev/null
         find /sys/fs/cgroup -name '*governor*' 2>/dev/null
     } | sort
 }

@@ -190,6 +190,7 @@ pgrep -f 'sleep 600' >/dev/null && fail "uninstall left a task running"
 pages=$(find /usr/local/share/man -name 'governor*' 2>/dev/null)
 [ -z "$pages" ] || fail "uninstall left man pages: $pages"
 [ -f "$config" ] || fail "uninstall removed the config without --purge"
+[ -n "$(ls /var/lib/governor/history)" ] || fail "uninstall removed the history journal without --purge"
 $gov install-systemd --uninstall --purge >/dev/null || fail "uninstall --purge failed"
 [ ! -e "$config" ] || fail "uninstall --purge kept $config"
 echo "uninstall: units $(ls /etc/systemd/system | grep -c governor || true), cgroups left $(echo -n "$left" | grep -c . || true)"

@@ -214,8 +214,9 @@ def test_history_requests_read_the_journal_one_at_a_time(daemon, monkeypatch):
     monkeypatch.setattr(history_module, "read_history", read_history)
 
     async def many():
-        return await asyncio.gather(*(daemon.history.reply(HistoryRequest(0.0, None), Viewer(65534, False))
-                                      for _ in range(8)))
+        # Eight users: one user's second read at once is refused (tests/unit/test_history_pace.py).
+        return await asyncio.gather(*(daemon.history.reply(HistoryRequest(0.0, None), Viewer(60000 + uid, False))
+                                      for uid in range(8)))
 
     assert all(reply.entries == [] for reply in asyncio.run(many()))
     assert most[0] == 1

@@ -7,6 +7,7 @@ import time
 import pytest
 from click.testing import CliRunner
 from support.daemons import GIB, make_daemon
+from support.history import Clock, end_later
 
 from governor.cli.main import main
 from governor.config.load import parse_config
@@ -38,14 +39,6 @@ BOUND_S = 0.5
 STEP_S = 100.0  # the fake clock's step between events: waits of minutes, as on a real host
 
 
-class Clock:
-    def __init__(self):
-        self.now = time.time()  # the journal's writer keeps its files by the real clock
-
-    def __call__(self):
-        return self.now
-
-
 def _record(tmp_path, monkeypatch):
     """A history journaled by the daemon (in-memory driver): C's 5G task holds the host while
     A's and B's 5G tasks queue; when it ends, discrete DRF starts A's (A holds 1G, B 2G:
@@ -54,17 +47,13 @@ def _record(tmp_path, monkeypatch):
     monkeypatch.setattr(time, "time", clock)
     daemon = make_daemon(tmp_path, CONFIG.format(b_weight=""))
     daemon.history.start(daemon.policy.capacity, "test.toml")  # as the daemon does when it serves
-    driver = daemon.hierarchy.driver
 
     def request(pid, group, memory):
         return daemon.requests.stream(LaunchRequest(pid=pid, group=group, demand={"cpu": 0.1, "memory": memory},
                                                     command=("w",)), Peer(pid=pid, uid=0, gid=0))
 
     async def end(group, task_id):
-        clock.now += STEP_S
-        driver.procs[f"{group}/task-{task_id}"] = []
-        daemon.exits.check([task_id], "exit")
-        await daemon.settled()
+        await end_later(daemon, clock, STEP_S, group, task_id)
 
     async def scenario():
         for pid, group, memory in ((101, "A", GIB), (102, "B", 2 * GIB), (103, "C", 5 * GIB)):
