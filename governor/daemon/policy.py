@@ -17,13 +17,14 @@ from governor.cgroups.limits import CgroupLimits
 from governor.config import resources
 from governor.config.load import Config
 from governor.daemon import gpu_places
+from governor.host import devices as device_providers
 from governor.host.daemons import DaemonEntry, Registry
 from governor.errors import GovernorError
+from governor.core.devices import Inventory
 from governor.core.gpus import GpuInventory
 from governor.core.foreign_capacity import remaining
 from governor.core.headroom import check_guarantees_held
 from governor.core.plan import task_limits
-from governor.host.nvml import discover
 from governor.host.session_rules import NOBODY_UID, SessionOwners
 from governor.core.state import Task
 
@@ -52,12 +53,16 @@ class Policy:
         registry: this host's daemons, where sessions turned on are claimed (None: no other
             daemon is known).
         entry: this daemon as the registry shows it (its pid, root, socket).
-        find_gpus: a config's ``capacity.gpus`` and ``capacity.gpu_control`` → the GPUs on this
-            host (default :func:`governor.host.nvml.discover`; raises GpuError).
+        discover: a device entry's name → the discovery its provider uses in place of its own
+            (:class:`governor.core.devices.Provider`; tests pass fakes: ``gpu`` → (``capacity.gpus``,
+            ``capacity.gpu_control``) → the GPUs); none: each provider's own.
         process_limit: the most processes and threads the host holds (0: unknown).
 
     Attributes:
-        gpus: the GPUs governor hands out (None: no GPU is governed).
+        devices: each governed device class's entry name → its inventory on this host, in
+            registry order (:func:`governor.host.devices.providers`); a class the config
+            governs none of is left out.
+        gpus: the GPUs governor hands out (None: no GPU is governed): ``devices["gpu"]``.
         host_capacity: what the config gives of this host (the host's less the reserve);
             capacity: that less what foreign tenants hold (:meth:`hold_foreign`): what DRF divides.
         root_caps: the root's cap on each count (``pids``: processes and threads,
@@ -73,7 +78,7 @@ class Policy:
                  resolve_device: Callable[[str], str], uid_min: int,
                  members: Callable[[Config], dict[str, list[str]]] | None, registry: Registry | None,
                  entry: Callable[[], DaemonEntry],
-                 find_gpus: Callable[[str | tuple[str, ...], tuple[str, ...] | None], GpuInventory] = discover,
+                 discover: Mapping[str, Callable[..., Inventory]] | None = None,
                  process_limit: int = 0):
         self.source = source
         self.hierarchy = hierarchy
@@ -84,9 +89,9 @@ class Policy:
         self.find_members = members or (lambda config: access.members(config, self.uid_min, NOBODY_UID))
         self.registry = registry
         self.entry = entry
-        self.find_gpus = find_gpus
+        self.discover = dict(discover or {})
         self.process_limit = process_limit
-        self.gpus: GpuInventory | None = None
+        self.devices: dict[str, Inventory] = {}
         self.effective: dict[str, float] = {}  # group → effective weight, with [fairshare] (kept across reloads)
         self.foreign_held: dict[str, float] = {}  # what foreign tenants hold (kept across reloads)
         self._floors: tuple | None = None  # (config, members, configured groups, key, floors): see floors()
@@ -112,12 +117,16 @@ class Policy:
             GovernorError: as the class says; or the new inventory lacks a held GPU (or cannot
                 tell it from another), naming the task.
         """
-        gpus = None
-        if config.gpus is not None:
-            gpus = self.find_gpus(config.gpus, config.gpu_control)
+        devices = {}
+        for provider in device_providers.providers():
+            inventory = provider.find(config, self.discover.get(provider.entry))
+            if inventory is None:
+                continue
             unguarded = self.hierarchy.device_guard_problem()
             if unguarded:
-                raise GovernorError(f"{config.file}: capacity.gpus: {unguarded}")
+                raise GovernorError(f"{config.file}: {provider.key}: {unguarded}")
+            devices[provider.entry] = inventory
+        gpus = devices.get("gpu")
         remapped = gpu_places.remap_held(config, self.gpus, gpus, held)
         capacity = config.capacity(float(len(self.cpus)), self.host_memory, len(gpus.gpus) if gpus else 0)
         root_caps = resources.caps(config, resources.Host(len(self.cpus), self.host_memory, 0, self.process_limit))
@@ -132,7 +141,7 @@ class Policy:
         self.config, self.host_capacity, self.io_devices, self.io_sharing = config, capacity, io_devices, io_sharing
         self.root_caps = root_caps
         self.capacity = remaining(capacity, self.foreign_held)
-        self.gpus = gpus
+        self.devices = devices
         self.weights: dict[str, float] = {}
         self.owners = SessionOwners(config, self.uid_min)
         self.identities = access.Identities()  # the callers, as the user database names them
@@ -159,6 +168,26 @@ class Policy:
             if warning:
                 log.warning("%s: %s", config.file, warning)
         return remapped
+
+    @property
+    def gpus(self) -> GpuInventory | None:
+        """The GPUs governor hands out (None: no GPU is governed)."""
+        return self.devices.get("gpu")  # type: ignore[return-value]
+
+    @gpus.setter
+    def gpus(self, inventory: GpuInventory | None) -> None:
+        devices = {name: found for name, found in self.devices.items() if name != "gpu"}
+        self.devices = {**({"gpu": inventory} if inventory is not None else {}), **devices}
+
+    @property
+    def find_gpus(self) -> Callable[..., Inventory] | None:
+        """The GPUs' discovery in place of the NVIDIA provider's (``discover["gpu"]``; tests
+        put a fake in before a reload)."""
+        return self.discover.get("gpu")
+
+    @find_gpus.setter
+    def find_gpus(self, discover: Callable[..., Inventory]) -> None:
+        self.discover["gpu"] = discover
 
     def hold_foreign(self, held: Mapping[str, float]) -> None:
         """What foreign tenants hold now (resource → cores, bytes): :attr:`capacity`, what DRF
