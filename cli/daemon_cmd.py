@@ -77,6 +77,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
             registry.claim_sessions(DaemonEntry(os.getpid(), cgroup_root, config_path or "<embedded default>",
                                                 socket))
             undo.callback(registry.release_sessions)
+        from governor.host.devices import governs_any
         from governor.wire.metrics import Metrics
 
         # Always there: a reload may turn [metrics] listen on. Listening first: a taken port or a
@@ -86,7 +87,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
         listen = _metrics_address(metrics_address) if metrics_address else config.metrics_listen
         if listen is not None:
             metrics.bind(*listen)
-        hierarchy = open_hierarchy(cgroup_root, devices=config.gpus is not None)
+        hierarchy = open_hierarchy(cgroup_root, devices=governs_any(config))
         undo.callback(_remove_root, hierarchy)
         server = Daemon(config, config_path or "<embedded default>", hierarchy, store,
                         host_cpus=sorted(os.sched_getaffinity(0)), host_memory=psutil.virtual_memory().total,

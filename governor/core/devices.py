@@ -72,6 +72,8 @@ class Provider(NamedTuple):
         entry: the name of its entry in :data:`governor.config.resources.RESOURCES` (kind
             ``device``): ``gpu``.
         key: the config key that governs it, as messages name it (``capacity.gpus``).
+        governs: config → whether it governs any of the class (``capacity.gpus`` is set), read
+            without looking at the host: the daemon opens the device cgroups when one does.
         find: (config, discover) → the class's inventory on this host, or None where the
             config governs none of it; ``discover`` is a stand-in for the provider's own
             discovery (tests pass fakes), None: its own. Raises the class's error (a
@@ -80,6 +82,7 @@ class Provider(NamedTuple):
 
     entry: str
     key: str
+    governs: Callable[[object], bool]
     find: Callable[[object, Callable[..., Inventory] | None], Inventory | None]
 
 

@@ -38,6 +38,16 @@ TASK_CAPS_KEPT = 1024
 ALLOWED_KEPT = 4096
 
 
+def unplaced_denied(devices: Mapping[str, Inventory], placed: Inventory | None,
+                    demand: Mapping[str, float]) -> list[tuple[str, int, int]]:
+    """The nodes of each governed device class but the one placed device by device (the GPUs:
+    :func:`~governor.daemon.gpu_places.denied_devices`) that a task whose ``demand`` asks none
+    of the class may not open, sorted: a class without placement is open whole to the tasks
+    that ask for some of it (admission counts them) and to no other."""
+    return sorted(set().union(*(inventory.nodes() for name, inventory in devices.items()
+                                if inventory is not placed and not demand.get(name))))
+
+
 class Policy:
     """The config in force (:meth:`use`) and the host facts it is read against.
 
@@ -155,7 +165,8 @@ class Policy:
                  session: bool = False) -> CgroupLimits:
             limits = task_limits(dict(demand), io_devices=io_devices, memory_mode=memory_mode,
                                  protect=config.memory_protection, session=session)
-            denied = () if held is None else gpu_places.denied_devices(self.gpus, held)
+            denied = () if held is None else (*gpu_places.denied_devices(self.gpus, held),
+                                              *unplaced_denied(self.devices, self.gpus, dict(demand)))
             return replace(limits, devices_denied=denied) if denied else limits
 
         self._task_caps = functools.lru_cache(maxsize=TASK_CAPS_KEPT)(caps)

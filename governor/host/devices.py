@@ -10,7 +10,7 @@ from governor.config import resources
 from governor.core.devices import Provider
 from governor.host import nvml
 
-__all__ = ["PROVIDERS", "providers"]
+__all__ = ["PROVIDERS", "governs_any", "providers"]
 
 PROVIDERS: tuple[Provider, ...] = (nvml.PROVIDER,)
 
@@ -28,3 +28,13 @@ def providers() -> tuple[Provider, ...]:
     if stray:
         raise ValueError(f"device providers for {', '.join(stray)}: no device entry of that name in the registry")
     return tuple(by_entry[name] for name in entries if name in by_entry)
+
+
+def governs_any(config) -> bool:
+    """Whether ``config`` governs a device of any class (the daemon then opens the device
+    cgroups: the v1 ``devices`` hierarchy), read without looking at the host.
+
+    Raises:
+        ValueError: as :func:`providers`.
+    """
+    return any(provider.governs(config) for provider in providers())

@@ -60,15 +60,19 @@ def discover(spec: str | Sequence[str], control: Sequence[str] | None = None) ->
     return GpuInventory(gpus=tuple(gpus), control=nodes, source=source, notes=tuple(notes + control_notes))
 
 
+def _governs(config) -> bool:
+    return config.gpus is not None
+
+
 def _find(config, discover_: Callable[..., GpuInventory] | None = None) -> GpuInventory | None:
     """The GPUs ``config``'s ``capacity.gpus`` and ``capacity.gpu_control`` name (through
     ``discover_`` in place of :func:`discover`: tests pass a fake); None where it governs none."""
-    if config.gpus is None:
+    if not _governs(config):
         return None
     return (discover_ or discover)(config.gpus, config.gpu_control)
 
 
-PROVIDER = Provider("gpu", "capacity.gpus", _find)
+PROVIDER = Provider("gpu", "capacity.gpus", _governs, _find)
 
 
 def sample_use(inventory: GpuInventory) -> GpuUse | None:

@@ -67,7 +67,9 @@ def test_a_standin_class_alone_is_admitted_and_denied_outside_the_tasks_by_the_g
     with pytest.raises(RequestError) as refused:  # both held: a third waits
         launch(daemon, 101, group="A", cpu=0.1, memory=GIB // 8, fpga=1, wait=False)
     assert refused.value.code == "would_wait"
-    assert daemon.hierarchy.driver.denied == {}  # its task is not kept from the class by device rules
+    launch(daemon, 102, group="A", cpu=0.1, memory=GIB // 8)
+    # The class is open whole to the task asking for some (no device by device placement yet), to no other.
+    assert daemon.hierarchy.driver.denied == {"A/task-3": (FPGA0, FPGA1)}
     daemon.gpu_guard.stop()
     assert guard_calls[-1] == ("take", (FPGA0, FPGA1))
 
@@ -79,4 +81,6 @@ def test_a_standin_class_beside_the_gpus_is_denied_with_them(tmp_path, monkeypat
     daemon.gpu_guard.start()
     assert guard_calls == [("put", (GPU0, GPU1, CONTROL, FPGA0, FPGA1))]
     launch(daemon, 100, group="A", cpu=0.1, memory=GIB // 8, fpga=1)
-    assert daemon.hierarchy.driver.denied == {"A/task-1": (GPU0, GPU1, CONTROL)}  # GPUs' own rules, as before
+    launch(daemon, 101, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
+    assert daemon.hierarchy.driver.denied == {"A/task-1": (GPU0, GPU1, CONTROL),  # the GPUs' own rules, as before
+                                              "A/task-2": (GPU1, FPGA0, FPGA1)}
