@@ -6,7 +6,7 @@ with no GPU-named code touched. On the in-memory driver, the guard's kernel call
 
 import pytest
 from support import standin_device
-from support.daemons import GIB, launch, make_daemon
+from support.daemons import GIB, launch, make_daemon, on_loop
 from support.gpus import CONFIG as GPU_CONFIG, CONTROL, GPU0, GPU1, INVENTORY, DeviceDriver
 
 from governor.config import resources
@@ -84,3 +84,17 @@ def test_a_standin_class_beside_the_gpus_is_denied_with_them(tmp_path, monkeypat
     launch(daemon, 101, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
     assert daemon.hierarchy.driver.denied == {"A/task-1": (GPU0, GPU1, CONTROL),  # the GPUs' own rules, as before
                                               "A/task-2": (GPU1, FPGA0, FPGA1)}
+
+
+def test_a_restart_readopts_a_standin_holder_with_its_access_and_counts_what_it_holds(tmp_path, monkeypatch):
+    standin_device.register(NODES, monkeypatch.setattr)
+    driver = DeviceDriver()
+    first = make_daemon(tmp_path, CONFIG, driver=driver)
+    launch(first, 100, group="A", cpu=0.1, memory=GIB // 8, fpga=2)
+    again = make_daemon(tmp_path, CONFIG, driver=driver)
+    on_loop(again, lambda: again.recovery.readopt())
+    assert [task.demand["fpga"] for task in again.tasks] == [2]
+    assert "A/task-1" not in driver.denied  # its record's demand gives it the class again
+    with pytest.raises(RequestError) as refused:
+        launch(again, 101, group="A", cpu=0.1, memory=GIB // 8, fpga=1, wait=False)
+    assert refused.value.code == "would_wait"
