@@ -70,7 +70,7 @@ class Provider(NamedTuple):
 
     Attributes:
         entry: the name of its entry in :data:`governor.config.resources.RESOURCES` (kind
-            ``device``): ``gpu``.
+            ``device``).
         key: the config key that governs it, as messages name it (``capacity.gpus``).
         governs: config → whether it governs any of the class (``capacity.gpus`` is set), read
             without looking at the host: the daemon opens the device cgroups when one does.

@@ -19,6 +19,7 @@ from governor.config.load import Config
 from governor.daemon import gpu_places
 from governor.host import devices as device_providers
 from governor.host.daemons import DaemonEntry, Registry
+from governor.host.nvml import PROVIDER as NVIDIA
 from governor.errors import GovernorError
 from governor.core.devices import Inventory
 from governor.core.gpus import GpuInventory
@@ -64,15 +65,16 @@ class Policy:
             daemon is known).
         entry: this daemon as the registry shows it (its pid, root, socket).
         discover: a device entry's name → the discovery its provider uses in place of its own
-            (:class:`governor.core.devices.Provider`; tests pass fakes: ``gpu`` → (``capacity.gpus``,
-            ``capacity.gpu_control``) → the GPUs); none: each provider's own.
+            (:class:`governor.core.devices.Provider`; tests pass fakes of
+            :func:`governor.host.nvml.discover`); none: each provider's own.
         process_limit: the most processes and threads the host holds (0: unknown).
 
     Attributes:
         devices: each governed device class's entry name → its inventory on this host, in
             registry order (:func:`governor.host.devices.providers`); a class the config
             governs none of is left out.
-        gpus: the GPUs governor hands out (None: no GPU is governed): ``devices["gpu"]``.
+        gpus: the GPUs governor hands out (None: no GPU is governed): NVIDIA's provider's class
+            in :attr:`devices`.
         host_capacity: what the config gives of this host (the host's less the reserve);
             capacity: that less what foreign tenants hold (:meth:`hold_foreign`): what DRF divides.
         root_caps: the root's cap on each count (``pids``: processes and threads,
@@ -136,7 +138,7 @@ class Policy:
             if unguarded:
                 raise GovernorError(f"{config.file}: {provider.key}: {unguarded}")
             devices[provider.entry] = inventory
-        gpus = devices.get("gpu")
+        gpus = devices.get(NVIDIA.entry)
         remapped = gpu_places.remap_held(config, self.gpus, gpus, held)
         capacity = config.capacity(float(len(self.cpus)), self.host_memory, len(gpus.gpus) if gpus else 0)
         root_caps = resources.caps(config, resources.Host(len(self.cpus), self.host_memory, 0, self.process_limit))
@@ -183,22 +185,22 @@ class Policy:
     @property
     def gpus(self) -> GpuInventory | None:
         """The GPUs governor hands out (None: no GPU is governed)."""
-        return self.devices.get("gpu")  # type: ignore[return-value]
+        return self.devices.get(NVIDIA.entry)  # type: ignore[return-value]
 
     @gpus.setter
     def gpus(self, inventory: GpuInventory | None) -> None:
-        devices = {name: found for name, found in self.devices.items() if name != "gpu"}
-        self.devices = {**({"gpu": inventory} if inventory is not None else {}), **devices}
+        devices = {name: found for name, found in self.devices.items() if name != NVIDIA.entry}
+        self.devices = {**({NVIDIA.entry: inventory} if inventory is not None else {}), **devices}
 
     @property
     def find_gpus(self) -> Callable[..., Inventory] | None:
-        """The GPUs' discovery in place of the NVIDIA provider's (``discover["gpu"]``; tests
+        """The GPUs' discovery in place of the NVIDIA provider's (in :attr:`discover`; tests
         put a fake in before a reload)."""
-        return self.discover.get("gpu")
+        return self.discover.get(NVIDIA.entry)
 
     @find_gpus.setter
     def find_gpus(self, discover: Callable[..., Inventory]) -> None:
-        self.discover["gpu"] = discover
+        self.discover[NVIDIA.entry] = discover
 
     def hold_foreign(self, held: Mapping[str, float]) -> None:
         """What foreign tenants hold now (resource → cores, bytes): :attr:`capacity`, what DRF

@@ -45,6 +45,7 @@ from governor.daemon.tree import Tree
 from governor.daemon.unit_protection import UnitProtection
 from governor.daemon.waiting import Queue
 from governor.host.alerts import Alerts
+from governor.host.nvml import PROVIDER as NVIDIA
 from governor.host.daemons import DaemonEntry, Registry
 from governor.errors import CgroupError, RequestError
 from governor.host.sd_notify import Notifier
@@ -133,7 +134,7 @@ class Daemon:
                              host_memory=host_memory, resolve_device=resolve_device,
                              uid_min=login_uid_min() if uid_min is None else uid_min, members=members,
                              registry=registry, entry=self._entry,
-                             discover={} if find_gpus is None else {"gpu": find_gpus},
+                             discover={} if find_gpus is None else {NVIDIA.entry: find_gpus},
                              process_limit=kernel_process_limit() if process_limit is None else process_limit)
         # [notify]'s runner reads the config in force at each event (a reload changes it).
         self.alerts = Alerts(lambda: self.policy.config.notify)
