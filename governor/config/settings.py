@@ -143,7 +143,7 @@ class Config:
         gpus: ``capacity.gpus``: ``"auto"`` (NVML discovers them), the GPUs' device node paths,
             or None (no GPU is governed); :func:`governor.host.nvml.discover` reads it on the host.
         gpu_control: ``capacity.gpu_control``: the control nodes a task holding GPUs may open
-            (None: NVIDIA's, :data:`governor.core.gpus.CONTROL_NODES`).
+            (None: NVIDIA's, :data:`governor.host.nvml.CONTROL_NODES`).
         gpu_guard: ``capacity.gpu_guard`` and ``gpu_guard_parents``: where the GPU nodes are
             denied outside governor's tasks (:mod:`governor.config.gpu_rules`).
         file: the file the config came from, for errors raised later (not compared).

@@ -11,12 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from governor.errors import GovernorError
+from governor.core.devices import Node, char_nodes
 from governor.core.gpu_identity import GpuIdentity
 
-__all__ = ["CONTROL_NODES", "NVIDIA_MAJOR", "Gpu", "GpuError", "GpuInventory", "GpuUse"]
-
-NVIDIA_MAJOR = 195
-CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
+__all__ = ["Gpu", "GpuError", "GpuInventory", "GpuUse"]
 
 
 class GpuError(GovernorError, ValueError):
@@ -41,7 +39,7 @@ class Gpu:
     Attributes:
         index: governor's number for it, 0..n-1 in discovery order.
         node: its device node path, e.g. ``/dev/nvidia1``.
-        major: the node's major number (195 for NVIDIA's).
+        major: the node's major number (NVIDIA's: :data:`governor.host.nvml.NVIDIA_MAJOR`).
         minor: the node's minor number.
         uuid: ``GPU-…`` or ``MIG-…`` from NVML; None for a listed node NVML does not know.
         name: e.g. ``NVIDIA A100-SXM4-40GB``; ``""`` when unknown.
@@ -90,6 +88,11 @@ class GpuInventory:
     control: tuple[tuple[str, int, int], ...]
     source: str
     notes: tuple[str, ...] = ()
+
+    def nodes(self) -> frozenset[Node]:
+        """Its GPUs' nodes and its control nodes, ``("c", major, minor)`` (a device class's
+        inventory: :class:`governor.core.devices.Inventory`)."""
+        return char_nodes(self.gpus, self.control)
 
 
 @dataclass(frozen=True)

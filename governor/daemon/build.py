@@ -24,6 +24,7 @@ from governor.config.load import Config
 from governor.daemon.effector import Effector
 from governor.daemon.root import Daemon
 from governor.host.daemons import DaemonEntry, Registry
+from governor.host.devices import governs_any
 from governor.host.sd_notify import Notifier
 from governor.host.task_store import TaskStore
 from governor.wire.metrics import Metrics
@@ -93,7 +94,7 @@ def build(options: Options) -> Iterator[Daemon]:
         listen = options.metrics_listen or config.metrics_listen
         if listen is not None:
             metrics.bind(*listen)
-        hierarchy = open_hierarchy(options.cgroup_root, devices=config.gpus is not None)
+        hierarchy = open_hierarchy(options.cgroup_root, devices=governs_any(config))
         undo.callback(_remove_root, hierarchy)
         daemon = Daemon(config, options.config_source, hierarchy, store,
                         host_cpus=sorted(os.sched_getaffinity(0)), host_memory=psutil.virtual_memory().total,

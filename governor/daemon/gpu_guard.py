@@ -15,6 +15,7 @@ import logging
 
 from governor.cgroups.device_guard import GuardPlan, undo_guard
 from governor.cgroups.hierarchy import Hierarchy
+from governor.core.devices import denied_nodes
 from governor.daemon.effector import Effector
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
@@ -46,16 +47,17 @@ class GpuGuard:
         self._denied: list[tuple[str, int, int]] = []
 
     def start(self) -> None:
-        """Put the guard on where the config asks (nothing when no GPU is governed, or with
-        ``"sessions"`` while sessions are off). A place the kernel refuses is an ``error``
+        """Put the guard on where the config asks, denying the nodes of every governed device
+        class (:attr:`Policy.devices <governor.daemon.policy.Policy.devices>`: GPUs and their
+        control nodes, and any other class the registry has a provider for); nothing when no
+        device is governed, or with ``"sessions"`` while sessions are off. A place the kernel refuses is an ``error``
         event: the daemon runs on."""
-        inventory, rules = self.policy.gpus, self.policy.config.gpu_guard
-        if inventory is None:
+        inventories, rules = self.policy.devices, self.policy.config.gpu_guard
+        if not inventories:
             return
         kind = "tasks" if rules.kind == "sessions" and not self._holds_sessions() else rules.kind
         self.plan = self.hierarchy.guard_plan(kind, rules.parents)
-        self._denied = sorted({("c", g.major, g.minor) for g in inventory.gpus}
-                              | {("c", major, minor) for _, major, minor in inventory.control})
+        self._denied = denied_nodes(inventories.values())
         for problem in Effector.put_guard(self.plan, self._denied):
             self.journal.event("error", f"GPU guard: {problem}", logging.ERROR)
         guarded = ", ".join(map(str, self.plan.places)) or "nowhere"

@@ -333,7 +333,7 @@ class Observation:
                 "cgroup_root": self.hierarchy.root, "config": policy.source,
                 "io_sharing": dict(policy.io_sharing), "cpu_saturated": enforcement.cpu_saturated,
                 "settle_generation": self.inbox.generation,
-                **({"gpu_guard": self.gpu_guard()} if policy.gpus is not None else {}),
+                **({"gpu_guard": self.gpu_guard()} if policy.devices else {}),
                 **({"unit_protection": enforcement.units.in_force} if enforcement.units is not None else {}),
                 **({"notify": self.journal.alerts.counts()}
                    if policy.config.notify.command and self.journal.alerts is not None else {})}

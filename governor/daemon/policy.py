@@ -17,13 +17,15 @@ from governor.cgroups.limits import CgroupLimits
 from governor.config import resources
 from governor.config.load import Config
 from governor.daemon import gpu_places
+from governor.host import devices as device_providers
 from governor.host.daemons import DaemonEntry, Registry
+from governor.host.nvml import PROVIDER as NVIDIA
 from governor.errors import GovernorError
+from governor.core.devices import Inventory
 from governor.core.gpus import GpuInventory
 from governor.core.foreign_capacity import remaining
 from governor.core.headroom import check_guarantees_held
 from governor.core.plan import task_limits
-from governor.host.nvml import discover
 from governor.host.session_rules import NOBODY_UID, SessionOwners
 from governor.core.state import Task
 
@@ -35,6 +37,16 @@ log = logging.getLogger("governor.daemon")
 TASK_CAPS_KEPT = 1024
 # Distinct callers (user, Unix groups) whose allowed groups are kept.
 ALLOWED_KEPT = 4096
+
+
+def unplaced_denied(devices: Mapping[str, Inventory], placed: Inventory | None,
+                    demand: Mapping[str, float]) -> list[tuple[str, int, int]]:
+    """The nodes of each governed device class but the one placed device by device (the GPUs:
+    :func:`~governor.daemon.gpu_places.denied_devices`) that a task whose ``demand`` asks none
+    of the class may not open, sorted: a class without placement is open whole to the tasks
+    that ask for some of it (admission counts them) and to no other."""
+    return sorted(set().union(*(inventory.nodes() for name, inventory in devices.items()
+                                if inventory is not placed and not demand.get(name))))
 
 
 class Policy:
@@ -52,12 +64,17 @@ class Policy:
         registry: this host's daemons, where sessions turned on are claimed (None: no other
             daemon is known).
         entry: this daemon as the registry shows it (its pid, root, socket).
-        find_gpus: a config's ``capacity.gpus`` and ``capacity.gpu_control`` → the GPUs on this
-            host (default :func:`governor.host.nvml.discover`; raises GpuError).
+        discover: a device entry's name → the discovery its provider uses in place of its own
+            (:class:`governor.core.devices.Provider`; tests pass fakes of
+            :func:`governor.host.nvml.discover`); none: each provider's own.
         process_limit: the most processes and threads the host holds (0: unknown).
 
     Attributes:
-        gpus: the GPUs governor hands out (None: no GPU is governed).
+        devices: each governed device class's entry name → its inventory on this host, in
+            registry order (:func:`governor.host.devices.providers`); a class the config
+            governs none of is left out.
+        gpus: the GPUs governor hands out (None: no GPU is governed): NVIDIA's provider's class
+            in :attr:`devices`.
         host_capacity: what the config gives of this host (the host's less the reserve);
             capacity: that less what foreign tenants hold (:meth:`hold_foreign`): what DRF divides.
         root_caps: the root's cap on each count (``pids``: processes and threads,
@@ -73,7 +90,7 @@ class Policy:
                  resolve_device: Callable[[str], str], uid_min: int,
                  members: Callable[[Config], dict[str, list[str]]] | None, registry: Registry | None,
                  entry: Callable[[], DaemonEntry],
-                 find_gpus: Callable[[str | tuple[str, ...], tuple[str, ...] | None], GpuInventory] = discover,
+                 discover: Mapping[str, Callable[..., Inventory]] | None = None,
                  process_limit: int = 0):
         self.source = source
         self.hierarchy = hierarchy
@@ -84,9 +101,9 @@ class Policy:
         self.find_members = members or (lambda config: access.members(config, self.uid_min, NOBODY_UID))
         self.registry = registry
         self.entry = entry
-        self.find_gpus = find_gpus
+        self.discover = dict(discover or {})
         self.process_limit = process_limit
-        self.gpus: GpuInventory | None = None
+        self.devices: dict[str, Inventory] = {}
         self.effective: dict[str, float] = {}  # group → effective weight, with [fairshare] (kept across reloads)
         self.foreign_held: dict[str, float] = {}  # what foreign tenants hold (kept across reloads)
         self._floors: tuple | None = None  # (config, members, configured groups, key, floors): see floors()
@@ -112,12 +129,16 @@ class Policy:
             GovernorError: as the class says; or the new inventory lacks a held GPU (or cannot
                 tell it from another), naming the task.
         """
-        gpus = None
-        if config.gpus is not None:
-            gpus = self.find_gpus(config.gpus, config.gpu_control)
+        devices = {}
+        for provider in device_providers.providers():
+            inventory = provider.find(config, self.discover.get(provider.entry))
+            if inventory is None:
+                continue
             unguarded = self.hierarchy.device_guard_problem()
             if unguarded:
-                raise GovernorError(f"{config.file}: capacity.gpus: {unguarded}")
+                raise GovernorError(f"{config.file}: {provider.key}: {unguarded}")
+            devices[provider.entry] = inventory
+        gpus = devices.get(NVIDIA.entry)
         remapped = gpu_places.remap_held(config, self.gpus, gpus, held)
         capacity = config.capacity(float(len(self.cpus)), self.host_memory, len(gpus.gpus) if gpus else 0)
         root_caps = resources.caps(config, resources.Host(len(self.cpus), self.host_memory, 0, self.process_limit))
@@ -132,7 +153,7 @@ class Policy:
         self.config, self.host_capacity, self.io_devices, self.io_sharing = config, capacity, io_devices, io_sharing
         self.root_caps = root_caps
         self.capacity = remaining(capacity, self.foreign_held)
-        self.gpus = gpus
+        self.devices = devices
         self.weights: dict[str, float] = {}
         self.owners = SessionOwners(config, self.uid_min)
         self.identities = access.Identities()  # the callers, as the user database names them
@@ -146,7 +167,8 @@ class Policy:
                  session: bool = False) -> CgroupLimits:
             limits = task_limits(dict(demand), io_devices=io_devices, memory_mode=memory_mode,
                                  protect=config.memory_protection, session=session)
-            denied = () if held is None else gpu_places.denied_devices(self.gpus, held)
+            denied = () if held is None else (*gpu_places.denied_devices(self.gpus, held),
+                                              *unplaced_denied(self.devices, self.gpus, dict(demand)))
             return replace(limits, devices_denied=denied) if denied else limits
 
         self._task_caps = functools.lru_cache(maxsize=TASK_CAPS_KEPT)(caps)
@@ -159,6 +181,26 @@ class Policy:
             if warning:
                 log.warning("%s: %s", config.file, warning)
         return remapped
+
+    @property
+    def gpus(self) -> GpuInventory | None:
+        """The GPUs governor hands out (None: no GPU is governed)."""
+        return self.devices.get(NVIDIA.entry)  # type: ignore[return-value]
+
+    @gpus.setter
+    def gpus(self, inventory: GpuInventory | None) -> None:
+        devices = {name: found for name, found in self.devices.items() if name != NVIDIA.entry}
+        self.devices = {**({NVIDIA.entry: inventory} if inventory is not None else {}), **devices}
+
+    @property
+    def find_gpus(self) -> Callable[..., Inventory] | None:
+        """The GPUs' discovery in place of the NVIDIA provider's (in :attr:`discover`; tests
+        put a fake in before a reload)."""
+        return self.discover.get(NVIDIA.entry)
+
+    @find_gpus.setter
+    def find_gpus(self, discover: Callable[..., Inventory]) -> None:
+        self.discover[NVIDIA.entry] = discover
 
     def hold_foreign(self, held: Mapping[str, float]) -> None:
         """What foreign tenants hold now (resource → cores, bytes): :attr:`capacity`, what DRF

@@ -46,11 +46,11 @@ from governor.daemon.tree import Tree
 from governor.daemon.unit_protection import UnitProtection
 from governor.daemon.waiting import Queue
 from governor.host.alerts import Alerts
+from governor.host.nvml import PROVIDER as NVIDIA
 from governor.host.daemons import DaemonEntry, Registry
 from governor.errors import CgroupError, RequestError
 from governor.host.sd_notify import Notifier
 from governor.host.kernel_limits import process_limit as kernel_process_limit
-from governor.host.nvml import discover
 from governor.wire.server import ControlServer
 from governor.host.session_rules import login_uid_min
 from governor.core.state import Tasks
@@ -94,8 +94,8 @@ class Daemon:
             sessions there and never moves a process out of another's root; None (tests on a
             fake hierarchy): no other daemon is known.
         members: a config → its groups' users on this host (:func:`governor.host.access.members`).
-        find_gpus: ``capacity.gpus`` and ``capacity.gpu_control`` → the GPUs here
-            (:func:`governor.host.nvml.discover`; tests pass a fake).
+        find_gpus: ``capacity.gpus`` and ``capacity.gpu_control`` → the GPUs here, in place of
+            the NVIDIA provider's :func:`governor.host.nvml.discover` (tests pass a fake); None: its own.
         foreign_places: where foreign subtrees are looked for (:mod:`governor.daemon.foreign_poll`);
             None (a fake hierarchy): none is.
         systemd_units: the names of governor's own systemd units (``governor.cli.systemd_files``):
@@ -119,7 +119,7 @@ class Daemon:
                  load_config: Callable[[], Config] | None = None, metrics=None, notifier: Notifier | None = None,
                  uid_min: int | None = None, host_pids: Callable[[], Iterable[int]] = psutil.pids,
                  registry: Registry | None = None, members: Callable[[Config], dict[str, list[str]]] | None = None,
-                 find_gpus: Callable[..., GpuInventory] = discover, foreign_places: ForeignPlaces | None = None,
+                 find_gpus: Callable[..., GpuInventory] | None = None, foreign_places: ForeignPlaces | None = None,
                  systemd_units: Collection[str] = (), process_limit: int | None = None,
                  history_dir: Path | None = None):
         self.hierarchy = hierarchy
@@ -136,7 +136,8 @@ class Daemon:
         self.policy = Policy(config, config_source, hierarchy=hierarchy, host_cpus=host_cpus,
                              host_memory=host_memory, resolve_device=resolve_device,
                              uid_min=login_uid_min() if uid_min is None else uid_min, members=members,
-                             registry=registry, entry=self._entry, find_gpus=find_gpus,
+                             registry=registry, entry=self._entry,
+                             discover={} if find_gpus is None else {NVIDIA.entry: find_gpus},
                              process_limit=kernel_process_limit() if process_limit is None else process_limit)
         # [notify]'s runner reads the config in force at each event (a reload changes it).
         self.alerts = Alerts(lambda: self.policy.config.notify)

@@ -1,4 +1,6 @@
-"""Finding the GPUs ``[capacity] gpus`` names, and asking NVML how they are used: every NVML
+"""NVIDIA's GPUs as a device class (:data:`PROVIDER`, registered against the registry's ``gpu``
+entry in :data:`governor.host.devices.PROVIDERS`): their major number, their control nodes,
+finding the GPUs ``[capacity] gpus`` names, and asking NVML how they are used: every NVML
 call governor makes is in this module.
 
 ``[capacity] gpus = "auto"`` asks NVML (the ``pynvml`` module of the ``nvidia-ml-py`` package,
@@ -10,13 +12,18 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from types import ModuleType
 
-from governor.core.gpus import CONTROL_NODES, NVIDIA_MAJOR, Gpu, GpuError, GpuInventory, GpuUse
+from governor.core.devices import Provider
+from governor.core.gpus import Gpu, GpuError, GpuInventory, GpuUse
 
-__all__ = ["discover", "processes_on", "sample_use"]
+__all__ = ["CONTROL_NODES", "NVIDIA_MAJOR", "PROVIDER", "discover", "processes_on", "sample_use"]
+
+NVIDIA_MAJOR = 195  # the kernel's devices.txt: "195 char Nvidia graphics controller"
+# What every CUDA process opens besides its GPUs ([capacity] gpu_control's default).
+CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 
 _LISTED = "[capacity] gpus"
 _AUTO = '[capacity] gpus = "auto"'
@@ -51,6 +58,21 @@ def discover(spec: str | Sequence[str], control: Sequence[str] | None = None) ->
         source = "listed"
     nodes, control_notes = _control_nodes(CONTROL_NODES if control is None else control)
     return GpuInventory(gpus=tuple(gpus), control=nodes, source=source, notes=tuple(notes + control_notes))
+
+
+def _governs(config) -> bool:
+    return config.gpus is not None
+
+
+def _find(config, discover_: Callable[..., GpuInventory] | None = None) -> GpuInventory | None:
+    """The GPUs ``config``'s ``capacity.gpus`` and ``capacity.gpu_control`` name (through
+    ``discover_`` in place of :func:`discover`: tests pass a fake); None where it governs none."""
+    if not _governs(config):
+        return None
+    return (discover_ or discover)(config.gpus, config.gpu_control)
+
+
+PROVIDER = Provider("gpu", "capacity.gpus", _governs, _find)
 
 
 def sample_use(inventory: GpuInventory) -> GpuUse | None:

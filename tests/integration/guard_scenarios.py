@@ -9,12 +9,14 @@ Shared by the v1 (native, ``devices.deny``) and v2 (VM, a BPF program) modules."
 
 from __future__ import annotations
 
+import contextlib
 import pwd
 import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from daemon_harness import GOVERNOR, Governor
@@ -48,7 +50,11 @@ def opens_from(parent: Path, node: str) -> str:
     return done.stdout.strip()
 
 
-def sessions_open_no_gpu_where_they_start() -> None:
+@contextlib.contextmanager
+def login_parent() -> Iterator[tuple[Path, Path, str]]:
+    """A stand-in login parent and a stand-in device node a process started there may reach:
+    ``(directory for the daemon, the parent cgroup, the node)``; :data:`USER` made for the
+    test if missing, all removed afterwards. Skips where no local major is free."""
     major = free_major()
     if major is None:
         import pytest
@@ -66,36 +72,71 @@ def sessions_open_no_gpu_where_they_start() -> None:
     parent.mkdir(parents=True)
     try:
         with device_nodes(shared, ((major, 0),)) as (node,):
-            assert opens_from(parent, node) == "ENXIO"  # no guard yet: the node passes, no driver
-            gov = Governor(shared, '[capacity]\ncpu = 1\nmemory = "1G"\n'
-                                   f'gpus = ["{node}"]\ngpu_control = []\n'
-                                   f'gpu_guard_parents = ["{parent.relative_to(guard_mount())}"]\n'
-                                   f'[groups.A]\nusers = ["{USER}"]\n[sessions]\nmemory = "64M"\n')
-            try:
-                guard = gov.status()["daemon"]["gpu_guard"]
-                assert guard["kind"] == "sessions" and guard["guarded"] == [str(parent)], guard
-                seen = [opens_from(parent, node) for _ in range(TRIES)]
-                print(f"\n[{detect.driver_mode()}] a session process's first open of a GPU node: {seen}")
-                assert seen == ["EPERM"] * TRIES, seen
-                guarded = (shared / "governor.toml").read_text()
-                parents = f'gpu_guard_parents = ["{parent.relative_to(guard_mount())}"]\n'
-                # Off: the user exempt too, or the process, moved into its session, would meet its rules.
-                off = guarded.replace(parents, 'gpu_guard = "tasks"\n').replace("[sessions]\n",
-                                                                                  f'[sessions]\nexempt = ["{USER}"]\n')
-                for text, opened in ((off, "ENXIO"), (guarded, "EPERM")):
-                    (shared / "governor.toml").write_text(text)
-                    reloaded = subprocess.run([GOVERNOR, "reload", "--socket", gov.socket], capture_output=True,
-                                              text=True, timeout=60)
-                    assert reloaded.returncode == 0, reloaded.stderr
-                    seen = opens_from(parent, node)
-                    assert seen == opened, (seen, text)  # the reload's guard is in force, not the old one
-            finally:
-                gov.close()
-            after = opens_from(parent, node)
-            assert after == "ENXIO", (after, (shared / "daemon.log").read_text()[-3000:])  # a clean stop took the guard off
+            yield shared, parent, node
     finally:
         for directory in (parent, root):
             directory.rmdir()
         shutil.rmtree(shared, ignore_errors=True)
         if created:
             subprocess.run(["userdel", USER], check=False)
+
+
+def sessions_open_no_gpu_where_they_start() -> None:
+    with login_parent() as (shared, parent, node):
+        assert opens_from(parent, node) == "ENXIO"  # no guard yet: the node passes, no driver
+        gov = Governor(shared, '[capacity]\ncpu = 1\nmemory = "1G"\n'
+                               f'gpus = ["{node}"]\ngpu_control = []\n'
+                               f'gpu_guard_parents = ["{parent.relative_to(guard_mount())}"]\n'
+                               f'[groups.A]\nusers = ["{USER}"]\n[sessions]\nmemory = "64M"\n')
+        try:
+            guard = gov.status()["daemon"]["gpu_guard"]
+            assert guard["kind"] == "sessions" and guard["guarded"] == [str(parent)], guard
+            seen = [opens_from(parent, node) for _ in range(TRIES)]
+            print(f"\n[{detect.driver_mode()}] a session process's first open of a GPU node: {seen}")
+            assert seen == ["EPERM"] * TRIES, seen
+            guarded = (shared / "governor.toml").read_text()
+            parents = f'gpu_guard_parents = ["{parent.relative_to(guard_mount())}"]\n'
+            # Off: the user exempt too, or the process, moved into its session, would meet its rules.
+            off = guarded.replace(parents, 'gpu_guard = "tasks"\n').replace("[sessions]\n",
+                                                                              f'[sessions]\nexempt = ["{USER}"]\n')
+            for text, opened in ((off, "ENXIO"), (guarded, "EPERM")):
+                (shared / "governor.toml").write_text(text)
+                reloaded = subprocess.run([GOVERNOR, "reload", "--socket", gov.socket], capture_output=True,
+                                          text=True, timeout=60)
+                assert reloaded.returncode == 0, reloaded.stderr
+                seen = opens_from(parent, node)
+                assert seen == opened, (seen, text)  # the reload's guard is in force, not the old one
+        finally:
+            gov.close()
+        after = opens_from(parent, node)
+        assert after == "ENXIO", (after, (shared / "daemon.log").read_text()[-3000:])  # a clean stop took the guard off
+
+
+STANDIN = Path(__file__).parents[1] / "support" / "standin_device.py"
+
+
+def a_standin_device_class_is_denied_where_sessions_start_and_open_to_tasks() -> None:
+    """Issue 45, point 3: the stand-in second device class (:mod:`support.standin_device`; the
+    daemon runs with it registered through the registry and the provider table, governing the
+    stand-in node, no GPU governed) is denied where sessions start as GPUs are, open to a task
+    that asks for it and to no other, and the guard is gone once the daemon stops cleanly."""
+    with login_parent() as (shared, parent, node):
+        gov = Governor(shared, '[capacity]\ncpu = 1\nmemory = "1G"\n'
+                               f'gpu_guard_parents = ["{parent.relative_to(guard_mount())}"]\n'
+                               f'[groups.A]\nusers = ["{USER}", "root"]\n[sessions]\nmemory = "64M"\n',
+                       wrapper=(sys.executable, str(STANDIN), node))
+        try:
+            guard = gov.status()["daemon"]["gpu_guard"]
+            assert guard["kind"] == "sessions" and guard["guarded"] == [str(parent)], guard
+            seen = [opens_from(parent, node) for _ in range(TRIES)]
+            assert seen == ["EPERM"] * TRIES, seen
+            for asked, opened in (([], "EPERM"), (["--fpgas", "1"], "ENXIO")):
+                # A task asking for the class is admitted and opens the node (no driver); one asking none may not.
+                task = subprocess.run([sys.executable, str(STANDIN), node, GOVERNOR, "run", "--socket", gov.socket,
+                                       "--group", "A", "--cpus", "0.1", "--memory", "32M", *asked, "--",
+                                       sys.executable, "-c", OPEN, node], capture_output=True, text=True, timeout=60)
+                assert (task.returncode, task.stdout.strip()) == (0, opened), (asked, task.stdout, task.stderr)
+        finally:
+            gov.close()
+        after = opens_from(parent, node)
+        assert after == "ENXIO", (after, (shared / "daemon.log").read_text()[-3000:])

@@ -29,7 +29,7 @@ def calls(monkeypatch):
 
 def guard(tmp_path: Path, *, sessions: bool, parents=("user.slice",), kind="sessions"):
     hierarchy = Hierarchy(SimpleNamespace(mode="v2"), str(tmp_path / "governor"), (), cgroup_mount=tmp_path)
-    policy = SimpleNamespace(gpus=INVENTORY, owners=SimpleNamespace(enabled=sessions),
+    policy = SimpleNamespace(devices={"gpu": INVENTORY}, gpus=INVENTORY, owners=SimpleNamespace(enabled=sessions),
                              config=SimpleNamespace(gpu_guard=GpuGuardRules(kind, parents)))
     return stage.GpuGuard(hierarchy=hierarchy, policy=policy, journal=Journal(None))
 
@@ -79,7 +79,7 @@ def test_a_reload_that_governs_no_gpu_takes_the_guard_off(tmp_path, calls):
     (tmp_path / "user.slice").mkdir()
     reloaded = guard(tmp_path, sessions=True)
     reloaded.start()
-    reloaded.policy.gpus = None
+    reloaded.policy.devices, reloaded.policy.gpus = {}, None
     reloaded.reapply()
     assert calls[-1] == ("take", (tmp_path / "user.slice",), [("c", 195, 0), ("c", 195, 255)])
     assert reloaded.plan is None
@@ -91,6 +91,7 @@ def test_a_reload_on_v1_allows_again_the_nodes_no_longer_denied_where_the_guard_
     reloaded.hierarchy.guard_plan = lambda kind, parents: stage.GuardPlan("v1", (tmp_path / "user.slice",), ())
     reloaded.start()
     reloaded.policy.gpus = GpuInventory(gpus=(), control=INVENTORY.control, source="listed")
+    reloaded.policy.devices = {"gpu": reloaded.policy.gpus}
     reloaded.reapply()
     assert calls[1:] == [("put", (tmp_path / "user.slice",), [("c", 195, 255)]),
                          ("take", (tmp_path / "user.slice",), [("c", 195, 0)])]

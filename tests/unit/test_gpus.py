@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from governor.errors import GovernorError
-from governor.core.gpus import CONTROL_NODES, NVIDIA_MAJOR, Gpu, GpuError, GpuInventory, GpuUse
-from governor.host.nvml import discover, sample_use
+from governor.core.gpus import Gpu, GpuError, GpuInventory, GpuUse
+from governor.host.nvml import CONTROL_NODES, NVIDIA_MAJOR, discover, sample_use
 
 NOT_SUPPORTED, NOT_FOUND, INVALID_ARGUMENT, DRIVER_NOT_LOADED, GPU_IS_LOST = 3, 6, 2, 9, 15
 _STRINGS = {NOT_SUPPORTED: "Not Supported", NOT_FOUND: "Not Found", INVALID_ARGUMENT: "Invalid Argument",
