@@ -62,17 +62,19 @@ def measure(gov: Governor, groups: list[str], seconds: float) -> dict[str, float
 
 
 def measure_held(gov: Governor, expected: dict[str, float], seconds: float) -> dict[str, float]:
-    """:func:`measure` for groups each held to ``expected`` cores (cpu.max under contention).
-    In the emulated VM the host's load shows through as a group using less for a moment (a
-    CI run measured one group below its tolerance, once in several runs): there, and only
-    when no group used more than its hold allows (that would be the hold failing), the
-    groups are measured once more over a new window."""
+    """:func:`measure` for groups each held to ``expected`` cores (cpu.max while the CPU is
+    saturated). In the emulated VM the host's load shows through as a group using less for a
+    moment, and the daemon then lifts the holds, as designed (that group has some to lend):
+    CI measured a window with the hold lifted part of the time (A 0.218 of 0.240, B 0.185 of
+    0.160). There, a window outside the tolerance is measured again, up to twice, each time
+    once every group is held again; a hold the kernel did not keep fails every window."""
     measured = measure(gov, list(expected), seconds)
-    below = any(measured[g] < cores * (1 - CONTENTION_TOLERANCE) for g, cores in expected.items())
-    above = any(measured[g] > cores * (1 + CONTENTION_TOLERANCE) for g, cores in expected.items())
-    if below and not above and os.environ.get("VMLAB_ACCEL") == "tcg":
-        print(f"\nmeasured again: the first {seconds:g} s window read "
-              + ", ".join(f"{g} {measured[g]:.3f}" for g in expected))
+    for window in range(2 if os.environ.get("VMLAB_ACCEL") == "tcg" else 0):
+        if all(abs(measured[g] - cores) <= CONTENTION_TOLERANCE * cores for g, cores in expected.items()):
+            break
+        print(f"\nmeasured again: window {window + 1} read " + ", ".join(f"{g} {measured[g]:.3f}" for g in expected))
+        gov.wait(lambda: gov.status()["daemon"]["cpu_saturated"], "every group to be held again")
+        gov.wait_settled(gov.generation())
         measured = measure(gov, list(expected), seconds)
     return measured
 

@@ -176,6 +176,23 @@ alive=$(tasks alive "$work/start.json")
 echo "systemctl stop governor-tasks: tasks before 4, tasks after $alive, tasks killed $((4 - alive))"
 [ "$alive" = 0 ] || fail "stopping governor-tasks left $alive task(s) running"
 
+echo "== governor history and governor replay on the unit's journal (issue 47)"
+# The four burners were journaled in /var/lib/governor/history across the restart and the
+# kill -9 above; replayed under the installed config itself, each group starts what it started.
+$gov history --since 1h --json >"$work/history.jsonl" 2>"$work/history.err" \
+    || fail "governor history failed: $(cat "$work/history.err")"
+$gov replay "$config" --since 1h --json >"$work/replay.json" 2>"$work/replay.err" \
+    || fail "governor replay failed: $(cat "$work/replay.err")"
+python3 - "$work/history.jsonl" "$work/replay.json" <<'EOF' || fail "history or replay does not show the 4 burners"
+import json, sys
+entries = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+starts = {group: sum(1 for e in entries if e["kind"] == "start" and e.get("group") == group) for group in ("alice", "bob")}
+groups = json.load(open(sys.argv[2]))["groups"]
+sides = {group: (groups[group]["recorded"]["tasks"], groups[group]["proposed"]["tasks"]) for group in ("alice", "bob")}
+print(f"history: {len(entries)} entries, starts {starts}; replay tasks (recorded, proposed) {sides}")
+assert starts == {"alice": 2, "bob": 2} and sides == {"alice": (2, 2), "bob": (2, 2)}
+EOF
+
 echo "== install-systemd --uninstall: nothing of governor is left"
 systemctl start governor || fail "start before the uninstall failed"
 runuser -u alice -- "$gov" run --cpus 0.2 --memory 32M -- sleep 600 >>"$work/run.log" 2>&1 &
