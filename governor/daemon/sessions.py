@@ -140,7 +140,7 @@ class Sessions:
                 if kind == UID:
                     self.govern_process(pid, other)
                 elif other in self._settled and not self._moved_since(other, now - MOVED_DISTRUST_S):
-                    self._settle_pid(pid)  # the child was forked where its parent is
+                    self._settle_pid(pid, forked=True)  # the child was forked where its parent is
                     self._forget(other)
                 else:
                     self.govern_process(other)  # a process that forks a successor and exits is caught
@@ -309,16 +309,16 @@ class Sessions:
 
         self.tree.join_soon(session.cgroup, pid, moved)  # launches and exits first
 
-    def _settle_pid(self, pid: int) -> None:
-        """Remember that process ``pid`` needs nothing until its uid changes (its forks: not sent)."""
+    def _settle_pid(self, pid: int, *, forked: bool = False) -> None:
+        """Remember that process ``pid`` needs nothing until its uid changes (``forked``: as its parent)."""
         if len(self._settled) >= SETTLED_KEPT:
             self._settled.clear()  # looked at again from /proc: slower, never wrong
         self._settled[pid] = None
-        self._forget(pid)
+        self._forget(pid, forked=forked)
 
-    def _forget(self, pid: int) -> None:
+    def _forget(self, pid: int, *, forked: bool = False) -> None:
         if self.process_events is not None and pid not in self._moving:
-            self.process_events.forget(pid)
+            self.process_events.forget(pid, forked=forked)
 
     def _moved_since(self, pid: int, since: float) -> bool:
         """Whether this daemon moved process ``pid`` after ``since`` (``time.monotonic()``): a

@@ -11,14 +11,17 @@ the parent may be gone by the time its uid event is read). An exec changes neith
 needed. The program, run in the context of the task that caused the event, keeps a hash map of
 watched process ids (tgids):
 
-* ``PROC_EVENT_UID``: watch the process, pass the event;
-* ``PROC_EVENT_FORK`` of a process (not a thread) whose parent is watched: watch the child,
-  pass the event;
+* ``PROC_EVENT_UID``: watch the process (:data:`UID_CHANGED`), pass the event;
+* ``PROC_EVENT_FORK`` of a process (not a thread) whose parent is watched: watch the child
+  (:data:`FORKED`), pass the event;
 * anything else: drop.
 
 The daemon stops watching a process once it has decided it (:meth:`Watched.forget`: in place,
 not governed, gone) or moved it, and watches one a rescan found outside its place
 (:meth:`Watched.watch`). A full map passes the event unwatched: the daemon still looks at it.
+A child decided by its parent (forked where its parent was settled) stays watched if its uid
+changed since: the daemon reads its fork event before its uid event, and the child may fork
+in between (runuser's child takes the user's uid, execs the command, which forks and exits).
 
 Program type ``BPF_PROG_TYPE_SOCKET_FILTER``, attached with ``SO_ATTACH_BPF``; the packet is the
 netlink message from its ``nlmsghdr`` on (offsets in :mod:`governor.host.proc_filter`), read
@@ -46,7 +49,7 @@ __all__ = ["SO_ATTACH_BPF", "Watched", "instructions"]
 # asm/unistd.h: bpf(2) by machine; elsewhere the classic filter is kept.
 _SYSCALL = {"x86_64": 321, "aarch64": 280}
 # linux/bpf.h: commands, map and program types, helpers.
-BPF_MAP_CREATE, BPF_MAP_UPDATE_ELEM, BPF_MAP_DELETE_ELEM, BPF_PROG_LOAD = 0, 2, 3, 5
+BPF_MAP_CREATE, BPF_MAP_LOOKUP_ELEM, BPF_MAP_UPDATE_ELEM, BPF_MAP_DELETE_ELEM, BPF_PROG_LOAD = 0, 1, 2, 3, 5
 BPF_MAP_TYPE_HASH, BPF_PROG_TYPE_SOCKET_FILTER = 1, 1
 BPF_FUNC_MAP_LOOKUP_ELEM, BPF_FUNC_MAP_UPDATE_ELEM = 1, 2
 BPF_PSEUDO_MAP_FD = 1
@@ -55,6 +58,8 @@ SO_ATTACH_BPF = 50
 # Processes watched at once at most (4 bytes of key, 1 of value): only those between a uid
 # change and their move, and their children meanwhile.
 WATCHED_MAX = 1 << 16
+# A watched process's value in the map: why the program watches it.
+FORKED, UID_CHANGED = 1, 2
 # linux/bpf_common.h, linux/bpf.h: opcodes.
 LD_ABS_H, LD_ABS_W = 0x28, 0x20  # BPF_LD|BPF_ABS|BPF_H, …|BPF_W
 LD_IMM64 = 0x18  # BPF_LD|BPF_IMM|BPF_DW
@@ -98,12 +103,13 @@ def instructions(map_fd: int) -> list[Row]:
         (None, (ADD64_K, R2, 0, 0, key)),
         (None, (CALL, 0, 0, 0, BPF_FUNC_MAP_LOOKUP_ELEM)),
         (None, (JEQ_K, R0, 0, "drop", 0)),                                 # the parent is not watched
+        (None, (ST_B, R10, 0, value, FORKED)),
         (None, (MOV64_X, R0, R7, 0, 0)),                                   # watch the child
         (None, (JA, 0, 0, "watch", 0)),
-        ("uid", (LD_ABS_W, 0, 0, 0, _TGID_AT)),                            # r0 = process_tgid
+        ("uid", (ST_B, R10, 0, value, UID_CHANGED)),
+        (None, (LD_ABS_W, 0, 0, 0, _TGID_AT)),                             # r0 = process_tgid
         ("watch", (TO_BE, R0, 0, 0, 32)),
         (None, (STX_W, R10, R0, key, 0)),
-        (None, (ST_B, R10, 0, value, 1)),
         (None, (LD_IMM64, R1, BPF_PSEUDO_MAP_FD, 0, map_fd)),
         (None, (0, 0, 0, 0, 0)),
         (None, (MOV64_X, R2, R10, 0, 0)),
@@ -162,7 +168,7 @@ class Watched:
         self.watched: set[int] = set()  # those the daemon knows of: every pid an event passed, and watch()'s
         self._libc, self._number = ctypes.CDLL(None, use_errno=True), _SYSCALL[platform.machine()]
         self._key = ctypes.c_uint32()
-        self._value = ctypes.c_uint8(1)
+        self._value = ctypes.c_uint8(UID_CHANGED)
         try:
             code = _encode(instructions(self._map))
             program = ctypes.create_string_buffer(code, len(code))
@@ -194,21 +200,30 @@ class Watched:
             self.watched.add(pid)
             self._update(BPF_MAP_UPDATE_ELEM, pid)
 
-    def forget(self, pid: int) -> None:
+    def forget(self, pid: int, *, forked: bool = False) -> None:
         """Stop watching process ``pid`` (decided, moved or gone); a pid not watched costs no
-        system call."""
+        system call. ``forked``: decided by its parent at its fork, so kept watched if its uid
+        changed since (its uid event is still to be read; one system call more)."""
         if pid in self.watched:
+            if forked and self._update(BPF_MAP_LOOKUP_ELEM, pid) == 0 and self._value.value == UID_CHANGED:
+                return
             self.watched.discard(pid)
             self._update(BPF_MAP_DELETE_ELEM, pid)
 
     def close(self) -> None:
         os.close(self._map)
 
-    def _update(self, command: int, pid: int) -> None:
+    def _update(self, command: int, pid: int) -> int:
+        """One map call for ``pid``: its result (0, or -1 when refused); a lookup leaves the
+        value in ``self._value``, an update writes :data:`UID_CHANGED` (the daemon's own watch
+        is a decision still to make, as a uid change's)."""
         # union bpf_attr for map elements: {u32 map_fd; u64 key (aligned); u64 value; u64 flags}
         # (a delete takes no value: the kernel refuses one, EINVAL).
         self._key.value = pid
-        value = ctypes.addressof(self._value) if command == BPF_MAP_UPDATE_ELEM else 0
+        value = ctypes.addressof(self._value) if command != BPF_MAP_DELETE_ELEM else 0
+        if command == BPF_MAP_UPDATE_ELEM:
+            self._value.value = UID_CHANGED
         attr = struct.pack("=IIQQQ", self._map, 0, ctypes.addressof(self._key), value, 0)
-        self._libc.syscall(ctypes.c_long(self._number), ctypes.c_int(command), attr, ctypes.c_uint(len(attr)))
-        # Its result does not matter: a pid already gone from the map, or a full one, changes nothing.
+        # An update's or a delete's result does not matter to the callers: a pid already gone
+        # from the map, or a full one, changes nothing.
+        return self._libc.syscall(ctypes.c_long(self._number), ctypes.c_int(command), attr, ctypes.c_uint(len(attr)))

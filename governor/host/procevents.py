@@ -200,10 +200,11 @@ class ProcessEvents:
         if self.watched is not None:
             self.watched.watch(pid)
 
-    def forget(self, pid: int) -> None:
-        """Stop passing the forks of process ``pid`` (it needs nothing, or is moved, or gone)."""
+    def forget(self, pid: int, *, forked: bool = False) -> None:
+        """Stop passing the forks of process ``pid`` (it needs nothing, or is moved, or gone);
+        ``forked``: decided by its parent at its fork (:meth:`Watched.forget`)."""
         if self.watched is not None:
-            self.watched.forget(pid)
+            self.watched.forget(pid, forked=forked)
 
     def keep_watching(self, pids: set[int]) -> None:
         """:meth:`forget` every watched process but ``pids`` (those alive, from a rescan: one gone

@@ -151,19 +151,23 @@ def fuzz(path: str, lines: list[bytes]) -> dict:
     return {"codes": dict(codes), "seconds": time.monotonic() - start}
 
 
-def churn(path: str, tasks: int, parallel: int, group: str, *, linger: float = 0, memory: int = 1 << 20) -> dict:
+def churn(path: str, tasks: int, parallel: int, group: str, *, linger: float = 0, memory: int = 1 << 20,
+          within_s: float | None = None) -> dict:
     """``tasks`` short tasks of ``memory`` bytes: forked clients, ``parallel`` at a time, each
     launching its own pid over the socket and exiting once started (with ``linger``, leaving a
-    child that sleeps that long in its task). Returns counts of replies and the round trips
-    (seconds, sorted)."""
+    child that sleeps that long in its task); with ``within_s``, no client starts after that
+    many seconds (fewer tasks on a slow host). Returns the tasks started, counts of replies and
+    the round trips (seconds, sorted)."""
     line = json.dumps({"op": "launch", "pid": 0, "group": group, "demand": {"cpu": 0.01, "memory": memory},
                        "wait": True}).replace('"pid": 0', '"pid": {pid}')
     running: dict[int, float] = {}
     trips, failed = [], 0
     read_end, write_end = os.pipe()
     results = os.fdopen(read_end, "rb", buffering=0)
-    started = 0
+    started, begun = 0, time.monotonic()
     while started < tasks or running:
+        if within_s is not None and time.monotonic() - begun > within_s:
+            tasks = started
         while started < tasks and len(running) < parallel:
             pid = os.fork()
             if pid == 0:
@@ -190,7 +194,7 @@ def churn(path: str, tasks: int, parallel: int, group: str, *, linger: float = 0
         failed += os.waitstatus_to_exitcode(status) != 0
     os.close(write_end)
     results.close()
-    return {"tasks": tasks, "failed": failed, "trips": sorted(trips)}
+    return {"tasks": started, "failed": failed, "trips": sorted(trips)}
 
 
 def fd_count(pid: int) -> int:

@@ -40,11 +40,11 @@ def run_filter(program: list[tuple[int, int, int, int]], packet: bytes) -> int:
             raise AssertionError(f"instruction {code:#x} at {pc - 1} is not one this interpreter knows")
 
 
-def run_watch(program: list[tuple[int, int, int, int, int]], packet: bytes, watched: set[int],
+def run_watch(program: list[tuple[int, int, int, int, int]], packet: bytes, watched: set[int] | dict[int, int],
               capacity: int = 1 << 16) -> int:
     """What the eBPF ``program`` (:func:`governor.host.proc_watch.instructions` rows) returns for
-    ``packet``, with ``watched`` as its hash map (pids, updated in place; an update past
-    ``capacity`` fails, as on a full map). Only the instructions the program uses are known; a
+    ``packet``, with ``watched`` as its hash map (pids, or pid → value, updated in place; an
+    update past ``capacity`` fails, as on a full map). Only the instructions the program uses are known; a
     ``BPF_ABS`` load past the packet's end returns 0, as in the kernel."""
     from governor.host import proc_watch as w
 
@@ -92,9 +92,12 @@ def run_watch(program: list[tuple[int, int, int, int, int]], packet: bytes, watc
             assert regs[1][0] == "map"
             regs[0] = 1 if key(regs[2]) in watched else 0
         elif code == w.CALL and k == w.BPF_FUNC_MAP_UPDATE_ELEM:
-            assert regs[1][0] == "map" and regs[4] == 0 and stack[regs[3]] == 1
+            assert regs[1][0] == "map" and regs[4] == 0 and stack[regs[3]] in (w.FORKED, w.UID_CHANGED)
             if key(regs[2]) in watched or len(watched) < capacity:
-                watched.add(key(regs[2]))
+                if isinstance(watched, dict):
+                    watched[key(regs[2])] = stack[regs[3]]
+                else:
+                    watched.add(key(regs[2]))
                 regs[0] = 0
             else:
                 regs[0] = imm(-7)  # -E2BIG

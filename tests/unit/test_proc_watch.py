@@ -4,6 +4,7 @@ that needs nothing costs it nothing. Its program runs here through an interprete
 laid out as the kernel sends them (tests/integration/test_proc_filter_v1.py loads it into the
 kernel)."""
 
+import ctypes
 import struct
 
 import pytest
@@ -28,6 +29,15 @@ def test_a_uid_change_passes_and_its_process_is_watched_from_then_on():
     assert run_watch(PROGRAM, fork(500, 501), watched) == ACCEPT
     assert run_watch(PROGRAM, fork(501, 502), watched) == ACCEPT
     assert watched == {500, 501, 502}
+
+
+def test_the_map_says_whether_a_process_was_watched_for_its_fork_or_its_uid_change():
+    # runuser's child: its parent was watched, so its fork passed; then it takes the user's uid.
+    watched = {400: proc_watch.UID_CHANGED}
+    run_watch(PROGRAM, fork(400, 500), watched)
+    assert watched == {400: proc_watch.UID_CHANGED, 500: proc_watch.FORKED}
+    run_watch(PROGRAM, message(procevents.PROC_EVENT_UID, 500, 500, 1000, 1000), watched)
+    assert watched[500] == proc_watch.UID_CHANGED
 
 
 @pytest.mark.parametrize("packet", [
@@ -94,3 +104,36 @@ def test_forgetting_a_process_never_watched_costs_no_system_call():
     watched.watch(600)
     watched.watch(600)
     assert calls.calls == [(proc_watch.BPF_MAP_DELETE_ELEM, 500), (proc_watch.BPF_MAP_UPDATE_ELEM, 600)]
+
+
+class FakeKernelMap:
+    """The map's system calls against a dict of pid → value, as the kernel keeps it."""
+
+    def __init__(self, watched: proc_watch.Watched, values: dict[int, int]):
+        self.watched, self.values, self.calls = watched, values, []
+
+    def __call__(self, command, pid):
+        self.calls.append((command, pid))
+        if command == proc_watch.BPF_MAP_LOOKUP_ELEM:
+            if pid not in self.values:
+                return -1
+            self.watched._value.value = self.values[pid]
+        elif command == proc_watch.BPF_MAP_DELETE_ELEM:
+            self.values.pop(pid, None)
+        return 0
+
+
+def test_a_child_decided_by_its_parent_stays_watched_once_its_uid_changed():
+    # CI saw it under load: the daemon read runuser's child's fork (its parent settled: root's)
+    # after the child took alice's uid; forgetting it then dropped the fork of the command it
+    # ran, which exited at once: its child stayed outside her session until the rescan.
+    watched = proc_watch.Watched.__new__(proc_watch.Watched)
+    watched.watched = {500, 501}
+    watched._value = ctypes.c_uint8()
+    kernel = FakeKernelMap(watched, {500: proc_watch.UID_CHANGED, 501: proc_watch.FORKED})
+    watched._update = kernel
+    watched.forget(500, forked=True)
+    watched.forget(501, forked=True)
+    assert kernel.values == {500: proc_watch.UID_CHANGED} and watched.watched == {500}
+    watched.forget(500)  # decided by its own uid event: forgotten whatever the map says
+    assert kernel.values == {} and watched.watched == set()

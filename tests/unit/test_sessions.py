@@ -309,6 +309,7 @@ class FakeEvents:
         self.batches = list(batches)
         self.watched: set[int] = set()
         self.calls: list[tuple[str, int]] = []
+        self.uid_changed: set[int] = set()  # those whose uid event the kernel sent, not read yet
 
     def read(self):
         batch = self.batches.pop(0)
@@ -319,7 +320,9 @@ class FakeEvents:
         self.calls.append(("watch", pid))
         self.watched.add(pid)
 
-    def forget(self, pid):
+    def forget(self, pid, *, forked=False):
+        if forked and pid in self.uid_changed:
+            return  # the kernel watches it for its uid change, not its fork (proc_watch.Watched.forget)
         if pid in self.watched:
             self.calls.append(("forget", pid))
         self.watched.discard(pid)
@@ -406,6 +409,17 @@ def test_a_session_whose_first_process_exited_is_made_and_joined_by_its_children
     asyncio.run(scenario())
     assert daemon.tasks.get("session-1") is not None and not daemon.exits.ended
     assert 501 in daemon.hierarchy.driver.procs["A/session-1"]
+
+
+def test_a_child_of_a_settled_parent_whose_uid_changed_since_stays_watched(daemon):
+    # CI, under load: runuser (root, settled) forked 500, which took alice's uid and ran a
+    # command that forked 501 and exited. The daemon read 500's fork before its uid event;
+    # forgetting 500 then made the kernel drop 501's fork, and 501 stayed outside her session.
+    daemon.sessions._settled[400] = None
+    events = daemon.sessions.process_events = FakeEvents(([("fork", 500, 400)], False))
+    events.uid_changed.add(500)
+    on_loop(daemon, lambda: daemon.sessions.on_process_events())
+    assert 500 in events.watched  # its forks still pass, until its uid event is read
 
 
 def test_the_kernel_passes_a_processs_forks_from_its_uid_change_until_its_move(daemon):
