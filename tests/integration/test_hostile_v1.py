@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 from daemon_harness import GOVERNOR, Governor
-from hostile import (as_nobody, as_user, churn, connections_as_nobody, cpu_seconds, end_attack, fd_count, fuzz,
-                     held_until_ended, hostile_lines, lingering_tasks, reply, request, rss_bytes, silent_status,
-                     wait_ready, watchers)
+from hostile import (as_nobody, as_user, churn, connections_as_nobody, cpu_seconds, end_attack, fd_count,
+                     fresh_as_nobody, fuzz, held_until_ended, hostile_lines, lingering_tasks, reply, request,
+                     rss_bytes, silent_status, wait_ready, watchers)
 from support.waits import within
 
 from governor.errors import CgroupError
@@ -209,16 +209,17 @@ def test_a_churn_of_ten_thousand_short_tasks_leaks_nothing(gov):
     # figure; the warm-up only opens what the daemon opens once (its fds' baseline): 200 do
     # that (1,000 did, at ~25 ms a task in CI). Each half is bounded in time too (CI once
     # took 30 min over what takes 110 s here, past its whole budget): the first stops starting
-    # tasks after HALF_S, the second runs as many as the first did, so the halves compare.
+    # tasks after HALF_S, the second runs as many as the first did, so the halves compare. The
+    # clients are forked from a new interpreter, not from this process, which grows.
     pid = gov.daemon.pid
-    warm = as_nobody(lambda: churn(gov.socket, 200, 16, "F"))
+    warm = fresh_as_nobody("churn", path=gov.socket, tasks=200, parallel=16, group="F")
     settle(gov, "the warm-up tasks to end", lambda: not task_cgroups(gov))
     fds, rss = fd_count(pid), rss_bytes(pid)
     start, cpu = time.monotonic(), cpu_seconds(pid)
-    first = as_nobody(lambda: churn(gov.socket, 5_000, 16, "F", within_s=HALF_S))
+    first = fresh_as_nobody("churn", path=gov.socket, tasks=5_000, parallel=16, group="F", within_s=HALF_S)
     settle(gov, "the first half to end", lambda: not task_cgroups(gov))
     half = rss_bytes(pid)
-    second = as_nobody(lambda: churn(gov.socket, first["tasks"], 16, "F"))
+    second = fresh_as_nobody("churn", path=gov.socket, tasks=first["tasks"], parallel=16, group="F")
     seconds, cpu = time.monotonic() - start, cpu_seconds(pid) - cpu
     settle(gov, "every task to end", lambda: not task_cgroups(gov) and not gov.busy_groups())
     settle(gov, "fds back", lambda: fd_count(pid) <= fds, 20)
