@@ -274,8 +274,8 @@ class Handover:
         try:
             self.kill(holder)
         except OSError as error:
-            self.journal.event("error", f"cannot end process {holder.pid} ({who}, {where}), which holds "
-                                        f"{names} open: {error.strerror}", logging.ERROR)
+            self.journal.event("error", f"cannot end a process ({who}, {where}) that holds {names} open: "
+                                        f"{error.strerror}", logging.ERROR, detail=f"pid {holder.pid}")
             return
         draining = self.tasks.draining()
         ended = ", ".join(f"task {draining[gpu]}" for gpu in gpus if draining.get(gpu))
@@ -285,8 +285,8 @@ class Handover:
             why = "after its task ended, before the daemon started"
         else:
             why = f"though {'it' if task is None else task.label} was not given it"
-        self.journal.event("gpu_holder_ended", f"process {holder.pid} ({who}, {where}) ended: it held {names} open "
-                                               f"{why}", logging.WARNING)
+        self.journal.event("gpu_holder_ended", f"a process ({who}, {where}) ended: it held {names} open {why}",
+                           logging.WARNING, detail=f"pid {holder.pid}")
 
     def _kill(self, holder: Holder) -> None:
         """SIGKILL ``holder`` through a pidfd, once a last look after opening it (:meth:`_still_wrong`)

@@ -52,11 +52,16 @@ class Journal:
         """Something the status shows changed without an event (a sample, the queue)."""
         self._changes += 1
 
-    def event(self, kind: str, message: str, level: int = logging.INFO) -> None:
+    def event(self, kind: str, message: str, level: int = logging.INFO, *, detail: str = "") -> None:
         """Log ``message`` at ``level`` and keep it as an event of ``kind`` (``task_started``,
-        ``refill``, ``error``…)."""
+        ``refill``, ``error``…). ``detail`` (pids) goes to the log alone, after the message in
+        parentheses: status's events are everyone's, and no view shows another user's pids
+        (docs/user.md, "Who sees what"); the log is the admins'."""
         self._changes += 1
-        log.log(level, "%s", message)
+        if detail:
+            log.log(level, "%s (%s)", message, detail)
+        else:
+            log.log(level, "%s", message)
         self.events.append({"at": time.time(), "kind": kind, "message": message})
         if self.metrics:
             self.metrics.event(kind)

@@ -169,7 +169,8 @@ class Recovery:
             self._rejoin(task)  # first: v1 tells whether a task lives from one hierarchy alone
             if self.exits.alive(task):
                 how = " (unrecorded: governed at its cgroup's memory cap)" if task.unrecorded else ""
-                self.journal.event("task_started", f"{task.label} re-adopted{how}: pid {task.pid}, group {task.group}")
+                self.journal.event("task_started", f"{task.label} re-adopted{how}: group {task.group}",
+                                   detail=f"pid {task.pid}")
                 self.exits.follow(task)
             else:
                 self.exits.forget(task)
@@ -272,8 +273,8 @@ class Recovery:
                 self.journal.event("error", f"re-adopting {task.label}: {error}", logging.ERROR)
             return
         if moved:
-            self.journal.event("rejoin", f"{task.label}: pid(s) {', '.join(map(str, moved[:5]))} put into the "
-                                         "hierarchies of its cgroup that lacked them")
+            self.journal.event("rejoin", f"{task.label}: {len(moved)} process(es) put into the hierarchies of its "
+                                         "cgroup that lacked them", detail=f"pids {', '.join(map(str, moved[:5]))}")
 
     def _unrecorded(self, cgroups: list[str]) -> list[str]:
         """Task cgroups with no record: a populated task's is taken as an unrecorded task (its
@@ -299,9 +300,9 @@ class Recovery:
                 self.journal.event("cleanup", f"removed cgroup {rel}: no record and no process (a daemon killed "
                                               "while starting it)", logging.WARNING)
                 continue
-            self.journal.event("error", f"cgroup {rel} holds pids {pids[:5]} but has no record in "
+            self.journal.event("error", f"cgroup {rel} holds {len(pids)} process(es) but has no record in "
                                         f"{self.store.directory}: left ungoverned; its processes keep running",
-                               logging.WARNING)
+                               logging.WARNING, detail=f"pids {', '.join(map(str, pids[:5]))}")
         return empty
 
     def _as_unrecorded(self, rel: str, task_id: str, pids: list[int]) -> Task:

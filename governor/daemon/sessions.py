@@ -389,10 +389,10 @@ class Sessions:
         self.records.save_or_retry(session)
         self.tasks.add(session)
         self.exits.watch(session)
-        self.journal.event("session_started", f"session of {session.user} started: group {session.group}, pid "
-                                              f"{session.pid}, demand {vector(session.demand)}"
+        self.journal.event("session_started", f"session of {session.user} started: group {session.group}, "
+                                              f"demand {vector(session.demand)}"
                                               + (f", in {session.cgroup} (logind's, limits set through systemd)"
-                                                 if session.is_login else ""))
+                                                 if session.is_login else ""), detail=f"pid {session.pid}")
         self.journal.record(session_entry(session))
         if self.enforcement.cpu_saturated:  # measured without this session: the next sample decides again
             self.enforcement.hold(False, f"the session of {session.user} starts: groups are no longer held to "

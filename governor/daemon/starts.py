@@ -140,9 +140,10 @@ class Starts:
         waited = time.time() - entry.queued_at
         if self.metrics:
             self.metrics.admitted(waited)
-        self.journal.event("task_started", f"task {task.id} started: pid {task.pid}, user {task.user}, group "
-                                           f"{task.group}, demand {vector(task.demand)}"
-                                           + (f", after {waited:.1f} s in the queue" if waited >= 0.1 else ""))
+        self.journal.event("task_started", f"task {task.id} started: user {task.user}, group {task.group}, "
+                                           f"demand {vector(task.demand)}"
+                                           + (f", after {waited:.1f} s in the queue" if waited >= 0.1 else ""),
+                           detail=f"pid {task.pid}")
         self.journal.record(start_entry(task, waited))
         entry.decide(reply=self.started_reply(task))
 

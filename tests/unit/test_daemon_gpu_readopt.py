@@ -123,7 +123,7 @@ def test_a_restart_that_turns_gpus_on_rejoins_the_processes_before_asking_whethe
     driver.procs["A/task-1"], driver.elsewhere["A/task-1"] = [], [100]
     again = restarted(tmp_path, driver, INVENTORY)
     assert [t.id for t in again.tasks] == ["1"] and driver.procs["A/task-1"] == [100]
-    assert any("pid(s) 100 put into the hierarchies" in e["message"] for e in again.journal.events)
+    assert any("1 process(es) put into the hierarchies" in e["message"] for e in again.journal.events)
     assert asyncio.run(again.requests.stop(["1"], access.identify(0, 0))) == {"stopped": ["1"]}
     assert driver.killed == ["A/task-1"] and not again.tasks
 

@@ -48,7 +48,7 @@ def test_a_freed_gpu_goes_to_the_next_task_only_once_no_other_process_holds_it(t
         assert status["gpus"][0]["draining"] and status["gpus"][0]["task"] is None
         assert [q["task"] for q in status["queue"]] == ["3"]
         event = [e["message"] for e in status["events"] if e["kind"] == "gpu_holder_ended"]
-        assert event == ["process 101 (user root, task 2) ended: it held GPU 0 open after task 1 ended"]
+        assert event == ["a process (user root, task 2) ended: it held GPU 0 open after task 1 ended"]
         (proc / "101" / "fd" / "5").unlink()  # the process is gone
         started = [p async for p in waiting][-1]
         assert started["gpus"] == ["GPU-aaaa"]
@@ -109,7 +109,7 @@ def test_the_sweep_ends_a_governed_process_holding_a_gpu_it_was_not_given(tmp_pa
     asyncio.run(sweep())
     assert ended == [101]
     event = [e["message"] for e in daemon.observation.status()["events"] if e["kind"] == "gpu_holder_ended"]
-    assert event == ["process 101 (user root, task 2) ended: it held GPU 0 open though task 2 was not given it"]
+    assert event == ["a process (user root, task 2) ended: it held GPU 0 open though task 2 was not given it"]
 
 
 def test_a_starting_daemon_drains_the_free_gpus_before_handing_them_out(tmp_path):
@@ -135,7 +135,7 @@ def test_a_starting_daemon_drains_the_free_gpus_before_handing_them_out(tmp_path
 
     asyncio.run(start())
     messages = [e["message"] for e in daemon.observation.status()["events"] if e["kind"].startswith("gpu_")]
-    assert messages == ["process 101 (user root, task 1) ended: it held GPU 0 open after its task ended, before the "
+    assert messages == ["a process (user root, task 1) ended: it held GPU 0 open after its task ended, before the "
                         "daemon started", "GPU 0 is free: no process holds it at the daemon's start"]
 
 
@@ -164,7 +164,7 @@ def test_a_starting_daemon_ends_a_governed_process_holding_a_gpu_a_running_task_
     asyncio.run(restart())
     assert ended == [101] and again.tasks.gpu_holders() == {0: "1"}
     event = [e["message"] for e in again.observation.status()["events"] if e["kind"] == "gpu_holder_ended"]
-    assert event == ["process 101 (user root, task 2) ended: it held GPU 0 open though task 2 was not given it"]
+    assert event == ["a process (user root, task 2) ended: it held GPU 0 open though task 2 was not given it"]
 
 
 USER = pwd.getpwuid(1).pw_name  # uid 1 stands for a login user: uid_min is 1 below
@@ -205,7 +205,7 @@ def test_a_process_moved_into_a_session_holding_a_gpu_open_is_ended(tmp_path):
     asyncio.run(govern())
     assert driver.procs["A/session-1"] == [501, 500] and ended == [500]
     [event] = [e["message"] for e in daemon.observation.status()["events"] if e["kind"] == "gpu_holder_ended"]
-    assert event.startswith("process 500 (") and event.endswith(
+    assert event.startswith("a process (") and event.endswith(
         f", session of {USER}) ended: it held GPU 0 open though session of {USER} was not given it")
 
 

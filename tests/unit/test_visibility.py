@@ -7,6 +7,8 @@ another user's without command line, pid or processes, and an admin sees all. As
 from __future__ import annotations
 
 import json
+import logging
+import re
 
 import pytest
 from prometheus_client import generate_latest
@@ -112,6 +114,18 @@ def test_a_plain_user_sees_no_other_users_command_line_or_pid_in_any_view(host):
         assert all(row["processes"] == [] and row["processes_total"] is None for row in rows if row["user"] == "bob")
     assert secrets_in(everything(watched)) == []
     assert "governor_group" in scraped and secrets_in(scraped) == []
+
+
+def test_status_events_name_no_pid_and_the_log_keeps_them(host, caplog):
+    # The recent events are everyone's: "task 1 started: pid 100, user bob" gave bob's pid to
+    # any user who asked for the status. The log (the admins') keeps it.
+    caplog.set_level(logging.INFO, logger="governor")
+    [status, _] = seen(host, (StatusRequest(), 1001))
+    messages = [event["message"] for event in status["status"]["events"]]
+    assert any(message.startswith("task 1 started: user bob, group A") for message in messages), messages
+    assert not [message for message in messages if re.search(r"\b(100|200)\b", message)]
+    logged = [record.getMessage() for record in caplog.records]
+    assert any(line.startswith("task 1 started: user bob") and line.endswith("(pid 100)") for line in logged)
 
 
 @pytest.mark.parametrize("uid", [0, 1003])  # root, and carol of the admin group
