@@ -209,7 +209,9 @@ def _a_passed_gpu_fd_is_ended(tmp_path: Path, node: str) -> None:
         assert held == [], f"processes holding the GPU when it was handed on: {held}"
         assert receiver.wait(10) in (-signal.SIGKILL, 128 + signal.SIGKILL), receiver.returncode  # governor run: 137
         ended = [e["message"] for e in gov.status()["events"] if e["kind"] == "gpu_holder_ended"]
-        assert len(ended) == 1 and ended[0].startswith(f"process {receiving} (user root, task "), ended
+        # The event names no pid (status's events are everyone's); the log, the admins', does.
+        assert len(ended) == 1 and ended[0].startswith("a process (user root, task "), ended
+        assert f"{ended[0]} (pid {receiving})" in gov.daemon_log()
         assert [(g["task"] is not None, g["draining"]) for g in gov.status()["gpus"]] == [(True, False)]
     finally:
         gov.close()
