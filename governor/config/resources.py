@@ -284,6 +284,15 @@ def _cpu_capacity(config: Settings, host: Host) -> dict[str, float]:
     return {"cpu": cpu}
 
 
+def lent_cpu(config: Settings) -> float:
+    """The cores of ``capacity.reserve.cpu`` that governed tasks may use while the system
+    leaves them idle: all of them when the capacity is the host's less the reserve, none when
+    ``capacity.cpu`` is given (divided as written). CPU is compressible: the system takes its
+    reserve back by weight the moment it wants it (an idle reserve held back by a quota made
+    every governed user worse off than no governor, issue 42). Memory's is never lent."""
+    return 0.0 if config.cpu_cores is not None else config.reserve_cpu_cores
+
+
 def _memory_capacity(config: Settings, host: Host) -> dict[str, float]:
     if config.memory_bytes is not None:
         return {"memory": config.memory_bytes}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["BUSY", "RISE", "SATURATION", "STARVED", "cpu_saturated"]
+__all__ = ["BUSY", "RISE", "SATURATION", "STARVED", "cpu_saturated", "hold_scale"]
 
 # When a group counts as wanting all of its CPU guarantee (fractions of it): when it uses this
 # much; or, while the governed CPU is busy (this much of the capacity in use), when it uses
@@ -50,3 +50,11 @@ def cpu_saturated(guarantees: Mapping[str, float], use: Mapping[str, float], *, 
         return share >= SATURATION or (busy and group not in known and share >= STARVED)
 
     return bool(wanted) and all(map(wants, wanted)), known
+
+
+def hold_scale(capacity: float, lent_cpu: float) -> float:
+    """How far a held group's ``cpu.max`` is above its guarantee, so that the held groups
+    together use the reserve the system leaves idle too (``lent_cpu`` cores; ``capacity``: the
+    cores DRF divides): (capacity + lent) / capacity, 1 with nothing lent. Each keeps its
+    guarantee's share of the whole; the system takes its reserve back by weight."""
+    return (capacity + lent_cpu) / capacity if capacity > 0 else 1.0

@@ -2,11 +2,11 @@
 
 Allocations are guarantees, declarations are caps::
 
-    <root>/             cpu.max, memory.max = capacity (the reserve stays free); memory.min,
-                        memory.low = its groups' sums; pids.max = the kernel's limit less
-                        capacity.reserve.pids
-      <group>/          guarantee: cpu.weight ∝ A_g,cpu (+ cpu.max = A_g,cpu while every group
-                        wants all of its own); io.weight ∝ A_g,io where the device has a
+    <root>/             cpu.max = capacity + the idle reserve, memory.max = capacity;
+                        memory.min, memory.low = its groups' sums; pids.max = the kernel's
+                        limit less capacity.reserve.pids
+      <group>/          guarantee: cpu.weight ∝ A_g,cpu (+ cpu.max = its share of the root's
+                        while every group wants all of its own); io.weight ∝ A_g,io where the device has a
                         proportional controller, else io.max = A_g (not work-conserving);
                         memory.min = guarantee, memory.low = reserved up to the floor
                         (:mod:`governor.core.protection`); pids.max = its limit, else the root's
@@ -24,7 +24,7 @@ proportional to the allocation and the allocations add up to the capacity of a s
 resource); what a group leaves idle the others use up to their caps, and it comes back within
 a scheduling period. Weights split a group's share across CPUs by where its tasks run, which
 can leave a group well short of its guarantee; when nobody has any to lend
-(:func:`governor.core.cpu_saturation.cpu_saturated`), each group is held to its guarantee too.
+(:func:`governor.core.cpu_saturation.cpu_saturated`), each group is held to its share too.
 Only ratios matter, so the scale of the group weights is chosen to keep as many weights in
 force as it can (:func:`proportional_weights`): a refill after one launch or exit writes a
 few files, not one per group. Resources are named as in the allocator's registry.
@@ -89,25 +89,26 @@ def task_limits(demand: Mapping[str, float], *, io_devices: Mapping[str, str],
 
 
 def root_limits(capacity: Mapping[str, float], *, protection: Protection = (0.0, 0.0),
-                period_usec: int = DEFAULT_PERIOD_USEC, caps: Mapping[str, int] | None = None) -> CgroupLimits:
-    """The governed root: the tasks together never use more CPU or memory than the capacity,
-    so the reserve stays free for the system.
+                period_usec: int = DEFAULT_PERIOD_USEC, caps: Mapping[str, int] | None = None,
+                lent_cpu: float = 0.0) -> CgroupLimits:
+    """The governed root: the tasks together never use more memory than the capacity (the
+    reserve stays the system's), nor more CPU than it and ``lent_cpu``, the reserved cores the
+    system leaves idle (:func:`governor.config.resources.lent_cpu`).
 
     Returns:
-        ``cpu.max`` = capacity cores; ``memory.max`` = capacity bytes (where a task's own cap
-        is soft, as on cgroup v1 where ``memory = "soft"`` sets no throttling limit at all,
-        this is what bounds governed memory: beyond it the kernel reclaims, then OOM-kills
-        inside the governed tree, never outside it); ``memory.min``, ``memory.low`` =
-        ``protection`` (bytes: the sums of its groups', :mod:`governor.core.protection`), so that
-        the rest of the host's pressure reclaims elsewhere first. No ``io.max``:
-        a throttled parent serves its children's I/O in turn, which would undo the
-        ``io.weight`` split (measured: 2 : 1 instead of 3 : 1 in the VM); I/O is bounded by
-        the tasks' caps and, where the disk has no proportional controller, by the groups'
-        ``io.max``. ``pids.max`` = ``caps["pids"]``, the root's cap on processes and threads
+        ``cpu.max`` = capacity + ``lent_cpu`` cores; ``memory.max`` = capacity bytes (where a
+        task's own cap is soft, as on cgroup v1 where ``memory = "soft"`` sets no throttling
+        limit at all, this bounds governed memory: beyond it the kernel reclaims, then
+        OOM-kills inside the governed tree, never outside it); ``memory.min``, ``memory.low``
+        = ``protection`` (bytes: its groups' sums, :mod:`governor.core.protection`), so that
+        the host's other pressure reclaims elsewhere first. No ``io.max``: a throttled parent
+        serves its children's I/O in turn, undoing the ``io.weight`` split (measured: 2 : 1,
+        not 3 : 1, in the VM); the tasks' caps bound I/O and, where the disk has no
+        proportional controller, the groups' ``io.max``. ``pids.max`` = ``caps["pids"]``
         (:func:`governor.config.resources.caps`: the kernel's limit less the reserve).
     """
     return CgroupLimits(
-        cpu_quota_usec=max(MIN_QUOTA_USEC, round(capacity.get("cpu", 0.0) * period_usec)),
+        cpu_quota_usec=max(MIN_QUOTA_USEC, round((capacity.get("cpu", 0.0) + lent_cpu) * period_usec)),
         cpu_period_usec=period_usec,
         memory_min_bytes=_whole(protection[0]),
         memory_low_bytes=_whole(protection[1]),
@@ -128,6 +129,7 @@ def group_limits(
     previous: Mapping[str, CgroupLimits] | None = None,
     met: Collection[str] = (),
     saturated: bool = False,
+    hold_scale: float = 1.0,
     period_usec: int = DEFAULT_PERIOD_USEC,
     pids: int | None = None,
 ) -> dict[str, CgroupLimits]:
@@ -152,8 +154,9 @@ def group_limits(
             (:func:`governor.core.cpu_saturation.cpu_saturated`).
             Weights alone then split the CPU only to within a few percent (measured: −1 to
             −7 % on cgroup v1, ±20 % under emulation); nobody leaves anything idle to lend, so
-            each group is also held to its guarantee: ``cpu.max`` = A_g,cpu (where the kernel
-            wants a parent's quota no lower than its children's, the driver keeps it so).
+            each group is also held to its guarantee: ``cpu.max`` = A_g,cpu × ``hold_scale``
+            (:func:`~governor.core.cpu_saturation.hold_scale`; the driver keeps a parent's
+            quota no lower than its children's where the kernel wants it).
         period_usec: the CFS period of those quotas, usec.
         pids: every group's ``pids.max`` (the root's cap: a group's ``limit`` lowers its own,
             :func:`governor.core.group_tree.with_limit`), so that every cgroup has one.
@@ -181,7 +184,7 @@ def group_limits(
     for group, allocation in allocations.items():
         weighted = tuple(IoWeight(io_devices[name], weights[group], io_sharing[name])
                          for name, weights in io_weights.items()) if io_weights else ()
-        quota = max(MIN_QUOTA_USEC, round(cpu[group] * period_usec)) if saturated else None
+        quota = max(MIN_QUOTA_USEC, round(cpu[group] * hold_scale * period_usec)) if saturated else None
         least, low = protection.get(group, (0.0, 0.0))
         fields = (cpu_weights[group], quota, cores.get(group), _whole(least), _whole(low),
                   weighted, _io_max(allocation, fallback) if fallback else ())
@@ -230,8 +233,8 @@ def inside_root(
 
 def held_login_limits(caps: CgroupLimits, cpu: float, fraction: float) -> CgroupLimits:
     """A login session's limits while the groups are held to their CPU guarantees: its caps,
-    with ``cpu.max`` = its group's λ_g × its declared ``cpu`` cores, its part of A_g,cpu (it
-    runs outside its group's cgroup, so its group's quota does not hold it)."""
+    with ``cpu.max`` = ``fraction`` (its group's λ_g × the hold's scale) × its declared
+    ``cpu`` cores, its part of the group's hold (it runs outside its group's cgroup)."""
     quota = max(MIN_QUOTA_USEC, round(fraction * cpu * caps.cpu_period_usec))
     return replace(caps, cpu_quota_usec=min(quota, caps.cpu_quota_usec or quota))
 
@@ -364,12 +367,8 @@ def assign_cores(cpu: Mapping[str, float], cpus: Sequence[int]) -> dict[str, str
 
 
 def _device_share(allocation: Mapping[str, float], name: str, capacity: Mapping[str, float]) -> float:
-    share = 0.0
-    for side in ("read", "write"):
-        resource = f"io.{name}.{side}"
-        if capacity.get(resource):
-            share += allocation.get(resource, 0.0) / capacity[resource]
-    return share
+    sides = [f"io.{name}.{side}" for side in ("read", "write")]
+    return sum((allocation.get(side, 0.0) / capacity[side] for side in sides if capacity.get(side)), 0.0)
 
 
 def _io_max(vector: Mapping[str, float], io_devices: Mapping[str, str]) -> tuple[IoMax, ...]:
@@ -396,5 +395,4 @@ def _count(amount: float | None) -> int | None:
 
 
 def _clamp(weight: int) -> int:
-    low, high = CGROUP_WEIGHT_RANGE
-    return min(high, max(low, weight))
+    return min(CGROUP_WEIGHT_RANGE[1], max(CGROUP_WEIGHT_RANGE[0], weight))

@@ -15,6 +15,7 @@ from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
 from governor.daemon.unit_protection import UnitProtection
 from governor.errors import FillingDiverged
+from governor.core.cpu_saturation import hold_scale
 from governor.core.plan import group_limits, held_login_limits, inside_root, root_limits
 from governor.core.protection import Protection, memory_protection
 from governor.core.group_tree import subtree_sums, with_limit
@@ -145,18 +146,22 @@ class Enforcement:
         admitted.update(subtree_sums(admitted, parents))
         nodes = self.allocation.nodes if self.allocation else {}
         root, protection = self._protection(admitted)
+        # Held, the groups together use the reserve the system leaves idle too (issue 42).
+        scale = hold_scale(policy.capacity.get("cpu", 0.0), policy.lent_cpu)
         guarantees = group_limits(
             policy.capacity, allocations, protection=protection,
             io_devices=policy.io_devices, io_sharing=policy.io_sharing, cpu_mode=policy.config.cpu_enforcement,
             cpus=policy.cpus, previous=self._guarantees,
             met={g for g, a in (*got.items(), *nodes.items()) if a.stop == DEMAND_MET}, saturated=self.cpu_saturated,
-            pids=policy.root_caps.get("pids"),
+            hold_scale=scale, pids=policy.root_caps.get("pids"),
         )
         self._guarantees = guarantees
         config = policy.config
-        # The root's bound is the host's less the reserve, never less what foreign tenants hold:
-        # lowering its memory.max under what governor admitted would reclaim or kill its tasks.
-        planned = {"": root_limits(policy.host_capacity, protection=root, caps=policy.root_caps),
+        # The root's bound is the host's less the reserve (whose idle cores it borrows), never
+        # less what foreign tenants hold: lowering its memory.max under what governor admitted
+        # would reclaim or kill its tasks.
+        planned = {"": root_limits(policy.host_capacity, protection=root, caps=policy.root_caps,
+                                   lent_cpu=policy.lent_cpu),
                    **{config.place(g): with_limit(limits, config.effective_limit(g))
                       for g, limits in guarantees.items()}}
         if full:  # (an unrecorded task's caps are what its cgroup holds: none to plan)
@@ -164,7 +169,8 @@ class Enforcement:
                            if not task.is_login and not task.unrecorded)
         for login in logins:
             caps = policy.caps(login)
-            planned[login.cgroup] = (held_login_limits(caps, login.demand.get("cpu", 0.0), fractions.get(login.group, 0.0))
+            planned[login.cgroup] = (held_login_limits(caps, login.demand.get("cpu", 0.0),
+                                                       scale * fractions.get(login.group, 0.0))
                                      if self.cpu_saturated else caps)
         return planned, root
 

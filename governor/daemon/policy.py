@@ -79,6 +79,8 @@ class Policy:
             capacity: that less what foreign tenants hold (:meth:`hold_foreign`): what DRF divides.
         root_caps: the root's cap on each count (``pids``: processes and threads,
             :func:`governor.config.resources.caps`), which every group's cgroup has too.
+        lent_cpu: the reserved cores governed tasks may use while the system leaves them idle
+            (:func:`governor.config.resources.lent_cpu`).
 
     Raises:
         GovernorError: (:meth:`use`, and so the constructor) a config that cannot be put in
@@ -152,6 +154,7 @@ class Policy:
                 self.registry.release_sessions()
         self.config, self.host_capacity, self.io_devices, self.io_sharing = config, capacity, io_devices, io_sharing
         self.root_caps = root_caps
+        self.lent_cpu = resources.lent_cpu(config)
         self.capacity = remaining(capacity, self.foreign_held)
         self.devices = devices
         self.weights: dict[str, float] = {}

@@ -6,6 +6,7 @@ import admission_scenarios
 import notify_scenarios
 import pressure_scenarios
 import pytest
+import reserve_scenarios
 import scenarios
 import session_scenarios
 import slurm_v1_scenarios
@@ -53,6 +54,10 @@ def test_a_slurm_v1_jobs_process_is_never_moved_and_the_capacity_shrinks_by_its_
 
 def test_pressure_stalls_are_said_unmeasured_once_on_v1(tmp_path):
     pressure_scenarios.no_psi_is_said_once(tmp_path)
+
+
+def test_the_reserved_cores_are_lent_while_the_system_leaves_them_idle(tmp_path):
+    reserve_scenarios.reserve_is_lent_while_idle_and_taken_back(tmp_path)
 
 
 def test_a_pid_left_by_an_exited_client_is_not_governed(tmp_path):

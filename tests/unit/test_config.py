@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from governor.config import load as config_module
 from governor.config import groups as config_groups
 from governor.config.gpu_rules import GpuGuardRules
+from governor.config.resources import lent_cpu
 from governor.config.load import (
     Config, GroupRule, IoDevice, SessionRules, default_config, group_name_problem, load_config, parse_config,
 )
@@ -187,6 +188,14 @@ def test_explicit_capacity_ignores_host_and_default_reserve():
     assert config.capacity(64, 512 * G) == {"cpu": 1.5, "memory": 2 * G}
     # Explicit values need no host room for the reserve.
     assert config.capacity(0.25, 256 * M) == {"cpu": 1.5, "memory": 2 * G}
+
+
+def test_the_cpu_reserve_is_lent_while_idle_only_when_the_capacity_is_the_hosts_less_it():
+    """Issue 42: the system's idle reserved cores are governed tasks' to use (compressible:
+    the system takes them back by weight); a capacity.cpu given is divided as written."""
+    assert lent_cpu(default_config()) == 0.25
+    assert lent_cpu(load_config({"capacity": {"reserve": {"cpu": 1}}, "groups": {"*": {}}}, "c.toml")) == 1.0
+    assert lent_cpu(load_config({"capacity": {"cpu": 1.5}, "groups": {"*": {}}}, "c.toml")) == 0.0
 
 
 @pytest.mark.parametrize(("host_cpus", "host_memory", "key"), [

@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from governor.core.cpu_saturation import cpu_saturated
+from governor.core.cpu_saturation import hold_scale
 from governor.core.plan import assign_cores, group_limits, proportional_weights, root_limits, task_limits
 
 GIB = 1024**3
@@ -60,6 +61,19 @@ def test_saturated_groups_are_held_to_their_guarantee():
     # (tests/cgroups/test_v1_kernel.py: a parent quota stays at least its children's).
     assert (held["A"].cpu_quota_usec, held["B"].cpu_quota_usec) == (95_600, 54_400)
     assert held["A"].cpu_weight == free["A"].cpu_weight
+
+
+def test_held_groups_share_the_reserve_the_system_leaves_idle():
+    """Issue 42: the default capacity is the host's 2 cores less a 0.25 reserve; held to 0.875
+    each, two busy groups got 1.75 of the 2 cores while nothing else ran, where with no
+    governor each had a core. Held now, each has its guarantee's share of the whole host."""
+    allocations = {"A": {"cpu": 0.875}, "B": {"cpu": 0.875}}
+    scale = hold_scale(1.75, 0.25)
+    held = group_limits({"cpu": 1.75}, allocations, protection={}, io_devices={}, io_sharing={}, saturated=True,
+                        hold_scale=scale)
+    assert (held["A"].cpu_quota_usec, held["B"].cpu_quota_usec) == (100_000, 100_000)
+    assert root_limits({"cpu": 1.75}, lent_cpu=0.25).cpu_quota_usec == 200_000
+    assert hold_scale(1.5, 0.0) == 1.0 and hold_scale(0.0, 0.25) == 1.0  # nothing lent; nothing divided
 
 
 GUARANTEES = {"A": 0.5, "B": 0.5, "C": 0.0}
