@@ -164,7 +164,8 @@ def measure(governor: str, work: Path, args: argparse.Namespace) -> dict:
                 "name": neighbour.name, "baseline": baseline, "vm_only": neighbour.vm_only,
                 "governed": {**ratios(runs[True]["samples"], baseline),
                              **{key: runs[True][key] for key in ("guarantee", "daemon_cpu", "launches", "processes")}},
-                "ungoverned": {**ratios(runs[False]["samples"], baseline), "processes": runs[False]["processes"]}})
+                "ungoverned": {**ratios(runs[False]["samples"], baseline),
+                               **{key: runs[False][key] for key in ("launches", "processes")}}})
     finally:
         phases.close()
     return results
@@ -176,7 +177,7 @@ def note(what: str) -> None:
 
 
 def _launches(found: dict | None, quiet: dict) -> str:
-    """B's launch p50 / p99 (ms), and the p99 over quiet's."""
+    """B's run p50 / p99 (ms), and the p99 over ``quiet``'s (the same runs with nothing else)."""
     if not found or found["p50"] is None:
         return "none finished" if found else ""
     text = f"{found['p50']:.0f} / {found['p99']:.0f} ms"
@@ -195,10 +196,12 @@ def render(results: dict) -> str:
              f"{about['date']}; the victim runs {results['seconds']:g} s per phase.", "",
              "| neighbour | victim governed: median / p10 | ungoverned: median / p10 | victim's guarantee "
              f"| governed median ≥ {TARGET} × guarantee? | governed ≥ ungoverned? | daemon CPU | "
-             "B's `governor run -- true` p50 / p99 | neighbour's processes, governed / ungoverned |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "B's `governor run -- true` p50 / p99 | B's CPU twin, no governor: p50 / p99 "
+             "| neighbour's processes, governed / ungoverned |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     quiet = results["quiet"]
-    lines.append(f"| none (quiet) | | | | | | {quiet['daemon_cpu']:.1f} % of a core | {_launches(quiet, quiet)} | |")
+    lines.append(f"| none (quiet) | | | | | | {quiet['daemon_cpu']:.1f} % of a core | {_launches(quiet, quiet)} | "
+                 f"{_launches(quiet['twin'], quiet['twin'])} | |")
     for row in results["neighbours"]:
         governed, ungoverned = row["governed"], row["ungoverned"]
         # The victim is one busy thread: alone it uses one core, its whole demand; beside a
@@ -212,9 +215,14 @@ def render(results: dict) -> str:
         lines.append(f"| {row['name']} | {governed['median']:.2f} / {governed['p10']:.2f} | "
                      f"{ungoverned['median']:.2f} / {ungoverned['p10']:.2f} | {guarantee} | "
                      f"{meets} | {better} | {cpu} | {_launches(governed['launches'], quiet)} | "
+                     f"{_launches(ungoverned['launches'], quiet['twin'])} | "
                      f"{governed['processes']:,} / {ungoverned['processes']:,} |")
     cost = results["exec_cost"]
-    lines += ["", f"Daemon CPU per exec ({cost['execs']:,} × `/bin/true` per user, less its idle "
+    lines += ["", f"B's CPU twin: a new interpreter spinning until it has used {quiet['cpu_p50']:.0f} ms of CPU, "
+                  "what B's launch used, quiet; beside a neighbour with no governor, its time is what the "
+                  "neighbour's CPU alone makes of a launch's, and it loads the victim as B's launches do "
+                  "in the governed phase.",
+              "", f"Daemon CPU per exec ({cost['execs']:,} × `/bin/true` per user, less its idle "
                   f"{cost['idle_cpu']:.1f} % of a core): a governed user's {cost['governed']:.0f} µs, "
                   f"an ungoverned user's {cost['ungoverned']:.0f} µs."]
     return "\n".join(lines)

@@ -40,19 +40,33 @@ while start < end:
         start, count = now, 0
 """
 
-# User B: `governor run -- true` in a loop, at most two a second; one line per launch, its
-# wall time in ms (or "failed").
+# User B: a command (argv[2:]) in a loop, at most two a second; one line per run, its wall time
+# and its CPU time (the command's and its children's, user + sys), ms; or "failed".
 PROBER = """
-import subprocess, sys, time
-governor, seconds = sys.argv[1], float(sys.argv[2])
+import resource, subprocess, sys, time
+seconds, command = float(sys.argv[1]), sys.argv[2:]
 end = time.monotonic() + seconds
 while time.monotonic() < end:
-    began = time.perf_counter()
-    code = subprocess.call([governor, "run", "--group", "b", "--cpus", "0.1", "--memory", "16M", "--", "true"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    took = time.perf_counter() - began
-    print(f"{took * 1000:.1f}" if code == 0 else "failed", flush=True)
+    before, began = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    code = subprocess.call(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    took, after = time.perf_counter() - began, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    print(f"{took * 1000:.1f} {cpu * 1000:.1f}" if code == 0 else "failed", flush=True)
     time.sleep(max(0.0, 0.5 - took))
+"""
+
+# B's launch, `governor run -- true` (after the path of `governor`).
+LAUNCH = ("run", "--group", "b", "--cpus", "0.1", "--memory", "16M", "--", "true")
+
+# B's CPU twin, for the phases with no daemon: a new interpreter that spins until it has used
+# argv[1] ms of CPU (its start counts), what B's launch used, quiet. Beside a neighbour, its
+# wall time is what the neighbour's CPU alone makes of a launch's: the floor under B's figure,
+# and the same load on the victim as B's launches are in the governed phase.
+TWIN = """
+import sys, time
+until = float(sys.argv[1]) / 1000
+while time.process_time() < until:
+    pass
 """
 
 # Workers forked by a Python neighbour: one per core it asks for.
@@ -76,17 +90,19 @@ while True:
 
 # A fork bomb, bounded for the ungoverned run's sake: starts sleeps (posix_spawn: a fork and an
 # exec) up to argv[1] of them, retrying at once each one refused (EAGAIN past a pids cap), as a
-# fork bomb does; then waits.
+# fork bomb does. At its bound it keeps looping as at a limit, so that it loads the CPU alike
+# governed (stopped at its cap, retrying) and ungoverned (at its bound, where an unbounded bomb
+# would retry at the kernel's limit): before, only the governed one kept a core busy.
 FORK_BOMB = """
-import os, sys, time
+import os, sys
 bound, children = int(sys.argv[1]), 0
-while children < bound:
+while True:
     try:
-        os.posix_spawn("/bin/sleep", ["sleep", "3600"], os.environ)
-        children += 1
+        if children < bound:
+            os.posix_spawn("/bin/sleep", ["sleep", "3600"], os.environ)
+            children += 1
     except OSError:
         pass
-time.sleep(3600)
 """
 # The fork bombs' cap: a task's `--pids`, and the benchmark daemon's `[sessions] pids`; the
 # most sleeps a bomb starts, ten times that.

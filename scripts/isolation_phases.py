@@ -17,7 +17,8 @@ import uuid
 from pathlib import Path
 
 from benchlib import DAEMON_NICE, percentile, remove_cgroup_root, tmpfs
-from isolation_loads import BOMB_CAP, B_USER, NEIGHBOUR_USER, PROBER, VICTIM, Neighbour, Processes, ensure_user
+from isolation_loads import (BOMB_CAP, B_USER, LAUNCH, NEIGHBOUR_USER, PROBER, TWIN, VICTIM, Neighbour, Processes,
+                             ensure_user)
 
 VICTIM_DEMAND = ("--cpus", "1", "--memory", "64M")  # one busy thread: 1 core is all it can use
 
@@ -92,6 +93,7 @@ class Phases:
         self.governor, self.python, self.seconds = governor, str(Path(governor).with_name("python")), seconds
         self.daemon = Daemon(governor, work)
         self.processes = Processes(work, self.daemon.socket)
+        self.twin_cpu_ms = 0.0  # B's CPU twin: what a launch used, quiet (:meth:`quiet`)
         (work / "victim.py").write_text(VICTIM)
 
     def close(self) -> None:
@@ -132,38 +134,47 @@ class Phases:
                              f"processes said: {self.processes.log.read_text()[-2000:]}")
         return samples, guarantee
 
-    def prober(self) -> subprocess.Popen:
-        """User B's launch loop, for one phase; its results by :meth:`launches`."""
-        return self.processes.start([self.python, "-c", PROBER, self.governor, str(self.seconds)], B_USER,
+    def prober(self, governed: bool) -> subprocess.Popen:
+        """User B's loop for one phase, its results by :meth:`launches`: ``governed``, its
+        launches; else its CPU twin (:data:`TWIN`) of the CPU a launch used, quiet."""
+        command = ([self.governor, *LAUNCH] if governed
+                   else [self.python, "-c", TWIN, f"{self.twin_cpu_ms:.1f}"])
+        return self.processes.start([self.python, "-c", PROBER, str(self.seconds), *command], B_USER,
                                     stdout=subprocess.PIPE)
 
     def launches(self, prober: subprocess.Popen) -> dict:
-        """User B's launch times (ms): p50, p99, how many, how many failed."""
+        """User B's runs: wall time p50 and p99 (ms), CPU time p50 (ms), how many, how many failed."""
         output, _ = prober.communicate(timeout=self.seconds + 120)
         self.processes.stop(prober)
-        lines = output.decode().split()
-        times = sorted(float(line) for line in lines if line != "failed")
-        return {"p50": percentile(times, 50) if times else None, "p99": percentile(times, 99) if times else None,
-                "launches": len(times), "failed": len(lines) - len(times)}
+        lines = output.decode().splitlines()
+        runs = [tuple(map(float, line.split())) for line in lines if line != "failed"]
+        walls, cpus = sorted(run[0] for run in runs), sorted(run[1] for run in runs)
+        return {"p50": percentile(walls, 50) if runs else None, "p99": percentile(walls, 99) if runs else None,
+                "cpu_p50": percentile(cpus, 50) if runs else None, "launches": len(runs),
+                "failed": len(lines) - len(runs)}
 
     def alone(self) -> list[float]:
         """The victim alone, plain (root's: no session takes it in, daemon or not)."""
         return self.victim(False)[0]
 
     def quiet(self) -> dict:
-        """B's launches with nothing else running, and the daemon's CPU meanwhile (% of a core)."""
+        """B's launches with nothing else running, and the daemon's CPU meanwhile (% of a core);
+        then, with no daemon, B's CPU twin of what a launch used (``twin``)."""
         self.daemon.running(True)
         began, cpu = time.monotonic(), self.daemon.cpu()
-        found = self.launches(self.prober())
+        found = self.launches(self.prober(True))
         if not found["launches"]:
             raise SystemExit(f"none of B's quiet launches finished: {self.processes.log.read_text()[-2000:]}")
-        return {**found, "daemon_cpu": 100 * (self.daemon.cpu() - cpu) / (time.monotonic() - began)}
+        found["daemon_cpu"] = 100 * (self.daemon.cpu() - cpu) / (time.monotonic() - began)
+        self.daemon.running(False)
+        self.twin_cpu_ms = found["cpu_p50"]
+        return {**found, "twin": self.launches(self.prober(False))}
 
     def beside(self, neighbour: Neighbour, governed: bool) -> dict:
         """The victim beside ``neighbour``, both under the daemon (``governed``: each launched
         by `governor run` into its group, or the neighbour plain into its user's session, B
-        probing meanwhile) or with no daemon at all; how many processes the neighbour's user
-        held at the victim's end."""
+        launching meanwhile) or with no daemon at all (B running its CPU twin meanwhile); how many
+        processes the neighbour's user held at the victim's end."""
         self.daemon.running(governed)
         argv = list(neighbour.argv)
         by_run = governed and not neighbour.session
@@ -172,11 +183,11 @@ class Phases:
         try:
             time.sleep(1)  # the storm under way before the victim starts
             began, cpu = time.monotonic(), self.daemon.cpu()
-            prober = self.prober() if governed else None
+            prober = self.prober(governed)
             samples, guarantee = self.victim(governed)
             daemon_cpu = 100 * (self.daemon.cpu() - cpu) / (time.monotonic() - began) if governed else None
             held = self.processes.count(NEIGHBOUR_USER)
-            launches = self.launches(prober) if prober else None
+            launches = self.launches(prober)
         finally:
             self.processes.stop(hostile)
         return {"samples": samples, "guarantee": guarantee, "daemon_cpu": daemon_cpu, "launches": launches,
