@@ -6,8 +6,8 @@ Allocations are guarantees, declarations are caps::
                         memory.min, memory.low = its groups' sums; pids.max = the kernel's
                         limit less capacity.reserve.pids
       <group>/          guarantee: cpu.weight ∝ A_g,cpu (+ cpu.max = its share of the root's
-                        while every group wants all of its own); io.weight ∝ A_g,io where the device has a
-                        proportional controller, else io.max = A_g (not work-conserving);
+                        while every group wants all of its own); io.weight ∝ A_g,io where the
+                        device has a proportional controller, else io.max = A_g (not work-conserving);
                         memory.min = guarantee, memory.low = reserved up to the floor
                         (:mod:`governor.core.protection`); pids.max = its limit, else the root's
         task-<id>/      cap, written once when the task starts: cpu.max = declared cpu,
