@@ -2,7 +2,9 @@
 resctl-bench's protection measure: how much of its throughput a victim keeps beside each hostile
 neighbour, governed and with no governor at all, side by side in one run.
 
-The victim is a CPU loop that reports its iterations a second every 0.5 s. It runs alone (the
+The victim is a CPU loop that reports its iterations a second every 0.5 s, and the CPU it had
+(cores: what governing decides; its iterations per CPU-second are the host's, and on a VM they
+drift between phases more than governing moves them). It runs alone (the
 baseline, before and after each neighbour, so that a ratio compares runs minutes apart at most
 on a host whose other load comes and goes), then beside each neighbour twice: governed (the
 victim and the neighbour each launched by `governor run` into a group of their own, under a
@@ -163,9 +165,9 @@ def measure(governor: str, work: Path, args: argparse.Namespace) -> dict:
             results["neighbours"].append({
                 "name": neighbour.name, "baseline": baseline, "vm_only": neighbour.vm_only,
                 "governed": {**ratios(runs[True]["samples"], baseline),
-                             **{key: runs[True][key] for key in ("guarantee", "daemon_cpu", "launches", "processes")}},
+                             **{key: runs[True][key] for key in ("cpu", "guarantee", "daemon_cpu", "launches", "processes")}},
                 "ungoverned": {**ratios(runs[False]["samples"], baseline),
-                               **{key: runs[False][key] for key in ("launches", "processes")}}})
+                               **{key: runs[False][key] for key in ("cpu", "launches", "processes")}}})
     finally:
         phases.close()
     return results
@@ -194,13 +196,14 @@ def render(results: dict) -> str:
         where += f", in the VM ({about['vm']})"
     lines = [f"**Host:** {where}; load average {', '.join(f'{x:.2f}' for x in about['load'])} at the start; "
              f"{about['date']}; the victim runs {results['seconds']:g} s per phase.", "",
-             "| neighbour | victim governed: median / p10 | ungoverned: median / p10 | victim's guarantee "
+             "| neighbour | victim governed: median / p10 | ungoverned: median / p10 "
+             "| victim's CPU, governed / ungoverned | victim's guarantee "
              f"| governed median ≥ {TARGET} × guarantee? | governed ≥ ungoverned? | daemon CPU | "
              "B's `governor run -- true` p50 / p99 | B's CPU twin, no governor: p50 / p99 "
              "| neighbour's processes, governed / ungoverned |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     quiet = results["quiet"]
-    lines.append(f"| none (quiet) | | | | | | {quiet['daemon_cpu']:.1f} % of a core | {_launches(quiet, quiet)} | "
+    lines.append(f"| none (quiet) | | | | | | | {quiet['daemon_cpu']:.1f} % of a core | {_launches(quiet, quiet)} | "
                  f"{_launches(quiet['twin'], quiet['twin'])} | |")
     for row in results["neighbours"]:
         governed, ungoverned = row["governed"], row["ungoverned"]
@@ -211,9 +214,13 @@ def render(results: dict) -> str:
                  else f"no (< {TARGET * owed:.2f})")
         guarantee = "not counted" if owed is None else f"{governed['guarantee']:.2f} cores"
         better = "yes" if governed["median"] >= ungoverned["median"] else "no"
-        cpu = "" if governed["daemon_cpu"] is None else f"{governed['daemon_cpu']:.1f} % of a core"
+        # The quiet phase's daemon CPU is B's launches' and the daemon's idle work: the
+        # difference is what the neighbour cost the daemon.
+        cpu = ("" if governed["daemon_cpu"] is None else f"{governed['daemon_cpu']:.1f} % of a core "
+               f"({governed['daemon_cpu'] - quiet['daemon_cpu']:+.1f} over quiet)")
         lines.append(f"| {row['name']} | {governed['median']:.2f} / {governed['p10']:.2f} | "
-                     f"{ungoverned['median']:.2f} / {ungoverned['p10']:.2f} | {guarantee} | "
+                     f"{ungoverned['median']:.2f} / {ungoverned['p10']:.2f} | "
+                     f"{governed['cpu']:.2f} / {ungoverned['cpu']:.2f} cores | {guarantee} | "
                      f"{meets} | {better} | {cpu} | {_launches(governed['launches'], quiet)} | "
                      f"{_launches(ungoverned['launches'], quiet['twin'])} | "
                      f"{governed['processes']:,} / {ungoverned['processes']:,} |")

@@ -25,19 +25,20 @@ import psutil
 
 NEIGHBOUR_USER, B_USER = "gov-hostile", "gov-bob"
 
-# The victim: a CPU loop counting iterations; every 0.5 s one line, iterations per second.
+# The victim: a CPU loop counting iterations; every 0.5 s one line: iterations per second, and
+# the CPU it had meanwhile (cores, its own process_time over the wall time).
 VICTIM = """
 import sys, time
 end = time.monotonic() + float(sys.argv[1])
-start, count = time.monotonic(), 0
+start, count, cpu = time.monotonic(), 0, time.process_time()
 while start < end:
     for _ in range(20000):
         pass
     count += 20000
     now = time.monotonic()
     if now - start >= 0.5:
-        print(f"{count / (now - start):.0f}", flush=True)
-        start, count = now, 0
+        print(f"{count / (now - start):.0f} {(time.process_time() - cpu) / (now - start):.3f}", flush=True)
+        start, count, cpu = now, 0, time.process_time()
 """
 
 # User B: a command (argv[2:]) in a loop, at most two a second; one line per run, its wall time

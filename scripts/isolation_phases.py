@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import tempfile
 import threading
@@ -105,8 +106,9 @@ class Phases:
         """``argv`` as a task of ``group`` declaring ``demand`` (`governor run` flags)."""
         return [self.governor, "run", "--group", group, *demand, "--", *argv]
 
-    def victim(self, governed: bool) -> tuple[list[float], float | None]:
-        """The victim's iterations a second, each 0.5 s, and (``governed``) its group's CPU
+    def victim(self, governed: bool) -> tuple[list[float], list[float], float | None]:
+        """The victim's iterations a second and the CPU it had (cores), each 0.5 s, and
+        (``governed``) its group's CPU
         guarantee in cores (None: never counted while it ran), read from `governor status
         --json` halfway through its samples (a launch that waited starts its samples late, not
         its guarantee)."""
@@ -116,10 +118,12 @@ class Phases:
         # A victim that never starts (its launch refused or waiting) is ended, not waited for.
         watchdog = threading.Timer(self.seconds + 120, os.killpg, (victim.pid, signal.SIGKILL))
         watchdog.start()
-        samples, guarantee = [], None
+        samples, cpus, guarantee = [], [], None
         try:
             for line in victim.stdout:
-                samples.append(float(line))
+                rate, cpu = map(float, line.split())
+                samples.append(rate)
+                cpus.append(cpu)
                 # Halfway (two samples a second), and again at each sample until the filling
                 # counts the victim: in the emulated VM it lagged the launch by seconds.
                 if governed and not guarantee and len(samples) >= self.seconds:
@@ -132,7 +136,7 @@ class Phases:
         if len(samples) < 2:
             raise SystemExit(f"the victim reported {len(samples)} samples (governed: {governed}); what the "
                              f"processes said: {self.processes.log.read_text()[-2000:]}")
-        return samples, guarantee
+        return samples, cpus, guarantee
 
     def prober(self, governed: bool) -> subprocess.Popen:
         """User B's loop for one phase, its results by :meth:`launches`: ``governed``, its
@@ -184,13 +188,13 @@ class Phases:
             time.sleep(1)  # the storm under way before the victim starts
             began, cpu = time.monotonic(), self.daemon.cpu()
             prober = self.prober(governed)
-            samples, guarantee = self.victim(governed)
+            samples, cpus, guarantee = self.victim(governed)
             daemon_cpu = 100 * (self.daemon.cpu() - cpu) / (time.monotonic() - began) if governed else None
             held = self.processes.count(NEIGHBOUR_USER)
             launches = self.launches(prober)
         finally:
             self.processes.stop(hostile)
-        return {"samples": samples, "guarantee": guarantee, "daemon_cpu": daemon_cpu, "launches": launches,
+        return {"samples": samples, "cpu": statistics.median(cpus), "guarantee": guarantee, "daemon_cpu": daemon_cpu, "launches": launches,
                 "processes": held}
 
     def exec_cost(self, count: int) -> dict:

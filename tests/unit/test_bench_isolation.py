@@ -64,18 +64,18 @@ def _results(isolation) -> dict:
     quiet = {"p50": 100.0, "p99": 200.0, "cpu_p50": 80.0, "launches": 20, "failed": 0, "daemon_cpu": 0.4,
              "twin": {"p50": 90.0, "p99": 100.0, "cpu_p50": 80.0, "launches": 20, "failed": 0}}
     twin = {"p50": 180.0, "p99": 210.0, "cpu_p50": 80.0, "launches": 15, "failed": 0}
-    governed = {**isolation.ratios([9.0, 10.0, 11.0, 10.0], 10.0), "guarantee": 0.875, "daemon_cpu": 3.25,
+    governed = {**isolation.ratios([9.0, 10.0, 11.0, 10.0], 10.0), "cpu": 0.9, "guarantee": 0.875, "daemon_cpu": 3.25,
                 "launches": {"p50": 150.0, "p99": 500.0, "launches": 18, "failed": 1}, "processes": 3}
-    starved = {**isolation.ratios([4.0, 5.0], 10.0), "guarantee": 0.875, "daemon_cpu": 21.0,
+    starved = {**isolation.ratios([4.0, 5.0], 10.0), "cpu": 0.45, "guarantee": 0.875, "daemon_cpu": 21.0,
                "launches": {"p50": None, "p99": None, "launches": 0, "failed": 3}, "processes": 101}
-    plain = {**isolation.ratios([10.0, 10.0], 10.0), "launches": twin, "processes": 1001}
+    plain = {**isolation.ratios([10.0, 10.0], 10.0), "cpu": 1.0, "launches": twin, "processes": 1001}
     return {"host": {"name": "box", "cpus": 2, "kernel": "6.18", "cgroup": "v1 (hybrid)", "vm": None,
                      "load": [1.0, 0.5, 0.25], "date": "2026-11-29 04:00 UTC"},
             "seconds": 10.0, "quiet": quiet,
             "exec_cost": {"governed": 180.4, "ungoverned": 99.6, "execs": 3000, "idle_cpu": 0.2},
             "neighbours": [
                 {"name": "CPU burners", "baseline": 10.0, "vm_only": False, "governed": governed,
-                 "ungoverned": {**isolation.ratios([5.0, 6.0], 10.0), "launches": twin, "processes": 3}},
+                 "ungoverned": {**isolation.ratios([5.0, 6.0], 10.0), "cpu": 0.55, "launches": twin, "processes": 3}},
                 {"name": "prctl storm", "baseline": 10.0, "vm_only": False, "governed": starved,
                  "ungoverned": plain},
                 {"name": "fork bomb", "baseline": 10.0, "vm_only": False, "governed": {**starved, "guarantee": None},
@@ -97,11 +97,13 @@ def test_the_table_shows_each_neighbour_side_by_side_with_its_checks(scripts):
     header = next(line for line in lines if line.startswith("| neighbour"))
     rows = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| ") and line != header}
     assert {row.count("|") for row in rows.values()} == {header.count("|")}
-    assert ("| 1.00 / 0.93 | 0.55 / 0.51 | 0.88 cores | yes | yes | 3.2 % of a core | 150 / 500 ms (2.5× quiet); 1 failed | "
+    assert ("| 1.00 / 0.93 | 0.55 / 0.51 | 0.90 / 0.55 cores | 0.88 cores | yes | yes | "
+            "3.2 % of a core (+2.9 over quiet) | 150 / 500 ms (2.5× quiet); 1 failed | "
             "180 / 210 ms (2.1× quiet) |") in rows["CPU burners"]
-    assert "| 0.45 / 0.41 | 1.00 / 1.00 | 0.88 cores | no (< 0.79) | no | 21.0 % of a core | none finished |" \
+    assert ("| 0.45 / 0.41 | 1.00 / 1.00 | 0.45 / 1.00 cores | 0.88 cores | no (< 0.79) | no | "
+            "21.0 % of a core (+20.6 over quiet) | none finished |") \
         in rows["prctl storm"]
-    assert "| 1.00 / 1.00 | not counted | not counted | no |" in rows["fork bomb"]  # the filling never counted it
+    assert "| 1.00 / 1.00 | 0.45 / 1.00 cores | not counted | not counted | no |" in rows["fork bomb"]  # the filling never counted it
     assert rows["fork bomb"].endswith("| 101 / 1,001 |")  # the neighbour's processes: held at its cap, or not
     assert "0.4 % of a core | 100 / 200 ms | 90 / 100 ms | |" in rows["none (quiet)"]
     assert "spinning until it has used 80 ms of CPU" in table
