@@ -17,7 +17,7 @@ from governor.cgroups.files import read_file
 from governor.cgroups.parse import parse_controllers, parse_proc_cgroup
 from governor.cgroups.errors import CgroupError, CgroupUnsupported
 
-__all__ = ["Mode", "Mount", "cgroup_dirs", "host_mode", "own_cgroup", "parse_mountinfo",
+__all__ = ["Mode", "Mount", "cgroup_dirs", "controller_mount", "host_mode", "own_cgroup", "parse_mountinfo",
            "proc_path", "v1_mounts", "v2_controllers", "v2_mount", "device_guard", "dmem_regions"]
 
 Mode = Literal["unified", "hybrid", "legacy"]
@@ -142,6 +142,18 @@ def v1_mounts(proc: Path = PROC, pid: int | str = "self") -> dict[str, Path]:
     """
     return {c: m.mount_point for m in _mounts(proc, pid) if m.fstype == "cgroup"
             for c in sorted(m.controllers)}
+
+
+def controller_mount(controller: str, mode: str) -> Path:
+    """Where ``controller``'s cgroups are on this host when the drivers run in ``mode``: the
+    unified root on v2; on v1 its hierarchy's mount point, or where one is usually mounted.
+
+    Raises:
+        CgroupReadError: mountinfo cannot be read (v1).
+    """
+    if mode == "v2":
+        return CGROUP_ROOT
+    return v1_mounts().get(controller, CGROUP_ROOT / controller)
 
 
 def v2_mount(proc: Path = PROC, pid: int | str = "self") -> Path | None:

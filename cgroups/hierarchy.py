@@ -26,7 +26,8 @@ from governor.cgroups.base import ApplyReport
 from governor.cgroups.device_guard import GuardPlan, plan_guard
 from governor.cgroups.driver import Driver
 from governor.cgroups.errors import CgroupError, CgroupUnsupported
-from governor.cgroups.limits import CgroupLimits, memory_high_throttles
+from governor.cgroups.limits import CgroupLimits
+from governor.cgroups.versions import version
 from governor.cgroups.locks import LockHeld, lock_directory, release, take
 from governor.cgroups.logind import is_login_slice, login_uid
 from governor.cgroups.pressure import psi_unavailable
@@ -106,8 +107,8 @@ class Hierarchy:
     @property
     def memory_high_throttles(self) -> bool:
         """Whether a soft memory limit throttles a task at its value on this host
-        (:func:`~governor.cgroups.limits.memory_high_throttles`)."""
-        return memory_high_throttles(self.mode)
+        (:attr:`~governor.cgroups.versions.Version.memory_high_throttles`)."""
+        return version(self.mode).memory_high_throttles
 
     def prepare(self, rel: str) -> None:
         """Create cgroup ``rel`` (and its group) with the controllers enabled down to it. Takes

@@ -46,7 +46,7 @@ from governor.cgroups.device_rules import Device, checked_device, v1_line
 from governor.cgroups.parse import format_cpu_max, format_max
 
 __all__ = ["CgroupLimits", "V2_DEVICE_PROGRAM", "IoMax", "IoWeight", "CGROUP_WEIGHT_RANGE", "MIN_QUOTA_USEC",
-           "MEMORY_CAPS", "V1_ORDER", "V2_ORDER", "diff_writes", "memory_cap", "memory_high_throttles", "v1_files",
+           "MEMORY_CAPS", "V1_ORDER", "V2_ORDER", "diff_writes", "memory_cap", "v1_files",
            "v1_key", "v1_reset", "v2_files", "v2_key", "v2_reset", "weight_to_shares"]
 
 # The kernel's facts, here alone (governor's planner imports them): the CFS period by default
@@ -208,13 +208,6 @@ class CgroupLimits:
             devices = [io.device for io in getattr(self, name)]
             if len(set(devices)) != len(devices):
                 raise ValueError(f"{name} lists a device twice: {devices}")
-
-
-def memory_high_throttles(mode: str) -> bool:
-    """Whether ``memory_high_bytes`` throttles a cgroup at its value in driver ``mode``: v2's
-    ``memory.high`` does; v1's ``memory.soft_limit_in_bytes`` binds only under host-wide memory
-    pressure, so a task may run past it into memory admitted to others."""
-    return mode == "v2"
 
 
 def memory_cap(limits: Mapping[str, str]) -> tuple[str, int] | None:

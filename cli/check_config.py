@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from typing import TYPE_CHECKING
 
@@ -23,9 +22,6 @@ _ENFORCEMENT_FILES = {
 
 
 # What cgroup v1 calls the v2 files above (cgroups/limits.py writes these on a v1 host).
-_V1_NAMES = {"cpu.max": "cpu.cfs_quota_us", "memory.high": "memory.soft_limit_in_bytes",
-             "memory.max": "memory.limit_in_bytes"}
-_V1_FILES = re.compile(r"\b(?:cpu\.max|memory\.high|memory\.max)\b")
 
 
 @click.command("check-config", short_help="Check a config file and summarise it.")
@@ -61,7 +57,7 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     if show_default:
         click.echo(DEFAULT_CONFIG, nl=False)
         return
-    from governor.cgroups.limits import memory_high_throttles
+    from governor.cgroups.versions import version
     from governor.cli.inputs import read_input
 
     from governor.cli.check_config_gpus import gpu_report, unit_warnings
@@ -86,7 +82,7 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     click.echo(f"{file}: OK")
     for line in summary(config, host) + gpus:
         click.echo(line)
-    soft = config.soft_memory_warning(memory_high_throttles(host[2])) if host else None
+    soft = config.soft_memory_warning(version(host[2]).memory_high_throttles) if host else None
     unprotected = config.unprotected_memory_warning(host[2]) if host else None
     unit = [] if portable else unit_warnings(config, host[2])
     fit = [] if portable else fit_warnings(config, host[0]) + notify_warnings(config)
@@ -248,6 +244,7 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
     ``host``, the capacity it gives on this host, each group's members today
     (:func:`governor.host.access.members`) and the host's cgroup version (``v1``/``v2``): the
     groups' floors, who they are, and how memory is capped here."""
+    from governor.cgroups.versions import version
     from governor.config.resources import format_amount
     from governor.config.units import format_number, format_timespan
     from governor.core.vocabulary import floors
@@ -291,13 +288,13 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
     enforcement = (f"enforcement: cpu {config.cpu_enforcement} ({_ENFORCEMENT_FILES[config.cpu_enforcement]}), "
                    f"memory {memory}")
     together = "  all governed memory together: at most the memory capacity (memory.max on governor's root)"
-    if host is not None and host[2] == "v1":
-        enforcement, together = (_V1_FILES.sub(lambda name: _V1_NAMES[name[0]], line)
-                                 for line in (enforcement, together))
+    kernel = version(host[2]) if host is not None else None
+    if kernel is not None:  # the files by this host's names (the v2 ones where no host is asked)
+        enforcement, together = kernel.in_own_names(enforcement), kernel.in_own_names(together)
     protection = ("memory protection: memory.min = a group's guarantee, memory.low = what it reserved up to its floor"
                   if config.memory_protection else "memory protection: off (enforcement.memory_protection = false)")
-    if host is not None and host[2] == "v1" and config.memory_protection:
-        protection = "memory protection: none on cgroup v1 (no memory.min or memory.low), admission only"
+    if kernel is not None and not kernel.memory_floor and config.memory_protection:
+        protection = f"memory protection: none on cgroup {kernel.mode} (no memory.min or memory.low), admission only"
     looked_for = [pattern for pattern, _ in config.foreign.patterns()]
     # Said, because a match shrinks the capacity and keeps its processes out of sessions.
     foreign = (f"foreign tenants, never moved, what they hold taken off the capacity: {', '.join(looked_for)}"

@@ -75,17 +75,18 @@ def gpu_guard_report(config: Config, gpus, mode: str) -> list[str]:
     this host (cgroup ``mode``: ``v1``/``v2``): where the nodes are denied, what is not covered,
     and the processes holding a GPU node now (system services outside governor are left alone;
     ``gpus``: the inventory)."""
-    from governor.cgroups.detect import CGROUP_ROOT, v1_mounts
+    from governor.cgroups.detect import controller_mount
     from governor.cgroups.device_guard import GUARD_NAME, plan_guard
+    from governor.cgroups.versions import version
     from governor.host.openfiles import node_holders, process_name
     from pathlib import Path
 
     rules = config.gpu_guard
     kind = "tasks" if rules.kind == "sessions" and not config.sessions.enabled else rules.kind
-    mount = CGROUP_ROOT if mode == "v2" else v1_mounts().get("devices", CGROUP_ROOT / "devices")
+    mount = controller_mount("devices", mode)
     # The daemon's root is not known here: nothing is left out for holding it.
     plan = plan_guard(kind, rules.parents, mode=mode, mount=mount, governor_root=Path("/"))
-    how = f"a BPF device program named {GUARD_NAME}" if mode == "v2" else "devices.deny"
+    how = version(mode).device_guard + (f" named {GUARD_NAME}" if version(mode).guard_is_program else "")
     lines = [f"  outside governor's tasks (gpu_guard = \"{rules.kind}\""
              + (", sessions off" if kind != rules.kind else "") + "):"]
     if plan.places:
@@ -114,24 +115,20 @@ def unit_warnings(config: Config, mode: str, unit: Path | None = None, kernel: s
     restart, the GPU guard), which needs CAP_SYS_ADMIN (``BPF_PROG_GET_FD_BY_ID``), both in
     ``CapabilityBoundingSet=``, and ``bpf`` in an allow-list ``SystemCallFilter=``; on v1
     (``"v1"``), the kernel takes a ``devices.deny`` line only from CAP_SYS_ADMIN. One warning
-    per missing item, naming it and the fix; none when no unit is installed there."""
+    per missing item, naming it and the fix; none when no unit is installed there (what each
+    version needs: :data:`governor.cgroups.versions.VERSIONS`)."""
+    from governor.cgroups.versions import VERSIONS
     from governor.cli.install_systemd import unit_values
     from governor.cli.systemd_files import UNIT_DIR
 
     unit = unit or Path("/") / UNIT_DIR / "governor.service"
-    if config.gpus is None or mode not in ("v1", "v2") or not unit.is_file():
+    if config.gpus is None or mode not in VERSIONS or not unit.is_file():
         return []
+    guard = VERSIONS[mode]
     release = tuple(int(part) for part in re.findall(r"\d+", kernel or os.uname().release)[:2])
-    needed = {"CAP_SYS_ADMIN": "a device program attached earlier could not be replaced or taken off (EPERM at "
-                               "the first reload, restart or stop that changes one)"}
-    if release >= (5, 8):
-        needed = {"CAP_BPF": "the daemon would fail to start", **needed}
-    why = (f"capacity.gpus on cgroup v2: the daemon keeps tasks from other tasks' GPUs with a BPF device "
-           f"program, and {unit} lacks")
-    if mode == "v1":
-        needed = {"CAP_SYS_ADMIN": "the kernel refuses every devices.deny line without it: EPERM at each GPU launch"}
-        why = (f"capacity.gpus on cgroup v1: the daemon keeps tasks from other tasks' GPUs with devices.deny, and "
-               f"{unit} lacks")
+    needed = guard.guard_needs(release)
+    why = (f"capacity.gpus on cgroup {mode}: the daemon keeps tasks from other tasks' GPUs with "
+           f"{guard.device_guard}, and {unit} lacks")
     fix = ("run governor install-systemd again (its unit has them), or add it with a drop-in: systemctl edit "
            "governor, [Service]")
     warnings = []
@@ -146,10 +143,11 @@ def unit_warnings(config: Config, mode: str, unit: Path | None = None, kernel: s
         if capability in refused or (bounding is not None and capability not in bounding):
             warnings.append(f"{why} {capability} in CapabilityBoundingSet= ({without}): "
                             f"{fix} CapabilityBoundingSet={capability}")
-    filters = unit_values(unit, "SystemCallFilter") if mode == "v2" else []
+    filters = unit_values(unit, "SystemCallFilter") if guard.guard_syscalls else []
     allowed = [value for value in filters if value and not value.startswith("~")]
-    if any("bpf" in value[1:].split() for value in filters if value.startswith("~")) or (
-            allowed and not any("bpf" in value.split() for value in allowed)):
-        warnings.append(f"{why} the bpf system call in SystemCallFilter= (the daemon would fail to start): "
-                        f"{fix} SystemCallFilter=bpf")
+    for call in guard.guard_syscalls:
+        if any(call in value[1:].split() for value in filters if value.startswith("~")) or (
+                allowed and not any(call in value.split() for value in allowed)):
+            warnings.append(f"{why} the {call} system call in SystemCallFilter= (the daemon would fail to start): "
+                            f"{fix} SystemCallFilter={call}")
     return warnings

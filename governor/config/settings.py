@@ -12,6 +12,7 @@ from functools import cached_property
 
 from governor.config import resources
 from governor.cgroups.names import interface_name_problem
+from governor.cgroups.versions import version
 from governor.config.foreign_rules import ForeignRules
 from governor.config.gpu_rules import GpuGuardRules
 from governor.config.history_rules import HistoryRules
@@ -205,7 +206,7 @@ class Config:
         (``"v1"``: there is no ``memory.min``/``memory.low``), or None."""
         guaranteed = [f"{rule.name} {format_amount('memory', rule.guarantee['memory'])}"
                       for rule in self.groups if rule.guarantee.get("memory")]
-        if mode != "v1" or not self.memory_protection or not guaranteed:
+        if version(mode).memory_floor or not self.memory_protection or not guaranteed:
             return None
         return ("cgroup v1 cannot protect memory from reclaim (no memory.min or memory.low; its "
                 "memory.soft_limit_in_bytes is no floor): the memory guarantees of " + ", ".join(guaranteed) +

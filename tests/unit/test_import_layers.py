@@ -109,3 +109,22 @@ def test_no_circle_of_imports():
 def test_no_module_over_400_lines(module):
     lines = len(MODULES[module].read_text().splitlines())
     assert lines <= MAX_LINES, f"{MODULES[module].relative_to(ROOT)}: {lines} lines; split it along its jobs"
+
+
+def _version_compared(path: Path) -> list[int]:
+    """The lines where ``path`` compares something with "v1" or "v2" (==, !=, in)."""
+    def names_a_version(node: ast.AST) -> bool:
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(map(names_a_version, node.elts))
+        return isinstance(node, ast.Constant) and node.value in ("v1", "v2")
+
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.Compare) and any(map(names_a_version, [node.left, *node.comparators]))]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _layer(m) != 0))
+def test_the_cgroup_version_is_decided_in_cgroups_only(module):
+    """Issue 45: a layer above the drivers asks governor.cgroups.versions what this host's
+    cgroup version gives, and never compares the mode itself."""
+    assert _version_compared(MODULES[module]) == [], (
+        f"{MODULES[module].relative_to(ROOT)} compares the cgroup mode; ask governor.cgroups.versions")
