@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import pwd
+import shutil
 import signal
 import statistics
 import subprocess
@@ -123,12 +124,19 @@ def relaunch_in_vm(governor: str, args: argparse.Namespace) -> int:
     guest sees this host's files), under the VM lock: its exit code."""
     command = [sys.executable, str(REPO / "scripts" / "bench"), "--isolation", "--seconds", f"{args.seconds:g}",
                "--keep-venv", str(Path(governor).parents[2])]
-    command += ["--json", args.json] if args.json else []
+    # The guest's own files are thrown away with it: its JSON goes to the checkout, which it
+    # shares, and comes here to --json's path after.
+    shared = REPO / f".isolation-{os.getpid()}.json" if args.json and args.json != "-" else None
+    command += ["--json", str(shared or args.json)] if args.json else []
     command += ["--execs", str(args.execs)] if args.execs else []
     command += ["--only", args.only] if args.only else []
     print(f"waiting for {VM_LOCK}, then the VM …", file=sys.stderr, flush=True)
-    return subprocess.run(["flock", VM_LOCK, "env", f"VMLAB_DISKS={VM_DISK_MIB}",
-                           str(REPO.parent / "shared" / "vm" / "run-in-vm"), *command], cwd=REPO).returncode
+    try:
+        return subprocess.run(["flock", VM_LOCK, "env", f"VMLAB_DISKS={VM_DISK_MIB}",
+                               str(REPO.parent / "shared" / "vm" / "run-in-vm"), *command], cwd=REPO).returncode
+    finally:
+        if shared is not None and shared.exists():
+            shutil.move(shared, args.json)
 
 
 def measure(governor: str, work: Path, args: argparse.Namespace) -> dict:
