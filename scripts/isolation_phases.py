@@ -108,10 +108,9 @@ class Phases:
 
     def victim(self, governed: bool) -> tuple[list[float], list[float], float | None]:
         """The victim's iterations a second and the CPU it had (cores), each 0.5 s, and
-        (``governed``) its group's CPU
-        guarantee in cores (None: never counted while it ran), read from `governor status
-        --json` halfway through its samples (a launch that waited starts its samples late, not
-        its guarantee)."""
+        (``governed``) its group's CPU guarantee in cores (None: never counted while it ran),
+        read from the daemon's status (:meth:`guarantee`) halfway through its samples (a launch
+        that waited starts its samples late, not its guarantee)."""
         argv = [self.python, "victim.py", str(self.seconds)]
         victim = self.processes.start(self.governed(argv, "victim", VICTIM_DEMAND) if governed else argv,
                                       stdout=subprocess.PIPE)
@@ -127,9 +126,7 @@ class Phases:
                 # Halfway (two samples a second), and again at each sample until the filling
                 # counts the victim: in the emulated VM it lagged the launch by seconds.
                 if governed and not guarantee and len(samples) >= self.seconds:
-                    status = subprocess.run([self.governor, "status", "--json", "--socket", self.daemon.socket],
-                                            capture_output=True, text=True, check=True)
-                    guarantee = json.loads(status.stdout)["groups"]["victim"]["guarantee"].get("cpu")
+                    guarantee = self.guarantee()
         finally:
             watchdog.cancel()
             self.processes.stop(victim)
@@ -137,6 +134,20 @@ class Phases:
             raise SystemExit(f"the victim reported {len(samples)} samples (governed: {governed}); what the "
                              f"processes said: {self.processes.log.read_text()[-2000:]}")
         return samples, cpus, guarantee
+
+    def guarantee(self) -> float | None:
+        """The victim's group's CPU guarantee (cores; None: not counted) from the daemon's
+        status, asked over its socket from this process: a `governor status` is a new
+        interpreter, a load only the governed phases would carry (seconds of CPU in the
+        emulated VM, where the victim had lost up to 0.2 of a core to it)."""
+        with socket.socket(socket.AF_UNIX) as client:
+            client.settimeout(120)
+            client.connect(self.daemon.socket)
+            client.sendall(b'{"op": "status"}\n')
+            reply = json.loads(client.makefile("rb").readline())
+        if not reply.get("ok"):
+            raise SystemExit(f"the daemon refused the benchmark's status request: {reply}")
+        return reply["status"]["groups"].get("victim", {}).get("guarantee", {}).get("cpu")
 
     def prober(self, governed: bool) -> subprocess.Popen:
         """User B's loop for one phase, its results by :meth:`launches`: ``governed``, its
