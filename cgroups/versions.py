@@ -39,10 +39,6 @@ class Version:
     guard_syscalls: tuple[str, ...] = ()
     file_names: Mapping[str, str] = field(default_factory=dict)
 
-    def file_name(self, v2_name: str) -> str:
-        """``v2_name`` (e.g. ``memory.max``) as this version calls that file."""
-        return self.file_names.get(v2_name, v2_name)
-
     def in_own_names(self, text: str) -> str:
         """``text`` with each v2 limit file it names renamed to this version's."""
         if not self.file_names:

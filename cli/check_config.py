@@ -11,7 +11,8 @@ import click
 if TYPE_CHECKING:
     from governor.config.load import Config
 
-# What each enforcement mode writes, for the summary.
+# What each enforcement mode writes, for the summary (v2's names: on a v1 host the summary says
+# them as governor.cgroups.versions names them there).
 _ENFORCEMENT_FILES = {
     "quota": "cpu.max",
     "cores": "cpu.max + exclusive cpuset.cpus",
@@ -19,9 +20,6 @@ _ENFORCEMENT_FILES = {
     "hard": "memory.max",
     None: "memory.max, the default",
 }
-
-
-# What cgroup v1 calls the v2 files above (cgroups/limits.py writes these on a v1 host).
 
 
 @click.command("check-config", short_help="Check a config file and summarise it.")
