@@ -7,7 +7,8 @@ order, killing a cgroup's processes round by round, reading counters with one er
 retries only what is still different. Equal records are one object (thousands of tasks with
 the same caps hold one), copied before a change. The record is kept by the caller's thread
 (the daemon's event loop); only :meth:`create`, :meth:`remove` and :meth:`move` of a driver
-may run on another (they take the kernel's ``cgroup_mutex``) and they never touch it.
+may run on another (they take the kernel's ``cgroup_mutex``), and :meth:`pids_full` (asked
+before a move); they never touch it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from governor.cgroups.errors import CgroupError, CgroupReadError
+from governor.cgroups.files import read_file
 from governor.cgroups.limits import CgroupLimits
+from governor.cgroups.parse import parse_int, parse_max
 from governor.cgroups.stats import CgroupStats
 
 __all__ = ["ApplyReport", "DriverBase", "KILL_ROUNDS"]
@@ -228,6 +231,27 @@ class DriverBase(abc.ABC):
         """The directory of cgroup ``rel`` where its memory files are: :meth:`directory` in
         one hierarchy (v2); v1 overrides it."""
         return self.directory(rel)
+
+    def pids_directory(self, rel: str) -> Path | None:
+        """The directory of cgroup ``rel`` where its pids files are (one hierarchy, v2:
+        :meth:`directory`), or None where there is none; v1 overrides it."""
+        return self.directory(rel)
+
+    def pids_full(self, rel: str) -> bool:
+        """Whether cgroup ``rel`` holds as many processes and threads as its ``pids.max``
+        allows: a fork in it fails now, while a move into it is never refused (a move is no
+        fork: pids.current may pass pids.max). Reads two files and touches no record: the
+        cgroup thread asks it before a move.
+
+        Returns:
+            False too where ``rel`` has no cap (``max``, no pids controller) or is gone.
+        """
+        directory = self.pids_directory(rel)
+        try:
+            cap = parse_max(read_file(directory, "pids.max")) if directory is not None else None
+            return cap is not None and parse_int(read_file(directory, "pids.current")) >= cap
+        except (CgroupReadError, ValueError):
+            return False
 
     def events_path(self, rel: str) -> Path | None:
         """The file whose changes tell that ``rel`` emptied (v2 ``cgroup.events``), or None

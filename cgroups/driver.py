@@ -7,8 +7,8 @@ files, in which order, v1's parent/child constraints) are the driver's, never it
 Cgroups are named by paths relative to governor's root (``"physics/task-7"``; ``""`` is the
 root itself). :meth:`Driver.create`, :meth:`Driver.remove` and :meth:`Driver.move` take the
 kernel's ``cgroup_mutex`` (a move may wait for an RCU grace period holding it): they may run on
-a thread of their own, and touch nothing else of the driver's; every other method belongs to
-one thread (the daemon's event loop).
+a thread of their own, and touch nothing else of the driver's, as may :meth:`Driver.pids_full`
+(asked before a move); every other method belongs to one thread (the daemon's event loop).
 """
 
 from __future__ import annotations
@@ -53,6 +53,11 @@ class Driver(Protocol):
 
     def pids(self, rel: str) -> list[int]:
         """The processes in ``rel`` itself."""
+
+    def pids_full(self, rel: str) -> bool:
+        """Whether ``rel`` holds as many processes and threads as its ``pids.max`` allows (a
+        move into it is not refused: a move is no fork); False with no cap. Reads only: it may
+        run on the thread that moves."""
 
     def rejoin(self, rel: str, leave: Callable[[int], bool] | None = None) -> list[int]:
         """Put ``rel``'s processes into ``rel`` in each hierarchy lacking them (v1: one that

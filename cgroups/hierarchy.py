@@ -168,6 +168,11 @@ class Hierarchy:
         """The processes in ``rel`` itself (raises CgroupReadError)."""
         return self._of(rel).pids(rel)
 
+    def pids_full(self, rel: str) -> bool:
+        """:meth:`Driver.pids_full <governor.cgroups.driver.Driver.pids_full>` of governor's
+        cgroup ``rel``: whether a fork in it fails now (two reads; the cgroup thread may ask)."""
+        return self.driver.pids_full(rel)
+
     def events_path(self, rel: str) -> Path | None:
         """The file whose change says ``rel`` emptied, or None (v1: watch a pid instead)."""
         return self._of(rel).events_path(rel)

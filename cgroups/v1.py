@@ -124,6 +124,10 @@ class CgroupV1Driver(DriverBase):
         """The directory of cgroup ``rel`` in the memory hierarchy."""
         return self.controller_path("memory", rel)
 
+    def pids_directory(self, rel: str) -> Path | None:
+        """The directory of cgroup ``rel`` in the pids hierarchy; None where it is not mounted."""
+        return self.controller_path("pids", rel) if "pids" in self.roots else None
+
     def create(self, rel: str) -> None:
         """Create cgroup ``rel`` and every missing ancestor, the root included, in every
         hierarchy (idempotent). New cpuset cgroups get their parent's ``cpuset.cpus`` and
@@ -292,8 +296,7 @@ class CgroupV1Driver(DriverBase):
         return None
 
     def move(self, rel: str, pid: int) -> None:
-        """Move process ``pid`` (all its threads) into cgroup ``rel`` in every hierarchy,
-        cpuset first.
+        """Move process ``pid`` (all its threads) into cgroup ``rel`` in every hierarchy, cpuset first.
 
         Raises:
             ProcessGone: there is no such process (it exited meanwhile).
@@ -361,11 +364,8 @@ class CgroupV1Driver(DriverBase):
 
     def populated(self, rel: str) -> bool:
         """Whether cgroup ``rel`` or one below it holds a process, from the cpu hierarchy alone: a
-        process joins every hierarchy at once (every exit and every reconcile asks).
-
-        Raises:
-            CgroupReadError: it cannot be read (``vanished``: it is gone).
-        """
+        process joins every hierarchy at once (every exit and every reconcile asks). Raises
+        CgroupReadError: it cannot be read (``vanished``: it is gone)."""
         return populated_below(self.controller_path("cpu", rel))
 
     @staticmethod

@@ -15,6 +15,7 @@ tree and every message says what was wrong and where::
     │   ├── CgroupReadError       reading a cgroup file failed
     │   ├── CgroupWriteError      writing a value to a cgroup file failed (path, value, errno)
     │   │   └── ProcessGone       the process to move into a cgroup is gone (ESRCH)
+    │   │       └── EndedAtPidsMax  ended, not moved: its session is at its pids.max
     │   ├── CgroupBusy            a cgroup to remove still holds processes or child cgroups (EBUSY)
     │   └── CgroupUnsupported     the host lacks a hierarchy or controller governor needs
     ├── DeviceError               a configured block device cannot be governed (path, reason)
@@ -31,7 +32,8 @@ from governor.cgroups.errors import (CgroupBusy, CgroupError, CgroupReadError, C
                                      DeviceError, GovernorError, ProcessGone)
 
 __all__ = ["AllocationInputError", "CgroupBusy", "CgroupError", "CgroupReadError", "CgroupUnsupported", "CgroupWriteError",
-           "ConfigError", "ControlSocketError", "DaemonError", "DaemonNotRunning", "DeviceError", "FillingDiverged",
+           "ConfigError", "ControlSocketError", "DaemonError", "DaemonNotRunning", "DeviceError", "EndedAtPidsMax",
+           "FillingDiverged",
            "GovernorError", "ProcessGone", "RequestError", "SocketPermissionError", "StateFileError"]
 
 
@@ -95,6 +97,15 @@ class StateFileError(GovernorError):
         self.path = path
         self.reason = reason
         super().__init__(message)
+
+
+class EndedAtPidsMax(ProcessGone):
+    """A process was ended (SIGKILL) rather than moved into session cgroup ``path``, which was at
+    its ``pids.max``: it was started after the session was asked for, so a fork inside the
+    session could not have started it (:mod:`governor.daemon.session_pids`)."""
+
+    def __init__(self, path: str, pid: int):
+        super().__init__(path, str(pid))
 
 
 class RequestError(GovernorError):

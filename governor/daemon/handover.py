@@ -24,8 +24,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
-import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +37,7 @@ from governor.core.gpus import GpuInventory
 from governor.config.kinds import login_id, task_in
 from governor.host.nvml import processes_on
 from governor.host.openfiles import PROC, node_holders, owner_uid
+from governor.host.processes import end_if
 from governor.core.state import Task, Tasks
 
 __all__ = ["DRAIN_RETRY_MAX_S", "DRAIN_RETRY_S", "SWEEP_AFTER_HANDOVER_S", "Handover", "Holder"]
@@ -293,20 +292,10 @@ class Handover:
         shows it is still a governed process holding a node it was not given.
 
         Raises:
-            OSError: the process cannot be signalled (ProcessLookupError: it is gone, which
-                is not an error: nothing is raised then).
+            OSError: the process cannot be signalled (one gone is not an error: nothing is
+                raised then).
         """
-        try:
-            pidfd = os.pidfd_open(holder.pid)
-        except ProcessLookupError:
-            return
-        try:
-            if self._still_wrong(holder):
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        finally:
-            os.close(pidfd)
+        end_if(holder.pid, lambda: self._still_wrong(holder))
 
     def _still_wrong(self, holder: Holder) -> bool:
         """Whether the process now at ``holder.pid`` is governed (where it is now, not where it

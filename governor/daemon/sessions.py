@@ -5,7 +5,8 @@ after a reload, when events were lost, and every ``RESCAN_INTERVAL_S`` (at least
 ``reconcile_interval``). On a systemd host (cgroup v2), a process in its user's own logind slice
 stays there: the slice is the user's *login session*, whose limits systemd writes, so logind keeps
 tracking it. A session's cgroup is made and its processes moved on the cgroup thread; the session
-reports to settle, which refills."""
+reports to settle, which refills. One started after its session was asked for is ended rather
+than moved into a session at its ``pids.max`` (:mod:`governor.daemon.session_pids`)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from governor.daemon.records import Records
 from governor.daemon.rescans import Rescans
 from governor.daemon.tree import Tree
 from governor.host.daemons import Registry, other_daemon
-from governor.errors import CgroupError, GovernorError, ProcessGone
+from governor.daemon.session_pids import SessionPids
+from governor.errors import CgroupError, EndedAtPidsMax, GovernorError, ProcessGone
 from governor.config.kinds import Kind, login_id, session_id, task_in
 from governor.host.procevents import UID, ProcessEvents, effective_uid, real_uid
 from governor.core.state import Task, Tasks
@@ -97,6 +99,7 @@ class Sessions:
         self.moved_in = moved_in
         self.foreign = foreign
         self.rescans: Rescans[Survey] = Rescans(self._survey, self._act, passes=RESCAN_PASSES)
+        self.pids = SessionPids(hierarchy, tree, journal, policy.caps)
         self.reset()
 
     def reset(self) -> None:
@@ -106,6 +109,7 @@ class Sessions:
         self._moved: dict[int, float] = {}  # pids moved into sessions → when (time.monotonic())
         self._moving: set[int] = set()  # pids whose move is asked and not done yet
         self._starting: dict[int, list[int]] = {}  # uid → pids waiting for its session's cgroup
+        self.pids.reset()
 
     # ── events ──────────────────────────────────────────────────────────────────────────
 
@@ -154,11 +158,7 @@ class Sessions:
     async def rescan(self, trigger: str) -> int:
         """Move every process of a governed user that is in no task into its user's session (the
         walk off the loop: :class:`~governor.daemon.rescans.Rescans`), once the rescan under
-        way, if any, ends; and wait for it.
-
-        Returns:
-            How many processes a move was asked for.
-        """
+        way, if any, ends; and wait for it. Returns how many processes a move was asked for."""
         if not self.policy.owners.enabled or self.inbox.closing:
             return 0
         return await self.rescans.now(trigger)
@@ -166,10 +166,7 @@ class Sessions:
     def ask_rescan(self, trigger: str, *, limited: bool = False) -> bool:
         """:meth:`rescan` for ``trigger`` without waiting for it, folded with the others asked
         meanwhile; ``limited`` (lost events): rate-limited (:data:`~governor.daemon.rescans.RESCAN_GAP_S`).
-
-        Returns:
-            Whether it was not asked already (a caller says so once).
-        """
+        Returns whether it was not asked already (a caller says so once)."""
         if not self.policy.owners.enabled or self.inbox.closing:
             return False
         return self.rescans.ask(trigger, limited=limited)
@@ -297,6 +294,7 @@ class Sessions:
     def _move(self, session: Task, pid: int) -> None:
         def moved(error: GovernorError | None) -> None:
             self._moving.discard(pid)
+            self.pids.moved(session, isinstance(error, EndedAtPidsMax))
             self._forget(pid)  # its children are forked in the session now (or it is gone)
             if error is None:
                 self._settle_pid(pid)  # in its session now: its execs and forks need nothing
@@ -307,7 +305,7 @@ class Sessions:
             if not isinstance(error, ProcessGone):
                 log.warning("cannot move pid %d into the session of %s: %s", pid, session.user, error)
 
-        self.tree.join_soon(session.cgroup, pid, moved)  # launches and exits first
+        self.tree.join_soon(session.cgroup, pid, moved, self.pids.check(session))  # launches and exits first
 
     def _settle_pid(self, pid: int, *, forked: bool = False) -> None:
         """Remember that process ``pid`` needs nothing until its uid changes (``forked``: as its parent)."""
@@ -343,6 +341,7 @@ class Sessions:
         session = Task(session_id(uid), group, pid, uid, user, (), self._demand(), time.time(),
                        place=self.policy.config.place(group))
         self._starting[uid] = [pid]
+        self.pids.asked(uid, pid)
         self.tree.run(lambda: self.tree.make([session.cgroup])[0], lambda error: self._made(session, error))
 
     def _made(self, session: Task, error: GovernorError | None) -> None:
@@ -354,6 +353,7 @@ class Sessions:
                 error = refused
         if error is not None:
             self.tree.remove([session.cgroup], groups=self.tasks.emptied(session))
+            self.pids.failed(session.uid)
             self._moving.difference_update(pids)
             for pid in pids:
                 self._settled.pop(pid, None)

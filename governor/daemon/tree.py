@@ -55,7 +55,8 @@ class Tree:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._joining: dict[str, int] = {}  # cgroup → moves into it asked for and not yet made
         self._pending = 0  # calls of run() not yet done
-        self._later: collections.deque[tuple[str, int, Callable[[GovernorError | None], None]]] = collections.deque()
+        self._later: collections.deque[tuple[str, int, Callable[[GovernorError | None], None],
+                                             Callable[[str, int], None] | None]] = collections.deque()
         # The counter keeps what a group's ended tasks used, and goes with the cgroup.
         self._read_before_removal = read_before_removal
 
@@ -73,19 +74,22 @@ class Tree:
         finally:
             self._count(moves, -1)
 
-    def join_soon(self, rel: str, pid: int, then: Callable[[GovernorError | None], None]) -> None:
+    def join_soon(self, rel: str, pid: int, then: Callable[[GovernorError | None], None],
+                  check: Callable[[str, int], None] | None = None) -> None:
         """Move ``pid`` into ``rel`` on the cgroup thread, then ``then`` on the loop with None or
         the refusal; ``rel`` is :meth:`moving_into` until then. Behind what else is asked of the
         thread meanwhile: such moves are queued there one at a time, so a launch's cgroup, an
         exit's removal or a task's move asked while thousands wait (a session's processes,
-        after lost events) goes first."""
+        after lost events) goes first. ``check(rel, pid)``, on the thread just before the
+        move, may refuse it by raising a GovernorError (a session at its ``pids.max``:
+        :mod:`governor.daemon.session_pids`)."""
         self._count([(rel, pid)], 1)
-        self._later.append((rel, pid, then))
+        self._later.append((rel, pid, then, check))
         if len(self._later) == 1:
             self._join_next()
 
     def _join_next(self) -> None:
-        rel, pid, then = self._later[0]
+        rel, pid, then, check = self._later[0]
 
         def moved(outcome: GovernorError | None) -> None:
             self._later.popleft()
@@ -96,19 +100,22 @@ class Tree:
                 if self._later:
                     self._join_next()
 
-        self.run(lambda: self._move(rel, pid), moved)
+        self.run(lambda: self._move(rel, pid, check), moved)
 
-    def _move(self, rel: str, pid: int) -> None:
+    def _move(self, rel: str, pid: int, check: Callable[[str, int], None] | None = None) -> None:
         """(On the thread) move ``pid`` into ``rel``, the one way every move goes: never a
-        process in a foreign subtree (Slurm's job, a pod, a VM).
+        process in a foreign subtree (Slurm's job, a pod, a VM); ``check``, when given, first.
 
         Raises:
             RequestError: ``bad_request``, the process is in a foreign subtree.
             CgroupWriteError, ProcessGone: as :meth:`Driver.move <governor.cgroups.driver.Driver.move>`.
+            GovernorError: what ``check`` raised.
         """
         subtree = self.foreign_of(pid)
         if subtree is not None:
             raise refusal(pid, subtree)
+        if check is not None:
+            check(rel, pid)
         self.effector.move(rel, pid)
 
     def foreign_of(self, pid: int) -> str | None:

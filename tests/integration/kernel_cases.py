@@ -115,6 +115,13 @@ def test_a_fork_bomb_in_a_session_stops_at_its_pids_cap(tmp_path):
     pids_scenarios.session_fork_bomb_stops_at_its_cap(tmp_path)
 
 
+def test_a_fork_bomb_outside_a_session_is_held_at_its_cap_once_moved(tmp_path):
+    reason = session_scenarios.missing()
+    if reason:
+        pytest.skip(reason)
+    pids_scenarios.session_fork_bomb_started_outside_stops_at_its_cap(tmp_path)
+
+
 def test_launches_in_flight_when_the_daemon_is_killed_start_once_each(tmp_path):
     records_scenarios.launches_in_flight_at_a_kill_start_once_each(tmp_path)
 

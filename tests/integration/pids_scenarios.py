@@ -1,6 +1,6 @@
 """A fork bomb stops at its cap (issue 42): in a task (``governor run --pids``) and in a session
-(``[sessions] pids``), every cgroup governor makes has a ``pids.max``, and root and another
-task still fork. Shared by the v1 (native) and v2 (VM) modules through kernel_cases.
+(``[sessions] pids``), forked inside it or outside while the daemon lags; every cgroup governor
+makes has a ``pids.max``, and root and another task still fork. Shared by the v1 (native) and v2 (VM) modules through kernel_cases.
 
 The bomb is small and bounded: a shell starting at most :data:`BOMB_FORKS` sleeps against a cap
 of :data:`CAP`, ended by the test whatever happens."""
@@ -8,12 +8,13 @@ of :data:`CAP`, ended by the test whatever happens."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
-import session_scenarios
 from daemon_harness import GOVERNOR, Governor
 from scenarios import GROUPS, SCALE
+from session_scenarios import SessionUsers, processes_of, wait_for
 
 from governor.cgroups.files import read_file
 from governor.cgroups.v2 import CgroupV2Driver
@@ -97,7 +98,7 @@ def _ended(gov: Governor, task: str) -> dict | None:
 def session_fork_bomb_stops_at_its_cap(tmp_path) -> None:
     """alice's session (``[sessions] pids = 20``) runs the same bomb once it is in her session:
     the kernel holds the session at 20 and refuses the rest; root still forks."""
-    users = session_scenarios.SessionUsers()
+    users = SessionUsers()
     gov = Governor(tmp_path, f'[capacity]\ncpu = {1.0 * SCALE}\nmemory = "1G"\n[groups.A]\nusers = ["gov-alice"]\n'
                              f'[sessions]\ncpu = {0.3 * SCALE}\nmemory = "128M"\npids = {CAP}\n')
     alice = users.uid["gov-alice"]
@@ -108,7 +109,8 @@ def session_fork_bomb_stops_at_its_cap(tmp_path) -> None:
         subprocess.Popen(["runuser", "-u", "gov-alice", "--", "sh", "-c", waits + BOMB],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         rel = f"A/session-{alice}"
-        gov.wait(lambda: (_pids_root(gov) / rel).is_dir() and _refused(gov, rel) > 0,
+        # pids.events, not the directory: a cgroup is made before its controllers are enabled.
+        gov.wait(lambda: (_pids_root(gov) / rel / "pids.events").exists() and _refused(gov, rel) > 0,
                  "a fork refused at the session's cap")
         held = int(_pids_file(gov, rel, "pids.current"))
         print(f"\nsession fork bomb under pids.max {CAP}: {held} held, {_refused(gov, rel)} forks refused")
@@ -117,6 +119,56 @@ def session_fork_bomb_stops_at_its_cap(tmp_path) -> None:
         subprocess.run(["sh", "-c", "true & wait"], check=True, timeout=60)  # root forks
         unlimited = _unlimited(gov)
         assert not unlimited, f"cgroups without a pids.max: {unlimited}"
+    finally:
+        users.kill_all()
+        gov.close()
+        users.remove()
+
+
+def _outside(gov: Governor, rel: str, pids: list[int]) -> list[int]:
+    """Those of ``pids`` not in governor's cgroup ``rel`` (gone ones left out)."""
+    where = f"{gov.root_name}/{rel}\n"
+    found = []
+    for pid in pids:
+        try:
+            lines = Path(f"/proc/{pid}/cgroup").read_text()
+        except OSError:
+            continue
+        if where not in lines:
+            found.append(pid)
+    return found
+
+
+def session_fork_bomb_started_outside_stops_at_its_cap(tmp_path) -> None:
+    """A bomb that forks outside alice's session while the daemon lags (held stopped here: the
+    worst a loaded host does) is held at the session's cap once the daemon runs again: what
+    was started after the session's first process is ended rather than moved in, and said so;
+    her first process stays. A move is no fork: before, all of them were moved in, past it."""
+    users = SessionUsers()
+    gov = Governor(tmp_path, f'[capacity]\ncpu = {1.0 * SCALE}\nmemory = "1G"\n[groups.A]\nusers = ["gov-alice"]\n'
+                             f'[sessions]\ncpu = {0.3 * SCALE}\nmemory = "128M"\npids = {CAP}\n')
+    alice = users.uid["gov-alice"]
+    rel = f"A/session-{alice}"
+    try:
+        subprocess.Popen(["runuser", "-u", "gov-alice", "--", "sleep", "600"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+        wait_for(lambda: processes_of(alice) and not _outside(gov, rel, processes_of(alice)), "alice's session")
+        [first] = processes_of(alice)
+        gov.daemon.send_signal(signal.SIGSTOP)
+        try:
+            subprocess.Popen(["runuser", "-u", "gov-alice", "--", "sh", "-c", BOMB],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            wait_for(lambda: len(processes_of(alice)) >= BOMB_FORKS + 2, "the bomb's sleeps, all outside")
+        finally:
+            gov.daemon.send_signal(signal.SIGCONT)
+        wait_for(lambda: not _outside(gov, rel, processes_of(alice)), "every process of alice in her session or ended",
+                 timeout=120)
+        held, kept = int(_pids_file(gov, rel, "pids.current")), processes_of(alice)
+        ended = [e["message"] for e in gov.status()["events"] if e["kind"] == "session_pids_ended"]
+        print(f"\nbomb forked outside, session pids.max {CAP}: {held} held, {len(kept)} of alice's left; {ended}")
+        assert held <= CAP and len(kept) <= CAP and first in kept
+        gov.wait(lambda: any("were ended" in e["message"] for e in gov.status()["events"]
+                             if e["kind"] == "session_pids_ended"), "the count of processes ended")
     finally:
         users.kill_all()
         gov.close()

@@ -25,6 +25,7 @@ from kernel_cases import (  # noqa: F401  (collected here, under this module's m
     test_a_restart_with_the_gpus_reordered_keeps_each_held_gpu_with_its_task,
     test_a_session_ends_with_its_users_last_process,
     test_a_fork_bomb_in_a_session_stops_at_its_pids_cap,
+    test_a_fork_bomb_outside_a_session_is_held_at_its_cap_once_moved,
     test_a_fork_bomb_in_a_task_stops_at_its_pids_cap_and_every_cgroup_has_one,
     test_an_idle_groups_share_is_lent_and_comes_back,
     test_cores_shrink_and_grow_while_tasks_run,
