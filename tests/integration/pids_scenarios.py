@@ -1,6 +1,7 @@
 """A fork bomb stops at its cap (issue 42): in a task (``governor run --pids``) and in a session
 (``[sessions] pids``), forked inside it or outside while the daemon lags; every cgroup governor
-makes has a ``pids.max``, and root and another task still fork. Shared by the v1 (native) and v2 (VM) modules through kernel_cases.
+makes has a ``pids.max``, and root and another task still fork. Shared by the v1 (native) and
+v2 (VM) modules through kernel_cases.
 
 The bomb is small and bounded: a shell starting at most :data:`BOMB_FORKS` sleeps against a cap
 of :data:`CAP`, ended by the test whatever happens."""
