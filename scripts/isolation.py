@@ -78,6 +78,9 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"--seconds: each phase must last from 2 to 600 seconds, not {args.seconds:g}")
     if args.execs is not None and not 10 <= args.execs <= 100_000:
         parser.error(f"--execs: from 10 to 100000 execs, not {args.execs}")
+    if args.json and args.json != "-" and not Path(args.json).absolute().parent.is_dir():
+        # Said now, not after minutes of phases (the table is printed, the file is lost).
+        parser.error(f"--json: {args.json}: its directory does not exist")
 
 
 def in_guest() -> bool:

@@ -140,11 +140,14 @@ class Phases:
         status, asked over its socket from this process: a `governor status` is a new
         interpreter, a load only the governed phases would carry (seconds of CPU in the
         emulated VM, where the victim had lost up to 0.2 of a core to it)."""
-        with socket.socket(socket.AF_UNIX) as client:
-            client.settimeout(120)
-            client.connect(self.daemon.socket)
-            client.sendall(b'{"op": "status"}\n')
-            reply = json.loads(client.makefile("rb").readline())
+        try:
+            with socket.socket(socket.AF_UNIX) as client:
+                client.settimeout(120)
+                client.connect(self.daemon.socket)
+                client.sendall(b'{"op": "status"}\n')
+                reply = json.loads(client.makefile("rb").readline())
+        except (OSError, ValueError) as error:  # a timeout is an OSError; a cut reply, a ValueError
+            raise SystemExit(f"the daemon did not answer the benchmark's status request: {error}") from None
         if not reply.get("ok"):
             raise SystemExit(f"the daemon refused the benchmark's status request: {reply}")
         return reply["status"]["groups"].get("victim", {}).get("guarantee", {}).get("cpu")

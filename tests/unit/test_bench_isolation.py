@@ -51,6 +51,7 @@ def test_isolation_options_are_parsed(scripts):
     (["--isolation", "--seconds", "1"], "from 2 to 600 seconds, not 1"),
     (["--isolation", "--seconds", "nan"], "not nan"),
     (["--isolation", "--execs", "5"], "from 10 to 100000 execs, not 5"),
+    (["--isolation", "--vm", "--json", "/nonexistent dir/out.json"], "its directory does not exist"),
 ])
 def test_bad_isolation_options_are_refused_with_the_reason(scripts, capsys, argv, reason):
     bench, _ = scripts
