@@ -33,8 +33,7 @@ from governor.cgroups.errors import (CgroupBusy, CgroupError, CgroupReadError, C
 
 __all__ = ["AllocationInputError", "CgroupBusy", "CgroupError", "CgroupReadError", "CgroupUnsupported", "CgroupWriteError",
            "ConfigError", "ControlSocketError", "DaemonError", "DaemonNotRunning", "DeviceError", "EndedAtPidsMax",
-           "FillingDiverged",
-           "GovernorError", "ProcessGone", "RequestError", "SocketPermissionError", "StateFileError"]
+           "FillingDiverged", "GovernorError", "ProcessGone", "RequestError", "SocketPermissionError", "StateFileError"]
 
 
 class AllocationInputError(GovernorError, ValueError):
@@ -101,7 +100,7 @@ class StateFileError(GovernorError):
 
 class EndedAtPidsMax(ProcessGone):
     """A process was ended (SIGKILL) rather than moved into session cgroup ``path``, which was at
-    its ``pids.max``: it was started after the session was asked for, so a fork inside the
+    its ``pids.max``: it was started after the session's first process, so a fork inside the
     session could not have started it (:mod:`governor.daemon.session_pids`)."""
 
     def __init__(self, path: str, pid: int):

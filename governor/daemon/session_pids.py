@@ -64,7 +64,7 @@ class SessionPids:
         """The session of ``uid`` is asked for, for process ``pid``: the processes born after it
         count against the session's cap (after the daemon's last look, after a failed start)."""
         try:
-            born, _ = birth(pid)
+            born = birth(pid)
         except (OSError, ValueError):
             born = boot_clock()  # gone: whatever is born from now on is younger
         self._since[uid] = max(born, self._looked, self._failed.get(uid, 0.0))
@@ -90,7 +90,7 @@ class SessionPids:
             if pid == first or not full(rel):
                 return
             try:
-                born, _ = birth(pid)
+                born = birth(pid)
                 ended = born > since and end_if(pid, lambda: _born_at(pid, born))
             except (OSError, ValueError):
                 return  # gone (the move says so), or not to be signalled (EPERM): moved in as before
@@ -126,6 +126,6 @@ def _cap(cap: int | None) -> str:
 def _born_at(pid: int, born: float) -> bool:
     """Whether the process at ``pid`` now is the one born at ``born`` (pid reuse)."""
     try:
-        return birth(pid)[0] == born
+        return birth(pid) == born
     except (OSError, ValueError):
         return False

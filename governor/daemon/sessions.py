@@ -5,8 +5,8 @@ after a reload, when events were lost, and every ``RESCAN_INTERVAL_S`` (at least
 ``reconcile_interval``). On a systemd host (cgroup v2), a process in its user's own logind slice
 stays there: the slice is the user's *login session*, whose limits systemd writes, so logind keeps
 tracking it. A session's cgroup is made and its processes moved on the cgroup thread; the session
-reports to settle, which refills. One started after its session was asked for is ended rather
-than moved into a session at its ``pids.max`` (:mod:`governor.daemon.session_pids`)."""
+reports to settle, which refills. One started after its session's first is ended rather than
+moved into a session at its ``pids.max`` (:mod:`governor.daemon.session_pids`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""One process, pinned: when it was born and who forked it, on the kernel's own clock, and an end
-through a pidfd that signals the process that was looked at, never one that took its pid since."""
+"""One process, pinned: when it was born, on the kernel's own clock, and an end through a pidfd
+that signals the process that was looked at, never one that took its pid since."""
 
 from __future__ import annotations
 
@@ -20,10 +20,9 @@ def boot_clock() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
-def birth(pid: int, proc: Path = Path("/proc")) -> tuple[float, int]:
+def birth(pid: int, proc: Path = Path("/proc")) -> float:
     """When process ``pid`` was born, seconds since boot (:func:`boot_clock`, to a clock tick:
-    10 ms on most kernels), and its parent's pid: ``/proc/<pid>/stat``'s ``starttime`` and
-    ``ppid`` (proc(5)).
+    10 ms on most kernels): ``/proc/<pid>/stat``'s ``starttime`` (proc(5)).
 
     Raises:
         OSError: the process is gone (``FileNotFoundError``, ``ProcessLookupError``).
@@ -32,7 +31,9 @@ def birth(pid: int, proc: Path = Path("/proc")) -> tuple[float, int]:
     text = (proc / str(pid) / "stat").read_bytes()
     # The command name (field 2) is in parentheses and may hold any byte, ")" included.
     fields = text[text.rindex(b")") + 2:].split()
-    return int(fields[19]) / CLOCK_TICKS, int(fields[1])
+    if len(fields) < 20:
+        raise ValueError(f"/proc/{pid}/stat has {len(fields) + 2} fields, not the 22 and more the kernel writes")
+    return int(fields[19]) / CLOCK_TICKS
 
 
 def end_if(pid: int, still: Callable[[], bool]) -> bool:

@@ -4,7 +4,6 @@ before (the first, those found at a start or a reload, those before a failed sta
 in as before. The kernel's side (a bomb forked outside while the daemon is stopped) is
 pids_scenarios.session_fork_bomb_started_outside_stops_at_its_cap, on v1 and v2."""
 
-import os
 import subprocess
 import time
 
@@ -78,16 +77,19 @@ def processes():
         process.wait()
 
 
-def test_birth_reads_the_kernels_start_time_and_parent_whatever_the_command_name(tmp_path):
+def test_birth_reads_the_kernels_start_time_whatever_the_command_name(tmp_path):
     (tmp_path / "7").mkdir()
     (tmp_path / "7" / "stat").write_bytes(b"7 (a) b) (c) S 42 7 7 0 -1 4194560 " + b"0 " * 12 + b"250 0\n")
-    assert birth(7, tmp_path) == (250 / CLOCK_TICKS, 42)
-    with pytest.raises(FileNotFoundError):
+    assert birth(7, tmp_path) == 250 / CLOCK_TICKS
+    (tmp_path / "8").mkdir()
+    (tmp_path / "8" / "stat").write_bytes(b"8 (cut) S 1 8\n")
+    with pytest.raises(ValueError, match="/proc/8/stat has 5 fields"):
         birth(8, tmp_path)
+    with pytest.raises(FileNotFoundError):
+        birth(9, tmp_path)
     process = _sleep()
     try:
-        born, parent = birth(process.pid)
-        assert parent == os.getpid() and 0 < born <= boot_clock()
+        assert 0 < birth(process.pid) <= boot_clock()
     finally:
         process.kill()
         process.wait()
@@ -120,9 +122,9 @@ def test_a_process_started_after_the_sessions_first_is_ended_when_the_session_is
     pids, tree, journal = _pids()  # the daemon starts
     _next_tick(boot_clock())
     older = processes()
-    _next_tick(birth(older.pid)[0])
+    _next_tick(birth(older.pid))
     first = processes()
-    _next_tick(birth(first.pid)[0])
+    _next_tick(birth(first.pid))
     younger = processes()
     pids.asked(1, first.pid)
     check = pids.check(_session(first.pid))
@@ -148,7 +150,7 @@ def test_nothing_is_ended_while_the_session_has_room(processes):
     pids, _, journal = _pids(full=False)
     _next_tick(boot_clock())
     first = processes()
-    _next_tick(birth(first.pid)[0])
+    _next_tick(birth(first.pid))
     younger = processes()
     pids.asked(1, first.pid)
     pids.check(_session(first.pid))("A/session-1", younger.pid)
@@ -159,15 +161,15 @@ def test_what_ran_before_a_reload_or_a_failed_start_is_moved_not_ended(processes
     pids, _, _ = _pids()
     _next_tick(boot_clock())
     first = processes()
-    _next_tick(birth(first.pid)[0])
+    _next_tick(birth(first.pid))
     running = processes()
-    _next_tick(birth(running.pid)[0])
+    _next_tick(birth(running.pid))
     pids.failed(1)  # its processes ran on where they were
     pids.asked(1, first.pid)
     pids.check(_session(first.pid))("A/session-1", running.pid)
     _next_tick(boot_clock())
     before_reload = processes()
-    _next_tick(birth(before_reload.pid)[0])
+    _next_tick(birth(before_reload.pid))
     pids.reset()
     pids.asked(1, first.pid)
     pids.check(_session(first.pid))("A/session-1", before_reload.pid)
@@ -180,7 +182,7 @@ def test_a_process_that_cannot_be_signalled_is_moved_in_and_the_queue_goes_on(pr
     pids, _, _ = _pids()
     _next_tick(boot_clock())
     first = processes()
-    _next_tick(birth(first.pid)[0])
+    _next_tick(birth(first.pid))
     younger = processes()
 
     def refused(pid, still):
