@@ -92,10 +92,21 @@ def memory_cap_bytes(memory_dir: Path) -> int | None:
 
 def populated_below(directory: Path) -> bool:
     """Whether the cgroup at ``directory`` or one below it lists a process (raises
-    CgroupReadError: ``vanished``, it is gone)."""
+    CgroupReadError: ``vanished``, it is gone). A cgroup below it removed between the listing
+    and its read (an ended task's, an emptied group's) holds none: a root's sample in CI once
+    failed on a group removed meanwhile."""
     if parse_pids(read_file(directory, "cgroup.procs")):
         return True
-    return any(populated_below(directory / child) for child in list_children(directory))
+    return any(_child_populated(directory / child) for child in list_children(directory))
+
+
+def _child_populated(directory: Path) -> bool:
+    try:
+        return populated_below(directory)
+    except CgroupReadError as error:
+        if error.vanished:
+            return False
+        raise
 
 
 def init_cpuset(directory: Path) -> None:
