@@ -46,7 +46,7 @@ from governor.cgroups.device_rules import Device, checked_device, v1_line
 from governor.cgroups.parse import format_cpu_max, format_max
 
 __all__ = ["CgroupLimits", "V2_DEVICE_PROGRAM", "IoMax", "IoWeight", "CGROUP_WEIGHT_RANGE", "MIN_QUOTA_USEC",
-           "MEMORY_CAPS", "V1_ORDER", "V2_ORDER", "diff_writes", "memory_cap", "v1_files",
+           "V1_ORDER", "V2_ORDER", "diff_writes", "v1_files",
            "v1_key", "v1_reset", "v2_files", "v2_key", "v2_reset", "weight_to_shares"]
 
 # The kernel's facts, here alone (governor's planner imports them): the CFS period by default
@@ -80,10 +80,6 @@ V1_ORDER: tuple[tuple[str, str], ...] = (
     ("devices", "devices.deny"),
     ("pids", "pids.max"),
 )
-# Kernel file → the kind of memory cap it is: memory_max_bytes is the hard one (the default),
-# memory_high_bytes the soft one ([enforcement] memory = "soft"), on v2 and v1.
-MEMORY_CAPS = {"memory.max": "hard", "memory.limit_in_bytes": "hard",
-               "memory.high": "soft", "memory.soft_limit_in_bytes": "soft"}
 # The v2 record's key of a cgroup's device program (no file: a BPF program, see the module).
 V2_DEVICE_PROGRAM = ("device program", "")
 
@@ -208,17 +204,6 @@ class CgroupLimits:
             devices = [io.device for io in getattr(self, name)]
             if len(set(devices)) != len(devices):
                 raise ValueError(f"{name} lists a device twice: {devices}")
-
-
-def memory_cap(limits: Mapping[str, str]) -> tuple[str, int] | None:
-    """The memory cap among a cgroup's limits in force (file → value as written, e.g. a launch
-    reply's ``limits``; bytes as text or int): ``("hard" | "soft", bytes)``, the hard one where both are set; None
-    where neither is set to a number of bytes."""
-    for kind in ("hard", "soft"):
-        for file, value in limits.items():
-            if MEMORY_CAPS.get(file) == kind and (type(value) is int or isinstance(value, str) and value.isdigit()):
-                return kind, int(value)
-    return None
 
 
 def weight_to_shares(weight: int) -> int:

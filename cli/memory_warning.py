@@ -28,7 +28,7 @@ class MemoryWatch:
             ``memory_cgroup`` (v1: its directory in the memory hierarchy), ``limits``
             (the caps in force, in bytes as text: a hard cap, ``memory.max`` or v1's
             ``memory.limit_in_bytes``, or a soft one, ``memory.high`` or
-            ``memory.soft_limit_in_bytes``: :data:`governor.cgroups.limits.MEMORY_CAPS`).
+            ``memory.soft_limit_in_bytes``: :data:`governor.wire.limit_files.MEMORY_CAPS`).
         read: the task's cgroup directory and its memory hierarchy's (v1; else None) →
             ``(bytes in use, times held at the soft cap)`` or None
             (:func:`governor.cgroups.memory_now.memory_now`; a test's stand-in): the task's
@@ -36,9 +36,9 @@ class MemoryWatch:
     """
 
     def __init__(self, started: dict, read: Callable[[str, str | None], tuple[int, int] | None]) -> None:
-        # Imported here (cgroupfs access, logging): governor run imports this module before it
+        # Imported here (systemd's driver, logging): governor run imports this module before it
         # launches, and makes a watch only once its command has run for LOOK_EVERY_S.
-        from governor.cgroups.limits import memory_cap
+        from governor.wire.limit_files import memory_cap
 
         limits = started.get("limits") or {}
         self.task, self.cgroup, self.read = started.get("task"), started.get("cgroup"), read

@@ -24,11 +24,11 @@ from rich.table import Table
 from rich.text import Text
 
 from governor.core import vocabulary
-from governor.cgroups.limits import memory_cap
 from governor.cli import stall_view
 from governor.cli import view_common as view
 from governor.cli.top_state import TopState, depth_of, is_internal, selected_group, visible_groups
 from governor.config.resources import compressible, find, measured
+from governor.wire.limit_files import memory_cap
 from governor.wire.status_types import Gpu, Group as StatusGroup, QueueItem, Status
 
 _EIGHTHS = " ▏▎▍▌▋▊▉█"

@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 from rich.text import Text
 
-from governor.cgroups.limits import MEMORY_CAPS
-from governor.cgroups.systemd import MEMORY_PROPERTIES
 from governor.config.resources import Resource, admitted, sized
 from governor.config.resources import format_amount
 from governor.config.units import SUFFIXES, format_number, format_size
+from governor.wire.limit_files import MEMORY_CAPS, kernel_file
 
 if TYPE_CHECKING:  # `governor run` reads a queued launch's reason here: no status types on its way
     from governor.wire.status_types import ForeignTenant, Gpu, QueueItem, Status, TaskEntry
@@ -51,10 +50,10 @@ def vector(values: Mapping[str, object]) -> str:
 
 def limit_name(file: str) -> str:
     """A kernel limit file as people read it: a memory cap as ``memory hard cap`` or ``memory
-    soft cap`` (v1 and v2 files alike: :data:`~governor.cgroups.limits.MEMORY_CAPS`; systemd's
+    soft cap`` (v1 and v2 files alike: :data:`~governor.wire.limit_files.MEMORY_CAPS`; systemd's
     ``MemoryMax``/``MemoryMin``… of a login session as the files they set), other files
     (``cpu.max``) as they are named."""
-    file = MEMORY_PROPERTIES.get(file, file)  # a login session's, set through systemd
+    file = kernel_file(file)  # a login session's, set through systemd
     kind = MEMORY_CAPS.get(file)
     return f"memory {kind} cap" if kind else file
 
@@ -63,7 +62,7 @@ def limit(file: str, value: object) -> str:
     """A kernel limit file's value for people: byte limits (an int, or digits as the kernel
     files hold them) with K/M/G/T, others as written."""
     # Byte limits are unreadable as raw integers; other files (cpu.max, io.max) are shown as written.
-    file = MEMORY_PROPERTIES.get(file, file)  # systemd's MemoryMin= … of a login session: bytes too
+    file = kernel_file(file)  # systemd's MemoryMin= … of a login session: bytes too
     if file.startswith("memory.") and (type(value) is int or isinstance(value, str) and value.isdigit()):
         return format_size(int(value))
     return str(value)
