@@ -31,6 +31,11 @@ PROBE = ("import errno, json, os, sys, time\n"
          "time.sleep(3600)\n")
 
 
+# The CPU each Python task here declares (of the configs' 1 core; three at most run at once): at
+# 0.1 of a core its start took 11 s of the emulated VM's time before it said what it saw.
+CPUS = 0.25
+
+
 def probe(gov: Governor, group: str, nodes: list[str], **demand) -> tuple[subprocess.Popen, dict]:
     """Launch :data:`PROBE` in ``group`` and read what it saw."""
     proc = gov.run(group, [sys.executable, "-c", PROBE, *nodes], **demand)
@@ -50,18 +55,18 @@ def gpus_are_admitted_guarded_and_handed(tmp_path: Path) -> None:
         gov = Governor(tmp_path, config)
         try:
             assert gov.status()["capacity"]["gpu"] == 2
-            first, seen = probe(gov, "A", nodes, gpus=1, cpus=0.1, memory="32M")
+            first, seen = probe(gov, "A", nodes, gpus=1, cpus=CPUS, memory="32M")
             assert seen == {"CUDA_VISIBLE_DEVICES": "0", nodes[0]: "ENXIO", nodes[1]: "EPERM"}, seen
-            second, seen = probe(gov, "A", nodes, gpus=1, cpus=0.1, memory="32M")
+            second, seen = probe(gov, "A", nodes, gpus=1, cpus=CPUS, memory="32M")
             assert seen == {"CUDA_VISIBLE_DEVICES": "1", nodes[0]: "EPERM", nodes[1]: "ENXIO"}, seen
-            plain, seen = probe(gov, "B", nodes, cpus=0.1, memory="32M")
+            plain, seen = probe(gov, "B", nodes, cpus=CPUS, memory="32M")
             assert seen[nodes[0]] == seen[nodes[1]] == "EPERM", seen
             gov.stop_tasks([plain])
             holders = {g["index"]: (g["group"], g["task"]) for g in gov.status()["gpus"]}
             assert [group for group, _ in holders.values()] == ["A", "A"], holders
 
-            a_third = gov.run_queued("A", [sys.executable, "-c", PROBE, *nodes], gpus=1, cpus=0.1, memory="32M")
-            b_first = gov.run_queued("B", [sys.executable, "-c", PROBE, *nodes], gpus=1, cpus=0.1, memory="32M")
+            a_third = gov.run_queued("A", [sys.executable, "-c", PROBE, *nodes], gpus=1, cpus=CPUS, memory="32M")
+            b_first = gov.run_queued("B", [sys.executable, "-c", PROBE, *nodes], gpus=1, cpus=CPUS, memory="32M")
             queue = gov.status()["queue"]
             print(f"\n[{gov.status()['daemon']['cgroup_mode']}] GPU queue: "
                   + "; ".join(f"#{q['position']} {q['group']}: {q['reason']}" for q in queue))
@@ -108,8 +113,8 @@ def a_gpu_added_by_a_reload_or_a_restart_is_denied_to_running_tasks(tmp_path: Pa
         path = tmp_path / "governor.toml"
         try:
             command = [sys.executable, "-c", PROBE_AGAIN, *nodes]
-            tasks = {"plain": gov.run("A", command, cpus=0.1, memory="32M"),
-                     "holder": gov.run("A", command, gpus=1, cpus=0.1, memory="32M")}
+            tasks = {"plain": gov.run("A", command, cpus=CPUS, memory="32M"),
+                     "holder": gov.run("A", command, gpus=1, cpus=CPUS, memory="32M")}
             before = {name: json.loads(proc.stdout.readline()) for name, proc in tasks.items()}
             assert list(before["plain"].values()) == ["EPERM", "EPERM", "ENXIO", "ENXIO"], before
             assert list(before["holder"].values()) == ["ENXIO", "EPERM", "ENXIO", "ENXIO"], before
@@ -197,12 +202,12 @@ def _a_passed_gpu_fd_is_ended(tmp_path: Path, node: str) -> None:
     gov = Governor(tmp_path, config)
     try:
         socket_path, done = str(tmp_path / "pass.sock"), tmp_path / "sender-may-exit"
-        receiver = gov.run("A", [sys.executable, "-c", RECEIVER, socket_path], cpus=0.1, memory="32M")
+        receiver = gov.run("A", [sys.executable, "-c", RECEIVER, socket_path], cpus=CPUS, memory="32M")
         receiving = int(receiver.stdout.readline())  # listening
         sender = gov.run("A", [sys.executable, "-c", SENDER, str(node), socket_path, str(done)],
-                         gpus=1, cpus=0.1, memory="32M")
+                         gpus=1, cpus=CPUS, memory="32M")
         assert json.loads(receiver.stdout.readline()) == {"fds": 1}
-        waiting = gov.run_queued("B", [sys.executable, "-c", HOLDERS, str(node)], gpus=1, cpus=0.1, memory="32M")
+        waiting = gov.run_queued("B", [sys.executable, "-c", HOLDERS, str(node)], gpus=1, cpus=CPUS, memory="32M")
         done.touch()
         assert sender.wait(30) == 0
         held = json.loads(waiting.stdout.readline())  # it started: the GPU was handed on

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 from daemon_harness import GOVERNOR, Governor
 from support.device_nodes import stand_in_nodes
-from gpu_scenarios import PROBE
+from gpu_scenarios import CPUS, PROBE
 from task_scenarios import _row
 
 SLEEPER = [sys.executable, "-c", "import time; print('running', flush=True); time.sleep(600)"]
@@ -105,5 +105,5 @@ def restart_with_the_gpus_reordered_keeps_each_held_gpu(tmp_path) -> None:
 
 
 def _probe(gov: Governor, group: str, nodes: list[str]) -> tuple[subprocess.Popen, dict]:
-    proc = gov.run(group, [sys.executable, "-c", PROBE, *nodes], gpus=1, cpus=0.1, memory="32M")
+    proc = gov.run(group, [sys.executable, "-c", PROBE, *nodes], gpus=1, cpus=CPUS, memory="32M")
     return proc, json.loads(proc.stdout.readline())

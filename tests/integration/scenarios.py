@@ -204,8 +204,10 @@ def memory_is_admitted_never_squeezed(tmp_path, *, enforcement: str) -> None:
     try:
         big = f"{int(0.8 * mib)}M"
         counter = tmp_path / "a-progress"
+        # A's task touches 0.7·M under its own cpu.max: at 0.2·s (0.08 of a core in the emulated
+        # VM) it said 'allocated' after 71 s there; at 0.5·s, after 23 s.
         a = gov.run("A", [sys.executable, "-c", PROGRESS.format(mib=int(0.7 * mib)), str(counter)],
-                    cpus=0.2 * SCALE, memory=big)
+                    cpus=0.5 * SCALE, memory=big)
         assert a.stdout.readline() == "allocated\n"
         v2 = gov.status()["daemon"]["cgroup_mode"] == "v2"
         limit_file = {("hard", True): "memory.max", ("soft", True): "memory.high",
@@ -213,13 +215,13 @@ def memory_is_admitted_never_squeezed(tmp_path, *, enforcement: str) -> None:
                       ("soft", False): "memory.soft_limit_in_bytes"}[enforcement, v2]
         task_rel = f"A/task-{gov.status()['groups']['A']['tasks'][0]['id']}"
         before = gov.limit_file(task_rel, limit_file)
-        # Small running tasks give B a larger dominant share than C: B <0.3·s>, C <0.1·s> of 1·s.
-        gov.run("B", SLEEPER, cpus=0.3 * SCALE, memory="16M")
-        gov.run("C", SLEEPER, cpus=0.1 * SCALE, memory="16M")
-        b = gov.run_queued("B", [sys.executable, "-c", "print('B started', flush=True)"], cpus=0.2 * SCALE,
-                           memory=big)
-        c = gov.run_queued("C", [sys.executable, "-c", "print('C started', flush=True); import time; "
-                                                        "time.sleep(600)"], cpus=0.2 * SCALE, memory=big)
+        # Small running tasks give B a larger dominant share than C: B <0.2·s>, C <0.05·s> of 1·s
+        # (A's 0.5·s beside them leaves 0.25·s free: B's and C's 0.8·M wait for memory alone).
+        gov.run("B", SLEEPER, cpus=0.2 * SCALE, memory="16M")
+        gov.run("C", SLEEPER, cpus=0.05 * SCALE, memory="16M")
+        # sh, not Python: a Python start at 0.2·s took 12 s of each wait below in the VM.
+        b = gov.run_queued("B", ["sh", "-c", "echo B started"], cpus=0.2 * SCALE, memory=big)
+        c = gov.run_queued("C", ["sh", "-c", "echo C started; exec sleep 600"], cpus=0.2 * SCALE, memory=big)
         queue = gov.status()["queue"]
         progress_before = int(counter.read_text() or 0)
         # A's task touches its memory again at each step: ten more while B and C wait.
