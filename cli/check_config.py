@@ -10,6 +10,7 @@ import click
 
 if TYPE_CHECKING:
     from governor.config.load import Config
+    from governor.host.host_check import Version
 
 # What each enforcement mode writes, for the summary (v2's names: on a v1 host the summary says
 # them as governor.cgroups.versions names them there).
@@ -55,8 +56,8 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     if show_default:
         click.echo(DEFAULT_CONFIG, nl=False)
         return
-    from governor.cgroups.versions import version
     from governor.cli.inputs import read_input
+    from governor.host.host_check import DAEMON_UID
 
     from governor.cli.check_config_gpus import gpu_report, unit_warnings
     from governor.cli.check_config_notify import notify_warnings
@@ -70,9 +71,10 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
         else:
             from governor.host import access
             from governor.core.headroom import check_guarantees_held
+            from governor.host.host_check import check_on_this_host, kernel_here
             from governor.host.session_rules import NOBODY_UID, login_uid_min
 
-            host = (check_on_this_host(config), access.members(config, login_uid_min(), NOBODY_UID), cgroup_mode())
+            host = (check_on_this_host(config), access.members(config, login_uid_min(), NOBODY_UID), kernel_here())
             check_guarantees_held(config, host[0])
         gpus = [] if portable or config.gpus is None else gpu_report(config, host[2])
     except ConfigError as error:
@@ -80,8 +82,8 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     click.echo(f"{file}: OK")
     for line in summary(config, host) + gpus:
         click.echo(line)
-    soft = config.soft_memory_warning(version(host[2]).memory_high_throttles) if host else None
-    unprotected = config.unprotected_memory_warning(host[2]) if host else None
+    soft = config.soft_memory_warning(host[2].memory_high_throttles) if host else None
+    unprotected = config.unprotected_memory_warning(host[2].mode) if host else None
     unit = [] if portable else unit_warnings(config, host[2])
     fit = [] if portable else fit_warnings(config, host[0]) + notify_warnings(config)
     for warning in [] if portable else unknown_names(config) + [w for w in (soft, unprotected) if w] + unit + fit:
@@ -98,6 +100,7 @@ def as_root_hint(error, file: str):
     """``error`` (a ConfigError), told to use sudo when this user was denied what the daemon, as
     root, may read (``nginx -t`` says the same): the check itself is no less strict."""
     from governor.errors import ConfigError
+    from governor.host.host_check import DAEMON_UID
 
     if os.geteuid() == DAEMON_UID or "Permission denied" not in error.reason:
         return error
@@ -125,19 +128,6 @@ def fit_warnings(config: Config, capacity: dict[str, float]) -> list[str]:
     return warnings
 
 
-def cgroup_mode() -> str:
-    """``v2`` on a unified host, ``v1`` on a hybrid or legacy one (as the daemon drives it)."""
-    from governor.cgroups import detect
-    from governor.errors import CgroupError
-
-    try:
-        return detect.driver_mode()
-    except CgroupError:
-        return "v2"  # no cgroups here: the daemon would refuse to start anyway
-
-
-# The daemon runs as root, and trusts only a config root owns (cli/daemon_cmd.py).
-DAEMON_UID = 0
 
 
 def check_fixed_capacity(config: Config) -> None:
@@ -151,48 +141,6 @@ def check_fixed_capacity(config: Config) -> None:
     capacity = {resource: amount for resource, amount in fixed.items() if amount is not None}
     config.check_guarantees_fit(capacity)
     check_guarantees_held(config, capacity)
-
-
-def check_on_this_host(config: Config) -> dict[str, float]:
-    """What the daemon checks at start against the host, before it makes anything: the
-    capacity after the reserve, each governed device, the state directory.
-
-    Returns:
-        The capacity the daemon would divide (resource → cores, bytes, bytes/s), and the root's
-        cap on each count (``pids``).
-
-    Raises:
-        ConfigError: naming the key, as the daemon would refuse it.
-    """
-    import os
-    from pathlib import Path
-
-    import psutil
-
-    from governor.cgroups.devices import whole_disk
-    from governor.errors import ConfigError, DeviceError, GovernorError
-    from governor.host.task_store import TaskStore
-
-    from governor.cli.check_config_gpus import gpus_on_this_host
-
-    from governor.config import resources
-    from governor.host.kernel_limits import process_limit
-
-    gpus = gpus_on_this_host(config)
-    cpus, memory = float(len(os.sched_getaffinity(0))), psutil.virtual_memory().total
-    capacity = config.capacity(cpus, memory, len(gpus.gpus) if gpus else 0)
-    # The root's pids.max, as the daemon would write it (a reserve that leaves nothing is refused).
-    capacity.update(resources.caps(config, resources.Host(cpus, memory, 0, process_limit())))
-    for index, device in enumerate(config.io_devices):
-        try:
-            whole_disk(device.device)
-        except DeviceError as error:
-            raise ConfigError(config.file, f"capacity.io[{index}].device", f"{error} (on this host)") from None
-    try:
-        TaskStore(Path(config.state_dir)).check(owner=DAEMON_UID)
-    except GovernorError as error:
-        raise ConfigError(config.file, "daemon.state_dir", f"{error} (on this host)") from None
-    return capacity
 
 
 def unknown_names(config: Config) -> list[str]:
@@ -237,12 +185,12 @@ def _fixed_capacity(config: Config) -> dict[str, float]:
     return {resource: float(amount) for resource, amount in fixed.items() if amount is not None}
 
 
-def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], str] | None = None) -> list[str]:
+def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], Version] | None = None) -> list[str]:
     """The lines ``check-config`` prints for a checked :class:`~governor.config.load.Config`; with
     ``host``, the capacity it gives on this host, each group's members today
-    (:func:`governor.host.access.members`) and the host's cgroup version (``v1``/``v2``): the
-    groups' floors, who they are, and how memory is capped here."""
-    from governor.cgroups.versions import version
+    (:func:`governor.host.access.members`) and what the host's cgroup version gives
+    (:func:`governor.host.host_check.kernel_here`): the groups' floors, who they are, and how
+    memory is capped here."""
     from governor.config.resources import format_amount
     from governor.config.units import format_number, format_timespan
     from governor.core.vocabulary import floors
@@ -286,7 +234,7 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
     enforcement = (f"enforcement: cpu {config.cpu_enforcement} ({_ENFORCEMENT_FILES[config.cpu_enforcement]}), "
                    f"memory {memory}")
     together = "  all governed memory together: at most the memory capacity (memory.max on governor's root)"
-    kernel = version(host[2]) if host is not None else None
+    kernel = host[2] if host is not None else None
     if kernel is not None:  # the files by this host's names (the v2 ones where no host is asked)
         enforcement, together = kernel.in_own_names(enforcement), kernel.in_own_names(together)
     protection = ("memory protection: memory.min = a group's guarantee, memory.low = what it reserved up to its floor"

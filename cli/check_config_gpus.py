@@ -11,39 +11,19 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from governor.config.load import Config
+    from governor.host.host_check import Version
 
 
-def gpus_on_this_host(config: Config):
-    """The GPUs ``capacity.gpus`` finds here (a :class:`governor.core.gpus.GpuInventory`), or None
-    when no GPU is governed.
-
-    Raises:
-        ConfigError: at ``capacity.gpus``, as the daemon would refuse it (NVML missing, a node
-            that is not a character device, no GPU found).
-    """
-    if config.gpus is None:
-        return None
-    from governor.errors import ConfigError
-    from governor.core.gpus import GpuError
-    from governor.host.nvml import discover
-
-    try:
-        return discover(config.gpus, config.gpu_control)
-    except GpuError as error:
-        raise ConfigError(config.file, "capacity.gpus", error.reason) from None
-
-
-def gpu_report(config: Config, mode: str) -> list[str]:
-    """What ``check-config`` says of GPUs on this host (cgroup ``mode``: ``v1``/``v2``): each GPU
+def gpu_report(config: Config, kernel: Version) -> list[str]:
+    """What ``check-config`` says of GPUs on this host, whose cgroups are ``kernel``'s: each GPU
     found (governor's index, node, UUID, name), the control nodes, how the kernel keeps tasks
     from the others' nodes, and whether the ``dmem`` controller could cap GPU memory; one line
     saying so when no GPU is governed.
 
     Raises:
-        ConfigError: at ``capacity.gpus`` (:func:`gpus_on_this_host`).
+        ConfigError: at ``capacity.gpus`` (:func:`governor.host.host_check.gpus_on_this_host`).
     """
-    from governor.cgroups.detect import device_guard, dmem_regions
-    from governor.errors import CgroupError
+    from governor.host.host_check import gpu_kernel_here, gpus_on_this_host
 
     gpus = gpus_on_this_host(config)
     if gpus is None:
@@ -57,12 +37,10 @@ def gpu_report(config: Config, mode: str) -> list[str]:
     control = ", ".join(path for path, _, _ in gpus.control) or "none found"
     lines.append(f"  control nodes (denied to governor's tasks holding no GPU): {control}")
     lines += [f"  note: {note}" for note in gpus.notes]
-    try:
-        lines.append(f"  kept from other tasks' GPUs by: {device_guard()}")
-    except CgroupError as error:
-        lines.append(f"  kept from other tasks' GPUs by: unknown ({error})")
-    lines += gpu_guard_report(config, gpus, mode)
-    regions = dmem_regions()
+    here = gpu_kernel_here()
+    lines.append(f"  kept from other tasks' GPUs by: {here.guard}")
+    lines += gpu_guard_report(config, gpus, kernel)
+    regions = here.dmem_regions
     lines.append("  GPU memory: not capped (the kernel's dmem controller is not here: Linux 6.14+ on cgroup v2)"
                  if regions is None else
                  f"  GPU memory: not capped; dmem lists {len(regions)} region(s) it could cap: "
@@ -70,64 +48,52 @@ def gpu_report(config: Config, mode: str) -> list[str]:
     return lines
 
 
-def gpu_guard_report(config: Config, gpus, mode: str) -> list[str]:
+def gpu_guard_report(config: Config, gpus, kernel: Version) -> list[str]:
     """What keeps processes outside governor's tasks from the GPUs (``capacity.gpu_guard``) on
-    this host (cgroup ``mode``: ``v1``/``v2``): where the nodes are denied, what is not covered,
+    this host, whose cgroups are ``kernel``'s: where the nodes are denied, what is not covered,
     and the processes holding a GPU node now (system services outside governor are left alone;
-    ``gpus``: the inventory)."""
-    from governor.cgroups.detect import controller_mount
-    from governor.cgroups.device_guard import GUARD_NAME, plan_guard
-    from governor.cgroups.versions import version
-    from governor.host.openfiles import node_holders, process_name
-    from pathlib import Path
+    ``gpus``: the inventory; :func:`governor.host.host_check.gpu_guard_here`)."""
+    from governor.host.host_check import gpu_guard_here
 
     rules = config.gpu_guard
-    kind = "tasks" if rules.kind == "sessions" and not config.sessions.enabled else rules.kind
-    mount = controller_mount("devices", mode)
-    # The daemon's root is not known here: nothing is left out for holding it.
-    plan = plan_guard(kind, rules.parents, mode=mode, mount=mount, governor_root=Path("/"))
-    how = version(mode).device_guard + (f" named {GUARD_NAME}" if version(mode).guard_is_program else "")
+    here = gpu_guard_here(config, gpus, kernel)
     lines = [f"  outside governor's tasks (gpu_guard = \"{rules.kind}\""
-             + (", sessions off" if kind != rules.kind else "") + "):"]
-    if plan.places:
-        lines.append(f"    GPU and control nodes denied on {', '.join(map(str, plan.places))} ({how}; "
-                     "descendants cannot allow them)" + (" but the one holding governor's root" if kind == "host" else ""))
+             + (", sessions off" if here.kind != rules.kind else "") + "):"]
+    if here.places:
+        lines.append(f"    GPU and control nodes denied on {', '.join(map(str, here.places))} ({here.how}; "
+                     "descendants cannot allow them)" + (" but the one holding governor's root" if here.kind == "host" else ""))
     else:
         lines.append("    processes outside governor's tasks are NOT kept from GPUs: nowhere to deny them"
-                     + ('; gpu_guard = "host" denies them on every top-level cgroup but governor\'s' if kind == "tasks"
+                     + ('; gpu_guard = "host" denies them on every top-level cgroup but governor\'s' if here.kind == "tasks"
                         else ""))
-    if kind == "sessions" and not plan.places:
+    if here.kind == "sessions" and not here.places:
         lines.append("    a session process found holding a GPU node is ended and logged instead (every 5 s)")
-    lines += [f"    note: {note}" for note in plan.notes if not note.startswith('gpu_guard = "tasks"')]
-    numbers = {(gpu.major, gpu.minor) for gpu in gpus.gpus} | {(major, minor) for _, major, minor in gpus.control}
-    held = node_holders(numbers)
+    lines += [f"    note: {note}" for note in here.notes if not note.startswith('gpu_guard = "tasks"')]
     lines.append("    holding a GPU or control node now (processes outside governor are left alone): "
-                 + (", ".join(f"{process_name(pid) or '?'} (pid {pid})" for pid in sorted(held)) or "none"))
+                 + (", ".join(f"{name or '?'} (pid {pid})" for pid, name in here.held) or "none"))
     return lines
 
 
-def unit_warnings(config: Config, mode: str, unit: Path | None = None, kernel: str | None = None) -> list[str]:
+def unit_warnings(config: Config, guard: Version, unit: Path | None = None, kernel: str | None = None) -> list[str]:
     """What the daemon's installed systemd unit lacks for ``config`` on this host, read from
-    ``unit`` (default: where ``install-systemd`` writes governor.service) and its drop-ins.
-    With ``capacity.gpus`` on cgroup v2 (``mode`` ``"v2"``), the daemon loads a BPF device
+    ``unit`` (default: where ``install-systemd`` writes governor.service) and its drop-ins, on
+    cgroups that are ``guard``'s (:data:`governor.cgroups.versions.VERSIONS`: what each version's
+    device guard needs). With ``capacity.gpus`` on cgroup v2, the daemon loads a BPF device
     program, which needs CAP_BPF (CAP_SYS_ADMIN stands in on a ``kernel`` release before 5.8;
     default: this host's), and replaces or takes off programs attached earlier (a reload, a
     restart, the GPU guard), which needs CAP_SYS_ADMIN (``BPF_PROG_GET_FD_BY_ID``), both in
-    ``CapabilityBoundingSet=``, and ``bpf`` in an allow-list ``SystemCallFilter=``; on v1
-    (``"v1"``), the kernel takes a ``devices.deny`` line only from CAP_SYS_ADMIN. One warning
-    per missing item, naming it and the fix; none when no unit is installed there (what each
-    version needs: :data:`governor.cgroups.versions.VERSIONS`)."""
-    from governor.cgroups.versions import VERSIONS
+    ``CapabilityBoundingSet=``, and ``bpf`` in an allow-list ``SystemCallFilter=``; on v1, the
+    kernel takes a ``devices.deny`` line only from CAP_SYS_ADMIN. One warning per missing item,
+    naming it and the fix; none when no unit is installed there."""
     from governor.cli.install_systemd import unit_values
     from governor.cli.systemd_files import UNIT_DIR
 
     unit = unit or Path("/") / UNIT_DIR / "governor.service"
-    if config.gpus is None or mode not in VERSIONS or not unit.is_file():
+    if config.gpus is None or not unit.is_file():
         return []
-    guard = VERSIONS[mode]
     release = tuple(int(part) for part in re.findall(r"\d+", kernel or os.uname().release)[:2])
     needed = guard.guard_needs(release)
-    why = (f"capacity.gpus on cgroup {mode}: the daemon keeps tasks from other tasks' GPUs with "
+    why = (f"capacity.gpus on cgroup {guard.mode}: the daemon keeps tasks from other tasks' GPUs with "
            f"{guard.device_guard}, and {unit} lacks")
     fix = ("run governor install-systemd again (its unit has them), or add it with a drop-in: systemctl edit "
            "governor, [Service]")

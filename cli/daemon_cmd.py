@@ -34,13 +34,13 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
     import asyncio
     import os
 
-    from governor.cli.check_config import check_on_this_host
     from governor.cli.client import socket_path as resolve_socket
     from governor.cli.inputs import read_input
     from governor.cli.systemd_files import OWN_UNITS
     from governor.config.load import default_config, parse_config
     from governor.daemon.build import Options, build
     from governor.errors import GovernorError
+    from governor.host.host_check import check_on_this_host
     from governor.host.logs import setup_logging
 
     setup_logging()

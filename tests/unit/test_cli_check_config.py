@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from governor.cgroups.versions import VERSIONS
 from governor.cli.main import main
 from governor.config.load import default_config, parse_config
 from governor.host import cgroup_moves
@@ -266,31 +267,31 @@ def test_the_daemons_unit_is_checked_for_what_gpus_on_cgroup_v2_need(tmp_path):
     gpus = parse_config('[capacity]\ngpus = ["/dev/nvidia0"]\n' + groups, "gpus.toml")
     unit = tmp_path / "governor.service"
     unit.write_text(SHIPPED_UNIT.read_text())
-    assert unit_warnings(gpus, "v2", unit, "6.1.0-18-amd64") == []
-    assert unit_warnings(gpus, "v2", tmp_path / "none.service", "6.1.0") == []  # not installed: run by hand
+    assert unit_warnings(gpus, VERSIONS["v2"], unit, "6.1.0-18-amd64") == []
+    assert unit_warnings(gpus, VERSIONS["v2"], tmp_path / "none.service", "6.1.0") == []  # not installed: run by hand
     old = (SHIPPED_UNIT.read_text().replace(" CAP_BPF CAP_SYS_ADMIN\n", "\n")
            .replace("=@system-service bpf\n", "=@system-service\n"))
     unit.write_text(old)
-    [capability, admin, syscall] = unit_warnings(gpus, "v2", unit, "6.1.0")
+    [capability, admin, syscall] = unit_warnings(gpus, VERSIONS["v2"], unit, "6.1.0")
     assert capability.startswith(f"capacity.gpus on cgroup v2: the daemon keeps tasks from other tasks' GPUs with a "
                                  f"BPF device program, and {unit} lacks CAP_BPF in CapabilityBoundingSet=")
     assert capability.endswith("systemctl edit governor, [Service] CapabilityBoundingSet=CAP_BPF")
     assert "lacks CAP_SYS_ADMIN in CapabilityBoundingSet= (a device program attached earlier could not be " in admin
     assert "lacks the bpf system call in SystemCallFilter=" in syscall and syscall.endswith("SystemCallFilter=bpf")
-    [v1] = unit_warnings(gpus, "v1", unit, "6.1.0")  # v1 guards devices with devices.deny: CAP_SYS_ADMIN only
+    [v1] = unit_warnings(gpus, VERSIONS["v1"], unit, "6.1.0")  # v1 guards devices with devices.deny: CAP_SYS_ADMIN only
     assert v1.startswith(f"capacity.gpus on cgroup v1: the daemon keeps tasks from other tasks' GPUs with "
                          f"devices.deny, and {unit} lacks CAP_SYS_ADMIN in CapabilityBoundingSet= (the kernel refuses")
     unit.write_text(SHIPPED_UNIT.read_text())
-    assert unit_warnings(gpus, "v1", unit, "6.1.0") == []
+    assert unit_warnings(gpus, VERSIONS["v1"], unit, "6.1.0") == []
     unit.write_text(old)
-    assert unit_warnings(parse_config(groups, "plain.toml"), "v2", unit, "6.1.0") == []
+    assert unit_warnings(parse_config(groups, "plain.toml"), VERSIONS["v2"], unit, "6.1.0") == []
     (tmp_path / "governor.service.d").mkdir()
     (tmp_path / "governor.service.d" / "override.conf").write_text(
         "[Service]\nCapabilityBoundingSet=CAP_BPF CAP_SYS_ADMIN\nSystemCallFilter=bpf\n")
-    assert unit_warnings(gpus, "v2", unit, "6.1.0") == []
+    assert unit_warnings(gpus, VERSIONS["v2"], unit, "6.1.0") == []
     (tmp_path / "governor.service.d" / "override.conf").write_text(
         "[Service]\nCapabilityBoundingSet=CAP_BPF\nSystemCallFilter=bpf\n")
-    [older] = unit_warnings(gpus, "v2", unit, "5.4.0-150-generic")  # CAP_BPF came with Linux 5.8
+    [older] = unit_warnings(gpus, VERSIONS["v2"], unit, "5.4.0-150-generic")  # CAP_BPF came with Linux 5.8
     assert "lacks CAP_SYS_ADMIN in CapabilityBoundingSet=" in older
 
 
@@ -302,13 +303,13 @@ def test_a_unit_with_cap_bpf_but_not_cap_sys_admin_is_warned_of(tmp_path):
     gpus = parse_config('[capacity]\ngpus = ["/dev/nvidia0"]\n[groups.A]\nusers = ["root"]\n', "gpus.toml")
     unit = tmp_path / "governor.service"
     unit.write_text(SHIPPED_UNIT.read_text().replace(" CAP_BPF CAP_SYS_ADMIN\n", " CAP_BPF\n"))
-    [warning] = unit_warnings(gpus, "v2", unit, "6.1.0")
+    [warning] = unit_warnings(gpus, VERSIONS["v2"], unit, "6.1.0")
     assert f"{unit} lacks CAP_SYS_ADMIN in CapabilityBoundingSet= (a device program attached earlier" in warning
     assert warning.endswith("CapabilityBoundingSet=CAP_SYS_ADMIN")
     (tmp_path / "governor.service.d").mkdir()
     (tmp_path / "governor.service.d" / "no-admin.conf").write_text("[Service]\nCapabilityBoundingSet=~CAP_SYS_ADMIN\n")
     unit.write_text(SHIPPED_UNIT.read_text())
-    [refused] = unit_warnings(gpus, "v2", unit, "6.1.0")
+    [refused] = unit_warnings(gpus, VERSIONS["v2"], unit, "6.1.0")
     assert "lacks CAP_SYS_ADMIN" in refused
 
 
@@ -374,7 +375,7 @@ def test_the_floor_on_this_host_is_within_the_limit_it_is_shown_beside():
 
     config = parse_config('[groups.A]\nweight = 2\nusers = ["alice"]\nlimit = { cpu = 1.5, memory = "2G" }\n'
                           '[groups.B]\nusers = ["bob"]\n', "t.toml")
-    lines = summary(config, ({"cpu": 1.75, "memory": 23.25 * 1024**3}, {"A": ["alice"], "B": ["bob"]}, "v2"))
+    lines = summary(config, ({"cpu": 1.75, "memory": 23.25 * 1024**3}, {"A": ["alice"], "B": ["bob"]}, VERSIONS["v2"]))
     assert "  A: weight 2, floor 8.6% (0.15 cores, 2.0G); users alice; limit cpu 1.5 cores, memory 2.0G" in lines
 
 
@@ -443,15 +444,15 @@ def test_on_cgroup_v1_the_summary_names_v1_files():
     from governor.cli.check_config import summary
 
     config = parse_config('[groups."*"]\n[enforcement]\ncpu = "quota"\nmemory = "hard"\n', "g.toml")
-    host = ({"cpu": 4.0, "memory": 8.0 * 2**30}, {}, "v1")
+    host = ({"cpu": 4.0, "memory": 8.0 * 2**30}, {}, VERSIONS["v1"])
     text = "\n".join(summary(config, host))
     assert "cpu.cfs_quota_us" in text and "memory.limit_in_bytes" in text
     assert not any(name in text for name in ("cpu.max", "memory.high", "memory.max")), text
-    assert "cpu.max" in "\n".join(summary(config, ({**host[0]}, {}, "v2")))
+    assert "cpu.max" in "\n".join(summary(config, ({**host[0]}, {}, VERSIONS["v2"])))
     soft = parse_config('[groups."*"]\n[enforcement]\nmemory = "soft"\n', "g.toml")
     assert "memory soft cap (memory.soft_limit_in_bytes)" in "\n".join(summary(soft, host))
     assert "memory protection: none on cgroup v1" in text
-    assert "memory protection: memory.min = a group's guarantee" in "\n".join(summary(config, ({**host[0]}, {}, "v2")))
+    assert "memory protection: memory.min = a group's guarantee" in "\n".join(summary(config, ({**host[0]}, {}, VERSIONS["v2"])))
 
 
 def test_on_cgroup_v1_check_config_names_the_memory_guarantees_the_kernel_cannot_protect():

@@ -122,6 +122,7 @@ def guard_report(monkeypatch, tmp_path, text):
     nvidia-persistenced (pid 812) holding a GPU node."""
     from governor.cgroups import detect
     from governor.host import openfiles
+    from governor.cgroups.versions import VERSIONS
     from governor.cli import check_config_gpus
 
     (tmp_path / "user.slice").mkdir()
@@ -129,7 +130,7 @@ def guard_report(monkeypatch, tmp_path, text):
     monkeypatch.setattr(openfiles, "node_holders", lambda numbers: {812: {(195, 0)}})
     monkeypatch.setattr(openfiles, "process_name", lambda pid: "nvidia-persistenced")
     inventory = GpuInventory(gpus=(Gpu(0, "/dev/nvidia0", 195, 0, None),), control=(), source="listed")
-    return check_config_gpus.gpu_guard_report(parse_config(BASE + text, "g.toml"), inventory, "v2")
+    return check_config_gpus.gpu_guard_report(parse_config(BASE + text, "g.toml"), inventory, VERSIONS["v2"])
 
 
 def test_check_config_says_where_the_gpu_guard_is_and_what_it_leaves(monkeypatch, tmp_path):

@@ -130,11 +130,11 @@ def test_the_cgroup_version_is_decided_in_cgroups_only(module):
         f"{MODULES[module].relative_to(ROOT)} compares the cgroup mode; ask governor.cgroups.versions")
 
 
-# The cli modules that still reach into governor.cgroups (issue 45, point 5: check-config's host
-# probes and uninstall's lock and systemd tables, to move behind host/). No other may: a view
-# reads a status's limits through governor.wire.limit_files.
-CLI_STILL_IN_CGROUPS = {"governor.cli.check_config", "governor.cli.check_config_gpus", "governor.cli.summary",
-                        "governor.cli.uninstall_leftovers", "governor.cli.uninstall_systemd"}
+# The cli modules that still reach into governor.cgroups (issue 45, point 5: uninstall's lock
+# and systemd tables, run's read of its task's memory). No other may: a view reads a status's
+# limits through governor.wire.limit_files, check-config the host through
+# governor.host.host_check.
+CLI_STILL_IN_CGROUPS = {"governor.cli.summary", "governor.cli.uninstall_leftovers", "governor.cli.uninstall_systemd"}
 
 
 def test_the_cli_reaches_the_cgroup_drivers_only_where_listed():
