@@ -128,8 +128,6 @@ def fit_warnings(config: Config, capacity: dict[str, float]) -> list[str]:
     return warnings
 
 
-
-
 def check_fixed_capacity(config: Config) -> None:
     """Refuse, as the daemon does on any host, guarantees over the capacity the file fixes
     (``capacity.cpu``/``memory``): top-level ones (:meth:`~governor.config.settings.Config.check_guarantees_fit`)

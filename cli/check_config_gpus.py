@@ -57,16 +57,18 @@ def gpu_guard_report(config: Config, gpus, kernel: Version) -> list[str]:
 
     rules = config.gpu_guard
     here = gpu_guard_here(config, gpus, kernel)
+    kind = here.kind
     lines = [f"  outside governor's tasks (gpu_guard = \"{rules.kind}\""
-             + (", sessions off" if here.kind != rules.kind else "") + "):"]
+             + (", sessions off" if kind != rules.kind else "") + "):"]
     if here.places:
+        but = " but the one holding governor's root" if kind == "host" else ""
         lines.append(f"    GPU and control nodes denied on {', '.join(map(str, here.places))} ({here.how}; "
-                     "descendants cannot allow them)" + (" but the one holding governor's root" if here.kind == "host" else ""))
+                     f"descendants cannot allow them){but}")
     else:
         lines.append("    processes outside governor's tasks are NOT kept from GPUs: nowhere to deny them"
-                     + ('; gpu_guard = "host" denies them on every top-level cgroup but governor\'s' if here.kind == "tasks"
+                     + ('; gpu_guard = "host" denies them on every top-level cgroup but governor\'s' if kind == "tasks"
                         else ""))
-    if here.kind == "sessions" and not here.places:
+    if kind == "sessions" and not here.places:
         lines.append("    a session process found holding a GPU node is ended and logged instead (every 5 s)")
     lines += [f"    note: {note}" for note in here.notes if not note.startswith('gpu_guard = "tasks"')]
     lines.append("    holding a GPU or control node now (processes outside governor are left alone): "

@@ -31,6 +31,7 @@ def test_the_calls_split_at_the_first_cap_write_and_the_start_reply():
              _call(7, "governor/daemon/starts.py"), _call(8, "governor/wire/server.py"),
              _call(9, "governor/daemon/exits.py"), _call(10, "governor/daemon/requests.py")]
     assert _script()._phases(calls) == {
-        "request to the first cap write": ["cgroups/files.py", "governor/daemon/requests.py", "governor/wire/server.py"],
+        "request to the first cap write": ["cgroups/files.py", "governor/daemon/requests.py",
+                                           "governor/wire/server.py"],
         "then through the start reply": ["governor/core/drf.py", "governor/daemon/starts.py"],
         "its exit adds": ["governor/daemon/exits.py"]}
