@@ -232,10 +232,11 @@ def test_a_churn_of_ten_thousand_short_tasks_leaks_nothing(gov):
           f"{half / 2**20:.1f} -> {rss_bytes(pid) / 2**20:.1f} MiB, fds {fds} -> {fd_count(pid)}")
     assert first["failed"] == 0 and second["failed"] == 0 and warm["failed"] == 0
     assert not list(Path(gov.status()["daemon"]["config"]).parent.joinpath("state").glob("*.json"))
-    # A quarter of the first half's growth (3 MiB of 12 here), not 4 % of the whole (2 MiB): with
-    # nothing kept past its bound (ended records fill theirs in the first half) the second half
-    # grew 0.3, 1.2 and 2.3 MiB in three runs of one checkout, the allocator's noise.
-    assert rss_bytes(pid) - half <= (half - rss) / 4
+    # Half the first half's growth (6 MiB of 12 here): with nothing kept past its bound (ended
+    # records fill theirs in the first half) the second half grew -1.0 to 3.05 MiB in five runs,
+    # the allocator's noise (3.05 failed a bound of a quarter in CI); a leak of a task's worth of
+    # objects (a few KiB each, 5,000 tasks) grows it as much as the first.
+    assert rss_bytes(pid) - half <= (half - rss) / 2
 
 
 def _kill(pids: list[int]) -> None:
