@@ -88,7 +88,7 @@ def unit_warnings(config: Config, guard: Version, unit: Path | None = None, kern
     kernel takes a ``devices.deny`` line only from CAP_SYS_ADMIN. One warning per missing item,
     naming it and the fix; none when no unit is installed there."""
     from governor.cli.install_systemd import unit_values
-    from governor.cli.systemd_files import UNIT_DIR
+    from governor.host.systemd_files import UNIT_DIR
 
     unit = unit or Path("/") / UNIT_DIR / "governor.service"
     if config.gpus is None or not unit.is_file():

@@ -36,7 +36,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
 
     from governor.cli.client import socket_path as resolve_socket
     from governor.cli.inputs import read_input
-    from governor.cli.systemd_files import OWN_UNITS
+    from governor.host.systemd_files import OWN_UNITS
     from governor.config.load import default_config, parse_config
     from governor.daemon.build import Options, build
     from governor.errors import GovernorError

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import click
 
-from governor.cli.systemd_files import CONFIG, MAN_DIR, UNIT_DIR, UNITS
+from governor.host.systemd_files import CONFIG, MAN_DIR, UNIT_DIR, UNITS
 
 # The executable configs/governor.service names, replaced on install (a real path, so the
 # file in configs/ passes `systemd-analyze verify` as it is).

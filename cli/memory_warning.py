@@ -31,7 +31,7 @@ class MemoryWatch:
             ``memory.soft_limit_in_bytes``: :data:`governor.wire.limit_files.MEMORY_CAPS`).
         read: the task's cgroup directory and its memory hierarchy's (v1; else None) →
             ``(bytes in use, times held at the soft cap)`` or None
-            (:func:`governor.cgroups.memory_now.memory_now`; a test's stand-in): the task's
+            (:func:`governor.host.task_memory.memory_now`; a test's stand-in): the task's
             own cgroup, never a process's, which may be a zombie's naming the root.
     """
 

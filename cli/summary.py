@@ -104,7 +104,7 @@ def _run_and_wait(path: str, request: LaunchRequest, cmd: tuple[str, ...], mask:
             continue
         _forward(child, signal.sigtimedwait(_WATCHED, LOOK_EVERY_S))
         if watch is None and time.monotonic() >= first_look:
-            from governor.cgroups.memory_now import memory_now
+            from governor.host.task_memory import memory_now
 
             watch = MemoryWatch(started, memory_now)
         if watch is not None:

@@ -7,7 +7,7 @@ governor's tree (systemd's SIGTERM, then SIGKILL) and removes their cgroups; the
 drop-ins (an admin's in ``/etc``, the ``set-property`` ones in ``/run/systemd/system.control``),
 the drop-ins governor's resets left on users' slices, and the man pages install-systemd wrote go,
 and systemd reloads; the runtime directory (socket, task records, the registry entries and locks
-of daemons that are gone: :mod:`governor.cli.uninstall_leftovers`) goes. Kept, and said so: the
+of daemons that are gone: :mod:`governor.host.uninstall_leftovers`) goes. Kept, and said so: the
 config, a state directory outside ``/run/governor`` and the history journal (``[history]
 directory``, by default in ``/var/lib/governor``, the unit's ``StateDirectory=``, which goes
 with it when nothing else is left there), unless ``purge``; a lock a running
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import click
 
-from governor.cli import uninstall_leftovers as leftovers
-from governor.cli.systemd_files import CONFIG, MAN_DIR, SLICE, UNIT_DIR, UNITS, installed_man_pages
+from governor.host import uninstall_leftovers as leftovers
+from governor.host.systemd_files import CONFIG, MAN_DIR, SLICE, UNIT_DIR, UNITS, installed_man_pages
 
 RUNTIME = "run/governor"
 STATE = "/run/governor/state"  # the default state_dir
@@ -187,11 +187,9 @@ def _login_sessions(state: Path) -> list[int]:
 
 
 def _release_slice(uid: int, mount: Path, step) -> None:
-    from governor.cgroups.systemd import RESETS, in_dropin_order
-
     step(f"reset the limits on user-{uid}.slice (a login session governor governed)",
-         ["systemctl", "set-property", "--runtime", "--", f"user-{uid}.slice",
-          *in_dropin_order([f"{name}={value}" for name, value in RESETS.items()])], must=False)
+         ["systemctl", "set-property", "--runtime", "--", f"user-{uid}.slice", *leftovers.slice_resets()],
+         must=False)
 
 
 def _remove(path: Path) -> None:

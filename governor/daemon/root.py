@@ -98,7 +98,7 @@ class Daemon:
             the NVIDIA provider's :func:`governor.host.nvml.discover` (tests pass a fake); None: its own.
         foreign_places: where foreign subtrees are looked for (:mod:`governor.daemon.foreign_poll`);
             None (a fake hierarchy): none is.
-        systemd_units: the names of governor's own systemd units (``governor.cli.systemd_files``):
+        systemd_units: the names of governor's own systemd units (``governor.host.systemd_files``):
             those above the root get its memory protection (:mod:`governor.daemon.unit_protection`).
         process_limit: the most processes and threads the host holds, whose reserve the root's
             ``pids.max`` leaves (None: the kernel's, :func:`governor.host.kernel_limits.process_limit`).

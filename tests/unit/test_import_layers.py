@@ -130,15 +130,11 @@ def test_the_cgroup_version_is_decided_in_cgroups_only(module):
         f"{MODULES[module].relative_to(ROOT)} compares the cgroup mode; ask governor.cgroups.versions")
 
 
-# The cli modules that still reach into governor.cgroups (issue 45, point 5: uninstall's lock
-# and systemd tables, run's read of its task's memory). No other may: a view reads a status's
-# limits through governor.wire.limit_files, check-config the host through
-# governor.host.host_check.
-CLI_STILL_IN_CGROUPS = {"governor.cli.summary", "governor.cli.uninstall_leftovers", "governor.cli.uninstall_systemd"}
-
-
-def test_the_cli_reaches_the_cgroup_drivers_only_where_listed():
-    reaching = {module for module in MODULES if _layer(module) == LAYERS.index("governor.cli")
-                and any(_layer(target) == 0 for target in GRAPH[module])}
-    assert reaching <= CLI_STILL_IN_CGROUPS, sorted(reaching - CLI_STILL_IN_CGROUPS)
-    assert reaching == CLI_STILL_IN_CGROUPS, f"moved off the drivers: drop {sorted(CLI_STILL_IN_CGROUPS - reaching)}"
+def test_the_cli_never_reaches_the_cgroup_drivers():
+    """Issue 45, point 5: the cli talks to the daemon through governor.wire and reads the host
+    through governor.host (a view reads a status's limits through governor.wire.limit_files,
+    check-config the host through governor.host.host_check, run its task's memory through
+    governor.host.task_memory, uninstall its leftovers through governor.host.uninstall_leftovers)."""
+    reaching = sorted(module for module in MODULES if _layer(module) == LAYERS.index("governor.cli")
+                      and any(_layer(target) == 0 for target in GRAPH[module]))
+    assert reaching == [], f"cli modules importing governor.cgroups: {reaching}"

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from governor.cli.install_systemd import TEMPLATE_EXECUTABLE, hidden_from_unit, with_executable
-from governor.cli.systemd_files import installed_man_pages
+from governor.host.systemd_files import installed_man_pages
 from governor.cli.main import main
 from governor.errors import GovernorError
 

@@ -19,11 +19,12 @@ from support.waits import wait_until
 # signal (ctypes: armed while the daemon works), the other operations' types (a dataclass costs
 # ~0.5 ms to define), the memory watch and the cgroupfs modules it reads with.
 NOT_BEFORE_SENDING = ["fractions", "decimal", "tomllib", "governor.config.tomlcheck", "ctypes", "governor.wire.protocol",
-                      "governor.wire.request_types", "governor.wire.reply_types", "governor.cgroups.memory_now",
-                      "governor.cgroups.limits", "governor.wire.limit_files", "governor.cgroups.files", "logging"]
+                      "governor.wire.request_types", "governor.wire.reply_types", "governor.host.task_memory",
+                      "governor.cgroups.memory_now", "governor.cgroups.limits", "governor.wire.limit_files",
+                      "governor.cgroups.files", "logging"]
 # Not needed by governor run's own process for a command that ends within the first look.
-NOT_FOR_A_SHORT_COMMAND = ["ctypes", "governor.cgroups.memory_now", "governor.cgroups.limits", "governor.wire.limit_files",
-                           "logging"]
+NOT_FOR_A_SHORT_COMMAND = ["ctypes", "governor.host.task_memory", "governor.cgroups.memory_now", "governor.cgroups.limits",
+                           "governor.wire.limit_files", "logging"]
 
 # Runs governor run in a process that reports, on its stdout, what was loaded when the launch
 # request went out (in the child that becomes the command) and when governor run exited (with

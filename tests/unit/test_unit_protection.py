@@ -4,7 +4,7 @@ units, the rounding, when systemctl is called, the reset when protection is turn
 from pathlib import Path
 
 from governor.cgroups.systemd import SliceDriver, units_above
-from governor.cli.systemd_files import OWN_UNITS
+from governor.host.systemd_files import OWN_UNITS
 from governor.config.load import parse_config
 from governor.daemon.journal import Journal
 from governor.daemon.unit_protection import STEP_BYTES, UnitProtection

@@ -22,16 +22,22 @@ import re
 from pathlib import Path
 
 from governor.cgroups.locks import held
-from governor.cgroups.systemd import RESET_WRITTEN
-from governor.cli.systemd_files import OWN_UNITS, UNIT_DIR
+from governor.cgroups.systemd import RESET_WRITTEN, RESETS, in_dropin_order
+from governor.host.systemd_files import OWN_UNITS, UNIT_DIR
 
-__all__ = ["RUNTIME_CONTROL", "idle_locks", "login_slice_resets", "own_dropins", "stale_entries"]
+__all__ = ["RUNTIME_CONTROL", "idle_locks", "login_slice_resets", "own_dropins", "slice_resets", "stale_entries"]
 
 # Where systemctl set-property writes (--runtime, persistent) and systemd keeps transient units'.
 RUNTIME_CONTROL = ("run/systemd/system.control", "run/systemd/transient")
 CONTROL = (*RUNTIME_CONTROL, "etc/systemd/system.control")
 _LOGIN_SLICE = re.compile(r"user-\d+\.slice\.d")
 _ASSIGNMENT = re.compile(r"^\s*(\w+)=(.*?)\s*$")
+
+
+def slice_resets() -> list[str]:
+    """``systemctl set-property`` assignments (``Name=value``) that reset every property governor
+    sets on a slice to systemd's default, in the order a drop-in must be written in."""
+    return in_dropin_order([f"{name}={value}" for name, value in RESETS.items()])
 
 
 def own_dropins(root: Path) -> list[Path]:

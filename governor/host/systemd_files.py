@@ -1,5 +1,6 @@
-"""Where ``install-systemd`` puts governor's files, below ``--root``: what installing writes and
-uninstalling removes (:mod:`governor.cli.install_systemd`, :mod:`governor.cli.uninstall_systemd`)."""
+"""Where ``install-systemd`` puts governor's files on a host, below ``--root``: what installing
+writes and uninstalling removes (:mod:`governor.cli.install_systemd`,
+:mod:`governor.cli.uninstall_systemd`), and the units the daemon protects (its ``OWN_UNITS``)."""
 
 from __future__ import annotations
 
