@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import tempfile
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
@@ -81,7 +82,9 @@ def test_dry_run_prints_the_units_and_writes_nothing(tmp_path, visible):
     assert result.exit_code == 0, result.output
     assert f"ExecStart={bin_dir}/governor daemon" in result.output
     assert "ExecStartPost=" in result.output  # the tasks unit, printed in full
-    assert f"would copy {CONFIGS / 'governor.toml'}" in result.output
+    # The installed example (the package's data, as install-systemd reads it): the checkout's
+    # configs/ through .venv's links, a wheel's own copy.
+    assert f"would copy {files('governor.configs') / 'governor.toml'}" in result.output
     assert f"# would write {len(main.commands) + 2} man pages to {tmp_path}/r/usr/local/share/man: " in result.output
     assert not (tmp_path / "r").exists()
 
