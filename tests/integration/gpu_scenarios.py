@@ -16,30 +16,33 @@ import sys
 from pathlib import Path
 
 from daemon_harness import GOVERNOR, Governor
-from support.device_nodes import device_nodes, stand_in_nodes
+from support.device_nodes import OPENS, device_nodes, outcomes, stand_in_nodes
 
-# Prints what it was handed and what each node gives it, then holds its GPUs until killed.
-PROBE = ("import errno, json, os, sys, time\n"
-         "seen = {'CUDA_VISIBLE_DEVICES': os.environ.get('CUDA_VISIBLE_DEVICES')}\n"
-         "for path in sys.argv[1:]:\n"
-         "    try:\n"
-         "        os.close(os.open(path, os.O_RDONLY))\n"
-         "        seen[path] = 'ok'\n"
-         "    except OSError as e:\n"
-         "        seen[path] = errno.errorcode[e.errno]\n"
-         "print(json.dumps(seen), flush=True)\n"
-         "time.sleep(3600)\n")
+# Says what it was handed (CUDA_VISIBLE_DEVICES, "-" when unset) and what each node gives it,
+# then holds its GPUs until killed. sh, not Python (:data:`~support.device_nodes.OPENS`).
+PROBE = OPENS + 'echo "${CUDA_VISIBLE_DEVICES--}"; opens "$@"; exec sleep 3600\n'
 
-
-# The CPU each Python task here declares (of the configs' 1 core; three at most run at once): at
-# 0.1 of a core its start took 11 s of the emulated VM's time before it said what it saw.
+# The CPU each task here declares (of the configs' 1 core; three at most run at once): a Python
+# one at 0.1 of a core took 11 s of the emulated VM's time to start and say what it saw.
 CPUS = 0.25
+
+
+def probe_command(nodes: list[str]) -> list[str]:
+    """:data:`PROBE` on ``nodes``, as a task's command."""
+    return ["sh", "-c", PROBE, "probe", *nodes]
+
+
+def what_it_saw(proc: subprocess.Popen) -> dict:
+    """What a :data:`PROBE` task said: ``CUDA_VISIBLE_DEVICES`` (None: unset) and each node's
+    outcome ("ok" or the error's name)."""
+    cuda = proc.stdout.readline().strip()
+    return {"CUDA_VISIBLE_DEVICES": None if cuda == "-" else cuda, **outcomes(proc.stdout.readline())}
 
 
 def probe(gov: Governor, group: str, nodes: list[str], **demand) -> tuple[subprocess.Popen, dict]:
     """Launch :data:`PROBE` in ``group`` and read what it saw."""
-    proc = gov.run(group, [sys.executable, "-c", PROBE, *nodes], **demand)
-    return proc, json.loads(proc.stdout.readline())
+    proc = gov.run(group, probe_command(nodes), **demand)
+    return proc, what_it_saw(proc)
 
 
 def gpus_are_admitted_guarded_and_handed(tmp_path: Path) -> None:
@@ -65,38 +68,26 @@ def gpus_are_admitted_guarded_and_handed(tmp_path: Path) -> None:
             holders = {g["index"]: (g["group"], g["task"]) for g in gov.status()["gpus"]}
             assert [group for group, _ in holders.values()] == ["A", "A"], holders
 
-            a_third = gov.run_queued("A", [sys.executable, "-c", PROBE, *nodes], gpus=1, cpus=CPUS, memory="32M")
-            b_first = gov.run_queued("B", [sys.executable, "-c", PROBE, *nodes], gpus=1, cpus=CPUS, memory="32M")
+            a_third = gov.run_queued("A", probe_command(nodes), gpus=1, cpus=CPUS, memory="32M")
+            b_first = gov.run_queued("B", probe_command(nodes), gpus=1, cpus=CPUS, memory="32M")
             queue = gov.status()["queue"]
             print(f"\n[{gov.status()['daemon']['cgroup_mode']}] GPU queue: "
                   + "; ".join(f"#{q['position']} {q['group']}: {q['reason']}" for q in queue))
             assert [q["group"] for q in queue] == ["B", "A"], queue
             assert queue[0]["reason"].startswith("gpu: waits for 1 GPU to free (held by A 2)"), queue[0]
             gov.stop_tasks([first])
-            seen = json.loads(b_first.stdout.readline())
-            assert seen == {"CUDA_VISIBLE_DEVICES": "0", nodes[0]: "ENXIO", nodes[1]: "EPERM"}, seen
+            saw = what_it_saw(b_first)
+            assert saw == {"CUDA_VISIBLE_DEVICES": "0", nodes[0]: "ENXIO", nodes[1]: "EPERM"}, saw
             assert [q["group"] for q in gov.status()["queue"]] == ["A"]
             gov.stop_tasks([second])
-            assert json.loads(a_third.stdout.readline())[nodes[1]] == "ENXIO"
+            assert what_it_saw(a_third)[nodes[1]] == "ENXIO"
         finally:
             gov.close()
 
 
-# Like PROBE, and again at each SIGUSR1: what a running task's processes may open after a reload.
-PROBE_AGAIN = ("import errno, json, os, signal, sys, time\n"
-               "def look(*_):\n"
-               "    seen = {}\n"
-               "    for path in sys.argv[1:]:\n"
-               "        try:\n"
-               "            os.close(os.open(path, os.O_RDONLY))\n"
-               "            seen[path] = 'ok'\n"
-               "        except OSError as e:\n"
-               "            seen[path] = errno.errorcode[e.errno]\n"
-               "    print(json.dumps(seen), flush=True)\n"
-               "signal.signal(signal.SIGUSR1, look)\n"
-               "look()\n"
-               "while True:\n"
-               "    time.sleep(3600)\n")
+# What each node gives it, and again at each SIGUSR1: what a running task's processes may open
+# after a reload. (A SIGUSR1 ends the wait; the loop sleeps again.)
+PROBE_AGAIN = OPENS + 'trap \'opens "$@"\' USR1; opens "$@"; while :; do sleep 3600 & wait $!; done\n'
 
 
 def a_gpu_added_by_a_reload_or_a_restart_is_denied_to_running_tasks(tmp_path: Path) -> None:
@@ -112,10 +103,10 @@ def a_gpu_added_by_a_reload_or_a_restart_is_denied_to_running_tasks(tmp_path: Pa
                                  '[groups.A]\nusers = ["root"]\n')
         path = tmp_path / "governor.toml"
         try:
-            command = [sys.executable, "-c", PROBE_AGAIN, *nodes]
+            command = ["sh", "-c", PROBE_AGAIN, "probe", *nodes]
             tasks = {"plain": gov.run("A", command, cpus=CPUS, memory="32M"),
                      "holder": gov.run("A", command, gpus=1, cpus=CPUS, memory="32M")}
-            before = {name: json.loads(proc.stdout.readline()) for name, proc in tasks.items()}
+            before = {name: outcomes(proc.stdout.readline()) for name, proc in tasks.items()}
             assert list(before["plain"].values()) == ["EPERM", "EPERM", "ENXIO", "ENXIO"], before
             assert list(before["holder"].values()) == ["ENXIO", "EPERM", "ENXIO", "ENXIO"], before
 
@@ -127,7 +118,7 @@ def a_gpu_added_by_a_reload_or_a_restart_is_denied_to_running_tasks(tmp_path: Pa
                 seen = {}
                 for name, proc in tasks.items():
                     proc.send_signal(signal.SIGUSR1)
-                    seen[name] = json.loads(proc.stdout.readline())
+                    seen[name] = outcomes(proc.stdout.readline())
                 return seen
 
             governed(3)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from daemon_harness import GOVERNOR, Governor
@@ -38,10 +37,8 @@ def a_journaled_queue_survives_a_kill_and_replays_to_its_recorded_waits(tmp_path
         a = gov.run("A", SLEEPER, cpus=0.2 * SCALE, memory=big)
         gov.run("B", SLEEPER, cpus=0.3 * SCALE, memory="16M")
         gov.run("C", SLEEPER, cpus=0.1 * SCALE, memory="16M")
-        b = gov.run_queued("B", [sys.executable, "-c", "print('B started', flush=True); import time; "
-                                                        "time.sleep(600)"], cpus=0.2 * SCALE, memory=big)
-        c = gov.run_queued("C", [sys.executable, "-c", "print('C started', flush=True); import time; "
-                                                        "time.sleep(600)"], cpus=0.2 * SCALE, memory=big)
+        b = gov.run_queued("B", ["sh", "-c", "echo B started; exec sleep 600"], cpus=0.2 * SCALE, memory=big)
+        c = gov.run_queued("C", ["sh", "-c", "echo C started; exec sleep 600"], cpus=0.2 * SCALE, memory=big)
         gov.stop_tasks([a])
         assert c.stdout.readline() == "C started\n"
         gov.stop_tasks([c])

@@ -71,10 +71,9 @@ def group_limit_holds(tmp_path) -> None:
         v2 = gov.status()["daemon"]["cgroup_mode"] == "v2"
         memory_max = gov.limit_file("A", "memory.max" if v2 else "memory.limit_in_bytes")
         first = gov.run("A", SLEEPER, cpus=0.01, memory="64M")
-        # Enough CPU of its own to start Python soon once admitted (0.01 cores beside two burners
-        # took minutes in the emulated VM): the queue here is about memory, not CPU.
-        second = gov.run_queued("A", [sys.executable, "-c", "print('second started', flush=True)"],
-                                cpus=0.2 * SCALE, memory="64M")
+        # Enough CPU of its own to start soon once admitted (a Python start at 0.01 cores beside
+        # two burners took minutes in the emulated VM): the queue here is about memory, not CPU.
+        second = gov.run_queued("A", ["sh", "-c", "echo second started"], cpus=0.2 * SCALE, memory="64M")
         reason = gov.status()["queue"][0]["reason"]
         print(f"\n[{gov.status()['daemon']['cgroup_mode']}] group limit {limit:.3f} cores: A measured {used:.3f} "
               f"cores with 0.5x{SCALE:g} cores of caps and B idle; memory limit {memory_max}; queued: {reason}")

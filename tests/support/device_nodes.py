@@ -13,6 +13,8 @@ does not know (any major but NVIDIA's 195) by its minor number.
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import os
 import stat
 import subprocess
@@ -20,6 +22,30 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+
+# A sh function: ``opens NODE…`` prints one JSON object, each node → "ok" or the shell's reason
+# its open failed (the error's strerror; :func:`outcomes` names it). The probes run sh, not Python:
+# under the cgroup v2 VM's emulated CPU each Python start took seconds.
+OPENS = ('opens() { sep=; printf "{"; for p; do '
+         'if err=$( (true <"$p") 2>&1 ); then r=ok; else r=${err##*: }; fi; '
+         'printf "%s\\"%s\\": \\"%s\\"" "$sep" "$p" "$r"; sep=", "; done; echo "}"; }\n')
+_ERRNO_NAMES = {os.strerror(number): name for number, name in errno.errorcode.items()}
+
+
+def errno_name(said: str) -> str:
+    """An open's outcome by name: "ok", or the error a shell's message ends in (its strerror:
+    ``EPERM``, ``ENXIO``); anything else as said."""
+    said = said.strip()
+    for text, name in _ERRNO_NAMES.items():
+        if said == text or said.endswith(": " + text):
+            return name
+    return said
+
+
+def outcomes(line: str) -> dict[str, str]:
+    """What a line of :data:`OPENS` says: node → "ok" or the error's name."""
+    return {node: errno_name(outcome) for node, outcome in json.loads(line).items()}
+
 
 # From 240 up: the kernel hands out dynamic majors from 254 down (fs/char_dev.c), so these are
 # the least likely to be taken.
