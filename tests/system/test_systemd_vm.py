@@ -10,7 +10,9 @@ a sysadmin would. Each script prints one line per case; each test reads its own 
 and requires it to have passed.
 """
 
+import fcntl
 import functools
+import hashlib
 import os
 import re
 import shutil
@@ -47,13 +49,24 @@ def _wheelhouse() -> None:
     """Wheels of governor and its dependencies in build/vm-wheelhouse, built with the README's
     command (``pip wheel -w wheelhouse ./``); the VM, which has no network, installs governor
     from them alone with the README's other line (tests/system/lib.sh: install_governor). Built
-    once per session: every boot installs the same checkout."""
+    once for a checkout's content: the systemd and Slurm suites, which scripts/test runs side by
+    side, take turns at a lock, and the second finds the first's wheels of the same source."""
     wheels = REPO / "build" / "vm-wheelhouse"
-    shutil.rmtree(wheels, ignore_errors=True)
-    with tempfile.TemporaryDirectory() as scratch:  # a copy without build/ (test_wheel_install)
-        source = Path(scratch) / "source"
-        shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".hypothesis"))
+    wheels.parent.mkdir(exist_ok=True)
+    with open(REPO / "build" / "vm-wheelhouse.lock", "w") as lock, tempfile.TemporaryDirectory() as scratch:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        source = Path(scratch) / "source"  # a copy without build/ (test_wheel_install)
+        shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info",
+                                                                    "__pycache__", ".hypothesis"))
+        digest = hashlib.sha256()
+        for path in sorted(p for p in source.rglob("*") if p.is_file()):
+            digest.update(f"{path.relative_to(source)}\0".encode() + path.read_bytes())
+        stamp = wheels / "source.sha256"
+        if stamp.is_file() and stamp.read_text() == digest.hexdigest():
+            return
+        shutil.rmtree(wheels, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "-w", str(wheels), str(source)], check=True)
+        stamp.write_text(digest.hexdigest())
 
 
 def _run_in_vm(command: list[str], *options: str, env: dict[str, str] | None = None, timeout_s: int = 900) -> list[str]:
