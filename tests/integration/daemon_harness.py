@@ -34,10 +34,12 @@ class Governor:
     host's processes, nor take the sessions from the host's daemon; nor are the host's foreign
     tenants looked for unless it has a ``[foreign]`` table."""
 
-    def __init__(self, tmp_path: Path, config: str, *extra_args: str, wrapper: tuple[str, ...] = ()):
+    def __init__(self, tmp_path: Path, config: str, *extra_args: str, wrapper: tuple[str, ...] = (),
+                 parent: str = ""):
         self.dir = tmp_path
         self.socket = str(tmp_path / "governor.sock")
-        self.root_name = f"governor-test-{uuid.uuid4().hex[:8]}"
+        # parent: a cgroup the test made below its own, for the root to go in (a limit above it)
+        self.root_name = os.path.join(parent, f"governor-test-{uuid.uuid4().hex[:8]}")
         if "[sessions]" not in config:
             config += "\n[sessions]\nenabled = false\n"
         if "[foreign]" not in config:  # the host's own Slurm jobs or VMs must not shrink a test's capacity

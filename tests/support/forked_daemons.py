@@ -104,7 +104,7 @@ class _Server:
         self.exits: dict[int, int] = {}
         self.ended = False
         threading.Thread(target=self._read, name="forked-daemons", daemon=True).start()
-        atexit.register(self.proc.stdin.close)
+        atexit.register(self._end)
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -119,6 +119,12 @@ class _Server:
         with self.changed:
             self.ended = True
             self.changed.notify_all()
+
+    def _end(self) -> None:
+        # Waited for, so that the CPU of the daemons it reaped counts in this process's children
+        # (scripts/test prints each suite's CPU).
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
     def fork(self, argv: list[str], log: str) -> int:
         request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "log": log}
