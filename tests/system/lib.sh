@@ -2,6 +2,10 @@
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
+# section TITLE: a section's header line, with the seconds since the script began: where the
+# suite's time goes, for the next cut (CI prints it).
+section() { echo "== $* (at $SECONDS s)"; }
+
 # wait_for SECONDS WHAT CMD…: poll CMD until it succeeds (the VM's CPU is emulated: be patient).
 wait_for() {
     local deadline=$((SECONDS + $1)) what=$2

@@ -29,7 +29,7 @@ serving() { systemctl is-active --quiet governor && $gov status --json; }
 
 [ "$(cat /proc/1/comm)" = systemd ] || { echo "run.sh: PID 1 is not systemd: run it in ../shared/vm/run-in-systemd-vm"; exit 2; }
 
-echo "== setup"
+section "setup"
 for user in alice bob; do id "$user" >/dev/null 2>&1 || useradd --no-create-home --shell /bin/sh "$user"; done
 paths_before=$(governor_paths)  # nothing of governor's yet: the same after the last uninstall
 # Weights differ and the 4 tasks ask for 2 cores of the 1.75 governed: alice (weight 2) gets
@@ -64,12 +64,12 @@ done
 grep -qx "ExecStart=$gov daemon .*" /etc/systemd/system/governor.service \
     || fail "ExecStart does not name $gov: $(grep ExecStart= /etc/systemd/system/governor.service)"
 
-echo "== systemd-analyze verify"
+section "systemd-analyze verify"
 verify=$(systemd-analyze verify /etc/systemd/system/governor.service /etc/systemd/system/governor-tasks.service 2>&1) \
     || fail "systemd-analyze verify failed"
 [ -z "$verify" ] || fail "systemd-analyze verify is not clean: $verify"
 
-echo "== start"
+section "start"
 systemctl start governor || die "systemctl start governor failed"
 systemctl is-active --quiet governor-tasks || fail "governor-tasks.service is not active"
 tasks_cg=/sys/fs/cgroup/governor.slice/governor-tasks.service
@@ -81,7 +81,7 @@ tasks_cg=/sys/fs/cgroup/governor.slice/governor-tasks.service
 grep -qw memory "$tasks_cg/cgroup.subtree_control" || fail "controllers not enabled below governor-tasks.service"
 [ "$(systemctl show -p WatchdogUSec --value governor)" = 30s ] || fail "watchdog not armed"
 
-echo "== launch 2 CPU burners as alice and 2 as bob"
+section "launch 2 CPU burners as alice and 2 as bob"
 for user in alice alice bob bob; do
     runuser -u "$user" -- "$gov" run --cpus 0.5 --memory 64M -- sh -c 'while :; do :; done' \
         >>"$work/run.log" 2>&1 &
@@ -109,19 +109,19 @@ check_case() {
     [ "$after" = "$before" ] || fail "$name: $after task(s) after, $before before"
 }
 
-echo "== systemctl daemon-reload"
+section "systemctl daemon-reload"
 # systemd rewrites the attributes of the cgroups it manages; the limits below the delegated
 # governor-tasks.service must not be among them.
 systemctl daemon-reload
 check_case "systemctl daemon-reload"
 
-echo "== systemctl restart governor"
+section "systemctl restart governor"
 pid=$(main_pid)
 systemctl restart governor || fail "restart failed"
 [ "$(main_pid)" != "$pid" ] || fail "restart kept the same daemon pid"
 check_case "systemctl restart governor"
 
-echo "== kill -9 the daemon"
+section "kill -9 the daemon"
 pid=$(main_pid)
 kill -9 "$pid"
 # Restart=on-failure starts a new daemon; Type=notify makes it active only once READY=1.
@@ -129,7 +129,7 @@ wait_for 120 "systemd to restart the daemon" sh -c "[ \"\$(systemctl show -p Mai
     || die "not restarted after kill -9"
 check_case "kill -9 MainPID"
 
-echo "== systemctl reload governor with a broken config"
+section "systemctl reload governor with a broken config"
 pid=$(main_pid)
 since=$(date +%s)
 sleep 1   # journalctl --since has one-second resolution
@@ -160,7 +160,7 @@ systemctl is-active --quiet governor || fail "governor not active after the rest
 restarts=$(systemctl show -p NRestarts --value governor)
 [ "$restarts" = 1 ] || fail "systemd restarted the daemon $restarts times, expected 1 (the kill -9)"
 
-echo "== systemctl stop governor"
+section "systemctl stop governor"
 systemctl stop governor
 systemctl is-active --quiet governor && fail "governor still active after stop"
 systemctl is-active --quiet governor-tasks || fail "governor-tasks.service stopped with the daemon"
@@ -169,14 +169,14 @@ check_case "systemctl stop governor"
 systemctl start governor
 check_case "systemctl start governor (re-adopt)"
 
-echo "== systemctl stop governor-tasks: the deliberate end of every task"
+section "systemctl stop governor-tasks: the deliberate end of every task"
 systemctl stop governor-tasks
 systemctl is-active --quiet governor && fail "governor still active without its tasks unit (BindsTo=)"
 alive=$(tasks alive "$work/start.json")
 echo "systemctl stop governor-tasks: tasks before 4, tasks after $alive, tasks killed $((4 - alive))"
 [ "$alive" = 0 ] || fail "stopping governor-tasks left $alive task(s) running"
 
-echo "== governor history and governor replay on the unit's journal (issue 47)"
+section "governor history and governor replay on the unit's journal (issue 47)"
 # The four burners were journaled in /var/lib/governor/history across the restart and the
 # kill -9 above; replayed under the installed config itself, each group starts what it started.
 $gov history --since 1h --json >"$work/history.jsonl" 2>"$work/history.err" \
@@ -193,7 +193,7 @@ print(f"history: {len(entries)} entries, starts {starts}; replay tasks (recorded
 assert starts == {"alice": 2, "bob": 2} and sides == {"alice": (2, 2), "bob": (2, 2)}
 EOF
 
-echo "== install-systemd --uninstall: nothing of governor is left"
+section "install-systemd --uninstall: nothing of governor is left"
 systemctl start governor || fail "start before the uninstall failed"
 runuser -u alice -- "$gov" run --cpus 0.2 --memory 32M -- sleep 600 >>"$work/run.log" 2>&1 &
 wait_for 120 "a task to take off with governor" count_status_tasks 1 || die "$(cat "$work/run.log")"
@@ -212,7 +212,7 @@ $gov install-systemd --uninstall --purge >/dev/null || fail "uninstall --purge f
 [ ! -e "$config" ] || fail "uninstall --purge kept $config"
 echo "uninstall: units $(ls /etc/systemd/system | grep -c governor || true), cgroups left $(echo -n "$left" | grep -c . || true)"
 
-echo "== capacity.gpus on cgroup v2: the unit loads the GPU device program (issue 31.8)"
+section "capacity.gpus on cgroup v2: the unit loads the GPU device program (issue 31.8)"
 # Two stand-in GPUs: char nodes on a local/experimental major no driver holds (an allowed open
 # reaches no driver, ENXIO; a denied one is refused, EPERM), as tests/device_nodes.py makes them.
 taken=$(sed -n '/^Character/,/^Block/p' /proc/devices | awk '{print $1}')
@@ -259,7 +259,7 @@ runuser -u alice -- "$gov" run --gpus 1 --cpus 0.1 --memory 64M -- "$py" -c "$pr
 systemctl is-active --quiet governor || fail "governor with capacity.gpus is not active"
 echo "gpus on v2: unit $(systemctl is-active governor), restarts $(systemctl show -p NRestarts --value governor), task saw $(cat "$work/gpu.out")"
 
-echo "== capacity.gpus on cgroup v2: device programs replaced at a reload, found again after a restart"
+section "capacity.gpus on cgroup v2: device programs replaced at a reload, found again after a restart"
 # Under the unit a program attached earlier can be replaced or taken off only with CAP_SYS_ADMIN
 # (BPF_PROG_GET_FD_BY_ID): a reload that adds a GPU replaces the running task's program, the
 # guard's ("host": every top-level cgroup but governor's and the daemon's own) is put again, a

@@ -92,21 +92,21 @@ sys.exit(0 if fine else 1)
 EOF
 }
 
-echo "== three idle shells (su -l, pam_systemd)"
+section "three idle shells (su -l, pam_systemd)"
 for user in gov-alice gov-bob gov-carol; do su -l "$user" -c 'exec sleep 900' </dev/null >/dev/null 2>&1 & done
 for uid in $(id -u gov-alice) $(id -u gov-bob) $(id -u gov-carol); do
     wait_for 90 "login-$uid in governor status" status_has "'login-$uid' in $task_ids" || die "$($gov status)"
 done
 sums "idle shells"
 
-echo "== alice's shell holds 200M; bob runs a 512M task"
+section "alice's shell holds 200M; bob runs a 512M task"
 su -l gov-alice -c 'exec python3 -c "import time; x = b\"1\" * (200 << 20); time.sleep(900)"' </dev/null >/dev/null 2>&1 &
 wait_for 90 "alice's use reserved" status_has 's["groups"]["A"]["reserved"].get("memory", 0) >= 150 << 20' || die "$($gov status)"
 runuser -u gov-bob -- "$gov" run --cpus 0.1 --memory 512M -- sleep 900 >/dev/null 2>&1 &
 wait_for 90 "bob's task" status_has '[t for t in s["groups"]["B"]["tasks"] if not t["session"]]' || die "$($gov status)"
 sums "a busy shell and a task"
 
-echo "== carol's 400M task waits; alice's runuser beside her login session"
+section "carol's 400M task waits; alice's runuser beside her login session"
 runuser -u gov-carol -- "$gov" run --cpus 0.1 --memory 400M -- sleep 900 >/dev/null 2>&1 &
 wait_for 90 "carol's task queued" status_has 'len(s["queue"]) == 1' || die "$($gov status)"
 runuser -u gov-alice -- sleep 900 &

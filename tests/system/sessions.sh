@@ -24,7 +24,7 @@ install_governor
 die() { echo "FAIL: $*"; journalctl -u governor --no-pager -n 60 || true; exit 1; }
 systemctl is-active --quiet systemd-logind || { echo "sessions.sh: no logind: run it with run-in-systemd-vm --full"; exit 2; }
 
-echo "== setup ($(nproc) CPUs)"
+section "setup ($(nproc) CPUs)"
 # gov-carol is in no group: any local user, who holds the lock paths below.
 for user in gov-alice gov-bob gov-carol; do id "$user" >/dev/null 2>&1 || useradd --create-home --shell /bin/sh "$user"; done
 alice=$(id -u gov-alice)
@@ -57,7 +57,7 @@ systemctl start governor || die "systemctl start governor failed"
 
 login_task='[t for t in s["groups"].get("A", {}).get("tasks", []) if t["id"] == "login-'$alice'"]'
 
-echo "== alice logs in (su -l, pam_systemd) and starts a CPU burner in her shell"
+section "alice logs in (su -l, pam_systemd) and starts a CPU burner in her shell"
 su -l gov-alice -c 'exec sh -c "while :; do :; done"' </dev/null >/dev/null 2>&1 &
 wait_for 60 "alice's burner" pgrep -u gov-alice -f 'while :' || die "no burner"
 burner=$(pgrep -u gov-alice -f 'while :' | head -1)
@@ -75,7 +75,7 @@ if journalctl -u governor --since "@$since" -o cat | grep -F "process events are
     fail "the daemon cannot subscribe to process events under its unit"
 fi
 
-echo "== bob starts a burner with governor run"
+section "bob starts a burner with governor run"
 runuser -u gov-bob -- "$gov" run --cpus 0.4 --memory 64M -- sh -c 'while :; do :; done' >/dev/null 2>&1 &
 bob_task='[t for t in s["groups"].get("B", {}).get("tasks", []) if not t["session"]]'
 wait_for 60 "bob's task" status_has "$bob_task" || die "$($gov status)"
@@ -100,7 +100,7 @@ $gov status | sed -n 1,12p
 warned=$(changed_on_disk "user-$alice.slice" governor.slice governor-tasks.service)
 echo "changed on disk with sessions governed: ${warned:-none}"
 [ -z "$warned" ] || fail "systemctl status says changed on disk: $warned"
-echo "== systemctl daemon-reload keeps alice's limits"
+section "systemctl daemon-reload keeps alice's limits"
 before="$(cat $slice/cpu.max) $(cat $slice/memory.max)"
 systemctl daemon-reload
 sleep 1
@@ -119,7 +119,7 @@ back_within() {
     fi
 }
 
-echo "== gov-carol, in no group, holds the daemon's old lock paths (issue 31.7)"
+section "gov-carol, in no group, holds the daemon's old lock paths (issue 31.7)"
 # The cgroup root's directory, and the 0644 sessions.lock a daemon before the fix left in the
 # registry (made here as it left it): both were locks, and any user could hold them.
 root_dir=$($gov status --json | $py -c 'import json,sys; print(json.load(sys.stdin)["daemon"]["cgroup_root"])')
@@ -136,14 +136,14 @@ for lock in /run/governor/locks/*.lock; do
     if runuser -u gov-carol -- flock -n "$lock" true 2>/dev/null; then fail "gov-carol can hold $lock"; fi
 done
 
-echo "== systemctl restart governor"
+section "systemctl restart governor"
 pid=$(systemctl show -p MainPID --value governor)
 systemctl restart --no-block governor
 back_within 30 "$pid" "systemctl restart governor (old lock paths held by a user)"
 wait_for 60 "the login session re-adopted" status_has "$login_task"
 alive && echo "systemctl restart governor: burners killed 0" || fail "restart killed a burner"
 
-echo "== kill -9 the daemon"
+section "kill -9 the daemon"
 pid=$(systemctl show -p MainPID --value governor)
 kill -9 "$pid"
 back_within 30 "$pid" "kill -9 MainPID (old lock paths held by a user)"
@@ -151,7 +151,7 @@ wait_for 60 "the login session re-adopted" status_has "$login_task"
 alive && echo "kill -9 MainPID: burners killed 0" || fail "kill -9 of the daemon killed a burner"
 loginctl session-status "$session" --no-pager | grep -q "$burner" || fail "after the restarts loginctl no longer lists the burner"
 
-echo "== bob logs in after the restarts: his login is governed"
+section "bob logs in after the restarts: his login is governed"
 su -l gov-bob -c 'exec sleep 600' </dev/null >/dev/null 2>&1 &
 bob_login='[t for t in s["groups"].get("B", {}).get("tasks", []) if t["id"] == "login-'$bob'"]'
 bob_slice=/sys/fs/cgroup/user.slice/user-$bob.slice
@@ -162,12 +162,12 @@ fi
 pkill -u gov-bob -x sleep || true
 pkill -u gov-carol -x sleep || true
 
-echo "== alice logs out"
+section "alice logs out"
 loginctl terminate-session "$session"
 wait_for 90 "alice's login session to end in governor status" status_has "not $login_task" \
     && echo "logout: the login session ended"
 
-echo "== alice logs in again; governor is uninstalled: her login session's limits are reset"
+section "alice logs in again; governor is uninstalled: her login session's limits are reset"
 su -l gov-alice -c 'exec sh -c "while :; do :; done"' </dev/null >/dev/null 2>&1 &
 wait_for 60 "alice's second login session" status_has "$login_task" || die "not governed again"
 [ "$(cut -d' ' -f1 $slice/cpu.max)" != max ] || fail "alice's slice has no governor limit before the uninstall"
