@@ -10,7 +10,10 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-import orjson
+try:
+    import orjson
+except ImportError:  # no wheel for this Python (a new CPython, an offline image): the standard library's line
+    orjson = None
 
 from governor.core import vocabulary
 from governor.core.model import Allocation
@@ -224,7 +227,8 @@ class StatusReply(WireStatusReply):
     the event loop: a status of 10,000 tasks (5 MB) took the standard library 51 ms with the JSON
     of every task entry kept from the last, 108 ms with none; orjson, with the check below,
     14.5 and 38 ms (a loaded 2-core host). Where orjson cannot encode it (a lone surrogate in a
-    name, an integer beyond 64 bits), the standard library does, as ``ok`` would. The line
+    name, an integer beyond 64 bits), or is not installed (pip may find no wheel of it for a new
+    CPython or an offline host), the standard library does, as ``ok`` would. The line
     is the same but for how some floats are spelled (orjson writes 1e-05 as 0.00001): the
     same numbers, and `governor status --json` prints the same text.
 
@@ -260,9 +264,12 @@ class StatusReply(WireStatusReply):
                 _require_finite(group, skip="tasks")
             _require_finite(status, skip="groups")
             payload = {"ok": True, "status": status}
-            try:
-                self._line = orjson.dumps(payload, option=orjson.OPT_APPEND_NEWLINE)
-            except TypeError:  # orjson.JSONEncodeError: what the standard library encodes or refuses alone
+            if orjson is not None:
+                try:
+                    self._line = orjson.dumps(payload, option=orjson.OPT_APPEND_NEWLINE)
+                except TypeError:  # orjson.JSONEncodeError: what the standard library encodes or refuses alone
+                    pass
+            if self._line is None:
                 self._line = as_line(encode_json(payload))
             self._checked.clear()
             self._checked.update(fresh)

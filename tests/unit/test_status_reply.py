@@ -83,3 +83,11 @@ def test_nan_and_infinity_anywhere_are_refused_as_ok_refuses_them(status):
 def test_nan_is_refused_as_ok_refuses_it():
     with pytest.raises(ValueError):
         StatusReply({"groups": {"A": {"tasks": [{"usage": float("nan")}]}}}, {}).encoded()
+
+
+@given(STATUS)
+def test_without_orjson_the_line_is_what_ok_writes(status):
+    # A host whose Python has no orjson wheel (the GPU check's image: CPython 3.12, offline).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("governor.wire.status.orjson", None)
+        assert StatusReply(status, {}).encoded() == ok({"status": status})
