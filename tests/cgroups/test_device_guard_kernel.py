@@ -4,8 +4,8 @@ take the denial back, and the guard is found by its name and taken off (the node
 ``ENXIO``, no driver). Never on the host's real ``user.slice`` nor a root cgroup: the parent is
 ``governor-test-<random>/user.slice`` under the hierarchy's root.
 
-The stand-in node has a char major in 240–254 that no driver registered (``/proc/devices``), made
-with mknod in a scratch directory: allowed, it opens nothing (``ENXIO``); denied, ``EPERM``.
+The stand-in node has a local char major (60–63, 120–127, 240–254) that no driver registered
+(``/proc/devices``), made with mknod in a scratch directory: allowed, it opens nothing (``ENXIO``); denied, ``EPERM``.
 v2 runs on any cgroup2 mount: the VM's ``/sys/fs/cgroup``, or a hybrid host's ``unified``.
 """
 

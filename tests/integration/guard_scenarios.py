@@ -2,8 +2,8 @@
 stand-in login parent ``governor-test-<random>/user.slice`` under the hierarchy's root (never
 the host's ``user.slice``), guarded by a sessions-on daemon whose ``gpu_guard_parents`` names
 it. A process of a governed user started there opens the stand-in GPU node (a char major in
-240–254 no driver holds: ``ENXIO`` allowed, ``EPERM`` denied) as its first act: 0 of 20
-succeed, moved into its session yet or not. A reload to ``gpu_guard = "tasks"`` takes the
+60–63, 120–127 or 240–254 no driver holds: ``ENXIO`` allowed, ``EPERM`` denied) as its first
+act: 0 of 20 succeed, moved into its session yet or not. A reload to ``gpu_guard = "tasks"`` takes the
 guard off, one back puts it on again. Once the daemon stops cleanly the guard is gone.
 Shared by the v1 (native, ``devices.deny``) and v2 (VM, a BPF program) modules."""
 
@@ -56,7 +56,7 @@ def login_parent() -> Iterator[tuple[Path, Path, str]]:
     major = free_major()
     if major is None:
         import pytest
-        pytest.skip("every char major in 240–254 is a driver's here")
+        pytest.skip("every local/experimental char major (60-63, 120-127, 240-254) is a driver's here")
     created = False
     try:
         pwd.getpwnam(USER)

@@ -3,9 +3,9 @@ tests/cgroups (the device program, ``devices.deny``) and tests/integration (the 
 scenario). Importable as ``support.device_nodes`` (tests/ is on ``sys.path`` through its conftest).
 
 A stand-in is a character node on a major number no driver holds here: one of the majors
-Documentation/admin-guide/devices.txt keeps for local and experimental use (240–254) that
-``/proc/devices`` does not list. An open the device cgroup lets through then reaches no driver
-(``ENXIO``) and one it refuses gives ``EPERM``, on a host with a real NVIDIA driver too (whose
+Documentation/admin-guide/devices.txt keeps for local and experimental use (60–63, 120–127,
+240–254) that ``/proc/devices`` does not list. An open the device cgroup lets through then
+reaches no driver (``ENXIO``) and one it refuses gives ``EPERM``, on a host with a real NVIDIA driver too (whose
 nodes, 195:N, would open). Their minors are 0, 1, …: governor tells CUDA a listed node that NVML
 does not know (any major but NVIDIA's 195) by its minor number.
 """
@@ -47,9 +47,10 @@ def outcomes(line: str) -> dict[str, str]:
     return {node: errno_name(outcome) for node, outcome in json.loads(line).items()}
 
 
-# From 240 up: the kernel hands out dynamic majors from 254 down (fs/char_dev.c), so these are
-# the least likely to be taken.
-LOCAL_MAJORS = range(240, 255)
+# 60-63 and 120-127 first: the kernel hands out dynamic majors from 254 down to 234 (fs/char_dev.c),
+# and on a GPU host NVIDIA's uvm and caps drivers and others take every one of 240-254 (an H200 host
+# did: the stand-in tests skipped there).
+LOCAL_MAJORS = [*range(60, 64), *range(120, 128), *range(240, 255)]
 
 
 def char_majors(proc_devices: Path = Path("/proc/devices")) -> set[int]:
@@ -60,7 +61,8 @@ def char_majors(proc_devices: Path = Path("/proc/devices")) -> set[int]:
 
 
 def free_major() -> int | None:
-    """A local/experimental character major (240–254) no driver holds here, or None."""
+    """A local/experimental character major (60–63, 120–127, 240–254) no driver holds here, or
+    None."""
     taken = char_majors()
     return next((major for major in LOCAL_MAJORS if major not in taken), None)
 
@@ -105,7 +107,7 @@ def stand_in_nodes(tmp_path: Path, count: int = 2) -> Iterator[tuple[int, list[s
     without a free major too."""
     major = free_major()
     if major is None:
-        pytest.skip("every local/experimental character major (240-254) is held by a driver here "
-                    "(/proc/devices): a stand-in node would reach it")
+        pytest.skip("every local/experimental character major (60-63, 120-127, 240-254) is held by a "
+                    "driver here (/proc/devices): a stand-in node would reach it")
     with device_nodes(tmp_path, [(major, minor) for minor in range(count)]) as paths:
         yield major, paths
