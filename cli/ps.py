@@ -51,7 +51,9 @@ def ps(everyone: bool, users: tuple[str, ...], groups: tuple[str, ...], ended: b
     from governor.cli import ps_plain
     from governor.cli.client import call, socket_path
     from governor.errors import ControlSocketError
+    from governor.wire.ps_types import EndedRecord, TaskRow, decode_rows
     from governor.wire.request_types import PsRequest
+    from governor.wire.status_json import MalformedStatus
 
     try:
         chosen = None if fields is None else ps_plain.parse_fields(fields, ended=ended)
@@ -66,14 +68,19 @@ def ps(everyone: bool, users: tuple[str, ...], groups: tuple[str, ...], ended: b
     if as_json:
         click.echo(json.dumps(rows))
         return
+    try:
+        rows = decode_rows(EndedRecord if ended else TaskRow, rows, key)
+    except MalformedStatus as error:  # a daemon's bug, or a hostile one
+        raise ControlSocketError(path, f"the daemon's ps reply {error}") from None
     plain = chosen is not None or noheader or not on_terminal()
     others = everyone or bool(users) or bool(groups)  # a user column: the rows may be others'
     if not rows and not plain:
         click.echo("no tasks ended lately" if ended else "no tasks running or queued")
         return
     if plain:
-        gpus = any(row.get("gpus") or (row.get("demand") or {}).get("gpu") for row in rows if isinstance(row, dict))
-        chosen = chosen or ps_plain.default_fields(ended=ended, users=others, gpus=gpus)
+        from governor.cli.ps_view import holds_gpus
+
+        chosen = chosen or ps_plain.default_fields(ended=ended, users=others, gpus=holds_gpus(rows))
         for line in ps_plain.lines(rows, chosen, now=time.time(), ended=ended, header=not noheader):
             click.echo(line)
         return

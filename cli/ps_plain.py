@@ -1,15 +1,19 @@
 """``governor ps`` for scripts: plain text columns, one line per task, never wrapped or cut.
 
 Used when the output is not a terminal, or with ``--format``/``--noheader`` (as squeue's). Pure:
-lines from the daemon's rows (docs/user.md: "governor ps"), ``now`` passed in.
+lines from the daemon's rows (docs/user.md: "governor ps"), typed (:mod:`governor.wire.ps_types`),
+``now`` passed in.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from governor.cli import view_common as view
-from governor.cli.ps_view import REASONS, amount_columns, ended_why, exit_words, part, triple
+from governor.cli.ps_view import REASONS, amount_columns, ended_ago, ended_why, exit_words, part, triple
 from governor.config import resources
 from governor.config.units import format_timespan
+from governor.wire.ps_types import EndedRecord, TaskRow
 
 # Each field: what it shows. Amounts as ps shows them; "-" where there is none.
 BEFORE_AMOUNTS = {
@@ -54,7 +58,7 @@ def _named(resource: str) -> tuple[str, ...]:
     return _vectors(resource)[1:] if resources.count(resource) else _vectors(resource)
 
 
-def _amount_cell(row: dict, field: str) -> str | None:
+def _amount_cell(row: TaskRow, field: str) -> str | None:
     """The cell of an amount field (``cpu``, ``cpu.used``) of ``row``, None for another field."""
     if field in amount_columns():
         return triple(row, field, _vectors(field)[0]).replace("—", "-")
@@ -89,7 +93,8 @@ def parse_fields(text: str, *, ended: bool) -> list[str]:
     return fields
 
 
-def lines(rows: list[dict], fields: list[str], *, now: float, ended: bool, header: bool = True) -> list[str]:
+def lines(rows: Sequence[TaskRow] | Sequence[EndedRecord], fields: list[str], *, now: float, ended: bool,
+          header: bool = True) -> list[str]:
     """``rows`` as aligned columns of ``fields`` (two spaces apart, the last unpadded), with a
     header line of the field names unless ``header`` is False (no line at all for no row and
     no header). A value is never cut: a column is as wide as its widest value."""
@@ -107,32 +112,32 @@ def _one_line(value: object) -> str:
     return text or "-"
 
 
-def _task_cell(row: dict, field: str, now: float) -> str:
+def _task_cell(row: TaskRow, field: str, now: float) -> str:
     cell = _amount_cell(row, field)
     if cell is not None:
         return cell
     if field == "age":
-        started = row.get("started") if row.get("state") == "running" else row.get("queued_at")
+        started = row.started if row.state == "running" else row.queued_at
         return "-" if started is None else view.duration(now - started).replace(" ", "")
     if field == "gpus":
-        return view.gpu_list(row.get("gpus")).replace("—", "-")
+        return view.gpu_list(row.gpus).replace("—", "-")
     if field == "processes":
-        return _one_line(row.get("processes_total"))
-    return _one_line(row.get(field))
+        return _one_line(row.processes_total)
+    return _one_line(getattr(row, field))  # one of BEFORE_AMOUNTS and AFTER_AMOUNTS: a row's field
 
 
-def _ended_cell(record: dict, field: str, now: float) -> str:
+def _ended_cell(record: EndedRecord, field: str, now: float) -> str:
     if field == "ended":
-        return view.duration(now - record.get("ended", now)).replace(" ", "")
+        return view.duration(ended_ago(record, now)).replace(" ", "")
     if field == "exit":
-        return exit_words(record.get("exit_status"))
+        return exit_words(record.exit_status)
     if field in ("wall", "cpu"):
-        seconds = record.get(f"{field}_s")
+        seconds = record.wall_s if field == "wall" else record.cpu_s
         return "-" if seconds is None else format_timespan(seconds).replace(" ", "")
     if field == "peak":
-        return view.amount("memory", record.get("memory_peak")).replace("—", "-")
+        return view.amount("memory", record.memory_peak).replace("—", "-")
     if field == "why":
         return ended_why(record)
     if field == "reason":
-        return _one_line(record.get("reason") if record.get("reason") in REASONS else None)
-    return _one_line(record.get(field))
+        return _one_line(record.reason if record.reason in REASONS else None)
+    return _one_line(getattr(record, field))  # id, name, group, user: a record's field

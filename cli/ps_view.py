@@ -1,11 +1,13 @@
 """``governor ps`` for people: one rich table of tasks (each with its process tree), or of
-ended tasks. Pure: renderables from the daemon's rows (docs/user.md: "governor ps"), ``now`` passed in.
+ended tasks. Pure: renderables from the daemon's rows (docs/user.md: "governor ps"), typed
+(:mod:`governor.wire.ps_types`), ``now`` passed in.
 """
 
 from __future__ import annotations
 
 import re
 import signal
+from collections.abc import Sequence
 
 from rich import box
 from rich.console import Group
@@ -16,13 +18,14 @@ from governor.config import resources
 from governor.cli import view_common as view
 from governor.cli.view_common import amount, duration
 from governor.config.units import format_timespan
+from governor.wire.ps_types import EndedRecord, ExitStatus, Process, TaskRow
 
 # Process lines shown under a task's name; the rest are counted (`--json` lists 32).
 TREE_LINES = 8
 REASONS = {"exit": "exited", "stop": "stopped", "time_limit": "time limit", "oom_kill": "OOM kill"}
 
 
-def tasks_table(rows: list[dict], *, now: float, users: bool) -> view.Fitted:
+def tasks_table(rows: Sequence[TaskRow], *, now: float, users: bool) -> view.Fitted:
     """Running then queued tasks: id, name with its process tree, group (and user with
     ``users``), state, age, cpu as guarantee / cap / use, memory as reserved / cap / use
     (:mod:`governor.core.vocabulary`), the GPUs it holds (``0,1``; ``wants 2`` while it waits; the
@@ -46,23 +49,23 @@ def amount_columns() -> list[str]:
     return [r.name for r in resources.RESOURCES if not r.family and resources.measured(r.name)]
 
 
-def _tasks_table(rows: list[dict], *, now: float, users: bool, width: int):
-    gpus = any(row.get("gpus") or (row.get("demand") or {}).get("gpu") for row in rows)
+def _tasks_table(rows: Sequence[TaskRow], *, now: float, users: bool, width: int):
+    gpus = holds_gpus(rows)
     columns = amount_columns()
     cells_of = []
     for row in rows:
-        started = row.get("started") if row.get("state") == "running" else row.get("queued_at")
-        state = row.get("state", "?")
-        if state == "queued" and row.get("position") is not None:
-            state = f"queued {row['position']}"
-        cells = [row.get("id", "?"), _name_and_tree(row), row.get("group", "?")]
+        started = row.started if row.state == "running" else row.queued_at
+        state = row.state
+        if state == "queued" and row.position is not None:
+            state = f"queued {row.position}"
+        cells = [row.id, _name_and_tree(row), _or_unknown(row.group)]
         if users:
-            cells.append(row.get("user", "?"))
+            cells.append(_or_unknown(row.user))
         cells += [state, "—" if started is None else duration(now - started),
                   *(triple(row, r, "guarantee" if resources.compressible(r) else "reserved") for r in columns)]
         if gpus:
             cells.append(_gpus(row))
-        cells_of.append(cells + [row.get("reason") or ""])
+        cells_of.append(cells + [row.reason or ""])
     headers = ["id", "name, processes", "group", *(["user"] if users else []), "state", "age", *columns,
                *(["gpus"] if gpus else [])]
     widest = {header: max([len(header)] + [max(map(len, str(cells[index]).splitlines() or [""]))
@@ -102,7 +105,7 @@ def _table_width(widths) -> int:
     return sum(widths) + 2 * len(widths)
 
 
-def ended_table(records: list[dict], *, now: float, users: bool) -> view.Fitted:
+def ended_table(records: Sequence[EndedRecord], *, now: float, users: bool) -> view.Fitted:
     """Ended tasks, latest last: id, name, group (and user), when and why it ended (and whether
     its caps held it back: throttled CPU time, memory over its soft cap), its exit code or the
     signal that ended it, its wall time, CPU time and memory peak. No value is cut or wrapped
@@ -116,16 +119,14 @@ def ended_table(records: list[dict], *, now: float, users: bool) -> view.Fitted:
 WHY_WIDTH = 20
 
 
-def _ended_table(records: list[dict], *, now: float, users: bool, width: int) -> Table:
-
+def _ended_table(records: Sequence[EndedRecord], *, now: float, users: bool, width: int) -> Table:
     rows = []
     for record in records:
-        cells = [record.get("id", "?"), record.get("name") or "—", record.get("group", "?")]
+        cells = [record.id, record.name or "—", _or_unknown(record.group)]
         if users:
-            cells.append(record.get("user", "?"))
-        cells += [f"{duration(now - record.get('ended', now))} ago", exit_words(record.get("exit_status")),
-                  _span(record.get("wall_s")), _span(record.get("cpu_s")),
-                  amount("memory", record.get("memory_peak")), ended_why(record)]
+            cells.append(_or_unknown(record.user))
+        cells += [f"{duration(ended_ago(record, now))} ago", exit_words(record.exit_status),
+                  _span(record.wall_s), _span(record.cpu_s), amount("memory", record.memory_peak), ended_why(record)]
         rows.append(cells)
     headers = ["id", "name", "group", *(["user"] if users else []), "ended", "exit", "wall", "cpu", "peak", "why"]
     widest = {header: max([len(header)] + [len(str(cells[index])) for cells in rows])
@@ -151,41 +152,55 @@ def _ended_table(records: list[dict], *, now: float, users: bool, width: int) ->
     return table
 
 
-def ended_why(record: dict) -> str:
+def ended_why(record: EndedRecord) -> str:
     """Why a task ended, in words, with what its caps did: ``time limit; CPU throttled 12s;
     memory over its soft cap 3×``."""
-    words = [REASONS.get(record.get("reason"), str(record.get("reason")))]
-    if record.get("stopped_by"):
-        words[0] += f" by {record['stopped_by']}"
-    if record.get("throttled_s"):
-        words.append(f"CPU throttled {format_timespan(record['throttled_s'])}")
-    if record.get("memory_high_events"):
-        words.append(f"memory over its soft cap {record['memory_high_events']}×")
+    words = [REASONS.get(record.reason, str(record.reason))]
+    if record.stopped_by:
+        words[0] += f" by {record.stopped_by}"
+    if record.throttled_s:
+        words.append(f"CPU throttled {format_timespan(record.throttled_s)}")
+    if record.memory_high_events:
+        words.append(f"memory over its soft cap {record.memory_high_events}×")
     return "; ".join(words)
 
 
-def triple(row: dict, resource: str, held: str) -> str:
+def ended_ago(record: EndedRecord, now: float) -> float:
+    """Seconds since ``record``'s task ended (0 where the daemon did not say when)."""
+    return 0.0 if record.ended is None else now - record.ended
+
+
+def holds_gpus(rows: Sequence[TaskRow] | Sequence[EndedRecord]) -> bool:
+    """Whether a task of ``rows`` holds GPUs or declared some: ``ps`` then shows a gpus column."""
+    return any(row.gpus or row.demand.get("gpu") for row in rows)
+
+
+def _or_unknown(value: str | None) -> str:
+    return "?" if value is None else value
+
+
+def triple(row: TaskRow, resource: str, held: str) -> str:
     """``row``'s amounts of ``resource`` in one cell, ``held`` (``guarantee`` or ``reserved``)
     / cap / use: ``1.5/2/1.98``, ``4G/4G/812M``."""
     return "/".join(part(row, resource, vector) for vector in (held, "demand", "usage"))
 
 
-def part(row: dict, resource: str, vector: str) -> str:
+def part(row: TaskRow, resource: str, vector: str) -> str:
     """One amount of ``row``: its ``vector`` (``guarantee``, ``reserved``, ``demand``: the cap,
     ``usage``) of ``resource``, ``—`` for none. "812M", not "812.0M", as three share a cell."""
-    return _TRAILING_ZERO.sub("", amount(resource, (row.get(vector) or {}).get(resource)))
+    return _TRAILING_ZERO.sub("", amount(resource, getattr(row, vector).get(resource)))
 
 
 _TRAILING_ZERO = re.compile(r"\.0(?=[KMGT]?$)")  # only a whole number's ".0": 1.05 stays 1.05
 
 
-def _gpus(row: dict) -> str:
+def _gpus(row: TaskRow) -> str:
     """The GPUs a task holds (``0,1``, ``0-3``), ``wants 2`` for a queued task that declared
     two, ``—`` for none."""
-    if row.get("gpus"):
-        return view.gpu_list(row["gpus"])
-    wanted = (row.get("demand") or {}).get("gpu")
-    if row.get("state") == "queued" and isinstance(wanted, (int, float)) and wanted > 0:
+    if row.gpus:
+        return view.gpu_list(row.gpus)
+    wanted = row.demand.get("gpu")
+    if row.state == "queued" and wanted is not None and wanted > 0:
         return f"wants {view.number(wanted)}"
     return "—"
 
@@ -194,49 +209,48 @@ def _span(seconds: float | None) -> str:
     return "—" if seconds is None else format_timespan(seconds)
 
 
-def _name_and_tree(row: dict) -> Text:
+def _name_and_tree(row: TaskRow) -> Text:
     """The task's name, then its processes as an indented tree (by parent pid)."""
-    text = Text(row.get("name") or "—", style="bold")
-    lines = process_tree(row.get("processes") or [])
+    text = Text(row.name or "—", style="bold")
+    lines = process_tree(row.processes)
     for line in lines[:TREE_LINES]:
         text.append("\n" + line)
-    total = row.get("processes_total", len(lines))
-    if total is None:  # past the trees one reply lists (governor.wire.ps.TREES_LISTED)
+    if row.processes_total is None:  # past the trees one reply lists (governor.wire.ps.TREES_LISTED)
         text.append("\n(processes not listed: governor ps shows your own)")
         return text
-    hidden = int(total) - min(len(lines), TREE_LINES)
+    hidden = max(row.processes_total, len(lines)) - min(len(lines), TREE_LINES)
     if hidden > 0:
         text.append(f"\n… {hidden} more")
     return text
 
 
-def process_tree(processes: list[dict]) -> list[str]:
+def process_tree(processes: Sequence[Process]) -> list[str]:
     """``1234 make`` lines, a child indented two spaces below its parent; processes whose
     parent is not in the task start at the left."""
-    pids = {p.get("pid") for p in processes}
-    children: dict[object, list[dict]] = {}
-    for process in sorted(processes, key=lambda p: p.get("pid", 0)):
-        parent = process.get("ppid") if process.get("ppid") in pids else None
+    pids = {p.pid for p in processes}
+    children: dict[int | None, list[Process]] = {}
+    for process in sorted(processes, key=lambda p: p.pid):
+        parent = process.ppid if process.ppid in pids else None
         children.setdefault(parent, []).append(process)
     lines: list[str] = []
     stack = [(p, 0) for p in reversed(children.get(None, []))]
     while stack:
         process, depth = stack.pop()
-        lines.append(f"{'  ' * depth}{process.get('pid')} {process.get('name', '?')}")
-        stack += [(child, depth + 1) for child in reversed(children.get(process.get("pid"), []))]
+        lines.append(f"{'  ' * depth}{process.pid} {_or_unknown(process.name)}")
+        stack += [(child, depth + 1) for child in reversed(children.get(process.pid, []))]
     return lines
 
 
-def exit_words(status: object) -> str:
+def exit_words(status: ExitStatus | None) -> str:
     """An ended task's ``exit_status`` in a cell: its exit code (``127``), or the signal that
     ended it (``SIGKILL``, ``SIGSEGV+core`` where it dumped core); ``-`` where the daemon does
     not know it (Linux before 6.15, sessions, re-adopted tasks)."""
-    if not isinstance(status, dict):
+    if status is None:
         return "-"
-    if status.get("code") == "exited" and isinstance(status.get("status"), int):
-        return str(status["status"])
-    name = str(status.get("signal") or "?")
+    if status.code == "exited" and status.status is not None:
+        return str(status.status)
+    name = status.signal or "?"
     name = name if name.startswith("SIG") else f"SIG{name}"
     if name not in signal.Signals.__members__ and not name[3:].isdigit():
         name = "SIG?"  # from a hostile daemon: only a signal's name reaches the terminal
-    return name + ("+core" if status.get("code") == "dumped" else "")
+    return name + ("+core" if status.code == "dumped" else "")

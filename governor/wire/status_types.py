@@ -18,14 +18,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 __all__ = ["DaemonInfo", "Event", "Filling", "FillingError", "ForeignTenant", "Gpu", "GpuGuard", "Group", "Psi",
-           "QueueItem", "Status", "TaskEntry"]
+           "QueueItem", "Status", "TaskEntry", "TaskFields"]
 
 Vector = Mapping[str, float]  # resource → amount (cores, bytes, bytes/s, whole devices)
 # resource (cpu, memory, io) → kind (some, full) → avg10 (percent of the last 10 s), total (seconds)
 Stall = Mapping[str, Mapping[str, Mapping[str, float]]]
 
 
-def _empty(**metadata) -> Mapping:
+def empty(**metadata) -> Mapping:
     """A mapping field's default: empty."""
     return field(default_factory=dict, metadata=metadata)
 
@@ -36,12 +36,10 @@ def _omit(value: object) -> dict:
 
 
 @dataclass(frozen=True, slots=True)
-class TaskEntry:
-    """A running task (or a user's session) in its group: what it declared (``demand``: its
-    cap), the limits the kernel accepted for its cgroup (file → value), what it ``reserved``
-    in the admission count, its measured ``usage``, throttling signs (``pressure``) and
-    ``stall`` (PSI). ``pid`` None, ``command`` empty and ``private`` True: another user's task
-    (:mod:`governor.wire.visibility`)."""
+class TaskFields:
+    """What every view of a task shares (:meth:`governor.core.state.Task.to_json`): a status's
+    task entry, a ``ps`` row and an ended record (:mod:`governor.wire.ps_types`) each begin so.
+    ``pid`` None and ``command`` empty: another user's task (:mod:`governor.wire.visibility`)."""
 
     id: str
     name: str | None = None
@@ -54,13 +52,22 @@ class TaskEntry:
     command_cut: int = 0
     started: float | None = None
     time_limit: float | None = None
-    demand: Vector = _empty()
+    demand: Vector = empty()
     gpus: tuple[int, ...] = ()
-    limits: Mapping[str, object] = _empty()
-    reserved: Vector = _empty()
-    usage: Vector = _empty()
-    pressure: Vector = _empty()
-    stall: Stall = _empty()
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEntry(TaskFields):
+    """A running task (or a user's session) in its group: what it declared (``demand``: its
+    cap), the limits the kernel accepted for its cgroup (file → value), what it ``reserved``
+    in the admission count, its measured ``usage``, throttling signs (``pressure``) and
+    ``stall`` (PSI). ``private`` True: another user's task (:mod:`governor.wire.visibility`)."""
+
+    limits: Mapping[str, object] = empty()
+    reserved: Vector = empty()
+    usage: Vector = empty()
+    pressure: Vector = empty()
+    stall: Stall = empty()
     private: bool = field(default=False, metadata=_omit(False))
 
     @property
@@ -80,7 +87,7 @@ class Group:
     ``past_use`` (capacity-seconds) with ``[fairshare]``."""
 
     weight: float = 1.0
-    allocation: Vector = _empty()
+    allocation: Vector = empty()
     dominant_resources: tuple[str, ...] = ()
     dominant_share: float = 0.0
     stop: str = ""
@@ -88,15 +95,15 @@ class Group:
     floor: float | None = None
     members: tuple[str, ...] = ()
     idle: bool = False
-    demand: Vector = _empty()
-    guarantee: Vector = _empty()
-    reserved: Vector = _empty()
+    demand: Vector = empty()
+    guarantee: Vector = empty()
+    reserved: Vector = empty()
     lambda_: float = 0.0
-    limits: Mapping[str, object] = _empty()
-    usage: Vector = _empty()
-    borrowed: Vector = _empty()
-    pressure: Vector = _empty()
-    stall: Stall = _empty()
+    limits: Mapping[str, object] = empty()
+    usage: Vector = empty()
+    borrowed: Vector = empty()
+    pressure: Vector = empty()
+    stall: Stall = empty()
     tasks: tuple[TaskEntry, ...] = ()
     accounts: int | None = field(default=None, metadata=_omit(None))
     parent: str | None = None
@@ -117,10 +124,10 @@ class QueueItem:
     user: str | None = None
     uid: int | None = None
     command: tuple[str, ...] = ()
-    demand: Vector = _empty()
+    demand: Vector = empty()
     queued_at: float | None = None
     position: int | None = None
-    waits: Mapping[str, object] = _empty(spread=("waiting_for", "held_by"))
+    waits: Mapping[str, object] = empty(spread=("waiting_for", "held_by"))
     reserved_for: str | None = None
     limited_by: str | None = None
     reason: str | None = None
@@ -160,7 +167,7 @@ class DaemonInfo:
     cgroup_mode: str | None = None
     cgroup_root: str | None = None
     config: str | None = None
-    io_sharing: Mapping[str, str] = _empty()
+    io_sharing: Mapping[str, str] = empty()
     cpu_saturated: bool = False
     settle_generation: int | None = None
     gpu_guard: GpuGuard | None = field(default=None, metadata=_omit(None))
@@ -208,7 +215,7 @@ class ForeignTenant:
 
     path: str | None = None
     manager: str | None = None
-    held: Vector = _empty()
+    held: Vector = empty()
     basis: str | None = None
 
 
@@ -248,17 +255,17 @@ class Status:
     ``gpus``."""
 
     daemon: DaemonInfo = DaemonInfo()
-    capacity: Vector = _empty()
-    caps: Mapping[str, int] = _empty()
-    host_capacity: Vector = _empty()
-    foreign: Mapping[str, ForeignTenant] = _empty()
-    guaranteed: Vector = _empty()
-    reserved: Vector = _empty()
-    used: Vector = _empty()
+    capacity: Vector = empty()
+    caps: Mapping[str, int] = empty()
+    host_capacity: Vector = empty()
+    foreign: Mapping[str, ForeignTenant] = empty()
+    guaranteed: Vector = empty()
+    reserved: Vector = empty()
+    used: Vector = empty()
     filling: Filling = Filling()
     fair_level: float = 0.0
     events: tuple[Event, ...] = ()
-    groups: Mapping[str, Group] = _empty()
+    groups: Mapping[str, Group] = empty()
     queue: tuple[QueueItem, ...] = ()
     psi: Psi = Psi()
     gpus: tuple[Gpu, ...] | None = field(default=None, metadata=_omit(None))

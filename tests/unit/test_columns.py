@@ -19,6 +19,7 @@ from governor.cli.top_view import top_view
 from support.status_sample import NOW, STATUS
 from support.task_rows import ENDED, ROWS
 from governor.wire.status_json import decode
+from governor.wire.ps_types import EndedRecord, TaskRow, decode_rows
 
 LONG_USER = "alexandrina-montgomery"  # a long user name: shown whole (wrapped), never "alex…"
 EXPLAIN = {"capacity": {"cpu": 16, "memory": 64 * 1024**3},
@@ -43,8 +44,8 @@ def views(width: int):
     state = TopState(status=decode(copy.deepcopy(STATUS)), received=NOW)
     press(state, "enter")
     return {
-        "ps": [tasks_table(rows, now=1100.0, users=True)],
-        "ps --ended": [ended_table(ENDED, now=1000.0, users=True)],
+        "ps": [tasks_table(decode_rows(TaskRow, rows, "tasks"), now=1100.0, users=True)],
+        "ps --ended": [ended_table(decode_rows(EndedRecord, ENDED, "ended"), now=1000.0, users=True)],
         "status": status_renderables(decode(STATUS), now=NOW),
         "top": [top_view(state, width=width, height=50, now=NOW)],
         "explain": explain_renderables(EXPLAIN, now=NOW),
@@ -77,7 +78,7 @@ def test_no_view_cuts_a_number_with_gpus_governed(width, terminal):
     rows[1]["gpus"], rows[1]["demand"]["gpu"] = [], 2
     state = TopState(status=decode(copy.deepcopy(status)), received=NOW)
     press(state, "enter")
-    for name, renderables in {"ps": [tasks_table(rows, now=1100.0, users=True)],
+    for name, renderables in {"ps": [tasks_table(decode_rows(TaskRow, rows, "tasks"), now=1100.0, users=True)],
                               "status": status_renderables(decode(status), now=NOW),
                               "top": [top_view(state, width=width, height=50, now=NOW)]}.items():
         text = rendered(renderables, width, terminal)

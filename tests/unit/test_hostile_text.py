@@ -21,6 +21,7 @@ from governor.cli.top_view import top_view
 from governor.wire.protocol import ExplainRequest, Peer, PsRequest, StatusRequest
 from support.daemons import GIB, launch, on_loop
 from governor.wire.status_json import decode
+from governor.wire.ps_types import EndedRecord, TaskRow, decode_rows
 
 HOSTILE = ["[/oops]", "[bold red]x[/]", "\x1b]0;PWNED\x1b\\", "\x1b[8m", "\x9b31m", "\u202eevil", ":smile:",
            "tab\there", "bell\x07"]
@@ -50,7 +51,8 @@ def test_every_view_shows_hostile_text_as_text(daemon, width):  # noqa: F811
     state = TopState(status=decode(status), received=0.0)
     press(state, "enter")  # the group expanded: its tasks' command lines shown
     text = rendered(*status_renderables(decode(status), now=0.0), top_view(state, width=width, height=60, now=0.0),
-                    tasks_table(running, now=0.0, users=True), ended_table(ended, now=0.0, users=True),
+                    tasks_table(decode_rows(TaskRow, running, "tasks"), now=0.0, users=True),
+                    ended_table(decode_rows(EndedRecord, ended, "ended"), now=0.0, users=True),
                     *explain_renderables(explain, now=0.0), width=width)
     text += line(" ".join(HOSTILE))  # an error line (click.echo: no rich) quoting another user's input
     assert "\x1b" not in text and "\x9b" not in text and "\u202e" not in text and "\x07" not in text

@@ -26,6 +26,7 @@ from governor.wire.protocol import ExplainRequest, Peer, PsRequest, StatusReques
 from governor.config.resources import format_amount
 from support.daemons import GIB, launch, make_daemon, on_loop
 from governor.wire.status_json import decode
+from governor.wire.ps_types import TaskRow, decode_rows
 
 CONFIG = """
 [capacity]
@@ -97,7 +98,7 @@ def test_every_view_shows_the_same_floor_guarantee_reserved_and_cap(daemon):
     press(state, "enter")  # A expanded
     status_text = rendered(*status_renderables(decode(status), now=0.0))
     top_text = rendered(top_view(state, width=200, height=60, now=0.0))
-    ps_text = rendered(tasks_table(list(rows.values()), now=0.0, users=True))
+    ps_text = rendered(tasks_table(decode_rows(TaskRow, list(rows.values()), "tasks"), now=0.0, users=True))
     explain_text = rendered(*explain_renderables(explain, now=0.0))
     assert "guaranteed" in status_text and "reserved" in status_text
     assert "20.0%" in status_text and "50.0%" in status_text  # floors

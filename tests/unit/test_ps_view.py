@@ -14,13 +14,14 @@ from governor.cli.ps_view import tasks_table
 from governor.wire.ps import task_rows
 from governor.core.queue import Entry
 from governor.core.state import Task
+from governor.wire.ps_types import TaskRow, decode_rows
 
 G = 1024**3
 
 
 def render(rows: list[dict], width: int) -> str:
     console = Console(file=io.StringIO(), width=width, color_system=None)
-    console.print(tasks_table(rows, now=1100.0, users=True))
+    console.print(tasks_table(decode_rows(TaskRow, rows, "tasks"), now=1100.0, users=True))
     return console.file.getvalue()
 
 

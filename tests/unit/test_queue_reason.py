@@ -20,6 +20,7 @@ from governor.errors import RequestError
 from governor.wire.metrics import Metrics
 from governor.wire.protocol import LaunchRequest, Peer, PsRequest
 from governor.wire.status_json import decode
+from governor.wire.ps_types import TaskRow, decode_rows
 
 # A member's CPU user_limit holds their queued tasks (before: `--no-wait` said "memory: its
 # turn" for the second, `status` and `explain` "its turn" / "held by —").
@@ -72,7 +73,7 @@ def test_one_queued_snapshot_reads_the_same_in_every_view(tmp_path):
     assert reason in text(status_renderables(decode(snapshot), now=entry["queued_at"]))
     assert reason in text(explain_renderables(explained, now=entry["queued_at"]))
     [row] = [row for row in listed["tasks"] if row["state"] == "queued"]
-    assert row["reason"] == reason and reason in text(tasks_table(listed["tasks"], now=entry["queued_at"], users=True))
+    assert row["reason"] == reason and reason in text(tasks_table(decode_rows(TaskRow, listed["tasks"], "tasks"), now=entry["queued_at"], users=True))
     assert reason in text(top_view(TopState(status=decode(snapshot)), width=400, height=60, now=entry["queued_at"]))
     metrics = generate_latest(Metrics(lambda: decode(snapshot)).registry).decode()
     [sample] = [s for family in text_string_to_metric_families(metrics) for s in family.samples

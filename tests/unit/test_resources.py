@@ -29,6 +29,7 @@ from governor.wire.protocol import LaunchRequest, Peer, parse_request
 from governor.config.resources import RESOURCES, ResourceKind, compressible, find, governed
 from governor.config.tomlcheck import number
 from governor.wire.status_json import decode
+from governor.wire.ps_types import TaskRow, decode_rows
 
 # A site's software licenses, 3 of them, counted at the door as memory is.
 LICENSES = find("memory")._replace(name="licenses", unit="licenses", flag="--licenses", metavar="N",
@@ -134,7 +135,7 @@ def test_ps_shows_a_stand_in_as_it_shows_memory(licenses):
     rows = copy.deepcopy(ROWS)
     rows[0]["demand"]["licenses"] = rows[0]["reserved"]["licenses"] = 2
     console = Console(file=io.StringIO(), width=200, color_system=None)
-    console.print(tasks_table(rows, now=1100.0, users=True))
+    console.print(tasks_table(decode_rows(TaskRow, rows, "tasks"), now=1100.0, users=True))
     text = console.file.getvalue()
     header = next(line.split() for line in text.splitlines() if line.split()[:1] == ["id"])
     assert header[-5:] == ["cpu", "memory", "pids", "licenses", "reason"]
@@ -175,4 +176,4 @@ def test_piped_ps_shows_a_stand_in_as_the_table_does(licenses):
     fields = ps_plain.default_fields(ended=False, users=False, gpus=False)
     assert fields[-5:] == ["cpu", "memory", "pids", "licenses", "reason"]
     chosen = ps_plain.parse_fields("id,licenses", ended=False)
-    assert ps_plain.lines(rows, chosen, now=1100.0, ended=False)[1].split()[1] == "2/2/-"
+    assert ps_plain.lines(decode_rows(TaskRow, rows, "tasks"), chosen, now=1100.0, ended=False)[1].split()[1] == "2/2/-"

@@ -17,6 +17,7 @@ from governor.cli.ps_view import process_tree
 from governor.cli.summary import summary_lines
 from governor.errors import RequestError
 from governor.wire.protocol import LaunchRequest, PsRequest, StopRequest
+from governor.wire.ps_types import TaskRow, decode_rows
 
 
 class TasksDaemon(FakeDaemon):
@@ -69,7 +70,7 @@ def test_ps_shows_each_task_with_its_process_tree_at_80_columns(tasks_daemon, mo
 
 
 def test_process_tree_indents_children_below_their_parent():
-    assert process_tree(ROWS[0]["processes"]) == ["4100 make", "  4101 sh", "    4103 ld", "  4102 cc1"]
+    assert process_tree(decode_rows(TaskRow, ROWS, "tasks")[0].processes) == ["4100 make", "  4101 sh", "    4103 ld", "  4102 cc1"]
 
 
 def test_ps_ended_says_why_each_task_ended(tasks_daemon, monkeypatch):
@@ -221,9 +222,8 @@ def test_an_unknown_task_is_one_line_without_a_group_hint(tasks_daemon):
 def test_ps_cells_drop_only_a_whole_numbers_point_zero():
     from governor.cli.ps_view import triple
 
-    row = {"guarantee": {"cpu": 1.05, "memory": 2 << 30}, "demand": {"cpu": 2.0, "memory": 2 << 30},
-           "usage": {"cpu": 0.07, "memory": 812 << 20}}
-    row["reserved"] = {"memory": 2 << 30}
+    row = TaskRow("1", guarantee={"cpu": 1.05, "memory": 2 << 30}, demand={"cpu": 2.0, "memory": 2 << 30},
+                  usage={"cpu": 0.07, "memory": 812 << 20}, reserved={"memory": 2 << 30})
     assert (triple(row, "cpu", "guarantee"), triple(row, "memory", "reserved")) == ("1.05/2/0.07", "2G/2G/812M")
 
 
@@ -312,6 +312,24 @@ def test_ps_ended_shows_the_exit_code_or_the_signal(tasks_daemon, monkeypatch):
     assert len(rows) == 4 and all(exits[cells[0]] in cells[1:] for cells in rows), table
     everyone = CliRunner(env={"COLUMNS": "80"}).invoke(main, ["ps", "--ended", "--all"]).output
     assert "why" in everyone.splitlines()[1].split() and "OOM kill" in everyone, everyone  # rich dropped it
+
+
+@pytest.mark.parametrize("ended, row, said", [
+    (False, 5, "tasks[0]: must be an object, got an integer"),
+    (False, {"id": "1", "demand": [1]}, "tasks[0].demand: must be an object, got an array"),
+    (False, {"id": "1", "processes": [1, 2]}, "tasks[0].processes[0]: must be an object, got an integer"),
+    (True, {"id": "1", "ended": "yesterday"}, "ended[0].ended: must be a number, got a string"),
+    (True, {"id": "1", "exit_status": "x"}, "ended[0].exit_status: must be an object, got a string")])
+@pytest.mark.parametrize("terminal", [True, False])
+def test_a_malformed_ps_row_is_one_line_naming_the_field(tasks_daemon, monkeypatch, ended, row, said, terminal):
+    # Each was a traceback (AttributeError, TypeError) in the table or the plain columns: the
+    # rows are typed now (governor.wire.ps_types), decoded before any view reads them.
+    tasks_daemon.rows = tasks_daemon.ended = [row]
+    monkeypatch.setattr("governor.cli.ps.on_terminal", lambda: terminal)
+    result = CliRunner().invoke(main, ["ps", *(["--ended"] if ended else [])])
+    assert (result.exit_code, result.output.count("\n")) == (1, 1), result.output
+    assert f"the daemon's ps reply has a malformed {said}" in result.output
+    assert CliRunner().invoke(main, ["ps", "--json", *(["--ended"] if ended else [])]).output == json.dumps([row]) + "\n"
 
 
 @pytest.mark.parametrize("args", [["stop", "abc"], ["stop", "7", "abc"], ["explain", "abc"]])
