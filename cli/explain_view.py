@@ -1,5 +1,6 @@
 """``governor explain`` views: why each group's share stopped growing, then the host's filling
-step by step. Pure: the daemon's ``explain`` object in, rich renderables out.
+step by step. Pure: the daemon's ``explain`` object in (read typed:
+:mod:`governor.wire.explain_types`), rich renderables out.
 
 The object (amounts in base units: cores, bytes, bytes/s; shares are fractions of the host)::
 
@@ -39,8 +40,8 @@ from governor.cli.render import filling_table
 from governor.cli.status_view import queue_table
 from governor.cli.view_common import tree_order
 from governor.core.model import TraceRow
-from governor.wire.status_json import decode_part
-from governor.wire.status_types import Psi, Status
+from governor.wire.explain_types import Configured, Explain, ExplainGroup, Standing, decode_explain
+from governor.wire.status_types import Psi
 
 
 def explain_renderables(explain: dict, group: str | None = None, *, now: float) -> list[RenderableType]:
@@ -54,34 +55,31 @@ def explain_renderables(explain: dict, group: str | None = None, *, now: float) 
     Args:
         now: the current Unix time in seconds, for how long queued tasks have waited (passed in
             so tests own the clock).
+
+    Raises:
+        MalformedStatus: a field of ``explain`` is not of its type (named ``explain.groups.A.weight``…).
     """
-    explain = view.printable(explain)
-    shared = _shared_parts(explain)
-    capacity = explain.get("capacity", {})
-    groups = explain.get("groups", {})
-    configured = explain.get("configured") or {}
+    explain = decode_explain(view.printable(explain))
+    capacity, groups, configured = explain.capacity, dict(explain.groups), explain.configured
     header = Text("Capacity: ", style="bold")
     header.append(" · ".join(f"{view.label(r)} {view.amount(r, v, unit=True)}" for r, v in capacity.items()) or "—")
-    foreign = view.foreign_line(shared.foreign, shared.host_capacity)
+    foreign = view.foreign_line(explain.foreign, explain.host_capacity)
     if foreign:
         header.append(f"\n{foreign}")
-    nodes = explain.get("nodes") or {}
-    parents = explain.get("parents") or {}
+    nodes, parents = explain.nodes, explain.parents
     if nodes:  # a group tree: each internal group above its children, the way H-DRF fills
-        groups = {name: {**nodes[name], "internal": True} if name in nodes else groups[name]
-                  for _, name in tree_order([*nodes, *groups], parents)}
+        groups = {name: nodes[name] if name in nodes else groups[name] for _, name in tree_order([*nodes, *groups], parents)}
     shown = [group] if group is not None else [*groups, *(g for g in configured if g not in groups)]
-    idle = {name: _about(configured[name]) for name in shown if name not in groups and name in configured}
+    idle = {name: configured[name] for name in shown if name not in groups and name in configured}
     depth = dict((name, level) for level, name in tree_order(list(shown), parents)) if parents else {}
     renderables: list[RenderableType] = [
-        header, reasons({name: groups[name] for name in shown if name in groups}, idle, depth)]
-    renderables += stalls_lines(explain, shared.psi, [name for name in shown if name in groups and name not in nodes],
+        header, reasons({name: groups[name] for name in shown if name in groups}, idle, depth, internal=set(nodes))]
+    renderables += stalls_lines(explain, explain.psi, [name for name in shown if name in groups and name not in nodes],
                                 tasks=group is not None)
-    fair = {name: about for name, about in (explain.get("fairshare") or {}).items()
-            if isinstance(about, dict) and (group is None or name == group)}
+    fair = {name: about for name, about in explain.fairshare.items() if group is None or name == group}
     if fair:
         renderables.append(fairshare_table(fair))
-    queue = [entry for entry in shared.queue if group is None or entry.group == group]
+    queue = [entry for entry in explain.queue if group is None or entry.group == group]
     if queue:
         renderables.append(queue_table(queue, now))
     # With GROUP, its share column only: the steps (and the frozen column) still show when the
@@ -94,18 +92,7 @@ def explain_renderables(explain: dict, group: str | None = None, *, now: float) 
     return renderables
 
 
-def _shared_parts(explain: dict) -> Status:
-    """What explain says as status does (``queue``, ``psi``, ``foreign``, ``host_capacity``),
-    decoded as status's parts.
-
-    Raises:
-        MalformedStatus: one of them is malformed (named ``explain.queue[0].task``…).
-    """
-    return decode_part(Status, {key: explain[key] for key in ("queue", "psi", "foreign", "host_capacity")
-                                if explain.get(key) is not None}, "explain")
-
-
-def stalls_lines(explain: dict, psi: Psi, names: list[str], *, tasks: bool = False) -> list[RenderableType]:
+def stalls_lines(explain: Explain, psi: Psi, names: list[str], *, tasks: bool = False) -> list[RenderableType]:
     """The physics of ``names`` (groups with a task): one line each, what they waited for
     (:func:`governor.cli.stall_view.physics`), with ``tasks`` one more per task of theirs
     (``  task 7: stalled 61 % on memory …``); where the host has no PSI, one line saying so;
@@ -117,33 +104,24 @@ def stalls_lines(explain: dict, psi: Psi, names: list[str], *, tasks: bool = Fal
         return []
     lines = []
     for name in names:
-        lines.append(stall_view.physics(name, explain["groups"][name].get("stall") or {}))
+        lines.append(stall_view.physics(name, explain.groups[name].stall))
         if tasks:
-            lines += [stall_view.physics(f"  task {task}", stall)
-                      for task, stall in (explain["groups"][name].get("task_stalls") or {}).items()]
+            lines += [stall_view.physics(f"  task {task}", stall) for task, stall in explain.groups[name].task_stalls.items()]
     return [Text("\n".join(lines))]
 
 
-def _about(configured: object) -> dict:
-    """A ``configured`` entry: ``{"weight", "floor"}`` (a daemon before floors sent the weight alone)."""
-    if isinstance(configured, dict):
-        return configured
-    return {"weight": configured, "floor": None}
-
-
-def reasons(groups: dict[str, dict], idle: dict[str, dict] | None = None,
-            depth: dict[str, int] | None = None) -> RenderableType:
+def reasons(groups: dict[str, ExplainGroup], idle: dict[str, Configured] | None = None,
+            depth: dict[str, int] | None = None, *, internal: set[str] = frozenset()) -> RenderableType:
     """One line per group: ``physics  weight 2  floor 40.0%  cpu 50.0%  stopped: cpu saturated,
-    got 80% of its demand``; then one per group with no task (``idle``: name → ``weight`` and
-    ``floor``), saying what DRF promises it once it runs one: its floor while every group is
+    got 80% of its demand``; then one per group with no task (``idle``: name → its ``weight``
+    and ``floor``), saying what DRF promises it once it runs one: its floor while every group is
     busy, all of what it asks while the others are idle. ``depth`` indents a group tree's
-    groups by their level; an internal group (``"internal": True``) reads ``name/``."""
+    groups by their level; an ``internal`` group (a tree's node) reads ``name/``."""
     idle = idle or {}
     depth = depth or {}
 
     def named(name: str) -> Text:
-        internal = groups.get(name, {}).get("internal")
-        return Text("  " * depth.get(name, 0) + name + ("/" if internal else ""))
+        return Text("  " * depth.get(name, 0) + name + ("/" if name in internal else ""))
 
     if not groups and not idle:
         return Text("No group has a running task: there is nothing to divide.")
@@ -155,18 +133,18 @@ def reasons(groups: dict[str, dict], idle: dict[str, dict] | None = None,
     table.add_column("share", justify="right")
     table.add_column("why it stopped", overflow="fold")
     for name, group in groups.items():
-        what = "its child groups together" if group.get("internal") else runs(group)
+        what = "its child groups together" if name in internal else runs(group)
         cell = named(name).append(f"\n{what}", style="dim") if what else named(name)
-        view.row(table, cell, view.number(group.get("weight")), view.share(group.get("floor")),
-                 ", ".join(view.label(r) for r in group.get("dominant_resources", ())) or "—",
-                 view.share(group.get("dominant_share")), why(group))
+        view.row(table, cell, view.number(group.weight), view.share(group.floor),
+                 ", ".join(view.label(r) for r in group.dominant_resources) or "—",
+                 view.share(group.dominant_share), why(group, internal=name in internal))
     for name, about in idle.items():
-        view.row(table, named(name).append("\nno task", style="dim"), view.number(about.get("weight")),
-                 view.share(about.get("floor")), "—", view.share(0), idle_why(about.get("floor")))
+        view.row(table, named(name).append("\nno task", style="dim"), view.number(about.weight),
+                 view.share(about.floor), "—", view.share(0), idle_why(about.floor))
     return table
 
 
-def fairshare_table(fair: dict[str, dict]) -> RenderableType:
+def fairshare_table(fair: dict[str, Standing]) -> RenderableType:
     """``[fairshare]``: each group's configured weight, its decayed past use (host-hours: one
     is the whole host for an hour, on its dominant resource) and the weight filling used."""
     table = Table(title="Fair share over time: past use lowers a group's weight", title_justify="left")
@@ -176,10 +154,8 @@ def fairshare_table(fair: dict[str, dict]) -> RenderableType:
     table.add_column("of its siblings'", justify="right")
     table.add_column("effective weight", justify="right")
     for name, about in fair.items():
-        usage = about.get("usage")
-        hours = f"{float(usage) / 3600:.2f} host-h" if isinstance(usage, (int, float)) else "—"
-        view.row(table, name, view.number(about.get("weight")), hours, view.share(about.get("usage_share")),
-                 view.number(about.get("effective")))
+        hours = "—" if about.usage is None else f"{about.usage / 3600:.2f} host-h"
+        view.row(table, name, view.number(about.weight), hours, view.share(about.usage_share), view.number(about.effective))
     return table
 
 
@@ -190,36 +166,36 @@ def idle_why(floor: float | None) -> str:
     return f"no task running: once it runs one, {busy}all it asks while the others are idle"
 
 
-def runs(group: dict) -> str:
+def runs(group: ExplainGroup) -> str:
     """What a group runs: ``2 tasks, session of alice`` (empty from a daemon that does not say)."""
-    if "tasks" not in group:
+    if group.tasks is None:
         return ""
-    count = int(group.get("tasks", 0))
-    parts = [f"{count} task{'s' if count != 1 else ''}"] if count or not group.get("sessions") else []
-    parts += [f"session of {user}" for user in group.get("sessions", [])]
+    count = group.tasks
+    parts = [f"{count} task{'s' if count != 1 else ''}"] if count or not group.sessions else []
+    parts += [f"session of {user}" for user in group.sessions]
     return ", ".join(parts)
 
 
-def why(group: dict) -> str:
-    """The group's stop reason in words, with how much of its demand it got (λ)."""
-    stop = str(group.get("stop", ""))
-    if group.get("internal"):
+def why(group: ExplainGroup, *, internal: bool = False) -> str:
+    """The group's stop reason in words, with how much of its demand it got (λ); an
+    ``internal`` group's (a tree's node) is its child groups' sum."""
+    stop = group.stop
+    if internal:
         return f"{stop or 'unknown'}: the sum of its child groups'"
-    granted = float(group.get("lambda", 0.0))
     if stop == "demand met":
         return "its demand was met: it got all it asked for"
     if stop.endswith(" saturated"):
-        return f"{stop[: -len(' saturated')]} ran out (saturated): it got {granted:.0%} of its demand"
-    return f"{stop or 'unknown'}: it got {granted:.0%} of its demand"
+        return f"{stop[: -len(' saturated')]} ran out (saturated): it got {group.lambda_:.0%} of its demand"
+    return f"{stop or 'unknown'}: it got {group.lambda_:.0%} of its demand"
 
 
-def trace_rows(explain: dict, groups: list[str], resources: list[str]) -> list[TraceRow]:
-    """The JSON trace as :class:`TraceRow` for :func:`governor.cli.render.filling_table`; a share or
+def trace_rows(explain: Explain, groups: list[str], resources: list[str]) -> list[TraceRow]:
+    """The trace as :class:`TraceRow` for :func:`governor.cli.render.filling_table`; a share or
     amount a row leaves out is 0 (the group had not started growing, nothing was allocated)."""
     return [
-        TraceRow(step=int(row.get("step", i + 1)), event=str(row.get("event", "")), group=row.get("group"),
-                 resource=row.get("resource"), frozen=tuple(row.get("frozen", ())),
-                 dominant_shares={g: row.get("dominant_shares", {}).get(g, 0.0) for g in groups},
-                 allocated={r: row.get("allocated", {}).get(r, 0.0) for r in resources})
-        for i, row in enumerate(explain.get("trace", []))
+        TraceRow(step=i + 1 if row.step is None else row.step, event=row.event, group=row.group,
+                 resource=row.resource, frozen=row.frozen,
+                 dominant_shares={g: row.dominant_shares.get(g, 0.0) for g in groups},
+                 allocated={r: row.allocated.get(r, 0.0) for r in resources})
+        for i, row in enumerate(explain.trace)
     ]

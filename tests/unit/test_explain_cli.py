@@ -203,6 +203,33 @@ def test_a_reply_without_explain_object(tmp_path):
     assert result.exit_code == 1 and "the daemon's explain reply has no explain object" in result.output
 
 
+@pytest.mark.parametrize("change, said", [
+    ({"groups": {"A": [1]}}, "explain.groups.A: must be an object, got an array"),
+    ({"capacity": []}, "explain.capacity: must be an object, got an array"),
+    ({"trace": [5]}, "explain.trace[0]: must be an object, got an integer"),
+    ({"fairshare": {"A": 3}}, "explain.fairshare.A: must be an object, got an integer"),
+    ({"groups": {"A": {"sessions": 5}}}, "explain.groups.A.sessions: must be an array, got an integer"),
+    ({"nodes": {"top": {"weight": "heavy"}}}, "explain.nodes.top.weight: must be a number, got a string")])
+def test_a_malformed_explain_field_is_one_line_naming_it(tmp_path, change, said):
+    # Each was a traceback in the views (AttributeError: 'list' object has no attribute 'get'):
+    # the object is read typed now (governor.wire.explain_types).
+    server = FakeSocket(str(tmp_path / "g.sock"), [{"ok": True, "explain": {**sample(), **change}}])
+    result = explain("--socket", server.path)
+    server.close()
+    assert (result.exit_code, result.output.count("\n")) == (1, 1), result.output
+    assert f"the daemon's explain reply has a malformed {said}" in result.output
+
+
+def test_a_configured_weight_alone_and_a_null_part_read_as_an_older_daemon_sent_them(tmp_path):
+    answer = {**sample(), "configured": {"D": 2, "C": {"weight": 1, "floor": 0.25}}, "psi": None, "nodes": None}
+    server = FakeSocket(str(tmp_path / "g.sock"), [{"ok": True, "explain": answer}])
+    result = explain("--socket", server.path, width=200)
+    server.close()
+    assert result.exit_code == 0, result.output
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in result.output.splitlines() if line.startswith("│")]
+    assert ["D", "2", "—"] in [row[:3] for row in rows] and ["C", "1", "25.0%"] in [row[:3] for row in rows], result.output
+
+
 def test_simulate_trace_and_explain_share_one_table(monkeypatch, served, tmp_path):
     import governor.cli.render
 

@@ -226,12 +226,14 @@ def test_locate_reads_proc(tmp_path):
 
 def test_explain_says_what_each_group_runs(daemon):
     from governor.cli.explain_view import runs
+    from governor.wire.explain_types import ExplainGroup, decode_explain
     on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))
-    group = daemon.requests.explain()["groups"]["A"]
+    explain = daemon.requests.explain()
+    group = explain["groups"]["A"]
     assert (group["tasks"], group["sessions"]) == (0, [USER])
-    assert runs(group) == f"session of {USER}"
-    assert runs({"tasks": 2, "sessions": ["bob"]}) == "2 tasks, session of bob"
-    assert runs({"tasks": 1}) == "1 task"
+    assert runs(decode_explain(explain).groups["A"]) == f"session of {USER}"
+    assert runs(ExplainGroup(tasks=2, sessions=("bob",))) == "2 tasks, session of bob"
+    assert runs(ExplainGroup(tasks=1)) == "1 task"
 
 
 def test_top_and_status_name_a_session():
