@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 # What a start of `governor daemon` loads (cli/daemon_cmd.py's imports, the daemon's tree).
@@ -94,31 +95,41 @@ def _fork(request: dict, requests, closing: tuple[int, ...]) -> int:
 
 
 class _Server:
-    """The server process, and what it answered: the pids it forked, the exits it reaped."""
+    """The server process, and what it answered: the pids it forked, the exits it reaped. Its
+    answers are read when a test asks (no thread: a test process with one, forking a child of
+    its own, drew Python 3.12's "multi-threaded, use of fork() may lead to deadlocks")."""
 
     def __init__(self):
         self.cgroup = _own_cgroup()  # its daemons start here
         self.proc = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.changed = threading.Condition()
+        self.lock = threading.Lock()  # tests that launch from threads of their own ask too
         self.forked: list[int] = []
         self.exits: dict[int, int] = {}
         self.ended = False
-        threading.Thread(target=self._read, name="forked-daemons", daemon=True).start()
+        self._pending = b""
         atexit.register(self._end)
 
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            answer = json.loads(line)
-            with self.changed:
-                if "pid" in answer:
-                    self.exits.pop(answer["pid"], None)  # an earlier daemon's, whose pid this one reuses
-                    self.forked.append(answer["pid"])
-                else:
-                    self.exits[answer["exited"]] = answer["status"]
-                self.changed.notify_all()
-        with self.changed:
+    def _read(self, deadline: float | None) -> bool:
+        """Take in what the server has answered by ``deadline`` (``time.monotonic()``; None: wait
+        for an answer); False when none came by then or the server has ended."""
+        fd = self.proc.stdout.fileno()  # read raw: the buffered reader is never used
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not select.select([fd], [], [], timeout)[0]:
+            return False
+        chunk = os.read(fd, 65536)
+        if not chunk:
             self.ended = True
-            self.changed.notify_all()
+            return False
+        self._pending += chunk
+        while b"\n" in self._pending:
+            line, self._pending = self._pending.split(b"\n", 1)
+            answer = json.loads(line)
+            if "pid" in answer:
+                self.exits.pop(answer["pid"], None)  # an earlier daemon's, whose pid this one reuses
+                self.forked.append(answer["pid"])
+            else:
+                self.exits[answer["exited"]] = answer["status"]
+        return True
 
     def _end(self) -> None:
         # Waited for, so that the CPU of the daemons it reaped counts in this process's children
@@ -128,20 +139,24 @@ class _Server:
 
     def fork(self, argv: list[str], log: str) -> int:
         request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "log": log}
-        with self.changed:
+        with self.lock:
             self.proc.stdin.write(json.dumps(request).encode() + b"\n")
             self.proc.stdin.flush()
             # The first answer waits for the server's imports: minutes at worst in the VM.
-            self.changed.wait_for(lambda: self.forked or self.ended, timeout=600)
-            if not self.forked:
-                raise AssertionError(f"the daemon fork server ended (exit {self.proc.poll()}): its stderr is above")
+            deadline = time.monotonic() + 600
+            while not self.forked:
+                if not self._read(deadline):
+                    state = f"ended (exit {self.proc.poll()})" if self.ended else "did not answer in 600 s"
+                    raise AssertionError(f"the daemon fork server {state}: its stderr is above")
             return self.forked.pop(0)
 
     def exit_of(self, pid: int, timeout: float | None) -> int | None:
         """``pid``'s exit status once the server reaped it, waiting up to ``timeout`` s
         (``None``: as long as it takes; 0: not at all); ``None`` while it runs."""
-        with self.changed:
-            self.changed.wait_for(lambda: pid in self.exits or self.ended, timeout=timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.lock:
+            while pid not in self.exits and self._read(deadline):
+                pass
             return self.exits.get(pid)
 
 
@@ -194,7 +209,7 @@ def start(command: list[str], log) -> ForkedDaemon | subprocess.Popen:
     forked by the server, started afresh (a ``subprocess.Popen``) when this process has moved
     to another cgroup since the server started, as a daemon's place follows its starter's."""
     global _server
-    if _server is None or _server.ended:
+    if _server is None or _server.proc.poll() is not None:
         _server = _Server()
     if _server.cgroup != _own_cgroup():
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
