@@ -3,7 +3,8 @@
     .venv/bin/python -m pytest tests/benchmarks --benchmark-only
 
 Targets (median, 2-core host): continuous ≤ 1 ms at 100 groups, ≤ 10 ms at 1,000,
-≤ 100 ms at 10,000 (4 resources); discrete ≤ 100 ms placing 10,000 tasks across 1,000 groups.
+≤ 100 ms at 10,000 (4 resources); discrete ≤ 100 ms placing 10,000 tasks across 1,000 groups;
+H-DRF of 200 leaf groups in 20 nodes (two capacities) about 0.3 s.
 The test suite runs each once with --benchmark-disable, to prove it still works.
 """
 
@@ -12,7 +13,9 @@ import random
 import pytest
 
 from governor.core.drf import discrete_filling, progressive_filling
+from governor.core.hdrf import hierarchical_filling
 from governor.core.model import GroupDemand
+from support.problems import two_hundred_leaves_in_twenty_nodes
 
 GIB = 1024**3
 CAPACITY = {"cpu": 64.0, "memory": 256.0 * GIB, "io.nvme0n1.read": 2.0 * GIB, "io.nvme0n1.write": 1.0 * GIB}
@@ -47,3 +50,13 @@ def test_discrete_filling_10000_tasks_across_1000_groups(benchmark):
     capacity = {r: sum(g.task[r] * 10 for g in problem) * 1.01 for r in CAPACITY}
     result = benchmark(discrete_filling, capacity, problem)
     assert sum(g.tasks for g in result.groups.values()) == 10_000
+
+
+def test_hierarchical_filling_200_leaves_in_20_nodes(benchmark):
+    tree, groups = two_hundred_leaves_in_twenty_nodes()
+
+    def both():
+        return [hierarchical_filling(capacity, groups, tree) for capacity in (
+            {"cpu": 64.0, "memory": 256.0, "io": 100.0}, {"cpu": 800.0, "memory": 1600.0, "io": 800.0})]
+    tight, roomy = benchmark(both)
+    assert len(tight.groups) == len(roomy.groups) == 200

@@ -44,3 +44,18 @@ def cap(tasks):
 def tasks_from(allocation, demand):
     """How many tasks of ``demand`` fit in the resource vector ``allocation``."""
     return min(allocation[r] / d for r, d in demand.items() if d > 0)
+
+
+def two_hundred_leaves_in_twenty_nodes():
+    """``(tree, groups)`` of H-DRF at a department's scale, floats: four top nodes, twenty below
+    them (weights 1-3), ten leaf groups under each, demanding cpu, memory and io (one task each)."""
+    from governor.core.hdrf import TreeNode
+
+    tree = [TreeNode(f"top{i}") for i in range(4)]
+    tree += [TreeNode(f"n{i}", parent=f"top{i % 4}", weight=1 + i % 3) for i in range(20)]
+    groups = []
+    for i in range(200):
+        tree.append(TreeNode(f"g{i}", parent=f"n{i % 20}"))
+        groups.append(GroupDemand(f"g{i}", {"cpu": 0.5 + i % 7, "memory": 1.0 + (i * 37) % 13, "io": float(i % 3)},
+                                  tasks=1))
+    return tree, groups

@@ -4,7 +4,6 @@ Capacity <10 CPU, 10 GPU> as in the paper's examples; every amount is exact (Fra
 """
 
 import json
-import time
 from fractions import Fraction as F
 
 import pytest
@@ -15,6 +14,7 @@ from governor.core.hdrf import TreeNode as T
 from governor.core.hdrf import hierarchical_filling
 from governor.core.model import GroupDemand as G
 from governor.core.model import Stop
+from support.problems import two_hundred_leaves_in_twenty_nodes
 
 PAPER = {"cpu": 10, "gpu": 10}
 CPU, GPU = {"cpu": 1}, {"gpu": 1}
@@ -211,17 +211,16 @@ def test_floats_give_the_same_answer():
     assert isinstance(result.groups["n4"].tasks, float)
 
 
-def test_two_hundred_leaves_in_twenty_nodes_is_quick():
-    tree = [T(f"top{i}") for i in range(4)] + [T(f"n{i}", parent=f"top{i % 4}", weight=1 + i % 3) for i in range(20)]
-    groups = []
-    for i in range(200):
-        tree.append(T(f"g{i}", parent=f"n{i % 20}"))
-        groups.append(G(f"g{i}", {"cpu": 0.5 + i % 7, "memory": 1.0 + (i * 37) % 13, "io": float(i % 3)}, tasks=1))
-    started = time.perf_counter()
+def test_two_hundred_leaves_in_twenty_nodes_fill_by_events():
+    # Its speed is tests/benchmarks/test_drf_bench.py's (a timed assertion here failed under
+    # the VM's emulated CPU: 5.8 s against a bound of 5): here, one trace row per event (a
+    # demand met, a resource saturated, a dominant resource changed), never small steps.
+    tree, groups = two_hundred_leaves_in_twenty_nodes()
     for capacity in ({"cpu": 64.0, "memory": 256.0, "io": 100.0}, {"cpu": 800.0, "memory": 1600.0, "io": 800.0}):
-        result = hierarchical_filling(capacity, groups, tree)
+        result = hierarchical_filling(capacity, groups, tree, trace=True)
         assert sum(g.allocation["cpu"] for g in result.groups.values()) <= capacity["cpu"] * (1 + 1e-9)
-    assert time.perf_counter() - started < 5  # about 0.3 s: events, not small steps
+        assert len(result.trace) <= len(groups) + len(tree) + len(capacity)
+    assert sum(row.event == "demand_met" for row in result.trace) == len(groups)  # room for all: each met once
 
 
 @pytest.mark.parametrize("tree, groups, match", [
