@@ -73,7 +73,7 @@ def explain_renderables(explain: dict, group: str | None = None, *, now: float) 
     idle = {name: configured[name] for name in shown if name not in groups and name in configured}
     depth = dict((name, level) for level, name in tree_order(list(shown), parents)) if parents else {}
     renderables: list[RenderableType] = [
-        header, reasons({name: groups[name] for name in shown if name in groups}, idle, depth, internal=set(nodes))]
+        header, reasons({name: groups[name] for name in shown if name in groups}, idle, depth, internal=frozenset(nodes))]
     renderables += stalls_lines(explain, explain.psi, [name for name in shown if name in groups and name not in nodes],
                                 tasks=group is not None)
     fair = {name: about for name, about in explain.fairshare.items() if group is None or name == group}
@@ -111,7 +111,7 @@ def stalls_lines(explain: Explain, psi: Psi, names: list[str], *, tasks: bool = 
 
 
 def reasons(groups: dict[str, ExplainGroup], idle: dict[str, Configured] | None = None,
-            depth: dict[str, int] | None = None, *, internal: set[str] = frozenset()) -> RenderableType:
+            depth: dict[str, int] | None = None, *, internal: frozenset[str] = frozenset()) -> RenderableType:
     """One line per group: ``physics  weight 2  floor 40.0%  cpu 50.0%  stopped: cpu saturated,
     got 80% of its demand``; then one per group with no task (``idle``: name → its ``weight``
     and ``floor``), saying what DRF promises it once it runs one: its floor while every group is

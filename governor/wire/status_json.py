@@ -111,10 +111,11 @@ def decode(payload: object) -> Status:
 
 
 def decode_part(kind: object, payload: object, where: str):
-    """``payload`` as a ``kind`` (a type of :mod:`governor.wire.status_types` or
-    :mod:`governor.wire.ps_types`, or ``tuple[QueueItem, ...]``…): a part of the status that
-    another reply carries too (``explain``'s ``queue``, ``psi`` and ``foreign``), or ``ps``'s
-    rows; ``where`` names it in errors.
+    """``payload`` as a ``kind`` (a type of :mod:`governor.wire.status_types`,
+    :mod:`governor.wire.ps_types` or :mod:`governor.wire.explain_types`, or
+    ``tuple[TaskRow, ...]``…): another reply typed as the status is (``ps``'s rows, ``explain``'s
+    object, which carries the status's ``queue``, ``psi`` and ``foreign``); ``where`` names it
+    in errors.
 
     Raises:
         MalformedStatus: as :func:`decode`.

@@ -214,10 +214,11 @@ echo "uninstall: units $(ls /etc/systemd/system | grep -c governor || true), cgr
 
 section "capacity.gpus on cgroup v2: the unit loads the GPU device program (issue 31.8)"
 # Two stand-in GPUs: char nodes on a local/experimental major no driver holds (an allowed open
-# reaches no driver, ENXIO; a denied one is refused, EPERM), as tests/device_nodes.py makes them.
+# reaches no driver, ENXIO; a denied one is refused, EPERM), as tests/support/device_nodes.py
+# makes them: 60-63 and 120-127 first (a GPU host's drivers hold every one of 240-254).
 taken=$(sed -n '/^Character/,/^Block/p' /proc/devices | awk '{print $1}')
-major=$(for m in $(seq 240 254); do echo "$taken" | grep -qx "$m" || { echo "$m"; break; }; done)
-[ -n "$major" ] || fail "no free character major in 240-254 for the stand-in GPUs"
+major=$(for m in $(seq 60 63) $(seq 120 127) $(seq 240 254); do echo "$taken" | grep -qx "$m" || { echo "$m"; break; }; done)
+[ -n "$major" ] || fail "no free local/experimental character major (60-63, 120-127, 240-254) for the stand-in GPUs"
 mknod -m 0666 /dev/governor-test-gpu0 c "$major" 0
 mknod -m 0666 /dev/governor-test-gpu1 c "$major" 1
 mkdir -p /etc/governor   # (the uninstall --purge above removed it)
