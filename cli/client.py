@@ -215,8 +215,8 @@ def _read_line(sock: socket.socket) -> bytes:
 def _reply(path: str, reply: bytes, request: Request, parse: Callable[[dict], object]):
     """The reply in one line to ``request``, typed by ``parse`` (errors as in :func:`call`)."""
     try:
-        message = json.loads(reply)
-    except ValueError:
+        message = json.loads(reply, parse_constant=_no_constant)
+    except ValueError:  # NaN and Infinity too: JSON has none, and a daemon's replies hold none
         raise ControlSocketError(path, f"the daemon sent a reply that is not JSON: {reply[:100]!r}") from None
     if not isinstance(message, dict) or not isinstance(message.get("ok"), bool):
         raise ControlSocketError(path, f"the daemon sent a malformed reply: {reply[:100]!r}")
@@ -230,3 +230,8 @@ def _reply(path: str, reply: bytes, request: Request, parse: Callable[[dict], ob
         return parse(message)
     except ValueError as error:
         raise ControlSocketError(path, f"the daemon's {request.op} reply {error}") from None
+
+
+def _no_constant(name: str) -> None:
+    """``json.loads``' ``parse_constant``: a reply's ``NaN`` or ``Infinity`` is not JSON."""
+    raise ValueError(f"{name} is not a JSON number")

@@ -33,6 +33,7 @@ from governor.config.units import format_size, format_timespan
 
 TYPE_CHECKING = False  # typing's, without loading typing: governor run's path (issue 46)
 if TYPE_CHECKING:
+    from governor.wire.ps_types import EndedRecord
     from governor.wire.request_types import LaunchRequest
 
 # How long to wait for the daemon's ended record once the command exited: it notices the
@@ -144,15 +145,15 @@ def _forward(child: int, info) -> bool:
     return True
 
 
-def ended_line(record: dict | None, task: str) -> str | None:
+def ended_line(record: EndedRecord | None, task: str) -> str | None:
     """``governor: task 12 ended: stopped by alice`` for a task governor ended, ``governor:
     task 7 was refused 12 forks at its cap of 512 processes`` for one that exited by itself
     after the kernel refused it forks, or None (neither, or no record came)."""
     from governor.host.accounting import EXIT, forks_refused, why_ended
 
-    if record is None or record.get("reason") is None:
+    if record is None or record.reason is None:
         return None
-    if record.get("reason") == EXIT:
+    if record.reason == EXIT:
         refused = forks_refused(record)
         return f"governor: task {task} {refused}" if refused else None
     return f"governor: task {task} ended: {why_ended(record)}"
@@ -194,12 +195,15 @@ def _die_with(parent: int) -> None:
         os._exit(128 + signal.SIGKILL)
 
 
-def _ended_record(path: str, task: str, wait_s: float = RECORD_WAIT_S) -> dict | None:
+def _ended_record(path: str, task: str, wait_s: float = RECORD_WAIT_S) -> EndedRecord | None:
     """The daemon's ended record of ``task``, waiting up to ``wait_s``; None if it does not
-    come (processes of the task live on) or the daemon cannot be asked."""
+    come (processes of the task live on), the daemon cannot be asked, or its record is
+    malformed (a daemon's bug, or a hostile one: said on stderr, field named)."""
     from governor.cli.client import call
     from governor.errors import GovernorError
+    from governor.wire.ps_types import EndedRecord, decode_rows
     from governor.wire.request_types import PsRequest
+    from governor.wire.status_json import MalformedStatus
 
     deadline = time.monotonic() + wait_s
     while True:
@@ -208,16 +212,23 @@ def _ended_record(path: str, task: str, wait_s: float = RECORD_WAIT_S) -> dict |
         except GovernorError:
             return None
         found = next((r for r in reversed(records) if isinstance(r, dict) and r.get("id") == task), None)
-        if found is not None or time.monotonic() > deadline:
-            return found
+        if found is not None:
+            try:
+                return decode_rows(EndedRecord, [found], "ended")[0]
+            except MalformedStatus as error:
+                sys.stderr.write(f"governor: the daemon's ended record of task {task} {error}\n")
+                return None
+        if time.monotonic() > deadline:
+            return None
         time.sleep(0.05)
 
 
-def summary_lines(record: dict | None, status: int, wall: float, *, task: str | None) -> list[str]:
+def summary_lines(record: EndedRecord | None, status: int, wall: float, *, task: str | None) -> list[str]:
     """The summary of a command that ended with wait ``status`` (:func:`os.waitpid`) after
     ``wall`` seconds, from its task's ended ``record`` (None: unknown, said so unless ``task``
     is None: the command ran inside an enclosing task, which goes on)."""
-    from governor.host.accounting import exit_words  # after the command: its imports cost no launch time
+    from governor.config.resources import format_amount  # after the command: its imports cost no launch time
+    from governor.host.accounting import exit_words
 
     if os.WIFEXITED(status):
         result = "success" if os.WEXITSTATUS(status) == 0 else "exit-code"
@@ -230,23 +241,23 @@ def summary_lines(record: dict | None, status: int, wall: float, *, task: str | 
         if task is not None:
             lines.append(f"Task {task}: no ended record (processes of it may still run); see governor ps --ended")
         return lines
-    reason = record.get("reason")
-    if reason in RESULTS:
-        result = RESULTS[reason] + (f" (by {record['stopped_by']})" if record.get("stopped_by") else "")
+    if record.reason in RESULTS:
+        result = RESULTS[record.reason] + (f" (by {record.stopped_by})" if record.stopped_by else "")
     lines = [f"Finished with result: {result}", f"Main processes terminated with: {terminated}",
-             f"Service runtime: {format_timespan(record.get('wall_s') or wall)}"]
-    if record.get("cpu_s") is not None:
-        lines.append(f"CPU time consumed: {format_timespan(record['cpu_s'])}")
-    if record.get("throttled_s"):
-        lines.append(f"CPU time throttled: {format_timespan(record['throttled_s'])}")
-    if record.get("memory_peak") is not None:
-        peak = format_size(record["memory_peak"])
+             f"Service runtime: {format_timespan(record.wall_s or wall)}"]
+    if record.cpu_s is not None:
+        lines.append(f"CPU time consumed: {format_timespan(record.cpu_s)}")
+    if record.throttled_s:
+        lines.append(f"CPU time throttled: {format_timespan(record.throttled_s)}")
+    if record.memory_peak is not None:
+        peak = format_size(record.memory_peak)
         lines.append(f"Memory peak: {peak if peak[-1].isalpha() else peak + 'B'}")
-    if record.get("memory_high_events"):
-        lines.append(f"Memory over its soft cap: {record['memory_high_events']} times (reclaimed and throttled)")
-    if record.get("oom_kills"):
-        lines.append(f"OOM kills: {record['oom_kills']}")
-    if record.get("forks_refused"):
-        cap = (record.get("demand") or {}).get("pids")
-        lines.append(f"Forks refused: {record['forks_refused']}" + (f" (at its cap of {int(cap)} processes)" if cap else ""))
+    if record.memory_high_events:
+        lines.append(f"Memory over its soft cap: {record.memory_high_events} times (reclaimed and throttled)")
+    if record.oom_kills:
+        lines.append(f"OOM kills: {record.oom_kills}")
+    if record.forks_refused:
+        cap = record.demand.get("pids")
+        at = f" (at its cap of {format_amount('pids', cap, unit=True)})" if cap else ""
+        lines.append(f"Forks refused: {record.forks_refused}{at}")
     return lines

@@ -70,8 +70,8 @@ def format_size(value: float | Fraction, *, precision: int = 1) -> str:
 
     ``format_size(12 * 1024**3) == "12.0G"``; values under 1 KiB keep no suffix.
     """
-    number = float(value)
-    if abs(number) >= _HUGE * SUFFIXES["T"]:  # a hostile 1e308 is not a 300-digit line
+    number = float(value) + 0.0  # -0.0 + 0.0 is 0.0: no "-0"
+    if not abs(number) < _HUGE * SUFFIXES["T"]:  # a hostile 1e308 is not a 300-digit line, nor NaN a crash
         return f"{number:.3g}"
     for suffix in ("T", "G", "M", "K"):
         scale = SUFFIXES[suffix]
@@ -126,7 +126,9 @@ def parse_duration(text: str) -> float:
 
 def format_timespan(seconds: float) -> str:
     """Seconds as systemd shows a span to the millisecond: ``2.012s``, ``1min 30.5s``,
-    ``2h 5min``, ``0``."""
+    ``2h 5min``, ``0``; a hostile ``1e308`` or ``nan`` as ``1e+308s``, ``nans``."""
+    if not abs(seconds) < _HUGE:  # NaN too: neither fits a count of milliseconds
+        return f"{seconds:.3g}s"
     millis = round(seconds * 1000)
     parts = []
     for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000)):

@@ -304,7 +304,7 @@ class Exits:
         figures = ({"memory_cap_bytes": task.demand.get("memory"), "memory_peak_bytes": shown["memory_peak"],
                     "oom_kills": shown["oom_kills"]} if record.reason == OOM_KILL else
                    {"time_limit_s": task.time_limit, "wall_s": shown["wall_s"]})
-        self.journal.alert(record.reason, f"{described(task)} ended: {why_ended(shown)}", task=task,
+        self.journal.alert(record.reason, f"{described(task)} ended: {why_ended(record)}", task=task,
                            details=figures)
 
     def _learn_exit_status(self, record: Ended, pidfd: int | None, tries: int = EXIT_STATUS_TRIES) -> None:

@@ -11,7 +11,9 @@ restart keeps them; a task that ended while the daemon was down has none.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
 from governor.cgroups.stats import CgroupStats
 from governor.host.exit_status import describe
@@ -25,6 +27,23 @@ ENDED_KEPT = 1000
 # Why a task ended.
 EXIT, STOP, TIME_LIMIT, OOM_KILL = "exit", "stop", "time_limit", "oom_kill"
 REASONS = (EXIT, STOP, TIME_LIMIT, OOM_KILL)
+
+
+class EndFacts(Protocol):
+    """What :func:`why_ended` reads of an ended task: the daemon's :class:`Ended`, or the
+    record a client decoded (:class:`governor.wire.ps_types.EndedRecord`)."""
+
+    reason: str | None
+    stopped_by: str | None
+
+    @property
+    def time_limit(self) -> float | None: ...  # seconds
+
+    @property
+    def demand(self) -> Mapping[str, float]: ...  # its caps: memory in bytes, pids
+
+    @property
+    def forks_refused(self) -> int | None: ...  # at its pids.max; None: not known
 
 
 @dataclass
@@ -51,6 +70,21 @@ class Ended:
     stats: CgroupStats | None
     exit_status: int | None = None
 
+    @property
+    def time_limit(self) -> float | None:
+        """Its time limit, seconds (None: none)."""
+        return self.task.time_limit
+
+    @property
+    def demand(self) -> Mapping[str, float]:
+        """What it declared (its caps)."""
+        return self.task.demand
+
+    @property
+    def forks_refused(self) -> int | None:
+        """Forks the kernel refused it at its ``pids.max`` (None: not known)."""
+        return None if self.stats is None else self.stats.pids_refused
+
     def to_json(self, *, command_chars: int | None = None) -> dict:
         """The record as ``governor ps --ended --json`` shows it (schema in docs/user.md):
         seconds, bytes, and None where unknown; the command cut to ``command_chars`` if given
@@ -68,7 +102,7 @@ class Ended:
                 "memory_high_events": None if stats is None else stats.memory_events.get("high"),
                 "memory_max_events": None if stats is None else stats.memory_events.get("max"),
                 # Forks and clones refused at its pids.max (pids.events' max); None: no pids controller.
-                "forks_refused": None if stats is None else stats.pids_refused}
+                "forks_refused": self.forks_refused}
 
     def to_saved(self) -> dict:
         """The record as the state directory keeps it (:func:`ended_from_saved` reads it back):
@@ -81,7 +115,7 @@ class Ended:
         """The log line, ``seen`` being how the end was noticed: ``task 7 ended (exit): its
         time limit of 2s was reached; name sleep, user alice, group A, wall 2.01s, ...``."""
         record = self.to_json()
-        why = why_ended(record)
+        why = why_ended(self)
         named = f"name {self.task.name}, " if self.task.name else ""
         return (f"{self.task.label} ended ({seen}): {why}; {named}user {self.task.user}, group {self.task.group}, "
                 f"wall {format_timespan(record['wall_s'])}, CPU {_span(record['cpu_s'])}, "
@@ -107,8 +141,8 @@ def ended_from_saved(saved: dict) -> Ended:
     return Ended(task, float(ended), reason, by, stats, status)
 
 
-def why_ended(record: dict) -> str:
-    """Why a task ended, in words, from its record (:meth:`Ended.to_json`): ``its time limit
+def why_ended(record: EndFacts) -> str:
+    """Why a task ended, in words, from its ``record`` (:class:`EndFacts`): ``its time limit
     of 3s was reached``, ``stopped by alice``, ``OOM-killed at its memory cap 100.0M`` or ``its
     processes exited``, then where forks were refused at its cap, ``; it was refused 12 forks
     at its cap of 512 processes``. The log, ``governor run`` and ``--summary`` say it so."""
@@ -116,25 +150,24 @@ def why_ended(record: dict) -> str:
     return _why(record) + (f"; it {refused}" if refused else "")
 
 
-def forks_refused(record: dict) -> str | None:
+def forks_refused(record: EndFacts) -> str | None:
     """``was refused 12 forks at its cap of 512 processes`` where the kernel refused a task's
-    forks at its ``pids.max`` (from its record, :meth:`Ended.to_json`), else None."""
-    refused = record.get("forks_refused")
+    forks at its ``pids.max`` (from its ``record``, :class:`EndFacts`), else None."""
+    refused = record.forks_refused
     if not refused:
         return None
-    cap = (record.get("demand") or {}).get("pids")
+    cap = record.demand.get("pids")
     at = f" at its cap of {format_amount('pids', cap, unit=True)}" if cap else ""
     return f"was refused {refused} fork{'' if refused == 1 else 's'}{at}"
 
 
-def _why(record: dict) -> str:
-    reason = record.get("reason")
-    if reason == STOP:
-        return f"stopped by {record.get('stopped_by') or 'an admin'}"
-    if reason == TIME_LIMIT:
-        return f"its time limit of {format_timespan(record.get('time_limit') or 0)} was reached"
-    if reason == OOM_KILL:
-        cap = (record.get("demand") or {}).get("memory")
+def _why(record: EndFacts) -> str:
+    if record.reason == STOP:
+        return f"stopped by {record.stopped_by or 'an admin'}"
+    if record.reason == TIME_LIMIT:
+        return f"its time limit of {format_timespan(record.time_limit or 0)} was reached"
+    if record.reason == OOM_KILL:
+        cap = record.demand.get("memory")
         return f"OOM-killed at its memory cap {format_size(cap)}" if cap else "OOM-killed"
     return "its processes exited"
 

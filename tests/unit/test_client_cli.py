@@ -414,6 +414,8 @@ def one_shot(path: str, reply: bytes | None) -> threading.Thread:
     (b'{"ok": true', 5, "closed the connection without replying"),
     (b"<html>\n", 5, "not JSON"),
     (b"[1, 2]\n", 5, "malformed reply"),
+    (b'{"ok": true, "status": {"version": NaN}}\n', 5, "not JSON"),  # Python's json would read it
+    (b'{"ok": true, "status": {"version": -Infinity}}\n', 5, "not JSON"),
     (b'{"ok": false, "error": "nope"}\n', 5, "malformed error reply"),
     (None, 0.2, "no reply from the daemon within 0.2 s"),
 ])

@@ -27,6 +27,7 @@ from governor.errors import ConfigError, RequestError
 from governor.host.accounting import why_ended
 from governor.host.kernel_limits import process_limit
 from governor.wire.metrics import Metrics
+from governor.wire.ps_types import EndedRecord, decode_rows
 from governor.wire.status_json import decode
 
 GROUPS = '[groups.A]\nusers = ["root"]\n[groups.B]\nusers = ["root"]\n'
@@ -117,14 +118,19 @@ def test_usage_counts_pids_and_the_forks_refused():
 
 
 def test_a_task_refused_forks_says_so_at_its_end():
-    record = {"reason": "exit", "demand": {"pids": 512}, "forks_refused": 12}
-    assert why_ended(record) == "its processes exited; it was refused 12 forks at its cap of 512 processes"
-    assert ended_line(record, "7") == "governor: task 7 was refused 12 forks at its cap of 512 processes"
-    assert ended_line({**record, "forks_refused": 0}, "7") is None
+    record = {"id": "7", "reason": "exit", "demand": {"pids": 512}, "forks_refused": 12}
+    assert why_ended(_ended(record)) == "its processes exited; it was refused 12 forks at its cap of 512 processes"
+    assert ended_line(_ended(record), "7") == "governor: task 7 was refused 12 forks at its cap of 512 processes"
+    assert ended_line(_ended({**record, "forks_refused": 0}), "7") is None
     killed = {**record, "reason": "oom_kill", "demand": {"memory": GIB, "pids": 512}, "forks_refused": 1}
-    assert why_ended(killed) == "OOM-killed at its memory cap 1.0G; it was refused 1 fork at its cap of 512 processes"
-    lines = summary_lines({**record, "wall_s": 1.0}, 256, 1.0, task="7")
+    assert why_ended(_ended(killed)) == "OOM-killed at its memory cap 1.0G; it was refused 1 fork at its cap of 512 processes"
+    lines = summary_lines(_ended({**record, "wall_s": 1.0}), 256, 1.0, task="7")
     assert "Forks refused: 12 (at its cap of 512 processes)" in lines
+
+
+def _ended(record: dict) -> EndedRecord:
+    """``record`` as a client decodes it from a ps reply."""
+    return decode_rows(EndedRecord, [record], "ended")[0]
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "1e308", "1.5", "nan"])

@@ -14,10 +14,10 @@ from support.task_rows import ENDED, ROWS
 
 from governor.cli.main import main
 from governor.cli.ps_view import process_tree
-from governor.cli.summary import summary_lines
+from governor.cli.summary import ended_line, summary_lines
 from governor.errors import RequestError
 from governor.wire.protocol import LaunchRequest, PsRequest, StopRequest
-from governor.wire.ps_types import TaskRow, decode_rows
+from governor.wire.ps_types import EndedRecord, TaskRow, decode_rows
 
 
 class TasksDaemon(FakeDaemon):
@@ -179,8 +179,32 @@ def test_summary_runs_the_command_as_a_governed_child_and_keeps_its_exit_code(ta
     assert launch[0].pid == launch[1].pid != pid  # the child asked for itself, not governor run's process
 
 
+def test_a_malformed_ended_record_is_named_and_the_summary_goes_on_without_it(tasks_daemon):
+    # A daemon's bug, or a hostile one: one line naming the field, not a traceback.
+    tasks_daemon.ended = [{**ENDED[0], "id": "t1", "reason": "exit", "wall_s": "soon"}]
+    result, _ = governor("run", "--summary", "--", "sh", "-c", "exit 3", socket_path=tasks_daemon.path)
+    assert result.returncode == 3
+    assert result.stderr.splitlines() == [
+        "governor: the daemon's ended record of task t1 has a malformed ended[0].wall_s: must be a number, got a string",
+        "Finished with result: exit-code", "Main processes terminated with: code=exited/status=3",
+        result.stderr.splitlines()[3],  # the runtime measured here
+        "Task t1: no ended record (processes of it may still run); see governor ps --ended"]
+    assert result.stderr.splitlines()[3].startswith("Service runtime: ")
+
+
+@pytest.mark.parametrize("reason", ["exit", "stop", "time_limit", "oom_kill"])
+@pytest.mark.parametrize("value", [1e308, -1e308, -0.0, 0, float("nan")])
+def test_hostile_figures_in_an_ended_record_are_printed_not_raised(reason, value):
+    figures = dict.fromkeys(("wall_s", "cpu_s", "throttled_s", "memory_peak", "time_limit"), value)
+    record = decode_rows(EndedRecord, [{"id": "1", "reason": reason, **figures, "forks_refused": 2,
+                                        "demand": {"pids": value, "memory": value}}], "ended")[0]
+    lines = summary_lines(record, 0, 1.0, task="1")
+    assert lines[0].startswith("Finished with result: ") and any(line.startswith("Forks refused: 2") for line in lines)
+    assert ended_line(record, "1").startswith("governor: task 1 ")
+
+
 def test_summary_of_a_task_ended_at_its_time_limit():
-    lines = summary_lines(ENDED[0], signal.SIGKILL, 2.2, task="5")
+    lines = summary_lines(decode_rows(EndedRecord, ENDED, "ended")[0], signal.SIGKILL, 2.2, task="5")
     assert lines[:3] == ["Finished with result: timeout", "Main processes terminated with: code=killed/status=KILL",
                          "Service runtime: 2.01s"]
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from governor.config.resources import format_amount
-from governor.config.units import parse_quantity, parse_size
+from governor.config.units import format_size, format_timespan, parse_quantity, parse_size
 
 G = 1024**3
 
@@ -47,6 +47,9 @@ def test_hostile_magnitudes_stay_short():
     assert format_amount("memory", 1e308) == "1e+308"
     assert format_amount("io.sda.read", 1e300) == "1e+300/s"
     assert format_amount("cpu", 1.5) == "1.5" and format_amount("memory", 4 << 30) == "4.0G"
+    # A span or a size that JSON brought (a hostile daemon's ended record) is shown, not a crash.
+    assert [format_timespan(v) for v in (1e308, float("nan"), -0.0, 90.5)] == ["1e+308s", "nans", "0", "1min 30.5s"]
+    assert [format_size(v) for v in (1e308, float("nan"), -0.0)] == ["1e+308", "nan", "0"]
 
 
 @given(st.from_regex(r"\s*(\d{1,22}(\.\d{0,6})?|\.\d{1,6})\s*[KMGTkmgt]?\s*", fullmatch=True) | st.text(max_size=8))
