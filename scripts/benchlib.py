@@ -102,8 +102,10 @@ def wait_for_socket(path: str, daemon: subprocess.Popen, log: Path) -> None:
 
 
 def remove_cgroup_root(name: str) -> None:
-    """Remove governor's root ``name`` (empty by now) from every hierarchy."""
-    for directory in Path("/sys/fs/cgroup").glob(f"*/**/{name}"):
+    """Remove governor's root ``name`` (empty by now; ``/name``: at the top) from every hierarchy."""
+    name = name.lstrip("/")
+    base = Path("/sys/fs/cgroup")
+    for directory in [*base.glob(name), *base.glob(f"*/**/{name}")]:  # v2's top, or below
         for leftover in sorted(directory.rglob("*"), reverse=True):
             if leftover.is_dir():
                 leftover.rmdir()
