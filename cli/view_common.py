@@ -103,8 +103,15 @@ def share(value: object) -> str:
     return "—" if value is None else f"{float(value):.1%}"
 
 
+# Past this (a thousand years), a span is shown as a number of seconds, not in days.
+_LONG_S = 1000 * 365 * 86400
+
+
 def duration(seconds: float) -> str:
-    """``42s``, ``5m``, ``2h 03m``, ``3d 4h``; a clock running backwards reads as ``0s``."""
+    """``42s``, ``5m``, ``2h 03m``, ``3d 4h``; a clock running backwards reads as ``0s``; a
+    span past :data:`_LONG_S` (a hostile daemon's ``1e308``) as ``1e+308s``, not 300 digits."""
+    if not seconds < _LONG_S:
+        return f"{seconds:.3g}s"
     seconds = max(0, int(seconds))
     if seconds < 60:
         return f"{seconds}s"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 
 import pytest
@@ -80,6 +81,17 @@ def test_ps_ended_says_why_each_task_ended(tasks_daemon, monkeypatch):
     assert result.exit_code == 0, result.output
     for text in ("sleep", "time limit", "2.01s", "1.996s", "1.2M", "57s ago"):
         assert text in result.output, text
+
+
+@pytest.mark.parametrize("value", [1e308, -1e308, -0.0])
+def test_ps_ended_shows_hostile_times_short(tasks_daemon, monkeypatch, value):
+    # A daemon's bug, or a hostile one: a time 1e308 s ago is a short cell, not 300 digits.
+    tasks_daemon.ended = [{**ENDED[0], "ended": value, "started": value, "wall_s": value, "cpu_s": value}]
+    for terminal in (False, True):  # piped, every cell whole; on a terminal, rich's table
+        monkeypatch.setattr("governor.cli.ps.on_terminal", lambda: terminal)
+        result = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["ps", "--ended"])
+        assert result.exit_code == 0, result.output
+        assert not re.search(r"\d{13}", result.output) and "1.2M" in result.output, result.output
 
 
 def test_ps_with_nothing_to_show_says_so(tasks_daemon, monkeypatch):

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from governor.cli.view_common import duration
 from governor.config.resources import format_amount
 from governor.config.units import format_size, format_timespan, parse_quantity, parse_size
 
@@ -50,6 +51,8 @@ def test_hostile_magnitudes_stay_short():
     # A span or a size that JSON brought (a hostile daemon's ended record) is shown, not a crash.
     assert [format_timespan(v) for v in (1e308, float("nan"), -0.0, 90.5)] == ["1e+308s", "nans", "0", "1min 30.5s"]
     assert [format_size(v) for v in (1e308, float("nan"), -0.0)] == ["1e+308", "nan", "0"]
+    assert [duration(v) for v in (1e308, -1e308, float("nan"), -0.0, 3 * 86400 + 7200)] == [
+        "1e+308s", "0s", "nans", "0s", "3d 2h"]  # ps's "ended … ago", status' uptime
 
 
 @given(st.from_regex(r"\s*(\d{1,22}(\.\d{0,6})?|\.\d{1,6})\s*[KMGTkmgt]?\s*", fullmatch=True) | st.text(max_size=8))
