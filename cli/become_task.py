@@ -187,14 +187,16 @@ class _QueueLine:
         self.written_at = 0.0  # clock() when it was
 
     def show(self, place: dict) -> None:
-        from governor.cli.view_common import reason
+        from governor.cli.view_common import printable, reason
         from governor.config.units import materially_changed
 
         now = self.clock()
         if self.since is None:
             self.since = now
-        why = reason(place.get("reason"))  # the daemon's one reason, as ps, status, explain and top show it
-        text = f"governor: queued (position {place.get('position', '?')}): {why}; Ctrl-C leaves the queue"
+        why = printable(reason(place.get("reason")))  # the daemon's one reason, as every view shows it
+        position = place.get("position")
+        at = position if type(position) is int and 0 < position < 10**9 else "?"  # not a 300-digit place
+        text = f"governor: queued (position {at}): {why}; Ctrl-C leaves the queue"
         if text == self.last:  # the daemon tells every change of its place; a line says only what is new
             return
         if (self.live or self.last is None or materially_changed(self.last, text)

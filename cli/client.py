@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 DEFAULT_SOCKET = "/run/governor/governor.sock"
 _RECV_BYTES = 65536
+# The longest reply line read: a status of 10,000 tasks is a few MiB; a server that sends
+# without end (not governor's daemon) is cut here, not read until memory runs out.
+MAX_REPLY_BYTES = 128 << 20
 # struct ucred: pid, uid, gid, three C ints, read as memoryview casts them (the struct module is
 # one more import on governor run's way: issue 46).
 _PEERCRED_BYTES = 12
@@ -56,7 +59,7 @@ def call(socket_path: str, request: Request, timeout: float = 30):
     with _connect(socket_path, timeout) as sock:
         try:
             sock.sendall(request_line(request))
-            reply = _read_line(sock)
+            reply = _read_line(sock, socket_path)
         except TimeoutError:
             raise ControlSocketError(socket_path, f"no reply from the daemon within {timeout:g} s") from None
         except OSError as exc:
@@ -158,6 +161,8 @@ def _stream(socket_path: str, request: Request, timeout: float, sent: Callable[[
                     raise DaemonWentAway(socket_path, "the daemon closed the stream")
                 lines = (buffered + chunk).split(b"\n")
                 buffered = lines.pop()  # the part after the last newline: an incomplete line
+                if len(buffered) > MAX_REPLY_BYTES:
+                    raise _too_long(socket_path)
                 for line in lines:
                     reply = _reply(socket_path, line, request, parse)
                     if isinstance(reply, Queued):
@@ -201,15 +206,27 @@ def _connect(socket_path: str, timeout: float) -> socket.socket:
     return sock
 
 
-def _read_line(sock: socket.socket) -> bytes:
-    """Bytes up to and including the first newline, or all bytes until EOF if there is none."""
-    chunks = []
+def _read_line(sock: socket.socket, socket_path: str) -> bytes:
+    """Bytes up to and including the first newline, or all bytes until EOF if there is none.
+
+    Raises:
+        ControlSocketError: more than :data:`MAX_REPLY_BYTES` came without a newline.
+    """
+    chunks, size = [], 0
     while True:
         chunk = sock.recv(_RECV_BYTES)
         chunks.append(chunk)
+        size += len(chunk)
         if not chunk or b"\n" in chunk:
             # One request, one reply: nothing follows the newline.
             return b"".join(chunks)
+        if size > MAX_REPLY_BYTES:
+            raise _too_long(socket_path)
+
+
+def _too_long(socket_path: str) -> ControlSocketError:
+    return ControlSocketError(socket_path, f"the daemon's reply is longer than {MAX_REPLY_BYTES >> 20} MiB; "
+                                           "nothing more was read")
 
 
 def _reply(path: str, reply: bytes, request: Request, parse: Callable[[dict], object]):
@@ -218,6 +235,8 @@ def _reply(path: str, reply: bytes, request: Request, parse: Callable[[dict], ob
         message = json.loads(reply, parse_constant=_no_constant)
     except ValueError:  # NaN and Infinity too: JSON has none, and a daemon's replies hold none
         raise ControlSocketError(path, f"the daemon sent a reply that is not JSON: {reply[:100]!r}") from None
+    except RecursionError:  # no reply of governor's nests past a few levels
+        raise ControlSocketError(path, "the daemon sent a reply nested too deeply to read") from None
     if not isinstance(message, dict) or not isinstance(message.get("ok"), bool):
         raise ControlSocketError(path, f"the daemon sent a malformed reply: {reply[:100]!r}")
     if not message["ok"]:

@@ -55,8 +55,7 @@ def explain(group: str | None, as_json: bool, socket_option: str | None) -> None
                       "queue": [q for q in answer.get("queue", []) if q.get("group") == group]}
         click.echo(json.dumps(answer))
         return
-    from rich.console import Console
-
+    from governor.cli import view_common as view
     from governor.cli.explain_view import explain_renderables
 
     from governor.wire.status_json import MalformedStatus
@@ -65,6 +64,6 @@ def explain(group: str | None, as_json: bool, socket_option: str | None) -> None
         renderables = explain_renderables(answer, group, now=time.time())
     except MalformedStatus as error:  # its queue, psi or foreign, which status carries too
         raise ControlSocketError(path, f"the daemon's explain reply {error}") from None
-    console = Console()
+    console = view.console()
     for renderable in renderables:
         console.print(renderable)

@@ -59,7 +59,7 @@ def explain_renderables(explain: dict, group: str | None = None, *, now: float) 
     Raises:
         MalformedStatus: a field of ``explain`` is not of its type (named ``explain.groups.A.weight``…).
     """
-    explain = decode_explain(view.printable(explain))
+    explain = view.printable(decode_explain(explain))
     capacity, groups, configured = explain.capacity, dict(explain.groups), explain.configured
     header = Text("Capacity: ", style="bold")
     header.append(" · ".join(f"{view.label(r)} {view.amount(r, v, unit=True)}" for r, v in capacity.items()) or "—")

@@ -36,6 +36,8 @@ EXIT_NOT_FOUND = 127
 EXIT_INTERRUPTED = 130
 EXIT_STOPPED = 137
 
+# The longest part of an error line shown (its message, its hint, its code).
+LINE_PART_CHARS = 2000
 START_DAEMON = "start it: sudo systemctl start governor"
 JOIN_A_GROUP = "ask an admin to add you to a [groups] entry"
 
@@ -86,13 +88,19 @@ def kind(error: GovernorError) -> str:
 
 
 def line(what: str, hint: str | None = None, code: str | None = None) -> str:
-    """``governor: error: <what> (<hint>)``, then `` [<code>]`` when a code is given (--verbose)."""
+    """``governor: error: <what> (<hint>)``, then `` [<code>]`` when a code is given (--verbose);
+    each part printable and at most :data:`LINE_PART_CHARS` long (a daemon's message may quote
+    another user's input, and a megabyte of it is no line)."""
     from governor.cli.view_common import printable
 
-    text = f"governor: error: {printable(what)}"  # a daemon's message may quote another user's input
+    def shown(text: str) -> str:
+        text = printable(text)
+        return text if len(text) <= LINE_PART_CHARS else text[:LINE_PART_CHARS] + f"… ({len(text):,} characters)"
+
+    text = f"governor: error: {shown(what)}"
     if hint:
-        text += f" ({hint})"
-    return text + (f" [{code}]" if code else "")
+        text += f" ({shown(hint)})"
+    return text + (f" [{shown(code)}]" if code else "")
 
 
 def describe(error: GovernorError) -> tuple[str, str | None, str, int]:

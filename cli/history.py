@@ -37,7 +37,8 @@ def history(since: str, until: str | None, as_json: bool, config_file: str, dire
 
     start, end = period(since, until, time.time())
     found, config = journal_dir(config_file, directory)
-    if directory is None and not os.access(found, os.R_OK | os.X_OK) and os.path.exists(found.parent):
+    asked = directory is None and not os.access(found, os.R_OK | os.X_OK) and os.path.exists(found.parent)
+    if asked:
         shown = _asked(socket_option, start, end)  # the journal is the daemon's (0700)
     else:
         shown = rows_for((entry for entry in entries(found, start, end) if entry.get("kind") != "daemon"),
@@ -49,11 +50,19 @@ def history(since: str, until: str | None, as_json: bool, config_file: str, dire
     if not shown:
         click.echo("nothing journaled in this period")
         return
-    from rich.console import Console
-
+    from governor.cli.command_failure import Failure
+    from governor.cli.failures import EXIT_FAILURE
     from governor.cli.history_view import history_table
+    from governor.cli.view_common import console
+    from governor.wire.history_types import decode_entries
+    from governor.wire.status_json import MalformedStatus
 
-    Console().print(history_table(shown))
+    try:
+        typed = decode_entries(list(shown), "history")
+    except MalformedStatus as error:  # a daemon's bug or a hostile one; a journal file edited by hand
+        source = "the daemon's history reply" if asked else f"the journal in {found}"
+        raise Failure(f"{source} {error}", EXIT_FAILURE) from None
+    console().print(history_table(typed))
 
 
 def _asked(socket_option: str | None, since: float | None, until: float | None) -> list[dict]:

@@ -84,12 +84,11 @@ def ps(everyone: bool, users: tuple[str, ...], groups: tuple[str, ...], ended: b
         for line in ps_plain.lines(rows, chosen, now=time.time(), ended=ended, header=not noheader):
             click.echo(line)
         return
-    from rich.console import Console
-
     from governor.cli.ps_view import ended_table, tasks_table
+    from governor.cli.view_common import console
 
     table = ended_table if ended else tasks_table
-    Console().print(table(rows, now=time.time(), users=others))
+    console().print(table(rows, now=time.time(), users=others))
 
 
 def _names(given: tuple[str, ...]) -> tuple[str, ...]:

@@ -65,10 +65,9 @@ def replay(proposed: str, since: str, until: str | None, as_json: bool, config_f
 
         click.echo(json.dumps(report))
         return
-    from rich.console import Console
-
     from governor.cli.replay_view import replay_tables
+    from governor.cli.view_common import console as plain_console
 
-    console = Console()
+    console = plain_console()
     for renderable in replay_tables(report):
         console.print(renderable)

@@ -81,11 +81,10 @@ def simulate(scenario: str, mode: str, policy: str, trace: bool, as_json: bool) 
 
         click.echo(json.dumps(allocation.to_json()))
         return
-    from rich.console import Console
-
     from governor.cli.render import allocation_table, trace_table
+    from governor.cli.view_common import console as plain_console
 
-    console = Console()
+    console = plain_console()
     console.print(allocation_table(allocation))
     if trace:
         console.print(trace_table(allocation))

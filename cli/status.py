@@ -29,10 +29,9 @@ def status(as_json: bool, socket_option: str | None) -> None:
     if as_json:  # the object as the daemon sent it, keys this CLI does not know included
         click.echo(json.dumps(reply.status))
         return
-    from rich.console import Console
-
+    from governor.cli import view_common as view
     from governor.cli.status_view import status_renderables
 
-    console = Console()
+    console = view.console()
     for renderable in status_renderables(reply.snapshot, now=time.time()):
         console.print(renderable)

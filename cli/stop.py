@@ -22,7 +22,8 @@ def stop(tasks: tuple[str, ...], socket_option: str | None) -> None:
       governor stop 7 12
     """
     from governor.cli.client import call, socket_path
+    from governor.cli.view_common import printable
     from governor.wire.request_types import StopRequest
 
     for task in call(socket_path(socket_option), StopRequest(tuple(tasks))).stopped:
-        click.echo(f"stopped task {task}")
+        click.echo(f"stopped task {printable(task)}")  # an id is the daemon's text: no escape reaches the terminal

@@ -200,6 +200,7 @@ def _ended_record(path: str, task: str, wait_s: float = RECORD_WAIT_S) -> EndedR
     come (processes of the task live on), the daemon cannot be asked, or its record is
     malformed (a daemon's bug, or a hostile one: said on stderr, field named)."""
     from governor.cli.client import call
+    from governor.cli.view_common import printable
     from governor.errors import GovernorError
     from governor.wire.ps_types import EndedRecord, decode_rows
     from governor.wire.request_types import PsRequest
@@ -213,8 +214,8 @@ def _ended_record(path: str, task: str, wait_s: float = RECORD_WAIT_S) -> EndedR
             return None
         found = next((r for r in reversed(records) if isinstance(r, dict) and r.get("id") == task), None)
         if found is not None:
-            try:
-                return decode_rows(EndedRecord, [found], "ended")[0]
+            try:  # printable: who stopped it is the daemon's text, shown on a terminal
+                return printable(decode_rows(EndedRecord, [found], "ended")[0])
             except MalformedStatus as error:
                 sys.stderr.write(f"governor: the daemon's ended record of task {task} {error}\n")
                 return None

@@ -25,6 +25,7 @@ from governor.cli.client import stream
 from governor.wire.request_types import WatchRequest
 from governor.cli.top_state import TopState, parse_keys, press
 from governor.cli.top_view import top_view
+from governor.cli.view_common import console, printable
 from governor.errors import ControlSocketError, DaemonError
 
 RECONNECT_S = 1.0
@@ -103,7 +104,7 @@ def run(path: str, interval: float) -> None:
         tty.setcbreak(stdin)
         feed.start()
         with Live(_Screen(state), screen=True, auto_refresh=False, redirect_stdout=False,
-                  redirect_stderr=False) as live:
+                  redirect_stderr=False, console=console()) as live:
             _loop(state, feed, stdin, wake_read, live)
     except KeyboardInterrupt:
         pass
@@ -126,8 +127,8 @@ def _loop(state: TopState, feed: Feed, stdin: int, wake_read: int, live: Live) -
                 press(state, key)
         while not feed.updates.empty():
             kind, value, at = feed.updates.get()
-            if kind == "status":
-                state.status, state.received, state.down = value, at, None
+            if kind == "status":  # made printable once, here: group names key the state's selection
+                state.status, state.received, state.down = printable(value), at, None
             else:
                 state.down = value
         live.refresh()

@@ -66,7 +66,7 @@ COLUMNS_HELP = [
 def top_view(state: TopState, *, width: int, height: int, now: float, keys: bool = True) -> RenderableType:
     """The whole screen for ``state`` at ``width`` × ``height`` cells, times relative to ``now``;
     without ``keys``, no footer of keys (``top -b``'s snapshots)."""
-    status = view.printable(state.status or Status())
+    status = view.printable(state.status or Status())  # as it came too (top_terminal, top_batch)
     top: list[RenderableType] = [_title(state, status, width)]
     if state.down is not None:
         stale = f" (data {view.duration(now - state.received)} old)" if state.received else ""
@@ -281,8 +281,8 @@ def _resource_line(status: Status, resource: str, width: int) -> Text:
     if not measured(resource):  # a device: held whole until the task ends, no use measured
         words = f" {word} {view.amount(resource, allocated)} of {find(resource).said(capacity)}"
     bar_width = max(8, min(40, width - 10 - len(words)))
-    used_cells = round(min(1.0, used / capacity) * bar_width) if capacity else 0
-    alloc_cells = max(0, round(min(1.0, allocated / capacity) * bar_width) - used_cells) if capacity else 0
+    used_cells = round(view.fraction(used, capacity) * bar_width)
+    alloc_cells = max(0, round(view.fraction(allocated, capacity) * bar_width) - used_cells)
     text = Text(f"{view.label(resource)[:9]:<10}")
     text.append("█" * used_cells, style="green")
     text.append("▒" * alloc_cells, style="yellow")
@@ -323,10 +323,10 @@ def _share_cell(group: StatusGroup, fair_level: float, bar_width: int) -> Text:
     """The dominant share as a bar that is full at the group's fair level × weight, then the share."""
     share = float(group.dominant_share)
     target = fair_level * float(group.weight)
-    eighths = round(min(1.0, share / target) * bar_width * 8) if target > 0 else 0
+    eighths = round(view.fraction(share, target) * bar_width * 8)
     bar = "█" * (eighths // 8) + (_EIGHTHS[eighths % 8] if eighths % 8 else "")
     text = Text(bar.ljust(bar_width, "·"), style="cyan")
-    text.append(f" {share:.1%}", style="")
+    text.append(f" {share:.1%}" if abs(share) < 1e6 else f" {share:.3g}", style="")  # a hostile 1e308: no 300 digits
     return text
 
 

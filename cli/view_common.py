@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -187,6 +188,20 @@ def foreign_line(tenants: Mapping[str, ForeignTenant], host: Mapping[str, float]
     held = "; ".join(f"{name} ({said(tenant.manager)}, {said(tenant.basis)}) {vector(tenant.held)}"
                      for name, tenant in tenants.items())
     return f"foreign: {held}; subtracted from the host's {vector(host)}"
+
+
+def console(**options) -> Console:
+    """A rich console that shows every string as the text it is: the daemon's (a group's name,
+    a trace's event, a cgroup path) are not read as markup (``[/oops]`` failed, ``[link=…]``
+    made a hyperlink) nor as emoji codes; governor's own views use no markup."""
+    return Console(markup=False, emoji=False, **options)
+
+
+def fraction(part: float, whole: float) -> float:
+    """``part / whole`` within [0, 1] (a bar's filled part): 0 where either is not a positive
+    number (a daemon's -1 capacity made ``top`` draw a bar of 10**20 cells)."""
+    share = part / whole if whole > 0 else 0.0
+    return min(1.0, share) if share > 0 else 0.0
 
 
 def printable(value: object) -> object:

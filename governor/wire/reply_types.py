@@ -114,8 +114,11 @@ class StopReply:
 
     @classmethod
     def from_json(cls, payload: dict) -> StopReply:
-        """The reply (raises ValueError for another payload)."""
-        return cls(tuple(map(str, _field(payload, "stopped", list))))
+        """The reply (raises ValueError for another payload, or ids that are not strings)."""
+        stopped = tuple(_field(payload, "stopped", list))
+        if not all(isinstance(task, str) for task in stopped):
+            raise ValueError("has a stopped list that is not of task ids (strings)")
+        return cls(stopped)
 
 
 @dataclass(frozen=True)

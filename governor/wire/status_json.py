@@ -168,12 +168,20 @@ _SCALARS: dict[object, tuple[frozenset, str]] = {
 }
 
 
+# A JSON integer past a signed 64-bit one is no figure a daemon writes (bytes up to 8 EiB, pids,
+# counts): one past 2**1024 made a view's float() raise OverflowError, and a 300-digit pid is
+# no cell.
+_INT_BOUND = 2**63
+
+
 def _scalar(hint: object) -> Decoder:
     kinds, wanted = _SCALARS[hint]
 
     def decoded(value: object) -> object:
         if type(value) not in kinds:
             raise _wrong(wanted, value)
+        if type(value) is int and not -_INT_BOUND <= value < _INT_BOUND:
+            raise _Bad(f"has a malformed {{}}: must be {wanted} of 64 bits at most, got a larger integer")
         return value
     return decoded
 
@@ -196,7 +204,8 @@ def _mapped(item: Decoder, scalars: frozenset | None) -> Decoder:
     def decoded(value: object) -> dict:
         if type(value) is not dict:
             raise _wrong("an object", value)
-        if scalars is not None and all(type(v) in scalars for v in value.values()):
+        if scalars is not None and all(type(v) in scalars and (type(v) is not int or -_INT_BOUND <= v < _INT_BOUND)
+                                       for v in value.values()):
             return value  # a vector: as decoded from the line, not copied
         out = {}
         for key, v in value.items():
@@ -208,11 +217,30 @@ def _mapped(item: Decoder, scalars: frozenset | None) -> Decoder:
     return decoded
 
 
+# How deep a value of no fixed type (a limit's value, a queue item's holders) may nest: the
+# daemon's nest two or three levels; a reply nested ~850 deep made the views' recursion fail.
+_ANY_DEPTH = 32
+
+
+def _any(value: object) -> object:
+    """A value of any JSON type, nested at most :data:`_ANY_DEPTH` levels."""
+    if type(value) in _LEAVES:
+        return value
+    level, depth = [value], 0
+    while level:
+        depth += 1
+        if depth > _ANY_DEPTH:
+            raise _Bad(f"has a malformed {{}}: nested past {_ANY_DEPTH} levels")
+        level = [item for inner in level for item in (inner.values() if type(inner) is dict else inner)
+                 if type(item) in (dict, list)]
+    return value
+
+
 @functools.cache
 def _decoder(hint: object) -> Decoder:
     """The decoder of values of type ``hint`` (made once per type)."""
     if hint is object:
-        return lambda value: value
+        return _any
     if hint in _SCALARS:
         return _scalar(hint)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -240,7 +268,13 @@ def _object_decoder(kind: type) -> Decoder:
         found = {}
         for attr, key, spread, item, required in plan:
             if spread:
-                found[attr] = {name: v for name, v in value.items() if name.endswith(spread)}
+                found[attr] = spreads = {}
+                for name, v in value.items():
+                    if name.endswith(spread):
+                        try:
+                            spreads[name] = _any(v)
+                        except _Bad as bad:
+                            raise bad.at(f".{name}") from None
             elif key in value:
                 try:
                     found[attr] = item(value[key])

@@ -201,3 +201,11 @@ def test_verbose_shows_the_internal_code_click_and_fast_path_alike(refusing, tmp
     result = governor("-v", "run", "--no-wait", "--", "true", env={"GOVERNOR_SOCKET": str(tmp_path / "absent.sock")})
     assert result.returncode == 69 and result.stderr.endswith(f"{START_IT} [daemon_not_running]\n")
     assert "[" not in governor("run", "--", "true", env={"GOVERNOR_SOCKET": path}).stderr.split(")")[-1]
+
+
+def test_an_error_line_is_printable_and_bounded_in_every_part():
+    from governor.cli.failures import LINE_PART_CHARS, line
+
+    shown = line("M" * 10**6, "\x1b]0;PWNED\x07 groups: A", "\x1b[2J" + "c" * 10**5)
+    assert "\x1b" not in shown and "\x07" not in shown and "?]0;PWNED? groups: A" in shown
+    assert len(shown) < 3 * LINE_PART_CHARS + 200 and "… (1,000,000 characters)" in shown

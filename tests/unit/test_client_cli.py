@@ -8,6 +8,7 @@ code must be the command's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -402,7 +403,8 @@ def one_shot(path: str, reply: bytes | None) -> threading.Thread:
             if reply is None:
                 threading.Event().wait(1)
             else:
-                conn.sendall(reply)
+                with contextlib.suppress(BrokenPipeError):  # a client that stopped reading
+                    conn.sendall(reply)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
@@ -416,6 +418,7 @@ def one_shot(path: str, reply: bytes | None) -> threading.Thread:
     (b"[1, 2]\n", 5, "malformed reply"),
     (b'{"ok": true, "status": {"version": NaN}}\n', 5, "not JSON"),  # Python's json would read it
     (b'{"ok": true, "status": {"version": -Infinity}}\n', 5, "not JSON"),
+    (b"[" * 5000 + b"]" * 5000 + b"\n", 5, "nested too deeply to read"),  # json's RecursionError
     (b'{"ok": false, "error": "nope"}\n', 5, "malformed error reply"),
     (None, 0.2, "no reply from the daemon within 0.2 s"),
 ])
@@ -426,6 +429,32 @@ def test_call_broken_replies_are_control_socket_errors(tmp_path, reply, timeout,
         call(path, StatusRequest(), timeout=timeout)
     assert not isinstance(info.value, DaemonNotRunning)
     thread.join(5)
+
+
+def test_a_reply_past_the_longest_read_is_cut_there(tmp_path, monkeypatch):
+    import governor.cli.client as client
+
+    monkeypatch.setattr(client, "MAX_REPLY_BYTES", 1 << 20)
+    path = str(tmp_path / "endless.sock")
+    thread = one_shot(path, b"x" * (3 << 20))  # no newline: a server that never ends its line
+    with pytest.raises(ControlSocketError, match="reply is longer than 1 MiB; nothing more was read"):
+        call(path, StatusRequest(), timeout=5)
+    thread.join(5)
+
+
+def test_a_stop_reply_of_other_than_ids_is_refused():
+    from governor.wire.reply_types import StopReply
+
+    assert StopReply.from_json({"stopped": ["7"]}).stopped == ("7",)
+    with pytest.raises(ValueError, match="not of task ids"):  # was printed as {'a': 1}, None, 10**300
+        StopReply.from_json({"stopped": [{"a": 1}, None, 10**300]})
+
+
+def test_a_queued_line_shows_the_daemons_reason_as_text(fake_daemon):
+    fake_daemon.queued = [{"position": 10**30, "reason": "\x1b]0;PWNED\x07waits"}]
+    result, _ = governor("run", "--", "true", socket_path=fake_daemon.path)
+    assert result.returncode == 0
+    assert result.stderr.splitlines()[0] == "governor: queued (position ?): ?]0;PWNED?waits; Ctrl-C leaves the queue"
 
 
 PLACE = {"position": 2, "waiting_for": 1 * G, "held_by": [{"group": "A", "memory": 3 * G}],

@@ -220,3 +220,22 @@ def test_history_requests_read_the_journal_one_at_a_time(daemon, monkeypatch):
 
     assert all(reply.entries == [] for reply in asyncio.run(many()))
     assert most[0] == 1
+
+
+@pytest.mark.parametrize(("entry", "shown"), [
+    ({"kind": "launch", "demand": [1]}, "has a malformed history[0].demand: must be an object, got an array"),
+    ({"kind": "end", "wall_s": "x"}, "has a malformed history[0].wall_s: must be a number, got a string"),
+    ({"kind": ["launch"]}, "has a malformed history[0].kind: must be a string, got an array"),
+    ({"kind": "end", "reason": "[/oops]", "name": "\x1b]0;PWNED\x07", "task": "7", "group": "[link=http://x]A"}, None),
+])
+def test_a_journal_entry_edited_by_hand_is_named_or_shown_as_text(tmp_path, entry, shown):
+    # The table read the entries' fields untyped: a hand-edited journal (or a hostile daemon's
+    # history reply) met it as AttributeError, TypeError or rich's MarkupError.
+    directory = tmp_path / "h"
+    HistoryWriter(directory, HistoryRules, Clock(100.0)).write([{"at": 1e9, **entry}])  # 2001
+    table = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["history", "--dir", str(directory), "--since", "2000-01-01"])
+    assert "Traceback" not in table.output and "\x1b" not in table.output and "\x07" not in table.output
+    if shown is None:
+        assert table.exit_code == 0 and "[/oops]" in table.output and "[link=http://x]A" in table.output
+    else:
+        assert table.exit_code == 1 and f"the journal in {directory} {shown}" in " ".join(table.output.split())

@@ -65,3 +65,26 @@ def test_printable_keeps_plain_text_as_it_is():
 
     assert printable({"a b": ["x", 1, None, "é ü 中"]}) == {"a b": ["x", 1, None, "é ü 中"]}
     assert printable("\x1b[8m\ttab") == "?[8m?tab"
+
+
+def test_a_hostile_daemons_text_and_figures_are_shown_not_obeyed():
+    # What a buggy or hostile daemon could send (issue 42's "hostile numbers and text"): markup in
+    # keys and paths, escapes in group names, negative and huge amounts. Each was a traceback, a
+    # hyperlink, or top drawing a bar of 10**20 cells.
+    from governor.cli import view_common as view
+    from governor.cli.top_batch import snapshot
+
+    status = decode({"capacity": {"cpu": 2.0, "memory": -1, "io.sda.read": -1}, "used": {"cpu": -1e20},
+                     "guaranteed": {"cpu": -1e308}, "host_capacity": {"[/oops]": 1, "[link=http://x]LINK[/link]": 2},
+                     "groups": {"\x1b[2Jx": {"weight": 1, "dominant_share": -1e308}, "a\nb": {"weight": 1}},
+                     "daemon": {"gpu_guard": {"kind": "sessions", "guarded": ["[/oops]"]}}})
+    console = view.console(file=io.StringIO(), width=100, force_terminal=True)  # as governor status prints
+    for renderable in (*status_renderables(status, now=0.0),
+                       *explain_renderables({"trace": [{"step": 1, "event": "[/oops]"}],
+                                             "capacity": {"cpu": 1, "[link=http://x]L[/link]": 1}}, None, now=0.0)):
+        console.print(renderable)
+    text = console.file.getvalue()
+    assert "[/oops]" in text and "[link=http://x]" in text and "\x1b]8" not in text  # shown, not a hyperlink
+    top = snapshot(status, width=100, now=0.0)
+    assert "?[2Jx" in top and "a?b" in top and "\x1b" not in top
+    assert max(map(len, top.splitlines())) <= 100

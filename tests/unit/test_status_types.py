@@ -94,6 +94,11 @@ def test_an_unchanged_task_entry_keeps_its_json_object_between_encodings():
      "has a malformed status.queue[0].command: must be an array, got a string"),
     ({"daemon": {"gpu_guard": {"guarded": [1]}}},
      "has a malformed status.daemon.gpu_guard.guarded[0]: must be a string, got an integer"),
+    # Past 64 bits: a view's float() of 10**400 raised OverflowError; a 300-digit pid is no cell.
+    ({"capacity": {"cpu": 10**400}}, "has a malformed status.capacity.cpu: must be a number of 64 bits at most, "
+                                     "got a larger integer"),
+    ({"daemon": {"pid": 2**63}}, "has a malformed status.daemon.pid: must be an integer of 64 bits at most, "
+                                 "got a larger integer"),
 ])
 def test_a_malformed_status_names_the_field(status, message):
     with pytest.raises(MalformedStatus) as error:
