@@ -94,8 +94,9 @@ def line(what: str, hint: str | None = None, code: str | None = None) -> str:
     from governor.cli.view_common import printable
 
     def shown(text: str) -> str:
-        text = printable(text)
-        return text if len(text) <= LINE_PART_CHARS else text[:LINE_PART_CHARS] + f"… ({len(text):,} characters)"
+        if len(text) > LINE_PART_CHARS:
+            text = text[:LINE_PART_CHARS] + f"… ({len(text):,} characters)"
+        return printable(text)
 
     text = f"governor: error: {shown(what)}"
     if hint:

@@ -18,6 +18,7 @@ from rich.text import Text
 from governor.config.resources import Resource, admitted, sized
 from governor.config.resources import format_amount
 from governor.config.units import SUFFIXES, format_number, format_size
+from governor.wire.fields import MAX_COMMAND_ITEM_CHARS
 from governor.wire.limit_files import MEMORY_CAPS, kernel_file
 
 if TYPE_CHECKING:  # `governor run` reads a queued launch's reason here: no status types on its way
@@ -209,8 +210,12 @@ def printable(value: object) -> object:
     terminal would act on in its strings (control characters, escape sequences, bidirectional
     overrides: whatever ``str.isprintable`` refuses but a space) shown as ``?``, as ``ps``
     does. Other users' command lines, task names and user names reach every viewer: none may
-    reach a terminal raw. Every view takes the daemon's data through this first."""
+    reach a terminal raw. Every view takes the daemon's data through this first. A string
+    longer than any the daemon takes in (:data:`~governor.wire.fields.MAX_COMMAND_ITEM_CHARS`:
+    a 100 KB name made a 100 KB line) is cut, ending with ``…``."""
     if isinstance(value, str):
+        if len(value) > MAX_COMMAND_ITEM_CHARS:
+            value = value[:MAX_COMMAND_ITEM_CHARS] + "…"
         return value if value.isprintable() else "".join(c if c.isprintable() or c == " " else "?" for c in value)
     if isinstance(value, dict):
         return {printable(key): printable(item) for key, item in value.items()}

@@ -65,6 +65,7 @@ def test_printable_keeps_plain_text_as_it_is():
 
     assert printable({"a b": ["x", 1, None, "é ü 中"]}) == {"a b": ["x", 1, None, "é ü 中"]}
     assert printable("\x1b[8m\ttab") == "?[8m?tab"
+    assert printable(["x" * 4096, "y" * 100_000]) == ["x" * 4096, "y" * 4096 + "…"]  # no 100 KB cell
 
 
 def test_a_hostile_daemons_text_and_figures_are_shown_not_obeyed():
