@@ -87,7 +87,10 @@ class ControlServer:
         self.write_timeout_s = write_timeout_s
         self.connections_per_uid = connections_per_uid
         self._by_uid: Counter[int] = Counter()
-        self._writers: dict[int, set[asyncio.StreamWriter]] = {}  # uid → its connections' writers
+        # uid → its connections' writers that may hold bytes their clients have not read: only
+        # those are summed for its budget (summing all of them, at every reply, was a twentieth
+        # of the daemon's CPU with a few hundred `governor run`s waiting for their tasks).
+        self._holding: dict[int, set[asyncio.StreamWriter]] = {}
         self._uid_of: dict[asyncio.StreamWriter, int] = {}
         self._server: asyncio.AbstractServer | None = None
         self._inode: tuple[int, int] | None = None
@@ -200,7 +203,6 @@ class ControlServer:
         try:
             peer = _peer_credentials(writer.get_extra_info("socket"))
             self._by_uid[peer.uid] += 1
-            self._writers.setdefault(peer.uid, set()).add(writer)
             self._uid_of[writer] = peer.uid
             limit = self.connections_per_uid() if self.connections_per_uid and peer.uid != 0 else None
             if limit is not None and self._by_uid[peer.uid] > limit:
@@ -242,9 +244,10 @@ class ControlServer:
                 if not self._by_uid[peer.uid]:
                     del self._by_uid[peer.uid]
                 self._uid_of.pop(writer, None)
-                self._writers[peer.uid].discard(writer)
-                if not self._writers[peer.uid]:
-                    del self._writers[peer.uid]
+                holding = self._holding.get(peer.uid, set())
+                holding.discard(writer)
+                if not holding:
+                    self._holding.pop(peer.uid, None)
                 if peer.pidfd is not None:
                     os.close(peer.pidfd)
             writer.close()
@@ -274,6 +277,8 @@ class ControlServer:
                 uid = self._uid_of.get(writer)
                 while uid is not None and 0 < (held := self._in_flight(uid)) and held + len(reply) > IN_FLIGHT_PER_UID:
                     await asyncio.sleep(_BUDGET_POLL_S)
+                if uid is not None:
+                    self._holding.setdefault(uid, set()).add(writer)
                 for start in range(0, len(reply), WRITE_CHUNK):
                     self._unsent[writer] = max(0, len(reply) - start - WRITE_CHUNK)
                     writer.write(view[start:start + WRITE_CHUNK])
@@ -287,8 +292,17 @@ class ControlServer:
     def _in_flight(self, uid: int) -> int:
         """Bytes of replies to ``uid``'s connections that their clients have not read yet
         (in their transports' buffers, or still to be handed to them)."""
-        return sum(writer.transport.get_write_buffer_size() + self._unsent.get(writer, 0)
-                   for writer in self._writers.get(uid, ()))
+        holding = self._holding.get(uid)
+        held = 0
+        for writer in list(holding or ()):
+            size = writer.transport.get_write_buffer_size() + self._unsent.get(writer, 0)
+            if size:
+                held += size
+            else:  # all read: it holds nothing until its next reply
+                holding.discard(writer)
+        if holding is not None and not holding:
+            del self._holding[uid]
+        return held
 
     async def _answer(self, line: bytes, peer: Peer, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> bool:
