@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 
 from governor.cli.top_state import TopState
 from governor.cli.top_view import top_view
-from governor.cli.view_common import console as plain_console, printable
+from governor.cli.view_common import console as plain_console
 from governor.wire.status_types import Status
 
 __all__ = ["snapshot", "snapshots"]
@@ -27,8 +27,8 @@ _WIDTH = 120  # when neither a terminal nor $COLUMNS says
 def snapshot(status: Status, *, width: int, now: float) -> str:
     """One snapshot of ``status`` (a ``watch`` update) as plain text ``width`` columns wide,
     every group's tasks shown, times relative to ``now`` (Unix time)."""
-    status = printable(status)  # before the state: group names key its selection and expanded groups
-    state = TopState(status=status, received=now, expanded=set(status.groups))
+    state = TopState(status=status, received=now)  # made printable there: group names key the state
+    state.expanded = set(state.status.groups)
     console = plain_console(file=io.StringIO(), width=width, color_system=None, force_terminal=False, record=True)
     console.print(top_view(state, width=width, height=_ROWS, now=now, keys=False))
     return "\n".join(line.rstrip() for line in console.export_text(styles=False).rstrip("\n").splitlines())

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from governor.cli.view_common import tree_order
+from governor.cli.view_common import printable, tree_order
 from governor.wire.status_types import Group, Status
 
 # Sort columns in the order `s` cycles through them; name ascends, the others descend.
@@ -52,6 +52,16 @@ class TopState:
     editing: str | None = None
     help: bool = False
     quit: bool = False
+
+    def __post_init__(self) -> None:
+        if self.status is not None:
+            self.status = printable(self.status)
+
+    def receive(self, status: Status, at: float) -> None:
+        """``status`` arrived at ``at`` (Unix time): shown from now on. Its text is made
+        printable once, here (group names key the selection and the expanded groups), not at
+        every frame."""
+        self.status, self.received, self.down = printable(status), at, None
 
 
 def visible_groups(state: TopState) -> list[str]:

@@ -25,7 +25,7 @@ from governor.cli.client import stream
 from governor.wire.request_types import WatchRequest
 from governor.cli.top_state import TopState, parse_keys, press
 from governor.cli.top_view import top_view
-from governor.cli.view_common import console, printable
+from governor.cli.view_common import console
 from governor.errors import ControlSocketError, DaemonError
 
 RECONNECT_S = 1.0
@@ -127,8 +127,8 @@ def _loop(state: TopState, feed: Feed, stdin: int, wake_read: int, live: Live) -
                 press(state, key)
         while not feed.updates.empty():
             kind, value, at = feed.updates.get()
-            if kind == "status":  # made printable once, here: group names key the state's selection
-                state.status, state.received, state.down = printable(value), at, None
+            if kind == "status":
+                state.receive(value, at)
             else:
                 state.down = value
         live.refresh()

@@ -66,7 +66,7 @@ COLUMNS_HELP = [
 def top_view(state: TopState, *, width: int, height: int, now: float, keys: bool = True) -> RenderableType:
     """The whole screen for ``state`` at ``width`` × ``height`` cells, times relative to ``now``;
     without ``keys``, no footer of keys (``top -b``'s snapshots)."""
-    status = view.printable(state.status or Status())  # as it came too (top_terminal, top_batch)
+    status = state.status or Status()  # made printable as it came (TopState)
     top: list[RenderableType] = [_title(state, status, width)]
     if state.down is not None:
         stale = f" (data {view.duration(now - state.received)} old)" if state.received else ""

@@ -48,7 +48,8 @@ def test_every_view_shows_hostile_text_as_text(daemon, width):  # noqa: F811
     handle = lambda request: over_the_wire(asyncio.run(daemon.requests.handle(request, ROOT)))  # noqa: E731
     status, explain = handle(StatusRequest())["status"], handle(ExplainRequest())["explain"]
     running, ended = handle(PsRequest(all=True))["tasks"], handle(PsRequest(all=True, ended=True))["ended"]
-    state = TopState(status=decode(status), received=0.0)
+    state = TopState()
+    state.receive(decode(status), at=0.0)  # as the watch stream hands it to top
     press(state, "enter")  # the group expanded: its tasks' command lines shown
     text = rendered(*status_renderables(decode(status), now=0.0), top_view(state, width=width, height=60, now=0.0),
                     tasks_table(decode_rows(TaskRow, running, "tasks"), now=0.0, users=True),
