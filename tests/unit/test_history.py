@@ -239,3 +239,29 @@ def test_a_journal_entry_edited_by_hand_is_named_or_shown_as_text(tmp_path, entr
         assert table.exit_code == 0 and "[/oops]" in table.output and "[link=http://x]A" in table.output
     else:
         assert table.exit_code == 1 and f"the journal in {directory} {shown}" in " ".join(table.output.split())
+
+
+def test_the_listing_aligns_every_column_in_terminal_cells_under_its_header(tmp_path):
+    # A rich table took about a millisecond a row (a week of a busy host: minutes); the listing
+    # is plain lines, each column as wide as its widest cell, a wide character two cells.
+    from rich.cells import cell_len
+
+    directory = tmp_path / "h"
+    HistoryWriter(directory, HistoryRules, Clock(100.0)).write([
+        {"at": 1e9, "kind": "launch", "task": "7", "name": "計算", "user": "alice", "group": "A",
+         "demand": {"cpu": 2.0, "memory": GIB}},
+        {"at": 1e9 + 1, "kind": "end", "task": "12345", "name": "x", "user": "bo", "group": "physics",
+         "demand": {}, "reason": "exit", "wall_s": 1.0},
+        {"at": 1e9 + 2, "kind": "refusal", "task": None, "uid": 1001, "group": None, "demand": {"cpu": 1.0},
+         "code": "too_large"}])
+    done = CliRunner().invoke(main, ["history", "--dir", str(directory), "--since", "2000-01-01"])
+    assert done.exit_code == 0, done.output
+    header, *lines = done.output.splitlines()
+    assert header.split() == ["time", "kind", "task", "user", "group", "demand", "details"]
+    for word in ("kind", "task", "user", "group", "demand", "details"):
+        start = header.index(word)
+        for line in (line for line in lines if cell_len(line) > start):  # an empty last cell is cut
+            # every cell of the column begins where its header does, counted in cells
+            prefix = next(line[:i] for i in range(len(line) + 1) if cell_len(line[:i]) >= start)
+            assert cell_len(prefix) == start and line[len(prefix) - 1] == " ", (word, line)
+    assert "7 計算" in lines[0] and "12345 x" in lines[1] and "1001" in lines[2] and lines[2].endswith("too_large")
