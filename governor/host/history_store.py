@@ -8,8 +8,9 @@ the next begun at a tenth of ``max_size``; the oldest files go while all of them
 
 What a crash loses: the writer takes the entries of :data:`GATHER_S` after the first one it
 waits for and writes them (one ``write(2)``) at once, so a ``kill -9`` of the daemon loses only
-entries not yet written, well under a second's; the file is synced (``fsync``) at most :data:`SYNC_EVERY_S` apart, so a crash
-of the host loses at most that many seconds. A line cut short by either is skipped on reading.
+entries not yet written, well under a second's; the file is synced (``fsync``) at most
+:data:`SYNC_EVERY_S` apart, so a crash of the host loses at most that many seconds. A line cut
+short by either is skipped on reading.
 """
 
 from __future__ import annotations
