@@ -52,6 +52,12 @@ SHORT_SESSION_S = 10.0
 STOP_WAIT_S = 5.0
 # Between two looks: doubling from the first to the last (most tasks are gone at the first).
 STOP_LOOKS_S = (0.005, 0.2)
+# A task whose watched pid exited and none of whose processes could be watched next (each ended
+# between the look that found its cgroup populated and the listing: a killed tree's last
+# children) is looked at again after the first delay, then after twice that, up to the last;
+# nothing else would wake the daemon for it before the reconcile pass, seconds later (CI once
+# recorded a 2 s time limit's end so, past 3 s).
+REWATCH_LOOKS_S = (0.01, 1.0)
 
 
 class Exits:
@@ -352,9 +358,10 @@ class Exits:
         except CgroupError:
             return self.observation.last_stats(task.cgroup)
 
-    def _rewatch(self, task: Task) -> None:
+    def _rewatch(self, task: Task, after: float = REWATCH_LOOKS_S[0]) -> None:
         """Watch a process still in ``task`` once the one watched exited (where the watcher
-        follows a pid: a session outlives its first process, a task may outlive its command)."""
+        follows a pid: a session outlives its first process, a task may outlive its command);
+        where none could be, look at the task again in ``after`` seconds (:data:`REWATCH_LOOKS_S`)."""
         if self.watcher is None or self.hierarchy.events_path(task.cgroup) is not None:
             return
         try:
@@ -368,3 +375,15 @@ class Exits:
                 return
             except OSError:
                 continue  # exited meanwhile: the next one
+        if after <= REWATCH_LOOKS_S[1]:
+            asyncio.get_running_loop().call_later(after, self._look_again, task.id, 2 * after)
+
+    def _look_again(self, task_id: str, after: float) -> None:
+        """:meth:`_rewatch`'s next look at task ``task_id``: forgotten if its cgroup emptied."""
+        task = self.tasks.get(task_id)
+        if task is None:
+            return
+        if self.alive(task):
+            self._rewatch(task, after)
+        else:
+            self.check([task_id], "exit")

@@ -81,6 +81,9 @@ def test_ten_thousand_hostile_requests_leave_the_daemon_serving_and_nothing_behi
         result = as_nobody(lambda: fuzz(gov.socket, hostile_lines(10_000, seed=seed, own_pid=os.getpid())))
         rounds.append((result, rss_bytes(pid)))
     settle(gov, "no task left", lambda: not any(g["tasks"] for g in gov.status()["groups"].values()))
+    # A task leaves status at once; its cgroup goes on the cgroup thread after, or at the next
+    # reconcile pass where its rmdir met a process not yet released (CI caught one in between).
+    settle(gov, "no task cgroup left", lambda: not task_cgroups(gov), 30)
     settle(gov, "fds back", lambda: fd_count(pid) <= fds, 20)
     log = gov.daemon_log()
     codes = rounds[0][0]["codes"]
@@ -92,7 +95,6 @@ def test_ten_thousand_hostile_requests_leave_the_daemon_serving_and_nothing_behi
         assert sum(result["codes"].values()) == 10_000 and "internal" not in result["codes"]
     assert "Traceback" not in log and "internal error" not in log
     assert gov.status()["daemon"]["pid"] == pid
-    assert not task_cgroups(gov)
     # The allocator keeps what the first rounds needed; after them, RSS stays where it is.
     assert rounds[-1][1] <= rounds[1][1] + 2**20
 

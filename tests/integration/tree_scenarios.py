@@ -68,6 +68,14 @@ def group_limit_holds(tmp_path) -> None:
         burners = [gov.run("A", BUSY, cpus=0.25 * SCALE, memory="8M") for _ in range(2)]
         gov.wait_settled(gov.generation())  # the launches' refill in force
         used = measure(gov, ["A"], 5)["A"]
+        # The host's load shows through in the emulated VM (beside two others in CI): a window
+        # outside the tolerance is measured again, up to twice; a limit not held (A's caps
+        # want 0.5·s) fails each.
+        for window in range(2):
+            if abs(used - limit) <= limit * CONTENTION_TOLERANCE:
+                break
+            print(f"\nmeasured again: window {window + 1} read A {used:.3f}")
+            used = measure(gov, ["A"], 5)["A"]
         v2 = gov.status()["daemon"]["cgroup_mode"] == "v2"
         memory_max = gov.limit_file("A", "memory.max" if v2 else "memory.limit_in_bytes")
         first = gov.run("A", SLEEPER, cpus=0.01, memory="64M")

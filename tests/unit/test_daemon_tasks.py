@@ -176,6 +176,26 @@ def test_a_stop_whose_processes_outlive_the_kill_names_them_and_the_next_check_k
     assert not daemon.tasks and daemon.exits.ended[-1].reason == "stop"
 
 
+def test_a_pid_watched_task_whose_last_processes_end_between_two_looks_is_looked_at_again(daemon, monkeypatch):
+    # v1: the watcher follows a pid. The watched one exited; the next look finds the cgroup
+    # populated, the listing after it none (a killed tree's last children ending in between):
+    # nothing would wake the daemon again but the reconcile pass, seconds later.
+    launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+    driver = daemon.hierarchy.driver
+    monkeypatch.setattr(driver, "events_path", lambda rel: None)
+    looks = iter([True])  # populated at the first look, empty from then on
+    monkeypatch.setattr(driver, "populated", lambda rel: next(looks, False))
+    driver.procs["A/task-1"] = []
+
+    async def scenario():
+        daemon.exits.check(["1"], "exit")
+        assert [t.id for t in daemon.tasks] == ["1"]
+        await until(lambda: not daemon.tasks, "task 1 looked at again and forgotten", timeout=2)
+
+    asyncio.run(scenario())
+    assert daemon.exits.ended[-1].task.id == "1" and daemon.exits.ended[-1].reason == "exit"
+
+
 def test_a_task_is_ended_at_its_time_limit(daemon):
     async def scenario():
         request = LaunchRequest(pid=100, group="A", demand={"cpu": 1.0, "memory": GIB}, command=("sleep", "60"),
