@@ -6,13 +6,15 @@ one stage a module, wired by :mod:`governor.daemon.root` and built on the host b
     exits ────────────────┤
     sessions ─────────────┼─► settle: admit ─► create ─► plan + apply ─► move ─► reply
     observation (hold) ───┤            (tree: mkdir/rmdir/moves on a thread of their own)
-    requests (reload) ────┘                  │
+    reloads ──────────────┘                  │
                                              └─► enforcement: filling ─► limits ─► hierarchy
 
     observation ─► status snapshot ─► status / watch / top / metrics
     recovery: re-adoption at start;  journal: events and the log, for every stage
 
 * :mod:`~governor.daemon.requests`: the control socket's operations, checked against the caller.
+* :mod:`~governor.daemon.reloads`: ``reload`` (and SIGHUP's) and ``set-weight``: a new config, or
+  weight, put in force.
 * :mod:`~governor.daemon.launches`: ``launch``: check, queue, wait, reply.
 * :mod:`~governor.daemon.inbox`: the typed events, and the inbox that coalesces them for settle.
 * :mod:`~governor.daemon.settle`: the one pipeline; the only caller of a refill. Its decision is a

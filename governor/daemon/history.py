@@ -5,11 +5,11 @@ builder per kind, and the stage that hands them to the writer thread
 ========  ===========================================  =====================================
 kind      when                                         where
 ========  ===========================================  =====================================
-daemon    the daemon serves or reloads (its capacity)  :meth:`History.start` (root), :meth:`Requests.reload
-                                                       <governor.daemon.requests.Requests.reload>`
+daemon    the daemon serves or reloads (its capacity)  :meth:`History.start` (root), :meth:`Reloads.reload
+                                                       <governor.daemon.reloads.Reloads.reload>`
 launch    a launch is queued (every start's arrival)   :meth:`Launches.launch <governor.daemon.launches.Launches.launch>`
 start     a launched task starts (``waited_s``)        :class:`~governor.daemon.starts.Starts`
-refusal   a launch is refused (its error's code)       :class:`~governor.daemon.requests.Requests`
+refusal   a launch is refused (its error's code)       :class:`~governor.daemon.launches.Launches`
 session   a user's session starts                      :class:`~governor.daemon.sessions.Sessions`
 end       a task or session ends (its counters)        :meth:`Exits.check <governor.daemon.exits.Exits.check>`
 ========  ===========================================  =====================================

@@ -5,43 +5,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
-import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 
 from governor.host import access
 from governor.host.accounting import STOP
 from governor.cgroups.hierarchy import Hierarchy
-from governor.config.load import Config
-from governor.daemon import gpu_places
 from governor.daemon.exits import Exits
 from governor.daemon.filling import fill
-from governor.daemon.gpu_guard import GpuGuard
-from governor.daemon.history import daemon_entry
-from governor.daemon.inbox import Inbox, Left, Reload
+from governor.daemon.inbox import Inbox, Left
 from governor.daemon.journal import Journal
 from governor.daemon.launches import Launches
 from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
-from governor.daemon.records import Records
-from governor.daemon.sessions import Sessions
+from governor.daemon.reloads import Reloads
 from governor.daemon.settle import Settle
-from governor.errors import CgroupError, ConfigError, FillingDiverged, GovernorError, RequestError
+from governor.errors import CgroupError, FillingDiverged, RequestError
 from governor.core.explain import explain
-from governor.core.headroom import check_beside_headroom
-from governor.host.sd_notify import Notifier
 from governor.wire.protocol import (ExplainRequest, LaunchRequest, Peer, PsRequest, ReloadRequest, Request,
                                SetWeightRequest, StatusRequest, StopRequest, WatchRequest)
 from governor.wire.ps import PROCESSES_SHOWN, processes, ps_filter, task_rows
 from governor.wire.visibility import Viewer, queue_for, rows_for
 from governor.wire.status import psi_entry
 from governor.core.queue import queue_view
-from governor.core.quotas import check_within_quotas
 from governor.core.state import SHOWN_COMMAND_CHARS, Task, Tasks
 from governor.core.usage import stalls
 from governor.core.vocabulary import reserved_by_task
-from governor.config.tomlcheck import join_key
 from governor.wire.reply_types import (ExplainReply, LaunchReply, PsReply, Queued, ReloadReply, SetWeightReply, Started,
                                    StatusReply, StopReply)
 
@@ -54,24 +43,15 @@ class Requests:
 
     Args:
         hierarchy: where a task's processes are listed; policy: the config in force; tasks:
-            the running tasks; launches, settle, exits, sessions, observation: the stages the
-            operations go to; inbox: told of a task stopped in the queue; records: the task
-            records; journal: events; notifier: systemd's RELOADING/READY; gpu_guard: put again
-            when a reload is put in force.
-        load_config: reads the config file again, for reload (raises ConfigError); None: the
-            daemon runs on the embedded default.
+            the running tasks; launches, settle, exits, observation, reloads: the stages the
+            operations go to; inbox: told of a task stopped in the queue; journal: events.
     """
 
     def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, launches: Launches, settle: Settle,
-                 inbox: Inbox, records: Records, exits: Exits, sessions: Sessions, observation: Observation,
-                 journal: Journal, notifier: Notifier, gpu_guard: GpuGuard, load_config: Callable[[], Config] | None):
-        # The journal's metrics sink follows [metrics] listen at a reload (governor.wire.metrics.Metrics).
-        self.metrics = journal.metrics
-        self.hierarchy, self.policy, self.tasks, self.load_config = hierarchy, policy, tasks, load_config
-        self.launches, self.settle, self.inbox, self.records = launches, settle, inbox, records
-        self.queue = settle.queue
-        self.exits, self.sessions, self.observation = exits, sessions, observation
-        self.journal, self.notifier, self.gpu_guard = journal, notifier, gpu_guard
+                 inbox: Inbox, exits: Exits, observation: Observation, journal: Journal, reloads: Reloads):
+        self.hierarchy, self.policy, self.tasks = hierarchy, policy, tasks
+        self.launches, self.settle, self.inbox, self.queue = launches, settle, inbox, settle.queue
+        self.exits, self.observation, self.journal, self.reloads = exits, observation, journal, reloads
 
     def handlers(self) -> dict[str, Callable]:
         """The control server's handler of each operation (:data:`governor.wire.protocol.OPERATIONS`):
@@ -127,12 +107,12 @@ class Requests:
     async def _reload(self, request: ReloadRequest, peer: Peer) -> ReloadReply:
         who = self.policy.identities.identify(peer.uid, peer.gid)
         access.require_admin(self.policy.config, who, "reload")
-        return ReloadReply(await self.reload_off_loop(f"reload by {who.user}"))
+        return ReloadReply(await self.reloads.reload_off_loop(f"reload by {who.user}"))
 
     async def _set_weight(self, request: SetWeightRequest, peer: Peer) -> SetWeightReply:
         who = self.policy.identities.identify(peer.uid, peer.gid)
         access.require_admin(self.policy.config, who, "set-weight")
-        return SetWeightReply(**self.set_weight(request.group, request.weight, who.user))
+        return SetWeightReply(**self.reloads.set_weight(request.group, request.weight, who.user))
 
     async def watch(self, request: WatchRequest, peer: Peer) -> AsyncIterator[StatusReply]:
         """A status snapshot now and every ``request.interval`` seconds (``watch``)."""
@@ -267,133 +247,3 @@ class Requests:
                                     for group, tasks in self.tasks.groups().items()},
                        psi=psi_entry(self.observation.hierarchy.no_psi),
                        host_capacity=self.policy.host_capacity, foreign=self.observation.tenants())
-
-    def use(self, config: Config, members: dict[str, list[str]] | None = None) -> None:
-        """Put ``config`` in force (:meth:`Policy.use <governor.daemon.policy.Policy.use>`;
-        raises before changing anything; ``members`` as it takes them), the running tasks' GPUs
-        re-mapped by identity to its inventory (a record whose identities changed is written
-        again), the GPUs still draining re-mapped so too, and look at every process afresh
-        under it."""
-        inventory = self.policy.gpus
-        for task in self.policy.use(config, held=[task for task in self.tasks if task.gpus], members=members):
-            before = self.tasks.get(task.id)
-            self.tasks.update(task)
-            if task.gpu_identities != before.gpu_identities:
-                self.records.save_or_retry(task)
-        self.tasks.redrain(gpu_places.renumbered(inventory, self.policy.gpus, self.tasks.draining()))
-        self.sessions.reset()
-
-    def reload(self, trigger: str) -> str:
-        """Re-read the config file and put it in force (the GPU guard put again under it); the
-        old one stays if the new one is bad. Waiting tasks that can never fit the new capacity
-        are refused. Everything runs here:
-        :meth:`reload_off_loop` is the daemon's (the control socket's, SIGHUP's).
-
-        Raises:
-            RequestError: ``invalid_config`` with the file, key and reason.
-        """
-        self.notifier.reloading()
-        try:
-            return self._put_in_force(trigger, self._read())
-        finally:
-            self.notifier.send("READY=1", f"STATUS={self.settle.summary()}")
-
-    async def reload_off_loop(self, trigger: str) -> str:
-        """:meth:`reload`, with the file read, parsed and checked and its groups' members looked
-        up on a thread (:meth:`_read`): at 10,000 groups that held the event loop for seconds.
-        What then changes the daemon's state runs on the loop.
-
-        Raises:
-            RequestError: ``invalid_config`` with the file, key and reason.
-        """
-        self.notifier.reloading()
-        try:
-            return self._put_in_force(trigger, await asyncio.to_thread(self._read_without_collecting))
-        finally:
-            self.notifier.send("READY=1", f"STATUS={self.settle.summary()}")
-
-    def _read_without_collecting(self) -> tuple[Config, dict[str, list[str]]] | GovernorError:
-        """:meth:`_read`, the garbage collector paused meanwhile and what it made frozen after:
-        the parse's allocations set off collections that ran on this thread holding the GIL,
-        220-300 ms each at 10,000 groups (tests/benchmarks/test_reload_bench.py), and the new
-        config would be scanned again and again. It lives until the next reload, as what the
-        daemon loaded at start, which it freezes too (:meth:`Daemon.serve
-        <governor.daemon.root.Daemon.serve>`)."""
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            return self._read()
-        finally:
-            gc.freeze()
-            if collecting:
-                gc.enable()
-
-    def _read(self) -> tuple[Config, dict[str, list[str]]] | GovernorError:
-        """The config file read, parsed and checked, with its groups' members on this host; or
-        why it cannot be used. Reads the file and the user database only (safe on a thread)."""
-        try:
-            if self.load_config is None:
-                raise RequestError("invalid_config", "the daemon runs on the embedded default: no file to reload")
-            config = self.load_config()
-            return config, self.policy.find_members(config)
-        except GovernorError as error:
-            return error
-
-    def _put_in_force(self, trigger: str, read: tuple[Config, dict[str, list[str]]] | GovernorError) -> str:
-        """Put what :meth:`_read` gave in force, or refuse it (an error event; the old config
-        stays). Returns the config's source."""
-        try:
-            if isinstance(read, GovernorError):
-                raise read
-            config, members = read
-            self._check_places(config)
-            self.use(config, members)
-            self.gpu_guard.reapply()  # a changed inventory or guard config is in force now, not at restart
-        except RequestError:
-            raise
-        except GovernorError as error:
-            self.journal.event("error", f"reload refused, the old config stays in force: {error}", logging.ERROR)
-            raise RequestError("invalid_config", str(error)) from error
-        self.journal.event("reload", f"config {self.policy.source} reloaded ({trigger})")
-        self.journal.record(daemon_entry(time.time(), self.policy.host_capacity, self.policy.source, "reload"))
-        if self.metrics is not None:
-            try:
-                self.metrics.follow(config.metrics_listen)
-            except GovernorError as error:
-                self.journal.event("error", f"{error}; the metrics stay where they were", logging.ERROR)
-        for entry in list(self.queue.values()):
-            try:
-                access.check_fits(entry.task.demand, self.policy.host_capacity)
-                check_within_quotas(self.policy.config, entry.task.group, entry.task.demand)
-                check_beside_headroom(self.policy.config, self.policy.host_capacity, entry.task.group, entry.task.demand)
-            except RequestError as refused:
-                del self.queue[entry.task.id]
-                entry.decide(error=refused)
-        self.settle.now(Reload("reload", full=True))  # running tasks' caps follow it: devices of a new inventory
-        if self.exits.watcher is not None:  # serving: sessions turned on follow the kernel's events
-            self.sessions.follow_processes()
-        self.sessions.ask_rescan("reload")
-        return self.policy.source
-
-    def _check_places(self, config: Config) -> None:
-        """Refuse a config that moves a group with running tasks elsewhere in the tree: their
-        cgroups are where the group was (ConfigError naming the group's ``parent``)."""
-        for task in self.tasks:
-            if not task.is_login and config.place(task.group) != (task.place or task.group):
-                raise ConfigError(config.file, f"{join_key('groups', task.group)}.parent",
-                                  f"would move group {task.group} from {task.place or task.group} to "
-                                  f"{config.place(task.group)} while its {task.label} runs; change it once the "
-                                  "group's tasks have ended")
-
-    def set_weight(self, group: str, weight: float, user: str) -> dict:
-        """``governor set-weight``: ``group``'s weight until the next reload (refilled now).
-
-        Raises:
-            RequestError: ``not_found``, no such group in the config.
-        """
-        if not access.known_group(self.policy.config, group):
-            raise RequestError("not_found", f"no group {group!r} in the config")
-        self.policy.weights[group] = weight
-        self.journal.event("weight", f"{user} set the weight of {group} to {weight:g} (until the next reload)")
-        self.settle.now(Reload(f"weight of {group}"))
-        return {"group": group, "weight": weight}

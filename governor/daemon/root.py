@@ -38,6 +38,7 @@ from governor.daemon.observation import Observation
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
 from governor.daemon.recovery import Recovery
+from governor.daemon.reloads import Reloads
 from governor.daemon.requests import Requests
 from governor.daemon.sessions import RESCAN_INTERVAL_S, Sessions
 from governor.daemon.settle import Settle
@@ -184,11 +185,12 @@ class Daemon:
         self.launches = Launches(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, store=store,
                                  queue=self.queue, inbox=self.inbox, starts=self.starts, journal=self.journal,
                                  registry=registry, foreign=self.foreign.holds)
+        self.reloads = Reloads(policy=self.policy, tasks=self.tasks, records=self.records, settle=self.settle,
+                               exits=self.exits, sessions=self.sessions, journal=self.journal,
+                               notifier=self.notifier, gpu_guard=self.gpu_guard, load_config=load_config)
         self.requests = Requests(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, launches=self.launches,
-                                 settle=self.settle, inbox=self.inbox, records=self.records,
-                                 exits=self.exits, sessions=self.sessions,
-                                 observation=self.observation, journal=self.journal, notifier=self.notifier,
-                                 gpu_guard=self.gpu_guard, load_config=load_config)
+                                 settle=self.settle, inbox=self.inbox, exits=self.exits,
+                                 observation=self.observation, journal=self.journal, reloads=self.reloads)
 
     def _entry(self) -> DaemonEntry:
         """This daemon as the others see it (:mod:`governor.host.daemons`)."""
@@ -358,14 +360,14 @@ class Daemon:
         await self.sessions.rescan("periodic rescan")
 
     def _reload_on_signal(self) -> None:
-        # The handler only starts it: the file is parsed on a thread (Requests.reload_off_loop).
+        # The handler only starts it: the file is parsed on a thread (Reloads.reload_off_loop).
         reload = asyncio.get_running_loop().create_task(self._reload_quietly("SIGHUP"))
         self._signal_reloads.add(reload)
         reload.add_done_callback(self._signal_reloads.discard)
 
     async def _reload_quietly(self, trigger: str) -> None:
         try:
-            await self.requests.reload_off_loop(trigger)
+            await self.reloads.reload_off_loop(trigger)
         except RequestError:
             pass  # logged as an event; the old config stays in force
 

@@ -6,7 +6,7 @@ daemon's event loop, and what status and the metrics cost with 10,000 accounts u
 The daemon on the in-memory cgroup driver (tests/support/daemons.py), its groups' members looked up in
 this host's user database as the daemon does. Target: the loop held < 100 ms; the file's
 read, parse and checks and the members' lookup run on a thread
-(:meth:`governor.big_daemon.requests.Requests.reload_off_loop`).
+(:meth:`governor.daemon.reloads.Reloads.reload_off_loop`).
 
 - ``test_reload_put_in_force``: the part that runs on the loop, alone (what it holds it for
   at best).
@@ -39,13 +39,13 @@ CONFIG = ('[capacity]\ncpu = 1.5\nmemory = "64G"\n[sessions]\nenabled = false\n'
 def big_daemon(tmp_path_factory):
     server = make_daemon(tmp_path_factory.mktemp("reload"), CONFIG,
                          members=lambda config: access.members(config, 1000, NOBODY_UID))
-    server.requests.load_config = lambda: parse_config(CONFIG, "test.toml")
+    server.reloads.load_config = lambda: parse_config(CONFIG, "test.toml")
     return server
 
 
 def test_reload_put_in_force(benchmark, big_daemon):
-    read = big_daemon.requests._read()
-    assert benchmark(big_daemon.requests._put_in_force, "benchmark", read) == "test.toml"
+    read = big_daemon.reloads._read()
+    assert benchmark(big_daemon.reloads._put_in_force, "benchmark", read) == "test.toml"
 
 
 def test_reload_loop_hold(benchmark, big_daemon):
@@ -64,7 +64,7 @@ def test_reload_loop_hold(benchmark, big_daemon):
 
         ticking = asyncio.create_task(ticker())
         await asyncio.sleep(0)
-        assert await big_daemon.requests.reload_off_loop("benchmark") == "test.toml"
+        assert await big_daemon.reloads.reload_off_loop("benchmark") == "test.toml"
         done = True
         await ticking
         holds.append(longest)

@@ -56,7 +56,7 @@ def test_a_diverging_filling_keeps_the_plan_in_force_and_is_an_error_everywhere(
     assert refused.value.code == "unavailable" and "the allocation failed" in refused.value.message
 
     monkeypatch.setattr(filling, "hierarchical_filling", hierarchical_filling)
-    tree.requests.set_weight("D1", 2.0, "root")
+    tree.reloads.set_weight("D1", 2.0, "root")
     status = tree.observation.status()
     assert status["filling"]["error"] is None and status["filling"]["failures"] == 1
     assert "cpu.weight" in driver.in_force("D2/L2")  # the plan follows all three groups again

@@ -352,9 +352,9 @@ def test_the_daemon_refuses_guarantees_that_cannot_all_be_held_as_check_config_d
     from governor.errors import RequestError
 
     daemon = make_daemon(tmp_path, NESTED_GUARANTEES.replace('memory = "1G"', 'memory = "2G"'))
-    daemon.requests.load_config = lambda: parse_config(NESTED_GUARANTEES, "g.toml")
+    daemon.reloads.load_config = lambda: parse_config(NESTED_GUARANTEES, "g.toml")
     with pytest.raises(RequestError) as refused:
-        daemon.requests.reload("test")
+        daemon.reloads.reload("test")
     assert refused.value.code == "invalid_config" and "they cannot all be held" in refused.value.message
     assert daemon.policy.capacity["memory"] == 2 * 1024**3  # the old config stays in force
 

@@ -75,7 +75,7 @@ def test_a_reload_parses_the_file_and_looks_members_up_off_the_event_loop_which_
         on["members"] = threading.current_thread()
         return {}
 
-    daemon.requests.load_config, daemon.policy.find_members = load, members
+    daemon.reloads.load_config, daemon.policy.find_members = load, members
 
     async def scenario():
         reload = asyncio.create_task(daemon.requests.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
@@ -101,7 +101,7 @@ def test_sighup_starts_the_same_reload_off_the_loop_and_a_bad_file_leaves_the_co
             return parse_config("[groups.A]\nweight = 0\n", "test.toml")  # raises ConfigError
         return parse_config(CONFIG.replace("weight = 1", "weight = 3"), "test.toml")
 
-    daemon.requests.load_config = load
+    daemon.reloads.load_config = load
 
     async def signalled():
         daemon._reload_on_signal()
@@ -129,7 +129,7 @@ def test_status_and_metrics_sum_up_the_idle_groups_of_everyone_and_list_one_with
     metrics = Metrics(lambda: daemon.observation.snapshot())
     daemon = make_daemon(tmp_path, EVERYONE, members=accounts, metrics=metrics)
     launch(daemon, 100, group="daemon", cpu=1.0, memory=GIB // 4)
-    daemon.requests.set_weight("bin", 5.0, "root")  # a weight of its own: listed
+    daemon.reloads.set_weight("bin", 5.0, "root")  # a weight of its own: listed
     groups = daemon.observation.status()["groups"]
     assert set(groups) == {"A", "daemon", "bin", "*"}
     row = groups["*"]
@@ -174,7 +174,7 @@ def test_the_periodic_rescan_looks_members_up_off_the_loop_and_drops_them_if_a_r
     assert looked_up[0] is not threading.main_thread() and daemon.policy.members == {"A": ["root", "bin"]}
 
     def reloaded_meanwhile(config):
-        daemon.requests.use(parse_config(CONFIG, "test.toml"), {"A": ["root"]})  # (the test's stand-in for a reload)
+        daemon.reloads.use(parse_config(CONFIG, "test.toml"), {"A": ["root"]})  # (the test's stand-in for a reload)
         return {"A": ["stale"]}
 
     daemon.policy.find_members = reloaded_meanwhile

@@ -181,7 +181,7 @@ def test_a_refill_that_came_first_makes_the_batch_skip_its_own(daemon):
     async def exit_then_weight():
         daemon.exits.check(["1"], "exit")
         settled = daemon.inbox._batch.done
-        daemon.requests.set_weight("B", 2.0, "root")  # settles now, exit included
+        daemon.reloads.set_weight("B", 2.0, "root")  # settles now, exit included
         await settled
 
     asyncio.run(exit_then_weight())
@@ -320,7 +320,7 @@ def test_explain_lists_every_configured_group_with_its_weight_even_without_a_tas
 def write_config(daemon, tmp_path, text):
     path = tmp_path / "governor.toml"
     path.write_text(text)
-    daemon.requests.load_config = lambda: parse_config(path.read_text(), str(path))
+    daemon.reloads.load_config = lambda: parse_config(path.read_text(), str(path))
 
 
 def test_reload_applies_a_good_config_and_refuses_a_bad_one(daemon, tmp_path):
@@ -495,7 +495,7 @@ def test_status_is_built_once_per_change_and_shared(daemon):
     launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
     first = daemon.observation.status()
     assert daemon.observation.status() is first  # many watchers, one build
-    daemon.requests.set_weight("A", 2.0, "root")
+    daemon.reloads.set_weight("A", 2.0, "root")
     assert daemon.observation.status() is not first and daemon.observation.status()["groups"]["A"]["weight"] == 2.0
 
 
@@ -507,7 +507,7 @@ def test_a_task_entry_of_status_is_rebuilt_only_when_its_task_limits_or_usage_ch
         return {t["id"]: t for group in daemon.observation.status()["groups"].values() for t in group["tasks"]}
 
     first = entries()
-    daemon.requests.set_weight("A", 2.0, "root")  # group limits change, the tasks' caps do not
+    daemon.reloads.set_weight("A", 2.0, "root")  # group limits change, the tasks' caps do not
     assert all(entry is first[task_id] for task_id, entry in entries().items())
     daemon.observation.usage["A/task-1"] = {"cpu": 0.5}
     daemon.journal.changed()

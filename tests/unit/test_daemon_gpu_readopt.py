@@ -54,8 +54,8 @@ def test_a_restart_with_the_gpus_reordered_finds_each_held_gpu_by_identity(tmp_p
     assert alice["gpus"] == (["GPU-bbbb"] if known(REORDERED).gpus[0].uuid else ["1"])
     [record] = [t for t in again.store.load_all()[0] if t.id == "1"]
     assert record.gpu_identities == (known(INVENTORY).gpus[0].identity,)
-    again.requests.load_config = lambda: parse_config(CONFIG, "test.toml")
-    again.requests.reload("the same list")  # nothing moves
+    again.reloads.load_config = lambda: parse_config(CONFIG, "test.toml")
+    again.reloads.reload("the same list")  # nothing moves
     assert again.tasks.get("1").gpus == (1,) and again.tasks.get("2").gpus == (0,)
 
 
@@ -79,8 +79,8 @@ def test_a_reload_that_reorders_the_gpus_re_maps_the_held_ones(gpus):
     launch(gpus, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)  # nvidia0
     launch(gpus, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)  # nvidia1
     gpus.policy.find_gpus = lambda spec, control: REORDERED
-    gpus.requests.load_config = lambda: parse_config(CONFIG, "test.toml")
-    gpus.requests.reload("test")
+    gpus.reloads.load_config = lambda: parse_config(CONFIG, "test.toml")
+    gpus.reloads.reload("test")
     assert [(t.id, t.gpus) for t in gpus.tasks] == [("1", (1,)), ("2", (0,))]  # launch order kept
     assert gpus.tasks.gpu_holders() == {1: "1", 0: "2"}
     assert denied_devices(gpus.policy.gpus, gpus.tasks.get("1").gpus) == (GPU1,)
@@ -139,8 +139,8 @@ def reload_during_the_make(daemon, inventory, nodes):
             daemon.tree.call = call
             daemon.policy.find_gpus = lambda spec, control: inventory
             config = CONFIG.replace('gpus = ["/dev/nvidia0", "/dev/nvidia1"]', f"gpus = {nodes}")
-            daemon.requests.load_config = lambda: parse_config(config, "test.toml")
-            daemon.requests.reload("test")
+            daemon.reloads.load_config = lambda: parse_config(config, "test.toml")
+            daemon.reloads.reload("test")
         return made
 
     daemon.tree.call = make_then_reload
@@ -181,12 +181,12 @@ def test_a_reload_that_reorders_the_gpus_re_maps_the_draining_ones(gpus):
     on_loop(gpus, lambda: gpus.exits.check(["1"], "exit"))
     assert gpus.tasks.draining() == {0: "1"}
     gpus.policy.find_gpus = lambda spec, control: REORDERED
-    gpus.requests.load_config = lambda: parse_config(CONFIG, "test.toml")
-    gpus.requests.reload("test")
+    gpus.reloads.load_config = lambda: parse_config(CONFIG, "test.toml")
+    gpus.reloads.reload("test")
     assert gpus.tasks.gpu_holders() == {0: "2"} and gpus.tasks.draining() == {1: "1"}
     assert gpus.tasks.free_gpus(2) == []
     gpus.policy.find_gpus = lambda spec, control: replace(REORDERED, gpus=REORDERED.gpus[:1])
-    gpus.requests.reload("nvidia0 dropped")  # a GPU governor no longer governs has nothing to hand over
+    gpus.reloads.reload("nvidia0 dropped")  # a GPU governor no longer governs has nothing to hand over
     assert gpus.tasks.draining() == {}
 
 
@@ -218,9 +218,9 @@ def test_two_held_gpus_found_at_one_index_are_refused_by_a_reload_and_by_a_resta
     launch(daemon, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)  # GPU-aaaa
     launch(daemon, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)  # 195:1, no UUID
     daemon.policy.find_gpus = lambda spec, control: CLASHING
-    daemon.requests.load_config = lambda: parse_config(CONFIG, "test.toml")
+    daemon.reloads.load_config = lambda: parse_config(CONFIG, "test.toml")
     with pytest.raises(RequestError) as refused:
-        daemon.requests.reload("test")
+        daemon.reloads.reload("test")
     assert refused.value.code == "invalid_config"
     assert "tasks 1 and 2 would both hold GPU 0 (/dev/nvidia1)" in refused.value.message
     assert daemon.tasks.gpu_holders() == {0: "1", 1: "2"} and daemon.policy.gpus is NO_UUID

@@ -92,9 +92,9 @@ def test_a_reload_that_drops_a_held_gpu_is_refused_and_the_old_config_stays(gpus
     launch(gpus, 101, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
     smaller = GpuInventory(gpus=INVENTORY.gpus[:1], control=(), source="listed")
     gpus.policy.find_gpus = lambda spec, control: smaller
-    gpus.requests.load_config = lambda: parse_config(CONFIG, "test.toml")
+    gpus.reloads.load_config = lambda: parse_config(CONFIG, "test.toml")
     with pytest.raises(RequestError) as refused:
-        gpus.requests.reload("test")
+        gpus.reloads.reload("test")
     assert refused.value.code == "invalid_config"
     assert "GPU 1 (/dev/nvidia1, device 195:1, GPU-bbbb) is held by task 2 and this config drops it" in refused.value.message
     assert gpus.policy.capacity["gpu"] == 2 and gpus.policy.gpus is INVENTORY
@@ -108,8 +108,8 @@ GPU2 = ("c", 195, 2)
 def reload_with(daemon, inventory, nodes):
     daemon.policy.find_gpus = lambda spec, control: inventory
     config = CONFIG.replace('gpus = ["/dev/nvidia0", "/dev/nvidia1"]', f"gpus = {nodes}")
-    daemon.requests.load_config = lambda: parse_config(config, "test.toml")
-    daemon.requests.reload("test")
+    daemon.reloads.load_config = lambda: parse_config(config, "test.toml")
+    daemon.reloads.reload("test")
 
 
 def test_a_reload_that_adds_a_gpu_denies_it_to_the_running_tasks_that_do_not_hold_it(gpus):
@@ -183,4 +183,4 @@ def test_only_a_full_refill_plans_the_running_tasks_cgroups(gpus):
     planned = []
     apply_plan = gpus.hierarchy.apply_plan
     gpus.hierarchy.apply_plan = lambda plan: planned.append(list(plan)) or apply_plan(plan)
-    gpus.requests.set_weight("A", 2, "root")  # a refill as every event's: groups only (flat in the tasks' number)
+    gpus.reloads.set_weight("A", 2, "root")  # a refill as every event's: groups only (flat in the tasks' number)

@@ -106,7 +106,7 @@ def test_a_time_limit_is_told_with_its_figures(daemon):
 def test_a_reload_with_a_bad_notify_table_keeps_the_one_in_force(daemon, tmp_path):
     path = tmp_path / "governor.toml"
     path.write_text(CONFIG + '[notify]\ncommand = "/bin/true"\nmax_running = 2\n')
-    daemon.requests.load_config = lambda: parse_config(path.read_text(), str(path))
+    daemon.reloads.load_config = lambda: parse_config(path.read_text(), str(path))
     asyncio.run(daemon.requests.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
     assert daemon.policy.config.notify == NotifyRules(command=("/bin/true",), max_running=2)
     path.write_text(CONFIG + '[notify]\ncommand = "true"\n')

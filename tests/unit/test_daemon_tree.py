@@ -105,9 +105,9 @@ def test_a_reload_that_moves_a_running_group_is_refused(tree, tmp_path):
     moved = tmp_path / "moved.toml"
     moved.write_text(TREE.replace('[groups.L1]\nparent = "D2"', '[groups.L1]\nparent = "D1"').replace(
         '[groups.D1]\nusers = ["root"]', "[groups.D1]"))
-    tree.requests.load_config = lambda: parse_config(moved.read_text(), str(moved))
+    tree.reloads.load_config = lambda: parse_config(moved.read_text(), str(moved))
     with pytest.raises(RequestError) as refused:
-        tree.requests.reload("test")
+        tree.reloads.reload("test")
     assert refused.value.code == "invalid_config"
     assert "groups.L1.parent: would move group L1 from D2/L1 to D1/L1 while its task 1 runs" in refused.value.message
     assert tree.policy.config.place("L1") == "D2/L1"  # the old config stays in force

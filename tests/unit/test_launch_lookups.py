@@ -70,7 +70,7 @@ def test_a_launch_goes_to_the_default_group_of_the_config_in_force(tmp_path):
     daemon = make_daemon(tmp_path)  # root in A, then B: A is its default
     assert launch(daemon, 4242, memory=GIB)["group"] == "A"
     moved = CONFIG.replace('[groups.A]\nusers = ["root"]', '[groups.A]\nusers = ["nobody"]')
-    daemon.requests.use(parse_config(moved, "test.toml"), {})  # root in B alone now
+    daemon.reloads.use(parse_config(moved, "test.toml"), {})  # root in B alone now
     assert launch(daemon, 4243, memory=GIB)["group"] == "B"
 
 
@@ -79,5 +79,5 @@ def test_the_guarantees_kept_as_headroom_are_those_of_the_config_in_force(tmp_pa
     daemon = make_daemon(tmp_path, guaranteed)
     with pytest.raises(RequestError, match="headroom"):  # 3.5G of 4G beside B's 1G: never
         launch(daemon, 4242, group="A", memory=3.5 * GIB)
-    daemon.requests.use(parse_config(CONFIG, "test.toml"), {})  # B guarantees nothing now
+    daemon.reloads.use(parse_config(CONFIG, "test.toml"), {})  # B guarantees nothing now
     assert launch(daemon, 4243, group="A", memory=3.5 * GIB)["group"] == "A"

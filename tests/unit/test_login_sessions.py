@@ -160,7 +160,7 @@ def test_a_slice_systemd_will_not_limit_is_not_asked_again_at_each_exec(systemd)
     assert len(systemctl.calls) == 1 and daemon.tasks.get("login-1") is None
     assert "not tried again until a reload" in daemon.journal.events[-1]["message"]
     systemctl.refuse = False
-    daemon.requests.use(daemon.policy.config)  # a reload
+    daemon.reloads.use(daemon.policy.config)  # a reload
     on_loop(daemon, lambda: daemon.sessions.govern_process(700, 1))
     assert daemon.tasks.get("login-1") is not None
 
@@ -180,7 +180,7 @@ def test_a_restart_takes_a_login_session_back_only_where_systemd_writes_limits(s
 
 def test_sessions_config_is_shared_by_both_kinds(systemd):
     daemon, _ = systemd
-    daemon.requests.use(parse_config(CONFIG.replace("cpu = 0.5", "cpu = 0.25"), "t.toml"))
+    daemon.reloads.use(parse_config(CONFIG.replace("cpu = 0.5", "cpu = 0.25"), "t.toml"))
     on_loop(daemon, lambda: daemon.sessions.govern_process(700, 1))
     assert daemon.tasks.get("login-1").demand["cpu"] == 0.25
     assert USER in daemon.requests.explain()["groups"]["A"]["sessions"]

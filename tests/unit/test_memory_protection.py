@@ -109,7 +109,7 @@ def test_the_daemon_writes_the_protection_at_every_level_and_a_reload_turns_it_o
 
     path = tmp_path / "governor.toml"
     path.write_text(TREE_CONFIG.replace("[groups.D]", '[enforcement]\nmemory_protection = false\n[groups.D]'))
-    daemon.requests.load_config = lambda: parse_config(path.read_text(), str(path))
+    daemon.reloads.load_config = lambda: parse_config(path.read_text(), str(path))
     asyncio.run(daemon.requests.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
     assert not any(protection_files(daemon).values())  # the toggle: none left anywhere, tasks' included
 

@@ -232,7 +232,7 @@ def test_the_metrics_address_is_a_config_key_that_a_reload_follows_and_the_flag_
     daemon = None
     metrics = Metrics(lambda: daemon.observation.snapshot())
     daemon = make_daemon(tmp_path / "d", metrics=metrics)
-    daemon.requests.load_config = lambda: parse_config(path.read_text(), str(path))
+    daemon.reloads.load_config = lambda: parse_config(path.read_text(), str(path))
     port = free_port()
     path.write_text(base + f'[metrics]\nlisten = "127.0.0.1:{port}"\n')
     on_loop(daemon, lambda: daemon.requests.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))

@@ -121,7 +121,7 @@ def test_configured_groups_are_listed_while_idle_and_keep_their_metrics(daemon):
 
 def test_an_idle_sessions_reservation_is_what_it_uses_not_its_cap(daemon):
     # Issue 23, point 5: bob's launch queued behind his own idle shell's 2G reservation.
-    daemon.requests.use(parse_config(CONFIG.replace("enabled = false", 'memory = "3G"\ncpu = 0.5'), "t.toml"))
+    daemon.reloads.use(parse_config(CONFIG.replace("enabled = false", 'memory = "3G"\ncpu = 0.5'), "t.toml"))
     daemon.sessions.real_uid = daemon.sessions.effective_uid = lambda pid: 0
     daemon.policy.owners.owner = lambda uid: ("root", "A")
     on_loop(daemon, lambda: daemon.sessions.govern_process(500, 0))  # root's session, cap 3G of 4G

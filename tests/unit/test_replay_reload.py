@@ -53,7 +53,7 @@ def _record(tmp_path, monkeypatch):
         assert "queued" in await queued.__anext__()
         clock.now += STEP_S
         text["now"] = CONFIG.format(memory="16G")
-        daemon.requests.reload("test")
+        daemon.reloads.reload("test")
         await daemon.settled()
         assert (await queued.__anext__())["task"] == "2"
         await end("A", "1")

@@ -99,7 +99,7 @@ class Host:
         """A daemon (the first, or one restarted) over this host's state and cgroups."""
         daemon = make_daemon(self.root, config_text(self.cap), driver=self.driver, uid_min=1,
                              host_pids=lambda: list(self.uids))
-        daemon.requests.load_config = lambda: parse_config(config_text(self.cap), "test.toml")
+        daemon.reloads.load_config = lambda: parse_config(config_text(self.cap), "test.toml")
         daemon.sessions.real_uid = daemon.sessions.effective_uid = lambda pid: self.uids[pid]
         daemon.sessions.follow_processes = lambda: None  # this host's processes are made up: no kernel events
         daemon.hierarchy.slices = SliceDriver(self.root / "mount", run=self.systemctl)
@@ -164,7 +164,7 @@ class Host:
 
     async def reload(self, cap: str):
         self.cap = cap
-        self.daemon.requests.reload("test")
+        self.daemon.reloads.reload("test")
 
     async def settled(self):
         self.sampled()

@@ -172,7 +172,7 @@ def test_a_session_ends_when_its_cgroup_empties(daemon):
 
 
 def test_sessions_off_moves_nothing(tmp_path, daemon):
-    daemon.requests.use(parse_config(CONFIG.replace("[sessions]", "[sessions]\nenabled = false"), "t.toml"))
+    daemon.reloads.use(parse_config(CONFIG.replace("[sessions]", "[sessions]\nenabled = false"), "t.toml"))
     assert not on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))
     assert on_loop(daemon, lambda: daemon.sessions.rescan("test")) == 0
     assert not daemon.tasks
@@ -272,14 +272,14 @@ def test_governor_run_inside_a_task_stays_in_it_and_counts_once(daemon):
 def test_sessions_turned_on_by_a_reload_follow_process_events(tmp_path, daemon):
     off = tmp_path / "off.toml"
     off.write_text(CONFIG.replace("[sessions]", "[sessions]\nenabled = false"))
-    daemon.requests.load_config = lambda: parse_config(off.read_text(), str(off))
-    daemon.requests.use(daemon.requests.load_config())
+    daemon.reloads.load_config = lambda: parse_config(off.read_text(), str(off))
+    daemon.reloads.use(daemon.reloads.load_config())
 
     async def reload_twice():
         daemon.sessions.follow_processes()
         assert daemon.sessions.process_events is None  # off: not subscribed
         off.write_text(CONFIG)
-        daemon.requests.reload("test")
+        daemon.reloads.reload("test")
         subscribed = daemon.sessions.process_events is not None
         if subscribed:
             asyncio.get_running_loop().remove_reader(daemon.sessions.process_events.fileno())
@@ -291,7 +291,7 @@ def test_sessions_turned_on_by_a_reload_follow_process_events(tmp_path, daemon):
 
 def test_one_user_holds_at_most_max_tasks_per_user_and_root_is_not_bound(daemon):
     from support.daemons import launch
-    daemon.requests.use(parse_config(CONFIG + "[daemon]\nmax_tasks_per_user = 2\n", "t.toml"))
+    daemon.reloads.use(parse_config(CONFIG + "[daemon]\nmax_tasks_per_user = 2\n", "t.toml"))
     on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))  # a session does not count
     for pid in (801, 802):
         launch(daemon, pid, uid=1, group="A", memory=GIB // 8)

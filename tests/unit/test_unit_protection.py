@@ -104,7 +104,7 @@ def test_the_daemon_sets_the_units_to_its_roots_protection_off_the_loop(tmp_path
 
     path = tmp_path / "governor.toml"
     path.write_text(CONFIG.replace("[groups.G]", '[enforcement]\nmemory_protection = false\n[groups.G]'))
-    daemon.requests.load_config = lambda: parse_config(path.read_text(), str(path))
+    daemon.reloads.load_config = lambda: parse_config(path.read_text(), str(path))
     on_loop(daemon, lambda: daemon.requests.handle(ReloadRequest(), Peer(pid=1, uid=0, gid=0)))
     assert systemctl.properties()[-1] == ("governor-tasks.service", "MemoryLow=", "MemoryMin=")
     assert in_force() == {"governor.slice": (), "governor-tasks.service": ()}
