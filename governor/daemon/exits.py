@@ -54,9 +54,11 @@ STOP_WAIT_S = 5.0
 STOP_LOOKS_S = (0.005, 0.2)
 # A task whose watched pid exited and none of whose processes could be watched next (each ended
 # between the look that found its cgroup populated and the listing: a killed tree's last
-# children) is looked at again after the first delay, then after twice that, up to the last;
-# nothing else would wake the daemon for it before the reconcile pass, seconds later (CI once
-# recorded a 2 s time limit's end so, past 3 s).
+# children) is looked at again after the first delay, then after twice that while the delay is
+# at most the second (7 looks, the last ~1.3 s after the first); nothing else would wake the
+# daemon for it before the reconcile pass, seconds later (CI once recorded a 2 s time limit's
+# end so, past 3 s). Processes only in cgroups below the task's (made by a root task) are never
+# watched either: the looks end, and the reconcile pass finds their end.
 REWATCH_LOOKS_S = (0.01, 1.0)
 
 
@@ -95,6 +97,7 @@ class Exits:
         self.stop_wait_s = STOP_WAIT_S
         self._ending: dict[str, tuple[str, str | None]] = {}  # tasks the daemon killed → why, by whom
         self._time_limits: dict[str, asyncio.TimerHandle] = {}  # task → the timer that ends it
+        self._looks: dict[str, asyncio.TimerHandle] = {}  # task → the timer of its next look (_rewatch)
         self._pidfds: dict[str, int] = {}  # task → a pidfd of its launched process, for its exit status
         self._exit_statuses = kernel_keeps_exit_status()
         self._pidfds_kept = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // EXIT_STATUS_FD_SHARE
@@ -111,6 +114,9 @@ class Exits:
             self.check([first, *self.watcher.pending()], "exit", since=time.perf_counter())
 
     def close(self) -> None:
+        for timer in self._looks.values():  # none may look at a task once the watcher is closed
+            timer.cancel()
+        self._looks.clear()
         if self.watcher is not None:
             self.watcher.close()
 
@@ -266,9 +272,10 @@ class Exits:
         pidfd = self._pidfds.pop(task.id, None)
         if pidfd is not None:
             os.close(pidfd)
-        timer = self._time_limits.pop(task.id, None)
-        if timer is not None:
-            timer.cancel()
+        for timers in (self._time_limits, self._looks):
+            timer = timers.pop(task.id, None)
+            if timer is not None:
+                timer.cancel()
         self.tasks.remove(task.id)
         try:
             self.records.delete(task.id)
@@ -375,15 +382,17 @@ class Exits:
                 return
             except OSError:
                 continue  # exited meanwhile: the next one
-        if after <= REWATCH_LOOKS_S[1]:
-            asyncio.get_running_loop().call_later(after, self._look_again, task.id, 2 * after)
+        if after <= REWATCH_LOOKS_S[1] and task.id not in self._looks:
+            self._looks[task.id] = asyncio.get_running_loop().call_later(after, self._look_again, task.id, 2 * after)
 
     def _look_again(self, task_id: str, after: float) -> None:
-        """:meth:`_rewatch`'s next look at task ``task_id``: forgotten if its cgroup emptied."""
+        """:meth:`_rewatch`'s next look at task ``task_id``: forgotten if its cgroup emptied;
+        what is left of one the daemon ended is killed again, as at an exit event."""
+        del self._looks[task_id]  # (forget cancels the timer: the task still runs)
         task = self.tasks.get(task_id)
-        if task is None:
-            return
-        if self.alive(task):
-            self._rewatch(task, after)
-        else:
+        if not self.alive(task):
             self.check([task_id], "exit")
+            return
+        if task_id in self._ending:
+            self._kill_again(task)
+        self._rewatch(task, after)

@@ -194,6 +194,24 @@ def test_a_pid_watched_task_whose_last_processes_end_between_two_looks_is_looked
 
     asyncio.run(scenario())
     assert daemon.exits.ended[-1].task.id == "1" and daemon.exits.ended[-1].reason == "exit"
+    assert not daemon.exits._looks
+
+
+def test_a_look_again_pending_when_the_daemon_stops_never_comes(daemon, monkeypatch):
+    launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
+    driver = daemon.hierarchy.driver
+    monkeypatch.setattr(driver, "events_path", lambda rel: None)
+    monkeypatch.setattr(driver, "populated", lambda rel: True)  # processes only below it: never watched
+    driver.procs["A/task-1"] = []
+
+    async def scenario():
+        daemon.exits.check(["1"], "exit")
+        timer = daemon.exits._looks["1"]
+        daemon.exits.watcher = None  # (the fake one has nothing to close)
+        daemon.exits.close()
+        return timer
+
+    assert asyncio.run(scenario()).cancelled() and not daemon.exits._looks
 
 
 def test_a_task_is_ended_at_its_time_limit(daemon):
