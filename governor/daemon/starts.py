@@ -21,6 +21,7 @@ from governor.daemon.records import Records
 from governor.daemon.tree import Tree
 from governor.daemon.waiting import Queue
 from governor.errors import GovernorError, ProcessGone, RequestError
+from governor.host.processes import birth, boot_clock
 
 __all__ = ["Starts"]
 
@@ -38,13 +39,13 @@ class Starts:
             records; journal: events.
         follow: what to do with a task once it started (watch its exit, arm its time limit:
             :meth:`Exits.follow <governor.daemon.exits.Exits.follow>`): called with the task
-            and its launch.
+            and its launch (None: one withdrawn during its move, whose pidfd closed with its client).
 
     A start is counted in the journal's metrics (``admitted(waited_seconds)``), where it has any.
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, queue: Queue,
-                 records: Records, journal: Journal, follow: Callable[[Task, Entry], None]):
+                 records: Records, journal: Journal, follow: Callable[[Task, Entry | None], None]):
         self.hierarchy = hierarchy
         self.tree = tree
         self.effector = tree.effector
@@ -123,29 +124,60 @@ class Starts:
         moves = await self.tree.join([(e.task.cgroup, e.task.pid) for e in ready])
         moved = 0
         for entry, error in zip(ready, moves):
+            withdrawn = False
             try:
                 if error is not None:
                     raise error
-                self._check(entry)
+                # Withdrawn during the move (its client left, a stop, a reload's refusal) with
+                # its process moved in: undone, the process would run on in the task's cgroup
+                # under its caps, counted nowhere (a client that closes its socket mid-move,
+                # again and again, would so run outside admission). It is the started task.
+                withdrawn = self._gone(entry) and self._moved_in(entry)
+                if not withdrawn:
+                    self._check(entry)
             except GovernorError as failed:
                 self._fail(entry, failed)
                 continue
             moved += 1
-            self._started(entry)
+            self._started(entry, withdrawn)
         return moved
 
-    def _started(self, entry: Entry) -> None:
+    def _started(self, entry: Entry, withdrawn: bool = False) -> None:
+        """Follow a started task and answer its client (one still waiting: a launch
+        ``withdrawn`` during the move keeps what its client was told; one stopped so is ended,
+        as the stop asked)."""
         task = entry.task
-        self.follow(task, entry)
+        self.follow(task, None if withdrawn else entry)  # (a withdrawn launch's pidfd is its closed connection's)
         waited = time.time() - entry.queued_at
         if self.metrics:
             self.metrics.admitted(waited)
         self.journal.event("task_started", f"task {task.id} started: user {task.user}, group {task.group}, "
                                            f"demand {vector(task.demand)}"
-                                           + (f", after {waited:.1f} s in the queue" if waited >= 0.1 else ""),
+                                           + (f", after {waited:.1f} s in the queue" if waited >= 0.1 else "")
+                                           + ("; its launch was withdrawn while its process was moved in, and "
+                                              "it is governed as started" if withdrawn else ""),
                            detail=f"pid {task.pid}")
         self.journal.record(start_entry(task, waited))
-        entry.decide(reply=self.started_reply(task))
+        if not entry.decided:
+            entry.decide(reply=self.started_reply(task))
+        elif entry.error is not None and entry.error.code == "stopped":
+            try:
+                self.effector.kill(task.cgroup)  # its exit is seen and recorded as any task's
+            except GovernorError as error:
+                log.warning("cannot end task %s, stopped while it started: %s", task.id, error)
+
+    def _moved_in(self, entry: Entry) -> bool:
+        """Whether the process that asked for ``entry``'s launch is in its task's cgroup: its pid
+        is there, and the process of that pid was born before the launch queued (not one that
+        took the pid since). Asked without the launch's pidfd, which closed with its client."""
+        task = entry.task
+        try:
+            if task.pid not in self.hierarchy.pids(task.cgroup):
+                return False
+            age = boot_clock() - birth(task.pid)
+        except (GovernorError, OSError, ValueError):
+            return False
+        return age >= time.time() - entry.queued_at
 
     def _check(self, entry: Entry) -> None:
         """Raise unless the launch still stands: not stopped, its client still there, and the
