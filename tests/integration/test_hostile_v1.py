@@ -1,12 +1,14 @@
 """Hostile users and faults against a real daemon on this host's cgroup v1 (issue 12, point 6):
 a fuzzer, an attacker's requests as ``nobody`` (pid reuse tried for real), a kill -9 in the
-middle of a launch storm, and a churn of 10,000 short tasks. Each prints its figures."""
+middle of a launch storm, a churn of 10,000 short tasks, and clients that leave mid-launch.
+Each prints its figures."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from daemon_harness import GOVERNOR, Governor
-from hostile import (as_nobody, as_user, churn, connections_as_nobody, cpu_seconds, end_attack, fd_count,
+from hostile import (NOBODY, as_nobody, as_user, churn, connections_as_nobody, cpu_seconds, end_attack, fd_count,
                      fresh_as_nobody, fuzz, held_until_ended, hostile_lines, lingering_tasks, reply, request,
                      rss_bytes, silent_status, wait_ready, watchers)
 from support.waits import within
@@ -450,3 +452,62 @@ def test_a_pid_that_wraps_round_to_a_running_tasks_launch_pid_gets_its_own_task(
         if taken is not None:
             taken.kill()
             taken.wait()
+
+
+# Clients that close their connection mid-launch, and how soon after it at most (a move on
+# this host's v1 waits up to ~25 ms for an RCU grace period).
+CLIENTS = 40
+CLOSE_WITHIN_S = 0.03
+
+
+def _client(path: str, close_after: float, told, held) -> None:
+    """(In a forked child) become nobody, launch this pid, close mid-launch, say so, and stay
+    alive until the test has looked."""
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(path)
+    sock.sendall(json.dumps({"op": "launch", "pid": os.getpid(), "group": "F", "command": ["x"],
+                             "demand": {"cpu": 0.1, "memory": 64 << 20}}).encode() + b"\n")
+    time.sleep(close_after)  # the attack's timing, not a wait
+    sock.close()
+    os.write(told, b".")
+    os.read(held, 1)
+
+
+def test_a_client_that_leaves_mid_launch_is_never_left_running_outside_admission(gov):
+    """Clients of nobody launch their own pid and close their connection mid-launch: none may be
+    left in a task cgroup the daemon does not count (before the fix, all 40 were: work run
+    outside admission)."""
+    rng = random.Random(7)
+    seen = {"stray": 0, "governed": 0, "never moved": 0}
+    for _ in range(CLIENTS):
+        told_r, told_w = os.pipe()
+        held_r, held_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(told_r), os.close(held_w)
+                _client(gov.socket, rng.uniform(0, CLOSE_WITHIN_S), told_w, held_r)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(told_w), os.close(held_r)
+        try:
+            assert os.read(told_r, 1) == b"."
+            # Two settle passes after it left: the one under way (its move) and one that saw it leave.
+            gov.wait_settled(gov.generation(), passes=2)
+            cpu = next(line.split(":", 2)[2] for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+                       if "cpu" in line.split(":")[1].split(","))
+            running = {t["id"] for g in gov.status()["groups"].values() for t in g["tasks"]}
+            task = cpu.rsplit("/task-", 1)[1] if "/task-" in cpu else None
+            seen["never moved" if task is None else "governed" if task in running else "stray"] += 1
+        finally:
+            os.close(told_r), os.close(held_w)
+            os.waitpid(pid, 0)
+    withdrawn = gov.daemon_log().count("withdrawn while its process was moved in")
+    print(f"\n{CLIENTS} clients closed within {CLOSE_WITHIN_S * 1000:.0f} ms of their launch: {seen}; "
+          f"withdrawn mid-move and governed as started: {withdrawn}")
+    assert seen["stray"] == 0, seen
