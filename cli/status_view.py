@@ -318,5 +318,6 @@ def _header(status: Status, now: float) -> Text:
 def _of_capacity(resource: str, value: object, capacity: object) -> str:
     text = view.amount(resource, value)
     if value is not None and capacity:
-        text += f" ({float(value) / float(capacity):.0%})"
+        fraction = float(value) / float(capacity)
+        text += f" ({fraction:.0%})" if abs(fraction) < 1e6 else f" ({view.share(fraction)})"
     return text

@@ -101,8 +101,13 @@ def number(value: object, *, precision: int = 3) -> str:
 
 
 def share(value: object) -> str:
-    """A fraction of the host as a percentage with one decimal, ``—`` for None."""
-    return "—" if value is None else f"{float(value):.1%}"
+    """A fraction of the host as a percentage with one decimal, ``—`` for None; past a million
+    times the whole (a hostile daemon's 1e308, whose percentage reads ``inf%``) as that many
+    times: ``1e+308×``."""
+    if value is None:
+        return "—"
+    fraction = float(value)
+    return f"{fraction:.1%}" if abs(fraction) < 1e6 else f"{fraction:.3g}×"
 
 
 # Past this (a thousand years), a span is shown as a number of seconds, not in days.

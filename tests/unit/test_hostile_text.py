@@ -87,6 +87,7 @@ def test_a_hostile_daemons_text_and_figures_are_shown_not_obeyed():
         console.print(renderable)
     text = console.file.getvalue()
     assert "[/oops]" in text and "[link=http://x]" in text and "\x1b]8" not in text  # shown, not a hyperlink
+    assert "inf" not in text  # -1e308 of 2 cores was "(-inf%)"
     top = snapshot(status, width=100, now=0.0)
     assert "?[2Jx" in top and "a?b" in top and "\x1b" not in top
     assert max(map(len, top.splitlines())) <= 100
