@@ -80,7 +80,7 @@ def top_view(state: TopState, *, width: int, height: int, now: float, keys: bool
             top.append(_line(foreign, "dim"))
         if status.gpus:
             top.append(_gpus_line(status.gpus, width))
-        top.append(_line(f"fair level {float(status.fair_level):.1%} per unit of weight · "
+        top.append(_line(f"fair level {view.share(status.fair_level)} per unit of weight · "
                          f"{view.filling(status, now)}"))
         missing = stall_view.psi_missing(status.psi)
         if missing:  # said once here, not as a column of zeros
@@ -165,7 +165,7 @@ def _groups_table(state: TopState, status: Status, names: list[str], selected: s
         ("dominant", "dom", "left",
          [",".join(view.label(r) for r in groups[n].dominant_resources) or "—" for n in names]),
         ("share", "share", "left", [_share_cell(groups[n], fair_level, bar_width) for n in names]),
-        ("fair", "fair", "right", [f"{fair_level * float(groups[n].weight):.1%}" for n in names]),
+        ("fair", "fair", "right", [view.share(fair_level * float(groups[n].weight)) for n in names]),
     ]
     for resource in resources:
         if not measured(resource):  # a device: held whole until the task ends, no use measured

@@ -79,7 +79,7 @@ def test_a_hostile_daemons_text_and_figures_are_shown_not_obeyed():
     status = decode({"capacity": {"cpu": 2.0, "memory": -1, "io.sda.read": -1}, "used": {"cpu": -1e20},
                      "guaranteed": {"cpu": -1e308}, "host_capacity": {"[/oops]": 1, "[link=http://x]LINK[/link]": 2},
                      "groups": {"\x1b[2Jx": {"weight": 1, "dominant_share": -1e308}, "a\nb": {"weight": 1}},
-                     "daemon": {"gpu_guard": {"kind": "sessions", "guarded": ["[/oops]"]}}})
+                     "daemon": {"gpu_guard": {"kind": "sessions", "guarded": ["[/oops]"]}}, "fair_level": 1e308})
     console = view.console(file=io.StringIO(), width=100, force_terminal=True)  # as governor status prints
     for renderable in (*status_renderables(status, now=0.0),
                        *explain_renderables({"trace": [{"step": 1, "event": "[/oops]"}],
@@ -90,4 +90,5 @@ def test_a_hostile_daemons_text_and_figures_are_shown_not_obeyed():
     assert "inf" not in text  # -1e308 of 2 cores was "(-inf%)"
     top = snapshot(status, width=100, now=0.0)
     assert "?[2Jx" in top and "a?b" in top and "\x1b" not in top
+    assert "inf" not in top  # the fair level 1e308 was "inf%"
     assert max(map(len, top.splitlines())) <= 100
