@@ -185,8 +185,8 @@ def why(group: ExplainGroup, *, internal: bool = False) -> str:
     if stop == "demand met":
         return "its demand was met: it got all it asked for"
     if stop.endswith(" saturated"):
-        return f"{stop[: -len(' saturated')]} ran out (saturated): it got {group.lambda_:.0%} of its demand"
-    return f"{stop or 'unknown'}: it got {group.lambda_:.0%} of its demand"
+        return f"{stop[: -len(' saturated')]} ran out (saturated): it got {view.share(group.lambda_, digits=0)} of its demand"
+    return f"{stop or 'unknown'}: it got {view.share(group.lambda_, digits=0)} of its demand"
 
 
 def trace_rows(explain: Explain, groups: list[str], resources: list[str]) -> list[TraceRow]:

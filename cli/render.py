@@ -16,7 +16,7 @@ from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.measure import Measurement
 from rich.table import Table
 
-from governor.cli.view_common import label, tree_order
+from governor.cli.view_common import label, share, tree_order
 from governor.core.model import Allocation, Number, Stop, TraceRow
 from governor.config.resources import sized
 from governor.config.resources import format_amount
@@ -61,12 +61,12 @@ def allocation_table(allocation: Allocation) -> RenderableType:
         if group.demanded_tasks is not None:
             tasks += f" of {group.demanded_tasks}"
         amounts = [format_amount(r, group.allocation.get(r, 0)) for r in allocation.capacity]
-        dominant, share = ", ".join(group.dominant_resources), format_share(group.dominant_share)
+        dominant, its_share = ", ".join(group.dominant_resources), format_share(group.dominant_share)
         name = "  " * depth + group.name + ("/" if internal else "")
-        wide.add_row(name, format_number(group.weight), tasks, *amounts, dominant, share, _stop(group.stop))
+        wide.add_row(name, format_number(group.weight), tasks, *amounts, dominant, its_share, _stop(group.stop))
         narrow.add_row(name, format_number(group.weight), tasks,
                        "\n".join(f"{label(r)} {a}" for r, a in zip(allocation.capacity, amounts)),
-                       f"{', '.join(map(label, group.dominant_resources))} {share}", _stop(group.stop))
+                       f"{', '.join(map(label, group.dominant_resources))} {its_share}", _stop(group.stop))
     return Fitted(wide, narrow)
 
 
@@ -148,12 +148,12 @@ def format_share(value: Number, *, percent: bool = True) -> str:
     With ``percent=False`` an exact share is just ``2/3``; whole shares are ``0`` and ``1``.
     """
     if isinstance(value, (int, Fraction)):
-        share = Fraction(value)
-        if share.denominator == 1:
-            return str(share.numerator)
-        if share.denominator <= _MAX_DENOMINATOR:
-            return f"{share} ({float(share):.1%})" if percent else str(share)
-    return f"{float(value):.1%}"
+        exact = Fraction(value)
+        if exact.denominator == 1:
+            return str(exact.numerator)
+        if exact.denominator <= _MAX_DENOMINATOR:
+            return f"{exact} ({float(exact):.1%})" if percent else str(exact)
+    return share(value)
 
 
 def _event(row: TraceRow) -> str:
@@ -174,12 +174,12 @@ def _fractions_of_capacity(resource: str, amounts: list[Number], capacity: Numbe
     if capacity == 0:
         return ["—"] * len(amounts)
     if not all(isinstance(v, (int, Fraction)) for v in (*amounts, capacity)):
-        return [f"{float(amount) / float(capacity):.1%}" for amount in amounts]
-    shares = [Fraction(amount) / Fraction(capacity) for amount in amounts]
+        return [share(float(amount) / float(capacity)) for amount in amounts]
+    fractions = [Fraction(amount) / Fraction(capacity) for amount in amounts]
     units = _whole_units(resource, Fraction(capacity))
-    if units is not None and all((share * units).denominator == 1 for share in shares):
-        return [f"{share * units}/{units}" if share else "0" for share in shares]
-    return [format_share(share, percent=False) for share in shares]
+    if units is not None and all((fraction * units).denominator == 1 for fraction in fractions):
+        return [f"{fraction * units}/{units}" if fraction else "0" for fraction in fractions]
+    return [format_share(fraction, percent=False) for fraction in fractions]
 
 
 def _whole_units(resource: str, capacity: Fraction) -> int | None:

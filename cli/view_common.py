@@ -100,14 +100,18 @@ def number(value: object, *, precision: int = 3) -> str:
     return "—" if value is None else format_number(value, precision=precision)
 
 
-def share(value: object) -> str:
-    """A fraction of the host as a percentage with one decimal, ``—`` for None; past a million
-    times the whole (a hostile daemon's 1e308, whose percentage reads ``inf%``) as that many
-    times: ``1e+308×``."""
+def share(value: object, *, digits: int = 1) -> str:
+    """A fraction (of the host, of a demand) as a percentage with ``digits`` decimals, ``—`` for
+    None or NaN; past a million times the whole (a hostile daemon's 1e308, whose percentage reads
+    ``inf%``) as that many times: ``1e+308×``, and an infinite one (JSON's ``Infinity``) as ``∞×``."""
     if value is None:
         return "—"
     fraction = float(value)
-    return f"{fraction:.1%}" if abs(fraction) < 1e6 else f"{fraction:.3g}×"
+    if fraction != fraction:
+        return "—"
+    if abs(fraction) < 1e6:
+        return f"{fraction:.{digits}%}"
+    return f"{'-' if fraction < 0 else ''}∞×" if abs(fraction) == float("inf") else f"{fraction:.3g}×"
 
 
 # Past this (a thousand years), a span is shown as a number of seconds, not in days.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 
 import pytest
 from rich.console import Console
@@ -82,12 +83,16 @@ def test_a_hostile_daemons_text_and_figures_are_shown_not_obeyed():
                      "daemon": {"gpu_guard": {"kind": "sessions", "guarded": ["[/oops]"]}}, "fair_level": 1e308})
     console = view.console(file=io.StringIO(), width=100, force_terminal=True)  # as governor status prints
     for renderable in (*status_renderables(status, now=0.0),
-                       *explain_renderables({"trace": [{"step": 1, "event": "[/oops]"}],
-                                             "capacity": {"cpu": 1, "[link=http://x]L[/link]": 1}}, None, now=0.0)):
+                       *explain_renderables({"trace": [{"step": 1, "event": "[/oops]"},
+                                                       {"step": 2, "event": "demand_met", "group": "g",
+                                                        "dominant_shares": {"g": 1e308}, "allocated": {"cpu": 1e308}}],
+                                             "groups": {"g": {"lambda": 1e308, "stop": "cpu saturated", "weight": 1,
+                                                              "dominant_share": float("inf"), "allocation": {"cpu": 2.5}}},
+                                             "capacity": {"cpu": 1.5, "[link=http://x]L[/link]": 1}}, None, now=0.0)):
         console.print(renderable)
     text = console.file.getvalue()
     assert "[/oops]" in text and "[link=http://x]" in text and "\x1b]8" not in text  # shown, not a hyperlink
-    assert "inf" not in text  # -1e308 of 2 cores was "(-inf%)"
+    assert not re.search(r"\b(inf|nan)", text)  # -1e308 of 2 cores was "(-inf%)", as were explain's λ and trace
     top = snapshot(status, width=100, now=0.0)
     assert "?[2Jx" in top and "a?b" in top and "\x1b" not in top
     assert "inf" not in top  # the fair level 1e308 was "inf%"
