@@ -26,6 +26,7 @@ class Entry:
         pidfd: the launching process itself (:class:`governor.wire.protocol.Peer`), if known.
         wake: set when the entry's place changes or it is decided.
         reply: the launch reply once the task started; ``error`` once it was refused.
+        stopped_by: who stopped it before it started (a user name), if anyone did.
     """
 
     task: Task
@@ -34,6 +35,7 @@ class Entry:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     reply: dict | None = None
     error: RequestError | None = None
+    stopped_by: str | None = None
 
     @property
     def decided(self) -> bool:

@@ -190,6 +190,7 @@ class Requests:
         for task, entry in chosen:
             if entry is not None:  # queued, or starting: it never runs
                 del self.queue[task.id]
+                entry.stopped_by = who.user  # one caught mid-move is ended as stopped by them (Starts)
                 entry.decide(error=RequestError("stopped", f"task {task.id} was stopped by {who.user} before "
                                                            "it started"))
                 self.journal.event("task_stopped", f"task {task.id} ({task.name}) stopped by {who.user} while queued")

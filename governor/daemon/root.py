@@ -170,7 +170,8 @@ class Daemon:
                            records=self.records, inbox=self.inbox, observation=self.observation,
                            journal=self.journal)
         self.starts = Starts(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
-                             queue=self.queue, records=self.records, journal=self.journal, follow=self.exits.follow)
+                             queue=self.queue, records=self.records, journal=self.journal, follow=self.exits.follow,
+                             end=self.exits.end)
         self.settle = Settle(policy=self.policy, tasks=self.tasks, queue=self.queue, starts=self.starts,
                              enforcement=self.enforcement, journal=self.journal, notifier=self.notifier,
                              usage=self.observation.usage,  # measured by observation, counted by admission

@@ -15,6 +15,7 @@ from governor.core.queue import Entry
 from governor.core.state import Task, Tasks
 from governor.daemon import gpu_places
 from governor.daemon.history import start_entry
+from governor.host.accounting import STOP
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
@@ -40,12 +41,15 @@ class Starts:
         follow: what to do with a task once it started (watch its exit, arm its time limit:
             :meth:`Exits.follow <governor.daemon.exits.Exits.follow>`): called with the task
             and its launch (None: one withdrawn during its move, whose pidfd closed with its client).
+        end: how a started task is ended, why and by whom (:meth:`Exits.end
+            <governor.daemon.exits.Exits.end>`): one stopped during its move.
 
     A start is counted in the journal's metrics (``admitted(waited_seconds)``), where it has any.
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tree: Tree, policy: Policy, tasks: Tasks, queue: Queue,
-                 records: Records, journal: Journal, follow: Callable[[Task, Entry | None], None]):
+                 records: Records, journal: Journal, follow: Callable[[Task, Entry | None], None],
+                 end: Callable[[Task, str, str | None], bool]):
         self.hierarchy = hierarchy
         self.tree = tree
         self.effector = tree.effector
@@ -55,6 +59,7 @@ class Starts:
         self.records = records
         self.journal = journal
         self.follow = follow
+        self.end = end
         self.metrics = journal.metrics
 
     def started_reply(self, task: Task) -> dict:
@@ -160,11 +165,8 @@ class Starts:
         self.journal.record(start_entry(task, waited))
         if not entry.decided:
             entry.decide(reply=self.started_reply(task))
-        elif entry.error is not None and entry.error.code == "stopped":
-            try:
-                self.effector.kill(task.cgroup)  # its exit is seen and recorded as any task's
-            except GovernorError as error:
-                log.warning("cannot end task %s, stopped while it started: %s", task.id, error)
+        elif entry.stopped_by is not None and not self.end(task, STOP, entry.stopped_by):
+            log.warning("cannot end task %s, stopped by %s while it started", task.id, entry.stopped_by)
 
     def _moved_in(self, entry: Entry) -> bool:
         """Whether the process that asked for ``entry``'s launch is in its task's cgroup: its pid

@@ -60,3 +60,5 @@ def test_a_task_stopped_while_its_process_is_moved_in_is_ended(daemon):
     refused, answered = asyncio.run(scenario())
     assert refused.code == "stopped" and answered == {"stopped": ["1"]}  # what both were told stands
     assert daemon.hierarchy.driver.killed == ["A/task-1"]  # and the process moved in is ended
+    ended = daemon.exits.ended[-1]
+    assert (ended.task.id, ended.reason, ended.stopped_by) == ("1", "stop", "root")  # its record says so, not a SIGKILL exit
