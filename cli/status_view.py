@@ -273,24 +273,21 @@ def tasks_view(name: str, group: StatusGroup) -> RenderableType:
     title = Text(f"{name}: {len(tasks)} task{'s' if len(tasks) != 1 else ''}", style="bold")
     if group.stall:
         title.append(f" · stalled {stall_view.stall_words(group.stall)} (last 10 s)", style="")
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(overflow="fold")
-    grid.add_column(style="dim")
-    grid.add_column(overflow="fold")
+    rows: list[tuple[str, str, str]] = []
     protected = {f: v for f, v in group.limits.items() if f in ("memory.min", "memory.low")}
     if protected:
-        view.row(grid, "", "protected", " · ".join(f"{f} {view.limit(f, v)}" for f, v in protected.items()))
+        rows.append(("", "protected", " · ".join(f"{f} {view.limit(f, v)}" for f, v in protected.items())))
     for task in tasks:
-        view.row(grid, task.id, "pid", f"{view.task_pid(task)} · {task.who} · {view.task_command(task)}")
-        view.row(grid, "", "cap", view.vector(task.demand))
+        rows.append((task.id, "pid", f"{view.task_pid(task)} · {task.who} · {view.task_command(task)}"))
+        rows.append(("", "cap", view.vector(task.demand)))
         if task.gpus:
-            view.row(grid, "", "gpus", view.gpu_list(task.gpus))
-        view.row(grid, "", "limits",
-                 " · ".join(f"{view.limit_name(f)} {view.limit(f, v)}" for f, v in task.limits.items()) or "—")
-        view.row(grid, "", "use", view.vector(task.usage))
+            rows.append(("", "gpus", view.gpu_list(task.gpus)))
+        rows.append(("", "limits",
+                     " · ".join(f"{view.limit_name(f)} {view.limit(f, v)}" for f, v in task.limits.items()) or "—"))
+        rows.append(("", "use", view.vector(task.usage)))
         if task.stall:
-            view.row(grid, "", "stall", stall_view.stall_words(task.stall))
-    return Group(title, grid)
+            rows.append(("", "stall", stall_view.stall_words(task.stall)))
+    return Group(title, view.Fitted(lambda width: view.grid(rows, width)))
 
 
 def _header(status: Status, now: float) -> Text:
