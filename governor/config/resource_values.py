@@ -17,13 +17,16 @@ __all__ = ["bytes_setting", "cores", "cores_setting", "devices", "format_bytes",
 # Parsing ``governor run``'s values: each raises ValueError saying what is wrong.
 
 def cores(text: str | float) -> float:
-    """A CPU demand in cores: a finite number > 0."""
+    """A CPU demand in cores: a finite number from ``MIN_CORES`` to ``MAX_CORES``."""
     try:
         value = float(text)
     except ValueError:
         raise ValueError(f"{text!r} is not a valid float.") from None  # click's words, as before
     if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"must be a number of cores > 0, got {value}")
+        raise ValueError(f"must be a number of cores > 0, got {value:.6g}")
+    if not MIN_CORES <= value <= MAX_CORES:
+        raise ValueError(f"must be a number of cores from {MIN_CORES:g} (the kernel's smallest CPU quota) to "
+                         f"{MAX_CORES:,}, got {value:.6g}")
     return value
 
 
@@ -57,6 +60,9 @@ def size(text: str) -> int:
 # Bounds on what a config or a request may say: beyond them no host has the amount, and the
 # kernel's files (microseconds, bytes in 63 bits) could not hold it.
 MAX_CORES = 65_536
+# The kernel's smallest CPU quota: 1 ms per 100 ms period (cpu.max, cpu.cfs_quota_us). A cap or
+# a capacity below it cannot be enforced, and a capacity of 1e-310 cores overflowed the filling.
+MIN_CORES = 0.01
 MAX_BYTES = 1 << 62
 # A task's declared memory is its cap: below this no process starts (a documented minimum, so
 # that no declaration is so small it reads as "no limit" anywhere).
@@ -68,14 +74,18 @@ MAX_PIDS = 4 * 1024 * 1024
 # Checking a config key's value: (value, dotted key, file) → amount.
 
 def cores_setting(value: object, key: str, file: str) -> float:
-    """Cores: a number ≥ 0 (not a string), at most ``MAX_CORES``.
+    """Cores: a number (not a string), 0 or from ``MIN_CORES`` to ``MAX_CORES``.
 
     Raises:
         ConfigError: at ``key`` in ``file``, saying what is wrong.
     """
     from governor.config.tomlcheck import number  # tomllib: a config's, not `governor run`'s
 
-    return float(_at_most(number(value, key, file), MAX_CORES, "cores", key, file))
+    result = float(_at_most(number(value, key, file), MAX_CORES, "cores", key, file))
+    if 0 < result < MIN_CORES:
+        raise ConfigError(file, key, f"must be 0 or at least {MIN_CORES:g} cores (the kernel's smallest CPU quota), "
+                                     f"got {result:.6g}")
+    return result
 
 
 def bytes_setting(value: object, key: str, file: str) -> int:

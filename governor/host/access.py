@@ -16,7 +16,7 @@ from pathlib import Path
 
 from governor.config import resources
 from governor.config.load import Config, group_name_problem
-from governor.config.resource_values import MIN_TASK_MEMORY
+from governor.config.resource_values import MIN_CORES, MIN_TASK_MEMORY
 from governor.errors import RequestError
 from governor.config.resources import format_amount
 
@@ -212,6 +212,9 @@ def task_demand(config: Config, capacity: Mapping[str, float], flags: Mapping[st
     for resource in ("cpu", "memory"):
         if demand.get(resource, 0) <= 0:
             raise RequestError("bad_request", f"demand.{resource} must be > 0: governor limits every task")
+    if demand["cpu"] < MIN_CORES:
+        raise RequestError("bad_request", f"demand.cpu must be at least {MIN_CORES:g} cores: the kernel's smallest "
+                                          "CPU quota")
     if demand["memory"] < MIN_TASK_MEMORY:
         raise RequestError("bad_request", f"demand.memory must be at least {format_amount('memory', MIN_TASK_MEMORY)}: "
                                           "no process starts in less")

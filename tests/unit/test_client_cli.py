@@ -349,6 +349,12 @@ def test_anything_else_goes_to_click_which_reports_it(args):
     assert plain(args) is None
 
 
+@pytest.mark.parametrize("cores", ["1e-320", "0.001", "1e308"])
+def test_a_cpu_demand_the_kernel_cannot_enforce_is_refused_by_the_client(cores):
+    result = CliRunner().invoke(main, ["run", "--cpus", cores, "--", "true"])
+    assert result.exit_code == 2 and "from 0.01 (the kernel's smallest CPU quota) to 65,536" in result.output
+
+
 def test_status_json_prints_the_status_object(fake_daemon):
     result = CliRunner().invoke(main, ["status", "--json", "--socket", fake_daemon.path])
     assert result.exit_code == 0, result.output

@@ -310,6 +310,9 @@ BAD = [
     (("capacity", "cpu"), -1, "capacity.cpu", "negative"),
     (("capacity", "cpu"), math.inf, "capacity.cpu", "finite"),
     (("capacity", "cpu"), 1e308, "capacity.cpu", "at most 65,536 cores"),
+    # A capacity of 1e-310 cores passed check-config and overflowed the filling at the reload.
+    (("capacity", "cpu"), 1e-310, "capacity.cpu", "at least 0.01 cores (the kernel's smallest CPU quota)"),
+    (("capacity", "reserve", "cpu"), 0.001, "capacity.reserve.cpu", "0 or at least 0.01 cores"),
     (("capacity", "memory"), "8388608T", "capacity.memory", "at most 4,611,686,018,427,387,904 bytes"),
     (("defaults", "task", "memory"), "0", "defaults.task.memory", "at least 1.0M"),
     (("groups", "physics", "weight"), 1e307, "groups.physics.weight", "between 0.001 and 1000"),

@@ -236,6 +236,14 @@ def test_a_memory_declaration_below_the_minimum_is_refused(daemon):
     assert not daemon.tasks and not daemon.queue
 
 
+def test_a_cpu_declaration_below_the_kernels_smallest_quota_is_refused(daemon):
+    # 1e-320 cores was admitted, shown as 0 and enforced as 0.01 (cpu.max's smallest quota).
+    with pytest.raises(RequestError) as caught:
+        launch(daemon, 100, group="A", cpu=1e-320, memory=GIB)
+    assert caught.value.code == "bad_request" and "at least 0.01 cores" in caught.value.message
+    assert not daemon.tasks and not daemon.queue
+
+
 def test_a_pid_that_vanished_before_the_move_is_rolled_back(daemon):
     launch(daemon, 100, group="A", cpu=1.0, memory=GIB)
     with pytest.raises(RequestError) as caught:
