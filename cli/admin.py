@@ -26,12 +26,22 @@ def reload(socket_option: str | None) -> None:
     click.echo(f"reloaded {reply.config}")
 
 
+def _weight(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """A group's weight as a config gives it: from 0.001 to 1000 (nan, inf are neither)."""
+    from governor.config.settings import GROUP_WEIGHT_RANGE
+
+    low, high = GROUP_WEIGHT_RANGE
+    if not low <= value <= high:
+        raise click.BadParameter(f"must be a weight from {low:g} to {high:g}, got {value:g}")
+    return value
+
+
 @click.command("set-weight", short_help="Set a group's weight until the next reload.")
 @click.argument("group", shell_complete=group_names)
-@click.argument("weight", type=click.FloatRange(min=0, min_open=True))
+@click.argument("weight", type=float, callback=_weight)
 @click.option("--socket", "socket_option", metavar="PATH", help=_SOCKET_HELP)
 def set_weight(group: str, weight: float, socket_option: str | None) -> None:
-    """Give GROUP the WEIGHT (> 0) until the next reload or restart, and refill.
+    """Give GROUP the WEIGHT (0.001 to 1000) until the next reload or restart, and refill.
 
     \b
     Examples:

@@ -355,6 +355,14 @@ def test_a_cpu_demand_the_kernel_cannot_enforce_is_refused_by_the_client(cores):
     assert result.exit_code == 2 and "from 0.01 (the kernel's smallest CPU quota) to 65,536" in result.output
 
 
+@pytest.mark.parametrize("weight", ["nan", "inf", "1e309", "0", "1001", "0.0001"])
+def test_a_weight_no_config_could_give_is_refused_by_the_client(weight):
+    # nan, inf and 1e309 passed click's FloatRange and ended in a traceback (not JSON compliant).
+    result = CliRunner().invoke(main, ["set-weight", "physics", weight])
+    assert result.exit_code == 2 and "must be a weight from 0.001 to 1000" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
 def test_status_json_prints_the_status_object(fake_daemon):
     result = CliRunner().invoke(main, ["status", "--json", "--socket", fake_daemon.path])
     assert result.exit_code == 0, result.output
