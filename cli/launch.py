@@ -34,10 +34,13 @@ class RunOption(namedtuple("RunOption", "flag keyword parse metavar help")):
 
 def time_limit(text: str) -> float:
     """A ``--time-limit`` like ``90s``, ``10m``, ``1h30m`` or plain seconds, in seconds > 0
-    (raises ValueError)."""
-    from governor.config.units import parse_duration
+    and at most ten years (raises ValueError)."""
+    from governor.config.units import MAX_TIME_LIMIT_S, parse_duration, quoted
 
-    return parse_duration(text)
+    seconds = parse_duration(text)
+    if seconds > MAX_TIME_LIMIT_S:
+        raise ValueError(f"must be at most {MAX_TIME_LIMIT_S // 86_400} days, got {quoted(text)}")
+    return seconds
 
 
 RUN_OPTIONS = (

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from governor.errors import ConfigError
-from governor.config.units import format_number, format_size, parse_size
+from governor.config.units import format_number, format_size, parse_size, quoted
 
 __all__ = ["bytes_setting", "cores", "cores_setting", "devices", "format_bytes", "format_cores", "format_count",
            "format_processes", "format_rate", "memory_setting", "pids_setting", "processes", "size"]
@@ -53,8 +53,12 @@ def processes(text: str | int) -> int:
 
 
 def size(text: str) -> int:
-    """A size like ``4G`` (K/M/G/T are powers of 1024) as whole bytes, rounded to the nearest."""
-    return parse_size(text)
+    """A size like ``4G`` (K/M/G/T are powers of 1024) as whole bytes, rounded to the nearest,
+    at most ``MAX_BYTES``."""
+    value = parse_size(text)
+    if value > MAX_BYTES:
+        raise ValueError(f"must be at most {format_size(MAX_BYTES)}, got {quoted(text)}")
+    return value
 
 
 # Bounds on what a config or a request may say: beyond them no host has the amount, and the

@@ -101,6 +101,24 @@ _SPAN_UNITS = {"us": 1e-6, "usec": 1e-6, "ms": 1e-3, "msec": 1e-3, "": 1.0, "s":
 _SPAN_PART = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)", re.IGNORECASE)
 
 
+# The longest time limit a task may have (ten years): past it a limit is no limit, and the
+# daemon's timer and records would carry a number like 1e300 seconds.
+MAX_TIME_LIMIT_S = 3650 * 86_400
+
+
+def magnitude(value: int) -> str:
+    """An integer for a message: as it is up to 20 digits, past that its number of digits (a
+    300-digit count echoed back is noise, and past 4,300 digits Python refuses to print it)."""
+    digits = int(value.bit_length() * 0.30103) + 1
+    return str(value) if digits <= 20 else f"a {digits}-digit number"
+
+
+def quoted(text: str, limit: int = 24) -> str:
+    """``text`` quoted for a message, cut to ``limit`` characters: what a user typed, echoed
+    back, is not 300 digits long."""
+    return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
 def parse_duration(text: str) -> float:
     """A time span as systemd writes one (``RuntimeMaxSec=``): ``90``, ``90s``, ``10m``,
     ``2h``, ``1h30m``, ``1h 30min``, ``1d``; a number without a unit is seconds.
@@ -116,11 +134,11 @@ def parse_duration(text: str) -> float:
         match = _SPAN_PART.match(text, at)
         unit = match[2].lower() if match else None
         if match is None or unit not in _SPAN_UNITS:
-            raise ValueError(f"expected a time span like 90s, 10m, 2h or 1h30m, got {text!r}")
+            raise ValueError(f"expected a time span like 90s, 10m, 2h or 1h30m, got {quoted(text)}")
         total += float(match[1]) * _SPAN_UNITS[unit]
         at = match.end()
     if not (math.isfinite(total) and total > 0):
-        raise ValueError(f"must be a time span above zero, like 90s, 10m, 2h or 1h30m, got {text!r}")
+        raise ValueError(f"must be a time span above zero, like 90s, 10m, 2h or 1h30m, got {quoted(text)}")
     return total
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from governor.config import resources
+from governor.config.units import MAX_TIME_LIMIT_S, magnitude
 from governor.errors import RequestError
 
 MAX_COMMAND_ITEMS = 64
@@ -84,7 +85,7 @@ def integer(value: object, field: str, *, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise bad(field, f"must be an integer, got {json_type(value)}")
     if not minimum <= value <= MAX_INT:
-        raise bad(field, f"must be between {minimum} and 2^63-1, got {value}")
+        raise bad(field, f"must be between {minimum} and 2^63-1, got {magnitude(value)}")
     return value
 
 
@@ -160,12 +161,13 @@ def task_name(value: object) -> str | None:
 
 
 def time_limit(value: object) -> float | None:
-    """``value`` as seconds > 0, or None."""
+    """``value`` as seconds from > 0 to ``MAX_TIME_LIMIT_S`` (ten years), or None."""
     if value is None:
         return None
     seconds = number(value, "time_limit")
-    if seconds <= 0:
-        raise bad("time_limit", f"must be a number of seconds > 0, got {seconds!r}")
+    if not 0 < seconds <= MAX_TIME_LIMIT_S:
+        raise bad("time_limit", f"must be a number of seconds from > 0 to {MAX_TIME_LIMIT_S:,} (ten years), "
+                                f"got {float(seconds):g}")
     return float(seconds)
 
 

@@ -355,6 +355,20 @@ def test_a_cpu_demand_the_kernel_cannot_enforce_is_refused_by_the_client(cores):
     assert result.exit_code == 2 and "from 0.01 (the kernel's smallest CPU quota) to 65,536" in result.output
 
 
+@pytest.mark.parametrize("args, words", [
+    (["--memory", "9" * 300], "'--memory': must be at most 4194304.0T, got '999999999999999999999999…'"),
+    (["--memory", "99999999999999999999T"], "'--memory': must be at most 4194304.0T, got '99999999999999999999T'"),
+    (["--time-limit", "9" * 300], "'--time-limit': must be at most 3650 days, got '999999999999999999999999…'"),
+    (["--time-limit", "99999999999999d"], "'--time-limit': must be at most 3650 days"),
+    (["--time-limit", "x" * 300], "expected a time span like 90s, 10m, 2h or 1h30m, got 'xxxxxxxxxxxxxxxxxxxxxxxx…'"),
+])
+def test_an_amount_past_what_any_host_has_is_refused_in_a_line(args, words):
+    # A 300-digit --memory went to the daemon and came back in full; a 300-digit --time-limit
+    # was accepted as 1e300 seconds.
+    result = CliRunner().invoke(main, ["run", *args, "--", "true"])
+    assert result.exit_code == 2 and words in result.output and len(result.output) < 200
+
+
 @pytest.mark.parametrize("weight", ["nan", "inf", "1e309", "0", "1001", "0.0001"])
 def test_a_weight_no_config_could_give_is_refused_by_the_client(weight):
     # nan, inf and 1e309 passed click's FloatRange and ended in a traceback (not JSON compliant).

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from governor.config import resources
+from governor.config.units import MAX_TIME_LIMIT_S
 from governor.wire.protocol import OPERATIONS, parse_request, request_line
 from governor.wire.server import ControlServer
 from governor.wire.status_json import MalformedStatus, decode
@@ -54,7 +55,7 @@ REQUESTS = {
     "launch": st.builds(LaunchRequest, pid=st.integers(1, MAX_INT), group=st.none() | NAMES, demand=_demand(),
                         command=st.lists(TEXT, max_size=64).map(tuple), wait=st.booleans(),
                         name=st.none() | NAMES.filter(lambda name: name_problem(name) is None),
-                        time_limit=st.none() | st.floats(1e-3, 1e9)),
+                        time_limit=st.none() | st.floats(1e-3, MAX_TIME_LIMIT_S)),
     "status": st.just(StatusRequest()),
     "watch": st.builds(WatchRequest, st.floats(0.5, 60.0)),
     "explain": st.just(ExplainRequest()),
