@@ -47,6 +47,13 @@ def json_type(value: object) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+def _got(value: object) -> str:
+    """What a field holds, for a message: a string by its length (it failed on that), else its type."""
+    if isinstance(value, str):
+        return "an empty string" if not value else f"a string of {len(value):,} characters"
+    return json_type(value)
+
+
 def check_fields(message: dict, *, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> None:
     """Refuse a field of ``message`` not in ``allowed`` (``op`` is always allowed), and a
     missing one of ``required``."""
@@ -107,7 +114,7 @@ def names(value: object, field: str) -> tuple[str, ...]:
         raise bad(field, f"must be a list of at most {MAX_NAMES} names, got {json_type(value)}")
     for i, item in enumerate(value):
         if not (isinstance(item, str) and 0 < len(item) <= MAX_NAME_CHARS):
-            raise bad(f"{field}[{i}]", f"must be a name of 1 to {MAX_NAME_CHARS} characters, got {json_type(item)}")
+            raise bad(f"{field}[{i}]", f"must be a name of 1 to {MAX_NAME_CHARS} characters, got {_got(item)}")
     return tuple(dict.fromkeys(value))
 
 
@@ -116,7 +123,7 @@ def text(value: object, field: str, *, nullable: bool = False) -> str | None:
     if value is None and nullable:
         return None
     if not (isinstance(value, str) and value):
-        raise bad(field, f"must be a non-empty string{' or null' if nullable else ''}, got {json_type(value)}")
+        raise bad(field, f"must be a non-empty string{' or null' if nullable else ''}, got {_got(value)}")
     return value
 
 
@@ -124,7 +131,7 @@ def task_id(value: object, field: str) -> str:
     """``value`` as a task id: 1 to :data:`MAX_NAME_CHARS` characters."""
     if not (isinstance(value, str) and 0 < len(value) <= MAX_NAME_CHARS):
         raise bad(field, f"must be a task id (a non-empty string of at most {MAX_NAME_CHARS} characters), "
-                         f"got {json_type(value)}")
+                         f"got {_got(value)}")
     return value
 
 

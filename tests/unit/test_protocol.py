@@ -120,7 +120,8 @@ BAD = [
     (line({"op": "set-weight", "weight": 2}), "bad_request", "group: missing"),
     (line({"op": "set-weight", "group": "A", "weight": 0}), "bad_request", "weight: must be between 0.001 and 1000"),
     (line({"op": "set-weight", "group": "A", "weight": True}), "bad_request", "weight: must be a finite number"),
-    (line({"op": "set-weight", "group": "", "weight": 1}), "bad_request", "group: must be a non-empty string"),
+    (line({"op": "set-weight", "group": "", "weight": 1}), "bad_request",
+     "group: must be a non-empty string, got an empty string"),  # it said "got a string"
     (line({"op": "STATUS"}), "unknown_op", "'STATUS'"),
     (line({"op": "status", "verbose": True}), "bad_request", "verbose: unknown field"),
     (line({"op": "launch"}), "bad_request", "pid: missing"),
@@ -170,6 +171,8 @@ BAD = [
     (b'{"op": "launch", "pid": 1, "time_limit": 1' + b"0" * 400 + b'}', "bad_request", "time_limit: must be a finite"),
     (line({"op": "stop"}), "bad_request", "tasks: missing field"),
     (line({"op": "stop", "tasks": []}), "bad_request", "tasks: must be a list of 1 to 64 task ids"),
+    (line({"op": "stop", "tasks": ["9" * 300]}), "bad_request", "tasks[0]: must be a task id (a non-empty string of at "
+                                                              "most 64 characters), got a string of 300 characters"),
     (line({"op": "stop", "tasks": "7"}), "bad_request", "tasks: must be a list"),
     (line({"op": "stop", "tasks": ["7", 8]}), "bad_request", "tasks[1]: must be a task id"),
     (line({"op": "stop", "tasks": ["7"] * 65}), "bad_request", "tasks: must be a list of 1 to 64"),
