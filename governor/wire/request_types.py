@@ -156,10 +156,7 @@ class SetWeightRequest:
         from governor.config.settings import GROUP_WEIGHT_RANGE
 
         fields.check_fields(message, allowed=("group", "weight"), required=("group", "weight"))
-        group = message["group"]
-        if not (isinstance(group, str) and group):
-            raise fields.bad("group", f"must be a non-empty string, got {fields.json_type(group)}")
-        return cls(group, fields.in_range(message["weight"], "weight", GROUP_WEIGHT_RANGE))
+        return cls(fields.text(message["group"], "group"), fields.in_range(message["weight"], "weight", GROUP_WEIGHT_RANGE))
 
 
 @dataclass(frozen=True)
