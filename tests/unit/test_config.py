@@ -399,8 +399,11 @@ BAD = [
     (("daemon", "socket"), "/run/x", "daemon.socket", "allowed keys: admin_group, sample_interval"),
     (("daemon", "admin_group"), "", "daemon.admin_group", "non-empty string"),
     (("daemon", "admin_group"), 10, "daemon.admin_group", "non-empty string"),
-    (("daemon", "sample_interval"), 0, "daemon.sample_interval", "> 0"),
-    (("daemon", "reconcile_interval"), -1, "daemon.reconcile_interval", "negative"),
+    (("daemon", "sample_interval"), 0, "daemon.sample_interval", "must be a number between 0.1 and 86400, got 0"),
+    (("daemon", "reconcile_interval"), -1, "daemon.reconcile_interval", "between 0.1 and 86400, got -1"),
+    # A millionth of a second passed check-config, and the daemon would have sampled in a busy loop.
+    (("daemon", "sample_interval"), 0.000001, "daemon.sample_interval", "between 0.1 and 86400, got 1e-06"),
+    (("daemon", "reconcile_interval"), 1e308, "daemon.reconcile_interval", "between 0.1 and 86400, got 1e+308"),
     (("daemon", "reconcile_interval"), "5s", "daemon.reconcile_interval", "must be a number"),
     (("daemon", "state_dir"), "run/governor", "daemon.state_dir", "absolute"),
     (("daemon", "state_dir"), 1, "daemon.state_dir", "non-empty string"),
