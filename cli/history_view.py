@@ -13,6 +13,7 @@ from rich.cells import cell_len
 from governor.cli import view_common as view
 from governor.config.resources import format_amount
 from governor.config.units import format_timespan
+from governor.wire.fields import MAX_NAME_CHARS
 from governor.wire.history_types import HistoryEntry
 
 __all__ = ["COLUMNS", "history_lines"]
@@ -40,7 +41,14 @@ def _width(cell: str) -> int:
 def _cells(entry: HistoryEntry) -> tuple[str, ...]:
     demand = ", ".join(f"{name} {format_amount(name, value)}" for name, value in entry.demand.items() if value)
     who = entry.user or ("" if entry.uid is None else str(entry.uid))
-    return _when(entry.at), entry.kind, _task(entry), who, entry.group or "-", demand, _details(entry)
+    return _when(entry.at), entry.kind, _task(entry), _short(who), _short(entry.group or "-"), demand, \
+        _details(entry)
+
+
+def _short(name: str) -> str:
+    """A name cut to :data:`MAX_NAME_CHARS` (and …): a journal written before refusals were cut
+    holds 4,096-character group names, which made every line that wide."""
+    return name if len(name) <= MAX_NAME_CHARS + 1 else name[:MAX_NAME_CHARS] + "…"
 
 
 def _when(at: float) -> str:

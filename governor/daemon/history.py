@@ -32,6 +32,7 @@ from governor.core.state import Task
 from governor.errors import RequestError
 from governor.host.accounting import Ended
 from governor.host.history_store import HistoryWriter, read_history
+from governor.wire.fields import MAX_NAME_CHARS
 from governor.wire.reply_types import HistoryReply
 from governor.wire.request_types import HistoryRequest
 from governor.wire.visibility import HIDDEN, Viewer, rows_for
@@ -84,12 +85,16 @@ def end_entry(record: Ended) -> dict:
     return {"at": record.ended, "kind": "end", "task": entry.pop("id"), **entry}
 
 
-def refusal_entry(at: float, *, uid: int, group: str | None, demand: Mapping[str, float], code: str) -> dict:
-    """A launch refused at ``at``: who asked (uid; ``group``: the one asked for, None: their
-    default), the demand as asked (before defaults) and the error's code. Not its message:
-    that may name the asker's pid or command, which others may not see."""
-    return {"at": at, "kind": "refusal", "task": None, "uid": uid, "group": group, "demand": dict(demand),
-            "code": code}
+def refusal_entry(at: float, *, uid: int, user: str, group: str | None, demand: Mapping[str, float],
+                  code: str) -> dict:
+    """A launch refused at ``at``: who asked (uid and user name; ``group``: the one asked for,
+    None: their default, cut to a name's length: a refused one may be 60 KB), the demand as asked
+    (before defaults) and the error's code. Not its message: that may name the asker's pid or
+    command, which others may not see."""
+    if group is not None and len(group) > MAX_NAME_CHARS:
+        group = group[:MAX_NAME_CHARS] + "…"
+    return {"at": at, "kind": "refusal", "task": None, "uid": uid, "user": user, "group": group,
+            "demand": dict(demand), "code": code}
 
 
 class History:

@@ -65,8 +65,9 @@ class Launches:
                 async for payload in payloads:
                     yield payload
         except RequestError as error:
-            self.journal.record(refusal_entry(time.time(), uid=peer.uid, group=request.group, demand=request.demand,
-                                              code=error.code))
+            user = self.policy.identities.identify(peer.uid, peer.gid).user
+            self.journal.record(refusal_entry(time.time(), uid=peer.uid, user=user, group=request.group,
+                                              demand=request.demand, code=error.code))
             raise
 
     async def _launch(self, request: LaunchRequest, peer: Peer) -> AsyncIterator[dict]:

@@ -122,8 +122,24 @@ def test_the_daemon_journals_each_launch_start_end_and_refusal_once(daemon):
     assert started["waited_s"] >= 0 and started["at"] == ended["started"]
     assert ended["reason"] == "exit" and "wall_s" in ended and "cpu_s" in ended
     assert refused["code"] == "exceeds_capacity" and refused["demand"]["memory"] == 100 * GIB
+    assert refused["user"] == "root"  # it was the uid alone: history showed "0"
     for entry in entries:  # nothing the visibility rule hides from others
         assert not {"command", "pid", "processes"} & set(entry)
+
+
+def test_a_refused_group_name_is_kept_as_long_as_a_name_and_shown_so(daemon, tmp_path):
+    # A refused launch's group of 5,000 characters was journalled cut to 4,096, and every line
+    # of everyone's `governor history` became that wide.
+    daemon.history.writer.start()
+    with pytest.raises(RequestError):
+        launch(daemon, 200, group="G" * 5000, cpu=1.0, memory=GIB)
+    refused = _journal(daemon)[-1]
+    assert refused["kind"] == "refusal" and refused["group"] == "G" * 64 + "…"
+    directory = tmp_path / "old"
+    HistoryWriter(directory, HistoryRules, Clock(100.0)).write([  # as an older daemon journalled it
+        {"at": 1e9, "kind": "refusal", "task": None, "uid": 0, "group": "G" * 4096, "demand": {}, "code": "x"}])
+    done = CliRunner().invoke(main, ["history", "--dir", str(directory), "--since", "2000-01-01"])
+    assert done.exit_code == 0 and max(map(len, done.output.splitlines())) < 130, done.output  # 4,200 before
 
 
 def test_governor_history_shows_others_entries_as_private_and_writes_json_lines(daemon, tmp_path):
