@@ -39,9 +39,19 @@ def history(since: str, until: str | None, as_json: bool, config_file: str, dire
 
     start, end = period(since, until, time.time())
     found, config = journal_dir(config_file, directory)
-    asked = directory is None and not os.access(found, os.R_OK | os.X_OK) and os.path.exists(found.parent)
+    # The journal is the daemon's (0700), or in a directory of its own (--history-dir): not
+    # readable here, the daemon is asked; where none answers either, what is wrong here is said.
+    asked = directory is None and not os.access(found, os.R_OK | os.X_OK)
     if asked:
-        shown = _asked(socket_option, start, end)  # the journal is the daemon's (0700)
+        from governor.errors import DaemonNotRunning
+
+        try:
+            shown = _asked(socket_option, start, end)
+        except DaemonNotRunning:
+            if os.path.exists(found):
+                raise
+            entries(found, start, end)  # raises: no journal here
+            raise
     else:
         shown = rows_for((entry for entry in entries(found, start, end) if entry.get("kind") != "daemon"),
                          reader(config))

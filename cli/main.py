@@ -59,6 +59,8 @@ class _Group(click.Group):
             raise
         except click.UsageError as error:
             failure = Failure.usage(error)
+        except click.ClickException as error:  # a command's own (history's, replay's): the same one line
+            failure = Failure(error.format_message(), error.exit_code)
         except GovernorError as error:
             failure = Failure.of(error)
         except KeyboardInterrupt:

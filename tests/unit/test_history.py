@@ -281,3 +281,23 @@ def test_the_listing_aligns_every_column_in_terminal_cells_under_its_header(tmp_
             prefix = next(line[:i] for i in range(len(line) + 1) if cell_len(line[:i]) >= start)
             assert cell_len(prefix) == start and line[len(prefix) - 1] == " ", (word, line)
     assert "7 計算" in lines[0] and "12345 x" in lines[1] and "1001" in lines[2] and lines[2].endswith("too_large")
+
+
+def test_a_journal_not_found_here_is_asked_of_the_daemon(tmp_path, monkeypatch):
+    # A daemon with a journal of its own (--history-dir, another [history] directory): history
+    # said "no history journal here" and never asked it, though the help says anyone else does.
+    import governor.cli.history as history_cli
+
+    config = tmp_path / "governor.toml"
+    config.write_text(f'[groups.A]\nusers = ["root"]\n[history]\ndirectory = "{tmp_path / "nowhere" / "history"}"\n')
+    asked = []
+    monkeypatch.setattr(history_cli, "_asked", lambda socket, since, until: asked.append(socket) or [
+        {"at": 1e9, "kind": "refusal", "task": None, "uid": 0, "user": "root", "group": "A", "demand": {},
+         "code": "too_many"}])
+    done = CliRunner().invoke(main, ["history", "--config", str(config), "--since", "2000-01-01", "--socket", "/x.sock"])
+    assert done.exit_code == 0 and asked == ["/x.sock"] and "too_many" in done.output, done.output
+
+
+def test_a_journal_that_cannot_be_read_says_so_in_governors_words(tmp_path):
+    done = CliRunner().invoke(main, ["history", "--dir", str(tmp_path / "none"), "--since", "1h"])
+    assert done.exit_code == 1 and done.output.startswith("governor: error: cannot read the history"), done.output
