@@ -40,11 +40,15 @@ def explain(group: str | None, as_json: bool, socket_option: str | None) -> None
     if not isinstance(answer.get("groups"), dict):
         raise ControlSocketError(path, "the daemon's explain reply has no explain object")
     configured = answer.get("configured") if isinstance(answer.get("configured"), dict) else {}
-    if group is not None and group not in answer["groups"] and group not in configured:
+    # A group whose only task waits (a user's own group of "*", made at her first launch) is in
+    # neither: it is known by its queue entries.
+    queue = answer.get("queue") if isinstance(answer.get("queue"), list) else []
+    waiting = [q.get("group") for q in queue if isinstance(q, dict) and isinstance(q.get("group"), str)]
+    if group is not None and group not in answer["groups"] and group not in configured and group not in waiting:
         from governor.cli.command_failure import Failure
         from governor.cli.failures import EXIT_BAD_INPUT
 
-        known = ", ".join(dict.fromkeys([*answer["groups"], *configured])) or "none"
+        known = ", ".join(dict.fromkeys([*answer["groups"], *configured, *waiting])) or "none"
         raise Failure(f"no group {group!r} on this host", EXIT_BAD_INPUT, hint=f"groups: {known}", code="not_found")
     if as_json:
         import json
@@ -52,7 +56,7 @@ def explain(group: str | None, as_json: bool, socket_option: str | None) -> None
         if group is not None:
             answer = {**answer, "groups": {g: v for g, v in answer["groups"].items() if g == group},
                       "configured": {g: v for g, v in configured.items() if g == group},
-                      "queue": [q for q in answer.get("queue", []) if q.get("group") == group]}
+                      "queue": [q for q in queue if isinstance(q, dict) and q.get("group") == group]}
         click.echo(json.dumps(answer))
         return
     from governor.cli import view_common as view

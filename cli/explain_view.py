@@ -72,8 +72,11 @@ def explain_renderables(explain: dict, group: str | None = None, *, now: float) 
     shown = [group] if group is not None else [*groups, *(g for g in configured if g not in groups)]
     idle = {name: configured[name] for name in shown if name not in groups and name in configured}
     depth = dict((name, level) for level, name in tree_order(list(shown), parents)) if parents else {}
-    renderables: list[RenderableType] = [
-        header, reasons({name: groups[name] for name in shown if name in groups}, idle, depth, internal=frozenset(nodes))]
+    if group is not None and group not in groups and group not in idle:  # known by its queued tasks alone
+        why: RenderableType = Text(f"{group} runs no task yet: its tasks wait in the queue below.")
+    else:
+        why = reasons({name: groups[name] for name in shown if name in groups}, idle, depth, internal=frozenset(nodes))
+    renderables: list[RenderableType] = [header, why]
     renderables += stalls_lines(explain, explain.psi, [name for name in shown if name in groups and name not in nodes],
                                 tasks=group is not None)
     fair = {name: about for name, about in explain.fairshare.items() if group is None or name == group}

@@ -147,6 +147,19 @@ def test_unknown_group_is_one_line_and_exit_2_with_the_known_ones(tmp_path):
     assert result.output == "governor: error: no group 'nope' on this host (groups: A, B, physics)\n"
 
 
+def test_a_group_whose_only_task_waits_is_explained_by_its_place_in_the_queue(tmp_path):
+    # A user's own group of "*" exists from her first launch; while that task waited, `explain
+    # nobody` said "no group 'nobody' on this host".
+    queued = copy.deepcopy(QUEUE[0])
+    queued.update(group="nobody", user="nobody", uid=65534)
+    server = FakeSocket(str(tmp_path / "g.sock"), [{"ok": True, "explain": {**sample(), "queue": [queued]}}])
+    result = explain("nobody", "--socket", server.path)
+    server.close()
+    assert result.exit_code == 0, result.output
+    assert "nobody runs no task yet: its tasks wait in the queue below." in result.output
+    assert "│ nobody │ nobody │" in result.output and "waits for 576.0M to free" in result.output
+
+
 @pytest.fixture
 def configured(tmp_path):
     """A daemon whose config also has ``physics`` (weight 2), a group with no task running."""
