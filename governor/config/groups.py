@@ -200,8 +200,18 @@ def _weight(value: object, key: str, file: str) -> float:
     return float(in_range(value, key, file, *GROUP_WEIGHT_RANGE))
 
 
+# The kernel's LOGIN_NAME_MAX: no user or group name of a host is longer.
+_NAME_MAX = 256
+
+
 def names(value: object, key: str, file: str) -> tuple[str, ...]:
-    """An array of non-empty strings (user or Unix group names) at ``key``; raises ConfigError."""
+    """An array of user or Unix group names at ``key``: non-empty, printable (no escape or
+    newline: they reach check-config's and the daemon's output as written), at most 256
+    characters each. Raises ConfigError."""
     if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
-        raise ConfigError(file, key, f'must be an array of non-empty strings like ["alice"], got {value!r}')
+        raise ConfigError(file, key, f'must be an array of non-empty strings like ["alice"], got {value!r:.80}')
+    for index, item in enumerate(value):
+        if not item.isprintable() or len(item) > _NAME_MAX:
+            raise ConfigError(file, f"{key}[{index}]", f"must be a name of printable characters, at most {_NAME_MAX}, "
+                                                       f"got {item!r:.60}")
     return tuple(value)

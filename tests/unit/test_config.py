@@ -367,6 +367,10 @@ BAD = [
     (("groups", "physics", "members"), [], "groups.physics.members", "allowed keys: weight, users, unix_groups"),
     (("groups", "physics", "users"), "alice", "groups.physics.users", "array of non-empty strings"),
     (("groups", "physics", "users"), [1], "groups.physics.users", "array of non-empty strings"),
+    # An escape in a user name reached check-config's terminal raw; 3,000 characters, in full.
+    (("groups", "physics", "users"), ["alice", "\x1b[31mred\n"], "groups.physics.users[1]",
+     "must be a name of printable characters, at most 256, got '\\x1b[31mred\\n'"),
+    (("groups", "physics", "users"), ["a" * 3000], "groups.physics.users[0]", "at most 256, got 'aaaa"),
     (("groups", "physics", "unix_groups"), [""], "groups.physics.unix_groups", "array of non-empty strings"),
     (("groups", "ops", "users"), [], "groups.ops", "nobody could launch"),
     (("groups", "*", "users"), ["x"], 'groups."*".users', "allowed keys: weight"),

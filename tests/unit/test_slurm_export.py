@@ -113,8 +113,10 @@ def test_a_user_name_slurm_cannot_keep_is_refused_and_never_reaches_the_script(u
     assert caught.value.key == "groups.lab.unix_groups"
 
 
-def test_a_hostile_file_or_unix_group_name_stays_inside_its_comment():
-    export = _export({"lab": {"users": ["alice"], "unix_groups": ["x\nreboot"]}})
+def test_a_hostile_file_name_stays_inside_its_comment_and_a_hostile_unix_group_never_reaches_it():
+    with pytest.raises(ConfigError, match=r"unix_groups\[0\]: must be a name of printable characters"):
+        _export({"lab": {"users": ["alice"], "unix_groups": ["x\nreboot"]}})  # the config refuses it now
+    export = _export({"lab": {"users": ["alice"], "unix_groups": ["x reboot"]}})
     script = export.script("evil\nrm -rf /.toml")
     assert all(line.startswith(("#", "sacctmgr ")) for line in script.splitlines())
 
