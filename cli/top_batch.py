@@ -38,11 +38,22 @@ def snapshots(statuses: Iterable[Status], iterations: int | None, width: int | N
     """The snapshots of ``statuses`` as they arrive, ``iterations`` of them (None: until the
     stream ends); ``width``: columns (default: the terminal's, else ``$COLUMNS``, else 120)."""
     if width is None:
-        try:
-            width = os.get_terminal_size().columns
-        except OSError:
-            width = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else _WIDTH
+        width = _columns()
     for count, status in enumerate(statuses, 1):
         yield snapshot(status, width=width, now=time.time())
         if iterations is not None and count >= iterations:
             return
+
+
+def _columns() -> int:
+    """The terminal's columns, else ``$COLUMNS``, else :data:`_WIDTH`: a terminal that says it
+    has none (a pty given no size, as some ``docker exec -t`` and CI runners make) is one whose
+    width is not known, not one of 0 columns (top printed a blank line)."""
+    try:
+        columns = os.get_terminal_size().columns
+    except OSError:
+        columns = 0
+    if columns > 0:
+        return columns
+    said = os.environ.get("COLUMNS", "")
+    return int(said) if said.isdigit() and int(said) > 0 else _WIDTH
