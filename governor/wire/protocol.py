@@ -164,7 +164,8 @@ def parse_request(line: bytes) -> Request:
     except RecursionError:
         raise RequestError("bad_request", "request is nested too deeply") from None
     except ValueError as error:  # an integer literal longer than Python converts (4,300 digits)
-        raise RequestError("bad_request", f"request holds a number too long to read: {error}") from None
+        raise RequestError("bad_request", "request holds a number of more than 4,300 digits: no field takes "
+                                          "one") from None
     if not isinstance(message, dict):
         raise RequestError("bad_request", f"request must be a JSON object, got {json_type(message)}")
     if "op" not in message:

@@ -163,6 +163,8 @@ BAD = [
      "demand.memory: must be between 0 and 2^63-1, got a 301-digit number"),
     (line({"op": "launch", "pid": 1, "time_limit": "1h"}), "bad_request", "time_limit: must be a finite number"),
     (b'{"op": "launch", "pid": 1, "time_limit": 1e400}', "bad_request", "time_limit: must be a finite number"),
+    (b'{"op": "launch", "pid": ' + b"9" * 5000 + b"}", "bad_request",  # it passed on Python's advice (set_int_max_str_digits)
+     "request holds a number of more than 4,300 digits: no field takes one"),
     (line({"op": "ps", "all": "yes"}), "bad_request", "all: must be true or false"),
     (line({"op": "ps", "user": "bob"}), "bad_request", "user: unknown field"),
     (line({"op": "ps", "task": 7}), "bad_request", "task: must be a task id"),
