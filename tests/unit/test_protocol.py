@@ -163,8 +163,6 @@ BAD = [
      "demand.memory: must be between 0 and 2^63-1, got a 301-digit number"),
     (line({"op": "launch", "pid": 1, "time_limit": "1h"}), "bad_request", "time_limit: must be a finite number"),
     (b'{"op": "launch", "pid": 1, "time_limit": 1e400}', "bad_request", "time_limit: must be a finite number"),
-    (b'{"op": "launch", "pid": ' + b"9" * 5000 + b"}", "bad_request",  # it passed on Python's advice (set_int_max_str_digits)
-     "request holds a number of more than 4,300 digits: no field takes one"),
     (line({"op": "ps", "all": "yes"}), "bad_request", "all: must be true or false"),
     (line({"op": "ps", "user": "bob"}), "bad_request", "user: unknown field"),
     (line({"op": "ps", "task": 7}), "bad_request", "task: must be a task id"),
@@ -270,7 +268,8 @@ def test_a_lone_surrogate_in_a_command_or_a_key_becomes_a_replacement_character(
 def test_an_integer_too_long_to_convert_is_a_bad_request():
     with pytest.raises(RequestError) as caught:
         parse_request(b'{"op": "launch", "pid": ' + b"9" * 5000 + b"}")
-    assert caught.value.code == "bad_request" and "too long" in caught.value.message
+    assert caught.value.code == "bad_request" and "more than 4,300 digits" in caught.value.message
+    assert "set_int_max_str_digits" not in caught.value.message  # Python's advice, not the client's business
 
 
 @pytest.mark.parametrize("weight", [1e307, 0.0001])
