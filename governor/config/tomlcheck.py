@@ -46,8 +46,18 @@ def join_key(where: str | None, name: str) -> str:
 
 
 def type_name(value: object) -> str:
-    """How to name the type of a TOML value in an error message."""
-    return {str: "a string", list: "an array", bool: "a boolean"}.get(type(value), type(value).__name__)
+    """How to name the type of a TOML value in an error message, in TOML's words."""
+    return {str: "a string", list: "an array", bool: "a boolean", dict: "a table", int: "an integer",
+            float: "a number"}.get(type(value), type(value).__name__)
+
+
+def toml_text(value: object) -> str:
+    """A TOML value as TOML writes it, for an error message: ``true``, not Python's ``True``;
+    cut to 60 characters."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "…"
 
 
 def no_unknown_keys(table: Mapping[str, object], allowed: tuple[str, ...], where: str | None, file: str) -> None:
@@ -118,7 +128,7 @@ def in_range(value: object, key: str, file: str, low: float, high: float) -> Fra
     """
     words = f"must be a number between {low:g} and {high:g}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(file, key, f"{words}, got {type_name(value)} {value!r}")
+        raise ConfigError(file, key, f"{words}, got {type_name(value)} {toml_text(value)}")
     if not (math.isfinite(value) and low <= value <= high):
         raise ConfigError(file, key, f"{words}, got {value:g}")
     return Fraction(repr(value))  # as written: 0.1 is 1/10, not the float nearest it

@@ -363,7 +363,9 @@ BAD = [
     (("groups", "physics", "weight"), -1, "groups.physics.weight", "must be a number between 0.001 and 1000, got -1"),
     (("groups", "physics", "weight"), "2", "groups.physics.weight",
      "must be a number between 0.001 and 1000, got a string '2'"),
-    (("groups", "physics", "weight"), True, "groups.physics.weight", "must be a number between 0.001 and 1000, got a boolean True"),
+    (("groups", "physics", "weight"), True, "groups.physics.weight",
+     "must be a number between 0.001 and 1000, got a boolean true"),  # in TOML's words: it said True
+    (("capacity", "io"), {}, "capacity.io", "array of tables, one [[capacity.io]] per device, got a table"),
     (("groups", "physics", "members"), [], "groups.physics.members", "allowed keys: weight, users, unix_groups"),
     (("groups", "physics", "users"), "alice", "groups.physics.users", "array of non-empty strings"),
     (("groups", "physics", "users"), [1], "groups.physics.users", "array of non-empty strings"),
