@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import socket
+import stat
 from collections.abc import Callable, Iterator
 
 from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning, SocketPermissionError
@@ -189,6 +190,9 @@ def _connect(socket_path: str, timeout: float) -> socket.socket:
         raise DaemonNotRunning(socket_path, "no socket") from None
     except ConnectionRefusedError:
         sock.close()
+        if not _is_socket(socket_path):  # connect() to a plain file is refused too
+            raise ControlSocketError(socket_path, "not a socket: give the daemon's (--socket, $GOVERNOR_SOCKET)") \
+                from None
         raise DaemonNotRunning(socket_path, "connection refused") from None
     except PermissionError as exc:
         sock.close()
@@ -204,6 +208,13 @@ def _connect(socket_path: str, timeout: float) -> socket.socket:
         raise ControlSocketError(socket_path, f"the server runs as uid {uid}, not as root: it is not governor's "
                                               "daemon; nothing was sent")
     return sock
+
+
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return True  # gone meanwhile: as refused
 
 
 def _read_line(sock: socket.socket, socket_path: str) -> bytes:

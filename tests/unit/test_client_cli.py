@@ -91,6 +91,13 @@ def test_run_with_a_dead_socket_says_connection_refused(tmp_path):
                              "(start it: sudo systemctl start governor)\n")
 
 
+def test_a_socket_path_that_is_a_plain_file_is_named_so(tmp_path):
+    path = tmp_path / "passwd"
+    path.write_text("root:x:0:0::/root:/bin/sh\n")  # connect() to it is refused, as to a dead daemon's
+    result, _ = governor("status", socket_path=str(path))
+    assert result.returncode != 0 and result.stderr.startswith(f"governor: error: {path}: not a socket"), result.stderr
+
+
 def test_run_refused_by_the_daemon_prints_its_message_and_does_not_run(fake_daemon):
     fake_daemon.refuse = RequestError("forbidden", "uid 1000 may not launch into group physics")
     result, _ = governor("run", "--group", "physics", "--", "sh", "-c", "echo ran", socket_path=fake_daemon.path)
