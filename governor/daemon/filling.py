@@ -25,7 +25,8 @@ def fill(config: Config, capacity: Mapping[str, float], weight: Callable[[str], 
     demand; with ``trace``, the filling's steps are kept (``governor explain``).
 
     Raises:
-        FillingDiverged: the filling reached no answer (or one of its own checks failed):
+        FillingDiverged: the filling reached no answer (one of its own checks failed, or its
+            arithmetic: a division by zero, an overflow, on extreme amounts the config let through):
             the caller keeps the plan in force. No other division stands in for it: flat
             DRF would drop every guarantee and limit of the tree (DESIGN.md §2).
     """
@@ -37,7 +38,7 @@ def fill(config: Config, capacity: Mapping[str, float], weight: Callable[[str], 
             for rule in config.groups] if config.nested else ()
     try:
         return hierarchical_filling(capacity, groups, tree, trace=trace)
-    except AssertionError as error:  # an invariant of the filling's own, on input it accepted
+    except (AssertionError, ArithmeticError) as error:  # its own check, or its arithmetic, failed on input it accepted
         raise FillingDiverged(f"{'H-DRF' if tree else 'DRF'}: {error or 'an invariant failed'}") from error
 
 

@@ -87,3 +87,18 @@ def test_status_says_the_allocation_failed_and_that_the_last_good_plan_stays():
     assert ("ALLOCATION FAILED 5s ago (launch of task 9): H-DRF: no event ahead while leaves still grow; "
             "the last good plan stays in force") in text
     assert "ALLOCATION FAILED" not in render(STATUS, 200)
+
+
+def test_a_filling_whose_arithmetic_fails_is_a_diverged_one_and_the_launch_still_starts(tree, monkeypatch):
+    # A capacity of 1e-310 cores once passed the config and made the filling divide by zero: the
+    # launch got "internal error", its task stayed counted with no process, and every later
+    # settle failed. A filling's arithmetic error is its failure, as a broken invariant is.
+    launch(tree, 100, group="D1", cpu=1.0, memory=GIB // 4)
+
+    def dividing(*args, **kwargs):
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setattr(filling, "hierarchical_filling", dividing)
+    started = launch(tree, 200, group="L1", cpu=1.0, memory=GIB // 4)
+    assert started["task"] == "2" and tree.tasks.get("2") is not None
+    assert tree.observation.status()["filling"]["error"]["message"] == "H-DRF: float division by zero"
