@@ -11,7 +11,7 @@ from governor.errors import ConfigError
 from governor.config.units import format_number, format_size, parse_size, quoted
 
 __all__ = ["bytes_setting", "cores", "cores_setting", "devices", "format_bytes", "format_cores", "format_count",
-           "format_processes", "format_rate", "memory_setting", "pids_setting", "processes", "size"]
+           "format_processes", "format_rate", "memory", "memory_setting", "pids_setting", "processes", "size"]
 
 
 # Parsing ``governor run``'s values: each raises ValueError saying what is wrong.
@@ -49,6 +49,16 @@ def processes(text: str | int) -> int:
         raise ValueError(f"{text!r} is not a valid integer.") from None  # click's words, as before
     if not 1 <= value <= MAX_PIDS:
         raise ValueError(f"must be a whole number of processes from 1 to {MAX_PIDS:,}, got {value}")
+    return value
+
+
+def memory(text: str) -> int:
+    """A task's memory cap, as :func:`size` reads it, at least ``MIN_TASK_MEMORY`` (0.5 said
+    "> 0" and 16 "at least 1.0M": one bound, one message)."""
+    value = size(text)
+    if value < MIN_TASK_MEMORY:
+        raise ValueError(f"must be at least {format_size(MIN_TASK_MEMORY)}: no process starts in less, "
+                         f"got {quoted(text)}")
     return value
 
 

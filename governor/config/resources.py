@@ -41,7 +41,7 @@ from itertools import zip_longest
 
 from governor.errors import ConfigError
 from governor.config.resource_values import (MAX_PIDS, bytes_setting, cores, cores_setting, devices, format_bytes,
-                                             format_cores, format_count, format_processes, format_rate,
+                                             format_cores, format_count, format_processes, format_rate, memory,
                                              memory_setting, pids_setting, processes, size)
 from governor.config.units import format_number, format_size
 
@@ -346,7 +346,7 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("cpu", "cores", ResourceKind.COMPRESSIBLE, "--cpus", "FLOAT", "CPU demand in cores, e.g. 1.5.",
              "cpu", "cpu", cores, False, format_cores, _cpu_capacity, _always("cpu"), setting=cores_setting, quota="cpu"),
     Resource("memory", "bytes", ResourceKind.ADMITTED, "--memory", "SIZE", "Memory demand, e.g. 4G.",
-             "memory", "memory", size, True, format_bytes, _memory_capacity, _always("memory"), setting=memory_setting,
+             "memory", "memory", memory, True, format_bytes, _memory_capacity, _always("memory"), setting=memory_setting,
              quota="memory"),
     Resource("gpu", "devices", ResourceKind.DEVICE, "--gpus", "N",
              "Whole GPUs (default none): CMD starts when N are free, may open only those, and finds them in "

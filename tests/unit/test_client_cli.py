@@ -368,6 +368,9 @@ def test_a_cpu_demand_the_kernel_cannot_enforce_is_refused_by_the_client(cores):
     (["--time-limit", "9" * 300], "'--time-limit': must be at most 3650 days, got '999999999999999999999999…'"),
     (["--time-limit", "99999999999999d"], "'--time-limit': must be at most 3650 days"),
     (["--time-limit", "x" * 300], "expected a time span like 90s, 10m, 2h or 1h30m, got 'xxxxxxxxxxxxxxxxxxxxxxxx…'"),
+    # Below the least memory a task may declare: 0.5 said "> 0" (from the daemon), 16 "at least 1.0M".
+    (["--memory", "0.5"], "'--memory': must be at least 1.0M: no process starts in less, got '0.5'"),
+    (["--memory", "16"], "'--memory': must be at least 1.0M: no process starts in less, got '16'"),
 ])
 def test_an_amount_past_what_any_host_has_is_refused_in_a_line(args, words):
     # A 300-digit --memory went to the daemon and came back in full; a 300-digit --time-limit
