@@ -382,21 +382,3 @@ def test_top_batch_prints_n_plain_snapshots_with_every_groups_tasks(monkeypatch)
     assert max(map(len, text.splitlines())) <= 100
     refused = CliRunner().invoke(main, ["top", "-n", "1"])
     assert refused.exit_code == 2 and "goes with -b" in refused.output
-
-
-@pytest.mark.parametrize("columns", [None, "0", "abc"])
-def test_top_batch_on_a_terminal_of_no_size_prints_at_a_width_it_knows(monkeypatch, columns):
-    # A pty given no size (docker exec -t, some CI runners) says 0 columns: top -b printed one
-    # blank line, even with COLUMNS set.
-    import os
-
-    from governor.cli import top_batch
-
-    monkeypatch.setattr(os, "get_terminal_size", lambda *fd: os.terminal_size((0, 0)))
-    if columns is None:
-        monkeypatch.setenv("COLUMNS", "90")
-    else:
-        monkeypatch.setenv("COLUMNS", columns)
-    text = next(top_batch.snapshots([decode(sample())], 1))
-    assert all(group in text for group in sample()["groups"])
-    assert max(map(len, text.splitlines())) == (90 if columns is None else 120)
