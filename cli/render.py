@@ -143,7 +143,8 @@ class Fitted:
 
 
 def format_share(value: Number, *, percent: bool = True) -> str:
-    """A share of the host: ``2/3 (66.7%)`` when exact with a small denominator, else ``66.7%``.
+    """A share of the host: ``2/3 (66.7%)`` when exact with a small denominator, else as
+    :func:`~governor.cli.view_common.share` reads it (``66.7%``; a hostile ``1e+308×``, ``∞×``, ``—``).
 
     With ``percent=False`` an exact share is just ``2/3``; whole shares are ``0`` and ``1``.
     """

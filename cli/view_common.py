@@ -251,14 +251,24 @@ class Fitted:
         yield self.build(options.max_width)
 
 
-def grid(rows: Sequence[tuple[str, str, str]], width: int) -> Text:
+def grid(rows: Sequence[tuple[str, str, str]], width: int) -> Text | Table:
     """Rows of (label, key, value) as ``Table.grid(padding=(0, 1))`` draws them, the key dim and
     each value wrapped at spaces to what ``width`` leaves it (a longer word cut), as one Text:
     a rich grid costs about half a millisecond a row, and status at 300 busy groups took a second
-    in its tasks' grids alone. Cells are printable text (:func:`printable`), shown as typed."""
+    in its tasks' grids alone. Where the labels and keys take half the width or more (a session's
+    label is its user's name), rich's own grid, which narrows them too. Cells are printable text
+    (:func:`printable`), shown as typed."""
     labels = max((_cells(label) for label, _, _ in rows), default=0)
     keys = max((_cells(key) for _, key, _ in rows), default=0)
-    room = max(width - labels - keys - 2, 8)
+    room = width - labels - keys - 2
+    if room < width // 2:
+        table = Table.grid(padding=(0, 1))
+        table.add_column(overflow="fold")
+        table.add_column(style="dim")
+        table.add_column(overflow="fold")
+        for cells in rows:
+            row(table, *cells)
+        return table
     text = Text(no_wrap=True, overflow="fold", end="")
     for label, key, value in rows:
         lines = _wrapped(value, room)

@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from governor.config.settings import GROUP_WEIGHT_RANGE, GroupRule, group_name_problem
-from governor.config.resource_values import MAX_BYTES, MAX_CORES
+from governor.config.resource_values import MAX_BYTES, cores_setting
 from governor.errors import ConfigError
 from governor.config.resources import Resource, ResourceKind, quota_keys
-from governor.config.tomlcheck import amount, in_range, join_key, no_unknown_keys, number, subtable, type_name
+from governor.config.tomlcheck import (amount, in_range, join_key, login_name, no_unknown_keys, number, subtable,
+                                      type_name)
 from governor.config.resources import format_amount
 
 EVERYONE = "*"
@@ -164,13 +165,12 @@ def _quota(rule: Mapping[str, object], name: str, where: str, file: str, gpus: i
 
 
 def _quota_amount(entry: Resource, value: object, at: str, file: str, gpus: int | None) -> float:
-    """One quota's amount of ``entry``, by its unit: cores > 0, bytes > 0, whole devices ≥ 0
-    (``gpus = 0`` keeps a group off the GPUs) no more than ``gpus`` (None: not known here)."""
+    """One quota's amount of ``entry``, by its unit: cores from 0.01 (the kernel's smallest CPU
+    quota: a limit of 1e-310 cores once passed, and the filling handed the group as much), bytes
+    > 0, whole devices ≥ 0 (``gpus = 0`` keeps a group off the GPUs) no more than ``gpus`` (None:
+    not known here)."""
     if entry.unit == "cores":
-        cores = float(number(value, at, file, positive=True))
-        if cores > MAX_CORES:
-            raise ConfigError(file, at, f"must be at most {MAX_CORES:,} cores, got {cores:g}")
-        return cores
+        return cores_setting(value, at, file, zero=False)
     if entry.kind is ResourceKind.COUNT:
         return float(entry.setting(value, at, file))
     if entry.unit == "devices":
@@ -200,18 +200,9 @@ def _weight(value: object, key: str, file: str) -> float:
     return float(in_range(value, key, file, *GROUP_WEIGHT_RANGE))
 
 
-# The kernel's LOGIN_NAME_MAX: no user or group name of a host is longer.
-_NAME_MAX = 256
-
-
 def names(value: object, key: str, file: str) -> tuple[str, ...]:
-    """An array of user or Unix group names at ``key``: non-empty, printable (no escape or
-    newline: they reach check-config's and the daemon's output as written), at most 256
-    characters each. Raises ConfigError."""
+    """An array of user or Unix group names at ``key``, each one :func:`login_name` takes.
+    Raises ConfigError."""
     if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
         raise ConfigError(file, key, f'must be an array of non-empty strings like ["alice"], got {value!r:.80}')
-    for index, item in enumerate(value):
-        if not item.isprintable() or len(item) > _NAME_MAX:
-            raise ConfigError(file, f"{key}[{index}]", f"must be a name of printable characters, at most {_NAME_MAX}, "
-                                                       f"got {item!r:.60}")
-    return tuple(value)
+    return tuple(login_name(item, f"{key}[{index}]", file) for index, item in enumerate(value))

@@ -48,7 +48,7 @@ from governor.config.history_rules import history_rules
 from governor.config.settings import Config, GroupRule, IoDevice, SessionRules, group_name_problem
 from governor.errors import ConfigError
 from governor.config.resource_values import bytes_setting, cores_setting, pids_setting
-from governor.config.tomlcheck import in_range, no_unknown_keys, number, parse_toml, subtable, type_name
+from governor.config.tomlcheck import in_range, login_name, no_unknown_keys, number, parse_toml, subtable, type_name
 from governor.config.units import listen_address, parse_duration
 
 __all__ = ["CONFIG_PATH", "DEFAULT_CONFIG", "EVERYONE", "Config", "GroupRule", "IoDevice",
@@ -195,7 +195,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         memory_enforcement=modes["memory"],
         groups=groups,
         everyone_weight=everyone_weight,
-        admin_group=_value(daemon, "admin_group", "daemon", file, _string, None),
+        admin_group=_value(daemon, "admin_group", "daemon", file, login_name, None),
         sample_interval_s=_value(daemon, "sample_interval", "daemon", file, _interval, _SAMPLE_INTERVAL_S),
         reconcile_interval_s=_value(daemon, "reconcile_interval", "daemon", file, _interval, _RECONCILE_INTERVAL_S),
         state_dir=_value(daemon, "state_dir", "daemon", file, _absolute_path, _STATE_DIR),
@@ -321,8 +321,7 @@ def _value(table: Mapping[str, object], name: str, where: str, file: str,
 
 
 def _positive_cores(value: object, key: str, file: str) -> float:
-    _positive(value, key, file)
-    return cores_setting(value, key, file)
+    return cores_setting(value, key, file, zero=False)
 
 
 # Seconds between two of the daemon's periodic passes: a millionth of a second was accepted, and

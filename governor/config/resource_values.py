@@ -5,8 +5,6 @@ these per entry. Pure.
 
 from __future__ import annotations
 
-import math
-
 from governor.errors import ConfigError
 from governor.config.units import format_number, format_size, parse_size, quoted
 
@@ -22,9 +20,7 @@ def cores(text: str | float) -> float:
         value = float(text)
     except ValueError:
         raise ValueError(f"{text!r} is not a valid float.") from None  # click's words, as before
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"must be a number of cores > 0, got {value:.6g}")
-    if not MIN_CORES <= value <= MAX_CORES:
+    if not MIN_CORES <= value <= MAX_CORES:  # nan too
         raise ValueError(f"must be a number of cores from {MIN_CORES:g} (the kernel's smallest CPU quota) to "
                          f"{MAX_CORES:,}, got {value:.6g}")
     return value
@@ -87,18 +83,18 @@ MAX_PIDS = 4 * 1024 * 1024
 
 # Checking a config key's value: (value, dotted key, file) → amount.
 
-def cores_setting(value: object, key: str, file: str) -> float:
-    """Cores: a number (not a string), 0 or from ``MIN_CORES`` to ``MAX_CORES``.
+def cores_setting(value: object, key: str, file: str, *, zero: bool = True) -> float:
+    """Cores: a number (not a string) from ``MIN_CORES`` to ``MAX_CORES``, or 0 where ``zero``.
 
     Raises:
         ConfigError: at ``key`` in ``file``, saying what is wrong.
     """
     from governor.config.tomlcheck import number  # tomllib: a config's, not `governor run`'s
 
-    result = float(_at_most(number(value, key, file), MAX_CORES, "cores", key, file))
+    result = float(_at_most(number(value, key, file, positive=not zero), MAX_CORES, "cores", key, file))
     if 0 < result < MIN_CORES:
-        raise ConfigError(file, key, f"must be 0 or at least {MIN_CORES:g} cores (the kernel's smallest CPU quota), "
-                                     f"got {result:.6g}")
+        raise ConfigError(file, key, f"must be {'0 or ' if zero else ''}at least {MIN_CORES:g} cores (the kernel's "
+                                     f"smallest CPU quota), got {result:.6g}")
     return result
 
 

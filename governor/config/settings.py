@@ -134,7 +134,7 @@ class Config:
         groups: the explicit groups, in file order.
         everyone_weight: the weight of ``[groups."*"]``, or ``None`` when there is no such table.
         admin_group: the Unix group allowed admin operations besides root, or ``None``.
-        sample_interval_s, reconcile_interval_s: ``[daemon]`` periods, > 0.
+        sample_interval_s, reconcile_interval_s: ``[daemon]`` periods, 0.1 to 86,400 seconds.
         state_dir: absolute path of the per-task metadata directory.
         max_tasks_per_user: tasks (running and queued, sessions not counted) one uid other
             than root may have; max_connections_per_user: its open control connections.

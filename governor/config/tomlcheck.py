@@ -51,6 +51,23 @@ def type_name(value: object) -> str:
             float: "a number"}.get(type(value), type(value).__name__)
 
 
+# The longest user or group name a host has: glibc's LOGIN_NAME_MAX (256, with the NUL).
+_NAME_MAX = 255
+
+
+def login_name(value: object, key: str, file: str) -> str:
+    """A user or Unix group name: a non-empty string of printable characters (no escape or
+    newline: a name reaches check-config's and the daemon's output as written), at most 255.
+
+    Raises:
+        ConfigError: at ``key``, saying what is wrong (the value cut to 60 characters).
+    """
+    if not isinstance(value, str) or not value or not value.isprintable() or len(value) > _NAME_MAX:
+        raise ConfigError(file, key, f"must be a name of printable characters, at most {_NAME_MAX}, "
+                                     f"got {toml_text(value)}")
+    return value
+
+
 def toml_text(value: object) -> str:
     """A TOML value as TOML writes it, for an error message: ``true``, not Python's ``True``;
     cut to 60 characters."""

@@ -60,6 +60,8 @@ def parse_size(text: str) -> int:
     """``text`` read as :func:`parse_quantity` reads it, in whole base units (bytes), rounded to
     the nearest; raises ValueError as it does. A whole number needs no Fraction to be exact."""
     match = _QUANTITY.fullmatch(text) if isinstance(text, str) else None
+    if match is not None and len(match["number"]) > 4000:  # past 4,300 digits int() would give Python's advice
+        raise ValueError(f"has too many digits for a size, got {quoted(text)}")
     if match is not None and "." not in match["number"]:
         return int(match["number"]) * SUFFIXES[match["suffix"].upper()]
     return round(parse_quantity(text))
@@ -109,7 +111,9 @@ MAX_TIME_LIMIT_S = 3650 * 86_400
 def magnitude(value: int) -> str:
     """An integer for a message: as it is up to 20 digits, past that its number of digits (a
     300-digit count echoed back is noise, and past 4,300 digits Python refuses to print it)."""
-    digits = int(value.bit_length() * 0.30103) + 1
+    absolute = abs(value)
+    digits = int((absolute.bit_length() - 1) * math.log10(2)) + 1 if absolute else 1  # at most one short
+    digits += absolute >= 10**digits
     return str(value) if digits <= 20 else f"a {digits}-digit number"
 
 
@@ -137,6 +141,8 @@ def parse_duration(text: str) -> float:
             raise ValueError(f"expected a time span like 90s, 10m, 2h or 1h30m, got {quoted(text)}")
         total += float(match[1]) * _SPAN_UNITS[unit]
         at = match.end()
+    if math.isinf(total):
+        raise ValueError(f"is too long a time span, got {quoted(text)}")
     if not (math.isfinite(total) and total > 0):
         raise ValueError(f"must be a time span above zero, like 90s, 10m, 2h or 1h30m, got {quoted(text)}")
     return total

@@ -65,7 +65,10 @@ class Launches:
                 async for payload in payloads:
                     yield payload
         except RequestError as error:
-            user = self.policy.identities.identify(peer.uid, peer.gid).user
+            try:
+                user = self.policy.identities.identify(peer.uid, peer.gid).user
+            except RequestError:  # the lookup itself failed (no file descriptor left): the refusal stands
+                user = str(peer.uid)
             self.journal.record(refusal_entry(time.time(), uid=peer.uid, user=user, group=request.group,
                                               demand=request.demand, code=error.code))
             raise

@@ -15,13 +15,13 @@ from governor.core.queue import Entry
 from governor.core.state import Task, Tasks
 from governor.daemon import gpu_places
 from governor.daemon.history import start_entry
-from governor.host.accounting import STOP
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
 from governor.daemon.records import Records
 from governor.daemon.tree import Tree
 from governor.daemon.waiting import Queue
 from governor.errors import GovernorError, ProcessGone, RequestError
+from governor.host.accounting import STOP
 from governor.host.processes import birth, boot_clock
 
 __all__ = ["Starts"]
@@ -165,8 +165,8 @@ class Starts:
         self.journal.record(start_entry(task, waited))
         if not entry.decided:
             entry.decide(reply=self.started_reply(task))
-        elif entry.stopped_by is not None and not self.end(task, STOP, entry.stopped_by):
-            log.warning("cannot end task %s, stopped by %s while it started", task.id, entry.stopped_by)
+        elif entry.stopped_by is not None:
+            self.end(task, STOP, entry.stopped_by)  # a kill the kernel refused is journalled there
 
     def _moved_in(self, entry: Entry) -> bool:
         """Whether the process that asked for ``entry``'s launch is in its task's cgroup: its pid

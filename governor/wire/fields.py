@@ -173,7 +173,7 @@ def time_limit(value: object) -> float | None:
         return None
     seconds = number(value, "time_limit")
     if not 0 < seconds <= MAX_TIME_LIMIT_S:
-        raise bad("time_limit", f"must be a number of seconds from > 0 to {MAX_TIME_LIMIT_S:,} (ten years), "
+        raise bad("time_limit", f"must be a number of seconds above 0 and at most {MAX_TIME_LIMIT_S:,} (ten years), "
                                 f"got {float(seconds):g}")
     return float(seconds)
 

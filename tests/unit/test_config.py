@@ -371,8 +371,8 @@ BAD = [
     (("groups", "physics", "users"), [1], "groups.physics.users", "array of non-empty strings"),
     # An escape in a user name reached check-config's terminal raw; 3,000 characters, in full.
     (("groups", "physics", "users"), ["alice", "\x1b[31mred\n"], "groups.physics.users[1]",
-     "must be a name of printable characters, at most 256, got '\\x1b[31mred\\n'"),
-    (("groups", "physics", "users"), ["a" * 3000], "groups.physics.users[0]", "at most 256, got 'aaaa"),
+     "must be a name of printable characters, at most 255, got '\\x1b[31mred\\n'"),
+    (("groups", "physics", "users"), ["a" * 3000], "groups.physics.users[0]", "at most 255, got 'aaaa"),
     (("groups", "physics", "unix_groups"), [""], "groups.physics.unix_groups", "array of non-empty strings"),
     (("groups", "ops", "users"), [], "groups.ops", "nobody could launch"),
     (("groups", "*", "users"), ["x"], 'groups."*".users', "allowed keys: weight"),
@@ -398,13 +398,18 @@ BAD = [
     (("defaults", "task", "pids"), 5_000_000, "defaults.task.pids", "from 1 to 4,194,304"),
     (("capacity", "reserve", "pids"), -5, "capacity.reserve.pids", "whole number of processes from 1"),
     (("groups", "physics", "limit"), {"pids": 0.5}, "groups.physics.limit.pids", "whole number of processes"),
+    # 1e-310 cores passed, and the filling handed the group that much of every resource.
+    (("groups", "physics", "limit"), {"cpu": 1e-310}, "groups.physics.limit.cpu",
+     "must be at least 0.01 cores (the kernel's smallest CPU quota)"),
+    (("capacity", "cpu"), 0.001, "capacity.cpu", "must be at least 0.01 cores"),  # not "0 or": 0 is no capacity
     (("groups", "physics", "user_limit"), {"pids": float("inf")}, "groups.physics.user_limit.pids",
      "whole number of processes"),
     (("groups", "physics", "guarantee"), {"pids": 10}, "groups.physics.guarantee.pids", "a count is a cap"),
     (("daemon",), [], "daemon", "must be a table"),
     (("daemon", "socket"), "/run/x", "daemon.socket", "allowed keys: admin_group, sample_interval"),
-    (("daemon", "admin_group"), "", "daemon.admin_group", "non-empty string"),
-    (("daemon", "admin_group"), 10, "daemon.admin_group", "non-empty string"),
+    (("daemon", "admin_group"), "", "daemon.admin_group", "must be a name of printable characters"),
+    (("daemon", "admin_group"), 10, "daemon.admin_group", "must be a name of printable characters"),
+    (("daemon", "admin_group"), "wh\x1b[31meel", "daemon.admin_group", "must be a name of printable characters"),
     (("daemon", "sample_interval"), 0, "daemon.sample_interval", "must be a number between 0.1 and 86400, got 0"),
     (("daemon", "reconcile_interval"), -1, "daemon.reconcile_interval", "between 0.1 and 86400, got -1"),
     # A millionth of a second passed check-config, and the daemon would have sampled in a busy loop.

@@ -65,3 +65,13 @@ def test_a_size_reads_as_the_rounded_exact_quantity_with_or_without_fractions(te
             parse_size(text)
     else:
         assert parse_size(text) == expected and isinstance(parse_size(text), int)
+
+
+@pytest.mark.parametrize("value, said", [
+    (0, "0"), (-1, "-1"), (10**20 - 1, "99999999999999999999"), (10**20, "a 21-digit number"),
+    (10**300 - 1, "a 300-digit number"), (10**300, "a 301-digit number"), (-(10**25), "a 26-digit number"),
+    pytest.param(10**5000, "a 5001-digit number", id="5001-digits")])
+def test_an_integer_in_a_message_is_itself_or_its_number_of_digits(value, said):
+    from governor.config.units import magnitude
+
+    assert magnitude(value) == said  # one digit too many once, for 10**20 - 1 and 10**300 - 1

@@ -16,7 +16,9 @@ from governor.cli import view_common as view
 WORDS = st.one_of(st.text(st.sampled_from("abz09-_/=.[]:中文é"), min_size=1, max_size=60),
                   st.sampled_from(["·", "—", "[/oops]", "x" * 45]))
 VALUES = st.lists(WORDS, min_size=1, max_size=12).map(" ".join)
-ROWS = st.lists(st.tuples(st.sampled_from(["", "7", "1234"]), st.sampled_from(["pid", "cap", "limits", "protected"]),
+# Labels: task ids, and a session's, its user's name (up to 32 characters).
+LABELS = st.sampled_from(["", "7", "1234"]) | st.text(st.sampled_from("abz09-_中"), min_size=1, max_size=32)
+ROWS = st.lists(st.tuples(LABELS, st.sampled_from(["pid", "cap", "limits", "protected"]),
                           VALUES), min_size=1, max_size=6)
 
 
