@@ -70,7 +70,8 @@ def test_a_taken_metrics_port_is_a_governor_error():
 @pytest.mark.skipif(os.geteuid() != 0, reason="governor daemon runs as root only")
 def test_the_daemon_stops_on_a_taken_port_before_making_any_cgroup(tmp_path):
     config = tmp_path / "governor.toml"
-    config.write_text(f'[groups."*"]\n[daemon]\nstate_dir = "{tmp_path}/state"\n')
+    # Sessions off: a host whose own governor governs its sessions refused this daemon first.
+    config.write_text(f'[groups."*"]\n[sessions]\nenabled = false\n[daemon]\nstate_dir = "{tmp_path}/state"\n')
     root = f"governor-test-{uuid.uuid4().hex[:8]}"
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
