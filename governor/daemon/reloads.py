@@ -14,6 +14,7 @@ from collections.abc import Callable
 from governor.host import access
 from governor.config.load import Config
 from governor.config.tomlcheck import join_key
+from governor.config.units import format_size
 from governor.core.headroom import check_beside_headroom
 from governor.core.quotas import check_within_quotas
 from governor.core.state import Tasks
@@ -135,6 +136,7 @@ class Reloads:
                 raise read
             config, members = read
             self._check_places(config)
+            self._check_memory(config)
             self.use(config, members)
             self.gpu_guard.reapply()  # a changed inventory or guard config is in force now, not at restart
         except RequestError:
@@ -151,6 +153,9 @@ class Reloads:
                 self.journal.event("error", f"{error}; the metrics stay where they were", logging.ERROR)
         for entry in list(self.queue.values()):
             try:
+                if not access.known_group(self.policy.config, entry.task.group):  # it started in the group removed
+                    raise RequestError("not_found", f"group {entry.task.group} is no longer in the config "
+                                                    f"({self.policy.source}): task {entry.task.id} is not started")
                 access.check_fits(entry.task.demand, self.policy.host_capacity)
                 check_within_quotas(self.policy.config, entry.task.group, entry.task.demand)
                 check_beside_headroom(self.policy.config, self.policy.host_capacity, entry.task.group, entry.task.demand)
@@ -172,6 +177,18 @@ class Reloads:
                                   f"would move group {task.group} from {task.place or task.group} to "
                                   f"{config.place(task.group)} while its {task.label} runs; change it once the "
                                   "group's tasks have ended")
+
+    def _check_memory(self, config: Config) -> None:
+        """Refuse a config whose memory capacity is below what the running tasks declared:
+        memory is admitted, never taken back, and governor's root capped below it would have
+        the kernel OOM-kill admitted work (ConfigError naming the capacity's key)."""
+        declared = sum(task.demand.get("memory", 0.0) for task in self.tasks if not task.is_session)
+        memory = config.capacity(float(len(self.policy.cpus)), self.policy.host_memory).get("memory", 0.0)
+        if memory < declared:
+            key = "capacity.memory" if config.memory_bytes is not None else "capacity.reserve.memory"
+            raise ConfigError(config.file, key, f"leaves {format_size(memory)} to divide, below the "
+                                                f"{format_size(declared)} the running tasks declared: the kernel "
+                                                "would OOM-kill admitted work; lower it once they end")
 
     def set_weight(self, group: str, weight: float, user: str) -> dict:
         """``governor set-weight``: ``group``'s weight until the next reload (refilled now).
