@@ -28,7 +28,7 @@ from governor.cgroups.driver import Driver
 from governor.cgroups.errors import CgroupError, CgroupUnsupported
 from governor.cgroups.limits import CgroupLimits
 from governor.cgroups.versions import version
-from governor.cgroups.locks import LockHeld, lock_directory, release, take
+from governor.cgroups.locks import LockHeld, claims, lock_directory, release, take
 from governor.cgroups.logind import is_login_slice, login_uid
 from governor.cgroups.pressure import psi_unavailable
 from governor.cgroups.stats import CgroupStats
@@ -294,12 +294,28 @@ def hold_root(directory: Path, locks: Path | None = None) -> int:
         CgroupError: another live process holds it: a second daemon on the same ``--cgroup-root``.
         GovernorError: the lock directory is not private to this user (naming it).
     """
+    own = root_lock(directory, locks)
     try:
-        return take(root_lock(directory, locks), {"root": str(directory)})
+        fd = take(own, {"root": str(directory)})
     except LockHeld as held:
         who = f" (pid {held.pid})" if held.pid else ""
         raise CgroupError(f"another governor daemon{who} already governs {directory}: stop it, or give this one "
                           "another --cgroup-root", path=str(directory)) from None
+    # A root inside another daemon's, or holding one: the outer daemon's pass over its tree took
+    # the inner one's task as an unrecorded one of its own, stopped it and removed its root.
+    mine = Path(os.path.realpath(directory))
+    for path, holder in claims(own.parent, "root-*.lock"):
+        theirs = holder.get("claim", {}).get("root") if isinstance(holder.get("claim"), dict) else None
+        if path == own or not isinstance(theirs, str):
+            continue
+        other = Path(os.path.realpath(theirs))
+        if other in mine.parents or mine in other.parents:
+            release(own, fd)
+            where = "holds" if mine in other.parents else "lies inside"
+            raise CgroupError(f"another governor daemon (pid {holder.get('pid')}) governs {other}, which {directory} "
+                              f"{where}: one daemon's tree may not hold another's; give this one another "
+                              "--cgroup-root", path=str(directory))
+    return fd
 
 
 def _missing_controller(needed: str, root: Path, cgroup_mount: Path, *, relative: bool) -> str:

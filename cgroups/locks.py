@@ -129,6 +129,25 @@ def held(path: Path) -> bool:
     return False
 
 
+def claims(directory: Path, pattern: str = "*.lock") -> list[tuple[Path, dict]]:
+    """The locks matching ``pattern`` in ``directory`` that a live process holds now, with what
+    each holder wrote (:func:`take`: ``pid``, ``started``, ``claim``); none where the directory
+    cannot be read."""
+    found = []
+    for path in sorted(directory.glob(pattern)) if directory.is_dir() else ():
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            holder = _read(fd)
+        finally:
+            os.close(fd)
+        if holder is not None and held(path):
+            found.append((path, holder))
+    return found
+
+
 def start_time(pid: int, proc: Path = Path("/proc")) -> int | None:
     """When process ``pid`` started, in clock ticks after boot (``/proc/<pid>/stat`` field 22);
     None when there is no such process. Two processes with the same pid differ in it."""

@@ -101,6 +101,23 @@ def test_one_daemon_per_cgroup_root(tmp_path):
     os.close(hold_root(tmp_path, locks))  # released with its descriptor (and so when a daemon dies)
 
 
+def test_no_daemon_governs_a_root_inside_another_daemons_or_holding_one(tmp_path):
+    # A second daemon on --cgroup-root /a/nested was accepted; the first one's pass over its tree
+    # then took the second's task as an unrecorded one of its own, stopped it, removed its root.
+    locks, outer = tmp_path / "locks", tmp_path / "cg" / "a"
+    first = hold_root(outer, locks)
+    try:
+        with pytest.raises(CgroupError, match=f"another governor daemon \\(pid {os.getpid()}\\) governs {outer}, "
+                                              f"which {outer / 'nested'} lies inside"):
+            hold_root(outer / "nested", locks)
+        with pytest.raises(CgroupError, match=f"which {outer.parent} holds"):
+            hold_root(outer.parent, locks)
+        os.close(hold_root(tmp_path / "cg" / "ab", locks))  # a sibling, even one its name begins: its own tree
+    finally:
+        os.close(first)
+    os.close(hold_root(outer / "nested", locks))  # the outer one gone: free
+
+
 def test_cgroups_a_killed_daemon_left_without_records_are_cleaned_at_start(daemon):  # noqa: F811
     store, driver = daemon.store, daemon.hierarchy.driver
     store.save(Task("1", "A", 100, 0, "root", ("work",), {"cpu": 1.0, "memory": GIB}, 0.0))
