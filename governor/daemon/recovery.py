@@ -172,8 +172,8 @@ class Recovery:
                 self.journal.event("task_started", f"{task.label} re-adopted{how}: group {task.group}",
                                    detail=f"pid {task.pid}")
                 self.exits.follow(task)
-            else:
-                self.exits.forget(task)
+            else:  # it ended while no daemon ran: recorded as any end (ps --ended, history), found now
+                self.exits.check([task.id], "exit, found at the restart")
         # Their caps planned again under the config in force (its inventory's device rules), in
         # the one plan with the root's and the groups', once their processes are in every
         # hierarchy (_rejoin); refusals are error events.

@@ -293,6 +293,10 @@ def test_restart_readopts_live_tasks_and_drops_dead_ones(daemon):
     assert [t.id for t in store.load_all()[0]] == ["1"]
     assert "B" not in driver.cgroups
     assert store.new_id() == "3"
+    # Task 2 ended while no daemon ran: it left no trace in ps --ended, the history or the log.
+    [ended] = daemon.exits.ended
+    assert (ended.task.id, ended.reason) == ("2", "exit")
+    assert any(e["message"].startswith("task 2 ended (exit, found at the restart)") for e in daemon.journal.events)
 
 
 def test_status_reports_groups_tasks_and_the_last_filling(daemon):
