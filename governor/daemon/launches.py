@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
@@ -174,7 +175,7 @@ class Launches:
         other = other_daemon(self.registry, location)
         if other is not None:
             raise RequestError("forbidden", f"process {pid} is governed by another governor daemon ({other.describe()}); "
-                                            f"launch through that one: governor run --socket {other.socket} …")
+                                            f"launch through that one: governor run --socket {shlex.quote(str(other.socket))} …")
         return location
 
     def _task_of(self, location: Location) -> Task | None:

@@ -111,6 +111,7 @@ def test_a_sessions_daemon_never_takes_another_daemons_processes():
                                 "--memory 32M -- true"],
                                capture_output=True, text=True, timeout=60)
         assert asked.returncode != 0 and "governed by another governor daemon" in asked.stderr, asked.stderr
+        assert f"governor run --socket {shlex.quote(str(sessions.socket))} …" in asked.stderr  # one to paste as it is
     finally:
         users.kill_all()
         tasks.close()
