@@ -21,7 +21,7 @@ from governor.core.state import Tasks
 from governor.daemon import gpu_places
 from governor.daemon.exits import Exits
 from governor.daemon.gpu_guard import GpuGuard
-from governor.daemon.history import daemon_entry
+from governor.daemon.history import daemon_entry, refusal_entry
 from governor.daemon.inbox import Reload
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
@@ -159,9 +159,14 @@ class Reloads:
                 access.check_fits(entry.task.demand, self.policy.host_capacity)
                 check_within_quotas(self.policy.config, entry.task.group, entry.task.demand)
                 check_beside_headroom(self.policy.config, self.policy.host_capacity, entry.task.group, entry.task.demand)
-            except RequestError as refused:
+            except RequestError as refused:  # said as a refused launch is: in the log and the history
                 del self.queue[entry.task.id]
                 entry.decide(error=refused)
+                task = entry.task
+                self.journal.event("task_stopped",
+                                   f"task {task.id} ({task.name}) refused at the reload: {refused.message}")
+                self.journal.record(refusal_entry(time.time(), uid=task.uid, user=task.user, group=task.group,
+                                                  demand=task.demand, code=refused.code))
         self.settle.now(Reload("reload", full=True))  # running tasks' caps follow it: devices of a new inventory
         if self.exits.watcher is not None:  # serving: sessions turned on follow the kernel's events
             self.sessions.follow_processes()

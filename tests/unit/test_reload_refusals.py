@@ -41,3 +41,5 @@ def test_a_task_waiting_in_a_group_a_reload_removed_is_refused_not_started_there
     refused = asyncio.run(scenario())
     assert refused.code == "not_found" and "group B is no longer in the config" in refused.message
     assert not daemon.queue and [task.group for task in daemon.tasks] == ["A"]
+    # Said in the log and the history as a refused launch is (the reload's refusals were silent).
+    assert any("task 2 (work) refused at the reload: group B is no longer" in e["message"] for e in daemon.journal.events)
