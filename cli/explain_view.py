@@ -187,9 +187,10 @@ def why(group: ExplainGroup, *, internal: bool = False) -> str:
         return f"{stop or 'unknown'}: the sum of its child groups'"
     if stop == "demand met":
         return "its demand was met: it got all it asked for"
+    got = view.share(group.lambda_, digits=0)
     if stop.endswith(" saturated"):
-        return f"{stop[: -len(' saturated')]} ran out (saturated): it got {view.share(group.lambda_, digits=0)} of its demand"
-    return f"{stop or 'unknown'}: it got {view.share(group.lambda_, digits=0)} of its demand"
+        return f"{stop[: -len(' saturated')]} ran out (saturated): it got {got} of its demand"
+    return f"{stop or 'unknown'}: it got {got} of its demand"
 
 
 def trace_rows(explain: Explain, groups: list[str], resources: list[str]) -> list[TraceRow]:

@@ -48,7 +48,7 @@ from governor.config.history_rules import history_rules
 from governor.config.settings import Config, GroupRule, IoDevice, SessionRules, group_name_problem
 from governor.errors import ConfigError
 from governor.config.resource_values import bytes_setting, cores_setting, pids_setting
-from governor.config.tomlcheck import in_range, login_name, no_unknown_keys, number, parse_toml, subtable, type_name
+from governor.config.tomlcheck import in_range, login_name, no_unknown_keys, parse_toml, subtable, type_name
 from governor.config.units import listen_address, parse_duration
 
 __all__ = ["CONFIG_PATH", "DEFAULT_CONFIG", "EVERYONE", "Config", "GroupRule", "IoDevice",
@@ -331,10 +331,6 @@ _INTERVAL_S = (0.1, 86_400.0)
 
 def _interval(value: object, key: str, file: str) -> float:
     return float(in_range(value, key, file, *_INTERVAL_S))
-
-
-def _positive(value: object, key: str, file: str) -> float:
-    return float(number(value, key, file, positive=True))
 
 
 def _positive_bytes(value: object, key: str, file: str) -> int:

@@ -174,8 +174,9 @@ class Launches:
             raise refusal(pid, subtree)
         other = other_daemon(self.registry, location)
         if other is not None:
+            socket = shlex.quote(str(other.socket))
             raise RequestError("forbidden", f"process {pid} is governed by another governor daemon ({other.describe()}); "
-                                            f"launch through that one: governor run --socket {shlex.quote(str(other.socket))} …")
+                                            f"launch through that one: governor run --socket {socket} …")
         return location
 
     def _task_of(self, location: Location) -> Task | None:

@@ -168,7 +168,7 @@ def task_name(value: object) -> str | None:
 
 
 def time_limit(value: object) -> float | None:
-    """``value`` as seconds from > 0 to ``MAX_TIME_LIMIT_S`` (ten years), or None."""
+    """``value`` as seconds above 0 and at most ``MAX_TIME_LIMIT_S`` (ten years), or None."""
     if value is None:
         return None
     seconds = number(value, "time_limit")

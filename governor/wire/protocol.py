@@ -163,7 +163,7 @@ def parse_request(line: bytes) -> Request:
         raise RequestError("bad_request", f"request is not JSON: {error.msg} at column {error.colno}")
     except RecursionError:
         raise RequestError("bad_request", "request is nested too deeply") from None
-    except ValueError as error:  # an integer literal longer than Python converts (4,300 digits)
+    except ValueError:  # an integer literal longer than Python converts (4,300 digits)
         raise RequestError("bad_request", "request holds a number of more than 4,300 digits: no field takes "
                                           "one") from None
     if not isinstance(message, dict):
