@@ -8,8 +8,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 
-from rich.cells import cell_len
-
 from governor.cli import view_common as view
 from governor.config.resources import format_amount
 from governor.config.units import format_timespan
@@ -28,14 +26,9 @@ def history_lines(entries: Sequence[HistoryEntry]) -> Iterator[str]:
     and reason; a refusal's code), each column as wide as its widest cell (in terminal cells).
     Every string as printable text (:func:`~governor.cli.view_common.printable`)."""
     rows = [tuple(map(view.printable, _cells(entry))) for entry in entries]
-    widths = [max(_width(name), *(_width(row[i]) for row in rows)) for i, name in enumerate(COLUMNS)]
+    widths = [max(view.cells(name), *(view.cells(row[i]) for row in rows)) for i, name in enumerate(COLUMNS)]
     for row in (COLUMNS, *rows):
-        yield _GAP.join(cell + " " * (width - _width(cell)) for cell, width in zip(row, widths)).rstrip()
-
-
-def _width(cell: str) -> int:
-    """Terminal cells ``cell`` takes (a wide character two)."""
-    return len(cell) if cell.isascii() else cell_len(cell)
+        yield _GAP.join(cell + " " * (width - view.cells(cell)) for cell, width in zip(row, widths)).rstrip()
 
 
 def _cells(entry: HistoryEntry) -> tuple[str, ...]:

@@ -258,36 +258,37 @@ def grid(rows: Sequence[tuple[str, str, str]], width: int) -> Text | Table:
     in its tasks' grids alone. Where the labels and keys take half the width or more (a session's
     label is its user's name), rich's own grid, which narrows them too. Cells are printable text
     (:func:`printable`), shown as typed."""
-    labels = max((_cells(label) for label, _, _ in rows), default=0)
-    keys = max((_cells(key) for _, key, _ in rows), default=0)
+    labels = max((cells(label) for label, _, _ in rows), default=0)
+    keys = max((cells(key) for _, key, _ in rows), default=0)
     room = width - labels - keys - 2
     if room < width // 2:
         table = Table.grid(padding=(0, 1))
         table.add_column(overflow="fold")
         table.add_column(style="dim")
         table.add_column(overflow="fold")
-        for cells in rows:
-            row(table, *cells)
+        for label, key, value in rows:
+            row(table, label, key, value)
         return table
     text = Text(no_wrap=True, overflow="fold", end="")
     for label, key, value in rows:
         lines = _wrapped(value, room)
-        text.append(f"{label}{' ' * (labels - _cells(label))} ")
-        text.append(f"{key}{' ' * (keys - _cells(key))}", style="dim")
+        text.append(f"{label}{' ' * (labels - cells(label))} ")
+        text.append(f"{key}{' ' * (keys - cells(key))}", style="dim")
         text.append(f" {lines[0]}\n")
         for line in lines[1:]:
             text.append(f"{' ' * (labels + keys + 2)}{line}\n")
     return text
 
 
-def _cells(text: str) -> int:
+def cells(text: str) -> int:
+    """Terminal cells ``text`` takes (a wide character two), without rich's lookup for ASCII."""
     return len(text) if text.isascii() else cell_len(text)
 
 
 def _wrapped(value: str, room: int) -> list[str]:
     """``value`` in lines of at most ``room`` terminal cells, as rich wraps a grid's cell (at
     spaces; a longer word cut): one that fits, the common case, without asking rich."""
-    if _cells(value) <= room:
+    if cells(value) <= room:
         return [value]
     return [line.plain for line in Text(value).wrap(_WRAPPING, room, overflow="fold")]
 
