@@ -61,12 +61,16 @@ class Recovery:
         settle: plans and applies every cgroup's limits once the tasks are back.
         queue: the launches in flight (their cgroups are not strays);
         owner: a pid → the uid it runs as, None when it is gone (:func:`~governor.host.openfiles.owner_uid`).
+        session_caps: gives the sessions taken back the ``[sessions]`` in force, named for the
+            log (:meth:`SessionCaps.follow <governor.daemon.session_caps.SessionCaps.follow>`).
     """
 
     def __init__(self, *, hierarchy: Hierarchy, tree: Tree, store: TaskStore, tasks: Tasks, policy: Policy,
                  exits: Exits, journal: Journal, settle: Settle, queue: Queue,
-                 owner: Callable[[int], int | None] = owner_uid):
+                 owner: Callable[[int], int | None] = owner_uid,
+                 session_caps: Callable[[str], bool] = lambda trigger: False):
         self.owner = owner
+        self.session_caps = session_caps
         self.queue = queue
         self.hierarchy = hierarchy
         self.tree = tree
@@ -174,9 +178,10 @@ class Recovery:
                 self.exits.follow(task)
             else:  # it ended while no daemon ran: recorded as any end (ps --ended, history), found now
                 self.exits.check([task.id], "exit, found at the restart")
-        # Their caps planned again under the config in force (its inventory's device rules), in
-        # the one plan with the root's and the groups', once their processes are in every
-        # hierarchy (_rejoin); refusals are error events.
+        # Their caps planned again under the config in force (its inventory's device rules, its
+        # [sessions]), in the one plan with the root's and the groups', once their processes are
+        # in every hierarchy (_rejoin); refusals are error events.
+        self.session_caps("restart")
         self.settle.now(Reload("re-adoption", full=True))
         self.tree.remove(empty)
         self._remove_unused(groups)

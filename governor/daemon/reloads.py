@@ -167,6 +167,10 @@ class Reloads:
                                    f"task {task.id} ({task.name}) refused at the reload: {refused.message}")
                 self.journal.record(refusal_entry(time.time(), uid=task.uid, user=task.user, group=task.group,
                                                   demand=task.demand, code=refused.code))
+        self.sessions.caps.follow("reload")
+        if not self.policy.owners.enabled and self.tasks.sessions():
+            self.journal.event("session", f"sessions are off ([sessions] enabled = false): the {len(self.tasks.sessions())} "
+                                          "running keep their caps until their processes end; no process joins them")
         self.settle.now(Reload("reload", full=True))  # running tasks' caps follow it: devices of a new inventory
         if self.exits.watcher is not None:  # serving: sessions turned on follow the kernel's events
             self.sessions.follow_processes()

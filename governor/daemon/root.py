@@ -182,7 +182,7 @@ class Daemon:
                                  moved_in=self.handover.moved, foreign=self.foreign.holds)
         self.recovery = Recovery(hierarchy=hierarchy, tree=self.tree, store=store, tasks=self.tasks,
                                  policy=self.policy, exits=self.exits, journal=self.journal, settle=self.settle,
-                                 queue=self.queue)
+                                 queue=self.queue, session_caps=self.sessions.caps.follow)
         self.launches = Launches(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, store=store,
                                  queue=self.queue, inbox=self.inbox, starts=self.starts, journal=self.journal,
                                  registry=registry, foreign=self.foreign.holds)

@@ -6,7 +6,8 @@ after a reload, when events were lost, and every ``RESCAN_INTERVAL_S`` (at least
 stays there: the slice is the user's *login session*, whose limits systemd writes, so logind keeps
 tracking it. A session's cgroup is made and its processes moved on the cgroup thread; the session
 reports to settle, which refills. One started after its session's first is ended rather than
-moved into a session at its ``pids.max`` (:mod:`governor.daemon.session_pids`)."""
+moved into a session at its ``pids.max`` (:mod:`governor.daemon.session_pids`). A reload's
+``[sessions]`` is every running session's too (:mod:`governor.daemon.session_caps`)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from governor.daemon.records import Records
 from governor.daemon.rescans import Rescans
 from governor.daemon.tree import Tree
 from governor.host.daemons import Registry, other_daemon
+from governor.daemon.session_caps import SessionCaps
 from governor.daemon.session_pids import SessionPids
 from governor.errors import CgroupError, EndedAtPidsMax, GovernorError, ProcessGone
 from governor.config.kinds import Kind, login_id, session_id, task_in
@@ -100,6 +102,7 @@ class Sessions:
         self.foreign = foreign
         self.rescans: Rescans[Survey] = Rescans(self._survey, self._act, passes=RESCAN_PASSES)
         self.pids = SessionPids(hierarchy, tree, journal, policy.caps)
+        self.caps = SessionCaps(policy, tasks, hierarchy, records, journal)  # what [sessions] asks of each
         self.reset()
 
     def reset(self) -> None:
@@ -329,16 +332,11 @@ class Sessions:
 
     # ── a session starts ────────────────────────────────────────────────────────────────
 
-    def _demand(self) -> dict[str, float]:
-        capacity = self.policy.host_capacity
-        return {resource: min(amount, capacity.get(resource, amount))
-                for resource, amount in self.policy.config.session_demand().items()}
-
     def _start_session(self, uid: int, user: str, group: str, pid: int) -> None:
         """Make the session of ``uid`` (its cgroup, on the cgroup thread; its caps, device rules
         included, then its record and the moves of the processes found meanwhile, once it is
         made: :meth:`_made`)."""
-        session = Task(session_id(uid), group, pid, uid, user, (), self._demand(), time.time(),
+        session = Task(session_id(uid), group, pid, uid, user, (), self.caps.asked(), time.time(),
                        place=self.policy.config.place(group))
         self._starting[uid] = [pid]
         self.pids.asked(uid, pid)
@@ -370,7 +368,7 @@ class Sessions:
         (no cgroup made); None if systemd refused them. A record that cannot be written (a
         full state directory) does not stop it: governed unrecorded is better than ungoverned,
         and the reconcile pass writes the record once it can."""
-        session = Task(login_id(uid), group, pid, uid, user, (), self._demand(), time.time())
+        session = Task(login_id(uid), group, pid, uid, user, (), self.caps.asked(), time.time())
         caps = self.policy.caps(session)
         try:
             self.effector.apply(session.cgroup, caps)
