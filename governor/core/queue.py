@@ -80,17 +80,20 @@ def queue_view(entries: Mapping[str, Entry], admission: Admission | None) -> lis
             item[f"{r.queue}waiting_for"] = round(short.get(r.name, 0.0)) if wanted else 0
             item[f"{r.queue}held_by"] = held_by[r.name] if wanted else []
         item.update({"reserved_for": holder, "limited_by": admission.limited.get(task_id)})
-        item["reason"] = reason(task_id, entry.task.group, entry.task.demand, admission)
+        item["reason"] = reason(task_id, entry.task.group, entry.task.demand, admission,
+                                entries[holder].task.group if holder in entries else None)
         view.append(item)
     return view
 
 
-def reason(task_id: str, group: str, demand: Mapping[str, float], admission: Admission) -> str:
+def reason(task_id: str, group: str, demand: Mapping[str, float], admission: Admission,
+           holder_group: str | None = None) -> str:
     """Why a queued task waits, in words: the one string ``governor run --no-wait``, ``ps``,
     ``status``, ``explain``, ``top``, the metrics and the log show (DESIGN.md §2).
 
     Args: the task's id, group and declared demand (cores, bytes, GPUs); what :func:`admit`
-    decided (:class:`~governor.core.admission.Admission`).
+    decided (:class:`~governor.core.admission.Admission`); the group of the task holding the
+    reservation, where known (one of the task's own group is ahead of it in that group's line).
 
     ``memory: waits for 4.0G to free (held by physics 16.0G, ops 12.0G)`` or ``gpu: waits for
     1 GPU to free (held by vision 2)`` (the first admitted resource it is short of, in registry
@@ -105,6 +108,7 @@ def reason(task_id: str, group: str, demand: Mapping[str, float], admission: Adm
         return f"{admission.limited[task_id]}; it starts when tasks under that limit end"
     counted = admitted()
     holder = admission.reserved_for if admission.reserved_for != task_id else None
+    whose = "ahead of it in its group" if holder_group == group else "of a group with a lower dominant share"
     short = admission.short.get(task_id, {})
     lacking = next((r for r in counted if short.get(r.name, 0.0) > 0), None)
     if lacking is not None:
@@ -115,11 +119,11 @@ def reason(task_id: str, group: str, demand: Mapping[str, float], admission: Adm
             keepers = [g for g, _ in admission.headroom.get(lacking.name, []) if g != group]
             words += f"; kept free for {', '.join(f'group {g}' for g in keepers) or 'other groups'}'s guarantee"
         if holder is not None and lacking.name in admission.reserved:
-            words += f"; what frees goes first to task {holder}, of a group with a lower dominant share"
+            words += f"; what frees goes first to task {holder}, {whose}"
         return words
     kept = next((r for r in counted if demand.get(r.name, 0.0) > 0 and r.name in admission.reserved), None)
     if holder is not None and kept is not None:
-        return (f"{kept.name}: task {holder}, of a group with a lower dominant share, is served first "
+        return (f"{kept.name}: task {holder}, {whose}, is served first "
                 f"(it reserves {kept.said(admission.reserved[kept.name])})")
     return "its turn: the tasks ahead of it start first"
 

@@ -5,7 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from governor.core.admission import Guarantee, Waiting, admit
-from governor.core.queue import reason
+from governor.core.queue import Entry, queue_view, reason
+from governor.core.state import Task
 
 GIB = 1024**3
 MIB = 1024**2
@@ -140,3 +141,19 @@ def test_on_a_one_gpu_host_a_task_behind_the_reservation_waits_for_one_gpu_not_t
     assert reason("3", "C", queue[1].demand, result) == ("gpu: waits for 1 GPU to free (held by A 1); what frees "
                                                          "goes first to task 2, of a group with a lower dominant share")
     assert reason("2", "B", queue[0].demand, result) == "gpu: waits for 1 GPU to free (held by A 1)"
+
+
+def test_a_task_behind_one_of_its_own_group_is_told_that_one_is_ahead_of_it_in_its_group():
+    # An attacker's finding: two tasks of one group read "task 2, of a group with a lower
+    # dominant share, is served first": the holder was of the same group, ahead of it in its line.
+    host = {"cpu": 4.0, "memory": 8.0 * GIB, "gpu": 1.0}
+    queue = [Waiting("2", "B", {"memory": GIB, "gpu": 1.0}), Waiting("3", "B", {"memory": GIB, "gpu": 1.0})]
+    result = admit(host, {"A": {"memory": GIB, "gpu": 1.0}}, {"A": 1}, {}, queue)
+    assert result.reserved_for == "2"
+    entries = {w.task: Entry(Task(w.task, w.group, 1, 0, "root", ("x",), w.demand, 0.0), 0.0) for w in queue}
+    [first, second] = queue_view(entries, result)
+    assert second["reason"] == ("gpu: waits for 1 GPU to free (held by A 1); what frees goes first to task 2, "
+                                "ahead of it in its group")
+    assert first["reason"] == "gpu: waits for 1 GPU to free (held by A 1)"
+    other = admit(host, {"A": {"memory": GIB, "gpu": 1.0}}, {"A": 1}, {}, [queue[0], Waiting("3", "C", queue[1].demand)])
+    assert reason("3", "C", queue[1].demand, other, "B").endswith("task 2, of a group with a lower dominant share")
