@@ -57,7 +57,7 @@ KINDS: dict[str, tuple[int, str | None]] = {
     "too_many": (EXIT_WOULD_WAIT, "try again when one of your tasks has ended"),
     "invalid_config": (EXIT_BAD_INPUT, "the config in force stays; governor check-config FILE checks a file"),
     "stopped": (EXIT_STOPPED, None),
-    "internal": (EXIT_FAILURE, "a bug in the daemon: its log has the details (journalctl -u governor)"),
+    "internal": (EXIT_FAILURE, "a bug in the daemon: journalctl -u governor has the details"),
     # Found on this side.
     "daemon_not_running": (EXIT_UNAVAILABLE, START_DAEMON),
     "socket_permission": (EXIT_NO_PERMISSION, "ask an admin for access to the control socket"),

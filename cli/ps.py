@@ -72,6 +72,10 @@ def ps(everyone: bool, users: tuple[str, ...], groups: tuple[str, ...], ended: b
         rows = decode_rows(EndedRecord if ended else TaskRow, rows, key)
     except MalformedStatus as error:  # a daemon's bug, or a hostile one
         raise ControlSocketError(path, f"the daemon's ps reply {error}") from None
+    if not rows and (unknown := [name for name in request.users if not _user_exists(name)]):
+        from governor.config.units import quoted  # as ps -u says "user name does not exist"
+
+        raise click.BadParameter(f"no user named {quoted(unknown[0])} on this host", param_hint="'-u' / '--user'")
     plain = chosen is not None or noheader or not on_terminal()
     others = everyone or bool(users) or bool(groups)  # a user column: the rows may be others'
     if not rows and not plain:
@@ -94,6 +98,20 @@ def ps(everyone: bool, users: tuple[str, ...], groups: tuple[str, ...], ended: b
 def _names(given: tuple[str, ...]) -> tuple[str, ...]:
     """Names given as repeated options and comma-separated lists, each once."""
     return tuple(dict.fromkeys(name.strip() for item in given for name in item.split(",") if name.strip()))
+
+
+def _user_exists(name: str) -> bool:
+    """Whether ``name`` is a uid or a user of this host (one whose tasks only ended records
+    name, since removed, is found when a record lists it: asked only where none did)."""
+    import pwd
+
+    if name.isdigit():
+        return True
+    try:
+        pwd.getpwnam(name)
+    except (KeyError, ValueError):  # ValueError: a NUL in it
+        return False
+    return True
 
 
 def on_terminal() -> bool:

@@ -118,7 +118,8 @@ def _run_and_wait(path: str, request: LaunchRequest, cmd: tuple[str, ...], mask:
     task = None if started.get("nested") else str(started.get("task"))
     if summary:
         record = None if task is None else _ended_record(path, task)
-        for line in summary_lines(record, status, wall, task=task):
+        said = None if task is None else ended_line(record, task)  # why, in words, as without --summary
+        for line in ([said] if said else []) + summary_lines(record, status, wall, task=task):
             sys.stderr.write(line + "\n")
     elif task is not None and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
         # Killed: by governor (stop, time limit) or the kernel (OOM) if its record says so.

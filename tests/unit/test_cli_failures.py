@@ -62,7 +62,7 @@ def test_0_done(tmp_path):
 def test_1_failure_a_daemon_bug(refusing):
     path = refusing("internal", "internal error: KeyError 'x'")
     assert invoke("status", "--socket", path) == (1, "governor: error: internal error: KeyError 'x' (a bug in the "
-                                                     "daemon: its log has the details (journalctl -u governor))\n")
+                                                     "daemon: journalctl -u governor has the details)\n")
 
 
 def test_1_failure_a_broken_reply(tmp_path):

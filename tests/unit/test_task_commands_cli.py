@@ -191,6 +191,15 @@ def test_summary_runs_the_command_as_a_governed_child_and_keeps_its_exit_code(ta
     assert launch[0].pid == launch[1].pid != pid  # the child asked for itself, not governor run's process
 
 
+def test_summary_of_a_task_governor_ended_says_why_first_as_without_it(tasks_daemon):
+    # An attacker's finding: --summary printed "Finished with result: timeout" and not the
+    # line that says which limit ended it.
+    tasks_daemon.ended = [{**ENDED[0], "id": "t1"}]
+    result, _ = governor("run", "--summary", "--", "sh", "-c", "exit 3", socket_path=tasks_daemon.path)
+    assert result.stderr.splitlines()[:2] == ["governor: task t1 ended: its time limit of 2s was reached",
+                                              "Finished with result: timeout"]
+
+
 def test_a_malformed_ended_record_is_named_and_the_summary_goes_on_without_it(tasks_daemon):
     # A daemon's bug, or a hostile one: one line naming the field, not a traceback.
     tasks_daemon.ended = [{**ENDED[0], "id": "t1", "reason": "exit", "wall_s": "soon"}]
@@ -327,6 +336,17 @@ def test_ps_u_and_group_ask_for_those_users_and_groups_and_show_whose(tasks_daem
     assert result.exit_code == 0, result.output
     assert tasks_daemon.seen[0][0] == PsRequest(users=("alice", "bob", "1003"), groups=("physics",))
     assert result.output.split()[:4] == ["id", "name", "group", "user"]  # whose each task is
+
+
+def test_ps_u_of_no_such_user_says_so_where_no_task_is_listed(tasks_daemon):
+    # An attacker's finding: `ps -u nosuchuser` printed an empty table, as ps -u says "user name
+    # does not exist". A removed user's ended tasks are still listed.
+    tasks_daemon.rows = []
+    result = CliRunner().invoke(main, ["ps", "-u", "root,no-such-user-here"])
+    assert result.exit_code == 2 and "no user named 'no-such-user-here' on this host" in result.output, result.output
+    assert CliRunner().invoke(main, ["ps", "-u", "root,4000000"]).exit_code == 0  # a uid is taken as given
+    tasks_daemon.ended = ENDED
+    assert CliRunner().invoke(main, ["ps", "--ended", "-u", "no-such-user-here"]).exit_code == 0
 
 
 def test_ps_ended_shows_the_exit_code_or_the_signal(tasks_daemon, monkeypatch):
