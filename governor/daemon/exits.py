@@ -157,7 +157,8 @@ class Exits:
                     self._kill_again(task)
                 continue
             stats = self._final_stats(task)
-            reason, by = reason_of(task, self._ending.get(task.id), stats)
+            ending = self._ending.get(task.id)
+            reason, by = reason_of(task, ending, stats)
             pidfd = self._pidfds.pop(task.id, None)
             self.forget(task)
             record = Ended(task, time.time(), reason, by, stats)
@@ -165,7 +166,8 @@ class Exits:
                 self.ended.append(record)  # (every `runuser …` is a session: short ones clutter ps --ended)
                 self._ended_changed = True
             self._learn_exit_status(record, pidfd)
-            self.journal.event("task_ended", record.line(trigger))
+            # The daemon's own end is named so, however seen (a stop of two read (stop) and (exit)).
+            self.journal.event("task_ended", record.line(trigger if ending is None else reason.replace("_", " ")))
             self.journal.record(end_entry(record))
             self._alert(record)
             ended.append(record)

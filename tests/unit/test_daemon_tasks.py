@@ -108,6 +108,19 @@ def test_the_owner_stops_a_task_its_whole_cgroup_is_killed_and_the_record_says_s
                e["message"] for e in daemon.journal.events)
 
 
+def test_a_stopped_task_whose_end_is_seen_as_an_exit_is_logged_as_stopped(daemon):
+    # An attacker's finding: one stop of two tasks logged "ended (stop)" for one and "ended
+    # (exit): stopped by root" for the other, whose emptied cgroup the exit watch saw first.
+    launch_as(daemon, 100, 0)
+    task = daemon.tasks.get("1")
+    daemon.hierarchy.driver.survivors[task.cgroup] = [101]  # a child forked past the kill
+    on_loop(daemon, lambda: daemon.exits.end(task, "stop", "root"))
+    daemon.hierarchy.driver.procs[task.cgroup] = []
+    on_loop(daemon, lambda: daemon.exits.check(["1"], "exit"))
+    [line] = [e["message"] for e in daemon.journal.events if e["kind"] == "task_ended"]
+    assert line.startswith("task 1 ended (stop): stopped by root"), line
+
+
 def test_another_user_may_not_stop_a_task_but_root_may(daemon):
     launch_as(daemon, 100, 0)
     with pytest.raises(RequestError) as refused:
