@@ -35,22 +35,38 @@ def parse_when(text: str, now: float, option: str) -> float:
     Raises:
         click.BadParameter: neither, naming ``option``.
     """
-    from governor.config.units import parse_duration
+    from governor.config.units import parse_duration, quoted
 
     try:
         return now - parse_duration(text)
     except ValueError:
         pass
     try:
-        return datetime.datetime.fromisoformat(text).timestamp()
+        when = datetime.datetime.fromisoformat(text)
     except ValueError:
-        raise click.BadParameter(f"must be {WHEN_HELP}, got {text!r}", param_hint=option) from None
+        raise click.BadParameter(f"must be {WHEN_HELP}, got {quoted(text)}", param_hint=option) from None
+    try:
+        return when.timestamp()
+    except (ValueError, OverflowError, OSError):  # year 1 in a zone east of UTC is year 0 in UTC
+        raise click.BadParameter(f"{quoted(text)} is a date this host's clock cannot say (from 0001-01-02 to "
+                                 "9999-12-30)", param_hint=option) from None
 
 
 def period(since: str | None, until: str | None, now: float) -> tuple[float | None, float | None]:
-    """(since, until) in unix seconds (None: unbounded) from the ``--since``/``--until`` options."""
-    return (None if since is None else parse_when(since, now, "--since"),
-            None if until is None else parse_when(until, now, "--until"))
+    """(since, until) in unix seconds (None: unbounded) from the ``--since``/``--until`` options.
+
+    Raises:
+        click.BadParameter: either is no span or date; ``--since`` is not before ``--until``.
+    """
+    from governor.config.units import quoted
+
+    start = None if since is None else parse_when(since, now, "--since")
+    end = None if until is None else parse_when(until, now, "--until")
+    if start is not None and end is not None and start >= end:
+        raise click.BadParameter(f"{quoted(since)} is not before --until {quoted(until)}: the period would be "
+                                 "empty (a span counts back from now: --since 1h --until 10min)",
+                                 param_hint="--since")
+    return start, end
 
 
 def journal_dir(config_file: str, directory: str | None):
@@ -89,15 +105,18 @@ def reader(config):
 
 
 def entries(directory: Path, since: float | None, until: float | None) -> list[dict]:
-    """The journal's entries in the period, oldest first.
+    """The journal's entries in the period, oldest first. Lines of the period that are no
+    usable entry are skipped, and said on standard error: how many, and the first's file,
+    line and fault.
 
     Raises:
         click.ClickException: the journal cannot be read, saying why and what to do.
     """
     from governor.host.history_store import read_history
 
+    skipped: list[tuple[Path, int, str]] = []
     try:
-        return list(read_history(directory, since, until))
+        found = list(read_history(directory, since, until, lambda *line: skipped.append(line)))
     except PermissionError:
         raise click.ClickException(f"cannot read the history in {directory}: the journal is the "
                                    "daemon's (mode 0700); run it as root or with sudo") from None
@@ -105,3 +124,11 @@ def entries(directory: Path, since: float | None, until: float | None) -> list[d
         raise click.ClickException(f"cannot read the history in {directory}: {error.strerror or error} "
                                    "(is [history] enabled, and is this the daemon's [history] directory? --dir names "
                                    "another)") from None
+    if skipped:
+        from governor.cli.view_common import printable
+
+        path, number, problem = skipped[0]
+        lines = "1 line" if len(skipped) == 1 else f"{len(skipped):,} lines"
+        click.echo(f"governor: skipped {lines} of the journal that {'is' if len(skipped) == 1 else 'are'} no entry "
+                   f"(the first: {printable(str(path))} line {number}: {printable(problem)})", err=True)
+    return found

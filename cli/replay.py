@@ -54,8 +54,9 @@ def replay(proposed: str, since: str, until: str | None, as_json: bool, config_f
     explicit = {name: float(amount) for name, amount in (("cpu", config.cpu_cores), ("memory", config.memory_bytes))
                 if amount is not None}
     proposed_capacities = [(at, {**capacity, **explicit}) for at, capacity in history.capacities]
+    unix_groups = {job.user: _unix_groups(job.uid) for job in history.jobs}
     report = compare(history, replaying.timeline(history, in_force, history.capacities),
-                     replaying.replay(history, config, proposed_capacities), config)
+                     replaying.replay(history, config, proposed_capacities, unix_groups), config)
     if plot_file is not None:
         from governor.cli.replay_plot import plot_report
 
@@ -71,3 +72,17 @@ def replay(proposed: str, since: str, until: str | None, as_json: bool, config_f
     console = plain_console()
     for renderable in replay_tables(report):
         console.print(renderable)
+
+
+def _unix_groups(uid: int) -> tuple[str, ...]:
+    """The Unix groups of the user with ``uid`` today, as a launch of theirs would find them
+    (none for a user this host no longer has): the journal keeps no membership."""
+    import pwd
+
+    from governor.host.access import identify
+
+    try:
+        gid = pwd.getpwuid(uid).pw_gid
+    except (KeyError, OverflowError):
+        return ()
+    return identify(uid, gid).groups

@@ -7,6 +7,7 @@ import time
 
 from rich.table import Table
 
+from governor.cli.view_common import printable
 from governor.config.units import format_timespan
 
 __all__ = ["replay_tables"]
@@ -17,9 +18,14 @@ _COLUMNS = (("tasks", "tasks"), ("refused", "refused"), ("still_queued", "queued
 
 
 def replay_tables(report: dict) -> list:
-    """A heading, the groups' table, the users' table and what cannot be known."""
+    """A heading, the groups' table, the users' table and what cannot be known; every name as
+    printable text (:func:`~governor.cli.view_common.printable`): the journal's group and user
+    names reach a terminal here."""
+    report = printable(report)
     span = f"{_when(report['since'])} to {_when(report['until'])}"
-    found = [f"replay of {report['jobs']} tasks, {span}: recorded beside proposed"]
+    refusals = report.get("refusals") or 0
+    refused = f" and {refusals} refused launch{'es' if refusals != 1 else ''}" if refusals else ""
+    found = [f"replay of {report['jobs']} tasks{refused}, {span}: recorded beside proposed"]
     for key in ("groups", "users"):
         found.append(_table(key, report[key]))
     found.append("cannot be known, so not guessed:\n" + "\n".join(f"  - {line}" for line in report["unknown"]))

@@ -207,7 +207,7 @@ def _members(rule: GroupRule, unix_members: Mapping[str, Sequence[str]], file: s
             key = "users" if user in rule.users else "unix_groups"
             raise ConfigError(file, f"groups.{rule.name}.{key}",
                               f"has the user {user!r}, which Slurm cannot keep as a user name "
-                              "(lower-case letters, digits, _ . -, at most 32)")
+                              "(lower-case letters, digits, _ . -, starting with a letter or _, at most 32)")
     return list(dict.fromkeys(users))
 
 

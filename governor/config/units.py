@@ -117,6 +117,16 @@ def magnitude(value: int) -> str:
     return str(value) if digits <= 20 else f"a {digits}-digit number"
 
 
+def json_type(value: object) -> str:
+    """The JSON name of a decoded value's type, for messages (``a string``, ``an array``...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    names = {str: "a string", int: "an integer", float: "a number", list: "an array", dict: "an object"}
+    return names.get(type(value), type(value).__name__)
+
+
 def quoted(text: str, limit: int = 24) -> str:
     """``text`` quoted for a message, cut to ``limit`` characters: what a user typed, echoed
     back, is not 300 digits long."""

@@ -78,7 +78,7 @@ def load_scenario(data: Mapping[str, object], file: str) -> Scenario:
             count that is not a whole number ≥ 0; a task demanding a resource the capacity lacks
             or whose capacity is 0; a task demanding nothing; a group with neither a task nor a
             child group, or with both; a parent that is no group of the file, or a cycle; a
-            quota naming a resource the capacity lacks.
+            quota naming a resource the capacity lacks; a name that is not printable text.
     """
     no_unknown_keys(data, _SECTIONS, None, file)
     capacity_table = subtable(data, "capacity", None, file, required=True)
@@ -89,6 +89,8 @@ def load_scenario(data: Mapping[str, object], file: str) -> Scenario:
     groups_table = subtable(data, "groups", None, file, required=True)
     if not groups_table:
         raise ConfigError(file, "groups", "defines no group; add a table like [groups.A]")
+    for name in groups_table:
+        _printable(name, "groups", file)
     parents = {name: _parent(name, table, groups_table, file) for name, table in groups_table.items()}
     internal = set(parents.values()) - {None}
     groups, tree = [], []
@@ -197,6 +199,7 @@ def _amounts(table: Mapping[str, object], where: str, file: str) -> dict[str, Fr
     """Flatten a table of amounts, so ``io.sda.read = "1G"`` (nested by TOML) is resource ``io.sda.read``."""
     amounts: dict[str, Fraction] = {}
     for resource, value in _flatten(table, ""):
+        _printable(resource, where, file)
         key = f"{where}.{resource}"
         if resource in amounts:
             raise ConfigError(file, key, "given twice (once as a dotted key, once quoted)")
@@ -205,6 +208,13 @@ def _amounts(table: Mapping[str, object], where: str, file: str) -> dict[str, Fr
         if amounts[resource] > MAX_BYTES:
             raise ConfigError(file, key, f"must be at most {MAX_BYTES:,}, got {float(amounts[resource]):g}")
     return amounts
+
+
+def _printable(name: str, where: str, file: str) -> None:
+    """Refuse a name with a character a terminal acts on: the tables print names as written
+    (a group named ``"\\u001b[2Jbio"`` cleared the screen)."""
+    if not name.isprintable():
+        raise ConfigError(file, where, f"names must be printable text, got {ascii(name)[:60]}")
 
 
 def _flatten(table: Mapping[str, object], prefix: str):

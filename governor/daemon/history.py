@@ -62,10 +62,11 @@ def daemon_entry(at: float, capacity: Mapping[str, float], config_file: str, rea
     return {"at": at, "kind": "daemon", "reason": reason, "capacity": dict(capacity), "config": config_file}
 
 
-def launch_entry(task: Task, at: float) -> dict:
+def launch_entry(task: Task, at: float, *, group_named: bool) -> dict:
     """A launch queued at ``at``: the task's id, name, group, user, uid, declared demand and
-    time limit."""
-    return _task("launch", at, task)
+    time limit, and whether the launch named its group (``governor replay`` keeps a named one
+    under a proposed config, or refuses it; another goes to the user's default there)."""
+    return {**_task("launch", at, task), "group_named": group_named}
 
 
 def start_entry(task: Task, waited_s: float) -> dict:

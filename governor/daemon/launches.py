@@ -118,7 +118,7 @@ class Launches:
                     config.place(group))
         entry = Entry(task, time.time(), peer.pidfd)
         self.queue[task.id] = entry
-        self.journal.record(launch_entry(task, entry.queued_at))
+        self.journal.record(launch_entry(task, entry.queued_at, group_named=request.group is not None))
         try:
             await asyncio.shield(self.inbox.put(Launch(task)))
             if not entry.decided and not request.wait:

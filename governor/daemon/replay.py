@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import heapq
 from types import SimpleNamespace
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace as replaced
 
 from governor.config import resources
 from governor.config.load import Config
@@ -32,7 +32,7 @@ from governor.daemon.replay_input import Capacities, Job, Recorded
 from governor.daemon.settle_step import Snapshot, step
 from governor.errors import FillingDiverged, RequestError
 
-__all__ = ["Run", "configured_weights", "refusal_under", "replay", "timeline"]
+__all__ = ["Run", "configured_weights", "proposed_group", "refusal_under", "replay", "timeline"]
 
 # At one instant: what frees first, then a reload's capacity, then who arrives.
 _END, _CAPACITY, _SESSION, _ARRIVAL = 0, 1, 2, 3
@@ -52,6 +52,8 @@ class Run:
         user_cpu_s, user_memory_s: the same per user.
         still_queued: task id → seconds waited so far, for launches still queued at the end.
         fair_share: the decayed usage kept as the daemon keeps it, or None with fair share off.
+        groups: task id → the group it ran in, where the config put it in another than the
+            recorded one (:func:`proposed_group`).
     """
 
     waits: dict[str, float] = field(default_factory=dict)
@@ -63,6 +65,31 @@ class Run:
     user_memory_s: dict[str, float] = field(default_factory=dict)
     still_queued: dict[str, float] = field(default_factory=dict)
     fair_share: FairShare | None = None
+    groups: dict[str, str] = field(default_factory=dict)
+
+
+def proposed_group(config: Config, job: Job, unix_groups: Collection[str]) -> tuple[str | None, str | None]:
+    """The group ``job`` runs in under ``config``, as the daemon's launch decides it
+    (:func:`governor.host.access.launch_group`; a session: ``Config.group_for``), given its
+    user's ``unix_groups`` (today's: the journal keeps none).
+
+    A launch that named its group (:attr:`Job.named_group`) keeps it where its user may use it
+    (root: any group the config has), and is refused there otherwise; one that did not, or
+    whose launch entry does not say, keeps its recorded group where its user may still use it,
+    else goes to the user's default group under ``config``.
+
+    Returns:
+        (group, None); (None, the refusal's code: ``forbidden``, ``not_found``) for a launch
+        ``config`` refuses; (None, None) for a session of a user ``config`` does not govern.
+    """
+    allowed = config.allowed_groups(job.user, unix_groups)
+    if job.session:
+        return (allowed[0] if allowed else None), None
+    if job.group in allowed or (job.uid == 0 and config.weight_of(job.group) is not None):
+        return job.group, None
+    if job.named_group:
+        return None, "not_found" if config.weight_of(job.group) is None else "forbidden"
+    return (allowed[0], None) if allowed else (None, "forbidden")
 
 
 def refusal_under(config: Config, capacity: Mapping[str, float], job: Job) -> str | None:
@@ -182,8 +209,9 @@ def timeline(period: Recorded, config: Config, capacity: Mapping[str, float] | C
         if not job.session:
             run.waits[job.task] = job.waited_s
         run.starts[job.task] = job.started
-        changes.append((job.started, _ARRIVAL, int(job.session), job))
-        changes.append((job.started + period.run_s(job), _END, 0, job))
+        if period.run_s(job) > 0:  # one that ended as it started held nothing (its end sorts first)
+            changes.append((job.started, _ARRIVAL, int(job.session), job))
+            changes.append((job.started + period.run_s(job), _END, 0, job))
     tasks = Tasks()
     for at, kind, _, job in sorted(changes, key=lambda change: (change[0], change[1])):
         accounts.advance(min(at, period.until), tasks)
@@ -198,17 +226,23 @@ def timeline(period: Recorded, config: Config, capacity: Mapping[str, float] | C
     return run
 
 
-def replay(period: Recorded, config: Config, capacity: Mapping[str, float] | Capacities) -> Run:
+def replay(period: Recorded, config: Config, capacity: Mapping[str, float] | Capacities,
+           unix_groups: Mapping[str, Collection[str]] | None = None) -> Run:
     """The period again under ``config``: each recorded launch arrives when it arrived, waits
     as settle's step decides and runs as long as it ran; each session starts and ends as it
     did. Refusals recorded stay refusals; a launch ``config`` refuses at the door
     (:func:`refusal_under`) is refused, and so is one queued when a reload's capacity could
     never hold it, as the daemon's reload refuses it.
 
+    Each task runs in the group ``config`` puts it in (:func:`proposed_group`): a change of
+    membership moves it, or refuses its launch.
+
     Args:
         period: the recorded period (:func:`governor.daemon.replay_input.recorded`).
         config: the proposed config; capacity: what it divides (cores, bytes, bytes/s), one
             mapping for the whole period or :data:`Capacities` (a reload's from its time on).
+        unix_groups: user name → the Unix groups they are in (None: nobody's are known, only
+            the config's ``users`` lists and ``"*"`` place users).
     """
     run = Run()
     schedule = _schedule(capacity)
@@ -220,6 +254,8 @@ def replay(period: Recorded, config: Config, capacity: Mapping[str, float] | Cap
         if job.started is None:
             continue  # never started: its client left, or it would not wait; when is not known
         if job.session:
+            if period.run_s(job) == 0:
+                continue  # it held nothing, and its end would sort before its start
             events.append((job.started, _SESSION, job.task, job))
             events.append((job.started + period.run_s(job), _END, job.task, job))
         else:
@@ -242,11 +278,16 @@ def replay(period: Recorded, config: Config, capacity: Mapping[str, float] | Cap
             elif kind == _END:
                 for gpu in getattr(tasks.remove(job.task), "gpus", ()):
                     tasks.drained(gpu)  # how long its node stayed open is not journaled: at once
-            elif kind == _SESSION:
-                if config.weight_of(job.group) is not None:
-                    tasks.add(_task(job, now, config))
             else:
-                code = refusal_under(config, capacity, job)
+                group, code = proposed_group(config, job, (unix_groups or {}).get(job.user, ()))
+                if group is not None and group != job.group:
+                    job = replaced(job, group=group)
+                    run.groups[job.task] = group
+                if kind == _SESSION:
+                    if group is not None:
+                        tasks.add(_task(job, now, config))
+                    continue
+                code = code or refusal_under(config, capacity, job)
                 if code is not None:
                     run.refused[job.task] = code
                     continue

@@ -25,6 +25,8 @@ class Job:
             has no such entry (it never started; it still ran when the period ended).
         memory_peak: its memory peak, bytes (the end's counters), or None.
         cpu_s: the CPU seconds it used (the end's counters), or None.
+        named_group: whether its launch named its group (``--group``), None when not known
+            (the period holds no launch entry of it, or one journaled before entries said).
     """
 
     task: str
@@ -38,6 +40,7 @@ class Job:
     ended: float | None = None
     memory_peak: float | None = None
     cpu_s: float | None = None
+    named_group: bool | None = None
 
     @property
     def waited_s(self) -> float | None:
@@ -123,8 +126,8 @@ def _job(entry: Mapping, at: float) -> Job:
     if entry.get("kind") == "end" and entry.get("started") is not None:
         arrived = float(entry["started"])
     return Job(str(entry["task"]), str(entry["group"]), str(entry.get("user")), int(entry.get("uid", -1)),
-               {name: float(amount) for name, amount in entry.get("demand", {}).items()},
-               bool(entry.get("session")), arrived)
+               {name: float(amount) for name, amount in (entry.get("demand") or {}).items()},
+               bool(entry.get("session")), arrived, named_group=entry.get("group_named"))
 
 
 def _order(task_id: str) -> tuple:

@@ -19,6 +19,8 @@ UNKNOWN = (
     "a session holds its recorded memory peak for its whole life (its use over time is not journaled)",
     "launches that never started (their client left, or they would not wait) are left out",
     "launches refused when recorded stay refused (their group and demand were never resolved)",
+    "a task runs in its recorded group where the proposed config lets its user in, else in the user's default "
+    "group there (a launch that named its group is refused); Unix group membership is today's",
     "CPU share is each group's guarantee from the filling, not its use (recorded use: cpu_used)",
     "foreign subtrees' load is not replayed; the capacity is each moment's (a reload's), the groups and "
     "weights of the recorded side are --config's, even where a reload or set-weight changed them",
@@ -39,7 +41,7 @@ def compare(period: Recorded, recorded: Run, proposed: Run, config: Config) -> d
     Returns:
         ``{"since", "until": unix s, "capacity": {resource: amount} (at the end),
         "capacities": [{"at": unix s, "capacity": …}] (in force from then on: the period's
-        start, each reload that changed it), "jobs": count,
+        start, each reload that changed it), "jobs": count, "refusals": the journal's count,
         "groups": {group: {"recorded": side, "proposed": side}}, "users": {user: ...},
         "unknown": [sentence]}``, a side being ``{"tasks", "refused", "still_queued",
         "wait_p50_s", "wait_p95_s", "cpu_share", "memory_share"}`` (shares: fractions of the
@@ -52,14 +54,14 @@ def compare(period: Recorded, recorded: Run, proposed: Run, config: Config) -> d
     report = {"since": period.since, "until": period.until, "capacity": period.capacity,
               "capacities": [{"at": max(at, period.since), "capacity": dict(capacity)}
                              for at, capacity in period.capacities],
-              "jobs": len(jobs),
+              "jobs": len(jobs), "refusals": len(period.refusals),
               "groups": {}, "users": {}, "unknown": list(UNKNOWN)}
-    for key, of in (("groups", lambda job: job.group), ("users", lambda job: job.user)):
-        names = sorted({of(job) for job in period.jobs})
-        for name in names:
+    for key in ("groups", "users"):
+        names = {_of(key, None, job) for job in period.jobs} | {_of(key, proposed, job) for job in period.jobs}
+        names |= {name for refusal in period.refusals if isinstance(name := refusal.get(key[:-1]), str)}
+        for name in sorted(names):
             refusals = _refusals(period, key, name)
-            report[key][name] = {side: _side(run, jobs, of, name, seconds, key == "groups", config, period.until,
-                                             refusals)
+            report[key][name] = {side: _side(run, jobs, key, name, seconds, config, period.until, refusals)
                                  for side, run in (("recorded", recorded), ("proposed", proposed))}
             if key == "groups":
                 used = sum(job.cpu_s or 0.0 for job in period.jobs if job.group == name)
@@ -69,16 +71,25 @@ def compare(period: Recorded, recorded: Run, proposed: Run, config: Config) -> d
 
 
 def _refusals(period: Recorded, key: str, name: str) -> int:
-    """The journal's refusals of ``name`` (a group asked for by name; a user by uid)."""
+    """The journal's refusals of ``name`` (a group asked for by name; a user by name or uid)."""
     if key == "groups":
         return sum(1 for refusal in period.refusals if refusal.get("group") == name)
     uids = {job.uid for job in period.jobs if job.user == name}
-    return sum(1 for refusal in period.refusals if refusal.get("uid") in uids)
+    return sum(1 for refusal in period.refusals if refusal.get("user") == name or refusal.get("uid") in uids)
 
 
-def _side(run: Run, jobs: Mapping, of, name: str, seconds: float, group: bool, config: Config, now: float,
+def _of(key: str, run: Run | None, job) -> str:
+    """Whose ``job`` is in ``run``: its user, or its group there (the recorded one unless the
+    proposed config put it in another: :attr:`Run.groups`)."""
+    if key == "users":
+        return job.user
+    return job.group if run is None else run.groups.get(job.task, job.group)
+
+
+def _side(run: Run, jobs: Mapping, key: str, name: str, seconds: float, config: Config, now: float,
           refusals: int) -> dict:
-    mine = {task for task, job in jobs.items() if of(job) == name}
+    group = key == "groups"
+    mine = {task for task, job in jobs.items() if _of(key, run, job) == name}
     waits = [wait for task, wait in run.waits.items() if task in mine]
     cpu, memory = (run.cpu_s, run.memory_s) if group else (run.user_cpu_s, run.user_memory_s)
     side = {"tasks": len(waits), "refused": refusals + sum(1 for task in run.refused if task in mine),

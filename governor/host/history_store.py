@@ -156,27 +156,34 @@ def journal_files(directory: Path) -> list[Path]:
     return [directory / name for name in names]
 
 
-def read_history(directory: Path, since: float | None = None, until: float | None = None) -> Iterator[dict]:
+def read_history(directory: Path, since: float | None = None, until: float | None = None,
+                 skipped: Callable[[Path, int, str], None] | None = None) -> Iterator[dict]:
     """The entries of the journal in ``directory`` with ``since <= at < until`` (unix
-    seconds; None: no bound), oldest first. A line cut short by a crash, or not an entry, is
-    skipped.
+    seconds; None: no bound), oldest first. A line cut short by a crash, or not an entry a
+    reader can use (:func:`governor.host.history_check.entry_problem`), is skipped; where
+    ``skipped`` is given it is told of each such line of the period, (file, line number, why).
 
     Raises:
         OSError: the directory or a file cannot be read (PermissionError: not the daemon's user).
     """
+    from governor.host.history_check import entry_problem
+
     if not directory.is_dir():
         raise FileNotFoundError(2, "no history journal here", str(directory))
     for path in journal_files(directory):
         if since is not None and path.stat().st_mtime < since:
             continue  # its newest entry is older
         with open(path, "rb") as stream:
-            for line in stream:
+            for number, line in enumerate(stream, 1):
                 try:
                     entry = json.loads(line)
                 except ValueError:
-                    continue
+                    entry = None
                 at = entry.get("at") if isinstance(entry, dict) else None
-                if not isinstance(at, (int, float)):
+                if isinstance(at, (int, float)) and not ((since is None or at >= since) and (until is None or at < until)):
                     continue
-                if (since is None or at >= since) and (until is None or at < until):
+                problem = "not a JSON object (cut short by a crash?)" if entry is None else entry_problem(entry)
+                if problem is None:
                     yield entry
+                elif skipped is not None:
+                    skipped(path, number, problem)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from governor.config import resources
-from governor.config.units import MAX_TIME_LIMIT_S, magnitude
+from governor.config.units import MAX_TIME_LIMIT_S, json_type, magnitude
 from governor.errors import RequestError
 
 MAX_COMMAND_ITEMS = 64
@@ -35,16 +35,6 @@ def reply_field(payload: object, key: str, kind: type | tuple[type, ...]):
 
 
 _KIND_NAMES = {dict: "object", list: "list", str: "string"}
-
-
-def json_type(value: object) -> str:
-    """The JSON name of a decoded value's type, for messages (``a string``, ``an array``...)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    names = {str: "a string", int: "an integer", float: "a number", list: "an array", dict: "an object"}
-    return names.get(type(value), type(value).__name__)
 
 
 def _got(value: object) -> str:

@@ -48,3 +48,22 @@ def test_discrete_refuses_an_unbounded_placement_storm():
     with pytest.raises(AllocationInputError, match="task count") as caught:
         discrete_filling({"memory": 2000}, [G("tiny", {"memory": 1})], max_placements=1000)
     assert caught.value.group == "tiny"
+
+
+
+def test_discrete_refuses_a_storm_before_placing_a_task(monkeypatch):
+    # It placed a million tasks one by one before refusing (a tiny task on a huge capacity:
+    # 25 s and 841 MB), each a pop of the heap.
+    from governor.core import drf
+
+    monkeypatch.setattr(drf.heapq, "heappop", lambda heap: pytest.fail("placed a task"))
+    with pytest.raises(AllocationInputError, match="task count") as caught:
+        discrete_filling({"memory": 10 ** 15}, [G("a", {"memory": 5}, tasks=3), G("tiny", {"memory": 1})],
+                         max_placements=1000, trace=True)
+    assert caught.value.group == "tiny"
+
+
+def test_a_placement_within_the_bound_runs_to_its_end():
+    shared = discrete_filling({"memory": 900, "cpu": 10 ** 6}, [G("a", {"memory": 1}), G("b", {"cpu": 1}, tasks=50)],
+                              max_placements=1000)
+    assert (shared.groups["a"].tasks, shared.groups["b"].tasks) == (900, 50)

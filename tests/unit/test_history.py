@@ -49,6 +49,11 @@ def test_every_history_key_is_documented_in_the_example_config():
         assert re.search(rf"^# {key}: ", text, re.MULTILINE), key
 
 
+# A launch entry as the readers take it (governor.host.history_check): these tests are of the
+# writer and the reader, not of the entries' fields.
+LAUNCH = {"kind": "launch", "task": "1", "group": "g", "uid": 1000}
+
+
 class Clock:
     def __init__(self, now):
         self.now = now
@@ -60,7 +65,7 @@ class Clock:
 def test_the_writer_begins_a_file_at_a_tenth_of_max_size_and_drops_the_oldest_past_it(tmp_path):
     clock = Clock(1_000_000.0)
     writer = HistoryWriter(tmp_path / "h", lambda: HistoryRules(True, 86400, 64 * 1024), clock)
-    entry = {"kind": "launch", "pad": "x" * 900}
+    entry = {**LAUNCH, "pad": "x" * 900}
     for at in range(200):  # ~190K: about three times max_size
         clock.now += 1
         writer.write([{**entry, "at": clock.now}])
@@ -76,18 +81,18 @@ def test_files_older_than_keep_are_removed(tmp_path):
     clock = Clock(1_000_000.0)
     rules = HistoryRules(True, 3600, 64 * 1024)
     writer = HistoryWriter(tmp_path / "h", lambda: rules, clock)
-    writer.write([{"at": clock.now, "kind": "launch", "pad": "x" * 7000}])  # fills its file
+    writer.write([{**LAUNCH, "at": clock.now, "pad": "x" * 7000}])  # fills its file
     old = journal_files(tmp_path / "h")[0]
     os.utime(old, (clock.now, clock.now))
     clock.now += 7200
-    writer.write([{"at": clock.now, "kind": "launch"}])
+    writer.write([{**LAUNCH, "at": clock.now}])
     assert old not in journal_files(tmp_path / "h")
     assert [e["at"] for e in read_history(tmp_path / "h")] == [clock.now]
 
 
 def test_a_line_cut_short_by_a_kill_is_skipped_and_the_rest_read_in_the_period(tmp_path):
     writer = HistoryWriter(tmp_path / "h", HistoryRules, Clock(100.0))
-    writer.write([{"at": float(at), "kind": "launch"} for at in (100, 200, 300)])
+    writer.write([{**LAUNCH, "at": float(at)} for at in (100, 200, 300)])
     with open(journal_files(tmp_path / "h")[-1], "ab") as stream:
         stream.write(b'{"at": 400, "kind": "la')  # kill -9 mid-write
     assert [e["at"] for e in read_history(tmp_path / "h")] == [100, 200, 300]
@@ -98,7 +103,7 @@ def test_the_writer_thread_writes_what_it_was_given_before_it_closes(tmp_path):
     writer = HistoryWriter(tmp_path / "h", HistoryRules)
     writer.start()
     for at in range(50):
-        writer.put({"at": float(at), "kind": "launch"})
+        writer.put({**LAUNCH, "at": float(at)})
     writer.close()
     assert len(list(read_history(tmp_path / "h"))) == 50
 
@@ -165,7 +170,7 @@ def test_a_restarted_writer_appends_to_what_the_last_daemon_wrote(tmp_path):
     for at in (1.0, 2.0):  # two daemons, one after the other
         writer = HistoryWriter(tmp_path / "h", HistoryRules, Clock(at))
         writer.start()
-        writer.put({"at": at, "kind": "daemon"})
+        writer.put({"at": at, "kind": "daemon", "capacity": {}})
         writer.close()
     assert [e["at"] for e in read_history(tmp_path / "h")] == [1.0, 2.0]
     assert len(journal_files(tmp_path / "h")) == 1
@@ -239,22 +244,29 @@ def test_history_requests_read_the_journal_one_at_a_time(daemon, monkeypatch):
 
 
 @pytest.mark.parametrize(("entry", "shown"), [
-    ({"kind": "launch", "demand": [1]}, "has a malformed history[0].demand: must be an object, got an array"),
-    ({"kind": "end", "wall_s": "x"}, "has a malformed history[0].wall_s: must be a number, got a string"),
-    ({"kind": ["launch"]}, "has a malformed history[0].kind: must be a string, got an array"),
+    ({**LAUNCH, "demand": [1]}, "demand must be an object of amounts, got an array"),
+    ({**LAUNCH, "kind": "end", "wall_s": "x"}, "wall_s must be a number of seconds from 0 to 8,589,934,592, got a string"),
+    ({"kind": ["launch"]}, "kind must be a string, got an array"),
+    ({**LAUNCH, "demand": {"cpu": -1}}, "demand.cpu must be an amount from 0 to 65,536, got -1"),
     ({"kind": "end", "reason": "[/oops]", "name": "\x1b]0;PWNED\x07", "task": "7", "group": "[link=http://x]A"}, None),
 ])
-def test_a_journal_entry_edited_by_hand_is_named_or_shown_as_text(tmp_path, entry, shown):
+def test_a_journal_entry_edited_by_hand_is_skipped_and_named_or_shown_as_text(tmp_path, entry, shown):
     # The table read the entries' fields untyped: a hand-edited journal (or a hostile daemon's
-    # history reply) met it as AttributeError, TypeError or rich's MarkupError.
+    # history reply) met it as AttributeError, TypeError or rich's MarkupError. Then one such
+    # entry refused the whole period, naming it by its index after filtering; --json passed it.
     directory = tmp_path / "h"
-    HistoryWriter(directory, HistoryRules, Clock(100.0)).write([{"at": 1e9, **entry}])  # 2001
-    table = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["history", "--dir", str(directory), "--since", "2000-01-01"])
+    HistoryWriter(directory, HistoryRules, Clock(100.0)).write([{"at": 1e9, **entry}, {**LAUNCH, "at": 1e9 + 1}])
+    runner = CliRunner(env={"COLUMNS": "200"})
+    table = runner.invoke(main, ["history", "--dir", str(directory), "--since", "2000-01-01"])
     assert "Traceback" not in table.output and "\x1b" not in table.output and "\x07" not in table.output
+    assert table.exit_code == 0
     if shown is None:
-        assert table.exit_code == 0 and "[/oops]" in table.output and "[link=http://x]A" in table.output
+        assert "[/oops]" in table.output and "[link=http://x]A" in table.output
     else:
-        assert table.exit_code == 1 and f"the journal in {directory} {shown}" in " ".join(table.output.split())
+        journal = journal_files(directory)[0]
+        assert f"skipped 1 line of the journal that is no entry (the first: {journal} line 1: {shown})" in table.output
+        lines = runner.invoke(main, ["history", "--dir", str(directory), "--since", "2000-01-01", "--json"])
+        assert lines.exit_code == 0 and [json.loads(line)["at"] for line in lines.stdout.splitlines()] == [1e9 + 1]
 
 
 def test_the_listing_aligns_every_column_in_terminal_cells_under_its_header(tmp_path):
@@ -301,3 +313,17 @@ def test_a_journal_not_found_here_is_asked_of_the_daemon(tmp_path, monkeypatch):
 def test_a_journal_that_cannot_be_read_says_so_in_governors_words(tmp_path):
     done = CliRunner().invoke(main, ["history", "--dir", str(tmp_path / "none"), "--since", "1h"])
     assert done.exit_code == 1 and done.output.startswith("governor: error: cannot read the history"), done.output
+
+
+@pytest.mark.parametrize(("options", "said"), [
+    (["--since", "0001-01-01"], "'0001-01-01' is a date this host's clock cannot say"),
+    (["--since", "10min", "--until", "1h"], "'10min' is not before --until '1h': the period would be empty"),
+])
+def test_a_period_out_of_range_or_inverted_is_said_so(tmp_path, options, said):
+    # The first read "must be a span or a date"; the second was an empty period, silently.
+    proposed = tmp_path / "p.toml"
+    proposed.write_text('[groups."*"]\n')
+    for command in ("history", "replay"):
+        args = [command, *([str(proposed)] if command == "replay" else []), "--dir", str(tmp_path), *options]
+        done = CliRunner().invoke(main, args)
+        assert done.exit_code == 2 and said in " ".join(done.output.split()), done.output

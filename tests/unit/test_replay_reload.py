@@ -95,8 +95,8 @@ def test_a_reload_is_journaled_and_the_replay_divides_each_periods_capacity(tmp_
 
 def test_a_launch_queued_when_a_reload_shrinks_the_capacity_below_it_is_refused():
     config = parse_config(CONFIG.format(memory="16G"), "p.toml")
-    jobs = [Job("1", "A", "u", 1000, {"cpu": 0.1, "memory": 10 * GIB}, False, 0.0, 0.0, 100.0),
-            Job("2", "B", "u", 1000, {"cpu": 0.1, "memory": 10 * GIB}, False, 10.0, 100.0, 200.0)]
+    jobs = [Job("1", "A", "root", 0, {"cpu": 0.1, "memory": 10 * GIB}, False, 0.0, 0.0, 100.0),
+            Job("2", "B", "root", 0, {"cpu": 0.1, "memory": 10 * GIB}, False, 10.0, 100.0, 200.0)]
     period = Recorded(0.0, 300.0, jobs, capacity={"cpu": 2.0, "memory": 8.0 * GIB},
                       capacities=((0.0, {"cpu": 2.0, "memory": 16.0 * GIB}), (50.0, {"cpu": 2.0, "memory": 8.0 * GIB})))
     again = replay(period, config, period.capacities)
