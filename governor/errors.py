@@ -15,7 +15,8 @@ tree and every message says what was wrong and where::
     │   ├── CgroupReadError       reading a cgroup file failed
     │   ├── CgroupWriteError      writing a value to a cgroup file failed (path, value, errno)
     │   │   └── ProcessGone       the process to move into a cgroup is gone (ESRCH)
-    │   │       └── EndedAtPidsMax  ended, not moved: its session is at its pids.max
+    │   │       ├── EndedAtPidsMax  ended, not moved: its session is at its pids.max
+    │   │       └── NoLongerTheUsers  not moved: its real uid is no longer the session's user's
     │   ├── CgroupBusy            a cgroup to remove still holds processes or child cgroups (EBUSY)
     │   └── CgroupUnsupported     the host lacks a hierarchy or controller governor needs
     ├── DeviceError               a configured block device cannot be governed (path, reason)
@@ -33,7 +34,7 @@ from governor.cgroups.errors import (CgroupBusy, CgroupError, CgroupReadError, C
 
 __all__ = ["AllocationInputError", "CgroupBusy", "CgroupError", "CgroupReadError", "CgroupUnsupported", "CgroupWriteError",
            "ConfigError", "ControlSocketError", "DaemonError", "DaemonNotRunning", "DeviceError", "EndedAtPidsMax",
-           "FillingDiverged", "GovernorError", "ProcessGone", "RequestError", "SocketPermissionError", "StateFileError"]
+           "FillingDiverged", "GovernorError", "NoLongerTheUsers", "ProcessGone", "RequestError", "SocketPermissionError", "StateFileError"]
 
 
 class AllocationInputError(GovernorError, ValueError):
@@ -102,6 +103,15 @@ class EndedAtPidsMax(ProcessGone):
     """A process was ended (SIGKILL) rather than moved into session cgroup ``path``, which was at
     its ``pids.max``: it was started after the session's first process, so a fork inside the
     session could not have started it (:mod:`governor.daemon.session_pids`)."""
+
+    def __init__(self, path: str, pid: int):
+        super().__init__(path, str(pid))
+
+
+class NoLongerTheUsers(ProcessGone):
+    """A process was not moved into session cgroup ``path``: its real uid, read again just
+    before the move, is no longer the session's user's (runuser's parent takes the user's uid
+    for a moment, then root's back: root's process stays where it is)."""
 
     def __init__(self, path: str, pid: int):
         super().__init__(path, str(pid))

@@ -14,6 +14,11 @@ before a session's start failed) is moved in as before, past the cap if need be:
 nothing that was running when it began to govern it. Birth times are the kernel's
 (``/proc/<pid>/stat``, to a clock tick, rounded down: a process born within a tick of the first
 is taken for older, never the reverse).
+
+The check before each move reads the process's real uid once more, first: the daemon looked at
+it on the event loop, maybe long before the move comes up on the cgroup thread, and root's
+``runuser`` parent takes the user's uid for a moment and its own back. A process no longer the
+user's stays where it is.
 """
 
 from __future__ import annotations
@@ -21,12 +26,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import psutil
+
 from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.limits import CgroupLimits
 from governor.core.state import Task
 from governor.daemon.journal import Journal
 from governor.daemon.tree import Tree
-from governor.errors import EndedAtPidsMax
+from governor.errors import EndedAtPidsMax, NoLongerTheUsers
 from governor.host.processes import birth, boot_clock, end_if
 
 __all__ = ["SessionPids"]
@@ -42,11 +49,13 @@ class SessionPids:
         journal: told once when a session starts ending processes, and how many when its
             queued moves are done (event ``session_pids_ended``).
         caps: a session → its caps (``pids_max``, named in the journal).
+        real_uid: a process's real uid now (raises OSError or psutil.Error: gone).
     """
 
     def __init__(self, hierarchy: Hierarchy, tree: Tree, journal: Journal,
-                 caps: Callable[[Task], CgroupLimits]) -> None:
+                 caps: Callable[[Task], CgroupLimits], real_uid: Callable[[int], int]) -> None:
         self.hierarchy = hierarchy
+        self.real_uid = real_uid
         self.tree = tree
         self.journal = journal
         self.caps = caps
@@ -79,14 +88,22 @@ class SessionPids:
         <governor.daemon.tree.Tree.join_soon>`'s ``check``), run on the cgroup thread: it reads
         only what it was given now and the kernel.
 
-        The check raises :class:`~governor.errors.EndedAtPidsMax` once it has ended the process:
-        the session is full and the process was born after the session's first (:meth:`asked`).
-        A process that is gone, unreadable, older or not to be signalled is left to the move.
+        The check raises :class:`~governor.errors.NoLongerTheUsers` where the process's real
+        uid is no longer the session's user's, and :class:`~governor.errors.EndedAtPidsMax` once
+        it has ended the process: the session is full and the process was born after the
+        session's first (:meth:`asked`). A process that is gone, unreadable, older or not to be
+        signalled is left to the move.
         """
         since = self._since.get(session.uid, self._looked)  # one found at the start: the start
         first, full = session.pid, self.hierarchy.pids_full
 
         def check(rel: str, pid: int) -> None:
+            try:
+                uid = self.real_uid(pid)
+            except (OSError, psutil.Error):
+                return  # gone: the move says so
+            if uid != session.uid:
+                raise NoLongerTheUsers(rel, pid)
             if pid == first or not full(rel):
                 return
             try:

@@ -101,7 +101,7 @@ class Sessions:
         self.moved_in = moved_in
         self.foreign = foreign
         self.rescans: Rescans[Survey] = Rescans(self._survey, self._act, passes=RESCAN_PASSES)
-        self.pids = SessionPids(hierarchy, tree, journal, policy.caps)
+        self.pids = SessionPids(hierarchy, tree, journal, policy.caps, lambda pid: self.real_uid(pid))
         self.caps = SessionCaps(policy, tasks, hierarchy, records, journal)  # what [sessions] asks of each
         self.reset()
 

@@ -14,7 +14,7 @@ from governor.cgroups.v2 import CgroupV2Driver
 from governor.cgroups.limits import CgroupLimits
 from governor.core.state import Task
 from governor.daemon.session_pids import SessionPids
-from governor.errors import EndedAtPidsMax
+from governor.errors import EndedAtPidsMax, NoLongerTheUsers
 from governor.host.processes import CLOCK_TICKS, birth, boot_clock, end_if
 
 
@@ -58,9 +58,11 @@ def _session(pid: int) -> Task:
     return Task("session-1", "A", pid, 1, "alice", (), {"cpu": 0.5}, 0.0)
 
 
-def _pids(full: bool = True) -> tuple[SessionPids, Tree, Journal]:
+def _pids(full: bool = True, real_uid=lambda pid: 1) -> tuple[SessionPids, Tree, Journal]:
+    """The check of alice's session (uid 1); the processes the tests start are root's, so their
+    real uid is ``real_uid``'s (alice's, unless a test says)."""
     tree, journal = Tree(), Journal()
-    return SessionPids(Full(full), tree, journal, lambda session: CgroupLimits(pids_max=20)), tree, journal
+    return SessionPids(Full(full), tree, journal, lambda session: CgroupLimits(pids_max=20), real_uid), tree, journal
 
 
 @pytest.fixture
@@ -174,6 +176,7 @@ def test_what_ran_before_a_reload_or_a_failed_start_is_moved_not_ended(processes
     pids.asked(1, first.pid)
     pids.check(_session(first.pid))("A/session-1", before_reload.pid)
     found = Task("session-2", "A", first.pid, 2, "bob", (), {"cpu": 0.5}, 0.0)  # an earlier daemon's
+    pids.real_uid = lambda pid: 2  # (bob's processes)
     pids.check(found)("A/session-2", running.pid)
     assert running.poll() is None and before_reload.poll() is None
 
@@ -192,3 +195,16 @@ def test_a_process_that_cannot_be_signalled_is_moved_in_and_the_queue_goes_on(pr
     pids.asked(1, first.pid)
     pids.check(_session(first.pid))("A/session-1", younger.pid)  # no error: the move is made
     assert younger.poll() is None
+
+
+def test_a_process_whose_uid_is_no_longer_the_users_is_not_moved_nor_ended(processes):
+    # runuser's parent (root's) took alice's uid for a moment: the daemon looked then, and the
+    # move came up on the cgroup thread after it had taken root's back. It was moved into her
+    # session. The check reads the uid again, just before the move.
+    first, parent = processes(), processes()
+    uids = {first.pid: 1, parent.pid: 0}
+    pids, _, _ = _pids(full=True, real_uid=uids.__getitem__)
+    with pytest.raises(NoLongerTheUsers):
+        pids.check(_session(first.pid))("A/session-1", parent.pid)
+    assert parent.poll() is None  # not ended either
+    pids.check(_session(first.pid))("A/session-1", first.pid)  # hers: moved in

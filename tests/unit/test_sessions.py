@@ -124,6 +124,20 @@ def test_an_event_uid_a_process_no_longer_has_moves_nothing(daemon):
     assert not daemon.tasks
 
 
+def test_a_process_that_took_roots_uid_back_before_its_move_stays_where_it_is(daemon, caplog):
+    # runuser's parent: alice's uid at the look (on the loop), root's again by the time its
+    # move came up on the cgroup thread. It was moved into her session all the same.
+    import threading
+
+    first = daemon.sessions.real_uid
+    daemon.sessions.real_uid = lambda pid: (0 if pid == 600 and threading.current_thread().name.startswith("cgroups")
+                                            else first(pid))
+    assert on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))  # her session, her shell
+    on_loop(daemon, lambda: daemon.sessions.govern_process(600, 1))
+    assert daemon.hierarchy.driver.procs["A/session-1"] == [500]
+    assert "cannot move" not in caplog.text  # not a failure: not hers
+
+
 def test_a_process_of_a_governed_user_starts_their_session_once(daemon):
     driver = daemon.hierarchy.driver
     assert on_loop(daemon, lambda: daemon.sessions.govern_process(500, 1))
