@@ -27,6 +27,8 @@ class Entry:
         wake: set when the entry's place changes or it is decided.
         reply: the launch reply once the task started; ``error`` once it was refused.
         stopped_by: who stopped it before it started (a user name), if anyone did.
+        born: when its launching process was born (seconds since boot), read once it waits:
+            its place is kept across a restart for that process (:mod:`governor.daemon.waiting`).
     """
 
     task: Task
@@ -36,6 +38,7 @@ class Entry:
     reply: dict | None = None
     error: RequestError | None = None
     stopped_by: str | None = None
+    born: float | None = None
 
     @property
     def decided(self) -> bool:

@@ -17,6 +17,7 @@ from governor.daemon.history import launch_entry, refusal_entry
 from governor.daemon.inbox import Inbox, Launch, Left
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
+from governor.daemon.queue_places import QueuePlaces
 from governor.daemon.starts import Starts
 from governor.daemon.waiting import Queue
 from governor.host.daemons import Registry, other_daemon
@@ -42,13 +43,15 @@ class Launches:
             launch, and of a launch that left the queue (settle admits); starts: the started
             task's reply (:meth:`Starts.started_reply
             <governor.daemon.starts.Starts.started_reply>`); journal: events;
-        registry: this host's daemons: a caller in another's cgroups is refused.
+        registry: this host's daemons: a caller in another's cgroups is refused;
+        places: keeps the waiting launches' ids and places across a restart.
     """
 
     def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, store: TaskStore, queue: Queue,
-                 inbox: Inbox, starts: Starts, journal: Journal, registry: Registry | None,
+                 inbox: Inbox, starts: Starts, journal: Journal, registry: Registry | None, places: QueuePlaces,
                  foreign: Callable[[Mapping[str, str] | None], str | None] = lambda paths: None):
         self.hierarchy = hierarchy
+        self.places = places
         self.foreign = foreign
         self.policy = policy
         self.tasks = tasks
@@ -109,22 +112,29 @@ class Launches:
             yield {**self.starts.started_reply(outer), "nested": True}
             return
         self._check_task_limit(peer.uid, who.user)
+        # The same process asking again after a restart, whose launch waited: its id and place back.
+        kept = self.queue.take_back(request.pid, peer.uid, self.places.waits(request.pid)) \
+            if request.pid in self.queue.remembered else None
         try:
-            task_id = self.store.new_id()
+            task_id = kept["id"] if kept is not None else self.store.new_id()
         except GovernorError as error:  # a full or read-only state directory: the user hears why
             raise RequestError("unavailable", f"no task id could be given out: {error}") from None
         task = Task(task_id, group, request.pid, peer.uid, who.user, tuple(request.command), demand,
                     time.time(), request.name or default_name(request.command), request.time_limit,
                     config.place(group))
-        entry = Entry(task, time.time(), peer.pidfd)
-        self.queue[task.id] = entry
-        self.journal.record(launch_entry(task, entry.queued_at, group_named=request.group is not None))
+        entry = Entry(task, time.time() if kept is None else kept["queued_at"], peer.pidfd)
+        self.queue.add(entry)
+        if kept is None:  # (journaled when it first queued)
+            self.journal.record(launch_entry(task, entry.queued_at, group_named=request.group is not None))
         try:
             await asyncio.shield(self.inbox.put(Launch(task)))
             if not entry.decided and not request.wait:
                 entry.decide(error=RequestError("would_wait", self.waiting_line(task.id)))
             elif not entry.decided:
-                self.journal.event("queued", f"task {task.id} queued: user {who.user}, group {group}, "
+                entry.born = self.places.waits(task.pid)
+                self.places.changed()
+                again = "queued again after the restart, in its place" if kept is not None else "queued"
+                self.journal.event("queued", f"task {task.id} {again}: user {who.user}, group {group}, "
                                              f"demand {vector(demand)}; {self.waiting_line(task.id)}")
             shown = None
             while not entry.decided:
@@ -139,6 +149,8 @@ class Launches:
             yield entry.reply
         finally:
             self.journal.changed()
+            if entry.born is not None:
+                self.places.changed()
             if self.queue.get(task.id) is entry:
                 del self.queue[task.id]
                 if not entry.decided and not self.inbox.closing:
@@ -148,7 +160,11 @@ class Launches:
     def place(self, task_id: str) -> dict:
         """Where waiting task ``task_id`` stands (:func:`governor.core.queue.queue_view`)."""
         view = queue_view(self.queue, self.queue.admission)
-        return next((item for item in view if item["task"] == task_id), {"task": task_id, "position": 0})
+        found = next((item for item in view if item["task"] == task_id), None)
+        if found is None and task_id in self.queue and self.queue.held(self.queue[task_id]):
+            return {"task": task_id, "position": 0, "reason": "held behind launches of its group that waited before "
+                                                              f"the daemon's restart (for {self.queue.hold_left():.0f} s at most)"}
+        return found or {"task": task_id, "position": 0}
 
     def waiting_line(self, task_id: str) -> str:
         """Why ``task_id`` waits and its place, in words."""

@@ -32,6 +32,7 @@ from governor.daemon.history import History
 from governor.daemon.inbox import Inbox, Reconcile, Reload
 from governor.daemon.journal import Journal, vector
 from governor.daemon.launches import Launches
+from governor.daemon.queue_places import QueuePlaces
 from governor.daemon.notices import Notices
 from governor.daemon.foreign_poll import FOREIGN_POLL_S, Foreign
 from governor.daemon.observation import Observation
@@ -183,9 +184,10 @@ class Daemon:
         self.recovery = Recovery(hierarchy=hierarchy, tree=self.tree, store=store, tasks=self.tasks,
                                  policy=self.policy, exits=self.exits, journal=self.journal, settle=self.settle,
                                  queue=self.queue, session_caps=self.sessions.caps.follow)
+        self.queue_places = QueuePlaces(queue=self.queue, store=store, inbox=self.inbox, journal=self.journal)
         self.launches = Launches(hierarchy=hierarchy, policy=self.policy, tasks=self.tasks, store=store,
                                  queue=self.queue, inbox=self.inbox, starts=self.starts, journal=self.journal,
-                                 registry=registry, foreign=self.foreign.holds)
+                                 registry=registry, places=self.queue_places, foreign=self.foreign.holds)
         self.reloads = Reloads(policy=self.policy, tasks=self.tasks, records=self.records, settle=self.settle,
                                exits=self.exits, sessions=self.sessions, journal=self.journal,
                                notifier=self.notifier, gpu_guard=self.gpu_guard, load_config=load_config)
@@ -234,6 +236,7 @@ class Daemon:
         await self.sessions.rescan("start")
         await self.tree.settled()  # the first clients find the sessions made and joined
         await server.start_serving()
+        self.queue_places.start()  # before the first launch is read (no await between), its hold from now
         if self.metrics:
             await self.metrics.serve()
         stop = asyncio.Event()
@@ -278,6 +281,7 @@ class Daemon:
 
     async def _close(self, server: ControlServer, workers: list[asyncio.Task]) -> None:
         self.inbox.closing = True
+        self.queue_places.save()  # the waiting clients ask the next daemon, which gives them their places
         self.notifier.send("STOPPING=1")
         for worker in (*workers, *self._signal_reloads):
             worker.cancel()

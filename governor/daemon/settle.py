@@ -115,7 +115,9 @@ class Settle:
             return
         self.journal.changed()  # the queue changes, even when nothing is logged
         self.drain_gpus()
-        waiting = [e for e in self.queue.values() if not e.decided]
+        # (A launch behind one of its group that waited before a restart and is not back yet
+        # waits for it: governor.daemon.waiting.)
+        waiting = [e for e in self.queue.values() if not e.decided and not self.queue.held(e)]
         effects = step(Snapshot(config=self.policy.config, capacity=self.policy.capacity, gpus=self.policy.gpus,
                                 weight=self.policy.fair_weight, tasks=self.tasks, usage=self.usage,
                                 waiting=[e.task for e in waiting], cpu_saturated=self.enforcement.cpu_saturated,

@@ -10,7 +10,8 @@ daemon numbers on after the highest id on record anywhere (:data:`NEXT_ID`, the 
 set aside as ``<id>.json.bad``; :class:`~governor.daemon.recovery.Recovery` adds the ended
 records and the task cgroups in the tree, :meth:`TaskStore.skip_past`).
 ``<state_dir>/ended.state`` keeps the last ended tasks' records (``governor ps --ended``) across
-restarts.
+restarts; ``<state_dir>/queued.state`` the launches waiting in the queue (their ids and places,
+:mod:`governor.daemon.waiting`), which their clients send again to a restarted daemon.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ from governor.host.state_files import load, read_trusted, write_atomically
 from governor.core.task_record import record_of, task_fields
 from governor.host.trust import untrusted
 
-__all__ = ["ENDED", "MAX_ENDED_BYTES", "MAX_RECORD_BYTES", "NEXT_ID", "TaskStore"]
+__all__ = ["ENDED", "MAX_ENDED_BYTES", "MAX_RECORD_BYTES", "NEXT_ID", "QUEUED", "TaskStore"]
 
 # The file of the next task id, and that of the ended tasks' records, in the state directory
 # (not ``*.json``: neither is a task's record).
 NEXT_ID = "next-id"
 ENDED = "ended.state"
+QUEUED = "queued.state"
 # A task's record, or one set aside (its id was given out all the same).
 _RECORD_NAME = re.compile(r"[0-9]+\.json(\.bad)?")
 
@@ -186,6 +188,19 @@ class TaskStore:
         saved, problem = load(self.directory / ENDED, "ended tasks' records", _ended_records, MAX_ENDED_BYTES)
         return saved or [], [problem] if problem else []
 
+    def save_queued(self, waiting: list[dict]) -> None:
+        """Write the waiting launches' places (``{"id", "pid", "born", "uid", "group",
+        "queued_at"}``, in arrival order) atomically, as one JSON list (raises GovernorError
+        naming the file)."""
+        write_atomically(self.directory / QUEUED, json.dumps(waiting).encode(), "queue's places")
+
+    def load_queued(self) -> tuple[list[dict], list[str]]:
+        """The places :meth:`save_queued` wrote (none where there is no file), and what was
+        wrong: a file that cannot be trusted or read is set aside as ``queued.state.bad`` (the
+        launches sent again queue afresh; the daemon runs on)."""
+        saved, problem = load(self.directory / QUEUED, "queue's places", _queued_places, MAX_RECORD_BYTES * 16)
+        return saved or [], [problem] if problem else []
+
     def delete(self, task_id: str) -> None:
         try:
             (self.directory / f"{task_id}.json").unlink(missing_ok=True)
@@ -219,4 +234,20 @@ def _ended_records(data: bytes) -> list[dict]:
     saved = json.loads(data)
     if not isinstance(saved, list) or not all(isinstance(item, dict) for item in saved):
         raise ValueError("not a list of records")
+    return saved
+
+
+# A waiting launch's place: each field and its type (ints are not bools; floats may be ints).
+_PLACE = {"id": str, "pid": int, "born": (int, float), "uid": int, "group": str, "queued_at": (int, float)}
+
+
+def _queued_places(data: bytes) -> list[dict]:
+    """The places in ``data`` (raises ValueError: not a JSON list of places as
+    :meth:`TaskStore.save_queued` writes them)."""
+    saved = json.loads(data)
+    if not isinstance(saved, list) or not all(
+            isinstance(item, dict) and all(isinstance(item.get(key), kind) and not isinstance(item.get(key), bool)
+                                           for key, kind in _PLACE.items()) and item["id"].isdigit()
+            for item in saved):
+        raise ValueError("not a list of the queue's places")
     return saved

@@ -126,6 +126,10 @@ def test_launches_in_flight_when_the_daemon_is_killed_start_once_each(tmp_path):
     records_scenarios.launches_in_flight_at_a_kill_start_once_each(tmp_path)
 
 
+def test_waiting_launches_keep_their_ids_and_places_across_a_restart(tmp_path):
+    records_scenarios.waiting_launches_keep_their_ids_and_places_across_a_restart(tmp_path)
+
+
 def test_a_task_whose_record_is_garbage_is_governed_unrecorded(tmp_path):
     records_scenarios.a_task_whose_record_is_garbage_is_governed_unrecorded(tmp_path)
 

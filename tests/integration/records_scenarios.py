@@ -1,8 +1,8 @@
 """Records that survive a crash (issue 43, point 5), end to end on the real kernel: launches in
 flight when the daemon is killed (-9) start once each when it is back; a task whose record is
 garbage is governed unrecorded at its cgroup's memory cap; an empty task cgroup no task has is
-removed by the reconcile pass, and the daemon's root goes at its stop. Shared by the v1
-(native) and v2 (VM) modules."""
+removed by the reconcile pass, and the daemon's root goes at its stop; launches waiting at a
+stop keep their ids and places. Shared by the v1 (native) and v2 (VM) modules."""
 
 from __future__ import annotations
 
@@ -90,5 +90,28 @@ def an_empty_task_cgroup_no_task_has_is_removed_and_the_root_goes_at_stop(tmp_pa
         assert gov.daemon.wait(30) == 0
         assert not any(root.exists() for root in roots), gov.daemon_log()
         assert "cannot remove cgroup root" not in gov.daemon_log()
+    finally:
+        gov.close()
+
+
+def waiting_launches_keep_their_ids_and_places_across_a_restart(tmp_path: Path) -> None:
+    """A's 1.5G task runs; B's tasks 2 and 3 (1.2G each) wait. The daemon stops (SIGTERM) and
+    starts again: each ``governor run`` asks again, and the queue is tasks 2 then 3, as before
+    (they came back as new tasks 4 and 5, in whatever order their clients did). When task 1
+    is stopped, task 2 starts."""
+    gov = Governor(tmp_path, CONFIG)
+    try:
+        gov.run("A", SLEEPER, cpus=0.1, memory="1536M")
+        for _ in range(2):
+            gov.run_queued("B", SLEEPER, cpus=0.1, memory="1200M")
+        gov.daemon.send_signal(signal.SIGTERM)
+        gov.daemon.wait(20)
+        gov.restart()
+        gov.wait(lambda: [item["task"] for item in gov.status()["queue"]] == ["2", "3"], "tasks 2 and 3 queued again")
+        stopped = subprocess.run([GOVERNOR, "stop", "--socket", gov.socket, "1"], capture_output=True, text=True)
+        assert stopped.returncode == 0, stopped.stderr
+        gov.wait(lambda: gov.task_count("B") == 1 and [item["task"] for item in gov.status()["queue"]] == ["3"],
+                 "task 2 started, task 3 waiting")
+        assert "2 launch(es) waited when the last daemon stopped" in gov.daemon_log()
     finally:
         gov.close()

@@ -25,6 +25,7 @@ from kernel_cases import (  # noqa: F401  (collected here, under this module's m
     test_a_gpu_added_by_a_reload_or_a_restart_is_denied_to_running_tasks,
     test_a_restart_that_turns_gpus_on_readopts_the_processes_and_stop_ends_them,
     test_a_task_whose_record_is_garbage_is_governed_unrecorded,
+    test_waiting_launches_keep_their_ids_and_places_across_a_restart,
     test_an_empty_task_cgroup_no_task_has_is_removed_and_the_root_goes_at_stop,
     test_launches_in_flight_when_the_daemon_is_killed_start_once_each,
     test_a_restart_with_the_gpus_reordered_keeps_each_held_gpu_with_its_task,
