@@ -46,6 +46,9 @@ _POLICY = {"dominant": "drf", "aggregate": "asset"}
 # Unbounded task counts in discrete mode place tasks one by one; a demand that is tiny against
 # the capacity would loop for hours, so refuse it with a clear error instead.
 MAX_PLACEMENTS = 1_000_000
+# A trace row of the discrete filling holds every group's dominant share: 2,000 groups placing
+# 10,000 tasks built 20 million of them (over 90 s, gigabytes) for a table no one could read.
+MAX_TRACE_CELLS = 1_000_000
 
 
 def progressive_filling(
@@ -91,7 +94,8 @@ def discrete_filling(
 
     Raises:
         AllocationInputError: bad input, or more than ``max_placements`` tasks to place
-            (give the groups task counts).
+            (give the groups task counts), or with ``trace`` more than :data:`MAX_TRACE_CELLS`
+            dominant shares in its rows.
     """
     problem = normalize(capacity, groups)
     _check_placements(problem, max_placements)
@@ -133,6 +137,10 @@ def discrete_filling(
             else:
                 heapq.heappush(heap, (count * costs[g] / problem.weights[g], count, name, g))
         if trace:
+            if (len(rows) + 1) * len(problem.names) > MAX_TRACE_CELLS:
+                raise AllocationInputError(
+                    f"the trace would hold more than {MAX_TRACE_CELLS:,} dominant shares ({len(problem.names):,} "
+                    "groups, a row per placement): ask without it, or give the groups task counts")
             shares = {n: placed[h] * problem.dominant_shares[h] for h, n in enumerate(problem.names)}
             rows.append(TraceRow(
                 step=len(rows) + 1,

@@ -67,3 +67,16 @@ def test_a_placement_within_the_bound_runs_to_its_end():
     shared = discrete_filling({"memory": 900, "cpu": 10 ** 6}, [G("a", {"memory": 1}), G("b", {"cpu": 1}, tasks=50)],
                               max_placements=1000)
     assert (shared.groups["a"].tasks, shared.groups["b"].tasks) == (900, 50)
+
+
+def test_a_discrete_trace_past_its_bound_is_refused_not_built(monkeypatch):
+    # 2,000 groups placing 10,000 tasks built 20 million dominant shares: over 90 s, then killed.
+    from governor.core import drf
+
+    monkeypatch.setattr(drf, "MAX_TRACE_CELLS", 100)
+    groups = [G(f"g{i}", {"cpu": 1}) for i in range(10)]
+    with pytest.raises(AllocationInputError, match="the trace would hold more than 100 dominant shares"):
+        discrete_filling({"cpu": 50}, groups, trace=True)
+    within = [G(f"g{i}", {"cpu": 1}, tasks=5) for i in range(2)]  # 10 rows of 2 shares
+    assert len(discrete_filling({"cpu": 50}, within, trace=True).trace) == 10
+
