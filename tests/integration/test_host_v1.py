@@ -296,6 +296,9 @@ def test_jobs_that_fork_away_from_their_parent_are_governed_within_a_second_ever
         for attempt in range(20):
             subprocess.run(["runuser", "-u", "gov-alice", "--", "sh", "-c", f"sleep {700 + attempt} & exit 0"],
                            check=True)
+            # sh has exited, but its child may not have exec'd sleep yet (it reads "sh -c …" until
+            # then): the second counts from the sleep's exec, which is not governor's to hurry.
+            wait_until(lambda: _pgrep(f"^sleep {700 + attempt}$"), f"alice's sleep {700 + attempt}")  # noqa: B023
             [pid] = _pgrep(f"^sleep {700 + attempt}$")
             if not within(lambda: _in_session(pid, alice), 1.0):
                 late.append(("fork and exit", attempt, cgroup_of(pid)))
