@@ -202,7 +202,8 @@ class Sessions:
         return moved
 
     def govern_process(self, pid: int, uid: int | None = None) -> bool:
-        """Move process ``pid`` (real uid ``uid``, looked up when None) into its user's session,
+        """Move process ``pid`` (effective uid ``uid`` as its uid event gave it, the owner of its
+        /proc directory when None; its real uid decides whose it is) into its user's session,
         unless its user is not governed, or it already is in a task or that session. A process
         in its own user's logind slice stays there: that slice is the user's login session
         (made now if it is the first; left ungoverned without systemd's cgroup v2). Whether it
@@ -231,10 +232,11 @@ class Sessions:
         """Process ``pid``'s real uid, its owner (user, group) and where it is, or SETTLED
         (not governed, another daemon's or manager's) or UNKNOWN (gone). Reads only (the rescan
         thread calls it too)."""
-        # Every exec on the host comes here: the uid an event gave, else the owner of
-        # /proc/<pid> (its effective uid, one stat), rules out most at once. A process whose
-        # effective uid is not governed but whose real uid is (a setuid program alice runs) was
-        # forked in her session already.
+        # Every uid change on the host comes here: its effective uid (the event's, else the
+        # owner of /proc/<pid>, one stat) rules out most at once. A process whose effective uid
+        # is not governed but whose real uid is was forked where it is by its user (a setuid
+        # program alice runs), or is root's borrowing her uid for a moment (pam_keyinit in
+        # su's and runuser's session: setreuid(alice, 0)): neither is moved.
         owners = self.policy.owners
         try:
             if owners.owner(self.effective_uid(pid) if uid is None else uid) is None:

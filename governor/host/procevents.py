@@ -70,7 +70,10 @@ READ_BATCH = 512
 # each. The first event after a quiet spell is handled at once.
 GATHER_S = 0.005
 
-# What :meth:`ProcessEvents.read` gives: (FORK, child tgid, parent tgid), (UID, tgid, real uid).
+# What :meth:`ProcessEvents.read` gives: (FORK, child tgid, parent tgid), (UID, tgid, effective
+# uid). The effective uid, as the owner of /proc/<pid> gives it: a root process that borrows a
+# user's real uid for a moment (pam_keyinit in su's and runuser's session, setreuid(user, 0))
+# is root's still, and a setuid program a user runs was forked where she is.
 FORK, UID = "fork", "uid"
 Event = tuple[str, int, int]
 
@@ -291,5 +294,5 @@ def parse_events(data: bytes | bytearray, events: list[Event], size: int | None 
             if child_pid == child:
                 events.append((FORK, child, parent))
         elif what == PROC_EVENT_UID and available >= _DATA_AT + _UID.size:
-            _, tgid, ruid, _ = _UID.unpack_from(data, at + _DATA_AT)
-            events.append((UID, tgid, ruid))
+            _, tgid, _, euid = _UID.unpack_from(data, at + _DATA_AT)
+            events.append((UID, tgid, euid))

@@ -60,12 +60,14 @@ def test_owners_are_looked_up_again_after_forget(monkeypatch):
     assert rules.owner(1) is None
 
 
-def test_uid_events_give_tgid_and_real_uid_and_execs_are_not_read():
+def test_uid_events_give_tgid_and_effective_uid_and_execs_are_not_read():
     seen: list = []
     parse_events(_message(0x2, 101, 100), seen)  # PROC_EVENT_EXEC: sessions do not need it
+    # Root's su -l parent in pam_keyinit, setreuid(1000, 0): root's still (the event gave 1000,
+    # and a session was started for it when its /proc was read in that moment).
     parse_events(_message(procevents.PROC_EVENT_UID, 201, 200, 1000, 0), seen)
     parse_events(_message(procevents.PROC_EVENT_UID, 100, 100, 1001, 1001), seen)
-    assert seen == [("uid", 200, 1000), ("uid", 100, 1001)]
+    assert seen == [("uid", 200, 0), ("uid", 100, 1001)]
 
 
 def test_fork_events_give_new_processes_and_their_parents_not_threads():
@@ -119,7 +121,7 @@ def test_the_kernel_reports_a_uid_change(watch):
 
 
 def test_an_event_uid_a_process_no_longer_has_moves_nothing(daemon):
-    # runuser's parent takes the user's uid for a moment and its own back: the event says 1.
+    # A process that took the user's uid and another since, before its event was read: it says 1.
     assert not on_loop(daemon, lambda: daemon.sessions.govern_process(900, 1))
     assert not daemon.tasks
 
