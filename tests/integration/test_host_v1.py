@@ -81,7 +81,7 @@ def test_one_daemon_governs_the_sessions_and_a_refused_start_leaves_nothing(tmp_
 @pytest.mark.skipif(missing() is not None, reason=f"{missing()}")
 def test_a_sessions_daemon_never_takes_another_daemons_processes():
     users = SessionUsers()
-    shared = Path(tempfile.mkdtemp(prefix="gov-two-"))
+    shared = Path(tempfile.mkdtemp(prefix="gov two-"))  # a space: the hint quotes it
     shared.chmod(0o755)  # alice's governor run must reach the socket
     for name in ("sessions", "tasks"):
         (shared / name).mkdir(mode=0o755)
