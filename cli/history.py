@@ -97,4 +97,8 @@ def _asked(socket_option: str | None, since: float | None, until: float | None) 
     reply = call(socket_path(socket_option), HistoryRequest(since, until), timeout=120)
     if reply.truncated:
         click.echo("governor: only the newest 100,000 entries of the period are shown; ask a shorter one", err=True)
+    if reply.skipped:
+        lines = "1 line" if reply.skipped == 1 else f"{reply.skipped:,} lines"
+        click.echo(f"governor: the daemon skipped {lines} of its journal that {'is' if reply.skipped == 1 else 'are'} "
+                   "no entry (root sees which with governor history)", err=True)
     return reply.entries

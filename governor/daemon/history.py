@@ -144,9 +144,15 @@ class History:
             RequestError: ``too_many``, this uid's last read is under way or too recent (the
                 message says when to ask again); ``unavailable``, the journal cannot be read.
         """
+        skipped = 0  # lines of the period that are no entry: the client says how many
+
         def read() -> list[dict]:
+            def skip(*_: object) -> None:
+                nonlocal skipped
+                skipped += 1
+
             kept = deque(maxlen=ENTRIES_SENT + 1)
-            kept.extend(entry for entry in read_history(self.writer.directory, request.since, request.until)
+            kept.extend(entry for entry in read_history(self.writer.directory, request.since, request.until, skip)
                         if entry.get("kind") != "daemon")
             return list(kept)
 
@@ -161,7 +167,7 @@ class History:
                 except FileNotFoundError:
                     entries = []  # nothing journaled yet
                 truncated = len(entries) > ENTRIES_SENT
-                return HistoryReply(rows_for(entries[-ENTRIES_SENT:], viewer), truncated)
+                return HistoryReply(rows_for(entries[-ENTRIES_SENT:], viewer), truncated, skipped)
         except OSError as error:
             raise RequestError("unavailable", f"cannot read the history journal: {error.strerror or error}") from None
         finally:

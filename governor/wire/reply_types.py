@@ -87,19 +87,24 @@ class PsReply:
 class HistoryReply:
     """``history``: ``entries``, the journal's (:mod:`governor.daemon.history`), oldest first;
     ``truncated``: older entries of the period were left out (at most
-    :data:`governor.daemon.history.ENTRIES_SENT`, the newest)."""
+    :data:`governor.daemon.history.ENTRIES_SENT`, the newest); ``skipped``: lines of the
+    period that are no usable entry, left out (an older daemon sends none: 0)."""
 
     entries: list[dict]
     truncated: bool = False
+    skipped: int = 0
 
     def to_json(self) -> dict:
-        """The payload: ``{"entries": [...], "truncated": bool}``."""
-        return {"entries": self.entries, "truncated": self.truncated}
+        """The payload: ``{"entries": [...], "truncated": bool, "skipped": int}``."""
+        return {"entries": self.entries, "truncated": self.truncated, "skipped": self.skipped}
 
     @classmethod
     def from_json(cls, payload: dict) -> HistoryReply:
         """The reply (raises ValueError for another payload)."""
-        return cls(_field(payload, "entries", list), bool(payload.get("truncated", False)))
+        skipped = _field(payload, "skipped", int) if "skipped" in payload else 0
+        if skipped < 0:
+            raise ValueError("has a negative skipped count")
+        return cls(_field(payload, "entries", list), bool(payload.get("truncated", False)), skipped)
 
 
 @dataclass(frozen=True)

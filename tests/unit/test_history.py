@@ -223,7 +223,7 @@ def test_history_requests_read_the_journal_one_at_a_time(daemon, monkeypatch):
     reading, most = [0], [0]
     lock = threading.Lock()
 
-    def read_history(directory, since, until):  # counts the reads under way at once
+    def read_history(directory, since, until, skipped=None):  # counts the reads under way at once
         with lock:
             reading[0] += 1
             most[0] = max(most[0], reading[0])
@@ -308,6 +308,27 @@ def test_a_journal_not_found_here_is_asked_of_the_daemon(tmp_path, monkeypatch):
          "code": "too_many"}])
     done = CliRunner().invoke(main, ["history", "--config", str(config), "--since", "2000-01-01", "--socket", "/x.sock"])
     assert done.exit_code == 0 and asked == ["/x.sock"] and "too_many" in done.output, done.output
+
+
+def test_lines_the_daemon_skipped_are_said_to_a_user_who_asked_it(daemon, tmp_path, monkeypatch):
+    # A user who cannot read the journal asks the daemon: lines that are no entry were left out
+    # of its reply without a word (the journal's reader names them, to root).
+    import asyncio
+
+    import governor.cli.client as client
+    from governor.wire.protocol import HistoryRequest
+    from governor.wire.visibility import Viewer
+
+    HistoryWriter(daemon.history.writer.directory, HistoryRules, Clock(100.0)).write(
+        [{**LAUNCH, "at": 1e9, "demand": [1]}, {"at": 1e9 + 1, "kind": ["end"]}, {**LAUNCH, "at": 1e9 + 2}])
+    reply = asyncio.run(daemon.history.reply(HistoryRequest(0.0, None), Viewer(65534, False)))
+    assert reply.skipped == 2 and [e["at"] for e in reply.entries] == [1e9 + 2]
+    config = tmp_path / "governor.toml"
+    config.write_text(f'[groups.A]\nusers = ["root"]\n[history]\ndirectory = "{tmp_path / "nowhere"}"\n')
+    monkeypatch.setattr(client, "call", lambda *_, **__: reply)
+    done = CliRunner().invoke(main, ["history", "--config", str(config), "--since", "2000-01-01", "--socket", "/x.sock"])
+    assert done.exit_code == 0, done.output
+    assert "the daemon skipped 2 lines of its journal that are no entry" in " ".join(done.output.split())
 
 
 def test_a_journal_that_cannot_be_read_says_so_in_governors_words(tmp_path):

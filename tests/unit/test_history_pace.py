@@ -20,7 +20,7 @@ READ_S = 2.0  # what each read of the journal takes, on the test's clock
 def history(tmp_path, monkeypatch):
     clock = Clock()
 
-    def read_history(directory, since, until):  # a month of journal: READ_S seconds to read
+    def read_history(directory, since, until, skipped=None):  # a month of journal: READ_S seconds to read
         clock.now += READ_S
         return iter([{"at": 1.0, "kind": "launch", "task": "1", "uid": 1000}])
 

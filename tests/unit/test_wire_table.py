@@ -76,7 +76,7 @@ REPLIES = {
     "stop": st.builds(StopReply, st.lists(NAMES, max_size=5).map(tuple)),
     "reload": st.builds(ReloadReply, TEXT),
     "set-weight": st.builds(SetWeightReply, NAMES, st.floats(0.001, 1000.0)),
-    "history": st.builds(HistoryReply, st.lists(OBJECTS, max_size=3), st.booleans()),
+    "history": st.builds(HistoryReply, st.lists(OBJECTS, max_size=3), st.booleans(), st.integers(0, 10**9)),
 }
 
 
