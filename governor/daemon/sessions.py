@@ -49,10 +49,11 @@ Survey = tuple[list[int], list[int]]
 # Processes remembered as settled (a dict lookup per exec and fork instead of /proc reads);
 # past this many the memory is cleared and rebuilt from events.
 SETTLED_KEPT = 1 << 16
-# A process moved into a session this recently does not vouch for children whose fork events
-# come now: they may have been forked before the move (events arrive within milliseconds; a
-# backlog older than this overflows the buffer, and a rescan follows).
+# A process moved into a session this recently does not vouch for children whose fork events come now: they
+# may have been forked before the move (events arrive within ms; an older backlog overflows, and a rescan follows).
 MOVED_DISTRUST_S = 1.0
+# govern_process's uid for the child of a process on its way into a session: its real uid alone
+REAL_UID = -1  # judges it (it may have exec'd a setuid program since, sudo: its euid says root)
 
 
 class _Look(enum.Enum):
@@ -149,9 +150,10 @@ class Sessions:
                 elif other in self._settled and not self._moved_since(other, now - MOVED_DISTRUST_S):
                     self._settle_pid(pid, forked=True)  # the child was forked where its parent is
                     self._forget(other)
-                else:
-                    self.govern_process(other)  # a process that forks a successor and exits is caught
-                    self.govern_process(pid)
+                else:  # a process that forks a successor and exits is caught; a mover's child too
+                    mover = other in self._moved
+                    self.govern_process(other)
+                    self.govern_process(pid, REAL_UID if mover else None)
             if lost and self.ask_rescan("lost events", limited=True):
                 self.journal.event("error", "sessions: process events were lost (the kernel's buffer overflowed); "
                                             "rescanning every process", logging.WARNING)
@@ -202,12 +204,12 @@ class Sessions:
         return moved
 
     def govern_process(self, pid: int, uid: int | None = None) -> bool:
-        """Move process ``pid`` (effective uid ``uid`` as its uid event gave it, the owner of its
-        /proc directory when None; its real uid decides whose it is) into its user's session,
-        unless its user is not governed, or it already is in a task or that session. A process
-        in its own user's logind slice stays there: that slice is the user's login session
-        (made now if it is the first; left ungoverned without systemd's cgroup v2). Whether it
-        is settled now is remembered for the next events (:meth:`on_process_events`).
+        """Move process ``pid`` into its user's session (its real uid's), unless that user is not
+        governed, or it already is in a task or that session; ``uid``: its effective uid as its
+        uid event gave it (the owner of its /proc directory when None), or :data:`REAL_UID`. A
+        process in its own user's logind slice stays there: that slice is the user's login
+        session (made now if it is the first; left ungoverned without systemd's cgroup v2).
+        Whether it is settled now is remembered for the next events (:meth:`on_process_events`).
 
         Returns:
             Whether a move was asked (it is made on the cgroup thread: at once when no event
@@ -239,7 +241,7 @@ class Sessions:
         # su's and runuser's session: setreuid(alice, 0)): neither is moved.
         owners = self.policy.owners
         try:
-            if owners.owner(self.effective_uid(pid) if uid is None else uid) is None:
+            if uid != REAL_UID and owners.owner(self.effective_uid(pid) if uid is None else uid) is None:
                 return _Look.SETTLED
             # The uid now, not the event's: a root process that took a user's uid for a moment
             # (runuser's parent does) and took its own back must stay where it is.
@@ -335,9 +337,8 @@ class Sessions:
     # ── a session starts ────────────────────────────────────────────────────────────────
 
     def _start_session(self, uid: int, user: str, group: str, pid: int) -> None:
-        """Make the session of ``uid`` (its cgroup, on the cgroup thread; its caps, device rules
-        included, then its record and the moves of the processes found meanwhile, once it is
-        made: :meth:`_made`)."""
+        """Make the session of ``uid``: its cgroup on the cgroup thread, then its caps (device rules
+        included), its record and the moves of the processes found meanwhile (:meth:`_made`)."""
         session = Task(session_id(uid), group, pid, uid, user, (), self.caps.asked(), time.time(),
                        place=self.policy.config.place(group))
         self._starting[uid] = [pid]
@@ -371,9 +372,8 @@ class Sessions:
         full state directory) does not stop it: governed unrecorded is better than ungoverned,
         and the reconcile pass writes the record once it can."""
         session = Task(login_id(uid), group, pid, uid, user, (), self.caps.asked(), time.time())
-        caps = self.policy.caps(session)
         try:
-            self.effector.apply(session.cgroup, caps)
+            self.effector.apply(session.cgroup, self.policy.caps(session))
         except GovernorError as error:
             try:
                 self.effector.release_login(session.cgroup)  # only what was set

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from governor.wire.fields import MAX_INT
 from governor.wire.fields import reply_field as _field
 from governor.wire.launch_types import LaunchReply, Queued, Started
 from governor.wire.status_json import decode as decode_status
@@ -102,8 +103,8 @@ class HistoryReply:
     def from_json(cls, payload: dict) -> HistoryReply:
         """The reply (raises ValueError for another payload)."""
         skipped = _field(payload, "skipped", int) if "skipped" in payload else 0
-        if skipped < 0:
-            raise ValueError("has a negative skipped count")
+        if not 0 <= skipped <= MAX_INT:
+            raise ValueError("has a skipped count out of range")
         return cls(_field(payload, "entries", list), bool(payload.get("truncated", False)), skipped)
 
 

@@ -381,6 +381,17 @@ def test_a_child_forked_after_its_parent_took_a_users_uid_is_that_users(daemon):
     assert 602 in daemon.hierarchy.driver.procs["A/session-1"]
 
 
+def test_a_child_of_a_process_moving_into_a_session_is_judged_by_its_real_uid(daemon):
+    # Review of the effective-uid rule: cron's child 700 takes uid 1, and its shell forks 602,
+    # which execs sudo before the daemon reads the fork: its /proc, and its own uid event, say
+    # root. Its real uid is 1: it was settled outside the session, and its children with it.
+    effective = daemon.sessions.effective_uid
+    daemon.sessions.effective_uid = lambda pid: 0 if pid == 602 else effective(pid)
+    daemon.sessions.process_events = FakeEvents(([("uid", 700, 1), ("fork", 602, 700), ("uid", 602, 0)], False))
+    on_loop(daemon, lambda: daemon.sessions.on_process_events())
+    assert {700, 602} <= set(daemon.hierarchy.driver.procs["A/session-1"])
+
+
 def test_a_rescan_walks_again_while_it_finds_processes(daemon):
     # A process that forks a successor and exits every 2 ms is missing from one pid list.
     lists = [[500], [501], [], [700]]

@@ -100,3 +100,11 @@ def test_every_request_and_reply_survives_the_wire(case):
 def test_the_server_wants_one_handler_per_operation(tmp_path, handlers):
     with pytest.raises(ValueError, match="handlers for"):
         ControlServer(handlers, str(tmp_path / "g.sock"))
+
+
+@pytest.mark.parametrize("skipped", [True, 1.0, float("nan"), -1, None, "3", 2**63])
+def test_a_history_reply_with_a_skipped_count_that_is_no_count_is_refused(skipped):
+    # (a hostile or broken daemon: the client says the reply is malformed, never a traceback)
+    with pytest.raises(ValueError):
+        HistoryReply.from_json({"entries": [], "skipped": skipped})
+    assert HistoryReply.from_json({"entries": []}).skipped == 0  # an older daemon's
