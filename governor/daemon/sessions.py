@@ -52,8 +52,8 @@ SETTLED_KEPT = 1 << 16
 # A process moved into a session this recently does not vouch for children whose fork events come now: they
 # may have been forked before the move (events arrive within ms; an older backlog overflows, and a rescan follows).
 MOVED_DISTRUST_S = 1.0
-# govern_process's uid for the child of a process on its way into a session: its real uid alone
-REAL_UID = -1  # judges it (it may have exec'd a setuid program since, sudo: its euid says root)
+# govern_process's uid for a child of a process moving into a session: its real uid alone judges it (sudo's euid)
+REAL_UID = -1
 
 
 class _Look(enum.Enum):

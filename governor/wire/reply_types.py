@@ -102,7 +102,7 @@ class HistoryReply:
     @classmethod
     def from_json(cls, payload: dict) -> HistoryReply:
         """The reply (raises ValueError for another payload)."""
-        skipped = _field(payload, "skipped", int) if "skipped" in payload else 0
+        skipped = _field(payload, "skipped", int) if isinstance(payload, dict) and "skipped" in payload else 0
         if not 0 <= skipped <= MAX_INT:
             raise ValueError("has a skipped count out of range")
         return cls(_field(payload, "entries", list), bool(payload.get("truncated", False)), skipped)
