@@ -45,6 +45,9 @@ class EndFacts(Protocol):
     @property
     def forks_refused(self) -> int | None: ...  # at its pids.max; None: not known
 
+    @property
+    def killed_by(self) -> str | None: ...  # the signal that ended its command (KILL); None: it exited, or not known
+
 
 @dataclass
 class Ended:
@@ -69,6 +72,12 @@ class Ended:
     stopped_by: str | None
     stats: CgroupStats | None
     exit_status: int | None = None
+
+    @property
+    def killed_by(self) -> str | None:
+        """The signal that ended its launched process (``KILL``, ``34``), or None: it exited, or
+        its exit status is not known."""
+        return None if self.exit_status is None else describe(self.exit_status).get("signal")
 
     @property
     def time_limit(self) -> float | None:
@@ -143,9 +152,10 @@ def ended_from_saved(saved: dict) -> Ended:
 
 def why_ended(record: EndFacts) -> str:
     """Why a task ended, in words, from its ``record`` (:class:`EndFacts`): ``its time limit
-    of 3s was reached``, ``stopped by alice``, ``OOM-killed at its memory cap 100.0M`` or ``its
-    processes exited``, then where forks were refused at its cap, ``; it was refused 12 forks
-    at its cap of 512 processes``. The log, ``governor run`` and ``--summary`` say it so."""
+    of 3s was reached``, ``stopped by alice``, ``OOM-killed at its memory cap 100.0M``, ``its
+    command was killed by SIGKILL`` (by another than governor) or ``its processes exited``,
+    then where forks were refused at its cap, ``; it was refused 12 forks at its cap of 512
+    processes``. The log, ``governor run`` and ``--summary`` say it so."""
     refused = forks_refused(record)
     return _why(record) + (f"; it {refused}" if refused else "")
 
@@ -169,6 +179,9 @@ def _why(record: EndFacts) -> str:
     if record.reason == OOM_KILL:
         cap = record.demand.get("memory")
         return f"OOM-killed at its memory cap {format_size(cap)}" if cap else "OOM-killed"
+    killed = record.killed_by  # its exit status said so ("exited" beside code=killed read as a contradiction)
+    if killed is not None:
+        return f"its command was killed by {f'signal {killed}' if killed.isdigit() else f'SIG{killed}'}"
     return "its processes exited"
 
 

@@ -78,6 +78,13 @@ class EndedRecord(TaskFields):
     memory_max_events: int | None = None
     forks_refused: int | None = None
 
+    @property
+    def killed_by(self) -> str | None:
+        """The signal that ended its command (``KILL``), or None: it exited, or not known (or the
+        daemon's word is no signal's name: it reaches a terminal)."""
+        signal = None if self.exit_status is None else self.exit_status.signal
+        return signal if signal is not None and signal.isascii() and signal.isalnum() and len(signal) <= 8 else None
+
 
 def decode_rows(kind: type, rows: object, where: str) -> Sequence:
     """``rows`` (a ps reply's ``tasks`` or ``ended`` list) as a tuple of ``kind``

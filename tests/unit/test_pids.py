@@ -168,3 +168,25 @@ def test_a_launch_asking_for_no_cap_or_one_past_the_kernels_limit_is_refused(tmp
         launch(daemon, 100, cpu=0.5, memory=GIB, pids=pids)
     assert caught.value.code == "bad_request"
     assert not list(daemon.tasks)
+
+
+@pytest.mark.parametrize(("signal", "said"), [
+    ("KILL", "its command was killed by SIGKILL"), ("34", "its command was killed by signal 34"),
+    ("\x1b]0;x\x07", "its processes exited"), (None, "its processes exited")])
+def test_a_command_killed_by_a_signal_says_so_where_it_said_its_processes_exited(signal, said):
+    # The log read "ended (exit): its processes exited; … exit status code=killed/status=KILL".
+    record = {"id": "7", "group": "A", "user": "alice", "reason": "exit",
+              "exit_status": None if signal is None else {"code": "killed", "signal": signal}}
+    assert why_ended(_ended(record)) == said
+
+
+def test_the_log_line_of_a_command_killed_by_a_signal_says_killed_beside_its_exit_status():
+    import signal
+
+    from governor.core.state import Task
+    from governor.host.accounting import EXIT, Ended
+
+    task = Task("7", "A", 100, 0, "root", ("x",), {"cpu": 1.0}, 0.0)
+    line = Ended(task, 1.0, EXIT, None, None, signal.SIGKILL).line("exit")
+    assert "ended (exit): its command was killed by SIGKILL;" in line and line.endswith("code=killed/status=KILL")
+    assert "ended (exit): its processes exited;" in Ended(task, 1.0, EXIT, None, None, 3 << 8).line("exit")
