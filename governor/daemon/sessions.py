@@ -150,10 +150,9 @@ class Sessions:
                 elif other in self._settled and not self._moved_since(other, now - MOVED_DISTRUST_S):
                     self._settle_pid(pid, forked=True)  # the child was forked where its parent is
                     self._forget(other)
-                else:  # a process that forks a successor and exits is caught; a mover's child too
-                    mover = other in self._moved
+                else:  # a process that forks a successor and exits is caught; a mover's child by its real uid
                     self.govern_process(other)
-                    self.govern_process(pid, REAL_UID if mover else None)
+                    self.govern_process(pid, REAL_UID if other in self._moved else None)
             if lost and self.ask_rescan("lost events", limited=True):
                 self.journal.event("error", "sessions: process events were lost (the kernel's buffer overflowed); "
                                             "rescanning every process", logging.WARNING)
