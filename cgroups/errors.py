@@ -40,6 +40,13 @@ class CgroupError(GovernorError):
 class CgroupReadError(CgroupError):
     """Reading ``path`` failed."""
 
+    @property
+    def vanished(self) -> bool:
+        """The cgroup is gone: ``ENOENT``, or ``ENODEV`` for a file opened before its cgroup was
+        removed (kernfs refuses a read of a removed node). A write keeps ENODEV a fault: io.max
+        answers it for a device that does not exist."""
+        return self.errno in (_errno.ENOENT, _errno.ENODEV)
+
 
 class CgroupWriteError(CgroupError):
     """Writing ``value`` to ``path`` failed; the message reads like runc's

@@ -37,6 +37,13 @@ def test_a_vanished_cgroup_is_logged_at_debug_and_still_raised(tmp_path, caplog)
     assert [(r.levelno, "cgroup vanished" in r.getMessage()) for r in caplog.records] == [(logging.DEBUG, True)]
 
 
+def test_enodev_is_a_vanished_cgroup_on_a_read_only():
+    # A read of a file opened before its cgroup's removal (tests/cgroups/test_v1_kernel.py);
+    # a write's ENODEV is io.max naming no device, a fault.
+    assert CgroupReadError("failed to read x", path="x", errno=errno.ENODEV).vanished
+    assert not CgroupWriteError("x", "8:0 rbps=1", errno.ENODEV).vanished
+
+
 def test_a_pid_that_names_no_process_is_process_gone_not_an_errno_to_compare(tmp_path, monkeypatch):
     (tmp_path / "cgroup.procs").write_text("")
     real_write = os.write

@@ -265,3 +265,29 @@ def test_the_cpu_counter_alone_is_the_one_every_counter_reads(v1):
     busy.wait()
     alone, every = driver.cpu_usage_usec("g"), driver.read_stats("g").cpu_usage_usec
     assert 0 < alone and alone == every
+
+
+def test_a_file_read_as_its_cgroup_is_removed_is_a_vanished_cgroup(v1, monkeypatch):
+    # CI (the fork-bomb scenario's walk): a group removed between the file's open and its read
+    # read ENODEV, which was not "vanished" (ENOENT only), and the walk failed on it.
+    from governor.cgroups import files
+    from governor.errors import CgroupReadError
+
+    driver, _ = v1
+    driver.create("g")
+    gone = driver.roots["cpu"] / "g"
+    read = os.read
+
+    def removed_first(fd, size):
+        if gone.exists():
+            gone.rmdir()  # after the open: kernfs now refuses the read
+        return read(fd, size)
+
+    monkeypatch.setattr(files.os, "read", removed_first)
+    try:
+        with pytest.raises(CgroupReadError) as info:
+            read_file(gone, "cpu.shares")
+    finally:
+        monkeypatch.undo()
+        driver.remove("g")  # in the other hierarchies
+    assert info.value.errno == errno.ENODEV and info.value.vanished
