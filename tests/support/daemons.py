@@ -1,6 +1,7 @@
 """The daemon on an in-memory cgroup driver, for the unit tests of its requests and events:
-:class:`FakeDriver` (cgroups as a dict), :func:`make_daemon`, and :func:`launch`,
-:func:`collect` and :func:`wait_settled` to drive it."""
+:class:`FakeDriver` (cgroups as a dict), :func:`make_daemon`, :func:`launch_request`,
+:func:`launch`, :func:`collect` and :func:`wait_settled` to drive it, and
+:func:`guarantee_cores` to read its last filling."""
 
 import asyncio
 import errno
@@ -200,9 +201,14 @@ def on_loop(daemon, work):
     return asyncio.run(run())
 
 
+def launch_request(pid, group, *, wait=True, **demand):
+    """The launch request of pid ``pid`` into ``group`` with ``demand`` (resource → amount), command ``work``."""
+    return LaunchRequest(pid=pid, group=group, demand=demand, command=("work",), wait=wait)
+
+
 def launch(daemon, pid, *, group=None, uid=0, wait=True, **demand):
     """Launch and return the final reply (the started task)."""
-    request = LaunchRequest(pid=pid, group=group, demand=demand, command=("work",), wait=wait)
+    request = launch_request(pid, group, wait=wait, **demand)
     return on_loop(daemon, lambda: collect(daemon.requests.stream(request, Peer(pid=pid, uid=uid, gid=0))))[-1]
 
 
@@ -212,3 +218,8 @@ async def wait_settled(daemon, after: int, *, timeout: float = 5.0) -> int:
     generation reached. Raises AssertionError after ``timeout`` seconds."""
     await until(lambda: daemon.inbox.generation > after, f"a settle pass after generation {after}", timeout=timeout)
     return daemon.inbox.generation
+
+
+def guarantee_cores(daemon, group):
+    """``group``'s CPU guarantee (cores) in the daemon's last filling."""
+    return daemon.enforcement.allocation.groups[group].allocation["cpu"]

@@ -1,12 +1,14 @@
 """The unit tests' shared fixtures, built from the test-support package (tests/support)."""
 
 import asyncio
+import sys
 import threading
 
 import pytest
 
 from governor.wire.server import ControlServer
 from support.client import FakeDaemon
+from support.nvml import fake_nvml, two_gpus
 from support.wire_fakes import handlers_of
 from support.daemons import make_daemon
 
@@ -34,3 +36,17 @@ def fake_daemon(tmp_path):
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)
     loop.close()
+
+
+@pytest.fixture
+def nvml(monkeypatch):
+    """The fake NVML of :mod:`support.nvml` as ``pynvml``, on the host of :func:`support.nvml.two_gpus`."""
+    fake = fake_nvml(two_gpus())
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    return fake
+
+
+@pytest.fixture
+def no_nvml(monkeypatch):
+    """No ``pynvml`` to import: nvidia-ml-py not installed."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from fractions import Fraction
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from governor.errors import AllocationInputError, ConfigError
 from governor.core.model import GroupDemand
 from governor.core.scenario import allocation_error, load_scenario
+from support.key_edits import DELETE as _DELETE, edited
 
 G = 1024**3
 M = 1024**2
@@ -52,18 +52,8 @@ def test_quoted_resource_name_equals_dotted_one():
 
 def _with(path: tuple[str, ...], value) -> dict:
     """GOOD with the key at ``path`` set to ``value`` (or removed when value is _DELETE)."""
-    data = copy.deepcopy(GOOD)
-    table = data
-    for name in path[:-1]:
-        table = table[name]
-    if value is _DELETE:
-        del table[path[-1]]
-    else:
-        table[path[-1]] = value
-    return data
+    return edited(GOOD, path, value)
 
-
-_DELETE = object()
 
 BAD = [
     # (path to change, new value, expected key, words expected in the reason)
