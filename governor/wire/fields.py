@@ -188,9 +188,13 @@ def demand(value: object) -> dict[str, float | int]:
         amount = value[key]
         if isinstance(amount, bool) or not isinstance(amount, (int, float)):
             raise bad(field, f"must be a number of {entry.unit}, got {json_type(amount)}")
+        try:  # an integer past a float's range (10**400) overflows here
+            amount = float(amount)
+        except OverflowError:
+            raise bad(field, f"must be a finite number ≥ 0, got {magnitude(amount)}") from None
         if not math.isfinite(amount) or amount < 0:
             raise bad(field, f"must be a finite number ≥ 0, got {amount!r}")
-        checked[key] = float(amount)
+        checked[key] = amount
     return checked
 
 

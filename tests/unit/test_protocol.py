@@ -143,6 +143,8 @@ BAD = [
     (line({"op": "launch", "pid": 1, "demand": {"cpu": -0.5}}), "bad_request", "demand.cpu: must be a finite number ≥ 0"),
     # 1e400 is valid JSON that Python reads as inf.
     (b'{"op": "launch", "pid": 1, "demand": {"cpu": 1e400}}', "bad_request", "demand.cpu: must be a finite"),
+    (b'{"op": "launch", "pid": 1, "demand": {"cpu": 1' + b"0" * 400 + b'}}', "bad_request",
+     "demand.cpu: must be a finite number ≥ 0, got a 401-digit number"),
     (line({"op": "launch", "pid": 1, "demand": {"memory": "4G"}}), "bad_request", "demand.memory: must be an integer"),
     (line({"op": "launch", "pid": 1, "demand": {"memory": 1.5}}), "bad_request", "demand.memory: must be an integer"),
     (line({"op": "launch", "pid": 1, "demand": {"memory": -1}}), "bad_request", "demand.memory: must be between 0"),
