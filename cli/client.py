@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import stat
+import time
 from collections.abc import Callable, Iterator
 
 from governor.errors import ControlSocketError, DaemonError, DaemonNotRunning, SocketPermissionError
@@ -29,6 +30,10 @@ _RECV_BYTES = 65536
 # The longest reply line read: a status of 10,000 tasks is a few MiB; a server that sends
 # without end (not governor's daemon) is cut here, not read until memory runs out.
 MAX_REPLY_BYTES = 128 << 20
+# A connect() the daemon's queue of connections not yet accepted has no room for (a burst of
+# clients, or one user's connect flood) is tried again after these pauses (s, doubling) until
+# the call's timeout: it failed at once with "Resource temporarily unavailable".
+_BUSY_PAUSE_S, _BUSY_PAUSE_MAX_S = 0.001, 0.02
 # struct ucred: pid, uid, gid, three C ints, read as memoryview casts them (the struct module is
 # one more import on governor run's way: issue 46).
 _PEERCRED_BYTES = 12
@@ -184,7 +189,7 @@ def _connect(socket_path: str, timeout: float) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
-        sock.connect(socket_path)
+        _connect_when_room(sock, socket_path, timeout)
     except FileNotFoundError:
         sock.close()
         raise DaemonNotRunning(socket_path, "no socket") from None
@@ -197,6 +202,9 @@ def _connect(socket_path: str, timeout: float) -> socket.socket:
     except PermissionError as exc:
         sock.close()
         raise SocketPermissionError(socket_path, f"cannot connect: {exc.strerror or exc}") from None
+    except ControlSocketError:
+        sock.close()
+        raise
     except OSError as exc:
         sock.close()
         raise ControlSocketError(socket_path, f"cannot connect: {exc.strerror or exc}") from exc
@@ -208,6 +216,25 @@ def _connect(socket_path: str, timeout: float) -> socket.socket:
         raise ControlSocketError(socket_path, f"the server runs as uid {uid}, not as root: it is not governor's "
                                               "daemon; nothing was sent")
     return sock
+
+
+def _connect_when_room(sock: socket.socket, socket_path: str, timeout: float) -> None:
+    """Connect ``sock`` to ``socket_path``, waiting up to ``timeout`` for room in the daemon's
+    queue of connections not yet accepted; raises what ``connect`` raises, ControlSocketError
+    once the timeout passed with the queue full."""
+    deadline, pause = None, _BUSY_PAUSE_S
+    while True:
+        try:
+            sock.connect(socket_path)
+            return
+        except BlockingIOError:  # EAGAIN: the queue is full (a timeout makes connect non-blocking)
+            now = time.monotonic()
+            deadline = now + timeout if deadline is None else deadline
+            if now >= deadline:
+                raise ControlSocketError(socket_path, f"cannot connect: the daemon took no connection within "
+                                                      f"{timeout:g} s (its queue of connections stayed full)") from None
+            time.sleep(min(pause, deadline - now))
+            pause = min(2 * pause, _BUSY_PAUSE_MAX_S)
 
 
 def _is_socket(path: str) -> bool:

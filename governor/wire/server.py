@@ -42,9 +42,11 @@ _BUDGET_POLL_S = 0.05
 # once into a buffer of the connection's own, so 50 `watch` streams of a 5 MB status held
 # 50 copies (daemon RSS 96-140 MiB after them, 63-69 before).
 WRITE_CHUNK = 256 << 10
-# Connections the kernel queues before they are accepted (asyncio's default; a storm of 1,000
-# clients connecting at once retries the rest).
-LISTEN_BACKLOG = 100
+# Connections the kernel queues before they are accepted (the kernel caps it at
+# net.core.somaxconn, 4096 by default): asyncio's default of 100 was filled by one user's loop
+# of connects, and every other user's connect failed at once; a client that finds it full
+# waits for room (cli/client.py), as a storm of 1,000 clients connecting at once does.
+LISTEN_BACKLOG = 4096
 
 
 # What the daemon registers for each operation of :data:`~governor.wire.protocol.OPERATIONS`: called

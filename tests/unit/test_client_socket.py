@@ -119,3 +119,62 @@ def test_a_stop_reply_of_other_than_ids_is_refused():
     assert StopReply.from_json({"stopped": ["7"]}).stopped == ("7",)
     with pytest.raises(ValueError, match="not of task ids"):  # was printed as {'a': 1}, None, 10**300
         StopReply.from_json({"stopped": [{"a": 1}, None, 10**300]})
+
+
+
+@contextlib.contextmanager
+def full_queue(path: str):
+    """A listening socket at ``path`` that accepts nothing, its queue of connections not yet
+    accepted full: (the server, the queued connections)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server, contextlib.ExitStack() as stack:
+        server.bind(path)
+        server.listen(0)
+        queued = []
+        while True:
+            filler = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+            filler.setblocking(False)
+            try:
+                filler.connect(path)
+            except BlockingIOError:
+                break
+            queued.append(filler)
+        yield server, queued
+
+
+def test_a_connect_that_finds_the_daemons_queue_full_waits_for_room(tmp_path, monkeypatch):
+    # One user's loop of connects filled the queue of connections not yet accepted, and every
+    # other client's connect failed at once ("Resource temporarily unavailable").
+    import governor.cli.client as client
+
+    path, waited, outcome = str(tmp_path / "busy.sock"), threading.Event(), []
+    real_sleep = client.time.sleep
+
+    def pause(seconds):
+        waited.set()
+        real_sleep(seconds)
+
+    def connect():
+        try:
+            outcome.append(client._connect(path, 10))
+        except ControlSocketError as error:
+            outcome.append(error)
+
+    monkeypatch.setattr(client.time, "sleep", pause)
+    with full_queue(path) as (server, queued):
+        thread = threading.Thread(target=connect)
+        thread.start()
+        while not waited.is_set() and thread.is_alive():
+            waited.wait(0.01)
+        for _ in queued:  # room, one at a time
+            server.accept()[0].close()
+        thread.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], socket.socket), outcome
+    outcome[0].close()
+
+
+def test_a_queue_that_stays_full_is_said_once_the_timeout_passed(tmp_path):
+    from governor.cli.client import _connect
+
+    path = str(tmp_path / "busy.sock")
+    with full_queue(path), pytest.raises(ControlSocketError, match="took no connection within 0.05 s"):
+        _connect(path, 0.05)
