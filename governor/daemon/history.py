@@ -22,6 +22,7 @@ a task. Amounts in base units (cores, bytes, bytes/s); times in unix seconds.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from collections import deque
@@ -37,7 +38,7 @@ from governor.wire.reply_types import HistoryReply
 from governor.wire.request_types import HistoryRequest
 from governor.wire.visibility import HIDDEN, Viewer, rows_for
 
-__all__ = ["History", "daemon_entry", "end_entry", "launch_entry", "refusal_entry", "session_entry", "start_entry"]
+__all__ = ["History", "RefusalBudget", "daemon_entry", "end_entry", "launch_entry", "refusal_entry", "session_entry", "start_entry"]
 
 KINDS = ("daemon", "launch", "start", "refusal", "session", "end")
 # The most entries one ``history`` reply carries (about 400 bytes each: 40 MB), the newest.
@@ -48,6 +49,40 @@ ENTRIES_SENT = 100_000
 # again gets ``too_many`` with when to ask again, and the daemon serves everyone else meanwhile.
 # Root is not paced (as with max_tasks_per_user): it owns the daemon, and reads the files itself.
 READ_SHARE = 0.1
+
+# The most launch refusals of one uid the journal keeps in a minute. A script retrying a
+# refused launch in a loop, or a flood of refused requests (4,000 a second from one process in
+# an attacker's check), pushed everyone's history out of the journal's max_size in minutes.
+REFUSALS_PER_MINUTE = 60
+
+log = logging.getLogger("governor.daemon")
+
+
+class RefusalBudget:
+    """Which launch refusals go in the journal: each uid's first :data:`REFUSALS_PER_MINUTE` of
+    each minute; the rest are counted, and the daemon's log says so, at the first left out and
+    with their number when the uid's next minute starts. Memory: one entry per uid refused."""
+
+    def __init__(self, per_minute: int = REFUSALS_PER_MINUTE) -> None:
+        self.per_minute = per_minute
+        self._minutes: dict[int, list] = {}  # uid → [the minute's start (unix s), journaled, left out]
+
+    def take(self, uid: int, now: float) -> bool:
+        """Whether the refusal of ``uid``'s launch at ``now`` (unix seconds) is journaled."""
+        minute = self._minutes.get(uid)
+        if minute is None or now - minute[0] >= 60 or now < minute[0]:
+            if minute is not None and minute[2]:
+                log.warning("%d launch refusals of uid %d were not journaled in the minute from %s (more than %d)",
+                            minute[2], uid, time.strftime("%H:%M:%S", time.localtime(minute[0])), self.per_minute)
+            minute = self._minutes[uid] = [now, 0, 0]
+        if minute[1] < self.per_minute:
+            minute[1] += 1
+            return True
+        if not minute[2]:
+            log.warning("uid %d was refused more than %d launches this minute: the rest of this minute's refusals "
+                        "are counted, not journaled", uid, self.per_minute)
+        minute[2] += 1
+        return False
 
 
 def _task(kind: str, at: float, task: Task) -> dict:

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from governor.host import access
 from governor.cgroups.hierarchy import Hierarchy, Location
 from governor.daemon.foreign_poll import refusal
-from governor.daemon.history import launch_entry, refusal_entry
+from governor.daemon.history import RefusalBudget, launch_entry, refusal_entry
 from governor.daemon.inbox import Inbox, Launch, Left
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
@@ -52,6 +52,7 @@ class Launches:
                  foreign: Callable[[Mapping[str, str] | None], str | None] = lambda paths: None):
         self.hierarchy = hierarchy
         self.places = places
+        self._refusals = RefusalBudget()
         self.foreign = foreign
         self.policy = policy
         self.tasks = tasks
@@ -63,17 +64,21 @@ class Launches:
         self.registry = registry
 
     async def launch(self, request: LaunchRequest, peer: Peer) -> AsyncIterator[dict]:
-        """:meth:`_launch`, its refusal recorded in the history (:func:`refusal_entry`)."""
+        """:meth:`_launch`, its refusal recorded in the history (:func:`refusal_entry`; each uid's
+        first 60 a minute: :class:`~governor.daemon.history.RefusalBudget`)."""
         try:
             async with contextlib.aclosing(self._launch(request, peer)) as payloads:
                 async for payload in payloads:
                     yield payload
         except RequestError as error:
+            now = time.time()
+            if not self._refusals.take(peer.uid, now):
+                raise
             try:
                 user = self.policy.identities.identify(peer.uid, peer.gid).user
             except RequestError:  # the lookup itself failed (no file descriptor left): the refusal stands
                 user = str(peer.uid)
-            self.journal.record(refusal_entry(time.time(), uid=peer.uid, user=user, group=request.group,
+            self.journal.record(refusal_entry(now, uid=peer.uid, user=user, group=request.group,
                                               demand=request.demand, code=error.code))
             raise
 

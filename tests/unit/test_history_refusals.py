@@ -1,0 +1,35 @@
+"""How many of one user's refused launches the history journal keeps: a flood of refused
+requests must not push everyone's history out of the journal (attacker check, 2026-12-02)."""
+
+import logging
+
+import pytest
+from support.daemons import GIB, launch
+
+from governor.daemon.history import REFUSALS_PER_MINUTE, RefusalBudget
+from governor.errors import RequestError
+from governor.host.history_store import read_history
+
+
+def test_each_uid_has_its_own_minute_of_refusals_and_what_is_left_out_is_logged(caplog):
+    budget = RefusalBudget(per_minute=3)
+    caplog.set_level(logging.WARNING, "governor.daemon")
+    assert [budget.take(1000, 100.0 + i) for i in range(5)] == [True, True, True, False, False]
+    assert budget.take(1001, 104.0)  # another user's are not counted with them
+    assert "uid 1000 was refused more than 3 launches this minute" in caplog.text
+    assert budget.take(1000, 160.0)  # the next minute
+    assert "2 launch refusals of uid 1000 were not journaled" in caplog.text
+    assert budget.take(1000, 50.0)  # a clock set back starts a minute too
+
+
+def test_a_flood_of_refused_launches_keeps_a_minutes_worth_in_the_journal(daemon):
+    # 4,000 refused requests a second from one process made the journal grow by 1 MB a second:
+    # with max_size's default of 200M, a month of everyone's history gone in minutes.
+    daemon.history.writer.start()
+    launch(daemon, 100, group="A", cpu=0.5, memory=GIB)
+    for pid in range(200, 200 + REFUSALS_PER_MINUTE + 20):
+        with pytest.raises(RequestError):
+            launch(daemon, pid, group="A", cpu=1.0, memory=100 * GIB, wait=False)
+    daemon.history.close()
+    kinds = [entry["kind"] for entry in read_history(daemon.store.directory / "history")]
+    assert kinds.count("refusal") == REFUSALS_PER_MINUTE and kinds[:2] == ["launch", "start"]
