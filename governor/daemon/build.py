@@ -95,6 +95,7 @@ def build(options: Options) -> Iterator[Daemon]:
         if listen is not None:
             metrics.bind(*listen)
         hierarchy = open_hierarchy(options.cgroup_root, devices=governs_any(config))
+        undo.callback(hierarchy.release_lock)  # last: its root goes first, still locked
         undo.callback(_remove_root, hierarchy)
         daemon = Daemon(config, options.config_source, hierarchy, store,
                         host_cpus=sorted(os.sched_getaffinity(0)), host_memory=psutil.virtual_memory().total,
