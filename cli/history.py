@@ -14,16 +14,17 @@ from governor.cli.history_input import journal_options
 @journal_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line (JSON lines), as journaled.")
 @click.option("--socket", "socket_option", metavar="PATH",
-              help="Daemon socket, asked when the journal is not readable here (default: $GOVERNOR_SOCKET, "
-                   "else /run/governor/governor.sock).")
+              help="Daemon socket, asked when the journal is not readable here, or when named (this option, "
+                   "$GOVERNOR_SOCKET) and neither --config nor --dir is (default: /run/governor/governor.sock).")
 def history(since: str, until: str | None, as_json: bool, config_file: str, directory: str | None,
             socket_option: str | None) -> None:
     """Show what the daemon journaled in a period: each launch, start (with its time in the
     queue), end (with its CPU time and memory peak), refused launch and session, oldest first.
     Another user's entries show no command line or pid (the journal never holds them), as
-    every view shows them; the entry says "private". Root reads the journal's files; anyone
-    else asks the daemon, which sends at most the newest 100,000 entries of the period and
-    paces each user's requests (a tenth of its time; exit 75: ask again when it says).
+    every view shows them; the entry says "private". Root reads the journal's files (those of
+    --config's daemon, or --dir); anyone else, and root naming a daemon by its socket alone,
+    asks the daemon, which sends at most the newest 100,000 entries of the period and paces
+    each user's requests (a tenth of its time; exit 75: ask again when it says).
 
     \b
     Examples:
@@ -34,14 +35,18 @@ def history(since: str, until: str | None, as_json: bool, config_file: str, dire
     import os
     import time
 
-    from governor.cli.history_input import entries, journal_dir, period, reader
+    from governor.cli.history_input import INSTALLED, entries, journal_dir, period, reader
+    from governor.cli.view_common import printable
     from governor.wire.visibility import rows_for
 
     start, end = period(since, until, time.time())
     found, config = journal_dir(config_file, directory)
     # The journal is the daemon's (0700), or in a directory of its own (--history-dir): not
     # readable here, the daemon is asked; where none answers either, what is wrong here is said.
-    asked = directory is None and not os.access(found, os.R_OK | os.X_OK)
+    # A daemon named by its socket alone is asked too: the installed config's journal is
+    # another daemon's (root's history read /var/lib/governor/history's, empty, and said so).
+    named = (socket_option or os.environ.get("GOVERNOR_SOCKET")) and config_file == INSTALLED
+    asked = directory is None and (bool(named) or not os.access(found, os.R_OK | os.X_OK))
     if asked:
         from governor.errors import DaemonNotRunning
 
@@ -59,7 +64,7 @@ def history(since: str, until: str | None, as_json: bool, config_file: str, dire
         _echo_lines(json.dumps(entry, separators=(",", ":")) for entry in shown)
         return
     if not shown:
-        click.echo("nothing journaled in this period")
+        click.echo("nothing journaled in this period" + ("" if asked else f" in {printable(str(found))}"))
         return
     from governor.cli.command_failure import Failure
     from governor.cli.failures import EXIT_FAILURE

@@ -310,6 +310,26 @@ def test_a_journal_not_found_here_is_asked_of_the_daemon(tmp_path, monkeypatch):
     assert done.exit_code == 0 and asked == ["/x.sock"] and "too_many" in done.output, done.output
 
 
+@pytest.mark.parametrize("named", [["--socket", "/x.sock"], []])
+def test_a_daemon_named_by_its_socket_alone_is_asked_though_a_journal_is_readable_here(tmp_path, monkeypatch, named):
+    # Root's history with $GOVERNOR_SOCKET set read the installed config's journal (another
+    # daemon's: none, or empty) and said "nothing journaled in this period" (new-user check).
+    import governor.cli.history as history_cli
+    import governor.cli.history_input as history_input
+    from governor.config.load import default_config
+
+    monkeypatch.setenv("GOVERNOR_SOCKET", "/x.sock")
+    monkeypatch.setattr(history_input, "journal_dir", lambda config, directory: (tmp_path, default_config()))
+    asked = []
+    monkeypatch.setattr(history_cli, "_asked", lambda socket, since, until: asked.append(socket) or [])
+    done = CliRunner().invoke(main, ["history", "--since", "2000-01-01", *named])
+    assert done.exit_code == 0 and asked == [None if not named else "/x.sock"], done.output
+    assert done.output == "nothing journaled in this period\n"
+    read = CliRunner().invoke(main, ["history", "--since", "2000-01-01", "--dir", str(tmp_path), *named])
+    assert read.exit_code == 0 and len(asked) == 1, read.output  # --dir: read here, as before
+    assert " ".join(read.output.split()) == f"nothing journaled in this period in {tmp_path}"
+
+
 def test_lines_the_daemon_skipped_are_said_to_a_user_who_asked_it(daemon, tmp_path, monkeypatch):
     # A user who cannot read the journal asks the daemon: lines that are no entry were left out
     # of its reply without a word (the journal's reader names them, to root).
