@@ -7,6 +7,10 @@ import click
 
 from governor.cli.history_input import journal_options
 
+# The width replay's tables are laid out in when piped: wider than any row they hold (names are
+# at most 64 characters), so none is cut; rich pads no line to it.
+PIPED_WIDTH = 1000
+
 
 @click.command("replay", short_help="Re-run the host's history under a proposed config.")
 @click.argument("proposed", metavar="CONFIG", type=click.Path())
@@ -31,6 +35,7 @@ def replay(proposed: str, since: str, until: str | None, as_json: bool, config_f
       sudo governor replay new.toml --since 2026-11-01 --until 2026-11-08 --json
       sudo governor replay new.toml --since 7d --plot replay.png
     """
+    import os
     import time
 
     from governor.cli.history_input import entries, journal_dir, period
@@ -70,6 +75,10 @@ def replay(proposed: str, since: str, until: str | None, as_json: bool, config_f
     from governor.cli.view_common import console as plain_console
 
     console = plain_console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        # Piped (a log, a file): every name and figure whole, however wide the tables; at
+        # rich's 80 columns their cells were cut ("physi…  recor…"). A terminal's width holds.
+        console = plain_console(width=PIPED_WIDTH)
     for renderable in replay_tables(report):
         console.print(renderable)
 

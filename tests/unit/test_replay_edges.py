@@ -122,14 +122,19 @@ def test_a_journal_line_of_the_wrong_shape_is_skipped_and_said_not_a_traceback(t
     assert json.loads(done.stdout)["groups"]["lab"]["recorded"]["tasks"] == 1
 
 
-def test_names_a_terminal_acts_on_reach_replays_table_as_text(tmp_path):
+def _replay_of(tmp_path, launch, runner=None):
+    """``governor replay`` (its tables) of a journal of one task, ``launch`` started."""
     directory = tmp_path / "h"
-    odd = {**LAUNCH, "group": "\x1b[2Jbio", "user": "\x1b]0;x\x07"}
-    _journal(directory, [_line(DAEMON), _line({**odd, "at": 1e9 + 1}), _line({**odd, "kind": "start", "at": 1e9 + 2})])
+    _journal(directory, [_line(DAEMON), _line({**launch, "at": 1e9 + 1}), _line({**launch, "kind": "start", "at": 1e9 + 2})])
     proposed = tmp_path / "p.toml"
     proposed.write_text(RECORDED)
-    done = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["replay", str(proposed), "--dir", str(directory),
-                                                           "--since", "2001-01-01", "--until", "2100-01-01"])
+    return (runner or CliRunner()).invoke(main, ["replay", str(proposed), "--dir", str(directory),
+                                                 "--since", "2001-01-01", "--until", "2100-01-01"])
+
+
+def test_names_a_terminal_acts_on_reach_replays_table_as_text(tmp_path):
+    odd = {**LAUNCH, "group": "\x1b[2Jbio", "user": "\x1b]0;x\x07"}
+    done = _replay_of(tmp_path, odd, CliRunner(env={"COLUMNS": "200"}))
     assert done.exit_code == 0, done.output
     assert "\x1b" not in done.output and "\x07" not in done.output and "?[2Jbio" in done.output
 
@@ -139,3 +144,11 @@ def test_simulate_refuses_a_name_a_terminal_acts_on(tmp_path):
     scenario.write_text('[capacity]\ncpu = 4\n[groups."\\u001b[2Jbio"]\ntask = { cpu = 1 }\n')
     done = CliRunner().invoke(main, ["simulate", str(scenario)])
     assert done.exit_code == 2 and "\x1b" not in done.output and "must be printable" in done.output
+
+
+def test_replay_piped_shows_every_name_and_figure_whole(tmp_path):
+    # Piped at 80 columns (a log, a file) the tables cut their cells: "physi…  recor…".
+    done = _replay_of(tmp_path, {**LAUNCH, "group": "lab", "user": "a-rather-long-user-name"})
+    assert done.exit_code == 0, done.output
+    assert "…" not in done.output and "a-rather-long-user-name" in done.output, done.output
+    assert "recorded" in done.output and "proposed" in done.output and "memory share" in done.output
