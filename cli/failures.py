@@ -38,7 +38,7 @@ EXIT_STOPPED = 137
 
 # The longest part of an error line shown (its message, its hint, its code).
 LINE_PART_CHARS = 2000
-START_DAEMON = "start it: sudo systemctl start governor"
+START_DAEMON = "start it: sudo systemctl start governor"  # the installed unit's socket (the default)
 JOIN_A_GROUP = "ask an admin to add you to a [groups] entry"
 
 # Internal code (the daemon's error code, or a name for a failure found on this side) →
@@ -115,9 +115,25 @@ def describe(error: GovernorError) -> tuple[str, str | None, str, int]:
         hint = None  # about a task, not a group: the message says which and whose
     elif code == "too_many" and error.op == "history":
         hint = None  # paced reads, not tasks: the message says when to ask again
+    elif code == "daemon_not_running" and error.path != _default_socket():
+        hint = start_by_hand(error.path)  # a daemon run by hand: no unit serves this socket
     if isinstance(error, DaemonError):
         code = error.code  # one this client does not know yet is still shown with --verbose
     return what, hint, code, status
+
+
+def _default_socket() -> str:
+    from governor.cli.client import DEFAULT_SOCKET  # loaded already: the client raised the error
+
+    return DEFAULT_SOCKET
+
+
+def start_by_hand(path: str) -> str:
+    """The hint for a daemon not running on socket ``path``, not the installed unit's: start the
+    one that serves it (quoted for a shell: a path may hold a space)."""
+    import shlex
+
+    return f"start the daemon that serves it: sudo governor daemon --socket {shlex.quote(path)} …"
 
 
 def report(error: GovernorError, *, verbose: bool = False) -> tuple[str, int]:

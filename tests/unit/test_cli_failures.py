@@ -5,6 +5,7 @@ subprocess of the console script's entry, which never loads click)."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,11 @@ from governor.wire.protocol import ERROR_CODES
 REPO = Path(__file__).resolve().parents[2]
 GOVERNOR = [sys.executable, "-c", "from governor.cli.entry import main; main()"]
 START_IT = "(start it: sudo systemctl start governor)"
+
+
+def start_that(path: str) -> str:
+    """The hint for a socket that is not the installed unit's: a daemon run by hand."""
+    return f"(start the daemon that serves it: sudo governor daemon --socket {shlex.quote(path)} …)"
 
 
 def governor(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -104,9 +110,21 @@ def test_2_a_bad_scenario_file(tmp_path):
     assert code == 2 and err.startswith(f"governor: error: {scenario}: capacity.cpu: ")
 
 
+def test_the_installed_units_socket_says_to_start_the_unit_another_the_daemon_serving_it():
+    # A daemon run by hand on a socket of its own was told "sudo systemctl start governor": no
+    # unit serves that socket (new-user check).
+    from governor.cli.client import DEFAULT_SOCKET
+    from governor.cli.failures import report
+    from governor.errors import DaemonNotRunning
+
+    assert report(DaemonNotRunning(DEFAULT_SOCKET, "no socket"))[0].endswith(START_IT)
+    assert report(DaemonNotRunning("/tmp/my gov/g.sock", "no socket"))[0].endswith(
+        "(start the daemon that serves it: sudo governor daemon --socket '/tmp/my gov/g.sock' …)")
+
+
 def test_69_no_daemon_click_and_fast_path_alike(tmp_path):
     path = str(tmp_path / "absent.sock")
-    expected = f"governor: error: governor daemon is not running (no socket at {path}) {START_IT}\n"
+    expected = f"governor: error: governor daemon is not running (no socket at {path}) {start_that(path)}\n"
     assert invoke("status", "--socket", path) == (69, expected)
     result = governor("run", "--no-wait", "--", "true", env={"GOVERNOR_SOCKET": path})  # else it waits for one
     assert (result.returncode, result.stderr) == (69, expected)
@@ -198,8 +216,9 @@ def test_verbose_shows_the_internal_code_click_and_fast_path_alike(refusing, tmp
         "[groups] entry) [forbidden]\n")
     result = governor("--verbose", "run", "--", "true", env={"GOVERNOR_SOCKET": refusing("forbidden", "no")})
     assert result.returncode == 77 and result.stderr.endswith("[groups] entry) [forbidden]\n")
-    result = governor("-v", "run", "--no-wait", "--", "true", env={"GOVERNOR_SOCKET": str(tmp_path / "absent.sock")})
-    assert result.returncode == 69 and result.stderr.endswith(f"{START_IT} [daemon_not_running]\n")
+    absent = str(tmp_path / "absent.sock")
+    result = governor("-v", "run", "--no-wait", "--", "true", env={"GOVERNOR_SOCKET": absent})
+    assert result.returncode == 69 and result.stderr.endswith(f"{start_that(absent)} [daemon_not_running]\n")
     assert "[" not in governor("run", "--", "true", env={"GOVERNOR_SOCKET": path}).stderr.split(")")[-1]
 
 

@@ -10,6 +10,7 @@ code must be the command's.
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -69,7 +70,7 @@ def test_run_without_a_daemon_fails_with_one_line(tmp_path):
     result, _ = governor("run", "--no-wait", "--", "sh", "-c", "echo ran", socket_path=path)
     assert result.returncode == 69
     assert result.stderr == (f"governor: error: governor daemon is not running (no socket at {path}) "
-                             "(start it: sudo systemctl start governor)\n")
+                             f"(start the daemon that serves it: sudo governor daemon --socket {shlex.quote(path)} …)\n")
     assert result.stdout == ""
 
 
@@ -80,7 +81,7 @@ def test_run_with_a_dead_socket_says_connection_refused(tmp_path):
         result, _ = governor("run", "--no-wait", "--", "true", socket_path=path)
     assert result.returncode == 69
     assert result.stderr == (f"governor: error: governor daemon is not running (connection refused at {path}) "
-                             "(start it: sudo systemctl start governor)\n")
+                             f"(start the daemon that serves it: sudo governor daemon --socket {shlex.quote(path)} …)\n")
 
 
 def test_a_socket_path_that_is_a_plain_file_is_named_so(tmp_path):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import shlex
 import time
 
 import pytest
@@ -206,7 +207,7 @@ def test_without_a_daemon(tmp_path):
     result = explain("--socket", str(tmp_path / "absent.sock"))
     assert result.exit_code == 69
     assert result.output == (f"governor: error: governor daemon is not running (no socket at {tmp_path}/absent.sock) "
-                             "(start it: sudo systemctl start governor)\n")
+                             f"(start the daemon that serves it: sudo governor daemon --socket {shlex.quote(str(tmp_path / 'absent.sock'))} …)\n")
 
 
 def test_a_reply_without_explain_object(tmp_path):
