@@ -10,7 +10,8 @@ DEFAULT_CONFIG = "/etc/governor/governor.toml"
 @click.command(short_help="Run the daemon (as root); tasks outlive it.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help=f"Config file. Default: {DEFAULT_CONFIG} if it exists, else the embedded default "
-                   "(every user a group of their own, host minus a small reserve).")
+                   "(every user a group of their own, host minus a small reserve, sessions on: every "
+                   "ordinary user's processes are governed; governor check-config --default shows it).")
 @click.option("--socket", "socket_path", metavar="PATH",
               help="Control socket. Default: $GOVERNOR_SOCKET, else /run/governor/governor.sock.")
 @click.option("--cgroup-root", default="governor", show_default=True, metavar="PATH",

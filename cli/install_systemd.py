@@ -35,7 +35,8 @@ _PAGES = "man1/governor.1, man1/governor-<command>.1, man5/governor.toml.5"
               help="Take governor off this host instead: stop the daemon, reset users' login slices, stop "
                    "governor-tasks.service (its tasks and held session processes end), remove the units "
                    "and man pages.")
-@click.option("--purge", is_flag=True, help="With --uninstall: remove /etc/governor/governor.toml too.")
+@click.option("--purge", is_flag=True, help="With --uninstall: remove what it keeps too: /etc/governor/governor.toml, "
+                                           "a state_dir outside /run/governor, the history journal.")
 def install_systemd(prefix: str | None, root_dir: str, dry_run: bool, uninstall: bool, purge: bool) -> None:
     """Install the systemd units, the man pages (in /usr/local/share/man) and a config if there
     is none, then daemon-reload; or, with --uninstall, take them off again.
