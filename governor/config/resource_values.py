@@ -14,10 +14,19 @@ __all__ = ["bytes_setting", "cores", "cores_setting", "devices", "format_bytes",
 
 # Parsing ``governor run``'s values: each raises ValueError saying what is wrong.
 
+def _plain(text: str | float, kind: str) -> str | float:
+    """``text`` as float() and int() may read it: written in ASCII, with no ``_`` (they also
+    take other scripts' digits and Python's digit groups: ``--cpus ١`` was 1 core, ``--cpus 1_0``
+    10, where ``--memory 1_0G`` was refused). Raises ValueError in click's words."""
+    if isinstance(text, str) and (not text.isascii() or "_" in text):
+        raise ValueError(f"{text!r} is not a valid {kind}.")
+    return text
+
+
 def cores(text: str | float) -> float:
     """A CPU demand in cores: a finite number from ``MIN_CORES`` to ``MAX_CORES``."""
     try:
-        value = float(text)
+        value = float(_plain(text, "float"))
     except ValueError:
         raise ValueError(f"{text!r} is not a valid float.") from None  # click's words, as before
     if not MIN_CORES <= value <= MAX_CORES:  # nan too
@@ -29,7 +38,7 @@ def cores(text: str | float) -> float:
 def devices(text: str | int) -> int:
     """A count of whole devices, ≥ 0."""
     try:
-        value = int(text)
+        value = int(_plain(text, "integer"))
     except ValueError:
         raise ValueError(f"{text!r} is not a valid integer.") from None  # click's words, as before
     if value < 0:
@@ -40,7 +49,7 @@ def devices(text: str | int) -> int:
 def processes(text: str | int) -> int:
     """A cap on processes and threads (``pids.max``): a whole number from 1 to ``MAX_PIDS``."""
     try:
-        value = int(text)
+        value = int(_plain(text, "integer"))
     except ValueError:
         raise ValueError(f"{text!r} is not a valid integer.") from None  # click's words, as before
     if not 1 <= value <= MAX_PIDS:

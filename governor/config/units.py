@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from fractions import Fraction
 
 SUFFIXES = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
-_QUANTITY = re.compile(r"\s*(?P<number>\d+(?:\.\d*)?|\.\d+)\s*(?P<suffix>[KMGT]?)\s*", re.IGNORECASE)
+# re.ASCII: \d is 0-9 only (Python's own also takes other scripts' digits: "١G" was 1G).
+_QUANTITY = re.compile(r"\s*(?P<number>\d+(?:\.\d*)?|\.\d+)\s*(?P<suffix>[KMGT]?)\s*", re.IGNORECASE | re.ASCII)
 
 
 def parse_quantity(value: object) -> Fraction:
@@ -100,7 +101,7 @@ _SPAN_UNITS = {"us": 1e-6, "usec": 1e-6, "ms": 1e-3, "msec": 1e-3, "": 1.0, "s":
                "seconds": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0, "minutes": 60.0, "h": 3600.0, "hr": 3600.0,
                "hour": 3600.0, "hours": 3600.0, "d": 86400.0, "day": 86400.0, "days": 86400.0, "w": 604800.0,
                "week": 604800.0, "weeks": 604800.0}
-_SPAN_PART = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)", re.IGNORECASE)
+_SPAN_PART = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)", re.IGNORECASE | re.ASCII)
 
 
 # The longest time limit a task may have (ten years): past it a limit is no limit, and the

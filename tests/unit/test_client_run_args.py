@@ -143,3 +143,14 @@ def test_a_weight_no_config_could_give_is_refused_by_the_client(weight):
     result = CliRunner().invoke(main, ["set-weight", "physics", weight])
     assert result.exit_code == 2 and "must be a weight from 0.001 to 1000" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.parametrize("args", [["--cpus", "١"], ["--cpus", "1_0"], ["--memory", "١G"], ["--pids", "١٠"],
+                                  ["--gpus", "١"], ["--time-limit", "١٠s"], ["--pids", "1_000"]])
+def test_digits_of_other_scripts_and_digit_groups_are_no_amount(args, tmp_path):
+    # Python's float() and int() read them: --memory ١G was 1G, --cpus 1_0 10 cores, where
+    # --memory 1_0G was refused (attacker check).
+    result = CliRunner().invoke(main, ["run", "--no-wait", "--socket", str(tmp_path / "absent.sock"), *args, "--",
+                                       "true"])
+    assert result.exit_code == 2 and result.output.startswith("governor: error: "), result.output
+    assert "daemon" not in result.output
