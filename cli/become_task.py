@@ -116,12 +116,17 @@ def launch_waiting(path: str, request: LaunchRequest, sent: Callable[[], None] |
             (at once with ``--no-wait``): none listened, or each hung up; and what
             :func:`governor.cli.client.launch` raises otherwise.
     """
+    import signal
     import time
 
     from governor.cli.client import LaunchInterrupted, launch
     from governor.errors import DaemonNotRunning
 
     line = _QueueLine()
+    # SIGTERM (a timeout wrapper, a batch system, governor run's parent passing it on) leaves
+    # the queue as Ctrl-C does, and says so: it ended the wait with 143 and not a word. Once
+    # started, the command's exec takes the default action back.
+    previous = signal.signal(signal.SIGTERM, _terminated)
     away_since = None  # time.monotonic() when the daemon was first found missing, until it answers
 
     def answered(place: dict) -> None:  # a daemon that only hangs up (each time) is not back
@@ -161,8 +166,21 @@ def launch_waiting(path: str, request: LaunchRequest, sent: Callable[[], None] |
         line.done()
         _say("governor: left the queue; nothing was started")
         sys.exit(EXIT_INTERRUPTED)
+    except _Terminated:
+        line.done()
+        _say("governor: left the queue (SIGTERM); nothing was started")
+        sys.exit(128 + signal.SIGTERM)
     finally:
         line.done()
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _Terminated(Exception):
+    """SIGTERM came while the launch waited."""
+
+
+def _terminated(signum, frame) -> None:
+    raise _Terminated
 
 
 # Off a terminal, how often at most, seconds, a queue line that changed only slightly is written.

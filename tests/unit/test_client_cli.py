@@ -227,7 +227,12 @@ def test_run_no_wait_refuses_with_its_own_exit_code(fake_daemon):
     assert fake_daemon.seen[0][0].wait is False
 
 
-def test_ctrl_c_leaves_the_queue_and_runs_nothing(fake_daemon):
+@pytest.mark.parametrize("sent, code, said", [
+    ("SIGINT", 130, "governor: left the queue; nothing was started\n"),
+    # SIGTERM ended the wait with 143 and not a word (new-user check).
+    ("SIGTERM", 143, "governor: left the queue (SIGTERM); nothing was started\n"),
+])
+def test_ctrl_c_leaves_the_queue_and_runs_nothing(fake_daemon, sent, code, said):
     import signal
 
     fake_daemon.queued, fake_daemon.hold = [PLACE], True
@@ -236,10 +241,10 @@ def test_ctrl_c_leaves_the_queue_and_runs_nothing(fake_daemon):
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         try:
             assert proc.stderr.readline().startswith("governor: queued (position 2)")
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(getattr(signal, sent))
             stdout, stderr = proc.communicate(timeout=30)
         finally:  # a failure above must not leave the test waiting for a client in the queue
             proc.kill()
-    assert proc.returncode == 130 and stdout == ""
-    assert stderr == "governor: left the queue; nothing was started\n"
+    assert proc.returncode == code and stdout == ""
+    assert stderr == said
     assert fake_daemon.left.wait(5)  # the daemon saw the connection end
