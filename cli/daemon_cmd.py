@@ -15,6 +15,7 @@ DEFAULT_CONFIG = "/etc/governor/governor.toml"
 @click.option("--socket", "socket_path", metavar="PATH",
               help="Control socket. Default: $GOVERNOR_SOCKET, else /run/governor/governor.sock.")
 @click.option("--cgroup-root", default="governor", show_default=True, metavar="PATH",
+              callback=lambda ctx, param, value: _cgroup_root(value),
               help="governor's cgroup root: relative = below the daemon's own cgroup; absolute = a v2 "
                    "cgroup directory, or a path inside every v1 hierarchy.")
 @click.option("--state-dir", metavar="DIR", help="Task records (overrides [daemon] state_dir).")
@@ -87,6 +88,24 @@ def raise_descriptor_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _cgroup_root(path: str) -> str:
+    """``path`` (``--cgroup-root``) when it names one cgroup, each part a directory's name:
+    ``/a/../b`` made ``/a`` as well and was shown as given (status printed an empty "cgroup v1
+    at"), and ``/`` or ``""`` would have been the hierarchy's root itself.
+
+    Raises:
+        click.BadParameter: an empty, ``.`` or ``..`` part, or nothing but slashes.
+    """
+    from governor.config.units import quoted
+
+    path = path.rstrip("/") or path  # governor/ is governor
+    parts = path.split("/")[1:] if path.startswith("/") else path.split("/")
+    if not path.strip("/") or any(part in ("", ".", "..") for part in parts):
+        raise click.BadParameter(f"must name a cgroup, each part a directory's name (no empty, '.' or '..' "
+                                 f"part), got {quoted(path)}", param_hint="--cgroup-root")
+    return path
 
 
 def _metrics_address(text: str) -> tuple[str, int]:

@@ -171,3 +171,13 @@ def test_a_user_lookup_that_fails_for_want_of_descriptors_is_unavailable_not_no_
     with pytest.raises(RequestError) as refused:
         access.identify(1000, 1000)
     assert refused.value.code == "unavailable" and "Too many open files" in refused.value.message
+
+
+@pytest.mark.parametrize("root", ["/governor-x/../governor-y", "a//b", "./governor", "/", "", "//"])
+def test_a_cgroup_root_that_names_no_one_cgroup_is_refused_before_anything_is_made(root, tmp_path):
+    # /a/../b was taken as given: /a made too, and status showed an empty "cgroup v1 at" (new-user check).
+    # A config that cannot be read: were the root taken, the start is refused all the same.
+    result = CliRunner().invoke(main, ["daemon", "--config", str(tmp_path / "absent.toml"),
+                                       "--socket", str(tmp_path / "s"), "--cgroup-root", root])
+    assert result.exit_code == 2 and "--cgroup-root" in result.output and "must name a cgroup" in result.output, \
+        result.output
