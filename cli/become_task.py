@@ -125,8 +125,12 @@ def launch_waiting(path: str, request: LaunchRequest, sent: Callable[[], None] |
     line = _QueueLine()
     # SIGTERM (a timeout wrapper, a batch system, governor run's parent passing it on) leaves
     # the queue as Ctrl-C does, and says so: it ended the wait with 143 and not a word. Once
-    # started, the command's exec takes the default action back.
-    previous = signal.signal(signal.SIGTERM, _terminated)
+    # started, the command's exec takes the default action back. (Off the main thread, as in a
+    # caller's thread, Python sets no handler: the default action stays.)
+    try:
+        previous, installed = signal.signal(signal.SIGTERM, _terminated), True
+    except ValueError:
+        previous, installed = None, False
     away_since = None  # time.monotonic() when the daemon was first found missing, until it answers
 
     def answered(place: dict) -> None:  # a daemon that only hangs up (each time) is not back
@@ -172,7 +176,8 @@ def launch_waiting(path: str, request: LaunchRequest, sent: Callable[[], None] |
         sys.exit(128 + signal.SIGTERM)
     finally:
         line.done()
-        signal.signal(signal.SIGTERM, previous)
+        if installed:  # previous is None for a handler not set from Python: the default's
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 class _Terminated(Exception):

@@ -148,7 +148,9 @@ def test_simulate_refuses_a_name_a_terminal_acts_on(tmp_path):
 
 def test_replay_piped_shows_every_name_and_figure_whole(tmp_path):
     # Piped at 80 columns (a log, a file) the tables cut their cells: "physi…  recor…".
-    done = _replay_of(tmp_path, {**LAUNCH, "group": "lab", "user": "a-rather-long-user-name"})
+    # (No $COLUMNS: pytest-xdist's workers have COLUMNS=80, and a width asked for is kept.)
+    done = _replay_of(tmp_path, {**LAUNCH, "group": "lab", "user": "a-rather-long-user-name"},
+                      CliRunner(env={"COLUMNS": None}))
     assert done.exit_code == 0, done.output
     assert "…" not in done.output and "a-rather-long-user-name" in done.output, done.output
     assert "recorded" in done.output and "proposed" in done.output and "memory share" in done.output
