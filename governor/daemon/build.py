@@ -69,25 +69,27 @@ def build(options: Options) -> Iterator[Daemon]:
     """The daemon for ``options``, built on this host, for as long as the ``with`` block runs
     (it serves there: ``asyncio.run(daemon.serve(options.socket, asked))``).
 
-    What is made, in order, each refusing the start before the next is made: the state
-    directory (an untrusted one stops the start before any cgroup is made), the claim on the
-    sessions (where the config governs them), the metrics listener (always there: a reload may
+    What is made, in order, each refusing the start before the next is made: the claim on the
+    state directory (another daemon's stops the start), the state directory (an untrusted one
+    stops the start before any cgroup is made), the claim on the sessions (where the config governs them), the metrics listener (always there: a reload may
     turn ``[metrics] listen`` on; a taken port or a bad address stops the start), the cgroup
     root. Should the block end before the daemon served, what was made goes again.
 
     Raises:
-        GovernorError: the start is refused (the state directory, the sessions another
-            daemon's, the port, the hierarchy, the config here: :class:`Daemon`).
+        GovernorError: the start is refused (the state directory untrusted or another
+            daemon's, the sessions another daemon's, the port, the hierarchy, the config here: :class:`Daemon`).
     """
     config = options.config
     registry = Registry()
     with contextlib.ExitStack() as undo:
         store = TaskStore(Path(options.state_dir or config.state_dir))
+        me = DaemonEntry(os.getpid(), options.cgroup_root, options.config_source, options.socket)
+        registry.claim_state(store.directory, me)  # before the records are read: they are its alone
+        undo.callback(registry.release_state)
         undo.callback(_remove_made, _missing(store.directory))
         store.prepare()
         if config.sessions.enabled:
-            registry.claim_sessions(DaemonEntry(os.getpid(), options.cgroup_root, options.config_source,
-                                                options.socket))
+            registry.claim_sessions(me)
             undo.callback(registry.release_sessions)
         # Served to whoever reaches it: the public view (read from the daemon built below).
         metrics = Metrics(lambda: daemon.observation.snapshot(), pinned=options.metrics_listen is not None)

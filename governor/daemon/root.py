@@ -310,6 +310,7 @@ class Daemon:
                 log.warning("cannot remove cgroup root %s: %s", self.hierarchy.root, error)
         if self.registry is not None:
             self.registry.release_sessions()
+            self.registry.release_state()
         self.hierarchy.release_lock()  # its file goes too: a stopped daemon leaves no lock behind
         log.info("stopped; %d task(s) keep running", len(self.tasks))
 

@@ -93,6 +93,7 @@ class Registry:
         self.directory = directory
         self.locks = locks or directory.parent / "locks"
         self._sessions_fd: int | None = None
+        self._state: tuple[Path, int] | None = None  # the state directory's lock: its file and descriptor
         self._entry: Path | None = None
         self._made: list[Path] = []  # directories this daemon created, removed again when empty
         # (directory mtime, entries), once the mtime is SETTLED_MTIME_NS old.
@@ -126,6 +127,31 @@ class Registry:
             return
         release(self.locks / SESSIONS_LOCK, self._sessions_fd)
         self._sessions_fd = None
+
+    def claim_state(self, directory: Path, me: DaemonEntry) -> None:
+        """Become the one daemon keeping its task records in ``directory`` (held until
+        :meth:`release_state` or the process ends, ``kill -9`` included). Two daemons given one
+        state directory each took the other's running tasks for tasks that ended while it was
+        down: their records removed, their ends journaled.
+
+        Raises:
+            GovernorError: another daemon keeps its records there, named by pid, cgroup root
+                and config.
+        """
+        key = hashlib.sha256(os.path.realpath(directory).encode()).hexdigest()[:16]
+        path = self.locks / f"state-{key}.lock"
+        try:
+            self._state = (path, take(path, asdict(me)))
+        except LockHeld as held:
+            raise GovernorError(
+                f"another governor daemon keeps its task records in {directory} ({_entry_text(held.claim)}): "
+                "each daemon needs a state directory of its own ([daemon] state_dir, --state-dir)") from None
+
+    def release_state(self) -> None:
+        """Give up the state directory (a refused start, a stopped daemon): its lock file goes."""
+        if self._state is not None:
+            release(*self._state)
+            self._state = None
 
     def register(self, me: DaemonEntry) -> None:
         """Tell the other daemons which cgroup root is ``me``'s (replacing an entry a crashed

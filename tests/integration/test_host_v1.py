@@ -67,8 +67,11 @@ def test_one_daemon_governs_the_sessions_and_a_refused_start_leaves_nothing(tmp_
                                            str(second / "s2.sock"), "--cgroup-root", root_name],
                                           capture_output=True, text=True, timeout=60))
         refused_too.append(daemon(second, '[groups."*"]\nweight = -1\n', root_name, second / "s3.sock"))
+        # The first's state directory (its config written beside it: first/g.toml).
+        refused_too.append(daemon(tmp_path / "first", '[groups."*"]\n[sessions]\nenabled = false\n', root_name,
+                                  second / "s4.sock"))
         for result, why in zip(refused_too, ("another process is serving on this socket", "writable by others",
-                                             "weight")):
+                                             "weight", "keeps its task records in")):
             assert result.returncode in (1, 2) and why in result.stderr, result.stderr
         assert not made_by(root_name) and not (second / "state").exists()
         assert first.status()["daemon"]["pid"] == first.daemon.pid  # the first serves on

@@ -43,6 +43,20 @@ def test_one_daemon_holds_the_sessions_and_the_second_is_told_who(tmp_path):
     assert not (tmp_path / "daemons").exists()  # the sessions' lock is not there (tests/unit/test_locks.py)
 
 
+def test_one_daemon_keeps_its_records_in_a_state_directory_and_the_second_is_told_who(tmp_path):
+    # A second daemon given the first's --state-dir took its running tasks for tasks ended
+    # while it was down: their records removed, their ends journaled (second-week check).
+    first, second = Registry(tmp_path / "daemons"), Registry(tmp_path / "daemons")
+    first.claim_state(tmp_path / "state", entry(tmp_path))
+    with pytest.raises(GovernorError) as refused:
+        second.claim_state(tmp_path / "state" / ".." / "state", entry(tmp_path, 22, "gov-b"))  # the same, spelt so
+    assert "keeps its task records in" in str(refused.value) and "pid 11" in str(refused.value)
+    second.claim_state(tmp_path / "other", entry(tmp_path, 22, "gov-b"))  # another directory: its own
+    first.release_state()
+    assert len(list((tmp_path / "locks").glob("state-*.lock"))) == 1  # the first's file went with it
+    second.release_state()
+
+
 def test_a_daemon_knows_the_other_roots_and_not_its_own(tmp_path):
     mine, other = Registry(tmp_path / "daemons"), Registry(tmp_path / "daemons")
     mine.register(entry(tmp_path, 11, "gov-a", "/gov-a"))
