@@ -366,7 +366,11 @@ def open_hierarchy(cgroup_root: str = "governor", *, cgroup_mount: Path = Path("
         driver = CgroupV2Driver(root)
         driver.create("")
         lock = (root_lock(root), hold_root(root))
-        driver.delegate_root(controllers)
+        try:
+            driver.delegate_root(controllers)
+        except BaseException:  # a refused start leaves no lock behind (its root: the caller's)
+            release(*lock)
+            raise
         no_psi = psi_unavailable("v2", root)
         driver.psi = no_psi is None
         return Hierarchy(driver, str(root), controllers, cgroup_mount, "", detect.proc_path(root, proc),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
 from collections.abc import Callable
 
@@ -116,21 +117,13 @@ def launch_waiting(path: str, request: LaunchRequest, sent: Callable[[], None] |
             (at once with ``--no-wait``): none listened, or each hung up; and what
             :func:`governor.cli.client.launch` raises otherwise.
     """
-    import signal
     import time
 
     from governor.cli.client import LaunchInterrupted, launch
     from governor.errors import DaemonNotRunning
 
     line = _QueueLine()
-    # SIGTERM (a timeout wrapper, a batch system, governor run's parent passing it on) leaves
-    # the queue as Ctrl-C does, and says so: it ended the wait with 143 and not a word. Once
-    # started, the command's exec takes the default action back. (Off the main thread, as in a
-    # caller's thread, Python sets no handler: the default action stays.)
-    try:
-        previous, installed = signal.signal(signal.SIGTERM, _terminated), True
-    except ValueError:
-        previous, installed = None, False
+    terminated = _OnSigterm()
     away_since = None  # time.monotonic() when the daemon was first found missing, until it answers
 
     def answered(place: dict) -> None:  # a daemon that only hangs up (each time) is not back
@@ -142,6 +135,7 @@ def launch_waiting(path: str, request: LaunchRequest, sent: Callable[[], None] |
         while True:
             try:
                 started = launch(path, request, answered, sent=sent)
+                terminated.restore()  # started: a SIGTERM from now on is the command's to take
                 if started.nested:
                     _say(f"governor: already in task {started.task} (group {started.group}): "
                          f"{request.command[0]} runs there, with that task's caps")
@@ -175,17 +169,41 @@ def launch_waiting(path: str, request: LaunchRequest, sent: Callable[[], None] |
         _say("governor: left the queue (SIGTERM); nothing was started")
         sys.exit(128 + signal.SIGTERM)
     finally:
+        terminated.restore()
         line.done()
-        if installed:  # previous is None for a handler not set from Python: the default's
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 class _Terminated(Exception):
     """SIGTERM came while the launch waited."""
 
 
-def _terminated(signum, frame) -> None:
-    raise _Terminated
+class _OnSigterm:
+    """While a launch waits, SIGTERM (a timeout wrapper, a batch system, governor run's parent
+    passing it on) leaves the queue as Ctrl-C does, and says so: it ended the wait with 143 and
+    not a word. Once only (a second SIGTERM meanwhile is ignored), never where SIGTERM is
+    ignored (a supervisor's choice, kept), and not off the main thread (Python sets no handler
+    there: a caller's thread). :meth:`restore` puts back the handler in force before, once the
+    launch is decided: the command's exec then takes the default action."""
+
+    def __init__(self) -> None:
+        self._previous = signal.getsignal(signal.SIGTERM)
+        self._installed = False
+        if self._previous is not signal.SIG_IGN:
+            try:
+                signal.signal(signal.SIGTERM, self._leave)
+                self._installed = True
+            except ValueError:  # off the main thread
+                pass
+
+    def _leave(self, signum, frame) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise _Terminated
+
+    def restore(self) -> None:
+        """Put back the handler in force before (the default where none was set from Python)."""
+        if self._installed:
+            self._installed = False
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if self._previous is None else self._previous)
 
 
 # Off a terminal, how often at most, seconds, a queue line that changed only slightly is written.

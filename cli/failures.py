@@ -16,9 +16,12 @@ docs/user.md, "Errors and exit codes" (a test per row)::
     130  interrupted (Ctrl-C; in run's queue nothing was started)
     137  run's task was stopped (governor stop) while it waited in the queue: the code a
          stopped running task ends with too (128 + SIGKILL)
+    143  run got SIGTERM while it waited in the queue (128 + SIGTERM): nothing was started
 
-Only the standard library and the error classes: ``governor run``'s fast path (:mod:`governor.cli.entry`)
-prints its failures with this module before click is ever loaded.
+Only the standard library and the error classes at import: ``governor run``'s fast path
+(:mod:`governor.cli.entry`) prints its failures with this module before click is ever loaded
+(the client's default socket is looked up where a hint needs it: the client, which raised
+the error, is loaded by then).
 """
 
 from __future__ import annotations
@@ -115,17 +118,21 @@ def describe(error: GovernorError) -> tuple[str, str | None, str, int]:
         hint = None  # about a task, not a group: the message says which and whose
     elif code == "too_many" and error.op == "history":
         hint = None  # paced reads, not tasks: the message says when to ask again
-    elif code == "daemon_not_running" and error.path != _default_socket():
+    elif isinstance(error, DaemonNotRunning) and not _is_default_socket(error.path):
         hint = start_by_hand(error.path)  # a daemon run by hand: no unit serves this socket
     if isinstance(error, DaemonError):
         code = error.code  # one this client does not know yet is still shown with --verbose
     return what, hint, code, status
 
 
-def _default_socket() -> str:
+def _is_default_socket(path: str) -> bool:
+    """Whether ``path`` is the installed unit's socket, however spelt (``/var/run`` is a link
+    to ``/run``)."""
+    import os
+
     from governor.cli.client import DEFAULT_SOCKET  # loaded already: the client raised the error
 
-    return DEFAULT_SOCKET
+    return os.path.realpath(path) == os.path.realpath(DEFAULT_SOCKET)
 
 
 def start_by_hand(path: str) -> str:

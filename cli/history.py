@@ -35,7 +35,7 @@ def history(since: str, until: str | None, as_json: bool, config_file: str, dire
     import os
     import time
 
-    from governor.cli.history_input import INSTALLED, entries, journal_dir, period, reader
+    from governor.cli.history_input import entries, journal_dir, period, reader
     from governor.cli.view_common import printable
     from governor.wire.visibility import rows_for
 
@@ -45,8 +45,8 @@ def history(since: str, until: str | None, as_json: bool, config_file: str, dire
     # readable here, the daemon is asked; where none answers either, what is wrong here is said.
     # A daemon named by its socket alone is asked too: the installed config's journal is
     # another daemon's (root's history read /var/lib/governor/history's, empty, and said so).
-    named = (socket_option or os.environ.get("GOVERNOR_SOCKET")) and config_file == INSTALLED
-    asked = directory is None and (bool(named) or not os.access(found, os.R_OK | os.X_OK))
+    asked = directory is None and (_names_another_daemon(socket_option, config_file)
+                                   or not os.access(found, os.R_OK | os.X_OK))
     if asked:
         from governor.errors import DaemonNotRunning
 
@@ -80,6 +80,21 @@ def history(since: str, until: str | None, as_json: bool, config_file: str, dire
     lines = history_lines(typed)
     click.secho(next(lines), bold=True)  # the header; styled on a terminal only
     _echo_lines(lines)
+
+
+def _names_another_daemon(socket_option: str | None, config_file: str) -> bool:
+    """Whether the command names a daemon by its socket alone (``--socket`` or
+    ``$GOVERNOR_SOCKET``, not the installed unit's, and no ``--config``): the installed
+    config's journal is not that daemon's."""
+    import os
+
+    from click.core import ParameterSource
+
+    from governor.cli.client import DEFAULT_SOCKET
+
+    named = socket_option or os.environ.get("GOVERNOR_SOCKET")
+    given = click.get_current_context().get_parameter_source("config_file") is not ParameterSource.DEFAULT
+    return bool(named) and not given and os.path.realpath(named) != os.path.realpath(DEFAULT_SOCKET)
 
 
 def _echo_lines(lines: Iterable[str]) -> None:

@@ -61,7 +61,8 @@ log = logging.getLogger("governor.daemon")
 class RefusalBudget:
     """Which launch refusals go in the journal: each uid's first :data:`REFUSALS_PER_MINUTE` of
     each minute; the rest are counted, and the daemon's log says so, at the first left out and
-    with their number when the uid's next minute starts. Memory: one entry per uid refused."""
+    with their number at the uid's next refusal after that minute. Memory: one entry per uid
+    refused (uids are the kernel's word for who connected: no one makes up more)."""
 
     def __init__(self, per_minute: int = REFUSALS_PER_MINUTE) -> None:
         self.per_minute = per_minute

@@ -115,9 +115,10 @@ def test_the_installed_units_socket_says_to_start_the_unit_another_the_daemon_se
     # unit serves that socket (new-user check).
     from governor.cli.client import DEFAULT_SOCKET
     from governor.cli.failures import report
-    from governor.errors import DaemonNotRunning
+    from governor.errors import DaemonError, DaemonNotRunning
 
     assert report(DaemonNotRunning(DEFAULT_SOCKET, "no socket"))[0].endswith(START_IT)
+    assert report(DaemonError("daemon_not_running", "x", "status"))[0].startswith("governor: error: x")  # a daemon's
     assert report(DaemonNotRunning("/tmp/my gov/g.sock", "no socket"))[0].endswith(
         "(start the daemon that serves it: sudo governor daemon --socket '/tmp/my gov/g.sock' …)")
 

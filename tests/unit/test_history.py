@@ -327,6 +327,11 @@ def test_a_daemon_named_by_its_socket_alone_is_asked_though_a_journal_is_readabl
     assert done.output == "nothing journaled in this period\n"
     read = CliRunner().invoke(main, ["history", "--since", "2000-01-01", "--dir", str(tmp_path), *named])
     assert read.exit_code == 0 and len(asked) == 1, read.output  # --dir: read here, as before
+    for also in (["--socket", "/run/governor/governor.sock"], ["--config", str(tmp_path / "g.toml")]):
+        # The installed unit's socket, or a config named: its journal is read here, as before.
+        (tmp_path / "g.toml").write_text('[groups.A]\nusers = ["root"]\n')
+        again = CliRunner().invoke(main, ["history", "--since", "2000-01-01", *named, *also])
+        assert again.exit_code == 0 and len(asked) == 1, (also, again.output)
     assert " ".join(read.output.split()) == f"nothing journaled in this period in {tmp_path}"
 
 
