@@ -26,10 +26,16 @@ def reload(socket_option: str | None) -> None:
     click.echo(f"reloaded {reply.config}")
 
 
-def _weight(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    """A group's weight as a config gives it: from 0.001 to 1000 (nan, inf are neither)."""
+def _weight(ctx: click.Context, param: click.Parameter, text: str) -> float:
+    """A group's weight as a config gives it: from 0.001 to 1000 (nan, inf are neither), in
+    ASCII digits with no digit groups (``1_0`` and ``٣`` were 10 and 3)."""
+    from governor.config.resource_values import plain_number
     from governor.config.settings import GROUP_WEIGHT_RANGE
 
+    try:
+        value = float(plain_number(text, "float"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a valid float") from None  # click's words, as before
     low, high = GROUP_WEIGHT_RANGE
     if not low <= value <= high:
         raise click.BadParameter(f"must be a weight from {low:g} to {high:g}, got {value:g}")
@@ -38,7 +44,7 @@ def _weight(ctx: click.Context, param: click.Parameter, value: float) -> float:
 
 @click.command("set-weight", short_help="Set a group's weight until the next reload.")
 @click.argument("group", shell_complete=group_names)
-@click.argument("weight", type=float, callback=_weight)
+@click.argument("weight", callback=_weight)
 @click.option("--socket", "socket_option", metavar="PATH", help=_SOCKET_HELP)
 def set_weight(group: str, weight: float, socket_option: str | None) -> None:
     """Give GROUP the WEIGHT (0.001 to 1000) until the next reload or restart, and refill.

@@ -9,12 +9,13 @@ from governor.errors import ConfigError
 from governor.config.units import format_number, format_size, parse_size, quoted
 
 __all__ = ["bytes_setting", "cores", "cores_setting", "devices", "format_bytes", "format_cores", "format_count",
-           "format_processes", "format_rate", "memory", "memory_setting", "pids_setting", "processes", "size"]
+           "format_processes", "format_rate", "memory", "memory_setting", "pids_setting", "plain_number", "processes",
+           "size"]
 
 
 # Parsing ``governor run``'s values: each raises ValueError saying what is wrong.
 
-def _plain(text: str | float, kind: str) -> str | float:
+def plain_number(text: str | float, kind: str) -> str | float:
     """``text`` as float() and int() may read it: written in ASCII, with no ``_`` (they also
     take other scripts' digits and Python's digit groups: ``--cpus ١`` was 1 core, ``--cpus 1_0``
     10, where ``--memory 1_0G`` was refused). Raises ValueError in click's words."""
@@ -26,7 +27,7 @@ def _plain(text: str | float, kind: str) -> str | float:
 def cores(text: str | float) -> float:
     """A CPU demand in cores: a finite number from ``MIN_CORES`` to ``MAX_CORES``."""
     try:
-        value = float(_plain(text, "float"))
+        value = float(plain_number(text, "float"))
     except ValueError:
         raise ValueError(f"{text!r} is not a valid float.") from None  # click's words, as before
     if not MIN_CORES <= value <= MAX_CORES:  # nan too
@@ -38,7 +39,7 @@ def cores(text: str | float) -> float:
 def devices(text: str | int) -> int:
     """A count of whole devices, ≥ 0."""
     try:
-        value = int(_plain(text, "integer"))
+        value = int(plain_number(text, "integer"))
     except ValueError:
         raise ValueError(f"{text!r} is not a valid integer.") from None  # click's words, as before
     if value < 0:
@@ -49,7 +50,7 @@ def devices(text: str | int) -> int:
 def processes(text: str | int) -> int:
     """A cap on processes and threads (``pids.max``): a whole number from 1 to ``MAX_PIDS``."""
     try:
-        value = int(_plain(text, "integer"))
+        value = int(plain_number(text, "integer"))
     except ValueError:
         raise ValueError(f"{text!r} is not a valid integer.") from None  # click's words, as before
     if not 1 <= value <= MAX_PIDS:

@@ -102,8 +102,8 @@ def reason(task_id: str, group: str, demand: Mapping[str, float], admission: Adm
     1 GPU to free (held by vision 2)`` (the first admitted resource it is short of, in registry
     order), with ``; kept free for group bio's guarantee`` where others' headroom is part of
     what it lacks and ``; what frees goes first to task 7`` while another holds the reservation
-    of that resource; ``gpu: task 7 of a group with a lower dominant share is served first
-    (it reserves 2 GPUs)`` when it fits now but not beside that reservation; the quota that
+    of that resource; ``gpu: task 7 of a group with a lower dominant share for its weight is
+    served first (it reserves 2 GPUs)`` when it fits now but not beside that reservation; the quota that
     holds it back (``group science's limit: memory 60.0G of 64.0G declared…``); or ``its turn:
     the tasks ahead of it start first``.
     """
@@ -111,7 +111,9 @@ def reason(task_id: str, group: str, demand: Mapping[str, float], admission: Adm
         return f"{admission.limited[task_id]}; it starts when tasks under that limit end"
     counted = admitted()
     holder = admission.reserved_for if admission.reserved_for != task_id else None
-    whose = "ahead of it in its group" if holder_group == group else "of a group with a lower dominant share"
+    # Served in order of dominant share ÷ weight (DRF's weighted share), not of share alone.
+    whose = ("ahead of it in its group" if holder_group == group
+             else "of a group with a lower dominant share for its weight")
     short = admission.short.get(task_id, {})
     lacking = next((r for r in counted if short.get(r.name, 0.0) > 0), None)
     if lacking is not None:

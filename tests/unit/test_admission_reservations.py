@@ -138,8 +138,9 @@ def test_on_a_one_gpu_host_a_task_behind_the_reservation_waits_for_one_gpu_not_t
     queue = [Waiting("2", "B", {"memory": GIB, "gpu": 1.0}), Waiting("3", "C", {"memory": GIB, "gpu": 1.0})]
     result = admit(host, running, {"A": 1}, {}, queue)
     assert result.reserved_for == "2" and result.short["3"] == {"gpu": 1.0}
-    assert reason("3", "C", queue[1].demand, result) == ("gpu: waits for 1 GPU to free (held by A 1); what frees "
-                                                         "goes first to task 2, of a group with a lower dominant share")
+    assert reason("3", "C", queue[1].demand, result) == (
+        "gpu: waits for 1 GPU to free (held by A 1); what frees goes first to task 2, of a group with a lower "
+        "dominant share for its weight")
     assert reason("2", "B", queue[0].demand, result) == "gpu: waits for 1 GPU to free (held by A 1)"
 
 
@@ -156,4 +157,5 @@ def test_a_task_behind_one_of_its_own_group_is_told_that_one_is_ahead_of_it_in_i
                                 "ahead of it in its group")
     assert first["reason"] == "gpu: waits for 1 GPU to free (held by A 1)"
     other = admit(host, {"A": {"memory": GIB, "gpu": 1.0}}, {"A": 1}, {}, [queue[0], Waiting("3", "C", queue[1].demand)])
-    assert reason("3", "C", queue[1].demand, other, "B").endswith("task 2, of a group with a lower dominant share")
+    assert reason("3", "C", queue[1].demand, other, "B").endswith(
+        "task 2, of a group with a lower dominant share for its weight")

@@ -137,6 +137,13 @@ def test_an_amount_past_what_any_host_has_is_refused_in_a_line(args, words):
     assert result.exit_code == 2 and words in result.output and len(result.output) < 200
 
 
+@pytest.mark.parametrize("weight", ["1_0", "٣"])
+def test_a_weight_in_other_scripts_digits_or_digit_groups_is_refused(weight):
+    # 1_0 and ٣ were weights 10 and 3 (second-week check), as --cpus took them before.
+    result = CliRunner().invoke(main, ["set-weight", "physics", weight])
+    assert result.exit_code == 2 and "is not a valid float" in result.output, result.output
+
+
 @pytest.mark.parametrize("weight", ["nan", "inf", "1e309", "0", "1001", "0.0001"])
 def test_a_weight_no_config_could_give_is_refused_by_the_client(weight):
     # nan, inf and 1e309 passed click's FloatRange and ended in a traceback (not JSON compliant).
