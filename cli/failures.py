@@ -118,11 +118,21 @@ def describe(error: GovernorError) -> tuple[str, str | None, str, int]:
         hint = None  # about a task, not a group: the message says which and whose
     elif code == "too_many" and error.op == "history":
         hint = None  # paced reads, not tasks: the message says when to ask again
+    elif code == "forbidden" and not _about_groups(what):
+        hint = None  # another daemon's process, another pid: no group would let it (the message says what does)
     elif isinstance(error, DaemonNotRunning) and not _is_default_socket(error.path):
         hint = start_by_hand(error.path)  # a daemon run by hand: no unit serves this socket
     if isinstance(error, DaemonError):
         code = error.code  # one this client does not know yet is still shown with --verbose
     return what, hint, code, status
+
+
+def _about_groups(message: str) -> bool:
+    """Whether a refusal is about the user's groups (no group, not that group): the one an
+    admin's ``[groups]`` entry answers."""
+    import re
+
+    return re.search(r"\bgroups?\b", message) is not None
 
 
 def _is_default_socket(path: str) -> bool:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from governor.host import access
+from governor.config.groups import EVERYONE
 from governor.config.load import Config
 from governor.config.tomlcheck import join_key
 from governor.config.units import format_size
@@ -203,8 +204,13 @@ class Reloads:
         """``governor set-weight``: ``group``'s weight until the next reload (refilled now).
 
         Raises:
-            RequestError: ``not_found``, no such group in the config.
+            RequestError: ``not_found``, no such group in the config; ``bad_request``, ``"*"``
+                (the template of each user's own group).
         """
+        if group == EVERYONE:  # a template: it names no group (set-weight '*' said there was none)
+            raise RequestError("bad_request", '[groups."*"] is the template of each user\'s own group, not a group: '
+                                              "give one user's group its weight (governor set-weight alice 2), or "
+                                              "everyone's in the config's [groups.\"*\"] weight and reload")
         if not access.known_group(self.policy.config, group):
             raise RequestError("not_found", f"no group {group!r} in the config")
         self.policy.weights[group] = weight

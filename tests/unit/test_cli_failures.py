@@ -110,6 +110,21 @@ def test_2_a_bad_scenario_file(tmp_path):
     assert code == 2 and err.startswith(f"governor: error: {scenario}: capacity.cpu: ")
 
 
+def test_a_refusal_no_group_would_lift_gets_no_hint_to_join_one():
+    # "process 371 is governed by another governor daemon (…); launch through that one: …" ended
+    # "(ask an admin to add you to a [groups] entry)" (second-week check).
+    from governor.cli.failures import report
+    from governor.errors import DaemonError
+
+    other = ("process 371 is governed by another governor daemon (pid 320, cgroup root /sys/fs/cgroup/cpu/b); "
+             "launch through that one: governor run --socket /tmp/b.sock …")
+    for message in (other, "a client may launch only its own pid (12), not 1"):
+        said, status = report(DaemonError("forbidden", message, "launch"))
+        assert status == 77 and said == f"governor: error: {message}", said
+    said, _ = report(DaemonError("forbidden", "user bob belongs to no governed group", "launch"))
+    assert said.endswith("(ask an admin to add you to a [groups] entry)")
+
+
 def test_the_installed_units_socket_says_to_start_the_unit_another_the_daemon_serving_it():
     # A daemon run by hand on a socket of its own was told "sudo systemctl start governor": no
     # unit serves that socket (new-user check).
@@ -215,7 +230,7 @@ def test_verbose_shows_the_internal_code_click_and_fast_path_alike(refusing, tmp
     path = refusing("forbidden", "user bob belongs to no governed group")
     assert CliRunner().invoke(main, ["--verbose", "status", "--socket", path]).stderr.endswith(
         "[groups] entry) [forbidden]\n")
-    result = governor("--verbose", "run", "--", "true", env={"GOVERNOR_SOCKET": refusing("forbidden", "no")})
+    result = governor("--verbose", "run", "--", "true", env={"GOVERNOR_SOCKET": refusing("forbidden", "no group")})
     assert result.returncode == 77 and result.stderr.endswith("[groups] entry) [forbidden]\n")
     absent = str(tmp_path / "absent.sock")
     result = governor("-v", "run", "--no-wait", "--", "true", env={"GOVERNOR_SOCKET": absent})

@@ -219,6 +219,10 @@ def test_set_weight_refills_until_the_next_reload(daemon):
     with pytest.raises(RequestError) as caught:
         asyncio.run(daemon.requests.handle(SetWeightRequest("nosuch", 3.0), Peer(pid=1, uid=0, gid=0)))
     assert caught.value.code == "not_found"
+    # '*' is a template, not a group: "no group '*' in the config" misled (second-week check).
+    with pytest.raises(RequestError) as caught:
+        asyncio.run(daemon.requests.handle(SetWeightRequest("*", 3.0), Peer(pid=1, uid=0, gid=0)))
+    assert caught.value.code == "bad_request" and "template of each user's own group" in str(caught.value)
 
 
 def test_a_reload_that_shrinks_the_host_refuses_waiting_tasks_that_can_never_fit(daemon, tmp_path):
