@@ -113,7 +113,10 @@ def _run_and_wait(path: str, request: LaunchRequest, cmd: tuple[str, ...], mask:
     wall = time.monotonic() - began
     code = os.waitstatus_to_exitcode(status)
     exit_code = code if code >= 0 else 128 - code
-    if started is None:  # refused, or left the queue: the child said why
+    if started is None:  # refused, or left the queue: the child said why, unless a signal killed it
+        if os.WIFSIGNALED(status):  # as a time limit shorter than the start does: it ended with 137, unsaid
+            sys.stderr.write(f"governor: killed by {_signal_name(os.WTERMSIG(status))} before the command started "
+                             "(governor ps --ended says why, if governor ended its task)\n")
         sys.exit(exit_code)
     task = None if started.get("nested") else str(started.get("task"))
     if summary:
@@ -128,6 +131,14 @@ def _run_and_wait(path: str, request: LaunchRequest, cmd: tuple[str, ...], mask:
             sys.stderr.write(line + "\n")
 
     sys.exit(exit_code)
+
+
+def _signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; the number where it names no signal."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _forward(child: int, info) -> bool:
