@@ -131,9 +131,10 @@ class Requests:
         chosen = ps_filter(who.uid, everyone=request.all, users=request.users, groups=request.groups,
                            task=request.task)
         if request.ended:
-            return {"ended": rows_for([record.to_json(command_chars=None if record.task.uid == who.uid
-                                                      else SHOWN_COMMAND_CHARS)
-                                       for record in self.exits.ended if chosen(record.task)], viewer)}
+            found = {"ended": rows_for([record.to_json(command_chars=None if record.task.uid == who.uid
+                                                       else SHOWN_COMMAND_CHARS)
+                                        for record in self.exits.ended if chosen(record.task)], viewer)}
+            return self._in_known_groups(request, found)
         positions = {item["task"]: item for item in queue_view(self.queue, self.queue.admission)}
         rows = task_rows([t for t in self.tasks if chosen(t)],
                          [e for e in self.queue.values() if not e.decided and chosen(e.task)],
@@ -141,7 +142,20 @@ class Requests:
                          positions=positions, asker=who.uid,
                          reserved=reserved_by_task(self.tasks, self.observation.usage),
                          processes=lambda task: self._processes(task) if viewer.sees(task.uid) else ([], None))
-        return {"tasks": rows_for(rows, viewer)}
+        return self._in_known_groups(request, {"tasks": rows_for(rows, viewer)})
+
+    def _in_known_groups(self, request: PsRequest, found: dict) -> dict:
+        """``found``, unless it is empty and a group asked for is none this config knows: an
+        empty table said nothing of a mistyped name, where ``ps -u`` names a user it does not
+        know (a group of an earlier config still lists its tasks and records).
+
+        Raises:
+            RequestError: ``not_found``, naming the group.
+        """
+        unknown = next((g for g in request.groups if not access.known_group(self.policy.config, g)), None)
+        if unknown is not None and not next(iter(found.values())):
+            raise RequestError("not_found", f"no group {unknown!r} in the config, and no task of one")
+        return found
 
     def _processes(self, task: Task) -> tuple[list[dict], int]:
         """The first :data:`~governor.wire.ps.PROCESSES_SHOWN` processes in ``task``'s cgroup, and

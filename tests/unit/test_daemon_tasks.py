@@ -197,3 +197,16 @@ def test_everyone_sees_a_long_command_line_cut_and_its_owner_whole(daemon):
     [theirs] = ps.task_rows(daemon.tasks, [], allocation=None, usage={}, positions={},
                             processes=lambda task: ([], 0), asker=7)  # an admin's ps --all
     assert theirs["command_cut"] == entry["command_cut"]
+
+
+def test_ps_of_a_group_no_config_knows_says_so(daemon):
+    # `ps --group nosuch` printed an empty table, where `ps -u nosuch` says there is no such user
+    # (new-user check); a known group with no task is an empty table still.
+    launch(daemon, 100, group="A", cpu=0.5, memory=GIB)
+    with pytest.raises(RequestError) as refused:
+        ask(daemon, PsRequest(groups=("nosuch",)))
+    assert refused.value.code == "not_found" and "no group 'nosuch'" in str(refused.value)
+    with pytest.raises(RequestError):
+        ask(daemon, PsRequest(groups=("nosuch",), ended=True))
+    assert ask(daemon, PsRequest(groups=("B",)))["tasks"] == []
+    assert [r["id"] for r in ask(daemon, PsRequest(groups=("A", "nosuch")))["tasks"]] == ["1"]
