@@ -49,7 +49,7 @@ from governor.config.settings import Config, GroupRule, IoDevice, SessionRules, 
 from governor.errors import ConfigError
 from governor.config.resource_values import bytes_setting, cores_setting, pids_setting
 from governor.config.tomlcheck import in_range, login_name, no_unknown_keys, parse_toml, subtable, type_name
-from governor.config.units import listen_address, parse_duration
+from governor.config.units import MAX_TIME_LIMIT_S, listen_address, parse_duration, quoted
 
 __all__ = ["CONFIG_PATH", "DEFAULT_CONFIG", "EVERYONE", "Config", "GroupRule", "IoDevice",
            "default_config", "group_name_problem", "load_config", "parse_config", "parse_half_life"]
@@ -294,11 +294,15 @@ def parse_half_life(value: object) -> float:
     ``"12h"``, ``"1h30m"``; :func:`governor.config.units.parse_duration`).
 
     Raises:
-        ValueError: not a string, not a span, or not above zero.
+        ValueError: not a string, not a span, not above zero, or over ten years (as a time
+            limit: "99999999999999999999d" was taken as 8.64e+24 s).
     """
     if not isinstance(value, str):
         raise ValueError(f'expected a time span string like "1d" or "12h", got {type(value).__name__}')
-    return parse_duration(value)
+    seconds = parse_duration(value)
+    if seconds > MAX_TIME_LIMIT_S:
+        raise ValueError(f"must be at most {MAX_TIME_LIMIT_S // 86_400} days, got {quoted(value)}")
+    return seconds
 
 
 def _fairshare(data: Mapping[str, object], file: str) -> float | None:

@@ -30,6 +30,10 @@ def test_half_life_is_a_systemd_time_span():
     for bad in ("", "0s", "soon", 3600, None):
         with pytest.raises(ValueError):
             parse_half_life(bad)
+    # A span no fair share needs, past a time limit's ten years, was taken (second-week check).
+    assert parse_half_life("3650d") == 3650 * DAY
+    with pytest.raises(ValueError, match="at most 3650 days"):
+        parse_half_life("99999999999999999999d")
 
 
 def test_add_accumulates_share_times_seconds():
