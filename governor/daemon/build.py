@@ -71,13 +71,15 @@ def build(options: Options) -> Iterator[Daemon]:
 
     What is made, in order, each refusing the start before the next is made: the claim on the
     state directory (another daemon's stops the start), the state directory (an untrusted one
-    stops the start before any cgroup is made), the claim on the sessions (where the config governs them), the metrics listener (always there: a reload may
-    turn ``[metrics] listen`` on; a taken port or a bad address stops the start), the cgroup
-    root. Should the block end before the daemon served, what was made goes again.
+    stops the start before any cgroup is made), the claim on the sessions (where the config
+    governs them), the metrics listener (always there: a reload may turn ``[metrics] listen``
+    on; a taken port or a bad address stops the start), the cgroup root. Should the block end
+    before the daemon served, what was made goes again.
 
     Raises:
         GovernorError: the start is refused (the state directory untrusted or another
-            daemon's, the sessions another daemon's, the port, the hierarchy, the config here: :class:`Daemon`).
+            daemon's, the sessions another daemon's, the port, the hierarchy, the config here:
+            :class:`Daemon`).
     """
     config = options.config
     registry = Registry()

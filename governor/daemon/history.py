@@ -38,7 +38,8 @@ from governor.wire.reply_types import HistoryReply
 from governor.wire.request_types import HistoryRequest
 from governor.wire.visibility import HIDDEN, Viewer, rows_for
 
-__all__ = ["History", "RefusalBudget", "daemon_entry", "end_entry", "launch_entry", "refusal_entry", "session_entry", "start_entry"]
+__all__ = ["History", "RefusalBudget", "daemon_entry", "end_entry", "launch_entry", "refusal_entry", "session_entry",
+           "start_entry"]
 
 KINDS = ("daemon", "launch", "start", "refusal", "session", "end")
 # The most entries one ``history`` reply carries (about 400 bytes each: 40 MB), the newest.
