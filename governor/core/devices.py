@@ -11,9 +11,11 @@ one also opens (``/dev/nvidiactl``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
+
+from governor.core.device_identity import DeviceIdentity
 
 __all__ = ["Device", "DeviceInventory", "Inventory", "Provider", "char_nodes", "denied_nodes"]
 
@@ -22,6 +24,15 @@ Node = tuple[str, int, int]  # ("c", major, minor): a character device, as the d
 
 class Inventory(Protocol):
     """What the guard and placement read of any class's inventory."""
+
+    @property
+    def devices(self) -> Sequence[Device]:
+        """Its devices, ``devices[i].index == i`` (each with ``index``, ``node``, ``major``,
+        ``minor`` and ``identity``)."""
+
+    @property
+    def control(self) -> Sequence[tuple[str, int, int]]:
+        """The shared control nodes every user of one also opens, ``(path, major, minor)``."""
 
     def nodes(self) -> frozenset[Node]:
         """Every node of the class: its devices' and its control nodes, ``("c", major, minor)``."""
@@ -42,6 +53,11 @@ class Device:
     node: str
     major: int
     minor: int
+
+    @property
+    def identity(self) -> DeviceIdentity:
+        """How a task's record names it: its device number (:mod:`governor.core.device_identity`)."""
+        return DeviceIdentity(f"{self.major}:{self.minor}")
 
 
 @dataclass(frozen=True)
@@ -78,12 +94,16 @@ class Provider(NamedTuple):
             config governs none of it; ``discover`` is a stand-in for the provider's own
             discovery (tests pass fakes), None: its own. Raises the class's error (a
             ``GovernorError``) when the configured devices cannot be used.
+        listed: (inventory, indices) → index → the pids the class's own tooling says use that
+            device (NVML's process list), for the hand-over to find beside ``/proc``'s open
+            descriptors; None where the class has no such list, or it cannot be read.
     """
 
     entry: str
     key: str
     governs: Callable[[object], bool]
     find: Callable[[object, Callable[..., Inventory] | None], Inventory | None]
+    listed: Callable[[Inventory, Sequence[int]], Mapping[int, set[int]] | None] | None = None
 
 
 def char_nodes(devices: Iterable, control: Iterable[tuple[str, int, int]]) -> frozenset[Node]:

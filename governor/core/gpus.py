@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from governor.errors import GovernorError
 from governor.core.devices import Node, char_nodes
-from governor.core.gpu_identity import GpuIdentity
+from governor.core.device_identity import DeviceIdentity
 
 __all__ = ["Gpu", "GpuError", "GpuInventory", "GpuUse"]
 
@@ -56,9 +56,9 @@ class Gpu:
     mig_parent: int | None = None
 
     @property
-    def identity(self) -> GpuIdentity:
-        """How a task's record names it: device number and UUID (:mod:`governor.core.gpu_identity`)."""
-        return GpuIdentity(f"{self.major}:{self.minor}", self.uuid)
+    def identity(self) -> DeviceIdentity:
+        """How a task's record names it: device number and UUID (:mod:`governor.core.device_identity`)."""
+        return DeviceIdentity(f"{self.major}:{self.minor}", self.uuid)
 
     def visible_id(self) -> str:
         """What ``CUDA_VISIBLE_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` name it by: the UUID, else
@@ -88,6 +88,12 @@ class GpuInventory:
     control: tuple[tuple[str, int, int], ...]
     source: str
     notes: tuple[str, ...] = ()
+
+    @property
+    def devices(self) -> tuple[Gpu, ...]:
+        """Its GPUs, as every class's inventory names its devices
+        (:class:`governor.core.devices.Inventory`)."""
+        return self.gpus
 
     def nodes(self) -> frozenset[Node]:
         """Its GPUs' nodes and its control nodes, ``("c", major, minor)`` (a device class's

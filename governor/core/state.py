@@ -11,8 +11,11 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, KeysView, Mapping
 from dataclasses import dataclass, field
 
-from governor.core.gpu_identity import GpuIdentity
+from governor.core.device_identity import DeviceIdentity
 from governor.config.kinds import Kind, cgroup_of, kind_of
+
+Slot = tuple[str, int]  # one device: its class's registry entry and its index in that class's inventory
+GPU = "gpu"  # the registry's entry of NVIDIA's GPUs: what a view's "gpus" shows
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +42,13 @@ class Task:
         place: its group's cgroup when it started (``science/physics-lab``,
             :meth:`~governor.config.settings.Config.place`), kept so that the task is found
             where it is whatever a later config says; empty for the group's own name.
-        gpus: the GPUs it holds (``governor run --gpus N``) by index in the inventory in force
-            (:attr:`governor.core.gpus.Gpu.index`), re-mapped by identity when it changes; () for none.
-        gpu_identities: the same GPUs by identity, in order (its record keeps these:
-            :mod:`governor.core.task_record`; read back, a task has no ``gpus`` until re-mapped).
+        devices: each device class it holds some of (its registry entry: ``gpu`` for
+            ``governor run --gpus N``) → the devices it holds by index in that class's inventory
+            in force (:attr:`governor.core.devices.Device.index`), re-mapped by identity when it
+            changes; a class it holds none of is left out.
+        device_identities: the same devices by identity, class by class, in order (its record
+            keeps these: :mod:`governor.core.task_record`; read back, a task has no ``devices``
+            until re-mapped).
         unrecorded: a task found at a restart without a readable record (set aside as
             ``<id>.json.bad``): governed as the kernel holds it (its declared memory is its
             cgroup's memory cap; nothing of its cgroup is written), named ``(unrecorded)``,
@@ -63,8 +69,8 @@ class Task:
     name: str = ""
     time_limit: float | None = None
     place: str = ""
-    gpus: tuple[int, ...] = ()
-    gpu_identities: tuple[GpuIdentity, ...] = ()
+    devices: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    device_identities: Mapping[str, tuple[DeviceIdentity, ...]] = field(default_factory=dict)
     unrecorded: bool = False
     kind: Kind = field(init=False, repr=False, compare=False)
     cgroup: str = field(init=False, repr=False, compare=False)
@@ -83,6 +89,10 @@ class Task:
         """Whether this is a login session: the user's systemd slice, outside governor's root."""
         return self.kind is Kind.LOGIN
 
+    def held(self) -> list[Slot]:
+        """The devices it holds, every class's, as ``(entry, index)``."""
+        return [(entry, index) for entry, indices in self.devices.items() for index in indices]
+
     @property
     def label(self) -> str:
         """How people see it in the log: ``task 7`` or ``session of alice``."""
@@ -97,7 +107,7 @@ class Task:
         return {"id": self.id, "name": self.name, "group": self.group, "user": self.user, "uid": self.uid,
                 "session": self.is_session, "pid": self.pid, "command": command, "command_cut": cut,
                 "started": self.started, "time_limit": self.time_limit, "demand": dict(self.demand),
-                "gpus": list(self.gpus)}
+                "gpus": list(self.devices.get(GPU, ()))}
 
 
 # What a command line may cost a view of everyone's tasks (status, watch, ps --all, the queue):
@@ -140,9 +150,9 @@ class Tasks:
         self._logins: dict[str, Task] = {}
         self._sessions: dict[str, Task] = {}  # sessions and login sessions
         self._inside: Counter[str] = Counter()  # group → its tasks below governor's root
-        self._gpus: dict[int, str] = {}  # GPU index → the task holding it
-        # GPU index → the ended task that held it, until no other process holds its node open
-        self._draining: dict[int, str] = {}
+        self._holders: dict[Slot, str] = {}  # a device → the task holding it
+        # A device → the ended task that held it, until no other process holds its node open
+        self._draining: dict[Slot, str] = {}
 
     def add(self, task: Task) -> None:
         self._tasks[task.id] = task
@@ -156,8 +166,7 @@ class Tasks:
             self._inside[task.group] += 1
         self._groups.setdefault(task.group, {})[task.id] = task
         self._sums.pop(task.group, None)
-        for gpu in task.gpus:
-            self._gpus[gpu] = task.id
+        self._holders.update(dict.fromkeys(task.held(), task.id))
 
     def remove(self, task_id: str) -> Task | None:
         task = self._tasks.pop(task_id, None)
@@ -172,20 +181,21 @@ class Tasks:
         if not members:
             del self._groups[task.group]
         self._sums.pop(task.group, None)
-        for gpu in task.gpus:
-            self._gpus.pop(gpu, None)
-            self._draining[gpu] = task.id
+        for slot in task.held():
+            self._holders.pop(slot, None)
+            self._draining[slot] = task.id
         return task
 
     def update(self, task: Task) -> None:
-        """Put ``task`` in place of the running task of its id (KeyError: none), in launch order (GPUs re-mapped)."""
-        for gpu in self._tasks[task.id].gpus:
-            if self._gpus.get(gpu) == task.id:  # not one another task, updated first, holds now
-                del self._gpus[gpu]
+        """Put ``task`` in place of the running task of its id (KeyError: none), in launch order
+        (its devices re-mapped)."""
+        for slot in self._tasks[task.id].held():
+            if self._holders.get(slot) == task.id:  # not one another task, updated first, holds now
+                del self._holders[slot]
         for table in (self._tasks, self._groups[task.group], self._sessions, self._logins):
             if task.id in table:
                 table[task.id] = task
-        self._gpus.update(dict.fromkeys(task.gpus, task.id))
+        self._holders.update(dict.fromkeys(task.held(), task.id))
 
     def get(self, task_id: str) -> Task | None:
         return self._tasks.get(task_id)
@@ -200,35 +210,37 @@ class Tasks:
         """How many running tasks ``uid`` launched (sessions not counted)."""
         return self._launched[uid]
 
-    def gpu_holders(self) -> dict[int, str]:
-        """GPU index → the id of the running task holding it (shared: do not modify)."""
-        return self._gpus
+    def holders(self) -> dict[Slot, str]:
+        """A device ``(entry, index)`` → the id of the running task holding it (shared: do not modify)."""
+        return self._holders
 
-    def free_gpus(self, count: int) -> list[int]:
-        """The indices among ``range(count)`` no running task holds and none drains, lowest first."""
-        return [gpu for gpu in range(count) if gpu not in self._gpus and gpu not in self._draining]
+    def free(self, entry: str, count: int) -> list[int]:
+        """The indices among ``range(count)`` of class ``entry`` no running task holds and none
+        drains, lowest first."""
+        return [index for index in range(count)
+                if (entry, index) not in self._holders and (entry, index) not in self._draining]
 
-    def draining(self) -> dict[int, str]:
-        """GPU index → the id of the ended task that held it, for each GPU not free yet: some
-        process may still hold its node open (shared: do not modify)."""
+    def draining(self) -> dict[Slot, str]:
+        """A device ``(entry, index)`` → the id of the ended task that held it, for each device not
+        free yet: some process may still hold its node open (shared: do not modify)."""
         return self._draining
 
-    def drain(self, gpu: int) -> None:
-        """Hold GPU ``gpu`` back until a look finds no process holding its node: a daemon that
-        starts does not know which of the free GPUs a task left while none ran (ended task "")."""
-        if gpu not in self._gpus:
-            self._draining.setdefault(gpu, "")
+    def drain(self, slot: Slot) -> None:
+        """Hold device ``slot`` back until a look finds no process holding its node: a daemon that
+        starts does not know which of the free devices a task left while none ran (ended task "")."""
+        if slot not in self._holders:
+            self._draining.setdefault(slot, "")
 
-    def redrain(self, draining: Mapping[int, str]) -> None:
-        """Put ``draining`` (GPU index → the ended task that held it) in place of the draining
-        GPUs: a reload renumbered them. An index a running task holds is left out."""
-        renumbered = {gpu: ended for gpu, ended in draining.items() if gpu not in self._gpus}
+    def redrain(self, draining: Mapping[Slot, str]) -> None:
+        """Put ``draining`` (a device → the ended task that held it) in place of the draining
+        devices: a reload renumbered them. A device a running task holds is left out."""
+        renumbered = {slot: ended for slot, ended in draining.items() if slot not in self._holders}
         self._draining.clear()  # in place: draining() hands out this very table
         self._draining.update(renumbered)
 
-    def drained(self, gpu: int) -> None:
-        """GPU ``gpu`` is free: no process but those of its new holder may hold its node."""
-        self._draining.pop(gpu, None)
+    def drained(self, slot: Slot) -> None:
+        """Device ``slot`` is free: no process but those of its new holder may hold its node."""
+        self._draining.pop(slot, None)
 
     def sessions(self) -> list[Task]:
         """The sessions (login sessions too), in the order they started."""

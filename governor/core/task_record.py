@@ -1,10 +1,13 @@
 """A task's record as JSON (DESIGN.md §8): what :class:`governor.host.task_store.TaskStore` writes for a
 running task, and every field checked as a request's would be when it is read back.
 
-A record names the GPUs its task holds by identity (``"gpus": [{"device": "195:0", "uuid":
-"GPU-…"}, …]``, :mod:`governor.core.gpu_identity`), never by governor's index, which changes with
-the inventory. A record written before (``"gpus": [0, 1]``) is read back with those indices
-and no identity: the daemon re-adopting it takes them as indices of today's inventory
+A record names the devices its task holds by identity, never by governor's index, which changes
+with the inventory (:mod:`governor.core.device_identity`): its GPUs as ``"gpus": [{"device":
+"195:0", "uuid": "GPU-…"}, …]``, and any other class's as ``"devices": {"<entry>": [{"device":
+…, "uuid": null}, …]}``, a field written only when the task holds such a device (a record of an
+earlier release's fields stays readable by that release: it refuses a field it does not know).
+A record written before identities (``"gpus": [0, 1]``) is read back with those indices and no
+identity: the daemon re-adopting it takes them as indices of today's inventory
 (:mod:`governor.daemon.recovery`).
 """
 
@@ -16,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from governor.config.groups import MAX_DEPTH
 from governor.config.settings import group_name_problem
-from governor.core.gpu_identity import GpuIdentity
+from governor.core.device_identity import DeviceIdentity
 from governor.config.kinds import record_id_fits
 
 if TYPE_CHECKING:
@@ -26,25 +29,32 @@ __all__ = ["record_of", "task_fields"]
 
 _RECORD_FIELDS = {"id", "group", "pid", "uid", "user", "command", "demand", "started"}
 # Fields added later: a record written before them is read without them.
-_LATER_FIELDS = {"name", "time_limit", "place", "gpus"}
+_LATER_FIELDS = {"name", "time_limit", "place", "gpus", "devices"}
 _MAX_GPU_INDEX = 1023
-_STORED = (*sorted(_RECORD_FIELDS), *sorted(_LATER_FIELDS - {"gpus"}))
+_STORED = (*sorted(_RECORD_FIELDS), *sorted(_LATER_FIELDS - {"gpus", "devices"}))
+_GPU = "gpu"  # the registry's entry of NVIDIA's GPUs, whose devices a record keeps as "gpus"
 
 
 def record_of(task: Task) -> dict:
     """What ``task``'s record holds: every field but the derived ``kind`` and ``cgroup``, its
-    GPUs by identity (``gpus``: :meth:`GpuIdentity.to_record
-    <governor.core.gpu_identity.GpuIdentity.to_record>` of each of ``task.gpu_identities``)."""
+    devices by identity (:meth:`DeviceIdentity.to_record
+    <governor.core.device_identity.DeviceIdentity.to_record>` of each of
+    ``task.device_identities``): the GPUs' as ``gpus``, any other class's in ``devices`` (only
+    when it holds some)."""
     record = {name: getattr(task, name) for name in _STORED}
-    record["gpus"] = [identity.to_record() for identity in task.gpu_identities]
+    record["gpus"] = [identity.to_record() for identity in task.device_identities.get(_GPU, ())]
+    others = {entry: [identity.to_record() for identity in held]
+              for entry, held in task.device_identities.items() if entry != _GPU and held}
+    if others:
+        record["devices"] = others
     return record
 
 
 def task_fields(task_id: str, data: bytes) -> dict:
     """The keyword arguments of :class:`~governor.core.state.Task` that record ``data`` (the file
-    ``<task_id>.json``) holds, every field checked as a request's would be. GPUs held by
-    identity come as ``gpu_identities`` (``gpus`` empty until re-mapped to an inventory); an
-    older record's indices as ``gpus`` (``gpu_identities`` empty).
+    ``<task_id>.json``) holds, every field checked as a request's would be. Devices held by
+    identity come as ``device_identities`` (``devices`` empty until re-mapped to an inventory);
+    an older record's GPU indices as ``devices`` (no identities).
 
     Raises:
         ValueError: what is wrong, naming the field.
@@ -58,6 +68,7 @@ def task_fields(task_id: str, data: bytes) -> dict:
                          f"(and optionally {', '.join(sorted(_LATER_FIELDS))})")
     problem = group_name_problem(record["group"]) if isinstance(record["group"], str) else "not a string"
     gpus, identities, gpu_problem = _gpus(record.get("gpus", []))
+    others, devices_problem = _devices(record.get("devices", {}))
     checks = {
         "id": record["id"] == task_id and _whole(record["uid"], minimum=0) and record_id_fits(task_id, record["uid"]),
         "group": problem is None,
@@ -72,20 +83,42 @@ def task_fields(task_id: str, data: bytes) -> dict:
         "time_limit": record.get("time_limit") is None or (_amount(record["time_limit"]) and record["time_limit"] > 0),
         "place": _place_fits(record.get("place", ""), record["group"]),
         "gpus": gpu_problem is None,
+        "devices": devices_problem is None,
     }
     bad = [field for field, fine in checks.items() if not fine]
     if bad:
-        detail = f" ({problem})" if bad[0] == "group" and problem else f" ({gpu_problem})" if bad[0] == "gpus" else ""
+        detail = {"group": problem, "gpus": gpu_problem, "devices": devices_problem}.get(bad[0])
+        detail = f" ({detail})" if detail else ""
         raise ValueError(f"field {bad[0]}{detail} is out of bounds")
     return {"id": record["id"], "group": record["group"], "pid": record["pid"], "uid": record["uid"],
             "user": record["user"], "command": tuple(record["command"]),
             "demand": {k: float(v) for k, v in record["demand"].items()}, "started": float(record["started"]),
             "name": record.get("name", ""),
             "time_limit": None if record.get("time_limit") is None else float(record["time_limit"]),
-            "place": record.get("place", ""), "gpus": gpus, "gpu_identities": identities}
+            "place": record.get("place", ""), "devices": {_GPU: gpus} if gpus else {},
+            "device_identities": {**({_GPU: identities} if identities else {}), **others}}
 
 
-def _gpus(stored: object) -> tuple[tuple[int, ...], tuple[GpuIdentity, ...], str | None]:
+def _devices(stored: object) -> tuple[dict[str, tuple[DeviceIdentity, ...]], str | None]:
+    """A record's ``devices``: class → its distinct identities, and what is wrong with them
+    (None: nothing)."""
+    if not isinstance(stored, dict):
+        return {}, "not an object"
+    found = {}
+    for entry, held in stored.items():
+        if not (entry.isidentifier() and entry.isascii()) or entry == _GPU:
+            return {}, f"{entry!r} is not a device class (a GPU is kept in gpus)"
+        try:
+            identities = tuple(DeviceIdentity.from_record(device) for device in held) if isinstance(held, list) else ()
+        except ValueError as error:
+            return {}, f"{entry}: not device identities: {error}"
+        if not identities or len(set(identities)) != len(identities):
+            return {}, f"{entry}: not a list of distinct device identities"
+        found[entry] = identities
+    return found, None
+
+
+def _gpus(stored: object) -> tuple[tuple[int, ...], tuple[DeviceIdentity, ...], str | None]:
     """A record's ``gpus``: distinct identities (or, written before them, distinct indices
     within :data:`_MAX_GPU_INDEX`), and what is wrong with them (None: nothing)."""
     if not isinstance(stored, list):
@@ -95,7 +128,7 @@ def _gpus(stored: object) -> tuple[tuple[int, ...], tuple[GpuIdentity, ...], str
             return (), (), "an index held twice"
         return tuple(stored), (), None
     try:
-        identities = tuple(GpuIdentity.from_record(g) for g in stored)
+        identities = tuple(DeviceIdentity.from_record(g) for g in stored)
     except ValueError as error:
         return (), (), f"neither indices nor GPU identities: {error}"
     if len(set(identities)) != len(identities):

@@ -90,9 +90,9 @@ class GpuGuard:
 
     @property
     def sweeps(self) -> bool:
-        """Whether session processes must be looked at for GPU nodes held open: sessions
-        are governed and the guard covers no place where they start."""
-        return self.policy.gpus is not None and self._holds_sessions() and not (self.plan and self.plan.places)
+        """Whether session processes must be looked at for device nodes held open (any class's):
+        sessions are governed and the guard covers no place where they start."""
+        return bool(self.policy.devices) and self._holds_sessions() and not (self.plan and self.plan.places)
 
     def _holds_sessions(self) -> bool:
         return self.policy.owners.enabled and (self.registry is None or self.registry.holds_sessions)

@@ -1,21 +1,23 @@
-"""The GPU hand-over: a GPU a task leaves goes to the next task only once no governed process
-but its new holder's may still use it (DESIGN.md §3, devices).
+"""The device hand-over, for every device class (GPUs and any other:
+:mod:`governor.core.devices`): a device a task leaves goes to the next task only once no
+governed process but its new holder's may still use it (DESIGN.md §3, devices).
 
 The kernel checks device rules at ``open()`` only: a node opened before its task ended, or
-passed over a Unix socket (``SCM_RIGHTS``) to a process without GPUs, keeps working after the
-GPU is handed on. So a GPU whose task ended *drains* (:meth:`~governor.core.state.Tasks.draining`):
-each process in governor's tasks and sessions (login sessions too) that still holds its node
-open (``/proc/<pid>/fd``, and NVML's process list where NVML knows the GPU) is killed and logged
-with its owner, and the GPU becomes free when a look finds none left. A process of a task that
-holds another MIG instance of the same GPU shares the node rightly: it is left alone. Processes
+passed over a Unix socket (``SCM_RIGHTS``) to a process without that device, keeps working
+after the device is handed on. So a device whose task ended *drains*
+(:meth:`~governor.core.state.Tasks.draining`): each process in governor's tasks and sessions
+(login sessions too) that still holds its node open (``/proc/<pid>/fd``, and the class's own
+process list where it has one: NVML's for a GPU it knows) is killed and logged with its owner,
+and the device becomes free when a look finds none left. A process of a task that holds
+another MIG instance of the same GPU shares the node rightly: it is left alone. Processes
 outside governor (``nvidia-persistenced``, a DCGM exporter) are never touched and never keep a
-GPU from draining. The look runs on a thread of its own: ``/proc`` of a busy host is
+device from draining. The look runs on a thread of its own: ``/proc`` of a busy host is
 thousands of directories.
 
-The same look, over every GPU, is the sweep (:meth:`Handover.sweep`): where the kernel cannot
-deny the nodes where sessions start, a session process that opened one before governor moved
-it is ended so (:mod:`governor.daemon.gpu_guard`); and each process moved into a session is
-looked at so once moved (:meth:`Handover.moved`): it may have started outside the guarded
+The same look, over every device, is the sweep (:meth:`Handover.sweep`): where the kernel
+cannot deny the nodes where sessions start, a session process that opened one before governor
+moved it is ended so (:mod:`governor.daemon.gpu_guard`); and each process moved into a session
+is looked at so once moved (:meth:`Handover.moved`): it may have started outside the guarded
 places.
 """
 
@@ -29,16 +31,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from governor.cgroups.hierarchy import Hierarchy, Location
-from governor.daemon import inbox
+from governor.daemon import device_places, inbox
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
 from governor.errors import CgroupError
-from governor.core.gpus import GpuInventory
+from governor.core.devices import Inventory
 from governor.config.kinds import login_id, task_in
-from governor.host.nvml import processes_on
+from governor.host import devices as providers
 from governor.host.openfiles import PROC, node_holders, owner_uid
 from governor.host.processes import end_if
-from governor.core.state import Task, Tasks
+from governor.core.state import Slot, Task, Tasks
 
 __all__ = ["DRAIN_RETRY_MAX_S", "DRAIN_RETRY_S", "SWEEP_AFTER_HANDOVER_S", "Handover", "Holder"]
 
@@ -47,13 +49,13 @@ log = logging.getLogger("governor.daemon")
 DRAIN_RETRY_S = 0.2
 DRAIN_RETRY_MAX_S = 5.0
 # An fd in flight at the hand-over (sent over a socket, not received yet) is held by no process:
-# one more look this long after a GPU is handed on finds its receiver.
+# one more look this long after a device is handed on finds its receiver.
 SWEEP_AFTER_HANDOVER_S = 1.0
 
 
 @dataclass(frozen=True)
 class Holder:
-    """A process found holding a draining GPU's node.
+    """A process found holding a draining device's node.
 
     Attributes:
         pid: the process; uid: its owner (None: gone since).
@@ -70,19 +72,22 @@ class Holder:
 
 
 class Handover:
-    """Draining the GPUs ended tasks held.
+    """Draining the devices ended tasks held.
 
     Args:
-        hierarchy: where a process is; policy: the GPUs governed; tasks: who holds which GPU
-            and which drain; inbox: told once a GPU is free (settle admits); journal: events.
+        hierarchy: where a process is; policy: the devices governed; tasks: who holds which
+            device and which drain; inbox: told once a device is free (settle admits);
+            journal: events.
         proc: the proc filesystem (tests pass a fake one).
-        listed: NVML's processes per GPU (:func:`governor.host.nvml.processes_on`).
+        listed: (entry, inventory, indices) → the processes its class's own list names per
+            device (NVML's for GPUs: :attr:`Provider.listed
+            <governor.core.devices.Provider.listed>`), None where it has none.
         kill: ends a holder (default: SIGKILL through a pidfd; tests on fake pids pass a fake).
     """
 
     def __init__(self, *, hierarchy: Hierarchy, policy: Policy, tasks: Tasks, inbox: inbox.Inbox, journal: Journal,
                  proc: Path = PROC,
-                 listed: Callable[[GpuInventory, Sequence[int]], Mapping[int, set[int]] | None] = processes_on,
+                 listed: Callable[[str, Inventory, Sequence[int]], Mapping[int, set[int]] | None] | None = None,
                  kill: Callable[[Holder], None] | None = None):
         self.hierarchy = hierarchy
         self.policy = policy
@@ -90,9 +95,9 @@ class Handover:
         self.inbox = inbox
         self.journal = journal
         self.proc = proc
-        self.listed = listed
+        self.listed = listed or _provider_listed
         self.kill = kill or self._kill
-        self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpu-handover")
+        self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="device-handover")
         self._running: asyncio.Task | None = None  # the drain under way
         self._sweeping: asyncio.Task | None = None  # the sweep under way
         self._later: asyncio.TimerHandle | None = None  # the sweep after the last hand-over
@@ -101,27 +106,28 @@ class Handover:
         self._ended: set[int] = set()  # pids killed and not yet seen gone
 
     def start(self) -> None:
-        """Drain every GPU no running task holds, and sweep every GPU once (the daemon starts,
-        its tasks re-adopted): a task that ended while no daemon ran may have left a holder,
-        and while none ran no guard kept a session's process from opening a GPU a running
-        task holds (a clean stop takes the guard off: :meth:`GpuGuard.stop
+        """Drain every device no running task holds, and sweep every device once (the daemon
+        starts, its tasks re-adopted): a task that ended while no daemon ran may have left a
+        holder, and while none ran no guard kept a session's process from opening a device a
+        running task holds (a clean stop takes the guard off: :meth:`GpuGuard.stop
         <governor.daemon.gpu_guard.GpuGuard.stop>`)."""
-        if self.policy.gpus is not None:
-            for gpu in self.tasks.free_gpus(len(self.policy.gpus.gpus)):
-                self.tasks.drain(gpu)
+        if self.policy.devices:
+            for entry, inventory in self.policy.devices.items():
+                for index in self.tasks.free(entry, len(inventory.devices)):
+                    self.tasks.drain((entry, index))
             self.sweep()
 
     def drain(self) -> None:
-        """Look for the holders of every draining GPU, kill those governor governs, and free
-        each GPU none holds; on the event loop, again every :data:`DRAIN_RETRY_S` until every
-        GPU is free, less often while a holder stays (one look at a time)."""
+        """Look for the holders of every draining device, kill those governor governs, and free
+        each device none holds; on the event loop, again every :data:`DRAIN_RETRY_S` until
+        every device is free, less often while a holder stays (one look at a time)."""
         if not self.tasks.draining():
             return
         if self._running is None or self._running.done():
             self._running = asyncio.get_running_loop().create_task(self._drain())
 
     def close(self) -> None:
-        """Stop looking (the daemon stops; a GPU still draining is drained by no one)."""
+        """Stop looking (the daemon stops; a device still draining is drained by no one)."""
         for running in (self._running, self._sweeping, self._later, self._checking):
             if running is not None:
                 running.cancel()
@@ -138,23 +144,29 @@ class Handover:
             await asyncio.sleep(wait)
             wait = min(2 * wait, DRAIN_RETRY_MAX_S)  # a holder that will not die: look less often
 
-    def _nodes(self) -> dict[int, tuple[int, int]]:
-        """Draining GPU → its node; a GPU the inventory no longer has is free at once."""
-        known = {gpu.index: (gpu.major, gpu.minor) for gpu in self.policy.gpus.gpus} if self.policy.gpus else {}
-        for gpu in [g for g in self.tasks.draining() if g not in known]:
-            self.tasks.drained(gpu)
-        return {gpu: known[gpu] for gpu in self.tasks.draining()}
+    def _nodes(self) -> dict[Slot, tuple[int, int]]:
+        """Draining device → its node; a device its class's inventory no longer has is free at once."""
+        known = self._every_node()
+        for slot in [s for s in self.tasks.draining() if s not in known]:
+            self.tasks.drained(slot)
+        return {slot: known[slot] for slot in self.tasks.draining()}
 
-    def _find(self, nodes: Mapping[int, tuple[int, int]], only: set[int] | None = None) -> list[Holder]:
+    def _every_node(self) -> dict[Slot, tuple[int, int]]:
+        """Every governed device → its node, class by class."""
+        return {(entry, device.index): (device.major, device.minor)
+                for entry, inventory in self.policy.devices.items() for device in inventory.devices}
+
+    def _find(self, nodes: Mapping[Slot, tuple[int, int]], only: set[int] | None = None) -> list[Holder]:
         """(On the hand-over thread) every process holding one of ``nodes`` open; of the pids
         ``only``, where given."""
         held = node_holders(set(nodes.values()), self.proc, pids=only)
         seen = set(held)
-        inventory = self.policy.gpus
-        listed = self.listed(inventory, list(nodes)) if inventory is not None and nodes else None
-        for gpu, pids in (listed or {}).items():
-            for pid in pids if only is None else pids & only:
-                held.setdefault(pid, set()).add(nodes[gpu])
+        for entry, inventory in self.policy.devices.items():
+            indices = [index for (of, index) in nodes if of == entry]
+            listed = self.listed(entry, inventory, indices) if indices else None
+            for index, pids in (listed or {}).items():
+                for pid in pids if only is None else pids & only:
+                    held.setdefault(pid, set()).add(nodes[(entry, index)])
         found = []
         for pid, numbers in held.items():
             try:
@@ -165,64 +177,63 @@ class Handover:
         return found
 
     def sweep(self) -> None:
-        """End every governed process holding a GPU node its task (or session) was not given
+        """End every governed process holding a device node its task (or session) was not given
         (one look, on the hand-over thread): where the kernel cannot deny the nodes where
         sessions start (:attr:`~governor.daemon.gpu_guard.GpuGuard.sweeps`), a process that
         opened one before governor moved it into its session is found here."""
-        inventory = self.policy.gpus
-        if inventory is None:
+        nodes = self._every_node()
+        if not nodes:
             return
-        nodes = {gpu.index: (gpu.major, gpu.minor) for gpu in inventory.gpus}
         if self._sweeping is None or self._sweeping.done():
             self._sweeping = asyncio.get_running_loop().create_task(self._sweep(nodes))
 
-    async def _sweep(self, nodes: dict[int, tuple[int, int]]) -> None:
+    async def _sweep(self, nodes: dict[Slot, tuple[int, int]]) -> None:
         found = await asyncio.get_running_loop().run_in_executor(self._thread, self._find, nodes)
         self._end_wrong(found, nodes)
 
     def moved(self, pid: int) -> None:
-        """Process ``pid`` was just moved into a session: end it if it holds a GPU node open
+        """Process ``pid`` was just moved into a session: end it if it holds a device node open
         that its session was not given, as the sweep does. It may have started where no guard
         denies the nodes (a cron job in ``system.slice``, where the guard covers the login
         slices) and opened one before the move. Pids moved meanwhile are looked at together,
         on the hand-over thread."""
-        if self.policy.gpus is None:
+        if not self.policy.devices:
             return
         self._moved.add(pid)
         if self._checking is None or self._checking.done():
             self._checking = asyncio.get_running_loop().create_task(self._check_moved())
 
     async def _check_moved(self) -> None:
-        while self._moved and self.policy.gpus is not None:
+        while self._moved and self.policy.devices:
             pids, self._moved = self._moved, set()
-            nodes = {gpu.index: (gpu.major, gpu.minor) for gpu in self.policy.gpus.gpus}
+            nodes = self._every_node()
             found = await asyncio.get_running_loop().run_in_executor(self._thread, self._find, nodes, pids)
             self._end_wrong(found, nodes, pids)
 
-    def _look(self, found: list[Holder], scanned: Mapping[int, tuple[int, int]]) -> bool:
-        """Kill the governed holders of the draining GPUs ``scanned`` (GPU → node) was looked
-        for, free those none holds (a GPU that began draining since waits for the next look);
-        True when none drains any more."""
-        nodes = {gpu: node for gpu, node in self._nodes().items() if scanned.get(gpu) == node}
+    def _look(self, found: list[Holder], scanned: Mapping[Slot, tuple[int, int]]) -> bool:
+        """Kill the governed holders of the draining devices ``scanned`` (device → node) was
+        looked for, free those none holds (a device that began draining since waits for the
+        next look); True when none drains any more."""
+        nodes = {slot: node for slot, node in self._nodes().items() if scanned.get(slot) == node}
         blocked = self._end_wrong(found, nodes)
-        freed = [g for g in nodes if g not in blocked]
-        for gpu in freed:
-            ended = self.tasks.draining()[gpu]
-            self.tasks.drained(gpu)
+        freed = [slot for slot in nodes if slot not in blocked]
+        for slot in freed:
+            ended = self.tasks.draining()[slot]
+            self.tasks.drained(slot)
             since = f"since task {ended} ended" if ended else "at the daemon's start"
-            self.journal.event("gpu_free", f"GPU {gpu} is free: no process holds it {since}")
-            if ended:  # (every GPU drains once as the daemon starts: nothing to tell)
-                self.journal.alert("gpu_drained", f"GPU {gpu} is drained and free again: no process holds it "
-                                                  f"{since}", details={"gpu": gpu, "after_task": ended})
-            self.inbox.put(inbox.Handover(gpu))
+            self.journal.event("gpu_free", f"{_called(slot)} is free: no process holds it {since}")
+            if ended:  # (every device drains once as the daemon starts: nothing to tell)
+                self.journal.alert("gpu_drained", f"{_called(slot)} is drained and free again: no process holds it "
+                                                  f"{since}", details={slot[0]: slot[1], "after_task": ended})
+            self.inbox.put(inbox.Handover(_called(slot)))
         if freed:
             self._later = asyncio.get_running_loop().call_later(SWEEP_AFTER_HANDOVER_S, self.sweep)
         return not self.tasks.draining()
 
-    def _end_wrong(self, found: list[Holder], nodes: Mapping[int, tuple[int, int]],
-                   looked: set[int] | None = None) -> set[int]:
-        """Kill each governed holder of one of ``nodes`` (GPU → node) its task was not given
-        (``found`` by a look at every process, or at the pids ``looked``); returns the GPUs
+    def _end_wrong(self, found: list[Holder], nodes: Mapping[Slot, tuple[int, int]],
+                   looked: set[int] | None = None) -> set[Slot]:
+        """Kill each governed holder of one of ``nodes`` (device → node) its task was not given
+        (``found`` by a look at every process, or at the pids ``looked``); returns the devices
         such a process holds."""
         holding = {holder.pid for holder in found}
         # Those looked at and holding none any more (or gone) may be ended again if they do.
@@ -230,13 +241,13 @@ class Handover:
             self._ended &= holding
         else:
             self._ended -= looked - holding
-        blocked: set[int] = set()
+        blocked: set[Slot] = set()
         for holder in found:
             governed, task = self._governed(holder.where)
             if not governed:
                 continue  # outside governor: a system service (nvidia-persistenced, DCGM)
             mine = self._own_nodes(task)
-            wrong = [gpu for gpu, node in nodes.items() if node in holder.nodes and node not in mine]
+            wrong = [slot for slot, node in nodes.items() if node in holder.nodes and node not in mine]
             if not wrong:
                 continue
             blocked.update(wrong)
@@ -256,12 +267,13 @@ class Handover:
         return False, None
 
     def _own_nodes(self, task: Task | None) -> set[tuple[int, int]]:
-        """The nodes of the GPUs ``task`` holds (a MIG instance shares its GPU's node)."""
-        if task is None or not task.gpus or self.policy.gpus is None:
+        """The nodes of the devices ``task`` holds (a MIG instance shares its GPU's node)."""
+        if task is None or not task.devices:
             return set()
-        return {(gpu.major, gpu.minor) for gpu in self.policy.gpus.gpus if gpu.index in task.gpus}
+        every = self._every_node()
+        return {every[slot] for slot in task.held() if slot in every}
 
-    def _end(self, holder: Holder, task: Task | None, gpus: list[int]) -> None:
+    def _end(self, holder: Holder, task: Task | None, slots: list[Slot]) -> None:
         """Kill ``holder`` (through a pidfd, once it is sure to be the process that holds the
         node: a pid may be reused) and log it."""
         self._ended.add(holder.pid)
@@ -269,7 +281,7 @@ class Handover:
         if task is not None:
             who = f"user {task.user}" if task.uid == holder.uid else who
         where = task.label if task is not None else "governor's cgroup " + (holder.where.rel or "?")
-        names = ", ".join(f"GPU {gpu}" for gpu in gpus)
+        names = ", ".join(map(_called, slots))
         try:
             self.kill(holder)
         except OSError as error:
@@ -277,10 +289,10 @@ class Handover:
                                         f"{error.strerror}", logging.ERROR, detail=f"pid {holder.pid}")
             return
         draining = self.tasks.draining()
-        ended = ", ".join(f"task {draining[gpu]}" for gpu in gpus if draining.get(gpu))
+        ended = ", ".join(f"task {draining[slot]}" for slot in slots if draining.get(slot))
         if ended:
             why = f"after {ended} ended"
-        elif any(gpu in draining for gpu in gpus):
+        elif any(slot in draining for slot in slots):
             why = "after its task ended, before the daemon started"
         else:
             why = f"though {'it' if task is None else task.label} was not given it"
@@ -309,6 +321,18 @@ class Handover:
         governed, task = self._governed(where)
         wrong = holder.nodes - self._own_nodes(task)
         if not governed or not wrong:
-            return False  # another process now (outside governor), or one given that GPU
+            return False  # another process now (outside governor), or one given that device
         # Only NVML named it: /proc cannot show its descriptor (another mount namespace's path).
         return holder.listed_only or bool(node_holders(wrong, self.proc, pids=[holder.pid]))
+
+
+def _called(slot: Slot) -> str:
+    """How messages name a device: ``GPU 0``."""
+    return f"{device_places.named(slot[0])[1]} {slot[1]}"
+
+
+def _provider_listed(entry: str, inventory: Inventory, indices: Sequence[int]) -> Mapping[int, set[int]] | None:
+    """What class ``entry``'s provider lists of the processes using ``indices``
+    (:attr:`Provider.listed <governor.core.devices.Provider.listed>`); None where it lists none."""
+    provider = next((p for p in providers.providers() if p.entry == entry), None)
+    return provider.listed(inventory, indices) if provider is not None and provider.listed is not None else None

@@ -118,14 +118,15 @@ class FairShare:
 
 @dataclass(frozen=True)
 class Handover:
-    """GPU ``gpu`` drained: no process holds it any more, and it may be handed out."""
+    """A device drained: no process holds it any more, and it may be handed out. ``device``:
+    how messages name it (``GPU 0``)."""
 
-    gpu: int
+    device: str
     refill = True
 
     @property
     def trigger(self) -> str:
-        return f"GPU {self.gpu} handed over"
+        return f"{self.device} handed over"
 
 
 @dataclass(frozen=True)

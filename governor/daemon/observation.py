@@ -313,7 +313,7 @@ class Observation:
                                parents=policy.config.parents, place=policy.config.place,
                                fairshare=self.fair_share.standings(time.time()) if self.fair_share else None,
                                kept=self._status_tasks)
-        gpus = gpu_entries(policy.gpus, self.tasks.gpu_holders(), self.tasks)
+        gpus = gpu_entries(policy.gpus, self.tasks.holders(), self.tasks)
         host = policy.capacity if policy.host_capacity is None else policy.host_capacity
         self._snapshot = status_of(groups, **sections(
             daemon=self._daemon(), capacity=dict(policy.capacity), caps=dict(policy.root_caps or {}),

@@ -16,7 +16,7 @@ from governor.cgroups.hierarchy import Hierarchy
 from governor.cgroups.limits import CgroupLimits
 from governor.config import resources
 from governor.config.load import Config
-from governor.daemon import gpu_places
+from governor.daemon import device_places
 from governor.host import devices as device_providers
 from governor.host.daemons import DaemonEntry, Registry
 from governor.host.nvml import PROVIDER as NVIDIA
@@ -32,21 +32,11 @@ from governor.core.state import Task
 __all__ = ["Policy"]
 
 log = logging.getLogger("governor.daemon")
-# Distinct (demand, GPUs held) whose caps are kept (tasks that declare the same and hold the
-# same GPUs share one object).
+# Distinct (demand, devices held) whose caps are kept (tasks that declare the same and hold the
+# same devices share one object).
 TASK_CAPS_KEPT = 1024
 # Distinct callers (user, Unix groups) whose allowed groups are kept.
 ALLOWED_KEPT = 4096
-
-
-def unplaced_denied(devices: Mapping[str, Inventory], placed: Inventory | None,
-                    demand: Mapping[str, float]) -> list[tuple[str, int, int]]:
-    """The nodes of each governed device class but the one placed device by device (the GPUs:
-    :func:`~governor.daemon.gpu_places.denied_devices`) that a task whose ``demand`` asks none
-    of the class may not open, sorted: a class without placement is open whole to the tasks
-    that ask for some of it (admission counts them) and to no other."""
-    return sorted(set().union(*(inventory.nodes() for name, inventory in devices.items()
-                                if inventory is not placed and not demand.get(name))))
 
 
 class Policy:
@@ -117,14 +107,15 @@ class Policy:
         them).
 
         Args:
-            held: the running tasks holding GPUs: each GPU is found again in the new inventory
-                by identity (:func:`governor.core.gpu_identity.locate`), wherever the config lists it.
+            held: the running tasks holding devices: each device is found again in its class's
+                new inventory by identity (:func:`governor.core.device_identity.locate`),
+                wherever the config lists it.
             members: ``config``'s groups → their users on this host, as ``members`` (the
                 constructor's) finds them, looked up by the caller off the event loop (2 s at
                 10,000 groups); None: looked up here.
 
         Returns:
-            The tasks of ``held`` whose GPUs the new inventory numbers (or knows) otherwise,
+            The tasks of ``held`` whose devices the new inventories number (or know) otherwise,
             re-mapped to it: the caller puts them in place of the old ones.
 
         Raises:
@@ -141,7 +132,7 @@ class Policy:
                 raise GovernorError(f"{config.file}: {provider.key}: {unguarded}")
             devices[provider.entry] = inventory
         gpus = devices.get(NVIDIA.entry)
-        remapped = gpu_places.remap_held(config, self.gpus, gpus, held)
+        remapped = device_places.remap_held(config, self.devices, devices, held)
         capacity = config.capacity(float(len(self.cpus)), self.host_memory, len(gpus.gpus) if gpus else 0)
         root_caps = resources.caps(config, resources.Host(len(self.cpus), self.host_memory, 0, self.process_limit))
         check_guarantees_held(config, capacity)  # as check-config does: headroom that cannot all be kept
@@ -163,15 +154,14 @@ class Policy:
         self.members = self.find_members(config) if members is None else members  # group → its users today
         self._explicit = {rule.name for rule in config.groups}
         memory_mode = config.memory_mode()
-        # Caps follow from the demand and the GPUs held (under this config and inventory):
+        # Caps follow from the demand and the devices held (under this config and inventories):
         # tasks that declare the same and hold the same share one object.
 
-        def caps(demand: tuple[tuple[str, float], ...], held: tuple[int, ...] | None,
+        def caps(demand: tuple[tuple[str, float], ...], held: tuple[tuple[str, tuple[int, ...]], ...] | None,
                  session: bool = False) -> CgroupLimits:
             limits = task_limits(dict(demand), io_devices=io_devices, memory_mode=memory_mode,
                                  protect=config.memory_protection, session=session)
-            denied = () if held is None else (*gpu_places.denied_devices(self.gpus, held),
-                                              *unplaced_denied(self.devices, self.gpus, dict(demand)))
+            denied = () if held is None else device_places.denied_devices(self.devices, dict(held))
             return replace(limits, devices_denied=denied) if denied else limits
 
         self._task_caps = functools.lru_cache(maxsize=TASK_CAPS_KEPT)(caps)
@@ -226,8 +216,8 @@ class Policy:
 
     def caps(self, task: Task) -> CgroupLimits:
         """``task``'s caps: its declaration, and the device nodes it may not open
-        (:func:`~governor.daemon.gpu_places.denied_devices` of its GPUs), one object per
-        distinct demand and GPUs held. A login session's carry no device rules: its slice is
+        (:func:`~governor.daemon.device_places.denied_devices` of its devices), one object per
+        distinct demand and devices held. A login session's carry no device rules: its slice is
         systemd's, which has no deny list; the guard on the login slices' parent denies them
         (DESIGN.md §3). A session's (either kind) protect none of its memory
         (:func:`~governor.core.plan.task_limits`). A task recorded before counts were declared
@@ -238,7 +228,8 @@ class Policy:
             defaults = self.config.sessions.demand if task.is_session else self.config.task_defaults
             demand = {**demand, **{entry.name: defaults[entry.config] for entry in resources.RESOURCES
                                    if entry.kind is resources.ResourceKind.COUNT and entry.config}}
-        return self._task_caps(tuple(demand.items()), None if task.is_login else tuple(task.gpus), task.is_session)
+        held = None if task.is_login else tuple(task.devices.items())
+        return self._task_caps(tuple(demand.items()), held, task.is_session)
 
     def allowed_groups(self, who: access.Identity) -> tuple[str, ...]:
         """The groups ``who`` may launch into under the config in force, the default one first

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from governor.cgroups.hierarchy import Hierarchy
-from governor.daemon import gpu_places
+from governor.daemon import device_places
 from governor.daemon.exits import Exits
 from governor.daemon.inbox import Reload
 from governor.daemon.journal import Journal, vector
@@ -83,18 +83,18 @@ class Recovery:
         self.settle = settle
 
     def load(self) -> list[Task]:
-        """The tasks whose records survive, holding their GPUs by index in the inventory in
-        force, found by identity (:func:`~governor.daemon.gpu_places.readopted`); a record
-        whose GPUs' identities changed (or that held indices, written before identities) is
-        written again. The record of a
-        task whose GPUs cannot be given back is removed when its cgroup holds no process (it
-        ended while no daemon ran); to tell, that task's processes are put into every hierarchy
-        of its cgroup (:meth:`_rejoin`): no other cgroup is changed.
+        """The tasks whose records survive, holding their devices by index in the inventories
+        in force, found by identity (:func:`~governor.daemon.device_places.readopted`); a record
+        whose devices' identities changed (or that held a GPU's indices, written before
+        identities) is written again. The record of a task whose devices cannot be given back
+        is removed when its cgroup holds no process (it ended while no daemon ran); to tell,
+        that task's processes are put into every hierarchy of its cgroup (:meth:`_rejoin`): no
+        other cgroup is changed.
 
         Raises:
-            GovernorError: the inventory lacks a GPU a live task holds, or two tasks' GPUs are
-                found at one index (the message says which and what to do): the daemon must
-                not start.
+            GovernorError: an inventory lacks a device a live task holds, or two tasks' devices
+                are found at one index (the message says which and what to do): the daemon
+                must not start.
         """
         self.store.prepare()
         records, problems = self.store.load_all()
@@ -105,22 +105,23 @@ class Recovery:
             if record.is_login and self.hierarchy.slices is None:
                 continue
             try:
-                task = gpu_places.readopted(self.policy.config, self.policy.gpus, record)
+                task = device_places.readopted(self.policy.config, self.policy.devices, record)
             except GovernorError:
                 if self._lives(record):
                     raise
-                self._forget_dead(record, "holding GPUs this config cannot give it back")
+                self._forget_dead(record, "holding devices this config cannot give it back")
                 continue
-            both = gpu_places.clash([*tasks, task])
+            both = device_places.clash([*tasks, task])
             if both is not None:  # one of the two may have ended while no daemon ran
-                index, earlier, _ = both
+                (entry, index), earlier, _ = both
+                key, noun = device_places.named(entry)
                 dead = next((t for t in (task, earlier) if not self._lives(t)), None)
                 if dead is None:
-                    raise GovernorError(f"{self.policy.config.file}: capacity.gpus: tasks {earlier.id} and {task.id} "
-                                        f"would both hold GPU {index}: this config cannot tell their GPUs apart; the "
+                    raise GovernorError(f"{self.policy.config.file}: {key}: tasks {earlier.id} and {task.id} would "
+                                        f"both hold {noun} {index}: this config cannot tell their {noun}s apart; the "
                                         "daemon does not start. Stop one of them (governor stop), then change the "
                                         "config")
-                self._forget_dead(dead, f"holding GPU {index}, which task {(earlier if dead is task else task).id} "
+                self._forget_dead(dead, f"holding {noun} {index}, which task {(earlier if dead is task else task).id} "
                                         "holds too under this config")
                 if dead is task:
                     continue
@@ -132,16 +133,18 @@ class Recovery:
             if task.is_login and self.hierarchy.slices is None:
                 self.store.delete(task.id)  # not a systemd host (any more): nothing to take back
         for task, record in zip(tasks, kept):
-            if task.gpu_identities == record.gpu_identities:
+            if task.device_identities == record.device_identities:
                 continue
-            if not record.gpu_identities:
-                held = ", ".join(f"GPU {index} ({identity})" for index, identity in zip(task.gpus, task.gpu_identities))
-                self.journal.event("record", f"{task.label}: its record holds GPUs by index (an older governor's): "
-                                             f"taken as {held} of capacity.gpus, and written again by identity")
+            for entry in record.devices.keys() - record.device_identities.keys():
+                key, noun = device_places.named(entry)
+                held = ", ".join(f"{noun} {index} ({identity})"
+                                 for index, identity in zip(task.devices[entry], task.device_identities[entry]))
+                self.journal.event("record", f"{task.label}: its record holds {noun}s by index (an older governor's): "
+                                             f"taken as {held} of {key}, and written again by identity")
             try:
                 self.store.save(task)
             except GovernorError as error:
-                self.journal.event("error", f"{task.label}: its GPUs' identities are not written: {error}",
+                self.journal.event("error", f"{task.label}: its devices' identities are not written: {error}",
                                    logging.ERROR)
         return tasks
 

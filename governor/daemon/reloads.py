@@ -19,7 +19,7 @@ from governor.config.units import format_size
 from governor.core.headroom import check_beside_headroom
 from governor.core.quotas import check_within_quotas
 from governor.core.state import Tasks
-from governor.daemon import gpu_places
+from governor.daemon import device_places
 from governor.daemon.exits import Exits
 from governor.daemon.gpu_guard import GpuGuard
 from governor.daemon.history import daemon_entry, refusal_entry
@@ -60,17 +60,17 @@ class Reloads:
 
     def use(self, config: Config, members: dict[str, list[str]] | None = None) -> None:
         """Put ``config`` in force (:meth:`Policy.use <governor.daemon.policy.Policy.use>`;
-        raises before changing anything; ``members`` as it takes them), the running tasks' GPUs
-        re-mapped by identity to its inventory (a record whose identities changed is written
-        again), the GPUs still draining re-mapped so too, and look at every process afresh
-        under it."""
-        inventory = self.policy.gpus
-        for task in self.policy.use(config, held=[task for task in self.tasks if task.gpus], members=members):
+        raises before changing anything; ``members`` as it takes them), the running tasks'
+        devices re-mapped by identity to its inventories (a record whose identities changed is
+        written again), the devices still draining re-mapped so too, and look at every process
+        afresh under it."""
+        inventories = self.policy.devices
+        for task in self.policy.use(config, held=[task for task in self.tasks if task.devices], members=members):
             before = self.tasks.get(task.id)
             self.tasks.update(task)
-            if task.gpu_identities != before.gpu_identities:
+            if task.device_identities != before.device_identities:
                 self.records.save_or_retry(task)
-        self.tasks.redrain(gpu_places.renumbered(inventory, self.policy.gpus, self.tasks.draining()))
+        self.tasks.redrain(device_places.renumbered(inventories, self.policy.devices, self.tasks.draining()))
         self.sessions.reset()
 
     def reload(self, trigger: str) -> str:

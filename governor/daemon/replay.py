@@ -262,7 +262,7 @@ def replay(period: Recorded, config: Config, capacity: Mapping[str, float] | Cap
             events.append((job.arrived, _ARRIVAL, job.task, job))
     heapq.heapify(events)
     tasks, waiting, arrived = Tasks(), [], {}
-    unnamed_gpus = _unnamed_gpus(capacity)
+    unnamed = _unnamed_devices(capacity)
     while events and events[0][0] < period.until:  # what starts after the period is not its
         now = events[0][0]
         accounts.advance(now, tasks)
@@ -270,14 +270,15 @@ def replay(period: Recorded, config: Config, capacity: Mapping[str, float] | Cap
             _, kind, _, job = heapq.heappop(events)
             if kind == _CAPACITY:
                 capacity = accounts.capacity = job
-                unnamed_gpus = _unnamed_gpus(capacity)
+                unnamed = _unnamed_devices(capacity)
                 refused = {task.id: code for task in waiting
                            if (code := refusal_under(config, capacity, arrived[task.id][1])) is not None}
                 run.refused.update(refused)
                 waiting = [task for task in waiting if task.id not in refused]
             elif kind == _END:
-                for gpu in getattr(tasks.remove(job.task), "gpus", ()):
-                    tasks.drained(gpu)  # how long its node stayed open is not journaled: at once
+                ended = tasks.remove(job.task)
+                for slot in ended.held() if ended is not None else ():
+                    tasks.drained(slot)  # how long its node stayed open is not journaled: at once
             else:
                 group, code = proposed_group(config, job, (unix_groups or {}).get(job.user, ()))
                 if group is not None and group != job.group:
@@ -297,7 +298,7 @@ def replay(period: Recorded, config: Config, capacity: Mapping[str, float] | Cap
             accounts.advance(now, tasks)
             continue
         usage = {task.cgroup: {"memory": accounts.peaks.get(task.id, 0.0)} for task in tasks.sessions()}
-        effects = step(Snapshot(config=config, capacity=capacity, gpus=unnamed_gpus, weight=accounts.weight, tasks=tasks,
+        effects = step(Snapshot(config=config, capacity=capacity, devices=unnamed, weight=accounts.weight, tasks=tasks,
                                 usage=usage, waiting=tuple(waiting), cpu_saturated=False, refill=False, now=now))
         started = {task.id for task in effects.starts}
         for task in effects.starts:
@@ -314,7 +315,8 @@ def replay(period: Recorded, config: Config, capacity: Mapping[str, float] | Cap
     return run
 
 
-def _unnamed_gpus(capacity: Mapping[str, float]) -> SimpleNamespace:
-    """The GPUs ``capacity`` counts, for settle's step: a task's GPU is replayed by index, as
-    their identities (UUIDs) are not journaled."""
-    return SimpleNamespace(gpus=[SimpleNamespace(identity=None)] * round(capacity.get("gpu", 0)))
+def _unnamed_devices(capacity: Mapping[str, float]) -> dict[str, SimpleNamespace]:
+    """The devices ``capacity`` counts of each device class, for settle's step: a task's device
+    is replayed by index, as their identities (UUIDs) are not journaled."""
+    return {entry.name: SimpleNamespace(devices=[SimpleNamespace(identity=None)] * round(capacity[entry.name]))
+            for entry in resources.RESOURCES if entry.kind is resources.ResourceKind.DEVICE and entry.name in capacity}

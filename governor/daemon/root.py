@@ -176,7 +176,7 @@ class Daemon:
         self.settle = Settle(policy=self.policy, tasks=self.tasks, queue=self.queue, starts=self.starts,
                              enforcement=self.enforcement, journal=self.journal, notifier=self.notifier,
                              usage=self.observation.usage,  # measured by observation, counted by admission
-                             inbox=self.inbox, drain_gpus=self.handover.drain)
+                             inbox=self.inbox, drain_devices=self.handover.drain)
         self.sessions = Sessions(hierarchy=hierarchy, tree=self.tree, policy=self.policy, tasks=self.tasks,
                                  records=self.records, inbox=self.inbox, enforcement=self.enforcement,
                                  exits=self.exits, journal=self.journal, host_pids=host_pids, registry=registry,

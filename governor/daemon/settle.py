@@ -44,14 +44,14 @@ class Settle:
             uses: admission counts it).
         inbox: the events to settle (:class:`~governor.daemon.inbox.Inbox`): settle reads
             each batch of it.
-        drain_gpus: look for the processes still holding the GPUs ended tasks left
+        drain_devices: look for the processes still holding the devices ended tasks left
             (:meth:`Handover.drain <governor.daemon.handover.Handover.drain>`); called at each
             settle.
     """
 
     def __init__(self, *, policy: Policy, tasks: Tasks, queue: Queue, starts: Starts, enforcement: Enforcement,
                  journal: Journal, notifier: Notifier, usage: Mapping[str, Mapping[str, float]], inbox: Inbox,
-                 drain_gpus: Callable[[], None]):
+                 drain_devices: Callable[[], None]):
         self.policy = policy
         self.tasks = tasks
         self.queue = queue
@@ -61,7 +61,7 @@ class Settle:
         self.notifier = notifier
         self.usage = usage
         self.inbox = inbox
-        self.drain_gpus = drain_gpus
+        self.drain_devices = drain_devices
         inbox.read_by(self._settle_batch)
 
     def now(self, event: Reload) -> None:
@@ -93,7 +93,7 @@ class Settle:
         if self.inbox.closing:
             return
         self.journal.changed()
-        self.drain_gpus()
+        self.drain_devices()
         if refill:
             self.enforcement.refill(trigger, since=since, full=full)
             self.notifier.send(f"STATUS={self.summary()}")
@@ -114,11 +114,11 @@ class Settle:
         if self.inbox.closing:
             return
         self.journal.changed()  # the queue changes, even when nothing is logged
-        self.drain_gpus()
+        self.drain_devices()
         # (A launch behind one of its group that waited before a restart and is not back yet
         # waits for it: governor.daemon.waiting.)
         waiting = [e for e in self.queue.values() if not e.decided and not self.queue.held(e)]
-        effects = step(Snapshot(config=self.policy.config, capacity=self.policy.capacity, gpus=self.policy.gpus,
+        effects = step(Snapshot(config=self.policy.config, capacity=self.policy.capacity, devices=self.policy.devices,
                                 weight=self.policy.fair_weight, tasks=self.tasks, usage=self.usage,
                                 waiting=[e.task for e in waiting], cpu_saturated=self.enforcement.cpu_saturated,
                                 refill=refill, now=time.time()))

@@ -10,12 +10,12 @@ from dataclasses import dataclass, replace
 from governor.config import resources
 from governor.config.load import Config
 from governor.core.admission import Admission, Waiting, admit
-from governor.core.gpus import GpuInventory
+from governor.core.devices import Inventory
 from governor.core.headroom import guarantees
 from governor.core.quotas import quotas
 from governor.core.state import Task, Tasks
 from governor.core.vocabulary import reserved_by_group
-from governor.daemon import gpu_places
+from governor.daemon import device_places
 
 __all__ = ["Effects", "Snapshot", "step"]
 
@@ -25,8 +25,9 @@ class Snapshot:
     """What one settle decides on.
 
     Attributes:
-        config: the config in force; capacity: the host's (cores, bytes, bytes/s, GPUs);
-            gpus: the GPU inventory, None when GPUs are not governed.
+        config: the config in force; capacity: the host's (cores, bytes, bytes/s, devices);
+            devices: each governed device class's entry → its inventory (none: no device is
+            governed).
         weight: group → what admission weighs it with (its effective weight).
         tasks: the running tasks (read, never changed); usage: cgroup → its measured use (a
             session holds what it uses).
@@ -38,7 +39,7 @@ class Snapshot:
 
     config: Config
     capacity: Mapping[str, float]
-    gpus: GpuInventory | None
+    devices: Mapping[str, Inventory]
     weight: Callable[[str], float]
     tasks: Tasks
     usage: Mapping[str, Mapping[str, float]]
@@ -55,8 +56,8 @@ class Effects:
     Attributes:
         admission: the admission (:class:`~governor.core.admission.Admission`), for the
             queue's views.
-        starts: the admitted tasks as they start: their place, their GPUs (free ones, in
-            index order) and their start time set; their cgroups are to be made, limited and
+        starts: the admitted tasks as they start: their place, their devices (free ones of
+            each class, in index order) and their start time set; their cgroups are to be made, limited and
             joined, in this order.
         release: whether the groups are no longer to be held to their CPU guarantees (a task
             starts: the hold was measured without it).
@@ -71,8 +72,8 @@ class Effects:
 
 def step(snapshot: Snapshot) -> Effects:
     """Admit the waiting tasks that fit (discrete DRF on memory, the quotas and guarantees of
-    ``snapshot.config``), and say how they start. A draining GPU is not free yet: it goes to
-    no one until its last holder is gone."""
+    ``snapshot.config``), and say how they start. A draining device is not free yet: it goes
+    to no one until its last holder is gone."""
     tasks, config = snapshot.tasks, snapshot.config
     waiting = [Waiting(t.id, t.group, t.demand, t.user) for t in snapshot.waiting]
     weights = {w.group: snapshot.weight(w.group) for w in waiting}
@@ -81,19 +82,23 @@ def step(snapshot: Snapshot) -> Effects:
     counted = {entry.name for entry in resources.admitted()}
     running = {g: {**{r: a for r, a in d.items() if r not in counted}, **held.get(g, {})}
                for g, d in tasks.demands().items()}
-    capacity, draining = dict(snapshot.capacity), len(tasks.draining())
-    if draining:
-        capacity["gpu"] = capacity.get("gpu", 0.0) - draining
+    capacity = dict(snapshot.capacity)
+    for entry, _ in tasks.draining():
+        capacity[entry] = capacity.get(entry, 0.0) - 1
     admission = admit(capacity, running, tasks.counts(), weights, waiting, quotas(config, tasks, waiting),
                       guarantees(config))
     by_id = {task.id: task for task in snapshot.waiting}
-    free = tasks.free_gpus(round(snapshot.capacity.get("gpu", 0)))
+    free = {entry: tasks.free(entry, round(snapshot.capacity.get(entry, 0))) for entry in snapshot.devices}
     starts = []
     for task_id in admission.admitted:  # where its group is now (a reload may have moved an empty group)
         task = by_id[task_id]
-        wanted = round(task.demand.get("gpu", 0))  # admission counted them free
-        gpus, free = tuple(free[:wanted]), free[wanted:]
-        starts.append(replace(task, started=snapshot.now, place=config.place(task.group), gpus=gpus,
-                              gpu_identities=gpu_places.identities(snapshot.gpus, gpus)))
+        devices, identities = {}, {}
+        for entry, inventory in snapshot.devices.items():
+            wanted = round(task.demand.get(entry, 0))  # admission counted them free
+            if wanted:
+                devices[entry], free[entry] = tuple(free[entry][:wanted]), free[entry][wanted:]
+                identities[entry] = device_places.identities(inventory, devices[entry])
+        starts.append(replace(task, started=snapshot.now, place=config.place(task.group), devices=devices,
+                              device_identities=identities))
     release = bool(starts) and snapshot.cpu_saturated
     return Effects(admission, tuple(starts), release, snapshot.refill or release)

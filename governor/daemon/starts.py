@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 from governor.cgroups.hierarchy import Hierarchy
 from governor.core.queue import Entry
-from governor.core.state import Task, Tasks
-from governor.daemon import gpu_places
+from governor.core.state import GPU, Task, Tasks
+from governor.daemon import device_places
 from governor.daemon.history import start_entry
 from governor.daemon.journal import Journal, vector
 from governor.daemon.policy import Policy
@@ -75,24 +75,24 @@ class Starts:
             reply["memory_cgroup"] = memory
         if self.policy.gpus is not None:
             known = self.policy.gpus.gpus
-            reply["gpus"] = [known[i].visible_id() for i in task.gpus if i < len(known)]
+            reply["gpus"] = [known[i].visible_id() for i in task.devices.get(GPU, ()) if i < len(known)]
         return reply
 
     async def create(self, starting: list[Entry]) -> list[Entry]:
         """Make the admitted tasks' cgroups (where :func:`~governor.daemon.settle_step.step`
         placed them) with their caps, device rules included (before
         :meth:`move_in`: nothing joins a cgroup before its caps are in force); refuse the
-        launches whose cgroup could not be made or limited, or whose GPUs a reload during the
-        make took away (:func:`~governor.daemon.gpu_places.starting`)."""
+        launches whose cgroup could not be made or limited, or whose devices a reload during the
+        make took away (:func:`~governor.daemon.device_places.starting`)."""
         if not starting:
             return []
         made = await self.tree.call(lambda: self.tree.make([entry.task.cgroup for entry in starting]))
         started = []
         for entry, error in zip(starting, made):
             if error is None and not self._gone(entry):
-                try:  # a reload meanwhile may have renumbered the GPUs: found again by identity
-                    entry.task = gpu_places.starting(self.policy.gpus, entry.task,
-                                                     {*self.tasks.gpu_holders(), *self.tasks.draining()})
+                try:  # a reload meanwhile may have renumbered the devices: found again by identity
+                    entry.task = device_places.starting(self.policy.devices, entry.task,
+                                                        {*self.tasks.holders(), *self.tasks.draining()})
                     self.effector.apply(entry.task.cgroup, self.policy.caps(entry.task))
                 except GovernorError as refused:
                     error = refused

@@ -72,9 +72,6 @@ def _find(config, discover_: Callable[..., GpuInventory] | None = None) -> GpuIn
     return (discover_ or discover)(config.gpus, config.gpu_control)
 
 
-PROVIDER = Provider("gpu", "capacity.gpus", _governs, _find)
-
-
 def sample_use(inventory: GpuInventory) -> GpuUse | None:
     """What NVML reports now for the inventory's GPUs, found by UUID.
 
@@ -331,3 +328,7 @@ def _control_nodes(paths: Sequence[str]) -> tuple[tuple[tuple[str, int, int], ..
         else:
             notes.append(f"control node {path} is not a character device: left out")
     return tuple(nodes), notes
+
+
+# NVIDIA's GPUs as a device class (:mod:`governor.host.devices`): NVML's process list is its own.
+PROVIDER = Provider("gpu", "capacity.gpus", _governs, _find, processes_on)

@@ -19,7 +19,7 @@ from governor.core import vocabulary
 from governor.core.model import Allocation
 from governor.wire.protocol import as_line, encode_json
 from governor.config.resources import find
-from governor.core.state import SHOWN_COMMAND_CHARS, Tasks
+from governor.core.state import GPU, SHOWN_COMMAND_CHARS, Slot, Tasks
 from governor.core.usage import STALL, stalls
 from governor.wire.reply_types import StatusReply as WireStatusReply
 from governor.wire.status_json import decode_section
@@ -178,19 +178,20 @@ def _idle(about: Mapping[str, object]) -> Group:
     return Group(weight=about["weight"], floor=about["floor"], members=tuple(about.get("members", ())), idle=True)
 
 
-def gpu_entries(inventory, holders: Mapping[int, str], tasks: Tasks) -> list[dict] | None:
+def gpu_entries(inventory, holders: Mapping[Slot, str], tasks: Tasks) -> list[dict] | None:
     """The status's ``gpus``: each GPU of ``inventory`` (a :class:`governor.core.gpus.GpuInventory`,
-    None: no GPU governed, None returned) with the ``task``, ``group`` and ``user`` holding it,
-    and ``draining``: its task ended and a process may still hold its node (not free yet)."""
+    None: no GPU governed, None returned) with the ``task``, ``group`` and ``user`` holding it
+    (``holders``: :meth:`Tasks.holders <governor.core.state.Tasks.holders>`), and ``draining``:
+    its task ended and a process may still hold its node (not free yet)."""
     if inventory is None:
         return None
     entries = []
     draining = tasks.draining()
     for gpu in inventory.gpus:
-        holder = tasks.get(holders[gpu.index]) if gpu.index in holders else None
+        holder = tasks.get(holders[(GPU, gpu.index)]) if (GPU, gpu.index) in holders else None
         entries.append({**gpu.to_json(), "task": holder.id if holder else None,
                         "group": holder.group if holder else None, "user": holder.user if holder else None,
-                        "draining": gpu.index in draining})
+                        "draining": (GPU, gpu.index) in draining})
     return entries
 
 

@@ -25,6 +25,14 @@ INVENTORY = GpuInventory(
 GPU0, GPU1, CONTROL = ("c", 195, 0), ("c", 195, 1), ("c", 195, 255)
 
 
+def gpu_holders(tasks) -> dict[int, str]:
+    """GPU index → the task holding it (:meth:`Tasks.holders <governor.core.state.Tasks.holders>`, GPUs only)."""
+    return {index: task for (entry, index), task in tasks.holders().items() if entry == "gpu"}
+
+
+def gpus_draining(tasks) -> dict[int, str]:
+    """GPU index → the ended task that held it, for each draining GPU."""
+    return {index: task for (entry, index), task in tasks.draining().items() if entry == "gpu"}
 
 
 class DeviceDriver(FakeDriver):

@@ -27,6 +27,9 @@ ENTRY = resources.Resource(
     lambda config: ("fpga",) if _nodes else (), noun="FPGA", queue="fpgas_",
     absent="no stand-in device is governed here")
 _nodes: list[tuple[str, int, int]] = []  # the class's devices: (path, major, minor)
+# Two devices of the unit tests (numbers only, on a fake tree), and the nodes the device cgroup names.
+NODES = [("/dev/fpga0", 240, 0), ("/dev/fpga1", 240, 1)]
+FPGA0, FPGA1 = ("c", 240, 0), ("c", 240, 1)
 
 
 def _find(config, discover=None) -> DeviceInventory | None:

@@ -10,7 +10,7 @@ from governor.cli.become_task import hand_gpus
 from governor.config.load import parse_config
 from governor.config.gpu_rules import GpuGuardRules
 from governor.errors import ConfigError
-from governor.core.gpu_identity import GpuIdentity, GpuNotFound, locate
+from governor.core.device_identity import DeviceIdentity, DeviceNotFound, locate
 from governor.core.gpus import Gpu, GpuInventory
 from governor.core.state import Task
 from governor.core.task_record import task_fields
@@ -53,22 +53,37 @@ def parsed(record: dict) -> Task:
 
 
 def test_a_records_gpus_survive_by_identity_and_bad_ones_are_refused():
-    held = (GpuIdentity("195:2", "GPU-cccc"), GpuIdentity("240:3"))
-    task = Task("7", "A", 100, 0, "root", ("train",), {"cpu": 1.0, "memory": 1e9, "gpu": 2.0}, 1.0, gpus=(2, 3),
-                gpu_identities=held)
+    held = (DeviceIdentity("195:2", "GPU-cccc"), DeviceIdentity("240:3"))
+    task = Task("7", "A", 100, 0, "root", ("train",), {"cpu": 1.0, "memory": 1e9, "gpu": 2.0}, 1.0,
+                devices={"gpu": (2, 3)}, device_identities={"gpu": held})
     record = record_of(task)
     assert record["gpus"] == [{"device": "195:2", "uuid": "GPU-cccc"}, {"device": "240:3", "uuid": None}]
+    assert "devices" not in record  # no other class held: a record an earlier release reads as before
     again = parsed(record)
-    assert again.gpu_identities == held and again.gpus == ()  # indices come from the inventory, at re-adoption
+    assert again.device_identities == {"gpu": held} and again.devices == {}  # indices come at re-adoption
     old = {k: v for k, v in record.items() if k != "gpus"}
-    assert parsed(old).gpus == parsed(old).gpu_identities == ()
+    assert parsed(old).devices == parsed(old).device_identities == {}
     older = parsed({**record, "gpus": [2, 3]})  # an older governor's record: indices
-    assert older.gpus == (2, 3) and older.gpu_identities == ()
+    assert older.devices == {"gpu": (2, 3)} and older.device_identities == {}
     for bad in ([1, 1], [-1], [1.5], "0", [5000], [0, {"device": "195:0", "uuid": None}],
                 [{"device": "195:0"}], [{"device": "nvidia0", "uuid": None}], [{"device": "195:0", "uuid": 7}],
                 [{"device": "195:0", "uuid": None}, {"device": "195:0", "uuid": None}]):
         with pytest.raises(ValueError, match="gpus"):
             parsed({**record, "gpus": bad})
+
+
+def test_a_records_devices_of_another_class_are_kept_by_identity_beside_its_gpus():
+    gpus, fpgas = (DeviceIdentity("195:0", "GPU-aaaa"),), (DeviceIdentity("240:1"), DeviceIdentity("240:0"))
+    task = Task("7", "A", 100, 0, "root", ("train",), {"cpu": 1.0, "memory": 1e9, "gpu": 1.0, "fpga": 2.0}, 1.0,
+                devices={"gpu": (0,), "fpga": (1, 0)}, device_identities={"gpu": gpus, "fpga": fpgas})
+    record = record_of(task)
+    assert record["gpus"] == [{"device": "195:0", "uuid": "GPU-aaaa"}]
+    assert record["devices"] == {"fpga": [{"device": "240:1", "uuid": None}, {"device": "240:0", "uuid": None}]}
+    assert parsed(record).device_identities == {"gpu": gpus, "fpga": fpgas}
+    for bad in ([], {"fpga": []}, {"fpga": [0]}, {"fpga": "240:0"}, {"gpu": [{"device": "195:0", "uuid": None}]},
+                {"fpga": [{"device": "240:0", "uuid": None}] * 2}, {"no such": [{"device": "240:0", "uuid": None}]}):
+        with pytest.raises(ValueError, match="devices"):
+            parsed({**record, "devices": bad})
 
 
 def test_run_hands_the_tasks_gpus_to_cuda(monkeypatch):
@@ -83,16 +98,18 @@ def test_run_hands_the_tasks_gpus_to_cuda(monkeypatch):
 
 def test_a_held_gpu_is_found_by_uuid_wherever_it_is_else_by_device_number_and_never_guessed():
     moved = (Gpu(0, "/dev/nvidia3", 195, 3, "GPU-aaaa"), Gpu(1, "/dev/nvidia0", 195, 0, "GPU-zzzz"))
-    assert locate((GpuIdentity("195:0", "GPU-aaaa"),), moved) == ((0,), (GpuIdentity("195:3", "GPU-aaaa"),))
+    assert locate((DeviceIdentity("195:0", "GPU-aaaa"),), moved, "GPU") == (
+        (0,), (DeviceIdentity("195:3", "GPU-aaaa"),))
     learned = (Gpu(0, "/dev/nvidia1", 195, 1, None), Gpu(1, "/dev/nvidia0", 195, 0, "GPU-aaaa"))
-    assert locate((GpuIdentity("195:0"),), learned) == ((1,), (GpuIdentity("195:0", "GPU-aaaa"),))  # NVML knows it now
+    assert locate((DeviceIdentity("195:0"),), learned, "GPU") == (
+        (1,), (DeviceIdentity("195:0", "GPU-aaaa"),))  # NVML knows it now
     mig = (Gpu(0, "/dev/nvidia0", 195, 0, "MIG-1", mig_parent=0), Gpu(1, "/dev/nvidia0", 195, 0, "MIG-2", mig_parent=0))
-    assert locate((GpuIdentity("195:0", "MIG-2"),), mig)[0] == (1,)
-    with pytest.raises(GpuNotFound) as ambiguous:
-        locate((GpuIdentity("195:0"),), mig)  # which instance? not guessed
+    assert locate((DeviceIdentity("195:0", "MIG-2"),), mig, "GPU")[0] == (1,)
+    with pytest.raises(DeviceNotFound) as ambiguous:
+        locate((DeviceIdentity("195:0"),), mig, "GPU")  # which instance? not guessed
     assert ambiguous.value.candidates == 2
-    with pytest.raises(GpuNotFound, match="GPU 195:1 \\(GPU-bbbb\\) is not in the inventory"):
-        locate((GpuIdentity("195:1", "GPU-bbbb"),), moved)
+    with pytest.raises(DeviceNotFound, match="GPU 195:1 \\(GPU-bbbb\\) is not in the inventory"):
+        locate((DeviceIdentity("195:1", "GPU-bbbb"),), moved, "GPU")
 
 
 def test_the_gpu_guard_defaults_to_where_sessions_start_and_takes_host_or_tasks():

@@ -7,14 +7,14 @@ import json
 from dataclasses import replace
 
 import pytest
-from support.gpus import CONFIG, GPU0, GPU1, INVENTORY, DeviceDriver
+from support.gpus import CONFIG, GPU0, GPU1, INVENTORY, DeviceDriver, gpu_holders, gpus_draining
 from support.daemons import GIB, launch, make_daemon, on_loop
 
 from governor.host import access
 from governor.config.load import parse_config
-from governor.daemon.gpu_places import denied_devices
+from governor.daemon.device_places import denied_devices
 from governor.errors import GovernorError, RequestError
-from governor.core.gpu_identity import GpuNotFound, locate
+from governor.core.device_identity import DeviceNotFound, locate
 from governor.core.gpus import Gpu, GpuInventory
 
 
@@ -47,16 +47,16 @@ def test_a_restart_with_the_gpus_reordered_finds_each_held_gpu_by_identity(tmp_p
     launch(first, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)  # bob's, on /dev/nvidia0
     again = restarted(tmp_path, driver, known(REORDERED))  # [nvidia1, nvidia0]: index 0 is another GPU now
     bob = again.tasks.get("1")
-    assert bob.gpus == (1,) and again.tasks.gpu_holders() == {1: "1"}
-    assert denied_devices(again.policy.gpus, bob.gpus) == (GPU1,)  # still may open /dev/nvidia0 alone
+    assert bob.devices["gpu"] == (1,) and gpu_holders(again.tasks) == {1: "1"}
+    assert denied_devices(again.policy.devices, bob.devices) == (GPU1,)  # still may open /dev/nvidia0 alone
     alice = launch(again, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)
-    assert again.tasks.get("2").gpus == (0,) and driver.denied["B/task-2"] == (GPU0,)  # /dev/nvidia1
+    assert again.tasks.get("2").devices["gpu"] == (0,) and driver.denied["B/task-2"] == (GPU0,)  # /dev/nvidia1
     assert alice["gpus"] == (["GPU-bbbb"] if known(REORDERED).gpus[0].uuid else ["1"])
     [record] = [t for t in again.store.load_all()[0] if t.id == "1"]
-    assert record.gpu_identities == (known(INVENTORY).gpus[0].identity,)
+    assert record.device_identities["gpu"] == (known(INVENTORY).gpus[0].identity,)
     again.reloads.load_config = lambda: parse_config(CONFIG, "test.toml")
     again.reloads.reload("the same list")  # nothing moves
-    assert again.tasks.get("1").gpus == (1,) and again.tasks.get("2").gpus == (0,)
+    assert again.tasks.get("1").devices["gpu"] == (1,) and again.tasks.get("2").devices["gpu"] == (0,)
 
 
 def test_a_restart_whose_inventory_lacks_a_held_gpu_refuses_to_start_naming_task_gpu_and_what_to_do(tmp_path):
@@ -81,10 +81,10 @@ def test_a_reload_that_reorders_the_gpus_re_maps_the_held_ones(gpus):
     gpus.policy.find_gpus = lambda spec, control: REORDERED
     gpus.reloads.load_config = lambda: parse_config(CONFIG, "test.toml")
     gpus.reloads.reload("test")
-    assert [(t.id, t.gpus) for t in gpus.tasks] == [("1", (1,)), ("2", (0,))]  # launch order kept
-    assert gpus.tasks.gpu_holders() == {1: "1", 0: "2"}
-    assert denied_devices(gpus.policy.gpus, gpus.tasks.get("1").gpus) == (GPU1,)
-    assert denied_devices(gpus.policy.gpus, gpus.tasks.get("2").gpus) == (GPU0,)
+    assert [(t.id, t.devices["gpu"]) for t in gpus.tasks] == [("1", (1,)), ("2", (0,))]  # launch order kept
+    assert gpu_holders(gpus.tasks) == {1: "1", 0: "2"}
+    assert denied_devices(gpus.policy.devices, gpus.tasks.get("1").devices) == (GPU1,)
+    assert denied_devices(gpus.policy.devices, gpus.tasks.get("2").devices) == (GPU0,)
 
 
 def test_an_older_record_holding_indices_is_taken_as_todays_inventorys_and_written_by_identity(tmp_path):
@@ -94,7 +94,7 @@ def test_an_older_record_holding_indices_is_taken_as_todays_inventorys_and_writt
     path = first.store.directory / "1.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "gpus": [1]}))  # as an older governor wrote it
     again = restarted(tmp_path, driver, INVENTORY)
-    assert again.tasks.get("1").gpus == (1,)
+    assert again.tasks.get("1").devices["gpu"] == (1,)
     assert json.loads(path.read_text())["gpus"] == [{"device": "195:1", "uuid": "GPU-bbbb"}]
     assert any(e["kind"] == "record" and "its record holds GPUs by index" in e["message"] for e in again.journal.events)
     path.write_text(json.dumps({**json.loads(path.read_text()), "gpus": [2]}))
@@ -153,10 +153,10 @@ def test_a_reload_during_a_launch_gives_the_starting_task_its_gpu_at_its_new_ind
     reload_during_the_make(gpus, REORDERED, '["/dev/nvidia1", "/dev/nvidia0"]')
     started = launch(gpus, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)
     assert started["gpus"] == ["GPU-bbbb"]
-    assert gpus.tasks.get("2").gpus == (0,) and gpus.tasks.gpu_holders() == {1: "1", 0: "2"}
+    assert gpus.tasks.get("2").devices["gpu"] == (0,) and gpu_holders(gpus.tasks) == {1: "1", 0: "2"}
     assert gpus.hierarchy.driver.denied["B/task-2"] == (GPU0,)  # nvidia0 is A's
     [record] = [t for t in gpus.store.load_all()[0] if t.id == "2"]
-    assert record.gpu_identities == (INVENTORY.gpus[1].identity,)  # nvidia1, by identity
+    assert record.device_identities["gpu"] == (INVENTORY.gpus[1].identity,)  # nvidia1, by identity
 
 
 def test_a_reload_during_a_launch_that_drops_its_gpu_refuses_the_launch(gpus):
@@ -168,23 +168,23 @@ def test_a_reload_during_a_launch_that_drops_its_gpu_refuses_the_launch(gpus):
     assert refused.value.code == "unavailable"
     assert "task 2 cannot start: a reload while it started changed the GPUs: GPU 195:1 (GPU-bbbb) is not in the " \
            "inventory" in refused.value.message
-    assert gpus.tasks.gpu_holders() == {0: "1"} and "B/task-2" not in gpus.hierarchy.driver.cgroups
+    assert gpu_holders(gpus.tasks) == {0: "1"} and "B/task-2" not in gpus.hierarchy.driver.cgroups
 
 
 def test_a_reload_that_reorders_the_gpus_re_maps_the_draining_ones(gpus):
     # Break 3: task 1's nvidia0 drains (a holder may keep it); a reload reorders the GPUs:
     # nvidia0, now index 1, still drains, and the GPU now at index 0 (task 2's) is not free.
-    gpus.settle.drain_gpus = lambda: None  # no look: the GPU stays draining
+    gpus.settle.drain_devices = lambda: None  # no look: the GPU stays draining
     launch(gpus, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)  # nvidia0
     launch(gpus, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)  # nvidia1
     gpus.hierarchy.driver.procs["A/task-1"] = []
     on_loop(gpus, lambda: gpus.exits.check(["1"], "exit"))
-    assert gpus.tasks.draining() == {0: "1"}
+    assert gpus_draining(gpus.tasks) == {0: "1"}
     gpus.policy.find_gpus = lambda spec, control: REORDERED
     gpus.reloads.load_config = lambda: parse_config(CONFIG, "test.toml")
     gpus.reloads.reload("test")
-    assert gpus.tasks.gpu_holders() == {0: "2"} and gpus.tasks.draining() == {1: "1"}
-    assert gpus.tasks.free_gpus(2) == []
+    assert gpu_holders(gpus.tasks) == {0: "2"} and gpus_draining(gpus.tasks) == {1: "1"}
+    assert gpus.tasks.free("gpu", 2) == []
     gpus.policy.find_gpus = lambda spec, control: replace(REORDERED, gpus=REORDERED.gpus[:1])
     gpus.reloads.reload("nvidia0 dropped")  # a GPU governor no longer governs has nothing to hand over
     assert gpus.tasks.draining() == {}
@@ -223,14 +223,14 @@ def test_two_held_gpus_found_at_one_index_are_refused_by_a_reload_and_by_a_resta
         daemon.reloads.reload("test")
     assert refused.value.code == "invalid_config"
     assert "tasks 1 and 2 would both hold GPU 0 (/dev/nvidia1)" in refused.value.message
-    assert daemon.tasks.gpu_holders() == {0: "1", 1: "2"} and daemon.policy.gpus is NO_UUID
+    assert gpu_holders(daemon.tasks) == {0: "1", 1: "2"} and daemon.policy.gpus is NO_UUID
     again = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: CLASHING)
     with pytest.raises(GovernorError, match="tasks 1 and 2 would both hold GPU 0: this config cannot tell"):
         again.recovery.load()
     assert not again.tasks and [t.id for t in again.store.load_all()[0]] == ["1", "2"]
     driver.procs["A/task-1"] = []  # task 1 ends: only the live task keeps the GPU
     again = restarted(tmp_path, driver, CLASHING)
-    assert again.tasks.gpu_holders() == {0: "2"} and [t.id for t in again.store.load_all()[0]] == ["2"]
+    assert gpu_holders(again.tasks) == {0: "2"} and [t.id for t in again.store.load_all()[0]] == ["2"]
     assert any(e["kind"] == "cleanup" and e["message"].startswith("task 1 ended while no daemon ran: its record, "
                                                                   "holding GPU 0, which task 2 holds too")
                for e in again.journal.events)
@@ -238,7 +238,7 @@ def test_two_held_gpus_found_at_one_index_are_refused_by_a_reload_and_by_a_resta
 
 def test_two_gpus_of_one_task_found_at_one_index_are_not_located():
     held = (INVENTORY.gpus[0].identity, NO_UUID.gpus[1].identity)
-    with pytest.raises(GpuNotFound) as lost:
-        locate(held, CLASHING.gpus)
+    with pytest.raises(DeviceNotFound) as lost:
+        locate(held, CLASHING.gpus, "GPU")
     assert lost.value.same_as == held[0] and str(lost.value) == (
         "GPU 195:1 is where 195:0 (GPU-aaaa) is too in the inventory")

@@ -9,7 +9,7 @@ is in test_daemon_gpu_readopt.py, the hand-over of a freed GPU in test_daemon_ha
 import asyncio
 
 import pytest
-from support.gpus import CONFIG, CONTROL, GPU0, GPU1, INVENTORY, DeviceDriver
+from support.gpus import CONFIG, CONTROL, GPU0, GPU1, INVENTORY, DeviceDriver, gpu_holders
 from support.daemons import GIB, launch, make_daemon, on_loop
 
 from governor.config.load import parse_config
@@ -71,7 +71,7 @@ def test_a_tasks_gpus_are_kept_in_its_record_across_a_restart(tmp_path):
     launch(first, 101, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
     again = make_daemon(tmp_path, CONFIG, driver=driver, find_gpus=lambda spec, control: INVENTORY)
     on_loop(again, lambda: again.recovery.readopt())
-    assert sorted(again.tasks.gpu_holders()) == [0, 1]
+    assert sorted(gpu_holders(again.tasks)) == [0, 1]
     with pytest.raises(RequestError) as refused:
         launch(again, 102, group="B", cpu=0.1, memory=GIB // 8, gpu=1, wait=False)
     assert refused.value.code == "would_wait"

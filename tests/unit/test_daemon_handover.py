@@ -7,7 +7,7 @@ import os
 import pwd
 from types import SimpleNamespace
 
-from support.gpus import CONFIG, DeviceDriver
+from support.gpus import CONFIG, DeviceDriver, gpu_holders
 from support.daemons import GIB, launch, make_daemon
 from support.waits import until
 
@@ -28,7 +28,7 @@ def test_a_freed_gpu_goes_to_the_next_task_only_once_no_other_process_holds_it(t
     proc = tmp_path / "proc"
     (proc / "101" / "fd").mkdir(parents=True)
     ended, looks = [], []
-    daemon.handover.proc, daemon.handover.listed = proc, lambda inventory, gpus: None
+    daemon.handover.proc, daemon.handover.listed = proc, lambda entry, inventory, indices: None
     daemon.handover.kill = lambda holder: ended.append(holder.pid)
     find = daemon.handover._find
     daemon.handover._find = lambda nodes: looks.append(nodes) or find(nodes)
@@ -70,7 +70,7 @@ def test_processes_outside_governor_and_a_mig_sibling_keep_the_node_and_the_gpu_
     daemon = make_daemon(tmp_path, config, driver=DeviceDriver(), find_gpus=lambda spec, control: mig)
     proc = tmp_path / "proc"
     ended = []
-    daemon.handover.proc, daemon.handover.listed = proc, lambda inventory, gpus: None
+    daemon.handover.proc, daemon.handover.listed = proc, lambda entry, inventory, indices: None
     daemon.handover.kill = lambda holder: ended.append(holder.pid)
     launch(daemon, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
     launch(daemon, 101, group="B", cpu=0.1, memory=GIB // 8, gpu=1)
@@ -84,7 +84,7 @@ def test_processes_outside_governor_and_a_mig_sibling_keep_the_node_and_the_gpu_
         await until(lambda: daemon.tasks.draining() == {}, "the look, on the hand-over thread, to drain nothing")
 
     asyncio.run(ended_task_1())
-    assert ended == [] and daemon.tasks.free_gpus(2) == [0]
+    assert ended == [] and daemon.tasks.free("gpu", 2) == [0]
     assert [e["kind"] for e in daemon.observation.status()["events"]].count("gpu_free") == 1
 
 
@@ -94,7 +94,7 @@ def test_the_sweep_ends_a_governed_process_holding_a_gpu_it_was_not_given(tmp_pa
     config = CONFIG.replace('gpus = ["/dev/nvidia0", "/dev/nvidia1"]', 'gpus = ["/dev/null"]')
     daemon = make_daemon(tmp_path, config, driver=DeviceDriver(), find_gpus=lambda spec, control: ONE_GPU)
     proc, ended = tmp_path / "proc", []
-    daemon.handover.proc, daemon.handover.listed = proc, lambda inventory, gpus: None
+    daemon.handover.proc, daemon.handover.listed = proc, lambda entry, inventory, indices: None
     daemon.handover.kill = lambda holder: ended.append(holder.pid)
     launch(daemon, 100, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
     launch(daemon, 101, group="B", cpu=0.1, memory=GIB // 8)
@@ -118,7 +118,7 @@ def test_a_starting_daemon_drains_the_free_gpus_before_handing_them_out(tmp_path
     config = CONFIG.replace('gpus = ["/dev/nvidia0", "/dev/nvidia1"]', 'gpus = ["/dev/null"]')
     daemon = make_daemon(tmp_path, config, driver=DeviceDriver(), find_gpus=lambda spec, control: ONE_GPU)
     proc, ended = tmp_path / "proc", []
-    daemon.handover.proc, daemon.handover.listed = proc, lambda inventory, gpus: None
+    daemon.handover.proc, daemon.handover.listed = proc, lambda entry, inventory, indices: None
     daemon.handover.kill = lambda holder: ended.append(holder.pid)
     launch(daemon, 101, group="B", cpu=0.1, memory=GIB // 8)
     (proc / "101" / "fd").mkdir(parents=True)
@@ -129,9 +129,9 @@ def test_a_starting_daemon_drains_the_free_gpus_before_handing_them_out(tmp_path
         assert daemon.observation.status()["gpus"][0]["draining"]
         daemon.handover.drain()
         await until(lambda: ended, "the first look to end the holder")
-        assert ended == [101] and daemon.tasks.free_gpus(1) == []
+        assert ended == [101] and daemon.tasks.free("gpu", 1) == []
         (proc / "101" / "fd" / "4").unlink()
-        await until(lambda: daemon.tasks.free_gpus(1) == [0], "the next look to free GPU 0")
+        await until(lambda: daemon.tasks.free("gpu", 1) == [0], "the next look to free GPU 0")
 
     asyncio.run(start())
     messages = [e["message"] for e in daemon.observation.status()["events"] if e["kind"].startswith("gpu_")]
@@ -153,7 +153,7 @@ def test_a_starting_daemon_ends_a_governed_process_holding_a_gpu_a_running_task_
         (proc / str(pid) / "fd").mkdir(parents=True)
         (proc / str(pid) / "fd" / "4").symlink_to("/dev/null")
     again = make_daemon(tmp_path, config, driver=driver, find_gpus=lambda spec, control: ONE_GPU)
-    again.handover.proc, again.handover.listed = proc, lambda inventory, gpus: None
+    again.handover.proc, again.handover.listed = proc, lambda entry, inventory, indices: None
     again.handover.kill = lambda holder: ended.append(holder.pid)
 
     async def restart():
@@ -162,7 +162,7 @@ def test_a_starting_daemon_ends_a_governed_process_holding_a_gpu_a_running_task_
         await until(lambda: ended, "the sweep, on the hand-over thread, to end the holder")
 
     asyncio.run(restart())
-    assert ended == [101] and again.tasks.gpu_holders() == {0: "1"}
+    assert ended == [101] and gpu_holders(again.tasks) == {0: "1"}
     event = [e["message"] for e in again.observation.status()["events"] if e["kind"] == "gpu_holder_ended"]
     assert event == ["a process (user root, task 2) ended: it held GPU 0 open though task 2 was not given it"]
 
@@ -191,7 +191,7 @@ def test_a_process_moved_into_a_session_holding_a_gpu_open_is_ended(tmp_path):
                          find_gpus=lambda spec, control: ONE_GPU)
     daemon.sessions.real_uid = daemon.sessions.effective_uid = lambda pid: 1
     proc, ended = tmp_path / "proc", []
-    daemon.handover.proc, daemon.handover.listed = proc, lambda inventory, gpus: None
+    daemon.handover.proc, daemon.handover.listed = proc, lambda entry, inventory, indices: None
     daemon.handover.kill = lambda holder: ended.append(holder.pid)
     for pid in (500, 501):
         (proc / str(pid) / "fd").mkdir(parents=True)

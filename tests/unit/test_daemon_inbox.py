@@ -24,7 +24,7 @@ def task(task_id: str, user: str = "alice") -> Task:
     (inbox.Sample(True), "saturation", True),
     (inbox.Sample(False), "slack", True),
     (inbox.FairShare(), "fair share: effective weights moved", True),
-    (inbox.Handover(0), "GPU 0 handed over", True),
+    (inbox.Handover("GPU 0"), "GPU 0 handed over", True),
     (inbox.Reload("weight of A"), "weight of A", True),
 ])
 def test_each_event_names_its_refill_and_says_whether_it_needs_one(event, trigger, refill):

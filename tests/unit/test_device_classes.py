@@ -6,6 +6,7 @@ with no GPU-named code touched. On the in-memory driver, the guard's kernel call
 
 import pytest
 from support import standin_device
+from support.standin_device import FPGA0, FPGA1, NODES
 from support.daemons import GIB, launch, make_daemon, on_loop
 from support.gpus import CONFIG as GPU_CONFIG, CONTROL, GPU0, GPU1, INVENTORY, DeviceDriver
 
@@ -24,8 +25,6 @@ users = ["root"]
 [sessions]
 enabled = false
 """
-NODES = [("/dev/fpga0", 240, 0), ("/dev/fpga1", 240, 1)]
-FPGA0, FPGA1 = ("c", 240, 0), ("c", 240, 1)
 
 
 @pytest.fixture
@@ -82,7 +81,7 @@ def test_a_standin_class_beside_the_gpus_is_denied_with_them(tmp_path, monkeypat
     assert guard_calls == [("put", (GPU0, GPU1, CONTROL, FPGA0, FPGA1))]
     launch(daemon, 100, group="A", cpu=0.1, memory=GIB // 8, fpga=1)
     launch(daemon, 101, group="A", cpu=0.1, memory=GIB // 8, gpu=1)
-    assert daemon.hierarchy.driver.denied == {"A/task-1": (GPU0, GPU1, CONTROL),  # the GPUs' own rules, as before
+    assert daemon.hierarchy.driver.denied == {"A/task-1": (GPU0, GPU1, CONTROL, FPGA1),  # placed: FPGA 0 alone
                                               "A/task-2": (GPU1, FPGA0, FPGA1)}
 
 

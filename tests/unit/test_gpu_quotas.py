@@ -37,7 +37,7 @@ def test_a_task_past_a_gpu_quota_waits_naming_it_though_a_gpu_is_free(daemon, gr
                                              command=("w",)), Peer(pid=101, uid=0, gid=0))
         assert "queued" in await second.__anext__()
         [waiting] = daemon.observation.status()["queue"]
-        assert words in waiting["reason"] and len(daemon.tasks.free_gpus(2)) == 1
+        assert words in waiting["reason"] and len(daemon.tasks.free("gpu", 2)) == 1
         await second.aclose()
         await daemon.settled()
 

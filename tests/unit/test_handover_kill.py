@@ -30,7 +30,7 @@ def handover(where: dict[int, Location] | None = None) -> Handover:
             raise CgroupError(f"process {pid} is gone", path=f"/proc/{pid}/cgroup")
         return where.get(pid, Location("A/task-1", None))
 
-    return Handover(hierarchy=SimpleNamespace(locate=locate), policy=SimpleNamespace(gpus=None), tasks=Tasks(),
+    return Handover(hierarchy=SimpleNamespace(locate=locate), policy=SimpleNamespace(devices={}), tasks=Tasks(),
                     inbox=SimpleNamespace(), journal=SimpleNamespace())
 
 

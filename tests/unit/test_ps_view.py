@@ -66,7 +66,8 @@ def test_a_running_task_without_gpus_beside_one_with_shows_a_dash():
 
 
 def test_the_daemons_rows_carry_each_tasks_gpus():
-    running = Task("7", "A", 100, 0, "root", ("train",), {"cpu": 1.0, "memory": G, "gpu": 2}, 1000.0, gpus=(0, 1))
+    running = Task("7", "A", 100, 0, "root", ("train",), {"cpu": 1.0, "memory": G, "gpu": 2}, 1000.0,
+                   devices={"gpu": (0, 1)})
     waiting = Task("8", "A", 101, 0, "root", ("train",), {"cpu": 1.0, "memory": G, "gpu": 1}, 1000.0)
     rows = task_rows([running], [Entry(waiting, 1050.0)], allocation=None, usage={}, positions={},
                      processes=lambda task: ([], 0), asker=0)

@@ -26,13 +26,13 @@ def snapshot(running: list[Task], waiting: list[Task], *, saturated: bool = Fals
     tasks = Tasks()
     for each in running:
         tasks.add(each)
-    return Snapshot(config=CONFIG, capacity={"cpu": 2.0, "memory": 4.0 * GIB}, gpus=None, weight=lambda group: 1.0,
+    return Snapshot(config=CONFIG, capacity={"cpu": 2.0, "memory": 4.0 * GIB}, devices={}, weight=lambda group: 1.0,
                     tasks=tasks, usage={}, waiting=waiting, cpu_saturated=saturated, refill=refill, now=1234.5)
 
 
 def test_only_what_fits_beside_the_running_starts_placed_and_stamped_now():
     effects = step(snapshot([task("1", "A", 3)], [task("2", "B", 1), task("3", "B", 1)]))
-    assert [(t.id, t.place, t.started, t.gpus) for t in effects.starts] == [("2", "B", 1234.5, ())]
+    assert [(t.id, t.place, t.started, t.devices) for t in effects.starts] == [("2", "B", 1234.5, {})]
     assert list(effects.admission.admitted) == ["2"]
     assert not effects.release and not effects.refill
 
