@@ -50,6 +50,8 @@ bytes/s; times in Unix seconds)::
                "task": str | null, "group": str | null, "user": str | null,
                "draining": bool}],  # GPUs governed only; draining: its task ended, a process
                                     # may still hold its node, it goes to no one until none does
+     "devices": {entry: [{"index": int, "node": str, "task": str | null, "group": str | null,
+                          "user": str | null, "draining": bool}]},  # another device class governed only
      "psi": {"available": bool, "why": str | null}}  # whether stalls are measured, and why not
 
 ``guaranteed`` and ``reserved`` are the sums of the groups'. Every group of the host is listed,
@@ -82,7 +84,9 @@ from rich.text import Text
 
 from governor.cli import stall_view
 from governor.cli import view_common as view
-from governor.wire.status_types import ForeignTenant, Gpu, GpuGuard, Group as StatusGroup, QueueItem, Status
+from governor.config import resources
+from governor.wire.status_types import (Device, ForeignTenant, Gpu, GpuGuard, Group as StatusGroup, QueueItem,
+                                         Status)
 
 
 def status_renderables(status: Status, *, now: float) -> list[RenderableType]:
@@ -106,6 +110,7 @@ def status_renderables(status: Status, *, now: float) -> list[RenderableType]:
     ]
     if status.gpus:
         renderables.append(gpus_table(status.gpus, status.daemon.gpu_guard))
+    renderables += [devices_table(entry, devices) for entry, devices in (status.devices or {}).items()]
     if status.queue:
         renderables.append(queue_table(status.queue, now))
     renderables += [tasks_view(name, group) for name, group in groups.items() if group.tasks]
@@ -228,19 +233,45 @@ def gpus_table(gpus: Sequence[Gpu], guard: GpuGuard | None = None) -> Table:
                "outside governor's tasks: processes are NOT kept from GPUs" if guard else None)
     table = Table(title=f"GPUs: {held} of {len(gpus)} held", title_justify="left", caption=caption,
                   caption_justify="left")
-    table.add_column("gpu", justify="right", no_wrap=True)
-    table.add_column("node", overflow="fold")
-    table.add_column("uuid", no_wrap=True)
-    table.add_column("name", overflow="fold")
-    table.add_column("task", overflow="fold")
-    table.add_column("group", overflow="fold")
-    table.add_column("user", overflow="fold")
+    _device_columns(table, "gpu", ("uuid", {"no_wrap": True}), ("name", {"overflow": "fold"}))
     for gpu in gpus:
-        free = gpu.task is None
-        view.row(table, str(gpu.index), gpu.node or "—", view.short_uuid(gpu.uuid), gpu.name or "—",
-                 ("draining" if gpu.draining else "free") if free else gpu.task,
-                 "" if free else view.said(gpu.group), "" if free else gpu.user or "?")
+        view.row(table, str(gpu.index), gpu.node or "—", view.short_uuid(gpu.uuid), gpu.name or "—", *_held_by(gpu))
     return table
+
+
+def devices_table(entry: str, devices: Sequence[Device]) -> Table:
+    """One row per governed device of the class ``entry`` (its registry entry; the GPUs have
+    :func:`gpus_table`): governor's index, its device node, and the task, group and user
+    holding it, or ``free``, or ``draining`` while a process may still hold a free device's node
+    (its task ended). Titled by the registry's word for one (the entry's name where this
+    client does not know the class)."""
+    found = resources.find(entry)
+    noun = found.noun if found is not None and found.noun else entry
+    held = sum(1 for device in devices if device.task is not None)
+    table = Table(title=f"{noun}s: {held} of {len(devices)} held", title_justify="left")
+    _device_columns(table, entry)
+    for device in devices:
+        view.row(table, str(device.index), device.node or "—", *_held_by(device))
+    return table
+
+
+def _device_columns(table: Table, index: str, *own: tuple[str, dict]) -> None:
+    """A device table's columns: governor's index (headed ``index``), the node, the class's
+    ``own`` (each a header and how its column lays out), then who holds it."""
+    table.add_column(index, justify="right", no_wrap=True)
+    table.add_column("node", overflow="fold")
+    for name, layout in own:
+        table.add_column(name, **layout)
+    for name in ("task", "group", "user"):
+        table.add_column(name, overflow="fold")
+
+
+def _held_by(device: Gpu | Device) -> tuple[str, str, str]:
+    """A device's task, group and user cells: ``free`` (or ``draining`` while a process may
+    still hold its node) and blanks where no task holds it."""
+    if device.task is None:
+        return ("draining" if device.draining else "free"), "", ""
+    return device.task, view.said(device.group), device.user or "?"
 
 
 def queue_table(queue: Sequence[QueueItem], now: float) -> Table:

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import TYPE_CHECKING
 
 from governor.config.groups import MAX_DEPTH
 from governor.config.settings import group_name_problem
 from governor.core.device_identity import DeviceIdentity
+from governor.core.state import GPU
 from governor.config.kinds import record_id_fits
 
 if TYPE_CHECKING:
@@ -31,8 +33,8 @@ _RECORD_FIELDS = {"id", "group", "pid", "uid", "user", "command", "demand", "sta
 # Fields added later: a record written before them is read without them.
 _LATER_FIELDS = {"name", "time_limit", "place", "gpus", "devices"}
 _MAX_GPU_INDEX = 1023
+_ENTRY = re.compile(r"[a-z][a-z0-9_.-]{0,63}")  # a registry entry's name (``fpga``, ``intel-gpu``)
 _STORED = (*sorted(_RECORD_FIELDS), *sorted(_LATER_FIELDS - {"gpus", "devices"}))
-_GPU = "gpu"  # the registry's entry of NVIDIA's GPUs, whose devices a record keeps as "gpus"
 
 
 def record_of(task: Task) -> dict:
@@ -42,9 +44,9 @@ def record_of(task: Task) -> dict:
     ``task.device_identities``): the GPUs' as ``gpus``, any other class's in ``devices`` (only
     when it holds some)."""
     record = {name: getattr(task, name) for name in _STORED}
-    record["gpus"] = [identity.to_record() for identity in task.device_identities.get(_GPU, ())]
+    record["gpus"] = [identity.to_record() for identity in task.device_identities.get(GPU, ())]
     others = {entry: [identity.to_record() for identity in held]
-              for entry, held in task.device_identities.items() if entry != _GPU and held}
+              for entry, held in task.device_identities.items() if entry != GPU and held}
     if others:
         record["devices"] = others
     return record
@@ -95,8 +97,8 @@ def task_fields(task_id: str, data: bytes) -> dict:
             "demand": {k: float(v) for k, v in record["demand"].items()}, "started": float(record["started"]),
             "name": record.get("name", ""),
             "time_limit": None if record.get("time_limit") is None else float(record["time_limit"]),
-            "place": record.get("place", ""), "devices": {_GPU: gpus} if gpus else {},
-            "device_identities": {**({_GPU: identities} if identities else {}), **others}}
+            "place": record.get("place", ""), "devices": {GPU: gpus} if gpus else {},
+            "device_identities": {**({GPU: identities} if identities else {}), **others}}
 
 
 def _devices(stored: object) -> tuple[dict[str, tuple[DeviceIdentity, ...]], str | None]:
@@ -106,7 +108,7 @@ def _devices(stored: object) -> tuple[dict[str, tuple[DeviceIdentity, ...]], str
         return {}, "not an object"
     found = {}
     for entry, held in stored.items():
-        if not (entry.isidentifier() and entry.isascii()) or entry == _GPU:
+        if not _ENTRY.fullmatch(entry) or entry == GPU:
             return {}, f"{entry!r} is not a device class (a GPU is kept in gpus)"
         try:
             identities = tuple(DeviceIdentity.from_record(device) for device in held) if isinstance(held, list) else ()

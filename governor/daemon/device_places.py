@@ -69,9 +69,19 @@ def readopted(config: Config, inventories: Inventories, task: Task) -> Task:
 
     Raises:
         GovernorError: an inventory lacks a device the task holds, or cannot tell it from
-            another: the daemon must not start and hand it to another task. The message
-            names the task, the device and what to do.
+            another, or its demand asks for devices of a class its record names none of (a
+            record from before that class was placed device by device): the daemon must not
+            start and hand them to another task. The message names the task, the device and
+            what to do.
     """
+    unnamed = [entry for entry in inventories if task.demand.get(entry)
+               and entry not in task.devices and entry not in task.device_identities]
+    if unnamed:
+        (key, noun), amount = named(unnamed[0]), task.demand[unnamed[0]]
+        raise GovernorError(f"{config.file}: {key}: task {task.id} (group {task.group}) asked for "
+                            f"{amount:g} {noun}{'' if amount == 1 else 's'} and its record names none: the daemon "
+                            f"does not start, lest another task get them. Stop the task (a daemon of the release that "
+                            f"started it: governor stop {task.id}), then start this one")
     if not task.devices and not task.device_identities:
         return task
     devices, known = {}, {}
@@ -188,7 +198,7 @@ def _listed(inventories: Inventories, entry: str) -> tuple:
 def named(entry: str) -> tuple[str, str]:
     """How messages name class ``entry``: the config key that governs it (its provider's,
     ``capacity.gpus``) and the word for one of it (the registry's, ``GPU``); a class no
-    longer registered (a record of an earlier release) by its entry's name."""
+    longer registered (a record written while it was) by its entry's name."""
     key = next((provider.key for provider in providers.providers() if provider.entry == entry), entry)
     found = resources.find(entry)
     return key, (found.noun if found is not None and found.noun else entry)

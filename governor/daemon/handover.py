@@ -40,7 +40,7 @@ from governor.config.kinds import login_id, task_in
 from governor.host import devices as providers
 from governor.host.openfiles import PROC, node_holders, owner_uid
 from governor.host.processes import end_if
-from governor.core.state import Slot, Task, Tasks
+from governor.core.state import GPU, Slot, Task, Tasks
 
 __all__ = ["DRAIN_RETRY_MAX_S", "DRAIN_RETRY_S", "SWEEP_AFTER_HANDOVER_S", "Handover", "Holder"]
 
@@ -221,10 +221,10 @@ class Handover:
             ended = self.tasks.draining()[slot]
             self.tasks.drained(slot)
             since = f"since task {ended} ended" if ended else "at the daemon's start"
-            self.journal.event("gpu_free", f"{_called(slot)} is free: no process holds it {since}")
-            if ended:  # (every device drains once as the daemon starts: nothing to tell)
+            self.journal.event(_kind(slot, "free"), f"{_called(slot)} is free: no process holds it {since}")
+            if ended and slot[0] == GPU:  # (every device drains once as the daemon starts: nothing to tell)
                 self.journal.alert("gpu_drained", f"{_called(slot)} is drained and free again: no process holds it "
-                                                  f"{since}", details={slot[0]: slot[1], "after_task": ended})
+                                                  f"{since}", details={"gpu": slot[1], "after_task": ended})
             self.inbox.put(inbox.Handover(_called(slot)))
         if freed:
             self._later = asyncio.get_running_loop().call_later(SWEEP_AFTER_HANDOVER_S, self.sweep)
@@ -296,7 +296,8 @@ class Handover:
             why = "after its task ended, before the daemon started"
         else:
             why = f"though {'it' if task is None else task.label} was not given it"
-        self.journal.event("gpu_holder_ended", f"a process ({who}, {where}) ended: it held {names} open {why}",
+        self.journal.event(_kind(slots[0], "holder_ended"),
+                           f"a process ({who}, {where}) ended: it held {names} open {why}",
                            logging.WARNING, detail=f"pid {holder.pid}")
 
     def _kill(self, holder: Holder) -> None:
@@ -324,6 +325,12 @@ class Handover:
             return False  # another process now (outside governor), or one given that device
         # Only NVML named it: /proc cannot show its descriptor (another mount namespace's path).
         return holder.listed_only or bool(node_holders(wrong, self.proc, pids=[holder.pid]))
+
+
+def _kind(slot: Slot, what: str) -> str:
+    """The journal's kind of an event about a device: ``gpu_free`` for a GPU, as the docs and
+    alert rules name it; ``device_free`` for a device of any other class (its message names it)."""
+    return f"{'gpu' if slot[0] == GPU else 'device'}_{what}"
 
 
 def _called(slot: Slot) -> str:

@@ -41,7 +41,8 @@ from governor.host.nvml import sample_use
 from governor.core.queue import queue_view
 from governor.core.steady import Steady
 from governor.core.state import Task, Tasks
-from governor.wire.status import StatusReply, gpu_entries, groups_status, psi_entry, sections, status_of
+from governor.wire.status import (StatusReply, device_entries, gpu_entries, groups_status, psi_entry, sections,
+                                  status_of)
 from governor.wire.status_json import encode
 from governor.wire.status_types import Status
 from governor.wire.visibility import ADMIN, StatusViews, Viewer
@@ -314,13 +315,14 @@ class Observation:
                                fairshare=self.fair_share.standings(time.time()) if self.fair_share else None,
                                kept=self._status_tasks)
         gpus = gpu_entries(policy.gpus, self.tasks.holders(), self.tasks)
+        devices = device_entries(policy.devices, self.tasks)
         host = policy.capacity if policy.host_capacity is None else policy.host_capacity
         self._snapshot = status_of(groups, **sections(
             daemon=self._daemon(), capacity=dict(policy.capacity), caps=dict(policy.root_caps or {}),
             host_capacity=dict(host), foreign={name: tenant.to_json() for name, tenant in self.tenants().items()},
             filling=self.enforcement.filling, events=list(self.journal.events),
             queue=queue_view(self.queue, self.queue.admission), psi=psi_entry(self.hierarchy.no_psi),
-            **({"gpus": gpus} if gpus is not None else {})))
+            **({"gpus": gpus} if gpus is not None else {}), **({"devices": devices} if devices is not None else {})))
         self._status = (self.journal.version,
                         StatusReply(encode(self._snapshot, self._status_json), self._status_checked))
         return self._status[1]

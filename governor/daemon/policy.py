@@ -119,7 +119,7 @@ class Policy:
             re-mapped to it: the caller puts them in place of the old ones.
 
         Raises:
-            GovernorError: as the class says; or the new inventory lacks a held GPU (or cannot
+            GovernorError: as the class says; or a new inventory lacks a held device (or cannot
                 tell it from another), naming the task.
         """
         devices = {}

@@ -6,8 +6,8 @@ and no new task gets the id of either. Each reconcile pass removes the empty tas
 task has (:meth:`Recovery.remove_strays`), and a daemon that stops with no task left clears its
 tree (:meth:`Recovery.clear`).
 
-Re-adoption is exact (DESIGN.md §4): a task's GPUs are found again by identity in the inventory
-in force, or the daemon does not start; its processes are read from every hierarchy its
+Re-adoption is exact (DESIGN.md §4): a task's devices, of every class, are found again by
+identity in the inventories in force, or the daemon does not start; its processes are read from every hierarchy its
 cgroup is in, and put into a hierarchy that joined since (v1's ``devices``, a daemon restarted
 to govern GPUs), so that what governs them there (device rules) holds them."""
 
@@ -109,7 +109,7 @@ class Recovery:
             except GovernorError:
                 if self._lives(record):
                     raise
-                self._forget_dead(record, "holding devices this config cannot give it back")
+                self._forget_dead(record, f"holding {_nouns(record)} this config cannot give it back")
                 continue
             both = device_places.clash([*tasks, task])
             if both is not None:  # one of the two may have ended while no daemon ran
@@ -144,7 +144,7 @@ class Recovery:
             try:
                 self.store.save(task)
             except GovernorError as error:
-                self.journal.event("error", f"{task.label}: its devices' identities are not written: {error}",
+                self.journal.event("error", f"{task.label}: its {_nouns(task)}' identities are not written: {error}",
                                    logging.ERROR)
         return tasks
 
@@ -355,3 +355,9 @@ def _walk(hierarchy) -> tuple[list[str], list[str]]:
                     below.append(rel)
         level = below
     return tasks, groups
+
+
+def _nouns(task: Task) -> str:
+    """The classes of devices ``task`` holds, as messages name them: ``GPUs``, ``GPUs and FPGAs``."""
+    held = {**task.devices, **task.device_identities}
+    return " and ".join(f"{device_places.named(entry)[1]}s" for entry in held) or "devices"

@@ -17,6 +17,7 @@ from contextlib import contextmanager, suppress
 from types import ModuleType
 
 from governor.core.devices import Provider
+from governor.core.state import GPU
 from governor.core.gpus import Gpu, GpuError, GpuInventory, GpuUse
 
 __all__ = ["CONTROL_NODES", "NVIDIA_MAJOR", "PROVIDER", "discover", "processes_on", "sample_use"]
@@ -331,4 +332,4 @@ def _control_nodes(paths: Sequence[str]) -> tuple[tuple[tuple[str, int, int], ..
 
 
 # NVIDIA's GPUs as a device class (:mod:`governor.host.devices`): NVML's process list is its own.
-PROVIDER = Provider("gpu", "capacity.gpus", _governs, _find, processes_on)
+PROVIDER = Provider(GPU, "capacity.gpus", _governs, _find, processes_on)

@@ -134,7 +134,7 @@ def status_of(groups: Mapping[str, Group], **sections) -> Status:
 def sections(**given: object) -> dict:
     """The status's sections that other modules hand over as JSON objects (``filling``,
     ``events``, ``queue`` from :func:`governor.core.queue.queue_view`, ``gpus`` from
-    :func:`gpu_entries`, ``daemon``), typed as the client's decoder types them.
+    :func:`gpu_entries`, ``devices`` from :func:`device_entries`, ``daemon``), typed as the client's decoder types them.
 
     Raises:
         MalformedStatus: a section that is not of its type (a bug of its maker).
@@ -193,6 +193,26 @@ def gpu_entries(inventory, holders: Mapping[Slot, str], tasks: Tasks) -> list[di
                         "group": holder.group if holder else None, "user": holder.user if holder else None,
                         "draining": (GPU, gpu.index) in draining})
     return entries
+
+
+def device_entries(inventories: Mapping[str, object], tasks: Tasks) -> dict[str, list[dict]] | None:
+    """The status's ``devices``: for each governed device class but the GPUs (``inventories``:
+    entry → its inventory, :attr:`Policy.devices <governor.daemon.policy.Policy.devices>`), each
+    device's index and node with the ``task``, ``group`` and ``user`` holding it, and
+    ``draining``; None where no other class is governed."""
+    holders, draining = tasks.holders(), tasks.draining()
+    entries = {}
+    for entry, inventory in inventories.items():
+        if entry == GPU:
+            continue  # the status's gpus, with what NVML says of each
+        rows = []
+        for device in inventory.devices:
+            holder = tasks.get(holders[(entry, device.index)]) if (entry, device.index) in holders else None
+            rows.append({"index": device.index, "node": device.node, "task": holder.id if holder else None,
+                         "group": holder.group if holder else None, "user": holder.user if holder else None,
+                         "draining": (entry, device.index) in draining})
+        entries[entry] = rows
+    return entries or None
 
 
 def _ancestors(group: str, parents: Mapping[str, str]) -> list[str]:

@@ -237,6 +237,20 @@ class Gpu:
 
 
 @dataclass(frozen=True, slots=True)
+class Device:
+    """A governed device of a class other than GPUs (:class:`governor.core.devices.Device`) and
+    who holds it (``task``, ``group``, ``user``; None: free); ``draining``: its task ended and a
+    process may still hold its node."""
+
+    index: int
+    node: str | None = None
+    task: str | None = None
+    group: str | None = None
+    user: str | None = None
+    draining: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Psi:
     """Whether the host measures stalls (``available``; None: an older daemon did not say) and,
     where not, ``why``."""
@@ -251,8 +265,9 @@ class Status:
     root cap, never divided; ``host_capacity``: before the ``foreign`` tenants' holdings),
     the sums of the groups' ``guaranteed``, ``reserved`` and ``used``, the last ``filling``,
     ``fair_level`` (the highest dominant share per unit of weight), recent ``events``, the
-    ``groups`` by name, the admission ``queue`` in order, ``psi``, and with GPUs governed
-    ``gpus``."""
+    ``groups`` by name, the admission ``queue`` in order, ``psi``, with GPUs governed
+    ``gpus``, and with devices of another class governed ``devices``: each such class's
+    registry entry → its devices."""
 
     daemon: DaemonInfo = DaemonInfo()
     capacity: Vector = empty()
@@ -269,6 +284,7 @@ class Status:
     queue: tuple[QueueItem, ...] = ()
     psi: Psi = Psi()
     gpus: tuple[Gpu, ...] | None = field(default=None, metadata=_omit(None))
+    devices: Mapping[str, tuple[Device, ...]] | None = field(default=None, metadata=_omit(None))
 
     def resources(self) -> list[str]:
         """Resources in capacity order, then any others the groups mention, first seen first."""

@@ -1,6 +1,7 @@
 """Real-kernel cases shared by test_daemon_v1 (native) and test_daemon_v2 (VM): each module
 imports them, so they run under that module's marker and its skip check."""
 
+import device_class_scenarios
 import foreign_scenarios
 import gpu_scenarios
 import guard_scenarios
@@ -83,6 +84,10 @@ def test_a_restart_that_turns_gpus_on_readopts_the_processes_and_stop_ends_them(
 
 def test_a_restart_with_the_gpus_reordered_keeps_each_held_gpu_with_its_task(tmp_path):
     readopt_scenarios.restart_with_the_gpus_reordered_keeps_each_held_gpu(tmp_path)
+
+
+def test_a_standin_class_is_placed_handed_over_and_readopted_by_identity(tmp_path):
+    device_class_scenarios.a_standin_class_is_placed_handed_over_and_readopted_by_identity(tmp_path)
 
 
 def test_a_gpu_fd_passed_to_a_task_without_gpus_is_ended_before_the_gpu_is_handed_on(tmp_path):

@@ -29,6 +29,7 @@ from kernel_cases import (  # noqa: F401  (collected here, under this module's m
     test_an_empty_task_cgroup_no_task_has_is_removed_and_the_root_goes_at_stop,
     test_launches_in_flight_when_the_daemon_is_killed_start_once_each,
     test_a_restart_with_the_gpus_reordered_keeps_each_held_gpu_with_its_task,
+    test_a_standin_class_is_placed_handed_over_and_readopted_by_identity,
     test_a_session_ends_with_its_users_last_process,
     test_a_fork_bomb_in_a_session_stops_at_its_pids_cap,
     test_a_fork_bomb_outside_a_session_is_held_at_its_cap_once_moved,

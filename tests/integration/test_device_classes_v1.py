@@ -1,8 +1,7 @@
-"""A device class other than GPUs end to end on this host's real cgroup v1 hierarchies
-(issue 45, point 3): :func:`guard_scenarios.a_standin_device_class_is_denied_where_sessions_start_and_open_to_tasks`
-and :func:`device_class_scenarios.a_standin_class_is_placed_handed_over_and_readopted_by_identity`."""
+"""A device class other than GPUs where sessions start, on this host's real cgroup v1
+hierarchies (issue 45, point 3): :func:`guard_scenarios.a_standin_device_class_is_denied_where_sessions_start_and_open_to_tasks`.
+Its placement, hand-over and re-adoption run in both kernel suites (``kernel_cases``)."""
 
-import device_class_scenarios
 import guard_scenarios
 import pytest
 import session_scenarios
@@ -15,7 +14,3 @@ def test_a_standin_device_class_is_denied_where_sessions_start_and_open_to_tasks
     if reason:
         pytest.skip(reason)
     guard_scenarios.a_standin_device_class_is_denied_where_sessions_start_and_open_to_tasks()
-
-
-def test_a_standin_class_is_placed_handed_over_and_readopted_by_identity(tmp_path):
-    device_class_scenarios.a_standin_class_is_placed_handed_over_and_readopted_by_identity(tmp_path)

@@ -5,6 +5,7 @@ through the same code as the GPUs with no GPU-named code touched. On the in-memo
 a fake /proc for the hand-over."""
 
 import asyncio
+import json
 import os
 
 import pytest
@@ -14,10 +15,14 @@ from support.daemons import CONFIG, GIB, launch, make_daemon, on_loop
 from support.gpus import DeviceDriver
 from support.waits import until
 
+from rich.console import Console
+
+from governor.cli.status_view import status_renderables
 from governor.config.load import parse_config
 from governor.core.device_identity import DeviceIdentity
 from governor.errors import GovernorError, RequestError
 from governor.wire.protocol import LaunchRequest, Peer
+from governor.wire.status_json import decode
 
 NULL = (os.major(os.stat("/dev/null").st_rdev), os.minor(os.stat("/dev/null").st_rdev))
 
@@ -35,6 +40,14 @@ def test_each_holder_gets_a_device_of_its_own_and_is_denied_the_others(tmp_path,
     with pytest.raises(RequestError) as refused:
         launch(daemon, 103, group="A", cpu=0.1, memory=GIB // 8, fpga=1, wait=False)
     assert refused.value.code == "would_wait"
+    status = daemon.observation.status()
+    assert "gpus" not in status and status["devices"] == {"fpga": [
+        {"index": 0, "node": "/dev/fpga0", "task": "1", "group": "A", "user": "root", "draining": False},
+        {"index": 1, "node": "/dev/fpga1", "task": "2", "group": "B", "user": "root", "draining": False}]}
+    console = Console(width=100, record=True)
+    console.print(*status_renderables(decode(status), now=0.0))
+    shown = console.export_text()
+    assert "FPGAs: 2 of 2 held" in shown and "/dev/fpga1" in shown, shown
 
 
 def test_a_freed_device_drains_until_no_other_process_holds_it_then_goes_to_the_next(tmp_path, monkeypatch):
@@ -58,11 +71,15 @@ def test_a_freed_device_drains_until_no_other_process_holds_it_then_goes_to_the_
         daemon.exits.check(["1"], "exit")
         await until(lambda: ended, "the holder to be ended")
         assert daemon.tasks.draining() == {("fpga", 0): "1"} and daemon.tasks.get("3") is None
-        events = [e["message"] for e in daemon.observation.status()["events"] if e["kind"] == "gpu_holder_ended"]
+        [device] = daemon.observation.status()["devices"]["fpga"]
+        assert device["draining"] and device["task"] is None  # an operator sees why task 3 waits
+        events = [e["message"] for e in daemon.observation.status()["events"] if e["kind"] == "device_holder_ended"]
         assert events == ["a process (user root, task 2) ended: it held FPGA 0 open after task 1 ended"]
         (proc / "101" / "fd" / "5").unlink()  # the process is gone
         [_ async for _ in waiting]
         assert daemon.tasks.get("3").devices == {"fpga": (0,)} and daemon.tasks.draining() == {}
+        kinds = [e["kind"] for e in daemon.observation.status()["events"]]
+        assert "device_free" in kinds and not {"gpu_free", "gpu_drained"} & set(kinds)  # a GPU's kinds, a GPU's alert
 
     asyncio.run(scenario())
 
@@ -96,4 +113,17 @@ def test_a_restart_or_reload_that_drops_a_held_device_is_refused_naming_it(tmp_p
         "drops it; change it once that task has ended")
     assert daemon.tasks.get("1").devices == {"fpga": (0,)}  # the config in force stays
     with pytest.raises(GovernorError, match="task 1 .group A. holds FPGA 240:0 and this config drops it"):
+        make_daemon(tmp_path, CONFIG, driver=driver).recovery.load()
+
+
+def test_a_record_asking_for_a_class_it_names_no_device_of_is_not_readopted_holding_none(tmp_path, monkeypatch):
+    # A record of a release that opened a class whole to its askers: the task must not be taken
+    # back holding none (the start-up drain would end its processes, another task get its devices).
+    standin_device.register(NODES, monkeypatch.setattr)
+    driver = DeviceDriver()
+    daemon = make_daemon(tmp_path, CONFIG, driver=driver)
+    launch(daemon, 100, group="A", cpu=0.1, memory=GIB // 8, fpga=1)
+    path = tmp_path / "state" / "1.json"
+    path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "devices"}))
+    with pytest.raises(GovernorError, match="task 1 .group A. asked for 1 FPGA and its record names none"):
         make_daemon(tmp_path, CONFIG, driver=driver).recovery.load()

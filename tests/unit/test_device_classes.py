@@ -67,7 +67,7 @@ def test_a_standin_class_alone_is_admitted_and_denied_outside_the_tasks_by_the_g
         launch(daemon, 101, group="A", cpu=0.1, memory=GIB // 8, fpga=1, wait=False)
     assert refused.value.code == "would_wait"
     launch(daemon, 102, group="A", cpu=0.1, memory=GIB // 8)
-    # The class is open whole to the task asking for some (no device by device placement yet), to no other.
+    # The task asking for both holds both; a task asking none is denied the class.
     assert daemon.hierarchy.driver.denied == {"A/task-3": (FPGA0, FPGA1)}
     daemon.gpu_guard.stop()
     assert guard_calls[-1] == ("take", (FPGA0, FPGA1))
