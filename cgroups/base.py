@@ -265,7 +265,7 @@ class DriverBase(abc.ABC):
         if self._applied.get(key) == limits:
             return [], []
         written, errors = self._apply_one(rel, limits)
-        if errors:
+        if errors or not self._as_asked(key):
             self._applied.pop(key, None)
         else:
             self._applied[key] = limits
@@ -273,6 +273,12 @@ class DriverBase(abc.ABC):
         if record:
             self._written[key] = self._shared.setdefault(tuple(record.items()), record)
         return written, errors
+
+    def _as_asked(self, rel: str) -> bool:
+        """Whether what :meth:`_apply_one` last wrote to ``rel`` is what it was asked: a driver
+        that had to write otherwise (v1's nested quotas) says no, so that the same limits asked
+        again are written again, once the kernel takes them."""
+        return True
 
     @abc.abstractmethod
     def _apply_one(self, rel: str, limits: CgroupLimits) -> tuple[list[str], list[CgroupError]]:

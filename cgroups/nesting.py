@@ -6,7 +6,9 @@ and a child's above its parent's (``tg_cfs_schedulable_down`` in kernel/sched/co
 takes both and lets the parent's bound the child's). governor holds a group to its guarantee
 (a quota) while its tasks keep their caps (quotas too), so the v1 driver asks this index before
 each write: a parent is written at least its largest child's quota, and a parent below a new
-child's quota is raised first.
+child's quota is raised first. A cgroup with no quota of its own is bounded by its parent's
+(the kernel takes the parent's as its own), so its children's quotas count as its parent's
+children's: a group not held to its guarantee passes its tasks' caps up to the root.
 """
 
 from __future__ import annotations
@@ -24,14 +26,18 @@ class QuotaNesting:
     def __init__(self) -> None:
         self._cores: dict[str, float] = {}
         self._children: dict[str, dict[str, float]] = {}
+        # parent → its children with no quota of their own and children with one below them
+        self._open: dict[str, set[str]] = {}
 
     def cores(self, rel: str) -> float | None:
         """``rel``'s quota in cores; None when it has none (unlimited)."""
         return self._cores.get(rel)
 
     def largest_child(self, rel: str) -> float:
-        """The largest quota, in cores, of ``rel``'s children (0 when none has one)."""
-        return max(self._children.get(rel, {}).values(), default=0.0)
+        """The largest quota, in cores, of ``rel``'s children, a child with none counting its own
+        children's (0 when none has one)."""
+        return max((*self._children.get(rel, {}).values(), *map(self.largest_child, self._open.get(rel, ()))),
+                   default=0.0)
 
     def at_least_children(self, rel: str, quota_usec: int, period_usec: int) -> int:
         """``quota_usec``, or the quota over ``period_usec`` of ``rel``'s largest child where
@@ -48,12 +54,15 @@ class QuotaNesting:
         self._cores[rel] = cores
         if parent is not None:
             self._children.setdefault(parent, {})[rel] = cores
+            self._opened(parent)
+        self._opened(rel)
 
     def drop(self, rel: str) -> None:
         """Forget ``rel``'s quota (``""``: every quota)."""
         if not rel:
             self._cores.clear()
             self._children.clear()
+            self._open.clear()
             return
         self._cores.pop(rel, None)
         siblings = self._children.get(_parent(rel))
@@ -61,6 +70,21 @@ class QuotaNesting:
             siblings.pop(rel, None)
             if not siblings:
                 del self._children[_parent(rel)]
+            self._opened(_parent(rel))
+        self._opened(rel)
+
+    def _opened(self, rel: str) -> None:
+        """Note whether ``rel`` passes its children's quotas up: it has none of its own, and
+        children with one."""
+        parent = _parent(rel)
+        if parent is None:
+            return
+        if rel in self._children and rel not in self._cores:
+            self._open.setdefault(parent, set()).add(rel)
+        elif rel in self._open.get(parent, ()):
+            self._open[parent].discard(rel)
+            if not self._open[parent]:
+                del self._open[parent]
 
 
 def _parent(rel: str) -> str | None:

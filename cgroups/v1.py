@@ -24,18 +24,18 @@ v1's parent/child rules are kept here, not by callers:
   steps so that no write is refused (``EBUSY``): the parent widens to old ∪ new, every child
   takes the new list, the parent narrows to the new list.
 * CFS quota: a child's quota may not exceed its parent's, nor a parent's fall below a child's
-  (``EINVAL``): a group held to its guarantee keeps its largest task's cap where that is more,
-  and a parent below a new child's cap is raised first (:mod:`governor.cgroups.nesting`).
+  (``EINVAL``): a group held to its guarantee keeps its largest task's cap where that is more
+  (a group with no quota passes its tasks' caps up to the root), a parent below a new child's
+  cap is raised first, and a cgroup gives its quota up before it is removed
+  (:mod:`governor.cgroups.v1_quotas`, :mod:`governor.cgroups.nesting`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
 from pathlib import Path
 
 from cgroupspy.nodes import Node
@@ -43,13 +43,12 @@ from cgroupspy.nodes import Node
 from governor.cgroups.base import DriverBase
 from governor.cgroups.errors import CgroupError, CgroupReadError, CgroupUnsupported, ProcessGone
 from governor.cgroups.files import below, list_children, make_dir, read_file, relative_parts, remove_dir, write_file
-from governor.cgroups.limits import (DEFAULT_PERIOD_USEC, V1_ORDER, CgroupLimits, diff_writes, v1_files, v1_key,
-                                     v1_reset)
-from governor.cgroups.nesting import QuotaNesting
+from governor.cgroups.limits import V1_ORDER, CgroupLimits, diff_writes, v1_files, v1_key, v1_reset
 from governor.cgroups.parse import format_cpu_list, parse_cpu_list, parse_pids
 from governor.cgroups.stats import CgroupStats
 from governor.cgroups.v1_cgroup import (cpu_usage_usec, init_cpuset, memory_cap_bytes, populated_below, read_v1_stats,
                                         reset_devices)
+from governor.cgroups.v1_quotas import V1Quotas
 
 __all__ = ["CgroupV1Driver", "REQUIRED_CONTROLLERS"]
 
@@ -61,8 +60,6 @@ HIERARCHY_ORDER = ("cpuset", "cpu", "cpuacct", "memory", "blkio", "devices", "pi
 # v2 controller names that are spelt differently on v1.
 _V1_NAME = {"io": "blkio"}
 _COUNTED = ("cpu", "cpuacct", "memory", "blkio", "pids")  # the hierarchies read_stats reads (blkio, pids: where given)
-_QUOTA = v1_key("cpu", "cpu.cfs_quota_us", "")
-_PERIOD = v1_key("cpu", "cpu.cfs_period_us", "")
 
 
 class CgroupV1Driver(DriverBase):
@@ -98,7 +95,8 @@ class CgroupV1Driver(DriverBase):
         # Ancestors of a root this driver made (systemd delegates no cpuset on v1, so a root
         # below a unit's cgroup lacks its parents there), removed again with the root.
         self._made: dict[Path, list[Path]] = {}
-        self._quotas = QuotaNesting()  # what the kernel's quota rule checks a write against
+        self._quotas = V1Quotas(lambda rel: self.controller_path("cpu", rel), self._record,
+                                lambda rel: self._applied.pop(rel, None))
         for controller in HIERARCHY_ORDER:
             if controller in self.roots:
                 root = self.roots[controller]
@@ -202,7 +200,7 @@ class CgroupV1Driver(DriverBase):
 
     def _apply_one(self, rel: str, limits: CgroupLimits) -> tuple[list[str], list[CgroupError]]:
         if limits.cpu_quota_usec is not None:
-            limits = self._nested(rel, limits)
+            limits = self._quotas.nested(rel, limits)
         last = self._record(rel)
         desired = [(v1_key(c, f, v), v) for c, f, v in v1_files(limits) if c != "pids" or "pids" in self.roots]
         written, errors = [], []
@@ -239,41 +237,15 @@ class CgroupV1Driver(DriverBase):
             written.append(file)
         if written:
             log.debug("applied %s to %s", ", ".join(written), rel or "<root>")
-        quota = last.get(_QUOTA)
-        self._quotas.set(rel, None if quota in (None, "-1") else int(quota), int(last.get(_PERIOD, DEFAULT_PERIOD_USEC)))
+        self._quotas.written(rel, last)
         return written, errors
 
     def forget(self, rel: str) -> None:
         super().forget(rel)
-        self._quotas.drop(rel)
+        self._quotas.forget(rel)
 
-    def _nested(self, rel: str, limits: CgroupLimits) -> CgroupLimits:
-        """``limits`` with a CFS quota the kernel takes beside ``rel``'s parent and children
-        (:mod:`governor.cgroups.nesting`): at least its largest child's; a parent below it is
-        raised first."""
-        quota = self._quotas.at_least_children(rel, limits.cpu_quota_usec, limits.cpu_period_usec)
-        if rel:
-            self._raise(rel.rpartition("/")[0], quota / limits.cpu_period_usec)
-        return limits if quota == limits.cpu_quota_usec else replace(limits, cpu_quota_usec=quota)
-
-    def _raise(self, rel: str, cores: float) -> None:
-        """Raise ``rel``'s quota (and its ancestors') to ``cores`` where it is lower; the next
-        plan writes it again from there. A refusal is left to the child's write to report."""
-        held = self._quotas.cores(rel)
-        if held is None or held >= cores:
-            return
-        if rel:
-            self._raise(rel.rpartition("/")[0], cores)
-        last = self._record(rel)
-        period = int(last.get(_PERIOD, DEFAULT_PERIOD_USEC))
-        quota = math.ceil(cores * period)
-        try:
-            write_file(self.controller_path("cpu", rel), "cpu.cfs_quota_us", str(quota))
-        except CgroupError:
-            return
-        last[_QUOTA] = str(quota)
-        self._applied.pop(rel, None)
-        self._quotas.set(rel, quota, period)
+    def _as_asked(self, rel: str) -> bool:
+        return self._quotas.as_asked(rel)
 
     def _set_cpus(self, directory: Path, cpus: str) -> None:
         """Give ``directory`` (and every cpuset below it) the CPU list ``cpus`` without a

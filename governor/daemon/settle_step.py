@@ -84,7 +84,8 @@ def step(snapshot: Snapshot) -> Effects:
                for g, d in tasks.demands().items()}
     capacity = dict(snapshot.capacity)
     for entry, _ in tasks.draining():
-        capacity[entry] = capacity.get(entry, 0.0) - 1
+        if entry in capacity:  # (a class no longer governed drains nothing: the hand-over frees it)
+            capacity[entry] -= 1
     admission = admit(capacity, running, tasks.counts(), weights, waiting, quotas(config, tasks, waiting),
                       guarantees(config))
     by_id = {task.id: task for task in snapshot.waiting}

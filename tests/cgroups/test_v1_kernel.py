@@ -230,6 +230,29 @@ def test_a_parent_quota_stays_at_least_its_childrens_and_a_larger_child_raises_i
     assert read_file(driver.controller_path("cpu", "g"), "cpu.cfs_quota_us").strip() == "-1"
 
 
+def test_a_group_without_a_quota_passes_its_tasks_caps_up_to_the_root(v1):
+    # v1 bounds a cgroup with no quota by its parent's: a 1.5-core task in a group not held to
+    # its guarantee keeps the root at 1.5 cores when a reload asks 1 (the kernel refused the
+    # root's write, EINVAL, and the old value stayed), a 3-core task there raises the root
+    # first, and the root goes to 1 core once they are gone.
+    driver, _ = v1
+    root = driver.controller_path("cpu", "")
+    driver.apply("", CgroupLimits(cpu_quota_usec=200_000))
+    driver.create("A/task-1")
+    driver.apply("A/task-1", CgroupLimits(cpu_quota_usec=150_000))
+    driver.apply("", CgroupLimits(cpu_quota_usec=100_000))
+    assert read_file(root, "cpu.cfs_quota_us").strip() == driver.in_force("")["cpu.cfs_quota_us"] == "150000"
+    driver.create("A/task-2")
+    driver.apply("A/task-2", CgroupLimits(cpu_quota_usec=300_000))
+    assert read_file(driver.controller_path("cpu", "A/task-2"), "cpu.cfs_quota_us").strip() == "300000"
+    assert read_file(root, "cpu.cfs_quota_us").strip() == "300000"
+    for rel in ("A/task-2", "A/task-1"):  # as the daemon does: the record forgotten, then the cgroup removed
+        driver.forget(rel)
+        driver.remove(rel)
+    driver.apply("", CgroupLimits(cpu_quota_usec=100_000))
+    assert read_file(root, "cpu.cfs_quota_us").strip() == "100000"
+
+
 def test_a_hierarchy_that_joined_since_gets_the_processes_at_rejoin(v1):
     """A daemon restarted to govern GPUs opens the devices hierarchy too: the task's cgroup is
     not there, its processes are read from the others, and rejoin puts them in (issue 31)."""

@@ -40,7 +40,8 @@ def a_standin_class_is_placed_handed_over_and_readopted_by_identity(tmp_path: Pa
             gov.stop_tasks([first])
             seen = what_it_saw(third)
             assert (seen[n0], seen[n1]) == ("ENXIO", "EPERM"), seen
-            handed = [line for line in gov.daemon_log().splitlines() if "FPGA 1 is free: no process holds it since task" in line]
+            handed = [line for line in gov.daemon_log().splitlines()
+                      if "FPGA 1 is free: no process holds it since task" in line]
             assert handed, gov.daemon_log()[-3000:]
         finally:
             gov.close()

@@ -1,6 +1,7 @@
 """governor end to end on this host's real cgroup v1 hierarchies (hybrid or legacy host)."""
 
 import signal
+import subprocess
 
 import admission_scenarios
 import notify_scenarios
@@ -43,7 +44,9 @@ from kernel_cases import (  # noqa: F401  (collected here, under this module's m
     test_plain_processes_are_governed_whichever_way_they_start_and_share_by_drf,
 )
 
-from daemon_harness import Governor
+from daemon_harness import GOVERNOR, Governor
+
+from governor.cgroups.files import read_file
 
 pytestmark = pytest.mark.kernel_v1
 
@@ -135,3 +138,27 @@ def test_guaranteed_memory_is_kept_as_headroom(tmp_path):
 
 def test_a_time_limit_and_an_oom_kill_are_each_notified_once_to_a_command_run_as_another_user(tmp_path):
     notify_scenarios.time_limit_and_oom_kill_are_notified(tmp_path)
+
+
+def test_a_reload_below_a_running_tasks_cap_keeps_the_root_at_that_cap_without_a_refusal(tmp_path):
+    # v1 bounds a group with no quota by its parent's: a reload to 1 core under a task capped at
+    # 1.5 had the kernel refuse the root's 1 core (an error event, EINVAL); the root now keeps
+    # 1.5 while the task runs and goes to 1 once it has ended.
+    gov = Governor(tmp_path, '[capacity]\ncpu = 2\nmemory = "1G"\n[groups.A]\nusers = ["root"]\n')
+    try:
+        task = gov.run("A", ["sh", "-c", "echo running; exec sleep 600"], cpus=1.5, memory="32M")
+        assert task.stdout.readline() == "running\n"
+        config = gov.dir / "governor.toml"
+        config.write_text(config.read_text().replace("cpu = 2\n", "cpu = 1\n"))
+        before = gov.generation()
+        reloaded = subprocess.run([GOVERNOR, "reload", "--socket", gov.socket], capture_output=True, text=True,
+                                  timeout=60)
+        assert reloaded.returncode == 0, reloaded.stderr
+        gov.wait(lambda: gov.generation() > before, "a refill under the new capacity")
+        quota = lambda: read_file(gov.driver.controller_path("cpu", ""), "cpu.cfs_quota_us").strip()
+        assert quota() == "150000"
+        assert [e["message"] for e in gov.status()["events"] if e["kind"] == "error"] == []
+        gov.stop_tasks([task])
+        gov.wait(lambda: quota() == "100000", "the root at the new capacity once the task ended")
+    finally:
+        gov.close()

@@ -1,0 +1,35 @@
+"""cgroup v1's rule for nested CFS quotas as bookkeeping (cgroups/nesting.py): a parent is
+written at least its largest child's quota, and a child with no quota of its own passes its
+children's up (the kernel bounds it by its parent's)."""
+
+from governor.cgroups.nesting import QuotaNesting
+
+PERIOD = 100_000
+
+
+def test_a_parent_is_at_least_its_largest_childs_quota():
+    quotas = QuotaNesting()
+    quotas.set("g/t", 200_000, PERIOD)
+    quotas.set("g/u", 50_000, PERIOD)
+    assert quotas.largest_child("g") == 2.0
+    assert quotas.at_least_children("g", 100_000, PERIOD) == 200_000
+    quotas.set("g", 250_000, PERIOD)
+    assert quotas.at_least_children("", 100_000, PERIOD) == 250_000  # g's own quota, not its children's
+
+
+def test_a_child_without_a_quota_passes_its_childrens_up_until_they_go():
+    # A group not held to its guarantee (no quota) with a 1.5-core task: the root may not go
+    # below 1.5 cores (v1 would refuse the root's write with EINVAL), and may once the task goes.
+    quotas = QuotaNesting()
+    quotas.set("", 200_000, PERIOD)
+    quotas.set("A/task-1", 150_000, PERIOD)
+    assert quotas.at_least_children("", 100_000, PERIOD) == 150_000
+    quotas.set("A", 120_000, PERIOD)  # held again: its own quota bounds its task
+    assert quotas.largest_child("") == 1.2
+    quotas.set("A", None, PERIOD)
+    assert quotas.largest_child("") == 1.5
+    quotas.set("A/B/task-2", 300_000, PERIOD)  # two levels without a quota
+    assert quotas.largest_child("") == 3.0
+    quotas.drop("A/B/task-2")
+    quotas.drop("A/task-1")
+    assert quotas.at_least_children("", 100_000, PERIOD) == 100_000
