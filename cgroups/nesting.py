@@ -26,7 +26,7 @@ class QuotaNesting:
     def __init__(self) -> None:
         self._cores: dict[str, float] = {}
         self._children: dict[str, dict[str, float]] = {}
-        # parent → its children with no quota of their own and children with one below them
+        # parent → its children with no quota of their own that pass their children's up
         self._open: dict[str, set[str]] = {}
 
     def cores(self, rel: str) -> float | None:
@@ -74,17 +74,17 @@ class QuotaNesting:
         self._opened(rel)
 
     def _opened(self, rel: str) -> None:
-        """Note whether ``rel`` passes its children's quotas up: it has none of its own, and
-        children with one."""
-        parent = _parent(rel)
-        if parent is None:
-            return
-        if rel in self._children and rel not in self._cores:
-            self._open.setdefault(parent, set()).add(rel)
-        elif rel in self._open.get(parent, ()):
-            self._open[parent].discard(rel)
-            if not self._open[parent]:
-                del self._open[parent]
+        """Note whether ``rel``, and each of its ancestors in turn, passes its children's
+        quotas up: it has none of its own, and children with one or passing theirs up."""
+        while (parent := _parent(rel)) is not None:
+            members = self._open.get(parent)
+            if rel not in self._cores and (rel in self._children or rel in self._open):
+                self._open.setdefault(parent, set()).add(rel)
+            elif members is not None and rel in members:
+                members.discard(rel)
+                if not members:
+                    del self._open[parent]
+            rel = parent
 
 
 def _parent(rel: str) -> str | None:

@@ -33,3 +33,14 @@ def test_a_child_without_a_quota_passes_its_childrens_up_until_they_go():
     quotas.drop("A/B/task-2")
     quotas.drop("A/task-1")
     assert quotas.at_least_children("", 100_000, PERIOD) == 100_000
+
+
+def test_groups_without_a_quota_pass_a_tasks_cap_up_through_every_level():
+    quotas = QuotaNesting()
+    quotas.set("science/physics/task-1", 150_000, PERIOD)  # neither science nor physics held
+    assert quotas.largest_child("") == quotas.largest_child("science") == 1.5
+    quotas.set("science", 120_000, PERIOD)  # held: its own quota bounds what is below it
+    assert quotas.largest_child("") == 1.2 and quotas.largest_child("science") == 1.5
+    quotas.drop("science")
+    quotas.drop("science/physics/task-1")
+    assert quotas.largest_child("") == 0.0
