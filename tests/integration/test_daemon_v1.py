@@ -9,6 +9,7 @@ import pressure_scenarios
 import pytest
 import reserve_scenarios
 import scenarios
+import service_scenarios
 import session_scenarios
 import slurm_v1_scenarios
 import task_scenarios
@@ -67,15 +68,15 @@ def test_the_reserved_cores_are_lent_while_the_system_leaves_them_idle(tmp_path)
 
 
 def test_a_pid_left_by_an_exited_client_is_not_governed(tmp_path):
-    scenarios.exited_client_pid_is_not_governed(tmp_path)
+    service_scenarios.exited_client_pid_is_not_governed(tmp_path)
 
 
 def test_an_undecodable_command_line_leaves_status_readable(tmp_path):
-    scenarios.undecodable_command_line_leaves_status_readable(tmp_path)
+    service_scenarios.undecodable_command_line_leaves_status_readable(tmp_path)
 
 
 def test_soft_memory_is_bounded_by_the_capacity(tmp_path):
-    scenarios.soft_memory_is_bounded_by_the_capacity(tmp_path)
+    service_scenarios.soft_memory_is_bounded_by_the_capacity(tmp_path)
 
 
 def test_soft_memory_limit_does_not_kill(tmp_path):
@@ -83,11 +84,11 @@ def test_soft_memory_limit_does_not_kill(tmp_path):
 
 
 def test_metrics_are_served_and_parse(tmp_path):
-    scenarios.metrics_scrape(tmp_path)
+    service_scenarios.metrics_scrape(tmp_path)
 
 
 def test_reload_refuses_a_bad_config_and_applies_a_good_one(tmp_path):
-    scenarios.reload_refuses_a_bad_config_and_applies_a_good_one(tmp_path)
+    service_scenarios.reload_refuses_a_bad_config_and_applies_a_good_one(tmp_path)
 
 
 def test_stop_ends_a_tasks_whole_tree(tmp_path):

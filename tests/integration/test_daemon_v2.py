@@ -2,6 +2,8 @@
 
 import os
 
+import io_scenarios
+
 import pressure_scenarios
 import protection_scenarios
 import pytest
@@ -54,14 +56,14 @@ def test_io_max_holds_direct_writes(tmp_path):
     disks = os.environ.get("VMLAB_DISK_DEVS", "").split()
     if not disks:
         pytest.skip("no scratch disk (VMLAB_DISKS=64 gives the VM /dev/vda)")
-    scenarios.io_write_held_to_io_max(tmp_path, disks[0])
+    io_scenarios.io_write_held_to_io_max(tmp_path, disks[0])
 
 
 def test_io_weight_shares_a_busy_disk_where_io_cost_is_on(tmp_path):
     disks = os.environ.get("VMLAB_DISK_DEVS", "").split()
     if not disks:
         pytest.skip("no scratch disk (VMLAB_DISKS=64 gives the VM /dev/vda)")
-    scenarios.io_weight_shares_a_busy_disk(tmp_path, disks[0], detect.CGROUP_ROOT)
+    io_scenarios.io_weight_shares_a_busy_disk(tmp_path, disks[0], detect.CGROUP_ROOT)
 
 
 def test_a_declared_memory_is_a_hard_cap_by_default(tmp_path):

@@ -61,6 +61,10 @@ section "alice logs in (su -l, pam_systemd) and starts a CPU burner in her shell
 su -l gov-alice -c 'exec sh -c "while :; do :; done"' </dev/null >/dev/null 2>&1 &
 wait_for 60 "alice's burner" pgrep -u gov-alice -f 'while :' || die "no burner"
 burner=$(pgrep -u gov-alice -f 'while :' | head -1)
+# logind may list the session a while after the shell runs (a busy emulated VM): under set -e a
+# show-user of a user it does not know yet ended this script with no word.
+wait_for 60 "alice's session in logind" sh -c 'loginctl show-user gov-alice -p Sessions --value | grep -q .' \
+    || die "logind lists no session of gov-alice"
 session=$(loginctl show-user gov-alice -p Sessions --value | awk '{print $1}')
 wait_for 60 "alice's login session in governor status" status_has "$login_task" || die "$($gov status)"
 grep -q "/user.slice/user-$alice.slice/session-$session.scope" /proc/"$burner"/cgroup \
