@@ -21,7 +21,9 @@ one stage a module, wired by :mod:`governor.daemon.root` and built on the host b
   pure step over a snapshot (:mod:`~governor.daemon.settle_step`); the starts it decides are
   carried out by :mod:`~governor.daemon.starts` (cgroups made and joined, clients answered).
 * :mod:`~governor.daemon.waiting`: the launches waiting, and what admission counts as held.
-* :mod:`~governor.daemon.enforcement`: the refill: the plan, what the kernel accepted.
+* :mod:`~governor.daemon.enforcement`: the refill: the plan applied, what the kernel accepted.
+* :mod:`~governor.daemon.desired`: the plan: the running tasks in, every governed cgroup's
+  limits out (pure).
 * :mod:`~governor.daemon.filling`: progressive filling under the config in force (pure).
 * :mod:`~governor.daemon.tree`: ``mkdir``, ``rmdir`` and moves off the event loop.
 * :mod:`~governor.daemon.exits`: exit watching, ``stop``, time limits, ended records.

@@ -1,7 +1,7 @@
-"""Enforcement: from the running tasks to the limits in force (DESIGN.md §3). Progressive filling
-gives each group its allocation, the plan turns allocations into guarantees (weights, and
-quotas while every group wants all of its own), the hierarchy writes what changed, and what the
-kernel accepted is what status shows. Only settle calls :meth:`Enforcement.refill`."""
+"""Enforcement: from the running tasks to the limits in force (DESIGN.md §3). The pure
+:func:`~governor.daemon.desired.desired` says every governed cgroup's limits (progressive
+filling, then the plan); the effector writes what changed, and what the kernel accepted is what
+status shows. Only settle calls :meth:`Enforcement.refill`."""
 
 from __future__ import annotations
 
@@ -9,18 +9,14 @@ import logging
 import time
 
 from governor.cgroups.limits import CgroupLimits
+from governor.core.model import Allocation
+from governor.core.state import Tasks
+from governor.daemon.desired import desired
 from governor.daemon.effector import Effector
-from governor.daemon.filling import fill
 from governor.daemon.journal import Journal
 from governor.daemon.policy import Policy
 from governor.daemon.unit_protection import UnitProtection
 from governor.errors import FillingDiverged
-from governor.core.cpu_saturation import hold_scale
-from governor.core.plan import group_limits, held_login_limits, inside_root, root_limits
-from governor.core.protection import Protection, memory_protection
-from governor.core.group_tree import subtree_sums, with_limit
-from governor.core.model import DEMAND_MET, Allocation
-from governor.core.state import Tasks, one_session_each
 
 __all__ = ["Enforcement"]
 
@@ -84,19 +80,18 @@ class Enforcement:
         the last good allocation and plan stay in force, and it is an error event, counted in
         ``filling`` and the metrics (DESIGN.md §2)."""
         start = self.refilled_at = time.perf_counter()
-        policy = self.policy
-        demands = self.tasks.demands()
+        full, self._full_due = full or self._full_due, False
         try:
-            self.allocation = fill(policy.config, policy.capacity, policy.fair_weight, demands)
+            want = desired(self.policy, self.tasks, cpu_saturated=self.cpu_saturated, full=full,
+                           previous=self._guarantees)
         except FillingDiverged as error:
             self._diverged(trigger, error, full)
             return
-        full, self._full_due = full or self._full_due, False
-        got = self.allocation.groups if self.allocation else {}
-        planned, root = self._desired(demands, full)
-        report = self.effector.apply_plan(planned)
+        self.allocation, self._guarantees = want.allocation, want.guarantees
+        got = want.allocation.groups if want.allocation else {}
+        report = self.effector.apply_plan(want.limits)
         if self.units is not None:
-            self.units.follow(root, policy.config.memory_protection)
+            self.units.follow(want.root, self.policy.config.memory_protection)
         for error in report.errors:
             if self.metrics:
                 self.metrics.write_error()
@@ -116,75 +111,6 @@ class Enforcement:
             log.debug("%s", line)
         else:
             self.journal.event("refill", line)
-
-    def _desired(self, demands: dict[str, dict[str, float]], full: bool) -> tuple[dict[str, CgroupLimits], Protection]:
-        """The limits the last filling asks for: cgroup → its limits (the root's, every group's,
-        each login slice's; with ``full`` every task's and session's caps too, device rules
-        included), and the root's ``(memory.min, memory.low)`` in bytes, which governor's
-        systemd units follow. Keeps the groups' guarantees, whose weights the next plan keeps
-        where it can."""
-        policy = self.policy
-        got = self.allocation.groups if self.allocation else {}
-        logins = self.tasks.logins()
-        outside: dict[str, dict[str, float]] = {}
-        sessions: dict[str, float] = {}  # group → the memory its session cgroups below the root declare
-        for login in one_session_each(self.tasks.sessions()):  # a user's two places count once
-            if not login.is_login:
-                sessions[login.group] = sessions.get(login.group, 0.0) + login.demand.get("memory", 0.0)
-                continue
-            total = outside.setdefault(login.group, {})
-            for resource, amount in login.demand.items():
-                total[resource] = total.get(resource, 0.0) + amount
-        fractions = {g: float(a.tasks) for g, a in got.items()}
-        allocations, inside = inside_root({g: a.allocation for g, a in got.items()}, demands, fractions, outside)
-        # Protection follows what was admitted below the root: a session is never admitted, and
-        # is promised none of its cap (issue 43; DESIGN.md §3 "an idle shell holds nothing").
-        admitted = {g: {"memory": max(0.0, d.get("memory", 0.0) - sessions.get(g, 0.0))} for g, d in inside.items()}
-        # A department's cgroup carries the sum of its labs' below the root (DESIGN.md §3).
-        parents = policy.config.parents
-        allocations.update(subtree_sums(allocations, parents))
-        admitted.update(subtree_sums(admitted, parents))
-        nodes = self.allocation.nodes if self.allocation else {}
-        root, protection = self._protection(admitted)
-        # Held, the groups together use the reserve the system leaves idle too (issue 42).
-        scale = hold_scale(policy.capacity.get("cpu", 0.0), policy.lent_cpu)
-        guarantees = group_limits(
-            policy.capacity, allocations, protection=protection,
-            io_devices=policy.io_devices, io_sharing=policy.io_sharing, cpu_mode=policy.config.cpu_enforcement,
-            cpus=policy.cpus, previous=self._guarantees,
-            met={g for g, a in (*got.items(), *nodes.items()) if a.stop == DEMAND_MET}, saturated=self.cpu_saturated,
-            hold_scale=scale, pids=policy.root_caps.get("pids"),
-        )
-        self._guarantees = guarantees
-        config = policy.config
-        # The root's bound is the host's less the reserve (whose idle cores it borrows), never
-        # less what foreign tenants hold: lowering its memory.max under what governor admitted
-        # would reclaim or kill its tasks.
-        planned = {"": root_limits(policy.host_capacity, protection=root, caps=policy.root_caps,
-                                   lent_cpu=policy.lent_cpu),
-                   **{config.place(g): with_limit(limits, config.effective_limit(g))
-                      for g, limits in guarantees.items()}}
-        if full:  # (an unrecorded task's caps are what its cgroup holds: none to plan)
-            planned.update((task.cgroup, policy.caps(task)) for task in self.tasks
-                           if not task.is_login and not task.unrecorded)
-        for login in logins:
-            caps = policy.caps(login)
-            planned[login.cgroup] = (held_login_limits(caps, login.demand.get("cpu", 0.0),
-                                                       scale * fractions.get(login.group, 0.0))
-                                     if self.cpu_saturated else caps)
-        return planned, root
-
-    def _protection(self, admitted: dict[str, dict[str, float]]) -> tuple[Protection, dict[str, Protection]]:
-        """The root's and each group's ``(memory.min, memory.low)`` (:mod:`governor.core.protection`)
-        over the memory the groups' admitted tasks declared below the root (``admitted``: group →
-        ``{"memory": bytes}``, sessions' caps not in it); none with ``memory_protection = false``."""
-        config = self.policy.config
-        if not config.memory_protection:
-            return (0.0, 0.0), {}
-        guarantees = {rule.name: rule.guarantee["memory"] for rule in config.groups if "memory" in rule.guarantee}
-        return memory_protection(self.policy.capacity.get("memory", 0.0),
-                                 {g: demand.get("memory", 0.0) for g, demand in admitted.items()}, guarantees,
-                                 self.policy.floors(admitted), config.parents)
 
     def _diverged(self, trigger: str, error: FillingDiverged, full: bool) -> None:
         """Report a filling that diverged; the plan in force is left as it is (no fallback
