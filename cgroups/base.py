@@ -94,14 +94,34 @@ class DriverBase(abc.ABC):
         must list them so: the root ``""``, then groups, then tasks).
 
         A refused write does not stop the others; each is in the report. A cgroup that
-        vanished (``ENOENT``: its task just exited) is not an error.
+        vanished (``ENOENT``: its task just exited) is not an error. A mode whose parents are
+        bounded by their children's values (v1's quotas) applies some cgroups once more after
+        the rest (:meth:`_again`): the report holds their second refusals, not their first.
         """
+        refused: dict[str, list[CgroupError]] = {}
         report = ApplyReport()
         for rel, limits in planned.items():
-            written, errors = self._apply_changed(rel, limits)
-            report.written += len(written)
-            report.errors += [e for e in errors if not e.vanished]
+            report.written += self._apply_planned(rel, limits, refused)
+        for rel in self._again(planned, refused):  # a cgroup retried says only its retry's refusals
+            report.written += self._apply_planned(rel, planned[rel], refused)
+        report.errors = [error for errors in refused.values() for error in errors]
         return report
+
+    def _apply_planned(self, rel: str, limits: CgroupLimits, refused: dict[str, list[CgroupError]]) -> int:
+        """Apply one cgroup's limits of a plan: the files written; ``refused[rel]`` its refusals."""
+        written, errors = self._apply_changed(rel, limits)
+        errors = [e for e in errors if not e.vanished]
+        if errors:
+            refused[rel] = errors
+        else:
+            refused.pop(rel, None)
+        return len(written)
+
+    def _again(self, planned: Mapping[str, CgroupLimits], refused: Mapping[str, list[CgroupError]]) -> list[str]:
+        """The cgroups of ``planned`` to apply once more once every one was (``refused``: each
+        cgroup's refusals), in order: none here; v1 writes a parent before its children, so one
+        the kernel bounded by its children's old quotas is written again after them."""
+        return []
 
     def in_force(self, rel: str) -> dict[str, str]:
         """The settings of cgroup ``rel`` the kernel accepted from this driver: file → value

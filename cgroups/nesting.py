@@ -33,6 +33,10 @@ class QuotaNesting:
         """``rel``'s quota in cores; None when it has none (unlimited)."""
         return self._cores.get(rel)
 
+    def has_children(self, rel: str) -> bool:
+        """Whether a child of ``rel`` has a quota, or passes its children's up."""
+        return rel in self._children or rel in self._open
+
     def largest_child(self, rel: str) -> float:
         """The largest quota, in cores, of ``rel``'s children, a child with none counting its own
         children's (0 when none has one)."""

@@ -26,8 +26,9 @@ v1's parent/child rules are kept here, not by callers:
 * CFS quota: a child's quota may not exceed its parent's, nor a parent's fall below a child's
   (``EINVAL``): a group held to its guarantee keeps its largest task's cap where that is more
   (a group with no quota passes its tasks' caps up to the root), a parent below a new child's
-  cap is raised first, and a cgroup gives its quota up before it is removed
-  (:mod:`governor.cgroups.v1_quotas`, :mod:`governor.cgroups.nesting`).
+  cap is raised first, a parent raised so comes down in the same plan once its children have,
+  a quota an earlier daemon left is read at a cgroup's first plan, and a cgroup gives its quota
+  up before it is removed (:mod:`governor.cgroups.v1_quotas`, :mod:`governor.cgroups.nesting`).
 """
 
 from __future__ import annotations
@@ -199,9 +200,11 @@ class CgroupV1Driver(DriverBase):
             self.controller_path(_V1_NAME.get(controller, controller), "")
 
     def _apply_one(self, rel: str, limits: CgroupLimits) -> tuple[list[str], list[CgroupError]]:
+        last = self._record(rel)
         if limits.cpu_quota_usec is not None:
             limits = self._quotas.nested(rel, limits)
-        last = self._record(rel)
+        elif "cpu" in self.roots:
+            self._quotas.adopt(rel, last)
         desired = [(v1_key(c, f, v), v) for c, f, v in v1_files(limits) if c != "pids" or "pids" in self.roots]
         written, errors = [], []
         if ("devices" in self.roots and not limits.devices_denied and self._devices_unknown(rel)
@@ -246,6 +249,9 @@ class CgroupV1Driver(DriverBase):
 
     def _as_asked(self, rel: str) -> bool:
         return self._quotas.as_asked(rel)
+
+    def _again(self, planned: Mapping[str, CgroupLimits], refused: Mapping[str, list[CgroupError]]) -> list[str]:
+        return self._quotas.again(planned, refused)
 
     def _set_cpus(self, directory: Path, cpus: str) -> None:
         """Give ``directory`` (and every cpuset below it) the CPU list ``cpus`` without a

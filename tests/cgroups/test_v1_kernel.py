@@ -253,6 +253,28 @@ def test_a_group_without_a_quota_passes_its_tasks_caps_up_to_the_root(v1):
     assert read_file(root, "cpu.cfs_quota_us").strip() == "100000"
 
 
+def test_a_restarted_driver_takes_the_quotas_an_earlier_one_left(v1):
+    # An earlier daemon held G at 0.5 cores (its task at 0.3) and left the root at 2 cores with a
+    # 1.5-core task in A. The next one's first plan (capacity 1 core, G not held) is taken with no
+    # refusal: the root stays at A's task's cap, and G gives its quota up, so that a new 1-core
+    # task in G is not refused under the old 0.5 (it was: EINVAL, the launch "unavailable").
+    driver, _ = v1
+    driver.apply("", CgroupLimits(cpu_quota_usec=200_000))
+    for rel, quota in (("G", 50_000), ("G/task-1", 30_000), ("A/task-2", 150_000)):
+        driver.create(rel)
+        driver.apply(rel, CgroupLimits(cpu_quota_usec=quota))
+    again = CgroupV1Driver(driver.roots)
+    report = again.apply_plan({"": CgroupLimits(cpu_quota_usec=100_000), "A": CgroupLimits(), "G": CgroupLimits(),
+                               "G/task-1": CgroupLimits(cpu_quota_usec=30_000),
+                               "A/task-2": CgroupLimits(cpu_quota_usec=150_000)})
+    assert not report.errors, [str(error) for error in report.errors]
+    quota = lambda rel: read_file(driver.controller_path("cpu", rel), "cpu.cfs_quota_us").strip()  # noqa: E731
+    assert (quota(""), quota("G")) == ("150000", "-1")
+    again.create("G/task-3")
+    again.apply("G/task-3", CgroupLimits(cpu_quota_usec=100_000))
+    assert quota("G/task-3") == "100000"
+
+
 def test_a_hierarchy_that_joined_since_gets_the_processes_at_rejoin(v1):
     """A daemon restarted to govern GPUs opens the devices hierarchy too: the task's cgroup is
     not there, its processes are read from the others, and rejoin puts them in (issue 31)."""
