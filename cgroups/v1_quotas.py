@@ -61,7 +61,9 @@ class V1Quotas:
     def adopt(self, rel: str, record: MutableMapping) -> None:
         """At ``rel``'s first plan that asks for no quota, put the quota the kernel holds (an
         earlier daemon's: a group it held) in ``record``, so that the plan's diff gives it up:
-        left, it would bound the group and refuse its tasks' caps above it."""
+        left, it would bound the group and refuse its tasks' caps above it. A cgroup raised
+        before and asking none now is not raised any more (the diff gives its quota up)."""
+        self._raised.discard(rel)
         if rel in self._known or _QUOTA in record:
             return
         try:

@@ -62,15 +62,22 @@ class Reloads:
         """Put ``config`` in force (:meth:`Policy.use <governor.daemon.policy.Policy.use>`;
         raises before changing anything; ``members`` as it takes them), the running tasks'
         devices re-mapped by identity to its inventories (a record whose identities changed is
-        written again), the devices still draining re-mapped so too, and look at every process
-        afresh under it."""
+        written again), the devices still draining re-mapped so too, a device newly governed
+        drained before it is handed out, and look at every process afresh under it."""
         inventories = self.policy.devices
+        known = {(entry, device.identity) for entry, inventory in inventories.items() for device in inventory.devices}
         for task in self.policy.use(config, held=[task for task in self.tasks if task.devices], members=members):
             before = self.tasks.get(task.id)
             self.tasks.update(task)
             if task.device_identities != before.device_identities:
                 self.records.save_or_retry(task)
         self.tasks.redrain(device_places.renumbered(inventories, self.policy.devices, self.tasks.draining()))
+        # A device governed from now on drains before it is handed out, as every free one does
+        # when the daemon starts: ungoverned, any process could open it.
+        for entry, inventory in self.policy.devices.items():
+            for device in inventory.devices:
+                if (entry, device.identity) not in known:
+                    self.tasks.drain((entry, device.index))
         self.sessions.reset()
 
     def reload(self, trigger: str) -> str:

@@ -109,7 +109,7 @@ def reload_with(daemon, inventory, nodes):
     daemon.policy.find_gpus = lambda spec, control: inventory
     config = CONFIG.replace('gpus = ["/dev/nvidia0", "/dev/nvidia1"]', f"gpus = {nodes}")
     daemon.reloads.load_config = lambda: parse_config(config, "test.toml")
-    daemon.reloads.reload("test")
+    on_loop(daemon, lambda: daemon.reloads.reload("test"))  # as the daemon reloads: the added GPU drains there
 
 
 def test_a_reload_that_adds_a_gpu_denies_it_to_the_running_tasks_that_do_not_hold_it(gpus):

@@ -127,3 +127,25 @@ def test_a_record_asking_for_a_class_it_names_no_device_of_is_not_readopted_hold
     path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "devices"}))
     with pytest.raises(GovernorError, match="task 1 .group A. asked for 1 FPGA and its record names none"):
         make_daemon(tmp_path, CONFIG, driver=driver).recovery.load()
+
+
+def test_a_device_a_reload_starts_governing_drains_before_it_is_handed_out(tmp_path, monkeypatch):
+    # Ungoverned, any process could open it: it is looked at as every free device is when the
+    # daemon starts. A device governed before, free or held, is not.
+    standin_device.register(NODES[:1], monkeypatch.setattr)
+    daemon = make_daemon(tmp_path, CONFIG, driver=DeviceDriver())
+    daemon.handover.proc, daemon.handover.listed = tmp_path / "proc", lambda entry, inventory, indices: None
+    (tmp_path / "proc").mkdir()
+    on_loop(daemon, lambda: daemon.handover.start())
+    launch(daemon, 100, group="A", cpu=0.1, memory=GIB // 8, fpga=1)
+    monkeypatch.setattr(standin_device, "_nodes", list(NODES))  # /dev/fpga1 added
+    daemon.reloads.load_config = lambda: parse_config(CONFIG, "test.toml")
+
+    async def scenario():
+        daemon.reloads.reload("fpga1 added")
+        assert daemon.tasks.draining() == {("fpga", 1): ""}
+        await until(lambda: not daemon.tasks.draining(), "the new device to drain")
+
+    asyncio.run(scenario())
+    launch(daemon, 101, group="B", cpu=0.1, memory=GIB // 8, fpga=1)
+    assert daemon.tasks.get("2").devices == {"fpga": (1,)}
