@@ -149,11 +149,15 @@ class CgroupV1Driver(DriverBase):
                     if cpuset and depth:  # below governor's root: the kernel copies the parent's
                         self._clone_children(node, (root, "/".join(parts[:depth - 1])))
                     if depth == len(parts) > 0:  # the leaf: no node (module docstring)
-                        make_dir(root.joinpath(*parts))
+                        if make_dir(root.joinpath(*parts)) and root == self.roots.get("cpu"):
+                            self._quotas.made(rel)
                         break
                     if not depth:
                         self._make_ancestors(root, cpuset)
-                    known = self._nodes[key] = self._create_child(node, part)
+                    known, made = self._create_child(node, part)
+                    self._nodes[key] = known
+                    if made and root == self.roots.get("cpu"):
+                        self._quotas.made(key[1])
                     if cpuset and not depth:  # the root's parent is not governor's to change
                         init_cpuset(Path(os.fsdecode(known.full_path)))
                 node = known
@@ -347,14 +351,15 @@ class CgroupV1Driver(DriverBase):
         return populated_below(self.controller_path("cpu", rel))
 
     @staticmethod
-    def _create_child(node: Node, name: str) -> Node:
+    def _create_child(node: Node, name: str) -> tuple[Node, bool]:
         """What ``Node.create_cgroup`` does, less its duplicate check, which compares full
         paths with every sibling (3 ms per launch beside 30 siblings); the index rules a
-        duplicate out. An existing directory (a restart) is taken as it is."""
+        duplicate out. An existing directory (a restart) is taken as it is. Returns the node
+        and whether its directory was made here."""
         child = Node(os.fsencode(name), parent=node)
-        make_dir(Path(os.fsdecode(child.full_path)))
+        made = make_dir(Path(os.fsdecode(child.full_path)))
         node.children.append(child)
-        return child
+        return child, made
 
     def _make_ancestors(self, root: Path, cpuset: bool) -> None:
         """Make the missing ancestors of ``root`` (their cpusets as their parents'), top down.

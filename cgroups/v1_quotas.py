@@ -76,6 +76,12 @@ class V1Quotas:
             record[_QUOTA], record[_PERIOD] = quota, period
             self._index.set(rel, int(quota), int(period))
 
+    def made(self, rel: str) -> None:
+        """Note that ``rel`` was just made here: its quota is the kernel's default (-1, none),
+        and its first plan need not read it (a group is made again at each launch after its
+        last task ended)."""
+        self._known.add(rel)
+
     def again(self, planned: Mapping[str, object], refused: Mapping[str, Iterable[CgroupError]]) -> list[str]:
         """The cgroups of ``planned`` to write once more after the others, children first: each
         written above what it was asked (its children's quotas, read before they came down), and

@@ -275,6 +275,19 @@ def test_a_restarted_driver_takes_the_quotas_an_earlier_one_left(v1):
     assert quota("G/task-3") == "100000"
 
 
+def test_a_group_made_by_this_driver_is_not_read_for_an_earlier_daemons_quota(v1, monkeypatch):
+    # A group is made again at each launch after its last task ended: made here, its quota is
+    # the kernel's default, and its plan (no quota: not held) reads nothing.
+    import governor.cgroups.v1_quotas as quotas
+
+    driver, _ = v1
+    read = []
+    monkeypatch.setattr(quotas, "read_file", lambda directory, name: read.append(name) or read_file(directory, name))
+    driver.create("H/task-9")
+    assert not driver.apply_plan({"H": CgroupLimits(cpu_weight=100)}).errors
+    assert read == []
+
+
 def test_a_hierarchy_that_joined_since_gets_the_processes_at_rejoin(v1):
     """A daemon restarted to govern GPUs opens the devices hierarchy too: the task's cgroup is
     not there, its processes are read from the others, and rejoin puts them in (issue 31)."""
