@@ -28,7 +28,7 @@ these functions, so one word is one number on every screen.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from governor.config.resources import admitted, compressible
 from governor.core.state import Task
@@ -128,19 +128,38 @@ def reserved_by_task(tasks: Iterable[Task], usage: Mapping[str, Mapping[str, flo
         every task's id → resource → amount (bytes, GPUs), empty where it holds nothing.
     """
     tasks = list(tasks)
-    names = [entry.name for entry in admitted()]  # once: every status and ps asks of every task
-    held: dict[str, dict[str, float]] = {}
+    names = admitted_names()  # once: every status and ps asks of every task
+    held_by_session = sessions_reserved([task for task in tasks if task.is_session], usage)
+    return {task.id: held_by_session[task.id] if task.is_session else held(task, names) for task in tasks}
+
+
+def admitted_names() -> tuple[str, ...]:
+    """The names of the admitted resources (and devices), in registry order: what
+    :func:`held` counts."""
+    return tuple(entry.name for entry in admitted())
+
+
+def held(task: Task, names: Sequence[str]) -> dict[str, float]:
+    """What a launched task (not a session) holds in the admission count: its declaration of
+    each admitted resource of ``names`` (:func:`admitted_names`) it asked some of (bytes,
+    GPUs). It depends on the task alone: a status keeps it with the task's entry."""
+    demand = task.demand
+    return {resource: float(demand[resource]) for resource in names if demand.get(resource, 0) > 0}
+
+
+def sessions_reserved(sessions: Iterable[Task],
+                      usage: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """Session id → what it holds in the admission count (:func:`reserved_by_task` says how a
+    user's two places share one cap), for ``sessions`` (login sessions too); ``usage`` as
+    there."""
+    held_by: dict[str, dict[str, float]] = {}
     caps: dict[tuple[int, str], dict[str, float]] = {}  # a user's session in a group → what is left of its cap
-    for task in tasks:
-        if not task.is_session:
-            demand = task.demand
-            held[task.id] = {r: float(demand[r]) for r in names if demand.get(r, 0) > 0}
-    for task in sorted((t for t in tasks if t.is_session), key=lambda t: t.is_login):  # governor's cgroup first
+    for task in sorted(sessions, key=lambda t: t.is_login):  # governor's cgroup first
         cap = caps.setdefault((task.uid, task.group), dict(task.demand))
-        held[task.id] = reserved(cap, session=True, used=usage.get(task.cgroup))
-        for resource, amount in held[task.id].items():
+        held_by[task.id] = reserved(cap, session=True, used=usage.get(task.cgroup))
+        for resource, amount in held_by[task.id].items():
             cap[resource] -= amount
-    return {task.id: held[task.id] for task in tasks}
+    return held_by
 
 
 def reserved_by_group(tasks: Iterable[Task], usage: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:

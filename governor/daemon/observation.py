@@ -106,6 +106,7 @@ class Observation:
         self._turns: dict[str, int] = {}  # periodic work done in turn → where it starts next
         self._status: tuple[int, dict] | None = None  # the status reply built at that version
         self._status_tasks: dict[str, tuple] = {}  # its task entries, kept while unchanged
+        self._status_groups: dict[str, tuple] = {}  # and its busy groups' entries
         self._status_json: dict[int, tuple] = {}  # and their JSON
         self._snapshot = Status()  # the status last built, typed
         self._status_checked: dict[int, dict] = {}  # and those its encoding checked
@@ -313,7 +314,7 @@ class Observation:
                                in_force=self.hierarchy.in_force, configured=policy.configured(self.tasks.counts()),
                                parents=policy.config.parents, place=policy.config.place,
                                fairshare=self.fair_share.standings(time.time()) if self.fair_share else None,
-                               kept=self._status_tasks)
+                               kept=self._status_tasks, kept_groups=self._status_groups)
         gpus = gpu_entries(policy.gpus, self.tasks.holders(), self.tasks)
         devices = device_entries(policy.devices, self.tasks)
         host = policy.capacity if policy.host_capacity is None else policy.host_capacity

@@ -18,7 +18,7 @@ import typing
 from collections.abc import Callable, Mapping
 
 from governor.wire.fields import json_type
-from governor.wire.status_types import Status, TaskEntry
+from governor.wire.status_types import Group, Status, TaskEntry
 
 __all__ = ["MalformedStatus", "decode", "decode_part", "decode_section", "encode"]
 
@@ -37,15 +37,20 @@ def encode(status: Status, kept: dict[int, tuple[TaskEntry, dict]] | None = None
 
     Args:
         status: the status.
-        kept: id(task entry) → (the entry, its JSON) of the last status encoded, replaced by
-            this one's: an unchanged task entry (the same object) gets the same JSON object,
-            which the reply's encoding does not check again (a status of 10,000 tasks).
+        kept: id(task or group entry) → (the entry, its JSON) of the statuses encoded, this
+            one's added (those no status holds any more are dropped once they are a quarter of
+            it): an unchanged entry (the same object) gets the same JSON object, which the
+            reply's encoding does not check again (a status of 10,000 tasks).
     """
-    fresh: dict[int, tuple[TaskEntry, dict]] | None = {} if kept is not None else None
-    encoded = _encode(status, kept or {}, fresh)
-    if kept is not None:
+    if kept is None:
+        return _encode(status, {}, None)
+    encoded = _encode(status, kept, kept)  # what is new is added beside what is kept
+    live = sum(1 + len(group.tasks) for group in status.groups.values())
+    if len(kept) > live + live // 4 + 64:  # a quarter gone: drop what is gone
+        held = {id(entry): kept[id(entry)] for group in status.groups.values() for entry in (group, *group.tasks)
+                if id(entry) in kept}
         kept.clear()
-        kept.update(fresh)
+        kept.update(held)
     return encoded
 
 
@@ -57,10 +62,9 @@ def _encode(value: object, kept: Mapping[int, tuple], fresh: dict | None) -> obj
     if plan is None and kind is not dict and dataclasses.is_dataclass(kind):
         plan = _plan(kind)
     if plan is not None:
-        if kind is TaskEntry and fresh is not None:
+        if kind in _KEPT and fresh is not None:
             last = kept.get(id(value))
             if last is not None and last[0] is value:
-                fresh[id(value)] = last
                 return last[1]
         out = {}
         for attr, key, omit, spread, _ in plan:
@@ -69,7 +73,7 @@ def _encode(value: object, kept: Mapping[int, tuple], fresh: dict | None) -> obj
                 out.update((name, _encode(v, kept, fresh)) for name, v in item.items())
             elif item is not omit:
                 out[key] = item if type(item) in _LEAVES else _encode(item, kept, fresh)
-        if kind is TaskEntry and fresh is not None:
+        if kind in _KEPT and fresh is not None:
             fresh[id(value)] = (value, out)
         return out
     if kind is tuple or kind is list:
@@ -82,6 +86,7 @@ def _encode(value: object, kept: Mapping[int, tuple], fresh: dict | None) -> obj
 
 
 _LEAVES = frozenset({str, int, float, bool, type(None)})  # what is its own JSON
+_KEPT = (TaskEntry, Group)  # what a status keeps while unchanged: its JSON is kept with it
 _NEVER = object()  # a field that is always written
 
 # dataclass → [(attribute, JSON key, omit value, spread suffixes, type hint)]

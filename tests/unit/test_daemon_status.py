@@ -153,3 +153,27 @@ def test_a_task_whose_sample_is_equal_keeps_its_status_entry_and_one_that_change
     first, second = entries(0.05), entries(0.07)
     assert second["1"] is first["1"]
     assert second["2"] is not first["2"] and second["2"].usage["cpu"] == 0.07
+
+
+def test_a_group_whose_inputs_and_task_entries_are_unchanged_keeps_its_status_entry():
+    # After a sample of 10,000 idle tasks in 1,000 groups, rebuilding every group's entry made
+    # a status 180 ms in process: an unchanged group keeps its entry (and so its JSON).
+    from governor.core.state import Task, Tasks
+    from governor.wire.status import groups_status
+
+    tasks, limits, kept, kept_groups = Tasks(), {"cpu.max": "10000 100000"}, {}, {}
+    for i, group in (("1", "A"), ("2", "B")):
+        tasks.add(Task(i, group, 100 + int(i), 0, "root", ("sleep",), {"cpu": 0.1, "memory": GIB}, 0.0, place=group))
+
+    def groups(used_by_b: float) -> dict:
+        usage = {"A": {"cpu": 0.0}, "B": {"cpu": used_by_b}, **{t.cgroup: {"cpu": 0.0} for t in tasks}}
+        return groups_status(tasks=tasks, allocation=None, usage=usage, in_force=lambda rel: limits, kept=kept,
+                             kept_groups=kept_groups)
+
+    first, second = groups(0.05), groups(0.07)
+    assert second["A"] is first["A"] and first["A"].reserved == {"memory": GIB}
+    assert second["B"] is not first["B"] and second["B"].usage["cpu"] == 0.07
+    assert second["B"].tasks[0] is first["B"].tasks[0]  # its task's entry is kept all the same
+    tasks.add(Task("3", "A", 103, 0, "root", ("sleep",), {"cpu": 0.1}, 0.0, place="A"))
+    third = groups(0.07)
+    assert third["A"] is not second["A"] and len(third["A"].tasks) == 2 and third["B"] is second["B"]

@@ -54,18 +54,31 @@ def test_the_line_decodes_to_the_same_types_and_order_as_what_ok_writes(status):
     assert json.dumps(json.loads(StatusReply(status, {}).encoded())) == json.dumps(json.loads(ok({"status": status})))
 
 
-def test_a_task_entry_checked_for_the_last_status_is_kept_and_what_left_it_is_dropped():
+def test_an_entry_checked_for_a_status_is_kept_with_its_bytes_and_what_no_status_holds_is_dropped():
     checked = {}
+
+    def held() -> dict:
+        return {key: kept[0] for key, kept in checked.items()}
+
     same, changed = {"id": "1"}, {"id": "2"}
-    StatusReply({"groups": {"A": {"tasks": [same, changed]}}}, checked).encoded()
-    assert checked == {id(same): same, id(changed): changed}
+    first = {"tasks": [same, changed]}
+    StatusReply({"groups": {"A": first}}, checked).encoded()
+    assert held() == {id(first): first, id(same): same, id(changed): changed}
+    encoded_once = checked[id(same)][1]
     again = {"id": "2", "usage": {"cpu": 0.5}}
-    line = StatusReply({"groups": {"A": {"tasks": [same, again]}}}, checked).encoded()
-    assert checked == {id(same): same, id(again): again}
+    group = {"tasks": [same, again]}
+    line = StatusReply({"groups": {"A": group}}, checked).encoded()
+    assert held().items() >= {id(group): group, id(same): same, id(again): again}.items()
+    assert checked[id(same)][1] is encoded_once  # an unchanged entry is not encoded again
     assert json.loads(line)["status"]["groups"]["A"]["tasks"] == [same, again]
+    before = dict(checked)
     with pytest.raises(ValueError):  # a new entry is looked at, beside those kept
-        StatusReply({"groups": {"A": {"tasks": [same, {"id": "3", "usage": {"cpu": float("inf")}}]}}}, checked).encoded()
-    assert checked == {id(same): same, id(again): again}  # a refused status checked nothing
+        refused = {"id": "3", "usage": {"cpu": float("inf")}}
+        StatusReply({"groups": {"A": {"tasks": [same, refused]}}}, checked).encoded()
+    assert checked == before  # a refused status keeps nothing
+    for n in range(200):  # entries that come and go: those no status holds are dropped
+        StatusReply({"groups": {"A": {"tasks": [same, {"id": str(n)}]}}}, checked).encoded()
+    assert len(checked) <= 3 + 64 and checked[id(same)][1] is encoded_once
 
 
 @pytest.mark.parametrize("status", [

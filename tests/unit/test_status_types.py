@@ -75,12 +75,20 @@ def test_an_int_stays_an_int_and_optional_keys_are_written_only_when_present():
     assert "gpus" not in encode(decode(STATUS))
 
 
-def test_an_unchanged_task_entry_keeps_its_json_object_between_encodings():
+def test_an_unchanged_task_or_group_entry_keeps_its_json_object_between_encodings():
     status, kept = decode(STATUS), {}
     first = encode(status, kept)
     again = encode(status, kept)
+    assert again["groups"]["physics"] is first["groups"]["physics"]
     assert again["groups"]["physics"]["tasks"][0] is first["groups"]["physics"]["tasks"][0]
-    assert len(kept) == 3
+    tasks = [entry for group in status.groups.values() for entry in group.tasks]
+    assert len(kept) == len(status.groups) + len(tasks) and len(tasks) == 3
+    # A group that changed is encoded again; its unchanged task entries keep their JSON.
+    physics = status.groups["physics"]
+    changed = dataclasses.replace(status, groups={**status.groups, "physics": dataclasses.replace(physics, weight=3.0)})
+    third = encode(changed, kept)
+    assert third["groups"]["physics"] is not again["groups"]["physics"] and third["groups"]["physics"]["weight"] == 3.0
+    assert third["groups"]["physics"]["tasks"][0] is first["groups"]["physics"]["tasks"][0]
 
 
 @pytest.mark.parametrize("status, message", [
