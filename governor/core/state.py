@@ -195,6 +195,7 @@ class Tasks:
         for table in (self._tasks, self._groups[task.group], self._sessions, self._logins):
             if task.id in table:
                 table[task.id] = task
+        self._sums.pop(task.group, None)  # its demand may have changed (a session's caps)
         self._holders.update(dict.fromkeys(task.held(), task.id))
 
     def get(self, task_id: str) -> Task | None:

@@ -109,7 +109,7 @@ class Observation:
         self._status_groups: dict[str, tuple] = {}  # and its busy groups' entries
         self._status_json: dict[int, tuple] = {}  # and their JSON
         self._snapshot = Status()  # the status last built, typed
-        self._status_checked: dict[int, dict] = {}  # and those its encoding checked
+        self._status_checked: dict[int, tuple] = {}  # and those its encoding checked
         self._views = StatusViews(StatusReply)  # its form for each viewer who may not see all
         self._sampler = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sampler")
         self._forgotten: set[str] | None = None  # cgroups forgotten while the sampler reads

@@ -303,7 +303,7 @@ class StatusReply(WireStatusReply):
             those no status holds are dropped once they are a quarter of it).
     """
 
-    def __init__(self, status: dict, checked: dict[int, dict]):
+    def __init__(self, status: dict, checked: dict[int, tuple]):
         super().__init__(status)
         self._checked = checked
         self._line: bytes | None = None

@@ -103,7 +103,7 @@ class StatusViews:
 
     def __init__(self, make: Callable[[dict, dict], object]):
         self._make = make
-        self._checked: dict[int, dict] = {}
+        self._checked: dict[int, tuple] = {}
         self._base: object | None = None  # the full reply the forms below are of
         self._owners: frozenset = frozenset()  # uids with a task or a queued launch in it
         self._forms: OrderedDict[int | None, object] = OrderedDict()  # uid (None: public) → its reply

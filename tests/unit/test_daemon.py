@@ -9,9 +9,11 @@ test_daemon_*.py files beside it cover the paths a kernel test cannot reach chea
 
 import asyncio
 import time
+from dataclasses import replace
 
 import pytest
 
+from governor.config.kinds import session_id
 from governor.config.load import parse_config
 from governor.daemon import Daemon
 from governor.daemon.observation import SATURATION_TOLD_AFTER_S
@@ -249,6 +251,17 @@ def test_group_demands_follow_adds_and_removes():
     tasks.remove("3")
     assert tasks.demands() == {"A": {"cpu": 0.5, "memory": GIB}}
     assert tasks.counts() == {"A": 1} and [t.id for t in tasks] == ["2"]
+
+
+def test_group_demands_follow_a_task_updated_in_place():
+    # A reload's [sessions] caps reach a running session by Tasks.update: its group's summed
+    # demand, which the refill fills against, kept the old caps until a task came or went.
+    tasks = Tasks()
+    session = Task(session_id(1000), "A", 100, 1000, "alice", (), {"memory": 2 * GIB}, 0.0)
+    tasks.add(session)
+    assert tasks.demands() == {"A": {"memory": 2 * GIB}}
+    tasks.update(replace(session, demand={"memory": 5 * GIB}))
+    assert tasks.demands() == {"A": {"memory": 5 * GIB}}
 
 
 def test_on_cgroup_v1_a_task_s_memory_is_capped_hard_unless_the_config_says_soft_and_is_warned(tmp_path, caplog):
