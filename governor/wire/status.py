@@ -67,8 +67,8 @@ def groups_status(*, tasks: Tasks, allocation: Allocation | None, usage: Mapping
             its JSON (:func:`governor.wire.status_json.encode`).
         kept_groups: the busy groups' entries of the last status, by name, replaced by this
             one's: a group whose allocation, usage, demand, limits, configuration, place in the
-            tree, standing and task entries are unchanged keeps its entry, and so its JSON and
-            its encoded bytes (:class:`StatusReply`): after a sample of 10,000 idle tasks in
+            tree, standing and task entries are unchanged keeps its entry, and so its JSON
+            (:func:`governor.wire.status_json.encode`): after a sample of 10,000 idle tasks in
             1,000 groups, rebuilding every group made a status 180 ms in process.
 
     Per group, its allocation (:meth:`GroupAllocation.to_json`: weight, allocation, dominant
@@ -281,8 +281,8 @@ class StatusReply(WireStatusReply):
     :func:`governor.wire.protocol.ok` says of it, encoded by orjson on the event loop: a status
     of 10,000 tasks (5 MB) took the standard library 51 ms with the JSON of every task entry
     kept from the last, 108 ms with none; orjson, with the check below, 14.5 and 38 ms (a loaded
-    2-core host). Each task entry's bytes are kept with it (an ``orjson.Fragment``), so an
-    entry unchanged since the last status is neither checked nor encoded again. Where orjson
+    2-core host). Each task entry's encoded text is kept with it (an ``orjson.Fragment``), so
+    an entry unchanged since the last status is neither checked nor encoded again. Where orjson
     cannot encode it (a lone surrogate in a name, an integer beyond 64 bits), or is not
     installed (pip may find no wheel of it for a new CPython or an offline host), the standard
     library does, as ``ok`` would. The line
@@ -296,9 +296,9 @@ class StatusReply(WireStatusReply):
 
     Args:
         status: the status object (:func:`build_status`).
-        checked: id of a task entry → (the entry, its encoded bytes: an ``orjson.Fragment``,
+        checked: id of a task entry → (the entry, its encoded text: an ``orjson.Fragment``,
             None where orjson cannot encode it); id of a group entry → (the entry, its task
-            entries' bytes, whether all are encoded): what the statuses encoded looked at, this
+            entries' fragments, whether all are encoded): what the statuses encoded looked at, this
             one's added once it is encoded (the entry is held so that its id is not reused;
             those no status holds are dropped once they are a quarter of it).
     """
@@ -334,7 +334,7 @@ class StatusReply(WireStatusReply):
                 groups[name] = {**group, "tasks": last[1]}
             _require_finite(status, skip="groups")
             if whole:
-                # Each task entry's bytes as they were encoded: an unchanged one is not encoded again.
+                # Each task entry's text as it was encoded: an unchanged one is not encoded again.
                 try:
                     self._line = orjson.dumps({"ok": True, "status": {**status, "groups": groups}},
                                               option=orjson.OPT_APPEND_NEWLINE)
