@@ -22,7 +22,7 @@ from governor.config.resources import find
 from governor.core.state import GPU, SHOWN_COMMAND_CHARS, Slot, Tasks
 from governor.core.usage import STALL, stalls
 from governor.wire.reply_types import StatusReply as WireStatusReply
-from governor.wire.status_json import decode_section
+from governor.wire.status_json import decode_section, drop_gone
 from governor.wire.status_types import Group, Status, TaskEntry
 
 
@@ -297,10 +297,11 @@ class StatusReply(WireStatusReply):
     Args:
         status: the status object (:func:`build_status`).
         checked: id of a task entry → (the entry, its encoded text: an ``orjson.Fragment``,
-            None where orjson cannot encode it); id of a group entry → (the entry, its task
-            entries' fragments, whether all are encoded): what the statuses encoded looked at, this
-            one's added once it is encoded (the entry is held so that its id is not reused;
-            those no status holds are dropped once they are a quarter of it).
+            None where orjson cannot encode it); id of a group entry → (the entry, a copy of it
+            whose tasks are their fragments, whether all are encoded): what the statuses
+            encoded looked at, this one's added once it is encoded (the entry is held so that
+            its id is not reused; those no status holds are dropped once they are a quarter of
+            it, :func:`~governor.wire.status_json.drop_gone`).
     """
 
     def __init__(self, status: dict, checked: dict[int, tuple]):
@@ -329,9 +330,9 @@ class StatusReply(WireStatusReply):
                             _require_finite(entry)
                             known = added[id(entry)] = (entry, _fragment(entry))
                         fragments.append(known[1])
-                    last = added[id(group)] = (group, fragments, None not in fragments)
+                    last = added[id(group)] = (group, {**group, "tasks": fragments}, None not in fragments)
                 whole = whole and last[2]
-                groups[name] = {**group, "tasks": last[1]}
+                groups[name] = last[1]
             _require_finite(status, skip="groups")
             if whole:
                 # Each task entry's text as it was encoded: an unchanged one is not encoded again.
@@ -343,19 +344,8 @@ class StatusReply(WireStatusReply):
             if self._line is None:
                 self._line = as_line(encode_json({"ok": True, "status": status}))
             checked.update(added)
-            _drop_gone(checked, status["groups"])
+            drop_gone(checked, [(group, group["tasks"]) for group in status["groups"].values()])
         return self._line
-
-
-def _drop_gone(checked: dict[int, tuple], groups: Mapping[str, dict]) -> None:
-    """Keep in ``checked`` only the entries of ``groups`` once a quarter of it is of entries no
-    status holds any more (a status of 10,000 tasks is not walked again for each)."""
-    live = sum(1 + len(group["tasks"]) for group in groups.values())
-    if len(checked) > live + live // 4 + 64:
-        held = {id(entry): checked[id(entry)] for group in groups.values() for entry in (group, *group["tasks"])
-                if id(entry) in checked}
-        checked.clear()
-        checked.update(held)
 
 
 def _fragment(entry: dict):

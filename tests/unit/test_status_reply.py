@@ -54,7 +54,7 @@ def test_the_line_decodes_to_the_same_types_and_order_as_what_ok_writes(status):
     assert json.dumps(json.loads(StatusReply(status, {}).encoded())) == json.dumps(json.loads(ok({"status": status})))
 
 
-def test_an_entry_checked_for_a_status_is_kept_with_its_bytes_and_what_no_status_holds_is_dropped():
+def test_an_entry_checked_for_a_status_is_kept_with_its_text_and_what_no_status_holds_is_dropped():
     checked = {}
 
     def held() -> dict:
@@ -72,8 +72,8 @@ def test_an_entry_checked_for_a_status_is_kept_with_its_bytes_and_what_no_status
     assert checked[id(same)][1] is encoded_once  # an unchanged entry is not encoded again
     assert json.loads(line)["status"]["groups"]["A"]["tasks"] == [same, again]
     before = dict(checked)
+    refused = {"id": "3", "usage": {"cpu": float("inf")}}
     with pytest.raises(ValueError):  # a new entry is looked at, beside those kept
-        refused = {"id": "3", "usage": {"cpu": float("inf")}}
         StatusReply({"groups": {"A": {"tasks": [same, refused]}}}, checked).encoded()
     assert checked == before  # a refused status keeps nothing
     for n in range(200):  # entries that come and go: those no status holds are dropped
