@@ -1,5 +1,10 @@
 # Shared by the scripts of the systemd VM suite (sourced): counting failures, and polling.
 failures=0
+# A command failing under set -e ends a script with no word of its own (sessions.sh did, 6 s
+# after alice's burner started, in two CI runs): say which, and with what status. (Not with
+# set -E: a command substitution would then print this into what it captures.)
+trap 'echo "FAIL: line $LINENO: $BASH_COMMAND exited $?"' ERR
+
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # section TITLE: a section's header line, with the seconds since the script began: where the
