@@ -46,6 +46,7 @@ class Feed(threading.Thread):
         self.path, self.interval, self.wake_fd = path, interval, wake_fd
         self.updates: queue.SimpleQueue = queue.SimpleQueue()
         self.stopped = threading.Event()
+        self._waking = threading.Lock()
 
     def run(self) -> None:
         # A missed update should not read as a dead daemon: allow three intervals (and 5 s).
@@ -62,9 +63,18 @@ class Feed(threading.Thread):
                 self._send("down", str(error))
             self.stopped.wait(RECONNECT_S)
 
+    def stop(self) -> None:
+        """End the stream at its next update. Once this returns the thread writes no wake-up, so
+        the caller may close ``wake_fd``: a number closed and reused (by a pipe opened next)
+        would otherwise receive the thread's last wake-up byte."""
+        with self._waking:
+            self.stopped.set()
+
     def _send(self, kind: str, value: object) -> None:
         self.updates.put((kind, value, time.time()))
-        _wake(self.wake_fd)
+        with self._waking:
+            if not self.stopped.is_set():
+                _wake(self.wake_fd)
 
 
 class _Screen:
@@ -109,7 +119,7 @@ def run(path: str, interval: float) -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        feed.stopped.set()
+        feed.stop()
         termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
         signal.signal(signal.SIGWINCH, previous_winch)
         os.close(wake_read)

@@ -3,6 +3,7 @@ fake socket that streams scripted JSON lines."""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import shutil
@@ -97,7 +98,7 @@ def test_feed_reports_the_daemon_down_then_reconnects_when_it_is_back(path):
             break
     assert value == decode({"n": 7})  # top reads the status decoded (issue 45: a typed status)
     assert server.requests[-1] == {"op": "watch", "interval": 0.2}
-    feed.stopped.set()
+    feed.stop()
     server.close()
     os.close(wake_read)
     os.close(wake_write)
@@ -110,12 +111,37 @@ def test_feed_reports_a_reply_without_status(path):
     feed.start()
     kind, reason, _ = feed.updates.get(timeout=5)
     assert kind == "down" and "no status object" in reason
-    feed.stopped.set()
+    feed.stop()
     server.close()
     os.close(wake_read)
     os.close(wake_write)
     with pytest.raises(queue.Empty):
         feed.updates.get(timeout=1.5)  # stopped: no reconnection
+
+
+def test_a_stopped_feed_writes_no_wake_up_so_its_pipe_may_be_closed_and_the_number_reused(path):
+    # The feed's last wake-up came after top had closed the pipe: a pipe opened next with the
+    # same number received a stray "." (a later test in the same process saw it).
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_read, False)
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(path)
+        listener.listen()
+        feed = Feed(path, 0.2, wake_write)
+        feed.start()
+        connection, _ = listener.accept()
+        with connection:
+            connection.sendall(json.dumps(status(1)).encode() + b"\n")
+            assert feed.updates.get(timeout=5)[0] == "status"
+            feed.stop()
+            os.read(wake_read, 100)  # the wake-ups written before stop() returned
+        # hung up: the feed reports the daemon down, and must not wake the loop that stopped it
+        feed.join(10)
+    assert not feed.is_alive() and feed.updates.get(timeout=1)[0] == "down"
+    with pytest.raises(BlockingIOError):
+        os.read(wake_read, 100)
+    os.close(wake_read)
+    os.close(wake_write)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a server as another user")
