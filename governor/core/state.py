@@ -146,6 +146,7 @@ class Tasks:
         self._tasks: dict[str, Task] = {}
         self._groups: dict[str, dict[str, Task]] = {}
         self._sums: dict[str, dict[str, float]] = {}
+        self._launched_sums: dict[str, dict[str, float]] = {}  # as _sums, of the launched tasks alone
         self._launched: Counter[int] = Counter()  # uid → tasks it launched (not sessions)
         self._logins: dict[str, Task] = {}
         self._sessions: dict[str, Task] = {}  # sessions and login sessions
@@ -165,7 +166,7 @@ class Tasks:
         else:
             self._inside[task.group] += 1
         self._groups.setdefault(task.group, {})[task.id] = task
-        self._sums.pop(task.group, None)
+        self._forget_sums(task.group)
         self._holders.update(dict.fromkeys(task.held(), task.id))
 
     def remove(self, task_id: str) -> Task | None:
@@ -180,7 +181,7 @@ class Tasks:
         del members[task_id]
         if not members:
             del self._groups[task.group]
-        self._sums.pop(task.group, None)
+        self._forget_sums(task.group)
         for slot in task.held():
             self._holders.pop(slot, None)
             self._draining[slot] = task.id
@@ -195,7 +196,7 @@ class Tasks:
         for table in (self._tasks, self._groups[task.group], self._sessions, self._logins):
             if task.id in table:
                 table[task.id] = task
-        self._sums.pop(task.group, None)  # its demand may have changed (a session's caps)
+        self._forget_sums(task.group)  # its demand may have changed (a session's caps)
         self._holders.update(dict.fromkeys(task.held(), task.id))
 
     def get(self, task_id: str) -> Task | None:
@@ -289,6 +290,25 @@ class Tasks:
                     total[resource] = total.get(resource, 0.0) + amount
             self._sums[group] = total
         return {group: self._sums[group] for group in self._groups}
+
+    def launched_demands(self) -> dict[str, dict[str, float]]:
+        """Group → the sum of its launched tasks' declared demands (cores, bytes, bytes/s,
+        devices), sessions left out, for the groups with a launched task (shared: do not
+        modify). What they hold in the admission count is their declaration, whatever they
+        use, so settle sums it only for a group whose tasks changed; a session holds what it
+        uses (:func:`governor.core.vocabulary.reserved_by_group`)."""
+        for group in self._groups.keys() - self._launched_sums.keys():
+            total: dict[str, float] = {}
+            for task in self._groups[group].values():
+                if not task.is_session:
+                    for resource, amount in task.demand.items():
+                        total[resource] = total.get(resource, 0.0) + float(amount)
+            self._launched_sums[group] = total
+        return {group: total for group, total in self._launched_sums.items() if total}
+
+    def _forget_sums(self, group: str) -> None:
+        self._sums.pop(group, None)
+        self._launched_sums.pop(group, None)
 
 
 def one_session_each(tasks: Iterable[Task]) -> list[Task]:

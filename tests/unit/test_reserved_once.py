@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from governor.cgroups.systemd import SliceDriver
 from governor.config.load import parse_config
-from governor.core.state import Task
+from governor.core.state import Task, Tasks
 from governor.core.vocabulary import reserved_by_group, reserved_by_task
 from governor.host import access
 from governor.wire.metrics import Metrics
@@ -72,9 +72,53 @@ def test_a_users_two_places_reserve_what_they_use_together_bounded_by_one_cap():
              "B/task-7": {"memory": 0.1 * GIB}}
     assert reserved_by_task(tasks, usage) == {"login-1": {"memory": 2.0 * GIB}, "7": {"memory": GIB},
                                               "session-1": {"memory": GIB}, "session-2": {}}
-    assert reserved_by_group(tasks, usage) == {"A": {"memory": 3.0 * GIB}, "B": {"memory": GIB}}
+    assert reserved_by_group(running(tasks), usage) == {"A": {"memory": 3.0 * GIB}, "B": {"memory": GIB}}
     # Alone, each place holds its own use up to the cap.
     assert reserved_by_task(tasks[:1], usage) == {"login-1": {"memory": 2.5 * GIB}}
+
+
+def running(tasks) -> Tasks:
+    found = Tasks()
+    for task in tasks:
+        found.add(task)
+    return found
+
+
+_DEMANDS = st.fixed_dictionaries({}, optional={"cpu": st.sampled_from([0.0, 0.5]),
+                                               "memory": st.sampled_from([0.0, GIB, 2.5 * GIB])})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "remove", "update"]), st.integers(0, 7), st.sampled_from("AB"),
+                          st.integers(1, 2), _DEMANDS), max_size=30),
+       st.dictionaries(st.integers(0, 7), st.sampled_from([0.0, 0.5 * GIB, 4.0 * GIB])))
+def test_the_groups_reserved_kept_per_group_is_their_tasks_reserved_summed_through_adds_removes_and_updates(
+        steps, used):
+    # Settle reads each group's launched tasks' declarations from the sums Tasks keeps (a
+    # settle at 1,000 tasks no longer sums them all); sessions hold their use. Ids 0-3 are
+    # launches, 4-5 sessions, 6-7 login sessions.
+    tasks, ids = Tasks(), ("1", "2", "3", "4", "session-1", "session-2", "login-1", "login-2")
+    for op, which, group, uid, demand in steps:
+        task_id = ids[which]
+        uid = int(task_id[-1]) if not task_id.isdigit() else uid
+        task = Task(task_id, group, 10 + which, uid, "u", (), demand, 0.0)
+        now = tasks.get(task_id)
+        if op == "add" and now is None:
+            tasks.add(task)
+        elif op == "remove" and now is not None:
+            tasks.remove(task_id)
+        elif op == "update" and now is not None and now.group == group:
+            tasks.update(task)
+        tasks.demands()  # the cached sums are read between changes, as settle does
+        usage = {Task(ids[i], g, 0, 1, "u", (), {}, 0.0).cgroup: {"memory": amount}
+                 for i, amount in used.items() for g in "AB"}
+        by_task = reserved_by_task(tasks, usage)
+        summed: dict[str, dict[str, float]] = {}
+        for each in tasks:
+            into = summed.setdefault(each.group, {})
+            for resource, amount in by_task[each.id].items():
+                into[resource] = into.get(resource, 0.0) + amount
+        assert reserved_by_group(tasks, usage) == summed
 
 
 class Host:
