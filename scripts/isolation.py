@@ -70,8 +70,9 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         if own:
             parser.error(f"{own[0]} belongs to --isolation")
         return
-    others = [flag for flag, given in (("--quick", args.quick), ("--launch", args.launch), ("--big", args.big),
-                                       ("--against", args.against), ("--profile", args.profile)) if given]
+    others = [flag for flag, given in (("--quick", args.quick), ("--launch", args.launch), ("--storm", args.storm),
+                                       ("--big", args.big), ("--against", args.against), ("--profile", args.profile))
+              if given]
     if others:
         parser.error(f"--isolation runs alone: leave out {', '.join(others)}")
     if not 2 <= args.seconds <= 600:  # (NaN too)

@@ -47,6 +47,8 @@ def test_isolation_options_are_parsed(scripts):
     (["--vm"], "--vm belongs to --isolation"),
     (["--only", "fork"], "--only belongs to --isolation"),
     (["--isolation", "--big"], "--isolation runs alone: leave out --big"),
+    (["--isolation", "--storm"], "--isolation runs alone: leave out --storm"),
+    (["--storm", "--big"], "--launch, --storm and --big each run one part: name one"),
     (["--isolation", "--quick", "--against", "main"], "leave out --quick, --against"),
     (["--isolation", "--seconds", "1"], "from 2 to 600 seconds, not 1"),
     (["--isolation", "--seconds", "nan"], "not nan"),
