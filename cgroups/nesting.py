@@ -28,6 +28,10 @@ class QuotaNesting:
         self._children: dict[str, dict[str, float]] = {}
         # parent → its children with no quota of their own that pass their children's up
         self._open: dict[str, set[str]] = {}
+        # cgroup → its largest child's quota, kept until a quota below it changes: groups not
+        # held to a guarantee pass their tasks' caps up, and the root's (written at every
+        # launch and exit, its memory protection changing) looked at every task's each time.
+        self._largest: dict[str, float] = {}
 
     def cores(self, rel: str) -> float | None:
         """``rel``'s quota in cores; None when it has none (unlimited)."""
@@ -40,8 +44,12 @@ class QuotaNesting:
     def largest_child(self, rel: str) -> float:
         """The largest quota, in cores, of ``rel``'s children, a child with none counting its own
         children's (0 when none has one)."""
-        return max((*self._children.get(rel, {}).values(), *map(self.largest_child, self._open.get(rel, ()))),
-                   default=0.0)
+        found = self._largest.get(rel)
+        if found is None:
+            found = max((*self._children.get(rel, {}).values(), *map(self.largest_child, self._open.get(rel, ()))),
+                        default=0.0)
+            self._largest[rel] = found
+        return found
 
     def at_least_children(self, rel: str, quota_usec: int, period_usec: int) -> int:
         """``quota_usec``, or the quota over ``period_usec`` of ``rel``'s largest child where
@@ -52,8 +60,12 @@ class QuotaNesting:
         """Note the quota in force in ``rel`` (None: unlimited)."""
         parent = _parent(rel)
         if quota_usec is None:
-            self.drop(rel)
+            if rel:
+                self.drop(rel)
+            else:  # (drop("") forgets every quota: the root's alone goes)
+                self._cores.pop(rel, None)
             return
+        self._changed(rel)
         cores = quota_usec / period_usec
         self._cores[rel] = cores
         if parent is not None:
@@ -67,7 +79,9 @@ class QuotaNesting:
             self._cores.clear()
             self._children.clear()
             self._open.clear()
+            self._largest.clear()
             return
+        self._changed(rel)
         self._cores.pop(rel, None)
         siblings = self._children.get(_parent(rel))
         if siblings is not None:
@@ -76,6 +90,12 @@ class QuotaNesting:
                 del self._children[_parent(rel)]
             self._opened(_parent(rel))
         self._opened(rel)
+
+    def _changed(self, rel: str) -> None:
+        """Forget the largest child's quota kept for ``rel``'s ancestors: ``rel``'s quota, or
+        whether it passes its children's up, is about to change."""
+        while (rel := _parent(rel)) is not None:
+            self._largest.pop(rel, None)
 
     def _opened(self, rel: str) -> None:
         """Note whether ``rel``, and each of its ancestors in turn, passes its children's

@@ -2,6 +2,9 @@
 written at least its largest child's quota, and a child with no quota of its own passes its
 children's up (the kernel bounds it by its parent's)."""
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from governor.cgroups.nesting import QuotaNesting
 
 PERIOD = 100_000
@@ -44,3 +47,29 @@ def test_groups_without_a_quota_pass_a_tasks_cap_up_through_every_level():
     quotas.drop("science")
     quotas.drop("science/physics/task-1")
     assert quotas.largest_child("") == 0.0
+
+
+_PLACES = ["", "A", "A/task-1", "A/task-2", "A/B", "A/B/task-3", "C", "C/task-4"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_PLACES), st.one_of(st.none(), st.integers(10_000, 400_000))), max_size=25))
+def test_the_largest_childs_quota_kept_between_changes_is_what_the_quotas_in_force_give(changes):
+    # The largest child's quota is kept until a quota below it changes (the root's, written at
+    # every launch, looked at every task's cap): asked between changes, it must equal what a
+    # fresh index of the quotas in force gives.
+    quotas, in_force = QuotaNesting(), {}
+    for rel, quota in changes:
+        if quota is None and rel:
+            quotas.drop(rel)
+        else:
+            quotas.set(rel, quota, PERIOD)
+        if quota is None:
+            in_force.pop(rel, None)
+        else:
+            in_force[rel] = quota
+        quotas.largest_child(_PLACES[len(changes) % len(_PLACES)])  # something is kept meanwhile
+        fresh = QuotaNesting()
+        for place, kept in in_force.items():
+            fresh.set(place, kept, PERIOD)
+        assert [quotas.largest_child(p) for p in _PLACES] == [fresh.largest_child(p) for p in _PLACES]
