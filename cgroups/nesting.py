@@ -28,9 +28,11 @@ class QuotaNesting:
         self._children: dict[str, dict[str, float]] = {}
         # parent → its children with no quota of their own that pass their children's up
         self._open: dict[str, set[str]] = {}
-        # cgroup → its largest child's quota, kept until a quota below it changes: groups not
-        # held to a guarantee pass their tasks' caps up, and the root's (written at every
-        # launch and exit, its memory protection changing) looked at every task's each time.
+        # cgroup → its largest child's quota, kept until a quota below it is set or dropped.
+        # Groups not held to a guarantee pass their tasks' caps up: the root's (written at
+        # every launch and exit, its memory protection changing) looked at every task's cap
+        # each time. Each refill's group writes still clear the root's, which is then found
+        # among the groups' kept ones: a refill's cost follows the groups, not the tasks.
         self._largest: dict[str, float] = {}
 
     def cores(self, rel: str) -> float | None:
@@ -82,6 +84,7 @@ class QuotaNesting:
             self._largest.clear()
             return
         self._changed(rel)
+        self._largest.pop(rel, None)  # (a task's cgroup goes for good: keep nothing of it)
         self._cores.pop(rel, None)
         siblings = self._children.get(_parent(rel))
         if siblings is not None:

@@ -137,7 +137,8 @@ class Tasks:
     """Running tasks by id, with per-group views. Insertion order is launch order.
 
     Each group's summed demand D_g is kept per group and recomputed only for a group whose tasks
-    changed, so a refill on a host of thousands of tasks does not sum them all again; so are the
+    changed, so a refill on a host of thousands of tasks does not sum them all again; so is the
+    sum of its launched tasks' declarations, which settle counts them holding; so are the
     counts a launch, a refill and an exit ask for (launches per uid, login sessions, tasks below
     governor's root per group).
     """
@@ -293,8 +294,8 @@ class Tasks:
 
     def launched_demands(self) -> dict[str, dict[str, float]]:
         """Group → the sum of its launched tasks' declared demands (cores, bytes, bytes/s,
-        devices), sessions left out, for the groups with a launched task (shared: do not
-        modify). What they hold in the admission count is their declaration, whatever they
+        devices), sessions left out, for the groups whose launched tasks declare something
+        (shared: do not modify). What they hold in the admission count is their declaration, whatever they
         use, so settle sums it only for a group whose tasks changed; a session holds what it
         uses (:func:`governor.core.vocabulary.reserved_by_group`)."""
         for group in self._groups.keys() - self._launched_sums.keys():

@@ -109,7 +109,7 @@ def test_the_groups_reserved_kept_per_group_is_their_tasks_reserved_summed_throu
             tasks.remove(task_id)
         elif op == "update" and now is not None and now.group == group:
             tasks.update(task)
-        tasks.demands()  # the cached sums are read between changes, as settle does
+        tasks.demands()  # both kept sums are read between changes (reserved_by_group below), as settle does
         usage = {Task(ids[i], g, 0, 1, "u", (), {}, 0.0).cgroup: {"memory": amount}
                  for i, amount in used.items() for g in "AB"}
         by_task = reserved_by_task(tasks, usage)
