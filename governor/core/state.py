@@ -295,9 +295,9 @@ class Tasks:
     def launched_demands(self) -> dict[str, dict[str, float]]:
         """Group → the sum of its launched tasks' declared demands (cores, bytes, bytes/s,
         devices), sessions left out, for the groups whose launched tasks declare something
-        (shared: do not modify). What they hold in the admission count is their declaration, whatever they
-        use, so settle sums it only for a group whose tasks changed; a session holds what it
-        uses (:func:`governor.core.vocabulary.reserved_by_group`)."""
+        (shared: do not modify). What they hold in the admission count is their declaration,
+        whatever they use, so settle sums it only for a group whose tasks changed; a session
+        holds what it uses (:func:`governor.core.vocabulary.reserved_by_group`)."""
         for group in self._groups.keys() - self._launched_sums.keys():
             total: dict[str, float] = {}
             for task in self._groups[group].values():

@@ -33,8 +33,8 @@ def fill(config: Config, capacity: Mapping[str, float], weight: Callable[[str], 
     if not demands:
         return None
     # A count (pids) is a cap, never divided (DESIGN.md §3): the filling never sees one. The
-    # names are few: each is asked once per filling, not once per group (a sixth of a refill's
-    # time at 1,000 groups went to asking).
+    # names are few: each is asked once per filling, not once per group and resource (at 1,000
+    # groups whose demands carry a pids cap, asking took 3 of the filling's 8.6 ms).
     rules = config.groups if config.nested else ()
     named = set().union(*demands.values(), *(rule.guarantee for rule in rules), *(rule.limit for rule in rules))
     counts = frozenset(resource for resource in named if count(resource))
