@@ -13,21 +13,21 @@ holds what they use to it, without a cgroup level per user.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from governor.config import resources
 from governor.core.admission import Quota, Waiting
 from governor.config.settings import Config
 from governor.errors import RequestError
-from governor.core.state import Task, one_session_each
+from governor.core.state import Tasks, one_session_each
 from governor.config.resources import format_amount
 
 
-def quotas(config: Config, running: Iterable[Task], waiting: Sequence[Waiting]) -> list[Quota]:
+def quotas(config: Config, tasks: Tasks, waiting: Sequence[Waiting]) -> list[Quota]:
     """The quotas that cover some waiting task, with what the running tasks declare under each.
 
     Args:
-        config: the config in force; running: the running tasks (sessions too: one per user
+        config: the config in force; tasks: the running tasks (sessions too: one per user
             and group, :func:`~governor.core.state.one_session_each`);
         waiting: the queue.
 
@@ -49,12 +49,19 @@ def quotas(config: Config, running: Iterable[Task], waiting: Sequence[Waiting]) 
                                                      rule.user_limit, {}, frozenset([entry.group]), entry.user)
     if not found:
         return []
-    for task in one_session_each(running):
-        probe = Waiting(task.id, task.group, task.demand, task.user)
-        for quota in found.values():
-            if quota.covers(probe):
-                for resource in quota.limit:
-                    quota.used[resource] = quota.used.get(resource, 0.0) + task.demand.get(resource, 0.0)
+    # What a group's limit counts is its subtree's groups' summed declarations, which Tasks
+    # keeps per group (summed again only for a group whose tasks changed); a user's is her
+    # tasks' in one group. Neither looks at every running task at every settle.
+    demands = tasks.demands()
+    for quota in found.values():
+        if quota.user is None:
+            declared = [demands[group] for group in quota.groups if group in demands]
+        else:
+            [group] = quota.groups
+            declared = [task.demand for task in one_session_each(tasks.in_group(group)) if task.user == quota.user]
+        for demand in declared:
+            for resource in quota.limit:
+                quota.used[resource] = quota.used.get(resource, 0.0) + demand.get(resource, 0.0)
     return list(found.values())
 
 

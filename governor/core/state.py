@@ -277,6 +277,10 @@ class Tasks:
         their first task."""
         return {group: list(members.values()) for group, members in self._groups.items()}
 
+    def in_group(self, group: str) -> list[Task]:
+        """``group``'s running tasks, sessions included, in the order they were added."""
+        return list(self._groups.get(group, {}).values())
+
     def counts(self) -> dict[str, int]:
         """Group → how many tasks it runs."""
         return {group: len(members) for group, members in self._groups.items()}

@@ -52,12 +52,20 @@ def test_a_limit_bounds_the_groups_cgroup_and_a_lab_its_departments():
     assert with_limit(held, {}) is held
 
 
+def tasks_of(*running: Task) -> Tasks:
+    tasks = Tasks()
+    for task in running:
+        tasks.add(task)
+    return tasks
+
+
 def _task(task_id, group, user, cpu, memory=G // 4):
     return Task(task_id, group, 100 + int(task_id), 1000, user, ("w",), {"cpu": cpu, "memory": memory}, 0.0)
 
 
 def test_quotas_count_what_running_tasks_declare_under_each():
-    running = [_task("1", "lab", "alice", 1.5, G), _task("2", "lab", "bob", 1.0, 2 * G), _task("3", "ops", "carol", 4)]
+    running = tasks_of(_task("1", "lab", "alice", 1.5, G), _task("2", "lab", "bob", 1.0, 2 * G),
+                       _task("3", "ops", "carol", 4))
     found = quotas(CONFIG, running, [Waiting("9", "lab", {"cpu": 1.0, "memory": G}, "alice")])
     by_name = {quota.name: quota for quota in found}
     assert by_name["group science's limit"].used == {"memory": 3 * G}  # the door holds memory only
@@ -96,8 +104,8 @@ def test_a_tasks_place_is_stored_and_checked():
 
 def test_a_users_login_slice_and_session_cgroup_count_one_session_under_her_user_limit():
     """Issue 32, break 9: her two places were two session demands against her user_limit."""
-    running = [_task("1", "lab", "alice", 0.5), Task("login-1000", "lab", 7, 1000, "alice", (), {"cpu": 0.5}, 0.0),
-               Task("session-1000", "lab", 8, 1000, "alice", (), {"cpu": 0.5}, 0.0)]
+    running = tasks_of(_task("1", "lab", "alice", 0.5), Task("login-1000", "lab", 7, 1000, "alice", (), {"cpu": 0.5}, 0.0),
+                       Task("session-1000", "lab", 8, 1000, "alice", (), {"cpu": 0.5}, 0.0))
     [_, mine] = quotas(CONFIG, running, [Waiting("9", "lab", {"cpu": 1.0}, "alice")])
     assert mine.used == {"cpu": 1.0}  # her task and one session: a 1-core task still fits in 2
 
