@@ -18,7 +18,8 @@ DEFAULT_CONFIG = "/etc/governor/governor.toml"
               callback=lambda ctx, param, value: _cgroup_root(value),
               help="governor's cgroup root: relative = below the daemon's own cgroup; absolute = a v2 "
                    "cgroup directory, or a path inside every v1 hierarchy.")
-@click.option("--state-dir", metavar="DIR", help="Task records (overrides [daemon] state_dir).")
+@click.option("--state-dir", metavar="DIR", help="Task records, and the history journal where the config names no "
+                                                  "[history] directory (overrides [daemon] state_dir).")
 @click.option("--metrics", "metrics_address", metavar="[ADDR:]PORT",
               help="Serve Prometheus metrics on /metrics; ADDR defaults to 127.0.0.1 (default: the config's "
                    "[metrics] listen, else off). Overrides the config, reloads included.")

@@ -21,7 +21,7 @@ from governor.config.tomlcheck import no_unknown_keys, subtable, type_name
 from governor.config.units import parse_duration
 from governor.errors import ConfigError
 
-__all__ = ["DEFAULT_DIRECTORY", "HistoryRules", "history_rules"]
+__all__ = ["DEFAULT_DIRECTORY", "HistoryRules", "following", "history_rules"]
 
 DEFAULT_DIRECTORY = "/var/lib/governor/history"
 _KEYS = ("enabled", "keep", "max_size", "directory")
@@ -45,12 +45,23 @@ class HistoryRules:
             tenth of it.
         directory: the journal's directory, an absolute path (read when the daemon starts: a
             reload that changes it takes effect at the next start).
+        named: whether the config names ``directory``; where it does not, the journal follows
+            the state directory (:func:`following`), ``governor daemon --state-dir`` too.
     """
 
     enabled: bool = True
     keep_s: float = 30 * _DAY_S
     max_size_bytes: int = 200 * 1024**2
     directory: str = DEFAULT_DIRECTORY
+    named: bool = False
+
+
+def following(state_dir: str | None) -> str:
+    """The journal's directory where the config names none: ``<state_dir>/history`` for a
+    state directory moved from the default (``[daemon] state_dir``, ``governor daemon
+    --state-dir``), so that two daemons with state of their own keep journals of their own;
+    :data:`DEFAULT_DIRECTORY` for the default one (None)."""
+    return f"{state_dir.rstrip('/')}/history" if state_dir is not None else DEFAULT_DIRECTORY
 
 
 def history_rules(data: Mapping[str, object], file: str, state_dir: object = None) -> HistoryRules:
@@ -85,9 +96,9 @@ def history_rules(data: Mapping[str, object], file: str, state_dir: object = Non
         size = bytes_setting(table["max_size"], "history.max_size", file)
         if size < _MIN_SIZE_BYTES:
             raise ConfigError(file, "history.max_size", f'must be at least "64K", got {table["max_size"]!r}')
-    directory = f"{str(state_dir).rstrip('/')}/history" if isinstance(state_dir, str) else DEFAULT_DIRECTORY
+    directory = following(state_dir if isinstance(state_dir, str) else None)
     if "directory" in table:
         directory = table["directory"]
         if not isinstance(directory, str) or not directory.startswith("/"):
             raise ConfigError(file, "history.directory", f"must be an absolute path, got {directory!r}")
-    return HistoryRules(enabled, keep_s, size, directory)
+    return HistoryRules(enabled, keep_s, size, directory, "directory" in table)

@@ -51,7 +51,7 @@ from governor.config.resource_values import bytes_setting, cores_setting, pids_s
 from governor.config.tomlcheck import in_range, login_name, no_unknown_keys, parse_toml, subtable, type_name
 from governor.config.units import MAX_TIME_LIMIT_S, listen_address, parse_duration, quoted
 
-__all__ = ["CONFIG_PATH", "DEFAULT_CONFIG", "EVERYONE", "Config", "GroupRule", "IoDevice",
+__all__ = ["CONFIG_PATH", "DEFAULT_CONFIG", "DEFAULT_STATE_DIR", "EVERYONE", "Config", "GroupRule", "IoDevice",
            "default_config", "group_name_problem", "load_config", "parse_config", "parse_half_life"]
 
 CONFIG_PATH = "/etc/governor/governor.toml"
@@ -105,7 +105,7 @@ _TASK_DEFAULTS = {"cpu": 1.0, "memory": 512 * 1024**2, "pids": 4096}
 _SESSION_DEFAULTS = {"cpu": 1.0, "memory": 2 * 1024**3, "pids": 4096}
 _SAMPLE_INTERVAL_S = 1.0
 _RECONCILE_INTERVAL_S = 5.0
-_STATE_DIR = "/run/governor/state"
+DEFAULT_STATE_DIR = "/run/governor/state"
 _MAX_TASKS_PER_USER = 256
 _MAX_CONNECTIONS_PER_USER = 32
 _MAX_COUNT = 1_000_000
@@ -198,7 +198,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         admin_group=_value(daemon, "admin_group", "daemon", file, login_name, None),
         sample_interval_s=_value(daemon, "sample_interval", "daemon", file, _interval, _SAMPLE_INTERVAL_S),
         reconcile_interval_s=_value(daemon, "reconcile_interval", "daemon", file, _interval, _RECONCILE_INTERVAL_S),
-        state_dir=_value(daemon, "state_dir", "daemon", file, _absolute_path, _STATE_DIR),
+        state_dir=_value(daemon, "state_dir", "daemon", file, _absolute_path, DEFAULT_STATE_DIR),
         max_tasks_per_user=_value(daemon, "max_tasks_per_user", "daemon", file, _count, _MAX_TASKS_PER_USER),
         max_connections_per_user=_value(daemon, "max_connections_per_user", "daemon", file, _count,
                                         _MAX_CONNECTIONS_PER_USER),
@@ -209,7 +209,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         gpu_control=gpu_control_nodes(capacity, file),
         gpu_guard=gpu_guard(capacity, file),
         notify=notify_rules(data, file),
-        history=history_rules(data, file, moved if (moved := daemon.get("state_dir")) != _STATE_DIR else None),
+        history=history_rules(data, file, moved if (moved := daemon.get("state_dir")) != DEFAULT_STATE_DIR else None),
         memory_protection=_value(enforcement, "memory_protection", "enforcement", file, _boolean, True),
         metrics_listen=_value(metrics, "listen", "metrics", file, _listen, None),
         file=file,

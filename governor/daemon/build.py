@@ -20,7 +20,8 @@ import psutil
 from governor.cgroups.devices import whole_disk
 from governor.cgroups.foreign_subtrees import ForeignPlaces
 from governor.cgroups.hierarchy import Hierarchy, open_hierarchy
-from governor.config.load import Config
+from governor.config.history_rules import following
+from governor.config.load import DEFAULT_STATE_DIR, Config
 from governor.daemon.effector import Effector
 from governor.daemon.root import Daemon
 from governor.host.daemons import DaemonEntry, Registry
@@ -44,7 +45,8 @@ class Options:
         load_config: reads ``config_path`` again, for reload (None: nothing to reload from).
         socket: the control socket's path.
         cgroup_root: governor's cgroup root (``--cgroup-root``).
-        state_dir: task records (``--state-dir``; None: the config's ``[daemon] state_dir``).
+        state_dir: task records (``--state-dir``; None: the config's ``[daemon] state_dir``),
+            and the history journal where the config names no ``[history] directory``.
         metrics_listen: (address, port) given by ``--metrics``, which overrides the config's
             ``[metrics] listen``, reloads included (None: the config's).
         systemd_units: the names of governor's own systemd units (memory protection above the root).
@@ -106,12 +108,22 @@ def build(options: Options) -> Iterator[Daemon]:
                         resolve_device=whole_disk, load_config=options.load_config, notifier=Notifier(),
                         metrics=metrics, registry=registry,
                         foreign_places=ForeignPlaces.of_host(hierarchy.mode, hierarchy.hierarchies),
-                        systemd_units=options.systemd_units)
+                        systemd_units=options.systemd_units, history_dir=_journal(options))
         try:
             yield daemon
         finally:
             if daemon.served:
                 undo.pop_all()  # it served: what it made is the running host's (serve cleans its own)
+
+
+def _journal(options: Options) -> Path | None:
+    """The history journal's directory where ``--state-dir`` moves it, as ``[daemon] state_dir``
+    would (:func:`~governor.config.history_rules.following`): a second daemon with state of its
+    own wrote into the first one's journal, each pruning the other's files. None: the config's."""
+    if options.state_dir is None or options.config.history.named:
+        return None
+    moved = Path(options.state_dir) != Path(DEFAULT_STATE_DIR)
+    return Path(following(options.state_dir if moved else None))
 
 
 def _missing(directory: Path) -> list[Path]:
