@@ -10,7 +10,7 @@ import click
 @click.option("--socket", "socket_option", metavar="PATH",
               help="Daemon socket (default: $GOVERNOR_SOCKET, else /run/governor/governor.sock).")
 @click.option("-d", "--interval", type=click.FloatRange(0.5, 60), default=1.0, show_default=True,
-              help="Seconds between the daemon's updates.")
+              callback=lambda ctx, param, value: _a_number(value), help="Seconds between the daemon's updates.")
 @click.option("-b", "--batch", is_flag=True,
               help="Print plain-text snapshots on stdout, one per update, instead of the live screen (no keys).")
 @click.option("-n", "--iterations", type=click.IntRange(min=1), metavar="N",
@@ -47,3 +47,11 @@ def top(socket_option: str | None, interval: float, batch: bool, iterations: int
     from governor.cli.top_terminal import run
 
     run(socket_path(socket_option), interval)
+
+
+def _a_number(interval: float) -> float:
+    """``interval``, refused when NaN: FloatRange lets it through (it fails every comparison),
+    and the watch request it went into could not be encoded (a traceback over the screen)."""
+    if interval != interval:
+        raise click.BadParameter(f"{interval} is not in the range 0.5<=x<=60.")
+    return interval

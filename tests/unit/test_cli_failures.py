@@ -85,6 +85,13 @@ def test_2_usage_error_is_one_line_with_where_to_look():
     assert invoke("nosuchcommand")[0] == 2
 
 
+@pytest.mark.parametrize("interval", ["nan", "NaN", "0", "inf", "-0"])
+def test_a_top_interval_that_is_no_number_in_range_is_a_usage_error_not_a_traceback(interval):
+    code, err = invoke("top", "-b", "-n", "1", "-d", interval, "--socket", "/nonexistent/governor.sock")
+    assert code == 2 and err.startswith("governor: error: Invalid value for '-d' / '--interval': ") and "0.5<=x<=60" in err
+    assert err.count("\n") == 1
+
+
 def test_no_command_at_all_is_help_not_an_error_line():
     result = CliRunner().invoke(main, [])
     assert result.output.startswith("Usage:") and "Commands:" in result.output
