@@ -170,7 +170,7 @@ def _quota_amount(entry: Resource, value: object, at: str, file: str, gpus: int 
     > 0, whole devices ≥ 0 (``gpus = 0`` keeps a group off the GPUs) no more than ``gpus`` (None:
     not known here)."""
     if entry.unit == "cores":
-        return cores_setting(value, at, file, zero=False)
+        return cores_setting(value, at, file)
     if entry.kind is ResourceKind.COUNT:
         return float(entry.setting(value, at, file))
     if entry.unit == "devices":

@@ -47,7 +47,7 @@ from governor.config.notify_rules import notify_rules
 from governor.config.history_rules import history_rules
 from governor.config.settings import Config, GroupRule, IoDevice, SessionRules, group_name_problem
 from governor.errors import ConfigError
-from governor.config.resource_values import bytes_setting, cores_setting, pids_setting
+from governor.config.resource_values import bytes_setting, cores_setting, memory_setting, pids_setting
 from governor.config.tomlcheck import in_range, login_name, no_unknown_keys, parse_toml, subtable, type_name
 from governor.config.units import MAX_TIME_LIMIT_S, listen_address, parse_duration, quoted
 
@@ -157,8 +157,8 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
     no_unknown_keys(data, _SECTIONS, None, file)
     capacity = subtable(data, "capacity", None, file)
     no_unknown_keys(capacity, _CAPACITY_KEYS, "capacity", file)
-    cpu_cores = _value(capacity, "cpu", "capacity", file, _positive_cores, None)
-    memory_bytes = _value(capacity, "memory", "capacity", file, _positive_bytes, None)
+    cpu_cores = _value(capacity, "cpu", "capacity", file, cores_setting, None)
+    memory_bytes = _value(capacity, "memory", "capacity", file, _capacity_memory, None)
     reserve = subtable(capacity, "reserve", "capacity", file)
     no_unknown_keys(reserve, _RESERVE_KEYS, "capacity.reserve", file)
     # The reserve comes off the host's values only; beside an explicit value it would be ignored.
@@ -185,7 +185,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
     config = Config(
         cpu_cores=cpu_cores,
         memory_bytes=memory_bytes,
-        reserve_cpu_cores=_value(reserve, "cpu", "capacity.reserve", file, cores_setting, _RESERVE_CPU_CORES),
+        reserve_cpu_cores=_value(reserve, "cpu", "capacity.reserve", file, _reserve_cores, _RESERVE_CPU_CORES),
         reserve_memory_bytes=_value(reserve, "memory", "capacity.reserve", file, bytes_setting,
                                     _RESERVE_MEMORY_BYTES),
         reserve_pids=_value(reserve, "pids", "capacity.reserve", file, pids_setting, None),
@@ -318,14 +318,14 @@ def _fairshare(data: Mapping[str, object], file: str) -> float | None:
         raise ConfigError(file, "fairshare.half_life", str(error)) from None
 
 
+def _reserve_cores(value: object, key: str, file: str) -> float:
+    return cores_setting(value, key, file, zero=True)  # a host may keep no core back
+
+
 def _value(table: Mapping[str, object], name: str, where: str, file: str,
            convert: Callable[[object, str, str], _T], default: _T) -> _T:
     """``convert`` the value of ``name`` (key ``where.name``), or ``default`` when it is left out."""
     return convert(table[name], f"{where}.{name}", file) if name in table else default
-
-
-def _positive_cores(value: object, key: str, file: str) -> float:
-    return cores_setting(value, key, file, zero=False)
 
 
 # Seconds between two of the daemon's periodic passes: a millionth of a second was accepted, and
@@ -342,6 +342,11 @@ def _positive_bytes(value: object, key: str, file: str) -> int:
     if result == 0:
         raise ConfigError(file, key, "must be > 0")
     return result
+
+
+def _capacity_memory(value: object, key: str, file: str) -> int:
+    # Less than the smallest task could never run one (`memory = 1`, one byte, passed).
+    return memory_setting(_positive_bytes(value, key, file), key, file)
 
 
 def _choice(table: Mapping[str, object], name: str, file: str) -> str | None:

@@ -93,8 +93,10 @@ MAX_PIDS = 4 * 1024 * 1024
 
 # Checking a config key's value: (value, dotted key, file) → amount.
 
-def cores_setting(value: object, key: str, file: str, *, zero: bool = True) -> float:
-    """Cores: a number (not a string) from ``MIN_CORES`` to ``MAX_CORES``, or 0 where ``zero``.
+def cores_setting(value: object, key: str, file: str, *, zero: bool = False) -> float:
+    """Cores: a number (not a string) from ``MIN_CORES`` to ``MAX_CORES``, or 0 where ``zero``
+    (a reserve of none). No task, session or quota runs on less than the kernel's smallest CPU
+    quota: a ``[defaults.task]`` of 0 cores passed, and every launch asking for no CPU was refused.
 
     Raises:
         ConfigError: at ``key`` in ``file``, saying what is wrong.

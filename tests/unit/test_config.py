@@ -168,6 +168,8 @@ def test_the_cpu_reserve_is_lent_while_idle_only_when_the_capacity_is_the_hosts_
     assert lent_cpu(default_config()) == 0.25
     assert lent_cpu(load_config({"capacity": {"reserve": {"cpu": 1}}, "groups": {"*": {}}}, "c.toml")) == 1.0
     assert lent_cpu(load_config({"capacity": {"cpu": 1.5}, "groups": {"*": {}}}, "c.toml")) == 0.0
+    # A reserve of no core is a choice (a task's or a session's 0 cores is refused).
+    assert lent_cpu(load_config({"capacity": {"reserve": {"cpu": 0}}, "groups": {"*": {}}}, "c.toml")) == 0.0
 
 
 @pytest.mark.parametrize(("host_cpus", "host_memory", "key"), [

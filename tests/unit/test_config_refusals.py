@@ -36,10 +36,15 @@ BAD = [
     (("capacity", "reserve", "cpu"), 0.001, "capacity.reserve.cpu", "0 or at least 0.01 cores"),
     (("capacity", "memory"), "8388608T", "capacity.memory", "at most 4,611,686,018,427,387,904 bytes"),
     (("defaults", "task", "memory"), "0", "defaults.task.memory", "at least 1.0M"),
+    # A default task of 0 cores passed, and then every launch that asked for no CPU was refused.
+    (("defaults", "task", "cpu"), 0, "defaults.task.cpu", "> 0"),
+    (("defaults", "task", "cpu"), -0.0, "defaults.task.cpu", "> 0"),
     (("groups", "physics", "weight"), 1e307, "groups.physics.weight", "between 0.001 and 1000"),
     (("capacity", "cpu"), 4, "capacity.reserve.cpu", "no effect: capacity.cpu is given"),
     (("capacity", "memory"), "2X", "capacity.memory", "suffix"),
     (("capacity", "memory"), 0.5, "capacity.memory", "> 0"),
+    # One byte (`memory = 1`, not "1G") passed with a warning: a host where no task could start.
+    (("capacity", "memory"), 1, "capacity.memory", "at least 1.0M"),
     (("capacity", "memory"), "4G", "capacity.reserve.memory", "no effect: capacity.memory is given"),
     (("capacity", "reserve"), 1, "capacity.reserve", "must be a table"),
     (("capacity", "reserve", "disk"), 1, "capacity.reserve.disk", "allowed keys: cpu, memory"),
@@ -107,6 +112,7 @@ BAD = [
     (("sessions", "users"), [], "sessions.users", "allowed keys: enabled, cpu, memory, io_read, io_write, pids, exempt"),
     (("sessions", "enabled"), "yes", "sessions.enabled", "true or false"),
     (("sessions", "cpu"), -1, "sessions.cpu", "negative"),
+    (("sessions", "cpu"), 0, "sessions.cpu", "> 0"),
     (("sessions", "memory"), "1K", "sessions.memory", "at least 1.0M"),
     (("sessions", "exempt"), "bob", "sessions.exempt", "array of non-empty strings"),
     (("sessions", "pids"), -1, "sessions.pids", "whole number of processes from 1"),
