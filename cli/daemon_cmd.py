@@ -18,8 +18,9 @@ DEFAULT_CONFIG = "/etc/governor/governor.toml"
               callback=lambda ctx, param, value: _cgroup_root(value),
               help="governor's cgroup root: relative = below the daemon's own cgroup; absolute = a v2 "
                    "cgroup directory, or a path inside every v1 hierarchy.")
-@click.option("--state-dir", metavar="DIR", help="Task records, and the history journal where the config names no "
-                                                  "[history] directory (overrides [daemon] state_dir).")
+@click.option("--state-dir", metavar="DIR", callback=lambda ctx, param, value: _state_dir(value),
+              help="Task records, and the history journal where the config names no [history] directory "
+                   "(overrides [daemon] state_dir; an absolute path).")
 @click.option("--metrics", "metrics_address", metavar="[ADDR:]PORT",
               help="Serve Prometheus metrics on /metrics; ADDR defaults to 127.0.0.1 (default: the config's "
                    "[metrics] listen, else off). Overrides the config, reloads included.")
@@ -53,6 +54,8 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
     raise_descriptor_limit()
     if config_path is None and os.path.exists(DEFAULT_CONFIG):
         config_path = DEFAULT_CONFIG
+    if config_path is not None:  # as status, the journal and the registry name it, whatever the working directory
+        config_path = os.path.abspath(config_path)
     def load():
         return parse_config(read_input(config_path, owner=0), config_path)
 
@@ -106,6 +109,21 @@ def _cgroup_root(path: str) -> str:
     if not path.strip("/") or any(part in ("", ".", "..") for part in parts):
         raise click.BadParameter(f"must name a cgroup, each part a directory's name (no empty, '.' or '..' "
                                  f"part), got {quoted(path)}", param_hint="--cgroup-root")
+    return path
+
+
+def _state_dir(path: str | None) -> str | None:
+    """``path`` (``--state-dir``) when absolute, as ``[daemon] state_dir`` must be: a relative
+    one was taken from the daemon's working directory, and a restart from another found no
+    record of the running tasks.
+
+    Raises:
+        click.BadParameter: a relative path.
+    """
+    from governor.config.units import quoted
+
+    if path is not None and not path.startswith("/"):
+        raise click.BadParameter(f"must be an absolute path, got {quoted(path)}", param_hint="--state-dir")
     return path
 
 

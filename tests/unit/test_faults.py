@@ -181,3 +181,12 @@ def test_a_cgroup_root_that_names_no_one_cgroup_is_refused_before_anything_is_ma
                                        "--socket", str(tmp_path / "s"), "--cgroup-root", root])
     assert result.exit_code == 2 and "--cgroup-root" in result.output and "must name a cgroup" in result.output, \
         result.output
+
+
+@pytest.mark.parametrize("state_dir", ["relative/dir", "./state", "state"])
+def test_a_relative_state_dir_is_refused_as_the_configs_is(state_dir, tmp_path):
+    # Taken from the working directory, its records were not found by a restart from another one.
+    result = CliRunner().invoke(main, ["daemon", "--config", str(tmp_path / "absent.toml"),
+                                       "--socket", str(tmp_path / "s"), "--state-dir", state_dir])
+    assert result.exit_code == 2 and "--state-dir" in result.output and "must be an absolute path" in result.output, \
+        result.output
