@@ -154,7 +154,7 @@ def _ended_table(records: Sequence[EndedRecord], *, now: float, users: bool, wid
 
 def ended_why(record: EndedRecord) -> str:
     """Why a task ended, in words, with what its caps did: ``time limit; CPU throttled 12s;
-    memory over its soft cap 3×``."""
+    memory over its soft cap 3×; 2 forks refused at its pids cap``."""
     words = [REASONS.get(record.reason, str(record.reason))]
     if record.stopped_by:
         words[0] += f" by {record.stopped_by}"
@@ -162,6 +162,8 @@ def ended_why(record: EndedRecord) -> str:
         words.append(f"CPU throttled {format_timespan(record.throttled_s)}")
     if record.memory_high_events:
         words.append(f"memory over its soft cap {record.memory_high_events}×")
+    if record.forks_refused:  # as `run --summary` and the log say it (docs/user.md)
+        words.append(f"{record.forks_refused} fork{'' if record.forks_refused == 1 else 's'} refused at its pids cap")
     return "; ".join(words)
 
 

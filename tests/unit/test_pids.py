@@ -15,6 +15,7 @@ from governor.cgroups.limits import CgroupLimits, v1_files, v2_files
 from governor.cgroups.stats import CgroupStats
 from governor.cgroups.systemd import unit_properties
 from governor.cli.run import command
+from governor.cli.ps_view import ended_why
 from governor.cli.summary import ended_line, summary_lines
 from governor.config import resources
 from governor.config.load import parse_config
@@ -126,6 +127,10 @@ def test_a_task_refused_forks_says_so_at_its_end():
     assert why_ended(_ended(killed)) == "OOM-killed at its memory cap 1.0G; it was refused 1 fork at its cap of 512 processes"
     lines = summary_lines(_ended({**record, "wall_s": 1.0}), 256, 1.0, task="7")
     assert "Forks refused: 12 (at its cap of 512 processes)" in lines
+    # ps --ended's why column, in the table and piped (stranger check: it said only "exited").
+    assert ended_why(_ended(record)).endswith("; 12 forks refused at its pids cap")
+    assert ended_why(_ended({**record, "forks_refused": 1})).endswith("; 1 fork refused at its pids cap")
+    assert "refused" not in ended_why(_ended({**record, "forks_refused": 0}))
 
 
 def _ended(record: dict) -> EndedRecord:
