@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from governor.config.load import Config
     from governor.host.host_check import Version
 
@@ -303,7 +305,7 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
         lines.append("sessions: off (only governor run is governed)")
     notify = config.notify
     if notify.command:
-        lines.append(f"notify: {shlex.join(notify.command)} as {notify.user or 'the daemon'} on {', '.join(notify.events)}; "
+        lines.append(f"notify: {_shell_words(notify.command)} as {notify.user or 'the daemon'} on {', '.join(notify.events)}; "
                      f"{notify.max_running} at once, each within {format_timespan(notify.timeout_s)}")
     admin = f"root and members of {config.admin_group}" if config.admin_group else "root only"
     lines.append(f"admin: {admin}")
@@ -312,3 +314,26 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
     lines.append(f"bounds per user (root excepted): {config.max_tasks_per_user} tasks running and queued, "
                  f"{config.max_connections_per_user} connections")
     return lines
+
+
+def _shell_words(command: Sequence[str]) -> str:
+    """``command`` as a shell would take it; a word with a character no terminal shows as itself
+    (an escape sequence, a newline) in bash's ``$'…'``, that character escaped: the summary
+    printed ``"a\\x1b[2Jb"`` as ``'ab'``, and broke its line at a newline."""
+    return " ".join(shlex.quote(word) if word.isprintable() else f"$'{''.join(map(_escaped, word))}'"
+                    for word in command)
+
+
+def _escaped(char: str) -> str:
+    """``char`` as it reads inside bash's ``$'…'``."""
+    if char in "\\'":
+        return "\\" + char
+    if char.isprintable():
+        return char
+    if char in _NAMED:
+        return _NAMED[char]
+    return f"\\x{ord(char):02x}" if ord(char) < 0x80 else f"\\u{ord(char):04x}" if ord(char) < 0x10000 \
+        else f"\\U{ord(char):08x}"
+
+
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}

@@ -198,3 +198,25 @@ def test_the_summary_says_which_foreign_subtrees_are_looked_for():
     off = parse_config(groups + "[foreign]\ndetect = false\n", "off.toml")
     assert "foreign tenants, never moved, what they hold taken off the capacity: /batch.slice" in summary(listed)
     assert "foreign tenants: none looked for (foreign.detect = false, no foreign.paths)" in summary(off)
+
+
+def test_a_notify_command_with_characters_a_terminal_acts_on_is_shown_escaped_as_bash_reads_it(tmp_path):
+    # Stranger check: "a\x1b[2Jb" was shown as 'ab' (the escape acted on), a newline broke the line.
+    import shutil
+    import subprocess
+
+    from governor.cli.check_config import summary
+
+    words = ["a\x1b[2Jb", "x\ny", "it's", "\x9b", "é", "\\", "two words", "\t"]
+    config = parse_config('[groups.A]\nusers = ["alice"]\n[notify]\ncommand = ["/bin/echo", '
+                          + ", ".join(_toml_string(word) for word in words) + ']\n', "n.toml")
+    [line] = [line for line in summary(config) if line.startswith("notify: ")]
+    shown = line.removeprefix("notify: ").split(" as the daemon on ")[0]
+    assert shown.isprintable() and r"$'a\x1b[2Jb' $'x\ny'" in shown and "'é'" in shown
+    if shutil.which("bash"):  # what it shows is the command itself, word for word
+        printed = subprocess.run(["bash", "-c", f"printf '%s\\0' {shown}"], capture_output=True, check=True).stdout
+        assert printed.split(b"\0")[:-1] == [word.encode() for word in ["/bin/echo", *words]]
+
+
+def _toml_string(text: str) -> str:
+    return '"' + "".join(f"\\u{ord(c):04x}" if not c.isprintable() or c in '"\\' else c for c in text) + '"'
