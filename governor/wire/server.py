@@ -96,6 +96,7 @@ class ControlServer:
         self._uid_of: dict[asyncio.StreamWriter, int] = {}
         self._server: asyncio.AbstractServer | None = None
         self._inode: tuple[int, int] | None = None
+        self._made: list[str] = []  # the directories made for the socket, deepest first
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._streams: set[asyncio.Task] = set()
         self._encoded: tuple[object, bytes] | None = None  # the last reply and its line
@@ -153,12 +154,19 @@ class ControlServer:
             info = os.stat(self.path)
             if (info.st_dev, info.st_ino) == self._inode:
                 os.unlink(self.path)
+        for directory in self._made:  # (a mistyped --socket's were left behind) unless another's file is there
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
 
     async def _bind(self) -> socket.socket:
         """A bound (not yet listening) socket at ``self.path``, replacing a stale socket file."""
         parent = os.path.dirname(os.path.abspath(self.path))
         try:
             if not os.path.isdir(parent):
+                self._made, missing = [], parent
+                while not os.path.isdir(missing):
+                    self._made.append(missing)
+                    missing = os.path.dirname(missing)
                 os.makedirs(parent)
                 os.chmod(parent, 0o755)  # makedirs' mode is masked by the umask
         except OSError as exc:

@@ -34,6 +34,18 @@ def test_socket_mode_parent_directory_and_cleanup(tmp_path):
         os.umask(old_umask)
     assert reply["ok"] is True
     assert not path.exists()  # close() removed it
+    assert not (tmp_path / "run").exists()  # and the directories it made (a mistyped --socket's were left)
+
+
+def test_close_leaves_a_directory_it_found_and_one_it_made_that_holds_another_file(tmp_path):
+    path = tmp_path / "run" / "governor" / "g.sock"
+
+    async def scenario():
+        async with running(FakeHandler(), path):
+            (tmp_path / "run" / "another daemon's").write_text("")
+
+    asyncio.run(scenario())
+    assert not path.parent.exists() and (tmp_path / "run" / "another daemon's").exists() and tmp_path.is_dir()
 
 
 def test_stale_socket_file_is_replaced(tmp_path):
