@@ -1,7 +1,7 @@
 """Snapshots of governed tasks for tests/system/run.sh (inside the systemd VM).
 
     governor status --json | tasks.py snap > before.json   # exit 1 if a limit is not in its file
-    tasks.py alive before.json                             # how many of those burners still run
+    tasks.py alive before.json                             # how many of those tasks still run
     tasks.py same before.json after.json                   # exit 1 unless same ids, pids, limits
 
 A snapshot maps each task id to its pid, its cgroup (from /proc/<pid>/cgroup, the kernel's
@@ -26,10 +26,10 @@ def _cgroup(pid: int) -> str | None:
     return next(line[3:] for line in text.splitlines() if line.startswith("0::"))
 
 
-def _burning(pid: int) -> bool:
-    """Whether ``pid`` is still one of the test's busy loops (a reused pid would not be)."""
+def _ours(pid: int) -> bool:
+    """Whether ``pid`` is still one of the test's tasks, ``sleep 3600`` (a reused pid would not be)."""
     try:
-        return b"while :; do :; done" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x003600\x00"
     except FileNotFoundError:
         return False
 
@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
         snapshot, problems = snap(json.load(sys.stdin))
         print(json.dumps(snapshot))
     elif command == "alive":
-        print(sum(_burning(task["pid"]) for task in load[0]["tasks"].values()))
+        print(sum(_ours(task["pid"]) for task in load[0]["tasks"].values()))
         problems = []
     elif command == "same":
         problems = same(*load)
