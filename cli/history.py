@@ -21,7 +21,7 @@ def history(since: str, until: str | None, as_json: bool, config_file: str, dire
     """Show what the daemon journaled in a period: each launch, start (with its time in the
     queue), end (with its CPU time and memory peak), refused launch and session, oldest first.
     Another user's entries show no command line or pid (the journal never holds them), as
-    every view shows them; the entry says "private". Root reads the journal's files (those of
+    every view shows them; with --json, such an entry says "private". Root reads the journal's files (those of
     --config's daemon, or --dir); anyone else, and root naming a daemon by its socket alone,
     asks the daemon, which sends at most the newest 100,000 entries of the period and paces
     each user's requests (a tenth of its time; exit 75: ask again when it says).
