@@ -10,24 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import os
 import socket
-import stat
 import struct
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from governor.errors import ControlSocketError, RequestError
 from governor.wire.protocol import MAX_LINE_BYTES, OPERATIONS, READ_TIMEOUT_S, Peer, Request, error, ok, parse_request
+from governor.wire.socket_file import SocketFile
 
 logger = logging.getLogger(__name__)
 
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)  # asm-generic/socket.h; Python 3.11 lacks the name
-# How long start() waits for an existing socket to answer before deciding it is stale.
-_PROBE_TIMEOUT_S = 1.0
 # How long a reply may wait for its client to read before the connection is closed: a `watch`
 # client that stops reading would otherwise hold its unsent snapshots for ever.
 WRITE_TIMEOUT_S = 30.0
@@ -95,8 +92,7 @@ class ControlServer:
         self._holding: dict[int, set[asyncio.StreamWriter]] = {}
         self._uid_of: dict[asyncio.StreamWriter, int] = {}
         self._server: asyncio.AbstractServer | None = None
-        self._inode: tuple[int, int] | None = None
-        self._made: list[str] = []  # the directories made for the socket, deepest first
+        self.file = SocketFile(path, mode)
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._streams: set[asyncio.Task] = set()
         self._encoded: tuple[object, bytes] | None = None  # the last reply and its line
@@ -113,19 +109,15 @@ class ControlServer:
             ControlSocketError: another process is serving on ``path``, ``path`` exists and is
                 not a socket, or the directory or socket cannot be created.
         """
-        sock = await self._bind()
+        sock = await self.file.bind()
         try:
-            # The file must not be reachable with umask-derived bits before chmod: listen() only
-            # happens in start_unix_server, so until then a connect() is refused anyway.
-            os.chmod(self.path, self.mode)
-            info = os.stat(self.path)
-            self._inode = (info.st_dev, info.st_ino)
             if not serving:
                 sock.listen(LISTEN_BACKLOG)
             self._server = await asyncio.start_unix_server(self._serve, sock=sock, limit=MAX_LINE_BYTES + 1,
                                                            backlog=LISTEN_BACKLOG, start_serving=serving)
         except OSError as exc:
             sock.close()
+            self.file.abandon(bound=True)
             raise ControlSocketError(self.path, f"cannot listen: {exc.strerror or exc}") from exc
         logger.info("control socket listening on %s (mode %o)", self.path, self.mode)
 
@@ -150,60 +142,7 @@ class ControlServer:
         await asyncio.gather(*self._connections, return_exceptions=True)
         await self._server.wait_closed()
         self._server = None
-        with contextlib.suppress(FileNotFoundError):
-            info = os.stat(self.path)
-            if (info.st_dev, info.st_ino) == self._inode:
-                os.unlink(self.path)
-        for directory in self._made:  # (a mistyped --socket's were left behind) unless another's file is there
-            with contextlib.suppress(OSError):
-                os.rmdir(directory)
-
-    async def _bind(self) -> socket.socket:
-        """A bound (not yet listening) socket at ``self.path``, replacing a stale socket file."""
-        parent = os.path.dirname(os.path.abspath(self.path))
-        try:
-            if not os.path.isdir(parent):
-                self._made, missing = [], parent
-                while not os.path.isdir(missing):
-                    self._made.append(missing)
-                    missing = os.path.dirname(missing)
-                os.makedirs(parent)
-                os.chmod(parent, 0o755)  # makedirs' mode is masked by the umask
-        except OSError as exc:
-            raise ControlSocketError(self.path, f"cannot create {parent}: {exc.strerror}") from exc
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.setblocking(False)
-        try:
-            try:
-                sock.bind(self.path)
-            except OSError as exc:
-                if exc.errno != errno.EADDRINUSE:
-                    raise
-                # bind() refuses any existing file; remove it only when it is a dead socket.
-                await self._check_stale()
-                os.unlink(self.path)
-                sock.bind(self.path)
-        except OSError as exc:
-            sock.close()
-            raise ControlSocketError(self.path, f"cannot bind: {exc.strerror}") from exc
-        except ControlSocketError:
-            sock.close()
-            raise
-        return sock
-
-    async def _check_stale(self) -> None:
-        """Return if ``self.path`` is a socket nobody answers on; raise ControlSocketError otherwise."""
-        if not stat.S_ISSOCK(os.lstat(self.path).st_mode):
-            raise ControlSocketError(self.path, "exists and is not a socket; not replacing it")
-        try:
-            _, writer = await asyncio.wait_for(asyncio.open_unix_connection(self.path), _PROBE_TIMEOUT_S)
-        except (ConnectionRefusedError, FileNotFoundError):
-            logger.info("replacing stale control socket %s", self.path)
-            return
-        except (OSError, asyncio.TimeoutError) as exc:
-            raise ControlSocketError(self.path, f"cannot tell whether the socket is in use: {exc}") from exc
-        writer.close()
-        raise ControlSocketError(self.path, "another process is serving on this socket (is governor already running?)")
+        self.file.remove()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One connection: read lines, answer each, until EOF, timeout, an oversized line or close()."""

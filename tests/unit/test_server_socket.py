@@ -118,3 +118,12 @@ def test_close_ends_idle_connections(tmp_path):
         return rest
 
     assert asyncio.run(scenario()) == b""
+
+
+def test_a_refused_start_removes_the_directories_it_made(tmp_path):
+    # A socket path longer than sun_path (108 bytes) is refused at bind, after its directory was made.
+    path = tmp_path / "made" / "here" / ("x" * 120 + ".sock")
+    server = ControlServer(FakeHandler().handlers(), str(path))
+    with pytest.raises(ControlSocketError, match="cannot bind"):
+        asyncio.run(server.start())
+    assert not (tmp_path / "made").exists() and tmp_path.is_dir()
