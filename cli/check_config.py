@@ -305,12 +305,14 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
         lines.append("sessions: off (only governor run is governed)")
     notify = config.notify
     if notify.command:
-        lines.append(f"notify: {_shell_words(notify.command)} as {notify.user or 'the daemon'} on {', '.join(notify.events)}; "
-                     f"{notify.max_running} at once, each within {format_timespan(notify.timeout_s)}")
+        lines.append(f"notify: {_shell_words(notify.command)} as {notify.user or 'the daemon'} on "
+                     f"{', '.join(notify.events)}; {notify.max_running} at once, each within "
+                     f"{format_timespan(notify.timeout_s)}")
     admin = f"root and members of {config.admin_group}" if config.admin_group else "root only"
     lines.append(f"admin: {admin}")
     lines.append(f"daemon: sample every {format_number(config.sample_interval_s)}s, "
-                 f"reconcile every {format_number(config.reconcile_interval_s)}s, state in {config.state_dir}")
+                 f"reconcile every {format_number(config.reconcile_interval_s)}s, "
+                 f"state in {_shell_words([config.state_dir])}")
     lines.append(f"bounds per user (root excepted): {config.max_tasks_per_user} tasks running and queued, "
                  f"{config.max_connections_per_user} connections")
     return lines
@@ -332,8 +334,8 @@ def _escaped(char: str) -> str:
         return char
     if char in _NAMED:
         return _NAMED[char]
-    return f"\\x{ord(char):02x}" if ord(char) < 0x80 else f"\\u{ord(char):04x}" if ord(char) < 0x10000 \
-        else f"\\U{ord(char):08x}"
+    # Its UTF-8 bytes: bash reads \u only in a UTF-8 locale (in C it stays "\u009B").
+    return "".join(f"\\x{byte:02x}" for byte in char.encode())
 
 
 _NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}

@@ -202,21 +202,34 @@ def test_the_summary_says_which_foreign_subtrees_are_looked_for():
 
 def test_a_notify_command_with_characters_a_terminal_acts_on_is_shown_escaped_as_bash_reads_it(tmp_path):
     # Stranger check: "a\x1b[2Jb" was shown as 'ab' (the escape acted on), a newline broke the line.
+    import os
     import shutil
     import subprocess
 
     from governor.cli.check_config import summary
 
-    words = ["a\x1b[2Jb", "x\ny", "it's", "\x9b", "é", "\\", "two words", "\t"]
+    words = ["a\x1b[2Jb", "x\ny", "it's", "\x9b", "é", "\\", "two words", "\t", "\u200b", "\U000e0001"]
     config = parse_config('[groups.A]\nusers = ["alice"]\n[notify]\ncommand = ["/bin/echo", '
                           + ", ".join(_toml_string(word) for word in words) + ']\n', "n.toml")
     [line] = [line for line in summary(config) if line.startswith("notify: ")]
     shown = line.removeprefix("notify: ").split(" as the daemon on ")[0]
     assert shown.isprintable() and r"$'a\x1b[2Jb' $'x\ny'" in shown and "'é'" in shown
-    if shutil.which("bash"):  # what it shows is the command itself, word for word
-        printed = subprocess.run(["bash", "-c", f"printf '%s\\0' {shown}"], capture_output=True, check=True).stdout
-        assert printed.split(b"\0")[:-1] == [word.encode() for word in ["/bin/echo", *words]]
+    if shutil.which("bash"):  # what it shows is the command itself, word for word, in any locale
+        for locale in ("C", "C.UTF-8"):
+            printed = subprocess.run(["bash", "-c", f"printf '%s\\0' {shown}"], capture_output=True, check=True,
+                                     env={**os.environ, "LC_ALL": locale}).stdout
+            assert printed.split(b"\0")[:-1] == [word.encode() for word in ["/bin/echo", *words]], locale
+
+
+def test_a_state_dir_with_characters_a_terminal_acts_on_is_shown_escaped():
+    from governor.cli.check_config import summary
+
+    config = parse_config('[groups.A]\nusers = ["alice"]\n[daemon]\nstate_dir = "/run/x\\u001b[2J\\ny"\n', "s.toml")
+    [line] = [line for line in summary(config) if line.startswith("daemon: ")]
+    assert line.isprintable() and line.endswith(r"state in $'/run/x\x1b[2J\ny'")
+    assert [line for line in summary(parse_config('[groups.A]\nusers = ["alice"]\n', "d.toml"))
+            if line.startswith("daemon: ")][0].endswith("state in /run/governor/state")  # a plain path as it is
 
 
 def _toml_string(text: str) -> str:
-    return '"' + "".join(f"\\u{ord(c):04x}" if not c.isprintable() or c in '"\\' else c for c in text) + '"'
+    return '"' + "".join(f"\\U{ord(c):08x}" if not c.isprintable() or c in '"\\' else c for c in text) + '"'
