@@ -36,6 +36,7 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
       sudo governor daemon --metrics 9110    # Prometheus on 127.0.0.1:9110
     """
     import asyncio
+    import contextlib
     import os
 
     from governor.cli.client import socket_path as resolve_socket
@@ -54,8 +55,12 @@ def daemon(config_path: str | None, socket_path: str | None, cgroup_root: str, s
     raise_descriptor_limit()
     if config_path is None and os.path.exists(DEFAULT_CONFIG):
         config_path = DEFAULT_CONFIG
-    if config_path is not None:  # as status, the journal and the registry name it, whatever the working directory
-        config_path = os.path.abspath(config_path)
+    if config_path is not None and not os.path.isabs(config_path):
+        # Named in full in status, the journal and the registry, whatever the working directory
+        # (joined, not normalised: link/../x.toml is the file the kernel finds); a working
+        # directory removed meanwhile leaves it as given, for the read to say what is wrong.
+        with contextlib.suppress(OSError):
+            config_path = os.path.join(os.getcwd(), config_path)
     def load():
         return parse_config(read_input(config_path, owner=0), config_path)
 

@@ -22,7 +22,9 @@ def journal_options(command):
         click.option("--since", metavar="WHEN", default="7d", show_default=True, help=f"From: {WHEN_HELP}."),
         click.option("--until", metavar="WHEN", help="Up to (not included), as --since; default now."),
         click.option("--config", "config_file", metavar="FILE", default=INSTALLED, show_default=True,
-                     help="The daemon's config in force: its [history] directory holds the journal."),
+                     help="The daemon's config in force: its [history] directory holds the journal (a daemon "
+                          "started with --state-dir DIR keeps it in DIR/history unless the config names one: "
+                          "give --dir)."),
         click.option("--dir", "directory", metavar="DIR", type=click.Path(), help="The journal's directory itself."),
     )):
         command = option(command)

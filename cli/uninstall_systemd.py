@@ -152,11 +152,13 @@ def _state_dir(config: Path) -> str:
 def _history_dir(config: Path) -> str:
     """The config's ``[history] directory``, as :func:`governor.config.history_rules.history_rules`
     finds it: the key, else in a ``state_dir`` the config moves, else the default."""
-    from governor.config.history_rules import DEFAULT_DIRECTORY
+    import posixpath
+
+    from governor.config.history_rules import following
 
     state_dir = _state_dir(config)
-    return _setting(config, "history", "directory", DEFAULT_DIRECTORY if state_dir == STATE
-                    else f"{state_dir.rstrip('/')}/history")
+    return _setting(config, "history", "directory", following(None if posixpath.normpath(state_dir) == STATE
+                                                              else state_dir))
 
 
 def _setting(config: Path, table: str, key: str, default: str | None) -> str | None:

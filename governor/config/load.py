@@ -209,7 +209,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         gpu_control=gpu_control_nodes(capacity, file),
         gpu_guard=gpu_guard(capacity, file),
         notify=notify_rules(data, file),
-        history=history_rules(data, file, moved if (moved := daemon.get("state_dir")) != DEFAULT_STATE_DIR else None),
+        history=history_rules(data, file, _moved(daemon.get("state_dir"))),
         memory_protection=_value(enforcement, "memory_protection", "enforcement", file, _boolean, True),
         metrics_listen=_value(metrics, "listen", "metrics", file, _listen, None),
         file=file,
@@ -316,6 +316,12 @@ def _fairshare(data: Mapping[str, object], file: str) -> float | None:
         return parse_half_life(table["half_life"])
     except ValueError as error:
         raise ConfigError(file, "fairshare.half_life", str(error)) from None
+
+
+def _moved(state_dir: object) -> object:
+    """``[daemon] state_dir`` where it moves the state from the default (``/run/governor/state/``
+    is the default too), else None."""
+    return None if isinstance(state_dir, str) and posixpath.normpath(state_dir) == DEFAULT_STATE_DIR else state_dir
 
 
 def _reserve_cores(value: object, key: str, file: str) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import posixpath
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,7 +123,7 @@ def _journal(options: Options) -> Path | None:
     own wrote into the first one's journal, each pruning the other's files. None: the config's."""
     if options.state_dir is None or options.config.history.named:
         return None
-    moved = Path(options.state_dir) != Path(DEFAULT_STATE_DIR)
+    moved = posixpath.normpath(options.state_dir) != DEFAULT_STATE_DIR  # as the config's is read
     return Path(following(options.state_dir if moved else None))
 
 

@@ -27,9 +27,11 @@ def _cgroup(pid: int) -> str | None:
 
 
 def _ours(pid: int) -> bool:
-    """Whether ``pid`` is still one of the test's tasks, ``sleep 3600`` (a reused pid would not be)."""
+    """Whether ``pid`` is still one of the test's tasks, ``sleep 3600`` or the ``governor run``
+    about to exec it (a reused pid would be neither)."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x003600\x00"
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return command == b"sleep\x003600\x00" or command.endswith(b"\x00--\x00sleep\x003600\x00")
     except FileNotFoundError:
         return False
 
