@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TypeVar
 
 from governor.config import resources
@@ -185,7 +186,8 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
     config = Config(
         cpu_cores=cpu_cores,
         memory_bytes=memory_bytes,
-        reserve_cpu_cores=_value(reserve, "cpu", "capacity.reserve", file, _reserve_cores, _RESERVE_CPU_CORES),
+        reserve_cpu_cores=_value(reserve, "cpu", "capacity.reserve", file, partial(cores_setting, zero=True),
+                                 _RESERVE_CPU_CORES),  # a host may keep no core back
         reserve_memory_bytes=_value(reserve, "memory", "capacity.reserve", file, bytes_setting,
                                     _RESERVE_MEMORY_BYTES),
         reserve_pids=_value(reserve, "pids", "capacity.reserve", file, pids_setting, None),
@@ -209,7 +211,9 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         gpu_control=gpu_control_nodes(capacity, file),
         gpu_guard=gpu_guard(capacity, file),
         notify=notify_rules(data, file),
-        history=history_rules(data, file, _moved(daemon.get("state_dir"))),
+        # The journal follows a state_dir moved from the default (/run/governor/state/ is it too).
+        history=history_rules(data, file, None if posixpath.normpath(str(daemon.get("state_dir", DEFAULT_STATE_DIR)))
+                              == DEFAULT_STATE_DIR else daemon.get("state_dir")),
         memory_protection=_value(enforcement, "memory_protection", "enforcement", file, _boolean, True),
         metrics_listen=_value(metrics, "listen", "metrics", file, _listen, None),
         file=file,
@@ -316,16 +320,6 @@ def _fairshare(data: Mapping[str, object], file: str) -> float | None:
         return parse_half_life(table["half_life"])
     except ValueError as error:
         raise ConfigError(file, "fairshare.half_life", str(error)) from None
-
-
-def _moved(state_dir: object) -> object:
-    """``[daemon] state_dir`` where it moves the state from the default (``/run/governor/state/``
-    is the default too), else None."""
-    return None if isinstance(state_dir, str) and posixpath.normpath(state_dir) == DEFAULT_STATE_DIR else state_dir
-
-
-def _reserve_cores(value: object, key: str, file: str) -> float:
-    return cores_setting(value, key, file, zero=True)  # a host may keep no core back
 
 
 def _value(table: Mapping[str, object], name: str, where: str, file: str,
