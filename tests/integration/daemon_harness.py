@@ -3,6 +3,7 @@ them: CPU from the cgroup's own counter against time.monotonic(), in this one pr
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from governor.cgroups.files import read_file
 from governor.cgroups.v1 import CgroupV1Driver
 from governor.cgroups.v2 import CgroupV2Driver
 from governor.cgroups.hierarchy import V1_CONTROLLERS, V1_OPTIONAL
+from governor.cgroups.locks import LOCKS
 from governor.cli.client import call
 from governor.errors import GovernorError
 from governor.wire.request_types import StatusRequest
@@ -181,6 +183,27 @@ class Governor:
             _kill_left_in(Path(root))
             for directory, _, _ in os.walk(root, topdown=False):
                 _rmdir_retrying(Path(directory))
+        _remove_dead_locks(self.root_name)
+
+
+def _remove_dead_locks(root_name: str) -> None:
+    # A daemon the test killed (kill -9) leaves its lock files: they hold nothing (a flock is
+    # its process's), but they piled up in /run/governor/locks, a few each CI run, to a reboot.
+    for path in LOCKS.glob("*.lock") if LOCKS.is_dir() else ():
+        try:
+            claim = json.loads(path.read_text())
+            if root_name in json.dumps(claim["claim"]) and not _alive(claim["pid"]):
+                path.unlink()
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # released meanwhile, or not a lock of this harness's daemons
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _kill_left_in(root: Path) -> None:
