@@ -68,6 +68,10 @@ def execute(cmd: tuple[str, ...]) -> None:
     path = cmd[0] if "/" in cmd[0] else _find(cmd[0])
     if path is None:
         _fail(f"{cmd[0]}: command not found", EXIT_NOT_FOUND)
+    # Python ignores SIGPIPE and SIGXFSZ for itself, and an ignored signal stays so across exec:
+    # `yes | head` in a task said "Broken pipe" instead of ending, as it does under a shell.
+    for signum in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(signum, signal.SIG_DFL)
     try:
         os.execv(path, cmd)
     except OSError as exc:

@@ -33,6 +33,17 @@ def test_run_launches_the_commands_own_pid_and_keeps_its_exit_code(fake_daemon):
     assert result.stderr == ""  # it exited by itself: nothing to say
 
 
+@pytest.mark.parametrize("flag", [[], ["--exec"], ["--summary"]])
+def test_the_command_gets_the_default_signal_dispositions_not_pythons(fake_daemon, flag):
+    # Python ignores SIGPIPE and SIGXFSZ; ignored, they stayed so across exec: `yes | head`
+    # printed "Broken pipe" in a task (stranger check). SIGPIPE is 13, SIGXFSZ 25.
+    result, _ = governor("run", *flag, "--", "sh", "-c", "yes | head -c 1; grep SigIgn /proc/self/status",
+                         socket_path=fake_daemon.path)
+    assert result.returncode == 0 and "Broken pipe" not in result.stderr, result.stderr
+    ignored = int(result.stdout.split("SigIgn:")[1].split()[0], 16)
+    assert not ignored & (1 << (13 - 1) | 1 << (25 - 1)), hex(ignored)
+
+
 def test_run_with_stdout_closed_keeps_the_commands_exit_code(fake_daemon):
     # Python makes sys.stdout None for a closed fd 1, as cron or a daemon may leave it: the fast
     # path's flush before os._exit raised AttributeError there (a traceback, exit 1).
