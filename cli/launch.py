@@ -122,8 +122,8 @@ def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | N
     from governor.wire.launch_types import LaunchRequest
 
     resolve(cmd[0])
-    request = LaunchRequest(pid=os.getpid(), group=group, demand=demand, command=cmd, wait=not no_wait, name=name,
-                            time_limit=time_limit)
+    request = LaunchRequest(pid=os.getpid(), group=group, demand=demand, command=shown(cmd), wait=not no_wait,
+                            name=name, time_limit=time_limit)
     if not exec_in_place:
         from governor.cli.summary import run_with_summary
 
@@ -131,3 +131,29 @@ def start(demand: dict, group: str | None, no_wait: bool, socket_option: str | N
     started = launch_waiting(socket_path(socket_option), request)
     hand_gpus(started)
     execute(cmd)
+
+
+def shown(cmd: tuple[str, ...]) -> tuple[str, ...]:
+    """``cmd`` as the daemon shows it (status, ps, the journal): at most
+    :data:`~governor.wire.fields.MAX_COMMAND_ITEMS` words of at most
+    :data:`~governor.wire.fields.MAX_COMMAND_ITEM_CHARS` characters, :data:`SHOWN_CHARS` in all,
+    a longer word cut and the words past them counted (``…`` marks each cut). The command itself
+    runs whole: the daemon refused ``governor run -- gcc *.c`` past 64 files, and a long
+    ``sh -c`` script."""
+    from governor.wire.fields import MAX_COMMAND_ITEM_CHARS, MAX_COMMAND_ITEMS
+
+    words: list[str] = []
+    left = SHOWN_CHARS
+    for at, word in enumerate(cmd):
+        if left <= 0 or (len(words) == MAX_COMMAND_ITEMS - 1 and len(cmd) > MAX_COMMAND_ITEMS):
+            words.append(f"… {len(cmd) - at} more")
+            break
+        limit = min(MAX_COMMAND_ITEM_CHARS, left)
+        words.append(word if len(word) <= limit else word[:limit - 1] + "…")
+        left -= len(words[-1])
+    return tuple(words)
+
+
+# Characters of a command sent to be shown: its request line stays within the 64 KiB the daemon
+# reads (protocol.MAX_LINE_BYTES) even were each one sent as JSON's six-byte \uXXXX.
+SHOWN_CHARS = 8192

@@ -44,6 +44,25 @@ def test_the_command_gets_the_default_signal_dispositions_not_pythons(fake_daemo
     assert not ignored & (1 << (13 - 1) | 1 << (25 - 1)), hex(ignored)
 
 
+@pytest.mark.parametrize("flag", [[], ["--exec"]])
+def test_a_long_command_runs_whole_and_the_daemon_is_sent_a_cut_copy_to_show(fake_daemon, flag):
+    # The daemon refused more than 64 words or a word of over 4,096 characters (`gcc *.c`, a
+    # long `sh -c` script): the command is for display only (stranger check).
+    script = ": " + "a" * 5000 + "; echo $#"
+    result, _ = governor("run", *flag, "--", "sh", "-c", script, "sh", *map(str, range(100)),
+                         socket_path=fake_daemon.path)
+    assert (result.returncode, result.stdout) == (0, "100\n"), result.stderr
+    [(request, _)] = fake_daemon.seen
+    assert len(request.command) == 64 and request.command[-1] == "… 41 more"
+    assert request.command[2] == script[:4095] + "…" and request.command[:2] == ("sh", "-c")
+    # Words that fill the request line (64 KiB) run whole too; what is shown stops at 8,192 characters.
+    result, _ = governor("run", *flag, "--", "sh", "-c", "echo $#", "sh", *["é" * 4000] * 20,
+                         socket_path=fake_daemon.path)
+    assert (result.returncode, result.stdout) == (0, "20\n"), result.stderr
+    shown = fake_daemon.seen[-1][0].command
+    assert sum(map(len, shown)) <= 8192 + len(shown[-1]) and shown[-1] == "… 17 more", shown[3:]
+
+
 def test_run_with_stdout_closed_keeps_the_commands_exit_code(fake_daemon):
     # Python makes sys.stdout None for a closed fd 1, as cron or a daemon may leave it: the fast
     # path's flush before os._exit raised AttributeError there (a traceback, exit 1).
