@@ -33,7 +33,7 @@ def _configured(path: str) -> list[str]:
     try:
         with open(path, "rb") as file:
             groups = tomllib.load(file).get("groups", {})
-    except (OSError, ValueError):  # tomllib.TOMLDecodeError is a ValueError
+    except (OSError, ValueError, RecursionError):  # tomllib.TOMLDecodeError is a ValueError; [[[…]]] recurses
         return []
     return [name for name in groups if name != "*"] if isinstance(groups, dict) else []
 

@@ -168,7 +168,7 @@ def _setting(config: Path, table: str, key: str, default: str | None) -> str | N
 
     try:
         value = tomllib.loads(config.read_text()).get(table, {}).get(key, default)
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):  # (RecursionError: [[[…]]] past its depth)
         return default
     return value if isinstance(value, str) and value.startswith("/") else default
 

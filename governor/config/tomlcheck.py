@@ -23,7 +23,7 @@ def parse_toml(text: str | bytes, file: str) -> dict:
 
     Raises:
         ConfigError: naming ``file`` alone, for bytes that are not UTF-8 or text that is not
-            TOML (the reason carries tomllib's line and column).
+            TOML (the reason carries tomllib's line and column), or nests past Python's recursion.
     """
     if isinstance(text, bytes):
         try:
@@ -34,6 +34,8 @@ def parse_toml(text: str | bytes, file: str) -> dict:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(file, None, f"not valid TOML: {error}") from None
+    except RecursionError:  # tomllib recurses into each array and inline table: x = [[[…]]]
+        raise ConfigError(file, None, "not valid TOML for governor: arrays or tables nested too deeply") from None
 
 
 def join_key(where: str | None, name: str) -> str:

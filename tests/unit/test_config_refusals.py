@@ -187,6 +187,10 @@ def test_task_io_without_a_governed_device_is_refused(name):
 @pytest.mark.parametrize(("text", "reason"), [
     ("[groups.a]\nusers = \n", "line 2"),
     (b"[groups.a]\nusers = [\"\xff\"]\n", "not UTF-8"),
+    # tomllib recurses into each level: a RecursionError traceback in check-config, simulate,
+    # export and replay, and "internal error" from a reload (stranger check).
+    ("x = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+    ("x = " + "{a = " * 5000 + "1" + "}" * 5000 + "\n", "nested too deeply"),
 ])
 def test_unparsable_text_names_the_file_alone(text, reason):
     with pytest.raises(ConfigError) as caught:
