@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import queue
 import threading
 import time
@@ -171,13 +172,16 @@ def read_history(directory: Path, since: float | None = None, until: float | Non
     if not directory.is_dir():
         raise FileNotFoundError(2, "no history journal here", str(directory))
     for path in journal_files(directory):
-        if since is not None and path.stat().st_mtime < since:
+        info = path.lstat()
+        if not stat.S_ISREG(info.st_mode):
+            continue  # the writer makes files only (a link to /dev/zero was read to the memory's end)
+        if since is not None and info.st_mtime < since:
             continue  # its newest entry is older
         with open(path, "rb") as stream:
             for number, line in enumerate(stream, 1):
                 try:
                     entry = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):  # RecursionError: [[[…]]] past the decoder's depth
                     entry = None
                 at = entry.get("at") if isinstance(entry, dict) else None
                 if isinstance(at, (int, float)) and not ((since is None or at >= since) and (until is None or at < until)):
