@@ -30,6 +30,21 @@ _KEY = re.compile(r'([a-z\[][\w.\[\]"*-]*(?:, [a-z][\w.]*)*): (.*)')
 _COMMENTED_TOML = re.compile(r'#( ?\[.*\]| ?[A-Za-z_][\w."*-]* = .*)$')
 
 
+def _build_date() -> str:
+    """``$SOURCE_DATE_EPOCH``'s day (reproducible-builds.org: whole seconds since 1970), else
+    today's. A value that is none was a ValueError or OverflowError traceback, or a year of
+    -3166904 in every page."""
+    from governor.config.units import quoted
+    from governor.errors import GovernorError
+
+    given = os.environ.get("SOURCE_DATE_EPOCH")
+    if not given:  # (an empty one too, as a build tool may export it)
+        return time.strftime("%Y-%m-%d", time.gmtime())
+    if not (given.isascii() and given.isdigit() and len(given) <= 11):  # to the year 5138
+        raise GovernorError(f"SOURCE_DATE_EPOCH must be whole seconds since 1970, got {quoted(given)}")
+    return time.strftime("%Y-%m-%d", time.gmtime(int(given)))
+
+
 def pages(command, *, version: str | None = None, date: str | None = None) -> dict[str, str]:
     """Every page, as ``{"man1/governor-run.1": roff, ..., "man5/governor.toml.5": roff}``.
 
@@ -38,9 +53,12 @@ def pages(command, *, version: str | None = None, date: str | None = None) -> di
         version: shown in each page's footer (default: the installed drf-governor's).
         date: ``YYYY-MM-DD`` in the footer (default: ``$SOURCE_DATE_EPOCH``'s day, else today's),
             so a packager's build is reproducible.
+
+    Raises:
+        GovernorError: ``$SOURCE_DATE_EPOCH`` is no whole number of seconds a calendar holds.
     """
     version = version or _version()
-    date = date or time.strftime("%Y-%m-%d", time.gmtime(int(os.environ.get("SOURCE_DATE_EPOCH", time.time()))))
+    date = date or _build_date()
     found = {f"man1/{name}.1": text for name, text in _command_pages(command, PROGRAM, None, version, date)}
     from importlib.resources import files
 

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import click
@@ -152,6 +153,21 @@ def test_a_help_text_roff_would_misread_renders_as_written(tmp_path):
 def test_the_date_follows_source_date_epoch(monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "86400")
     assert all('"1970-01-02"' in page.splitlines()[0] for page in pages(main).values())
+
+
+@pytest.mark.parametrize("given", ["abc", "1.5", "99999999999999999999", "-99999999999999", "１"])
+def test_a_source_date_epoch_that_is_no_whole_seconds_is_one_line(tmp_path, monkeypatch, given):
+    # Stranger check: a ValueError or OverflowError traceback, or a year -3166904 in every page.
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", given)
+    result = CliRunner().invoke(main, ["man", "--directory", str(tmp_path / "man")])
+    assert result.exit_code == 1 and result.stderr.startswith("governor: error: SOURCE_DATE_EPOCH must be whole "
+                                                               "seconds since 1970, got "), result.stderr
+    assert not (tmp_path / "man").exists()
+
+
+def test_an_empty_source_date_epoch_is_today(monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "")
+    assert all(f'"{time.strftime("%Y-%m-%d", time.gmtime())}"' in page.splitlines()[0] for page in pages(main).values())
 
 
 def test_an_unwritable_directory_is_one_line(tmp_path):
