@@ -56,7 +56,7 @@ def resolve(name: str) -> str:
 
 
 def _fail(reason: str, status: int) -> None:
-    _say(error_line(reason))
+    say(error_line(reason))
     sys.exit(status)
 
 
@@ -97,9 +97,14 @@ def _find(name: str) -> str | None:
     return found
 
 
-def _say(line: str) -> None:
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
+def say(line: str) -> None:
+    """``line`` on stderr where it can be said: a full one (``2>/dev/full``) must not turn the
+    exit status the line goes with (127, the command's own) into 1."""
+    try:  # try, not contextlib.suppress: a plain run loads no contextlib (issue 46)
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def launch_waiting(path: str, request: LaunchRequest, sent: Callable[[], None] | None = None) -> Started:
@@ -141,13 +146,13 @@ def launch_waiting(path: str, request: LaunchRequest, sent: Callable[[], None] |
                 started = launch(path, request, answered, sent=sent)
                 terminated.restore()  # started: a SIGTERM from now on is the command's to take
                 if started.nested:
-                    _say(f"governor: already in task {started.task} (group {started.group}): "
+                    say(f"governor: already in task {started.task} (group {started.group}): "
                          f"{request.command[0]} runs there, with that task's caps")
                 if line.since is not None and not started.nested:
                     from governor.config.units import format_timespan
 
                     line.done()
-                    _say(f"governor: task {started.task} started after waiting "
+                    say(f"governor: task {started.task} started after waiting "
                          f"{format_timespan(time.monotonic() - line.since)}")
                 return started
             except LaunchInterrupted:
@@ -166,11 +171,11 @@ def launch_waiting(path: str, request: LaunchRequest, sent: Callable[[], None] |
             time.sleep(RETRY_S)
     except KeyboardInterrupt:
         line.done()
-        _say("governor: left the queue; nothing was started")
+        say("governor: left the queue; nothing was started")
         sys.exit(EXIT_INTERRUPTED)
     except _Terminated:
         line.done()
-        _say("governor: left the queue (SIGTERM); nothing was started")
+        say("governor: left the queue (SIGTERM); nothing was started")
         sys.exit(128 + signal.SIGTERM)
     finally:
         terminated.restore()

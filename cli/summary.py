@@ -28,6 +28,7 @@ import signal
 import sys
 import time
 
+from governor.cli.become_task import say
 from governor.cli.memory_warning import LOOK_EVERY_S, MemoryWatch
 from governor.config.units import format_size, format_timespan
 
@@ -115,20 +116,20 @@ def _run_and_wait(path: str, request: LaunchRequest, cmd: tuple[str, ...], mask:
     exit_code = code if code >= 0 else 128 - code
     if started is None:  # refused, or left the queue: the child said why, unless a signal killed it
         if os.WIFSIGNALED(status):  # as a time limit shorter than the start does: it ended with 137, unsaid
-            sys.stderr.write(f"governor: killed by {_signal_name(os.WTERMSIG(status))} before the command started "
-                             "(governor ps --ended says why, if governor ended its task)\n")
+            say(f"governor: killed by {_signal_name(os.WTERMSIG(status))} before the command started "
+                "(governor ps --ended says why, if governor ended its task)")
         sys.exit(exit_code)
     task = None if started.get("nested") else str(started.get("task"))
     if summary:
         record = None if task is None else _ended_record(path, task)
         said = None if task is None else ended_line(record, task)  # why, in words, as without --summary
         for line in ([said] if said else []) + summary_lines(record, status, wall, task=task):
-            sys.stderr.write(line + "\n")
+            say(line)
     elif task is not None and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
         # Killed: by governor (stop, time limit) or the kernel (OOM) if its record says so.
         line = ended_line(_ended_record(path, task), task)
         if line:
-            sys.stderr.write(line + "\n")
+            say(line)
 
     sys.exit(exit_code)
 
@@ -187,9 +188,12 @@ def _child(path: str, request: LaunchRequest, cmd: tuple[str, ...], writer: int,
         code = leaving.code if isinstance(leaving.code, int) else 1
     except GovernorError as error:  # the line and exit code of every other failure (cli.failures)
         text, code = report(error, verbose=verbose)
-        sys.stderr.write(text + "\n")
+        say(text)
     finally:
-        sys.stderr.flush()
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):  # full: what could not be said is lost, the status is not
+            pass
         os._exit(code)
 
 
@@ -229,7 +233,7 @@ def _ended_record(path: str, task: str, wait_s: float = RECORD_WAIT_S) -> EndedR
             try:  # printable: who stopped it is the daemon's text, shown on a terminal
                 return printable(decode_rows(EndedRecord, [found], "ended")[0])
             except MalformedStatus as error:
-                sys.stderr.write(f"governor: the daemon's ended record of task {task} {error}\n")
+                say(f"governor: the daemon's ended record of task {task} {error}")
                 return None
         if time.monotonic() > deadline:
             return None

@@ -63,6 +63,22 @@ def test_a_long_command_runs_whole_and_the_daemon_is_sent_a_cut_copy_to_show(fak
     assert sum(map(len, shown)) <= 8192 + len(shown[-1]) and shown[-1] == "… 17 more", shown[3:]
 
 
+@pytest.mark.parametrize("stderr", ["closed", "/dev/full"])
+@pytest.mark.parametrize(("flag", "command", "code"), [
+    ([], ("sh", "-c", "exit 3"), 3), (["--summary"], ("sh", "-c", "exit 3"), 3), (["--exec"], ("sh", "-c", "exit 3"), 3),
+    ([], ("nosuchcmd-governor-test",), 127), (["--summary"], ("nosuchcmd-governor-test",), 127)])
+def test_a_closed_or_full_stderr_keeps_the_exit_status(fake_daemon, stderr, flag, command, code):
+    # What could not be said made it 1: Python's stderr is None for a closed fd 2, and a write
+    # to /dev/full fails (stranger check).
+    if stderr == "/dev/full" and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    full = open("/dev/full", "w") if stderr == "/dev/full" else None
+    result = subprocess.run([*GOVERNOR, "run", *flag, "--", *command], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=full, timeout=30, env={**os.environ, "GOVERNOR_SOCKET": fake_daemon.path},
+                            preexec_fn=(lambda: os.close(2)) if full is None else None)
+    assert result.returncode == code
+
+
 def test_run_with_stdout_closed_keeps_the_commands_exit_code(fake_daemon):
     # Python makes sys.stdout None for a closed fd 1, as cron or a daemon may leave it: the fast
     # path's flush before os._exit raised AttributeError there (a traceback, exit 1).
