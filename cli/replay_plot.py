@@ -5,7 +5,11 @@ memory share of the host. Drawn with matplotlib, an optional extra
 
 from __future__ import annotations
 
+import os
+
 import click
+
+from governor.config.units import quoted
 
 __all__ = ["plot_report"]
 
@@ -23,10 +27,17 @@ def plot_report(report: dict, path: str, proposed: str) -> None:
         click.ClickException: matplotlib is not installed, or the file cannot be written.
     """
     try:
+        from matplotlib.backend_bases import FigureCanvasBase
         from matplotlib.figure import Figure
     except ImportError:
         raise click.ClickException("--plot needs matplotlib, an optional extra: "
                                    "pip install 'drf-governor[plot]' (the tables and --json need nothing)") from None
+    # The format is the name's suffix, and the file is the name: matplotlib added ".png" to one
+    # with none (--plot /dev/null made /dev/null.png, --plot plots/.png plots/.png.png).
+    kind = os.path.splitext(path)[1][1:].lower()
+    if kind not in FigureCanvasBase.get_supported_filetypes():
+        raise click.ClickException(f"--plot {quoted(path, 80)}: name the file with the suffix of its format "
+                                   "(.png, .svg, .pdf)")
     groups = list(report["groups"])
     figure = Figure(figsize=(max(6.0, 1.2 * len(groups) + 3), 8), layout="constrained")
     figure.suptitle(f"governor replay: recorded beside {proposed}, {report['jobs']} tasks")
@@ -42,6 +53,6 @@ def plot_report(report: dict, path: str, proposed: str) -> None:
         if index == 0:
             axes.legend()
     try:
-        figure.savefig(path)
+        figure.savefig(path, format=kind)
     except (OSError, ValueError) as error:  # ValueError: a suffix matplotlib cannot write
         raise click.ClickException(f"cannot write the plot to {path}: {error}") from None

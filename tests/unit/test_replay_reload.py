@@ -128,6 +128,24 @@ def test_replay_plot_draws_the_comparison_to_a_png(tmp_path, monkeypatch):
     assert (tmp_path / "replay.png").read_bytes().startswith(b"\x89PNG") and "recorded" in done.output
 
 
+@pytest.mark.parametrize("name", ["noext", ".png", "plot.txt"])
+def test_replay_plot_writes_the_file_named_or_says_why_not(tmp_path, monkeypatch, name):
+    # Stranger check: matplotlib added ".png" to a name with no suffix (/dev/null.png) and to ".png".
+    pytest.importorskip("matplotlib", reason="--plot's optional extra (drf-governor[plot]) is not installed")
+    (tmp_path / "plots").mkdir()
+    done = _replay_cli(tmp_path, monkeypatch, "--plot", str(tmp_path / "plots" / name))
+    assert done.exit_code == 1 and "name the file with the suffix of its format" in done.output, done.output
+    assert list((tmp_path / "plots").iterdir()) == []
+
+
+def test_replay_plot_takes_its_format_from_the_suffix_in_any_case(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib", reason="--plot's optional extra (drf-governor[plot]) is not installed")
+    (tmp_path / "plots").mkdir()
+    done = _replay_cli(tmp_path, monkeypatch, "--plot", str(tmp_path / "plots" / "replay.SVG"))
+    assert done.exit_code == 0 and [p.name for p in (tmp_path / "plots").iterdir()] == ["replay.SVG"], done.output
+    assert b"<svg" in (tmp_path / "plots" / "replay.SVG").read_bytes()
+
+
 def test_replay_plot_without_matplotlib_says_how_to_get_it(tmp_path, monkeypatch):
     done = _replay_cli(tmp_path, monkeypatch, "--plot", str(tmp_path / "replay.png"), without_matplotlib=True)
     assert done.exit_code == 1 and "drf-governor[plot]" in done.output and "Traceback" not in done.output
