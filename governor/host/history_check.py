@@ -39,8 +39,10 @@ def entry_problem(entry: object) -> str | None:
     if problem or not isinstance(entry.get("kind"), str):
         return problem or f"kind must be a string, got {json_type(entry.get('kind'))}"
     kind = entry["kind"]
-    if kind == "daemon":
-        return _amounts(entry.get("capacity"), "capacity", required=True)
+    if kind == "daemon":  # a host of no core or no memory is none to replay on
+        return _amounts(entry.get("capacity"), "capacity", required=True) or next(
+            (f"capacity.{name} must be above 0, got 0" for name in ("cpu", "memory")
+             if entry["capacity"].get(name, 1) == 0), None)
     if kind in _TASK_KINDS:
         problem = _text(entry.get("task"), "task", required=True) or _text(entry.get("group"), "group", required=True)
         if problem:
@@ -91,7 +93,9 @@ def _amounts(value: object, key: str, *, required: bool = False, bounded: bool =
         return f"{key} must be an object of amounts, got {json_type(value)}"
     for name, amount in value.items():
         entry = resources.find(name)
-        bound = _BOUNDS.get(entry.unit if entry else "", MAX_BYTES) if bounded else math.inf
+        if entry is None:  # replay divided by it, and stopped at the whole journal's first such line
+            return f"{key}.{name} names no resource governor knows"
+        bound = _BOUNDS.get(entry.unit, MAX_BYTES) if bounded else math.inf
         problem = _amount(amount, f"{key}.{name}", bound, required=True)
         if problem:
             return problem

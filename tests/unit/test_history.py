@@ -261,6 +261,9 @@ def test_history_requests_read_the_journal_one_at_a_time(daemon, monkeypatch):
     ({**LAUNCH, "kind": "end", "wall_s": "x"}, "wall_s must be a number of seconds from 0 to 8,589,934,592, got a string"),
     ({"kind": ["launch"]}, "kind must be a string, got an array"),
     ({**LAUNCH, "demand": {"cpu": -1}}, "demand.cpu must be an amount from 0 to 65,536, got -1"),
+    # Stranger check: replay divided by these, and one such line stopped the whole replay.
+    ({**LAUNCH, "demand": {"cpu": 1, "banana": 5}}, "demand.banana names no resource governor knows"),
+    ({"kind": "daemon", "capacity": {"cpu": 0, "memory": 0}}, "capacity.cpu must be above 0, got 0"),
     ({"kind": "end", "reason": "[/oops]", "name": "\x1b]0;PWNED\x07", "task": "7", "group": "[link=http://x]A"}, None),
 ])
 def test_a_journal_entry_edited_by_hand_is_skipped_and_named_or_shown_as_text(tmp_path, entry, shown):
