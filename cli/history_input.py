@@ -40,9 +40,14 @@ def parse_when(text: str, now: float, option: str) -> float:
     from governor.config.units import parse_duration, quoted
 
     try:
-        return now - parse_duration(text)
+        span = parse_duration(text)
     except ValueError:
         pass
+    else:  # 99999999d was the year -271764 in replay's heading
+        if span > now:
+            raise click.BadParameter(f"{quoted(text)} reaches back before 1970, when no journal was written",
+                                     param_hint=option)
+        return now - span
     try:
         when = datetime.datetime.fromisoformat(text)
     except ValueError:
@@ -64,6 +69,9 @@ def period(since: str | None, until: str | None, now: float) -> tuple[float | No
 
     start = None if since is None else parse_when(since, now, "--since")
     end = None if until is None else parse_when(until, now, "--until")
+    if start is not None and until is None and start >= now:  # replay printed a period ending before it began
+        raise click.BadParameter(f"{quoted(since)} is not before now: the period up to now would be empty",
+                                 param_hint="--since")
     if start is not None and end is not None and start >= end:
         raise click.BadParameter(f"{quoted(since)} is not before --until {quoted(until)}: the period would be "
                                  "empty (a span counts back from now: --since 1h --until 10min)",

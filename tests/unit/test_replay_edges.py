@@ -154,3 +154,15 @@ def test_replay_piped_shows_every_name_and_figure_whole(tmp_path):
     assert done.exit_code == 0, done.output
     assert "…" not in done.output and "a-rather-long-user-name" in done.output, done.output
     assert "recorded" in done.output and "proposed" in done.output and "memory share" in done.output
+
+
+@pytest.mark.parametrize(("since", "words"), [
+    ("99999999d", "reaches back before 1970"),  # replay's heading read "-271764-03-23 … to …"
+    ("9999-12-31", "is not before now"),  # a period ending before it began, with no --until
+])
+@pytest.mark.parametrize("command", [["history"], ["replay"]])
+def test_a_since_past_1970_or_after_now_is_refused_naming_it(tmp_path, since, words, command):
+    (tmp_path / "proposed.toml").write_text('[groups."*"]\n')
+    proposed = [str(tmp_path / "proposed.toml")] if command == ["replay"] else []
+    done = CliRunner().invoke(main, [*command, *proposed, "--dir", str(tmp_path), "--since", since])
+    assert done.exit_code == 2 and f"Invalid value for --since: '{since}' {words}" in done.output, done.output
