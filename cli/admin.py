@@ -31,6 +31,7 @@ def _weight(ctx: click.Context, param: click.Parameter, text: str) -> float:
     ASCII digits with no digit groups (``1_0`` and ``٣`` were 10 and 3)."""
     from governor.config.resource_values import plain_number
     from governor.config.settings import GROUP_WEIGHT_RANGE
+    from governor.config.units import quoted
 
     try:
         value = float(plain_number(text, "float"))
@@ -38,7 +39,8 @@ def _weight(ctx: click.Context, param: click.Parameter, text: str) -> float:
         raise click.BadParameter(f"{text!r} is not a valid float") from None  # click's words, as before
     low, high = GROUP_WEIGHT_RANGE
     if not low <= value <= high:
-        raise click.BadParameter(f"must be a weight from {low:g} to {high:g}, got {value:g}")
+        # As typed: "got 1000" was said of 1000.0001.
+        raise click.BadParameter(f"must be a weight from {low:g} to {high:g}, got {quoted(text)}")
     return value
 
 

@@ -44,8 +44,8 @@ def resolve(name: str) -> str:
     cannot run: 127 (not found), 126 (a directory, or no exec permission). ``execute`` still
     reports what changes between the two (the file removed meanwhile)."""
     path = name if "/" in name else _find(name)
-    if path is None:
-        _fail(f"{name}: command not found", EXIT_NOT_FOUND)
+    if path is None:  # (an empty name said ": command not found")
+        _fail(f"{name or repr(name)}: command not found", EXIT_NOT_FOUND)
     elif not os.path.exists(path):
         _fail(f"{name}: No such file or directory", EXIT_NOT_FOUND)
     elif os.path.isdir(path):

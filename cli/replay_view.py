@@ -25,7 +25,8 @@ def replay_tables(report: dict) -> list:
     span = f"{_when(report['since'])} to {_when(report['until'])}"
     refusals = report.get("refusals") or 0
     refused = f" and {refusals} refused launch{'es' if refusals != 1 else ''}" if refusals else ""
-    found = [f"replay of {report['jobs']} tasks{refused}, {span}: recorded beside proposed"]
+    jobs = report["jobs"]
+    found = [f"replay of {jobs} task{'' if jobs == 1 else 's'}{refused}, {span}: recorded beside proposed"]
     for key in ("groups", "users"):
         found.append(_table(key, report[key]))
     found.append("cannot be known, so not guessed:\n" + "\n".join(f"  - {line}" for line in report["unknown"]))

@@ -79,6 +79,12 @@ def test_a_closed_or_full_stderr_keeps_the_exit_status(fake_daemon, stderr, flag
     assert result.returncode == code
 
 
+def test_an_empty_command_name_is_named_as_one(fake_daemon):
+    result, _ = governor("run", "--", "", socket_path=fake_daemon.path)  # it said ": command not found"
+    assert (result.returncode, result.stderr) == (127, "governor: error: '': command not found\n")
+    assert fake_daemon.seen == []
+
+
 def test_run_with_stdout_closed_keeps_the_commands_exit_code(fake_daemon):
     # Python makes sys.stdout None for a closed fd 1, as cron or a daemon may leave it: the fast
     # path's flush before os._exit raised AttributeError there (a traceback, exit 1).

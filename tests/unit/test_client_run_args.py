@@ -144,11 +144,12 @@ def test_a_weight_in_other_scripts_digits_or_digit_groups_is_refused(weight):
     assert result.exit_code == 2 and "is not a valid float" in result.output, result.output
 
 
-@pytest.mark.parametrize("weight", ["nan", "inf", "1e309", "0", "1001", "0.0001"])
+@pytest.mark.parametrize("weight", ["nan", "inf", "1e309", "0", "1001", "0.0001", "1000.0001"])
 def test_a_weight_no_config_could_give_is_refused_by_the_client(weight):
     # nan, inf and 1e309 passed click's FloatRange and ended in a traceback (not JSON compliant).
     result = CliRunner().invoke(main, ["set-weight", "physics", weight])
     assert result.exit_code == 2 and "must be a weight from 0.001 to 1000" in result.output
+    assert f"got '{weight}'" in result.output  # as typed: 1000.0001 was said to be 1000
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
 

@@ -166,3 +166,8 @@ def test_a_since_past_1970_or_after_now_is_refused_naming_it(tmp_path, since, wo
     proposed = [str(tmp_path / "proposed.toml")] if command == ["replay"] else []
     done = CliRunner().invoke(main, [*command, *proposed, "--dir", str(tmp_path), "--since", since])
     assert done.exit_code == 2 and f"Invalid value for --since: '{since}' {words}" in done.output, done.output
+
+
+def test_the_heading_counts_one_task_as_one(tmp_path):
+    done = _replay_of(tmp_path, LAUNCH)
+    assert done.exit_code == 0 and "replay of 1 task, " in done.output, done.output  # not "1 tasks"
