@@ -38,6 +38,8 @@ def entry_problem(entry: object) -> str | None:
     problem = _seconds(entry.get("at"), "at", required=True)
     if problem or not isinstance(entry.get("kind"), str):
         return problem or f"kind must be a string, got {json_type(entry.get('kind'))}"
+    if not entry["kind"]:  # (history listed it as a row of no kind)
+        return "kind must be a non-empty string, got an empty one"
     kind = entry["kind"]
     if kind == "daemon":  # a host of no core or no memory is none to replay on
         return _amounts(entry.get("capacity"), "capacity", required=True) or next(

@@ -184,7 +184,10 @@ def read_history(directory: Path, since: float | None = None, until: float | Non
                 except (ValueError, RecursionError):  # RecursionError: [[[…]]] past the decoder's depth
                     entry = None
                 at = entry.get("at") if isinstance(entry, dict) else None
-                if isinstance(at, (int, float)) and not ((since is None or at >= since) and (until is None or at < until)):
+                # Only a time a journal can hold places a line outside the period: one with another
+                # (Infinity, -5) is named as every bad line is, by history and replay alike.
+                if (isinstance(at, (int, float)) and 0 <= at < 2.0 ** 33
+                        and not ((since is None or at >= since) and (until is None or at < until))):
                     continue
                 problem = "not a JSON object (cut short by a crash?)" if entry is None else entry_problem(entry)
                 if problem is None:

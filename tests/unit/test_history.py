@@ -99,19 +99,6 @@ def test_a_line_cut_short_by_a_kill_is_skipped_and_the_rest_read_in_the_period(t
     assert [e["at"] for e in read_history(tmp_path / "h", since=150, until=300)] == [200]
 
 
-def test_a_line_nested_past_the_decoders_depth_is_skipped_and_a_file_that_is_no_file_passed_over(tmp_path):
-    # Stranger check: a RecursionError traceback from history and replay; a journal file that
-    # links to /dev/zero was read until the memory ran out.
-    writer = HistoryWriter(tmp_path / "h", HistoryRules, Clock(100.0))
-    writer.write([{**LAUNCH, "at": 100.0}])
-    with open(journal_files(tmp_path / "h")[-1], "ab") as stream:
-        stream.write(b"[" * 100_000 + b"]" * 100_000 + b"\n")
-    (tmp_path / "h" / "history-999999999999999.jsonl").symlink_to("/dev/zero")
-    skipped = []
-    assert [e["at"] for e in read_history(tmp_path / "h", skipped=lambda *line: skipped.append(line))] == [100]
-    assert [(number, why) for _, number, why in skipped] == [(2, "not a JSON object (cut short by a crash?)")]
-
-
 def test_the_writer_thread_writes_what_it_was_given_before_it_closes(tmp_path):
     writer = HistoryWriter(tmp_path / "h", HistoryRules)
     writer.start()
@@ -264,6 +251,7 @@ def test_history_requests_read_the_journal_one_at_a_time(daemon, monkeypatch):
     # Stranger check: replay divided by these, and one such line stopped the whole replay.
     ({**LAUNCH, "demand": {"cpu": 1, "banana": 5}}, "demand.banana names no resource governor knows"),
     ({"kind": "daemon", "capacity": {"cpu": 0, "memory": 0}}, "capacity.cpu must be above 0, got 0"),
+    ({**LAUNCH, "kind": ""}, "kind must be a non-empty string, got an empty one"),
     ({"kind": "end", "reason": "[/oops]", "name": "\x1b]0;PWNED\x07", "task": "7", "group": "[link=http://x]A"}, None),
 ])
 def test_a_journal_entry_edited_by_hand_is_skipped_and_named_or_shown_as_text(tmp_path, entry, shown):
