@@ -147,13 +147,13 @@ def launch_waiting(path: str, request: LaunchRequest, sent: Callable[[], None] |
                 terminated.restore()  # started: a SIGTERM from now on is the command's to take
                 if started.nested:
                     say(f"governor: already in task {started.task} (group {started.group}): "
-                         f"{request.command[0]} runs there, with that task's caps")
+                        f"{request.command[0]} runs there, with that task's caps")
                 if line.since is not None and not started.nested:
                     from governor.config.units import format_timespan
 
                     line.done()
                     say(f"governor: task {started.task} started after waiting "
-                         f"{format_timespan(time.monotonic() - line.since)}")
+                        f"{format_timespan(time.monotonic() - line.since)}")
                 return started
             except LaunchInterrupted:
                 if not request.wait or (away_since is not None and time.monotonic() - away_since > RESTART_GRACE_S):

@@ -16,12 +16,12 @@ import sys
 
 
 def main() -> None:
+    if sys.stderr is None:  # closed (2>&-): said nowhere, and the exit status still says it (it was 1)
+        sys.stderr = open(os.devnull, "w")
     # A Ctrl-C while the modules load ends governor quietly, by SIGINT as a C program ends (the
     # shell sees it and stops a script), not with a KeyboardInterrupt traceback from an import;
     # Python's handler is back before the command runs. An ignored SIGINT (a script's
     # background job) stays ignored.
-    if sys.stderr is None:  # closed (2>&-): said nowhere, and the exit status still says it (it was 1)
-        sys.stderr = open(os.devnull, "w")
     interrupt = signal.getsignal(signal.SIGINT)
     if interrupt is signal.default_int_handler:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
