@@ -209,7 +209,9 @@ def test_the_units_cgroup_root_is_a_cgroup_in_every_v1_hierarchy():
         hierarchy.driver.remove("A/task-1")
         hierarchy.driver.remove("A")
         hierarchy.driver.remove("")
+        hierarchy.release_lock()  # as a daemon's last step: its lock file stayed in /run/governor/locks
     assert not [m / top for m in set(mounts.values()) if (m / top).exists()]
+    assert not [path for path in LOCKS.glob("*.lock") if top in _read(path)]
 
 
 @pytest.mark.skipif(missing() is not None, reason=f"{missing()}")
