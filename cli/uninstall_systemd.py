@@ -28,7 +28,6 @@ from governor.host import uninstall_leftovers as leftovers
 from governor.host.systemd_files import CONFIG, MAN_DIR, SLICE, UNIT_DIR, UNITS, installed_man_pages
 
 RUNTIME = "run/governor"
-STATE = "/run/governor/state"  # the default state_dir
 STATE_DIRECTORY = "var/lib/governor"  # governor.service's StateDirectory=
 
 
@@ -146,19 +145,17 @@ def _tidy_history(history: Path, state_directory: Path, *, purge: bool, dry_run:
 def _state_dir(config: Path) -> str:
     """The config's ``[daemon] state_dir`` (an absolute path); the default where the config is
     missing or unreadable (the daemon would not have started with it)."""
-    return _setting(config, "daemon", "state_dir", STATE)
+    from governor.config.history_rules import DEFAULT_STATE_DIR
+
+    return _setting(config, "daemon", "state_dir", DEFAULT_STATE_DIR)
 
 
 def _history_dir(config: Path) -> str:
     """The config's ``[history] directory``, as :func:`governor.config.history_rules.history_rules`
     finds it: the key, else in a ``state_dir`` the config moves, else the default."""
-    import posixpath
-
     from governor.config.history_rules import following
 
-    state_dir = _state_dir(config)
-    return _setting(config, "history", "directory", following(None if posixpath.normpath(state_dir) == STATE
-                                                              else state_dir))
+    return _setting(config, "history", "directory", following(_state_dir(config)))
 
 
 def _setting(config: Path, table: str, key: str, default: str | None) -> str | None:

@@ -13,6 +13,7 @@ The defaults hold a month of a busy login node: an entry is about 400 bytes, so 
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -21,9 +22,11 @@ from governor.config.tomlcheck import no_unknown_keys, subtable, type_name
 from governor.config.units import parse_duration
 from governor.errors import ConfigError
 
-__all__ = ["DEFAULT_DIRECTORY", "HistoryRules", "following", "history_rules"]
+__all__ = ["DEFAULT_DIRECTORY", "DEFAULT_STATE_DIR", "HistoryRules", "following", "history_rules"]
 
 DEFAULT_DIRECTORY = "/var/lib/governor/history"
+# ``[daemon] state_dir``'s default (the task records): in /run, which a reboot empties.
+DEFAULT_STATE_DIR = "/run/governor/state"
 _KEYS = ("enabled", "keep", "max_size", "directory")
 _DAY_S = 86_400
 # A journal smaller than a few entries could never hold one rotation's worth; ten years is
@@ -59,15 +62,19 @@ class HistoryRules:
 def following(state_dir: str | None) -> str:
     """The journal's directory where the config names none: ``<state_dir>/history`` for a
     state directory moved from the default (``[daemon] state_dir``, ``governor daemon
-    --state-dir``), so that two daemons with state of their own keep journals of their own;
-    :data:`DEFAULT_DIRECTORY` for the default one (None)."""
-    return f"{state_dir.rstrip('/')}/history" if state_dir is not None else DEFAULT_DIRECTORY
+    --state-dir``, an absolute path), so that two daemons with state of their own keep journals
+    of their own; :data:`DEFAULT_DIRECTORY` for the default one (None, or
+    :data:`DEFAULT_STATE_DIR` however spelt: ``/run/governor/state/`` would put the journal in
+    ``/run``, which a reboot empties)."""
+    if state_dir is None or posixpath.normpath(state_dir) == DEFAULT_STATE_DIR:
+        return DEFAULT_DIRECTORY
+    return f"{state_dir.rstrip('/')}/history"
 
 
 def history_rules(data: Mapping[str, object], file: str, state_dir: object = None) -> HistoryRules:
     """The ``[history]`` table of a parsed config file (the defaults when it is left out);
-    ``state_dir``: ``[daemon] state_dir`` as the file moves it (already checked), None when it
-    is left out or the default.
+    ``state_dir``: ``[daemon] state_dir`` as the file sets it (already checked), None when it
+    is left out.
 
     Raises:
         ConfigError: an unknown key; ``enabled`` not a boolean; ``keep`` not a time span

@@ -45,7 +45,7 @@ from governor.config.groups import EVERYONE, names, parse_groups
 from governor.config.foreign_rules import parse_foreign
 from governor.config.gpu_rules import gpu_control_nodes, gpu_guard, gpu_nodes
 from governor.config.notify_rules import notify_rules
-from governor.config.history_rules import history_rules
+from governor.config.history_rules import DEFAULT_STATE_DIR, history_rules
 from governor.config.settings import Config, GroupRule, IoDevice, SessionRules, group_name_problem
 from governor.errors import ConfigError
 from governor.config.resource_values import bytes_setting, cores_setting, memory_setting, pids_setting
@@ -106,7 +106,6 @@ _TASK_DEFAULTS = {"cpu": 1.0, "memory": 512 * 1024**2, "pids": 4096}
 _SESSION_DEFAULTS = {"cpu": 1.0, "memory": 2 * 1024**3, "pids": 4096}
 _SAMPLE_INTERVAL_S = 1.0
 _RECONCILE_INTERVAL_S = 5.0
-DEFAULT_STATE_DIR = "/run/governor/state"
 _MAX_TASKS_PER_USER = 256
 _MAX_CONNECTIONS_PER_USER = 32
 _MAX_COUNT = 1_000_000
@@ -211,9 +210,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         gpu_control=gpu_control_nodes(capacity, file),
         gpu_guard=gpu_guard(capacity, file),
         notify=notify_rules(data, file),
-        # The journal follows a state_dir moved from the default (/run/governor/state/ is it too).
-        history=history_rules(data, file, None if posixpath.normpath(str(daemon.get("state_dir", DEFAULT_STATE_DIR)))
-                              == DEFAULT_STATE_DIR else daemon.get("state_dir")),
+        history=history_rules(data, file, daemon.get("state_dir")),  # the journal follows a moved one
         memory_protection=_value(enforcement, "memory_protection", "enforcement", file, _boolean, True),
         metrics_listen=_value(metrics, "listen", "metrics", file, _listen, None),
         file=file,

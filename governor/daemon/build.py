@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import posixpath
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from governor.cgroups.devices import whole_disk
 from governor.cgroups.foreign_subtrees import ForeignPlaces
 from governor.cgroups.hierarchy import Hierarchy, open_hierarchy
 from governor.config.history_rules import following
-from governor.config.load import DEFAULT_STATE_DIR, Config
+from governor.config.load import Config
 from governor.daemon.effector import Effector
 from governor.daemon.root import Daemon
 from governor.host.daemons import DaemonEntry, Registry
@@ -123,8 +122,7 @@ def _journal(options: Options) -> Path | None:
     own wrote into the first one's journal, each pruning the other's files. None: the config's."""
     if options.state_dir is None or options.config.history.named:
         return None
-    moved = posixpath.normpath(options.state_dir) != DEFAULT_STATE_DIR  # as the config's is read
-    return Path(following(options.state_dir if moved else None))
+    return Path(following(options.state_dir))
 
 
 def _missing(directory: Path) -> list[Path]:

@@ -35,3 +35,14 @@ def test_the_journal_stays_where_the_config_puts_it_or_at_the_default_state_dirs
     for spelt in (DEFAULT_STATE_DIR + "/", "/run/governor/./state"):
         assert parse_config(GROUPS + f'[daemon]\nstate_dir = "{spelt}"\n', "t.toml").history.directory == DEFAULT_DIRECTORY
         assert _journal(options("", spelt)) == Path(DEFAULT_DIRECTORY)
+
+
+def test_uninstall_finds_the_journal_where_the_daemon_writes_it(tmp_path):
+    # One rule (history_rules.following) for the config, --state-dir and uninstall-systemd.
+    from governor.cli.uninstall_systemd import _history_dir
+
+    config = tmp_path / "governor.toml"
+    for spelt, journal in ((DEFAULT_STATE_DIR + "/", DEFAULT_DIRECTORY), ("/run/governor/./state", DEFAULT_DIRECTORY),
+                           (str(tmp_path / "elsewhere"), f"{tmp_path / 'elsewhere'}/history")):
+        config.write_text(GROUPS + f'[daemon]\nstate_dir = "{spelt}"\n')
+        assert _history_dir(config) == parse_config(config.read_text(), "t.toml").history.directory == journal
