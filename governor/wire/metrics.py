@@ -13,14 +13,18 @@ server gives every connection a thread with no timeout, and ``nobody`` holding ~
 connections took every descriptor of the daemon (launches and ``status`` failed, for root too).
 One client holds at most :data:`MAX_SCRAPES_PER_CLIENT` of them, a client being the uid that
 owns a local connection (:func:`~governor.host.socket_owner.peer_uid`), else the remote
-address: a local user holding 40 idle connections kept every real scrape out, unsaid, until
-Prometheus paged that the daemon was down.
+address (an IPv6 one by its /64, which one host picks from): a local user holding 40 idle
+connections kept every real scrape out, unsaid, until Prometheus paged that the daemon was
+down. With every slot held, a new connection takes the slot of the oldest one that has not
+sent its request yet (clients enough to hold them all, 8 users or 8 remote hosts, still cannot
+keep a scraper out, which sends its request at once).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import socket
 import time
@@ -30,14 +34,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 
 from governor.errors import GovernorError
 from governor.core.gpus import GpuUse
-from governor.host.socket_owner import peer_uid
+from governor.host.socket_owner import answers, peer_uid
 from governor.wire.metrics_families import StatusFamilies
 from governor.wire.status_types import Status
 
 log = logging.getLogger(__name__)
 
-# Scrapes served at once; a connection beyond them is answered 503 and closed at once (a scrape
-# takes ~1 ms).
+# Scrapes served at once; a connection beyond them takes the slot of one that has not asked
+# yet, else is answered 503 (a scrape takes ~1 ms).
 MAX_SCRAPES = 16
 # Of them, held at once by one client (a uid on this host, else an address): Prometheus scrapes
 # a target one connection at a time, and an agent beside it (or `curl`) makes two; a local user
@@ -45,6 +49,11 @@ MAX_SCRAPES = 16
 MAX_SCRAPES_PER_CLIENT = 2
 # Refused connections are logged at most once in this many seconds (with how many since).
 REFUSED_LOG_S = 60.0
+# A refused connection's request is read and dropped for at most this long after its 503, so
+# that the client reads the 503 rather than a reset (closing with its request unread resets
+# the connection); at most this many at once, those beyond are reset at once.
+REFUSED_LINGER_S = 0.5
+MAX_REFUSED_LINGERING = 32
 # How long a scrape may take, from its connection to its last byte sent.
 SCRAPE_TIMEOUT_S = 5.0
 # A request's line and headers (a Prometheus scrape sends ~300 bytes).
@@ -84,8 +93,10 @@ class Metrics:
                                  "held (client)", ["reason"], registry=self.registry)
         for reason in ("busy", "client"):  # exported from the start (0): an alert has series to evaluate
             self._refusals.labels(reason)
-        self._held: dict[str, int] = {}  # client → its scrapes under way
+        self._slots: dict[asyncio.Task, _Slot] = {}  # the scrapes under way
+        self._lingering = 0  # refused connections whose request is being read and dropped
         self._refused: tuple[float, int] = (float("-inf"), 0)  # when one was last logged, how many since
+        self._by_uid: bool | None = None  # whether the kernel tells a local client's uid (at the first bind)
         self._gpu: tuple[GpuUse, dict[int, tuple[str, str]]] | None = None
         self.registry.register(StatusFamilies(snapshot, lambda: self._gpu))
 
@@ -122,6 +133,8 @@ class Metrics:
             listener = socket.socket(family, kind, proto)
         except OSError as error:  # socket.gaierror for a name that does not resolve is one too
             raise GovernorError(f"cannot serve metrics on {address}:{port}: {error.strerror or error}") from None
+        if self._by_uid is None:  # (tcp_diag loaded now, where it is a module: never while a client waits)
+            self._by_uid = answers()
         try:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind(where)
@@ -169,36 +182,52 @@ class Metrics:
             await asyncio.gather(*self._scrapes, return_exceptions=True)
             await self._server.wait_closed()
 
+    def holders(self) -> dict[str, int]:
+        """Each client (``uid N``, an address, an IPv6 /64) → its scrapes under way."""
+        held: dict[str, int] = {}
+        for slot in self._slots.values():
+            held[slot.client] = held.get(slot.client, 0) + 1
+        return held
+
     async def _scrape(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        client = _client(writer)
-        held = self._held.get(client, 0)
         self._scrapes.add(task)
         try:
-            # (Counted from those served: refused ones closing meanwhile hold no slot.)
-            if sum(self._held.values()) >= MAX_SCRAPES or held >= MAX_SCRAPES_PER_CLIENT:
-                self._refuse(writer, client, "busy" if held < MAX_SCRAPES_PER_CLIENT else "client")
+            client = self._client(writer)
+            if self.holders().get(client, 0) >= MAX_SCRAPES_PER_CLIENT:
+                await self._refuse(reader, writer, client, "client")
                 return
-            self._held[client] = held + 1
+            if len(self._slots) >= MAX_SCRAPES and not self._free_a_slot():
+                await self._refuse(reader, writer, client, "busy")
+                return
+            slot = self._slots[task] = _Slot(client, time.monotonic(), writer)
             try:
                 async with asyncio.timeout(SCRAPE_TIMEOUT_S):
-                    await self._answer(reader, writer)
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    slot.asked = True
+                    await self._answer(head, writer)
             finally:
-                if self._held[client] == 1:
-                    del self._held[client]
-                else:
-                    self._held[client] -= 1
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-            pass  # a slow, idle, oversized or vanished client: closed, nothing else held
+                self._slots.pop(task, None)
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
+            writer.transport.abort()  # a slow, idle, oversized, vanished or evicted client: nothing lingers
         finally:
             self._scrapes.discard(task)
             writer.close()
-            with contextlib.suppress(ConnectionError):
+            with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
-    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Read one request's line and headers, and answer it."""
-        head = await reader.readuntil(b"\r\n\r\n")
+    def _free_a_slot(self) -> bool:
+        """Take the slot of the oldest scrape that has not sent its request yet (its connection
+        reset); False where every one has."""
+        idle = [(slot.since, task) for task, slot in self._slots.items() if not slot.asked]
+        if not idle:
+            return False
+        _, task = min(idle, key=lambda item: item[0])
+        self._slots.pop(task).writer.transport.abort()  # its read ends: IncompleteReadError
+        return True
+
+    async def _answer(self, head: bytes, writer: asyncio.StreamWriter) -> None:
+        """Answer the request whose line and headers are ``head``."""
         method, _, rest = head.partition(b" ")
         path = rest.partition(b" ")[0].partition(b"?")[0]
         if method not in (b"GET", b"HEAD"):
@@ -211,34 +240,72 @@ class Metrics:
                                    length=len(body)))
         await writer.drain()
 
-    def _refuse(self, writer: asyncio.StreamWriter, client: str, reason: str) -> None:
-        """Answer 503 without reading (a client whose request came already may hear a reset
-        instead: nothing of it is read), count it, and log it at most once in
-        :data:`REFUSED_LOG_S`, naming the clients that hold the most slots."""
-        writer.write(_response(b"503 Service Unavailable", b"too many scrapes at once\n", b"text/plain"))
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client: str,
+                      reason: str) -> None:
+        """Answer 503, then read and drop the request until the client closes, for at most
+        :data:`REFUSED_LINGER_S` (closed with its request unread, the connection would be reset
+        and the 503 lost); past :data:`MAX_REFUSED_LINGERING` such at once, reset at once. Count
+        it, and log it at most once in :data:`REFUSED_LOG_S`, naming who holds the most slots."""
         self._refusals.labels(reason).inc()
+        self._log_refusal(client, reason)
+        if self._lingering >= MAX_REFUSED_LINGERING:
+            writer.transport.abort()
+            return
+        self._lingering += 1
+        try:
+            writer.write(_response(b"503 Service Unavailable", b"too many scrapes at once\n", b"text/plain"))
+            writer.write_eof()
+            left = MAX_REQUEST_BYTES
+            async with asyncio.timeout(REFUSED_LINGER_S):
+                while left > 0:
+                    dropped = await reader.read(left)
+                    if not dropped:
+                        return
+                    left -= len(dropped)
+        except (asyncio.TimeoutError, OSError):
+            pass  # closed as it is: what it sent since may reset it
+        finally:
+            self._lingering -= 1
+
+    def _log_refusal(self, client: str, reason: str) -> None:
         logged, since = self._refused
         now = time.monotonic()
         if now - logged < REFUSED_LOG_S:
             self._refused = (logged, since + 1)
             return
         self._refused = (now, 0)
-        holders = sorted(self._held.items(), key=lambda item: -item[1])
+        holders = sorted(self.holders().items(), key=lambda item: -item[1])
         who = ", ".join(f"{name} holds {count}" for name, count in holders[:3])
         log.warning("metrics: a scrape from %s refused (%s; %d more refused since the last such line): "
                     "%d of %d scrapes under way (%s)", client, "its share of them held" if reason == "client"
-                    else "all slots busy", since, sum(self._held.values()), MAX_SCRAPES, who or "none")
+                    else "every one has sent its request", since, len(self._slots), MAX_SCRAPES, who or "none")
+
+    def _client(self, writer: asyncio.StreamWriter) -> str:
+        """Who connected, as scrape slots are counted: ``uid N`` for a connection from this
+        host (where the kernel tells), else the remote address, an IPv6 one by its /64 (``?``
+        where the socket is gone already)."""
+        connection = writer.get_extra_info("socket")
+        uid = peer_uid(connection) if self._by_uid and connection is not None else None
+        if uid is not None:
+            return f"uid {uid}"
+        peer = writer.get_extra_info("peername")
+        try:
+            address = ipaddress.ip_address(peer[0])
+        except (TypeError, IndexError, ValueError):
+            return "?"
+        if address.version == 6 and address.ipv4_mapped is None:
+            return str(ipaddress.IPv6Network((address.packed[:8] + bytes(8), 64)))
+        return str(address.ipv4_mapped or address)
 
 
-def _client(writer: asyncio.StreamWriter) -> str:
-    """Who connected, as scrape slots are counted: ``uid N`` for a connection from this host,
-    else the remote address (``?`` where the socket is gone already)."""
-    connection = writer.get_extra_info("socket")
-    uid = peer_uid(connection) if connection is not None else None
-    if uid is not None:
-        return f"uid {uid}"
-    peer = writer.get_extra_info("peername")
-    return str(peer[0]) if peer else "?"
+class _Slot:
+    """A scrape under way: its client, when it connected (``time.monotonic()``), whether it has
+    sent its request, and its connection."""
+
+    __slots__ = ("asked", "client", "since", "writer")
+
+    def __init__(self, client: str, since: float, writer: asyncio.StreamWriter):
+        self.client, self.since, self.writer, self.asked = client, since, writer, False
 
 
 def _response(status: bytes, body: bytes, kind: bytes, *, length: int | None = None) -> bytes:

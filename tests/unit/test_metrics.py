@@ -2,7 +2,6 @@
 
 from support.rendered import samples
 from support.status_sample import STATUS
-from support.waits import until
 
 from governor.wire.metrics import Metrics
 from governor.wire.status_json import decode
@@ -31,115 +30,6 @@ def test_counters_and_the_refill_histogram_count_what_happened():
     assert got[("governor_refill_duration_seconds_bucket", (("le", "0.0005"),))] == 1
     assert got[("governor_events_total", (("kind", "refill"),))] == 2
     assert got[("governor_limit_write_errors_total", ())] == 1
-
-
-def test_idle_connections_cost_at_most_a_few_descriptors_for_a_few_seconds(monkeypatch):
-    # Issue 22, point 3: nobody's ~1,010 idle connections each took a thread and a descriptor of
-    # the daemon for ever (no timeout), until launches and status failed with EMFILE.
-    import asyncio
-    import os
-
-    import governor.wire.metrics as module
-
-    monkeypatch.setattr(module, "SCRAPE_TIMEOUT_S", 0.5)
-    metrics = Metrics(lambda: decode(STATUS))
-    metrics.bind("127.0.0.1", 0)
-    port = metrics._listener.getsockname()[1]
-
-    async def attack():
-        await metrics.serve()
-        fds = len(os.listdir("/proc/self/fd"))
-        idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(200)]
-        said = [asyncio.ensure_future(reader.read()) for reader, _ in idle]  # what each hears until closed
-        await until(lambda: sum(heard.done() for heard in said) >= len(idle) - module.MAX_SCRAPES,
-                    "the server to close at once the connections over its limit")
-        held = len(os.listdir("/proc/self/fd")) - fds - len(idle)  # the server's side of them
-        await until(lambda: all(heard.done() for heard in said), "the scrape timeout to close the idle ones")
-        answer = await scrape(port)
-        for _, writer in idle:
-            writer.close()
-        await metrics.close()
-        return held, [heard.result() for heard in said], answer
-
-    held, said, answer = asyncio.run(attack())
-    assert held <= module.MAX_SCRAPES + 1
-    refused = [heard for heard in said if heard]  # those held until the timeout heard nothing
-    assert len(refused) >= len(said) - module.MAX_SCRAPES
-    assert all(heard.startswith(b"HTTP/1.1 503 Service Unavailable") for heard in refused)
-    assert answer.startswith(b"HTTP/1.1 200 OK") and b"governor_group_dominant_share" in answer
-
-
-def refused(metrics: Metrics) -> float:
-    got = samples(metrics)
-    return sum(got[("governor_metrics_refused_total", (("reason", why),))] for why in ("busy", "client"))
-
-
-async def scrape(port: int) -> bytes:
-    import asyncio
-
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-    data = await reader.read()
-    writer.close()
-    return data
-
-
-def test_a_local_user_holding_connections_open_keeps_no_scrape_out(caplog):
-    # A second stranger's check: 40 of nobody's idle connections, reopened as they were closed,
-    # held every scrape slot; Prometheus's scrapes were reset, with no 503 and no log line, and
-    # it paged that the daemon was down. One uid now holds at most its share of the slots.
-    import asyncio
-    import os
-    import subprocess
-    import sys
-
-    import pytest
-
-    import governor.wire.metrics as module
-    from governor.host.socket_owner import peer_uid
-
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the holder of the connections runs as nobody")
-    metrics = Metrics(lambda: decode(STATUS))  # the default scrape timeout: nothing frees a slot meanwhile
-    metrics.bind("127.0.0.1", 0)
-    port = metrics._listener.getsockname()[1]
-    holder = ("import os, socket, sys\nos.setgid(65534); os.setuid(65534)\n"
-              f"held = [socket.create_connection(('127.0.0.1', {port})) for _ in range(40)]\n"
-              "print('held', flush=True); sys.stdin.read()")
-
-    async def attack():
-        await metrics.serve()
-        nobody = await asyncio.create_subprocess_exec(sys.executable, "-c", holder, stdin=subprocess.PIPE,
-                                                      stdout=subprocess.PIPE)
-        try:
-            assert await nobody.stdout.readline() == b"held\n"
-            await until(lambda: metrics._held.get("uid 65534", 0) + refused(metrics) == 40,
-                        "each of nobody's connections to be held or refused")
-            answers = [await scrape(port) for _ in range(3)]
-            busy = dict(metrics._held)
-        finally:
-            nobody.stdin.close()
-            await nobody.wait()
-        await metrics.close()
-        return answers, busy
-
-    import socket
-    with socket.create_server(("127.0.0.1", 0)) as probe, socket.create_connection(probe.getsockname()) as mine:
-        here, _ = probe.accept()
-        with here:
-            if peer_uid(here) is None:
-                pytest.skip("this kernel answers no TCP socket diagnostics (sock_diag): local clients are "
-                            "told apart by address only")
-    answers, busy = asyncio.run(attack())
-    assert busy == {"uid 65534": module.MAX_SCRAPES_PER_CLIENT}
-    assert all(answer.startswith(b"HTTP/1.1 200 OK") and b"governor_group_dominant_share" in answer
-               for answer in answers)
-    got = samples(metrics)
-    assert got[("governor_metrics_refused_total", (("reason", "client"),))] == 40 - module.MAX_SCRAPES_PER_CLIENT
-    assert got[("governor_metrics_refused_total", (("reason", "busy"),))] == 0
-    lines = [r.getMessage() for r in caplog.records if r.name == "governor.wire.metrics"]
-    assert len(lines) == 1 and "from uid 65534 refused (its share of them held" in lines[0]  # once a minute
-    assert f"uid 65534 holds {module.MAX_SCRAPES_PER_CLIENT}" in lines[0]
 
 
 # ── GPUs (issue 26, point 3) ─────────────────────────────────────────────────────────────
