@@ -117,10 +117,13 @@ _TABLE = (
     Operation("watch", WatchRequest, StatusReply, True,
               "A status at once, then one per interval, until the client closes the connection."),
     Operation("explain", ExplainRequest, ExplainReply, False,
-              "The live host's progressive filling with its trace. Errors: unavailable (the filling diverged)."),
+              "The live host's progressive filling with its trace; one user's take at most a tenth of the "
+              "daemon's time (the next waits; root's do not). Errors: unavailable (the filling diverged)."),
     Operation("ps", PsRequest, PsReply, False,
-              "The caller's tasks, or its recent ended records (docs/user.md). Errors: forbidden (all, asked "
-              "by someone not root nor an admin)."),
+              "The caller's tasks, or its recent ended records; others' with all, users or groups, as "
+              "docs/user.md's \"Who sees what\" says. One user's take at most a tenth of the daemon's time (the "
+              "next waits; root's do not). Errors: not_found (a group the config does not know, with no "
+              "task)."),
     Operation("stop", StopRequest, StopReply, False,
               "End each task's whole process tree (a queued one leaves the queue); the reply comes once their "
               "processes are gone. Only the task's owner, root and admins may; nothing is stopped unless "
