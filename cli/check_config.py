@@ -87,7 +87,8 @@ def check_config(file: str | None, show_default: bool, portable: bool) -> None:
     soft = config.soft_memory_warning(host[2].memory_high_throttles) if host else None
     unprotected = config.unprotected_memory_warning(host[2].mode) if host else None
     unit = [] if portable else unit_warnings(config, host[2])
-    fit = [] if portable else fit_warnings(config, host[0]) + notify_warnings(config)
+    fit = [] if portable else (fit_warnings(config, host[0]) + memory_bound_warnings(config, host[0]["memory"])
+                               + notify_warnings(config))
     for warning in [] if portable else unknown_names(config) + [w for w in (soft, unprotected) if w] + unit + fit:
         click.echo(f"governor: warning: {file}: {warning}", err=True)
     if not portable:  # of the host, not of the file: launches are slower than they need be
@@ -128,6 +129,34 @@ def fit_warnings(config: Config, capacity: dict[str, float]) -> list[str]:
         except RequestError as error:
             warnings.append(f"{key}: {error.message} on this host: {consequence}")
     return warnings
+
+
+def memory_bound_warnings(config: Config, memory_bytes: float) -> list[str]:
+    """The groups in which one user's tasks may declare all ``memory_bytes`` (the memory
+    governor divides here), on a host several users share: nothing bounds them (no
+    ``limit.memory`` on the group or above it, no ``user_limit.memory``, each below it;
+    ``[groups."*"]`` takes a ``user_limit`` for each of its users). Memory is admitted at
+    its declaration and never taken back, so while such tasks run every other launch waits: an
+    attacker's check held 23.3G with two idle ``sleep`` tasks."""
+    from governor.config.units import format_size
+
+    members = [rule for rule in config.groups if rule.users or rule.unix_groups]
+    shared = config.everyone_weight is not None or len({u for r in members for u in r.users}) > 1 or any(
+        r.unix_groups for r in members)
+    if not shared or memory_bytes <= 0:
+        return []
+    open_ = [rule.name for rule in members
+             if config.effective_limit(rule.name).get("memory", memory_bytes) >= memory_bytes
+             and rule.user_limit.get("memory", memory_bytes) >= memory_bytes]
+    if config.everyone_weight is not None and config.everyone_user_limit.get("memory", memory_bytes) >= memory_bytes:
+        open_.append('"*"')
+    if not open_:
+        return []
+    where = ", ".join(f"groups.{name}" for name in open_)
+    return [f"{where}: nothing bounds the memory one user's tasks declare below the {format_size(memory_bytes)} "
+            "governor divides: one user can reserve it all, and every other launch then waits until those "
+            "tasks end; give each a user_limit.memory (or a group a limit.memory), or the others a "
+            "guarantee.memory (docs/admin.md, \"One user's memory\")"]
 
 
 def check_fixed_capacity(config: Config) -> None:
@@ -283,8 +312,9 @@ def summary(config: Config, host: tuple[dict[str, float], dict[str, list[str]], 
             lines.append(f"{indent}  members today: {', '.join(found)}" if found
                          else f"{indent}  no member on this host today")
     if config.everyone_weight is not None:
+        each = f"; each at most {_quota(config.everyone_user_limit)}" if config.everyone_user_limit else ""
         lines.append(f'  "*": weight {format_number(config.everyone_weight)}; '
-                     "every user in no explicit group, a group of their own")
+                     f"every user in no explicit group, a group of their own{each}")
         if host is not None:
             lines.append(f"    today: {', '.join(own)}; each such group: {floor_words(own[0])}" if own
                          else "    today: no login user outside the groups above")

@@ -8,6 +8,7 @@ by each resource's quota key (:func:`governor.config.resources.quota_keys`): ``c
 ``memory`` (bytes), ``gpus`` (whole devices, where ``capacity.gpus`` governs some).
 ``guarantee`` is satisfied before fair sharing divides the rest, ``limit`` is never exceeded,
 ``user_limit`` caps what each member's tasks and session in a leaf group declare together.
+``[groups."*"]`` (every other user a group of her own) takes a ``weight`` and a ``user_limit``.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ MAX_DEPTH = 8
 _WEIGHT = 1.0
 
 
-def parse_groups(data: Mapping[str, object], file: str) -> tuple[tuple[GroupRule, ...], float | None]:
-    """The explicit groups (file order) and the weight of ``[groups."*"]`` (None without it).
+def parse_groups(data: Mapping[str, object],
+                 file: str) -> tuple[tuple[GroupRule, ...], float | None, dict[str, float]]:
+    """The explicit groups (file order), the weight of ``[groups."*"]`` (None without it) and
+    its ``user_limit``: what each of its users (each a group of her own) may declare together.
 
     Raises:
         ConfigError: naming the key, for no group; an unusable group name; an unknown key; a
@@ -46,14 +49,16 @@ def parse_groups(data: Mapping[str, object], file: str) -> tuple[tuple[GroupRule
     table = subtable(data, "groups", None, file, required=True)
     if not table:
         raise ConfigError(file, "groups", 'defines no group; add [groups."*"] for one group per user')
-    everyone_weight = None
+    everyone_weight, everyone_limit = None, {}
+    gpus = _gpu_count(data)
     tables: dict[str, Mapping[str, object]] = {}
     for name in table:
         where = join_key("groups", name)
         rule = subtable(table, name, "groups", file)
         if name == EVERYONE:
-            no_unknown_keys(rule, ("weight",), where, file)
+            no_unknown_keys(rule, ("weight", "user_limit"), where, file)
             everyone_weight = _weight(rule["weight"], f"{where}.weight", file) if "weight" in rule else _WEIGHT
+            everyone_limit = _quota(rule, "user_limit", where, file, gpus)
             continue
         problem = group_name_problem(name)
         if problem is not None:
@@ -62,7 +67,6 @@ def parse_groups(data: Mapping[str, object], file: str) -> tuple[tuple[GroupRule
         tables[name] = rule
     parents = {name: _parent(rule, name, tables, file) for name, rule in tables.items()}
     internal = {parent for parent in parents.values() if parent is not None}
-    gpus = _gpu_count(data)
     rules = []
     for name, rule in tables.items():
         where = join_key("groups", name)
@@ -83,7 +87,7 @@ def parse_groups(data: Mapping[str, object], file: str) -> tuple[tuple[GroupRule
             limit=_quota(rule, "limit", where, file, gpus), user_limit=_quota(rule, "user_limit", where, file, gpus)))
     check_tree(parents, file)
     _check_quotas(rules, file)
-    return tuple(rules), everyone_weight
+    return tuple(rules), everyone_weight, everyone_limit
 
 
 def _parent(rule: Mapping[str, object], name: str, tables: Mapping[str, object], file: str) -> str | None:

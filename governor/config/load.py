@@ -173,7 +173,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
     no_unknown_keys(enforcement, (*_ENFORCEMENT, "memory_protection"), "enforcement", file)
     modes = {name: _choice(enforcement, name, file) for name in _ENFORCEMENT}
 
-    groups, everyone_weight = parse_groups(data, file)
+    groups, everyone_weight, everyone_user_limit = parse_groups(data, file)
     if modes["cpu"] == "cores" and any(rule.parent for rule in groups):
         raise ConfigError(file, "enforcement.cpu", '"cores" hands whole cores to top-level groups only; nested groups '
                                                    '(a parent key) need "quota"')
@@ -196,6 +196,7 @@ def load_config(data: Mapping[str, object], file: str) -> Config:
         memory_enforcement=modes["memory"],
         groups=groups,
         everyone_weight=everyone_weight,
+        everyone_user_limit=everyone_user_limit,
         admin_group=_value(daemon, "admin_group", "daemon", file, login_name, None),
         sample_interval_s=_value(daemon, "sample_interval", "daemon", file, _interval, _SAMPLE_INTERVAL_S),
         reconcile_interval_s=_value(daemon, "reconcile_interval", "daemon", file, _interval, _RECONCILE_INTERVAL_S),

@@ -133,6 +133,8 @@ class Config:
             follow the groups' guarantees and reservations (:mod:`governor.core.protection`).
         groups: the explicit groups, in file order.
         everyone_weight: the weight of ``[groups."*"]``, or ``None`` when there is no such table.
+        everyone_user_limit: its ``user_limit``: resource → what each of its users (each a group
+            of her own) may declare together; empty: none.
         admin_group: the Unix group allowed admin operations besides root, or ``None``.
         sample_interval_s, reconcile_interval_s: ``[daemon]`` periods, 0.1 to 86,400 seconds.
         state_dir: absolute path of the per-task metadata directory.
@@ -167,6 +169,7 @@ class Config:
     memory_enforcement: str | None
     groups: tuple[GroupRule, ...]
     everyone_weight: float | None
+    everyone_user_limit: dict[str, float]
     admin_group: str | None
     sample_interval_s: float
     reconcile_interval_s: float
@@ -314,6 +317,14 @@ class Config:
         if self.everyone_weight is not None and group_name_problem(group) is None:
             return self.everyone_weight
         return None
+
+    def user_limit(self, group: str) -> dict[str, float]:
+        """What each member of ``group`` may declare together (resource → amount): its
+        ``user_limit``, or for a per-user group of ``[groups."*"]`` that table's; empty: none."""
+        rule = self._by_name.get(group)
+        if rule is not None:
+            return rule.user_limit
+        return self.everyone_user_limit if self.weight_of(group) is not None else {}
 
     def rule(self, group: str) -> GroupRule | None:
         """The ``[groups.<group>]`` table, or None for a per-user group (or no group)."""

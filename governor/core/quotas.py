@@ -43,10 +43,10 @@ def quotas(config: Config, tasks: Tasks, waiting: Sequence[Waiting]) -> list[Quo
             limit = {r: a for r, a in rule.limit.items() if r in at_door} if rule else {}
             if limit and (group, None) not in found:
                 found[(group, None)] = Quota(f"group {group}'s limit", limit, {}, frozenset(_subtree(config, group)))
-        rule = config.rule(entry.group)
-        if rule is not None and rule.user_limit and (entry.group, entry.user) not in found:
+        user_limit = config.user_limit(entry.group)
+        if user_limit and (entry.group, entry.user) not in found:
             found[(entry.group, entry.user)] = Quota(f"{entry.user}'s user_limit in group {entry.group}",
-                                                     rule.user_limit, {}, frozenset([entry.group]), entry.user)
+                                                     user_limit, {}, frozenset([entry.group]), entry.user)
     if not found:
         return []
     # What a group's limit counts is its subtree's groups' summed declarations, which Tasks
@@ -76,8 +76,8 @@ def check_within_quotas(config: Config, group: str, demand: Mapping[str, float])
     Raises:
         RequestError: ``exceeds_capacity`` naming the quota, the resource, the demand and the limit.
     """
-    rule = config.rule(group)
-    bounds = [(f"{group}'s user_limit", rule.user_limit)] if rule is not None and rule.user_limit else []
+    user_limit = config.user_limit(group)
+    bounds = [(f"{group}'s user_limit", user_limit)] if user_limit else []
     for above in (group, *config.ancestors(group)):
         limited = config.rule(above)
         if limited is not None:  # a declared cpu above the limit could never get it either

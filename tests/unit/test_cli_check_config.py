@@ -78,6 +78,7 @@ def test_the_daemons_start_checks_run_against_this_host(tmp_path):
 def test_names_this_host_does_not_know_are_warned_about(tmp_path):
     path = tmp_path / "g.toml"
     path.write_text('[groups.lab]\nusers = ["root", "no-such-user-x"]\nunix_groups = ["no-such-group-x"]\n'
+                    'user_limit = { memory = "1G" }\n'
                     '[daemon]\nadmin_group = "no-such-admins-x"\n[sessions]\nexempt = ["nobody-x"]\n'
                     'memory = "64M"\n')  # (a session demand that fits any host: only the names warn)
     result = run(str(path))
@@ -272,7 +273,8 @@ def test_a_file_an_admin_cannot_read_says_to_use_sudo(tmp_path, monkeypatch):
 @needs_root
 def test_a_default_task_or_session_the_host_cannot_hold_is_warned_about(tmp_path, monkeypatch):
     path = tmp_path / "g.toml"
-    path.write_text(f'[groups."*"]\n[capacity]\nreserve = {{ memory = "1G" }}\n[defaults.task]\nmemory = "1G"\n'
+    path.write_text(f'[groups."*"]\nuser_limit = {{ memory = "1000M" }}\n[capacity]\nreserve = {{ memory = "1G" }}\n'
+                    f'[defaults.task]\nmemory = "1G"\n'
                     f'[sessions]\nenabled = true\nmemory = "512M"\n[daemon]\nstate_dir = "{tmp_path / "s"}"\n')
     as_admin(monkeypatch, memory=2 << 30)  # 1G left to divide
     assert run(str(path)).stderr == ""  # 1G fits in 1G
@@ -331,7 +333,7 @@ def test_a_notify_command_or_user_this_host_lacks_is_warned_of(tmp_path):
 @needs_root
 def test_a_v2_host_whose_moves_wait_for_a_grace_period_is_told_of_favordynmods(tmp_path, monkeypatch):
     path = tmp_path / "g.toml"
-    path.write_text(f'[groups."*"]\n[daemon]\nstate_dir = "{tmp_path / "s"}"\n')
+    path.write_text(f'[groups."*"]\nuser_limit = {{ memory = "1G" }}\n[daemon]\nstate_dir = "{tmp_path / "s"}"\n')
     as_admin(monkeypatch)
     mounts = tmp_path / "mounts"
     mounts.write_text("cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime,nsdelegate 0 0\n")

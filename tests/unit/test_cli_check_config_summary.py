@@ -78,7 +78,8 @@ def test_default_style_file_summary():
     assert lines[0] == f"{EXAMPLE}: OK"
     assert "  cpu: host CPUs minus 0.5 reserved" in lines
     assert "  io: no block device governed" in lines
-    assert any(line.startswith("  ops: weight 1, floor ") and line.endswith("; users bob, carol") for line in lines)
+    assert any(line.startswith("  ops: weight 1, floor ") and line.endswith("; users bob, carol; each user at most memory 8.0G")
+               for line in lines)
     assert "daemon.admin_group" not in result.stderr  # "wheel" warned on Debian (issue 33, point 9)
 
 

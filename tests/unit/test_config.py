@@ -74,7 +74,7 @@ EXPECTED = Config(
     task_defaults={"cpu": 1.0, "memory": 3 * G // 2, "io_read": 10 * M, "io_write": 0, "pids": 4096},
     cpu_enforcement="cores", memory_enforcement="hard",
     groups=(GroupRule("physics", 2.0, ("alice",), ("physics",)), GroupRule("ops", 1.0, ("bob", "alice"), ())),
-    everyone_weight=0.5, admin_group="wheel", sample_interval_s=0.5, reconcile_interval_s=10.0,
+    everyone_weight=0.5, everyone_user_limit={}, admin_group="wheel", sample_interval_s=0.5, reconcile_interval_s=10.0,
     state_dir="/var/lib/governor", max_tasks_per_user=10, max_connections_per_user=4,
     sessions=SessionRules(True, {"cpu": 0.5, "memory": G, "io_read": 0, "io_write": 5 * M, "pids": 4096}, ("backup",)),
     fairshare_half_life_s=None, gpus=None, gpu_control=None, gpu_guard=GpuGuardRules("sessions", ("user.slice",)),
