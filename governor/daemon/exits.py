@@ -11,7 +11,6 @@ import os
 import resource
 import signal
 import time
-from collections import deque
 from collections.abc import Iterable
 
 from governor.host.accounting import (ENDED_KEPT, OOM_KILL, STOP, TIME_LIMIT, Ended, ended_from_saved, exit_words,
@@ -29,6 +28,7 @@ from governor.daemon.tree import Tree
 from governor.errors import CgroupError, GovernorError
 from governor.host.events import ExitWatcher
 from governor.host.exit_status import exit_status, kernel_keeps_exit_status
+from governor.core.kept_records import KeptRecords
 from governor.core.queue import Entry
 from governor.core.state import Task, Tasks
 
@@ -75,8 +75,8 @@ class Exits:
     Attributes:
         watcher: the exit watcher (:class:`~governor.host.events.ExitWatcher`), from
             :meth:`start`; None before (nothing is watched).
-        ended: the last :data:`~governor.host.accounting.ENDED_KEPT` ended tasks, oldest first (kept
-            in the state directory across restarts: :meth:`restore_ended`, :meth:`save_ended`).
+        ended: the last :data:`~governor.host.accounting.ENDED_KEPT` ended tasks, oldest first, a user's
+            churn pushing out her own (kept across restarts: :meth:`restore_ended`, :meth:`save_ended`).
         stop_wait_s: how long :meth:`survivors` waits, seconds (:data:`STOP_WAIT_S`).
     """
 
@@ -92,7 +92,7 @@ class Exits:
         self.observation = observation
         self.journal = journal
         self.watcher: ExitWatcher | None = None
-        self.ended: deque[Ended] = deque(maxlen=ENDED_KEPT)
+        self.ended: KeptRecords[Ended] = KeptRecords(ENDED_KEPT, lambda record: record.task.uid)
         self._ended_changed = False  # since the last save_ended
         self.stop_wait_s = STOP_WAIT_S
         self._ending: dict[str, tuple[str, str | None]] = {}  # tasks the daemon killed → why, by whom
