@@ -64,9 +64,12 @@ def following(state_dir: str | None) -> str:
     state directory moved from the default (``[daemon] state_dir``, ``governor daemon
     --state-dir``, an absolute path), so that two daemons with state of their own keep journals
     of their own; :data:`DEFAULT_DIRECTORY` for the default one (None, or
-    :data:`DEFAULT_STATE_DIR` however spelt: ``/run/governor/state/`` would put the journal in
-    ``/run``, which a reboot empties)."""
-    if state_dir is None or posixpath.normpath(state_dir) == DEFAULT_STATE_DIR:
+    :data:`DEFAULT_STATE_DIR` however spelt: ``/run/governor/state/`` or through the
+    ``/var/run`` link would put the journal in ``/run``, which a reboot empties)."""
+    spelt = None if state_dir is None else "/" + posixpath.normpath(state_dir).lstrip("/")  # (normpath keeps "//")
+    if spelt is not None and spelt.startswith("/var/run/"):
+        spelt = spelt.removeprefix("/var")  # /var/run links to /run (FHS 3.0)
+    if spelt is None or spelt == DEFAULT_STATE_DIR:
         return DEFAULT_DIRECTORY
     return f"{state_dir.rstrip('/')}/history"
 

@@ -32,7 +32,8 @@ def test_the_journal_stays_where_the_config_puts_it_or_at_the_default_state_dirs
     moved = f'[daemon]\nstate_dir = "{tmp_path / "elsewhere"}"\n'
     assert _journal(options(moved, DEFAULT_STATE_DIR + "/")) == Path(DEFAULT_DIRECTORY)
     # The default spelt otherwise is the default in the config too (review: it moved the journal to /run).
-    for spelt in (DEFAULT_STATE_DIR + "/", "/run/governor/./state"):
+    for spelt in (DEFAULT_STATE_DIR + "/", "/run/governor/./state", "/var/run/governor/state",
+                  "//run/governor/state"):
         assert parse_config(GROUPS + f'[daemon]\nstate_dir = "{spelt}"\n', "t.toml").history.directory == DEFAULT_DIRECTORY
         assert _journal(options("", spelt)) == Path(DEFAULT_DIRECTORY)
 
