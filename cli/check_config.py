@@ -155,8 +155,8 @@ def memory_bound_warnings(config: Config, memory_bytes: float) -> list[str]:
     where = ", ".join(f"groups.{name}" for name in open_)
     return [f"{where}: nothing bounds the memory one user's tasks declare below the {format_size(memory_bytes)} "
             "governor divides: one user can reserve it all, and every other launch then waits until those "
-            "tasks end; give each a user_limit.memory (or a group a limit.memory), or the others a "
-            "guarantee.memory (docs/admin.md, \"One user's memory\")"]
+            "tasks end; give each a user_limit.memory (or a group a limit.memory) (docs/admin.md, "
+            "\"One user's memory\")"]
 
 
 def check_fixed_capacity(config: Config) -> None:

@@ -215,8 +215,11 @@ def _config_notes(config: Config) -> list[str]:
     """What of the config outside the group tree has no place in Slurm's accounting."""
     notes = []
     if config.everyone_weight is not None:
+        each = "".join(f", at most {format_amount(resource, amount, unit=True)} of {resource} each"
+                       for resource, amount in config.everyone_user_limit.items())
         notes.append(f'no Slurm equivalent: [groups."{EVERYONE}"] (a group of their own, weight '
-                     f"{config.everyone_weight:g}, for each user in no other group): add such users to an account")
+                     f"{config.everyone_weight:g}{each}, for each user in no other group): add such users to an "
+                     "account")
     if config.sessions.enabled:
         notes.append("no Slurm equivalent: [sessions] (login sessions governed as tasks); on login nodes "
                      "keep governor, on compute nodes pam_slurm_adopt puts ssh sessions into the user's job")

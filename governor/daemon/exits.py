@@ -179,7 +179,7 @@ class Exits:
         restart); a file or record that cannot be used is logged and left out. No new task
         gets the id of one (a lost ``next-id`` numbered from 1 again beside them)."""
         saved, problems = self.records.store.load_ended()
-        for item in saved[-ENDED_KEPT:]:
+        for item in saved:  # (kept as they came: a longer file is trimmed as ended records are)
             try:
                 self.ended.append(ended_from_saved(item))
             except ValueError as error:

@@ -2,7 +2,8 @@
 event loop) take at most :data:`READ_SHARE` of the daemon's time; past it, that user's next one
 waits, and everyone else is served meanwhile. An attacker's check: 30 connections of one user
 asking ``ps --all`` in a loop (250 tasks, a 2 MB reply of 137 ms each) kept the daemon at a
-full core, and other users' launches took 0.8–3.1 s instead of 60 ms.
+full core, and other users' launches took 0.8–3.1 s instead of 60 ms (0.5–2.1 s in
+docs/benchmarks.md's run; 0.1–0.4 s paced). A read is charged its encoding too.
 
 ``status`` and ``watch`` are not paced: their reply is built once per change and shared by
 every reader (:mod:`governor.wire.visibility`). ``history`` has its own pace, which refuses

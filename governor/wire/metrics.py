@@ -49,6 +49,10 @@ MAX_SCRAPES = 16
 MAX_SCRAPES_PER_CLIENT = 2
 # Refused connections are logged at most once in this many seconds (with how many since).
 REFUSED_LOG_S = 60.0
+# Why a connection was closed unserved (governor_metrics_refused_total's reason), in words.
+_REASONS = {"busy": "every slot is held by a scrape that has asked",
+            "client": "its share of the slots is held by scrapes that have asked",
+            "idle": "it had not asked, and a new connection took its slot"}
 # A refused connection's request is read and dropped for at most this long after its 503, so
 # that the client reads the 503 rather than a reset (closing with its request unread resets
 # the connection); at most this many at once, those beyond are reset at once.
@@ -89,9 +93,10 @@ class Metrics:
         self._allocation_failures = Counter("governor_allocation_failures", "Refills whose progressive filling "
                                             "diverged (the last good plan stayed in force)", registry=self.registry)
         self._refusals = Counter("governor_metrics_refused", "Connections to the metrics endpoint closed "
-                                 "unserved: every scrape slot busy (busy), or the client's share of them "
-                                 "held (client)", ["reason"], registry=self.registry)
-        for reason in ("busy", "client"):  # exported from the start (0): an alert has series to evaluate
+                                 "unserved: every scrape slot held by one that asked (busy), the client's "
+                                 "share held by ones that asked (client), or idle, its slot taken by a new "
+                                 "one (idle)", ["reason"], registry=self.registry)
+        for reason in _REASONS:  # exported from the start (0): an alert has series to evaluate
             self._refusals.labels(reason)
         self._slots: dict[asyncio.Task, _Slot] = {}  # the scrapes under way
         self._lingering = 0  # refused connections whose request is being read and dropped
@@ -194,7 +199,9 @@ class Metrics:
         self._scrapes.add(task)
         try:
             client = self._client(writer)
-            if self.holders().get(client, 0) >= MAX_SCRAPES_PER_CLIENT:
+            # (A client sharing an identity with idle ones, a neighbour on its /64 or behind its
+            # NAT, takes one of their slots: it has a request to send.)
+            if self.holders().get(client, 0) >= MAX_SCRAPES_PER_CLIENT and not self._free_a_slot(client):
                 await self._refuse(reader, writer, client, "client")
                 return
             if len(self._slots) >= MAX_SCRAPES and not self._free_a_slot():
@@ -210,20 +217,27 @@ class Metrics:
                 self._slots.pop(task, None)
         except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
             writer.transport.abort()  # a slow, idle, oversized, vanished or evicted client: nothing lingers
+        except Exception:  # a defect here must not end the daemon's serving, nor go unsaid
+            log.exception("metrics: a scrape failed")
+            writer.transport.abort()
         finally:
             self._scrapes.discard(task)
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
-    def _free_a_slot(self) -> bool:
-        """Take the slot of the oldest scrape that has not sent its request yet (its connection
-        reset); False where every one has."""
-        idle = [(slot.since, task) for task, slot in self._slots.items() if not slot.asked]
+    def _free_a_slot(self, client: str | None = None) -> bool:
+        """Take the slot of the oldest scrape (of ``client``, where given) that has not sent its
+        request yet (its connection reset); False where every one has."""
+        idle = [(slot.since, task) for task, slot in self._slots.items()
+                if not slot.asked and client in (None, slot.client)]
         if not idle:
             return False
         _, task = min(idle, key=lambda item: item[0])
-        self._slots.pop(task).writer.transport.abort()  # its read ends: IncompleteReadError
+        dropped = self._slots.pop(task)
+        dropped.writer.transport.abort()  # its read ends: IncompleteReadError
+        self._refusals.labels("idle").inc()
+        self._log_refusal(dropped.client, "idle")
         return True
 
     async def _answer(self, head: bytes, writer: asyncio.StreamWriter) -> None:
@@ -245,7 +259,7 @@ class Metrics:
         """Answer 503, then read and drop the request until the client closes, for at most
         :data:`REFUSED_LINGER_S` (closed with its request unread, the connection would be reset
         and the 503 lost); past :data:`MAX_REFUSED_LINGERING` such at once, reset at once. Count
-        it, and log it at most once in :data:`REFUSED_LOG_S`, naming who holds the most slots."""
+        it, and log it (:meth:`_log_refusal`)."""
         self._refusals.labels(reason).inc()
         self._log_refusal(client, reason)
         if self._lingering >= MAX_REFUSED_LINGERING:
@@ -268,6 +282,8 @@ class Metrics:
             self._lingering -= 1
 
     def _log_refusal(self, client: str, reason: str) -> None:
+        """Log a connection closed unserved (``reason``: one of :data:`_REASONS`), at most once
+        in :data:`REFUSED_LOG_S` (with how many since), naming who holds the most slots."""
         logged, since = self._refused
         now = time.monotonic()
         if now - logged < REFUSED_LOG_S:
@@ -276,9 +292,9 @@ class Metrics:
         self._refused = (now, 0)
         holders = sorted(self.holders().items(), key=lambda item: -item[1])
         who = ", ".join(f"{name} holds {count}" for name, count in holders[:3])
-        log.warning("metrics: a scrape from %s refused (%s; %d more refused since the last such line): "
-                    "%d of %d scrapes under way (%s)", client, "its share of them held" if reason == "client"
-                    else "every one has sent its request", since, len(self._slots), MAX_SCRAPES, who or "none")
+        log.warning("metrics: a connection from %s closed unserved (%s; %d more since the last such line): "
+                    "%d of %d scrapes under way (%s)", client, _REASONS[reason], since, len(self._slots),
+                    MAX_SCRAPES, who or "none")
 
     def _client(self, writer: asyncio.StreamWriter) -> str:
         """Who connected, as scrape slots are counted: ``uid N`` for a connection from this
@@ -293,9 +309,11 @@ class Metrics:
             address = ipaddress.ip_address(peer[0])
         except (TypeError, IndexError, ValueError):
             return "?"
-        if address.version == 6 and address.ipv4_mapped is None:
-            return str(ipaddress.IPv6Network((address.packed[:8] + bytes(8), 64)))
-        return str(address.ipv4_mapped or address)
+        if address.version == 4:
+            return str(address)
+        if address.ipv4_mapped is not None:  # an IPv4 client of a dual-stack listener
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address.packed[:8] + bytes(8), 64)))
 
 
 class _Slot:

@@ -46,8 +46,9 @@ def test_a_users_reads_take_at_most_their_share_and_others_are_not_held_by_them(
         return read
 
     async def until_waiting(count: int):
-        while len(clock.waits) < count:
-            await asyncio.sleep(0)
+        async with asyncio.timeout(5):  # (a regression fails, not hangs)
+            while len(clock.waits) < count:
+                await asyncio.sleep(0)
 
     async def asks():
         flood = [asyncio.ensure_future(pacer.read(1000, work(1000, 0.1))) for _ in range(4)]
@@ -102,7 +103,9 @@ def test_ps_and_explain_of_a_user_go_through_the_pacer_and_roots_do_not(tmp_path
 
     async def noted(uid, work):
         asked.append(uid)
-        return await read(uid, work)
+        done = await read(uid, work)
+        assert isinstance(done.encoded(), bytes)  # encoded within the paced work: charged to the user
+        return done
 
     daemon.requests.pacer.read = noted
     for uid in (1000, 0):
