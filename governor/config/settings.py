@@ -292,13 +292,18 @@ class Config:
         per-user group when ``[groups."*"]`` exists and the user name is a usable group name
         that no explicit group has taken. "Everyone else" means just that: a member of an
         explicit group cannot also run in a group of their own, which would add a second share.
+        A uid the user database does not know is named by its number
+        (:func:`governor.host.access.identify`) and gets none: a user's subordinate uids (a user
+        namespace's, ``/etc/subuid``: 65,536 each on Debian) would each be a share of its own,
+        as its sessions are never governed (:mod:`governor.host.session_rules`).
         """
         by_user = [rule.name for rule in self.groups if user in rule.users]
         by_unix = [rule.name for rule in self.groups
                    if rule.name not in by_user and not set(rule.unix_groups).isdisjoint(unix_groups)]
         if by_user or by_unix:
             return by_user + by_unix
-        if self.everyone_weight is not None and group_name_problem(user) is None and self._explicit(user) is None:
+        if (self.everyone_weight is not None and not user.isdigit() and group_name_problem(user) is None
+                and self._explicit(user) is None):
             return [user]
         return []
 

@@ -63,3 +63,13 @@ def test_check_config_names_the_groups_where_one_user_may_reserve_all_the_memory
 ])
 def test_no_warning_where_one_users_memory_is_bounded(groups):
     assert memory_bound_warnings(config(groups), 23.3 * G) == []
+
+
+def test_a_uid_the_user_database_does_not_know_gets_no_group_of_its_own():
+    # A reviewer's: a user's subordinate uids (/etc/subuid, 65,536 each on Debian), speaking to the
+    # socket from a user namespace, were each a group of their own under "*": a share, a
+    # user_limit, task and connection bounds each. access.identify names such a uid by its number.
+    everyone = config({"*": {"user_limit": {"memory": "8G"}}, "lab": {"users": ["carol"], "unix_groups": ["lab"]}})
+    assert everyone.allowed_groups("alice", ["alice"]) == ["alice"]
+    assert everyone.allowed_groups("100000", ["100000"]) == []
+    assert everyone.allowed_groups("100001", ["lab"]) == ["lab"]  # an explicit group may still name it
