@@ -49,7 +49,8 @@ class Pacer:
     async def read(self, uid: int | None, work: Callable[[], T]) -> T:
         """``work()`` (synchronous, on the loop), once ``uid``'s earlier reads allow: at once for
         root (uid 0), for no uid in particular (None), and for a uid whose last read ended long
-        enough ago. Raises what ``work`` raises (a failed read is paced too)."""
+        enough ago. ``uid`` is the key of a share: several uids may share one (a negative key).
+        Raises what ``work`` raises (a failed read is paced too)."""
         if not uid:
             return work()
         if len(self._next) > _KEPT:

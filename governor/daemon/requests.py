@@ -37,6 +37,9 @@ from governor.wire.reply_types import (ExplainReply, LaunchReply, PsReply, Queue
 
 __all__ = ["Requests"]
 
+# The pacing key of every uid the user database does not know, together (no uid is negative).
+UNKNOWN_UIDS = -1
+
 
 class Encoded:
     """A reply with its success line encoded where it is built: a paced read is charged its
@@ -119,13 +122,21 @@ class Requests:
             explained = self.explain()
             return Encoded(ExplainReply({**explained, "queue": queue_for(explained["queue"], self.viewer(peer))}))
 
-        return await self.pacer.read(peer.uid, reply)
+        return await self.pacer.read(self._paced_as(peer), reply)
 
     async def _ps(self, request: PsRequest, peer: Peer) -> Encoded:
         def reply() -> Encoded:
             return Encoded(PsReply(**self.ps(request, self.policy.identities.identify(peer.uid, peer.gid))))
 
-        return await self.pacer.read(peer.uid, reply)
+        return await self.pacer.read(self._paced_as(peer), reply)
+
+    def _paced_as(self, peer: Peer) -> int:
+        """Whose share of the daemon's time ``peer``'s paced reads take: its uid's, or, for a uid
+        the user database does not know (a user namespace's subordinate uid), one share for all
+        such uids together (:data:`UNKNOWN_UIDS`): a user's 65,536 would take 65,536 tenths."""
+        if peer.uid == 0:
+            return 0
+        return UNKNOWN_UIDS if self.policy.identities.identify(peer.uid, peer.gid).user.isdigit() else peer.uid
 
     async def _stop(self, request: StopRequest, peer: Peer) -> StopReply:
         who = self.policy.identities.identify(peer.uid, peer.gid)

@@ -113,3 +113,20 @@ def test_ps_and_explain_of_a_user_go_through_the_pacer_and_roots_do_not(tmp_path
     on_loop(daemon, lambda: daemon.requests.handle(ExplainRequest(), Peer(pid=1, uid=1000, gid=0)))
     assert asked == [1000, 0, 1000]
     assert daemon.requests.pacer.due(1000) > 0 and daemon.requests.pacer.due(0) == 0
+
+
+def test_uids_the_user_database_does_not_know_share_one_pace(tmp_path):
+    # A user's subordinate uids (a user namespace's) would each take a tenth of the daemon's time.
+    from governor.daemon.requests import UNKNOWN_UIDS
+
+    daemon = make_daemon(tmp_path)
+    unknown = [uid for uid in range(4_000_000_000, 4_000_000_100) if daemon.policy.identities.identify(uid, uid).user.isdigit()]
+    assert len(unknown) >= 2
+    paced = {daemon.requests._paced_as(Peer(pid=1, uid=uid, gid=uid)) for uid in unknown[:2]}
+    assert paced == {UNKNOWN_UIDS}
+    import pwd
+
+    known = next((entry.pw_uid for entry in pwd.getpwall() if entry.pw_uid > 0), None)
+    if known is not None:  # a user the host knows: a pace of its own
+        assert daemon.requests._paced_as(Peer(pid=1, uid=known, gid=known)) == known
+    assert daemon.requests._paced_as(Peer(pid=1, uid=0, gid=0)) == 0
