@@ -122,21 +122,26 @@ class Requests:
             explained = self.explain()
             return Encoded(ExplainReply({**explained, "queue": queue_for(explained["queue"], self.viewer(peer))}))
 
-        return await self.pacer.read(self._paced_as(peer), reply)
+        return await self.pacer.read(self.paced_as(peer.uid), reply)
 
     async def _ps(self, request: PsRequest, peer: Peer) -> Encoded:
         def reply() -> Encoded:
             return Encoded(PsReply(**self.ps(request, self.policy.identities.identify(peer.uid, peer.gid))))
 
-        return await self.pacer.read(self._paced_as(peer), reply)
+        return await self.pacer.read(self.paced_as(peer.uid), reply)
 
-    def _paced_as(self, peer: Peer) -> int:
-        """Whose share of the daemon's time ``peer``'s paced reads take: its uid's, or, for a uid
-        the user database does not know (a user namespace's subordinate uid), one share for all
-        such uids together (:data:`UNKNOWN_UIDS`): a user's 65,536 would take 65,536 tenths."""
-        if peer.uid == 0:
+    def paced_as(self, uid: int) -> int:
+        """Whose bounds ``uid``'s requests count against (its paced reads' share of the daemon's
+        time, its connections): its own, or, for a uid the user database does not know (a user
+        namespace's subordinate uid), one for all such uids together (:data:`UNKNOWN_UIDS`): a
+        user's 65,536 would take 65,536 tenths and connection bounds.
+
+        Raises:
+            RequestError: ``unavailable``, the user database cannot be read.
+        """
+        if uid == 0:
             return 0
-        return UNKNOWN_UIDS if self.policy.identities.identify(peer.uid, peer.gid).user.isdigit() else peer.uid
+        return UNKNOWN_UIDS if self.policy.identities.identify(uid, uid).user.isdigit() else uid
 
     async def _stop(self, request: StopRequest, peer: Peer) -> StopReply:
         who = self.policy.identities.identify(peer.uid, peer.gid)

@@ -220,7 +220,8 @@ class Daemon:
         self.exits.restore_ended()
         handlers = {**self.requests.handlers(), "history": self._history}
         server = ControlServer(handlers, socket_path,
-                               connections_per_uid=lambda: self.policy.config.max_connections_per_user)
+                               connections_per_uid=lambda: self.policy.config.max_connections_per_user,
+                               account=self.requests.paced_as)
         await server.start(serving=False)
         self.served = True
         if self.registry is not None:

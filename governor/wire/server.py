@@ -17,7 +17,7 @@ import struct
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
-from governor.errors import ControlSocketError, RequestError
+from governor.errors import ControlSocketError, GovernorError, RequestError
 from governor.wire.protocol import MAX_LINE_BYTES, OPERATIONS, READ_TIMEOUT_S, Peer, Request, error, ok, parse_request
 from governor.wire.socket_file import SocketFile
 
@@ -69,6 +69,9 @@ class ControlServer:
             connection is closed.
         connections_per_uid: how many connections one uid other than root may hold open
             (asked at each connection, so a reload may change it); None: no bound.
+        account: a uid → whose bounds its connections count against (connections, replies not
+            read): the daemon's counts the uids its user database does not know as one (a
+            user's subordinate uids); None: each uid its own.
 
     Raises:
         ValueError: ``handlers`` misses an operation of the table, or names one it lacks.
@@ -76,7 +79,7 @@ class ControlServer:
 
     def __init__(self, handlers: Mapping[str, Handler], path: str, *, mode: int = 0o666,
                  read_timeout_s: float = READ_TIMEOUT_S, write_timeout_s: float = WRITE_TIMEOUT_S,
-                 connections_per_uid: Callable[[], int] | None = None):
+                 connections_per_uid: Callable[[], int] | None = None, account: Callable[[int], int] | None = None):
         if set(handlers) != set(OPERATIONS):
             raise ValueError(f"handlers for {sorted(handlers)}, operations {sorted(OPERATIONS)}")
         self.handlers = handlers
@@ -85,6 +88,7 @@ class ControlServer:
         self.read_timeout_s = read_timeout_s
         self.write_timeout_s = write_timeout_s
         self.connections_per_uid = connections_per_uid
+        self.account = account or (lambda uid: uid)
         self._by_uid: Counter[int] = Counter()
         # uid → its connections' writers that may hold bytes their clients have not read: only
         # those are summed for its budget (summing all of them, at every reply, was a twentieth
@@ -144,20 +148,28 @@ class ControlServer:
         self._server = None
         self.file.remove()
 
+    def _account(self, uid: int) -> int:
+        """Whose bounds ``uid``'s connections count against; its own where that cannot be told."""
+        try:
+            return self.account(uid)
+        except GovernorError:  # (the user database unreadable: the bound of the uid itself)
+            return uid
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One connection: read lines, answer each, until EOF, timeout, an oversized line or close()."""
         task = asyncio.current_task()
         self._connections[task] = writer
-        peer = None
+        peer = key = None
         try:
             peer = _peer_credentials(writer.get_extra_info("socket"))
-            self._by_uid[peer.uid] += 1
-            self._uid_of[writer] = peer.uid
+            key = self._account(peer.uid)
+            self._by_uid[key] += 1
+            self._uid_of[writer] = key
             limit = self.connections_per_uid() if self.connections_per_uid and peer.uid != 0 else None
-            if limit is not None and self._by_uid[peer.uid] > limit:
-                await self._send(writer, error("too_many", f"uid {peer.uid} already has {limit} connections open "
-                                                           "to the daemon, the most one user may ([daemon] "
-                                                           "max_connections_per_user)"))
+            if limit is not None and self._by_uid[key] > limit:
+                whose = f"uid {peer.uid} already has" if key == peer.uid else "uids this host's users do not own have"
+                await self._send(writer, error("too_many", f"{whose} {limit} connections open to the daemon, the "
+                                                           "most one user may ([daemon] max_connections_per_user)"))
                 return
             while True:
                 try:
@@ -188,17 +200,17 @@ class ControlServer:
                          peer.pid if peer else "?", exc)
         finally:
             self._connections.pop(task, None)
-            if peer is not None:
-                self._by_uid[peer.uid] -= 1
-                if not self._by_uid[peer.uid]:
-                    del self._by_uid[peer.uid]
+            if key is not None:
+                self._by_uid[key] -= 1
+                if not self._by_uid[key]:
+                    del self._by_uid[key]
                 self._uid_of.pop(writer, None)
-                holding = self._holding.get(peer.uid, set())
+                holding = self._holding.get(key, set())
                 holding.discard(writer)
                 if not holding:
-                    self._holding.pop(peer.uid, None)
-                if peer.pidfd is not None:
-                    os.close(peer.pidfd)
+                    self._holding.pop(key, None)
+            if peer is not None and peer.pidfd is not None:
+                os.close(peer.pidfd)
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()

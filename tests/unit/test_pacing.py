@@ -122,11 +122,11 @@ def test_uids_the_user_database_does_not_know_share_one_pace(tmp_path):
     daemon = make_daemon(tmp_path)
     unknown = [uid for uid in range(4_000_000_000, 4_000_000_100) if daemon.policy.identities.identify(uid, uid).user.isdigit()]
     assert len(unknown) >= 2
-    paced = {daemon.requests._paced_as(Peer(pid=1, uid=uid, gid=uid)) for uid in unknown[:2]}
+    paced = {daemon.requests.paced_as(uid) for uid in unknown[:2]}
     assert paced == {UNKNOWN_UIDS}
     import pwd
 
     known = next((entry.pw_uid for entry in pwd.getpwall() if entry.pw_uid > 0), None)
     if known is not None:  # a user the host knows: a pace of its own
-        assert daemon.requests._paced_as(Peer(pid=1, uid=known, gid=known)) == known
-    assert daemon.requests._paced_as(Peer(pid=1, uid=0, gid=0)) == 0
+        assert daemon.requests.paced_as(known) == known
+    assert daemon.requests.paced_as(0) == 0

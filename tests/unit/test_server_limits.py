@@ -22,9 +22,9 @@ from governor.wire.status import StatusReply
 from support.server_fakes import STATUS, FakeHandler, exchange, running
 
 
-def _connected_as_another_user(path, count: int) -> list[socket.socket]:
-    """``count`` connections to ``path`` made by a child that became ``nobody`` (when run as
-    root; else by this process), handed back over SCM_RIGHTS: SO_PEERCRED keeps who connected."""
+def _connected_as_another_user(path, count: int, uid: int = 65534) -> list[socket.socket]:
+    """``count`` connections to ``path`` made by a child that became ``uid`` (``nobody``; when run
+    as root; else by this process), handed back over SCM_RIGHTS: SO_PEERCRED keeps who connected."""
     if os.geteuid() != 0:
         made = [socket.socket(socket.AF_UNIX) for _ in range(count)]
         for sock in made:
@@ -36,7 +36,7 @@ def _connected_as_another_user(path, count: int) -> list[socket.socket]:
         try:
             parent.close()
             os.setgid(65534)
-            os.setuid(65534)
+            os.setuid(uid)
             made = [socket.socket(socket.AF_UNIX) for _ in range(count)]
             for sock in made:
                 sock.connect(str(path))
@@ -79,6 +79,37 @@ def test_one_uid_holds_at_most_its_connections_and_others_are_served(tmp_path):
     assert lines[:3] == [None] * 3, lines
     assert lines[3]["error"]["code"] == "too_many" and "max_connections_per_user" in lines[3]["error"]["message"]
     assert served["ok"]  # root (or a new connection, the others closed) is served
+
+
+def test_uids_counted_as_one_share_one_bound(tmp_path):
+    # The daemon counts the uids its user database does not know as one (a user's subordinate
+    # uids would each have had max_connections_per_user).
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the connections are made as two other uids")
+    shared = Path(tempfile.mkdtemp(prefix="gov-server-"))
+    shared.chmod(0o755)
+    path = shared / "s.sock"
+
+    async def scenario():
+        async with running(FakeHandler(), path, connections_per_uid=lambda: 3,
+                           account=lambda uid: -1 if uid in (60001, 60002) else uid) as server:
+            made = _connected_as_another_user(path, 2, 60001) + _connected_as_another_user(path, 2, 60002)
+            await until(lambda: select.select([made[3]], [], [], 0)[0], "the fourth connection's refusal")
+            refused = json.loads(made[3].recv(4096).decode().splitlines()[0])
+            held = dict(server._by_uid)
+            for sock in made:
+                sock.close()
+            return refused, held
+
+    try:
+        refused, held = asyncio.run(scenario())
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    assert refused["error"]["code"] == "too_many"
+    assert refused["error"]["message"].startswith("uids this host's users do not own have 3 connections open")
+    assert held == {-1: 3}  # two of one uid and one of the other held; the fourth refused, and closed
 
 
 def test_a_client_that_stops_reading_is_cut_off_and_others_are_served(tmp_path, caplog):
