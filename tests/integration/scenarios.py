@@ -198,9 +198,10 @@ PROGRESS = ("import os, sys, time\n"
 
 
 def memory_is_admitted_never_squeezed(tmp_path, *, enforcement: str) -> None:
-    """Capacity M memory. A's task declares 0.8·M and uses 0.7·M. B's 0.8·M launch waits in the
-    queue (it would not fit beside A's): A keeps running, its limit untouched. With B and C both
-    waiting, the lower dominant share (C) starts first when A's task ends; B when C's ends."""
+    """Capacity M memory. A's task declares 0.8·M and uses 0.7·M (0.6·M in the VM). B's 0.8·M
+    launch waits in the queue (it would not fit beside A's): A keeps running, its limit
+    untouched. With B and C both waiting, the lower dominant share (C) starts first when A's
+    task ends; B when C's ends."""
     # The VM has 2 GiB, and there A touches its 0.7·M at 0.14 of a core: 280M of a 400M M took
     # 41 s of the test's 66, so M is 256M there (A's 176M, with Python's own, under its 204M).
     mib = 1024 if not SCALE < 1 else 256
@@ -211,7 +212,11 @@ def memory_is_admitted_never_squeezed(tmp_path, *, enforcement: str) -> None:
         # A's task touches 0.7·M under its own cpu.max: at 0.2·s (0.08 of a core in the emulated
         # VM) it said 'allocated' after 71 s there; at 0.35·s, after 19-24 s of a 36-55 s test
         # run alone (the VM suite's CI run, beside two VMs: 93-130 s); so 0.5·s.
-        a = gov.run("A", [sys.executable, "-c", PROGRESS.format(mib=int(0.7 * mib)), str(counter)],
+        # In the VM A touches 0.6·M: at 0.7·M (179M, with Python's own and its files' pages
+        # within 25M of its 204M memory.max) the hard case reclaimed at every step (77 s in CI,
+        # the soft case 42 s); what is asserted, its limit untouched while it runs, is the same.
+        touched = 0.7 if not SCALE < 1 else 0.6
+        a = gov.run("A", [sys.executable, "-c", PROGRESS.format(mib=int(touched * mib)), str(counter)],
                     cpus=0.5 * SCALE, memory=big)
         assert a.stdout.readline() == "allocated\n"
         v2 = gov.status()["daemon"]["cgroup_mode"] == "v2"
@@ -234,7 +239,7 @@ def memory_is_admitted_never_squeezed(tmp_path, *, enforcement: str) -> None:
         gov.wait(lambda: a.poll() is not None or int(counter.read_text() or 0) >= progress_before + 10,
                  "A's task to go on while B and C wait")
         progress_after = int(counter.read_text() or 0)
-        print(f"\n[{gov.status()['daemon']['cgroup_mode']}, {enforcement}] A uses {0.7 * mib:.0f}M of {big}: "
+        print(f"\n[{gov.status()['daemon']['cgroup_mode']}, {enforcement}] A uses {touched * mib:.0f}M of {big}: "
               f"alive={a.poll() is None}, progress {progress_before} -> {progress_after}; queue: "
               + ", ".join(f"#{q['position']} {q['group']} waits for {q['waiting_for'] >> 20}M" for q in queue))
         assert a.poll() is None and progress_after > progress_before
