@@ -29,6 +29,8 @@ class Entry:
         stopped_by: who stopped it before it started (a user name), if anyone did.
         born: when its launching process was born (seconds since boot), read once it waits:
             its place is kept across a restart for that process (:mod:`governor.daemon.waiting`).
+        held_launch: its ``launch`` journal entry, held back until it starts: its user left
+            many launches unstarted this minute (:class:`~governor.daemon.launches.Launches`).
     """
 
     task: Task
@@ -39,6 +41,7 @@ class Entry:
     error: RequestError | None = None
     stopped_by: str | None = None
     born: float | None = None
+    held_launch: dict | None = None
 
     @property
     def decided(self) -> bool:

@@ -63,28 +63,43 @@ class RefusalBudget:
     """Which launch refusals go in the journal: each uid's first :data:`REFUSALS_PER_MINUTE` of
     each minute; the rest are counted, and the daemon's log says so, at the first left out and
     with their number at the uid's next refusal after that minute. Memory: one entry per uid
-    refused (uids are the kernel's word for who connected: no one makes up more)."""
+    refused (uids are the kernel's word for who connected: no one makes up more).
 
-    def __init__(self, per_minute: int = REFUSALS_PER_MINUTE) -> None:
+    ``unstarted=True``: the same budget for launches that never started (``wait: false`` and
+    no room, a client gone from the queue), whose ``launch`` entries the journal keeps."""
+
+    def __init__(self, per_minute: int = REFUSALS_PER_MINUTE, *, unstarted: bool = False) -> None:
         self.per_minute = per_minute
+        self._what = ("launches that never started", "launched more than {} times this minute without a start: "
+                      "the rest of this minute's launches are journaled only if they start") if unstarted else \
+            ("launch refusals", "was refused more than {} launches this minute: the rest of this minute's refusals "
+                                "are counted, not journaled")
         self._minutes: dict[int, list] = {}  # uid → [the minute's start (unix s), journaled, left out]
 
-    def take(self, uid: int, now: float) -> bool:
-        """Whether the refusal of ``uid``'s launch at ``now`` (unix seconds) is journaled."""
+    def _minute(self, uid: int, now: float) -> list:
         minute = self._minutes.get(uid)
         if minute is None or now - minute[0] >= 60 or now < minute[0]:
             if minute is not None and minute[2]:
-                log.warning("%d launch refusals of uid %d were not journaled in the minute from %s (more than %d)",
-                            minute[2], uid, time.strftime("%H:%M:%S", time.localtime(minute[0])), self.per_minute)
+                log.warning("%d %s of uid %d were not journaled in the minute from %s (more than %d)", minute[2],
+                            self._what[0], uid, time.strftime("%H:%M:%S", time.localtime(minute[0])), self.per_minute)
             minute = self._minutes[uid] = [now, 0, 0]
+        return minute
+
+    def take(self, uid: int, now: float) -> bool:
+        """Whether the refusal of ``uid``'s launch at ``now`` (unix seconds) is journaled (with
+        ``unstarted``: whether the launch entry of one that never started was)."""
+        minute = self._minute(uid, now)
         if minute[1] < self.per_minute:
             minute[1] += 1
             return True
         if not minute[2]:
-            log.warning("uid %d was refused more than %d launches this minute: the rest of this minute's refusals "
-                        "are counted, not journaled", uid, self.per_minute)
+            log.warning("uid %d " + self._what[1].format(self.per_minute), uid)
         minute[2] += 1
         return False
+
+    def left(self, uid: int, now: float) -> bool:
+        """Whether ``uid`` has some of this minute's budget left (takes none of it)."""
+        return self._minute(uid, now)[1] < self.per_minute
 
 
 def _task(kind: str, at: float, task: Task) -> dict:

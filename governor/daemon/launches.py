@@ -53,6 +53,11 @@ class Launches:
         self.hierarchy = hierarchy
         self.places = places
         self._refusals = RefusalBudget()
+        # Launches that never start (wait: false and no room; a client gone from the queue)
+        # were each a launch entry, unbounded: one user's loop of them pushed the whole host's
+        # history out of max_size in minutes (an attacker's check). Each uid's are journaled as
+        # its refusals are; past that its launches are journaled when they start.
+        self._unstarted = RefusalBudget(unstarted=True)
         self.foreign = foreign
         self.policy = policy
         self.tasks = tasks
@@ -130,7 +135,11 @@ class Launches:
         entry = Entry(task, time.time() if kept is None else kept["queued_at"], peer.pidfd)
         self.queue.add(entry)
         if kept is None:  # (journaled when it first queued)
-            self.journal.record(launch_entry(task, entry.queued_at, group_named=request.group is not None))
+            launched = launch_entry(task, entry.queued_at, group_named=request.group is not None)
+            if self._unstarted.left(peer.uid, entry.queued_at):
+                self.journal.record(launched)
+            else:
+                entry.held_launch = launched
         try:
             await asyncio.shield(self.inbox.put(Launch(task)))
             if not entry.decided and not request.wait:
@@ -154,6 +163,8 @@ class Launches:
             yield entry.reply
         finally:
             self.journal.changed()
+            if entry.reply is None and kept is None:
+                self._unstarted.take(peer.uid, time.time())
             if entry.born is not None:
                 self.places.changed()
             if self.queue.get(task.id) is entry:

@@ -162,6 +162,9 @@ class Starts:
                                            + ("; its launch was withdrawn while its process was moved in, and "
                                               "it is governed as started" if withdrawn else ""),
                            detail=f"pid {task.pid}")
+        if entry.held_launch is not None:  # (its user left many launches unstarted: Launches)
+            self.journal.record(entry.held_launch)
+            entry.held_launch = None
         self.journal.record(start_entry(task, waited))
         if not entry.decided:
             entry.decide(reply=self.started_reply(task))

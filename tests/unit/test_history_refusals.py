@@ -33,3 +33,21 @@ def test_a_flood_of_refused_launches_keeps_a_minutes_worth_in_the_journal(daemon
     daemon.history.close()
     kinds = [entry["kind"] for entry in read_history(daemon.store.directory / "history")]
     assert kinds.count("refusal") == REFUSALS_PER_MINUTE and kinds[:2] == ["launch", "start"]
+
+
+def test_launches_that_never_start_keep_a_minutes_worth_and_one_that_starts_is_journaled(daemon):
+    # An attacker's check: each launch with wait: false and no room (or a client gone from the
+    # queue) was a launch entry, unbounded: 450 KB a second of one user's never-started
+    # launches pushed every other entry, and the daemon's capacity, out of max_size in minutes.
+    daemon.history.writer.start()
+    launch(daemon, 100, group="A", cpu=0.5, memory=3 * GIB)  # leaves no room for 2G
+    for pid in range(200, 200 + REFUSALS_PER_MINUTE + 20):
+        with pytest.raises(RequestError, match="would_wait|waits"):
+            launch(daemon, pid, group="A", cpu=0.5, memory=2 * GIB, wait=False)
+    launch(daemon, 999, group="A", cpu=0.5, memory=GIB)  # over the budget, and it starts
+    daemon.history.close()
+    entries = list(read_history(daemon.store.directory / "history"))
+    launched = [entry["task"] for entry in entries if entry["kind"] == "launch"]
+    assert len(launched) == 1 + REFUSALS_PER_MINUTE + 1, len(launched)
+    last = [(entry["kind"], entry["task"]) for entry in entries][-2:]
+    assert last == [("launch", launched[-1]), ("start", launched[-1])]
