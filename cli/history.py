@@ -120,5 +120,5 @@ def _asked(socket_option: str | None, since: float | None, until: float | None) 
     if reply.skipped:
         lines = "1 line" if reply.skipped == 1 else f"{reply.skipped:,} lines"
         click.echo(f"governor: the daemon skipped {lines} of its journal that {'is' if reply.skipped == 1 else 'are'} "
-                   "no entry (root sees which with governor history)", err=True)
+                   "no entry (which: governor history --dir DIR, the journal's directory, as root)", err=True)
     return reply.entries

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 
 from governor.cli import view_common as view
 from governor.config.resources import format_amount
+from governor.host.history_check import resource_asked
 from governor.config.units import format_timespan
 from governor.wire.fields import MAX_NAME_CHARS
 from governor.wire.history_types import HistoryEntry
@@ -32,10 +33,17 @@ def history_lines(entries: Sequence[HistoryEntry]) -> Iterator[str]:
 
 
 def _cells(entry: HistoryEntry) -> tuple[str, ...]:
-    demand = ", ".join(f"{name} {format_amount(name, value)}" for name, value in entry.demand.items() if value)
+    demand = ", ".join(f"{name} {_amount(name, value)}" for name, value in entry.demand.items() if value)
     who = entry.user or ("" if entry.uid is None else str(entry.uid))
     return _when(entry.at), entry.kind, _task(entry), _short(who), _short(entry.group or "-"), demand, \
         _details(entry)
+
+
+def _amount(name: str, value: float) -> str:
+    """An amount as :func:`~governor.config.resources.format_amount` shows it; a refusal's
+    ``io_read`` (as asked, where no device is governed) as its family's (``1.0M/s``)."""
+    entry = resource_asked(name)
+    return entry.format(value, False) if entry is not None else format_amount(name, value)
 
 
 def _short(name: str) -> str:

@@ -94,7 +94,9 @@ def _amounts(value: object, key: str, *, required: bool = False, bounded: bool =
     if not isinstance(value, Mapping):
         return f"{key} must be an object of amounts, got {json_type(value)}"
     for name, amount in value.items():
-        entry = resources.find(name)
+        # A refused launch's demand is as it was asked: ``io_read`` where no device is governed
+        # (an attacker's check: each such refusal was a line every history and replay skipped).
+        entry = resources.find(name) if bounded else resource_asked(name)
         if entry is None:  # replay divided by it, and stopped at the whole journal's first such line
             return f"{key}.{name} names no resource governor knows"
         bound = _BOUNDS.get(entry.unit, MAX_BYTES) if bounded else math.inf
@@ -102,6 +104,15 @@ def _amounts(value: object, key: str, *, required: bool = False, bounded: bool =
         if problem:
             return problem
     return None
+
+
+def resource_asked(name: str):
+    """The registry entry of ``name`` as a launch request's demand spells it: a resource's name,
+    or the request key of a family named per device (``io_read``: the governed devices' read
+    bandwidth), as a refused launch is journaled; None for neither."""
+    from governor.config import resources
+
+    return resources.find(name) or next((entry for entry in resources.RESOURCES if entry.wire == name), None)
 
 
 def _text(value: object, key: str, *, required: bool, empty: bool = False) -> str | None:

@@ -273,6 +273,26 @@ def test_a_journal_entry_edited_by_hand_is_skipped_and_named_or_shown_as_text(tm
         assert lines.exit_code == 0 and [json.loads(line)["at"] for line in lines.stdout.splitlines()] == [1e9 + 1]
 
 
+def test_a_refusal_of_io_where_no_device_is_governed_is_an_entry_every_reader_reads(daemon, tmp_path):
+    # A stranger's check: the refusal was journaled with the demand as asked, {"io_read": …},
+    # and every history and replay then skipped it as naming no resource, with a warning to
+    # every user for as long as the journal kept it.
+    from governor.daemon.replay_input import recorded
+    from governor.host.history_check import entry_problem
+
+    daemon.history.writer.start()
+    with pytest.raises(RequestError, match="no I/O device is governed"):
+        launch(daemon, 100, group="A", cpu=1.0, memory=GIB, io_read=1 << 20)
+    [refused] = _journal(daemon)
+    assert refused["kind"] == "refusal" and refused["demand"]["io_read"] == 1 << 20
+    assert entry_problem(refused) is None
+    directory = daemon.store.directory / "history"
+    done = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["history", "--dir", str(directory), "--since", "2000-01-01"])
+    assert done.exit_code == 0 and "skipped" not in done.output, done.output
+    assert "io_read 1.0M/s" in done.output
+    assert len(recorded(read_history(directory), 0.0, 2e9).refusals) == 1
+
+
 def test_the_listing_aligns_every_column_in_terminal_cells_under_its_header(tmp_path):
     # A rich table took about a millisecond a row (a week of a busy host: minutes); the listing
     # is plain lines, each column as wide as its widest cell, a wide character two cells.
