@@ -58,7 +58,8 @@ def compare(period: Recorded, recorded: Run, proposed: Run, config: Config) -> d
               "groups": {}, "users": {}, "unknown": list(UNKNOWN)}
     for key in ("groups", "users"):
         names = {_of(key, None, job) for job in period.jobs} | {_of(key, proposed, job) for job in period.jobs}
-        names |= {name for refusal in period.refusals if isinstance(name := refusal.get(key[:-1]), str)}
+        names |= {name for refusal in period.refusals if isinstance(name := refusal.get(key[:-1]), str)
+                  and (key == "users" or refusal.get("code") not in NOT_THEIRS)}
         for name in sorted(names):
             refusals = _refusals(period, key, name)
             report[key][name] = {side: _side(run, jobs, key, name, seconds, config, period.until, refusals)
@@ -70,10 +71,18 @@ def compare(period: Recorded, recorded: Run, proposed: Run, config: Config) -> d
     return report
 
 
+# A refusal's codes that say the group asked for was not the asker's to ask (another's, or none
+# such): counted for the user, not the group. Any user could name another's group in 60 of a
+# minute's refusals, and replay counted them as that group's (an attacker's check).
+NOT_THEIRS = ("forbidden", "not_found")
+
+
 def _refusals(period: Recorded, key: str, name: str) -> int:
-    """The journal's refusals of ``name`` (a group asked for by name; a user by name or uid)."""
+    """The journal's refusals of ``name`` (a group asked for by name, but for :data:`NOT_THEIRS`;
+    a user by name or uid)."""
     if key == "groups":
-        return sum(1 for refusal in period.refusals if refusal.get("group") == name)
+        return sum(1 for refusal in period.refusals if refusal.get("group") == name
+                   and refusal.get("code") not in NOT_THEIRS)
     uids = {job.uid for job in period.jobs if job.user == name}
     return sum(1 for refusal in period.refusals if refusal.get("user") == name or refusal.get("uid") in uids)
 

@@ -87,6 +87,17 @@ def test_refusals_alone_are_counted_in_the_groups_table_and_the_heading():
     assert report["users"]["u1"]["recorded"]["refused"] == 3
 
 
+def test_a_refusal_of_a_group_not_the_askers_counts_for_the_asker_alone():
+    # An attacker's check: nobody's `governor run --group lab` (forbidden), 60 a minute, was
+    # counted as refusals of lab, a group nobody is not in; and a group no config has was
+    # listed.
+    refused = [{"at": 5.0, "kind": "refusal", "task": None, "uid": 65534, "user": "nobody", "group": group,
+                "demand": {}, "code": code} for group, code in (("lab", "forbidden"), ("nosuch", "not_found"))]
+    report = _report(_period(refusals=refused), RECORDED)
+    assert report["refusals"] == 2 and report["users"]["nobody"]["recorded"]["refused"] == 2
+    assert report["groups"] == {}  # neither lab nor nosuch had a refusal of its own
+
+
 def _journal(directory, lines):
     directory.mkdir(parents=True)
     (directory / "history-000000000000001.jsonl").write_bytes(b"".join(lines))
