@@ -26,7 +26,7 @@ _ENFORCEMENT_FILES = {
 
 
 @click.command("check-config", short_help="Check a config file and summarise it.")
-@click.argument("file", required=False, type=click.Path())
+@click.argument("file", required=False, type=click.Path(readable=False))  # read_input says why, and to use sudo
 @click.option("--default", "show_default", is_flag=True,
               help="Print the embedded default config instead, to start a file from.")
 @click.option("--portable", is_flag=True,

@@ -118,6 +118,8 @@ def describe(error: GovernorError) -> tuple[str, str | None, str, int]:
         hint = None  # about a task, not a group: the message says which and whose
     elif code == "too_many" and error.op == "history":
         hint = None  # paced reads, not tasks: the message says when to ask again
+    elif code == "exceeds_capacity" and ("user_limit" in what or "'s limit" in what):
+        hint = "ask for less, or an admin to raise it"  # the config's quota, not the host's capacity
     elif code == "forbidden" and not _about_groups(what):
         hint = None  # another daemon's process, another pid: no group would let it (the message says what does)
     elif isinstance(error, DaemonNotRunning) and not _is_default_socket(error.path):

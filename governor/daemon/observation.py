@@ -269,8 +269,10 @@ class Observation:
             why = "every group wants all of its CPU guarantee: each is held to it (cpu.max) until one uses less"
         elif len(idle) == 1:
             why = f"{idle[0]} uses less than its CPU guarantee: the others may borrow it again"
-        else:
-            why = f"{', '.join(idle) or 'a group'} use less than their CPU guarantees: the others may borrow again"
+        elif idle:
+            why = f"{', '.join(idle)} use less than their CPU guarantees: the others may borrow again"
+        else:  # none idle, yet something to lend (a group's task ended, the capacity grew)
+            why = "not every CPU guarantee is wanted in full: the groups may borrow again"
         if self._saturation.see(saturated, time.monotonic() if now is None else now):
             self.journal.event("saturation", why)
         if saturated == enforcement.cpu_saturated:

@@ -54,6 +54,27 @@ def test_unreadable_file_exits_2(tmp_path, name):
     assert len(result.stderr.splitlines()) == 1
 
 
+def test_a_file_an_admin_may_not_read_is_said_so_with_sudo(tmp_path, monkeypatch):
+    # A stranger's check: click's own check came first, "Invalid value for '[FILE]': Path … is
+    # not readable", where --help promises that check-config says to use sudo.
+    path = tmp_path / "root-only.toml"
+    path.write_text('[groups."*"]\n')
+    as_admin(monkeypatch)
+    real_open = os.open
+
+    def denied(name, *args, **kwargs):
+        if os.fspath(name) == str(path):
+            raise PermissionError(13, "Permission denied")
+        return real_open(name, *args, **kwargs)
+
+    monkeypatch.setattr(os, "access", lambda name, mode, **kwargs: os.fspath(name) != str(path))
+    monkeypatch.setattr(os, "open", denied)
+    result = run(str(path))
+    assert result.exit_code == 2
+    assert result.stderr == (f"governor: error: {path}: cannot read: Permission denied; the daemon reads it as root: "
+                             f"sudo governor check-config {path}\n"), result.stderr
+
+
 @pytest.mark.parametrize("args", [[], ["--default", "x.toml"]])
 def test_file_or_default_is_required_but_not_both(args):
     result = run(*args)
@@ -75,7 +96,8 @@ def test_the_daemons_start_checks_run_against_this_host(tmp_path):
 
 
 @needs_root
-def test_names_this_host_does_not_know_are_warned_about(tmp_path):
+def test_names_this_host_does_not_know_are_warned_about(tmp_path, monkeypatch):
+    with_cpus(monkeypatch)
     path = tmp_path / "g.toml"
     path.write_text('[groups.lab]\nusers = ["root", "no-such-user-x"]\nunix_groups = ["no-such-group-x"]\n'
                     'user_limit = { memory = "1G" }\n'
@@ -227,14 +249,22 @@ def test_the_daemon_refuses_guarantees_that_cannot_all_be_held_as_check_config_d
     assert daemon.policy.capacity["memory"] == 2 * 1024**3  # the old config stays in force
 
 
+def with_cpus(monkeypatch, cpus: int = 8) -> None:
+    """Check against a host of ``cpus`` CPUs, not the runner's affinity (a stranger's check: run
+    under ``taskset -c 1``, a default task's 1 core was past the 0.75 left to divide)."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)))
+
+
 def as_admin(monkeypatch, memory: int = 64 << 30):
-    """Run check-config as uid 1000 (an admin without sudo) on a host of ``memory`` bytes."""
+    """Run check-config as uid 1000 (an admin without sudo) on a host of ``memory`` bytes (and
+    8 CPUs)."""
     import collections
 
     import psutil
 
     from governor.cli import check_config
 
+    with_cpus(monkeypatch)
     monkeypatch.setattr(check_config.os, "geteuid", lambda: 1000)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     memory_info = collections.namedtuple("memory_info", "total")

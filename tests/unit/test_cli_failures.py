@@ -132,6 +132,20 @@ def test_a_refusal_no_group_would_lift_gets_no_hint_to_join_one():
     assert said.endswith("(ask an admin to add you to a [groups] entry)")
 
 
+def test_a_launch_past_a_quota_is_not_pointed_at_the_hosts_capacity():
+    # A stranger's check: "exceeds nobody's user_limit of 4.0G (ask for less: governor status
+    # shows the capacity)": status shows the host's capacity, not the quota that refused it.
+    from governor.cli.failures import report
+    from governor.errors import DaemonError
+
+    for message in ("demand memory = 5.0G exceeds nobody's user_limit of 4.0G",
+                    "demand memory = 5.0G exceeds group A's limit of 4.0G"):
+        said, status = report(DaemonError("exceeds_capacity", message, "launch"))
+        assert status == 2 and said == f"governor: error: {message} (ask for less, or an admin to raise it)", said
+    said, _ = report(DaemonError("exceeds_capacity", "demand memory = 50G exceeds the capacity of 23G", "launch"))
+    assert said.endswith("(ask for less: governor status shows the capacity)")
+
+
 def test_the_installed_units_socket_says_to_start_the_unit_another_the_daemon_serving_it():
     # A daemon run by hand on a socket of its own was told "sudo systemctl start governor": no
     # unit serves that socket (new-user check).
