@@ -4,7 +4,10 @@ event loop never waits on the disk, and read back by ``governor history`` and ``
 
 Kept by size and age (:class:`~governor.config.history_rules.HistoryRules`): a file is closed and
 the next begun at a tenth of ``max_size``; the oldest files go while all of them hold more than
-``max_size``, and a file whose newest entry (its mtime) is older than ``keep`` goes too.
+``max_size``, and a file whose newest entry (its mtime) is older than ``keep`` goes too. Each
+file the writer begins opens with the last ``daemon`` entry it wrote (``"reason": "carried"``,
+at the moment the file begins), so that the capacity in force outlives the file that held the
+daemon's start.
 
 What a crash loses: the writer takes the entries of :data:`GATHER_S` after the first one it
 waits for and writes them (one ``write(2)``) at once, so a ``kill -9`` of the daemon loses only
@@ -62,6 +65,7 @@ class HistoryWriter:
         self._file = None
         self._synced_at = 0.0
         self._failing = False
+        self._capacity: dict | None = None  # the last daemon entry written (its capacity, config)
 
     def start(self) -> None:
         """Start the writer thread."""
@@ -101,8 +105,13 @@ class HistoryWriter:
             return
         data = b"".join(json.dumps(entry, separators=(",", ":")).encode() + b"\n" for entry in entries)
         try:
-            self._prepare(self.rules(), len(data))
+            if self._prepare(self.rules(), len(data)) and self._capacity is not None and entries[0].get("kind") != "daemon":
+                # Each file begins with the capacity in force: pruning the oldest files took the
+                # daemon's start entry with them, and replay knew no capacity for any period.
+                self._file.write(json.dumps({**self._capacity, "at": self.clock(), "reason": "carried"},
+                                            separators=(",", ":")).encode() + b"\n")
             self._file.write(data)
+            self._capacity = next((entry for entry in reversed(entries) if entry.get("kind") == "daemon"), self._capacity)
             self._file.flush()
             now = time.monotonic()
             if sync or now - self._synced_at >= SYNC_EVERY_S:
@@ -119,22 +128,24 @@ class HistoryWriter:
                     self._file.close()
                 self._file = None
 
-    def _prepare(self, rules: HistoryRules, adding: int) -> None:
+    def _prepare(self, rules: HistoryRules, adding: int) -> bool:
         """Open the file to append to: a new one past a tenth of ``max_size``; remove what
-        the rules no longer keep."""
+        the rules no longer keep. Whether a new file was begun."""
         if self._file is not None and self._file.tell() + adding <= rules.max_size_bytes // _FILES_IN_MAX:
-            return
+            return False
         if self._file is not None:
             self._file.close()
             self._file = None
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         files = journal_files(self.directory)
         current = files[-1] if files else None
-        if current is None or current.stat().st_size + adding > rules.max_size_bytes // _FILES_IN_MAX:
+        begun = current is None or current.stat().st_size + adding > rules.max_size_bytes // _FILES_IN_MAX
+        if begun:
             current = self.directory / f"{_PREFIX}{int(self.clock() * 1000):015d}{_SUFFIX}"
         fd = os.open(current, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         self._file = os.fdopen(fd, "ab")
         self._prune(rules, current)
+        return begun
 
     def _prune(self, rules: HistoryRules, current: Path) -> None:
         oldest_kept = self.clock() - rules.keep_s

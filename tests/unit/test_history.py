@@ -77,6 +77,30 @@ def test_the_writer_begins_a_file_at_a_tenth_of_max_size_and_drops_the_oldest_pa
     assert oct(files[-1].stat().st_mode & 0o777) == "0o600"
 
 
+def test_the_capacity_outlives_the_file_that_held_the_daemons_start(tmp_path):
+    # An attacker's check: once the oldest files went, the daemon's start entry went with them,
+    # and replay refused every period ("holds no daemon start before the period's end") until
+    # a reload or a restart wrote one again.
+    from governor.daemon.replay_input import recorded
+
+    clock = Clock(1_000_000.0)
+    writer = HistoryWriter(tmp_path / "h", lambda: HistoryRules(True, 86400, 64 * 1024), clock)
+    writer.write([{"at": clock.now, "kind": "daemon", "reason": "start", "capacity": {"cpu": 2, "memory": GIB},
+                   "config": "g.toml"}])
+    for _ in range(200):  # about three times max_size: the first file goes
+        clock.now += 1
+        writer.write([{**LAUNCH, "pad": "x" * 900, "at": clock.now}])
+    entries = list(read_history(tmp_path / "h"))
+    assert all(entry["reason"] == "carried" for entry in entries if entry["kind"] == "daemon")
+    for path in journal_files(tmp_path / "h"):
+        first = json.loads(path.read_bytes().splitlines()[0])
+        assert first["kind"] == "daemon" and first["capacity"] == {"cpu": 2, "memory": GIB}, path
+    period = recorded(entries, clock.now - 10, clock.now + 1)
+    assert period.capacity == {"cpu": 2.0, "memory": float(GIB)} and len(period.jobs) == 1  # (one task id)
+    kinds = [entry["kind"] for entry in entries]
+    assert kinds.count("daemon") == len(journal_files(tmp_path / "h"))
+
+
 def test_files_older_than_keep_are_removed(tmp_path):
     clock = Clock(1_000_000.0)
     rules = HistoryRules(True, 3600, 64 * 1024)
