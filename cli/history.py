@@ -23,7 +23,7 @@ def history(since: str, until: str | None, as_json: bool, config_file: str, dire
     Another user's entries show no command line or pid (the journal never holds them), as
     every view shows them; with --json, such an entry says "private". Root reads the journal's files (those of
     --config's daemon, or --dir); anyone else, and root naming a daemon by its socket alone,
-    asks the daemon, which sends at most the newest 100,000 entries of the period and paces
+    asks the daemon, which sends at most the newest 100,000 entries (40 MB) of the period and paces
     each user's requests (a tenth of its time; exit 75: ask again when it says).
 
     \b
@@ -116,7 +116,8 @@ def _asked(socket_option: str | None, since: float | None, until: float | None) 
 
     reply = call(socket_path(socket_option), HistoryRequest(since, until), timeout=120)
     if reply.truncated:
-        click.echo("governor: only the newest 100,000 entries of the period are shown; ask a shorter one", err=True)
+        click.echo("governor: only the newest entries of the period are shown (at most 100,000, 40 MB of them); "
+                   "ask a shorter one", err=True)
     if reply.skipped:
         lines = "1 line" if reply.skipped == 1 else f"{reply.skipped:,} lines"
         click.echo(f"governor: the daemon skipped {lines} of its journal that {'is' if reply.skipped == 1 else 'are'} "

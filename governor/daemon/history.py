@@ -22,6 +22,7 @@ a task. Amounts in base units (cores, bytes, bytes/s); times in unix seconds.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import time
@@ -42,8 +43,11 @@ __all__ = ["History", "RefusalBudget", "daemon_entry", "end_entry", "launch_entr
            "start_entry"]
 
 KINDS = ("daemon", "launch", "start", "refusal", "session", "end")
-# The most entries one ``history`` reply carries (about 400 bytes each: 40 MB), the newest.
+# The most entries one ``history`` reply carries (about 400 bytes each: 40 MB), the newest;
+# and the most bytes of them (as the journal's JSON): an attacker's entries of a kilobyte each
+# (names of 64 emoji, escaped) made a reply of 102 MB and took the daemon from 60 to 564 MB.
 ENTRIES_SENT = 100_000
+BYTES_SENT = 40 << 20
 # The most of the daemon's time one user's ``history`` reads may take: after a read of t
 # seconds, the same uid may read again t × (1/READ_SHARE − 1) later. A read of a small journal
 # takes milliseconds, so a user's script never meets it; one asking for a month again and
@@ -188,8 +192,8 @@ class History:
 
     async def reply(self, request: HistoryRequest, viewer: Viewer) -> HistoryReply:
         """The ``history`` operation: the period's entries (read in a thread: the loop goes on
-        serving; one read at a time, the others wait), at most :data:`ENTRIES_SENT` (the newest),
-        as ``viewer`` may see them; one read per uid at a time, at the pace :data:`READ_SHARE`
+        serving; one read at a time, the others wait), the newest, at most :data:`ENTRIES_SENT` of
+        them and :data:`BYTES_SENT` of their JSON, as ``viewer`` may see them; one read per uid at a time, at the pace :data:`READ_SHARE`
         allows (root's are not paced).
 
         Raises:
@@ -197,16 +201,25 @@ class History:
                 message says when to ask again); ``unavailable``, the journal cannot be read.
         """
         skipped = 0  # lines of the period that are no entry: the client says how many
+        truncated = False  # older entries of the period left out
 
         def read() -> list[dict]:
             def skip(*_: object) -> None:
                 nonlocal skipped
                 skipped += 1
 
-            kept = deque(maxlen=ENTRIES_SENT + 1)
-            kept.extend(entry for entry in read_history(self.writer.directory, request.since, request.until, skip)
-                        if entry.get("kind") != "daemon")
-            return list(kept)
+            nonlocal truncated
+            kept: deque[tuple[dict, int]] = deque()
+            size = 0
+            for entry in read_history(self.writer.directory, request.since, request.until, skip):
+                if entry.get("kind") == "daemon":
+                    continue
+                kept.append((entry, length := len(json.dumps(entry, separators=(",", ":")))))
+                size += length
+                while len(kept) > ENTRIES_SENT or size > BYTES_SENT:
+                    size -= kept.popleft()[1]
+                    truncated = True
+            return [entry for entry, _ in kept]
 
         if viewer.uid != 0:
             self._pace(viewer.uid)
@@ -218,8 +231,7 @@ class History:
                     entries = await asyncio.to_thread(read)
                 except FileNotFoundError:
                     entries = []  # nothing journaled yet
-                truncated = len(entries) > ENTRIES_SENT
-                return HistoryReply(rows_for(entries[-ENTRIES_SENT:], viewer), truncated, skipped)
+                return HistoryReply(rows_for(entries, viewer), truncated, skipped)
         except OSError as error:
             raise RequestError("unavailable", f"cannot read the history journal: {error.strerror or error}") from None
         finally:

@@ -88,7 +88,7 @@ class PsReply:
 class HistoryReply:
     """``history``: ``entries``, the journal's (:mod:`governor.daemon.history`), oldest first;
     ``truncated``: older entries of the period were left out (at most
-    :data:`governor.daemon.history.ENTRIES_SENT`, the newest); ``skipped``: lines of the
+    :data:`governor.daemon.history.ENTRIES_SENT` and ``BYTES_SENT``, the newest); ``skipped``: lines of the
     period that are no usable entry, left out (an older daemon sends none: 0)."""
 
     entries: list[dict]

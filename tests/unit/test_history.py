@@ -236,6 +236,26 @@ def test_the_history_operation_sends_the_period_as_the_caller_may_see_it(daemon)
     assert bad.value.code == "bad_request" and "since" in bad.value.message
 
 
+def test_a_history_reply_carries_at_most_its_bytes_the_newest(daemon, monkeypatch):
+    # An attacker's check: entries of a kilobyte (a name of 64 emoji, escaped) made the 100,000
+    # sent a reply of 102 MB, and the daemon went from 60 to 564 MB to build it.
+    import asyncio
+
+    import governor.daemon.history as history
+    from governor.wire.protocol import HistoryRequest
+    from governor.wire.visibility import Viewer
+
+    entries = [{**LAUNCH, "at": 1e9 + i, "task": str(i), "name": "\U0001f600" * 64} for i in range(40)]
+    HistoryWriter(daemon.history.writer.directory, HistoryRules, Clock(100.0)).write(entries)
+    size = len(json.dumps(entries[-1], separators=(",", ":")))  # (each of the last ten as long)
+    monkeypatch.setattr(history, "BYTES_SENT", 10 * size)
+    reply = asyncio.run(daemon.history.reply(HistoryRequest(0.0, None), Viewer(0, True)))
+    assert reply.truncated and [e["task"] for e in reply.entries] == [str(i) for i in range(30, 40)]
+    monkeypatch.setattr(history, "BYTES_SENT", 40 * size)
+    reply = asyncio.run(daemon.history.reply(HistoryRequest(0.0, None), Viewer(0, True)))
+    assert not reply.truncated and len(reply.entries) == 40
+
+
 def test_history_requests_read_the_journal_one_at_a_time(daemon, monkeypatch):
     import asyncio
     import threading
